@@ -1,0 +1,23 @@
+"""preemptlog: forensics for vLLM PREEMPTED events.
+
+Library use::
+
+    from preemptlog import analyze
+    result = analyze(["vllm.log"])
+    result.events      # polars DataFrame, one row per preemption
+    result.summary()   # dict
+
+polars is imported lazily, so importing this package is cheap.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["analyze", "AnalyzeOptions", "__version__"]
+
+
+def __getattr__(name):
+    if name in ("analyze", "AnalyzeOptions", "Analysis"):
+        from . import analysis
+
+        return getattr(analysis, name)
+    raise AttributeError(name)

@@ -1,0 +1,248 @@
+"""The library entry point: ``analyze(paths) -> Analysis``.
+
+bundle -> sources -> timebase -> events -> (joiner -> rules) -> render.
+The CLI only parses options, calls :func:`analyze` and renders the result.
+
+Order of work (see sources/__init__.py for the two-phase source interface):
+
+1. collect and sniff the bundle;
+2. phase 1 of every non-log source (its full timestamps become year anchors);
+3. the vLLM logs: one pass per file, then the timebase (year, zone, order);
+4. record families inside the logs (debug hooks, text block_table lines);
+5. phase 2 of every other source, on the clock of the logs;
+6. events from every source combined into one frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .bundle import Bundle, Workspace, collect, parse_kind_overrides
+from .errors import InputError
+from .timebase import Assumption, StreamMeta, TimeOptions, resolve
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+@dataclass
+class AnalyzeOptions:
+    year: int | None = None
+    tz: str | None = None
+    kinds: list[str] | None = None  # FILE=KIND overrides
+    offsets: dict[str, float] = field(default_factory=dict)  # kind or file -> seconds added to its clock
+    debug: bool = False
+
+
+@dataclass
+class Analysis:
+    bundle: Bundle
+    events: "pl.DataFrame"
+    stats: "pl.DataFrame"
+    config: "pl.DataFrame"
+    requests: "pl.DataFrame"
+    records: "pl.DataFrame"
+    tz: str
+    frames: dict[str, "pl.DataFrame"] = field(default_factory=dict)
+    assumptions: list[Assumption] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    counters: dict[str, Any] = field(default_factory=dict)
+    partial: bool = False
+    options: AnalyzeOptions = field(default_factory=AnalyzeOptions)
+
+    def summary(self) -> dict:
+        from .summary import summarize
+
+        return summarize(self)
+
+
+def analyze(
+    paths: list[str],
+    options: AnalyzeOptions | None = None,
+    *,
+    workspace: Workspace | None = None,
+    stdin=None,
+) -> Analysis:
+    """Analyse an incident bundle. Raises PreemptlogError subclasses on bad input.
+
+    The caller owns ``workspace`` (temporary files); when omitted, one is
+    created and closed before returning.
+    """
+    options = options or AnalyzeOptions()
+    own = workspace is None
+    ws = workspace or Workspace()
+    try:
+        return _analyze(paths, options, ws, stdin)
+    finally:
+        if own:
+            ws.close()
+
+
+def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) -> Analysis:
+    import polars as pl
+
+    from . import events as ev
+    from . import sources
+    from .frames import with_source
+    from .sources import SourceOutput, TimeContext, vllm_log
+    from .timebase import check_zone, local_zone
+    from .vllm import config as vconfig
+    from .vllm import preemptions, requests as vrequests, stats as vstats
+
+    tz = check_zone(options.tz) if options.tz else local_zone()
+    bundle = collect(paths, ws, parse_kind_overrides(options.kinds), stdin=stdin)
+    warnings: list[str] = list(bundle.warnings)
+    partial = bool(bundle.warnings)
+    recognised = [f for f in bundle.files if f.stream >= 0]
+    if not recognised:
+        names = ", ".join(f"{f.display} ({f.kind})" for f in bundle.files[:5])
+        more = f" and {len(bundle.files) - 5} more" if len(bundle.files) > 5 else ""
+        raise InputError(
+            f"nothing recognisable in the input: {names}{more}" if bundle.files else "the input holds no files",
+            hint="expected a vLLM server log, dmon output, block-table records or /metrics scrapes; "
+            "--kind FILE=KIND forces a file's kind",
+        )
+
+    # Phase 1 of the other sources.
+    registry = sources.kinds()
+    parsed: list[tuple[str, Any]] = []
+    for name, kind in registry.items():
+        if name == vllm_log.KIND or kind.parse is None:
+            continue
+        files = bundle.of_kind(name)
+        if files:
+            parsed.append((name, kind.parse(files)))
+    other_anchors = [a for _, p in parsed for a in p.anchors()]
+
+    # The vLLM logs.
+    frames = []
+    for f in bundle.of_kind(vllm_log.KIND):
+        df, problem = _scan_file(f, ws, options.debug)
+        if problem:
+            f.warnings.append(problem)
+            partial = True
+        if df is not None:
+            frames.append(df)
+    records = pl.concat(frames, how="vertical") if frames else vllm_log.scan_empty()
+    names = {f.file_id: f.display for f in bundle.files}
+    streams: dict[int, StreamMeta] = {}
+    file_stream: dict[int, tuple[int, int]] = {}
+    for sid, members in bundle.streams().items():
+        newest = members[-1]
+        streams[sid] = StreamMeta(
+            stream=sid,
+            name=bundle.stream_name(sid),
+            mtime=newest.mtime,
+            gzip_mtime=newest.gzip_mtime,
+            is_stdin=newest.is_stdin,
+        )
+        for m in members:
+            file_stream[m.file_id] = (sid, m.order)
+    records, tres = resolve(
+        records, streams, file_stream, TimeOptions(year=options.year, tz=tz), bundle_anchors=other_anchors
+    )
+    records = with_source(records, names)
+    records = _apply_offsets(records, options.offsets, vllm_log.KIND)
+    assumptions = list(tres.assumptions)
+    if options.offsets:
+        for key, sec in sorted(options.offsets.items()):
+            assumptions.append(Assumption("offset", f"{sec:+g}s", f"--offset {key}", scope=key))
+
+    timed = records.filter(pl.col("time").is_not_null()).get_column("time") if records.height else None
+    reference = (timed.min(), timed.max()) if timed is not None and timed.len() else None
+    ctx = TimeContext(
+        tz=tz,
+        year=options.year,
+        anchors=other_anchors + [(t, "vllm log") for t in ([reference[0]] if reference else [])],
+        reference=reference,
+        offsets=dict(options.offsets),
+    )
+
+    outputs: list[SourceOutput] = []
+    for fam in sources.families().values():
+        outputs.append(fam.from_records(records, ctx))
+    for _name, p in parsed:
+        outputs.append(p.resolve(ctx))
+
+    stats = vstats.parse(records)
+    extra_config = [o.config for o in outputs if o.config is not None and o.config.height]
+    config = vconfig.parse(records, stats, extra=extra_config)
+    reqs = vrequests.parse(records)
+    logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
+    interval = preemptions.interval_events(stats, records)
+    markers = preemptions.marker_events(records)
+    events = ev.combine([logged, recon, interval, markers] + [e for o in outputs for e in o.events])
+
+    extra_frames: dict[str, pl.DataFrame] = {}
+    notes: list[str] = []
+    counters: dict[str, Any] = {"v0": v0facts}
+    for o in outputs:
+        extra_frames.update(o.frames)
+        assumptions.extend(o.assumptions)
+        warnings.extend(o.warnings)
+        notes.extend(o.notes)
+        counters.update(o.counters)
+        partial = partial or o.partial
+    for f in bundle.files:
+        for w in f.warnings:
+            warnings.append(f"{f.display}: {w}")
+        if f.kind == "unreadable":
+            partial = True
+
+    analysis = Analysis(
+        bundle=bundle,
+        events=events,
+        stats=stats,
+        config=config,
+        requests=reqs,
+        records=records,
+        tz=tz,
+        frames=extra_frames,
+        assumptions=assumptions,
+        warnings=warnings,
+        counters=counters,
+        partial=partial,
+        options=options,
+    )
+    from .summary import honesty_notes
+
+    analysis.notes = honesty_notes(analysis) + notes
+    return analysis
+
+
+def _apply_offsets(df: "pl.DataFrame", offsets: dict[str, float], kind: str) -> "pl.DataFrame":
+    """Add a per-kind or per-file clock offset (seconds) to ``time``."""
+    import polars as pl
+
+    if not offsets or df.height == 0:
+        return df
+    by_file = {k: v for k, v in offsets.items() if k != kind}
+    shift = pl.lit(offsets.get(kind, 0.0))
+    if by_file and "source" in df.columns:
+        shift = pl.col("source").replace_strict(by_file, default=offsets.get(kind, 0.0), return_dtype=pl.Float64)
+    return df.with_columns(pl.col("time") + pl.duration(microseconds=(shift * 1e6).cast(pl.Int64)))
+
+
+def _scan_file(f, ws: Workspace, debug: bool) -> tuple["pl.DataFrame | None", str | None]:
+    """Collect one file's records; salvage a damaged gzip; never raise on bad data."""
+    import polars as pl
+
+    from .sources import vllm_log
+    from .textio import salvage_gzip
+
+    try:
+        return vllm_log.scan(str(f.path), f.file_id).collect(), None
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        if debug and f.compression is None:
+            raise
+        if f.compression == "gzip":
+            dest = ws.new_file("salvage")
+            written, err = salvage_gzip(f.path, dest)
+            try:
+                df = vllm_log.scan(str(dest), f.file_id).collect()
+            except (OSError, pl.exceptions.PolarsError) as exc2:
+                return None, f"cannot read ({exc2})"
+            return df, f"damaged gzip: {err or exc}; read the first {written} bytes that decompressed"
+        return None, f"cannot read ({exc})"

@@ -1,0 +1,55 @@
+"""Exit codes and the one family of errors a user can cause.
+
+Everything that is not a ``PreemptlogError`` is a bug: the CLI shows its
+traceback only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes. The README's "Exit codes" table is generated from this."""
+
+    OK = 0
+    """Analysis ran; no --fail-on condition was met."""
+    INTERNAL = 1
+    """A bug in preemptlog (run again with --debug and report the traceback)."""
+    USAGE = 2
+    """Bad command line: unknown option, bad value, contradictory flags."""
+    INPUT = 3
+    """No input could be read, or nothing in it was recognisable."""
+    FAIL_ON = 4
+    """A --fail-on condition was met (the analysis itself succeeded)."""
+    PARTIAL = 5
+    """The analysis ran, but some input was damaged or skipped (see the warnings)."""
+    INTERRUPTED = 130
+    """Interrupted (Ctrl-C); no partial output file is left behind."""
+    PIPE_CLOSED = 141
+    """The reader of standard output went away (e.g. `| head -1`); output stopped quietly."""
+
+
+class PreemptlogError(Exception):
+    """An error the user can act on: one line on stderr, a documented exit code."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = self.message
+        if self.hint:
+            text = f"{text} ({self.hint})"
+        return " ".join(text.split())
+
+
+class UsageError(PreemptlogError):
+    exit_code = ExitCode.USAGE
+
+
+class InputError(PreemptlogError):
+    exit_code = ExitCode.INPUT

@@ -1,0 +1,91 @@
+"""One frame of preemption events from every source.
+
+``EVENTS_SCHEMA`` is the stable machine contract (README "Event schema").
+Each event has a stable id: ``<file>:<line>`` for a line of its own,
+``<file>:<line>~r<k>`` for the k-th event reconstructed from the V0 counter
+jump revealed on that line, ``<file>:<line>~i<k>`` for the k-th event of an
+interval count. ``.<seg>`` follows the line number when a physical line held
+several logical lines (lone CR).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+EVENT_KINDS = ("logged", "reconstructed", "interval", "marker")
+
+EVENTS_SCHEMA = {
+    "event_id": "String",
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "interval_start": "Datetime(time_unit='us', time_zone='UTC')",
+    "interval_end": "Datetime(time_unit='us', time_zone='UTC')",
+    "kind": "String",
+    "request_id": "String",
+    "mode": "String",
+    "engine": "String",
+    "cumulative": "Int64",
+    "source": "String",
+    "line": "UInt32",
+    "raw": "String",
+}
+# Internal ordering columns kept next to the contract columns.
+ORDER_COLUMNS = ["stream", "seq", "_sub"]
+
+
+def polars_schema() -> dict:
+    import polars as pl
+
+    dt = pl.Datetime("us", "UTC")
+    return {
+        "event_id": pl.String,
+        "time": dt,
+        "time_precision": pl.String,
+        "interval_start": dt,
+        "interval_end": dt,
+        "kind": pl.String,
+        "request_id": pl.String,
+        "mode": pl.String,
+        "engine": pl.String,
+        "cumulative": pl.Int64,
+        "source": pl.String,
+        "line": pl.UInt32,
+        "raw": pl.String,
+        "stream": pl.Int32,
+        "seq": pl.UInt32,
+        "_sub": pl.Int64,
+    }
+
+
+def conform(df: "pl.DataFrame") -> "pl.DataFrame":
+    """Select and cast a partial event frame to the contract (plus ordering columns)."""
+    import polars as pl
+
+    schema = polars_schema()
+    if "line" not in df.columns and "n" in df.columns:
+        df = df.with_columns(pl.col("n").alias("line"))
+    cols = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            cols.append(pl.col(name).cast(dtype))
+        else:
+            cols.append(pl.lit(None, dtype).alias(name))
+    return df.select(cols)
+
+
+def combine(parts: list["pl.DataFrame"]) -> "pl.DataFrame":
+    import polars as pl
+
+    frames = [conform(p) for p in parts if p is not None and p.height]
+    if not frames:
+        return pl.DataFrame(schema=polars_schema())
+    out = pl.concat(frames, how="vertical")
+    return out.sort(["time", "stream", "seq", "_sub"], nulls_last=True, maintain_order=True)
+
+
+def public(df: "pl.DataFrame") -> "pl.DataFrame":
+    """The contract columns only (drops internal ordering columns)."""
+    return df.select([c for c in EVENTS_SCHEMA if c in df.columns] + [c for c in df.columns if c not in EVENTS_SCHEMA and not c.startswith("_") and c not in ("stream", "seq")])

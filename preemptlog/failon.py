@@ -1,0 +1,61 @@
+"""``--fail-on`` conditions for CI scripts.
+
+Grammar (several conditions may be given; any one that holds fails the run):
+
+- ``any``: at least one preemption event;
+- ``count>N`` (also ``>=``): the number of events;
+- ``rate>X`` (also ``>=``): preemptions per received request, ``X`` a fraction
+  (``0.05``) or a percentage (``5%``); never holds when requests were not logged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+_RE = re.compile(r"^\s*(any|count|rate)\s*(?:(>=|>)\s*([0-9.]+%?))?\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    what: str
+    op: str | None = None
+    value: float | None = None
+    text: str = ""
+
+    def holds(self, summary: dict) -> bool:
+        if self.what == "any":
+            return summary["events"] > 0
+        if self.what == "count":
+            actual = float(summary["events"])
+        else:
+            if summary.get("preemption_rate") is None:
+                return False
+            actual = float(summary["preemption_rate"])
+        assert self.value is not None
+        return actual > self.value if self.op == ">" else actual >= self.value
+
+
+def parse(items: list[str] | None) -> list[Condition]:
+    out = []
+    for item in items or []:
+        m = _RE.match(item)
+        if not m or (m.group(1) != "any" and m.group(2) is None) or (m.group(1) == "any" and m.group(2)):
+            raise UsageError(f"--fail-on {item!r} is not a condition", hint="use any, count>N or rate>X (e.g. rate>5%)")
+        what, op, raw = m.groups()
+        value = None
+        if raw is not None:
+            try:
+                value = float(raw.rstrip("%"))
+            except ValueError:
+                raise UsageError(f"--fail-on {item!r}: {raw!r} is not a number") from None
+            if raw.endswith("%"):
+                value /= 100.0
+        out.append(Condition(what, op, value, item.strip()))
+    return out
+
+
+def failed(conditions: list[Condition], summary: dict) -> list[str]:
+    return [c.text for c in conditions if c.holds(summary)]

@@ -1,0 +1,81 @@
+"""Output formats: one formatter per format, data to the output stream.
+
+The human summary is rendered separately (render/human.py) to stderr.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..analysis import Analysis
+
+SCHEMA_VERSION = 1
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    ndjson = "ndjson"
+    csv = "csv"
+    parquet = "parquet"
+
+    @property
+    def binary(self) -> bool:
+        return self is OutputFormat.parquet
+
+
+TIME_COLUMNS = ("time", "interval_start", "interval_end")
+
+
+def iso_expr(col: str, tz: str) -> "pl.Expr":
+    import polars as pl
+
+    return pl.col(col).dt.convert_time_zone(tz).dt.to_string("%Y-%m-%dT%H:%M:%S%.f%:z").alias(col)
+
+
+def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFrame":
+    """The public event columns; times as ISO 8601 strings (or typed, in the output zone)."""
+    import polars as pl
+
+    from ..events import public
+
+    df = public(analysis.events)
+    cols = []
+    for c in df.columns:
+        if c in TIME_COLUMNS or df.schema[c] == pl.Datetime("us", "UTC"):
+            cols.append(iso_expr(c, analysis.tz) if text_times else pl.col(c).dt.convert_time_zone(analysis.tz))
+        else:
+            cols.append(pl.col(c))
+    return df.select(cols)
+
+
+def write(analysis: "Analysis", fmt: OutputFormat, out: BinaryIO, *, csv_safe: bool = False, console_width: int | None = None) -> None:
+    if fmt is OutputFormat.table:
+        from .table import write_table
+
+        write_table(analysis, out, width=console_width)
+    elif fmt is OutputFormat.json:
+        from .jsonfmt import write_json
+
+        write_json(analysis, out)
+    elif fmt is OutputFormat.ndjson:
+        from .jsonfmt import write_ndjson
+
+        write_ndjson(analysis, out)
+    elif fmt is OutputFormat.csv:
+        from .csvfmt import write_csv
+
+        write_csv(analysis, out, safe=csv_safe)
+    elif fmt is OutputFormat.parquet:
+        write_parquet(analysis, out)
+    else:  # pragma: no cover - exhaustive
+        raise AssertionError(fmt)
+
+
+def write_parquet(analysis: "Analysis", out: BinaryIO) -> None:
+    df = event_rows(analysis, text_times=False)
+    df.write_parquet(out)

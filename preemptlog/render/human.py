@@ -1,0 +1,52 @@
+"""The human summary, for stderr: counts, rate, span, assumptions, notes, warnings."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .safe import markup
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..analysis import Analysis
+
+
+def print_summary(analysis: "Analysis", console: "Console") -> None:
+    s = analysis.summary()
+    k = s["by_kind"]
+    parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker") if k[name]]
+    detail = f" ({', '.join(parts)})" if parts else ""
+    console.print(f"[bold]{s['events']} preemption event(s)[/bold]{markup(detail)}")
+    if s["requests_received"]:
+        rate = s["preemption_rate"]
+        console.print(
+            f"  {s['requests_received']} request(s) received; preemptions per received request: {rate:.4f}"
+            if rate is not None
+            else ""
+        )
+    if s["first_event"]:
+        console.print(f"  events from {markup(s['first_event'])} to {markup(s['last_event'])}")
+    if s["events_without_time"]:
+        console.print(f"  {s['events_without_time']} event(s) have no timestamp in the log")
+    rep = s["requests_preempted_more_than_once"]
+    if rep:
+        top = ", ".join(f"{r['request_id']} x{r['count']}" for r in rep[:5])
+        console.print(f"  preempted more than once: {markup(top)}" + (f" and {len(rep) - 5} more" if len(rep) > 5 else ""))
+    st = s["stats"]
+    if st["lines"]:
+        console.print(
+            f"  {st['lines']} stats line(s); max KV cache usage {st['max_kv_usage']}%, max waiting {st['max_waiting']}"
+        )
+    for a in s["assumptions"]:
+        scope = f" [{markup(a['scope'])}]" if a["scope"] != "bundle" else ""
+        console.print(f"  assumed {markup(a['topic'])}{scope}: {markup(str(a['value']))} from {markup(a['source'])}")
+    unknown = [f for f in s["inputs"] if f["kind"] in ("unknown", "binary", "empty", "unreadable")]
+    if unknown:
+        names = ", ".join(f"{f['file']} ({f['kind']})" for f in unknown[:8])
+        more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+        console.print(f"  not recognised: {markup(names)}{more}")
+    for note in s["notes"]:
+        console.print(f"  [yellow]note:[/yellow] {markup(note)}")
+    for w in s["warnings"]:
+        console.print(f"  [red]warning:[/red] {markup(w)}")

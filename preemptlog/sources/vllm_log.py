@@ -1,0 +1,390 @@
+"""vLLM server logs (0.4 to 0.33), in every wrapping the field meets.
+
+One lazy polars query per file: a literal pre-filter on the raw line, then
+regexes only on the survivors, and fields extracted inside the query so the
+raw line column is never collected. Output: a *records* frame, one row per
+logical line that carries something preemptlog uses.
+
+Line shapes recognised in front of the message (any combination):
+
+- vLLM's header, every version: ``LEVEL MM-DD HH:MM:SS file.py:N]`` (0.4-0.7),
+  ``[file.py:N]`` (0.8+), ``[relative/path.py:N]`` (0.10.2+ at DEBUG);
+- ``VLLM_LOGGING_PREFIX`` text and the ``(Name pid=N[, ip=A])`` process prefix,
+  before the level (stream prefix, 0.4.3-0.30) or inside the format (0.31+);
+- ANSI colour codes (0.4.3-0.11.2 write them into files);
+- docker compose ``service-1  | `` and ``docker logs -t`` / ``kubectl logs
+  --timestamps`` RFC 3339 prefixes (these carry year, zone, sub-second);
+- ISO ``YYYY-MM-DD HH:MM:SS[.,]fff`` prefixes of custom logging configs;
+- vLLM 0.32+ JSON lines (``asctime levelname name processName process message``);
+- other leading date shapes go to python-dateutil (see timebase.py).
+
+Records schema (declared in :data:`RECORD_SCHEMA`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import SourceKind, register
+
+if TYPE_CHECKING:
+    import polars as pl
+
+KIND = "vllm-log"
+
+# (literal marker, record kind). Classification takes the *leftmost* marker
+# in the line, ties to the earlier entry, so a prompt that quotes "PREEMPTED"
+# inside a "Received request" line stays a request line.
+MARKERS: list[tuple[str, str]] = [
+    ("is preempted by", "v0_preempt"),
+    ("PREEMPTED", "marker"),
+    ("Avg prompt throughput", "stats"),
+    ("reqs, Waiting: ", "stats"),  # 0.7.0 V1: "Running: %d reqs, Waiting: %d reqs "
+    ("Prefix cache hit rate: GPU:", "stats_prefix"),
+    ("Iteration(", "iteration"),
+    ("Speculative metrics:", "spec"),
+    ("SpecDecoding metrics:", "spec"),
+    ("Received request ", "req_received"),
+    ("Added request ", "req_added"),
+    ("Finished request ", "req_finished"),
+    ("Aborted request", "req_aborted"),
+    ("Failing the request ", "req_failed"),
+    ("is too long and exceeds", "prompt_too_long"),
+    (" with config: ", "cfg_engine"),
+    ("non-default args: ", "cfg_args"),
+    ("args: Namespace(", "cfg_args"),
+    ("Chunked prefill is enabled with max_num_batched_tokens", "cfg_chunked"),
+    (" blocks: ", "cfg_blocks"),
+    ("KV cache size: ", "cfg_kv_size"),
+    ("Maximum concurrency for ", "cfg_concurrency"),
+    ("server version ", "cfg_version"),
+    ("Using max model len ", "cfg_max_len"),
+    ("num_gpu_blocks is: ", "cfg_num_gpu_blocks"),
+    ("max_num_seqs to ", "cfg_max_num_seqs"),
+    ("Available KV cache memory: ", "cfg_kv_memory"),
+]
+
+# Extra line families (debug hooks, text block_table lines) register here so
+# that the same single pass over a log file feeds them too.
+EXTRA_MARKERS: list[tuple[str, str]] = []
+
+# A kind whose marker can occur by accident is confirmed by a regex on the
+# message; rows that fail it are dropped.
+VERIFY: dict[str, str] = {
+    "marker": r"\bPREEMPTED\b",
+    "cfg_blocks": r"# \w+ blocks: \d",
+    "cfg_version": r"(?:vLLM API server version|vLLM server version) \S",
+    "iteration": r"Iteration\(\d+\):",
+}
+
+# Hot kinds: numerous (one per request). Their fields are extracted inside the
+# query; no text is kept.
+HOT_KINDS = ("req_received", "req_added", "req_finished", "req_aborted")
+
+ANSI_RE = r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+HEAD_CHARS = 512
+
+# vLLM header, unanchored so that VLLM_LOGGING_PREFIX / process prefixes may precede it.
+VLLM_HEADER_RE = (
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+    r"(?:\([^()]*pid=\d+[^()]*\)\s+)?"
+    r"(?P<mo>\d\d)-(?P<dd>\d\d) (?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)"
+    r"(?:[.,](?P<hfrac>\d{1,9}))?\s+"
+    r"\[?(?P<src>[^\s\[\]]+?):(?P<srcline>\d+)\]"
+)
+# Full date at the start of the line, after optional kubectl --prefix and compose "svc | ".
+FULL_TS_RE = (
+    r"^(?:\[[^\]]*\]\s*)?(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?\[?"
+    r"(?P<fdate>\d{4}-\d\d-\d\d)[T ](?P<ftime>\d\d:\d\d:\d\d)"
+    r"(?:[.,](?P<ffrac>\d{1,9}))?(?P<fzone>Z|[+-]\d\d:?\d\d)?"
+)
+# Leading date shapes the fast path does not know: handed to python-dateutil.
+FALLBACK_TS_RE = (
+    r"^(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?\W{0,3}"
+    r"(?P<fb>(?:[A-Z][a-z]{2},?\s+\d{1,2}(?:,?\s+\d{4})?|\d{1,4}[/.]\d{1,2}[/.]\d{1,4}|\d{8})"
+    r"[ T,]+\d{1,2}:\d\d(?::\d\d)?(?:[.,]\d{1,9})?(?:\s?(?:Z|[+-]\d\d:?\d\d|UTC))?)"
+)
+PROC_RE = r"\(([A-Za-z_][^()]*?pid=\d+(?:,\s*ip=[0-9A-Fa-f.:]+)?)\)"
+COMPOSE_RE = r"^([A-Za-z0-9][\w.-]*)\s+\|\s"
+
+# Hot-kind field extraction.
+REQ_ID_RE = r"(?:Received|Added|Finished|Aborted) request(?:\(s\))? ([^\s:,]+(?:,[^\s:,]+)*?)[:.]?(?:\s|$)"
+MAX_TOKENS_RE = r"max_tokens=(\d+)"
+PROMPT_IDS_RE = r"prompt_token_ids: \[([^\]]*)\]"
+
+# Record schema: column -> polars dtype name. Asserted by the tests.
+RECORD_SCHEMA = {
+    "file_id": "UInt16",
+    "n": "UInt32",
+    "seg": "UInt32",
+    "kind": "String",
+    "level": "String",
+    "proc": "String",
+    "compose": "String",
+    "mo": "Int8",
+    "dd": "Int8",
+    "hh": "Int8",
+    "mi": "Int8",
+    "ss": "Int8",
+    "hfrac": "String",
+    "fdate": "String",
+    "ftime": "String",
+    "ffrac": "String",
+    "fzone": "String",
+    "fb": "String",
+    "text": "String",
+    "req_id": "String",
+    "max_tokens": "Int64",
+    "prompt_tokens": "Int64",
+}
+
+
+def all_markers() -> list[tuple[str, str]]:
+    from . import families
+
+    extra = [m for fam in families().values() for m in fam.markers]
+    return MARKERS + EXTRA_MARKERS + extra
+
+
+def all_verify() -> dict[str, str]:
+    from . import families
+
+    out = dict(VERIFY)
+    for fam in families().values():
+        out.update(fam.verify)
+    return out
+
+
+def _sniff(head: str) -> int:
+    import re
+
+    if re.search(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d", head):
+        return 50
+    if re.search(r'^\{.*"levelname".*"message"', head, re.M):
+        return 40
+    hits = sum(1 for marker, _ in all_markers() if marker in head)
+    if hits:
+        return 20
+    if "vllm" in head.lower():
+        return 5
+    return 0
+
+
+register(
+    SourceKind(
+        name=KIND,
+        description="vLLM server log (any version 0.4-0.33, any wrapping), with hook lines",
+        sniff=_sniff,
+    )
+)
+
+
+def scan(path: str, file_id: int) -> "pl.LazyFrame":
+    """Lazy records frame for one log file (see RECORD_SCHEMA)."""
+    import polars as pl
+
+    from ..textio import scan_lines, split_cr
+
+    markers = all_markers()
+    literals = [m for m, _ in markers]
+    lf = scan_lines(path).filter(pl.col("line").str.contains_any(literals))
+    lf = split_cr(lf)
+    # Leftmost marker decides the kind (Aho-Corasick, one pass).
+    first = pl.col("line").str.extract_many(literals, leftmost=True).list.first()
+    mapping = {}
+    for marker, kind in markers:
+        mapping.setdefault(marker, kind)
+    lf = lf.with_columns(kind=first.replace_strict(mapping, default=None, return_dtype=pl.String))
+    lf = lf.filter(pl.col("kind").is_not_null())
+
+    head = pl.col("line").str.slice(0, HEAD_CHARS).str.replace_all(ANSI_RE, "")
+    lf = lf.with_columns(head=head)
+    is_json = pl.col("head").str.starts_with("{")
+    json_line = pl.when(is_json).then(pl.col("line"))
+    lf = lf.with_columns(
+        hdr=pl.col("head").str.extract_groups(VLLM_HEADER_RE),
+        full=pl.col("head").str.extract_groups(FULL_TS_RE),
+        fb=pl.col("head").str.extract(FALLBACK_TS_RE, 1),
+        proc=pl.col("head").str.extract(PROC_RE, 1),
+        compose=pl.col("head").str.extract(COMPOSE_RE, 1),
+        j_asctime=json_line.str.json_path_match("$.asctime"),
+        j_level=json_line.str.json_path_match("$.levelname"),
+        j_msg=json_line.str.json_path_match("$.message"),
+        j_proc=pl.concat_str(
+            [
+                json_line.str.json_path_match("$.processName"),
+                pl.lit(" pid="),
+                json_line.str.json_path_match("$.process"),
+            ]
+        ),
+    ).unnest("hdr", "full")
+    j = pl.col("j_asctime").str.extract_groups(
+        r"^(?P<jdate>\d{4}-\d\d-\d\d)[T ](?P<jtime>\d\d:\d\d:\d\d)(?:[.,](?P<jfrac>\d+))?(?P<jzone>Z|[+-]\d\d:?\d\d)?"
+    )
+    lf = lf.with_columns(j=j).unnest("j")
+
+    hot = pl.col("kind").is_in(HOT_KINDS)
+    # Rare kinds keep their text: ANSI stripped, JSON decoded, and copied out of
+    # the read buffer (concat_str) so the file's bytes are not kept alive.
+    text_src = pl.when(is_json & pl.col("j_msg").is_not_null()).then(pl.col("j_msg")).otherwise(pl.col("line"))
+    text = pl.when(~hot).then(text_src).str.replace_all(ANSI_RE, "")
+    text = pl.concat_str([pl.lit("\x00"), text]).str.slice(1)
+
+    hot_line = pl.when(hot).then(pl.col("line"))
+    ids = hot_line.str.extract(PROMPT_IDS_RE, 1)
+    prompt_tokens = (
+        pl.when(ids.str.strip_chars() == "")
+        .then(pl.lit(0, pl.Int64))
+        .otherwise(ids.str.count_matches(",", literal=True).cast(pl.Int64) + 1)
+    )
+
+    def i8(c: str) -> "pl.Expr":
+        return pl.col(c).cast(pl.Int8, strict=False)
+
+    out = lf.select(
+        pl.lit(file_id, pl.UInt16).alias("file_id"),
+        pl.col("n"),
+        pl.col("seg"),
+        pl.col("kind"),
+        pl.coalesce("level", "j_level").alias("level"),
+        pl.coalesce("proc", "j_proc").alias("proc"),
+        pl.col("compose"),
+        i8("mo").alias("mo"),
+        i8("dd").alias("dd"),
+        i8("hh").alias("hh"),
+        i8("mi").alias("mi"),
+        i8("ss").alias("ss"),
+        pl.col("hfrac"),
+        pl.coalesce("fdate", "jdate").alias("fdate"),
+        pl.coalesce("ftime", "jtime").alias("ftime"),
+        pl.coalesce("ffrac", "jfrac").alias("ffrac"),
+        pl.coalesce("fzone", "jzone").alias("fzone"),
+        pl.col("fb"),
+        text.alias("text"),
+        hot_line.str.extract(REQ_ID_RE, 1).alias("req_id"),
+        hot_line.str.extract(MAX_TOKENS_RE, 1).cast(pl.Int64, strict=False).alias("max_tokens"),
+        prompt_tokens.alias("prompt_tokens"),
+    )
+    verify = None
+    for kind, rx in all_verify().items():
+        cond = (pl.col("kind") != kind) | pl.col("text").str.contains(rx)
+        verify = cond if verify is None else verify & cond
+    if verify is not None:
+        out = out.filter(verify.fill_null(True))
+    return out
+
+
+# Sample lines: every kind this module recognises, with the fields the test
+# asserts. Lines built from the facts page's format strings (C*) or copied
+# from real logs (R*). ESC = "\x1b".
+SAMPLES: list[tuple[str, dict]] = [
+    (
+        "WARNING 05-09 00:49:33 scheduler.py:1077] Sequence group cmpl-5f1c0d3e8a2b4c6d-0 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the "
+        "end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV "
+        "cache memory. total_num_cumulative_preemption=51",
+        {"kind": "v0_preempt", "level": "WARNING", "mo": 5, "dd": 9, "hh": 0, "mi": 49, "ss": 33},
+    ),
+    (
+        "WARNING 05-02 14:03:11 [scheduler.py:1775] Sequence group 7 is preempted by PreemptionMode.SWAP mode "
+        "because there is not enough KV cache space. total_num_cumulative_preemption=1",
+        {"kind": "v0_preempt", "mo": 5, "dd": 2, "ss": 11},
+    ),
+    (
+        "(APIServer pid=4121) INFO 11-20 09:14:10 [loggers.py:208] Engine 000: Avg prompt throughput: 812.4 "
+        "tokens/s, Avg generation throughput: 2310.9 tokens/s, Running: 58 reqs, Waiting: 17 reqs, "
+        "Preemptions: 6, GPU KV cache usage: 98.7%, Prefix cache hit rate: 35.2%",
+        {"kind": "stats", "proc": "APIServer pid=4121", "mo": 11, "dd": 20},
+    ),
+    (
+        "\x1b[1;36m(VllmWorkerProcess pid=2311)\x1b[0;0m INFO 08-22 20:52:40 metrics.py:341] Avg prompt "
+        "throughput: 0.0 tokens/s, Avg generation throughput: 7220.5 tokens/s, Running: 2 reqs, Swapped: 0 "
+        "reqs, Pending: 98 reqs, GPU KV cache usage: 73.8%, CPU KV cache usage: 0.0%.",
+        {"kind": "stats", "proc": "VllmWorkerProcess pid=2311", "hh": 20},
+    ),
+    (
+        "\x1b[32mINFO\x1b[0m \x1b[90m11-20 09:14:10\x1b[0m \x1b[90m[loggers.py:208]\x1b[0m Engine 000: Avg "
+        "prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: "
+        "0 reqs, GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%",
+        {"kind": "stats", "level": "INFO", "mo": 11, "mi": 14},
+    ),
+    (
+        "vllm-1  | 2024-05-01T12:00:03.250Z WARNING 05-01 12:00:03 [scheduler.py:1775] Sequence group 9 is "
+        "preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+        "total_num_cumulative_preemption=1",
+        {"kind": "v0_preempt", "compose": "vllm-1", "fdate": "2024-05-01", "ffrac": "250", "fzone": "Z"},
+    ),
+    (
+        "2024-05-01 12:00:00,123 - vllm.core.scheduler - WARNING - Sequence group 3 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+        "total_num_cumulative_preemption=1",
+        {"kind": "v0_preempt", "fdate": "2024-05-01", "ftime": "12:00:00", "ffrac": "123", "fzone": None},
+    ),
+    (
+        '{"asctime": "2026-03-01 10:00:00,500", "levelname": "INFO", "name": "vllm.v1.metrics.loggers", '
+        '"processName": "APIServer", "process": 77, "message": "Engine 000: Avg prompt throughput: 0.0 '
+        'tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 3 reqs, Waiting: 9 reqs, '
+        'Preemptions: 2, GPU KV cache usage: 99.0%, Prefix cache hit rate: 0.0%"}',
+        {"kind": "stats", "level": "INFO", "fdate": "2026-03-01", "proc": "APIServer pid=77"},
+    ),
+    (
+        "(APIServer pid=90458) INFO 02-13 11:33:33 [logger.py:49] Received request chatcmpl-a269fdcb7c6ce890: "
+        "params: SamplingParams(n=1, temperature=0.7, max_tokens=100, min_tokens=0), lora_request: None.",
+        {"kind": "req_received", "req_id": "chatcmpl-a269fdcb7c6ce890", "max_tokens": 100, "prompt_tokens": None},
+    ),
+    (
+        "INFO 08-01 10:00:00 [logger.py:41] Received request cmpl-9f0c1d2e3f40-0: prompt: 'Hello "
+        "PREEMPTED', params: SamplingParams(n=1, max_tokens=512, min_tokens=0), prompt_token_ids: [9707, 1, 2], "
+        "prompt_embeds shape: None, lora_request: None.",
+        {"kind": "req_received", "req_id": "cmpl-9f0c1d2e3f40-0", "max_tokens": 512, "prompt_tokens": 3},
+    ),
+    (
+        "(APIServer pid=90458) INFO 02-13 11:33:33 [async_llm.py:382] Added request "
+        "chatcmpl-a269fdcb7c6ce890-a8a65d16.",
+        {"kind": "req_added", "req_id": "chatcmpl-a269fdcb7c6ce890-a8a65d16"},
+    ),
+    (
+        "(APIServer pid=1) INFO 09-20 10:00:00 [async_llm.py:499] Aborted request(s) "
+        "chatcmpl-a1b2c3d4-5e6f7a8b,chatcmpl-c3d4e5f6-0a1b2c3d.",
+        {"kind": "req_aborted", "req_id": "chatcmpl-a1b2c3d4-5e6f7a8b,chatcmpl-c3d4e5f6-0a1b2c3d"},
+    ),
+    (
+        "INFO 06-01 12:00:09 async_llm_engine.py:133] Finished request cmpl-77c1e0a4b1e04b3e8c1f0a2d3b4c5d6e.",
+        {"kind": "req_finished", "req_id": "cmpl-77c1e0a4b1e04b3e8c1f0a2d3b4c5d6e"},
+    ),
+    (
+        "INFO 03-19 06:35:49 distributed_gpu_executor.py:57] # GPU blocks: 2987, # CPU blocks: 4096",
+        {"kind": "cfg_blocks"},
+    ),
+    (
+        "(EngineCore_DP0 pid=1133552) INFO 10-03 16:22:17 [kv_cache_utils.py:864] GPU KV cache size: 42,656 tokens",
+        {"kind": "cfg_kv_size", "proc": "EngineCore_DP0 pid=1133552"},
+    ),
+    (
+        "(Worker_TP1 pid=1908386) DEBUG 05-04 05:25:03 [v1/worker/gpu_model_runner.py:3888] Request r-1 "
+        "status: RequestStatus.PREEMPTED",
+        {"kind": "marker", "level": "DEBUG", "proc": "Worker_TP1 pid=1908386"},
+    ),
+    (
+        "(RayWorkerWrapper pid=581, ip=10.225.128.18) INFO 05-04 05:25:03 [scheduler.py:10] Req-77 PREEMPTED",
+        {"kind": "marker", "proc": "RayWorkerWrapper pid=581, ip=10.225.128.18"},
+    ),
+    (
+        "INFO 09-03 16:28:17 [scheduler.py:222] Chunked prefill is enabled with max_num_batched_tokens=2048.",
+        {"kind": "cfg_chunked"},
+    ),
+    (
+        "Nov 30 05:10:38 gpu-host vllm[1234]: Sequence group 5 is preempted by PreemptionMode.RECOMPUTE mode "
+        "because there is not enough KV cache space. total_num_cumulative_preemption=1",
+        {"kind": "v0_preempt", "fb": "Nov 30 05:10:38", "mo": None},
+    ),
+    ("INFO 05-04 05:25:03 [x.py:1] UNPREEMPTED_QUEUE size 3", {"_dropped": True}),
+    ("INFO:     127.0.0.1:55352 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK", {"_dropped": True}),
+]
+
+
+def scan_empty() -> "pl.DataFrame":
+    """An empty records frame with the declared schema."""
+    import polars as pl
+
+    return pl.DataFrame(schema={k: getattr(pl, v) for k, v in RECORD_SCHEMA.items()})

@@ -1,0 +1,1 @@
+"""Interpretation of vLLM log records: stats series, configuration, requests, preemptions."""

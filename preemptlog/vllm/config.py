@@ -1,0 +1,290 @@
+"""Configuration seen in the log, and the defaults assumed where it is silent.
+
+Sources (facts page section 4): the engine config line (``... with config:``),
+``non-default args: {...}`` (0.9+), ``args: Namespace(...)`` (0.4.2-0.8.5),
+``Chunked prefill is enabled with max_num_batched_tokens=N``,
+``# GPU blocks: N, # CPU blocks: M`` / ``# cuda blocks``, ``GPU KV cache size:
+N tokens``, ``Maximum concurrency for N tokens per request: Xx``, the server
+version line, ``Using max model len N``, DEBUG ``num_gpu_blocks is: N`` and
+``Setting/Defaulting max_num_seqs to N``.
+
+Frame (``CONFIG_SCHEMA``), long format, one row per value seen:
+key, value (text as logged), status (``seen`` | ``derived`` | ``default``),
+time, source, line, note.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+CONFIG_SCHEMA = {
+    "key": "String",
+    "value": "String",
+    "status": "String",
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "source": "String",
+    "line": "UInt32",
+    "note": "String",
+}
+
+_VAL = r"""(?:'[^']*'|"[^"]*"|[^,)}\s]+)"""
+
+
+def _arg(key: str) -> str:
+    """A key in a dict repr ('key': v) or a Namespace / config repr (key=v)."""
+    return rf"(?:'{key}':\s*|\b{key}=)({_VAL})"
+
+
+# (record kind, key, regex with one group)
+EXTRACTORS: list[tuple[str, str, str]] = [
+    ("cfg_engine", "vllm_version", r"engine \(v([^)\s]+)\)"),
+    ("cfg_engine", "engine", r"Initializing an? (V[01]) LLM engine"),
+    ("cfg_engine", "model", _arg("model")),
+    ("cfg_engine", "max_model_len", _arg("max_seq_len")),
+    ("cfg_engine", "tensor_parallel_size", _arg("tensor_parallel_size")),
+    ("cfg_engine", "pipeline_parallel_size", _arg("pipeline_parallel_size")),
+    ("cfg_engine", "data_parallel_size", _arg("data_parallel_size")),
+    ("cfg_engine", "enable_prefix_caching", _arg("enable_prefix_caching")),
+    ("cfg_engine", "enable_chunked_prefill", _arg("chunked_prefill_enabled")),
+    ("cfg_engine", "enable_chunked_prefill", _arg("enable_chunked_prefill")),
+    ("cfg_engine", "speculative_config", r"speculative_config=(None|[A-Za-z]\w*\([^)]*\)|\{[^}]*\})"),
+    ("cfg_engine", "kv_cache_dtype", _arg("kv_cache_dtype")),
+    ("cfg_engine", "quantization", _arg("quantization")),
+    ("cfg_engine", "num_scheduler_steps", _arg("num_scheduler_steps")),
+    ("cfg_engine", "use_v2_block_manager", _arg("use_v2_block_manager")),
+    ("cfg_chunked", "max_num_batched_tokens", r"max_num_batched_tokens=(\d+)"),
+    ("cfg_chunked", "enable_chunked_prefill", r"(Chunked prefill is enabled)"),
+    ("cfg_blocks", "num_gpu_blocks", r"# \w+ blocks: (\d+), # CPU"),
+    ("cfg_blocks", "num_gpu_blocks", r"^(?:.*\] )?# (?:GPU|cuda|rocm|TPU|HPU|XPU|NPU|tpu|hpu|xpu|npu) blocks: (\d+)$"),
+    ("cfg_blocks", "num_cpu_blocks", r"# CPU blocks: (\d+)"),
+    ("cfg_kv_size", "kv_cache_tokens", r"KV cache size: ([\d,]+) tokens"),
+    ("cfg_kv_size", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
+    ("cfg_kv_size", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+    ("cfg_concurrency", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
+    ("cfg_concurrency", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+    ("cfg_version", "vllm_version", r"server version (v?[0-9][\w.+-]*)"),
+    ("cfg_max_len", "max_model_len", r"Using max model len (\d+)"),
+    ("cfg_num_gpu_blocks", "num_gpu_blocks", r"num_gpu_blocks is: (\d+)"),
+    ("cfg_max_num_seqs", "max_num_seqs", r"max_num_seqs to (\d+)"),
+    ("cfg_kv_memory", "kv_cache_memory_gib", r"Available KV cache memory: ([\d.]+) GiB"),
+]
+ARG_KEYS = [
+    "model",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "max_model_len",
+    "swap_space",
+    "preemption_mode",
+    "scheduling_policy",
+    "speculative_model",
+    "num_speculative_tokens",
+    "speculative_config",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "kv_cache_dtype",
+    "num_gpu_blocks_override",
+    "max_prefix_cache_len",
+]
+for _k in ARG_KEYS:
+    EXTRACTORS.append(("cfg_args", _k, _arg(_k)))
+
+# vLLM defaults used when the log is silent. (key, value, note)
+DEFAULTS: list[tuple[str, str, str]] = [
+    ("block_size", "16", "vLLM default for CUDA; not printed by vLLM unless set on the command line"),
+    ("max_num_seqs", "256", "the field guide's default; vLLM's default depends on version and usage context"),
+    ("gpu_memory_utilization", "0.9", "vLLM default; not printed unless set"),
+    ("scheduling_policy", "fcfs", "vLLM default"),
+]
+
+# Keys whose values are normalised: thousands separators removed, quotes stripped.
+_NUMERIC = {
+    "max_model_len",
+    "kv_cache_tokens",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+}
+
+
+def parse(
+    records: "pl.DataFrame", stats: "pl.DataFrame | None" = None, extra: "list[pl.DataFrame] | None" = None
+) -> "pl.DataFrame":
+    """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults."""
+    import polars as pl
+
+    cfg = records.filter(pl.col("kind").str.starts_with("cfg_")).select("kind", "text", "time", "source", "n")
+    parts = []
+    if cfg.height:
+        for kind in cfg.get_column("kind").unique().to_list():
+            sub = cfg.filter(pl.col("kind") == kind)
+            for k, key, rx in EXTRACTORS:
+                if k != kind:
+                    continue
+                parts.append(
+                    sub.select(
+                        pl.lit(key).alias("key"),
+                        pl.col("text").str.extract(rx, 1).alias("value"),
+                        pl.lit("seen").alias("status"),
+                        "time",
+                        "source",
+                        pl.col("n").alias("line"),
+                        pl.lit(None, pl.String).alias("note"),
+                    ).filter(pl.col("value").is_not_null())
+                )
+    schema = {
+        "key": pl.String,
+        "value": pl.String,
+        "status": pl.String,
+        "time": pl.Datetime("us", "UTC"),
+        "source": pl.String,
+        "line": pl.UInt32,
+        "note": pl.String,
+    }
+    seen = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
+    value = pl.col("value").str.strip_chars("'\"")
+    seen = seen.with_columns(
+        value=pl.when(pl.col("key").is_in(list(_NUMERIC))).then(value.str.replace_all(",", "", literal=True)).otherwise(value)
+    ).with_columns(
+        value=pl.when(pl.col("value") == "Chunked prefill is enabled").then(pl.lit("True")).otherwise(pl.col("value"))
+    )
+    for more in extra or []:
+        seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
+    seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True)
+    derived = _derive(seen, stats)
+    out = pl.concat([seen, derived], how="vertical")
+    have = set(out.get_column("key").to_list())
+    defaults = [
+        {"key": k, "value": v, "status": "default", "time": None, "source": None, "line": None, "note": note}
+        for k, v, note in DEFAULTS
+        if k not in have
+    ]
+    if defaults:
+        out = pl.concat([out, pl.DataFrame(defaults, schema=schema)], how="vertical")
+    return out
+
+
+def _last(seen: "pl.DataFrame", key: str):
+    import polars as pl
+
+    sub = seen.filter(pl.col("key") == key)
+    if sub.height == 0:
+        return None
+    return sub.row(sub.height - 1, named=True)
+
+
+def _derive(seen: "pl.DataFrame", stats: "pl.DataFrame | None") -> "pl.DataFrame":
+    import polars as pl
+
+    rows = []
+
+    def add(key: str, value: str, basis: list[dict | None], note: str) -> None:
+        src = next((b for b in basis if b is not None), None)
+        rows.append(
+            {
+                "key": key,
+                "value": value,
+                "status": "derived",
+                "time": src["time"] if src else None,
+                "source": src["source"] if src else None,
+                "line": src["line"] if src else None,
+                "note": note,
+            }
+        )
+
+    tokens, blocks = _last(seen, "kv_cache_tokens"), _last(seen, "num_gpu_blocks")
+    if _last(seen, "block_size") is None and tokens and blocks:
+        try:
+            bs = int(tokens["value"]) / int(blocks["value"])
+            if bs.is_integer() and bs > 0:
+                add("block_size", str(int(bs)), [tokens, blocks], "kv_cache_tokens / num_gpu_blocks")
+        except (ValueError, ZeroDivisionError):
+            pass
+    conc, mml = _last(seen, "max_concurrency"), _last(seen, "max_model_len")
+    if _last(seen, "block_size") is None and not rows and conc and mml and blocks and tokens is None:
+        try:
+            raw = float(conc["value"]) * int(mml["value"]) / int(blocks["value"])
+            for cand in (8, 16, 32, 64, 128, 256):
+                if abs(raw - cand) / cand < 0.02:
+                    add(
+                        "block_size",
+                        str(cand),
+                        [conc, blocks],
+                        f"max_concurrency x max_model_len / num_gpu_blocks = {raw:.2f}, nearest block size",
+                    )
+                    break
+        except (ValueError, ZeroDivisionError):
+            pass
+    if tokens is None and blocks:
+        bs = _last(seen, "block_size")
+        if bs:
+            try:
+                add(
+                    "kv_cache_tokens",
+                    str(int(blocks["value"]) * int(bs["value"])),
+                    [blocks, bs],
+                    "num_gpu_blocks x block_size",
+                )
+            except ValueError:
+                pass
+    if _last(seen, "engine") is None:
+        fam = None
+        if stats is not None and stats.height:
+            fams = set(stats.get_column("family").to_list())
+            fam = "V0" if fams == {"v0"} else "V1" if fams == {"v1"} else None
+            if fam:
+                first = stats.row(0, named=True)
+                add(
+                    "engine",
+                    fam,
+                    [{"time": first["time"], "source": first["source"], "line": first["line"]}],
+                    "from the stats line format (metrics.py Pending/Swapped = V0, loggers.py Waiting = V1)",
+                )
+        if fam is None:
+            ver = _last(seen, "vllm_version")
+            if ver:
+                v = _version_tuple(ver["value"])
+                if v and v >= (0, 11, 0):
+                    add("engine", "V1", [ver], "vLLM >= 0.11 has only the V1 engine")
+    schema = {
+        "key": pl.String,
+        "value": pl.String,
+        "status": pl.String,
+        "time": pl.Datetime("us", "UTC"),
+        "source": pl.String,
+        "line": pl.UInt32,
+        "note": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    import re
+
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return tuple(int(g) if g else 0 for g in m.groups())
+
+
+def in_force(config: "pl.DataFrame") -> dict[str, dict]:
+    """Last value per key (seen > derived > default), with its provenance."""
+    import polars as pl
+
+    out: dict[str, dict] = {}
+    rank = {"default": 0, "derived": 1, "seen": 2}
+    for row in config.iter_rows(named=True):
+        cur = out.get(row["key"])
+        if cur is None or rank[row["status"]] >= rank[cur["status"]]:
+            out[row["key"]] = row
+    _ = pl
+    return out

@@ -1,0 +1,190 @@
+"""Preemption events from a vLLM log, with exact totals.
+
+Three families (facts page section 0):
+
+- **logged**: V0 ``Sequence group <id> is preempted by PreemptionMode.<MODE> mode
+  ... total_num_cumulative_preemption=<n>`` (0.4.3-0.10.2). vLLM logs only the
+  1st, 51st, 101st... preemption, so the unlogged ones are **reconstructed**
+  from the deltas of the cumulative counter: ``delta - 1`` events without a
+  request id, placed evenly in the interval between the previous logged line
+  and this one (``time_precision = "interval"``; ``interval_start`` is null
+  when the counter started before the log did). A counter that goes down is a
+  restart; an identical line seen twice (overlapping rotated files) counts once.
+- **interval**: V1 stats ``Preemptions: <n>`` (0.11.1+ with the PR #38452 fix):
+  n events in the interval since the previous stats line of the same engine.
+  The count lags: a preempted request is counted when it produces output again.
+- **marker**: any other line carrying the whole word ``PREEMPTED`` (patched
+  schedulers, debug hooks, ``RequestStatus.PREEMPTED``). The request id is
+  taken from the first of these shapes: ``Req-<id>``, ``request_id=<id>``,
+  ``req_id=<id>``, ``seq_group <id>``, ``request <id>`` (an id with a digit).
+
+Schema: ``EVENTS_SCHEMA`` in events.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+RAW_LIMIT = 2000
+MARKER_ID_RES = [
+    r"\bReq-([A-Za-z0-9_.\-]*[A-Za-z0-9])",
+    r"\brequest_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",
+    r"\breq_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",
+    r"\bseq_group\s*[=:]?\s*['\"]?([A-Za-z0-9_.\-]+)",
+    r"\b[Rr]equest\s+['\"]?([A-Za-z0-9_.\-]*\d[A-Za-z0-9_.\-]*)",
+]
+
+
+def _event_id(suffix: "pl.Expr | None" = None) -> "pl.Expr":
+    import polars as pl
+
+    parts = [
+        pl.col("source"),
+        pl.lit(":"),
+        pl.col("n").cast(pl.String),
+        pl.when(pl.col("seg") > 0).then(pl.concat_str([pl.lit("."), pl.col("seg").cast(pl.String)])).otherwise(
+            pl.lit("")
+        ),
+    ]
+    if suffix is not None:
+        parts.append(suffix)
+    return pl.concat_str(parts)
+
+
+def _raw() -> "pl.Expr":
+    import polars as pl
+
+    return pl.col("text").str.strip_chars().str.slice(0, RAW_LIMIT)
+
+
+def _between(start: "pl.Expr", end: "pl.Expr", k: "pl.Expr", n: "pl.Expr") -> "pl.Expr":
+    """start + (end - start) * k / n, or end when start is unknown."""
+    import polars as pl
+
+    s = start.dt.epoch("us")
+    e = end.dt.epoch("us")
+    mid = s + (e - s) * k // n
+    return pl.when(start.is_null()).then(end).otherwise(pl.from_epoch(mid, time_unit="us").dt.replace_time_zone("UTC"))
+
+
+def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "pl.DataFrame", dict]:
+    """V0 warnings -> (logged events, reconstructed events, counter facts)."""
+    import polars as pl
+
+    t = pl.col("text")
+    v0 = (
+        records.filter(pl.col("kind") == "v0_preempt")
+        .with_columns(
+            request_id=t.str.extract(r"Sequence group (\S+) is preempted by", 1),
+            mode=t.str.extract(r"PreemptionMode\.(\w+)", 1),
+            cumulative=t.str.extract(r"total_num_cumulative_preemption=(\d+)", 1).cast(pl.Int64, strict=False),
+            _key=pl.col("proc").fill_null(""),
+        )
+        .sort("seq")
+    )
+    facts = {"logged_lines": v0.height, "duplicates": 0, "runs": 0, "last_totals": [], "without_counter": 0}
+    if v0.height == 0:
+        return v0, v0, facts
+    # An identical warning (same counter, same request) seen twice is one event.
+    has_total = pl.col("cumulative").is_not_null()
+    dup = has_total & pl.struct("stream", "_key", "cumulative", "request_id").is_duplicated() & (
+        pl.int_range(pl.len()).over("stream", "_key", "cumulative", "request_id") > 0
+    )
+    before = v0.height
+    v0 = v0.filter(~dup.fill_null(False))
+    facts["duplicates"] = before - v0.height
+    facts["without_counter"] = v0.filter(pl.col("cumulative").is_null()).height
+
+    grp = ["stream", "_key"]
+    prev_known = pl.col("cumulative").forward_fill().shift(1).over(grp)
+    v0 = v0.with_columns(_run=(pl.col("cumulative") < prev_known).fill_null(False).cast(pl.Int32).cum_sum().over(grp))
+    run = grp + ["_run"]
+    v0 = v0.with_columns(
+        _prev=pl.col("cumulative").forward_fill().shift(1).over(run).fill_null(0),
+        _prev_time=pl.col("time").shift(1).over(run),
+    )
+    v0 = v0.with_columns(
+        _delta=pl.when(has_total).then(pl.col("cumulative") - pl.col("_prev")),
+    )
+    last = v0.filter(has_total).group_by(run).agg(pl.col("cumulative").max().alias("t"))
+    facts["runs"] = last.height
+    facts["last_totals"] = sorted(last.get_column("t").to_list())
+
+    logged = v0.with_columns(
+        event_id=_event_id(),
+        kind=pl.lit("logged"),
+        interval_start=pl.lit(None, pl.Datetime("us", "UTC")),
+        interval_end=pl.lit(None, pl.Datetime("us", "UTC")),
+        engine=pl.lit("0"),
+        raw=_raw(),
+        _sub=pl.lit(0, pl.Int64),
+    )
+    recon = v0.filter(pl.col("_delta") > 1).with_columns(
+        _k=pl.int_ranges(1, pl.col("_delta"), dtype=pl.Int64)
+    ).explode("_k")
+    recon = recon.with_columns(
+        event_id=_event_id(pl.concat_str([pl.lit("~r"), pl.col("_k").cast(pl.String)])),
+        kind=pl.lit("reconstructed"),
+        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_delta")),
+        time_precision=pl.lit("interval"),
+        interval_start=pl.col("_prev_time"),
+        interval_end=pl.col("time"),
+        request_id=pl.lit(None, pl.String),
+        mode=pl.lit(None, pl.String),
+        cumulative=pl.col("_prev") + pl.col("_k"),
+        engine=pl.lit("0"),
+        raw=pl.lit(None, pl.String),
+        _sub=pl.col("_k") - pl.col("_delta"),
+    )
+    return logged, recon, facts
+
+
+def interval_events(stats: "pl.DataFrame", records: "pl.DataFrame") -> "pl.DataFrame":
+    """V1 ``Preemptions: N`` -> N interval events per stats line."""
+    import polars as pl
+
+    s = stats.sort("seq").with_columns(_prev_time=pl.col("time").shift(1).over("stream", "engine"))
+    s = s.filter(pl.col("preemptions") > 0)
+    if s.height == 0:
+        return s
+    seg = records.select("seq", "seg")
+    s = s.join(seg, on="seq", how="left").with_columns(pl.col("line").alias("n"))
+    s = s.with_columns(_k=pl.int_ranges(1, pl.col("preemptions") + 1, dtype=pl.Int64)).explode("_k")
+    return s.with_columns(
+        event_id=_event_id(pl.concat_str([pl.lit("~i"), pl.col("_k").cast(pl.String)])),
+        kind=pl.lit("interval"),
+        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("preemptions")),
+        time_precision=pl.lit("interval"),
+        interval_start=pl.col("_prev_time"),
+        interval_end=pl.col("time"),
+        request_id=pl.lit(None, pl.String),
+        mode=pl.lit(None, pl.String),
+        cumulative=pl.lit(None, pl.Int64),
+        raw=pl.lit(None, pl.String),
+        _sub=pl.col("_k"),
+    )
+
+
+def marker_events(records: "pl.DataFrame") -> "pl.DataFrame":
+    import polars as pl
+
+    t = pl.col("text")
+    rid = pl.coalesce([t.str.extract(rx, 1) for rx in MARKER_ID_RES])
+    return (
+        records.filter(pl.col("kind") == "marker")
+        .with_columns(
+            event_id=_event_id(),
+            kind=pl.lit("marker"),
+            interval_start=pl.lit(None, pl.Datetime("us", "UTC")),
+            interval_end=pl.lit(None, pl.Datetime("us", "UTC")),
+            request_id=rid,
+            mode=t.str.extract(r"\b(RECOMPUTE|SWAP)\b", 1),
+            engine=t.str.extract(r"Engine (\d+)", 1).cast(pl.Int64, strict=False).cast(pl.String),
+            cumulative=pl.lit(None, pl.Int64),
+            raw=_raw(),
+            _sub=pl.lit(0, pl.Int64),
+        )
+    )

@@ -1,0 +1,67 @@
+"""Per-request lines: Received / Added / Finished / Aborted.
+
+Schema (``REQUESTS_SCHEMA``): one row per request id per line. ``request_id``
+is the external id (as received); from vLLM 0.14 the ``Added request`` line
+logs an internal id ``<external>-<8 chars>``, which is paired back to its
+``Received request`` id when that id was seen (``internal_id`` keeps it).
+``prompt_tokens`` counts ``prompt_token_ids`` (V0 and V1 up to 0.11.0; a
+``--max-log-len`` cut makes it a lower bound); no vLLM version logs a prompt
+length number.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+REQUESTS_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "stream": "Int32",
+    "seq": "UInt32",
+    "action": "String",
+    "request_id": "String",
+    "internal_id": "String",
+    "max_tokens": "Int64",
+    "prompt_tokens": "Int64",
+    "source": "String",
+    "line": "UInt32",
+}
+
+_ACTION = {
+    "req_received": "received",
+    "req_added": "added",
+    "req_finished": "finished",
+    "req_aborted": "aborted",
+}
+_SUFFIX_RE = r"-[0-9A-Za-z]{8}$"
+
+
+def parse(records: "pl.DataFrame") -> "pl.DataFrame":
+    import polars as pl
+
+    rows = records.filter(pl.col("kind").is_in(list(_ACTION))).select(
+        "time",
+        "stream",
+        "seq",
+        pl.col("kind").replace_strict(_ACTION, return_dtype=pl.String).alias("action"),
+        pl.col("req_id").str.split(",").alias("request_id"),
+        "max_tokens",
+        "prompt_tokens",
+        "source",
+        pl.col("n").alias("line"),
+    ).explode("request_id")
+    rows = rows.with_columns(pl.col("request_id").str.strip_chars(" .:"))
+    received = (
+        rows.filter(pl.col("action") == "received").select(pl.col("request_id").alias("_base")).unique()
+    )
+    base = pl.col("request_id").str.replace(_SUFFIX_RE, "")
+    rows = rows.with_columns(_base=pl.when(pl.col("action") != "received").then(base))
+    rows = rows.join(received.with_columns(_known=pl.lit(True)), on="_base", how="left")
+    paired = pl.col("_known").fill_null(False) & (pl.col("_base") != pl.col("request_id"))
+    rows = rows.with_columns(
+        internal_id=pl.when(paired).then(pl.col("request_id")),
+        request_id=pl.when(paired).then(pl.col("_base")).otherwise(pl.col("request_id")),
+    )
+    return rows.select(list(REQUESTS_SCHEMA)).sort("seq")
