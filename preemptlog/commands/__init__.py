@@ -8,7 +8,7 @@ import importlib
 import typer
 
 # Order is the order in --help.
-COMMANDS = ["analyze"]
+COMMANDS = ["analyze", "explain"]
 
 
 def register_all(app: typer.Typer) -> None:

@@ -1,0 +1,1 @@
+"""Placeholder: the blocktable source (being written)."""

@@ -1,0 +1,1 @@
+"""Placeholder: the dmon source (being written)."""

@@ -1,0 +1,1 @@
+"""Placeholder: the hooks source (being written)."""

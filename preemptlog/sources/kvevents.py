@@ -1,0 +1,1 @@
+"""Placeholder: the kvevents source (being written)."""

@@ -1,0 +1,1 @@
+"""Placeholder: the prometheus source (being written)."""
