@@ -141,7 +141,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         for m in members:
             file_stream[m.file_id] = (sid, m.order)
     records, tres = resolve(
-        records, streams, file_stream, TimeOptions(year=options.year, tz=tz), bundle_anchors=other_anchors
+        records, streams, file_stream, TimeOptions(year=options.year, tz=options.tz), bundle_anchors=other_anchors
     )
     records = with_source(records, names)
     records = _apply_offsets(records, options.offsets, vllm_log.KIND)

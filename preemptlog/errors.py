@@ -30,6 +30,19 @@ class ExitCode(IntEnum):
     """The reader of standard output went away (e.g. `| head -1`); output stopped quietly."""
 
 
+def documented() -> list[tuple[int, str, str]]:
+    """(code, name, meaning) for every exit code, read from the docstrings above (README table)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(ExitCode)).body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for i, node in enumerate(body):
+        if isinstance(node, ast.Assign) and i + 1 < len(body) and isinstance(body[i + 1], ast.Expr):
+            docs[node.targets[0].id] = body[i + 1].value.value  # type: ignore[attr-defined]
+    return [(int(c), c.name, docs[c.name]) for c in ExitCode]
+
+
 class PreemptlogError(Exception):
     """An error the user can act on: one line on stderr, a documented exit code."""
 

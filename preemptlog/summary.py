@@ -37,6 +37,11 @@ def honesty_notes(a: "Analysis") -> list[str]:
             f"(no request id, time placed in the interval); up to 49 more after the last warning of each of "
             f"{runs} counter run(s) cannot be seen in the log."
         )
+        if v0.get("counter_inferred"):
+            notes.append(
+                f"{v0['counter_inferred']} V0 warning(s) had their total_num_cumulative_preemption cut off; "
+                "inferred as the previous logged value + 50 (V0 logs every 50th preemption)."
+            )
         if v0.get("without_counter"):
             notes.append(
                 f"{v0['without_counter']} V0 warning(s) had no readable total_num_cumulative_preemption "

@@ -130,6 +130,7 @@ def scan_lines(path: Path | str) -> "pl.LazyFrame":
         encoding="utf8-lossy",
         truncate_ragged_lines=True,
         raise_if_empty=False,
+        glob=False,  # a path is a path: "[red]x.log" is not a pattern
         missing_columns="insert",
         row_index_name="n",
         row_index_offset=1,

@@ -259,9 +259,9 @@ def _localize(naive: "pl.Expr", tz: str) -> "pl.Expr":
     import polars as pl
 
     loc = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(
-        tz, ambiguous="earliest", non_existent="null"
-    ) - pl.duration(hours=1)
+    # A wall time inside the spring-forward gap, read as standard time, is the
+    # same instant as one hour later on the summer clock.
+    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
     return pl.coalesce(loc, shifted).dt.convert_time_zone("UTC")
 
 

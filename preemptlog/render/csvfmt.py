@@ -24,7 +24,10 @@ def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False) -> Non
     if safe:
         df = df.with_columns(
             [
-                pl.when(pl.col(c).str.contains(FORMULA_START)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c))
+                pl.when(pl.col(c).str.contains(FORMULA_START))
+                .then(pl.concat_str([pl.lit("'"), pl.col(c)]))
+                .otherwise(pl.col(c))
+                .alias(c)
                 for c, t in df.schema.items()
                 if t == pl.String
             ]

@@ -39,7 +39,7 @@ def print_summary(analysis: "Analysis", console: "Console") -> None:
             f"  {st['lines']} stats line(s); max KV cache usage {st['max_kv_usage']}%, max waiting {st['max_waiting']}"
         )
     for a in s["assumptions"]:
-        scope = f" [{markup(a['scope'])}]" if a["scope"] != "bundle" else ""
+        scope = f" ({markup(a['scope'])})" if a['scope'] != 'bundle' else ''
         console.print(f"  assumed {markup(a['topic'])}{scope}: {markup(str(a['value']))} from {markup(a['source'])}")
     unknown = [f for f in s["inputs"] if f["kind"] in ("unknown", "binary", "empty", "unreadable")]
     if unknown:

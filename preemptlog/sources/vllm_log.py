@@ -108,7 +108,7 @@ PROC_RE = r"\(([A-Za-z_][^()]*?pid=\d+(?:,\s*ip=[0-9A-Fa-f.:]+)?)\)"
 COMPOSE_RE = r"^([A-Za-z0-9][\w.-]*)\s+\|\s"
 
 # Hot-kind field extraction.
-REQ_ID_RE = r"(?:Received|Added|Finished|Aborted) request(?:\(s\))? ([^\s:,]+(?:,[^\s:,]+)*?)[:.]?(?:\s|$)"
+REQ_ID_RE = r"(?:Received|Added|Finished|Aborted) request(?:\(s\))? ([^\s:,]+(?:,[^\s:,]+)*)"
 MAX_TOKENS_RE = r"max_tokens=(\d+)"
 PROMPT_IDS_RE = r"prompt_token_ids: \[([^\]]*)\]"
 
@@ -261,7 +261,7 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
         pl.coalesce("fzone", "jzone").alias("fzone"),
         pl.col("fb"),
         text.alias("text"),
-        hot_line.str.extract(REQ_ID_RE, 1).alias("req_id"),
+        hot_line.str.extract(REQ_ID_RE, 1).str.strip_chars_end(".:").alias("req_id"),
         hot_line.str.extract(MAX_TOKENS_RE, 1).cast(pl.Int64, strict=False).alias("max_tokens"),
         prompt_tokens.alias("prompt_tokens"),
     )

@@ -104,6 +104,8 @@ DEFAULTS: list[tuple[str, str, str]] = [
     ("scheduling_policy", "fcfs", "vLLM default"),
 ]
 
+_NONE_MEANINGFUL = {"speculative_config", "speculative_model", "quantization"}
+
 # Keys whose values are normalised: thousands separators removed, quotes stripped.
 _NUMERIC = {
     "max_model_len",
@@ -157,6 +159,8 @@ def parse(
     ).with_columns(
         value=pl.when(pl.col("value") == "Chunked prefill is enabled").then(pl.lit("True")).otherwise(pl.col("value"))
     )
+    # A logged None means "not set" (vLLM picks a default), except where None is the setting itself.
+    seen = seen.filter((pl.col("value") != "None") | pl.col("key").is_in(list(_NONE_MEANINGFUL)))
     for more in extra or []:
         seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
     seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True)

@@ -9,7 +9,8 @@ Three families (facts page section 0):
   request id, placed evenly in the interval between the previous logged line
   and this one (``time_precision = "interval"``; ``interval_start`` is null
   when the counter started before the log did). A counter that goes down is a
-  restart; an identical line seen twice (overlapping rotated files) counts once.
+  restart; an identical line seen twice (overlapping rotated files) counts once;
+  a warning whose counter was cut off is the previous logged value + 50.
 - **interval**: V1 stats ``Preemptions: <n>`` (0.11.1+ with the PR #38452 fix):
   n events in the interval since the previous stats line of the same engine.
   The count lags: a preempted request is counted when it produces output again.
@@ -96,9 +97,24 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
     before = v0.height
     v0 = v0.filter(~dup.fill_null(False))
     facts["duplicates"] = before - v0.height
+    grp = ["stream", "_key"]
+    # A warning whose counter was cut is still a sampled one: V0 logs at 1, 51, 101...,
+    # so it is the previous logged value + 50 per line since (checked against the next value).
+    known = pl.col("cumulative")
+    gid = known.is_not_null().cum_sum().over(grp)
+    v0 = v0.with_columns(_gid=gid)
+    k = pl.int_range(pl.len()).over(grp + ["_gid"])
+    last_known = known.forward_fill().over(grp)
+    next_known = known.backward_fill().over(grp)
+    inferred = last_known + 50 * k
+    ok = known.is_null() & last_known.is_not_null() & (next_known.is_null() | (inferred < next_known))
+    v0 = v0.with_columns(
+        _inferred=ok,
+        cumulative=pl.when(ok).then(inferred).otherwise(known),
+    )
+    facts["counter_inferred"] = v0.filter(pl.col("_inferred")).height
     facts["without_counter"] = v0.filter(pl.col("cumulative").is_null()).height
 
-    grp = ["stream", "_key"]
     prev_known = pl.col("cumulative").forward_fill().shift(1).over(grp)
     v0 = v0.with_columns(_run=(pl.col("cumulative") < prev_known).fill_null(False).cast(pl.Int32).cum_sum().over(grp))
     run = grp + ["_run"]

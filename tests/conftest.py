@@ -1,0 +1,47 @@
+"""Shared test fixtures.
+
+The real-log corpus lives beside the checkout (../shared/corpus); tests that
+need it skip with a reason when it is absent. It is never copied here.
+Set PREEMPTLOG_CORPUS to point elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+
+
+def corpus_dir() -> Path | None:
+    candidates = []
+    if os.environ.get("PREEMPTLOG_CORPUS"):
+        candidates.append(Path(os.environ["PREEMPTLOG_CORPUS"]))
+    candidates += [ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")]
+    for c in candidates:
+        if (c / "SOURCES.md").is_file():
+            return c
+    return None
+
+
+@pytest.fixture
+def corpus() -> Path:
+    c = corpus_dir()
+    if c is None:
+        pytest.skip("real-log corpus not found (../shared/corpus; set PREEMPTLOG_CORPUS)")
+    return c
+
+
+@pytest.fixture
+def in_root(monkeypatch):
+    """Run with the repository root as working directory (golden outputs hold relative paths)."""
+    monkeypatch.chdir(ROOT)
+    return ROOT
+
+
+def write_lines(path: Path, lines: list[str], newline: str = "\n") -> Path:
+    path.write_bytes((newline.join(lines) + newline).encode("utf-8"))
+    return path

@@ -1,0 +1,42 @@
+"""The README's set-up commands, its exit-code table, and .ci/run stay in step with the code."""
+
+from __future__ import annotations
+
+import re
+
+from preemptlog.errors import documented
+
+from .conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+
+
+def _setup_commands() -> list[str]:
+    section = README.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)\n```", section, re.S)
+
+
+def test_exactly_two_setup_commands():
+    cmds = _setup_commands()
+    assert len(cmds) == 2, cmds
+    assert all("\n" not in c for c in cmds)
+    assert "preemptlog analyze fixtures/demo" in cmds[0]
+    assert "pytest" in cmds[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    lines = [ln for ln in ci.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert _setup_commands()[1] in lines
+
+
+def test_demo_bundle_exists():
+    demo = ROOT / "fixtures" / "demo"
+    assert demo.is_dir() and any(demo.iterdir())
+
+
+def test_exit_code_table_matches_the_enum():
+    block = README.split("<!-- exit-codes", 1)[1].split("<!-- /exit-codes -->", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| (.*) \|$", block, re.M)
+    expected = [(str(c), n, d.replace("|", "\\|")) for c, n, d in documented()]
+    assert rows == expected
