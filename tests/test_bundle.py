@@ -72,11 +72,11 @@ def test_files_given_in_any_order_are_read_chronologically(tmp_path):
 
 
 def test_zstd(tmp_path):
-    zstandard = pytest.importorskip("zstandard")
-    raw = (FIXTURES / "golden" / "v0-unbracketed-0.6.log").read_bytes()
-    p = tmp_path / "vllm.log.zst"
-    p.write_bytes(zstandard.ZstdCompressor().compress(raw))
-    assert analyze([str(p)], AnalyzeOptions(tz="UTC", year=2025)).events.height == 101
+    # fixtures/compressed/v0-unbracketed-0.6.log.zst is the golden V0 log compressed with zstd.
+    p = FIXTURES / "compressed" / "v0-unbracketed-0.6.log.zst"
+    r = analyze([str(p)], AnalyzeOptions(tz="UTC", year=2025))
+    assert r.bundle.files[0].compression == "zstd" and r.bundle.files[0].kind == "vllm-log"
+    assert r.events.height == 101
 
 
 def test_truncated_gzip_is_read_partially(tmp_path):
