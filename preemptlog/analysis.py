@@ -33,6 +33,13 @@ class AnalyzeOptions:
     kinds: list[str] | None = None  # FILE=KIND overrides
     offsets: dict[str, float] = field(default_factory=dict)  # kind or file -> seconds added to its clock
     debug: bool = False
+    before: float = 10.0  # joiner window: seconds before each event
+    after: float = 2.0  # joiner window: seconds after each event
+    lookback_steps: int | None = None  # joiner look-back in scheduler steps (default: rules threshold, 3)
+    kv_ceiling: float | None = None  # KV usage (%) at the ceiling (default: rules threshold kv_ceiling, 95)
+    rules_files: list[str] = field(default_factory=list)  # --rules overlays
+    sets: list[str] = field(default_factory=list)  # --set name=value
+    rules: bool = True  # evaluate the rules (verdicts)
 
 
 @dataclass
@@ -51,6 +58,9 @@ class Analysis:
     counters: dict[str, Any] = field(default_factory=dict)
     partial: bool = False
     options: AnalyzeOptions = field(default_factory=AnalyzeOptions)
+    evidence: "pl.DataFrame | None" = None  # joiner.EVIDENCE_SCHEMA, one row per event
+    verdicts: "pl.DataFrame | None" = None  # rules.verdicts.VERDICT_COLUMNS, one row per event
+    ruleset: Any = None  # the rules.model.RuleSet used
 
     def summary(self) -> dict:
         from .summary import summarize
@@ -92,6 +102,15 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     from .vllm import preemptions, requests as vrequests, stats as vstats
 
     tz = check_zone(options.tz) if options.tz else local_zone()
+    # Rules are loaded first: a bad rules file fails before any input is read.
+    ruleset = None
+    if options.rules:
+        from .rules import load_rules
+
+        ruleset = load_rules(options.rules_files, options.sets)
+    thresholds = ruleset.threshold_values() if ruleset is not None else {}
+    kv_ceiling = options.kv_ceiling if options.kv_ceiling is not None else float(thresholds.get("kv_ceiling", 95.0))
+    lookback = options.lookback_steps if options.lookback_steps is not None else int(thresholds.get("lookback_steps", 3))
     bundle = collect(paths, ws, parse_kind_overrides(options.kinds), stdin=stdin)
     warnings: list[str] = list(bundle.warnings)
     partial = bool(bundle.warnings)
@@ -191,6 +210,9 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         if f.kind == "unreadable":
             partial = True
 
+    import dataclasses
+
+    options = dataclasses.replace(options, kv_ceiling=kv_ceiling, lookback_steps=lookback)
     analysis = Analysis(
         bundle=bundle,
         events=events,
@@ -206,9 +228,19 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         partial=partial,
         options=options,
     )
+    from .reconcile import apply as reconcile_counts
     from .summary import honesty_notes
 
+    reconcile_counts(analysis, kv_ceiling)  # de-duplicated events, counts per source, pressure intervals
     analysis.notes = honesty_notes(analysis) + notes
+    from .joiner import finish
+
+    finish(analysis, before=options.before, after=options.after, lookback_steps=lookback)
+    if ruleset is not None:
+        from .rules.verdicts import verdicts
+
+        analysis.ruleset = ruleset
+        analysis.verdicts = verdicts(analysis, ruleset)
     return analysis
 
 
@@ -233,7 +265,7 @@ def _scan_file(f, ws: Workspace, debug: bool) -> tuple["pl.DataFrame | None", st
     from .textio import salvage_gzip
 
     try:
-        return vllm_log.scan(str(f.path), f.file_id).collect(), None
+        return vllm_log.read(str(f.path), f.file_id), None
     except (OSError, pl.exceptions.PolarsError) as exc:
         if debug and f.compression is None:
             raise
@@ -241,7 +273,7 @@ def _scan_file(f, ws: Workspace, debug: bool) -> tuple["pl.DataFrame | None", st
             dest = ws.new_file("salvage")
             written, err = salvage_gzip(f.path, dest)
             try:
-                df = vllm_log.scan(str(dest), f.file_id).collect()
+                df = vllm_log.read(str(dest), f.file_id)
             except (OSError, pl.exceptions.PolarsError) as exc2:
                 return None, f"cannot read ({exc2})"
             return df, f"damaged gzip: {err or exc}; read the first {written} bytes that decompressed"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import polars as pl
 
-EVENT_KINDS = ("logged", "reconstructed", "interval", "marker")
+EVENT_KINDS = ("logged", "reconstructed", "interval", "marker", "record")
 
 EVENTS_SCHEMA = {
     "event_id": "String",

@@ -23,8 +23,6 @@ def iso(value: datetime | None, tz: str) -> str | None:
 def honesty_notes(a: "Analysis") -> list[str]:
     import polars as pl
 
-    from .vllm.config import _version_tuple, in_force
-
     notes: list[str] = []
     kinds = a.events.get_column("kind").value_counts() if a.events.height else None
     counts = {r[0]: r[1] for r in kinds.iter_rows()} if kinds is not None else {}
@@ -49,32 +47,60 @@ def honesty_notes(a: "Analysis") -> list[str]:
             )
         if v0.get("duplicates"):
             notes.append(f"{v0['duplicates']} duplicated V0 warning line(s) (same counter value) counted once.")
-    if counts.get("interval"):
+    log_src = [f.display for f in a.bundle.of_kind("vllm-log")]
+    prom_src = [f.display for f in a.bundle.of_kind("prometheus")]
+    ev = a.events
+    log_interval = ev.filter((pl.col("kind") == "interval") & pl.col("source").is_in(log_src)).height if ev.height else 0
+    prom_events = ev.filter(pl.col("source").is_in(prom_src)).height if ev.height else 0
+    if log_interval:
         notes.append(
             "V1 'Preemptions: N' counts are per stats interval and lag: a preempted request is counted when it "
             "produces output again, so the interval can be later than the preemption."
         )
-    cfg = in_force(a.config)
-    engine = cfg.get("engine", {}).get("value")
-    version = cfg.get("vllm_version", {}).get("value")
-    v1_stats = a.stats.filter(pl.col("family") == "v1").height if a.stats.height else 0
-    has_pre_field = a.stats.filter(pl.col("preemptions").is_not_null()).height if a.stats.height else 0
-    if (engine == "V1" or v1_stats) and not has_pre_field and not counts.get("marker"):
-        vt = _version_tuple(version) if version else None
-        why = (
-            f"vLLM {version} (V1) never logs individual preemptions"
-            if version
-            else "this V1-engine log never logs individual preemptions"
-        )
-        if vt is None or vt >= (0, 11, 1):
-            why += (
-                "; its 'Preemptions: N' stats field exists in the code but stock builds never print it "
-                "(the counter is reset before it is tested, fixed by vllm-project/vllm PR #38452)"
-            )
+    if prom_events:
         notes.append(
-            why + ". A count of 0 here means the log cannot show preemptions, not that none happened: add "
-            "/metrics scrapes (vllm:num_preemptions_total) to the bundle, or use a build with the fix."
+            f"{prom_events} event(s) come from the Prometheus counter vllm:num_preemptions_total: each increase "
+            "between two scrapes is spread evenly over that interval (no request id); V1 counts a preemption when "
+            "the request runs again."
         )
+    from .pressure import log_capability
+
+    cap = log_capability(a)
+    recon = a.counters.get("reconciliation") or {}
+    if cap.has_log and cap.counts == "none" and not counts.get("marker"):
+        why = (cap.reason if cap.reason.startswith("vLLM") else cap.reason[0].upper() + cap.reason[1:]) + "."
+        singles = recon.get("single_readings") or []
+        from .reconcile import PROM_COUNTER
+
+        if prom_events or any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])):
+            why += " The count here comes from the Prometheus counter in the bundle, not from the log."
+        elif recon.get("quality") == "as recorded":
+            why += " The count here comes from the block-table 'preempt' records in the bundle, not from the log."
+        elif singles:
+            r = singles[0]
+            more = f" (and {len(singles) - 1} more series)" if len(singles) > 1 else ""
+            why += (
+                f" The only count is one Prometheus reading: {r['value']} preemption(s) since engine start at "
+                f"{r['time']} ({r['from']}){more}, a total without timing; add /metrics scrapes taken during the "
+                "incident to place them in time."
+            )
+        else:
+            why += (
+                " A count of 0 here means the log cannot show preemptions, not that none happened: "
+                + cap.remedy
+                + "."
+            )
+        piv = a.frames.get("pressure_intervals")
+        if piv is not None and piv.height:
+            why += (
+                f" {piv.height} suspected pressure interval(s) (KV cache at the ceiling with requests waiting) are "
+                "listed separately; they are evidence, not a count."
+            )
+        elif a.stats.height:
+            why += " The stats lines show no interval of KV pressure (KV cache at the ceiling with requests waiting)."
+        notes.append(why)
+    for d in recon.get("disagreements") or []:
+        notes.append("sources disagree: " + d)
     return notes
 
 
@@ -85,7 +111,7 @@ def summarize(a: "Analysis") -> dict[str, Any]:
 
     ev = a.events
     tz = a.tz
-    by_kind = {k: 0 for k in ("logged", "reconstructed", "interval", "marker")}
+    by_kind = {k: 0 for k in ("logged", "reconstructed", "interval", "marker", "record")}
     if ev.height:
         for k, n in ev.group_by("kind").len().iter_rows():
             by_kind[k] = n
@@ -106,17 +132,47 @@ def summarize(a: "Analysis") -> dict[str, Any]:
             .sort(["len", "request_id"], descending=[True, False])
         )
         repeated = [{"request_id": r, "count": n} for r, n in rep.iter_rows()]
+    gates = ["G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
+    v = a.verdicts
+    if v is not None and v.height and ev.height:
+        ev = ev.join(v.select("event_id", "gate", "sub_kind", "confidence"), on="event_id", how="left")
+    else:
+        ev = ev.with_columns(
+            gate=pl.lit(None, pl.String), sub_kind=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String)
+        )
+    by_gate: dict[str, Any] = {}
+    if v is not None:
+        by_gate = {g: 0 for g in gates}
+        for g, n in ev.group_by("gate").len().iter_rows():
+            if g is not None:
+                by_gate[g] = n
+    by_sub = {}
+    g1 = ev.filter(pl.col("gate") == "G1-kv-space") if ev.height else ev
+    if g1.height:
+        by_sub = {str(k): n for k, n in g1.group_by("sub_kind").len().sort("sub_kind").iter_rows()}
+    by_conf = {}
+    if v is not None and ev.height:
+        by_conf = {str(k): n for k, n in ev.group_by("confidence").len().sort("confidence").iter_rows()}
     timed = ev.filter(pl.col("time").is_not_null()) if ev.height else ev
     per_minute = []
     if timed.height:
         pm = (
             timed.with_columns(minute=pl.col("time").dt.truncate("1m"))
             .group_by("minute")
-            .agg(pl.len().alias("count"), *[(pl.col("kind") == k).sum().alias(k) for k in by_kind])
+            .agg(
+                pl.len().alias("count"),
+                *[(pl.col("kind") == k).sum().alias(k) for k in by_kind],
+                *[(pl.col("gate") == g).sum().alias(g) for g in by_gate],
+            )
             .sort("minute")
         )
         per_minute = [
-            {"minute": iso(r["minute"], tz), "count": r["count"], **{k: r[k] for k in by_kind}}
+            {
+                "minute": iso(r["minute"], tz),
+                "count": r["count"],
+                **{k: r[k] for k in by_kind},
+                **({"by_gate": {g: r[g] for g in by_gate}} if by_gate else {}),
+            }
             for r in pm.iter_rows(named=True)
         ]
     rec_t = a.records.get_column("time") if a.records.height else None
@@ -141,9 +197,23 @@ def summarize(a: "Analysis") -> dict[str, Any]:
         }
         for k, v in sorted(in_force(a.config).items())
     }
+    rules_info = None
+    fixes = None
+    if a.ruleset is not None:
+        rules_info = {
+            "files": list(a.ruleset.files),
+            "thresholds": {t.name: {"value": t.value, "origin": t.origin} for t in a.ruleset.thresholds.values()},
+            "active": [r.id for r in a.ruleset.active],
+        }
+        from .rules.recommend import formulas, measure
+
+        fixes = formulas(measure(a))
     return {
         "events": total,
         "by_kind": by_kind,
+        "by_gate": by_gate,
+        "g1_sub_kinds": by_sub,
+        "by_confidence": by_conf,
         "requests_received": received,
         "preemption_rate": rate,
         "first_event": iso(timed.get_column("time").min(), tz) if timed.height else None,
@@ -159,9 +229,52 @@ def summarize(a: "Analysis") -> dict[str, Any]:
             "last_totals": a.counters.get("v0", {}).get("last_totals", []),
         },
         "config": cfg,
+        "reconciliation": a.counters.get("reconciliation"),
+        "pressure_intervals": pressure_rows(a),
+        "rules": rules_info,
+        "fixes": fixes,
+        "pressure_ceiling": a.options.kv_ceiling,
         "inputs": [f.as_dict() for f in a.bundle.files],
         "assumptions": [x.as_dict() for x in a.assumptions],
         "notes": list(a.notes),
         "warnings": list(a.warnings),
         "timezone": tz,
     }
+
+
+def pressure_rows(a: "Analysis") -> list[dict[str, Any]]:
+    """Suspected pressure intervals (pressure.py), with the counted events that fall in each, for comparison."""
+    import polars as pl
+
+    piv = a.frames.get("pressure_intervals")
+    if piv is None or piv.height == 0:
+        return []
+    out = []
+    ev = a.events.filter(pl.col("time").is_not_null()) if a.events.height else a.events
+    for r in piv.iter_rows(named=True):
+        lo = r["since"] or r["start"]
+        counted = (
+            ev.filter(
+                (pl.col("engine").fill_null("0") == r["engine"]) & (pl.col("time") > lo) & (pl.col("time") <= r["end"])
+            ).height
+            if ev.height
+            else 0
+        )
+        out.append(
+            {
+                "series": r["series"],
+                "engine": r["engine"],
+                "start": iso(r["start"], a.tz),
+                "end": iso(r["end"], a.tz),
+                "since": iso(r["since"], a.tz),
+                "samples": r["samples"],
+                "peak_kv_usage": r["peak_kv_usage"],
+                "max_waiting": r["max_waiting"],
+                "min_running": r["min_running"],
+                "max_running": r["max_running"],
+                "signals": list(r["signals"]),
+                "evidence": list(r["evidence"]),
+                "counted_events_in_interval": counted,
+            }
+        )
+    return out

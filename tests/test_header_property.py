@@ -44,7 +44,7 @@ def wrapped_lines(draw):
     kind = draw(st.sampled_from(["v0_preempt", "stats", "marker"]))
     rid = draw(ids)
     if kind == "v0_preempt":
-        n = draw(st.integers(1, 10**6))
+        n = draw(st.integers(1, 5000))  # big counters are tested in test_events; keep examples fast
         msg = (f"Sequence group {rid} is preempted by PreemptionMode.SWAP mode because there is not enough KV "
                f"cache space. total_num_cumulative_preemption={n}")
     elif kind == "stats":
@@ -73,7 +73,7 @@ def wrapped_lines(draw):
 def test_header_fields_recovered(tmp_path, case):
     line, expected, _ = case
     path = write_lines(tmp_path / "x.log", [line])
-    df = vllm_log.scan(str(path), 0).collect()
+    df = vllm_log.read(str(path), 0)
     assert df.height == 1, line
     row = df.row(0, named=True)
     for key, value in expected.items():

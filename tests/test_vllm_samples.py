@@ -12,7 +12,7 @@ from .conftest import write_lines
 @pytest.mark.parametrize("line,expected", vllm_log.SAMPLES, ids=[f"sample{i}" for i in range(len(vllm_log.SAMPLES))])
 def test_sample(tmp_path, line, expected):
     path = write_lines(tmp_path / "x.log", [line])
-    df = vllm_log.scan(str(path), 0).collect()
+    df = vllm_log.read(str(path), 0)
     if expected.get("_dropped"):
         assert df.height == 0, df
         return
@@ -24,7 +24,7 @@ def test_sample(tmp_path, line, expected):
 
 def test_record_schema_is_declared(tmp_path):
     path = write_lines(tmp_path / "x.log", [line for line, _ in vllm_log.SAMPLES])
-    df = vllm_log.scan(str(path), 3).collect()
+    df = vllm_log.read(str(path), 3)
     assert {k: str(v) for k, v in df.schema.items()} == vllm_log.RECORD_SCHEMA
     assert vllm_log.scan_empty().schema == df.schema
 
@@ -40,7 +40,7 @@ def test_prompt_quoting_preempted_stays_a_request(tmp_path):
         "INFO 08-01 10:00:00 [logger.py:41] Received request r1: prompt: 'why was my job PREEMPTED?', "
         "params: SamplingParams(max_tokens=5), prompt_token_ids: [1, 2], lora_request: None."
     )
-    df = vllm_log.scan(str(write_lines(tmp_path / "x.log", [line])), 0).collect()
+    df = vllm_log.read(str(write_lines(tmp_path / "x.log", [line])), 0)
     assert df.get_column("kind").to_list() == ["req_received"]
 
 
@@ -52,7 +52,7 @@ def test_lone_cr_splits_logical_lines(tmp_path):
     )
     p = tmp_path / "x.log"
     p.write_bytes(raw)
-    df = vllm_log.scan(str(p), 0).collect()
+    df = vllm_log.read(str(p), 0)
     assert df.select("n", "seg", "kind").rows() == [(1, 2, "stats")]
 
 
@@ -63,6 +63,6 @@ def test_invalid_utf8_and_nul_do_not_fail(tmp_path):
         b"WARNING 05-02 14:03:11 [scheduler.py:1775] Sequence group \xc3\x28bad is preempted by "
         b"PreemptionMode.SWAP mode because there is not enough KV cache space. total_num_cumulative_preemption=1\n"
     )
-    df = vllm_log.scan(str(p), 0).collect()
+    df = vllm_log.read(str(p), 0)
     assert df.get_column("kind").to_list() == ["v0_preempt"]
     assert "\ufffd" in df.get_column("text")[0]

@@ -8,7 +8,7 @@ import importlib
 import typer
 
 # Order is the order in --help.
-COMMANDS = ["analyze", "explain"]
+COMMANDS = ["analyze", "explain", "simulate", "rules"]
 
 
 def register_all(app: typer.Typer) -> None:

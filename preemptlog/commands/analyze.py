@@ -9,18 +9,25 @@ import typer
 from ..cli import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
+    AfterOpt,
+    BeforeOpt,
     CsvSafeOpt,
     DebugOpt,
     FailOnOpt,
     FormatOpt,
     KindOpt,
+    LookbackOpt,
+    RulesOpt,
+    SetOpt,
     NoColorOpt,
+    OffsetOpt,
     OutputOpt,
     PathsArg,
     QuietOpt,
     TzOpt,
     YearOpt,
     default_format,
+    parse_offsets,
 )
 
 
@@ -35,6 +42,12 @@ def analyze(
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
+    offset: OffsetOpt = None,
+    before: BeforeOpt = 10.0,
+    after: AfterOpt = 2.0,
+    lookback_steps: LookbackOpt = None,
+    rules: RulesOpt = None,
+    set_: SetOpt = None,
     fail_on: FailOnOpt = None,
     csv_safe: CsvSafeOpt = False,
     quiet: QuietOpt = False,
@@ -52,7 +65,16 @@ def analyze(
 
     Event kinds: logged (a V0 warning line), reconstructed (V0 logs 1 in 50;
     the rest are rebuilt from total_num_cumulative_preemption), interval (V1
-    'Preemptions: N' stats), marker (any line with the word PREEMPTED).
+    'Preemptions: N' stats, or the Prometheus counter between two /metrics
+    scrapes), marker (any line with the word PREEMPTED), record (a block-table
+    preempt record, only when the logs show none).
+
+    Each event gets a verdict: the gate (G1-kv-space, G2-batch-variance,
+    G3-queue-overflow, G4-prefix-conflict or undetermined), the evidence cited
+    with file:line, the gates that could not be evaluated, contributing factors
+    and fixes computed from the incident (--rules, --set; `preemptlog rules`).
+    Machine formats add the verdict and the evidence columns of each event's
+    window (docs/sources.md): --before/--after seconds, --lookback-steps, --offset.
     """
 
     def body() -> int:
@@ -64,13 +86,26 @@ def analyze(
         from ..render.human import print_summary
 
         conditions = failon.parse(fail_on)
+        offsets = parse_offsets(offset)
         fmt = format or default_format(output)
         if fmt.binary and (output in (None, "-")) and sys.stdout.isatty():
             from ..errors import UsageError
 
             raise UsageError(f"--format {fmt.value} is binary; use -o FILE or a pipe")
         with Workspace() as ws:
-            result = run(paths, AnalyzeOptions(year=year, tz=tz, kinds=kind, debug=debug), workspace=ws)
+            options = AnalyzeOptions(
+                year=year,
+                tz=tz,
+                kinds=kind,
+                offsets=offsets,
+                debug=debug,
+                before=before,
+                after=after,
+                lookback_steps=lookback_steps,
+                rules_files=list(rules or []),
+                sets=list(set_ or []),
+            )
+            result = run(paths, options, workspace=ws)
             with open_output(output) as out:
                 write(result, fmt, out, csv_safe=csv_safe)
             summary = result.summary()

@@ -89,3 +89,70 @@ CsvSafeOpt = Annotated[
 ]
 
 
+OffsetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--offset",
+        help="Shift a source's clock before joining: KIND_OR_FILE=±DURATION, e.g. dmon=-2s, "
+        "blocktable=+0.5s, vllm-log=1m, node1/dmon.txt=-1500ms. Repeatable.",
+    ),
+]
+BeforeOpt = Annotated[
+    float, typer.Option("--before", min=0.0, help="Evidence window: seconds before each event.")
+]
+AfterOpt = Annotated[float, typer.Option("--after", min=0.0, help="Evidence window: seconds after each event.")]
+LookbackOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--lookback-steps",
+        min=0,
+        help="Scheduler steps to look back from the nearest step (the PREEMPTED line can come 1-3 steps late). "
+        "Default: the rules threshold lookback_steps (3).",
+    ),
+]
+RulesOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--rules",
+        help="A TOML rules file overlaid on the shipped rules (same id replaces, new ids add, enabled=false "
+        "switches off). Repeatable. See `preemptlog rules`.",
+    ),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        help="Override a rules threshold (kv_ceiling=90, queue_cap=128, ...) or switch a rule "
+        "(G2-batch-variance-dynamic.enabled=true). Repeatable.",
+    ),
+]
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``-2s``, ``+1.5s``, ``500ms``, ``-1m``, ``2`` (seconds) -> seconds."""
+    import re
+
+    m = re.fullmatch(r"\s*([+-]?\d+(?:\.\d+)?)\s*(us|ms|s|min|m|h)?\s*", text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def parse_offsets(items: Optional[list[str]]) -> dict[str, float]:
+    """``--offset KIND_OR_FILE=±DURATION`` pairs -> {kind or file: seconds}."""
+    from ..errors import UsageError
+
+    out: dict[str, float] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--offset expects KIND_OR_FILE=DURATION, got {item!r}", hint="e.g. --offset dmon=-2s")
+        key, value = item.rsplit("=", 1)
+        try:
+            out[key.strip()] = parse_duration(value)
+        except ValueError:
+            raise UsageError(
+                f"--offset {item!r}: {value!r} is not a duration", hint="e.g. -2s, +1.5s, 500ms, -1m"
+            ) from None
+    return out

@@ -44,6 +44,14 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
     from ..events import public
 
     df = public(analysis.events)
+    # The event columns first and unchanged, then the verdict (rules.verdicts.VERDICT_COLUMNS),
+    # then the joiner's evidence (joiner.EVIDENCE_SCHEMA).
+    verdicts = getattr(analysis, "verdicts", None)
+    if verdicts is not None and verdicts.height and df.height:
+        df = df.join(verdicts, on="event_id", how="left", maintain_order="left")
+    evidence = getattr(analysis, "evidence", None)
+    if evidence is not None and evidence.height and df.height:
+        df = df.join(evidence, on="event_id", how="left", maintain_order="left")
     cols = []
     for c in df.columns:
         if c in TIME_COLUMNS or df.schema[c] == pl.Datetime("us", "UTC"):

@@ -21,6 +21,10 @@ def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False) -> Non
     import polars as pl
 
     df = event_rows(analysis)
+    # Nested verdict columns (lists, structs) become JSON text in one cell.
+    nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Struct))]
+    if nested:
+        df = df.with_columns([json_cell(c) for c in nested])
     if safe:
         df = df.with_columns(
             [
@@ -33,3 +37,11 @@ def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False) -> Non
             ]
         )
     df.write_csv(out)
+
+
+def json_cell(col: str) -> "object":
+    """A nested column as compact JSON text (polars' own encoder, no Python per row)."""
+    import polars as pl
+
+    wrapped = pl.struct(pl.col(col).alias("v")).struct.json_encode()
+    return wrapped.str.slice(5, wrapped.str.len_chars() - 6).alias(col)

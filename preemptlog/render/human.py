@@ -38,6 +38,29 @@ def print_summary(analysis: "Analysis", console: "Console") -> None:
         console.print(
             f"  {st['lines']} stats line(s); max KV cache usage {st['max_kv_usage']}%, max waiting {st['max_waiting']}"
         )
+    rec = s.get("reconciliation") or {}
+    if len(rec.get("sources") or []) > 1 or any(x["source"].startswith("prometheus") for x in rec.get("sources") or []):
+        console.print(f"  reconciled count: {rec['total']} ({markup(rec['quality'])}): {markup(rec['rule'])}")
+        for src in rec["sources"]:
+            kept = f", {src['in_events']} in the events" if src.get("in_events") is not None else ""
+            console.print(f"    {markup(src['source'])}: {src['count']}{kept}; {markup(src['note'])}")
+    piv = s.get("pressure_intervals") or []
+    if piv:
+        console.print(
+            f"  [bold]{len(piv)} suspected pressure interval(s)[/bold] (KV cache >= {s['pressure_ceiling']:g}% with "
+            "requests waiting; evidence, not counted):"
+        )
+        for r in piv:
+            ev = r["evidence"]
+            lines = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
+            counted = f"; {r['counted_events_in_interval']} counted event(s) in it" if r["counted_events_in_interval"] else ""
+            console.print(
+                markup(
+                    f"    engine {r['engine']} {r['start']} to {r['end']} ({r['series']}): peak KV "
+                    f"{r['peak_kv_usage']:.1f}%, up to {r['max_waiting']} waiting, running {r['max_running']}->"
+                    f"{r['min_running']}{counted}; {lines}"
+                )
+            )
     for a in s["assumptions"]:
         scope = f" ({markup(a['scope'])})" if a['scope'] != 'bundle' else ''
         console.print(f"  assumed {markup(a['topic'])}{scope}: {markup(str(a['value']))} from {markup(a['source'])}")

@@ -21,6 +21,11 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
     from . import iso_expr
 
     ev = analysis.events
+    v = getattr(analysis, "verdicts", None)
+    if v is not None and v.height and ev.height:
+        ev = ev.join(v.select("event_id", "gate", "sub_kind", "confidence"), on="event_id", how="left", maintain_order="left")
+    else:
+        ev = ev.with_columns(gate=pl.lit(None, pl.String), sub_kind=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String))
     if ev.height == 0:
         return pl.DataFrame(
             schema={
@@ -32,6 +37,7 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
                 "mode": pl.String,
                 "where": pl.String,
                 "until": pl.String,
+                "verdict": pl.String,
             }
         )
     grouped = ev.with_columns(
@@ -50,6 +56,9 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
             pl.col("mode").first(),
             pl.col("source").first(),
             pl.col("line").first(),
+            pl.col("gate").first(),
+            pl.col("sub_kind").first(),
+            pl.col("confidence").first(),
         )
         .with_columns(
             where=pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]),
@@ -67,6 +76,15 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
         "mode",
         "where",
         iso_expr("until", analysis.tz),
+        pl.concat_str(
+            [
+                pl.col("gate"),
+                pl.when(pl.col("sub_kind").is_not_null()).then(pl.concat_str([pl.lit("/"), pl.col("sub_kind")])).otherwise(pl.lit("")),
+                pl.when(pl.col("confidence").is_not_null() & (pl.col("confidence") != "none"))
+                .then(pl.concat_str([pl.lit(" ("), pl.col("confidence"), pl.lit(")")]))
+                .otherwise(pl.lit("")),
+            ]
+        ).alias("verdict"),
     )
 
 
@@ -87,7 +105,7 @@ def write_table(analysis: "Analysis", out: BinaryIO, *, width: int | None = None
         )
         rows = display_rows(analysis)
         table = Table(title=None, show_lines=False, header_style="bold", expand=False)
-        for name in ("time", "event", "kind", "n", "request", "mode", "source:line"):
+        for name in ("time", "event", "kind", "n", "request", "mode", "verdict", "source:line"):
             table.add_column(name, no_wrap=name in ("time", "event"), overflow="fold")
         for r in rows.iter_rows(named=True):
             time = r["time"] or "?"
@@ -100,6 +118,7 @@ def write_table(analysis: "Analysis", out: BinaryIO, *, width: int | None = None
                 text(r["count"]),
                 text(r["request_id"] or "-"),
                 text(r["mode"] or "-"),
+                text(r["verdict"] or "-"),
                 text(r["where"]),
             )
         if rows.height:

@@ -1,1 +1,514 @@
-"""Placeholder: the blocktable source (being written)."""
+"""Block-table records: JSON Lines in preemptlog's own format.
+
+vLLM has no block-table log (facts page section 7), so preemptlog defines one:
+``preemptlog/data/blocktable.schema.json`` (documented with an example in
+docs/sources.md). One JSON object per line with ``type``:
+
+- ``step``: a scheduler-step snapshot of the KV block pool (``num_free_blocks``
+  required; ``free_regions`` as ``[[first_block_id, length], ...]`` or
+  ``free_block_ids``; ``block_size``, ``num_total_blocks``, ``running``,
+  ``waiting`` optional);
+- ``table``: one request's block table at a step (``block_ids``; ``shared``
+  blocks with their ``ref_count``; ``num_tokens``, ``prefix_id`` optional);
+- ``event``: ``allocate | extend | free | preempt | swap_out | swap_in`` of a
+  request's blocks (``blocks_before``, ``blocks_after``, ``blocks_needed``,
+  ``reason`` optional).
+
+Time is ``time`` (ISO 8601; without an offset it is local time in ``--tz``)
+or ``ts`` (epoch seconds, UTC). Extra fields are ignored; ``engine`` may be a
+string or a number. Lines that are not JSON objects of this format (bad JSON,
+wrong types, missing required fields, no time) are counted and reported,
+never fatal; blank lines are skipped.
+
+Reading: every line is decoded by polars with an explicit schema
+(``str.json_decode``); only a file where that fails falls back to Python's
+``json`` line by line to find and count the bad lines.
+
+Frames: ``bt_steps`` (with the largest contiguous free run and the number of
+free regions, computed from ``free_regions`` or, vectorised, from
+``free_block_ids``), ``bt_tables``, ``bt_events`` (schemas below). A
+``block_size`` on a step record is also a ``seen`` configuration value.
+``preempt`` events are evidence; see joiner.py for when they also count as
+preemption events (kind ``record``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from . import SourceKind, SourceOutput, TimeContext, register
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..bundle import InputFile
+
+KIND = "blocktable"
+ACTIONS = ("allocate", "extend", "free", "preempt", "swap_out", "swap_in")
+
+BT_STEPS_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "engine": "String",
+    "step": "Int64",
+    "block_size": "Int64",
+    "num_total_blocks": "Int64",
+    "free_blocks": "Int64",
+    "largest_free_run": "Int64",
+    "free_regions": "Int64",
+    "running": "Int64",
+    "waiting": "Int64",
+    "source": "String",
+    "line": "UInt32",
+}
+BT_TABLES_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "engine": "String",
+    "step": "Int64",
+    "request_id": "String",
+    "num_blocks": "Int64",
+    "num_tokens": "Int64",
+    "shared_blocks": "Int64",  # blocks with ref_count > 1
+    "max_ref_count": "Int64",
+    "shared_block_ids": "List(Int64)",
+    "block_ids": "List(Int64)",
+    "prefix_id": "String",
+    "source": "String",
+    "line": "UInt32",
+}
+# Same columns as hooks.BT_TEXT_SCHEMA, so text block_table lines and records stack.
+BT_EVENTS_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "stream": "Int32",
+    "seq": "UInt32",
+    "engine": "String",
+    "step": "Int64",
+    "request_id": "String",
+    "action": "String",
+    "blocks_before": "Int64",
+    "blocks_after": "Int64",
+    "blocks_needed": "Int64",
+    "reason": "String",
+    "source": "String",
+    "line": "UInt32",
+}
+
+ISO_RE = (
+    r"^\s*(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d{1,9}))?\s*(?P<z>Z|z|[+-]\d\d:?\d\d)?\s*$"
+)
+
+
+def _record_dtype() -> "pl.DataType":
+    import polars as pl
+
+    return pl.Struct(
+        {
+            "type": pl.String,
+            "time": pl.String,
+            "ts": pl.Float64,
+            "step": pl.Int64,
+            "engine": pl.String,
+            "block_size": pl.Int64,
+            "num_total_blocks": pl.Int64,
+            "num_free_blocks": pl.Int64,
+            "free_block_ids": pl.List(pl.Int64),
+            "free_regions": pl.List(pl.List(pl.Int64)),
+            "running": pl.Int64,
+            "waiting": pl.Int64,
+            "request_id": pl.String,
+            "block_ids": pl.List(pl.Int64),
+            "num_tokens": pl.Int64,
+            "shared": pl.List(pl.Struct({"block_id": pl.Int64, "ref_count": pl.Int64})),
+            "prefix_id": pl.String,
+            "action": pl.String,
+            "blocks_before": pl.Int64,
+            "blocks_after": pl.Int64,
+            "blocks_needed": pl.Int64,
+            "reason": pl.String,
+        }
+    )
+
+
+def _sniff(head: str) -> int:
+    import re
+
+    lines = [ln for ln in head.splitlines()[:200] if ln.strip()]
+    if not lines:
+        return 0
+    rx = re.compile(r'^\s*\{.*"type"\s*:\s*"(?:step|table|event)"')
+    keys = re.compile(r'"(?:num_free_blocks|block_ids|action|free_regions|free_block_ids)"\s*:')
+    hits = sum(1 for ln in lines if rx.match(ln) and keys.search(ln))
+    if hits and hits * 2 >= min(len(lines), 50):
+        return 85
+    return 40 if hits else 0
+
+
+def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict], int]:
+    """The slow path for a damaged file: json.loads per line, wrong types become bad lines."""
+    import json
+
+    fields = _record_dtype().to_schema()  # type: ignore[attr-defined]
+    out, bad = [], 0
+    for n, text in lines:
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(obj, dict):
+            bad += 1
+            continue
+        row: dict[str, Any] = {"n": n}
+        ok = True
+        for name, dtype in fields.items():
+            v = obj.get(name)
+            if v is None:
+                row[name] = None
+                continue
+            try:
+                row[name] = _coerce(v, dtype)
+            except (TypeError, ValueError):
+                ok = False
+                break
+        if ok:
+            out.append(row)
+        else:
+            bad += 1
+    return out, bad
+
+
+def _coerce(v: Any, dtype: "pl.DataType") -> Any:
+    import polars as pl
+
+    if dtype == pl.String:
+        if isinstance(v, (str, int)) and not isinstance(v, bool):
+            return str(v)
+        raise TypeError
+    if dtype == pl.Int64:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError
+        return v
+    if dtype == pl.Float64:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError
+        return float(v)
+    if isinstance(dtype, pl.List):
+        if not isinstance(v, list):
+            raise TypeError
+        return [_coerce(x, dtype.inner) for x in v]
+    if isinstance(dtype, pl.Struct):
+        if not isinstance(v, dict):
+            raise TypeError
+        return {f.name: (None if v.get(f.name) is None else _coerce(v[f.name], f.dtype)) for f in dtype.fields}
+    raise TypeError
+
+
+def read_file(path: str) -> tuple["pl.DataFrame", int]:
+    """Decode one JSONL file: (rows with the record fields and ``n``, bad line count)."""
+    import polars as pl
+
+    from ..textio import scan_lines
+
+    dtype = _record_dtype()
+    lf = scan_lines(path).filter(pl.col("line").str.strip_chars() != "")
+    try:
+        df = lf.select("n", pl.col("line").str.json_decode(dtype).alias("r")).collect().unnest("r")
+        bad = 0
+    except pl.exceptions.PolarsError:
+        lines = lf.select("n", "line").collect()
+        rows, bad = _python_rows(list(lines.iter_rows()))
+        schema = {"n": pl.UInt32, **dtype.to_schema()}  # type: ignore[attr-defined]
+        df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    return df, bad
+
+
+def _valid_expr() -> "pl.Expr":
+    import polars as pl
+
+    c = pl.col
+    has_time = c("time").is_not_null() | c("ts").is_not_null()
+    step_ok = (c("type") == "step") & c("step").is_not_null() & c("num_free_blocks").is_not_null()
+    table_ok = (c("type") == "table") & c("step").is_not_null() & c("request_id").is_not_null() & c(
+        "block_ids"
+    ).is_not_null()
+    event_ok = (
+        (c("type") == "event")
+        & c("step").is_not_null()
+        & c("request_id").is_not_null()
+        & c("action").is_in(list(ACTIONS))
+    )
+    return (has_time & (step_ok | table_ok | event_ok)).fill_null(False)
+
+
+def _time_parts(df: "pl.DataFrame") -> "pl.DataFrame":
+    import polars as pl
+
+    return df.with_columns(iso=pl.col("time").str.extract_groups(ISO_RE)).unnest("iso")
+
+
+def _exact_time() -> "pl.Expr":
+    """UTC time for rows whose time is exact (``ts``, or ISO with an offset); null otherwise."""
+    import polars as pl
+
+    naive = pl.concat_str([pl.col("d"), pl.lit(" "), pl.col("t")]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
+    ) + pl.duration(microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0))
+    z = pl.col("z").str.to_uppercase()
+    sign = pl.when(z.str.starts_with("-")).then(-1).otherwise(1)
+    hh = z.str.slice(1, 2).cast(pl.Int64, strict=False)
+    mm = z.str.replace(":", "", literal=True).str.slice(3, 2).cast(pl.Int64, strict=False)
+    off = pl.when(z == "Z").then(0).otherwise(sign * (hh * 3600 + mm * 60))
+    from_iso = (naive - pl.duration(seconds=off)).dt.replace_time_zone("UTC")
+    from_ts = pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64), time_unit="us").dt.replace_time_zone("UTC")
+    return pl.when(pl.col("ts").is_not_null()).then(from_ts).when(pl.col("z").is_not_null()).then(from_iso)
+
+
+def _naive_time() -> "pl.Expr":
+    import polars as pl
+
+    return pl.concat_str([pl.col("d"), pl.lit(" "), pl.col("t")]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
+    ) + pl.duration(microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0))
+
+
+def free_runs(df: "pl.DataFrame") -> "pl.DataFrame":
+    """``largest_free_run`` and ``free_regions`` per step row (needs ``_r``, ``free_regions``, ``free_block_ids``)."""
+    import polars as pl
+
+    lens = pl.col("free_regions").list.eval(pl.element().list.get(1, null_on_oob=True))
+    out = df.with_columns(
+        _reg_max=lens.list.max(),
+        _reg_n=pl.col("free_regions").list.len().cast(pl.Int64),
+    )
+    ids = (
+        out.filter(pl.col("free_regions").is_null() & pl.col("free_block_ids").is_not_null())
+        .select("_r", pl.col("free_block_ids").list.unique())
+        .explode("free_block_ids")
+        .drop_nulls("free_block_ids")
+        .sort("_r", "free_block_ids")
+    )
+    if ids.height:
+        runs = (
+            ids.with_columns(
+                _run=(pl.col("free_block_ids").diff().over("_r") != 1).fill_null(True).cast(pl.Int64).cum_sum()
+            )
+            .group_by("_r", "_run")
+            .len()
+            .group_by("_r")
+            .agg(pl.col("len").max().cast(pl.Int64).alias("_ids_max"), pl.len().cast(pl.Int64).alias("_ids_n"))
+        )
+        out = out.join(runs, on="_r", how="left", maintain_order="left")
+    else:
+        out = out.with_columns(_ids_max=pl.lit(None, pl.Int64), _ids_n=pl.lit(None, pl.Int64))
+    empty_ids = pl.col("free_block_ids").list.len() == 0
+    return out.with_columns(
+        largest_free_run=pl.coalesce(
+            "_reg_max", "_ids_max", pl.when(empty_ids | (pl.col("free_regions").list.len() == 0)).then(pl.lit(0))
+        ).cast(pl.Int64),
+        free_regions_n=pl.coalesce(
+            "_reg_n", "_ids_n", pl.when(empty_ids).then(pl.lit(0))
+        ).cast(pl.Int64),
+    ).drop("_reg_max", "_reg_n", "_ids_max", "_ids_n")
+
+
+class BlockTableParsed:
+    def __init__(self, files: list["InputFile"]) -> None:
+        import polars as pl
+
+        self.items: list[tuple["InputFile", "pl.DataFrame", int, int]] = []
+        for f in files:
+            df, bad = read_file(str(f.path))
+            total = df.height + bad
+            good = df.filter(_valid_expr())
+            bad += df.height - good.height
+            good = _time_parts(good).with_columns(_exact=_exact_time())
+            self.items.append((f, good, bad, total))
+        _ = pl
+
+    def anchors(self) -> list[tuple[datetime, str]]:
+        import polars as pl
+
+        out = []
+        for f, df, _, _ in self.items:
+            if df.height == 0:
+                continue
+            t = df.get_column("_exact").min()
+            if t is None:
+                naive = df.select(_naive_time().min()).item()
+                if naive is None:
+                    continue
+                t = naive.replace(tzinfo=timezone.utc)  # local read as UTC: enough to choose a year
+            out.append((t, f"block-table records in {f.display}"))
+        _ = pl
+        return out
+
+    def resolve(self, ctx: TimeContext) -> SourceOutput:
+        import polars as pl
+
+        from ..timebase import Assumption, _localize
+
+        out = SourceOutput()
+        steps, tables, events, config = [], [], [], []
+        counters = []
+        for f, df, bad, total in self.items:
+            counters.append({"file": f.display, "records": df.height, "bad_lines": bad})
+            if bad:
+                out.warnings.append(
+                    f"{f.display}: {bad} of {total} line(s) are not block-table records (bad JSON, wrong types, "
+                    "missing type/step/time or required fields): skipped"
+                )
+                out.partial = True
+            if df.height == 0:
+                continue
+            df = df.with_columns(
+                time=pl.coalesce("_exact", _localize(_naive_time(), ctx.tz)),
+                time_precision=pl.when(pl.col("ts").is_not_null() | pl.col("f").is_not_null())
+                .then(pl.lit("us"))
+                .otherwise(pl.lit("1s")),
+                engine=pl.col("engine").fill_null("0"),
+                source=pl.lit(f.display),
+                line=pl.col("n").cast(pl.UInt32),
+            )
+            if df.filter(pl.col("_exact").is_null()).height:
+                out.assumptions.append(
+                    Assumption("zone", ctx.tz, "block-table 'time' without an offset is local time in --tz", scope=f.display)
+                )
+            shift = ctx.offsets.get(f.display, ctx.offsets.get(KIND))
+            if shift:
+                df = df.with_columns(pl.col("time") + pl.duration(microseconds=int(round(shift * 1e6))))
+            df = df.with_row_index("_r")
+            st = free_runs(df.filter(pl.col("type") == "step"))
+            steps.append(
+                st.select(
+                    "time",
+                    "time_precision",
+                    "engine",
+                    "step",
+                    "block_size",
+                    "num_total_blocks",
+                    pl.col("num_free_blocks").alias("free_blocks"),
+                    "largest_free_run",
+                    pl.col("free_regions_n").alias("free_regions"),
+                    "running",
+                    "waiting",
+                    "source",
+                    "line",
+                )
+            )
+            bs = st.filter(pl.col("block_size").is_not_null()).head(1)
+            if bs.height:
+                config.append(
+                    bs.select(
+                        pl.lit("block_size").alias("key"),
+                        pl.col("block_size").cast(pl.String).alias("value"),
+                        pl.lit("seen").alias("status"),
+                        "time",
+                        "source",
+                        "line",
+                        pl.lit("block-table step record").alias("note"),
+                    )
+                )
+            tb = df.filter(pl.col("type") == "table")
+            shared_hi = pl.col("shared").list.eval(
+                pl.element().filter(pl.element().struct.field("ref_count") > 1).struct.field("block_id")
+            )
+            tables.append(
+                tb.select(
+                    "time",
+                    "time_precision",
+                    "engine",
+                    "step",
+                    "request_id",
+                    pl.col("block_ids").list.len().cast(pl.Int64).alias("num_blocks"),
+                    "num_tokens",
+                    shared_hi.list.len().cast(pl.Int64).fill_null(0).alias("shared_blocks"),
+                    pl.col("shared").list.eval(pl.element().struct.field("ref_count")).list.max().alias("max_ref_count"),
+                    shared_hi.fill_null([]).alias("shared_block_ids"),
+                    "block_ids",
+                    "prefix_id",
+                    "source",
+                    "line",
+                )
+            )
+            ev = df.filter(pl.col("type") == "event")
+            events.append(
+                ev.select(
+                    "time",
+                    "time_precision",
+                    pl.lit(None, pl.Int32).alias("stream"),
+                    pl.lit(None, pl.UInt32).alias("seq"),
+                    "engine",
+                    "step",
+                    "request_id",
+                    "action",
+                    "blocks_before",
+                    "blocks_after",
+                    "blocks_needed",
+                    "reason",
+                    "source",
+                    "line",
+                )
+            )
+        if steps:
+            out.frames["bt_steps"] = pl.concat(steps).sort("time", "engine", "step", maintain_order=True)
+            out.frames["bt_tables"] = pl.concat(tables).sort("time", "engine", "step", maintain_order=True)
+            out.frames["bt_events"] = pl.concat(events).sort("time", "engine", "step", maintain_order=True)
+        if config:
+            out.config = pl.concat(config)
+        out.counters["blocktable"] = counters
+        return out
+
+
+def _parse(files: list["InputFile"]) -> BlockTableParsed:
+    return BlockTableParsed(files)
+
+
+register(
+    SourceKind(
+        name=KIND,
+        description="block-table records, JSON Lines (preemptlog/data/blocktable.schema.json)",
+        sniff=_sniff,
+        parse=_parse,
+    )
+)
+
+# Accepted shapes: (line, expected frame row or {"_bad": True}).
+SAMPLES: list[tuple[str, dict]] = [
+    (
+        '{"type": "step", "time": "2026-11-30T05:10:38.100+00:00", "step": 1200, "block_size": 16, '
+        '"num_total_blocks": 2048, "num_free_blocks": 128, "free_regions": [[17, 5], [40, 3]], "running": 31, "waiting": 17}',
+        {"frame": "bt_steps", "free_blocks": 128, "largest_free_run": 5, "free_regions": 2, "block_size": 16},
+    ),
+    (
+        '{"type": "step", "ts": 1796015438.1, "step": 7, "num_free_blocks": 6, "free_block_ids": [9, 3, 4, 5, 11, 10]}',
+        {"frame": "bt_steps", "free_blocks": 6, "largest_free_run": 3, "free_regions": 2, "engine": "0"},
+    ),
+    (
+        '{"type": "step", "time": "2026-11-30 05:10:38", "step": 8, "engine": 1, "num_free_blocks": 0, "free_block_ids": []}',
+        {"frame": "bt_steps", "free_blocks": 0, "largest_free_run": 0, "free_regions": 0, "engine": "1"},
+    ),
+    (
+        '{"type": "table", "time": "2026-11-30T05:10:38.100Z", "step": 1200, "request_id": "req-42", '
+        '"block_ids": [3, 4, 9, 10, 11, 12, 30, 31], "num_tokens": 128, "shared": [{"block_id": 3, "ref_count": 2}, '
+        '{"block_id": 4, "ref_count": 1}]}',
+        {"frame": "bt_tables", "request_id": "req-42", "num_blocks": 8, "shared_blocks": 1, "shared_block_ids": [3],
+         "max_ref_count": 2},
+    ),
+    (
+        '{"type": "event", "ts": 1796015438.2, "step": 1201, "request_id": "req-42", "action": "extend", '
+        '"blocks_before": 8, "blocks_after": 12}',
+        {"frame": "bt_events", "action": "extend", "blocks_before": 8, "blocks_after": 12},
+    ),
+    (
+        '{"type": "event", "ts": 1796015438.3, "step": 1201, "request_id": "req-42", "action": "preempt", '
+        '"blocks_before": 12, "blocks_after": 0, "reason": "no free blocks", "extra": {"x": [1]}}',
+        {"frame": "bt_events", "action": "preempt", "reason": "no free blocks"},
+    ),
+    ('{"type": "step", "step": 1, "num_free_blocks": 3}', {"_bad": True}),  # no time
+    ('{"type": "event", "ts": 1.0, "step": 1, "request_id": "r", "action": "explode"}', {"_bad": True}),
+    ('{"type": "step", "ts": 1.0, "step": "one", "num_free_blocks": 3}', {"_bad": True}),
+    ("{not json", {"_bad": True}),
+]

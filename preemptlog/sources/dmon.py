@@ -1,1 +1,406 @@
-"""Placeholder: the dmon source (being written)."""
+"""``nvidia-smi dmon`` captures, read through their header rows.
+
+dmon prints a name row (``# gpu pwr gtemp ...``) and a units row (``# Idx W
+C ...``), repeated every N samples, then one row per GPU per sample. Columns
+depend on ``-s`` (p u c v m e t, newer drivers add jpg/ofa/ccpm) and ``-o``
+(``D`` date ``YYYYMMDD``, ``T`` time ``HH:MM:SS``, ``DT`` both), and their
+order follows the driver, not the order of the ``-s`` letters. So the parser
+never uses fixed positions: every data row is split into tokens (whitespace,
+or commas for ``--format csv``) and the i-th token belongs to the i-th name of
+the most recent name row above it. This is also why driver 525's header,
+whose columns are one character narrower than the values, reads correctly.
+
+Accepted (see :data:`SAMPLES`): any column selection and order, any number of
+GPUs per sample, headers repeated anywhere (even with a different selection:
+each header governs the rows below it), a units row or none, ``-`` (or N/A)
+for an unavailable value (null), leading and trailing spaces, CR LF.
+Rows whose token count differs from their header, and rows before any header,
+are counted and skipped, never fatal.
+
+Time: dmon writes local time (``--tz``). ``-o DT`` rows are exact to the
+second and are year anchors for the vLLM logs. ``-o T`` rows get their date
+from the bundle: the date that puts the capture on the UTC span of the vLLM
+logs (or, without logs, nearest the other sources' full timestamps); a time
+that goes back by more than 12 hours is the next day (midnight crossing).
+Without date columns and nothing to anchor them, and for ``-o D`` alone or no
+``-o`` at all, samples are *untimed* (``time`` null): they are listed, but no
+window can contain them. Every such choice is reported as an assumption.
+
+Frame ``dmon`` (:data:`DMON_SCHEMA` lists the fixed columns; one Float64
+column per metric present, named ``<metric>_<unit>``, e.g. ``fb_mb``,
+``sm_pct``, ``mem_pct``, ``pwr_w``, ``gtemp_c``, ``mclk_mhz``, ``rxpci_mbps``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from . import SourceKind, SourceOutput, TimeContext, register
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..bundle import InputFile
+
+KIND = "dmon"
+
+DMON_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "gpu": "Int32",
+    # ... one Float64 column per metric present ...
+    "source": "String",
+    "line": "UInt32",
+}
+
+# dmon column name -> frame column name (unit in the name).
+KNOWN_COLUMNS = {
+    "gpu": "gpu",
+    "pwr": "pwr_w",
+    "gtemp": "gtemp_c",
+    "mtemp": "mtemp_c",
+    "temp": "temp_c",
+    "sm": "sm_pct",
+    "mem": "mem_pct",
+    "enc": "enc_pct",
+    "dec": "dec_pct",
+    "jpg": "jpg_pct",
+    "ofa": "ofa_pct",
+    "mclk": "mclk_mhz",
+    "pclk": "pclk_mhz",
+    "pviol": "pviol_pct",
+    "tviol": "tviol",
+    "fb": "fb_mb",
+    "bar1": "bar1_mb",
+    "ccpm": "ccpm_mb",
+    "sbecc": "sbecc_errs",
+    "dbecc": "dbecc_errs",
+    "pci": "pci_errs",
+    "rxpci": "rxpci_mbps",
+    "txpci": "txpci_mbps",
+    "date": "_date",
+    "time": "_time",
+}
+UNIT_SLUGS = {"%": "pct", "MB/s": "mbps", "KB/s": "kbps", "W": "w", "C": "c", "MHz": "mhz", "MB": "mb"}
+
+NAME_ROW_RE = re.compile(r"^\s*#\s*(?:(?:Date|Time)[\s,]+){0,2}gpu\b", re.I)
+UNITS_ROW_RE = re.compile(r"^\s*#\s*(?:(?:YYYYMMDD|HH:MM:SS)[\s,]+){0,2}Idx\b", re.I)
+TOKEN_RE = r"[^\s,]+"
+MIDNIGHT_BACKSTEP = 12 * 3600  # a time-of-day step back larger than this is the next day
+
+
+def _sniff(head: str) -> int:
+    lines = head.splitlines()[:200]
+    names = sum(1 for ln in lines if NAME_ROW_RE.match(ln))
+    units = sum(1 for ln in lines if UNITS_ROW_RE.match(ln))
+    if names and units:
+        return 90
+    if names:
+        return 70
+    return 0
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "col"
+
+
+def column_names(names: list[str], units: list[str] | None) -> list[str]:
+    """Frame column names for a dmon name row (and its units row, when present)."""
+    out: list[str] = []
+    for i, name in enumerate(names):
+        key = name.lower()
+        if key in KNOWN_COLUMNS:
+            col = KNOWN_COLUMNS[key]
+        else:
+            unit = units[i] if units and i < len(units) else ""
+            slug = UNIT_SLUGS.get(unit, _slug(unit) if unit and unit != "-" else "")
+            col = f"{_slug(name)}_{slug}" if slug else _slug(name)
+        while col in out:
+            col += "_2"
+        out.append(col)
+    return out
+
+
+def _tokens(row: str) -> list[str]:
+    return re.findall(TOKEN_RE, row.lstrip().lstrip("#"))
+
+
+@dataclass
+class _FileData:
+    file: "InputFile"
+    df: "pl.DataFrame"  # gpu, metrics, _date, _time, line
+    has_date: bool
+    has_time: bool
+    bad_rows: int
+    headerless_rows: int
+    metrics: list[str] = field(default_factory=list)
+
+
+def read_file(path: str, display: str) -> tuple["pl.DataFrame", dict[str, Any]]:
+    """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
+    import polars as pl
+
+    from ..textio import scan_lines
+
+    lf = scan_lines(path).with_columns(s=pl.col("line").str.strip_chars())
+    lf = lf.filter(pl.col("s") != "")
+    is_hash = pl.col("s").str.starts_with("#")
+    is_name = is_hash & pl.col("s").str.contains(r"(?i)^#\s*(?:(?:Date|Time)[\s,]+){0,2}gpu\b")
+    lf = lf.with_columns(_is_hash=is_hash, _is_name=is_name, _hdr=is_name.cast(pl.UInt32).cum_sum())
+    # Header rows: name rows plus the units row that follows each (few distinct texts).
+    hdr = (
+        lf.filter(pl.col("_is_hash"))
+        .select("_hdr", "_is_name", pl.concat_str([pl.lit("\x00"), pl.col("s")]).str.slice(1).alias("s"))
+        .collect()
+    )
+    data = (
+        lf.filter(~pl.col("_is_hash"))
+        .select(pl.col("n").alias("line"), "_hdr", pl.col("s").str.extract_all(TOKEN_RE).alias("_tok"))
+        .collect()
+    )
+    names_by_hdr: dict[int, list[str]] = {}
+    units_by_hdr: dict[int, list[str]] = {}
+    if hdr.height:
+        first_rows = hdr.group_by("_hdr", "_is_name", maintain_order=True).agg(pl.col("s").first())
+        for h, is_nm, s in first_rows.iter_rows():
+            if h == 0:
+                continue
+            if is_nm:
+                names_by_hdr[h] = _tokens(s)
+            elif UNITS_ROW_RE.match(s) and h not in units_by_hdr:
+                units_by_hdr[h] = _tokens(s)
+    # Group header ids by identical column layout.
+    layouts: dict[tuple[str, ...], list[int]] = {}
+    for h, names in names_by_hdr.items():
+        cols = tuple(column_names(names, units_by_hdr.get(h)))
+        layouts.setdefault(cols, []).append(h)
+    parts = []
+    bad = 0
+    headerless = data.filter(pl.col("_hdr") == 0).height
+    for cols, ids in layouts.items():
+        sub = data.filter(pl.col("_hdr").is_in(ids))
+        ok = sub.filter(pl.col("_tok").list.len() == len(cols))
+        bad += sub.height - ok.height
+        if ok.height == 0:
+            continue
+        exprs = []
+        for i, c in enumerate(cols):
+            tok = pl.col("_tok").list.get(i)
+            if c in ("_date", "_time"):
+                exprs.append(tok.alias(c))
+            elif c == "gpu":
+                exprs.append(tok.cast(pl.Int32, strict=False).alias(c))
+            else:
+                exprs.append(
+                    pl.when(tok == "-").then(None).otherwise(tok).cast(pl.Float64, strict=False).alias(c)
+                )
+        parts.append(ok.select(pl.col("line"), *exprs))
+    if parts:
+        df = pl.concat(parts, how="diagonal_relaxed").sort("line")
+    else:
+        df = pl.DataFrame(schema={"line": pl.UInt32, "gpu": pl.Int32})
+    for c, dt in (("gpu", pl.Int32), ("_date", pl.String), ("_time", pl.String)):
+        if c not in df.columns:
+            df = df.with_columns(pl.lit(None, dt).alias(c))
+    facts = {"file": display, "rows": df.height, "bad_rows": bad, "headerless_rows": headerless,
+             "layouts": len(layouts)}
+    return df, facts
+
+
+def _naive_expr() -> "pl.Expr":
+    import polars as pl
+
+    return pl.concat_str([pl.col("_date"), pl.lit(" "), pl.col("_time")]).str.to_datetime(
+        "%Y%m%d %H:%M:%S", time_unit="us", strict=False
+    )
+
+
+class DmonParsed:
+    def __init__(self, files: list["InputFile"]) -> None:
+        self.items: list[tuple["InputFile", "pl.DataFrame", dict]] = []
+        for f in files:
+            df, facts = read_file(str(f.path), f.display)
+            self.items.append((f, df, facts))
+
+    def anchors(self) -> list[tuple[datetime, str]]:
+        import polars as pl
+
+        out = []
+        for f, df, _ in self.items:
+            full = df.filter(pl.col("_date").is_not_null() & pl.col("_time").is_not_null())
+            if full.height:
+                t = full.select(_naive_expr().min()).item()
+                if t is not None:
+                    # Local time read as UTC: good to within a day, enough to choose a year.
+                    out.append((t.replace(tzinfo=timezone.utc), f"dmon -o DT date in {f.display}"))
+        return out
+
+    def resolve(self, ctx: TimeContext) -> SourceOutput:
+        import polars as pl
+
+        from ..timebase import _localize
+
+        out = SourceOutput()
+        frames = []
+        for f, df, facts in self.items:
+            if facts["bad_rows"]:
+                out.warnings.append(
+                    f"{f.display}: {facts['bad_rows']} dmon row(s) do not match their header's columns (skipped)"
+                )
+                out.partial = True
+            if facts["headerless_rows"]:
+                out.warnings.append(f"{f.display}: {facts['headerless_rows']} row(s) before any dmon header (skipped)")
+            df = df.filter(pl.col("gpu").is_not_null() | pl.lit(df.height == 0))
+            has_date = df.get_column("_date").is_not_null().any() if df.height else False
+            has_time = df.get_column("_time").is_not_null().any() if df.height else False
+            if has_date and has_time:
+                naive = _naive_expr()
+                df = df.with_columns(time=_localize(naive, ctx.tz), time_precision=pl.lit("1s"))
+            elif has_time:
+                df, assumption = _date_for_time_only(df, ctx, f.display)
+                if assumption is None:
+                    out.notes.append(
+                        f"{f.display}: dmon -o T gives the time of day but no date, and nothing else in the bundle "
+                        "has a date: its samples are untimed"
+                    )
+                else:
+                    out.assumptions.append(assumption)
+            else:
+                what = "only the date (-o D)" if has_date else "no date or time columns (run dmon with -o DT)"
+                out.notes.append(f"{f.display}: dmon capture has {what}: its {df.height} samples are untimed")
+                df = df.with_columns(
+                    time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")
+                )
+            shift = ctx.offsets.get(f.display, ctx.offsets.get(KIND))
+            if shift:
+                df = df.with_columns(pl.col("time") + pl.duration(microseconds=int(round(shift * 1e6))))
+            metrics = [c for c in df.columns if c not in ("line", "gpu", "_date", "_time", "time", "time_precision")]
+            frames.append(
+                df.select(
+                    pl.col("time").cast(pl.Datetime("us", "UTC")),
+                    pl.col("time_precision").cast(pl.String),
+                    "gpu",
+                    *metrics,
+                    pl.lit(f.display).alias("source"),
+                    pl.col("line").cast(pl.UInt32),
+                )
+            )
+        if frames:
+            out.frames["dmon"] = pl.concat(frames, how="diagonal_relaxed")
+        out.counters["dmon"] = [facts for _, _, facts in self.items]
+        return out
+
+
+def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str):
+    """Give a time-only capture its dates. Returns (frame with time, Assumption | None)."""
+    import polars as pl
+
+    from ..timebase import Assumption, _localize, zone_info
+
+    secs = (
+        pl.col("_time").str.slice(0, 2).cast(pl.Int64, strict=False) * 3600
+        + pl.col("_time").str.slice(3, 2).cast(pl.Int64, strict=False) * 60
+        + pl.col("_time").str.slice(6, 2).cast(pl.Int64, strict=False)
+    )
+    df = df.with_columns(_secs=secs)
+    df = df.with_columns(
+        _day=(pl.col("_secs").diff() < -MIDNIGHT_BACKSTEP).fill_null(False).cast(pl.Int32).cum_sum()
+    )
+    zinfo = zone_info(ctx.tz)
+    if ctx.reference is not None:
+        ref0, ref1 = ctx.reference
+        basis = "the time span of the vLLM logs"
+    else:
+        full = [a for a, _ in ctx.anchors]
+        if not full:
+            return (
+                df.with_columns(
+                    time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")
+                ).drop("_secs", "_day"),
+                None,
+            )
+        ref0, ref1 = min(full), max(full)
+        basis = "the full timestamps of the other sources"
+    first = df.row(0, named=True)
+    last = df.row(df.height - 1, named=True)
+    if first["_secs"] is None or last["_secs"] is None:
+        return df.with_columns(time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")).drop(
+            "_secs", "_day"
+        ), None
+    l0 = ref0.astimezone(zinfo).replace(tzinfo=None)
+    l1 = ref1.astimezone(zinfo).replace(tzinfo=None)
+    best = None
+    d = l0.date() - timedelta(days=1)
+    while d <= l1.date() + timedelta(days=1):
+        start = datetime(d.year, d.month, d.day) + timedelta(seconds=first["_secs"])
+        end = datetime(d.year, d.month, d.day) + timedelta(days=last["_day"], seconds=last["_secs"])
+        overlap = (min(end, l1) - max(start, l0)).total_seconds()
+        dist = 0.0 if overlap >= 0 else -overlap
+        key = (dist, -max(overlap, 0.0))
+        if best is None or key < best[0]:
+            best = (key, d)
+        d += timedelta(days=1)
+    assert best is not None
+    day0 = best[1]
+    naive = pl.datetime(day0.year, day0.month, day0.day, time_unit="us") + pl.duration(
+        days=pl.col("_day"), seconds=pl.col("_secs")
+    )
+    df = df.with_columns(time=_localize(naive, ctx.tz), time_precision=pl.lit("1s")).drop("_secs", "_day")
+    days = last["_day"]
+    span = day0.isoformat() if not days else f"{day0.isoformat()} (+{days} day(s): crosses midnight)"
+    return df, Assumption("dmon date", span, f"dmon -o T has no date; chose the day closest to {basis}", scope=display)
+
+
+def _parse(files: list["InputFile"]) -> DmonParsed:
+    return DmonParsed(files)
+
+
+register(
+    SourceKind(
+        name=KIND,
+        description="nvidia-smi dmon capture (any -s selection, -o D/T/DT, any GPU count)",
+        sniff=_sniff,
+        parse=_parse,
+    )
+)
+
+# Accepted shapes: (capture text, expected rows as dicts of frame columns).
+SAMPLES: list[tuple[str, list[dict]]] = [
+    (
+        "# gpu     sm    mem    enc    dec    jpg    ofa \n"
+        "# Idx      %      %      %      %      %      % \n"
+        "    0     46     26      0      1      0      0 \n",
+        [{"gpu": 0, "sm_pct": 46.0, "mem_pct": 26.0, "jpg_pct": 0.0, "ofa_pct": 0.0}],
+    ),
+    (  # driver 525: values one character wider than the header
+        "# gpu   pwr gtemp mtemp    sm   mem   enc   dec  mclk  pclk    fb  bar1\n"
+        "# Idx     W     C     C     %     %     %     %   MHz   MHz    MB    MB\n"
+        "    0     29     49      -     1      3      0      0   4006    974    387     16 \n",
+        [{"gpu": 0, "pwr_w": 29.0, "mtemp_c": None, "mclk_mhz": 4006.0, "fb_mb": 387.0, "bar1_mb": 16.0}],
+    ),
+    (
+        "#Date       Time        gpu   pwr gtemp mtemp    sm   mem   enc   dec  mclk  pclk sbecc dbecc   pci rxpci txpci\n"
+        "#YYYYMMDD   HH:MM:SS    Idx     W     C     C     %     %     %     %   MHz   MHz  errs  errs  errs  MB/s  MB/s\n"
+        " 20210102   19:12:31      0    37    19     -     0     0     0     0  4006   582     -     -     0     0     1\n",
+        [{"gpu": 0, "pwr_w": 37.0, "sbecc_errs": None, "txpci_mbps": 1.0, "_date": "20210102", "_time": "19:12:31"}],
+    ),
+    (  # -o T, two GPUs, header repeated
+        "#Time        gpu    fb  bar1\n#HH:MM:SS     Idx    MB    MB\n"
+        " 23:59:59      0  1000    5\n 23:59:59      1  2000    5\n"
+        "#Time        gpu    fb  bar1\n#HH:MM:SS     Idx    MB    MB\n"
+        " 00:00:01      0  1100    5\n 00:00:01      1  2100    5\n",
+        [
+            {"gpu": 0, "fb_mb": 1000.0, "_time": "23:59:59"},
+            {"gpu": 1, "fb_mb": 2000.0},
+            {"gpu": 0, "fb_mb": 1100.0, "_time": "00:00:01"},
+            {"gpu": 1, "fb_mb": 2100.0},
+        ],
+    ),
+    (  # --format csv style
+        "# gpu, pwr, sm, fb\n# Idx, W, %, MB\n 0, 30, 5, 800\n",
+        [{"gpu": 0, "pwr_w": 30.0, "sm_pct": 5.0, "fb_mb": 800.0}],
+    ),
+]

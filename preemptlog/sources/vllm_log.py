@@ -47,6 +47,7 @@ MARKERS: list[tuple[str, str]] = [
     ("Received request ", "req_received"),
     ("Added request ", "req_added"),
     ("Finished request ", "req_finished"),
+    (" details: prompt: ", "req_details"),  # 0.11.1+ DEBUG "Request X details: prompt: ..., prompt_token_ids: [...]"
     ("Aborted request", "req_aborted"),
     ("Failing the request ", "req_failed"),
     ("is too long and exceeds", "prompt_too_long"),
@@ -79,7 +80,7 @@ VERIFY: dict[str, str] = {
 
 # Hot kinds: numerous (one per request). Their fields are extracted inside the
 # query; no text is kept.
-HOT_KINDS = ("req_received", "req_added", "req_finished", "req_aborted")
+HOT_KINDS = ("req_received", "req_added", "req_finished", "req_aborted", "req_details")
 
 ANSI_RE = r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
 HEAD_CHARS = 512
@@ -108,9 +109,11 @@ PROC_RE = r"\(([A-Za-z_][^()]*?pid=\d+(?:,\s*ip=[0-9A-Fa-f.:]+)?)\)"
 COMPOSE_RE = r"^([A-Za-z0-9][\w.-]*)\s+\|\s"
 
 # Hot-kind field extraction.
-REQ_ID_RE = r"(?:Received|Added|Finished|Aborted) request(?:\(s\))? ([^\s:,]+(?:,[^\s:,]+)*)"
+REQ_ID_RE = r"(?:(?:Received|Added|Finished|Aborted) request(?:\(s\))?|Request) ([^\s:,]+(?:,[^\s:,]+)*)"
 MAX_TOKENS_RE = r"max_tokens=(\d+)"
-PROMPT_IDS_RE = r"prompt_token_ids: \[([^\]]*)\]"
+PROMPT_IDS_START = ", prompt_token_ids: ["
+# The list ends where the fixed tail of the line begins (every version's wording).
+PROMPT_IDS_END_RE = r"\](?:, prompt_embeds shape: [^,]*)?(?:, lora_request: |\.$)"
 
 # Record schema: column -> polars dtype name. Asserted by the tests.
 RECORD_SCHEMA = {
@@ -180,22 +183,31 @@ register(
 
 
 def scan(path: str, file_id: int) -> "pl.LazyFrame":
-    """Lazy records frame for one log file (see RECORD_SCHEMA)."""
+    """Lazy records frame for one log file (see RECORD_SCHEMA).
+
+    Streaming-engine notes (measured on 1 GB): classifying with ``replace`` /
+    ``replace_strict`` inside the query makes polars fall back to the in-memory
+    engine for the whole pipeline (1.3 GB peak instead of 0.4 GB), so the query
+    yields the leftmost marker as an ``Enum`` and :func:`finish` maps it to the
+    record kind on the (small) collected frame.
+    """
     import polars as pl
 
     from ..textio import scan_lines, split_cr
 
     markers = all_markers()
-    literals = [m for m, _ in markers]
+    literals = list(dict.fromkeys(m for m, _ in markers))
+    kinds = {}
+    for marker, kind in markers:
+        kinds.setdefault(marker, kind)
+    hot_markers = [m for m in literals if kinds[m] in HOT_KINDS]
+    marker_enum = pl.Enum(literals)
+
     lf = scan_lines(path).filter(pl.col("line").str.contains_any(literals))
     lf = split_cr(lf)
-    # Leftmost marker decides the kind (Aho-Corasick, one pass).
+    # Leftmost marker (Aho-Corasick, one pass); ties go to the earlier marker in the list.
     first = pl.col("line").str.extract_many(literals, leftmost=True).list.first()
-    mapping = {}
-    for marker, kind in markers:
-        mapping.setdefault(marker, kind)
-    lf = lf.with_columns(kind=first.replace_strict(mapping, default=None, return_dtype=pl.String))
-    lf = lf.filter(pl.col("kind").is_not_null())
+    lf = lf.with_columns(marker=first.cast(marker_enum)).filter(pl.col("marker").is_not_null())
 
     head = pl.col("line").str.slice(0, HEAD_CHARS).str.replace_all(ANSI_RE, "")
     lf = lf.with_columns(head=head)
@@ -223,7 +235,7 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     )
     lf = lf.with_columns(j=j).unnest("j")
 
-    hot = pl.col("kind").is_in(HOT_KINDS)
+    hot = pl.col("marker").is_in(hot_markers)
     # Rare kinds keep their text: ANSI stripped, JSON decoded, and copied out of
     # the read buffer (concat_str) so the file's bytes are not kept alive.
     text_src = pl.when(is_json & pl.col("j_msg").is_not_null()).then(pl.col("j_msg")).otherwise(pl.col("line"))
@@ -231,21 +243,24 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     text = pl.concat_str([pl.lit("\x00"), text]).str.slice(1)
 
     hot_line = pl.when(hot).then(pl.col("line"))
-    ids = hot_line.str.extract(PROMPT_IDS_RE, 1)
+    # Count prompt_token_ids without copying them: find the list's start and end,
+    # then count commas in a slice (a view). Measured 5x cheaper than extract.
+    ids_tail = hot_line.str.slice(hot_line.str.find(PROMPT_IDS_START, literal=True))
+    ids_end = ids_tail.str.find(PROMPT_IDS_END_RE)
+    ids_len = ids_end - len(PROMPT_IDS_START)
+    commas = ids_tail.str.slice(len(PROMPT_IDS_START), ids_len).str.count_matches(",", literal=True)
     prompt_tokens = (
-        pl.when(ids.str.strip_chars() == "")
-        .then(pl.lit(0, pl.Int64))
-        .otherwise(ids.str.count_matches(",", literal=True).cast(pl.Int64) + 1)
+        pl.when(ids_len == 0).then(pl.lit(0, pl.Int64)).when(ids_len > 0).then(commas.cast(pl.Int64) + 1)
     )
 
     def i8(c: str) -> "pl.Expr":
         return pl.col(c).cast(pl.Int8, strict=False)
 
-    out = lf.select(
+    return lf.select(
         pl.lit(file_id, pl.UInt16).alias("file_id"),
         pl.col("n"),
         pl.col("seg"),
-        pl.col("kind"),
+        pl.col("marker"),
         pl.coalesce("level", "j_level").alias("level"),
         pl.coalesce("proc", "j_proc").alias("proc"),
         pl.col("compose"),
@@ -265,13 +280,30 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
         hot_line.str.extract(MAX_TOKENS_RE, 1).cast(pl.Int64, strict=False).alias("max_tokens"),
         prompt_tokens.alias("prompt_tokens"),
     )
+
+
+def finish(df: "pl.DataFrame") -> "pl.DataFrame":
+    """Collected scan output -> records: marker -> kind, kinds confirmed by their regex."""
+    import polars as pl
+
+    kinds = {}
+    for marker, kind in all_markers():
+        kinds.setdefault(marker, kind)
+    df = df.with_columns(
+        kind=pl.col("marker").cast(pl.String).replace_strict(kinds, default=None, return_dtype=pl.String)
+    ).drop("marker")
     verify = None
     for kind, rx in all_verify().items():
         cond = (pl.col("kind") != kind) | pl.col("text").str.contains(rx)
         verify = cond if verify is None else verify & cond
     if verify is not None:
-        out = out.filter(verify.fill_null(True))
-    return out
+        df = df.filter(verify.fill_null(True))
+    return df.select(list(RECORD_SCHEMA))
+
+
+def read(path: str, file_id: int) -> "pl.DataFrame":
+    """Scan, collect and finish one log file."""
+    return finish(scan(path, file_id).collect())
 
 
 # Sample lines: every kind this module recognises, with the fields the test
@@ -347,6 +379,22 @@ SAMPLES: list[tuple[str, dict]] = [
         "(APIServer pid=1) INFO 09-20 10:00:00 [async_llm.py:499] Aborted request(s) "
         "chatcmpl-a1b2c3d4-5e6f7a8b,chatcmpl-c3d4e5f6-0a1b2c3d.",
         {"kind": "req_aborted", "req_id": "chatcmpl-a1b2c3d4-5e6f7a8b,chatcmpl-c3d4e5f6-0a1b2c3d"},
+    ),
+    (
+        "(APIServer pid=1) DEBUG 11-20 09:14:01 [entrypoints/logger.py:60] Request chatcmpl-aaa111 details: "
+        "prompt: 'Hi, there', prompt_token_ids: [1, 2, 3, 4], prompt_embeds shape: None.",
+        {"kind": "req_details", "req_id": "chatcmpl-aaa111", "prompt_tokens": 4},
+    ),
+    (
+        "INFO 05-31 16:44:58 async_llm_engine.py:553] Received request cee5f47c26914b3f84d43ab1f4745f98: prompt: "
+        "None, params: SamplingParams(n=1, best_of=1, stop=[], stop_token_ids=[], max_tokens=1), prompt_token_ids: "
+        "[128000, 3947], lora_request: None.",
+        {"kind": "req_received", "max_tokens": 1, "prompt_tokens": 2},
+    ),
+    (
+        "INFO 05-31 16:44:58 async_llm_engine.py:553] Received request r9: prompt: 'a], lora_request: x', params: "
+        "SamplingParams(max_tokens=7), prompt_token_ids: [], lora_request: None.",
+        {"kind": "req_received", "req_id": "r9", "prompt_tokens": 0},
     ),
     (
         "INFO 06-01 12:00:09 async_llm_engine.py:133] Finished request cmpl-77c1e0a4b1e04b3e8c1f0a2d3b4c5d6e.",

@@ -4,7 +4,8 @@ Schema (``REQUESTS_SCHEMA``): one row per request id per line. ``request_id``
 is the external id (as received); from vLLM 0.14 the ``Added request`` line
 logs an internal id ``<external>-<8 chars>``, which is paired back to its
 ``Received request`` id when that id was seen (``internal_id`` keeps it).
-``prompt_tokens`` counts ``prompt_token_ids`` (V0 and V1 up to 0.11.0; a
+``prompt_tokens`` counts ``prompt_token_ids`` (V0 and V1 up to 0.11.0 on the
+Received line; 0.11.1+ on the DEBUG ``Request X details`` line; a
 ``--max-log-len`` cut makes it a lower bound); no vLLM version logs a prompt
 length number.
 """
@@ -34,6 +35,7 @@ _ACTION = {
     "req_added": "added",
     "req_finished": "finished",
     "req_aborted": "aborted",
+    "req_details": "details",  # 0.11.1+ DEBUG "Request X details: prompt: ..., prompt_token_ids: [...]"
 }
 _SUFFIX_RE = r"-[0-9A-Za-z]{8}$"
 
@@ -64,4 +66,14 @@ def parse(records: "pl.DataFrame") -> "pl.DataFrame":
         internal_id=pl.when(paired).then(pl.col("request_id")),
         request_id=pl.when(paired).then(pl.col("_base")).otherwise(pl.col("request_id")),
     )
+    # 0.11.1+: the prompt token count is on the DEBUG details line; give it to the received row too.
+    details = (
+        rows.filter((pl.col("action") == "details") & pl.col("prompt_tokens").is_not_null())
+        .group_by("request_id")
+        .agg(pl.col("prompt_tokens").first().alias("_pt"))
+    )
+    if details.height:
+        rows = rows.join(details, on="request_id", how="left").with_columns(
+            prompt_tokens=pl.coalesce("prompt_tokens", "_pt")
+        )
     return rows.select(list(REQUESTS_SCHEMA)).sort("seq")

@@ -1,0 +1,426 @@
+"""One preemption count from several sources, without counting anything twice (docs/prometheus.md).
+
+Sources that can count the same preemptions:
+
+- the Prometheus counter ``vllm:num_preemptions_total`` (sources/prometheus.py):
+  exact in every version; increases between consecutive scrapes;
+- the log's V1 ``Preemptions: N`` fields (builds with the fix; kind ``interval``);
+- the log's V0 warnings (kind ``logged``, 1 in 50) and the counts reconstructed
+  from ``total_num_cumulative_preemption`` (kind ``reconstructed``): a lower
+  bound, up to 49 per counter run are invisible;
+- per-preemption lines (kind ``marker``: patched schedulers, hooks);
+- block-table ``preempt`` records: any frame in ``Analysis.frames`` with
+  columns ``time``, ``request_id`` and ``action`` (rows with action
+  ``preempt``) or named ``*preempt*`` with ``time`` and ``request_id``.
+
+Rule (per engine label; events with no engine count as engine 0):
+
+1. Inside the Prometheus scrape window (first to last timed scrape of the
+   engine) the counter is authoritative. The log's *count* events
+   (``interval``, ``reconstructed``) there are removed from the events frame;
+   their number stays in the report.
+2. Per-preemption events (``logged``, ``marker``) are always kept: they carry a
+   request id and an exact time. In a scrape interval that holds n of them and
+   a counter increase of D, the events frame gets max(0, D - n) counter events
+   (so the interval's total is D, or n when n > D, which is reported).
+3. Outside the window, the log's own events stand.
+
+So ``total`` (= the events frame's height) never holds the same preemption
+twice. (When nothing else counted any preemption, joiner.finish, which runs
+after this, turns block-table ``preempt`` records into events of kind
+``record``; ``total`` already counts them.) A single Prometheus reading is a counter fact (value since engine start
+or the last reset, at its time), never events; it is compared with what the
+log counted up to that time. Disagreements are listed, not resolved away.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from .analysis import Analysis
+    from .pressure import LogCapability
+
+COUNT_KINDS = ("interval", "reconstructed")
+PROM_COUNTER = "prometheus counter (vllm:num_preemptions_total)"
+PROM_SINGLE = "prometheus counter, single reading"
+PER_EVENT_KINDS = ("logged", "marker", "record")
+
+
+def apply(a: "Analysis", ceiling: float | None = None) -> None:
+    """De-duplicate ``a.events``; set ``a.counters['reconciliation']`` and ``a.frames['pressure_intervals']``."""
+    from .pressure import DEFAULT_CEILING, find_intervals, log_capability
+
+    cap = log_capability(a)
+    events, report = reconcile(a, cap)
+    a.events = events
+    a.counters["reconciliation"] = report
+    a.frames["pressure_intervals"] = find_intervals(
+        a.stats, a.frames.get("prom_series"), ceiling=DEFAULT_CEILING if ceiling is None else ceiling
+    )
+
+
+def _sources_of(a: "Analysis", kind: str) -> list[str]:
+    return [f.display for f in a.bundle.of_kind(kind)]
+
+
+def per_request_records(frames: dict[str, "pl.DataFrame"]) -> dict[str, "pl.DataFrame"]:
+    """Block-table style preempt records found among the source frames (name -> rows)."""
+    import polars as pl
+
+    out = {}
+    for name, df in frames.items():
+        if name.startswith("prom_") or name == "pressure_intervals" or df is None:
+            continue
+        cols = set(df.columns)
+        if {"time", "request_id", "action"} <= cols:
+            rows = df.filter(pl.col("action") == "preempt")
+        elif "preempt" in name.lower() and {"time", "request_id"} <= cols:
+            rows = df
+        else:
+            continue
+        if rows.height:
+            out[name] = rows
+    return out
+
+
+def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict[str, Any]]:
+    import polars as pl
+
+    from . import events as ev_mod
+    from .sources.prometheus import counter_events
+    from .summary import iso
+
+    tz = a.tz
+    ev = a.events
+    prom_src = _sources_of(a, "prometheus")
+    is_prom = pl.col("source").is_in(prom_src)
+    eng = pl.col("engine").fill_null("0")
+    pairs = a.frames.get("prom_preemptions")
+    if pairs is None:
+        pairs = pl.DataFrame()
+    timed = (
+        pairs.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        if pairs.height
+        else pairs
+    )
+    disagreements: list[str] = []
+    sources: list[dict[str, Any]] = []
+    orig_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
+
+    dropped_by_engine: dict[str, dict[str, int]] = {}
+    surplus_rows: list[dict] = []
+    if timed.height and ev.height:
+        win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
+        g0, g1 = timed.get_column("start").min(), timed.get_column("end").max()
+        ev = ev.with_columns(_eng=eng).join(win, left_on="_eng", right_on="engine", how="left", maintain_order="left")
+        ev = ev.with_columns(
+            _w0=pl.when(pl.col("_eng") == "all").then(pl.lit(g0)).otherwise(pl.col("_w0")),
+            _w1=pl.when(pl.col("_eng") == "all").then(pl.lit(g1)).otherwise(pl.col("_w1")),
+        )
+        in_win = (pl.col("time") > pl.col("_w0")) & (pl.col("time") <= pl.col("_w1"))
+        drop = (~is_prom & pl.col("kind").is_in(COUNT_KINDS) & in_win).fill_null(False)
+        gone = ev.filter(drop)
+        for e, k, n in gone.group_by("_eng", "kind").len().iter_rows():
+            dropped_by_engine.setdefault(e, {})[k] = n
+        ev = ev.filter(~drop).drop("_eng", "_w0", "_w1")
+
+        # Per-preemption lines inside a scrape interval take the place of counter events.
+        pr = ev.filter(~is_prom & pl.col("kind").is_in(PER_EVENT_KINDS) & pl.col("time").is_not_null())
+        if pr.height:
+            allp = pairs.with_row_index("_pid")
+            tp = allp.filter(pl.col("_pid").is_in(_timed_pids(allp))).sort("end")
+            m = (
+                pr.with_columns(_eng=eng)
+                .sort("time")
+                .join_asof(
+                    tp.select(pl.col("engine").alias("_eng"), "start", "end", "_pid"),
+                    left_on="time",
+                    right_on="end",
+                    by="_eng",
+                    strategy="forward",
+                    check_sortedness=False,
+                )
+                .filter(pl.col("time") > pl.col("start"))
+            )
+            per_pair = m.group_by("_pid").len().rename({"len": "_n"})
+            if per_pair.height:
+                allp = allp.join(per_pair, on="_pid", how="left", maintain_order="left").with_columns(
+                    _n=pl.col("_n").fill_null(0)
+                )
+                for r in allp.filter(pl.col("_n") > pl.col("increase")).iter_rows(named=True):
+                    surplus_rows.append(r)
+                adjusted = allp.with_columns(
+                    increase=pl.when(pl.col("increase").is_not_null())
+                    .then((pl.col("increase") - pl.col("_n")).clip(lower_bound=0))
+                    .otherwise(pl.col("increase"))
+                ).drop("_pid", "_n")
+                ev = ev_mod.combine([ev.filter(~(is_prom & (pl.col("kind") == "interval"))), counter_events(adjusted)])
+
+    # ---------------- what each source counted
+    final_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
+    prom_in_events = ev.filter(is_prom).height if ev.height else 0
+    facts = a.counters.get("prometheus") or {}
+    readings = facts.get("counter_totals") or []
+    singles = [r for r in readings if r["samples"] == 1]
+    for r in singles:
+        sources.append(
+            {
+                "source": PROM_SINGLE,
+                "count": r["value"],
+                "window": [None, iso(r["time"], tz)],
+                "exact": True,
+                "in_events": 0,
+                "note": f"engine {r['engine']}: preemptions since engine start (or the last reset) at "
+                f"{iso(r['time'], tz)} ({r['from']}); a total without timing, not events",
+            }
+        )
+    if pairs.height and pairs.get_column("increase").is_not_null().any():
+        inc_total = int(pairs.get_column("increase").fill_null(0).sum())
+        w = facts.get("window")
+        sources.append(
+            {
+                "source": PROM_COUNTER,
+                "count": inc_total,
+                "window": [iso(w[0], tz), iso(w[1], tz)] if w else None,
+                "exact": True,
+                "in_events": prom_in_events,
+                "note": _prom_note(facts, pairs),
+            }
+        )
+    stats = a.stats
+    field_sum = (
+        int(stats.get_column("preemptions").fill_null(0).sum()) if stats.height and "preemptions" in stats.columns else 0
+    )
+    field_lines = stats.filter(pl.col("preemptions").is_not_null()).height if stats.height else 0
+    if field_lines:
+        sources.append(
+            {
+                "source": "log 'Preemptions: N' stats fields",
+                "count": field_sum,
+                "window": None,
+                "exact": True,
+                "in_events": final_kinds.get("interval", 0),
+                "note": "counted when the preempted request runs again (lags the preemption)",
+            }
+        )
+    v0 = a.counters.get("v0", {})
+    if v0.get("logged_lines"):
+        n_v0 = orig_kinds.get("logged", 0) + orig_kinds.get("reconstructed", 0)
+        runs = v0.get("runs", 0)
+        sources.append(
+            {
+                "source": "log V0 warnings (total_num_cumulative_preemption)",
+                "count": n_v0,
+                "window": None,
+                "exact": False,
+                "in_events": final_kinds.get("logged", 0) + final_kinds.get("reconstructed", 0),
+                "note": f"lower bound: up to 49 more per counter run ({runs} run(s)) are not visible in the log",
+            }
+        )
+    if orig_kinds.get("marker"):
+        sources.append(
+            {
+                "source": "log lines marked PREEMPTED (patched scheduler, hooks)",
+                "count": orig_kinds["marker"],
+                "window": None,
+                "exact": False,
+                "in_events": final_kinds.get("marker", 0),
+                "note": "one event per line; completeness depends on what wrote them",
+            }
+        )
+    bt = per_request_records(a.frames)
+    bt_total = sum(df.height for df in bt.values())
+    for name, df in bt.items():
+        sources.append(
+            {
+                "source": f"block-table preempt records ({name})",
+                "count": df.height,
+                "window": _span(df, tz),
+                "exact": False,
+                "in_events": None,
+                "note": "one record per preemption, with request id",
+            }
+        )
+    hist = facts.get("histogram")
+    if hist:
+        sources.append(
+            {
+                "source": "prometheus histogram (vllm:request_num_preemptions)",
+                "count": int(round(hist["preemptions_of_finished_requests"])),
+                "window": None,
+                "exact": False,
+                "in_events": 0,
+                "note": f"preemptions of the {int(hist['finished_requests'])} request(s) that finished between "
+                "scrapes; requests still running or waiting are not in it (a cross-check, not added)",
+            }
+        )
+
+    # ---------------- disagreements
+    if timed.height:
+        for e, kinds in sorted(dropped_by_engine.items()):
+            prom_e = int(timed.filter(pl.col("engine") == e).get_column("increase").sum()) if e != "all" else int(timed.get_column("increase").sum())
+            n_int = kinds.get("interval", 0)
+            if n_int and n_int != prom_e:
+                disagreements.append(
+                    f"engine {e}: the log's 'Preemptions: N' fields add up to {n_int} inside the scrape window, "
+                    f"the Prometheus counter rose by {prom_e} (counts near the window's edges can fall into the "
+                    "neighbouring stats interval; a larger gap means a clock offset or another engine)"
+                )
+            n_rec = kinds.get("reconstructed", 0)
+            if n_rec:
+                logged_e = ev.filter(
+                    ~is_prom & (pl.col("kind") == "logged") & (eng == e)
+                ).height if ev.height else 0
+                if n_rec + logged_e > prom_e:
+                    disagreements.append(
+                        f"engine {e}: the V0 warnings account for {n_rec + logged_e} preemptions in the scrape window, "
+                        f"more than the counter's increase of {prom_e}"
+                    )
+        for r in surplus_rows:
+            disagreements.append(
+                f"{r['_n']} per-preemption line(s) between {iso(r['start'], tz)} and {iso(r['end'], tz)} (engine "
+                f"{r['engine']}) but the counter rose by {r['increase']} ({r['source']}:{r['line']}): all lines kept; "
+                "check the clocks (--offset)"
+            )
+    for r in singles:
+        upto = ev.filter(
+            ~is_prom & (eng == r["engine"]) & (pl.col("time") <= r["time"])
+        ).height if ev.height else 0
+        if upto > r["value"]:
+            disagreements.append(
+                f"engine {r['engine']}: the log counted {upto} preemption(s) up to {iso(r['time'], tz)}, more than the "
+                f"counter's {r['value']} since engine start ({r['from']}): another engine or server, or a clock offset"
+            )
+    total = ev.height
+    # joiner.finish (run after this) turns block-table preempt records (frame bt_events) into events of kind
+    # "record" when no other source produced any: the total says so already.
+    bt_as_events = bt.get("bt_events").height if (total == 0 and "bt_events" in bt) else 0
+    if bt_as_events:
+        total = bt_as_events
+        for entry in sources:
+            if entry["source"] == "block-table preempt records (bt_events)":
+                entry["in_events"] = bt_as_events
+    if bt_total and bt_total != total:
+        spans = [w for w in (_span(df, tz) for df in bt.values()) if w]
+        when = f" ({min(w[0] for w in spans)} to {max(w[1] for w in spans)})" if spans else ""
+        disagreements.append(
+            f"block-table records hold {bt_total} preempt record(s){when}; the reconciled total over the whole "
+            f"bundle is {total} (the records may cover only part of the incident)"
+        )
+
+    # ---------------- the rule used
+    if bt_as_events:
+        rule = "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
+        quality = "as recorded"
+    elif timed.height:
+        rule = (
+            "Prometheus counter increases are authoritative inside the scrape window (per engine): the log's own "
+            "counts there are replaced by counter events; per-preemption lines are kept and take the place of "
+            "counter events in their scrape interval; outside the window the log's events stand"
+        )
+        quality = "exact" if not facts.get("resets") else "lower bound"
+    elif field_lines:
+        rule = "the log's 'Preemptions: N' stats fields (a build with the fix)"
+        quality = "exact"
+    elif v0.get("logged_lines"):
+        rule = "V0 counter deltas: warnings plus reconstructed counts"
+        quality = "lower bound"
+    elif singles and not total:
+        what = ", ".join(f"engine {r['engine']}: {r['value']} at {iso(r['time'], tz)}" for r in singles)
+        rule = (
+            "nothing placed in time: the only count is a single Prometheus reading per series, preemptions since "
+            f"engine start ({what}); a total without timing, reported but not turned into events"
+        )
+        quality = "counter reading only"
+    elif cap.has_log and cap.counts == "none":
+        rule = "none: " + cap.reason
+        quality = "unknown"
+    elif orig_kinds.get("marker"):
+        rule = "lines marked PREEMPTED"
+        quality = "lower bound"
+    else:
+        rule = "events found in the inputs"
+        quality = "unknown" if not total else "lower bound"
+    report: dict[str, Any] = {
+        "total": total,
+        "quality": quality,
+        "rule": rule,
+        "sources": sources,
+        "counter_readings": [
+            {
+                "engine": r["engine"],
+                "model_name": r["model_name"],
+                "value": r["value"],
+                "time": iso(r["time"], tz),
+                "samples": r["samples"],
+                "from": r["from"],
+                "meaning": "preemptions since engine start or the last counter reset",
+            }
+            for r in readings
+        ],
+        "single_readings": [
+            {"engine": r["engine"], "value": r["value"], "time": iso(r["time"], tz), "from": r["from"]} for r in singles
+        ],
+        "log_events_outside_scrape_window": _outside(ev, is_prom, timed) if timed.height else None,
+        "disagreements": disagreements,
+        "log": cap.as_dict() if cap.has_log else None,
+    }
+    return ev, report
+
+
+def _timed_pids(allp: "pl.DataFrame") -> list[int]:
+    import polars as pl
+
+    ok = allp.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
+    return ok.get_column("_pid").to_list()
+
+
+def _kind_counts(ev: "pl.DataFrame", cond: "pl.Expr") -> dict[str, int]:
+    return {k: n for k, n in ev.filter(cond).group_by("kind").len().iter_rows()}
+
+
+def _span(df: "pl.DataFrame", tz: str) -> list | None:
+    from .summary import iso
+
+    t = df.get_column("time").drop_nulls() if "time" in df.columns else None
+    if t is None or t.len() == 0:
+        return None
+    return [iso(t.min(), tz), iso(t.max(), tz)]
+
+
+def _prom_note(facts: dict, pairs: "pl.DataFrame") -> str:
+    import polars as pl
+
+    parts = [f"{facts.get('scrapes', 0)} scrape(s), {facts.get('series', 0)} series"]
+    base = pairs.filter(pl.col("increase").is_null())
+    if base.height:
+        parts.append(
+            f"{int(base.get_column('value').sum())} preemption(s) before the first scrape (since engine start, not placed)"
+        )
+    if facts.get("resets"):
+        parts.append(
+            f"{facts['resets']} counter reset(s): preemptions between the last scrape before a restart and the "
+            "restart are lost"
+        )
+    untimed = pairs.filter(pl.col("increase").is_not_null() & (pl.col("start").is_null() | pl.col("end").is_null()))
+    if untimed.height:
+        parts.append(f"{int(untimed.get_column('increase').sum())} counted in scrapes without a time (events without time)")
+    return "; ".join(parts)
+
+
+def _outside(ev: "pl.DataFrame", is_prom: "pl.Expr", timed: "pl.DataFrame") -> int:
+    """Log events of an engine that stand outside that engine's scrape window (kept, from the log's own count)."""
+    import polars as pl
+
+    if ev.height == 0:
+        return 0
+    win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
+    e = ev.filter(~is_prom).with_columns(_eng=pl.col("engine").fill_null("0")).join(
+        win, left_on="_eng", right_on="engine", how="left"
+    )
+    return e.filter(
+        pl.col("_w0").is_null() | (pl.col("time") <= pl.col("_w0")) | (pl.col("time") > pl.col("_w1"))
+    ).height

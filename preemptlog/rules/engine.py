@@ -1,0 +1,294 @@
+"""Column-wise evaluation of a RuleSet over all events at once.
+
+Input: one row per event with the event columns and the joiner's evidence
+columns (``<name>`` and ``<name>_src``, config ``<name>_status``). Output
+(``VERDICT_SCHEMA``): one row per event.
+
+- ``gate`` / ``sub_kind`` / ``rule`` / ``confidence``: from the fired rule of
+  lowest priority; ``undetermined`` (null sub_kind, rule, confidence "none")
+  when no rule fired.
+- ``gates_fired``: every gate with a fired rule (the guide: any one can trigger).
+- ``not_evaluable``: every gate none of whose rules could be evaluated, with
+  the evidence it lacked (``{gate, missing, needs}``).
+- ``evidence``: the chosen rule's cited values ``{name, value, threshold, src}``
+  (nulls dropped).
+- ``notes``: the chosen rule's note on how upstream vLLM differs, and a note
+  when a cited value is a default preemptlog assumed.
+
+No Python runs per event: every rule becomes polars expressions over columns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from . import expr as E
+from .model import GATES, Rule, RuleSet
+
+if TYPE_CHECKING:
+    import polars as pl
+
+UNDETERMINED = "undetermined"
+_DOWNGRADE = {"high": "medium", "medium": "low", "low": "low"}
+
+
+class Compiler:
+    """Names -> polars expressions (values and provenance) for one RuleSet."""
+
+    def __init__(self, rs: RuleSet, columns: set[str]) -> None:
+        self.rs = rs
+        self.columns = columns
+        self.thresholds = rs.threshold_values()
+        self._derived: dict[str, "pl.Expr"] = {}
+        self._derived_src: dict[str, "pl.Expr"] = {}
+
+    def value(self, name: str) -> "pl.Expr":
+        import polars as pl
+
+        if name in self.rs.derived:
+            if name not in self._derived:
+                node = E.parse(self.rs.derived[name])
+                self._derived[name] = E.compile_expr(node, self.value, self.thresholds)
+            return self._derived[name]
+        if name in self.columns:
+            return pl.col(name)
+        return pl.lit(None)
+
+    def src(self, name: str) -> "pl.Expr":
+        """Provenance of a name: its _src column, the event's file:line, or (derived) its inputs'."""
+        import polars as pl
+
+        if name in self.rs.derived:
+            if name not in self._derived_src:
+                self._derived_src[name] = self._src_of_node(E.parse(self.rs.derived[name]))
+            return self._derived_src[name]
+        if f"{name}_src" in self.columns:
+            return pl.col(f"{name}_src")
+        if name in self.columns and "source" in self.columns:
+            return pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)])
+        return pl.lit(None, pl.String)
+
+    def _src_of_node(self, node: object) -> "pl.Expr":
+        import polars as pl
+
+        # coalesce(a, b, ...): the provenance of the first value present.
+        if isinstance(node, E.Call) and node.func == "coalesce":
+            expr = None
+            for arg in node.args:
+                v = E.compile_expr(arg, self.value, self.thresholds)
+                s = self._src_of_node(arg)
+                expr = pl.when(v.is_not_null()).then(s) if expr is None else expr.when(v.is_not_null()).then(s)
+            return expr.otherwise(pl.lit(None, pl.String)) if expr is not None else pl.lit(None, pl.String)
+        if isinstance(node, E.Name):
+            return self.src(node.name)
+        used, _ = E.names(node)
+        parts = [self.src(n) for n in sorted(used)]
+        if not parts:
+            return pl.lit(None, pl.String)
+        return pl.concat_list(parts).list.drop_nulls().list.unique(maintain_order=True).list.join("; ").replace("", None)
+
+    def expr(self, text: str) -> "pl.Expr":
+        return E.compile_expr(E.parse(text), self.value, self.thresholds)
+
+    def present(self, name: str) -> "pl.Expr":
+        return self.value(name).is_not_null()
+
+
+def _cite_structs(c: Compiler, items: list[str], frame_schema: dict) -> "pl.Expr":
+    import polars as pl
+
+    structs = []
+    for item in items:
+        node = E.parse(item)
+        if isinstance(node, E.Binary) and node.op in ("<", "<=", ">", ">=", "==", "!=") and isinstance(node.left, E.Name):
+            name = node.left.name
+            right = E.compile_expr(node.right, c.value, c.thresholds)
+            rtext = item.split(node.op, 1)[1].strip()
+            is_lit = isinstance(node.right, (E.Num, E.Threshold))
+            thr_val = _value_text(right)
+            threshold = pl.concat_str(
+                [pl.lit(node.op + " "), thr_val]
+                + ([] if is_lit else [pl.lit(f" ({rtext})")])
+                + ([pl.lit(f" (${node.right.name})")] if isinstance(node.right, E.Threshold) else [])
+            )
+            right_src = None if is_lit else _src_for(c, node.right)
+        else:
+            if not isinstance(node, E.Name):
+                continue
+            name = node.name
+            threshold = pl.lit(None, pl.String)
+            right_src = None
+        value = _value_text(c.value(name))
+        src = c.src(name)
+        if right_src is not None:
+            src = pl.concat_list([src, right_src]).list.drop_nulls().list.unique(maintain_order=True).list.join("; ")
+        structs.append(
+            pl.struct(
+                pl.lit(name).alias("name"),
+                value.alias("value"),
+                threshold.cast(pl.String).alias("threshold"),
+                src.cast(pl.String).replace("", None).alias("src"),
+            )
+        )
+    if not structs:
+        return pl.lit(None)
+    lst = pl.concat_list(structs)
+    return lst.list.eval(pl.element().filter(pl.element().struct.field("value").is_not_null()))
+
+
+def _src_for(c: Compiler, node: object) -> "pl.Expr":
+    return c._src_of_node(node)
+
+
+def _value_text(v: "pl.Expr") -> "pl.Expr":
+    """Render any scalar as text: integers without '.0', floats rounded to 3 places."""
+    import polars as pl
+
+    f = v.cast(pl.Float64, strict=False)
+    num_text = pl.when(f % 1 == 0).then(f.cast(pl.Int64, strict=False).cast(pl.String)).otherwise(f.round(3).cast(pl.String))
+    return pl.when(f.is_not_null() & v.cast(pl.String, strict=False).str.contains(r"^-?[0-9.eE+]+$")).then(num_text).otherwise(
+        v.cast(pl.String, strict=False)
+    )
+
+
+def used_names(rs: RuleSet, extra: list[str] = ()) -> set[str]:
+    """Every evidence/event name the active rules (and ``extra`` names) read, derived values expanded."""
+    names: set[str] = set()
+    todo: list[str] = list(extra)
+    for r in rs.active:
+        for text in [r.when, *r.cite]:
+            todo += sorted(E.names(E.parse(text))[0])
+        todo += r.requires + r.requires_any + r.assumption_sensitive
+    seen: set[str] = set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in rs.derived:
+            todo += sorted(E.names(E.parse(rs.derived[n]))[0])
+        else:
+            names.add(n)
+    return names
+
+
+def rule_flags(frame: "pl.DataFrame", rs: RuleSet, rules: list[Rule] | None = None) -> "pl.DataFrame":
+    """Per rule: ``evaluable__<id>`` and ``fired__<id>`` boolean columns (nulls count as false)."""
+    import polars as pl
+
+    c = Compiler(rs, set(frame.columns))
+    cols = []
+    for r in rules if rules is not None else rs.active:
+        ev = pl.lit(True)
+        for n in r.requires:
+            ev = ev & c.present(n)
+        if r.requires_any:
+            any_ = pl.lit(False)
+            for n in r.requires_any:
+                any_ = any_ | c.present(n)
+            ev = ev & any_
+        fired = ev & c.expr(r.when).fill_null(False)
+        cols += [ev.fill_null(False).alias(f"evaluable__{r.id}"), fired.fill_null(False).alias(f"fired__{r.id}")]
+    return frame.with_columns(cols)
+
+
+def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
+    """Verdicts for every row of ``frame`` (events joined with evidence)."""
+    import polars as pl
+
+    rules = rs.active
+    df = rule_flags(frame, rs, rules)
+    c = Compiler(rs, set(frame.columns))
+
+    def chain(values: Callable[[Rule], "pl.Expr"], default: "pl.Expr") -> "pl.Expr":
+        expr = None
+        for r in rules:
+            cond = pl.col(f"fired__{r.id}")
+            expr = pl.when(cond).then(values(r)) if expr is None else expr.when(cond).then(values(r))
+        return default if expr is None else expr.otherwise(default)
+
+    def downgraded(r: Rule) -> "pl.Expr":
+        assumed = pl.lit(False)
+        for n in r.assumption_sensitive:
+            if f"{n}_status" in df.columns:
+                assumed = assumed | (pl.col(f"{n}_status") == "default").fill_null(False)
+        return pl.when(assumed).then(pl.lit(_DOWNGRADE[r.confidence])).otherwise(pl.lit(r.confidence))
+
+    def assumed_note(r: Rule) -> "pl.Expr":
+        parts = []
+        for n in r.assumption_sensitive:
+            if f"{n}_status" in df.columns:
+                parts.append(
+                    pl.when(pl.col(f"{n}_status") == "default")
+                    .then(pl.lit(f"{n} is not stated in the bundle; the verdict used preemptlog's assumed default"))
+                )
+        return pl.concat_list(parts) if parts else pl.lit([], pl.List(pl.String))
+
+    out = df.select(
+        "event_id",
+        chain(lambda r: pl.lit(r.gate), pl.lit(UNDETERMINED)).alias("gate"),
+        chain(lambda r: pl.lit(r.sub_kind, pl.String), pl.lit(None, pl.String)).alias("sub_kind"),
+        chain(lambda r: pl.lit(r.id), pl.lit(None, pl.String)).alias("rule"),
+        chain(downgraded, pl.lit("none")).alias("confidence"),
+        _gates_fired(rules).alias("gates_fired"),
+        _not_evaluable(rules, rs, c).alias("not_evaluable"),
+        chain(lambda r: _cite_structs(c, r.cite, df.schema), pl.lit(None)).alias("evidence"),
+        chain(
+            lambda r: pl.concat_list(
+                [pl.lit([r.upstream_note] if r.upstream_note else [], pl.List(pl.String)), assumed_note(r)]
+            ),
+            pl.lit([], pl.List(pl.String)),
+        )
+        .list.drop_nulls()
+        .alias("notes"),
+    )
+    return out
+
+
+def _gates_fired(rules: list[Rule]) -> "pl.Expr":
+    import polars as pl
+
+    parts = [pl.when(pl.col(f"fired__{r.id}")).then(pl.lit(r.gate)) for r in rules]
+    if not parts:
+        return pl.lit([], pl.List(pl.String))
+    # Report in gate order G1..G4, each once.
+    lst = pl.concat_list(parts).list.drop_nulls().list.unique()
+    return lst.list.sort()
+
+
+def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> "pl.Expr":
+    import polars as pl
+
+    items = []
+    for gate in GATES:
+        gr = [r for r in rules if r.gate == gate]
+        any_eval = pl.lit(False)
+        missing_names: list[str] = []
+        for r in gr:
+            flag = "fired" if r.only_when_fired else "evaluable"
+            any_eval = any_eval | pl.col(f"{flag}__{r.id}")
+            if r.only_when_fired:
+                continue
+            for n in r.requires + r.requires_any:
+                if n not in missing_names:
+                    missing_names.append(n)
+        missing = pl.concat_list([pl.when(~c.present(n)).then(pl.lit(n)) for n in missing_names]) if missing_names else pl.lit([], pl.List(pl.String))
+        item = pl.struct(
+            pl.lit(gate).alias("gate"),
+            missing.list.drop_nulls().alias("missing"),
+            pl.lit(rs.gates_help.get(gate, "")).alias("needs"),
+        )
+        items.append(pl.when(~any_eval).then(item))
+    return pl.concat_list(items).list.drop_nulls()
+
+
+VERDICT_COLUMNS = [
+    "gate",
+    "sub_kind",
+    "rule",
+    "confidence",
+    "gates_fired",
+    "not_evaluable",
+    "evidence",
+    "notes",
+]

@@ -1,0 +1,346 @@
+"""Rule files: load, validate, overlay, override.
+
+A rules file is TOML with these top-level keys only: ``version``,
+``thresholds`` (name -> {value, source}), ``derived`` (name -> expression),
+``rule`` (array of tables), ``gates`` (gate -> {evidence}). A rule has only
+the fields in :data:`RULE_FIELDS`. Anything else, an unknown gate, a name that
+is neither evidence nor derived nor an event column, an unknown threshold or a
+condition the expression language cannot parse is refused with one clear
+error naming the file and the rule: nothing from a rules file is ever run as
+code.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from . import expr as E
+
+GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
+SUB_KINDS = ("capacity", "fragmentation", "kv-exhausted")
+CONFIDENCE = ("high", "medium", "low")
+TOP_FIELDS = {"version", "thresholds", "derived", "rule", "gates"}
+RULE_FIELDS = {
+    "id",
+    "gate",
+    "sub_kind",
+    "priority",
+    "confidence",
+    "description",
+    "requires",
+    "requires_any",
+    "when",
+    "cite",
+    "assumption_sensitive",
+    "upstream_note",
+    "enabled",
+    "only_when_fired",
+    "sample",
+}
+SAMPLE_FIELDS = {"evidence", "expect"}
+EXPECT = ("fired", "not-fired", "not-evaluable")
+# Event columns a rule may read besides the evidence frame.
+EVENT_NAMES = {"kind", "mode", "engine", "request_id", "cumulative", "time_precision"}
+
+
+class RulesError(UsageError):
+    pass
+
+
+@dataclass
+class Threshold:
+    name: str
+    value: Any
+    source: str
+    origin: str = "default"  # default | rules file | --set
+
+
+@dataclass
+class Rule:
+    id: str
+    gate: str
+    when: str
+    priority: int = 100
+    sub_kind: str | None = None
+    confidence: str = "medium"
+    description: str = ""
+    requires: list[str] = field(default_factory=list)
+    requires_any: list[str] = field(default_factory=list)
+    cite: list[str] = field(default_factory=list)
+    assumption_sensitive: list[str] = field(default_factory=list)
+    upstream_note: str = ""
+    enabled: bool = True
+    only_when_fired: bool = False  # makes its gate "evaluable" only when it fires (a statement, not a test)
+    samples: list[dict] = field(default_factory=list)
+    origin: str = "default.toml"
+    order: int = 0
+
+
+@dataclass
+class RuleSet:
+    rules: list[Rule]
+    thresholds: dict[str, Threshold]
+    derived: dict[str, str]
+    gates_help: dict[str, str]
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def active(self) -> list[Rule]:
+        return sorted((r for r in self.rules if r.enabled), key=lambda r: (r.priority, r.order))
+
+    def threshold_values(self) -> dict[str, Any]:
+        return {k: t.value for k, t in self.thresholds.items()}
+
+    def describe(self) -> dict:
+        return {
+            "files": list(self.files),
+            "thresholds": [
+                {"name": t.name, "value": t.value, "origin": t.origin, "source": t.source}
+                for t in self.thresholds.values()
+            ],
+            "derived": dict(self.derived),
+            "rules": [
+                {
+                    "id": r.id,
+                    "gate": r.gate,
+                    "sub_kind": r.sub_kind,
+                    "priority": r.priority,
+                    "enabled": r.enabled,
+                    "confidence": r.confidence,
+                    "when": r.when,
+                    "requires": r.requires,
+                    "requires_any": r.requires_any,
+                    "description": r.description,
+                    "upstream_note": r.upstream_note,
+                    "origin": r.origin,
+                    "samples": len(r.samples),
+                }
+                for r in sorted(self.rules, key=lambda r: (r.priority, r.order))
+            ],
+        }
+
+
+def known_names() -> set[str]:
+    from ..joiner import VALUE_COLUMNS
+
+    return set(VALUE_COLUMNS) | EVENT_NAMES
+
+
+def _read(path: str | None) -> tuple[dict, str]:
+    if path is None:
+        text = resources.files("preemptlog.rules").joinpath("default.toml").read_text("utf-8")
+        return _parse_toml(text, "default.toml"), "default.toml"
+    p = Path(path)
+    try:
+        text = p.read_text("utf-8")
+    except OSError as exc:
+        raise RulesError(f"--rules {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise RulesError(f"--rules {path}: not UTF-8 text") from None
+    return _parse_toml(text, path), path
+
+
+def _parse_toml(text: str, name: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(f"{name}: not valid TOML ({exc})") from None
+
+
+def _check_keys(where: str, got: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(got) - allowed)
+    if unknown:
+        raise RulesError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}", hint="allowed: " + ", ".join(sorted(allowed)))
+
+
+def _str_list(where: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RulesError(f"{where}: expected a list of strings")
+    return list(value)
+
+
+def _build_rule(doc: dict, src: str, order: int) -> Rule:
+    if not isinstance(doc, dict):
+        raise RulesError(f"{src}: every [[rule]] must be a table")
+    rid = doc.get("id")
+    where = f"{src}: rule {rid!r}" if rid else f"{src}: rule #{order + 1}"
+    _check_keys(where, doc, RULE_FIELDS)
+    if not isinstance(rid, str) or not rid:
+        raise RulesError(f"{where}: 'id' (a string) is required")
+    gate = doc.get("gate")
+    if gate not in GATES:
+        raise RulesError(f"{where}: unknown gate {gate!r}", hint="one of " + ", ".join(GATES))
+    when = doc.get("when")
+    if not isinstance(when, str):
+        raise RulesError(f"{where}: 'when' (a condition string) is required")
+    sub = doc.get("sub_kind")
+    if sub is not None and sub not in SUB_KINDS:
+        raise RulesError(f"{where}: unknown sub_kind {sub!r}", hint="one of " + ", ".join(SUB_KINDS))
+    conf = doc.get("confidence", "medium")
+    if conf not in CONFIDENCE:
+        raise RulesError(f"{where}: confidence must be one of {', '.join(CONFIDENCE)}")
+    prio = doc.get("priority", 100)
+    if not isinstance(prio, int) or isinstance(prio, bool):
+        raise RulesError(f"{where}: priority must be an integer")
+    enabled = doc.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise RulesError(f"{where}: enabled must be true or false")
+    owf = doc.get("only_when_fired", False)
+    if not isinstance(owf, bool):
+        raise RulesError(f"{where}: only_when_fired must be true or false")
+    samples = doc.get("sample", [])
+    if not isinstance(samples, list):
+        raise RulesError(f"{where}: sample must be an array of tables")
+    for i, s in enumerate(samples):
+        if not isinstance(s, dict):
+            raise RulesError(f"{where}: sample #{i + 1} must be a table")
+        _check_keys(f"{where} sample #{i + 1}", s, SAMPLE_FIELDS)
+        if s.get("expect") not in EXPECT:
+            raise RulesError(f"{where} sample #{i + 1}: expect must be one of {', '.join(EXPECT)}")
+        if not isinstance(s.get("evidence", {}), dict):
+            raise RulesError(f"{where} sample #{i + 1}: evidence must be a table")
+    for key in ("description", "upstream_note"):
+        if key in doc and not isinstance(doc[key], str):
+            raise RulesError(f"{where}: {key} must be a string")
+    return Rule(
+        id=rid,
+        gate=gate,
+        when=when,
+        priority=prio,
+        sub_kind=sub,
+        confidence=conf,
+        description=doc.get("description", ""),
+        requires=_str_list(f"{where} requires", doc.get("requires", [])),
+        requires_any=_str_list(f"{where} requires_any", doc.get("requires_any", [])),
+        cite=_str_list(f"{where} cite", doc.get("cite", [])),
+        assumption_sensitive=_str_list(f"{where} assumption_sensitive", doc.get("assumption_sensitive", [])),
+        upstream_note=doc.get("upstream_note", ""),
+        enabled=enabled,
+        only_when_fired=owf,
+        samples=samples,
+        origin=src,
+        order=order,
+    )
+
+
+def _merge(rs: RuleSet, doc: dict, src: str) -> None:
+    _check_keys(src, doc, TOP_FIELDS)
+    version = doc.get("version", 1)
+    if version != 1:
+        raise RulesError(f"{src}: unsupported rules version {version!r} (this preemptlog reads version 1)")
+    for name, t in (doc.get("thresholds") or {}).items():
+        where = f"{src}: threshold {name!r}"
+        if not isinstance(t, dict):
+            raise RulesError(f"{where}: expected a table with value and source")
+        _check_keys(where, t, {"value", "source"})
+        if "value" not in t or not isinstance(t["value"], (int, float, str, bool)):
+            raise RulesError(f"{where}: 'value' (a number, string or boolean) is required")
+        origin = "default" if src == "default.toml" else "rules file"
+        rs.thresholds[name] = Threshold(name, t["value"], t.get("source", f"set in {src}"), origin)
+    for name, text in (doc.get("derived") or {}).items():
+        if not isinstance(text, str):
+            raise RulesError(f"{src}: derived {name!r} must be an expression string")
+        rs.derived[name] = text
+    for gate, g in (doc.get("gates") or {}).items():
+        if gate not in GATES:
+            raise RulesError(f"{src}: [gates] has unknown gate {gate!r}")
+        if not isinstance(g, dict):
+            raise RulesError(f"{src}: [gates.{gate}] must be a table")
+        _check_keys(f"{src}: [gates.{gate}]", g, {"evidence"})
+        rs.gates_help[gate] = str(g.get("evidence", ""))
+    by_id = {r.id: i for i, r in enumerate(rs.rules)}
+    rules = doc.get("rule", [])
+    if not isinstance(rules, list):
+        raise RulesError(f"{src}: 'rule' must be an array of tables ([[rule]])")
+    for i, raw in enumerate(rules):
+        rule = _build_rule(raw, src, len(rs.rules) + i)
+        if rule.id in by_id:
+            rule.order = rs.rules[by_id[rule.id]].order
+            rs.rules[by_id[rule.id]] = rule
+        else:
+            by_id[rule.id] = len(rs.rules)
+            rs.rules.append(rule)
+    rs.files.append(src)
+
+
+def validate(rs: RuleSet) -> None:
+    """Every expression parses, and names only known evidence, derived values and thresholds."""
+    known = known_names()
+    for name, text in rs.derived.items():
+        if name in known:
+            raise RulesError(f"derived {name!r} shadows an evidence column")
+    names_ok = known | set(rs.derived)
+    for name, text in rs.derived.items():
+        _check_expr(f"derived {name!r}", text, names_ok, rs)
+    for r in rs.rules:
+        where = f"{r.origin}: rule {r.id!r}"
+        _check_expr(f"{where} when", r.when, names_ok, rs)
+        for c in r.cite:
+            _check_expr(f"{where} cite {c!r}", c, names_ok, rs)
+        for n in r.requires + r.requires_any + r.assumption_sensitive:
+            if n not in names_ok:
+                raise RulesError(f"{where}: requires unknown evidence {n!r}")
+        for i, s in enumerate(r.samples):
+            for n in s.get("evidence", {}):
+                if n not in known:
+                    raise RulesError(f"{where} sample #{i + 1}: unknown evidence {n!r}")
+
+
+def _check_expr(where: str, text: str, names_ok: set[str], rs: RuleSet) -> None:
+    try:
+        node = E.parse(text)
+    except E.ExprError as exc:
+        raise RulesError(f"{where}: {exc}") from None
+    used, thr = E.names(node)
+    bad = sorted(used - names_ok)
+    if bad:
+        raise RulesError(f"{where}: unknown name(s) {', '.join(bad)}", hint="see `preemptlog rules --evidence`")
+    bad_t = sorted(thr - set(rs.thresholds))
+    if bad_t:
+        raise RulesError(f"{where}: unknown threshold(s) {', '.join('$' + t for t in bad_t)}")
+
+
+def apply_set(rs: RuleSet, items: list[str] | None) -> None:
+    """``--set name=value`` (a threshold) or ``--set RULE_ID.enabled=true|false``."""
+    for item in items or []:
+        if "=" not in item:
+            raise RulesError(f"--set expects name=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key.endswith(".enabled"):
+            rid = key[: -len(".enabled")]
+            rule = next((r for r in rs.rules if r.id == rid), None)
+            if rule is None:
+                raise RulesError(f"--set {item}: no rule {rid!r}")
+            if raw.lower() not in ("true", "false"):
+                raise RulesError(f"--set {item}: expected true or false")
+            rule.enabled = raw.lower() == "true"
+            continue
+        if key not in rs.thresholds:
+            raise RulesError(f"--set {item}: unknown threshold {key!r}", hint="known: " + ", ".join(sorted(rs.thresholds)))
+        old = rs.thresholds[key].value
+        value: Any
+        try:
+            value = type(old)(raw) if not isinstance(old, bool) else raw.lower() == "true"
+            if isinstance(old, (int, float)) and not isinstance(old, bool):
+                value = float(raw) if isinstance(old, float) else int(float(raw))
+        except ValueError:
+            raise RulesError(f"--set {item}: {raw!r} is not a {type(old).__name__}") from None
+        rs.thresholds[key] = Threshold(key, value, rs.thresholds[key].source, "--set")
+
+
+def load_rules(extra_files: list[str] | None = None, sets: list[str] | None = None) -> RuleSet:
+    rs = RuleSet(rules=[], thresholds={}, derived={}, gates_help={})
+    doc, name = _read(None)
+    _merge(rs, doc, name)
+    for path in extra_files or []:
+        doc, name = _read(path)
+        _merge(rs, doc, name)
+    apply_set(rs, sets)
+    validate(rs)
+    return rs

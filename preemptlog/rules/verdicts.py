@@ -1,0 +1,96 @@
+"""Verdicts for an Analysis: events joined with evidence, evaluated column-wise.
+
+``VERDICT_SCHEMA`` (one row per event, keyed by ``event_id``): gate, sub_kind,
+rule, confidence, gates_fired, not_evaluable, evidence, notes,
+contributing_factors, recommendations.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .engine import evaluate
+from .factors import factors
+from .model import RuleSet
+from .recommend import by_gate
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..analysis import Analysis
+
+VERDICT_COLUMNS = [
+    "gate",
+    "sub_kind",
+    "rule",
+    "confidence",
+    "gates_fired",
+    "not_evaluable",
+    "evidence",
+    "notes",
+    "contributing_factors",
+    "recommendations",
+]
+
+
+def event_frame(analysis: "Analysis") -> "pl.DataFrame":
+    """Events with their evidence columns and per-request preemption counts."""
+    import polars as pl
+
+    ev = analysis.events.select(
+        "event_id", "kind", "mode", "engine", "request_id", "cumulative", "time_precision", "source", "line"
+    )
+    if analysis.evidence is not None and analysis.evidence.height:
+        ev = ev.join(analysis.evidence, on="event_id", how="left")
+    counts = (
+        ev.filter(pl.col("request_id").is_not_null()).group_by("request_id").len().rename({"len": "_request_preemptions"})
+    )
+    return ev.join(counts, on="request_id", how="left")
+
+
+def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
+    import polars as pl
+
+    frame = event_frame(analysis)
+    if frame.height == 0:
+        return pl.DataFrame(schema={"event_id": pl.String} | {c: pl.String for c in VERDICT_COLUMNS})
+    # A verdict depends only on the event's inputs, not on its id: evaluate each distinct
+    # combination once (200 k reconstructed events of one counter jump are one row), then
+    # give every event its group's verdict. Exact: grouping compares values, not hashes.
+    from .engine import used_names
+    from .factors import FACTOR_INPUTS
+
+    used = used_names(rs, FACTOR_INPUTS)
+    inputs = [
+        c
+        for c in frame.columns
+        if c != "event_id"
+        and (c in used or c.removesuffix("_src") in used or c.removesuffix("_status") in used
+             or c in ("source", "line", "_request_preemptions"))
+    ]
+    groups = frame.select(["event_id"] + inputs).group_by(inputs, maintain_order=True).agg(
+        pl.col("event_id").alias("_ids")
+    )
+    groups = groups.with_row_index("_g").with_columns(event_id=pl.col("_g").cast(pl.String))
+    unique = groups.drop("_ids")
+    v = evaluate(unique, rs)
+    v = v.with_columns(unique.select(factors(unique, rs).alias("contributing_factors")))
+    v = (
+        v.drop("event_id")
+        .with_columns(groups.get_column("_ids"))
+        .explode("_ids")
+        .rename({"_ids": "event_id"})
+    )
+    v = frame.select("event_id").join(v, on="event_id", how="left", maintain_order="left")
+    recs = by_gate(analysis)
+    key = (
+        pl.when(pl.col("gate") == "G1-kv-space")
+        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
+        .otherwise(pl.col("gate"))
+    )
+    lookup = pl.DataFrame(
+        {"_key": list(recs.keys()), "recommendations": list(recs.values())},
+        schema={"_key": pl.String, "recommendations": pl.List(pl.String)},
+    )
+    v = v.with_columns(_key=key).join(lookup, on="_key", how="left").drop("_key")
+    return v.select(["event_id"] + VERDICT_COLUMNS)

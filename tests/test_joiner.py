@@ -1,0 +1,175 @@
+"""The time-window joiner: a bundle where every source meets, asserted value by value."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import polars as pl
+import pytest
+
+from preemptlog import joiner
+from preemptlog.analysis import AnalyzeOptions, analyze
+
+from .conftest import FIXTURES, ROOT
+
+B = "joined/"
+V, BT, KV, DM = B + "vllm.log:", B + "blocktable.jsonl:", B + "kvevents.jsonl:", B + "dmon.txt:"
+
+# Event A: "Req-42 PREEMPTED" at 05:10:38; window [05:10:28, 05:10:40].
+EXPECT_A = {
+    "sched_step": (3, V + "13"),
+    "sched_free_blocks": (9, V + "13"),
+    "sched_pending": (2, V + "13"),
+    "sched_running": (30, V + "13"),
+    "sched_age_s": (2.0, V + "13"),  # line 13 is a bare print: inherits 05:10:36 from line 12
+    "lookback_steps": (3, V + "13"),
+    "lookback_min_free_blocks": (9, V + "13"),
+    "pending_count": (2, V + "13"),
+    "pending_max_blocks_needed": (40, V + "14"),
+    "pending_min_blocks_needed": (2, V + "15"),
+    "pending_over_free": (1, V + "13"),
+    "batch_variance": (318.0, V + "16"),
+    "batch_threshold": (256.0, V + "16"),
+    "lookback_max_variance": (318.0, V + "16"),
+    "req_blocks_before": (8, BT + "4"),  # the record at 36.5 s is later than the text line at 36 s
+    "req_blocks_after": (12, BT + "4"),
+    "req_blocks_held": (12, BT + "3"),
+    "req_num_tokens": (180, BT + "3"),
+    "req_shared_blocks": (1, BT + "3"),
+    "prefix_conflict_with": ("9", BT + "6"),
+    "bt_preempt_offset_s": (-0.2, BT + "8"),
+    "bt_preempt_blocks_needed": (None, None),  # the preempt record states no blocks_needed
+    "batch_max_len": (40, BT + "5"),  # longest table of the nearest step (1202)
+    "pool_free_blocks": (9, BT + "7"),
+    "pool_largest_free_run": (4, BT + "7"),
+    "pool_free_regions": (3, BT + "7"),
+    "pool_block_size": (16, BT + "7"),
+    "pool_total_blocks": (256, BT + "7"),
+    "lookback_min_largest_free_run": (4, BT + "7"),
+    "kv_stored_blocks": (3, KV + "1-2"),
+    "kv_removed_blocks": (3, KV + "1-2"),
+    "kv_cleared": (0, KV + "1-2"),
+    "kv_usage_max": (99.5, V + "18"),
+    "kv_usage_at": (95.0, V + "2"),
+    "waiting_at": (10, V + "2"),
+    "waiting_delta": (4, V + "18"),
+    "running_at": (31, V + "2"),
+    "running_delta": (-2, V + "18"),
+    "fb_at_mb": (41000.0, DM + "10"),
+    "fb_jump_mb": (6000.0, DM + "8"),
+    "fb_jump_gpu": (1, DM + "8"),
+    "sm_at_pct": (91.0, DM + "10"),
+    "mem_at_pct": (61.0, DM + "10"),
+    "cfg_block_size": (16, BT + "1", "seen"),
+    "cfg_max_num_seqs": (64, V + "1", "seen"),
+    "cfg_max_num_batched_tokens": (None, None, None),
+    "cfg_max_model_len": (None, None, None),
+    "cfg_num_gpu_blocks": (None, None, None),
+    "cfg_gpu_memory_utilization": (0.9, None, "default"),
+    "cfg_enable_prefix_caching": (True, V + "1", "seen"),
+    "cfg_enable_chunked_prefill": (None, None, None),
+    "cfg_speculative": (None, None, None),
+}
+# Event B: "Req-7 PREEMPTED" at 05:11:31: only stats, KV events (quiet) and config reach it.
+EXPECT_B = {name: (None, None) for name in joiner.VALUE_COLUMNS}
+EXPECT_B.update(
+    {
+        "kv_stored_blocks": (0, None),
+        "kv_removed_blocks": (0, None),
+        "kv_cleared": (0, None),
+        "kv_usage_max": (60.0, V + "19"),
+        "kv_usage_at": (60.0, V + "19"),
+        "waiting_at": (3, V + "19"),
+        "waiting_delta": (0, V + "19"),
+        "running_at": (30, V + "19"),
+        "running_delta": (0, V + "19"),
+        **{k: v for k, v in EXPECT_A.items() if k.startswith("cfg_")},
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def joined():
+    return analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026))
+
+
+def test_evidence_schema(joined):
+    ev = joined.evidence
+    assert {k: str(v) for k, v in ev.schema.items()} == joiner.EVIDENCE_SCHEMA
+    for name in joiner.VALUE_COLUMNS:
+        assert f"{name}_src" in joiner.EVIDENCE_SCHEMA
+    assert ev.get_column("event_id").to_list() == [V + "17", V + "20"]
+
+
+@pytest.mark.parametrize("event,expect", [(V + "17", EXPECT_A), (V + "20", EXPECT_B)])
+def test_evidence_value_by_value(joined, event, expect):
+    row = joined.evidence.filter(pl.col("event_id") == event).row(0, named=True)
+    assert set(expect) == set(joiner.VALUE_COLUMNS)
+    for name, exp in expect.items():
+        assert row[name] == exp[0], name
+        assert row[f"{name}_src"] == exp[1], f"{name}_src"
+        if len(exp) == 3:
+            assert row[f"{name}_status"] == exp[2], f"{name}_status"
+
+
+def test_skew_estimate_is_a_note_not_applied(joined):
+    assert any("clock skew estimate" in n and "-0.200 s" in n for n in joined.notes)
+
+
+def test_offset_moves_a_source(tmp_path):
+    a = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026, offsets={"blocktable": 0.2}))
+    row = a.evidence.row(0, named=True)
+    assert row["bt_preempt_offset_s"] == 0.0
+    b = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026, offsets={"joined/dmon.txt": -100}))
+    assert b.evidence.row(0, named=True)["fb_at_mb"] is None
+
+
+def test_windows_and_lookback_options():
+    a = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026, before=1, after=0, lookback_steps=0))
+    row = a.evidence.row(0, named=True)
+    assert row["sched_free_blocks"] is None  # the step is 2 s old
+    assert (row["kv_stored_blocks"], row["kv_removed_blocks"], row["kv_stored_blocks_src"]) == (1, 3, KV + "2-2")
+    assert row["pool_free_blocks"] == 9 and row["lookback_min_largest_free_run"] == 4
+    c = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026, lookback_steps=0))
+    r = c.evidence.row(0, named=True)
+    assert (r["lookback_steps"], r["lookback_min_free_blocks"], r["lookback_max_variance"]) == (1, 9, 318.0)
+
+
+def test_absent_sources_are_null(tmp_path):
+    p = tmp_path / "v.log"
+    p.write_text("WARNING 11-30 05:10:38 [scheduler.py:10] Req-42 PREEMPTED\n")
+    a = analyze([str(p)], AnalyzeOptions(tz="UTC", year=2026))
+    row = a.evidence.row(0, named=True)
+    for name in joiner.VALUE_COLUMNS:
+        if name.startswith("cfg_"):
+            continue
+        assert row[name] is None and row[f"{name}_src"] is None, name
+    assert row["cfg_block_size_status"] == "default"
+
+
+def test_machine_formats_carry_evidence_after_event_columns(joined, tmp_path):
+    from preemptlog.events import EVENTS_SCHEMA
+    from preemptlog.render import event_rows
+    from preemptlog.rules.verdicts import VERDICT_COLUMNS
+
+    df = event_rows(joined)
+    n, m = len(EVENTS_SCHEMA), len(VERDICT_COLUMNS)
+    assert df.columns[:n] == list(EVENTS_SCHEMA)
+    assert df.columns[n : n + m] == VERDICT_COLUMNS
+    assert df.columns[n + m :] == list(joiner.EVIDENCE_SCHEMA)[1:]
+
+
+def test_compute_without_events_and_untimed_event():
+    empty = joiner.compute(pl.DataFrame(schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")}), {})
+    assert empty.height == 0 and list(empty.columns) == list(joiner.EVIDENCE_SCHEMA)
+    one = joiner.compute(pl.DataFrame({"event_id": ["x"], "time": [None]},
+                                      schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")}), {})
+    assert one.row(0, named=True)["event_id"] == "x" and one.row(0, named=True)["sched_step"] is None
+
+
+def test_benchmark_runs_small():
+    spec = importlib.util.spec_from_file_location("joiner_bench", ROOT / "bench" / "joiner_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r = mod.run(2000, 16000, 8)
+    assert r["evidence_rows"] == 2000 and r["with_fb_jump"] > 0 and r["with_sched"] > 0
