@@ -15,6 +15,9 @@ Order of work (see sources/__init__.py for the two-phase source interface):
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +71,28 @@ class Analysis:
         return summarize(self)
 
 
+class Profile:
+    """Stage timings on stderr when ``PREEMPTLOG_PROFILE=1`` (see docs/performance.md).
+
+    Each :meth:`mark` prints the wall and CPU seconds since the previous mark.
+    """
+
+    def __init__(self) -> None:
+        self.on = os.environ.get("PREEMPTLOG_PROFILE", "") not in ("", "0")
+        self._wall = time.perf_counter()
+        self._cpu = time.process_time()
+
+    def mark(self, stage: str) -> None:
+        if not self.on:
+            return
+        wall, cpu = time.perf_counter(), time.process_time()
+        sys.stderr.write(f"preemptlog profile: {stage:<24} {wall - self._wall:7.3f} s wall {cpu - self._cpu:7.3f} s cpu\n")
+        self._wall, self._cpu = wall, cpu
+
+
+PROFILE = Profile()
+
+
 def analyze(
     paths: list[str],
     options: AnalyzeOptions | None = None,
@@ -91,6 +116,8 @@ def analyze(
 
 
 def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) -> Analysis:
+    prof = PROFILE
+    prof.mark("start")
     import polars as pl
 
     from . import events as ev
@@ -111,7 +138,9 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     thresholds = ruleset.threshold_values() if ruleset is not None else {}
     kv_ceiling = options.kv_ceiling if options.kv_ceiling is not None else float(thresholds.get("kv_ceiling", 95.0))
     lookback = options.lookback_steps if options.lookback_steps is not None else int(thresholds.get("lookback_steps", 3))
+    prof.mark("imports, rules")
     bundle = collect(paths, ws, parse_kind_overrides(options.kinds), stdin=stdin)
+    prof.mark("bundle")
     warnings: list[str] = list(bundle.warnings)
     partial = bool(bundle.warnings)
     recognised = [f for f in bundle.files if f.stream >= 0]
@@ -134,6 +163,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         if files:
             parsed.append((name, kind.parse(files)))
     other_anchors = [a for _, p in parsed for a in p.anchors()]
+    prof.mark("other sources, phase 1")
 
     # The vLLM logs.
     frames = []
@@ -145,6 +175,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         if df is not None:
             frames.append(df)
     records = pl.concat(frames, how="vertical") if frames else vllm_log.scan_empty()
+    prof.mark(f"vllm logs ({records.height} rec)")
     names = {f.file_id: f.display for f in bundle.files}
     streams: dict[int, StreamMeta] = {}
     file_stream: dict[int, tuple[int, int]] = {}
@@ -163,6 +194,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         records, streams, file_stream, TimeOptions(year=options.year, tz=options.tz), bundle_anchors=other_anchors
     )
     records = with_source(records, names)
+    prof.mark("timebase")
     records = _apply_offsets(records, options.offsets, vllm_log.KIND)
     assumptions = list(tres.assumptions)
     if options.offsets:
@@ -184,15 +216,20 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         outputs.append(fam.from_records(records, ctx))
     for _name, p in parsed:
         outputs.append(p.resolve(ctx))
+    prof.mark("families, phase 2")
 
     stats = vstats.parse(records)
+    prof.mark("stats")
     extra_config = [o.config for o in outputs if o.config is not None and o.config.height]
     config = vconfig.parse(records, stats, extra=extra_config)
+    prof.mark("config")
     reqs = vrequests.parse(records)
+    prof.mark("requests")
     logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
     interval = preemptions.interval_events(stats, records)
     markers = preemptions.marker_events(records)
     events = ev.combine([logged, recon, interval, markers] + [e for o in outputs for e in o.events])
+    prof.mark(f"events ({events.height})")
 
     extra_frames: dict[str, pl.DataFrame] = {}
     notes: list[str] = []
@@ -232,15 +269,18 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     from .summary import honesty_notes
 
     reconcile_counts(analysis, kv_ceiling)  # de-duplicated events, counts per source, pressure intervals
-    analysis.notes = honesty_notes(analysis) + notes
+    prof.mark("reconcile")
+    analysis.notes = honesty_notes(analysis) + notes + analysis.notes  # + what reconciliation noted
     from .joiner import finish
 
     finish(analysis, before=options.before, after=options.after, lookback_steps=lookback)
+    prof.mark("joiner")
     if ruleset is not None:
         from .rules.verdicts import verdicts
 
         analysis.ruleset = ruleset
         analysis.verdicts = verdicts(analysis, ruleset)
+        prof.mark("verdicts")
     return analysis
 
 

@@ -1,9 +1,22 @@
 """An incident bundle: the files given on the command line, sniffed and ordered.
 
-Inputs are files, folders (walked recursively, symlinks not followed), ``-``
-for standard input (spooled to a private temporary file) and archives
-(``.tar``, ``.tar.gz``/``.tgz``, ``.zip``; see archive.py). Every file is
-recognised by its content, not its name; ``--kind FILE=KIND`` overrides.
+Inputs are files, folders (walked recursively), ``-`` for standard input
+(spooled to a private temporary file) and archives (``.tar``,
+``.tar.gz``/``.tgz``, ``.tar.bz2``, ``.tar.xz``, ``.tar.zst``, ``.zip``;
+unpacked safely by archive.py). Every file is recognised by its content, not
+its name (a sample of every line's start, so a 10 MB first line hides
+nothing; the tail too when the head is not recognised); ``--kind FILE=KIND``
+overrides.
+
+Hostile inputs (see README "Robustness"): inside folders, symbolic links are
+followed only when they stay inside the folder (others are reported and
+skipped), folder links are never descended (no loops); FIFOs, devices and
+sockets are skipped without being opened (never blocks); the same file
+reached twice is read once; an input that cannot be read is a warning (the
+run ends PARTIAL) unless nothing can be read; UTF-16/32 text (with a BOM, or
+plainly UTF-16) is read through a UTF-8 copy; other encodings are read as
+UTF-8 with bad bytes replaced; a plain file whose last line has no line end
+(truncated, or still being written) is read and reported (PARTIAL).
 
 Rotated sets (``vllm.log``, ``vllm.log.1``, ``vllm.log.2.gz``, or
 ``vllm.log-20261129.gz``) of the same kind in the same folder form one
@@ -16,23 +29,27 @@ temporary files live in a private folder that is removed on every exit path.
 
 from __future__ import annotations
 
+import atexit
+import errno
 import os
 import re
 import shutil
 import stat
 import sys
 import tempfile
+import weakref
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import sources
 from .errors import InputError, UsageError
-from .textio import compression_of, gzip_header_mtime, read_head
+from .textio import compression_of, read_head
 
 ROTATION_RE = re.compile(
     r"^(?P<base>.+?)(?:\.(?P<num>\d{1,4})|-(?P<date>\d{8}(?:\d{2}){0,3}))?(?P<comp>\.gz|\.zst|\.zstd)?$"
 )
-MAX_FILES = 100_000
+MAX_FILES = 65_000  # file ids are UInt16 in the records frame
 
 
 @dataclass
@@ -69,21 +86,29 @@ class InputFile:
 class Bundle:
     files: list[InputFile]
     workdir: "Workspace"
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # damage or skipped input: the run is PARTIAL
+    originals: list[Path] = field(default_factory=list)  # every file and archive read as given (never written)
+    _streams: "dict[int, list[InputFile]] | None" = field(default=None, repr=False, compare=False)
 
     def of_kind(self, kind: str) -> list[InputFile]:
         return [f for f in self.files if f.kind == kind]
 
     @property
     def unrecognised(self) -> list[InputFile]:
-        return [f for f in self.files if f.kind in ("unknown", "binary", "empty", "unreadable")]
+        return [f for f in self.files if f.kind in UNRECOGNISED]
 
     def streams(self) -> dict[int, list[InputFile]]:
-        out: dict[int, list[InputFile]] = {}
-        for f in sorted(self.files, key=lambda f: (f.stream, f.order)):
-            if f.stream >= 0:
-                out.setdefault(f.stream, []).append(f)
-        return out
+        """Stream id -> its files, oldest first (cached: call refresh_streams() after reassigning)."""
+        if self._streams is None:
+            out: dict[int, list[InputFile]] = {}
+            for f in sorted(self.files, key=lambda f: (f.stream, f.order)):
+                if f.stream >= 0:
+                    out.setdefault(f.stream, []).append(f)
+            self._streams = out
+        return self._streams
+
+    def refresh_streams(self) -> None:
+        self._streams = None
 
     def stream_name(self, stream: int) -> str:
         files = self.streams().get(stream, [])
@@ -94,8 +119,19 @@ class Bundle:
         return f"{files[-1].display} (+{len(files) - 1} rotated)"
 
 
+UNRECOGNISED = ("unknown", "binary", "empty", "unreadable")
+
+_LIVE_WORKSPACES: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_workspaces() -> None:
+    for ws in list(_LIVE_WORKSPACES):
+        ws.close()
+
+
 class Workspace:
-    """A private temporary folder, removed on close (and on interpreter exit)."""
+    """A private temporary folder (mode 0700, under TMPDIR), removed on close and at interpreter exit."""
 
     def __init__(self) -> None:
         self._dir: Path | None = None
@@ -105,6 +141,7 @@ class Workspace:
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="preemptlog-"))
             os.chmod(self._dir, 0o700)
+            _LIVE_WORKSPACES.add(self)
         return self._dir
 
     def new_file(self, name: str) -> Path:
@@ -117,6 +154,7 @@ class Workspace:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+            _LIVE_WORKSPACES.discard(self)
 
     def __enter__(self) -> "Workspace":
         return self
@@ -149,16 +187,33 @@ def _is_text(head: bytes) -> bool:
     return control <= len(sample) // 20 + 1
 
 
+@dataclass
+class _Entry:
+    path: Path
+    display: str
+    is_stdin: bool = False
+    skip: str | None = None  # why it is not read (it becomes an "unreadable" file with this warning)
+    original: bool = True  # a file of the user's (not a temporary copy)
+
+
 def collect(
     paths: list[str],
     workspace: Workspace,
     kind_overrides: dict[str, str] | None = None,
     stdin=None,
 ) -> Bundle:
-    """Resolve command-line inputs into a sniffed, ordered Bundle."""
+    """Resolve command-line inputs into a sniffed, ordered Bundle.
+
+    An input that cannot be read (missing, permission denied, a symlink loop)
+    is a warning when other inputs can be read (the run ends PARTIAL), an
+    InputError when none can. The same file reached twice (given twice, through
+    a symlink or a hard link) is read once.
+    """
     kind_overrides = kind_overrides or {}
-    raw: list[tuple[Path, str, bool]] = []  # (path, display, is_stdin)
+    entries: list[_Entry] = []
     warnings: list[str] = []
+    problems: list[str] = []
+    originals: list[Path] = []
     if not paths:
         raise UsageError("no input given", hint="pass a log file, a bundle folder or archive, or - for standard input")
     stdin_used = False
@@ -167,58 +222,123 @@ def collect(
             if stdin_used:
                 raise UsageError("standard input (-) given twice")
             stdin_used = True
-            raw.append((_spool_stdin(workspace, stdin), "<stdin>", True))
+            entries.append(_Entry(_spool_stdin(workspace, stdin), "<stdin>", True, original=False))
             continue
         path = Path(p)
         try:
             st = path.stat()
-        except FileNotFoundError:
-            raise InputError(f"{p}: no such file or folder") from None
-        except PermissionError:
-            raise InputError(f"{p}: permission denied") from None
         except OSError as exc:
-            raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+            problems.append(_stat_problem(p, exc))
+            continue
         if stat.S_ISDIR(st.st_mode):
-            raw.extend(_walk(path, warnings))
-        elif _archive_kind(path):
-            from .archive import unpack
+            entries.extend(_walk(path, warnings))
+        elif stat.S_ISREG(st.st_mode) and _archive_kind(path):
+            from .archive import NotAnArchive, unpack
 
-            root = unpack(path, workspace)
-            for member, display in _walk_unpacked(root, p):
-                raw.append((member, display, False))
+            try:
+                root = unpack(path, workspace, warnings)
+            except NotAnArchive:
+                entries.append(_Entry(path, p))
+                continue
+            originals.append(path)
+            entries.extend(_Entry(member, display, original=False) for member, display in _walk_unpacked(root, p))
         else:
-            raw.append((path, p, False))
-    if len(raw) > MAX_FILES:
-        raise InputError(f"too many files ({len(raw)}); the limit is {MAX_FILES}")
+            entries.append(_Entry(path, p))
+    if problems:
+        if not entries:
+            more = f" (and {len(problems) - 1} more input(s) that cannot be read)" if len(problems) > 1 else ""
+            raise InputError(problems[0] + more)
+        warnings.extend(f"{msg}: skipped" for msg in problems)
+    if len(entries) > MAX_FILES:
+        raise InputError(f"too many files ({len(entries)}); the limit is {MAX_FILES}", hint="analyse the bundle in parts")
 
-    files: list[InputFile] = []
-    for path, display, is_stdin in raw:
-        files.append(_describe(len(files), path, display, is_stdin, kind_overrides))
+    # Files reached through a symbolic link are described last, so that a file
+    # reached twice keeps its own name rather than the link's.
+    described: list[tuple[int, InputFile]] = []
+    seen: dict[tuple[int, int], InputFile] = {}
+    order = sorted(range(len(entries)), key=lambda i: (entries[i].path.is_symlink(), i))
+    for i in order:
+        e = entries[i]
+        f = _describe(-1, e, kind_overrides, workspace, warnings, seen)
+        if f is None:
+            continue
+        described.append((i, f))
+        if e.original and f.kind != "unreadable":
+            originals.append(e.path)
+    files = [f for _, f in sorted(described, key=lambda t: t[0])]
+    for file_id, f in enumerate(files):
+        f.file_id = file_id
     _assign_streams(files)
-    return Bundle(files=files, workdir=workspace, warnings=warnings)
+    return Bundle(files=files, workdir=workspace, warnings=warnings, originals=originals)
+
+
+def _stat_problem(p: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        if os.path.islink(p):
+            return f"{p}: symbolic link to a missing file ({os.readlink(p)})"
+        return f"{p}: no such file or folder"
+    if isinstance(exc, PermissionError):
+        return f"{p}: permission denied"
+    if exc.errno == errno.ELOOP:
+        return f"{p}: symbolic link loop"
+    return f"{p}: cannot read ({exc.strerror or exc})"
+
+
+ARCHIVE_SUFFIXES = (
+    (".tar.gz", "tgz"), (".tgz", "tgz"), (".tar", "tar"), (".zip", "zip"), (".tar.zst", "tzst"),
+    (".tar.zstd", "tzst"), (".tzst", "tzst"), (".tar.bz2", "tbz2"), (".tbz2", "tbz2"), (".tar.xz", "txz"),
+    (".txz", "txz"),
+)
 
 
 def _archive_kind(path: Path) -> str | None:
     name = path.name.lower()
-    for suffix, kind in ((".tar.gz", "tgz"), (".tgz", "tgz"), (".tar", "tar"), (".zip", "zip"), (".tar.zst", "tzst")):
+    for suffix, kind in ARCHIVE_SUFFIXES:
         if name.endswith(suffix):
             return kind
     return None
 
 
-def _walk(root: Path, warnings: list[str]) -> list[tuple[Path, str, bool]]:
-    out: list[tuple[Path, str, bool]] = []
+def _inside(root_real: str, target_real: str) -> bool:
+    return target_real == root_real or target_real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def _walk(root: Path, warnings: list[str]) -> list[_Entry]:
+    """Every file under ``root``, sorted; symbolic links are followed only when they stay inside ``root``."""
+    out: list[_Entry] = []
+    root_real = os.path.realpath(root)
 
     def onerror(exc: OSError) -> None:
-        warnings.append(f"{exc.filename}: cannot list folder ({exc.strerror})")
+        warnings.append(f"{exc.filename}: cannot list folder ({exc.strerror}): skipped")
+
+    def display_of(full: str) -> str:
+        rel = os.path.relpath(full, root)
+        return str(Path(root.name) / rel) if root.name else rel
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
         dirnames.sort()
+        for name in list(dirnames):
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):  # not descended into (no loops); outside targets are reported
+                target = os.path.realpath(full)
+                if not _inside(root_real, target):
+                    out.append(_Entry(Path(full), display_of(full), skip=(
+                        f"symbolic link to a folder outside the bundle ({target}): not followed; "
+                        "give it on the command line to read it"
+                    )))
         for name in sorted(filenames):
-            full = Path(dirpath) / name
-            rel = full.relative_to(root)
-            display = str(Path(root.name) / rel) if root.name else str(rel)
-            out.append((full, display, False))
+            full = os.path.join(dirpath, name)
+            entry = _Entry(Path(full), display_of(full))
+            if os.path.islink(full):
+                target = os.path.realpath(full)
+                if not os.path.exists(full):
+                    pass  # dangling or a loop: _describe reports it
+                elif not _inside(root_real, target):
+                    entry.skip = (
+                        f"symbolic link to a file outside the bundle ({target}): not followed; "
+                        "give it on the command line to read it"
+                    )
+            out.append(entry)
             if len(out) > MAX_FILES:
                 return out
     return out
@@ -235,40 +355,245 @@ def _walk_unpacked(root: Path, archive_name: str) -> list[tuple[Path, str]]:
 
 
 def _spool_stdin(workspace: Workspace, stdin) -> Path:
-    src = stdin if stdin is not None else sys.stdin.buffer
+    if stdin is None:
+        stream = sys.stdin
+        if stream is None:
+            raise InputError("<stdin>: standard input is closed", hint="pipe a log into preemptlog, or give a file")
+        src = getattr(stream, "buffer", stream)
+    else:
+        src = stdin
     dest = workspace.new_file("stdin")
     try:
         with open(dest, "wb") as out:
             shutil.copyfileobj(src, out, 1 << 20)
     except (OSError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise InputError(
+                f"<stdin>: no space left to keep standard input in {workspace.path.parent}",
+                hint="point TMPDIR at a bigger disk",
+            ) from None
         raise InputError(f"<stdin>: cannot read standard input ({exc})") from None
     return dest
 
 
-def _describe(file_id: int, path: Path, display: str, is_stdin: bool, overrides: dict[str, str]) -> InputFile:
-    size, mtime = 0, None
-    warnings: list[str] = []
+# Sniffing reads a sample of the file: every line's first LINE_CAP bytes, up to
+# SAMPLE_BYTES in all, scanning at most SCAN_BYTES (so a 10 MB first line does
+# not hide the lines after it). When the head is not recognised, the tail of a
+# plain file is sniffed too.
+SAMPLE_BYTES = 65536
+LINE_CAP = 4096
+SCAN_BYTES = 16 * 1024**2
+BOMS = (
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
+
+
+def _capped_lines(chunks, budget: int = SAMPLE_BYTES, line_cap: int = LINE_CAP, scan: int = SCAN_BYTES) -> bytes:
+    out = bytearray()
+    kept = 0  # bytes kept of the current line
+    scanned = 0
+    for chunk in chunks:
+        if scanned == 0 and not _is_text(chunk[:8192]):
+            return bytes(chunk[:budget])  # binary: no need to scan on
+        scanned += len(chunk)
+        pos = 0
+        n = len(chunk)
+        while pos < n:
+            nl = chunk.find(b"\n", pos)
+            end = n if nl < 0 else nl
+            room = line_cap - kept
+            if room > 0:
+                piece = chunk[pos : min(end, pos + room)]
+                out += piece
+                kept += len(piece)
+            if nl < 0:
+                break
+            out += b"\n"
+            kept = 0
+            pos = nl + 1
+            if len(out) >= budget:
+                return bytes(out[:budget])
+        if scanned >= scan:
+            break
+    return bytes(out[:budget])
+
+
+def _plain_chunks(fh, first: bytes):
+    yield first
+    while True:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _gzip_chunks(fh, first: bytes):
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data = first
+    while data:
+        try:
+            out = d.decompress(data)
+        except zlib.error:
+            return
+        if out:
+            yield out
+        if d.eof:
+            rest = d.unused_data
+            if not rest.startswith(b"\x1f\x8b"):
+                return
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            data = rest
+            continue
+        data = fh.read(1 << 16)
+
+
+def _zstd_head(path: Path) -> bytes:
+    try:
+        import zstandard
+    except ImportError:
+        return read_head(path)
+    try:
+        with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as r:
+
+            def chunks():
+                while True:
+                    try:
+                        c = r.read(1 << 16)
+                    except zstandard.ZstdError:
+                        return
+                    if not c:
+                        return
+                    yield c
+
+            return _capped_lines(chunks())
+    except (OSError, zstandard.ZstdError):
+        return b""
+
+
+def _utf16_without_bom(sample: bytes) -> str | None:
+    s = sample[:4096]
+    if len(s) < 64:
+        return None
+    even, odd = s[0::2], s[1::2]
+    if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+        return "utf-16-le"
+    if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+        return "utf-16-be"
+    return None
+
+
+def _transcode(path: Path, encoding: str, workspace: Workspace, display: str) -> Path:
+    import codecs
+
+    dest = workspace.new_file(Path(display).name + ".utf8")
+    dec = codecs.getincrementaldecoder(encoding)("replace")
+    with open(path, "rb") as src, open(dest, "wb") as out:
+        if encoding in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"):
+            head = src.read(4)
+            for bom, enc in BOMS:
+                if enc == encoding and head.startswith(bom):
+                    head = head[len(bom) :]
+                    break
+            out.write(dec.decode(head).encode("utf-8"))
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                break
+            out.write(dec.decode(chunk).encode("utf-8"))
+        out.write(dec.decode(b"", final=True).encode("utf-8"))
+    return dest
+
+
+def _last_line_cut(fh, size: int) -> bool:
+    """True if a plain file does not end with a line end and its last line is not a complete JSON value."""
+    if size == 0:
+        return False
+    fh.seek(max(0, size - 4096))
+    tail = fh.read()
+    if tail.endswith((b"\n", b"\r")):
+        return False
+    last = tail.rsplit(b"\n", 1)[-1].strip()
+    return not last.endswith((b"}", b"]"))
+
+
+def _describe(
+    file_id: int,
+    e: _Entry,
+    overrides: dict[str, str],
+    workspace: Workspace,
+    bundle_warnings: list[str],
+    seen: dict[tuple[int, int], InputFile],
+) -> InputFile | None:
+    """Sniff one file. Returns None for a file already described (the same file reached twice)."""
+    path, display, is_stdin = e.path, e.display, e.is_stdin
+
+    def unreadable(reason: str, size: int = 0, mtime: float | None = None) -> InputFile:
+        return InputFile(file_id, path, display, "unreadable", None, size, mtime, None, warnings=[reason])
+
+    if e.skip:
+        return unreadable(e.skip)
     try:
         st = path.stat()
-        size, mtime = st.st_size, st.st_mtime
-        if not stat.S_ISREG(st.st_mode):
-            kind = "unreadable"
-            warnings.append("not a regular file (FIFO, device or socket): skipped")
-            return InputFile(file_id, path, display, kind, None, size, None, None, warnings=warnings)
     except OSError as exc:
-        return InputFile(
-            file_id, path, display, "unreadable", None, 0, None, None, warnings=[f"cannot stat ({exc.strerror})"]
-        )
+        return unreadable(_stat_problem(str(path), exc).split(": ", 1)[1] + ": skipped")
+    size, mtime = st.st_size, st.st_mtime
+    if not stat.S_ISREG(st.st_mode):
+        return unreadable("not a regular file (FIFO, device or socket): skipped; pipe it to standard input (-) to read it", size)
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        first = seen[key]
+        first.warnings.append(f"also reached as {display} (the same file): read once")
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    warnings: list[str] = []
+    damage: list[str] = []
     try:
-        with open(path, "rb") as fh:
-            magic = fh.read(4)
-        head = read_head(path)
+        fd = os.open(path, flags)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced since the stat
+                return unreadable("not a regular file (FIFO, device or socket): skipped", size)
+            first = fh.read(SAMPLE_BYTES)
+            comp = compression_of(first)
+            gz_mtime = None
+            encoding = None
+            cut = False
+            if comp == "gzip":
+                gz_mtime = (int.from_bytes(first[4:8], "little") or None) if len(first) >= 10 else None
+                head = _capped_lines(_gzip_chunks(fh, first))
+            elif comp == "zstd":
+                head = _zstd_head(path)
+            else:
+                for bom, enc in BOMS:
+                    if first.startswith(bom):
+                        encoding = enc
+                        break
+                encoding = encoding or _utf16_without_bom(first)
+                if encoding:
+                    head = b""
+                else:
+                    head = _capped_lines(_plain_chunks(fh, first))
+                    cut = _last_line_cut(fh, size)
+            tail = b""
+            if comp is None and not encoding and size > len(first):
+                fh.seek(max(0, size - SAMPLE_BYTES))
+                tail = fh.read(SAMPLE_BYTES)
+                tail = _capped_lines([tail.split(b"\n", 1)[-1]])
     except OSError as exc:
-        return InputFile(
-            file_id, path, display, "unreadable", None, size, mtime, None, warnings=[f"cannot read ({exc.strerror})"]
-        )
-    comp = compression_of(magic)
-    gz_mtime = gzip_header_mtime(path) if comp == "gzip" else None
+        return unreadable(f"cannot read ({exc.strerror or exc}): skipped", size, mtime)
+    read_path = path
+    if encoding:
+        try:
+            read_path = _transcode(path, encoding, workspace, display)
+        except OSError as exc:
+            return unreadable(f"cannot read ({exc.strerror or exc}): skipped", size, mtime)
+        warnings.append(f"{encoding.upper()} text: read through a UTF-8 copy")
+        with open(read_path, "rb") as fh:
+            head = _capped_lines(_plain_chunks(fh, fh.read(SAMPLE_BYTES)))
+            size_u8 = os.fstat(fh.fileno()).st_size
+            cut = _last_line_cut(fh, size_u8)
     forced = _override_for(path, display, overrides)
     score = 0
     if forced:
@@ -279,9 +604,16 @@ def _describe(file_id: int, path: Path, display: str, is_stdin: bool, overrides:
         kind = "binary"
     else:
         kind, score = sources.sniff(head.decode("utf-8", "replace"))
-    return InputFile(
+        if kind == "unknown" and tail.strip() and _is_text(tail):
+            kind, score = sources.sniff(tail.decode("utf-8", "replace"))
+    if cut and kind not in UNRECOGNISED and kind != "ignore":
+        damage.append(
+            f"{display}: ends in the middle of a line (truncated, or still being written): its last line was read as is"
+        )
+    bundle_warnings.extend(damage)
+    f = InputFile(
         file_id,
-        path,
+        read_path,
         display,
         kind,
         comp,
@@ -293,6 +625,8 @@ def _describe(file_id: int, path: Path, display: str, is_stdin: bool, overrides:
         forced_kind=bool(forced),
         warnings=warnings,
     )
+    seen[key] = f
+    return f
 
 
 def _override_for(path: Path, display: str, overrides: dict[str, str]) -> str | None:
@@ -318,7 +652,7 @@ def rotation_key(name: str) -> tuple[str, tuple]:
 def _assign_streams(files: list[InputFile]) -> None:
     groups: dict[tuple[str, str, str], list[InputFile]] = {}
     for f in files:
-        if f.kind in ("unknown", "binary", "empty", "unreadable", "ignore"):
+        if f.kind in UNRECOGNISED or f.kind == "ignore":
             continue
         if f.is_stdin:
             groups[("<stdin>", f.kind, str(f.file_id))] = [f]
@@ -331,3 +665,63 @@ def _assign_streams(files: list[InputFile]) -> None:
         for order, f in enumerate(members):
             f.stream = sid
             f.order = order
+
+
+def damaged_compression(f: InputFile) -> str | None:
+    """Why a compressed input cannot be fully decompressed (None when intact or not compressed)."""
+    from .textio import is_gzip_intact
+
+    if f.compression == "gzip":
+        return is_gzip_intact(f.path)
+    if f.compression == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            return None
+        try:
+            with open(f.path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as r:
+                while r.read(1 << 20):
+                    pass
+        except (OSError, zstandard.ZstdError) as exc:
+            return str(exc) or type(exc).__name__
+    return None
+
+
+def salvage(f: InputFile, workspace: Workspace) -> str | None:
+    """Decompress what can be decompressed of a damaged .gz/.zst input into a workspace copy.
+
+    ``f.path`` then points at the copy (``f.compression`` becomes None) and the
+    warning text is returned; None when the file is intact or not compressed.
+    """
+    from .textio import salvage_gzip
+
+    problem = damaged_compression(f)
+    if problem is None:
+        return None
+    comp = f.compression
+    dest = workspace.new_file(Path(f.display).name + ".salvaged")
+    if comp == "gzip":
+        written, err = salvage_gzip(f.path, dest)
+    else:
+        written, err = _salvage_zstd(f.path, dest)
+    f.path, f.compression = dest, None
+    return f"damaged {comp} file: {err or problem}; read the first {written} bytes that decompressed"
+
+
+def _salvage_zstd(path: Path, dest: Path) -> tuple[int, str]:
+    import zstandard
+
+    written, error = 0, "compressed stream ends early (truncated file)"
+    with open(path, "rb") as raw, open(dest, "wb") as out:
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        while True:
+            try:
+                data = reader.read(1 << 16)
+            except zstandard.ZstdError as exc:
+                error = f"corrupt compressed data ({exc})"
+                break
+            if not data:
+                break
+            out.write(data)
+            written += len(data)
+    return written, error

@@ -38,12 +38,16 @@ earlier than ``t - before``):
   and text ``block_table extend`` lines: the last ``extend`` in the window
   (``req_blocks_before`` -> ``req_blocks_after``), its latest table at or
   before ``t + after`` (blocks held, tokens, shared blocks with ref_count > 1),
-  ``prefix_conflict_with``: another request whose table in the window holds one
-  of those shared blocks and which extended in the window (gate G4), and
+  ``prefix_conflict_with``: another request whose table holds one of those
+  shared blocks and which extended or allocated in the same scheduler step as
+  the request's preempt record or the step before (when the record carries a
+  step), else within ``CONFLICT_S`` (1 s) of the decision (gate G4), and
   ``bt_preempt_offset_s``: time of the request's block-table ``preempt``
   record nearest the event, minus the event's time (clock skew evidence).
-- ``bt_preempt_blocks_needed``: ``blocks_needed`` of the request's block-table
-  ``preempt`` record nearest the event (what the failed allocation asked for).
+- ``bt_preempt_*``: the request's block-table ``preempt`` record nearest the
+  event: ``blocks_before`` (blocks it held), and when the record says so, what
+  the failed allocation asked for (``blocks_needed``) and the pool at that
+  moment (``free_blocks``, ``largest_free_run``, ``watermark_blocks``).
 - ``batch_max_len``: the longest running request (``num_tokens``) in the
   nearest block-table step at or before t (the guide's dynamic G2 threshold).
 - ``pool_*``: the block-table step snapshot as of t.
@@ -77,6 +81,7 @@ if TYPE_CHECKING:
 DEFAULT_BEFORE = 10.0
 DEFAULT_AFTER = 2.0
 DEFAULT_LOOKBACK = 3
+CONFLICT_S = 1.0  # G4: how close to the decision the other request's extension must be
 
 # name -> dtype; the _src / _status companions are added by _build_schema.
 _VALUES: list[tuple[str, str, bool]] = [  # (name, dtype, is_config)
@@ -101,7 +106,12 @@ _VALUES: list[tuple[str, str, bool]] = [  # (name, dtype, is_config)
     ("req_shared_blocks", "Int64", False),
     ("prefix_conflict_with", "String", False),
     ("bt_preempt_offset_s", "Float64", False),
+    ("bt_preempt_blocks_before", "Int64", False),
     ("bt_preempt_blocks_needed", "Int64", False),
+    ("bt_preempt_free_blocks", "Int64", False),
+    ("bt_preempt_largest_free_run", "Int64", False),
+    ("bt_preempt_watermark_blocks", "Int64", False),
+    ("bt_preempt_waiting", "Int64", False),
     ("batch_max_len", "Int64", False),
     ("pool_free_blocks", "Int64", False),
     ("pool_largest_free_run", "Int64", False),
@@ -499,14 +509,20 @@ def _sec_batch_len(ev: "pl.DataFrame", frames: dict, before_us: int) -> "pl.Data
 def _extends(frames: dict) -> "pl.DataFrame | None":
     import polars as pl
 
+    cols = ["time", "step", "request_id", "action", "blocks_before", "blocks_after", "blocks_needed",
+            "pool_free_blocks", "pool_largest_free_run", "watermark_blocks", "waiting", "source", "line"]
     parts = []
     for name in ("bt_events", "bt_text"):
         df = _frame(frames, name)
         if df is not None:
-            parts.append(df.select("time", "request_id", "action", "blocks_before", "blocks_after", "source", "line"))
+            parts.append(df.select([c for c in cols if c in df.columns]))
     if not parts:
         return None
-    return pl.concat(parts).filter(pl.col("request_id").is_not_null())
+    out = pl.concat(parts, how="diagonal_relaxed")
+    for c in cols:
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, pl.Int64).alias(c))
+    return out.filter(pl.col("request_id").is_not_null())
 
 
 def _sec_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -> "pl.DataFrame | None":
@@ -518,6 +534,7 @@ def _sec_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
         return None
     er = ev.filter(pl.col("request_id").is_not_null()).select("_i", "_t", "_lo", "_hi", "request_id", "kind")
     out = ev.select("_i")
+    decision = None
     tol = f"{before_us + after_us}us"
     if allev is not None:
         ext = allev.filter(pl.col("action") == "extend").with_columns(_xsrc=_src())
@@ -536,30 +553,36 @@ def _sec_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
             how="left",
         )
         pre = allev.filter(pl.col("action") == "preempt").with_columns(_psrc=_src())
-        if "blocks_needed" not in pre.columns:
-            pre = pre.with_columns(blocks_needed=pl.lit(None, pl.Int64))
         if pre.height:
-            j = _asof(
-                er,
-                pre.select("time", "request_id", "_psrc", "blocks_needed"),
-                left_on="_t",
-                right_on="time",
-                by=["request_id"],
-                strategy="nearest",
-                tolerance=f"{max(before_us, after_us)}us",
-            )
+            pcols = ["time", "step", "request_id", "_psrc", "blocks_before", "blocks_needed",
+                     "pool_free_blocks", "pool_largest_free_run", "watermark_blocks", "waiting"]
+            j = _match_preempts(er, pre.select(pcols), max(before_us, after_us))
             off = ((pl.col("time") - pl.col("_t")).dt.total_microseconds() / 1e6).round(6)
             keep = pl.col("time").is_not_null() & (pl.col("kind") != "record")
+            # The decision time: the preempt record's own time when there is one.
+            decision = j.select("_i", pl.col("time").alias("_dt"), pl.col("step").alias("_ds"))
             out = out.join(
                 j.select(
                     "_i",
                     pl.when(keep).then(off).alias("bt_preempt_offset_s"),
                     pl.when(keep).then(pl.col("_psrc")).alias("bt_preempt_offset_s_src"),
-                    # What the failed allocation asked for, when the record says (G1 evidence).
-                    pl.col("blocks_needed").cast(pl.Int64).alias("bt_preempt_blocks_needed"),
-                    pl.when(pl.col("blocks_needed").is_not_null()).then(pl.col("_psrc")).alias(
-                        "bt_preempt_blocks_needed_src"
-                    ),
+                    # The request's preempt record: the blocks it held, and when an allocation
+                    # failed, what it asked for and the pool it asked (G1 evidence at the decision).
+                    *[
+                        e
+                        for col, name in (
+                            ("blocks_before", "bt_preempt_blocks_before"),
+                            ("blocks_needed", "bt_preempt_blocks_needed"),
+                            ("pool_free_blocks", "bt_preempt_free_blocks"),
+                            ("pool_largest_free_run", "bt_preempt_largest_free_run"),
+                            ("watermark_blocks", "bt_preempt_watermark_blocks"),
+                            ("waiting", "bt_preempt_waiting"),
+                        )
+                        for e in (
+                            pl.col(col).cast(pl.Int64).alias(name),
+                            pl.when(pl.col(col).is_not_null()).then(pl.col("_psrc")).alias(f"{name}_src"),
+                        )
+                    ],
                 ),
                 on="_i",
                 how="left",
@@ -588,11 +611,20 @@ def _sec_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
             on="_i",
             how="left",
         )
-        # G4: another request holding one of those shared blocks, extending in the window.
+        # G4: another request holding one of those shared blocks, extending (or allocating)
+        # within CONFLICT_S seconds of the decision (the preempt record's time, else the event's).
+        c_us = _us(CONFLICT_S)
         shared = j.filter(pl.col("shared_blocks") > 0).select(
-            "_i", "_lo", "_hi", "request_id", pl.col("shared_block_ids").alias("_b")
+            "_i", "_t", "request_id", pl.col("shared_block_ids").alias("_b")
+        )
+        if decision is not None:
+            shared = shared.join(decision, on="_i", how="left").with_columns(_dt=pl.coalesce("_dt", "_t"))
+        else:
+            shared = shared.with_columns(_dt=pl.col("_t"), _ds=pl.lit(None, pl.Int64))
+        shared = shared.with_columns(
+            _lo=pl.col("_dt") - pl.duration(microseconds=c_us), _hi=pl.col("_dt") + pl.duration(microseconds=c_us)
         ).explode("_b")
-        ext = allev.filter(pl.col("action") == "extend") if allev is not None else None
+        ext = allev.filter(pl.col("action").is_in(["extend", "allocate"])) if allev is not None else None
         if shared.height and ext is not None and ext.height:
             tx = (
                 tb.select(pl.col("request_id").alias("_other"), pl.col("time").alias("_tt"), pl.col("block_ids").alias("_b"))
@@ -605,16 +637,54 @@ def _sec_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
                 .select("_i", "_lo", "_hi", "_other")
                 .unique()
             )
-            x = ext.select(pl.col("request_id").alias("_other"), pl.col("time").alias("_xt"), _src().alias("_xsrc"))
+            x = ext.select(
+                pl.col("request_id").alias("_other"), pl.col("time").alias("_xt"), pl.col("step").alias("_xs"),
+                _src().alias("_xsrc"),
+            )
+            # When the decision has a scheduler step, the other request's extension must be a
+            # record of the same step or the one before; else (no steps) within the time window.
             hit = (
-                cand.join(x, on="_other", how="inner")
-                .filter(pl.col("_xt").is_between(pl.col("_lo"), pl.col("_hi")))
+                cand.join(shared.select("_i", "_ds").unique(), on="_i", how="left")
+                .join(x, on="_other", how="inner")
+                .filter(
+                    pl.when(pl.col("_ds").is_not_null())
+                    .then(pl.col("_xs").is_between(pl.col("_ds") - 1, pl.col("_ds")).fill_null(False))
+                    .otherwise(pl.col("_xt").is_between(pl.col("_lo"), pl.col("_hi")))
+                )
                 .sort("_i", "_xt", "_other")
                 .group_by("_i", maintain_order=True)
                 .agg(pl.col("_other").first().alias("prefix_conflict_with"), pl.col("_xsrc").first().alias("prefix_conflict_with_src"))
             )
             out = out.join(hit, on="_i", how="left")
     return out
+
+
+def _match_preempts(er: "pl.DataFrame", pre: "pl.DataFrame", tol_us: int) -> "pl.DataFrame":
+    """Each event of a request gets one of that request's preempt records.
+
+    When a request has as many preempt records as events, the k-th event (in
+    time, then line order) takes the k-th record: a request preempted several
+    times within one second of a second-resolution log would otherwise map every
+    line to the same record. Otherwise the nearest record within the tolerance.
+    """
+    import polars as pl
+
+    ne = er.group_by("request_id").len("_ne")
+    nr = pre.group_by("request_id").len("_nr")
+    er2 = er.join(ne, on="request_id", how="left").join(nr, on="request_id", how="left")
+    same = pl.col("_ne") == pl.col("_nr")
+    ordinal_ev = er2.filter(same.fill_null(False)).sort("_t", "_i").with_columns(
+        _k=pl.int_range(pl.len()).over("request_id")
+    )
+    ranked = pre.sort("time").with_columns(_k=pl.int_range(pl.len()).over("request_id"))
+    ordinal = ordinal_ev.join(ranked, on=["request_id", "_k"], how="left").filter(
+        ((pl.col("time") - pl.col("_t")).abs() <= pl.duration(microseconds=tol_us)).fill_null(False)
+    )
+    rest = er2.join(ordinal.select("_i"), on="_i", how="anti")
+    nearest = _asof(rest, pre, left_on="_t", right_on="time", by=["request_id"], strategy="nearest",
+                    tolerance=f"{tol_us}us")
+    cols = list(er.columns) + [c for c in pre.columns if c not in er.columns]
+    return pl.concat([ordinal.select(cols), nearest.select(cols)], how="vertical_relaxed")
 
 
 def _sec_kv(ev: "pl.DataFrame", frames: dict) -> "pl.DataFrame | None":
@@ -969,17 +1039,19 @@ def skew_notes(events: "pl.DataFrame", evidence: "pl.DataFrame") -> list[str]:
 
     notes = []
     if evidence.height and "bt_preempt_offset_s" in evidence.columns:
-        pairs = evidence.join(events.select("event_id", "kind"), on="event_id", how="left").filter(
+        pairs = evidence.join(events.select("event_id", "kind", "time_precision"), on="event_id", how="left").filter(
             pl.col("bt_preempt_offset_s").is_not_null() & pl.col("kind").is_in(["logged", "marker"])
         )
         if pairs.height:
-            med = pairs.get_column("bt_preempt_offset_s").median()
+            # A line stamped to the whole second happened on average 0.5 s after its stamp.
+            corrected = pl.col("bt_preempt_offset_s") - pl.when(pl.col("time_precision") == "1s").then(0.5).otherwise(0.0)
+            med = pairs.select(corrected.median()).item()
             if med is not None:
                 notes.append(
                     f"clock skew estimate: block-table preempt records are {med:+.3f} s from the log's preemption "
                     f"lines for the same request (median of {pairs.height} pair(s)); not applied. If the block-table "
-                    f"clock is off, add --offset blocktable={-med:+.3f}s (the delayed PREEMPTED line accounts for "
-                    "a small negative value)."
+                    f"clock is off, add --offset blocktable={-med:+.3f}s (lines stamped to the second are taken as "
+                    "0.5 s late; a PREEMPTED line printed 1-3 steps after the decision makes the estimate read low)."
                 )
     return notes
 

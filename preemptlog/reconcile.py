@@ -53,6 +53,17 @@ def apply(a: "Analysis", ceiling: float | None = None) -> None:
     """De-duplicate ``a.events``; set ``a.counters['reconciliation']`` and ``a.frames['pressure_intervals']``."""
     from .pressure import DEFAULT_CEILING, find_intervals, log_capability
 
+    from .overlap import merge
+
+    # Marker lines and counters in the same log describe the same preemptions: once each.
+    a.events, overlap = merge(a.events)
+    a.counters["overlap"] = overlap
+    if overlap["markers_duplicating_warnings"] or overlap["count_events_replaced_by_lines"]:
+        a.notes.append(
+            f"PREEMPTED marker lines and counters in the same log: {overlap['markers_duplicating_warnings']} "
+            f"marker(s) repeated a V0 warning and were merged into it; {overlap['count_events_replaced_by_lines']} "
+            "counted event(s) were replaced by the marker lines that show them (each preemption counted once)"
+        )
     cap = log_capability(a)
     events, report = reconcile(a, cap)
     a.events = events

@@ -109,7 +109,7 @@ when = "batch_variance > 1"
 [[rule]]
 id = "local-G3"
 gate = "G3-queue-overflow"
-priority = 5
+priority = 1
 requires = ["waiting_at"]
 when = "waiting_at > 1000"
 """,
@@ -168,9 +168,9 @@ def test_evidence_cites_values_thresholds_and_provenance():
     v = evaluate(sample_frame(ev), RS).row(0, named=True)
     assert v["rule"] == "G1-fragmentation" and v["sub_kind"] == "fragmentation"
     cited = {e["name"]: e for e in v["evidence"]}
-    assert cited["pool_largest_free_run"]["value"] == "5"
-    assert cited["pool_largest_free_run"]["threshold"] == "< 8 (needed_blocks)"
-    assert cited["pool_largest_free_run"]["src"] == "bt.jsonl:4; bt.jsonl:9"
+    assert cited["largest_free_run"]["value"] == "5"
+    assert cited["largest_free_run"]["threshold"] == "< 8 (needed_blocks)"
+    assert cited["largest_free_run"]["src"] == "bt.jsonl:4; bt.jsonl:9"
     assert cited["free_blocks"]["src"] == "bt.jsonl:4; bt.jsonl:9"  # the value, then what it is compared with
     assert any("contiguous" in n for n in v["notes"])
 

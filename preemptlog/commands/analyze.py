@@ -110,7 +110,11 @@ def analyze(
                 write(result, fmt, out, csv_safe=csv_safe)
             summary = result.summary()
             if not quiet:
-                print_summary(result, stderr_console(no_color))
+                from ..render.timeline import print_timeline
+
+                console = stderr_console(no_color)
+                print_summary(result, console)
+                print_timeline(result, console)  # only on a terminal
         failed = failon.failed(conditions, summary)
         if failed:
             sys.stderr.write(f"preemptlog: --fail-on {', '.join(failed)}: condition met\n")

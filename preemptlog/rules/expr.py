@@ -15,7 +15,8 @@ No ``eval``, no attribute access, no calls except the functions listed in
     atom    := NUMBER | STRING | "true" | "false" | "null"
              | NAME                      evidence column or derived value
              | "$" NAME                  threshold
-             | FUNC "(" expr ("," expr)* ")"
+             | FUNC "(" expr ("," expr)* ")"   max min abs coalesce ceil floor
+                                                present(x)  if(cond, a, b)
              | "(" expr ")"
 
 Nulls propagate (a missing value makes a comparison null); the rule engine
@@ -44,6 +45,7 @@ FUNCTIONS: dict[str, tuple[int, int]] = {  # name -> (min args, max args)
     "ceil": (1, 1),
     "floor": (1, 1),
     "present": (1, 1),
+    "if": (3, 3),
 }
 
 _TOKEN = re.compile(
@@ -328,6 +330,8 @@ def compile_expr(node: Node, resolve_name: Callable[[str], "pl.Expr"], threshold
                 return args[0].cast(pl.Float64).floor()
             if n.func == "present":
                 return args[0].is_not_null()
+            if n.func == "if":
+                return pl.when(args[0].fill_null(False)).then(args[1]).otherwise(args[2])
             raise ExprError(f"unknown function {n.func}")  # pragma: no cover
         if isinstance(n, Binary):
             a, b = c(n.left), c(n.right)

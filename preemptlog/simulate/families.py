@@ -395,14 +395,19 @@ def v1_spec_stats(
     )
 
 
-def hook_lines(free: int, pending: list, running: int, block_size: int, variance: float, threshold: float) -> list[str]:
-    """The field guide's scheduler_debug.py output (field-guide.md 3.1), exactly."""
+def hook_lines(free: int, pending: list, running: int, block_size: int) -> list[str]:
+    """The field guide's scheduler_debug.py output (field-guide.md 3.1), exactly: printed
+    before each scheduling round. The ``[BATCH]`` line is printed where the variance gate
+    judges the batch (:func:`batch_line`), so that its value is the one the gate used."""
     out = [f"[SCHEDULER] Available blocks: {free}, Pending reqs: {len(pending)}, Running reqs: {running}"]
     for r in pending:
         need = -(-(r.prompt_len + r.max_out) // block_size)
         out.append(f"  Req-{r.rid}: prompt={r.prompt_len}, max_out={r.max_out}, blocks_needed={need}")
-    out.append(f"[BATCH] Current variance: {variance:.1f} (threshold={round(threshold)})")
     return out
+
+
+def batch_line(variance: float, threshold: float) -> str:
+    return f"[BATCH] Current variance: {variance:.1f} (threshold={round(threshold)})"
 
 
 def py_repr_str(s: str) -> str:

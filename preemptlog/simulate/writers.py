@@ -295,13 +295,9 @@ class BundleSink:
             for row, lines in self.delayed.pop(due):
                 self._emit_preempt_lines(row, lines, t, step)
         if self.o.hooks:
-            var, thr = sim.variance()
             pending = list(sim.waiting)
-            lines = F.hook_lines(sim.pool.num_free, pending, len(sim.running), p.block_size, var, thr)
-            if self.o.hook_headers:
-                pre = self.hdr("INFO", t, "hook", self.core)
-            else:
-                pre = self.hdr.proc(self.core)
+            lines = F.hook_lines(sim.pool.num_free, pending, len(sim.running), p.block_size)
+            pre = self._hook_prefix(t)
             for ln in lines:
                 self._log(t, pre + ln)
         rec = {
@@ -319,6 +315,15 @@ class BundleSink:
         if self.o.table_every and step % self.o.table_every == 0:
             for r in sim.running:
                 self._table(r, step, t)
+
+    def _hook_prefix(self, t: float) -> str:
+        if self.o.hook_headers:
+            return self.hdr("INFO", t, "hook", self.core)
+        return self.hdr.proc(self.core)
+
+    def batch_check(self, step: int, t: float, variance: float, threshold: float) -> None:
+        if self.o.hooks:
+            self._log(t, self._hook_prefix(t) + F.batch_line(variance, threshold))
 
     def _bt(self, rec: dict, t: float) -> None:
         self.f_bt.write(json.dumps(rec))
@@ -343,7 +348,9 @@ class BundleSink:
             rec["prefix_id"] = r.prefix_id
         self._bt(rec, t)
 
-    def _event(self, r: Request, action: str, before: int, after: int, step: int, t: float, needed=None) -> None:
+    def _event(
+        self, r: Request, action: str, before: int, after: int, step: int, t: float, needed=None, extra=None
+    ) -> None:
         rec = {
             "type": "event",
             "time": self.bt_clock.iso(t),
@@ -355,6 +362,8 @@ class BundleSink:
         }
         if needed is not None:
             rec["blocks_needed"] = needed
+        if extra:
+            rec.update(extra)
         self._bt(rec, t)
 
     def allocate(self, req: Request, blocks: list[int], step: int, t: float) -> None:
@@ -379,7 +388,17 @@ class BundleSink:
 
     def preempt(self, row: dict, req: Request, step: int, t: float) -> None:
         fam = self.fam
-        self._event(req, "preempt", len(req.table), 0, step, t)
+        # What an instrumented allocator knows when an allocation fails: what it asked for and
+        # the pool it asked (no cause label: finding the gate is preemptlog's job).
+        extra = {"waiting": row["pending"]}  # the pending queue at the decision
+        if row.get("needed_blocks") is not None:
+            extra |= {
+                "pool_free_blocks": row["free_blocks"],
+                "pool_largest_free_run": row["largest_free_run"],
+            }
+            if row.get("phase") == "admission":
+                extra["watermark_blocks"] = int(self.p.watermark * self.p.num_gpu_blocks)
+        self._event(req, "preempt", len(req.table), 0, step, t, needed=row.get("needed_blocks"), extra=extra)
         self.changed.pop(req.idx, None)
         lines: list[tuple[str, str]] = []
         row["log_warning"] = False

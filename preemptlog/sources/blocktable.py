@@ -12,7 +12,9 @@ docs/sources.md). One JSON object per line with ``type``:
   blocks with their ``ref_count``; ``num_tokens``, ``prefix_id`` optional);
 - ``event``: ``allocate | extend | free | preempt | swap_out | swap_in`` of a
   request's blocks (``blocks_before``, ``blocks_after``, ``blocks_needed``,
-  ``reason`` optional).
+  ``reason`` optional; on a ``preempt`` after a failed allocation also the pool
+  it asked: ``pool_free_blocks``, ``pool_largest_free_run``, ``watermark_blocks``;
+  ``waiting``: the pending queue at the decision).
 
 Time is ``time`` (ISO 8601; without an offset it is local time in ``--tz``)
 or ``ts`` (epoch seconds, UTC). Extra fields are ignored; ``engine`` may be a
@@ -92,6 +94,10 @@ BT_EVENTS_SCHEMA = {
     "blocks_after": "Int64",
     "blocks_needed": "Int64",
     "reason": "String",
+    "pool_free_blocks": "Int64",
+    "pool_largest_free_run": "Int64",
+    "watermark_blocks": "Int64",
+    "waiting": "Int64",
     "source": "String",
     "line": "UInt32",
 }
@@ -128,6 +134,9 @@ def _record_dtype() -> "pl.DataType":
             "blocks_after": pl.Int64,
             "blocks_needed": pl.Int64,
             "reason": pl.String,
+            "pool_free_blocks": pl.Int64,
+            "pool_largest_free_run": pl.Int64,
+            "watermark_blocks": pl.Int64,
         }
     )
 
@@ -448,6 +457,10 @@ class BlockTableParsed:
                     "blocks_after",
                     "blocks_needed",
                     "reason",
+                    "pool_free_blocks",
+                    "pool_largest_free_run",
+                    "watermark_blocks",
+                    "waiting",
                     "source",
                     "line",
                 )
