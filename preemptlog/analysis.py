@@ -85,12 +85,20 @@ class Profile:
     def mark(self, stage: str) -> None:
         if not self.on:
             return
+        import resource
+
         wall, cpu = time.perf_counter(), time.process_time()
-        sys.stderr.write(f"preemptlog profile: {stage:<24} {wall - self._wall:7.3f} s wall {cpu - self._cpu:7.3f} s cpu\n")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+        try:
+            with open("/proc/self/statm") as fh:
+                now = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+        except (OSError, ValueError, IndexError):
+            now = -1
+        sys.stderr.write(
+            f"preemptlog profile: {stage:<26} {wall - self._wall:7.3f} s wall {cpu - self._cpu:7.3f} s cpu"
+            f"  rss {now} MB (peak {peak} MB)\n"
+        )
         self._wall, self._cpu = wall, cpu
-
-
-PROFILE = Profile()
 
 
 def analyze(
@@ -116,8 +124,7 @@ def analyze(
 
 
 def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) -> Analysis:
-    prof = PROFILE
-    prof.mark("start")
+    prof = Profile()
     import polars as pl
 
     from . import events as ev
@@ -145,7 +152,10 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     partial = bool(bundle.warnings)
     recognised = [f for f in bundle.files if f.stream >= 0]
     if not recognised:
-        names = ", ".join(f"{f.display} ({f.kind})" for f in bundle.files[:5])
+        names = ", ".join(
+            f"{f.display} ({f.kind}" + (f": {f.warnings[0]}" if f.kind == "unreadable" and f.warnings else "") + ")"
+            for f in bundle.files[:5]
+        )
         more = f" and {len(bundle.files) - 5} more" if len(bundle.files) > 5 else ""
         raise InputError(
             f"nothing recognisable in the input: {names}{more}" if bundle.files else "the input holds no files",
@@ -161,13 +171,20 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
             continue
         files = bundle.of_kind(name)
         if files:
-            parsed.append((name, kind.parse(files)))
+            p, damage = _parse_guarded(kind, files, ws, options.debug)
+            parsed.append((name, p))
+            if damage:
+                warnings.extend(damage)
+                partial = True
     other_anchors = [a for _, p in parsed for a in p.anchors()]
     prof.mark("other sources, phase 1")
 
     # The vLLM logs.
     frames = []
-    for f in bundle.of_kind(vllm_log.KIND):
+    # Many small plain logs (a folder of thousands) are read in one pass, not one query each.
+    frames, log_files = _scan_small_files(bundle.of_kind(vllm_log.KIND), ws)
+    batched = bool(frames)
+    for f in log_files:
         df, problem = _scan_file(f, ws, options.debug)
         if problem:
             f.warnings.append(problem)
@@ -175,6 +192,8 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         if df is not None:
             frames.append(df)
     records = pl.concat(frames, how="vertical") if frames else vllm_log.scan_empty()
+    if batched:
+        records = records.sort("file_id", "n", "seg", maintain_order=True)
     prof.mark(f"vllm logs ({records.height} rec)")
     names = {f.file_id: f.display for f in bundle.files}
     streams: dict[int, StreamMeta] = {}
@@ -194,6 +213,12 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         records, streams, file_stream, TimeOptions(year=options.year, tz=options.tz), bundle_anchors=other_anchors
     )
     records = with_source(records, names)
+    records, overlap_dropped = _drop_rotation_overlap(records, file_stream)
+    if overlap_dropped:
+        warnings.append(
+            f"{overlap_dropped} line(s) repeated across rotated files (an overlap, e.g. logrotate copytruncate) "
+            "were read once"
+        )
     prof.mark("timebase")
     records = _apply_offsets(records, options.offsets, vllm_log.KIND)
     assumptions = list(tres.assumptions)
@@ -227,6 +252,13 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     prof.mark("requests")
     logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
     interval = preemptions.interval_events(stats, records)
+    v1_counted = stats.filter(pl.col("preemptions") > 0).get_column("preemptions").sum() or 0
+    if v0facts.get("capped_counts") or v1_counted > interval.height:  # see preemptions.capped_count
+        warnings.append(
+            "preemption counts in the logs are implausibly large (a damaged counter?): at most "
+            f"{preemptions.MAX_EVENTS_PER_COUNT} events made from one count, {preemptions.MAX_EVENTS_FROM_COUNTS} in all"
+        )
+        partial = True
     markers = preemptions.marker_events(records)
     events = ev.combine([logged, recon, interval, markers] + [e for o in outputs for e in o.events])
     prof.mark(f"events ({events.height})")
@@ -284,6 +316,40 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     return analysis
 
 
+def _drop_rotation_overlap(
+    records: "pl.DataFrame", file_stream: dict[int, tuple[int, int]]
+) -> tuple["pl.DataFrame", int]:
+    """Records of a later rotated file that repeat a record of an earlier file of the same stream.
+
+    Two rotated parts can overlap (copytruncate, a copy taken twice): a line seen in
+    both is one line. Lines are the same when their text is (it carries the header's
+    timestamp); request lines, which keep no text, when kind, request id, time and
+    numbers are. Identical lines inside one file are all kept (each is a line).
+    """
+    import polars as pl
+
+    if records.height == 0 or len({s for s, _ in file_stream.values()}) == len(file_stream):
+        return records, 0
+    order = pl.DataFrame(
+        {"file_id": list(file_stream), "_ord": [o for _, o in file_stream.values()]},
+        schema={"file_id": pl.UInt16, "_ord": pl.Int32},
+    )
+    hot_key = pl.concat_str(
+        [pl.col(c).cast(pl.String).fill_null("") for c in
+         ("kind", "req_id", "mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac", "max_tokens",
+          "prompt_tokens")],
+        separator="\x1f",
+    )
+    df = records.join(order, on="file_id", how="left").with_columns(
+        _key=pl.coalesce(pl.concat_str([pl.col("kind"), pl.lit("\x1f"), pl.col("text")]), hot_key)
+    )
+    first = pl.col("_ord").min().over("stream", "_key")
+    keep = (pl.col("_ord") == first) | pl.col("_ord").is_null()
+    kept = df.filter(keep)
+    dropped = df.height - kept.height
+    return (kept.drop("_ord", "_key") if dropped else records), dropped
+
+
 def _apply_offsets(df: "pl.DataFrame", offsets: dict[str, float], kind: str) -> "pl.DataFrame":
     """Add a per-kind or per-file clock offset (seconds) to ``time``."""
     import polars as pl
@@ -317,4 +383,131 @@ def _scan_file(f, ws: Workspace, debug: bool) -> tuple["pl.DataFrame | None", st
             except (OSError, pl.exceptions.PolarsError) as exc2:
                 return None, f"cannot read ({exc2})"
             return df, f"damaged gzip: {err or exc}; read the first {written} bytes that decompressed"
+        if f.compression == "zstd":
+            from .bundle import salvage
+
+            problem = salvage(f, ws)
+            if problem:
+                try:
+                    return vllm_log.read(str(f.path), f.file_id), problem
+                except (OSError, pl.exceptions.PolarsError) as exc2:
+                    return None, f"cannot read ({exc2})"
         return None, f"cannot read ({exc})"
+
+
+def _parse_guarded(kind, files: list, ws: Workspace, debug: bool) -> tuple[Any, list[str]]:
+    """Phase 1 of a source kind that survives damaged files: (Parsed, warnings).
+
+    A damaged .gz/.zst file is read as far as it decompresses; a file that
+    still cannot be read is dropped (kind "unreadable") and the others are
+    read. Bugs show with --debug.
+    """
+    import polars as pl
+
+    from .bundle import salvage
+
+    import zlib
+
+    errors: tuple = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)  # EOFError: gzip.decompress
+    try:
+        import zstandard
+
+        errors += (zstandard.ZstdError,)
+    except ImportError:
+        pass
+    damage: list[str] = []
+    files = list(files)
+    while True:
+        try:
+            return kind.parse(files), damage
+        except errors as exc:
+            if debug:
+                raise
+            fixed = False
+            for f in files:
+                problem = salvage(f, ws)
+                if problem:
+                    damage.append(f"{f.display}: {problem}")
+                    fixed = True
+            if fixed:
+                continue
+            bad = []
+            for f in files:
+                try:
+                    kind.parse([f])
+                except errors as exc1:
+                    bad.append((f, exc1))
+            if not bad:  # only fails together: give up on the kind
+                bad = [(f, exc) for f in files]
+            for f, e in bad:
+                f.kind = "unreadable"
+                f.stream = -1
+                damage.append(f"{f.display}: cannot read ({str(e).splitlines()[0] if str(e) else type(e).__name__}): skipped")
+                files.remove(f)
+            if not files:
+                return kind.parse([]), damage
+
+
+SMALL_LOG_BYTES = 1 << 20  # plain logs up to this size are read together ...
+SMALL_LOG_MIN_FILES = 16  # ... when there are at least this many of them
+SMALL_BATCH_BYTES = 64 << 20
+
+
+def _scan_small_files(files: list, ws: Workspace) -> tuple[list["pl.DataFrame"], list]:
+    """Records of many small plain logs from one pass over their concatenation: (frames, files left).
+
+    polars costs a few milliseconds per query, so 3000 one-line logs took 15 s one by one. The
+    files are copied one after the other into a workspace file (each ending with a line end),
+    read once, and every record gets its own file id and line number back. A batch that fails
+    is left to the file-by-file path (which reports damage per file).
+    """
+    import polars as pl
+
+    from .sources import vllm_log
+
+    small = [f for f in files if f.compression is None and 0 < f.size <= SMALL_LOG_BYTES]
+    if len(small) < SMALL_LOG_MIN_FILES:
+        return [], files
+    chosen = {id(f) for f in small}
+    rest = [f for f in files if id(f) not in chosen]
+    frames: list[pl.DataFrame] = []
+    batches: list[list] = [[]]
+    size = 0
+    for f in small:
+        if size + f.size > SMALL_BATCH_BYTES and batches[-1]:
+            batches.append([])
+            size = 0
+        batches[-1].append(f)
+        size += f.size
+    for batch in batches:
+        dest = ws.new_file("small-logs")
+        starts: list[int] = []
+        line = 0
+        try:
+            with open(dest, "wb") as out:
+                for f in batch:
+                    with open(f.path, "rb") as fh:
+                        data = fh.read()
+                    if data and not data.endswith(b"\n"):
+                        data += b"\n"
+                    starts.append(line)
+                    line += data.count(b"\n")
+                    out.write(data)
+            df = vllm_log.read(str(dest), 0)
+        except (OSError, pl.exceptions.PolarsError):
+            rest.extend(batch)
+            continue
+        finally:
+            try:
+                os.unlink(dest)
+            except OSError:
+                pass
+        k = (pl.Series(starts, dtype=pl.UInt32).search_sorted(df.get_column("n") - 1, side="right") - 1).cast(pl.Int64)
+        ids = pl.Series([f.file_id for f in batch], dtype=pl.UInt16)
+        frames.append(
+            df.with_columns(
+                file_id=ids.gather(k),
+                n=(df.get_column("n").cast(pl.Int64) - pl.Series(starts, dtype=pl.Int64).gather(k)).cast(pl.UInt32),
+            )
+        )
+    return frames, rest

@@ -56,8 +56,12 @@ ENV_BYTES = "PREEMPTLOG_ARCHIVE_MAX_BYTES"
 ENV_RATIO = "PREEMPTLOG_ARCHIVE_MAX_RATIO"
 
 
+UNSAFE_HINT = "if you trust the archive, unpack it yourself and pass the folder"
+
+
 class ArchiveRefused(InputError):
-    pass
+    def __init__(self, message: str, *, hint: str | None = UNSAFE_HINT) -> None:
+        super().__init__(message, hint=hint)
 
 
 class NotAnArchive(Exception):

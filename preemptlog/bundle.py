@@ -273,15 +273,22 @@ def collect(
 
 
 def _stat_problem(p: str, exc: OSError) -> str:
+    return f"{p}: {_stat_reason(p, exc)}"
+
+
+def _stat_reason(p: str, exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
         if os.path.islink(p):
-            return f"{p}: symbolic link to a missing file ({os.readlink(p)})"
-        return f"{p}: no such file or folder"
+            try:
+                return f"symbolic link to a missing file ({os.readlink(p)})"
+            except OSError:
+                pass
+        return "no such file or folder"
     if isinstance(exc, PermissionError):
-        return f"{p}: permission denied"
+        return "permission denied"
     if exc.errno == errno.ELOOP:
-        return f"{p}: symbolic link loop"
-    return f"{p}: cannot read ({exc.strerror or exc})"
+        return "symbolic link loop"
+    return f"cannot read ({exc.strerror or exc})"
 
 
 ARCHIVE_SUFFIXES = (
@@ -485,6 +492,17 @@ def _utf16_without_bom(sample: bytes) -> str | None:
     return None
 
 
+def _mostly_ascii(sample: bytes, encoding: str) -> bool:
+    """A BOM is only believed when the text behind it decodes to mostly printable ASCII (logs do);
+    junk that happens to start with FF FE stays UTF-8 (lossy)."""
+    unit = 4 if "32" in encoding else 2
+    text = sample[: len(sample) - len(sample) % unit].decode(encoding, "replace")
+    if not text:
+        return True
+    ok = sum(1 for c in text if " " <= c <= "~" or c in "\t\r\n")
+    return ok >= 0.8 * len(text)
+
+
 def _transcode(path: Path, encoding: str, workspace: Workspace, display: str) -> Path:
     import codecs
 
@@ -538,7 +556,7 @@ def _describe(
     try:
         st = path.stat()
     except OSError as exc:
-        return unreadable(_stat_problem(str(path), exc).split(": ", 1)[1] + ": skipped")
+        return unreadable(_stat_reason(str(path), exc) + ": skipped")
     size, mtime = st.st_size, st.st_mtime
     if not stat.S_ISREG(st.st_mode):
         return unreadable("not a regular file (FIFO, device or socket): skipped; pipe it to standard input (-) to read it", size)
@@ -568,7 +586,7 @@ def _describe(
             else:
                 for bom, enc in BOMS:
                     if first.startswith(bom):
-                        encoding = enc
+                        encoding = enc if _mostly_ascii(first[len(bom) : 8192], enc) else None
                         break
                 encoding = encoding or _utf16_without_bom(first)
                 if encoding:
@@ -675,15 +693,10 @@ def damaged_compression(f: InputFile) -> str | None:
         return is_gzip_intact(f.path)
     if f.compression == "zstd":
         try:
-            import zstandard
+            import zstandard  # noqa: F401
         except ImportError:
             return None
-        try:
-            with open(f.path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as r:
-                while r.read(1 << 20):
-                    pass
-        except (OSError, zstandard.ZstdError) as exc:
-            return str(exc) or type(exc).__name__
+        return _zstd_frames(f.path, None)[1]
     return None
 
 
@@ -709,19 +722,42 @@ def salvage(f: InputFile, workspace: Workspace) -> str | None:
 
 
 def _salvage_zstd(path: Path, dest: Path) -> tuple[int, str]:
+    with open(dest, "wb") as out:
+        written, error = _zstd_frames(path, out)
+    return written, error or "compressed stream ends early (truncated file)"
+
+
+def _zstd_frames(path: Path, out) -> tuple[int, str | None]:
+    """Decompress every zstd frame of ``path`` (into ``out`` when given): (bytes, error or None).
+
+    zstandard's stream reader stops quietly at a truncated frame, so frames are
+    walked one by one and a frame without its end is reported.
+    """
     import zstandard
 
-    written, error = 0, "compressed stream ends early (truncated file)"
-    with open(path, "rb") as raw, open(dest, "wb") as out:
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    written = 0
+    with open(path, "rb") as raw:
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        pending = False  # inside a frame
         while True:
-            try:
-                data = reader.read(1 << 16)
-            except zstandard.ZstdError as exc:
-                error = f"corrupt compressed data ({exc})"
+            chunk = raw.read(1 << 16)
+            if not chunk:
                 break
-            if not data:
-                break
-            out.write(data)
-            written += len(data)
-    return written, error
+            while chunk:
+                pending = True
+                try:
+                    data = dobj.decompress(chunk)
+                except zstandard.ZstdError as exc:
+                    return written, f"corrupt compressed data ({exc})"
+                if out is not None and data:
+                    out.write(data)
+                written += len(data)
+                if dobj.eof:
+                    pending = False
+                    chunk = dobj.unused_data
+                    dobj = zstandard.ZstdDecompressor().decompressobj()
+                else:
+                    chunk = b""
+        if pending:
+            return written, "compressed stream ends early (truncated file)"
+    return written, None

@@ -49,52 +49,82 @@ def _root(
 
 
 def stderr_console(no_color: bool = False):
+    """The console for the human summary: stderr, no highlighting, no emoji codes (log text stays literal)."""
     from rich.console import Console
 
     return Console(
         stderr=True,
         no_color=no_color or bool(os.environ.get("NO_COLOR")),
         highlight=False,
+        emoji=False,
         soft_wrap=True,
     )
+
+
+def _say(line: str) -> None:
+    """One line on stderr; silent if stderr itself is gone."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        _silence(2)
 
 
 def _fail(message: str, code: ExitCode) -> "typer.Exit":
     from .render.safe import neutralise
 
-    sys.stderr.write(f"preemptlog: error: {neutralise(message)}\n")
-    sys.stderr.flush()
+    _say(f"preemptlog: error: {neutralise(message)}")
     return typer.Exit(int(code))
 
 
 def guarded(debug: bool, body: Callable[[], int]) -> None:
-    """Run a command body, mapping every failure to one line and an exit code."""
+    """Run a command body, mapping every failure to one line on stderr and an exit code.
+
+    PreemptlogError: its message and code. Ctrl-C / SIGTERM: "interrupted", 130
+    (temporary and partial output files are removed by the ``with`` blocks on the
+    way out). The reader of stdout gone: silent, 141. The reader of stderr gone:
+    the summary is dropped, the exit code is kept. Anything else is a bug: one
+    line, 1; ``--debug`` shows the traceback.
+    """
+    _quiet_broken_pipes()
+    _closed_std_streams()
+    import warnings
+
     try:
-        code = body()
+        with warnings.catch_warnings():
+            if not debug:  # library warnings (polars) are for developers: --debug shows them
+                warnings.simplefilter("ignore")
+            code = body()
     except PreemptlogError as exc:
         if debug:
             raise
         raise _fail(exc.one_line(), exc.exit_code) from None
     except KeyboardInterrupt:
-        sys.stderr.write("preemptlog: interrupted\n")
+        _say("preemptlog: interrupted")
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-    except BrokenPipeError:
-        _silence_stdout()
-        raise typer.Exit(int(ExitCode.PIPE_CLOSED)) from None
     except typer.Exit:
         raise
     except OSError as exc:
         if _is_broken_pipe(exc):
-            _silence_stdout()
+            _silence(1)
             raise typer.Exit(int(ExitCode.PIPE_CLOSED)) from None
         if debug:
             raise
-        raise _fail(f"{exc.filename or 'I/O'}: {exc.strerror or exc}", ExitCode.INPUT) from None
+        if exc.filename:
+            raise _fail(f"{exc.filename}: {exc.strerror or exc}", ExitCode.INPUT) from None
+        raise _fail(
+            f"I/O error: {exc.strerror or exc} (check the free space and permissions of TMPDIR and of -o)",
+            ExitCode.INPUT,
+        ) from None
     except Exception as exc:  # noqa: BLE001 - the last resort; --debug shows it
+        if _is_broken_pipe(exc):
+            _silence(1)
+            raise typer.Exit(int(ExitCode.PIPE_CLOSED)) from None
         if debug:
             raise
+        detail = str(exc).splitlines()[0] if str(exc) else ""
         raise _fail(
-            f"internal error: {type(exc).__name__}: {exc} (run again with --debug and report the traceback)",
+            f"internal error: {type(exc).__name__}: {detail} (run again with --debug and report the traceback)",
             ExitCode.INTERNAL,
         ) from None
     raise typer.Exit(int(code))
@@ -105,15 +135,81 @@ def _is_broken_pipe(exc: BaseException) -> bool:
 
     if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
         return True
-    return "Broken pipe" in str(exc) or "os error 32" in str(exc)
+    text = str(exc)
+    return "Broken pipe" in text or "os error 32" in text
+
+
+def _silence(fd: int) -> None:
+    """Point ``fd`` (1 or 2) at /dev/null so later writes and the final flush succeed quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            if devnull != fd:
+                os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _silence_stdout() -> None:
+    _silence(1)
+
+
+_RICH_PATCHED = False
+
+
+def _quiet_broken_pipes() -> None:
+    """rich answers a broken pipe with SystemExit(1); make it a BrokenPipeError on stdout
+    (-> exit 141) and a silent no-op on stderr (the exit code is kept)."""
+    global _RICH_PATCHED
+    if _RICH_PATCHED:
+        return
+    _RICH_PATCHED = True
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+        from rich.console import Console
+    except ImportError:  # pragma: no cover
+        return
+
+    def on_broken_pipe(self) -> None:
+        if getattr(self, "stderr", False) or getattr(self, "file", None) is sys.__stderr__:
+            _silence(2)
+            self.quiet = True
+            return
+        _silence(1)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
+
+
+class _ClosedStdout:
+    """Stands for a standard output closed by the caller (``>&-``): not a terminal, no buffer
+    (outio then says so), so ``-o FILE`` still works."""
+
+    buffer = None
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
         pass
+
+    def fileno(self) -> int:
+        raise OSError("standard output is closed")
+
+
+def _closed_std_streams() -> None:
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+    if sys.stderr is None:  # 2>&-: messages go nowhere, exit codes still tell
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 from .commands import register_all  # noqa: E402
@@ -122,11 +218,36 @@ register_all(app)
 
 
 def main() -> None:
+    import signal
+
+    try:  # a CI timeout (SIGTERM) cleans up like Ctrl-C
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - not the main thread
+        pass
     try:
-        app()
+        code = app(standalone_mode=False)
     except KeyboardInterrupt:
-        sys.stderr.write("preemptlog: interrupted\n")
+        _say("preemptlog: interrupted")
         sys.exit(int(ExitCode.INTERRUPTED))
     except BrokenPipeError:
-        _silence_stdout()
+        _silence(1)
         sys.exit(int(ExitCode.PIPE_CLOSED))
+    except typer.Abort:
+        _say("preemptlog: interrupted")
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except typer.TyperException as exc:  # bad command line: one line too, not the usage block
+        if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(int(getattr(exc, "exit_code", ExitCode.USAGE)))
+        from .render.safe import neutralise
+
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        _say(f"preemptlog: error: {neutralise(exc.format_message())}{hint}")
+        sys.exit(int(getattr(exc, "exit_code", ExitCode.USAGE)))
+    except OSError as exc:
+        if _is_broken_pipe(exc):  # e.g. `preemptlog --help | head -1`
+            _silence(1)
+            sys.exit(int(ExitCode.PIPE_CLOSED))
+        raise
+    sys.exit(int(code or 0))

@@ -25,7 +25,7 @@ class ExitCode(IntEnum):
     PARTIAL = 5
     """The analysis ran, but some input was damaged or skipped (see the warnings)."""
     INTERRUPTED = 130
-    """Interrupted (Ctrl-C); no partial output file is left behind."""
+    """Interrupted (Ctrl-C or SIGTERM); no partial output file or temporary file is left behind."""
     PIPE_CLOSED = 141
     """The reader of standard output went away (e.g. `| head -1`); output stopped quietly."""
 
@@ -54,6 +54,7 @@ class PreemptlogError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
+        """The message on one line: what, which file, then what to do (the hint)."""
         text = self.message
         if self.hint:
             text = f"{text} ({self.hint})"
@@ -66,3 +67,15 @@ class UsageError(PreemptlogError):
 
 class InputError(PreemptlogError):
     exit_code = ExitCode.INPUT
+
+
+class OutputError(UsageError):
+    """The output destination cannot be written (-o folder missing, disk full, not writable)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class PipeClosed(PreemptlogError):
+    """Standard output is closed or its reader went away."""
+
+    exit_code = ExitCode.PIPE_CLOSED

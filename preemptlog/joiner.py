@@ -299,7 +299,8 @@ def _rolling_lookback(df: "pl.DataFrame", group: list[str], value: str, k: int, 
     import polars as pl
 
     big = 1 << 32
-    v = pl.col(value).cast(pl.Int64)
+    v = pl.col(value).cast(pl.Int64, strict=False)
+    v = pl.when(v.abs() < (1 << 30)).then(v)  # absurd values (a damaged line) would overflow the encoding
     if how == "min":
         enc = v * big + (big - 1 - pl.col("_row").cast(pl.Int64))  # ties -> the latest row
         agg = enc.rolling_min(k + 1, min_samples=1).over(group)
@@ -369,7 +370,10 @@ def _sec_sched(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "pl.
         {"_lb_val": "lookback_min_free_blocks", "_lb_row": "_lbf_row", "_lb_n": "lookback_steps"}
     )
     # Variance look-back (scaled to keep one decimal... use x1000 fixed point).
-    steps = steps.with_columns(_var_fx=(pl.col("batch_variance") * 1000).round().cast(pl.Int64))
+    var = pl.col("batch_variance")
+    steps = steps.with_columns(  # absurd values (inf, 1e300 in a damaged line) left out, not overflowed
+        _var_fx=pl.when(var.abs() < 1e6).then(var * 1000).round().cast(pl.Int64, strict=False)
+    )
     has_var = steps.get_column("_var_fx").is_not_null().any()
     if has_var:
         steps = _rolling_lookback(
@@ -748,7 +752,7 @@ def _sec_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: int,
     big = 1 << 32
     enc = st.select(
         "time",
-        pl.when(pl.col("kv_usage").is_not_null())
+        pl.when(pl.col("kv_usage").is_between(-1e6, 1e6))  # absurd values (1e22 %) would overflow the encoding
         .then((pl.col("kv_usage") * 1000).round().cast(pl.Int64) * big + pl.col("_row").cast(pl.Int64))
         .alias("_enc"),
     )
@@ -809,7 +813,10 @@ def _sec_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -
     big = 1 << 34
     row = pl.col("_row").cast(pl.Int64)
     # Values are encoded with their row (fixed point x10) so that max() also says where.
-    dm = dm.with_columns([((pl.col(c) * 10).round().cast(pl.Int64) * big + row).alias(f"_e_{c}") for c in have])
+    dm = dm.with_columns(  # absurd values (inf, 1e300 in a damaged line) left out, not overflowed
+        [(pl.when(pl.col(c).abs() < 1e7).then(pl.col(c) * 10).round().cast(pl.Int64, strict=False) * big + row)
+         .alias(f"_e_{c}") for c in have]
+    )
     src_of = dm.select(pl.col("source"), pl.col("line").cast(pl.String), pl.col("gpu"))
 
     def decode(col: str) -> tuple["pl.Expr", "pl.Expr"]:
@@ -837,7 +844,8 @@ def _sec_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -
         )
     if "fb_mb" in have:
         # Largest rise of one GPU's fb between consecutive samples, for a rise sampled in the window.
-        jump = (pl.col("fb_mb") - pl.col("fb_mb").shift(1).over("gpu")).round().cast(pl.Int64)
+        jump = pl.col("fb_mb") - pl.col("fb_mb").shift(1).over("gpu")
+        jump = pl.when(jump.abs() < 1e8).then(jump).round().cast(pl.Int64, strict=False)
         g = dm.select("time", (jump * big + row).alias("_enc"))
         mx = _window_max(ev, g, "_enc", before_us + after_us)
         v, r = decode("_max")

@@ -277,9 +277,10 @@ def find_intervals(
             pl.col("_since").first().alias("since"),
             pl.len().cast(pl.UInt32).alias("samples"),
             pl.col("kv_usage").max().alias("peak_kv_usage"),
-            pl.col("waiting").max().round(0).cast(pl.Int64).alias("max_waiting"),
-            pl.col("running").min().round(0).cast(pl.Int64).alias("min_running"),
-            pl.col("running").max().round(0).cast(pl.Int64).alias("max_running"),
+            # strict=False: a +Inf / NaN gauge from a /metrics scrape is no count (null), not a crash
+            pl.col("waiting").max().round(0).cast(pl.Int64, strict=False).alias("max_waiting"),
+            pl.col("running").min().round(0).cast(pl.Int64, strict=False).alias("min_running"),
+            pl.col("running").max().round(0).cast(pl.Int64, strict=False).alias("max_running"),
             pl.col("_kv").any().alias("_any_kv"),
             pl.col("_shuffle").any().alias("_any_shuffle"),
             where.filter(pl.col("_flag")).alias("evidence"),

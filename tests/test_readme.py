@@ -40,3 +40,18 @@ def test_exit_code_table_matches_the_enum():
     rows = re.findall(r"^\| (\d+) \| `(\w+)` \| (.*) \|$", block, re.M)
     expected = [(str(c), n, d.replace("|", "\\|")) for c, n, d in documented()]
     assert rows == expected
+
+
+def test_accuracy_table_matches_docs():
+    block = README.split("<!-- accuracy:", 1)[1].split("<!-- /accuracy -->", 1)[0]
+    readme_rows = [ln for ln in block.splitlines() if ln.startswith("| G")]
+    docs = (ROOT / "docs" / "accuracy.md").read_text()
+    doc_rows = [ln for ln in docs.splitlines() if ln.startswith("| G") and ln.count("|") == 5]
+    assert readme_rows and readme_rows == doc_rows
+
+
+def test_every_command_is_documented():
+    from preemptlog.commands import COMMANDS
+
+    for name in COMMANDS:
+        assert f"preemptlog {name}" in README, name

@@ -106,7 +106,9 @@ def analyze(
                 sets=list(set_ or []),
             )
             result = run(paths, options, workspace=ws)
-            with open_output(output) as out:
+            with open_output(
+                output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
+            ) as out:
                 write(result, fmt, out, csv_safe=csv_safe)
             summary = result.summary()
             if not quiet:

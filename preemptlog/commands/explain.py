@@ -95,7 +95,9 @@ def explain(
                     hint="list the ids with: preemptlog analyze PATHS -f ndjson (column event_id); "
                     "folded table rows (~r*, ~i*) stand for ids ending ~r1, ~r2, ...",
                 )
-            with open_output(output) as out:
+            with open_output(
+                output, protect=result.bundle.originals, terminal_text=fmt is not ExplainFormat.table
+            ) as out:
                 if fmt is ExplainFormat.json:
                     out.write(json.dumps(doc, indent=2, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
                 elif fmt is ExplainFormat.ndjson:

@@ -99,7 +99,8 @@ def report(
             from ..report import render_html
 
             doc = render_html(result, title=title).encode("utf-8")
-            with open_output(output) as out:
+            # Never over an input file; on a terminal (-o -), control characters are shown as escapes.
+            with open_output(output, protect=result.bundle.originals, terminal_text=True) as out:
                 out.write(doc)
         if not quiet:
             from ..render.safe import markup

@@ -246,7 +246,9 @@ def _report(record: dict, output: Path, no_color: bool) -> None:
         except OSError:
             continue
         sizes.append(f"{name} {_human(n)}")
-    console.print(f"wrote {output}: " + ", ".join(sizes))
+    from ..render.safe import markup
+
+    console.print(f"wrote {markup(str(output))}: " + markup(", ".join(sizes)))
     if record["scenario"] == "large":
         console.print(
             f"{t['requests']} requests, {t['preemptions']} preemptions; the log shows "

@@ -53,8 +53,10 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
     if evidence is not None and evidence.height and df.height:
         df = df.join(evidence, on="event_id", how="left", maintain_order="left")
     cols = []
+    schema = df.schema  # built once: per column it cost 20 ms on ~100 columns
+    utc = pl.Datetime("us", "UTC")
     for c in df.columns:
-        if c in TIME_COLUMNS or df.schema[c] == pl.Datetime("us", "UTC"):
+        if c in TIME_COLUMNS or schema[c] == utc:
             cols.append(iso_expr(c, analysis.tz) if text_times else pl.col(c).dt.convert_time_zone(analysis.tz))
         else:
             cols.append(pl.col(c))

@@ -14,9 +14,60 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2
 
 
 def neutralise(text: str | None) -> str:
+    """Every control character (C0 but tab, DEL, C1, line/paragraph separators, bidi overrides) as a visible escape."""
     if text is None:
         return ""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
+    return _CONTROL.sub(_escape, text)
+
+
+_CONTROL_KEEP_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def neutralise_lines(text: str) -> str:
+    """Like :func:`neutralise` but keeps line ends and tabs (for machine formats shown on a terminal)."""
+    text = text.replace("\r\n", "\n")
+    return _CONTROL_KEEP_LINES.sub(_escape, text)
+
+
+def _escape(m: "re.Match[str]") -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 256 else f"\\u{c:04x}"
+
+
+class TerminalWriter:
+    """A binary stream wrapper for text output shown on a terminal: control characters from the
+    data (ESC, OSC, C1, bidi overrides) become visible escapes; bytes pass through otherwise."""
+
+    def __init__(self, raw) -> None:
+        import codecs
+
+        self._raw = raw
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, data) -> int:
+        text = self._dec.decode(bytes(data))
+        if text:
+            self._raw.write(neutralise_lines(text).encode("utf-8"))
+        return len(data)
+
+    def flush(self) -> None:
+        tail = self._dec.decode(b"", final=True)
+        if tail:
+            self._raw.write(neutralise_lines(tail).encode("utf-8"))
+        self._raw.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.flush()
+
+    @property
+    def closed(self) -> bool:
+        return False
 
 
 def markup(text: str | None) -> str:

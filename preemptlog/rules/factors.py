@@ -92,7 +92,10 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
                 _s(needed),
                 pl.lit(") but not at the line's own step (free "),
                 _s(free),
-                pl.lit("): the PREEMPTED line came after the decision"),
+                pl.lit(
+                    "): the PREEMPTED line came after the decision (the guide's delayed preemption; upstream "
+                    "vLLM has no delayed_preemption setting)"
+                ),
             ]
         ),
         src("lookback_min_free_blocks"),

@@ -271,7 +271,7 @@ def _merge(rs: RuleSet, doc: dict, src: str) -> None:
 def validate(rs: RuleSet) -> None:
     """Every expression parses, and names only known evidence, derived values and thresholds."""
     known = known_names()
-    for name, text in rs.derived.items():
+    for name in rs.derived:
         if name in known:
             raise RulesError(f"derived {name!r} shadows an evidence column")
     names_ok = known | set(rs.derived)

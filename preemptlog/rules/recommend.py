@@ -104,8 +104,8 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
             return Measured(None, f"{key} not stated in the bundle")
         try:
             val = cast(row["value"])
-        except (TypeError, ValueError):
-            return Measured(row["value"], f"{key} ({row['status']})")
+        except (TypeError, ValueError, OverflowError):  # not a number: unknown, not a string to compute with
+            return Measured(None, f"{key} is not a number in the bundle ({str(row['value'])[:40]!r})")
         where = f"{row['source']}:{row['line']}" if row.get("source") else "preemptlog default"
         return Measured(val, f"{key} {row['status']} ({where})")
 

@@ -164,7 +164,7 @@ def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict], int]:
     for n, text in lines:
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurdly nested arrays
             bad += 1
             continue
         if not isinstance(obj, dict):
@@ -179,7 +179,7 @@ def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict], int]:
                 continue
             try:
                 row[name] = _coerce(v, dtype)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 ok = False
                 break
         if ok:
@@ -197,7 +197,7 @@ def _coerce(v: Any, dtype: "pl.DataType") -> Any:
             return str(v)
         raise TypeError
     if dtype == pl.Int64:
-        if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
             raise TypeError
         return v
     if dtype == pl.Float64:
@@ -271,7 +271,7 @@ def _exact_time() -> "pl.Expr":
     mm = z.str.replace(":", "", literal=True).str.slice(3, 2).cast(pl.Int64, strict=False)
     off = pl.when(z == "Z").then(0).otherwise(sign * (hh * 3600 + mm * 60))
     from_iso = (naive - pl.duration(seconds=off)).dt.replace_time_zone("UTC")
-    from_ts = pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64), time_unit="us").dt.replace_time_zone("UTC")
+    from_ts = pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64, strict=False), time_unit="us").dt.replace_time_zone("UTC")
     return pl.when(pl.col("ts").is_not_null()).then(from_ts).when(pl.col("z").is_not_null()).then(from_iso)
 
 
@@ -334,6 +334,12 @@ class BlockTableParsed:
             good = df.filter(_valid_expr())
             bad += df.height - good.height
             good = _time_parts(good).with_columns(_exact=_exact_time())
+            # A time outside 1970-2200 is a bad line (year 0 or 30000 cannot reach Python datetimes).
+            sane = pl.coalesce(pl.col("_exact").dt.year(), _naive_time().dt.year()).is_between(1970, 2200)
+            sane = sane.fill_null(True) & (pl.col("ts").is_null() | pl.col("ts").is_between(0, 7258118400))
+            kept = good.filter(sane)
+            bad += good.height - kept.height
+            good = kept
             self.items.append((f, good, bad, total))
         _ = pl
 

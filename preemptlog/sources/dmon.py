@@ -110,6 +110,8 @@ def _slug(text: str) -> str:
 def column_names(names: list[str], units: list[str] | None) -> list[str]:
     """Frame column names for a dmon name row (and its units row, when present)."""
     out: list[str] = []
+    seen: set[str] = set()
+    next_k: dict[str, int] = {}
     for i, name in enumerate(names):
         key = name.lower()
         if key in KNOWN_COLUMNS:
@@ -118,8 +120,12 @@ def column_names(names: list[str], units: list[str] | None) -> list[str]:
             unit = units[i] if units and i < len(units) else ""
             slug = UNIT_SLUGS.get(unit, _slug(unit) if unit and unit != "-" else "")
             col = f"{_slug(name)}_{slug}" if slug else _slug(name)
-        while col in out:
-            col += "_2"
+        base, k = col, next_k.get(col, 2)  # a repeated name: col_2, col_3, ... (linear in the header's length)
+        while col in seen:
+            col = f"{base}_{k}"
+            k += 1
+        next_k[base] = k
+        seen.add(col)
         out.append(col)
     return out
 

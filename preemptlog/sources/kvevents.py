@@ -110,7 +110,8 @@ def read_file(path: str) -> tuple["pl.DataFrame", dict]:
     )
     df = lf.drop("line").collect()
     total = df.height
-    df = df.filter(pl.col("_valid") & pl.col("ts").is_not_null())
+    # A ts outside 1970-2200 (1e300, inf) is a bad line, like a missing one.
+    df = df.filter(pl.col("_valid") & pl.col("ts").is_between(0, 7258118400).fill_null(False))
     bad = total - df.height
     ev = (
         df.select("n", "_dict", "_ev")

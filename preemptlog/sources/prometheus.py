@@ -192,7 +192,8 @@ def _ts_to_us(col: "pl.Expr") -> "pl.Expr":
     import polars as pl
 
     t = col.cast(pl.Float64, strict=False)
-    return pl.when(t.abs() > 1e11).then(t * 1000.0).otherwise(t * 1e6).round(0).cast(pl.Int64, strict=False)
+    us = pl.when(t.abs() > 1e11).then(t * 1000.0).otherwise(t * 1e6).round(0).cast(pl.Int64, strict=False)
+    return pl.when(us.is_between(0, 7_258_118_400_000_000)).then(us)  # 1970-2200, else no time
 
 
 def _parse_text(f: "InputFile") -> _FileData:
@@ -324,13 +325,13 @@ def _parse_json(f: "InputFile") -> _FileData:
     docs: list[Any] = []
     try:
         docs = [json.loads(text)]
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # ValueError: bad JSON, or an integer of 5000 digits
         for i, ln in enumerate(text.splitlines(), 1):
             if ln.strip():
                 try:
                     docs.append(json.loads(ln))
-                except json.JSONDecodeError as exc:
-                    fd.warnings.append(f"line {i}: not JSON ({exc.msg}); skipped")
+                except (ValueError, RecursionError) as exc:
+                    fd.warnings.append(f"line {i}: not JSON ({getattr(exc, 'msg', type(exc).__name__)}); skipped")
     flat: list[Any] = []
     for d in docs:
         flat.extend(d if isinstance(d, list) else [d])
@@ -343,6 +344,7 @@ def _parse_json(f: "InputFile") -> _FileData:
     parts: list[dict] = []
     ordinal = 0
     skipped_unnamed = 0
+    malformed = 0  # series that are not {"metric": {...}, "values": [[t, "v"], ...]}
     for d in flat:
         if not isinstance(d, dict):
             continue
@@ -351,17 +353,28 @@ def _parse_json(f: "InputFile") -> _FileData:
         data = d.get("data") if isinstance(d.get("data"), dict) else d
         rtype = data.get("resultType")
         result = data.get("result")
+        if not isinstance(result, list):
+            result = []
         if rtype not in ("matrix", "vector"):
             if rtype is not None:
                 fd.warnings.append(f"resultType {rtype!r} carries no series; skipped")
             continue
         for series in result or []:
+            if not isinstance(series, dict):
+                malformed += 1
+                continue
             metric = series.get("metric") or {}
             values = series.get("values") if rtype == "matrix" else ([series["value"]] if "value" in series else [])
             values = values or []
+            if not isinstance(metric, dict) or not isinstance(values, list) or not all(
+                isinstance(v, (list, tuple)) and len(v) >= 2 for v in values
+            ):
+                malformed += 1
+                continue
             start = ordinal
             ordinal += len(values)
             name = metric.get("__name__")
+            name = None if name is None else str(name)
             if name is None:
                 skipped_unnamed += 1
                 continue
@@ -375,17 +388,16 @@ def _parse_json(f: "InputFile") -> _FileData:
                 {
                     "name": name,
                     "labels": labels,
-                    "engine": metric.get("engine"),
-                    "model_name": metric.get("model_name"),
-                    "instance": metric.get("instance"),
-                    "reason": metric.get("reason"),
-                    "le": metric.get("le"),
+                    **{k: (None if metric.get(k) is None else str(metric.get(k)))  # labels are strings
+                       for k in ("engine", "model_name", "instance", "reason", "le")},
                     "t": [v[0] for v in values],
                     "v": [v[1] for v in values],
                     "n": [p[0] for p in positions] if positions else [None] * len(values),
                     "col": [p[1] for p in positions] if positions else [start + i + 1 for i in range(len(values))],
                 }
             )
+    if malformed:
+        fd.warnings.append(f"{malformed} series not in the Prometheus API shape (metric, [time, value] pairs) skipped")
     if skipped_unnamed:
         fd.warnings.append(
             f"{skipped_unnamed} series without __name__ (a computed query such as rate() or increase()) skipped: "
@@ -403,7 +415,7 @@ def _parse_json(f: "InputFile") -> _FileData:
                 {
                     "n": p["n"],
                     "col": p["col"],
-                    "t": [float(x) for x in p["t"]],
+                    "t": [_float_or_none(x) for x in p["t"]],
                     "v": [str(x) for x in p["v"]],
                 },
                 schema={"n": pl.UInt32, "col": pl.UInt32, "t": pl.Float64, "v": pl.String},
@@ -414,7 +426,7 @@ def _parse_json(f: "InputFile") -> _FileData:
             else None
         )
     df = pl.concat([x for x in frames if x is not None], how="vertical")
-    ts_us = (pl.col("t") * 1e6).round(0).cast(pl.Int64)
+    ts_us = _ts_to_us(pl.col("t"))
     df = df.select(
         pl.lit(f.file_id, pl.UInt16).alias("file_id"),
         "n",
@@ -435,6 +447,14 @@ def _parse_json(f: "InputFile") -> _FileData:
     fd.samples = df
     fd.n_scrapes = int(df.get_column("scrape").max()) + 1 if df.height else 0
     return fd
+
+
+def _float_or_none(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if v == v and abs(v) != float("inf") else None
 
 
 def _is_json(f: "InputFile") -> bool:
@@ -479,7 +499,7 @@ def _parse_time_text(text: str) -> tuple[datetime | None, bool]:
             warnings.simplefilter("ignore")  # unknown zone names (CEST...) -> local time in --tz
             dt = dparser.parse(text)
         return dt, dt.tzinfo is not None
-    except (ValueError, OverflowError):
+    except (ValueError, OverflowError, ArithmeticError):  # dateutil: decimal.InvalidOperation on huge digit runs
         return None, False
 
 
@@ -495,7 +515,10 @@ def _name_time(name: str) -> tuple[datetime | None, bool, str | None]:
         if dt is not None and 1990 <= dt.year <= 2200:
             if zone:
                 z = "+00:00" if zone == "Z" else zone if ":" in zone else zone[:3] + ":" + zone[3:]
-                dt = datetime.fromisoformat(dt.isoformat() + z)
+                try:
+                    dt = datetime.fromisoformat(dt.isoformat() + z)
+                except ValueError:  # an impossible offset (+27:00): the name carries no usable zone
+                    zone = None
             return dt, zone is not None, m.group(0)
     m = NAME_EPOCH_RE.search(base)
     if m:
@@ -717,8 +740,11 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
     # ---- config from vllm:cache_config_info labels
     out.config = _config_rows(samples)
 
-    # ---- counters: increases between consecutive samples of a series
-    counters = _counter_pairs(s)
+    # ---- counters: increases between consecutive samples of a series (a NaN or Inf counter
+    # sample is no count: left out, as the facts and events need whole numbers)
+    counters = _counter_pairs(
+        s.filter(~pl.col("field").is_in(list(COUNTER_FIELDS)) | pl.col("value").is_finite().fill_null(False))
+    )
     pre = counters.filter(pl.col("field") == "preemptions")
     prom_pre = pre.select(
         "scope",
@@ -737,7 +763,15 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
         _raw_expr().alias("raw"),
     ).cast(_dtypes(PROM_PREEMPTIONS_SCHEMA))
     out.frames["prom_preemptions"] = prom_pre
-    out.events.append(counter_events(prom_pre))
+    made = counter_events(prom_pre)
+    out.events.append(made)
+    counted = prom_pre.filter(pl.col("increase") > 0).get_column("increase").sum() or 0
+    if counted > made.height:  # capped (vllm.preemptions.capped_count): implausible increases
+        out.warnings.append(
+            f"Prometheus counter increases add up to {counted} preemptions, implausibly many (a damaged value?): "
+            f"{made.height} events made from them"
+        )
+        out.partial = True
 
     # ---- frames
     out.frames["prom_samples"] = samples.select(
@@ -819,7 +853,7 @@ def _counter_pairs(s: "pl.DataFrame") -> "pl.DataFrame":
         .then(pl.col("value"))
         .otherwise(pl.col("value") - pl.col("prev_value"))
     )
-    return c.with_columns(inc_f=inc, increase=inc.round(0).cast(pl.Int64))
+    return c.with_columns(inc_f=inc, increase=inc.round(0).cast(pl.Int64, strict=False))  # NaN, inf: null
 
 
 def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
@@ -836,7 +870,9 @@ def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
     p = pairs.filter(pl.col("increase") > 0)
     if p.height == 0:
         return p
-    p = p.with_columns(_k=pl.int_ranges(1, pl.col("increase") + 1, dtype=pl.Int64)).explode("_k")
+    from ..vllm.preemptions import capped_count
+
+    p = p.with_columns(_k=pl.int_ranges(1, capped_count(pl.col("increase")) + 1, dtype=pl.Int64)).explode("_k")
     where = pl.concat_str(
         [
             pl.col("source"),

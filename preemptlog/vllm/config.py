@@ -211,7 +211,7 @@ def _derive(seen: "pl.DataFrame", stats: "pl.DataFrame | None") -> "pl.DataFrame
             bs = int(tokens["value"]) / int(blocks["value"])
             if bs.is_integer() and bs > 0:
                 add("block_size", str(int(bs)), [tokens, blocks], "kv_cache_tokens / num_gpu_blocks")
-        except (ValueError, ZeroDivisionError):
+        except (ValueError, ZeroDivisionError, OverflowError):  # OverflowError: a 300-digit value
             pass
     conc, mml = _last(seen, "max_concurrency"), _last(seen, "max_model_len")
     if _last(seen, "block_size") is None and not rows and conc and mml and blocks and tokens is None:
@@ -226,7 +226,7 @@ def _derive(seen: "pl.DataFrame", stats: "pl.DataFrame | None") -> "pl.DataFrame
                         f"max_concurrency x max_model_len / num_gpu_blocks = {raw:.2f}, nearest block size",
                     )
                     break
-        except (ValueError, ZeroDivisionError):
+        except (ValueError, ZeroDivisionError, OverflowError):  # OverflowError: a 300-digit value
             pass
     if tokens is None and blocks:
         bs = _last(seen, "block_size")

@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     import polars as pl
 
 RAW_LIMIT = 2000
+# Events made from counts (V0 counter jumps, V1 "Preemptions: N", Prometheus increases) are capped,
+# per count and in all per source: a damaged or hostile number (total_num_cumulative_preemption=
+# 900000000000) must not allocate without bound (it took the process down). Analysis warns.
+MAX_EVENTS_PER_COUNT = 100_000
+MAX_EVENTS_FROM_COUNTS = 1_000_000
+
+
+def capped_count(count: "pl.Expr") -> "pl.Expr":
+    """Events to make from each count, in row order: at most MAX_EVENTS_PER_COUNT each and
+    MAX_EVENTS_FROM_COUNTS in all."""
+    import polars as pl
+
+    n = count.clip(lower_bound=0, upper_bound=MAX_EVENTS_PER_COUNT).fill_null(0)
+    room = (MAX_EVENTS_FROM_COUNTS - (n.cum_sum() - n)).clip(lower_bound=0)
+    return pl.min_horizontal(n, room)
 MARKER_ID_RES = [
     r"\bReq-([A-Za-z0-9_.\-]*[A-Za-z0-9])",
     r"\brequest_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",
@@ -138,9 +153,9 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
         raw=_raw(),
         _sub=pl.lit(0, pl.Int64),
     )
-    recon = v0.filter(pl.col("_delta") > 1).with_columns(
-        _k=pl.int_ranges(1, pl.col("_delta"), dtype=pl.Int64)
-    ).explode("_k")
+    recon = v0.filter(pl.col("_delta") > 1).with_columns(_n=capped_count(pl.col("_delta") - 1))
+    facts["capped_counts"] = recon.filter(pl.col("_n") < pl.col("_delta") - 1).height
+    recon = recon.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).drop("_n").explode("_k")
     recon = recon.with_columns(
         event_id=_event_id(pl.concat_str([pl.lit("~r"), pl.col("_k").cast(pl.String)])),
         kind=pl.lit("reconstructed"),
@@ -168,7 +183,7 @@ def interval_events(stats: "pl.DataFrame", records: "pl.DataFrame") -> "pl.DataF
         return s
     seg = records.select("seq", "seg")
     s = s.join(seg, on="seq", how="left").with_columns(pl.col("line").alias("n"))
-    s = s.with_columns(_k=pl.int_ranges(1, pl.col("preemptions") + 1, dtype=pl.Int64)).explode("_k")
+    s = s.with_columns(_k=pl.int_ranges(1, capped_count(pl.col("preemptions")) + 1, dtype=pl.Int64)).explode("_k")
     return s.with_columns(
         event_id=_event_id(pl.concat_str([pl.lit("~i"), pl.col("_k").cast(pl.String)])),
         kind=pl.lit("interval"),

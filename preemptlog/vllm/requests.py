@@ -43,7 +43,10 @@ _SUFFIX_RE = r"-[0-9A-Za-z]{8}$"
 def parse(records: "pl.DataFrame") -> "pl.DataFrame":
     import polars as pl
 
-    rows = records.filter(pl.col("kind").is_in(list(_ACTION))).select(
+    # Narrow first: an eager filter copies every column of the records frame
+    # (measured +80 MB at 400 k records), and request lines are most of them.
+    narrow = records.select("time", "stream", "seq", "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n")
+    rows = narrow.filter(pl.col("kind").is_in(list(_ACTION))).select(
         "time",
         "stream",
         "seq",

@@ -1,0 +1,29 @@
+"""bench/run --quick runs end to end on a few MB and writes its table (no timing is asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+
+def test_bench_quick_writes_its_table(tmp_path):
+    out = tmp_path / "performance.md"
+    out.write_text("# Performance\n\nprose kept by hand\n\n<!-- bench: written by bench/run -->\nold\n<!-- /bench -->\n\nmore prose\n")
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run"), "--quick", "--runs", "1", "--no-install",
+         "--data", str(tmp_path / "data"), "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    text = out.read_text()
+    assert "prose kept by hand" in text and "more prose" in text and "\nold\n" not in text
+    table = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert table[0].startswith("| case |")
+    cases = " ".join(table)
+    for case in ("analyze 4M plain log", "analyze 16M plain log", "analyze 4M as .gz", "preemptlog --help",
+                 "analyze 1M log (end to end)", "floor: line reader alone", "joiner"):
+        assert case in cases, case
+    assert "Machine:" in text and "polars" in text and "Busy:" in text
+    assert "preemptlog profile: vllm logs" in text
