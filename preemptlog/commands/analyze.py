@@ -9,6 +9,7 @@ import typer
 from ..cli import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
+    analyze_options,
     AfterOpt,
     BeforeOpt,
     CsvSafeOpt,
@@ -27,7 +28,6 @@ from .common import (
     TzOpt,
     YearOpt,
     default_format,
-    parse_offsets,
 )
 
 
@@ -79,31 +79,22 @@ def analyze(
 
     def body() -> int:
         from .. import failon
-        from ..analysis import AnalyzeOptions, analyze as run
+        from ..analysis import analyze as run
         from ..bundle import Workspace
         from ..outio import open_output
         from ..render import write
         from ..render.human import print_summary
 
         conditions = failon.parse(fail_on)
-        offsets = parse_offsets(offset)
         fmt = format or default_format(output)
         if fmt.binary and (output in (None, "-")) and sys.stdout.isatty():
             from ..errors import UsageError
 
             raise UsageError(f"--format {fmt.value} is binary; use -o FILE or a pipe")
         with Workspace() as ws:
-            options = AnalyzeOptions(
-                year=year,
-                tz=tz,
-                kinds=kind,
-                offsets=offsets,
-                debug=debug,
-                before=before,
-                after=after,
-                lookback_steps=lookback_steps,
-                rules_files=list(rules or []),
-                sets=list(set_ or []),
+            options = analyze_options(
+                year=year, tz=tz, kind=kind, offset=offset, before=before, after=after,
+                lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
             result = run(paths, options, workspace=ws)
             with open_output(

@@ -156,3 +156,33 @@ def parse_offsets(items: Optional[list[str]]) -> dict[str, float]:
                 f"--offset {item!r}: {value!r} is not a duration", hint="e.g. -2s, +1.5s, 500ms, -1m"
             ) from None
     return out
+
+
+def analyze_options(
+    *,
+    year,
+    tz,
+    kind,
+    offset,
+    before,
+    after,
+    lookback_steps,
+    rules,
+    set_,
+    debug,
+):
+    """The shared analysis options of analyze / explain / report, as the library takes them."""
+    from ..analysis import AnalyzeOptions
+
+    return AnalyzeOptions(
+        year=year,
+        tz=tz,
+        kinds=kind,
+        offsets=parse_offsets(offset),
+        debug=debug,
+        before=before,
+        after=after,
+        lookback_steps=lookback_steps,
+        rules_files=list(rules or []),
+        sets=list(set_ or []),
+    )

@@ -11,6 +11,7 @@ import typer
 from ..cli import guarded
 from ..errors import ExitCode
 from .common import (
+    analyze_options,
     AfterOpt,
     BeforeOpt,
     DebugOpt,
@@ -24,7 +25,6 @@ from .common import (
     PathsArg,
     TzOpt,
     YearOpt,
-    parse_offsets,
 )
 
 
@@ -73,18 +73,16 @@ def explain(
     def body() -> int:
         import sys
 
-        from ..analysis import AnalyzeOptions, analyze as run
+        from ..analysis import analyze as run
         from ..bundle import Workspace
         from ..errors import UsageError
         from ..outio import open_output
 
-        offsets = parse_offsets(offset)
         fmt = format or (ExplainFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ExplainFormat.json)
         with Workspace() as ws:
-            options = AnalyzeOptions(
-                year=year, tz=tz, kinds=kind, offsets=offsets, debug=debug,
-                before=before, after=after, lookback_steps=lookback_steps,
-                rules_files=list(rules or []), sets=list(set_ or []),
+            options = analyze_options(
+                year=year, tz=tz, kind=kind, offset=offset, before=before, after=after,
+                lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
             result = run(paths, options, workspace=ws)
             doc = build(result, event_id, before, after)

@@ -9,6 +9,7 @@ import typer
 from ..cli import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
+    analyze_options,
     AfterOpt,
     BeforeOpt,
     DebugOpt,
@@ -22,7 +23,6 @@ from .common import (
     SetOpt,
     TzOpt,
     YearOpt,
-    parse_offsets,
 )
 
 
@@ -75,14 +75,13 @@ def report(
     def body() -> int:
         import sys
 
-        from ..analysis import AnalyzeOptions, analyze as run
+        from ..analysis import analyze as run
         from ..bundle import Workspace
         from ..errors import UsageError
         from ..outio import open_output
 
         if output is None and sys.stdout.isatty():
             raise UsageError("the report is an HTML file; give -o FILE (or -o - to write it to standard output)")
-        offsets = parse_offsets(offset)
         try:
             import plotly  # noqa: F401
         except ImportError:
@@ -90,10 +89,9 @@ def report(
                 "preemptlog report needs the plotly package", hint="pip install 'plotly>=6'"
             ) from None
         with Workspace() as ws:
-            options = AnalyzeOptions(
-                year=year, tz=tz, kinds=kind, offsets=offsets, debug=debug,
-                before=before, after=after, lookback_steps=lookback_steps,
-                rules_files=list(rules or []), sets=list(set_ or []),
+            options = analyze_options(
+                year=year, tz=tz, kind=kind, offset=offset, before=before, after=after,
+                lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
             result = run(paths, options, workspace=ws)
             from ..report import render_html
