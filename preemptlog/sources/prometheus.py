@@ -655,6 +655,8 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
     for fd in parsed.files:
         f = fd.file
         out.warnings.extend(f"{f.display}: {w}" for w in fd.warnings)
+        if any("skipped" in w for w in fd.warnings):
+            out.partial = True  # input that was there but could not be read: exit 5, like every source
         s = fd.samples
         if s.height == 0:
             out.warnings.append(f"{f.display}: no vLLM metrics (vllm:...) found")
