@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import SourceKind, SourceOutput, TimeContext, register
+from .hooks import BT_TEXT_SCHEMA
 
 if TYPE_CHECKING:
     import polars as pl
@@ -80,20 +81,10 @@ BT_TABLES_SCHEMA = {
     "source": "String",
     "line": "UInt32",
 }
-# Same columns as hooks.BT_TEXT_SCHEMA, so text block_table lines and records stack.
+# The columns of hooks.BT_TEXT_SCHEMA (so text block_table lines and records stack),
+# plus what a preempt record after a failed allocation says about the decision.
 BT_EVENTS_SCHEMA = {
-    "time": "Datetime(time_unit='us', time_zone='UTC')",
-    "time_precision": "String",
-    "stream": "Int32",
-    "seq": "UInt32",
-    "engine": "String",
-    "step": "Int64",
-    "request_id": "String",
-    "action": "String",
-    "blocks_before": "Int64",
-    "blocks_after": "Int64",
-    "blocks_needed": "Int64",
-    "reason": "String",
+    **{k: v for k, v in BT_TEXT_SCHEMA.items() if k not in ("source", "line")},
     "pool_free_blocks": "Int64",
     "pool_largest_free_run": "Int64",
     "watermark_blocks": "Int64",
