@@ -178,11 +178,11 @@ def parse_kind_overrides(items: list[str] | None) -> dict[str, str]:
 
 
 def _is_text(head: bytes) -> bool:
-    if not head:
+    """Text, judged on what remains once NUL bytes are removed (a hole of NULs, as logrotate
+    copytruncate leaves, does not make a log binary; bundle.NulStrip counts and reports them)."""
+    sample = head[:8192].replace(b"\x00", b"")
+    if not sample:
         return True
-    sample = head[:8192]
-    if sample.count(b"\x00") > len(sample) // 100 + 1:
-        return False
     control = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
     return control <= len(sample) // 20 + 1
 
@@ -428,6 +428,32 @@ def _capped_lines(chunks, budget: int = SAMPLE_BYTES, line_cap: int = LINE_CAP, 
     return bytes(out[:budget])
 
 
+class NulStrip:
+    """Wraps a chunk iterator: yields the chunks without NUL bytes and counts the NULs removed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, chunks):
+        for chunk in chunks:
+            n = chunk.count(b"\x00")
+            if n:
+                self.count += n
+                chunk = chunk.replace(b"\x00", b"")
+            yield chunk
+
+
+def _count_nuls(fh) -> int:
+    """NUL bytes in a whole plain file (only called when the sniffed sample held some)."""
+    fh.seek(0)
+    total = 0
+    while True:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return total
+        total += chunk.count(b"\x00")
+
+
 def _plain_chunks(fh, first: bytes):
     yield first
     while True:
@@ -457,7 +483,7 @@ def _gzip_chunks(fh, first: bytes):
         data = fh.read(1 << 16)
 
 
-def _zstd_head(path: Path) -> bytes:
+def _zstd_head(path: Path, nuls: "NulStrip | None" = None) -> bytes:
     try:
         import zstandard
     except ImportError:
@@ -475,7 +501,7 @@ def _zstd_head(path: Path) -> bytes:
                         return
                     yield c
 
-            return _capped_lines(chunks())
+            return _capped_lines(nuls(chunks()) if nuls is not None else chunks())
     except (OSError, zstandard.ZstdError):
         return b""
 
@@ -525,16 +551,47 @@ def _transcode(path: Path, encoding: str, workspace: Workspace, display: str) ->
     return dest
 
 
+CUT_TAIL_BYTES = 1 << 20  # the last line is judged whole when it fits in this many bytes
+
+
+def _json_value(line: bytes) -> bool:
+    import json
+
+    if not line.startswith((b"{", b"[")):
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
 def _last_line_cut(fh, size: int) -> bool:
-    """True if a plain file does not end with a line end and its last line is not a complete JSON value."""
+    """True if a plain file's last line has no line end and is not a whole line of the file's own kind.
+
+    A text log writes a line end after every line, so a last line without one is cut, whatever it
+    ends with (``[loggers.py:335]``, Ray's ``[repeated 2x across cluster]``). Only a file of JSON
+    values (JSON lines, or one JSON document) may end without one: its last line is whole when it
+    parses as JSON and the line before it, if any, is JSON too.
+    """
     if size == 0:
         return False
-    fh.seek(max(0, size - 4096))
-    tail = fh.read()
+    fh.seek(max(0, size - CUT_TAIL_BYTES))
+    tail = fh.read().replace(b"\x00", b"")
     if tail.endswith((b"\n", b"\r")):
         return False
-    last = tail.rsplit(b"\n", 1)[-1].strip()
-    return not last.endswith((b"}", b"]"))
+    lines = [ln.strip() for ln in tail.replace(b"\r", b"\n").split(b"\n")]
+    last = lines[-1]
+    if len(lines) == 1 and size > CUT_TAIL_BYTES:  # a last line longer than the tail read
+        return not (last.endswith((b"}", b"]")) and tail.lstrip()[:1] in (b"{", b"["))
+    if not _json_value(last):
+        return True
+    idx = next((i for i in range(len(lines) - 2, -1, -1) if lines[i]), None)
+    if idx is None:  # the only line: one JSON document
+        return False
+    if idx == 0 and size > len(tail):  # the line before starts before the tail read
+        return not lines[0].endswith((b"}", b"]"))
+    return not _json_value(lines[idx])
 
 
 def _describe(
@@ -578,11 +635,13 @@ def _describe(
             gz_mtime = None
             encoding = None
             cut = False
+            nuls = NulStrip()
+            nul_total: int | None = None  # NUL bytes in the whole file (plain files)
             if comp == "gzip":
                 gz_mtime = (int.from_bytes(first[4:8], "little") or None) if len(first) >= 10 else None
-                head = _capped_lines(_gzip_chunks(fh, first))
+                head = _capped_lines(nuls(_gzip_chunks(fh, first)))
             elif comp == "zstd":
-                head = _zstd_head(path)
+                head = _zstd_head(path, nuls)
             else:
                 for bom, enc in BOMS:
                     if first.startswith(bom):
@@ -592,13 +651,18 @@ def _describe(
                 if encoding:
                     head = b""
                 else:
-                    head = _capped_lines(_plain_chunks(fh, first))
+                    head = _capped_lines(nuls(_plain_chunks(fh, first)))
                     cut = _last_line_cut(fh, size)
             tail = b""
             if comp is None and not encoding and size > len(first):
                 fh.seek(max(0, size - SAMPLE_BYTES))
                 tail = fh.read(SAMPLE_BYTES)
-                tail = _capped_lines([tail.split(b"\n", 1)[-1]])
+                tail_nuls = tail.count(b"\x00")
+                tail = _capped_lines([tail.split(b"\n", 1)[-1].replace(b"\x00", b"")])
+                if tail_nuls:
+                    nuls.count += tail_nuls
+            if comp is None and not encoding and nuls.count:
+                nul_total = _count_nuls(fh)
     except OSError as exc:
         return unreadable(f"cannot read ({exc.strerror or exc}): skipped", size, mtime)
     read_path = path
@@ -616,17 +680,26 @@ def _describe(
     score = 0
     if forced:
         kind = forced
-    elif size == 0 or not head.strip():
+    elif comp and size and not head.strip() and (problem := _compression_damage(path, comp)):
+        # A truncated .gz/.zst whose first block is cut holds nothing readable: damage, not "empty".
+        return unreadable(f"damaged {comp} file ({problem}): nothing could be decompressed: skipped", size, mtime)
+    elif size == 0 or not (head.strip() or tail.strip()):
         kind = "empty"
-    elif not _is_text(head):
+    elif not _is_text(head if head.strip() else tail):
         kind = "binary"
     else:
-        kind, score = sources.sniff(head.decode("utf-8", "replace"))
+        kind, score = sources.sniff(head.decode("utf-8", "replace")) if head.strip() else ("unknown", 0)
         if kind == "unknown" and tail.strip() and _is_text(tail):
             kind, score = sources.sniff(tail.decode("utf-8", "replace"))
-    if cut and kind not in UNRECOGNISED and kind != "ignore":
+    recognised = kind not in UNRECOGNISED and kind != "ignore"
+    if cut and recognised:
         damage.append(
             f"{display}: ends in the middle of a line (truncated, or still being written): its last line was read as is"
+        )
+    if nuls.count and recognised:
+        what = f"{nul_total} NUL byte(s)" if nul_total is not None else f"{nuls.count} NUL byte(s) in the part sniffed"
+        damage.append(
+            f"{display}: {what} skipped (a hole, as logrotate copytruncate leaves); the text around them was read"
         )
     bundle_warnings.extend(damage)
     f = InputFile(
@@ -687,16 +760,20 @@ def _assign_streams(files: list[InputFile]) -> None:
 
 def damaged_compression(f: InputFile) -> str | None:
     """Why a compressed input cannot be fully decompressed (None when intact or not compressed)."""
+    return _compression_damage(f.path, f.compression)
+
+
+def _compression_damage(path: Path, compression: str | None) -> str | None:
     from .textio import is_gzip_intact
 
-    if f.compression == "gzip":
-        return is_gzip_intact(f.path)
-    if f.compression == "zstd":
+    if compression == "gzip":
+        return is_gzip_intact(path)
+    if compression == "zstd":
         try:
             import zstandard  # noqa: F401
         except ImportError:
             return None
-        return _zstd_frames(f.path, None)[1]
+        return _zstd_frames(path, None)[1]
     return None
 
 

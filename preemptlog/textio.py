@@ -1,7 +1,7 @@
 """Reading text inputs as lazy polars line frames.
 
 Every text source goes through :func:`scan_lines`, which never fails on bad
-bytes: invalid UTF-8 becomes U+FFFD, a trailing ``\\r`` is stripped, gzip and
+bytes: invalid UTF-8 becomes U+FFFD, NUL bytes are dropped, a trailing ``\\r`` is stripped, gzip and
 zstd are decompressed by polars' own decoder. Lone ``\\r`` inside a line is
 left alone here; :func:`split_cr` turns it into separate logical lines after
 the caller's literal pre-filter, so the cost is paid only by survivors.
@@ -148,6 +148,9 @@ def scan_lines(path: Path | str) -> "pl.LazyFrame":
         pl.when(pl.col("_tail").is_null())
         .then(line)
         .otherwise(pl.concat_str([line, pl.lit(_SEP), pl.col("_tail")]))
+        # NUL bytes are not text: a hole of NULs (logrotate copytruncate) glued to the line
+        # after it must not hide that line's header (the sniff counts and reports them).
+        .str.replace_all("\x00", "", literal=True)
         .alias("line"),
     )
 
