@@ -50,6 +50,9 @@ MAX_TOTAL_BYTES = 32 * 1024**3
 MAX_RATIO = 200
 RATIO_FLOOR_BYTES = 8 * 1024**2  # ratios are only judged past this many unpacked bytes
 CHUNK = 1 << 20
+# Members nested deeper than this are skipped with a warning: a bundle never nests so deep, and
+# creating (and later removing) such a tree would recurse once per level.
+MAX_MEMBER_DEPTH = 200
 
 ENV_MEMBERS = "PREEMPTLOG_ARCHIVE_MAX_MEMBERS"
 ENV_BYTES = "PREEMPTLOG_ARCHIVE_MAX_BYTES"
@@ -248,8 +251,15 @@ def _damaged(name: str, budget: _Budget, detail: str) -> str:
 
 
 def _target(root: Path, safe: str, archive: str, warnings: list[str]) -> Path | None:
-    """Where a member goes; None (with a warning) when its place is taken by a file."""
-    dest = root.joinpath(*safe.split("/"))
+    """Where a member goes; None (with a warning) when its place is taken by a file or it is too deep."""
+    parts = safe.split("/")
+    if len(parts) > MAX_MEMBER_DEPTH:
+        warnings.append(
+            f"{archive}: member {parts[0]}/.../{parts[-1]} is nested {len(parts) - 1} folders deep "
+            f"(more than {MAX_MEMBER_DEPTH}): skipped"
+        )
+        return None
+    dest = root.joinpath(*parts)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

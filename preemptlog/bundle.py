@@ -310,6 +310,47 @@ def _inside(root_real: str, target_real: str) -> bool:
     return target_real == root_real or target_real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
+def walk_tree(root, onerror=None):
+    """``os.walk(root, followlinks=False)`` top-down, names sorted, without recursion.
+
+    Python 3.11's os.walk recurses once per level, so a tree about 1000 folders deep raised
+    RecursionError; this walks an explicit stack, so any depth the file system allows is read
+    (a path too long to open is an OSError, reported through ``onerror``).
+    """
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        dirs: list[str] = []
+        files: list[str] = []
+        try:
+            with os.scandir(top) as it:
+                for entry in it:
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
+                    if not is_dir and entry.is_symlink():
+                        try:  # a link to a folder is listed with the folders, as os.walk does
+                            if entry.is_dir():
+                                files.pop()
+                                dirs.append(entry.name)
+                        except OSError:
+                            pass
+        except OSError as exc:
+            if onerror is not None:
+                onerror(exc)
+            continue
+        dirs.sort()
+        files.sort()
+        yield top, dirs, files
+        # Descend in sorted order (a stack pops the last pushed first); links are never descended.
+        for name in reversed(dirs):
+            full = os.path.join(top, name)
+            if not os.path.islink(full):
+                stack.append(full)
+
+
 def _walk(root: Path, warnings: list[str]) -> list[_Entry]:
     """Every file under ``root``, sorted; symbolic links are followed only when they stay inside ``root``."""
     out: list[_Entry] = []
@@ -322,8 +363,7 @@ def _walk(root: Path, warnings: list[str]) -> list[_Entry]:
         rel = os.path.relpath(full, root)
         return str(Path(root.name) / rel) if root.name else rel
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
-        dirnames.sort()
+    for dirpath, dirnames, filenames in walk_tree(root, onerror):
         for name in list(dirnames):
             full = os.path.join(dirpath, name)
             if os.path.islink(full):  # not descended into (no loops); outside targets are reported
@@ -353,9 +393,8 @@ def _walk(root: Path, warnings: list[str]) -> list[_Entry]:
 
 def _walk_unpacked(root: Path, archive_name: str) -> list[tuple[Path, str]]:
     out = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
+    for dirpath, _dirnames, filenames in walk_tree(root):
+        for name in filenames:
             full = Path(dirpath) / name
             out.append((full, f"{archive_name}!{full.relative_to(root)}"))
     return out
