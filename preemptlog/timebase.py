@@ -122,10 +122,53 @@ def _offset_name(offset: timedelta) -> str:
     return f"{sign}{total // 60:02d}:{total % 60:02d}"
 
 
-def _valid_zone(name: str) -> bool:
+def fixed_offset(name: str) -> int | None:
+    """Seconds east of UTC for a fixed offset zone (``+05:30``, ``-03:30``), else None."""
     import re
 
-    if re.fullmatch(r"[+-]\d\d:\d\d", name) or name.upper() == "UTC":
+    m = re.fullmatch(r"([+-])(\d\d):(\d\d)", name)
+    if not m or int(m.group(3)) >= 60 or int(m.group(2)) >= 24:
+        return None
+    return (1 if m.group(1) == "+" else -1) * (int(m.group(2)) * 3600 + int(m.group(3)) * 60)
+
+
+def local_wall(expr: "pl.Expr", tz: str) -> "pl.Expr":
+    """A UTC datetime expression as naive wall-clock time in ``tz``.
+
+    Fixed offsets are applied as arithmetic: polars knows no zone for offsets with minutes
+    (``+05:30``, ``+05:45``, ``-03:30``), and the arithmetic is exact for every offset.
+    """
+    import polars as pl
+
+    off = fixed_offset(tz)
+    if off is not None:
+        return expr.dt.convert_time_zone("UTC").dt.replace_time_zone(None) + pl.duration(seconds=off)
+    return expr.dt.convert_time_zone(tz).dt.replace_time_zone(None)
+
+
+def iso_text(expr: "pl.Expr", tz: str) -> "pl.Expr":
+    """A UTC datetime expression as ISO 8601 text with ``tz``'s offset (``...T10:00:00+05:30``)."""
+    import polars as pl
+
+    off = fixed_offset(tz)
+    if off is not None:
+        return pl.concat_str(
+            [local_wall(expr, tz).dt.to_string("%Y-%m-%dT%H:%M:%S%.f"), pl.lit(_offset_name(timedelta(seconds=off)))]
+        )
+    return expr.dt.convert_time_zone(tz).dt.to_string("%Y-%m-%dT%H:%M:%S%.f%:z")
+
+
+def typed_zone(tz: str) -> str:
+    """The zone for typed datetime output (parquet): ``tz``, or UTC for a fixed offset polars has no
+    zone for (the instants are the same)."""
+    off = fixed_offset(tz)
+    if off is not None and off % 3600:
+        return "UTC"
+    return tz
+
+
+def _valid_zone(name: str) -> bool:
+    if fixed_offset(name) is not None or name.upper() == "UTC":
         return True
     try:
         from zoneinfo import ZoneInfo
@@ -147,12 +190,9 @@ def check_zone(name: str) -> str:
 
 def zone_info(name: str):
     """A tzinfo for a zone name or fixed offset."""
-    import re
-
-    m = re.fullmatch(r"([+-])(\d\d):(\d\d)", name)
-    if m:
-        sign = 1 if m.group(1) == "+" else -1
-        return timezone(sign * timedelta(hours=int(m.group(2)), minutes=int(m.group(3))))
+    off = fixed_offset(name)
+    if off is not None:
+        return timezone(timedelta(seconds=off))
     if name.upper() == "UTC":
         return timezone.utc
     from zoneinfo import ZoneInfo
@@ -258,6 +298,9 @@ def _localize(naive: "pl.Expr", tz: str) -> "pl.Expr":
     """Naive local datetimes in ``tz`` -> UTC. Gap times read as standard time."""
     import polars as pl
 
+    off = fixed_offset(tz)
+    if off is not None:
+        return (naive - pl.duration(seconds=off)).dt.replace_time_zone("UTC")
     loc = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
     # A wall time inside the spring-forward gap, read as standard time, is the
     # same instant as one hour later on the summer clock.

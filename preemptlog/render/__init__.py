@@ -34,7 +34,9 @@ TIME_COLUMNS = ("time", "interval_start", "interval_end")
 def iso_expr(col: str, tz: str) -> "pl.Expr":
     import polars as pl
 
-    return pl.col(col).dt.convert_time_zone(tz).dt.to_string("%Y-%m-%dT%H:%M:%S%.f%:z").alias(col)
+    from ..timebase import iso_text
+
+    return iso_text(pl.col(col), tz).alias(col)
 
 
 def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFrame":
@@ -55,9 +57,11 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
     cols = []
     schema = df.schema  # built once: per column it cost 20 ms on ~100 columns
     utc = pl.Datetime("us", "UTC")
+    from ..timebase import typed_zone
+
     for c in df.columns:
         if c in TIME_COLUMNS or schema[c] == utc:
-            cols.append(iso_expr(c, analysis.tz) if text_times else pl.col(c).dt.convert_time_zone(analysis.tz))
+            cols.append(iso_expr(c, analysis.tz) if text_times else pl.col(c).dt.convert_time_zone(typed_zone(analysis.tz)))
         else:
             cols.append(pl.col(c))
     return df.select(cols)

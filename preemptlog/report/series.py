@@ -47,7 +47,9 @@ def wall(col: str, tz: str) -> "pl.Expr":
     """A UTC datetime column as wall-clock text in ``tz`` (what the plot's x axis shows)."""
     import polars as pl
 
-    return pl.col(col).dt.convert_time_zone(tz).dt.strftime("%Y-%m-%d %H:%M:%S%.3f").alias(col)
+    from ..timebase import local_wall
+
+    return local_wall(pl.col(col), tz).dt.strftime("%Y-%m-%d %H:%M:%S%.3f").alias(col)
 
 
 def events_with_verdicts(analysis: "Analysis") -> "pl.DataFrame":
