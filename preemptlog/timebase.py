@@ -26,7 +26,9 @@ an explicit ``--year`` that cannot is an error.
 Zone: full timestamps with an offset (RFC 3339, ``Z``) are exact; everything
 else is local time in ``--tz`` (default: this machine's zone). Times that do
 not exist in that zone (the spring-forward gap) are read as standard time;
-ambiguous ones (fall-back) take the earlier instant.
+ambiguous ones (fall-back) take the earlier instant until the stream's clock
+goes back into the repeated hour, the later one after that (so line order,
+and every interval between two lines, is kept).
 
 Order: ``seq`` numbers every record in stream order (file order, line,
 segment) so that sorting by (time, stream, seq) keeps line order within a
@@ -294,18 +296,43 @@ def _precision(col: "pl.Expr") -> "pl.Expr":
     )
 
 
-def _localize(naive: "pl.Expr", tz: str) -> "pl.Expr":
+def _localize(naive: "pl.Expr", tz: str, ambiguous: str = "earliest") -> "pl.Expr":
     """Naive local datetimes in ``tz`` -> UTC. Gap times read as standard time."""
     import polars as pl
 
     off = fixed_offset(tz)
     if off is not None:
         return (naive - pl.duration(seconds=off)).dt.replace_time_zone("UTC")
-    loc = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+    loc = naive.dt.replace_time_zone(tz, ambiguous=ambiguous, non_existent="null")
     # A wall time inside the spring-forward gap, read as standard time, is the
     # same instant as one hour later on the summer clock.
-    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+    shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(tz, ambiguous=ambiguous, non_existent="null")
     return pl.coalesce(loc, shifted).dt.convert_time_zone("UTC")
+
+
+FALL_BACK_STEP_S = 60  # a wall clock stepping back by more than this inside the repeated hour is the fall-back
+
+
+def _localize_in_order(naive: "pl.Expr", tz: str, over: str = "stream") -> "pl.Expr":
+    """Like _localize, but a wall time the fall-back repeats takes its *later* instant once the
+    stream's clock has gone back into the repeated hour (by more than FALL_BACK_STEP_S, so that
+    lines a few seconds out of order are not moved); before that, the earlier instant.
+
+    Taking the earlier instant for both passes put the second pass before the first, so the
+    interval from a line at 01:59:59 (summer time) to one at 01:00:09 (standard time) was inverted.
+    """
+    import polars as pl
+
+    early = _localize(naive, tz)
+    if fixed_offset(tz) is not None or tz.upper() == "UTC":
+        return early
+    late = _localize(naive, tz, ambiguous="latest")
+    repeated = (early != late).fill_null(False)
+    stepped_back = (naive.cum_max().shift(1).over(over) - naive) > pl.duration(seconds=FALL_BACK_STEP_S)
+    second_pass = (repeated & stepped_back.fill_null(False)).cast(pl.Int32).cum_sum().over(
+        [pl.col(over), naive.dt.date()]
+    ) > 0
+    return pl.when(repeated & second_pass).then(late).otherwise(early)
 
 
 def _is_leap_expr(y: "pl.Expr") -> "pl.Expr":
@@ -390,7 +417,7 @@ def resolve(
     off_m = zone.str.replace(":", "", literal=True).str.slice(3, 2).cast(pl.Int64, strict=False)
     off_s = pl.when(zone == "Z").then(0).otherwise(off_sign * (off_h * 3600 + off_m * 60))
     full_utc_aware = (full_naive - pl.duration(seconds=off_s)).dt.replace_time_zone("UTC")
-    full_time = pl.when(zone.is_not_null()).then(full_utc_aware).otherwise(_localize(full_naive, tz))
+    full_time = pl.when(zone.is_not_null()).then(full_utc_aware).otherwise(_localize_in_order(full_naive, tz))
 
     fb_year_known = use_fb & pl.col("fb_year").is_not_null()
     fb_naive = pl.datetime(
@@ -565,7 +592,7 @@ def resolve(
         )
         + pl.duration(microseconds=pl.col("_us"))
     )
-    df = df.with_columns(_tyl=_localize(yl_naive, tz))
+    df = df.with_columns(_tyl=_localize_in_order(yl_naive, tz))
 
     time = pl.coalesce("_tfull", "_tyl")
     prec = pl.when(pl.col("_tfull").is_not_null()).then(pl.col("_pfull")).when(pl.col("_tyl").is_not_null()).then(

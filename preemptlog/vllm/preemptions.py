@@ -12,7 +12,8 @@ Three families (facts page section 0):
   restart; an identical line seen twice (overlapping rotated files) counts once;
   a warning whose counter was cut off is the previous logged value + 50.
 - **interval**: V1 stats ``Preemptions: <n>`` (0.11.1+ with the PR #38452 fix):
-  n events in the interval since the previous stats line of the same engine.
+  n events in the interval since the previous stats line of the same engine (of the same
+  process and server run: a restart, seen by its start banner, starts a new chain).
   The count lags: a preempted request is counted when it produces output again.
 - **marker**: any other line carrying the whole word ``PREEMPTED`` (patched
   schedulers, debug hooks, ``RequestStatus.PREEMPTED``). The request id is
@@ -52,6 +53,40 @@ MARKER_ID_RES = [
     r"\bseq_group\s*[=:]?\s*['\"]?([A-Za-z0-9_.\-]+)",
     r"\b[Rr]equest\s+['\"]?([A-Za-z0-9_.\-]*\d[A-Za-z0-9_.\-]*)",
 ]
+
+
+# A server (re)start: the API server's version banner, or an engine initialising. A crash dump
+# repeats "... LLM engine (vX) with config:" without "Initializing", so it is no start.
+START_RE = r"vLLM API server version |Initializing an? (?:V1 )?LLM engine"
+
+
+def server_runs(records: "pl.DataFrame") -> "pl.DataFrame":
+    """Per record (``seq``): which server run of its stream and compose service it belongs to.
+
+    Columns: seq, _srun (starts counted so far), _proc (process prefix, "" when none), _compose.
+    A restart starts a new interval chain: no interval may span the downtime between two runs of a
+    server (the first count after a restart has no interval start, like the first of a log).
+    """
+    import polars as pl
+
+    keys = ["stream", "_compose"]
+    start = pl.col("kind").is_in(["cfg_version", "cfg_engine"]) & pl.col("text").str.contains(START_RE)
+    r = records.select(
+        "seq",
+        "stream",
+        _compose=pl.col("compose").fill_null(""),
+        _proc=pl.col("proc").fill_null(""),
+        _start=start.fill_null(False),
+    ).sort("seq")
+    r = r.with_columns(_srun=pl.col("_start").cast(pl.Int32).cum_sum().over(keys))
+    return r.select("seq", "_srun", "_proc", "_compose")
+
+
+def _not_after(start: "pl.Expr", end: "pl.Expr") -> "pl.Expr":
+    """An interval start never after its end (a clock that went back): clipped to the end."""
+    import polars as pl
+
+    return pl.when(start > end).then(end).otherwise(start)
 
 
 def _event_id(suffix: "pl.Expr | None" = None) -> "pl.Expr":
@@ -97,22 +132,25 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
             request_id=t.str.extract(r"Sequence group (\S+) is preempted by", 1),
             mode=t.str.extract(r"PreemptionMode\.(\w+)", 1),
             cumulative=t.str.extract(r"total_num_cumulative_preemption=(\d+)", 1).cast(pl.Int64, strict=False),
-            _key=pl.col("proc").fill_null(""),
         )
         .sort("seq")
     )
     facts = {"logged_lines": v0.height, "duplicates": 0, "runs": 0, "last_totals": [], "without_counter": 0}
     if v0.height == 0:
         return v0, v0, facts
+    # One counter per process of one server run (a restart begins a new one even when the counter
+    # does not go down); compose services and process prefixes keep servers apart.
+    v0 = v0.join(server_runs(records), on="seq", how="left").with_columns(
+        _key=pl.concat_str([pl.col("_compose"), pl.lit("\x1f"), pl.col("_proc")])
+    )
     # An identical warning (same counter, same request) seen twice is one event.
     has_total = pl.col("cumulative").is_not_null()
-    dup = has_total & pl.struct("stream", "_key", "cumulative", "request_id").is_duplicated() & (
-        pl.int_range(pl.len()).over("stream", "_key", "cumulative", "request_id") > 0
-    )
+    same = ["stream", "_key", "_srun", "cumulative", "request_id"]
+    dup = has_total & pl.struct(same).is_duplicated() & (pl.int_range(pl.len()).over(same) > 0)
     before = v0.height
     v0 = v0.filter(~dup.fill_null(False))
     facts["duplicates"] = before - v0.height
-    grp = ["stream", "_key"]
+    grp = ["stream", "_key", "_srun"]
     # A warning whose counter was cut is still a sampled one: V0 logs at 1, 51, 101...,
     # so it is the previous logged value + 50 per line since (checked against the next value).
     known = pl.col("cumulative")
@@ -135,7 +173,7 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
     run = grp + ["_run"]
     v0 = v0.with_columns(
         _prev=pl.col("cumulative").forward_fill().shift(1).over(run).fill_null(0),
-        _prev_time=pl.col("time").shift(1).over(run),
+        _prev_time=_not_after(pl.col("time").shift(1).over(run), pl.col("time")),
     )
     v0 = v0.with_columns(
         _delta=pl.when(has_total).then(pl.col("cumulative") - pl.col("_prev")),
@@ -177,7 +215,11 @@ def interval_events(stats: "pl.DataFrame", records: "pl.DataFrame") -> "pl.DataF
     """V1 ``Preemptions: N`` -> N interval events per stats line."""
     import polars as pl
 
-    s = stats.sort("seq").with_columns(_prev_time=pl.col("time").shift(1).over("stream", "engine"))
+    # One interval chain per engine of one process of one server run: the first stats line after a
+    # restart has no interval start (like the first of a log), never one across the downtime.
+    chain = ["stream", "_compose", "_proc", "_srun", "engine"]
+    s = stats.join(server_runs(records), on="seq", how="left").sort("seq")
+    s = s.with_columns(_prev_time=_not_after(pl.col("time").shift(1).over(chain), pl.col("time")))
     s = s.filter(pl.col("preemptions") > 0)
     if s.height == 0:
         return s
