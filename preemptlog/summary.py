@@ -104,6 +104,42 @@ def honesty_notes(a: "Analysis") -> list[str]:
     return notes
 
 
+def _repeated_requests(a: "Analysis", ev: "pl.DataFrame") -> list[dict[str, Any]]:
+    """Requests preempted more than once, a request being (stream, process, id).
+
+    Log events take their process prefix (``Name pid=N``) from their record; events of other
+    sources are identified by their source file.
+    """
+    import polars as pl
+
+    with_id = ev.filter(pl.col("request_id").is_not_null())
+    if not with_id.height:
+        return []
+    from_log = pl.col("kind").is_in(["logged", "marker"]) & pl.col("stream").is_not_null()
+    if "proc" in a.records.columns and a.records.height:
+        procs = a.records.select("stream", "seq", pl.col("proc").alias("_proc"))
+        with_id = with_id.join(procs, on=["stream", "seq"], how="left").with_columns(
+            _proc=pl.when(from_log).then(pl.col("_proc"))
+        )
+    else:
+        with_id = with_id.with_columns(_proc=pl.lit(None, pl.String))
+    with_id = with_id.with_columns(
+        _who=pl.when(pl.col("stream").is_not_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("source"))
+    )
+    keys = ["stream", "_who", "_proc", "request_id"]
+    rep = (
+        with_id.group_by(keys)
+        .len()
+        .filter(pl.col("len") > 1)
+        .sort(["len", "request_id", "stream", "_proc"], descending=[True, False, False, False], nulls_last=True)
+    )
+    out = []
+    for row in rep.iter_rows(named=True):
+        src = a.bundle.stream_name(row["stream"]) if row["stream"] is not None else row["_who"]
+        out.append({"request_id": row["request_id"], "count": row["len"], "source": src, "process": row["_proc"]})
+    return out
+
+
 def summarize(a: "Analysis") -> dict[str, Any]:
     import polars as pl
 
@@ -115,23 +151,16 @@ def summarize(a: "Analysis") -> dict[str, Any]:
     if ev.height:
         for k, n in ev.group_by("kind").len().iter_rows():
             by_kind[k] = n
+    # A request is (server, id): two servers (or two copies of one log) reuse ids, so ids are
+    # counted per stream; within a stream, per process (two Ray workers' sequence group 63 are two).
     received = (
-        a.requests.filter(pl.col("action") == "received").get_column("request_id").n_unique()
+        a.requests.filter(pl.col("action") == "received").select(pl.struct("stream", "request_id").n_unique()).item()
         if a.requests.height
         else 0
     )
     total = ev.height
     rate = (total / received) if received else None
-    repeated = []
-    if ev.height:
-        rep = (
-            ev.filter(pl.col("request_id").is_not_null())
-            .group_by("request_id")
-            .len()
-            .filter(pl.col("len") > 1)
-            .sort(["len", "request_id"], descending=[True, False])
-        )
-        repeated = [{"request_id": r, "count": n} for r, n in rep.iter_rows()]
+    repeated = _repeated_requests(a, ev)
     gates = ["G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
     v = a.verdicts
     if v is not None and v.height and ev.height:

@@ -132,4 +132,6 @@ def test_whole_word_only(tmp_path):
 def test_repeated_preemptions_in_summary(tmp_path):
     r = run(tmp_path, ["INFO 05-02 10:00:00 [x.py:1] Req-7 PREEMPTED", "INFO 05-02 10:00:05 [x.py:1] Req-7 PREEMPTED",
                        "INFO 05-02 10:00:06 [x.py:1] Req-8 PREEMPTED"])
-    assert r.summary()["requests_preempted_more_than_once"] == [{"request_id": "7", "count": 2}]
+    assert r.summary()["requests_preempted_more_than_once"] == [
+        {"request_id": "7", "count": 2, "source": str(tmp_path / "v.log"), "process": None}
+    ]
