@@ -35,6 +35,26 @@ def corpus() -> Path:
     return c
 
 
+def corpus2_dir() -> Path | None:
+    """The second real-log corpus (../shared/corpus2; PREEMPTLOG_CORPUS2 points elsewhere)."""
+    candidates = []
+    if os.environ.get("PREEMPTLOG_CORPUS2"):
+        candidates.append(Path(os.environ["PREEMPTLOG_CORPUS2"]))
+    candidates += [ROOT.parent / "shared" / "corpus2", Path("/work/shared/corpus2")]
+    for c in candidates:
+        if (c / "SOURCES.md").is_file():
+            return c
+    return None
+
+
+@pytest.fixture
+def corpus2() -> Path:
+    c = corpus2_dir()
+    if c is None:
+        pytest.skip("second real-log corpus not found (../shared/corpus2; set PREEMPTLOG_CORPUS2)")
+    return c
+
+
 @pytest.fixture
 def in_root(monkeypatch):
     """Run with the repository root as working directory (golden outputs hold relative paths)."""
