@@ -1,11 +1,12 @@
 """Peak memory of ``-f json`` against ``-f ndjson`` as the event count grows (issue 19, item 7).
 
-    python bench/json_memory.py [COUNT ...]        # default: 40000 400000
+    python bench/json_memory.py [COUNT ...]        # default: 40000 400000 9x100000
 
 Each case is one 356-byte V0 warning whose ``total_num_cumulative_preemption`` is COUNT, so the
 run reconstructs COUNT - 1 events (at most 100 000 from one count: preemptions.MAX_EVENTS_PER_COUNT); the analysis runs in a fresh process and its peak resident
 set size (``ru_maxrss`` of the child) is printed per format. Not a test: numbers depend on the
-machine. The json document is streamed row by row, so its peak should track ndjson's.
+machine. ``KxSTEP`` writes K warnings whose counter grows by STEP each (``9x100000``: 900 000
+events). The json document is streamed row by row, so its peak should track ndjson's.
 """
 
 from __future__ import annotations
@@ -36,14 +37,21 @@ def peak_rss_mb(args: list[str]) -> tuple[float, int]:
     return rss_kb / 1024, p.returncode
 
 
-def main(counts: list[int]) -> None:
+def log_text(case: str) -> str:
+    if "x" in case:
+        k, step = (int(v) for v in case.split("x"))
+        return "".join(LINE.replace("10:00:00", f"10:{i:02d}:00").format(n=1 + step * i) for i in range(k))
+    return LINE.format(n=int(case))
+
+
+def main(counts: list[str]) -> None:
     print("| cumulative | events | -f ndjson peak RSS | -f json peak RSS | json output |")
     print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
             log = os.path.join(tmp, f"v0-{n}.log")
             with open(log, "w") as fh:
-                fh.write(LINE.format(n=n))
+                fh.write(log_text(n))
             row = []
             for fmt in ("ndjson", "json"):
                 out = os.path.join(tmp, f"out.{fmt}")
@@ -59,4 +67,4 @@ def main(counts: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [40_000, 400_000])
+    main(sys.argv[1:] or ["40000", "400000", "9x100000"])
