@@ -391,7 +391,7 @@ def resolve(
     fb_values = df.select(pl.col("fb").filter(no_fast).unique()).get_column("fb").to_list()
     if fb_values:
         fb = parse_fallback(fb_values)
-        df = df.join(fb, on="fb", how="left")
+        df = df.join(fb, on="fb", how="left", maintain_order="left")  # row order is stream order (below)
     else:
         df = df.with_columns(
             pl.lit(None, pl.Int32).alias("fb_year"),
@@ -571,7 +571,7 @@ def resolve(
             schema={"stream": pl.Int32, "_y0": pl.Int32},
         )
         yl_rows = yl_rows.join(by, on="stream", how="left").with_columns(_year=pl.col("_y0") + pl.col("_k"))
-        df = df.join(yl_rows.select("seq", "_year"), on="seq", how="left")
+        df = df.join(yl_rows.select("seq", "_year"), on="seq", how="left", maintain_order="left")
     else:
         df = df.with_columns(pl.lit(None, pl.Int32).alias("_year"))
 

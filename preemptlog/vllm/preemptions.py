@@ -140,7 +140,7 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
         return v0, v0, facts
     # One counter per process of one server run (a restart begins a new one even when the counter
     # does not go down); compose services and process prefixes keep servers apart.
-    v0 = v0.join(server_runs(records), on="seq", how="left").with_columns(
+    v0 = v0.join(server_runs(records), on="seq", how="left", maintain_order="left").with_columns(
         _key=pl.concat_str([pl.col("_compose"), pl.lit("\x1f"), pl.col("_proc")])
     )
     # An identical warning (same counter, same request) seen twice is one event.
