@@ -438,6 +438,38 @@ def test_restart_without_banner_but_new_pid_starts_a_new_chain(tmp_path):
     assert late.height and late.filter(pl.col("interval_start") < start_b).height == 0
 
 
+def test_v0_restart_without_banner_is_seen_by_its_counter_reset(tmp_path):
+    a = hand_log("v04", "v0", steps=9, banner=False)
+    b = hand_log("v04", "v0", steps=9, banner=False, start=T0 + timedelta(hours=2))
+    ra = run([write(tmp_path / "a.log", text(a))])
+    rb = run([write(tmp_path / "b.log", text(b))])
+    both = run([write(tmp_path / "v.log", text(a + b))])
+    assert event_keys(both) == sorted(event_keys(ra) + event_keys(rb), key=repr)
+
+
+def test_exit_codes_of_the_relations(tmp_path, hand):
+    """What the CLI says for each transformed input (README "Robustness")."""
+    from typer.testing import CliRunner
+
+    from preemptlog.cli import app
+    from preemptlog.errors import ExitCode
+
+    def code(*paths):
+        res = CliRunner().invoke(app, ["analyze", "--year", "2025", "--tz", "UTC", "-f", "ndjson",
+                                       *[str(p) for p in paths]])
+        return res.exit_code
+
+    data = hand.read_bytes()
+    assert code(hand) == ExitCode.OK
+    assert code(write(tmp_path / "hole.log", b"\x00" * 100 + data)) == ExitCode.PARTIAL
+    assert code(write(tmp_path / "cut.log", data[:-2])) == ExitCode.PARTIAL  # a JSON line needs its } too
+    big = text(hand_log("v08", "v1", steps=3000))  # several 128 KB zstd blocks: half of them decompress
+    blob = zstandard.ZstdCompressor().compress(big)
+    assert code(write(tmp_path / "cut.log.zst", blob[: len(blob) // 2])) == ExitCode.PARTIAL
+    assert code(write(tmp_path / "tiny.log.zst", blob[:20])) == ExitCode.INPUT
+    assert code(hand, "--tz", "+05:30") == ExitCode.OK
+
+
 def test_v0_restart_with_equal_counter_is_a_new_run(tmp_path):
     """A restarted V0 server whose first counter value equals the last one of the previous run."""
     a = hand_log("v08", "v0", steps=3, first_id=0)  # one warning, counter 1
@@ -533,21 +565,24 @@ def test_folder_1000_levels_deep_is_read(tmp_path, hand):
 
 
 def test_folder_too_deep_to_open_is_a_warning(tmp_path, hand):
-    cur = str(tmp_path / "deeper")
-    os.mkdir(cur)
-    depth = 0
-    while True:
-        nxt = os.path.join(cur, "d" * 200)
-        try:
-            os.mkdir(nxt)
-        except OSError:
-            break
-        cur, depth = nxt, depth + 1
-        if depth > 40:
-            break
-    write(tmp_path / "deeper" / hand.name, hand.read_bytes())
-    r = run([tmp_path / "deeper"])
+    """Past PATH_MAX a folder cannot be listed by its path: a warning (exit 5), the rest is read."""
+    root = tmp_path / "deeper"
+    root.mkdir()
+    write(root / hand.name, hand.read_bytes())
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(40):  # 40 x 201 bytes: past PATH_MAX (4096), made relative to each parent
+            os.mkdir("d" * 200, dir_fd=fd)
+            nxt = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        with open(os.open("x.log", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "wb") as fh:
+            fh.write(hand.read_bytes())
+    finally:
+        os.close(fd)
+    r = run([root])
     assert event_keys(r) == event_keys(run([hand]))
+    assert r.partial and any("cannot list folder" in w for w in r.warnings)
 
 
 def test_archive_member_nested_too_deep_is_skipped_with_a_warning(tmp_path, hand):

@@ -143,9 +143,10 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
     v0 = v0.join(server_runs(records), on="seq", how="left", maintain_order="left").with_columns(
         _key=pl.concat_str([pl.col("_compose"), pl.lit("\x1f"), pl.col("_proc")])
     )
-    # An identical warning (same counter, same request) seen twice is one event.
+    # An identical warning (same time, counter and request) seen twice is one event; the same
+    # counter and request at another time is a restarted server counting again (seq group 0, =1).
     has_total = pl.col("cumulative").is_not_null()
-    same = ["stream", "_key", "_srun", "cumulative", "request_id"]
+    same = ["stream", "_key", "_srun", "time", "cumulative", "request_id"]
     dup = has_total & pl.struct(same).is_duplicated() & (pl.int_range(pl.len()).over(same) > 0)
     before = v0.height
     v0 = v0.filter(~dup.fill_null(False))
