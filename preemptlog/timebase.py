@@ -313,26 +313,74 @@ def _localize(naive: "pl.Expr", tz: str, ambiguous: str = "earliest") -> "pl.Exp
 FALL_BACK_STEP_S = 60  # a wall clock stepping back by more than this inside the repeated hour is the fall-back
 
 
-def _localize_in_order(naive: "pl.Expr", tz: str, over: str = "stream") -> "pl.Expr":
-    """Like _localize, but a wall time the fall-back repeats takes its *later* instant once the
-    stream's clock has gone back into the repeated hour (by more than FALL_BACK_STEP_S, so that
-    lines a few seconds out of order are not moved); before that, the earlier instant.
+def fall_back_windows(tz: str, y0: int, y1: int) -> list[tuple[datetime, datetime, timedelta]]:
+    """The wall-clock spans ``tz`` repeats in years y0..y1: (first repeated wall time, end, shift).
 
-    Taking the earlier instant for both passes put the second pass before the first, so the
-    interval from a line at 01:59:59 (summer time) to one at 01:00:09 (standard time) was inverted.
+    Found from the zone's offsets (a day scan, refined to 15 minutes), so a half-hour change
+    (Australia/Lord_Howe) is found as well as the usual hour. Empty for UTC and fixed offsets.
+    """
+    if fixed_offset(tz) is not None or tz.upper() == "UTC" or y1 < y0 or y1 - y0 > 50:
+        return []
+    z = zone_info(tz)
+    out = []
+    t = datetime(max(y0, 1971) - 1, 12, 31, tzinfo=timezone.utc)
+    end = datetime(min(y1, 2200) + 1, 1, 2, tzinfo=timezone.utc)
+    prev = t.astimezone(z).utcoffset()
+    day, quarter = timedelta(days=1), timedelta(minutes=15)
+    while t < end:
+        nxt = t + day
+        off = nxt.astimezone(z).utcoffset()
+        if off is not None and prev is not None and off < prev:
+            u = t
+            while (u + quarter).astimezone(z).utcoffset() == prev:
+                u += quarter
+            at = u + quarter  # first instant on the new (smaller) offset
+            wall_end = (at + prev).replace(tzinfo=None)
+            out.append((wall_end - (prev - off), wall_end, prev - off))
+        prev = off
+        t = nxt
+    return out
+
+
+def _later_in_second_pass(df: "pl.DataFrame", naive_col: str, time_col: str, tz: str, over: str = "stream"):
+    """Give the later instant to fall-back wall times read after the clock went back.
+
+    ``time_col`` holds _localize's earlier instant for ``naive_col``. A wall time the fall-back
+    repeats keeps it until the stream's wall clock steps back (by more than FALL_BACK_STEP_S, so
+    lines a few seconds out of order are not moved) into the repeated span; from then on, in that
+    span, it takes the later instant. Taking the earlier instant for both passes put the second
+    before the first: the interval from 01:59:59 (summer) to 01:00:09 (standard) was inverted.
+    Costs nothing when no line falls in a repeated span.
     """
     import polars as pl
 
-    early = _localize(naive, tz)
-    if fixed_offset(tz) is not None or tz.upper() == "UTC":
-        return early
-    late = _localize(naive, tz, ambiguous="latest")
-    repeated = (early != late).fill_null(False)
+    years = df.select(pl.col(naive_col).dt.year().min().alias("a"), pl.col(naive_col).dt.year().max().alias("b"))
+    y0, y1 = years.row(0)
+    if y0 is None:
+        return df
+    windows = fall_back_windows(tz, y0, y1)
+    if not windows:
+        return df
+    naive = pl.col(naive_col)
+    shift = pl.lit(None, pl.Int64)
+    for lo, hi, d in windows:
+        shift = pl.when(naive.is_between(pl.lit(lo), pl.lit(hi), closed="left")).then(
+            pl.lit(int(d.total_seconds() * 1e6))
+        ).otherwise(shift)
+    df = df.with_columns(_fb_shift=shift)
+    if df.get_column("_fb_shift").null_count() == df.height:
+        return df.drop("_fb_shift")
+    repeated = pl.col("_fb_shift").is_not_null()
     stepped_back = (naive.cum_max().shift(1).over(over) - naive) > pl.duration(seconds=FALL_BACK_STEP_S)
     second_pass = (repeated & stepped_back.fill_null(False)).cast(pl.Int32).cum_sum().over(
         [pl.col(over), naive.dt.date()]
     ) > 0
-    return pl.when(repeated & second_pass).then(late).otherwise(early)
+    return df.with_columns(
+        pl.when(repeated & second_pass)
+        .then(pl.col(time_col) + pl.duration(microseconds=pl.col("_fb_shift")))
+        .otherwise(pl.col(time_col))
+        .alias(time_col)
+    ).drop("_fb_shift")
 
 
 def _is_leap_expr(y: "pl.Expr") -> "pl.Expr":
@@ -417,7 +465,7 @@ def resolve(
     off_m = zone.str.replace(":", "", literal=True).str.slice(3, 2).cast(pl.Int64, strict=False)
     off_s = pl.when(zone == "Z").then(0).otherwise(off_sign * (off_h * 3600 + off_m * 60))
     full_utc_aware = (full_naive - pl.duration(seconds=off_s)).dt.replace_time_zone("UTC")
-    full_time = pl.when(zone.is_not_null()).then(full_utc_aware).otherwise(_localize_in_order(full_naive, tz))
+    full_time = pl.when(zone.is_not_null()).then(full_utc_aware).otherwise(_localize(full_naive, tz))
 
     fb_year_known = use_fb & pl.col("fb_year").is_not_null()
     fb_naive = pl.datetime(
@@ -448,6 +496,10 @@ def resolve(
 
     # A full date outside 1970-2200 (year 0000 in a damaged line) is not a time.
     df = df.with_columns(_tfull=pl.when(pl.col("_tfull").dt.year().is_between(1970, 2200)).then(pl.col("_tfull")))
+    df = df.with_columns(
+        _fnaive=pl.when(pl.col("fdate").is_not_null() & zone.is_null() & pl.col("_tfull").is_not_null()).then(full_naive)
+    )
+    df = _later_in_second_pass(df, "_fnaive", "_tfull", tz)
 
     # ---- year-less timestamps ----
     yl = pl.col("fdate").is_null() & (pl.col("mo").is_not_null() | (use_fb & pl.col("fb_year").is_null()))
@@ -592,7 +644,8 @@ def resolve(
         )
         + pl.duration(microseconds=pl.col("_us"))
     )
-    df = df.with_columns(_tyl=_localize_in_order(yl_naive, tz))
+    df = df.with_columns(_ylnaive=yl_naive).with_columns(_tyl=_localize(pl.col("_ylnaive"), tz))
+    df = _later_in_second_pass(df, "_ylnaive", "_tyl", tz)
 
     time = pl.coalesce("_tfull", "_tyl")
     prec = pl.when(pl.col("_tfull").is_not_null()).then(pl.col("_pfull")).when(pl.col("_tyl").is_not_null()).then(
