@@ -280,6 +280,17 @@ def test_cut_keeps_every_earlier_event(tmp_path_factory, cut_full, at, comp):
         assert r.partial, (comp, at, r.warnings)
 
 
+@pytest.mark.parametrize("where", [0.3, 0.77])
+def test_plain_cut_of_a_real_log_keeps_earlier_events(real_log, tmp_path, where):
+    data = real_log.read_bytes()
+    at = max(1, int(len(data) * where))
+    r = run([write(tmp_path / real_log.name, data[:at])])
+    whole = data[:at].count(b"\n")
+    assert _kept_ids(run([real_log]), whole) <= _ids(r)
+    if not data[:at].endswith(b"\n"):  # a line was cut: said, exit 5
+        assert r.partial and any("ends in the middle of a line" in w for w in r.warnings)
+
+
 @pytest.mark.parametrize("comp", ["gz", "zst"])
 def test_truncated_compressed_real_log_is_salvaged(real_log, tmp_path, comp):
     data = real_log.read_bytes()
