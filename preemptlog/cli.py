@@ -7,6 +7,7 @@ only with ``--debug``. polars is imported inside commands so ``--help`` is fast.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -59,6 +60,89 @@ def stderr_console(no_color: bool = False):
         emoji=False,
         soft_wrap=True,
     )
+
+
+class _Progress:
+    """A rich progress display on stderr, shown only once a run has taken PROGRESS_AFTER seconds:
+    bytes of the vLLM logs read, then the stage being worked on (analysis.Profile tells it)."""
+
+    def __init__(self, console) -> None:
+        import threading
+
+        self.console = console
+        self.lock = threading.Lock()
+        self.bar = None
+        self.total = 0
+        self.done = 0
+        self.label = "reading the bundle"
+        self.timer = threading.Timer(PROGRESS_AFTER, self._show)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _show(self) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.timer is None:
+                return
+            self.bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                console=self.console, transient=True,
+            )
+            self.task = self.bar.add_task(self.label, total=self.total or None, completed=self.done)
+            self.bar.start()
+
+    def files(self, total: int) -> None:
+        with self.lock:
+            self.total = total
+            self.label = "reading the vLLM logs"
+            if self.bar is not None:
+                self.bar.update(self.task, total=total or None, description=self.label)
+
+    def file_done(self, size: int) -> None:
+        with self.lock:
+            self.done += size
+            if self.bar is not None:
+                self.bar.update(self.task, completed=self.done)
+
+    def stage(self, name: str) -> None:
+        with self.lock:
+            self.label = f"done: {name.split(' (')[0]}"
+            if self.bar is not None:
+                self.bar.update(self.task, description=self.label)
+
+    def close(self) -> None:
+        with self.lock:
+            timer, self.timer = self.timer, None
+            if timer is not None:
+                timer.cancel()
+            if self.bar is not None:
+                self.bar.stop()
+                self.bar = None
+
+
+PROGRESS_AFTER = 1.0  # seconds
+
+
+@contextlib.contextmanager
+def progress(quiet: bool = False, no_color: bool = False):
+    """Show progress on stderr while the body runs, when stderr is a terminal and not ``quiet``."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if quiet or not tty:
+        yield
+        return
+    from . import analysis
+
+    ui = _Progress(stderr_console(no_color))
+    analysis.PROGRESS = ui
+    try:
+        yield
+    finally:
+        analysis.PROGRESS = None
+        ui.close()
 
 
 def _say(line: str) -> None:

@@ -25,7 +25,7 @@ def rules_command(
     rules: RulesOpt = None,
     set_: SetOpt = None,
     format: Annotated[Optional[RulesFormat], typer.Option("--format", "-f", help="table or json.")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Run every rule's sample inputs; exit 1 if one fails.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Run every rule's sample inputs; exit 7 if one fails.")] = False,
     evidence: Annotated[
         bool, typer.Option("--evidence", help="List the evidence names a rule condition may use.")
     ] = False,
@@ -79,11 +79,15 @@ def rules_command(
         else:
             _print(doc, evidence)
         failed = [r for r in results if not r.ok]
+        for r in failed:
+            sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: "
+                             f"expected {r.expect}, got {r.got}\n")
+        if check:
+            rules_n = len({r.rule for r in results})
+            sys.stderr.write(f"{len(results) - len(failed)} of {len(results)} sample(s) of {rules_n} rule(s) passed"
+                             + (f", {len(failed)} failed\n" if failed else "\n"))
         if failed:
-            for r in failed:
-                sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: "
-                                 f"expected {r.expect}, got {r.got}\n")
-            return ExitCode.INTERNAL
+            return ExitCode.CHECK_FAILED
         return ExitCode.OK
 
     guarded(debug, body)
