@@ -19,6 +19,21 @@ from . import __version__
 from .errors import ExitCode, PreemptlogError
 from .render import OutputFormat
 
+def _arguments_show_their_metavar() -> None:
+    """typer prints an argument's Python type after its metavar (``PATH <list[str]>``); the metavar
+    says what to give, so show only it."""
+    from typer.core import TyperArgument
+
+    original = TyperArgument.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.metavar else original(self, ctx)
+
+    TyperArgument.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_arguments_show_their_metavar()
+
 app = typer.Typer(
     name="preemptlog",
     help=(
@@ -26,7 +41,7 @@ app = typer.Typer(
         "align the evidence around it and name the cause.\n\n"
         "Example: preemptlog analyze vllm.log"
     ),
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -43,7 +58,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Forensics for vLLM PREEMPTED events."""

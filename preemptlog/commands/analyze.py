@@ -41,7 +41,7 @@ from .common import (
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(analyze)
+    app.command(short_help="List every preemption: time, request, gate, file:line.")(analyze)
 
 
 def analyze(

@@ -40,7 +40,7 @@ PathsArg = Annotated[
     typer.Argument(
         help="vLLM log files, incident bundle folders or archives (.tar.gz, .zip), or - for standard input.",
         show_default=False,
-        metavar="PATH...",
+        metavar="PATH",
     ),
 ]
 FormatOpt = Annotated[

@@ -18,7 +18,7 @@ class EvalFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="eval")(eval_command)
+    app.command(name="eval", short_help="Score verdicts against a simulated bundle's truth.")(eval_command)
 
 
 def eval_command(

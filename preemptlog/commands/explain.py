@@ -28,7 +28,6 @@ from .common import (
     NoColorOpt,
     OffsetOpt,
     OutputOpt,
-    PathsArg,
     TzOpt,
     YearOpt,
 )
@@ -41,20 +40,27 @@ class ExplainFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(explain)
+    app.command(short_help="Why one preemption happened: verdict, evidence, its lines.")(explain)
 
 
 def explain(
     event_id: Annotated[
         Optional[str],
         typer.Argument(
-            metavar="[EVENT_ID]",
+            metavar="EVENT_ID",
             help="An event id as analyze prints it: the table's (vllm.log:1234, folded vllm.log:11~r*) or the "
             "ndjson event_id (demo/vllm.log:1234); a file's basename is enough. Omit it with --request.",
             show_default=False,
         ),
-    ],
-    paths: PathsArg,
+    ] = None,
+    paths: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            metavar="PATH",
+            help="vLLM log files, incident bundle folders or archives (.tar.gz, .zip), or - for standard input.",
+            show_default=False,
+        ),
+    ] = None,
     request: RequestOpt = None,
     all_rows: Annotated[
         bool, typer.Option("--all", help="The whole window from every source, not only the request's own lines "
@@ -109,8 +115,15 @@ def explain(
         from ..outio import open_output
         from ..view import apply_filters
 
-        if event_id is None and not request:
+        import os
+
+        ident, inputs = event_id, list(paths or [])
+        if request and ident is not None and (ident == "-" or os.path.exists(ident)):
+            ident, inputs = None, [ident] + inputs  # `explain --request R bundle/`: the first argument is a path
+        if ident is None and not request:
             raise UsageError("give an EVENT_ID or --request ID", hint="list the ids with: preemptlog analyze PATHS")
+        if not inputs:
+            raise UsageError("give the bundle or log PATH the event comes from")
         overrides, filters = filters_from(
             kind=kind, since=since, until=until, gate=gate, request=None, min_confidence=min_confidence
         )
@@ -120,8 +133,8 @@ def explain(
                 year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
-            result = run(paths, options, workspace=ws)
-            ids, run_note = resolve_ids(apply_filters(result, filters), event_id, list(request or []))
+            result = run(inputs, options, workspace=ws)
+            ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
             docs = [build(result, i, before, after, all_rows=all_rows, limit=limit) for i in ids]
             if run_note:
                 docs[0]["run"] = run_note

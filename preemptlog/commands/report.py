@@ -27,7 +27,7 @@ from .common import (
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(report)
+    app.command(short_help="Write an offline HTML incident report.")(report)
 
 
 def report(

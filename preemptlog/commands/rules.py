@@ -18,7 +18,7 @@ class RulesFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="rules")(rules_command)
+    app.command(name="rules", short_help="List the rules and thresholds; --check runs their samples.")(rules_command)
 
 
 def rules_command(
