@@ -78,7 +78,7 @@ def stderr_console(no_color: bool = False):
 
 
 class _Progress:
-    """A rich progress display on stderr, shown only once a run has taken PROGRESS_AFTER seconds:
+    """A rich progress display on stderr, shown only once a run has taken a second (_progress_after):
     bytes of the vLLM logs read, then the stage being worked on (analysis.Profile tells it)."""
 
     def __init__(self, console) -> None:
@@ -90,7 +90,7 @@ class _Progress:
         self.total = 0
         self.done = 0
         self.label = "reading the bundle"
-        self.timer = threading.Timer(PROGRESS_AFTER, self._show)
+        self.timer = threading.Timer(_progress_after(), self._show)
         self.timer.daemon = True
         self.timer.start()
 
@@ -100,8 +100,11 @@ class _Progress:
         with self.lock:
             if self.timer is None:
                 return
+            from .render.safe import unicode_ok
+
+            bar = [BarColumn()] if unicode_ok() else []  # the C locale: no block characters
             self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                TextColumn("{task.description}"), *bar, DownloadColumn(), TimeElapsedColumn(),
                 console=self.console, transient=True,
             )
             self.task = self.bar.add_task(self.label, total=self.total or None, completed=self.done)
@@ -122,7 +125,7 @@ class _Progress:
 
     def stage(self, name: str) -> None:
         with self.lock:
-            self.label = f"done: {name.split(' (')[0]}"
+            self.label = f"analysing (done: {name.split(' (')[0]})"
             if self.bar is not None:
                 self.bar.update(self.task, description=self.label)
 
@@ -136,7 +139,12 @@ class _Progress:
                 self.bar = None
 
 
-PROGRESS_AFTER = 1.0  # seconds
+def _progress_after() -> float:
+    """Seconds before the progress display appears (env PREEMPTLOG_PROGRESS_AFTER, default 1)."""
+    try:
+        return max(0.0, float(os.environ.get("PREEMPTLOG_PROGRESS_AFTER", "1")))
+    except ValueError:
+        return 1.0
 
 
 @contextlib.contextmanager

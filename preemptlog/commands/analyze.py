@@ -105,6 +105,7 @@ def analyze(
         from ..outio import open_output
         from ..render import write
         from ..render.human import print_summary
+        from ..render.safe import neutralise
         from ..view import apply_filters, output_columns, parse_columns, with_columns
 
         conditions = failon.parse(fail_on)
@@ -122,7 +123,7 @@ def analyze(
                 year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
-            with progress(quiet):
+            with progress(quiet, no_color):
                 full = run(paths, options, workspace=ws)
             result = apply_filters(full, filters)
             data = with_columns(result, output_columns(fmt.value, wanted, wide))
@@ -139,8 +140,10 @@ def analyze(
                 print_summary(result, console)
                 print_timeline(result, console)  # only on a terminal
         code, lines = failon.outcome(conditions, summary)
+        if quiet and result.partial and code is None:  # -q keeps what explains exit 5
+            lines = [f"preemptlog: warning: {w}" for w in summary["warnings"]] + lines
         for line in lines:  # even with -q: they explain the exit code
-            sys.stderr.write(line + "\n")
+            sys.stderr.write(neutralise(line) + "\n")
         if code is not None:
             return code
         if result.partial:

@@ -133,7 +133,10 @@ def explain(
                 year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
-            result = run(inputs, options, workspace=ws)
+            from ..cli import progress
+
+            with progress(False, no_color):
+                result = run(inputs, options, workspace=ws)
             ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
             docs = [build(result, i, before, after, all_rows=all_rows, limit=limit) for i in ids]
             if run_note:

@@ -114,13 +114,21 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
     out["max_num_batched_tokens"] = c("max_num_batched_tokens", int)
     out["gpu_memory_utilization"] = c("gpu_memory_utilization", float)
     out["max_model_len"] = c("max_model_len", int)
+    out["enable_chunked_prefill"] = c("enable_chunked_prefill", lambda v: str(v).strip().lower() in ("true", "1", "yes"))
     spec = cfg.get("speculative_config") or cfg.get("speculative_model")
+    spec_where = f" ({spec['source']}:{spec['line']})" if spec is not None and spec.get("source") else ""
     out["speculative"] = Measured(
-        None if spec is None else (spec["value"] not in ("None", "", None)), "speculative_config in the config line"
+        None if spec is None else (spec["value"] not in ("None", "", None)),
+        f"speculative_config {spec['value'] if spec is not None else 'not stated'} in the config line{spec_where}",
     )
     ev = analysis.evidence
     if ev is not None and "batch_max_len" in ev.columns and ev.get_column("batch_max_len").null_count() < ev.height:
-        out["batch_max_len"] = Measured(int(ev.get_column("batch_max_len").max()), "longest running length at an event")
+        i = ev.get_column("batch_max_len").arg_max()
+        where = ev.get_column("batch_max_len_src")[i] if "batch_max_len_src" in ev.columns and i is not None else None
+        out["batch_max_len"] = Measured(
+            int(ev.get_column("batch_max_len").max()),
+            "longest running length at an event" + (f" ({where})" if where else ""),
+        )
     else:
         out["batch_max_len"] = Measured(None, "running lengths are not in the bundle (block-table table records)")
     return out
@@ -205,8 +213,9 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
     return out
 
 
-def _where(m: Measured) -> list[str]:
-    return [m.how] if m.how else []
+def _known(*ms: "Measured | None") -> list[str]:
+    """The inputs a fix used: what each known value is and where it came from."""
+    return [m.how for m in ms if m is not None and m.known]
 
 
 def _fix(fid: str, option: str, current: Any, suggested: Any, inputs: list[str], effect: str, prose: str,
@@ -239,7 +248,7 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
     p95, share = m.get("prompt_p95"), m.get("prompt_share_le_64")
     if p95 is not None and p95.known and share is not None:
         rec = 64 if share.value >= 0.95 else 32 if p95.value <= 128 else (bs.value if bs.known else 16)
-        item = _fix("block_size", "--block-size", bs.value, rec, [p95.how, share.how, bs.how],
+        item = _fix("block_size", "--block-size", bs.value, rec, _known(p95, share, bs),
                     "fewer fragmentation preemptions: blocks sized to the prompts leave fewer partly used blocks",
                     f["block_size"], ["G1-kv-space/fragmentation", "G1-kv-space/capacity"])
         if bs.known and rec == bs.value:
@@ -247,14 +256,14 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
         else:
             out.append(item)
     else:
-        out.append(_fix("block_size", "--block-size", bs.value, None, _where(bs), "sized to the prompt lengths",
+        out.append(_fix("block_size", "--block-size", bs.value, None, _known(bs), "sized to the prompt lengths",
                         f["block_size"], ["G1-kv-space/fragmentation", "G1-kv-space/capacity"],
                         missing=p95.how if p95 else LOG_REQUESTS_HINT))
     rps, lat, mns = m["peak_rps"], m["p95_latency_s"], m["max_num_seqs"]
     keys_seqs = G1_KEYS + ["G3-queue-overflow"]
     if rps.known and lat.known:
         n = math.ceil(math.ceil(rps.value * lat.value) * 1.5)
-        item = _fix("max_num_seqs", "--max-num-seqs", mns.value, n, [rps.how, lat.how, mns.how],
+        item = _fix("max_num_seqs", "--max-num-seqs", mns.value, n, _known(rps, lat, mns),
                     "the running set matches the arrival rate: no queue overflow, fewer sequences competing for KV",
                     f["max_num_seqs"], keys_seqs)
         if mns.known and n == mns.value:
@@ -263,25 +272,25 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
             out.append(item)
     else:
         missing = "; ".join(x.how for x in (rps, lat) if not x.known)
-        out.append(_fix("max_num_seqs", "--max-num-seqs", mns.value, None, [x.how for x in (rps, lat, mns) if x.known],
+        out.append(_fix("max_num_seqs", "--max-num-seqs", mns.value, None, _known(rps, lat, mns),
                         "the running set matches the arrival rate", f["max_num_seqs"], keys_seqs, missing=missing))
     out_len, mbt = m["avg_output_len"], m["max_num_batched_tokens"]
     if rps.known and out_len.known:
         buf = math.ceil(rps.value * out_len.value * 0.3)
         out.append(_fix("budget_buffer", "--max-num-batched-tokens", mbt.value,
-                        (mbt.value + buf) if mbt.known else f"+{buf} tokens", [rps.how, out_len.how, mbt.how],
+                        (mbt.value + buf) if mbt.known else f"+{buf} tokens", _known(rps, out_len, mbt),
                         f"a token budget buffer of {buf} tokens absorbs bursts of decode growth",
                         f["budget_buffer"], keys_seqs))
     else:
         missing = "; ".join(x.how for x in (rps, out_len) if not x.known)
-        out.append(_fix("budget_buffer", "--max-num-batched-tokens", mbt.value, None, [],
+        out.append(_fix("budget_buffer", "--max-num-batched-tokens", mbt.value, None, _known(rps, out_len, mbt),
                         "a token budget buffer absorbs bursts of decode growth", f["budget_buffer"], keys_seqs,
                         missing=missing))
     spec = m["speculative"]
     if spec.value:
         mml = m["max_model_len"]
         val = math.ceil(4096 + (int(mml.value) // 16) * 1.2) if mml.known else None
-        out.append(_fix("spec_budget", "--max-num-batched-tokens", mbt.value, val, [mml.how, spec.how],
+        out.append(_fix("spec_budget", "--max-num-batched-tokens", mbt.value, val, _known(mml, spec),
                         "room in the token budget for the draft tokens of speculative decoding", f["spec_budget"],
                         G1_KEYS, missing=None if mml.known else "the draft model's max_model_len"))
     else:
@@ -290,7 +299,7 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
     bml = m.get("batch_max_len")
     if bml is not None and bml.known:
         out.append(_fix("dynamic_variance", "batch variance threshold (debug hook)", None, round(bml.value * 0.1, 1),
-                        [bml.how], "fewer batch-variance preemptions on long generation (guide 3.2.2: 41% -> 2.3%)",
+                        _known(bml), "fewer batch-variance preemptions on long generation (guide 3.2.2: 41% -> 2.3%)",
                         f["dynamic_variance"], ["G2-batch-variance"]))
     else:
         out.append(_fix("dynamic_variance", "batch variance threshold (debug hook)", None, None, [],
@@ -305,7 +314,7 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
         if nxt <= float(gmu.value):
             dropped.append({"id": "kv_room", "why": f"gpu_memory_utilization is already {gmu.value} ({gmu.how})"})
         else:
-            out.append(_fix("kv_room", "--gpu-memory-utilization", gmu.value, nxt, [gmu.how],
+            out.append(_fix("kv_room", "--gpu-memory-utilization", gmu.value, nxt, _known(gmu),
                             "more KV cache blocks (or a larger tensor_parallel_size, or fewer concurrent sequences)",
                             f["kv_room"], G1_KEYS))
     else:
@@ -321,10 +330,14 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
                     "identical histories share one prefix (guide 3.2.3: hit rate 63% -> 89%, preemptions -35%)",
                     "one client-side prefix id scheme so identical histories share one prefix (guide 3.2.3: hit rate "
                     "63% -> 89%, preemptions -35%)", ["G4-prefix-conflict"]))
-    out.append(_fix("chunked_prefill", "--enable-chunked-prefill", None, True, [],
-                    "long prefills no longer extend shared prefix blocks in one step",
-                    "--enable-chunked-prefill (guide 3.2.3; --max-prefix-cache-len does not exist in upstream vLLM)",
-                    ["G4-prefix-conflict"]))
+    cp = m.get("enable_chunked_prefill") or Measured(None, "enable_chunked_prefill not stated in the bundle")
+    if cp.value is True:
+        dropped.append({"id": "chunked_prefill", "why": f"chunked prefill is already on ({cp.how})"})
+    else:
+        out.append(_fix("chunked_prefill", "--enable-chunked-prefill", cp.value, True, _known(cp),
+                        "long prefills no longer extend shared prefix blocks in one step",
+                        "--enable-chunked-prefill (guide 3.2.3; --max-prefix-cache-len does not exist in upstream vLLM)",
+                        ["G4-prefix-conflict"]))
     out.append(_fix("add_evidence", "bundle", None, "debug hook lines, block-table records, dmon, /metrics", [],
                     "the gates that could not be evaluated can be", "add the evidence the not-evaluable gates list "
                     "(debug hook lines, block-table records, dmon, /metrics)", ["undetermined"]))
