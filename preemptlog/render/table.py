@@ -143,7 +143,7 @@ def render_table(
     days = sorted({t.date().isoformat() for t in times if t is not None})
     multi_day = len(days) > 1
     full_gate = width >= 110 or wide
-    req_w = 40 if wide else max(12, min(36, width - 62))
+    req_w = 64 if wide else max(12, min(64, width - 62))
     folded = 0
     table = Table(
         box=box.SIMPLE_HEAD if unicode else box.ASCII2, show_header=header, header_style="bold", expand=False,
@@ -194,7 +194,13 @@ def render_table(
     if rows.height:
         console.print(table)
     else:
-        console.print(text("no preemption events found"))
+        from ..summary import count_visibility
+
+        nv = count_visibility(analysis)
+        if nv["count_visible"]:
+            console.print(text("no preemption events found"))
+        else:
+            console.print(text(f"preemptions not visible in this bundle ({nv['reason']}): {nv['remedy']}"))
     if header and folded:
         console.print(text(
             "rows ending ~r* / ~i* fold the events counted on one line (no request id, time placed in the interval "
