@@ -344,13 +344,20 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
     return out, dropped
 
 
+# Among fixes addressing as many events: the most direct first (vLLM's own advice for KV space, then
+# the admission limits), as the guide orders them.
+TIE_ORDER = ["block_size", "kv_room", "swap_space", "max_num_seqs", "budget_buffer", "spec_budget", "dynamic_variance",
+             "traffic_shape", "prefix_ids", "chunked_prefill", "add_evidence"]
+
+
 def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str, Any]]:
-    """Rank fixes by the events they address (counts per verdict key), computable ones first on ties;
-    fixes that address no event of this incident are left out."""
+    """Rank fixes by the events they address (counts per verdict key); on ties, computable ones
+    first, then TIE_ORDER. Fixes that address no event of this incident are left out."""
     for x in fixes:
         x["events_addressed"] = sum(counts.get(k, 0) for k in x["addresses"])
     keep = [x for x in fixes if x["events_addressed"] > 0]
-    keep.sort(key=lambda x: (-x["events_addressed"], x["suggested"] is None))
+    keep.sort(key=lambda x: (-x["events_addressed"], x["suggested"] is None, TIE_ORDER.index(x["id"])
+                             if x["id"] in TIE_ORDER else len(TIE_ORDER)))
     for i, x in enumerate(keep, 1):
         x["rank"] = i
     return keep
