@@ -276,12 +276,14 @@ def count_visibility(a: "Analysis") -> dict[str, Any]:
     return {"count_visible": True, "reason": None, "remedy": None}
 
 
-def _span_text(first: str | None, last: str | None) -> str:
+def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:
     if not first or not last:
         return ""
     from datetime import datetime
 
     s = (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+    if s < 1:  # one instant: events counted on one line lie before it
+        return f" {'by' if estimated else 'at'} {last[11:19]}"
     if s < 120:
         return f" in {s:.0f} s"
     if s < 7200:
@@ -313,7 +315,9 @@ def headline(s: dict[str, Any]) -> str:
             if top:
                 part += " (" + ", ".join(f"{sk} {v}" for v, sk in top) + ")"
         gates.append(part)
-    return f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'))}{per}" + (
+    k = s.get("by_kind") or {}
+    estimated = bool(k.get("reconstructed") or k.get("interval"))
+    return f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'), estimated)}{per}" + (
         ": " + ", ".join(gates) if gates else ""
     )
 

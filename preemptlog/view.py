@@ -116,7 +116,7 @@ def split_kind_option(items: list[str] | None) -> tuple[list[str], list[str]]:
         k = item.strip().lower()
         if k not in EVENT_KINDS:
             raise UsageError(
-                f"--kind {item!r} is neither FILE=KIND nor an event kind",
+                f"--kind expects FILE=KIND or an event kind, got {item!r}",
                 hint="event kinds: " + ", ".join(EVENT_KINDS) + "; e.g. --kind dmon.txt=dmon to force a file's kind",
             )
         kinds.append(k)

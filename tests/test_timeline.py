@@ -153,7 +153,9 @@ def test_analyze_prints_it_on_a_terminal_only(no_tty_env):
     assert "Timeline: preemptions per second by gate" in tty.stderr and "KV %" in tty.stderr  # a 53 s incident
     assert tty.stderr.index("preemption event(s)") < tty.stderr.index("Timeline:")  # after the summary
     quiet = runner.invoke(app, args + ["-q"], env={"TTY_COMPATIBLE": "1"})
-    assert quiet.stderr == ""
+    # -q: no summary and no timeline; only the one line that explains exit 5 (a damaged block-table line)
+    assert quiet.exit_code == 5 and quiet.stderr.startswith("preemptlog: warning: joined/blocktable.jsonl")
+    assert len(quiet.stderr.splitlines()) == 1
 
 
 def test_bins_follow_the_incident_span():

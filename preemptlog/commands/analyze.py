@@ -140,8 +140,10 @@ def analyze(
                 print_summary(result, console)
                 print_timeline(result, console)  # only on a terminal
         code, lines = failon.outcome(conditions, summary)
-        if quiet and result.partial and code is None:  # -q keeps what explains exit 5
-            lines = [f"preemptlog: warning: {w}" for w in summary["warnings"]] + lines
+        if quiet and result.partial and code is None and summary["warnings"]:  # -q keeps what explains exit 5
+            w = summary["warnings"]
+            more = f" (and {len(w) - 1} more warning(s): run without -q to see them)" if len(w) > 1 else ""
+            lines = [f"preemptlog: warning: {' '.join(w[0].split())}{more}"] + lines
         for line in lines:  # even with -q: they explain the exit code
             sys.stderr.write(neutralise(line) + "\n")
         if code is not None:

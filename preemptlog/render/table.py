@@ -203,8 +203,9 @@ def render_table(
             console.print(text(f"preemptions not visible in this bundle ({nv['reason']}): {nv['remedy']}"))
     if header and folded:
         console.print(text(
-            "rows ending ~r* / ~i* fold the events counted on one line (no request id, time placed in the interval "
-            "before it): `preemptlog explain ID` takes the folded id; -f ndjson lists each event."
+            "rows ending ~r* / ~i* fold the events counted on one line (no request id; placed in the interval "
+            "before that line, a time ending + is the first of them): `preemptlog explain ID` takes the folded id; "
+            "-f ndjson lists each event."
         ))
     out = buf.getvalue()
     return out if unicode else ascii_text(out)
