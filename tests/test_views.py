@@ -321,6 +321,26 @@ def test_explain_takes_every_id_the_table_prints(tmp_path):
     assert doc["event"]["event_id"] == doc["run"]["first"]
 
 
+def test_explain_takes_an_id_the_table_cut_in_the_middle(tmp_path):
+    name = "vllm-server-with-a-rather-long-file-name.log"
+    p = write_lines(tmp_path / name, [
+        "INFO 05-02 10:00:00 [x.py:1] Req-1 PREEMPTED",
+        "INFO 05-02 10:00:01 [x.py:1] Req-2 PREEMPTED",
+    ])
+    from preemptlog import AnalyzeOptions, analyze
+    from preemptlog.render.table import render_table
+
+    shown = render_table(analyze([str(p)], AnalyzeOptions(year=2025, tz="UTC")), width=40, header=False,
+                         columns=["event", "request"])
+    cut = "vllm-server-with-a…file-name.log:2"
+    assert "…" in shown.splitlines()[-1]  # the table did cut it
+    r, doc = _explain(cut, str(p), "--year", "2025")
+    assert r.exit_code == 0, r.stderr
+    assert doc["event"]["event_id"].endswith(name + ":2")
+    r, doc = _explain(cut.replace("…", ".."), str(p), "--year", "2025")  # the ASCII ellipsis
+    assert r.exit_code == 0 and doc["event"]["request_id"] == "2"
+
+
 def test_explain_unknown_id_suggests_the_nearest():
     r = invoke("explain", "vllm.log:141", DEMO, "--tz", "UTC")
     assert r.exit_code == ExitCode.USAGE

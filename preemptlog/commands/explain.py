@@ -208,15 +208,20 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
 
 
 def _id_matches(given: str):
-    """An expression: event_id is ``given`` or ends with ``/given`` (a folded ``~r*`` matches its run)."""
+    """An expression: event_id is ``given``, or ends with ``/given`` (the table strips the folder given);
+    a folded ``~r*`` / ``~i*`` matches its run; an ellipsis (``…``, or ``..`` in ASCII) the table put in
+    a long id matches what it stands for."""
+    import re
+
     import polars as pl
 
-    col = pl.col("event_id")
-    if given.endswith(("~r*", "~i*")):
-        stem, k = given[:-3], given[-2]
-        base = col.str.replace(r"~[ri]\d+$", "")
-        return col.str.contains(rf"~{k}\d+$") & ((base == stem) | base.str.ends_with("/" + stem))
-    return (col == given) | col.str.ends_with("/" + given)
+    folded = given.endswith(("~r*", "~i*"))
+    stem = given[:-3] if folded else given
+    parts = re.split(r"…|(?<![/.])\.\.(?![/.])", stem)
+    body = ".*".join(re.escape(p) for p in parts)
+    if folded:
+        body += re.escape("~" + given[-2]) + r"\d+"
+    return pl.col("event_id").str.contains(f"(^|/){body}$")
 
 
 def _did_you_mean(ev, given: str) -> str:

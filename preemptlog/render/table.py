@@ -98,6 +98,27 @@ def shorten(value: str, width: int, ellipsis: str = "…") -> str:
     return value[:head] + ellipsis + value[len(value) - (keep - head):]
 
 
+GAP = 3  # between two columns: right padding, the divider, left padding
+SHRINK = ("request", "verdict", "where", "event")  # cut in the middle, in this order, to fit the width
+MIN_WIDTH = {"request": 12, "event": 16, "where": 16, "verdict": 16}
+
+
+def _fit(names: list[str], labels: dict[str, str], body: list[dict[str, str]], width: int, req_w: int) -> dict[str, int]:
+    """Column widths that fit ``width``: natural widths, the request id capped at ``req_w``, then the
+    columns of SHRINK narrowed (never below MIN_WIDTH) until the row fits."""
+    w = {n: max([len(labels[n])] + [len(c[n]) for c in body]) for n in names}
+    if "request" in w:
+        w["request"] = max(len(labels["request"]), min(w["request"], req_w))
+    budget = width - GAP * (len(names) - 1)
+    for n in SHRINK:
+        over = sum(w.values()) - budget
+        if over <= 0:
+            break
+        if n in w:
+            w[n] = max(min(MIN_WIDTH[n], w[n]), w[n] - over)
+    return w
+
+
 def resolve_columns(columns: list[str] | None, wide: bool) -> list[str]:
     if columns:
         from ..view import check_columns
@@ -145,14 +166,8 @@ def render_table(
     full_gate = width >= 110 or wide
     req_w = 64 if wide else max(12, min(64, width - 62))
     folded = 0
-    table = Table(
-        box=box.SIMPLE_HEAD if unicode else box.ASCII2, show_header=header, header_style="bold", expand=False,
-        show_edge=False, pad_edge=False, padding=(0, 1),
-    )
-    for n in names:
-        table.add_column(n if n != "n" else "n", no_wrap=n != "verdict", overflow="fold" if n == "verdict" else "ellipsis",
-                         justify="right" if n == "n" else "left")
     until = rows.get_column("until").to_list() if rows.height else []
+    body: list[dict[str, str]] = []
     for i, r in enumerate(rows.iter_rows(named=True)):
         t = times[i]
         fold = r["count"] > 1
@@ -170,10 +185,10 @@ def render_table(
         if prefix and where.startswith(prefix):
             where = where[len(prefix):]
         if fold:
-            how = "by the V0 counter" if r["kind"] == "reconstructed" else "in an interval count"
+            how = "from counter" if r["kind"] == "reconstructed" else "in interval"
             req = f"{r['count']} {how}"
         else:
-            req = shorten(r["request_id"] or "-", req_w, ell)
+            req = r["request_id"] or "-"
         gate = r["gate"]
         if gate is None:
             verdict = "-"
@@ -181,11 +196,25 @@ def render_table(
             g = gate if full_gate else SHORT_GATE.get(gate, gate)
             verdict = g + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
         conf = r["confidence"] if r["confidence"] not in (None, "none") else "-"
-        cells = {
+        body.append({
             "time": tcell, "event": event, "n": str(r["count"]), "request": req, "verdict": verdict,
             "confidence": conf, "kind": r["kind"], "mode": r["mode"] or "-", "where": where,
-        }
-        table.add_row(*[text(cells[n]) for n in names])
+        })
+    labels = {n: n for n in names}
+    if "confidence" in labels and width < 100:
+        labels["confidence"] = "conf"
+    widths = _fit(names, labels, body, width, req_w)
+    table = Table(
+        box=box.SIMPLE_HEAD if unicode else box.ASCII2, show_header=header, header_style="bold", expand=False,
+        show_edge=False, pad_edge=False, padding=(0, 1),
+    )
+    for n in names:
+        table.add_column(labels[n], no_wrap=True, overflow="ellipsis", justify="right" if n == "n" else "left",
+                         min_width=widths[n], max_width=widths[n])
+    for cells in body:
+        if cells["n"] != "1" and "request" in widths and len(cells["request"]) > widths["request"]:
+            cells["request"] = f"{cells['n']} folded"
+        table.add_row(*[text(shorten(cells[n], widths[n], ell)) for n in names])
     if header:
         tz = analysis.tz
         day = days[0] if len(days) == 1 else (f"{days[0]} .. {days[-1]}" if days else "no time")
