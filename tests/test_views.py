@@ -223,6 +223,18 @@ def test_columns_on_the_table_and_no_header():
     assert csv.stdout.splitlines()[0] == "demo/vllm.log:140,140"
 
 
+def test_folded_rows_say_when_their_events_differ():
+    log = str(FIXTURES / "golden" / "v1-patched-0.14.log")
+    r = invoke("analyze", log, "--year", "2026", "--tz", "UTC", "-f", "table", "-q", "--no-header")
+    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.strip()}
+    assert "6 in interval" in rows["v1-patched-0.14.log:13~i*"]
+    assert "2 verdicts" in rows["v1-patched-0.14.log:15~i*"]  # one G1 event among undetermined ones
+    assert "G1-kv-space/kv-exhausted" in rows["v1-patched-0.14.log:17~i*"]
+    nd = invoke("analyze", log, "--year", "2026", "--tz", "UTC", "-f", "ndjson", "-q")
+    gates = [json.loads(x)["gate"] for x in nd.stdout.splitlines() if ":15~i" in x]
+    assert len(set(gates)) == 2  # ndjson keeps each event and its own verdict
+
+
 def test_unknown_column_is_a_usage_error_with_the_nearest():
     r = invoke("analyze", DEMO, "--tz", "UTC", "-f", "ndjson", "--columns", "event_id,requestid")
     assert r.exit_code == ExitCode.USAGE

@@ -38,7 +38,8 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
     """Events for display: each run of reconstructed/interval events from one line becomes one row.
 
     Columns: time, until (UTC datetimes), event_id (``~r*``/``~i*`` for a folded run), kind,
-    count, request_id, mode, source, line, gate, sub_kind, confidence.
+    count, request_id, mode, source, line, gate, sub_kind, confidence (of the run's first event),
+    verdicts (how many distinct gate/sub-kind pairs the run holds).
     """
     import polars as pl
 
@@ -67,6 +68,7 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
             pl.col("gate").first(),
             pl.col("sub_kind").first(),
             pl.col("confidence").first(),
+            pl.concat_str([pl.col("gate").fill_null("-"), pl.col("sub_kind").fill_null("-")]).n_unique().alias("verdicts"),
         )
         .with_columns(
             event_id=pl.when(pl.col("count") > 1)
@@ -190,12 +192,14 @@ def render_table(
         else:
             req = r["request_id"] or "-"
         gate = r["gate"]
-        if gate is None:
+        if r["verdicts"] > 1:  # the events of a fold do not share one verdict
+            verdict = f"{r['verdicts']} verdicts"
+        elif gate is None:
             verdict = "-"
         else:
             g = gate if full_gate else SHORT_GATE.get(gate, gate)
             verdict = g + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
-        conf = r["confidence"] if r["confidence"] not in (None, "none") else "-"
+        conf = r["confidence"] if r["confidence"] not in (None, "none") and r["verdicts"] == 1 else "-"
         body.append({
             "time": tcell, "event": event, "n": str(r["count"]), "request": req, "verdict": verdict,
             "confidence": conf, "kind": r["kind"], "mode": r["mode"] or "-", "where": where,
@@ -233,8 +237,8 @@ def render_table(
     if header and folded:
         console.print(text(
             "rows ending ~r* / ~i* fold the events counted on one line (no request id; placed in the interval "
-            "before that line, a time ending + is the first of them): `preemptlog explain ID` takes the folded id; "
-            "-f ndjson lists each event."
+            "before that line, a time ending + is the first of them; 'N verdicts' when they differ): "
+            "`preemptlog explain ID` takes the folded id; -f ndjson lists each event."
         ))
     out = buf.getvalue()
     return out if unicode else ascii_text(out)
