@@ -252,8 +252,8 @@ def summarize(a: "Analysis") -> dict[str, Any]:
 def count_visibility(a: "Analysis") -> dict[str, Any]:
     """Can this bundle show how many preemptions happened? ``count_visible`` False (the events are
     not a count of zero) when the log is of a kind that never prints one (a stock V1 log) and no
-    other source (markers, /metrics counter, block-table records) counted any; ``reason`` and
-    ``remedy`` say why and what to add."""
+    other source (markers, /metrics counter, block-table records) counted any; ``short`` (the
+    headline's words) and ``reason`` say why, ``remedy`` what to add."""
     from .pressure import log_capability
 
     ev = a.events
@@ -266,10 +266,16 @@ def count_visibility(a: "Analysis") -> dict[str, Any]:
         return {"count_visible": True, "reason": None, "remedy": None}
     cap = log_capability(a)
     if cap.has_log and cap.counts == "none":
-        return {"count_visible": False, "reason": cap.reason, "remedy": cap.remedy}
+        log = f"vLLM {cap.version} {cap.family or ''} log".replace("  ", " ") if cap.version else f"{cap.family or 'this'} log"
+        if cap.family == "V1" and "never print" in cap.reason:
+            short = f"{log}: stock builds never print a preemption count"
+        else:
+            short = f"{log}: this version logs no preemption count"
+        return {"count_visible": False, "short": short, "reason": cap.reason, "remedy": cap.remedy}
     if not cap.has_log:
         return {
             "count_visible": False,
+            "short": "no vLLM log and no /metrics counter in the bundle",
             "reason": "no vLLM log and no /metrics counter in the bundle",
             "remedy": "add the vLLM server log or /metrics scrapes (vllm:num_preemptions_total)",
         }
@@ -295,8 +301,8 @@ def headline(s: dict[str, Any]) -> str:
     """The first line of the summary: what happened and why (plain text, no markup)."""
     if not s["count_visible"]:
         nv = s["not_visible"] or {}
-        reason = nv.get("reason") or ""
-        return f"Preemptions: not visible ({reason})" + (f"; {nv['remedy']}" if nv.get("remedy") else "")
+        reason = nv.get("short") or nv.get("reason") or ""
+        return f"Preemptions: not visible ({reason})" + (f": {nv['remedy']}" if nv.get("remedy") else "")
     n = s["events"]
     if n == 0:
         return "0 preemptions"
