@@ -29,11 +29,11 @@ class Condition:
 
     def holds(self, summary: dict) -> bool:
         if self.what == "any":
-            return summary["events"] > 0
+            return (summary["events"] or 0) > 0
         if self.what == "unknown":
             return summary.get("count_visible") is False
         if self.what == "count":
-            actual = float(summary["events"])
+            actual = float(summary["events"] or 0)
         else:
             if summary.get("preemption_rate") is None:
                 return False

@@ -212,7 +212,7 @@ def summarize(a: "Analysis") -> dict[str, Any]:
     out = {
         "count_visible": visible["count_visible"],
         "not_visible": None if visible["count_visible"] else visible,
-        "events": total,
+        "events": total if visible["count_visible"] else None,  # not visible: no count, not a count of 0
         "by_kind": by_kind,
         "by_gate": by_gate,
         "g1_sub_kinds": by_sub,
@@ -245,6 +245,8 @@ def summarize(a: "Analysis") -> dict[str, Any]:
         "timezone": tz,
         "filters": getattr(a, "filters", None),
     }
+    if not visible["count_visible"]:
+        out["preemption_rate"] = None  # no count, so no rate (0 / received would read as "none happened")
     out["headline"] = headline(out)
     return out
 

@@ -67,7 +67,7 @@ def test_stock_v1_count_is_not_visible_and_fail_on_unknown(tmp_path, name):
     r = invoke("analyze", str(p), "--year", "2026", "--tz", "UTC", "-f", "json", "--fail-on", "unknown")
     assert r.exit_code == ExitCode.NOT_VISIBLE, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["summary"]["count_visible"] is False
+    assert doc["summary"]["count_visible"] is False and doc["summary"]["events"] is None
     assert doc["summary"]["not_visible"]["remedy"] and "/metrics" in doc["summary"]["not_visible"]["remedy"]
     assert doc["summary"]["headline"].startswith("Preemptions: not visible (")
     assert r.stderr.startswith("Preemptions: not visible (")
