@@ -518,3 +518,9 @@ def test_rules_check_ends_with_a_total_and_exits_7_on_a_failing_sample(tmp_path)
     r = invoke("rules", "--rules", str(bad), "--check", "-f", "json")
     assert r.exit_code == ExitCode.CHECK_FAILED, r.stderr
     assert "failed" in r.stderr.strip().splitlines()[-1]
+
+
+def test_shell_completion_is_switched_on():
+    env = _env() | {"_PREEMPTLOG_COMPLETE": "complete_bash", "COMP_WORDS": "preemptlog analyze --min-c", "COMP_CWORD": "2"}
+    out = subprocess.run([sys.executable, "-m", "preemptlog"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.split() == ["--min-confidence"]
