@@ -522,5 +522,8 @@ def test_rules_check_ends_with_a_total_and_exits_7_on_a_failing_sample(tmp_path)
 
 def test_shell_completion_is_switched_on():
     env = _env() | {"_PREEMPTLOG_COMPLETE": "complete_bash", "COMP_WORDS": "preemptlog analyze --min-c", "COMP_CWORD": "2"}
-    out = subprocess.run([sys.executable, "-m", "preemptlog"], capture_output=True, text=True, env=env, cwd=ROOT)
+    script = Path(sys.executable).parent / "preemptlog"  # the console script: completion keys on its name
+    if not script.exists():
+        pytest.skip("the preemptlog console script is not installed next to this Python")
+    out = subprocess.run([str(script)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.split() == ["--min-confidence"]
