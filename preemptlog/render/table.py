@@ -14,7 +14,7 @@ import io
 import os
 from typing import TYPE_CHECKING, BinaryIO
 
-from .safe import ascii_text, text, unicode_ok
+from .safe import ascii_text, neutralise, text, unicode_ok
 
 if TYPE_CHECKING:
     import polars as pl
@@ -200,10 +200,11 @@ def render_table(
             g = gate if full_gate else SHORT_GATE.get(gate, gate)
             verdict = g + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
         conf = r["confidence"] if r["confidence"] not in (None, "none") and r["verdicts"] == 1 else "-"
-        body.append({
+        cells = {
             "time": tcell, "event": event, "n": str(r["count"]), "request": req, "verdict": verdict,
             "confidence": conf, "kind": r["kind"], "mode": r["mode"] or "-", "where": where,
-        })
+        }
+        body.append({k: neutralise(v) for k, v in cells.items()})  # widths of what is shown (\x1b is 4 wide)
     labels = {n: n for n in names}
     if "confidence" in labels and width < 100:
         labels["confidence"] = "conf"
