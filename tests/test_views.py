@@ -527,3 +527,14 @@ def test_shell_completion_is_switched_on():
         pytest.skip("the preemptlog console script is not installed next to this Python")
     out = subprocess.run([str(script)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.split() == ["--min-confidence"]
+
+
+def test_every_terminal_table_is_ascii_under_the_c_locale():
+    env = {"LC_ALL": "C"}
+    for args in (["rules", "-f", "table"], ["explain", "vllm.log:140", DEMO, "--tz", "UTC", "-f", "table", "--limit", "3"],
+                 ["analyze", DEMO, "--tz", "UTC", "-f", "table", "--gate", "G3"]):
+        r = invoke(*args, env=env)
+        assert r.exit_code == 0, (args, r.stderr)
+        assert r.stdout.isascii(), (args, sorted({c for c in r.stdout if not c.isascii()}))
+    utf8 = invoke("rules", "-f", "table", env={"LC_ALL": "C.UTF-8"})
+    assert not utf8.stdout.isascii()

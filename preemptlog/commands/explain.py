@@ -335,12 +335,11 @@ def write_table(docs: list[dict], out, *, no_color: bool = False) -> None:
 
 
 def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
-    from rich import box
     from rich.table import Table
 
-    from ..render.safe import text
+    from ..render.safe import table_box, text
 
-    style = box.HEAVY_HEAD if unicode else box.ASCII2
+    style = table_box()
     e = doc["event"]
     head = Table(show_header=False, box=None)
     head.add_column("k", style="bold")

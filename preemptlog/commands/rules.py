@@ -97,30 +97,30 @@ def _print(doc: dict, evidence: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..render.safe import text
+    from ..render.safe import table_box, text
 
     console = Console(highlight=False)
     if evidence:
-        t = Table(title=text("evidence names"), header_style="bold")
+        t = Table(title=text("evidence names"), header_style="bold", box=table_box())
         t.add_column("name")
         t.add_column("type")
         for e in doc["evidence"]:
             t.add_row(text(e["name"]), text(e["type"]))
         console.print(t)
-        d = Table(title=text("derived values"), header_style="bold")
+        d = Table(title=text("derived values"), header_style="bold", box=table_box())
         d.add_column("name")
         d.add_column("expression", overflow="fold")
         for k, v in doc["derived"].items():
             d.add_row(text(k), text(v))
         console.print(d)
         return
-    t = Table(title=text("thresholds"), header_style="bold")
+    t = Table(title=text("thresholds"), header_style="bold", box=table_box())
     for c in ("name", "value", "origin", "where the default comes from"):
         t.add_column(c, overflow="fold")
     for th in doc["thresholds"]:
         t.add_row(text(th["name"]), text(th["value"]), text(th["origin"]), text(th["source"]))
     console.print(t)
-    r = Table(title=text("rules, in precedence order"), header_style="bold")
+    r = Table(title=text("rules, in precedence order"), header_style="bold", box=table_box())
     for c in ("priority", "id", "gate", "on", "condition", "samples"):
         r.add_column(c, overflow="fold")
     for rule in doc["rules"]:

@@ -111,3 +111,10 @@ _ASCII = str.maketrans(
         "≤": "<=", "·": "-",
     }
 )
+
+
+def table_box():
+    """The box style for rich tables: rich's default, or ASCII when the locale cannot show it."""
+    from rich import box
+
+    return box.HEAVY_HEAD if unicode_ok() else box.ASCII2
