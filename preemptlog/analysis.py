@@ -73,7 +73,7 @@ class Analysis:
         return summarize(self)
 
 
-# A progress listener (cli.progress): stage(name), files(total_bytes), file_done(bytes); None when off.
+# A progress listener (cli.progress): stage(name), files(total_bytes), file_done(bytes, name); None when off.
 PROGRESS: Any = None
 
 
@@ -88,9 +88,9 @@ class Profile:
         if PROGRESS is not None:
             PROGRESS.files(total_bytes)
 
-    def file_done(self, size: int) -> None:
+    def file_done(self, size: int, name: str = "") -> None:
         if PROGRESS is not None:
-            PROGRESS.file_done(size)
+            PROGRESS.file_done(size, name)
 
     def __init__(self) -> None:
         self.on = os.environ.get("PREEMPTLOG_PROFILE", "") not in ("", "0")
@@ -204,7 +204,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     prof.files(sum(f.size or 0 for f in log_files))
     for f in log_files:
         df, problem = _scan_file(f, ws, options.debug)
-        prof.file_done(f.size or 0)
+        prof.file_done(f.size or 0, f.display)
         if problem:
             f.warnings.append(problem)
             partial = True

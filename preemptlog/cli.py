@@ -104,7 +104,7 @@ class _Progress:
 
             bar = [BarColumn()] if unicode_ok() else []  # the C locale: no block characters
             self.bar = Progress(
-                TextColumn("{task.description}"), *bar, DownloadColumn(), TimeElapsedColumn(),
+                TextColumn("{task.description}", markup=False), *bar, DownloadColumn(), TimeElapsedColumn(),
                 console=self.console, transient=True,
             )
             self.task = self.bar.add_task(self.label, total=self.total or None, completed=self.done)
@@ -117,11 +117,15 @@ class _Progress:
             if self.bar is not None:
                 self.bar.update(self.task, total=total or None, description=self.label)
 
-    def file_done(self, size: int) -> None:
+    def file_done(self, size: int, name: str = "") -> None:
+        from .render.safe import neutralise
+
         with self.lock:
             self.done += size
+            if name:
+                self.label = f"read {neutralise(name)[-40:]}"
             if self.bar is not None:
-                self.bar.update(self.task, completed=self.done)
+                self.bar.update(self.task, completed=self.done, description=self.label)
 
     def stage(self, name: str) -> None:
         with self.lock:
