@@ -20,16 +20,25 @@ from .errors import ExitCode, PreemptlogError
 from .render import OutputFormat
 
 def _arguments_show_their_metavar() -> None:
-    """typer prints an argument's Python type after its metavar (``PATH <list[str]>``); the metavar
-    says what to give, so show only it."""
-    from typer.core import TyperArgument
+    """Help placeholders name what they want, not a Python type: typer prints ``PATH <list[str]>``
+    and ``--title <str>``. An argument shows its metavar (or name) only; an option without a
+    metavar shows its own name (``--title TITLE``); choices keep their list (``<table|json>``)."""
+    from typer.core import TyperArgument, TyperOption
 
-    original = TyperArgument.display_type_rich
+    opt_original = TyperOption.display_type_rich
 
-    def display_type_rich(self, ctx):
-        return None if self.metavar else original(self, ctx)
+    def arg_display(self, ctx):
+        return None  # the argument's metavar or name says it
 
-    TyperArgument.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    def opt_display(self, ctx):
+        shown = opt_original(self, ctx)
+        if self.metavar or self.is_flag or not shown or "|" in shown:  # a metavar, a flag, or choices
+            return shown
+        longs = [o for o in self.opts if o.startswith("--")]
+        return (longs[0][2:] if longs else self.name or "value").upper().replace("-", "_")
+
+    TyperArgument.display_type_rich = arg_display  # type: ignore[method-assign]
+    TyperOption.display_type_rich = opt_display  # type: ignore[method-assign]
 
 
 _arguments_show_their_metavar()

@@ -484,6 +484,11 @@ def test_help_names_what_each_option_wants():
                  "--since TIME", "--wide", "--no-header"):
         assert text in r.stdout, text
     assert "<list[str]>" not in r.stdout and "<str>" not in r.stdout
+    from preemptlog.commands import COMMANDS
+
+    for name in COMMANDS:  # every command: placeholders, never Python types
+        h = invoke(name, "--help", env={"COLUMNS": "200"}).stdout
+        assert not any(t in h for t in ("<list[", "<str>", "<int>", "<float>")), name
     top = invoke("--help", env={"COLUMNS": "80"})
     commands = top.stdout.split("Commands:", 1)[1]
     assert "..." not in commands  # blurbs are whole

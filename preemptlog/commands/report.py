@@ -41,7 +41,7 @@ def report(
     output: Annotated[
         Optional[str],
         typer.Option(
-            "--output", "-o",
+            "--output", "-o", metavar="FILE",
             help="Write the HTML here (atomically); - is stdout. Required on a terminal.",
         ),
     ] = None,
