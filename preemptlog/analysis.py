@@ -64,6 +64,8 @@ class Analysis:
     evidence: "pl.DataFrame | None" = None  # joiner.EVIDENCE_SCHEMA, one row per event
     verdicts: "pl.DataFrame | None" = None  # rules.verdicts.VERDICT_COLUMNS, one row per event
     ruleset: Any = None  # the rules.model.RuleSet used
+    filters: dict | None = None  # view.apply_filters: what was filtered out after the analysis
+    columns: list[str] | None = None  # view.with_columns: the event columns the formatters write
 
     def summary(self) -> dict:
         from .summary import summarize
@@ -71,11 +73,24 @@ class Analysis:
         return summarize(self)
 
 
+# A progress listener (cli.progress): stage(name), files(total_bytes), file_done(bytes, name); None when off.
+PROGRESS: Any = None
+
+
 class Profile:
     """Stage timings on stderr when ``PREEMPTLOG_PROFILE=1`` (see docs/performance.md).
 
-    Each :meth:`mark` prints the wall and CPU seconds since the previous mark.
+    Each :meth:`mark` prints the wall and CPU seconds since the previous mark, and tells the
+    progress listener (``PROGRESS``) that the stage is done.
     """
+
+    def files(self, total_bytes: int) -> None:
+        if PROGRESS is not None:
+            PROGRESS.files(total_bytes)
+
+    def file_done(self, size: int, name: str = "") -> None:
+        if PROGRESS is not None:
+            PROGRESS.file_done(size, name)
 
     def __init__(self) -> None:
         self.on = os.environ.get("PREEMPTLOG_PROFILE", "") not in ("", "0")
@@ -83,6 +98,8 @@ class Profile:
         self._cpu = time.process_time()
 
     def mark(self, stage: str) -> None:
+        if PROGRESS is not None:
+            PROGRESS.stage(stage)
         if not self.on:
             return
         import resource
@@ -184,8 +201,10 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     # Many small plain logs (a folder of thousands) are read in one pass, not one query each.
     frames, log_files = _scan_small_files(bundle.of_kind(vllm_log.KIND), ws)
     batched = bool(frames)
+    prof.files(sum(f.size or 0 for f in log_files))
     for f in log_files:
         df, problem = _scan_file(f, ws, options.debug)
+        prof.file_done(f.size or 0, f.display)
         if problem:
             f.warnings.append(problem)
             partial = True

@@ -7,6 +7,7 @@ only with ``--debug``. polars is imported inside commands so ``--help`` is fast.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,30 @@ from . import __version__
 from .errors import ExitCode, PreemptlogError
 from .render import OutputFormat
 
+def _arguments_show_their_metavar() -> None:
+    """Help placeholders name what they want, not a Python type: typer prints ``PATH <list[str]>``
+    and ``--title <str>``. An argument shows its metavar (or name) only; an option without a
+    metavar shows its own name (``--title TITLE``); choices keep their list (``<table|json>``)."""
+    from typer.core import TyperArgument, TyperOption
+
+    opt_original = TyperOption.display_type_rich
+
+    def arg_display(self, ctx):
+        return None  # the argument's metavar or name says it
+
+    def opt_display(self, ctx):
+        shown = opt_original(self, ctx)
+        if self.metavar or self.is_flag or not shown or "|" in shown:  # a metavar, a flag, or choices
+            return shown
+        longs = [o for o in self.opts if o.startswith("--")]
+        return (longs[0][2:] if longs else self.name or "value").upper().replace("-", "_")
+
+    TyperArgument.display_type_rich = arg_display  # type: ignore[method-assign]
+    TyperOption.display_type_rich = opt_display  # type: ignore[method-assign]
+
+
+_arguments_show_their_metavar()
+
 app = typer.Typer(
     name="preemptlog",
     help=(
@@ -25,7 +50,7 @@ app = typer.Typer(
         "align the evidence around it and name the cause.\n\n"
         "Example: preemptlog analyze vllm.log"
     ),
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -42,7 +67,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Forensics for vLLM PREEMPTED events."""
@@ -59,6 +84,101 @@ def stderr_console(no_color: bool = False):
         emoji=False,
         soft_wrap=True,
     )
+
+
+class _Progress:
+    """A rich progress display on stderr, shown only once a run has taken a second (_progress_after):
+    bytes of the vLLM logs read, then the stage being worked on (analysis.Profile tells it)."""
+
+    def __init__(self, console) -> None:
+        import threading
+
+        self.console = console
+        self.lock = threading.Lock()
+        self.bar = None
+        self.total = 0
+        self.done = 0
+        self.label = "reading the bundle"
+        self.timer = threading.Timer(_progress_after(), self._show)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _show(self) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.timer is None:
+                return
+            from .render.safe import unicode_ok
+
+            bar = [BarColumn()] if unicode_ok() else []  # the C locale: no block characters
+            self.bar = Progress(
+                TextColumn("{task.description}", markup=False), *bar, DownloadColumn(), TimeElapsedColumn(),
+                console=self.console, transient=True,
+            )
+            self.task = self.bar.add_task(self.label, total=self.total or None, completed=self.done)
+            self.bar.start()
+
+    def files(self, total: int) -> None:
+        with self.lock:
+            self.total = total
+            self.label = "reading the vLLM logs"
+            if self.bar is not None:
+                self.bar.update(self.task, total=total or None, description=self.label)
+
+    def file_done(self, size: int, name: str = "") -> None:
+        from .render.safe import neutralise
+
+        with self.lock:
+            self.done += size
+            if name:
+                self.label = f"read {neutralise(name)[-40:]}"
+            if self.bar is not None:
+                self.bar.update(self.task, completed=self.done, description=self.label)
+
+    def stage(self, name: str) -> None:
+        with self.lock:
+            self.label = f"analysing (done: {name.split(' (')[0]})"
+            if self.bar is not None:
+                self.bar.update(self.task, description=self.label)
+
+    def close(self) -> None:
+        with self.lock:
+            timer, self.timer = self.timer, None
+            if timer is not None:
+                timer.cancel()
+            if self.bar is not None:
+                self.bar.stop()
+                self.bar = None
+
+
+def _progress_after() -> float:
+    """Seconds before the progress display appears (env PREEMPTLOG_PROGRESS_AFTER, default 1)."""
+    try:
+        return max(0.0, float(os.environ.get("PREEMPTLOG_PROGRESS_AFTER", "1")))
+    except ValueError:
+        return 1.0
+
+
+@contextlib.contextmanager
+def progress(quiet: bool = False, no_color: bool = False):
+    """Show progress on stderr while the body runs, when stderr is a terminal and not ``quiet``."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if quiet or not tty:
+        yield
+        return
+    from . import analysis
+
+    ui = _Progress(stderr_console(no_color))
+    analysis.PROGRESS = ui
+    try:
+        yield
+    finally:
+        analysis.PROGRESS = None
+        ui.close()
 
 
 def _say(line: str) -> None:

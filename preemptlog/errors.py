@@ -24,6 +24,10 @@ class ExitCode(IntEnum):
     """A --fail-on condition was met (the analysis itself succeeded)."""
     PARTIAL = 5
     """The analysis ran, but some input was damaged or skipped (see the warnings)."""
+    NOT_VISIBLE = 6
+    """--fail-on unknown: the bundle cannot show how many preemptions happened (e.g. a stock V1 log without /metrics scrapes)."""
+    CHECK_FAILED = 7
+    """`rules --check`: a rule's sample input did not give the verdict it expects (the rules file needs fixing)."""
     INTERRUPTED = 130
     """Interrupted (Ctrl-C or SIGTERM); no partial output file or temporary file is left behind."""
     PIPE_CLOSED = 141

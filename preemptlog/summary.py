@@ -234,11 +234,14 @@ def summarize(a: "Analysis") -> dict[str, Any]:
             "thresholds": {t.name: {"value": t.value, "origin": t.origin} for t in a.ruleset.thresholds.values()},
             "active": [r.id for r in a.ruleset.active],
         }
-        from .rules.recommend import formulas, measure
+        from .rules.recommend import incident_fixes
 
-        fixes = formulas(measure(a))
-    return {
-        "events": total,
+        fixes = incident_fixes(a)
+    visible = count_visibility(a)
+    out = {
+        "count_visible": visible["count_visible"],
+        "not_visible": None if visible["count_visible"] else visible,
+        "events": total if visible["count_visible"] else None,  # not visible: no count, not a count of 0
         "by_kind": by_kind,
         "by_gate": by_gate,
         "g1_sub_kinds": by_sub,
@@ -261,14 +264,120 @@ def summarize(a: "Analysis") -> dict[str, Any]:
         "reconciliation": a.counters.get("reconciliation"),
         "pressure_intervals": pressure_rows(a),
         "rules": rules_info,
-        "fixes": fixes,
+        "fixes": fixes["fixes"] if fixes else None,
+        "fixes_dropped": fixes["dropped"] if fixes else None,
         "pressure_ceiling": a.options.kv_ceiling,
         "inputs": [f.as_dict() for f in a.bundle.files],
         "assumptions": [x.as_dict() for x in a.assumptions],
         "notes": list(a.notes),
         "warnings": list(a.warnings),
         "timezone": tz,
+        "filters": getattr(a, "filters", None),
     }
+    if not visible["count_visible"]:
+        out["preemption_rate"] = None  # no count, so no rate (0 / received would read as "none happened")
+    out["headline"] = headline(out)
+    return out
+
+
+def count_visibility(a: "Analysis") -> dict[str, Any]:
+    """Can this bundle show how many preemptions happened? ``count_visible`` False (the events are
+    not a count of zero) when the log is of a kind that never prints one (a stock V1 log) and no
+    other source (markers, /metrics counter, block-table records) counted any; ``short`` (the
+    headline's words) and ``reason`` say why, ``remedy`` what to add."""
+    from .pressure import log_capability
+
+    ev = a.events
+    if ev.height or (a.filters and a.filters.get("total")):
+        return {"count_visible": True, "reason": None, "remedy": None}
+    recon = a.counters.get("reconciliation") or {}
+    from .reconcile import PROM_COUNTER
+
+    if any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])) or recon.get("quality") == "as recorded":
+        return {"count_visible": True, "reason": None, "remedy": None}
+    cap = log_capability(a)
+    if cap.has_log and cap.counts == "none":
+        log = f"vLLM {cap.version} {cap.family or ''} log".replace("  ", " ") if cap.version else f"{cap.family or 'this'} log"
+        if cap.family == "V1" and "never print" in cap.reason:
+            short = f"{log}: stock builds never print a preemption count"
+        else:
+            short = f"{log}: this version logs no preemption count"
+        return {"count_visible": False, "short": short, "reason": cap.reason, "remedy": cap.remedy}
+    if not cap.has_log:
+        return {
+            "count_visible": False,
+            "short": "no vLLM log and no /metrics counter in the bundle",
+            "reason": "no vLLM log and no /metrics counter in the bundle",
+            "remedy": "add the vLLM server log or /metrics scrapes (vllm:num_preemptions_total)",
+        }
+    return {"count_visible": True, "reason": None, "remedy": None}
+
+
+def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:
+    if not first or not last:
+        return ""
+    from datetime import datetime
+
+    s = (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+    if s < 1:  # one instant: events counted on one line lie before it
+        return f" {'by' if estimated else 'at'} {last[11:19]}"
+    if s < 120:
+        return f" in {s:.0f} s"
+    if s < 7200:
+        return f" in {s / 60:.0f} min"
+    return f" in {s / 3600:.1f} h"
+
+
+def headline(s: dict[str, Any]) -> str:
+    """The first line of the summary: what happened and why (plain text, no markup)."""
+    if not s["count_visible"]:
+        nv = s["not_visible"] or {}
+        reason = nv.get("short") or nv.get("reason") or ""
+        return f"Preemptions: not visible ({reason})" + (f": {nv['remedy']}" if nv.get("remedy") else "")
+    n = s["events"]
+    if n == 0:
+        return "0 preemptions"
+    rate = s.get("preemption_rate")
+    per = f" ({rate:.2f} per received request)" if rate is not None else ""
+    word = "preemption" if n == 1 else "preemptions"
+    gates = []
+    subs = s.get("g1_sub_kinds") or {}
+    for g, k in sorted((s.get("by_gate") or {}).items(), key=lambda gk: (-gk[1], gk[0])):
+        if not k:
+            continue
+        short = g.split("-")[0] if g != "undetermined" else g
+        part = f"{short} {k}"
+        if g == "G1-kv-space" and subs:
+            top = sorted(((v, sk) for sk, v in subs.items() if sk != "None"), reverse=True)
+            if top:
+                part += " (" + ", ".join(f"{sk} {v}" for v, sk in top) + ")"
+        gates.append(part)
+    k = s.get("by_kind") or {}
+    estimated = bool(k.get("reconstructed") or k.get("interval"))
+    return f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'), estimated)}{per}" + (
+        ": " + ", ".join(gates) if gates else ""
+    )
+
+
+def top_fix(s: dict[str, Any]) -> str | None:
+    """``option current -> suggested (addresses N events)`` of the rank-1 fix, or None."""
+    fixes = s.get("fixes") or []
+    if not fixes:
+        return None
+    return fix_line(fixes[0])
+
+
+def fix_line(x: dict[str, Any]) -> str:
+    if x["suggested"] is True:
+        what = x["option"]
+    elif x["suggested"] is None:
+        what = f"{x['option']}: cannot compute, {x.get('missing') or 'an input is missing'}"
+    elif x["current"] is not None:
+        what = f"{x['option']} {x['current']} -> {x['suggested']}"
+    else:
+        what = f"{x['option']} {x['suggested']}" if x["option"].startswith("--") else f"{x['option']}: {x['suggested']}"
+    n = x.get("events_addressed")
+    return what + (f" ({x['expected_effect']}; addresses {n} event(s))" if n else f" ({x['expected_effect']})")
 
 
 def pressure_rows(a: "Analysis") -> list[dict[str, Any]]:

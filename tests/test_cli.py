@@ -45,6 +45,7 @@ def test_ndjson_to_stdout_summary_to_stderr():
     assert len(rows) == 101
     assert rows[-1]["kind"] == "logged" and rows[-1]["cumulative"] == 101
     assert "101 preemption event(s)" in r.stderr
+    assert r.stderr.startswith("101 preemptions in ")  # the headline first, off a terminal too
     assert "preemption event" not in r.stdout
 
 
@@ -67,14 +68,14 @@ def test_json_document():
 
 def test_csv_and_safe_csv(tmp_path):
     p = write_lines(tmp_path / "v.log", ["INFO 05-02 10:00:00 [x.py:1] =HYPERLINK(\"http://x\") Req-1 PREEMPTED"])
-    plain = invoke("analyze", str(p), "--year", "2025", "-f", "csv", "-q")
-    safe = invoke("analyze", str(p), "--year", "2025", "-f", "csv", "-q", "--csv-safe")
+    plain = invoke("analyze", str(p), "--year", "2025", "-f", "csv", "-q", "--columns", "event_id,time,raw")
+    safe = invoke("analyze", str(p), "--year", "2025", "-f", "csv", "-q", "--csv-safe", "--wide")
     assert plain.stdout.splitlines()[0].startswith("event_id,time,")
     raw_plain = list(pl.read_csv(plain.stdout.encode()).get_column("raw"))[0]
     raw_safe = list(pl.read_csv(safe.stdout.encode()).get_column("raw"))[0]
     assert raw_plain.startswith("INFO") and raw_safe.startswith("INFO")
     hostile = write_lines(tmp_path / "h.log", ["=cmd|' /C calc'!A0 Req-2 PREEMPTED"])
-    safe2 = invoke("analyze", str(hostile), "--year", "2025", "-f", "csv", "-q", "--csv-safe")
+    safe2 = invoke("analyze", str(hostile), "--year", "2025", "-f", "csv", "-q", "--csv-safe", "--wide")
     assert list(pl.read_csv(safe2.stdout.encode()).get_column("raw"))[0].startswith("'=")
 
 

@@ -16,7 +16,7 @@ EVENT = "joined/vllm.log:17"
 
 
 def test_explain_json():
-    r = runner.invoke(app, ["explain", EVENT, JOINED, "--tz", "UTC", "--year", "2026", "-f", "json"])
+    r = runner.invoke(app, ["explain", EVENT, JOINED, "--tz", "UTC", "--year", "2026", "-f", "json", "--all"])
     assert r.exit_code == 5, r.stderr  # partial: the block-table file has a bad line
     doc = json.loads(r.stdout)
     assert doc["event"]["event_id"] == EVENT and doc["event"]["request_id"] == "42"
@@ -66,7 +66,7 @@ def test_bad_offset_is_a_usage_error():
 
 
 def test_analyze_ndjson_has_evidence_columns():
-    r = runner.invoke(app, ["analyze", JOINED, "--tz", "UTC", "--year", "2026", "-f", "ndjson", "-q",
+    r = runner.invoke(app, ["analyze", JOINED, "--tz", "UTC", "--year", "2026", "-f", "ndjson", "-q", "--wide",
                             "--before", "10", "--after", "2", "--lookback-steps", "3"])
     rows = [json.loads(x) for x in r.stdout.splitlines()]
     assert [x["event_id"] for x in rows] == [EVENT, "joined/vllm.log:20"]

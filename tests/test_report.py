@@ -389,3 +389,54 @@ def test_browser_probe_sees_requests(tmp_path):
     assert any("cdn.example.invalid" in r for r in net["resources"]), net
     csp = _probe(_chromium(_with_probe(tmp_path / "csp.html", tmp_path / "csp-p.html").as_uri(), tmp_path / "p2"))
     assert any(x.startswith("img-src") for x in csp["problems"]), csp
+
+
+LAYOUT_PROBE = """<script>window.addEventListener('load', function () { setTimeout(function () {
+  var v = document.getElementById('verdict');
+  var r = v ? v.getBoundingClientRect() : null;
+  var wide = Array.prototype.slice.call(document.querySelectorAll('body *')).filter(function (el) {
+    var b = el.getBoundingClientRect(); return b.right > window.innerWidth + 1 && !el.closest('.scroll');
+  }).map(function (el) { return el.tagName + '.' + el.className; }).slice(0, 5);
+  var out = {
+    inner: window.innerWidth, scroll: document.documentElement.scrollWidth, wide: wide,
+    verdict_top: r ? r.top : null, verdict_bottom: r ? r.bottom : null,
+    headline: v ? v.querySelector('.headline').textContent : null,
+    fixes: v ? v.querySelectorAll('ol li').length : 0,
+    gate_rows: v ? v.querySelectorAll('table tr').length - 1 : 0,
+    groups: document.querySelectorAll('#events .group').length
+  };
+  var el = document.createElement('pre'); el.id = 'probe'; el.textContent = JSON.stringify(out);
+  document.body.appendChild(el);
+}, 300); });</script>"""
+
+
+@needs_browser
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_browser_first_screen_and_no_horizontal_overflow(demo_report, tmp_path, width):
+    """The first screen says what happened, why and what to change; nothing is wider than the window."""
+    text = demo_report.read_text(encoding="utf-8").replace("<head>", "<head>" + LAYOUT_PROBE, 1)
+    page = tmp_path / "layout.html"
+    page.write_text(text, encoding="utf-8")
+    shot = tmp_path / f"first-{width}.png"
+    p = _probe(_chromium(page.as_uri(), tmp_path / "profile", screenshot=shot, size=f"{width},900"))
+    assert p["scroll"] <= p["inner"], p  # no horizontal scrollbar
+    assert p["wide"] == [], p
+    assert p["headline"].startswith("226 preemptions in 27 s"), p
+    assert "G1 160 (fragmentation 156" in p["headline"]
+    assert p["verdict_top"] < 200 and p["verdict_bottom"] <= 900, p  # on the first screen
+    assert p["fixes"] >= 3 and p["gate_rows"] >= 4, p
+    assert p["groups"] >= 4, p  # events grouped by gate and sub-kind
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_says_not_visible_on_a_stock_v1_log(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "INFO 11-30 05:10:00 [core.py:1] Initializing a V1 LLM engine (v0.11.1) with config: model='m'\n"
+        "INFO 11-30 05:10:10 [loggers.py:1] Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation "
+        "throughput: 5.0 tokens/s, Running: 3 reqs, Waiting: 2 reqs, GPU KV cache usage: 99.0%, Prefix cache hit "
+        "rate: 0.0%\n"
+    )
+    out = _report([str(log)], tmp_path / "r.html", "--year", "2026")
+    html_text = out.read_text(encoding="utf-8")
+    assert "Preemptions: not visible" in html_text and "not a count of zero" in html_text

@@ -24,7 +24,7 @@ PY = [sys.executable, "-m", "preemptlog"]
 M = "INFO 05-04 05:{:02d}:{:02d} [scheduler.py:10] Req-{} PREEMPTED"
 
 
-def big_log(path: Path, n: int = 400) -> Path:
+def big_log(path: Path, n: int = 2000) -> Path:
     """n marker events: ndjson and table output beyond a pipe buffer (64 KiB)."""
     return write_lines(path, [M.format((i // 60) % 60, i % 60, f"r{i}") for i in range(n)])
 

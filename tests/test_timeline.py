@@ -17,7 +17,7 @@ from preemptlog.render.timeline import print_timeline
 from .conftest import FIXTURES
 
 T0 = datetime(2026, 11, 30, 5, 10, 0, tzinfo=timezone.utc)
-# (minute, gate, events)
+# (second, gate, events): a 5 s incident is binned per second
 SPEC = [
     (0, "G1-kv-space", 6),
     (0, "G2-batch-variance", 2),
@@ -26,15 +26,15 @@ SPEC = [
     (3, "G3-queue-overflow", 3),
     (4, "undetermined", 1),
 ]
-KV = [20.0, 60.0, 97.0, 99.0, 40.0]  # one stats line per minute, at :30
+KV = [20.0, 60.0, 97.0, 99.0, 40.0]  # one stats line per second, half-way through it
 
 
 def _analysis(untimed: int = 0, kv: list[float] | None = KV) -> Analysis:
     ids, times, gates = [], [], []
-    for minute, gate, n in SPEC:
+    for second, gate, n in SPEC:
         for k in range(n):
             ids.append(f"vllm.log:{len(ids) + 1}")
-            times.append(T0 + timedelta(minutes=minute, seconds=k))
+            times.append(T0 + timedelta(seconds=second, milliseconds=10 * k))
             gates.append(gate)
     for k in range(untimed):
         ids.append(f"vllm.log:{900 + k}")
@@ -43,7 +43,7 @@ def _analysis(untimed: int = 0, kv: list[float] | None = KV) -> Analysis:
     events = pl.DataFrame({"event_id": ids, "time": times}, schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")})
     stats = pl.DataFrame(
         {
-            "time": [T0 + timedelta(minutes=m, seconds=30) for m in range(len(kv or []))],
+            "time": [T0 + timedelta(seconds=m, milliseconds=500) for m in range(len(kv or []))],
             "engine": ["0"] * len(kv or []),
             "kv_usage": kv or [],
         },
@@ -69,7 +69,7 @@ def _render(a: Analysis, **kw) -> str:
 
 
 SNAPSHOT = """\
-Timeline: preemptions per minute by gate (tallest column 13)
+Timeline: preemptions per second by gate (tallest column 13)
     13 │   ░░░
        │   ███
        │   ███
@@ -80,7 +80,7 @@ Timeline: preemptions per minute by gate (tallest column 13)
        │██████   ▒▒▒???
      0 └───────────────
   KV % │▂▂▂▅▅▅██████▄▄▄  max 99.0%
-        05:10     05:14  (UTC)
+        05:10:00  (UTC)
         █ G1-kv-space 18   ▓ G2-batch-variance 2   ▒ G3-queue-overflow 3   ░ G4-prefix-conflict 1   ? undetermined 1
 """
 
@@ -93,9 +93,9 @@ def test_snapshot():
 def test_bars_stack_gates_bottom_up_and_rare_gates_stay_visible():
     rows = _render(_analysis()).splitlines()[1:9]
     column = lambda c: "".join(r.split("│", 1)[1].ljust(15)[c] for r in rows)  # noqa: E731 - top to bottom
-    assert column(0) == "   ▓▓███"  # minute 0: 6 G1 below 2 G2
-    assert column(3) == "░███████"  # minute 1: 12 G1, and the single G4 event still gets a cell
-    assert column(6) == "        "  # minute 2: nothing
+    assert column(0) == "   ▓▓███"  # second 0: 6 G1 below 2 G2
+    assert column(3) == "░███████"  # second 1: 12 G1, and the single G4 event still gets a cell
+    assert column(6) == "        "  # second 2: nothing
     assert column(9) == "      ▒▒" and column(12) == "       ?"
 
 
@@ -150,7 +150,26 @@ def test_analyze_prints_it_on_a_terminal_only(no_tty_env):
     assert piped.exit_code in (0, 5), piped.stderr
     assert "preemption event(s)" in piped.stderr and "Timeline:" not in piped.stderr
     tty = runner.invoke(app, args, env={"TTY_COMPATIBLE": "1", "NO_COLOR": "1"})
-    assert "Timeline: preemptions per minute by gate" in tty.stderr and "KV %" in tty.stderr
+    assert "Timeline: preemptions per second by gate" in tty.stderr and "KV %" in tty.stderr  # a 53 s incident
     assert tty.stderr.index("preemption event(s)") < tty.stderr.index("Timeline:")  # after the summary
     quiet = runner.invoke(app, args + ["-q"], env={"TTY_COMPATIBLE": "1"})
-    assert quiet.stderr == ""
+    # -q: no summary and no timeline; only the one line that explains exit 5 (a damaged block-table line)
+    assert quiet.exit_code == 5 and quiet.stderr.startswith("preemptlog: warning: joined/blocktable.jsonl")
+    assert len(quiet.stderr.splitlines()) == 1
+
+
+def test_bins_follow_the_incident_span():
+    from preemptlog.render.timeline import _bucket
+
+    assert _bucket(27, 58) == 1  # a 27 s incident: one column per second
+    assert _bucket(400, 58) == 10
+    assert _bucket(3 * 3600, 58) == 300
+    assert _bucket(30 * 86400, 58) == 86400
+
+
+def test_ascii_glyphs_under_the_c_locale(monkeypatch):
+    monkeypatch.setenv("LC_ALL", "C")
+    out = _render(_analysis())
+    assert out.isascii() and "#" in out and "|" in out
+    monkeypatch.setenv("LC_ALL", "en_US.UTF-8")
+    assert "█" in _render(_analysis())

@@ -6,11 +6,20 @@ import sys
 
 import typer
 
-from ..cli import guarded, stderr_console
+from ..cli import guarded, progress, stderr_console
 from ..errors import ExitCode
 from .common import (
     analyze_options,
+    filters_from,
     AfterOpt,
+    ColumnsOpt,
+    GateOpt,
+    MinConfidenceOpt,
+    NoHeaderOpt,
+    RequestOpt,
+    SinceOpt,
+    UntilOpt,
+    WideOpt,
     BeforeOpt,
     CsvSafeOpt,
     DebugOpt,
@@ -32,7 +41,7 @@ from .common import (
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(analyze)
+    app.command(short_help="List every preemption: time, request, gate, file:line.")(analyze)
 
 
 def analyze(
@@ -49,6 +58,14 @@ def analyze(
     rules: RulesOpt = None,
     set_: SetOpt = None,
     fail_on: FailOnOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    gate: GateOpt = None,
+    request: RequestOpt = None,
+    min_confidence: MinConfidenceOpt = None,
+    columns: ColumnsOpt = None,
+    wide: WideOpt = False,
+    no_header: NoHeaderOpt = False,
     csv_safe: CsvSafeOpt = False,
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
@@ -73,8 +90,12 @@ def analyze(
     G3-queue-overflow, G4-prefix-conflict or undetermined), the evidence cited
     with file:line, the gates that could not be evaluated, contributing factors
     and fixes computed from the incident (--rules, --set; `preemptlog rules`).
-    Machine formats add the verdict and the evidence columns of each event's
-    window (docs/sources.md): --before/--after seconds, --lookback-steps, --offset.
+    ndjson and csv rows hold the compact columns (event, time, kind, request,
+    source, line, gate, sub-kind, rule, confidence); --wide adds the verdict's
+    evidence and every evidence column of the event's window (docs/sources.md;
+    --before/--after seconds, --lookback-steps, --offset), as json and parquet
+    always do; --columns picks. Filters (--since, --until, --gate, --request,
+    --kind, --min-confidence) apply after the analysis.
     """
 
     def body() -> int:
@@ -84,8 +105,14 @@ def analyze(
         from ..outio import open_output
         from ..render import write
         from ..render.human import print_summary
+        from ..render.safe import neutralise
+        from ..view import apply_filters, output_columns, parse_columns, with_columns
 
         conditions = failon.parse(fail_on)
+        overrides, filters = filters_from(
+            kind=kind, since=since, until=until, gate=gate, request=request, min_confidence=min_confidence
+        )
+        wanted = parse_columns(columns)
         fmt = format or default_format(output)
         if fmt.binary and (output in (None, "-")) and sys.stdout.isatty():
             from ..errors import UsageError
@@ -93,14 +120,18 @@ def analyze(
             raise UsageError(f"--format {fmt.value} is binary; use -o FILE or a pipe")
         with Workspace() as ws:
             options = analyze_options(
-                year=year, tz=tz, kind=kind, offset=offset, before=before, after=after,
+                year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
-            result = run(paths, options, workspace=ws)
+            with progress(quiet, no_color):
+                full = run(paths, options, workspace=ws)
+            result = apply_filters(full, filters)
+            data = with_columns(result, output_columns(fmt.value, wanted, wide))
             with open_output(
                 output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
             ) as out:
-                write(result, fmt, out, csv_safe=csv_safe)
+                write(data, fmt, out, csv_safe=csv_safe, table_columns=wanted, wide=wide, header=not no_header,
+                      no_color=no_color)
             summary = result.summary()
             if not quiet:
                 from ..render.timeline import print_timeline
@@ -108,10 +139,15 @@ def analyze(
                 console = stderr_console(no_color)
                 print_summary(result, console)
                 print_timeline(result, console)  # only on a terminal
-        failed = failon.failed(conditions, summary)
-        if failed:
-            sys.stderr.write(f"preemptlog: --fail-on {', '.join(failed)}: condition met\n")
-            return ExitCode.FAIL_ON
+        code, lines = failon.outcome(conditions, summary)
+        if quiet and result.partial and code is None and summary["warnings"]:  # -q keeps what explains exit 5
+            w = summary["warnings"]
+            more = f" (and {len(w) - 1} more warning(s): run without -q to see them)" if len(w) > 1 else ""
+            lines = [f"preemptlog: warning: {' '.join(w[0].split())}{more}"] + lines
+        for line in lines:  # even with -q: they explain the exit code
+            sys.stderr.write(neutralise(line) + "\n")
+        if code is not None:
+            return code
         if result.partial:
             return ExitCode.PARTIAL
         return ExitCode.OK

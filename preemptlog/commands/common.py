@@ -40,6 +40,7 @@ PathsArg = Annotated[
     typer.Argument(
         help="vLLM log files, incident bundle folders or archives (.tar.gz, .zip), or - for standard input.",
         show_default=False,
+        metavar="PATH",
     ),
 ]
 FormatOpt = Annotated[
@@ -54,12 +55,15 @@ FormatOpt = Annotated[
 ]
 OutputOpt = Annotated[
     Optional[str],
-    typer.Option("--output", "-o", help="Write the data here (atomically) instead of standard output; - is stdout."),
+    typer.Option(
+        "--output", "-o", metavar="FILE", help="Write the data here (atomically) instead of standard output; - is stdout."
+    ),
 ]
 YearOpt = Annotated[
     Optional[int],
     typer.Option(
         "--year",
+        metavar="YEAR",
         min=1970,
         max=2200,
         help="Year of the first line of each log (vLLM timestamps have none). Default: inferred from full dates "
@@ -68,20 +72,29 @@ YearOpt = Annotated[
 ]
 TzOpt = Annotated[
     Optional[str],
-    typer.Option("--tz", help="Zone of timestamps that carry none (IANA name or +HH:MM). Default: this machine's zone."),
+    typer.Option("--tz", metavar="ZONE", help="Zone of timestamps that carry none (IANA name or +HH:MM). Default: this machine's zone."),
 ]
 KindOpt = Annotated[
     Optional[list[str]],
-    typer.Option("--kind", help="Force a file's kind: FILE=KIND (e.g. dmon.txt=dmon). Repeatable."),
+    typer.Option(
+        "--kind",
+        metavar="FILE=KIND|KIND",
+        help="FILE=KIND forces a file's kind (e.g. dmon.txt=dmon); a bare event kind (logged, reconstructed, "
+        "interval, marker, record) shows only those events. Repeatable.",
+    ),
 ]
 FailOnOpt = Annotated[
     Optional[list[str]],
     typer.Option(
         "--fail-on",
-        help="Exit with code 4 when a condition holds: any | count>N | rate>X (fraction or N%). Repeatable.",
+        metavar="COND",
+        help="Exit with code 4 when a condition holds: any | count>N | rate>X (fraction or N%); unknown exits 6 "
+        "when the count is not visible in the bundle. Repeatable.",
     ),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr (errors still show).")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No summary or progress on stderr (errors and warnings that set the exit code still show).")
+]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks for bug reports.")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour on stderr (also NO_COLOR=1).")]
 CsvSafeOpt = Annotated[
@@ -93,18 +106,22 @@ OffsetOpt = Annotated[
     Optional[list[str]],
     typer.Option(
         "--offset",
+        metavar="SOURCE=DURATION",
         help="Shift a source's clock before joining: KIND_OR_FILE=±DURATION, e.g. dmon=-2s, "
         "blocktable=+0.5s, vllm-log=1m, node1/dmon.txt=-1500ms. Repeatable.",
     ),
 ]
 BeforeOpt = Annotated[
-    float, typer.Option("--before", min=0.0, help="Evidence window: seconds before each event.")
+    float, typer.Option("--before", metavar="SECONDS", min=0.0, help="Evidence window: seconds before each event.")
 ]
-AfterOpt = Annotated[float, typer.Option("--after", min=0.0, help="Evidence window: seconds after each event.")]
+AfterOpt = Annotated[
+    float, typer.Option("--after", metavar="SECONDS", min=0.0, help="Evidence window: seconds after each event.")
+]
 LookbackOpt = Annotated[
     Optional[int],
     typer.Option(
         "--lookback-steps",
+        metavar="STEPS",
         min=0,
         help="Scheduler steps to look back from the nearest step (the PREEMPTED line can come 1-3 steps late). "
         "Default: the rules threshold lookback_steps (3).",
@@ -114,6 +131,7 @@ RulesOpt = Annotated[
     Optional[list[str]],
     typer.Option(
         "--rules",
+        metavar="FILE",
         help="A TOML rules file overlaid on the shipped rules (same id replaces, new ids add, enabled=false "
         "switches off). Repeatable. See `preemptlog rules`.",
     ),
@@ -122,10 +140,57 @@ SetOpt = Annotated[
     Optional[list[str]],
     typer.Option(
         "--set",
+        metavar="NAME=VALUE",
         help="Override a rules threshold (kv_ceiling=90, queue_cap=128, ...) or switch a rule "
         "(G2-batch-variance-dynamic.enabled=true). Repeatable.",
     ),
 ]
+
+ColumnsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--columns",
+        metavar="COL,COL,...",
+        help="Event columns to write, in this order, in every format (table: time, event, request, verdict, "
+        "confidence, where, kind, n, mode). Default ndjson/csv: the compact set (README); json/parquet: all.",
+    ),
+]
+WideOpt = Annotated[
+    bool, typer.Option("--wide", help="Every column: the full evidence rows in ndjson/csv, every table column.")
+]
+NoHeaderOpt = Annotated[bool, typer.Option("--no-header", help="No header row (csv) or header lines (table).")]
+SinceOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--since",
+        metavar="TIME",
+        help="Only events at or after TIME: ISO 8601, HH:MM[:SS] on the last line's day, or relative to the "
+        "last line (-30m, -90s). Applied after the analysis.",
+    ),
+]
+UntilOpt = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Only events at or before TIME (as --since).")]
+GateOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--gate", metavar="GATE", help="Only events of this gate (G1-kv-space or G1, ..., undetermined). Repeatable."),
+]
+RequestOpt = Annotated[
+    Optional[list[str]], typer.Option("--request", metavar="REQUEST_ID", help="Only this request's events. Repeatable.")
+]
+MinConfidenceOpt = Annotated[
+    Optional[str],
+    typer.Option("--min-confidence", metavar="LEVEL", help="Only verdicts at least this confident: low, medium, high."),
+]
+
+
+def filters_from(*, kind, since, until, gate, request, min_confidence):
+    """(--kind file overrides, the event Filters) from the shared filter options."""
+    from ..view import make_filters, split_kind_option
+
+    overrides, kinds = split_kind_option(kind)
+    return overrides, make_filters(
+        since=since, until=until, gate=gate, request=request, kinds=kinds, min_confidence=min_confidence
+    )
+
 
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "": 1.0}
 

@@ -18,7 +18,7 @@ class EvalFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="eval")(eval_command)
+    app.command(name="eval", short_help="Score verdicts against a simulated bundle's truth.")(eval_command)
 
 
 def eval_command(
@@ -58,10 +58,10 @@ def eval_command(
         from rich.console import Console
         from rich.table import Table
 
-        from ..render.safe import text
+        from ..render.safe import table_box, text
 
         console = Console(highlight=False)
-        t = Table(title=text("per bundle"), header_style="bold")
+        t = Table(title=text("per bundle"), header_style="bold", box=table_box())
         for c in ("scenario", "family", "truth", "visible", "events", "recall", "matched", "gate acc.", "G1 sub acc."):
             t.add_column(c)
         for s in scores:
@@ -73,14 +73,14 @@ def eval_command(
                 text(rec), text(s.matched), text(acc), text(sub),
             )
         console.print(t)
-        g = Table(title=text("per gate (matched events)"), header_style="bold")
+        g = Table(title=text("per gate (matched events)"), header_style="bold", box=table_box())
         for c in ("gate", "precision", "recall", "support"):
             g.add_column(c)
         for gate, m in total["per_gate"].items():
             fmt_ = lambda x: f"{x:.1%}" if x is not None else "-"  # noqa: E731
             g.add_row(text(gate), text(fmt_(m["precision"])), text(fmt_(m["recall"])), text(m["support"]))
         console.print(g)
-        c = Table(title=text("confusion (rows: truth, columns: verdict)"), header_style="bold")
+        c = Table(title=text("confusion (rows: truth, columns: verdict)"), header_style="bold", box=table_box())
         c.add_column("truth")
         for p in PREDICTED:
             c.add_column(p)

@@ -12,6 +12,12 @@ from ..cli import guarded
 from ..errors import ExitCode
 from .common import (
     analyze_options,
+    filters_from,
+    GateOpt,
+    MinConfidenceOpt,
+    RequestOpt,
+    SinceOpt,
+    UntilOpt,
     AfterOpt,
     BeforeOpt,
     DebugOpt,
@@ -22,7 +28,6 @@ from .common import (
     NoColorOpt,
     OffsetOpt,
     OutputOpt,
-    PathsArg,
     TzOpt,
     YearOpt,
 )
@@ -35,14 +40,39 @@ class ExplainFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(explain)
+    app.command(short_help="Why one preemption happened: verdict, evidence, its lines.")(explain)
 
 
 def explain(
     event_id: Annotated[
-        str, typer.Argument(help="An event id as listed by analyze (event_id column), e.g. vllm.log:1234.")
-    ],
-    paths: PathsArg,
+        Optional[str],
+        typer.Argument(
+            metavar="EVENT_ID",
+            help="An event id as analyze prints it: the table's (vllm.log:1234, folded vllm.log:11~r*) or the "
+            "ndjson event_id (demo/vllm.log:1234); a file's basename is enough. Omit it with --request.",
+            show_default=False,
+        ),
+    ] = None,
+    paths: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            metavar="PATH",
+            help="vLLM log files, incident bundle folders or archives (.tar.gz, .zip), or - for standard input.",
+            show_default=False,
+        ),
+    ] = None,
+    request: RequestOpt = None,
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="The whole window from every source, not only the request's own lines "
+                           "and the decision steps the verdict cites.")
+    ] = False,
+    limit: Annotated[
+        Optional[int], typer.Option("--limit", metavar="N", min=0, help="At most N window rows per event.")
+    ] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    gate: GateOpt = None,
+    min_confidence: MinConfidenceOpt = None,
     format: Annotated[
         Optional[ExplainFormat],
         typer.Option("--format", "-f", help="table (default on a terminal), json or ndjson (one window row per line).",
@@ -61,13 +91,19 @@ def explain(
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Show everything around one preemption: its evidence and every row of every source in its window.
+    """Show why one preemption happened: its verdict, evidence and the lines around it.
 
     \b
     Examples:
-      preemptlog analyze incident/ -f ndjson | head -1     # find an event id
+      preemptlog analyze incident/                         # the table lists event ids
       preemptlog explain vllm.log:1234 incident/
-      preemptlog explain vllm.log:1234 incident/ --before 30 --offset dmon=-2s -f json
+      preemptlog explain vllm.log:1234 incident/ --all --before 30 --offset dmon=-2s -f json
+      preemptlog explain --request chatcmpl-42 incident/   # every preemption of one request
+
+    By default the window shows the preempted request's own lines, the event's
+    line and the rows the verdict and evidence cite (the decision steps);
+    --all shows every row of every source in the window, --limit N caps it.
+    On a terminal a long explanation goes through $PAGER.
     """
 
     def body() -> int:
@@ -77,39 +113,147 @@ def explain(
         from ..bundle import Workspace
         from ..errors import UsageError
         from ..outio import open_output
+        from ..view import apply_filters
 
+        import os
+
+        ident, inputs = event_id, list(paths or [])
+        if request and ident is not None and (ident == "-" or os.path.exists(ident)):
+            ident, inputs = None, [ident] + inputs  # `explain --request R bundle/`: the first argument is a path
+        if ident is None and not request:
+            raise UsageError("give an EVENT_ID or --request ID", hint="list the ids with: preemptlog analyze PATHS")
+        if not inputs:
+            raise UsageError("give the bundle or log PATH the event comes from")
+        overrides, filters = filters_from(
+            kind=kind, since=since, until=until, gate=gate, request=None, min_confidence=min_confidence
+        )
         fmt = format or (ExplainFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ExplainFormat.json)
         with Workspace() as ws:
             options = analyze_options(
-                year=year, tz=tz, kind=kind, offset=offset, before=before, after=after,
+                year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
-            result = run(paths, options, workspace=ws)
-            doc = build(result, event_id, before, after)
-            if doc is None:
-                n = result.events.height
-                raise UsageError(
-                    f"no event {event_id!r} in this bundle ({n} event(s))",
-                    hint="list the ids with: preemptlog analyze PATHS -f ndjson (column event_id); "
-                    "folded table rows (~r*, ~i*) stand for ids ending ~r1, ~r2, ...",
-                )
+            from ..cli import progress
+
+            with progress(False, no_color):
+                result = run(inputs, options, workspace=ws)
+            ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
+            docs = [build(result, i, before, after, all_rows=all_rows, limit=limit) for i in ids]
+            if run_note:
+                docs[0]["run"] = run_note
             with open_output(
                 output, protect=result.bundle.originals, terminal_text=fmt is not ExplainFormat.table
             ) as out:
                 if fmt is ExplainFormat.json:
+                    doc = docs[0] if (len(docs) == 1 and not request) else {"request": list(request or []), "explanations": docs}
                     out.write(json.dumps(doc, indent=2, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
                 elif fmt is ExplainFormat.ndjson:
-                    for row in doc["window"]:
-                        out.write(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
+                    for d in docs:
+                        for row in d["window"]:
+                            if len(docs) > 1:
+                                row = {"event_id": d["event"]["event_id"], **row}
+                            out.write(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
                 else:
-                    write_table(doc, out, no_color=no_color)
+                    write_table(docs, out, no_color=no_color)
         return ExitCode.PARTIAL if result.partial else ExitCode.OK
 
     guarded(debug, body)
 
 
-def build(analysis, event_id: str, before: float, after: float) -> dict | None:
-    """The explain document: event, evidence (non-null values with provenance), window rows."""
+def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[str], dict | None]:
+    """The event ids an EVENT_ID or --request stands for, and a note when a folded run was given.
+
+    Accepted: the exact event_id; the table's id (the folder given stripped: a path suffix at a
+    ``/``); a folded ``...~r*`` / ``...~i*`` (its first event is explained; the run is noted).
+    Unknown: a UsageError with the nearest ids (same file, nearest lines; else similar file names).
+    """
+    import polars as pl
+
+    from ..errors import UsageError
+
+    ev = analysis.events.select("event_id", "request_id", "source", "line", "kind")
+    if requests:
+        sel = ev.filter(pl.col("request_id").is_in(requests))
+        if given:
+            sel = sel.filter(_id_matches(given))
+        if sel.height == 0:
+            known = ev.get_column("request_id").drop_nulls().unique().to_list()
+            import difflib
+
+            near = difflib.get_close_matches(requests[0], known, n=3, cutoff=0.5)
+            raise UsageError(
+                f"no preemption of request {', '.join(requests)} in this bundle ({ev.height} event(s))",
+                hint=("did you mean " + ", ".join(near) + "?") if near else "request ids are in the request_id column",
+            )
+        return sel.get_column("event_id").to_list(), None
+    assert given is not None
+    folded = given.endswith(("~r*", "~i*"))
+    sel = ev.filter(_id_matches(given))
+    if sel.height and not folded:
+        bases = sel.get_column("event_id").unique().to_list()
+        if len(bases) > 1:
+            raise UsageError(
+                f"event {given!r} is ambiguous: {', '.join(sorted(bases)[:5])}", hint="give more of the path"
+            )
+        return bases, None
+    if sel.height and folded:
+        ids = sel.get_column("event_id").to_list()
+        return [ids[0]], {"given": given, "events": len(ids), "first": ids[0], "last": ids[-1]}
+    raise UsageError(
+        f"no event {given!r} in this bundle ({ev.height} event(s))",
+        hint=_did_you_mean(ev, given)
+        + "list the ids with: preemptlog analyze PATHS (table) or -f ndjson (column event_id); "
+        "folded table rows (~r*, ~i*) stand for ids ending ~r1, ~r2, ...",
+    )
+
+
+def _id_matches(given: str):
+    """An expression: event_id is ``given``, or ends with ``/given`` (the table strips the folder given);
+    a folded ``~r*`` / ``~i*`` matches its run; an ellipsis (``…``, or ``..`` in ASCII) the table put in
+    a long id matches what it stands for."""
+    import re
+
+    import polars as pl
+
+    folded = given.endswith(("~r*", "~i*"))
+    stem = given[:-3] if folded else given
+    parts = re.split(r"…|(?<![/.])\.\.(?![/.])", stem)
+    body = ".*".join(re.escape(p) for p in parts)
+    if folded:
+        body += re.escape("~" + given[-2]) + r"\d+"
+    return pl.col("event_id").str.contains(f"(^|/){body}$")
+
+
+def _did_you_mean(ev, given: str) -> str:
+    import difflib
+    import os
+
+    import polars as pl
+
+    file, _, line = given.partition("~")[0].rpartition(":")
+    try:
+        n = int(line.split(".")[0])
+    except ValueError:
+        n = None
+    base = os.path.basename(file)
+    same = ev.filter(pl.col("source").str.ends_with(base) & (pl.lit(bool(base)))) if base else ev.head(0)
+    if same.height and n is not None:
+        near = same.with_columns(d=(pl.col("line").cast(pl.Int64) - n).abs()).sort("d").head(3)
+        return "did you mean " + ", ".join(near.get_column("event_id").to_list()) + "? "
+    sources = ev.get_column("source").unique().to_list()
+    close = difflib.get_close_matches(file, sources, n=2, cutoff=0.4) or difflib.get_close_matches(
+        base, [os.path.basename(x) for x in sources], n=2, cutoff=0.4
+    )
+    return ("did you mean a line of " + ", ".join(close) + "? ") if close else ""
+
+
+def build(analysis, event_id: str, before: float, after: float, *, all_rows: bool = True,
+          limit: int | None = None) -> dict | None:
+    """The explain document: event, evidence (non-null values with provenance), window rows.
+
+    ``all_rows`` False keeps the request's own lines, the event's line and the rows the verdict and
+    the evidence cite; ``limit`` caps the rows (``window_rows_total`` says how many there were).
+    """
     import polars as pl
 
     from ..joiner import VALUE_COLUMNS, window_rows
@@ -138,75 +282,112 @@ def build(analysis, event_id: str, before: float, after: float) -> dict | None:
 
     verdict = {k: event.pop(k) for k in VERDICT_COLUMNS if k in event}
     win = window_rows(analysis, event_id, before, after)
+    total = win.height
+    if not all_rows and win.height:
+        cited = {c.get("src") for c in (verdict.get("evidence") or []) if c.get("src")}
+        cited |= {e["src"] for e in evidence if e.get("src")}
+        own = f"{event['source']}:{event['line']}"
+        keep = pl.col("src").is_in(sorted(cited | {own}))
+        rid = event.get("request_id")
+        if rid:
+            keep |= pl.col("value").str.contains(rid, literal=True)
+        win = win.filter(keep)
+    scoped = win.height
+    if limit is not None:
+        win = win.head(limit)
     win = win.with_columns(iso_expr("time", analysis.tz))
     return {
         "event": event,
         "verdict": verdict,
         "window_s": {"before": before, "after": after},
+        "scope": "all" if all_rows else "request and cited rows",
+        "window_rows_total": total,
+        "window_rows_in_scope": scoped,
         "evidence": evidence,
         "window": win.to_dicts(),
     }
 
 
-def write_table(doc: dict, out, *, no_color: bool = False) -> None:
+def write_table(docs: list[dict], out, *, no_color: bool = False) -> None:
     import io
     import os
 
     from rich.console import Console
+
+    from ..render.pager import page, terminal_size
+    from ..render.safe import ascii_text, unicode_ok
+
+    size = terminal_size(out)
+    color = size is not None and not no_color and not os.environ.get("NO_COLOR")
+    buf = io.StringIO()
+    console = Console(
+        file=buf, width=size[0] if size else 200, force_terminal=color, no_color=not color,
+        color_system="standard" if color else None, highlight=False, soft_wrap=False, emoji=False,
+    )
+    for i, doc in enumerate(docs):
+        if i:
+            console.print()
+        _print_doc(console, doc, unicode=unicode_ok())
+    data = buf.getvalue()
+    if not unicode_ok():
+        data = ascii_text(data)
+    page(data.encode("utf-8", "replace"), out)
+
+
+def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
     from rich.table import Table
 
-    from ..render.safe import text
+    from ..render.safe import table_box, text
 
-    wrapper = io.TextIOWrapper(out, encoding="utf-8", errors="replace", write_through=True)
-    try:
-        is_tty = hasattr(out, "isatty") and out.isatty()
-        console = Console(
-            file=wrapper,
-            width=None if is_tty else 200,
-            force_terminal=is_tty,
-            no_color=no_color or not is_tty or bool(os.environ.get("NO_COLOR")),
-            highlight=False,
-            soft_wrap=False,
+    style = table_box()
+    e = doc["event"]
+    head = Table(show_header=False, box=None)
+    head.add_column("k", style="bold")
+    head.add_column("v", overflow="fold")
+    for k in ("event_id", "time", "kind", "request_id", "mode", "source", "line", "raw"):
+        if e.get(k) is not None:
+            head.add_row(text(k), text(e[k]))
+    console.print(head)
+    run = doc.get("run")
+    if run:
+        console.print(text(f"{run['given']} folds {run['events']} events ({run['first']} .. {run['last']}); "
+                           "this is the first, the others share its line and verdict"))
+    print_verdict(console, doc.get("verdict") or {}, box_style=style)
+    ev = Table(title=text("evidence"), header_style="bold", box=style)
+    for name in ("name", "value", "status", "from"):
+        ev.add_column(name, overflow="fold")
+    for item in doc["evidence"]:
+        ev.add_row(text(item["name"]), text(item["value"]), text(item["status"] or ""), text(item["src"] or "-"))
+    if doc["evidence"]:
+        console.print(ev)
+    w = doc["window_s"]
+    shown, scoped, total = len(doc["window"]), doc.get("window_rows_in_scope", len(doc["window"])), doc.get(
+        "window_rows_total", len(doc["window"]))
+    scope = doc.get("scope", "all")
+    title = f"window -{w['before']:g}s .. +{w['after']:g}s: {shown} of {total} row(s)"
+    if scope != "all":
+        title += " (the request's lines and the cited rows; --all for every row)"
+    win = Table(title=text(title), header_style="bold", box=style)
+    for name in ("time", "Δs" if unicode else "ds", "source", "what", "value", "file:line"):
+        win.add_column(name, overflow="fold", no_wrap=name == "time")
+    for r in doc["window"]:
+        win.add_row(
+            text(r["time"]),
+            text(f"{r['offset_s']:+.3f}" if r["offset_s"] is not None else "?"),
+            text(r["kind"]),
+            text(r["what"]),
+            text(r["value"]),
+            text(r["src"]),
         )
-        e = doc["event"]
-        head = Table(show_header=False, box=None)
-        head.add_column("k", style="bold")
-        head.add_column("v", overflow="fold")
-        for k in ("event_id", "time", "kind", "request_id", "mode", "source", "line", "raw"):
-            if e.get(k) is not None:
-                head.add_row(text(k), text(e[k]))
-        console.print(head)
-        print_verdict(console, doc.get("verdict") or {})
-        ev = Table(title=text("evidence"), header_style="bold")
-        for name in ("name", "value", "status", "from"):
-            ev.add_column(name, overflow="fold")
-        for item in doc["evidence"]:
-            ev.add_row(text(item["name"]), text(item["value"]), text(item["status"] or ""), text(item["src"] or "-"))
-        if doc["evidence"]:
-            console.print(ev)
-        w = doc["window_s"]
-        win = Table(title=text(f"window -{w['before']:g}s .. +{w['after']:g}s"), header_style="bold")
-        for name in ("time", "Δs", "source", "what", "value", "file:line"):
-            win.add_column(name, overflow="fold", no_wrap=name == "time")
-        for r in doc["window"]:
-            win.add_row(
-                text(r["time"]),
-                text(f"{r['offset_s']:+.3f}" if r["offset_s"] is not None else "?"),
-                text(r["kind"]),
-                text(r["what"]),
-                text(r["value"]),
-                text(r["src"]),
-            )
-        if doc["window"]:
-            console.print(win)
-        else:
-            console.print(text("no rows from any source in the window"))
-    finally:
-        wrapper.flush()
-        wrapper.detach()
+    if doc["window"]:
+        console.print(win)
+        if shown < scoped:
+            console.print(text(f"{scoped - shown} more row(s) in scope: raise --limit"))
+    else:
+        console.print(text("no rows from any source in the window" + ("" if scope == "all" else " in scope (try --all)")))
 
 
-def print_verdict(console, v: dict) -> None:
+def print_verdict(console, v: dict, *, box_style=None) -> None:
     """The verdict block: gate, cited evidence, not-evaluable gates, factors, fixes (log text kept inert)."""
     from rich.table import Table
 
@@ -223,7 +404,7 @@ def print_verdict(console, v: dict) -> None:
         console.print(text("  gates that also fired: " + ", ".join(g for g in fired if g != gate)))
     cited = v.get("evidence") or []
     if cited:
-        t = Table(title=text("cited"), header_style="bold")
+        t = Table(title=text("cited"), header_style="bold", **({"box": box_style} if box_style else {}))
         for name in ("name", "value", "threshold", "from"):
             t.add_column(name, overflow="fold")
         for c in cited:

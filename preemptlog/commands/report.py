@@ -10,6 +10,12 @@ from ..cli import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
     analyze_options,
+    filters_from,
+    GateOpt,
+    MinConfidenceOpt,
+    RequestOpt,
+    SinceOpt,
+    UntilOpt,
     AfterOpt,
     BeforeOpt,
     DebugOpt,
@@ -27,7 +33,7 @@ from .common import (
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(report)
+    app.command(short_help="Write an offline HTML incident report.")(report)
 
 
 def report(
@@ -35,7 +41,7 @@ def report(
     output: Annotated[
         Optional[str],
         typer.Option(
-            "--output", "-o",
+            "--output", "-o", metavar="FILE",
             help="Write the HTML here (atomically); - is stdout. Required on a terminal.",
         ),
     ] = None,
@@ -49,6 +55,11 @@ def report(
     lookback_steps: LookbackOpt = None,
     rules: RulesOpt = None,
     set_: SetOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    gate: GateOpt = None,
+    request: RequestOpt = None,
+    min_confidence: MinConfidenceOpt = None,
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
@@ -80,6 +91,12 @@ def report(
         from ..errors import UsageError
         from ..outio import open_output
 
+        from ..cli import progress
+        from ..view import apply_filters
+
+        overrides, filters = filters_from(
+            kind=kind, since=since, until=until, gate=gate, request=request, min_confidence=min_confidence
+        )
         if output is None and sys.stdout.isatty():
             raise UsageError("the report is an HTML file; give -o FILE (or -o - to write it to standard output)")
         try:
@@ -90,10 +107,11 @@ def report(
             ) from None
         with Workspace() as ws:
             options = analyze_options(
-                year=year, tz=tz, kind=kind, offset=offset, before=before, after=after,
+                year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
-            result = run(paths, options, workspace=ws)
+            with progress(quiet, no_color):
+                result = apply_filters(run(paths, options, workspace=ws), filters)
             from ..report import render_html
 
             doc = render_html(result, title=title).encode("utf-8")
@@ -104,9 +122,10 @@ def report(
             from ..render.safe import markup
 
             where = "standard output" if output in (None, "-") else output
-            stderr_console(no_color).print(
-                f"wrote {markup(where)}: {len(doc) / 1e6:.1f} MB, {result.events.height} preemption event(s)"
-            )
+            s = result.summary()
+            console = stderr_console(no_color)
+            console.print(f"[bold]{markup(s['headline'])}[/bold]")
+            console.print(f"wrote {markup(where)}: {len(doc) / 1e6:.1f} MB, {result.events.height} preemption event(s)")
         return ExitCode.PARTIAL if result.partial else ExitCode.OK
 
     guarded(debug, body)

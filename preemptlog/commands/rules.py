@@ -18,14 +18,14 @@ class RulesFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="rules")(rules_command)
+    app.command(name="rules", short_help="List the rules and thresholds; --check runs their samples.")(rules_command)
 
 
 def rules_command(
     rules: RulesOpt = None,
     set_: SetOpt = None,
     format: Annotated[Optional[RulesFormat], typer.Option("--format", "-f", help="table or json.")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Run every rule's sample inputs; exit 1 if one fails.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Run every rule's sample inputs; exit 7 if one fails.")] = False,
     evidence: Annotated[
         bool, typer.Option("--evidence", help="List the evidence names a rule condition may use.")
     ] = False,
@@ -79,11 +79,15 @@ def rules_command(
         else:
             _print(doc, evidence)
         failed = [r for r in results if not r.ok]
+        for r in failed:
+            sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: "
+                             f"expected {r.expect}, got {r.got}\n")
+        if check:
+            rules_n = len({r.rule for r in results})
+            sys.stderr.write(f"{len(results) - len(failed)} of {len(results)} sample(s) of {rules_n} rule(s) passed"
+                             + (f", {len(failed)} failed\n" if failed else "\n"))
         if failed:
-            for r in failed:
-                sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: "
-                                 f"expected {r.expect}, got {r.got}\n")
-            return ExitCode.INTERNAL
+            return ExitCode.CHECK_FAILED
         return ExitCode.OK
 
     guarded(debug, body)
@@ -93,30 +97,30 @@ def _print(doc: dict, evidence: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..render.safe import text
+    from ..render.safe import table_box, text
 
     console = Console(highlight=False)
     if evidence:
-        t = Table(title=text("evidence names"), header_style="bold")
+        t = Table(title=text("evidence names"), header_style="bold", box=table_box())
         t.add_column("name")
         t.add_column("type")
         for e in doc["evidence"]:
             t.add_row(text(e["name"]), text(e["type"]))
         console.print(t)
-        d = Table(title=text("derived values"), header_style="bold")
+        d = Table(title=text("derived values"), header_style="bold", box=table_box())
         d.add_column("name")
         d.add_column("expression", overflow="fold")
         for k, v in doc["derived"].items():
             d.add_row(text(k), text(v))
         console.print(d)
         return
-    t = Table(title=text("thresholds"), header_style="bold")
+    t = Table(title=text("thresholds"), header_style="bold", box=table_box())
     for c in ("name", "value", "origin", "where the default comes from"):
         t.add_column(c, overflow="fold")
     for th in doc["thresholds"]:
         t.add_row(text(th["name"]), text(th["value"]), text(th["origin"]), text(th["source"]))
     console.print(t)
-    r = Table(title=text("rules, in precedence order"), header_style="bold")
+    r = Table(title=text("rules, in precedence order"), header_style="bold", box=table_box())
     for c in ("priority", "id", "gate", "on", "condition", "samples"):
         r.add_column(c, overflow="fold")
     for rule in doc["rules"]:

@@ -17,7 +17,7 @@ DMON_SELECTS = ["u", "m", "pucm", "um", "pu", "p", "c", "pm", "cm", "ucm", "pum"
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(simulate)
+    app.command(short_help="Write a simulated incident bundle and its ground truth.")(simulate)
 
 
 def simulate(

@@ -54,6 +54,13 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
     evidence = getattr(analysis, "evidence", None)
     if evidence is not None and evidence.height and df.height:
         df = df.join(evidence, on="event_id", how="left", maintain_order="left")
+    wanted = getattr(analysis, "columns", None)
+    if wanted is not None:  # --columns / the compact default, chosen before any formatter sees the frame
+        from ..view import check_columns
+
+        if df.height == 0:  # no events, so no verdict or evidence columns: the header stays the same
+            df = df.with_columns([pl.lit(None, pl.String).alias(c) for c in wanted if c not in df.columns])
+        df = df.select(check_columns(wanted, df.columns))
     cols = []
     schema = df.schema  # built once: per column it cost 20 ms on ~100 columns
     utc = pl.Datetime("us", "UTC")
@@ -67,11 +74,24 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
     return df.select(cols)
 
 
-def write(analysis: "Analysis", fmt: OutputFormat, out: BinaryIO, *, csv_safe: bool = False, console_width: int | None = None) -> None:
+def write(
+    analysis: "Analysis",
+    fmt: OutputFormat,
+    out: BinaryIO,
+    *,
+    csv_safe: bool = False,
+    console_width: int | None = None,
+    table_columns: list[str] | None = None,
+    wide: bool = False,
+    header: bool = True,
+    no_color: bool = False,
+) -> None:
+    """Write the events in ``fmt``. Machine formats write the columns ``analysis.columns`` names (all
+    when None: see view.output_columns); the table picks its own (``table_columns``, ``wide``)."""
     if fmt is OutputFormat.table:
         from .table import write_table
 
-        write_table(analysis, out, width=console_width)
+        write_table(analysis, out, width=console_width, columns=table_columns, wide=wide, header=header, no_color=no_color)
     elif fmt is OutputFormat.json:
         from .jsonfmt import write_json
 
@@ -83,7 +103,7 @@ def write(analysis: "Analysis", fmt: OutputFormat, out: BinaryIO, *, csv_safe: b
     elif fmt is OutputFormat.csv:
         from .csvfmt import write_csv
 
-        write_csv(analysis, out, safe=csv_safe)
+        write_csv(analysis, out, safe=csv_safe, header=header)
     elif fmt is OutputFormat.parquet:
         write_parquet(analysis, out)
     else:  # pragma: no cover - exhaustive

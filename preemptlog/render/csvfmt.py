@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 FORMULA_START = r"^[=+\-@\t\r]"
 
 
-def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False) -> None:
+def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False, header: bool = True) -> None:
     import polars as pl
 
     df = event_rows(analysis)
@@ -36,7 +36,7 @@ def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False) -> Non
                 if t == pl.String
             ]
         )
-    df.write_csv(out)
+    df.write_csv(out, include_header=header)
 
 
 def json_cell(col: str) -> "object":

@@ -13,11 +13,23 @@ if TYPE_CHECKING:
 
 
 def print_summary(analysis: "Analysis", console: "Console") -> None:
+    from ..summary import fix_line, top_fix
+
     s = analysis.summary()
+    console.print(f"[bold]{markup(s['headline'])}[/bold]")
+    top = top_fix(s)
+    if top:
+        console.print(f"Top fix: {markup(top)}")
+    f = s.get("filters")
+    if f:
+        console.print(f"  filtered ({markup(f['text'])}): {f['kept']} of {f['total']} event(s) shown")
     k = s["by_kind"]
-    parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker") if k[name]]
-    detail = f" ({', '.join(parts)})" if parts else ""
-    console.print(f"[bold]{s['events']} preemption event(s)[/bold]{markup(detail)}")
+    parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker", "record") if k[name]]
+    if s["count_visible"]:
+        detail = f" ({', '.join(parts)})" if parts else ""
+        console.print(f"  {s['events']} preemption event(s){markup(detail)}")
+    for x in (s.get("fixes") or [])[1:5]:
+        console.print(f"  fix {x['rank']}: {markup(fix_line(x))}")
     if s["requests_received"]:
         rate = s["preemption_rate"]
         console.print(

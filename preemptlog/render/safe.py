@@ -82,3 +82,39 @@ def text(value) -> "object":
     from rich.text import Text
 
     return Text(neutralise(None if value is None else str(value)))
+
+
+def unicode_ok() -> bool:
+    """Can the terminal's locale show box-drawing and block characters? Python runs in UTF-8 mode
+    under LC_ALL=C, so its stream encoding does not tell: the locale variables do (LC_ALL, then
+    LC_CTYPE, then LANG; none set is the C locale)."""
+    import os
+
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = os.environ.get(name)
+        if value:
+            v = value.lower().replace("-", "")
+            return "utf8" in v
+    return False
+
+
+def ascii_text(s: str) -> str:
+    """Box, block and ellipsis characters as ASCII look-alikes (the C-locale fallback)."""
+    return s.translate(_ASCII)
+
+
+_ASCII = str.maketrans(
+    {
+        "…": "..", "─": "-", "━": "-", "│": "|", "┃": "|", "└": "+", "┌": "+", "┐": "+", "┘": "+",
+        "├": "+", "┤": "+", "┬": "+", "┴": "+", "┼": "+", "█": "#", "▓": "%", "▒": "=", "░": ".",
+        "▁": "_", "▂": "_", "▃": ".", "▄": "-", "▅": "=", "▆": "=", "▇": "#", "Δ": "d", "→": "->", "≥": ">=",
+        "≤": "<=", "·": "-",
+    }
+)
+
+
+def table_box():
+    """The box style for rich tables: rich's default, or ASCII when the locale cannot show it."""
+    from rich import box
+
+    return box.HEAVY_HEAD if unicode_ok() else box.ASCII2

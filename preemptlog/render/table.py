@@ -1,4 +1,12 @@
-"""The terminal table: one row per event, reconstructed / interval runs folded into one row."""
+"""The terminal table: one row per event, reconstructed / interval runs folded into one row.
+
+Built for a terminal 80 columns wide: times as ``HH:MM:SS`` (the date and zone in a header
+line), the event id with the folder given stripped (the id ``preemptlog explain`` takes),
+request ids shortened in the middle, the verdict as ``gate/sub-kind``, the confidence. Wider
+terminals get longer request ids and full gate names; ``--wide`` adds kind, count and mode,
+``--columns`` picks. Taller than the terminal: through ``$PAGER``. A locale that cannot show
+box characters (``LC_ALL=C``) gets ASCII.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +14,34 @@ import io
 import os
 from typing import TYPE_CHECKING, BinaryIO
 
-from .safe import text
+from .safe import ascii_text, neutralise, text, unicode_ok
 
 if TYPE_CHECKING:
     import polars as pl
 
     from ..analysis import Analysis
 
+TABLE_COLUMNS = ("time", "event", "n", "request", "verdict", "confidence", "kind", "mode", "where")
+DEFAULT_COLUMNS = ("time", "event", "request", "verdict", "confidence")
+WIDE_COLUMNS = ("time", "event", "kind", "n", "request", "mode", "verdict", "confidence")
+ALIASES = {"event_id": "event", "request_id": "request", "gate": "verdict", "sub_kind": "verdict",
+           "source": "where", "line": "where", "count": "n"}
+SHORT_GATE = {
+    "G1-kv-space": "G1",
+    "G2-batch-variance": "G2-variance",
+    "G3-queue-overflow": "G3-queue",
+    "G4-prefix-conflict": "G4-prefix",
+}
+
 
 def display_rows(analysis: "Analysis") -> "pl.DataFrame":
-    """Events for display: each run of reconstructed/interval events from one line becomes one row."""
-    import polars as pl
+    """Events for display: each run of reconstructed/interval events from one line becomes one row.
 
-    from . import iso_expr
+    Columns: time, until (UTC datetimes), event_id (``~r*``/``~i*`` for a folded run), kind,
+    count, request_id, mode, source, line, gate, sub_kind, confidence (of the run's first event),
+    verdicts (how many distinct gate/sub-kind pairs the run holds).
+    """
+    import polars as pl
 
     ev = analysis.events
     v = getattr(analysis, "verdicts", None)
@@ -26,32 +49,18 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
         ev = ev.join(v.select("event_id", "gate", "sub_kind", "confidence"), on="event_id", how="left", maintain_order="left")
     else:
         ev = ev.with_columns(gate=pl.lit(None, pl.String), sub_kind=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String))
-    if ev.height == 0:
-        return pl.DataFrame(
-            schema={
-                "time": pl.String,
-                "event_id": pl.String,
-                "kind": pl.String,
-                "count": pl.UInt32,
-                "request_id": pl.String,
-                "mode": pl.String,
-                "where": pl.String,
-                "until": pl.String,
-                "verdict": pl.String,
-            }
-        )
     grouped = ev.with_columns(
         _g=pl.when(pl.col("kind").is_in(["reconstructed", "interval"]))
         .then(pl.col("event_id").str.replace(r"~[ri]\d+$", ""))
         .otherwise(pl.col("event_id"))
     )
-    rows = (
+    return (
         grouped.group_by("_g", "kind", maintain_order=True)
         .agg(
             pl.col("time").min().alias("time"),
             pl.col("time").max().alias("until"),
             pl.col("event_id").first(),
-            pl.len().alias("count"),
+            pl.len().cast(pl.UInt32).alias("count"),
             pl.col("request_id").first(),
             pl.col("mode").first(),
             pl.col("source").first(),
@@ -59,72 +68,200 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
             pl.col("gate").first(),
             pl.col("sub_kind").first(),
             pl.col("confidence").first(),
+            pl.concat_str([pl.col("gate").fill_null("-"), pl.col("sub_kind").fill_null("-")]).n_unique().alias("verdicts"),
         )
         .with_columns(
-            where=pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]),
             event_id=pl.when(pl.col("count") > 1)
             .then(pl.concat_str([pl.col("_g"), pl.lit("~"), pl.col("kind").str.slice(0, 1), pl.lit("*")]))
             .otherwise(pl.col("event_id")),
         )
-    )
-    return rows.select(
-        iso_expr("time", analysis.tz),
-        "event_id",
-        "kind",
-        "count",
-        "request_id",
-        "mode",
-        "where",
-        iso_expr("until", analysis.tz),
-        pl.concat_str(
-            [
-                pl.col("gate"),
-                pl.when(pl.col("sub_kind").is_not_null()).then(pl.concat_str([pl.lit("/"), pl.col("sub_kind")])).otherwise(pl.lit("")),
-                pl.when(pl.col("confidence").is_not_null() & (pl.col("confidence") != "none"))
-                .then(pl.concat_str([pl.lit(" ("), pl.col("confidence"), pl.lit(")")]))
-                .otherwise(pl.lit("")),
-            ]
-        ).alias("verdict"),
+        .drop("_g")
     )
 
 
-def write_table(analysis: "Analysis", out: BinaryIO, *, width: int | None = None) -> None:
+def common_folder(sources: list[str]) -> str:
+    """The folder prefix every source shares (``demo/``), or the folder of a single file; '' if none."""
+    dirs = {os.path.dirname(s) for s in sources if s and not s.startswith("<")}
+    if not dirs:
+        return ""
+    try:
+        common = os.path.commonpath(list(dirs)) if len(dirs) > 1 else dirs.pop()
+    except ValueError:  # absolute and relative paths mixed
+        return ""
+    return common + "/" if common and common != "/" else ""
+
+
+def shorten(value: str, width: int, ellipsis: str = "…") -> str:
+    """``value`` cut in the middle to ``width`` characters (the start and the end stay: ids differ at both)."""
+    if len(value) <= width or width < 5:
+        return value
+    keep = width - len(ellipsis)
+    head = (keep + 1) // 2
+    return value[:head] + ellipsis + value[len(value) - (keep - head):]
+
+
+GAP = 3  # between two columns: right padding, the divider, left padding
+SHRINK = ("request", "verdict", "where", "event")  # cut in the middle, in this order, to fit the width
+MIN_WIDTH = {"request": 12, "event": 16, "where": 16, "verdict": 16}
+
+
+def _fit(names: list[str], labels: dict[str, str], body: list[dict[str, str]], width: int, req_w: int) -> dict[str, int]:
+    """Column widths that fit ``width``: natural widths, the request id capped at ``req_w``, then the
+    columns of SHRINK narrowed (never below MIN_WIDTH) until the row fits."""
+    w = {n: max([len(labels[n])] + [len(c[n]) for c in body]) for n in names}
+    if "request" in w:
+        w["request"] = max(len(labels["request"]), min(w["request"], req_w))
+    budget = width - GAP * (len(names) - 1)
+    for n in SHRINK:
+        over = sum(w.values()) - budget
+        if over <= 0:
+            break
+        if n in w:
+            w[n] = max(min(MIN_WIDTH[n], w[n]), w[n] - over)
+    return w
+
+
+def resolve_columns(columns: list[str] | None, wide: bool) -> list[str]:
+    if columns:
+        from ..view import check_columns
+
+        names = []
+        for c in columns:
+            c = ALIASES.get(c, c)
+            if c not in names:
+                names.append(c)
+        return check_columns(names, list(TABLE_COLUMNS), what="table column")
+    return list(WIDE_COLUMNS if wide else DEFAULT_COLUMNS)
+
+
+def render_table(
+    analysis: "Analysis",
+    *,
+    width: int = 80,
+    columns: list[str] | None = None,
+    wide: bool = False,
+    header: bool = True,
+    color: bool = False,
+    unicode: bool = True,
+) -> str:
+    """The table as text (ANSI styles only when ``color``)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    wrapper = io.TextIOWrapper(out, encoding="utf-8", errors="replace", write_through=True)
-    try:
-        is_tty = hasattr(out, "isatty") and out.isatty()
-        console = Console(
-            file=wrapper,
-            width=width or (None if is_tty else 200),
-            force_terminal=is_tty,
-            no_color=not is_tty or bool(os.environ.get("NO_COLOR")),
-            highlight=False,
-            soft_wrap=False,
-        )
-        rows = display_rows(analysis)
-        table = Table(title=None, show_lines=False, header_style="bold", expand=False)
-        for name in ("time", "event", "kind", "n", "request", "mode", "verdict", "source:line"):
-            table.add_column(name, no_wrap=name in ("time", "event"), overflow="fold")
-        for r in rows.iter_rows(named=True):
-            time = r["time"] or "?"
-            if r["count"] > 1 and r["until"] and r["until"] != r["time"]:
-                time = f"{time} .. {r['until']}"
-            table.add_row(
-                text(time),
-                text(r["event_id"]),
-                text(r["kind"]),
-                text(r["count"]),
-                text(r["request_id"] or "-"),
-                text(r["mode"] or "-"),
-                text(r["verdict"] or "-"),
-                text(r["where"]),
-            )
-        if rows.height:
-            console.print(table)
+    from ..timebase import zone_info
+
+    names = resolve_columns(columns, wide)
+    rows = display_rows(analysis)
+    zone = zone_info(analysis.tz)
+    buf = io.StringIO()
+    console = Console(
+        file=buf, width=width, force_terminal=color, no_color=not color, color_system="standard" if color else None,
+        highlight=False, soft_wrap=False, legacy_windows=False, emoji=False,
+    )
+    ell = "…" if unicode else ".."
+    sources = rows.get_column("source").unique().to_list() if rows.height else []
+    prefix = common_folder(sources)
+    times = [t.astimezone(zone) if t is not None else None for t in rows.get_column("time").to_list()] if rows.height else []
+    days = sorted({t.date().isoformat() for t in times if t is not None})
+    multi_day = len(days) > 1
+    full_gate = width >= 110 or wide
+    req_w = 64 if wide else max(12, min(64, width - 62))
+    folded = 0
+    until = rows.get_column("until").to_list() if rows.height else []
+    body: list[dict[str, str]] = []
+    for i, r in enumerate(rows.iter_rows(named=True)):
+        t = times[i]
+        fold = r["count"] > 1
+        folded += fold
+        if t is None:
+            tcell = "?"
         else:
+            tcell = t.strftime("%m-%d %H:%M:%S" if multi_day else "%H:%M:%S")
+            if fold and until[i] is not None and until[i] != r["time"]:
+                tcell += "+"  # a run: from this time on (the footnote says how it was placed)
+        event = r["event_id"] or ""
+        if prefix and event.startswith(prefix):
+            event = event[len(prefix):]
+        where = f"{r['source']}:{r['line']}"
+        if prefix and where.startswith(prefix):
+            where = where[len(prefix):]
+        if fold:
+            how = "from counter" if r["kind"] == "reconstructed" else "in interval"
+            req = f"{r['count']} {how}"
+        else:
+            req = r["request_id"] or "-"
+        gate = r["gate"]
+        if r["verdicts"] > 1:  # the events of a fold do not share one verdict
+            verdict = f"{r['verdicts']} verdicts"
+        elif gate is None:
+            verdict = "-"
+        else:
+            g = gate if full_gate else SHORT_GATE.get(gate, gate)
+            verdict = g + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
+        conf = r["confidence"] if r["confidence"] not in (None, "none") and r["verdicts"] == 1 else "-"
+        cells = {
+            "time": tcell, "event": event, "n": str(r["count"]), "request": req, "verdict": verdict,
+            "confidence": conf, "kind": r["kind"], "mode": r["mode"] or "-", "where": where,
+        }
+        body.append({k: neutralise(v) for k, v in cells.items()})  # widths of what is shown (\x1b is 4 wide)
+    labels = {n: n for n in names}
+    if "confidence" in labels and width < 100:
+        labels["confidence"] = "conf"
+    widths = _fit(names, labels, body, width, req_w)
+    table = Table(
+        box=box.SIMPLE_HEAD if unicode else box.ASCII2, show_header=header, header_style="bold", expand=False,
+        show_edge=False, pad_edge=False, padding=(0, 1),
+    )
+    for n in names:
+        table.add_column(labels[n], no_wrap=True, overflow="ellipsis", justify="right" if n == "n" else "left",
+                         min_width=widths[n], max_width=widths[n])
+    for cells in body:
+        if cells["n"] != "1" and "request" in widths and len(cells["request"]) > widths["request"]:
+            cells["request"] = f"{cells['n']} folded"
+        table.add_row(*[text(shorten(cells[n], widths[n], ell)) for n in names])
+    if header:
+        tz = analysis.tz
+        day = days[0] if len(days) == 1 else (f"{days[0]} .. {days[-1]}" if days else "no time")
+        where = f"; files under {prefix}" if prefix else ""
+        console.print(text(f"{rows.height} row(s), {analysis.events.height} event(s); {day} ({tz}){where}"))
+    if rows.height:
+        console.print(table)
+    else:
+        from ..summary import count_visibility
+
+        nv = count_visibility(analysis)
+        if nv["count_visible"]:
             console.print(text("no preemption events found"))
-    finally:
-        wrapper.flush()
-        wrapper.detach()
+        else:
+            console.print(text(f"preemptions not visible in this bundle ({nv['reason']}): {nv['remedy']}"))
+    if header and folded:
+        console.print(text(
+            "rows ending ~r* / ~i* fold the events counted on one line (no request id; placed in the interval "
+            "before that line, a time ending + is the first of them; 'N verdicts' when they differ): "
+            "`preemptlog explain ID` takes the folded id; -f ndjson lists each event."
+        ))
+    out = buf.getvalue()
+    return out if unicode else ascii_text(out)
+
+
+def write_table(
+    analysis: "Analysis",
+    out: BinaryIO,
+    *,
+    width: int | None = None,
+    columns: list[str] | None = None,
+    wide: bool = False,
+    header: bool = True,
+    no_color: bool = False,
+) -> None:
+    """The table to ``out``: paged on a terminal taller than the screen, plain in a pipe."""
+    from .pager import page, terminal_size
+
+    size = terminal_size(out)
+    color = size is not None and not no_color and not os.environ.get("NO_COLOR")
+    w = width or (size[0] if size else 200)
+    data = render_table(
+        analysis, width=w, columns=columns, wide=wide, header=header, color=color, unicode=unicode_ok()
+    ).encode("utf-8", "replace")
+    page(data, out)

@@ -1,10 +1,10 @@
-"""The terminal timeline: preemptions per minute by gate, and a KV-usage sparkline below.
+"""The terminal timeline: preemptions per time bucket by gate, and a KV-usage sparkline below.
 
 Printed by ``preemptlog analyze`` on stderr after the summary, only when
 stderr is a terminal (``console.is_terminal``; tests pass a console with
 ``force_terminal=True``) and without ``--quiet``. Time runs left to right,
-one column per bucket (one minute, or a wider bucket so the columns fit the
-terminal); the sparkline rows share the columns of the histogram. Each gate
+one column per bucket (the narrowest of 1 s, 2 s, 5 s, ... 1 week that fits the
+incident's span in the terminal); the sparkline rows share the columns of the histogram. Each gate
 has its own glyph as well as its own colour, so the chart reads with
 NO_COLOR too. Every string is printed as ``rich.text.Text`` (never markup).
 """
@@ -29,7 +29,9 @@ GLYPHS = {
     "undetermined": ("?", "bright_black"),
 }
 SPARK = "▁▂▃▄▅▆▇█"
-BUCKET_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)
+# Bucket widths in seconds: the timeline bins to the incident's span (seconds for a 27 s burst).
+BUCKET_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+                  172800, 604800)
 HEIGHT = 8  # rows of the histogram
 GUTTER = 8  # label column width
 MAX_COLUMNS = 120
@@ -40,19 +42,40 @@ def print_timeline(analysis: "Analysis", console: "Console") -> None:
     """Print the timeline, or nothing when the console is not a terminal or there is nothing to draw."""
     if not console.is_terminal:
         return
+    from .safe import unicode_ok
+
+    plain = not unicode_ok()
     for line in timeline_lines(analysis, width=console.width):
+        if plain:  # the C locale: ASCII glyphs (one for one, so the styles stay in place)
+            from .safe import ascii_text
+
+            line.plain = ascii_text(line.plain)
         console.print(line, soft_wrap=True, highlight=False)
 
 
 def _bucket(span_s: float, columns: int) -> int:
-    for m in BUCKET_MINUTES:
-        if span_s / (m * 60) < columns:
-            return m
-    return BUCKET_MINUTES[-1]
+    for b in BUCKET_SECONDS:
+        if span_s / b < columns:
+            return b
+    return BUCKET_SECONDS[-1]
 
 
-def _label(t: datetime, minutes: int, multi_day: bool) -> str:
-    return t.strftime("%m-%d %H:%M" if multi_day else "%H:%M")
+def _unit(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        n, u = seconds // 86400, "day"
+    elif seconds % 3600 == 0:
+        n, u = seconds // 3600, "hour"
+    elif seconds % 60 == 0:
+        n, u = seconds // 60, "minute"
+    else:
+        n, u = seconds, "second"
+    return u if n == 1 else f"{n} {u}s"
+
+
+def _label(t: datetime, seconds: int, multi_day: bool) -> str:
+    if multi_day:
+        return t.strftime("%m-%d %H:%M")
+    return t.strftime("%H:%M:%S" if seconds < 60 else "%H:%M")
 
 
 def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
@@ -76,17 +99,14 @@ def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
         return []
     t0 = ev.get_column("time").min()
     t1 = ev.get_column("time").max()
-    if kv.height:
-        # The sparkline covers the events' span (and a little context around a short burst).
-        t0 = min(t0, max(kv.get_column("time").min(), t0 - timedelta(minutes=5)))
-        t1 = max(t1, min(kv.get_column("time").max(), t1 + timedelta(minutes=5)))
+    # The columns cover the events' span (the KV sparkline shares them).
     columns = max(10, min(MAX_COLUMNS, width - GUTTER - 14))
-    minutes = _bucket((t1 - t0).total_seconds() + 60, columns)
-    every = f"{minutes}m"
+    seconds = _bucket((t1 - t0).total_seconds() + 1, columns)
+    every = f"{seconds}s"
     start_utc = pl.Series([t0]).dt.truncate(every).item()
     start = start_utc.astimezone(zone_info(tz))
-    n = int((t1 - start_utc).total_seconds() // (minutes * 60)) + 1
-    col = ((pl.col("time") - pl.lit(start_utc)).dt.total_seconds() // (minutes * 60)).cast(pl.Int64).alias("_c")
+    n = int((t1 - start_utc).total_seconds() // seconds) + 1
+    col = ((pl.col("time") - pl.lit(start_utc)).dt.total_seconds() // seconds).cast(pl.Int64).alias("_c")
     counts = ev.with_columns(col).group_by("_c", "gate").len()
     grid: list[dict[str, int]] = [dict() for _ in range(n)]
     for c, gate, k in counts.iter_rows():
@@ -97,7 +117,7 @@ def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
     order = [g for g in GATES] + sorted({g for cell in grid for g in cell} - set(GATES))
 
     lines = []
-    unit = "minute" if minutes == 1 else f"{minutes} minutes"
+    unit = _unit(seconds)
     lines.append(Text(f"Timeline: preemptions per {unit} by gate (tallest column {peak})", style="bold"))
     # Cells of each column, bottom to top: gates stacked in GATES order, heights by cumulative rounding.
     stacks: list[list[str]] = []
@@ -124,7 +144,7 @@ def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
 
     # KV usage sparkline(s) on the same columns.
     ceiling = analysis.options.kv_ceiling if analysis.options.kv_ceiling is not None else 95.0
-    for name, values in _spark_rows(kv, start_utc, minutes, n):
+    for name, values in _spark_rows(kv, start_utc, seconds, n):
         line = _gutter(name)
         for v in values:
             if v is None:
@@ -138,10 +158,10 @@ def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
         lines.append(line)
 
     # Time axis: first and last column, and one in the middle when there is room.
-    multi_day = start.date() != (start + timedelta(minutes=minutes * (n - 1))).date()
-    first = _label(start, minutes, multi_day)
-    last_t = start + timedelta(minutes=minutes * (n - 1))
-    last = _label(last_t, minutes, multi_day)
+    multi_day = start.date() != (start + timedelta(seconds=seconds * (n - 1))).date()
+    first = _label(start, seconds, multi_day)
+    last_t = start + timedelta(seconds=seconds * (n - 1))
+    last = _label(last_t, seconds, multi_day)
     w = n * cw
     axis = [" "] * max(w, len(first))
     axis[: len(first)] = list(first)
@@ -150,7 +170,7 @@ def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
         a = min(at, w - len(last))
         axis[a : a + len(last)] = list(last)
         mid = (n // 2) * cw
-        mid_label = _label(start + timedelta(minutes=minutes * (n // 2)), minutes, multi_day)
+        mid_label = _label(start + timedelta(seconds=seconds * (n // 2)), seconds, multi_day)
         if mid > len(first) + 1 and mid + len(mid_label) < a - 1:
             axis[mid : mid + len(mid_label)] = list(mid_label)
     lines.append(Text(" " * GUTTER + "".join(axis).rstrip() + f"  ({tz})", style="dim"))
@@ -210,7 +230,7 @@ def _kv_frame(analysis: "Analysis") -> "pl.DataFrame":
     return empty
 
 
-def _spark_rows(kv: "pl.DataFrame", start, minutes: int, n: int) -> list[tuple[str, list[float | None]]]:
+def _spark_rows(kv: "pl.DataFrame", start, seconds: int, n: int) -> list[tuple[str, list[float | None]]]:
     import polars as pl
 
     if kv.height == 0:
@@ -219,7 +239,7 @@ def _spark_rows(kv: "pl.DataFrame", start, minutes: int, n: int) -> list[tuple[s
     if len(engines) > MAX_ENGINES:
         kv = kv.with_columns(engine=pl.lit("all"))
         engines = ["all"]
-    col = ((pl.col("time") - pl.lit(start)).dt.total_seconds() // (minutes * 60)).cast(pl.Int64).alias("_c")
+    col = ((pl.col("time") - pl.lit(start)).dt.total_seconds() // seconds).cast(pl.Int64).alias("_c")
     agg = kv.with_columns(col).filter((pl.col("_c") >= 0) & (pl.col("_c") < n)).group_by("engine", "_c").agg(
         pl.col("kv_usage").max()
     )

@@ -69,6 +69,17 @@ ul { margin:4px 0; padding-left:20px; }
 .card .id { font-weight:600; }
 .card table { width:100%; }
 details > summary { cursor:pointer; color:var(--muted); }
+#verdict { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:12px 16px; }
+#verdict .headline { font-size:19px; font-weight:600; margin:0 0 8px; }
+#verdict.not-visible { border-left:5px solid #a33; }
+#verdict .cols { display:flex; flex-wrap:wrap; gap:12px 28px; }
+#verdict .cols > div { min-width:0; flex:1 1 360px; }
+#verdict ol { margin:4px 0; padding-left:22px; }
+#verdict li { margin:2px 0; }
+.scroll { max-width:100%; overflow-x:auto; }
+main, section, table, pre { max-width:100%; }
+td, th { overflow-wrap:anywhere; }
+.group > h3 { margin-top:16px; }
 .legend span { margin-right:10px; }
 """
 
@@ -112,6 +123,7 @@ def page(analysis: "Analysis", figure_html: str, plotly_js: str, *, title: str |
         f"<h1>{e(heading)}</h1>",
         f'<div class="sub">{e(_inputs_line(s))} · times in {e(analysis.tz)} · preemptlog {e(__version__)}</div>',
         "</header><main>",
+        _first_screen(s),
         _tiles(s, analysis),
         '<section id="timeline-section"><h2>Timeline</h2>',
         _legend(),
@@ -119,10 +131,42 @@ def page(analysis: "Analysis", figure_html: str, plotly_js: str, *, title: str |
         "</section>",
         _summary(s, analysis),
         _config(s, analysis),
-        _events(analysis),
+        _events(analysis, s),
         "</main></body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _first_screen(s: dict) -> str:
+    """What happened, why and what to change: the headline, counts by gate and sub-kind, ranked fixes."""
+    from ..summary import fix_line
+
+    cls = "" if s["count_visible"] else ' class="not-visible"'
+    out = [f'<section id="verdict"{cls}><p class="headline">{e(s["headline"])}</p>']
+    f = s.get("filters")
+    if f:
+        out.append(f'<p class="muted">Filtered ({e(f["text"])}): {e(f["kept"])} of {e(f["total"])} event(s) shown.</p>')
+    out.append('<div class="cols">')
+    by_gate = {g: n for g, n in (s.get("by_gate") or {}).items() if n}
+    if by_gate:
+        out.append('<div><h3>Events by gate and sub-kind</h3><table><tr><th>gate</th><th>sub-kind</th>'
+                   '<th>events</th></tr>')
+        for g, n in sorted(by_gate.items(), key=lambda gn: -gn[1]):
+            subs = (s.get("g1_sub_kinds") or {}) if g == "G1-kv-space" else {}
+            if subs:
+                for k, m in sorted(subs.items(), key=lambda km: -km[1]):
+                    out.append(f'<tr><td>{chip(g)}</td><td>{e(k if k != "None" else "-")}</td><td class="num">{e(m)}</td></tr>')
+            else:
+                out.append(f'<tr><td>{chip(g)}</td><td>-</td><td class="num">{e(n)}</td></tr>')
+        out.append("</table></div>")
+    fixes = s.get("fixes") or []
+    if fixes:
+        out.append("<div><h3>What to change, by events addressed</h3><ol>")
+        for x in fixes[:8]:
+            out.append(f"<li>{e(fix_line(x))}</li>")
+        out.append("</ol></div>")
+    out.append("</div></section>")
+    return "\n".join(out)
 
 
 def _inputs_line(s: dict) -> str:
@@ -149,7 +193,12 @@ def _tile(n: Any, label: str, extra: str = "") -> str:
 def _tiles(s: dict, a: "Analysis") -> str:
     out = ['<section id="overview"><div class="grid">']
     kinds = ", ".join(f"{n} {k}" for k, n in s["by_kind"].items() if n) or "none"
-    out.append(_tile(s["events"], "preemption event(s)", f'<div class="l">{e(kinds)}</div>'))
+    if s["count_visible"]:
+        out.append(_tile(s["events"], "preemption event(s)", f'<div class="l">{e(kinds)}</div>'))
+    else:
+        nv = s.get("not_visible") or {}
+        out.append(_tile("not visible", "preemptions: this bundle cannot count them",
+                         f'<div class="l">{e(nv.get("remedy") or "")}</div>'))
     if s["preemption_rate"] is not None:
         out.append(_tile(f"{s['preemption_rate']:.4f}", f"per received request ({s['requests_received']} received)"))
     rec = s.get("reconciliation") or {}
@@ -236,10 +285,15 @@ def _summary(s: dict, a: "Analysis") -> str:
             out.append(f"<li>{e(x['topic'])}{e(scope)}: <b>{e(x['value'])}</b> <span class=\"muted\">from {e(x['source'])}</span></li>")
         out.append("</ul>")
     if s.get("fixes"):
-        out.append("<h3>Sizing formulas</h3><ul>")
-        for k, v in s["fixes"].items():
-            out.append(f"<li><b>{e(k)}</b>: {e(v)}</li>")
-        out.append("</ul>")
+        out.append("<h3>Fixes, with their formulas and inputs</h3><ol>")
+        for x in s["fixes"]:
+            inputs = "; ".join(x.get("inputs") or [])
+            out.append(f"<li>{e(x['text'])}" + (f' <span class="muted">(inputs: {e(inputs)})</span>' if inputs else "")
+                       + "</li>")
+        out.append("</ol>")
+    if s.get("fixes_dropped"):
+        out.append('<p class="muted">Left out: ' + e("; ".join(f"{x['id']}: {x['why']}" for x in s["fixes_dropped"]))
+                   + "</p>")
     if s["notes"]:
         out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{e(n)}</li>" for n in s["notes"]) + "</ul>")
     if s["warnings"]:
@@ -271,7 +325,7 @@ def _num(v: Any) -> str:
 def _config(s: dict, a: "Analysis") -> str:
     out = [
         '<section id="config"><h2>Configuration in force</h2>',
-        '<table><tr><th>key</th><th>value</th><th>status</th><th>from</th><th>note</th></tr>',
+        '<div class="scroll"><table><tr><th>key</th><th>value</th><th>status</th><th>from</th><th>note</th></tr>',
     ]
     for k, v in (s.get("config") or {}).items():
         status = v.get("status") or ""
@@ -280,7 +334,7 @@ def _config(s: dict, a: "Analysis") -> str:
             f"<td class=\"status-{e(status)}\">{e(status)}</td><td class=\"mono\">{e(v.get('from') or '')}</td>"
             f"<td>{e(v.get('note') or '')}</td></tr>"
         )
-    out.append("</table>")
+    out.append("</table></div>")
     cfg = a.config
     if cfg.height > len(s.get("config") or {}):
         import polars as pl
@@ -326,18 +380,35 @@ def _event_frame(a: "Analysis") -> "pl.DataFrame":
     )
 
 
-def _events(a: "Analysis") -> str:
+def _events(a: "Analysis", s: dict) -> str:
     ev = _event_frame(a)
     out = ['<section id="events">']
+    if ev.height == 0 and not s["count_visible"]:
+        nv = s.get("not_visible") or {}
+        out.append(f"<h2>Events</h2><p>Preemptions are not visible in this bundle ({e(nv.get('reason'))}): "
+                   f"{e(nv.get('remedy'))}. This is not a count of zero.</p></section>")
+        return "\n".join(out)
     if ev.height == 0:
         out.append("<h2>Events</h2><p>No preemption event in this bundle (see the notes above for what the "
                    "log can and cannot show).</p></section>")
         return "\n".join(out)
     if ev.height <= MAX_CARDS:
-        out.append(f"<h2>Events ({ev.height})</h2><div class=\"cards\">")
-        for r in ev.iter_rows(named=True):
-            out.append(_event_card(r))
-        out.append("</div>")
+        import polars as pl
+
+        order = {g: i for i, g in enumerate(GATE_ORDER)}
+        groups = (
+            ev.group_by("gate", "sub_kind", maintain_order=True).len()
+            .with_columns(_o=pl.col("gate").replace_strict(order, default=len(order), return_dtype=pl.Int32))
+            .sort(["_o", "len"], descending=[False, True])
+        )
+        out.append(f"<h2>Events ({ev.height}) by gate and sub-kind</h2>")
+        for g in groups.iter_rows(named=True):
+            sub = ev.filter((pl.col("gate") == g["gate"]) & pl.col("sub_kind").eq_missing(g["sub_kind"]))
+            label = f" / {e(g['sub_kind'])}" if g["sub_kind"] else ""
+            out.append(f'<div class="group"><h3>{chip(g["gate"])}{label} · {sub.height} event(s)</h3><div class="cards">')
+            for r in sub.iter_rows(named=True):
+                out.append(_event_card(r))
+            out.append("</div></div>")
     else:
         out.append(_group_cards(ev))
     out.append("</section>")
@@ -437,7 +508,9 @@ def _group_cards(ev: "pl.DataFrame") -> str:
             pl.col("_i").first().alias("_rep"),
             pl.col("request_id").drop_nulls().n_unique().alias("requests"),
         )
-        .sort("count", descending=True, maintain_order=True)
+        .with_columns(_o=pl.col("gate").replace_strict({g: i for i, g in enumerate(GATE_ORDER)}, default=len(GATE_ORDER),
+                                                       return_dtype=pl.Int32))
+        .sort(["_o", "count"], descending=[False, True], maintain_order=True)
     )
     factors = _count_factors(ev, keys)
     out = [

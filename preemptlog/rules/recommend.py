@@ -114,13 +114,21 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
     out["max_num_batched_tokens"] = c("max_num_batched_tokens", int)
     out["gpu_memory_utilization"] = c("gpu_memory_utilization", float)
     out["max_model_len"] = c("max_model_len", int)
+    out["enable_chunked_prefill"] = c("enable_chunked_prefill", lambda v: str(v).strip().lower() in ("true", "1", "yes"))
     spec = cfg.get("speculative_config") or cfg.get("speculative_model")
+    spec_where = f" ({spec['source']}:{spec['line']})" if spec is not None and spec.get("source") else ""
     out["speculative"] = Measured(
-        None if spec is None else (spec["value"] not in ("None", "", None)), "speculative_config in the config line"
+        None if spec is None else (spec["value"] not in ("None", "", None)),
+        f"speculative_config {spec['value'] if spec is not None else 'not stated'} in the config line{spec_where}",
     )
     ev = analysis.evidence
     if ev is not None and "batch_max_len" in ev.columns and ev.get_column("batch_max_len").null_count() < ev.height:
-        out["batch_max_len"] = Measured(int(ev.get_column("batch_max_len").max()), "longest running length at an event")
+        i = ev.get_column("batch_max_len").arg_max()
+        where = ev.get_column("batch_max_len_src")[i] if "batch_max_len_src" in ev.columns and i is not None else None
+        out["batch_max_len"] = Measured(
+            int(ev.get_column("batch_max_len").max()),
+            "longest running length at an event" + (f" ({where})" if where else ""),
+        )
     else:
         out["batch_max_len"] = Measured(None, "running lengths are not in the bundle (block-table table records)")
     return out
@@ -205,31 +213,183 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
     return out
 
 
-def by_gate(analysis: "Analysis") -> dict[str, list[str]]:
-    """Recommendations per verdict key (``gate`` or ``gate/sub_kind``)."""
-    m = measure(analysis)
-    f = formulas(m)
-    spec = [f["spec_budget"]] if m["speculative"].value else []
-    g1_common = [f["kv_room"], f["max_num_seqs"], f["budget_buffer"]] + spec
+def _known(*ms: "Measured | None") -> list[str]:
+    """The inputs a fix used: what each known value is and where it came from."""
+    return [m.how for m in ms if m is not None and m.known]
+
+
+def _fix(fid: str, option: str, current: Any, suggested: Any, inputs: list[str], effect: str, prose: str,
+         keys: list[str], *, missing: str | None = None) -> dict[str, Any]:
     return {
-        "G1-kv-space/fragmentation": [
-            f["block_size"],
-            "--swap-space 4 (guide 4.2; V0 only: the V1 engine does not swap)",
-        ]
-        + g1_common,
-        "G1-kv-space/capacity": g1_common + [f["block_size"]],
-        "G1-kv-space/kv-exhausted": g1_common,
-        "G2-batch-variance": [
-            f["dynamic_variance"],
-            "shape traffic: split long documents, keep prompts of a batch in a narrow band (guide 5)",
-        ],
-        "G3-queue-overflow": [f["max_num_seqs"], f["budget_buffer"]],
-        "G4-prefix-conflict": [
-            "one client-side prefix id scheme so identical histories share one prefix (guide 3.2.3: hit rate "
-            "63% -> 89%, preemptions -35%)",
-            "--enable-chunked-prefill (guide 3.2.3; --max-prefix-cache-len does not exist in upstream vLLM)",
-        ],
-        "undetermined": [
-            "add the evidence the not-evaluable gates list (debug hook lines, block-table records, dmon, /metrics)"
-        ],
+        "id": fid,
+        "option": option,
+        "current": current,
+        "suggested": suggested,
+        "inputs": inputs,
+        "expected_effect": effect,
+        "missing": missing,
+        "addresses": keys,
+        "text": prose,
     }
+
+
+G1_KEYS = ["G1-kv-space/fragmentation", "G1-kv-space/capacity", "G1-kv-space/kv-exhausted"]
+
+
+def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The fixes as data (option, current, suggested, inputs, expected effect, the verdict keys each
+    addresses), and the ones dropped with why: a fix that changes nothing (the suggested value is the
+    value in force) or whose premise is absent from the bundle (speculative decoding off, a V0-only
+    option on a V1 engine) is not a fix."""
+    f = formulas(m)
+    out: list[dict[str, Any]] = []
+    dropped: list[dict[str, str]] = []
+    bs = m["block_size"]
+    p95, share = m.get("prompt_p95"), m.get("prompt_share_le_64")
+    if p95 is not None and p95.known and share is not None:
+        rec = 64 if share.value >= 0.95 else 32 if p95.value <= 128 else (bs.value if bs.known else 16)
+        item = _fix("block_size", "--block-size", bs.value, rec, _known(p95, share, bs),
+                    "fewer fragmentation preemptions: blocks sized to the prompts leave fewer partly used blocks",
+                    f["block_size"], ["G1-kv-space/fragmentation", "G1-kv-space/capacity"])
+        if bs.known and rec == bs.value:
+            dropped.append({"id": "block_size", "why": f"suggests block_size {rec}, the value in force ({bs.how})"})
+        else:
+            out.append(item)
+    else:
+        out.append(_fix("block_size", "--block-size", bs.value, None, _known(bs), "sized to the prompt lengths",
+                        f["block_size"], ["G1-kv-space/fragmentation", "G1-kv-space/capacity"],
+                        missing=p95.how if p95 else LOG_REQUESTS_HINT))
+    rps, lat, mns = m["peak_rps"], m["p95_latency_s"], m["max_num_seqs"]
+    keys_seqs = G1_KEYS + ["G3-queue-overflow"]
+    if rps.known and lat.known:
+        n = math.ceil(math.ceil(rps.value * lat.value) * 1.5)
+        item = _fix("max_num_seqs", "--max-num-seqs", mns.value, n, _known(rps, lat, mns),
+                    "the running set matches the arrival rate: no queue overflow, fewer sequences competing for KV",
+                    f["max_num_seqs"], keys_seqs)
+        if mns.known and n == mns.value:
+            dropped.append({"id": "max_num_seqs", "why": f"suggests max_num_seqs {n}, the value in force ({mns.how})"})
+        else:
+            out.append(item)
+    else:
+        missing = "; ".join(x.how for x in (rps, lat) if not x.known)
+        out.append(_fix("max_num_seqs", "--max-num-seqs", mns.value, None, _known(rps, lat, mns),
+                        "the running set matches the arrival rate", f["max_num_seqs"], keys_seqs, missing=missing))
+    out_len, mbt = m["avg_output_len"], m["max_num_batched_tokens"]
+    if rps.known and out_len.known:
+        buf = math.ceil(rps.value * out_len.value * 0.3)
+        out.append(_fix("budget_buffer", "--max-num-batched-tokens", mbt.value,
+                        (mbt.value + buf) if mbt.known else f"+{buf} tokens", _known(rps, out_len, mbt),
+                        f"a token budget buffer of {buf} tokens absorbs bursts of decode growth",
+                        f["budget_buffer"], keys_seqs))
+    else:
+        missing = "; ".join(x.how for x in (rps, out_len) if not x.known)
+        out.append(_fix("budget_buffer", "--max-num-batched-tokens", mbt.value, None, _known(rps, out_len, mbt),
+                        "a token budget buffer absorbs bursts of decode growth", f["budget_buffer"], keys_seqs,
+                        missing=missing))
+    spec = m["speculative"]
+    if spec.value:
+        mml = m["max_model_len"]
+        val = math.ceil(4096 + (int(mml.value) // 16) * 1.2) if mml.known else None
+        out.append(_fix("spec_budget", "--max-num-batched-tokens", mbt.value, val, _known(mml, spec),
+                        "room in the token budget for the draft tokens of speculative decoding", f["spec_budget"],
+                        G1_KEYS, missing=None if mml.known else "the draft model's max_model_len"))
+    else:
+        why = "speculative decoding is off" if spec.value is False else "speculative decoding is not in the bundle"
+        dropped.append({"id": "spec_budget", "why": f"{why} ({spec.how})"})
+    bml = m.get("batch_max_len")
+    if bml is not None and bml.known:
+        out.append(_fix("dynamic_variance", "batch variance threshold (debug hook)", None, round(bml.value * 0.1, 1),
+                        _known(bml), "fewer batch-variance preemptions on long generation (guide 3.2.2: 41% -> 2.3%)",
+                        f["dynamic_variance"], ["G2-batch-variance"]))
+    else:
+        out.append(_fix("dynamic_variance", "batch variance threshold (debug hook)", None, None, [],
+                        "fewer batch-variance preemptions on long generation", f["dynamic_variance"],
+                        ["G2-batch-variance"], missing="running lengths (block-table table records)"))
+    out.append(_fix("traffic_shape", "client traffic", None, "split long documents; one narrow prompt band per batch",
+                    [], "lower batch variance", "shape traffic: split long documents, keep prompts of a batch in a "
+                    "narrow band (guide 5)", ["G2-batch-variance"]))
+    gmu = m["gpu_memory_utilization"]
+    if gmu.known:
+        nxt = min(0.95, round(float(gmu.value) + 0.05, 2))
+        if nxt <= float(gmu.value):
+            dropped.append({"id": "kv_room", "why": f"gpu_memory_utilization is already {gmu.value} ({gmu.how})"})
+        else:
+            out.append(_fix("kv_room", "--gpu-memory-utilization", gmu.value, nxt, _known(gmu),
+                            "more KV cache blocks (or a larger tensor_parallel_size, or fewer concurrent sequences)",
+                            f["kv_room"], G1_KEYS))
+    else:
+        out.append(_fix("kv_room", "--gpu-memory-utilization", None, None, [], "more KV cache blocks", f["kv_room"],
+                        G1_KEYS, missing="gpu_memory_utilization is not in the bundle"))
+    if engine == "V1":
+        dropped.append({"id": "swap_space", "why": "--swap-space is V0 only: the V1 engine does not swap"})
+    else:
+        out.append(_fix("swap_space", "--swap-space", None, 4, [], "preempted sequences swap to CPU memory instead "
+                        "of recomputing (V0 only)", "--swap-space 4 (guide 4.2; V0 only: the V1 engine does not swap)",
+                        ["G1-kv-space/fragmentation"]))
+    out.append(_fix("prefix_ids", "client prefix ids", None, "one prefix id scheme", [],
+                    "identical histories share one prefix (guide 3.2.3: hit rate 63% -> 89%, preemptions -35%)",
+                    "one client-side prefix id scheme so identical histories share one prefix (guide 3.2.3: hit rate "
+                    "63% -> 89%, preemptions -35%)", ["G4-prefix-conflict"]))
+    cp = m.get("enable_chunked_prefill") or Measured(None, "enable_chunked_prefill not stated in the bundle")
+    if cp.value is True:
+        dropped.append({"id": "chunked_prefill", "why": f"chunked prefill is already on ({cp.how})"})
+    else:
+        out.append(_fix("chunked_prefill", "--enable-chunked-prefill", cp.value, True, _known(cp),
+                        "long prefills no longer extend shared prefix blocks in one step",
+                        "--enable-chunked-prefill (guide 3.2.3; --max-prefix-cache-len does not exist in upstream vLLM)",
+                        ["G4-prefix-conflict"]))
+    out.append(_fix("add_evidence", "bundle", None, "debug hook lines, block-table records, dmon, /metrics", [],
+                    "the gates that could not be evaluated can be", "add the evidence the not-evaluable gates list "
+                    "(debug hook lines, block-table records, dmon, /metrics)", ["undetermined"]))
+    return out, dropped
+
+
+# Among fixes addressing as many events: the most direct first (vLLM's own advice for KV space, then
+# the admission limits), as the guide orders them.
+TIE_ORDER = ["block_size", "kv_room", "swap_space", "max_num_seqs", "budget_buffer", "spec_budget", "dynamic_variance",
+             "traffic_shape", "prefix_ids", "chunked_prefill", "add_evidence"]
+
+
+def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Rank fixes by the events they address (counts per verdict key); on ties, computable ones
+    first, then TIE_ORDER. Fixes that address no event of this incident are left out."""
+    for x in fixes:
+        x["events_addressed"] = sum(counts.get(k, 0) for k in x["addresses"])
+    keep = [x for x in fixes if x["events_addressed"] > 0]
+    keep.sort(key=lambda x: (-x["events_addressed"], x["suggested"] is None, TIE_ORDER.index(x["id"])
+                             if x["id"] in TIE_ORDER else len(TIE_ORDER)))
+    for i, x in enumerate(keep, 1):
+        x["rank"] = i
+    return keep
+
+
+def verdict_key_counts(verdicts: "Any") -> dict[str, int]:
+    """Events per verdict key (``gate`` or ``gate/sub_kind`` for G1) of a verdict frame."""
+    import polars as pl
+
+    if verdicts is None or verdicts.height == 0:
+        return {}
+    key = (
+        pl.when(pl.col("gate") == "G1-kv-space")
+        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
+        .otherwise(pl.col("gate").fill_null("undetermined"))
+    )
+    return {k: n for k, n in verdicts.select(key.alias("k")).group_by("k").len().iter_rows()}
+
+
+def engine_family(analysis: "Analysis") -> str | None:
+    return (_cfg(analysis).get("engine") or {}).get("value")
+
+
+def incident_fixes(analysis: "Analysis", verdicts: "Any" = None) -> dict[str, Any]:
+    """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``)."""
+    fixes, dropped = structured(measure(analysis), engine_family(analysis))
+    counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
+    return {"fixes": ranked(fixes, counts), "dropped": dropped}
+
+
+def by_gate(analysis: "Analysis", verdicts: "Any" = None) -> dict[str, list[dict[str, Any]]]:
+    """Ranked fixes per verdict key (``gate`` or ``gate/sub_kind``)."""
+    fx = incident_fixes(analysis, verdicts)["fixes"]
+    keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
+    return {k: [x for x in fx if k in x["addresses"]] for k in keys}

@@ -2,7 +2,8 @@
 
 ``VERDICT_SCHEMA`` (one row per event, keyed by ``event_id``): gate, sub_kind,
 rule, confidence, gates_fired, not_evaluable, evidence, notes,
-contributing_factors, recommendations.
+contributing_factors, recommendations (prose), fixes (the same, as data: rank,
+option, current, suggested, expected_effect, inputs, missing).
 """
 
 from __future__ import annotations
@@ -30,7 +31,35 @@ VERDICT_COLUMNS = [
     "notes",
     "contributing_factors",
     "recommendations",
+    "fixes",
 ]
+
+
+def _fix_fields():
+    import polars as pl
+
+    return {
+        "rank": pl.Int64,
+        "option": pl.String,
+        "current": pl.String,
+        "suggested": pl.String,
+        "expected_effect": pl.String,
+        "inputs": pl.List(pl.String),
+        "missing": pl.String,
+    }
+
+
+def fix_cell(x: dict) -> dict:
+    """One ranked fix (rules.recommend.structured) as a per-event struct; values as text."""
+    return {
+        "rank": x.get("rank"),
+        "option": x["option"],
+        "current": None if x["current"] is None else str(x["current"]),
+        "suggested": None if x["suggested"] is None else str(x["suggested"]),
+        "expected_effect": x["expected_effect"],
+        "inputs": list(x["inputs"]),
+        "missing": x.get("missing"),
+    }
 
 
 def event_frame(analysis: "Analysis") -> "pl.DataFrame":
@@ -82,15 +111,20 @@ def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
         .rename({"_ids": "event_id"})
     )
     v = frame.select("event_id").join(v, on="event_id", how="left", maintain_order="left")
-    recs = by_gate(analysis)
+    recs = by_gate(analysis, v)
     key = (
         pl.when(pl.col("gate") == "G1-kv-space")
         .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
         .otherwise(pl.col("gate"))
     )
+    fix_type = pl.List(pl.Struct(_fix_fields()))
     lookup = pl.DataFrame(
-        {"_key": list(recs.keys()), "recommendations": list(recs.values())},
-        schema={"_key": pl.String, "recommendations": pl.List(pl.String)},
+        {
+            "_key": list(recs.keys()),
+            "recommendations": [[x["text"] for x in fx] for fx in recs.values()],
+            "fixes": [[fix_cell(x) for x in fx] for fx in recs.values()],
+        },
+        schema={"_key": pl.String, "recommendations": pl.List(pl.String), "fixes": fix_type},
     )
     v = v.with_columns(_key=key).join(lookup, on="_key", how="left").drop("_key")
     return v.select(["event_id"] + VERDICT_COLUMNS)
