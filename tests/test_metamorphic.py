@@ -565,20 +565,61 @@ def test_json_writer_takes_any_rows(tmp_path):
 # ---------------------------------------------------------------- 8. deep trees
 
 
-def test_folder_1000_levels_deep_is_read(tmp_path, hand):
-    cur = tmp_path / "deep"
-    cur.mkdir()
+def _remove_tree_without_recursion(root: Path) -> None:
+    """Remove a tree of any depth or path length (shutil.rmtree and pytest's own clean-up
+    of old temporary folders recurse once per level, and fail past PATH_MAX)."""
+    if not root.exists():
+        return
+    stack: list[tuple[int, str]] = [(os.open(root, os.O_RDONLY), "")]
+    while stack:
+        fd, _ = stack[-1]
+        child = None
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                child = entry.name
+                break
+            os.unlink(entry.name, dir_fd=fd)
+        if child is not None:
+            stack.append((os.open(child, os.O_RDONLY, dir_fd=fd), child))
+            continue
+        os.close(fd)
+        _, name = stack.pop()
+        if stack:
+            os.rmdir(name, dir_fd=stack[-1][0])
+    os.rmdir(root)
+
+
+@pytest.fixture
+def deep_root(tmp_path):
+    root = tmp_path / "deep"
+    root.mkdir()
+    yield root
+    _remove_tree_without_recursion(root)
+
+
+def test_tree_removal_helper_removes_every_level(tmp_path):
+    root = tmp_path / "r"
+    cur = root
+    for _ in range(50):
+        cur = cur / "d"
+        cur.mkdir(parents=True)
+        write(cur / "f.log", b"x\n")
+    _remove_tree_without_recursion(root)
+    assert not root.exists()
+
+
+def test_folder_1000_levels_deep_is_read(deep_root, hand):
+    cur = deep_root
     for _ in range(1000):
         cur = cur / "d"
         os.mkdir(cur)
     write(cur / hand.name, hand.read_bytes())
-    assert event_keys(run([tmp_path / "deep"])) == event_keys(run([hand]))
+    assert event_keys(run([deep_root])) == event_keys(run([hand]))
 
 
-def test_folder_too_deep_to_open_is_a_warning(tmp_path, hand):
+def test_folder_too_deep_to_open_is_a_warning(deep_root, hand):
     """Past PATH_MAX a folder cannot be listed by its path: a warning (exit 5), the rest is read."""
-    root = tmp_path / "deeper"
-    root.mkdir()
+    root = deep_root
     write(root / hand.name, hand.read_bytes())
     fd = os.open(root, os.O_RDONLY)
     try:
@@ -631,7 +672,11 @@ def test_two_copies_of_a_real_log_double_requests_received(real_log, tmp_path):
         write(tmp_path / d / real_log.name, real_log.read_bytes())
     s = run([tmp_path / "a", tmp_path / "b"]).summary()
     assert s["requests_received"] == 2 * base["requests_received"]
-    assert s["events"] == 2 * base["events"]
+    assert s["count_visible"] == base["count_visible"]
+    if base["count_visible"]:
+        assert s["events"] == 2 * base["events"]
+    else:  # a stock V1 log counts nothing: two copies of it still count nothing
+        assert s["events"] is None
 
 
 def test_same_sequence_group_on_two_ray_workers_is_two_requests(tmp_path):
