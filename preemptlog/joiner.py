@@ -99,6 +99,14 @@ _VALUES: list[tuple[str, str, bool]] = [  # (name, dtype, is_config)
     ("batch_variance", "Float64", False),
     ("batch_threshold", "Float64", False),
     ("lookback_max_variance", "Float64", False),
+    ("lookback_variance_step", "Int64", False),
+    ("lookback_variance_threshold", "Float64", False),
+    ("lookback_compared_steps", "Int64", False),
+    ("lookback_short_step", "Int64", False),
+    ("lookback_short_free_blocks", "Int64", False),
+    ("lookback_short_blocks_needed", "Int64", False),
+    ("lookback_max_pending", "Int64", False),
+    ("lookback_max_pending_step", "Int64", False),
     ("req_blocks_before", "Int64", False),
     ("req_blocks_after", "Int64", False),
     ("req_blocks_held", "Int64", False),
@@ -142,6 +150,7 @@ _VALUES: list[tuple[str, str, bool]] = [  # (name, dtype, is_config)
     ("cfg_enable_prefix_caching", "Boolean", True),
     ("cfg_enable_chunked_prefill", "Boolean", True),
     ("cfg_speculative", "Boolean", True),
+    ("cfg_scheduling_policy", "String", True),
 ]
 # config column -> config keys it reads
 CONFIG_KEYS = {
@@ -154,6 +163,7 @@ CONFIG_KEYS = {
     "cfg_enable_prefix_caching": "enable_prefix_caching",
     "cfg_enable_chunked_prefill": "enable_chunked_prefill",
     "cfg_speculative": "speculative",
+    "cfg_scheduling_policy": "scheduling_policy",
 }
 
 
@@ -243,24 +253,40 @@ def _asof(
     )
 
 
-def _window_max(ev: "pl.DataFrame", series: "pl.DataFrame", key: str, width_us: int) -> "pl.DataFrame":
+def _window_max(
+    ev: "pl.DataFrame", series: "pl.DataFrame", key: str, width_us: int, by: str | None = None
+) -> "pl.DataFrame":
     """Max of the Int64 ``key`` over series rows with time in [_hi - width, _hi], per event (_i, _max).
 
     A merged timeline: the events' window ends are inserted as rows with a
-    null key, a time-based rolling max runs once over everything.
+    null key, a time-based rolling max runs once over everything (per ``by``
+    group when given: both frames carry that column).
     """
     import polars as pl
 
-    s = series.select(pl.col("time").alias("_t"), pl.col(key).alias("_k"), pl.lit(None, pl.UInt32).alias("_i"))
-    e = ev.select(pl.col("_hi").alias("_t"), pl.lit(None, pl.Int64).alias("_k"), pl.col("_i"))
+    g = [pl.col(by).alias("_g")] if by else [pl.lit(0, pl.Int8).alias("_g")]
+    s = series.select(pl.col("time").alias("_t"), pl.col(key).alias("_k"), pl.lit(None, pl.UInt32).alias("_i"), *g)
+    e = ev.select(pl.col("_hi").alias("_t"), pl.lit(None, pl.Int64).alias("_k"), pl.col("_i"), *g)
     if not s.get_column("_t").is_sorted():
         s = s.sort("_t", maintain_order=True)
     e = e.sort("_t", maintain_order=True)
     merged = s.merge_sorted(e, key="_t")
-    merged = merged.with_columns(
-        _max=pl.col("_k").rolling_max_by("_t", window_size=f"{width_us}us", closed="both")
-    )
+    roll = pl.col("_k").rolling_max_by("_t", window_size=f"{width_us}us", closed="both")
+    merged = merged.with_columns(_max=roll.over("_g") if by else roll)
     return merged.filter(pl.col("_i").is_not_null()).select("_i", "_max")
+
+
+def engine_key(col: str = "engine") -> "pl.Expr":
+    """The engine an event or evidence row belongs to: its label, "0" when none (one engine)."""
+    import polars as pl
+
+    return pl.col(col).cast(pl.String).fill_null("0")
+
+
+def _with_eng(df: "pl.DataFrame") -> "pl.DataFrame":
+    import polars as pl
+
+    return df.with_columns(_eng=engine_key("engine") if "engine" in df.columns else pl.lit("0"))
 
 
 def _window_sum(
@@ -387,6 +413,7 @@ def _sec_sched(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "pl.
         steps = steps.with_columns(lookback_max_variance=pl.lit(None, pl.Float64), _lbv_row=pl.lit(None, pl.Int64))
     srcs = steps.get_column("_ssrc")
     steps = steps.with_columns(_lbf_src=srcs.gather(steps.get_column("_lbf_row").cast(pl.UInt32)))
+    steps = _lookback_per_step(steps, k)
     if has_var:
         bsrcs = steps.get_column("_bsrc")
         steps = steps.with_columns(
@@ -442,6 +469,85 @@ def _sec_sched(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "pl.
         v(pl.when(pl.col("batch_threshold").is_not_null()).then(pl.col("_bsrc"))).alias("batch_threshold_src"),
         v(pl.col("lookback_max_variance")).alias("lookback_max_variance"),
         v(pl.col("_lbv_src")).alias("lookback_max_variance_src"),
+        *[v(pl.col(c)).alias(c) for c in LOOKBACK_STEP_COLUMNS],
+    )
+
+
+# Per-step look-back evidence (rule 2 of issue 13): each step is compared with itself.
+LOOKBACK_STEP_COLUMNS = [
+    "lookback_compared_steps", "lookback_compared_steps_src",
+    "lookback_short_step", "lookback_short_step_src",
+    "lookback_short_free_blocks", "lookback_short_free_blocks_src",
+    "lookback_short_blocks_needed", "lookback_short_blocks_needed_src",
+    "lookback_variance_step", "lookback_variance_step_src",
+    "lookback_variance_threshold", "lookback_variance_threshold_src",
+    "lookback_max_pending", "lookback_max_pending_src",
+    "lookback_max_pending_step", "lookback_max_pending_step_src",
+]
+
+
+def _lookback_per_step(steps: "pl.DataFrame", k: int) -> "pl.DataFrame":
+    """Look-back evidence where every comparison stays inside one scheduler step.
+
+    Over the snapshot step and the k steps before it (same stream, rows in step order):
+
+    - ``lookback_short_*``: the latest step whose own pending requests (``Req-`` lines)
+      need more blocks than that step's free blocks; its step number, free blocks and
+      the largest blocks_needed, cited by its [SCHEDULER] and ``Req-`` lines;
+    - ``lookback_compared_steps``: how many look-back steps had pending lines to compare
+      (null when none had: nothing could be compared);
+    - ``lookback_variance_step`` / ``_threshold``: the step of ``lookback_max_variance``
+      and the threshold printed on that same [BATCH] line;
+    - ``lookback_max_pending`` / ``_step``: the deepest pending queue of the look-back.
+    """
+    import polars as pl
+
+    row = pl.col("_row").cast(pl.Int64)
+    has_p = pl.col("pending_max_blocks_needed").is_not_null()
+    short = (pl.col("pending_max_blocks_needed") > pl.col("free_blocks")).fill_null(False)
+    steps = steps.with_columns(
+        _short_row=pl.when(short).then(row).rolling_max(k + 1, min_samples=1).over("stream"),
+        _cmp_n=has_p.cast(pl.Int64).rolling_sum(k + 1, min_samples=1).over("stream"),
+    )
+    rows = steps.get_column("_short_row").fill_null(0).cast(pl.UInt32)
+    ok = steps.get_column("_short_row").is_not_null()
+
+    def at(col: str) -> "pl.Series":
+        return steps.get_column(col).gather(rows)
+
+    out = steps.with_columns(
+        lookback_compared_steps=pl.when(pl.col("_cmp_n") > 0).then(pl.col("_cmp_n")),
+        lookback_compared_steps_src=pl.when(pl.col("_cmp_n") > 0).then(pl.col("_ssrc")),
+        lookback_short_step=pl.when(ok).then(at("step")),
+        lookback_short_step_src=pl.when(ok).then(at("_ssrc")),
+        lookback_short_free_blocks=pl.when(ok).then(at("free_blocks")),
+        lookback_short_free_blocks_src=pl.when(ok).then(at("_ssrc")),
+        lookback_short_blocks_needed=pl.when(ok).then(at("pending_max_blocks_needed")),
+        lookback_short_blocks_needed_src=pl.when(ok).then(at("_pmax_src")),
+    )
+    vrow = out.get_column("_lbv_row")
+    vok = vrow.is_not_null()
+    vr = vrow.fill_null(0).cast(pl.UInt32)
+    out = out.with_columns(
+        lookback_variance_step=pl.when(vok).then(out.get_column("step").gather(vr)),
+        lookback_variance_step_src=pl.when(vok).then(out.get_column("_ssrc").gather(vr)),
+        lookback_variance_threshold=pl.when(vok).then(out.get_column("batch_threshold").gather(vr)),
+        lookback_variance_threshold_src=pl.when(vok).then(out.get_column("_bsrc").gather(vr)),
+    )
+    out = out.with_columns(
+        lookback_variance_threshold_src=pl.when(pl.col("lookback_variance_threshold").is_not_null()).then(
+            pl.col("lookback_variance_threshold_src")
+        )
+    )
+    tmp = _rolling_lookback(out.with_columns(_pend=pl.col("pending")), ["stream"], "_pend", k, "max")
+    prow = tmp.get_column("_lb_row")
+    pok = tmp.get_column("_lb_val").is_not_null()
+    pr = prow.fill_null(0).cast(pl.UInt32)
+    return out.with_columns(
+        lookback_max_pending=tmp.get_column("_lb_val"),
+        lookback_max_pending_src=pl.when(pok).then(out.get_column("_ssrc").gather(pr)),
+        lookback_max_pending_step=pl.when(pok).then(out.get_column("step").gather(pr)),
+        lookback_max_pending_step_src=pl.when(pok).then(out.get_column("_ssrc").gather(pr)),
     )
 
 
@@ -464,7 +570,9 @@ def _sec_pool(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "pl.D
         _p_lbrun_src=srcs.gather(st.get_column("_p_lbrun_row").cast(pl.UInt32)),
         _p_lbrun=pl.when(pl.col("_p_lbrun") < (1 << 30)).then(pl.col("_p_lbrun")),
     )
-    j = _asof(ev.select("_i", "_t"), st, left_on="_t", right_on="time", tolerance=f"{before_us}us")
+    st = _with_eng(st)
+    j = _asof(ev.select("_i", "_t", "_eng"), st, left_on="_t", right_on="time", by=["_eng"],
+              tolerance=f"{before_us}us")
     s = pl.when(pl.col("time").is_not_null()).then(pl.col("_psrc"))
 
     def w(col: str, name: str, src: "pl.Expr" = s) -> list["pl.Expr"]:
@@ -495,14 +603,15 @@ def _sec_batch_len(ev: "pl.DataFrame", frames: dict, before_us: int) -> "pl.Data
         tables.filter(pl.col("num_tokens").is_not_null())
         .with_columns(_src_=_src())
         .sort("num_tokens", descending=True)
-        .group_by("engine", "step", maintain_order=True)
+        .pipe(_with_eng)
+        .group_by("_eng", "step", maintain_order=True)
         .agg(pl.col("time").max(), pl.col("num_tokens").first().alias("_mx"), pl.col("_src_").first())
         .sort("time")
     )
     if per_step.height == 0:
         return None
-    j = _asof(ev.select("_i", "_t"), per_step.select("time", "_mx", "_src_"), left_on="_t", right_on="time",
-              tolerance=f"{before_us}us")
+    j = _asof(ev.select("_i", "_t", "_eng"), per_step.select("time", "_eng", "_mx", "_src_"), left_on="_t",
+              right_on="time", by=["_eng"], tolerance=f"{before_us}us")
     return j.select(
         "_i",
         pl.col("_mx").alias("batch_max_len"),
@@ -725,6 +834,16 @@ def _sec_kv(ev: "pl.DataFrame", frames: dict) -> "pl.DataFrame | None":
 
 
 def _sec_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: int, after_us: int) -> "pl.DataFrame | None":
+    """Stats-line evidence, per engine (rule 4 of issue 13).
+
+    An event only reads stats lines of its own engine (``Engine NNN``; ``N Engines
+    Aggregated`` lines are engine ``all``; a line or event without one is engine "0").
+    A counted interval event (kind ``interval``) is judged by the interval itself
+    (rule 3): the line that reports it (the engine's last line at or before the
+    interval's end) and the engine's line before that one, both cited; ``kv_usage_max``
+    and ``waiting_at`` are the larger of the two, ``*_at`` otherwise the reporting
+    line's, ``*_delta`` reporting minus previous.
+    """
     import polars as pl
 
     if stats is None or stats.height == 0:
@@ -732,17 +851,23 @@ def _sec_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: int,
     st = stats.filter(pl.col("time").is_not_null())
     if st.height == 0:
         return None
-    st = st.sort("time", "stream", "seq").with_row_index("_row").with_columns(_ssrc=_src())
+    st = (
+        _with_eng(st)
+        .sort("time", "stream", "seq")
+        .with_row_index("_row")
+        .with_columns(_ssrc=_src())
+    )
     tol = f"{before_us}us"
-    at = _asof(ev.select("_i", "_t"), st.select("time", "kv_usage", "waiting", "running", "_ssrc"),
-               left_on="_t", right_on="time", tolerance=tol)
-    hi = _asof(ev.select("_i", "_hi"), st.select("time", "waiting", "running", "_ssrc"),
-               left_on="_hi", right_on="time", tolerance=tol)
-    lo = _asof(ev.select("_i", "_lo"), st.select("time", "waiting", "running"),
-               left_on="_lo", right_on="time", tolerance=tol)
+    by = ["_eng"]
+    at = _asof(ev.select("_i", "_t", "_eng"), st.select("time", "_eng", "kv_usage", "waiting", "running", "_ssrc"),
+               left_on="_t", right_on="time", by=by, tolerance=tol)
+    hi = _asof(ev.select("_i", "_hi", "_eng"), st.select("time", "_eng", "waiting", "running", "_ssrc"),
+               left_on="_hi", right_on="time", by=by, tolerance=tol)
+    lo = _asof(ev.select("_i", "_lo", "_eng"), st.select("time", "_eng", "waiting", "running"),
+               left_on="_lo", right_on="time", by=by, tolerance=tol)
     # No stats line before the window: the change is counted from the first one inside it.
-    first = _asof(ev.select("_i", "_lo"), st.select("time", "waiting", "running"),
-                  left_on="_lo", right_on="time", strategy="forward", tolerance=f"{before_us + after_us}us")
+    first = _asof(ev.select("_i", "_lo", "_eng"), st.select("time", "_eng", "waiting", "running"),
+                  left_on="_lo", right_on="time", by=by, strategy="forward", tolerance=f"{before_us + after_us}us")
     lo = lo.join(first.select("_i", pl.col("waiting").alias("_wf"), pl.col("running").alias("_rf"),
                               pl.col("time").alias("_tf")), on="_i", how="left").with_columns(
         waiting=pl.when(pl.col("time").is_not_null()).then(pl.col("waiting")).otherwise(pl.col("_wf")),
@@ -752,11 +877,12 @@ def _sec_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: int,
     big = 1 << 32
     enc = st.select(
         "time",
+        "_eng",
         pl.when(pl.col("kv_usage").is_between(-1e6, 1e6))  # absurd values (1e22 %) would overflow the encoding
         .then((pl.col("kv_usage") * 1000).round().cast(pl.Int64) * big + pl.col("_row").cast(pl.Int64))
         .alias("_enc"),
     )
-    mx = _window_max(ev, enc, "_enc", before_us + after_us)
+    mx = _window_max(ev, enc, "_enc", before_us + after_us, by="_eng")
     mx_val = (pl.col("_max").floordiv(big)) / 1000.0
     mx_row = pl.col("_max") - pl.col("_max").floordiv(big) * big
     mx = mx.with_columns(kv_usage_max=mx_val, _mrow=mx_row)
@@ -780,7 +906,7 @@ def _sec_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: int,
     )
     wd = pl.col("_wh") - pl.col("_wl")
     rd = pl.col("_rh") - pl.col("_rl")
-    return j.select(
+    window = j.select(
         "_i",
         "kv_usage_max",
         "kv_usage_max_src",
@@ -795,6 +921,35 @@ def _sec_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: int,
         rd.alias("running_delta"),
         pl.when(rd.is_not_null()).then(pl.col("_ssrc_h")).alias("running_delta_src"),
     )
+    iv = ev.filter(pl.col("_iend").is_not_null())
+    if iv.height == 0:
+        return window
+    # Counted intervals: the reporting line and the engine's line before it.
+    st2 = st.sort("stream", "_eng", "seq").with_columns(
+        **{f"_p_{c}": pl.col(c).shift(1).over("stream", "_eng") for c in ("kv_usage", "waiting", "running", "_ssrc")}
+    )
+    r = _asof(iv.select("_i", "_iend", "_eng"),
+              st2.select("time", "_eng", "kv_usage", "waiting", "running", "_ssrc",
+                         "_p_kv_usage", "_p_waiting", "_p_running", "_p__ssrc"),
+              left_on="_iend", right_on="time", by=by, tolerance=tol)
+    both = pl.concat_str([pl.col("_p__ssrc"), pl.lit("; "), pl.col("_ssrc")], ignore_nulls=True)
+
+    def cited(value: "pl.Expr", name: str) -> list["pl.Expr"]:
+        return [value.alias(name), pl.when(value.is_not_null()).then(both).alias(f"{name}_src")]
+
+    interval = r.select(
+        "_i",
+        *cited(pl.max_horizontal("_p_kv_usage", "kv_usage"), "kv_usage_max"),
+        pl.col("kv_usage").alias("kv_usage_at"),
+        pl.when(pl.col("kv_usage").is_not_null()).then(pl.col("_ssrc")).alias("kv_usage_at_src"),
+        *cited(pl.max_horizontal("_p_waiting", "waiting"), "waiting_at"),
+        *cited(pl.col("waiting") - pl.col("_p_waiting"), "waiting_delta"),
+        pl.col("running").alias("running_at"),
+        pl.when(pl.col("running").is_not_null()).then(pl.col("_ssrc")).alias("running_at_src"),
+        *cited(pl.col("running") - pl.col("_p_running"), "running_delta"),
+    )
+    interval = interval.select(window.columns).cast(window.schema)
+    return pl.concat([window.join(interval.select("_i"), on="_i", how="anti"), interval], how="vertical")
 
 
 def _sec_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -> "pl.DataFrame | None":
@@ -891,6 +1046,8 @@ def _cast_cfg(expr: "pl.Expr", dtype: str) -> "pl.Expr":
         return pl.when(low.is_in(["true", "1", "yes", "on"])).then(True).when(
             low.is_in(["false", "0", "no", "off", "none"])
         ).then(False)
+    if dtype == "String":
+        return expr.str.strip_chars("'\" ").str.to_lowercase()
     if dtype == "Int64":
         return expr.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
     return expr.cast(pl.Float64, strict=False)
@@ -958,7 +1115,9 @@ def compute(
     if events.height == 0:
         return pl.DataFrame(schema=schema)
     base = events.with_row_index("_i")
-    for c, dt in (("request_id", pl.String), ("stream", pl.Int32), ("seq", pl.UInt32), ("kind", pl.String)):
+    for c, dt in (("request_id", pl.String), ("stream", pl.Int32), ("seq", pl.UInt32), ("kind", pl.String),
+                  ("engine", pl.String), ("interval_start", pl.Datetime("us", "UTC")),
+                  ("interval_end", pl.Datetime("us", "UTC"))):
         if c not in base.columns:
             base = base.with_columns(pl.lit(None, dt).alias(c))
     ev = base.filter(pl.col("time").is_not_null()).select(
@@ -968,6 +1127,8 @@ def compute(
         "stream",
         "seq",
         "kind",
+        engine_key("engine").alias("_eng"),
+        pl.when(pl.col("kind") == "interval").then(pl.col("interval_end")).alias("_iend"),
         pl.col("time").alias("_t"),
         (pl.col("time") - pl.duration(microseconds=before_us)).alias("_lo"),
         (pl.col("time") + pl.duration(microseconds=after_us)).alias("_hi"),

@@ -31,6 +31,16 @@ EXPECT_A = {
     "batch_variance": (318.0, V + "16"),
     "batch_threshold": (256.0, V + "16"),
     "lookback_max_variance": (318.0, V + "16"),
+    # Per-step look-back (issue 13 rule 2): the latest step whose own Req- lines need more
+    # blocks than its own free blocks is step 3 (40 needed, 9 free); step 1 (40 of 40) is not.
+    "lookback_compared_steps": (3, V + "13"),
+    "lookback_short_step": (3, V + "13"),
+    "lookback_short_free_blocks": (9, V + "13"),
+    "lookback_short_blocks_needed": (40, V + "14"),
+    "lookback_variance_step": (3, V + "13"),
+    "lookback_variance_threshold": (256.0, V + "16"),
+    "lookback_max_pending": (3, V + "7"),  # steps 1 and 2 both have 3 pending: the latest
+    "lookback_max_pending_step": (2, V + "7"),
     "req_blocks_before": (8, BT + "4"),  # the record at 36.5 s is later than the text line at 36 s
     "req_blocks_after": (12, BT + "4"),
     "req_blocks_held": (12, BT + "3"),
@@ -74,6 +84,7 @@ EXPECT_A = {
     "cfg_enable_prefix_caching": (True, V + "1", "seen"),
     "cfg_enable_chunked_prefill": (None, None, None),
     "cfg_speculative": (None, None, None),
+    "cfg_scheduling_policy": ("fcfs", None, "default"),
 }
 # Event B: "Req-7 PREEMPTED" at 05:11:31: only stats, KV events (quiet) and config reach it.
 EXPECT_B = {name: (None, None) for name in joiner.VALUE_COLUMNS}

@@ -45,7 +45,25 @@ def event_frame(analysis: "Analysis") -> "pl.DataFrame":
     counts = (
         ev.filter(pl.col("request_id").is_not_null()).group_by("request_id").len().rename({"len": "_request_preemptions"})
     )
-    return ev.join(counts, on="request_id", how="left")
+    return ev.join(counts, on="request_id", how="left").with_columns(guide_model=pl.lit(guide_model(analysis)))
+
+
+def guide_model(analysis: "Analysis") -> bool:
+    """Does the bundle show the field guide's patched scheduler?
+
+    True when it holds debug-hook lines ([SCHEDULER], Req-, [BATCH]) or PREEMPTED marker
+    lines (which upstream vLLM never prints). Otherwise the log is upstream vLLM's, and
+    the guide-only gates (contiguity, batch variance, queue overflow, prefix conflict)
+    cannot give the verdict (issue 13, rule 5).
+    """
+    import polars as pl
+
+    for name in ("hook_steps", "hook_pending", "hook_batch"):
+        df = analysis.frames.get(name)
+        if df is not None and df.height:
+            return True
+    ev = analysis.events
+    return bool(ev.height and ev.filter(pl.col("kind") == "marker").height)
 
 
 def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
