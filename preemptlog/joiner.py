@@ -1226,32 +1226,14 @@ def skew_notes(events: "pl.DataFrame", evidence: "pl.DataFrame") -> list[str]:
 
 
 def finish(analysis: "Analysis", *, before: float, after: float, lookback_steps: int) -> None:
-    """Called at the end of analysis: block-table preempt records, evidence, skew notes.
+    """Called at the end of analysis: evidence and skew notes.
 
-    Block-table ``preempt`` records become events of kind ``record`` only when
-    the vLLM logs hold no preemption events at all (e.g. a stock V1 log, or a
-    bundle with no log). Otherwise the log's count is authoritative (V0 counts
-    every preemption through the cumulative counter, markers are one line per
-    preemption), and the records are evidence only: matched to the log event
-    of the same request (``bt_preempt_offset_s``), so nothing is counted twice.
+    Which block-table ``preempt`` records are events (kind ``record``) and which are
+    evidence was decided by reconcile.records_vs_counts; records that are evidence
+    are matched to the log event of the same request (``bt_preempt_offset_s``).
     """
     import polars as pl
 
-    from . import events as ev
-
-    rec = record_events(analysis.frames)
-    if rec is not None:
-        if analysis.events.height == 0:
-            analysis.events = ev.combine([rec])
-            analysis.notes.append(
-                f"{rec.height} preemption(s) come from block-table 'preempt' records (kind record): the vLLM logs "
-                "in the bundle show none."
-            )
-        else:
-            analysis.notes.append(
-                f"{rec.height} block-table 'preempt' record(s) are used as evidence, not counted: the log's own "
-                "preemption events are the count (no double counting)."
-            )
     analysis.evidence = compute(
         analysis.events,
         analysis.frames,
