@@ -339,3 +339,32 @@ VERDICT_COLUMNS = [
     "evidence",
     "notes",
 ]
+
+
+def fired_rules(frame: "pl.DataFrame", rs: RuleSet) -> list[list[dict]]:
+    """Per row of ``frame``: every rule that fired, with its gate, the values it cited and their lines.
+
+    Each item: ``{gate, sub_kind, rule, counts, evidence}``; ``counts`` is false for a
+    guide-only rule on an upstream log (listed, never the verdict). For ``explain``: the
+    step or interval and the lines that decided each fired gate.
+    """
+    import polars as pl
+
+    rules = rs.active
+    if frame.height == 0 or not rules:
+        return [[] for _ in range(frame.height)]
+    df = rule_flags(frame, rs, rules)
+    c = Compiler(rs, set(frame.columns))
+    parts = [
+        pl.when(pl.col(f"fired__{r.id}")).then(
+            pl.struct(
+                pl.lit(r.gate).alias("gate"),
+                pl.lit(r.sub_kind, pl.String).alias("sub_kind"),
+                pl.lit(r.id).alias("rule"),
+                pl.col(f"counts__{r.id}").alias("counts"),
+                _cite_structs(c, r.cite, df.schema).alias("evidence"),
+            )
+        )
+        for r in rules
+    ]
+    return df.select(pl.concat_list(parts).list.drop_nulls().alias("_f")).get_column("_f").to_list()
