@@ -146,13 +146,15 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
             dropped_by_engine.setdefault(e, {})[k] = n
         edge = ev.filter(straddle)
         ev = ev.filter(~drop & ~straddle)
+        kept = None
         if edge.height:
             kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz)
             for e, k, n in edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows():
                 dropped_by_engine.setdefault(e, {})[k] = dropped_by_engine.get(e, {}).get(k, 0) + n
             a.notes.extend(edge_notes)
-            ev = ev_mod.combine([ev, kept])
         ev = ev.drop("_eng", "_w0", "_w1")
+        if kept is not None and kept.height:
+            ev = ev_mod.combine([ev, kept.drop("_eng", "_w0", "_w1")])
 
         # Per-preemption lines inside a scrape interval take the place of counter events.
         pr = ev.filter(~is_prom & pl.col("kind").is_in(PER_EVENT_KINDS) & pl.col("time").is_not_null())
