@@ -329,7 +329,6 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
                 f"counter's {r['value']} since engine start ({r['from']}): another engine or server, or a clock offset"
             )
     total = ev.height
-    bt_as_events = rec_used
     for entry in sources:
         if entry["source"] == "block-table preempt records (bt_events)":
             entry["in_events"] = rec_used
