@@ -190,3 +190,21 @@ def test_benchmark_runs_small():
     spec.loader.exec_module(mod)
     r = mod.run(2000, 16000, 8)
     assert r["evidence_rows"] == 2000 and r["with_fb_jump"] > 0 and r["with_sched"] > 0
+
+
+def test_evidence_declared_once_and_docs_table_current():
+    """Every evidence column is declared once by its section; docs/sources.md's table is generated from them."""
+    from preemptlog.joiner import DECLARED, docs_table
+    from preemptlog.joiner.declare import DOC_BEGIN, DOC_END
+
+    names = [e.name for e in DECLARED]
+    assert len(names) == len(set(names))
+    assert joiner.VALUE_COLUMNS == names
+    for e in DECLARED:
+        assert e.source and e.scope and e.doc
+        assert (f"{e.name}_status" in joiner.EVIDENCE_SCHEMA) == e.status
+    text = (ROOT / "docs" / "sources.md").read_text()
+    current = DOC_BEGIN + text.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0] + DOC_END
+    assert current == docs_table(DECLARED), (
+        'docs/sources.md evidence table is stale: python -c "from preemptlog.joiner import write_docs; write_docs()"'
+    )
