@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .common import asof, src_expr
-from .declare import Evidence
+from .declare import Evidence, cited
 
 if TYPE_CHECKING:
     import polars as pl
@@ -103,16 +103,16 @@ def section_config(ev: "pl.DataFrame", config: "pl.DataFrame | None") -> "pl.Dat
             j = j.select(
                 "_i",
                 pl.when(pl.col("time").is_not_null()).then(pl.col("value")).otherwise(pl.lit(fb_val, pl.String)).alias("_v"),
-                pl.when(pl.col("time").is_not_null()).then(pl.col("_csrc")).otherwise(pl.lit(fb_src, pl.String)).alias(f"{col}_src"),
-                pl.when(pl.col("time").is_not_null()).then(pl.col("status")).otherwise(pl.lit(fb_status, pl.String)).alias(f"{col}_status"),
+                pl.when(pl.col("time").is_not_null()).then(pl.col("_csrc")).otherwise(pl.lit(fb_src, pl.String)).alias("_s"),
+                pl.when(pl.col("time").is_not_null()).then(pl.col("status")).otherwise(pl.lit(fb_status, pl.String)).alias("_st"),
             )
         else:
             j = ev.select(
                 "_i",
                 pl.lit(fb_val, pl.String).alias("_v"),
-                pl.lit(fb_src, pl.String).alias(f"{col}_src"),
-                pl.lit(fb_status, pl.String).alias(f"{col}_status"),
+                pl.lit(fb_src, pl.String).alias("_s"),
+                pl.lit(fb_status, pl.String).alias("_st"),
             )
-        j = j.with_columns(_cast_cfg(pl.col("_v"), dtypes[col]).alias(col)).drop("_v")
+        j = j.select("_i", *cited(col, _cast_cfg(pl.col("_v"), dtypes[col]), pl.col("_s"), pl.col("_st")))
         out = out.join(j, on="_i", how="left")
     return out

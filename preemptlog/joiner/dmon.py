@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .common import asof, frame_of, window_max
-from .declare import Evidence
+from .declare import Evidence, cited
 
 if TYPE_CHECKING:
     import polars as pl
@@ -66,8 +66,7 @@ def section_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
         tmp = at.select(v.alias("_v"), r.alias("_r"))
         ok = tmp.get_column("_v").is_not_null()
         out = out.with_columns(
-            pl.Series(name[c], (tmp.get_column("_v") / 10.0)),
-            pl.when(ok).then(gather_src(tmp, "_r")).alias(f"{name[c]}_src"),
+            *cited(name[c], pl.lit(tmp.get_column("_v") / 10.0), pl.when(ok).then(gather_src(tmp, "_r")))
         )
     if "fb_mb" in have:
         # Largest rise of one GPU's fb between consecutive samples, for a rise sampled in the window.
@@ -83,10 +82,8 @@ def section_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
         out = out.join(
             mx.select(
                 "_i",
-                pl.when(ok).then(pl.col("_jump")).alias("fb_jump_mb"),
-                pl.when(ok).then(pl.col("_jsrc")).alias("fb_jump_mb_src"),
-                pl.when(ok).then(pl.col("_jgpu")).alias("fb_jump_gpu"),
-                pl.when(ok).then(pl.col("_jsrc")).alias("fb_jump_gpu_src"),
+                *cited("fb_jump_mb", pl.when(ok).then(pl.col("_jump")), pl.col("_jsrc")),
+                *cited("fb_jump_gpu", pl.when(ok).then(pl.col("_jgpu")), pl.col("_jsrc")),
             ),
             on="_i",
             how="left",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .common import frame_of, window_sum
-from .declare import Evidence
+from .declare import Evidence, cited
 
 if TYPE_CHECKING:
     import polars as pl
@@ -42,12 +42,10 @@ def section_kv(ev: "pl.DataFrame", frames: dict) -> "pl.DataFrame | None":
         .then(pl.concat_str([pl.col("_fs"), pl.lit(":"), pl.col("_fl"), pl.lit("-"), pl.col("_ll")]))
         .otherwise(pl.concat_str([pl.col("_fs"), pl.lit(":"), pl.col("_fl"), pl.lit(".."), pl.col("_ls"), pl.lit(":"), pl.col("_ll")]))
     )
+    # A quiet window sums to 0 with no line to cite (src null).
     return sums.select(
         "_i",
-        pl.col("stored_blocks").cast(pl.Int64).alias("kv_stored_blocks"),
-        src.alias("kv_stored_blocks_src"),
-        pl.col("removed_blocks").cast(pl.Int64).alias("kv_removed_blocks"),
-        src.alias("kv_removed_blocks_src"),
-        pl.col("cleared").cast(pl.Int64).alias("kv_cleared"),
-        src.alias("kv_cleared_src"),
+        *cited("kv_stored_blocks", pl.col("stored_blocks").cast(pl.Int64), src),
+        *cited("kv_removed_blocks", pl.col("removed_blocks").cast(pl.Int64), src),
+        *cited("kv_cleared", pl.col("cleared").cast(pl.Int64), src),
     )

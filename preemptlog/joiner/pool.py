@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .common import asof, frame_of, rolling_lookback, src_expr, with_eng
-from .declare import Evidence
+from .declare import Evidence, cited
 
 if TYPE_CHECKING:
     import polars as pl
@@ -52,19 +52,15 @@ def section_pool(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "p
               tolerance=f"{before_us}us")
     s = pl.when(pl.col("time").is_not_null()).then(pl.col("_psrc"))
 
-    def w(col: str, name: str, src: "pl.Expr" = s) -> list["pl.Expr"]:
-        return [pl.col(col).alias(name), pl.when(pl.col(col).is_not_null()).then(src).alias(f"{name}_src")]
-
     return j.select(
         "_i",
-        *w("free_blocks", "pool_free_blocks"),
-        *w("largest_free_run", "pool_largest_free_run"),
-        *w("free_regions", "pool_free_regions"),
-        *w("block_size", "pool_block_size"),
-        *w("num_total_blocks", "pool_total_blocks"),
-        *w("_p_lbrun", "lookback_min_largest_free_run", pl.col("_p_lbrun_src")),
-        pl.col("_p_lbmin").alias("_b_lbmin"),
-        pl.when(pl.col("_p_lbmin").is_not_null()).then(pl.col("_p_lbmin_src")).alias("_b_lbmin_src"),
+        *cited("pool_free_blocks", pl.col("free_blocks"), s),
+        *cited("pool_largest_free_run", pl.col("largest_free_run"), s),
+        *cited("pool_free_regions", pl.col("free_regions"), s),
+        *cited("pool_block_size", pl.col("block_size"), s),
+        *cited("pool_total_blocks", pl.col("num_total_blocks"), s),
+        *cited("lookback_min_largest_free_run", pl.col("_p_lbrun"), pl.col("_p_lbrun_src")),
+        *cited("_b_lbmin", pl.col("_p_lbmin"), pl.col("_p_lbmin_src")),  # -> lookback_min_free_blocks (core)
         pl.col("_p_lbn").alias("_b_lbn"),
     )
 
@@ -89,8 +85,4 @@ def section_batch_len(ev: "pl.DataFrame", frames: dict, before_us: int) -> "pl.D
         return None
     j = asof(ev.select("_i", "_t", "_eng"), per_step.select("time", "_eng", "_mx", "_src_"), left_on="_t",
               right_on="time", by=["_eng"], tolerance=f"{before_us}us")
-    return j.select(
-        "_i",
-        pl.col("_mx").alias("batch_max_len"),
-        pl.when(pl.col("_mx").is_not_null()).then(pl.col("_src_")).alias("batch_max_len_src"),
-    )
+    return j.select("_i", *cited("batch_max_len", pl.col("_mx"), pl.col("_src_")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .common import CONFLICT_S, asof, frame_of, src_expr, us
-from .declare import Evidence
+from .declare import Evidence, cited
 
 if TYPE_CHECKING:
     import polars as pl
@@ -78,10 +78,8 @@ def section_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: 
         out = out.join(
             j.select(
                 "_i",
-                pl.col("blocks_before").alias("req_blocks_before"),
-                pl.when(pl.col("blocks_before").is_not_null()).then(s).alias("req_blocks_before_src"),
-                pl.col("blocks_after").alias("req_blocks_after"),
-                pl.when(pl.col("blocks_after").is_not_null()).then(s).alias("req_blocks_after_src"),
+                *cited("req_blocks_before", pl.col("blocks_before"), s),
+                *cited("req_blocks_after", pl.col("blocks_after"), s),
             ),
             on="_i",
             how="left",
@@ -98,8 +96,7 @@ def section_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: 
             out = out.join(
                 j.select(
                     "_i",
-                    pl.when(keep).then(off).alias("bt_preempt_offset_s"),
-                    pl.when(keep).then(pl.col("_psrc")).alias("bt_preempt_offset_s_src"),
+                    *cited("bt_preempt_offset_s", pl.when(keep).then(off), pl.col("_psrc")),
                     # The request's preempt record: the blocks it held, and when an allocation
                     # failed, what it asked for and the pool it asked (G1 evidence at the decision).
                     *[
@@ -112,10 +109,7 @@ def section_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: 
                             ("watermark_blocks", "bt_preempt_watermark_blocks"),
                             ("waiting", "bt_preempt_waiting"),
                         )
-                        for e in (
-                            pl.col(col).cast(pl.Int64).alias(name),
-                            pl.when(pl.col(col).is_not_null()).then(pl.col("_psrc")).alias(f"{name}_src"),
-                        )
+                        for e in cited(name, pl.col(col).cast(pl.Int64), pl.col("_psrc"))
                     ],
                 ),
                 on="_i",
@@ -135,12 +129,9 @@ def section_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: 
         out = out.join(
             j.select(
                 "_i",
-                pl.col("num_blocks").alias("req_blocks_held"),
-                s.alias("req_blocks_held_src"),
-                pl.col("num_tokens").alias("req_num_tokens"),
-                pl.when(pl.col("num_tokens").is_not_null()).then(s).alias("req_num_tokens_src"),
-                pl.col("shared_blocks").alias("req_shared_blocks"),
-                s.alias("req_shared_blocks_src"),
+                *cited("req_blocks_held", pl.col("num_blocks"), s),
+                *cited("req_num_tokens", pl.col("num_tokens"), s),
+                *cited("req_shared_blocks", pl.col("shared_blocks"), s),
             ),
             on="_i",
             how="left",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .common import asof, frame_of, rolling_lookback, src_expr
-from .declare import Evidence
+from .declare import Evidence, cited
 
 if TYPE_CHECKING:
     import polars as pl
@@ -151,52 +151,33 @@ def section_sched(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "
     def v(expr: "pl.Expr") -> "pl.Expr":
         return pl.when(ok).then(expr)
 
-    src = v(pl.col("_ssrc"))
+    step = pl.col("_ssrc")
     return j.select(
         "_i",
-        v(pl.col("step")).alias("sched_step"),
-        src.alias("sched_step_src"),
-        v(pl.col("free_blocks")).alias("sched_free_blocks"),
-        src.alias("sched_free_blocks_src"),
-        v(pl.col("pending")).alias("sched_pending"),
-        src.alias("sched_pending_src"),
-        v(pl.col("running")).alias("sched_running"),
-        src.alias("sched_running_src"),
-        v((age_us / 1e6).round(6)).alias("sched_age_s"),
-        src.alias("sched_age_s_src"),
-        v(pl.col("lookback_steps")).alias("lookback_steps"),
-        src.alias("lookback_steps_src"),
-        v(pl.col("lookback_min_free_blocks")).alias("_h_lbmin"),
-        v(pl.col("_lbf_src")).alias("_h_lbmin_src"),
-        v(pl.col("pending_count")).alias("pending_count"),
-        src.alias("pending_count_src"),
-        v(pl.col("pending_max_blocks_needed")).alias("pending_max_blocks_needed"),
-        v(pl.col("_pmax_src")).alias("pending_max_blocks_needed_src"),
-        v(pl.col("pending_min_blocks_needed")).alias("pending_min_blocks_needed"),
-        v(pl.col("_pmin_src")).alias("pending_min_blocks_needed_src"),
-        v(pl.col("pending_over_free")).alias("pending_over_free"),
-        src.alias("pending_over_free_src"),
-        v(pl.col("batch_variance")).alias("batch_variance"),
-        v(pl.col("_bsrc")).alias("batch_variance_src"),
-        v(pl.col("batch_threshold")).alias("batch_threshold"),
-        v(pl.when(pl.col("batch_threshold").is_not_null()).then(pl.col("_bsrc"))).alias("batch_threshold_src"),
-        v(pl.col("lookback_max_variance")).alias("lookback_max_variance"),
-        v(pl.col("_lbv_src")).alias("lookback_max_variance_src"),
-        *[v(pl.col(c)).alias(c) for c in LOOKBACK_STEP_COLUMNS],
+        *cited("sched_step", v(pl.col("step")), step),
+        *cited("sched_free_blocks", v(pl.col("free_blocks")), step),
+        *cited("sched_pending", v(pl.col("pending")), step),
+        *cited("sched_running", v(pl.col("running")), step),
+        *cited("sched_age_s", v((age_us / 1e6).round(6)), step),
+        *cited("lookback_steps", v(pl.col("lookback_steps")), step),
+        *cited("_h_lbmin", v(pl.col("lookback_min_free_blocks")), pl.col("_lbf_src")),  # -> lookback_min_free_blocks
+        *cited("pending_count", v(pl.col("pending_count")), step),
+        *cited("pending_max_blocks_needed", v(pl.col("pending_max_blocks_needed")), pl.col("_pmax_src")),
+        *cited("pending_min_blocks_needed", v(pl.col("pending_min_blocks_needed")), pl.col("_pmin_src")),
+        *cited("pending_over_free", v(pl.col("pending_over_free")), step),
+        *cited("batch_variance", v(pl.col("batch_variance")), pl.col("_bsrc")),
+        *cited("batch_threshold", v(pl.col("batch_threshold")), pl.col("_bsrc")),
+        *cited("lookback_max_variance", v(pl.col("lookback_max_variance")), pl.col("_lbv_src")),
+        *[e for c in LOOKBACK_VALUES for e in cited(c, v(pl.col(c)), pl.col(f"{c}_src"))],
     )
 
 
 # Per-step look-back evidence (rule 2 of issue 13): each step is compared with itself.
-LOOKBACK_STEP_COLUMNS = [
-    "lookback_compared_steps", "lookback_compared_steps_src",
-    "lookback_short_step", "lookback_short_step_src",
-    "lookback_short_free_blocks", "lookback_short_free_blocks_src",
-    "lookback_short_blocks_needed", "lookback_short_blocks_needed_src",
-    "lookback_variance_step", "lookback_variance_step_src",
-    "lookback_variance_threshold", "lookback_variance_threshold_src",
-    "lookback_max_pending", "lookback_max_pending_src",
-    "lookback_max_pending_step", "lookback_max_pending_step_src",
+LOOKBACK_VALUES = [
+    "lookback_compared_steps", "lookback_short_step", "lookback_short_free_blocks", "lookback_short_blocks_needed",
+    "lookback_variance_step", "lookback_variance_threshold", "lookback_max_pending", "lookback_max_pending_step",
 ]
+LOOKBACK_STEP_COLUMNS = [n for c in LOOKBACK_VALUES for n in (c, f"{c}_src")]
 
 
 def _lookback_per_step(steps: "pl.DataFrame", k: int) -> "pl.DataFrame":

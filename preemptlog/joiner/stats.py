@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .common import asof, src_expr, window_max, with_eng
-from .declare import Evidence
+from .declare import Evidence, cited
 
 if TYPE_CHECKING:
     import polars as pl
@@ -86,9 +86,6 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
         )
     )
 
-    def s(frame: str, col: str) -> "pl.Expr":
-        return pl.when(pl.col(col).is_not_null()).then(pl.col(f"_ssrc{frame}"))
-
     j = (
         ev.select("_i")
         .join(at.select("_i", "kv_usage", "waiting", "running", "_ssrc"), on="_i", how="left")
@@ -101,18 +98,12 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
     rd = pl.col("_rh") - pl.col("_rl")
     window = j.select(
         "_i",
-        "kv_usage_max",
-        "kv_usage_max_src",
-        pl.col("kv_usage").alias("kv_usage_at"),
-        s("", "kv_usage").alias("kv_usage_at_src"),
-        pl.col("waiting").alias("waiting_at"),
-        s("", "waiting").alias("waiting_at_src"),
-        wd.alias("waiting_delta"),
-        pl.when(wd.is_not_null()).then(pl.col("_ssrc_h")).alias("waiting_delta_src"),
-        pl.col("running").alias("running_at"),
-        s("", "running").alias("running_at_src"),
-        rd.alias("running_delta"),
-        pl.when(rd.is_not_null()).then(pl.col("_ssrc_h")).alias("running_delta_src"),
+        *cited("kv_usage_max", pl.col("kv_usage_max"), pl.col("kv_usage_max_src")),
+        *cited("kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
+        *cited("waiting_at", pl.col("waiting"), pl.col("_ssrc")),
+        *cited("waiting_delta", wd, pl.col("_ssrc_h")),
+        *cited("running_at", pl.col("running"), pl.col("_ssrc")),
+        *cited("running_delta", rd, pl.col("_ssrc_h")),
     )
     iv = ev.filter(pl.col("_iend").is_not_null())
     if iv.height == 0:
@@ -127,19 +118,14 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
               left_on="_iend", right_on="time", by=by, tolerance=tol)
     both = pl.concat_str([pl.col("_p__ssrc"), pl.lit("; "), pl.col("_ssrc")], ignore_nulls=True)
 
-    def cited(value: "pl.Expr", name: str) -> list["pl.Expr"]:
-        return [value.alias(name), pl.when(value.is_not_null()).then(both).alias(f"{name}_src")]
-
     interval = r.select(
         "_i",
-        *cited(pl.max_horizontal("_p_kv_usage", "kv_usage"), "kv_usage_max"),
-        pl.col("kv_usage").alias("kv_usage_at"),
-        pl.when(pl.col("kv_usage").is_not_null()).then(pl.col("_ssrc")).alias("kv_usage_at_src"),
-        *cited(pl.max_horizontal("_p_waiting", "waiting"), "waiting_at"),
-        *cited(pl.col("waiting") - pl.col("_p_waiting"), "waiting_delta"),
-        pl.col("running").alias("running_at"),
-        pl.when(pl.col("running").is_not_null()).then(pl.col("_ssrc")).alias("running_at_src"),
-        *cited(pl.col("running") - pl.col("_p_running"), "running_delta"),
+        *cited("kv_usage_max", pl.max_horizontal("_p_kv_usage", "kv_usage"), both),
+        *cited("kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
+        *cited("waiting_at", pl.max_horizontal("_p_waiting", "waiting"), both),
+        *cited("waiting_delta", pl.col("waiting") - pl.col("_p_waiting"), both),
+        *cited("running_at", pl.col("running"), pl.col("_ssrc")),
+        *cited("running_delta", pl.col("running") - pl.col("_p_running"), both),
     )
     interval = interval.select(window.columns).cast(window.schema)
     return pl.concat([window.join(interval.select("_i"), on="_i", how="anti"), interval], how="vertical")
