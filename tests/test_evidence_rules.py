@@ -194,7 +194,7 @@ def test_cited_lines_belong_to_the_events_engine_and_step(name):
         ev = a.events.select("event_id", "engine").join(a.evidence, on="event_id")
         for r in ev.iter_rows(named=True):
             eng = r["engine"] or "0"
-            for col in ("kv_usage_max", "kv_usage_at", "waiting_at", "waiting_delta", "running_at", "running_delta"):
+            for col in ("stats_kv_usage_max", "stats_kv_usage_at", "stats_waiting_at", "stats_waiting_delta", "stats_running_at", "stats_running_delta"):
                 for src in (r[f"{col}_src"] or "").split("; "):
                     if src:
                         assert stats[src] == eng, (r["event_id"], col, src)

@@ -97,8 +97,8 @@ id = "G1-kv-exhausted-pressure"
 gate = "G1-kv-space"
 sub_kind = "kv-exhausted"
 priority = 70
-requires = ["kv_usage_max"]
-when = "kv_usage_max >= $kv_ceiling"
+requires = ["stats_kv_usage_max"]
+when = "stats_kv_usage_max >= $kv_ceiling"
 
 [[rule]]
 id = "G2-batch-variance"
@@ -110,15 +110,15 @@ when = "batch_variance > 1"
 id = "local-G3"
 gate = "G3-queue-overflow"
 priority = 1
-requires = ["waiting_at"]
-when = "waiting_at > 1000"
+requires = ["stats_waiting_at"]
+when = "stats_waiting_at > 1000"
 """,
     )
     rs = load_rules([path])
     assert rs.thresholds["kv_ceiling"].value == 90.0 and rs.thresholds["kv_ceiling"].origin == "rules file"
     ids = [r.id for r in rs.active]
     assert "G2-batch-variance" not in ids and ids[0] == "local-G3"
-    v = evaluate(sample_frame({"kv_usage_max": 92.0}), rs)
+    v = evaluate(sample_frame({"stats_kv_usage_max": 92.0}), rs)
     assert v.get_column("rule")[0] == "G1-kv-exhausted-pressure"
 
 

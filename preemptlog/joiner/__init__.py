@@ -48,18 +48,18 @@ earlier than ``t - before``):
   event: ``blocks_before`` (blocks it held), and when the record says so, what
   the failed allocation asked for (``blocks_needed``) and the pool at that
   moment (``free_blocks``, ``largest_free_run``, ``watermark_blocks``).
-- ``batch_max_len``: the longest running request (``num_tokens``) in the
+- ``bt_batch_max_len``: the longest running request (``num_tokens``) in the
   nearest block-table step at or before t (the guide's dynamic G2 threshold).
 - ``pool_*``: the block-table step snapshot as of t.
-- ``kv_*_blocks`` / ``kv_cleared``: sums over the window of the KV cache events.
-- ``kv_usage_max``: max GPU KV usage (stats lines) in the window;
+- ``kv_*_blocks`` / ``kvev_cleared``: sums over the window of the KV cache events.
+- ``stats_kv_usage_max``: max GPU KV usage (stats lines) in the window;
   ``*_at`` as of t; ``*_delta`` = value as of ``t + after`` minus value as of
   ``t - before`` (or, when no stats line precedes the window, the first one in
   it).
-- ``fb_at_mb`` / ``sm_at_pct`` / ``mem_at_pct``: the dmon sample as of t, the
-  largest value over the GPUs of that sample; ``fb_jump_mb``: the largest rise
+- ``dmon_fb_at_mb`` / ``dmon_sm_at_pct`` / ``dmon_mem_at_pct``: the dmon sample as of t, the
+  largest value over the GPUs of that sample; ``dmon_fb_jump_mb``: the largest rise
   of one GPU's frame-buffer use between two consecutive samples, for a rise
-  sampled in the window, with ``fb_jump_gpu``.
+  sampled in the window, with ``dmon_fb_jump_gpu``.
 - ``cfg_*``: the last seen/derived value at or before t; when the log states
   it only later (or never), the value in force for the whole bundle (last
   seen, else derived, else preemptlog's default).
@@ -92,6 +92,24 @@ DECLARED: list[Evidence] = (
 EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
 VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]
 SOURCES_DOC = "docs/sources.md"
+# Output schema 2 (render.SCHEMA_VERSION) names evidence by its source: old name -> new name.
+RENAMED_IN_2: dict[str, str] = {
+    "kv_usage_max": "stats_kv_usage_max",
+    "kv_usage_at": "stats_kv_usage_at",
+    "waiting_at": "stats_waiting_at",
+    "waiting_delta": "stats_waiting_delta",
+    "running_at": "stats_running_at",
+    "running_delta": "stats_running_delta",
+    "kv_stored_blocks": "kvev_stored_blocks",
+    "kv_removed_blocks": "kvev_removed_blocks",
+    "kv_cleared": "kvev_cleared",
+    "fb_at_mb": "dmon_fb_at_mb",
+    "fb_jump_mb": "dmon_fb_jump_mb",
+    "fb_jump_gpu": "dmon_fb_jump_gpu",
+    "sm_at_pct": "dmon_sm_at_pct",
+    "mem_at_pct": "dmon_mem_at_pct",
+    "batch_max_len": "bt_batch_max_len",
+}
 
 
 def polars_schema() -> dict:
@@ -110,7 +128,7 @@ def write_docs(path: str = SOURCES_DOC) -> bool:
 
 __all__ = [
     "CONFIG_KEYS", "CONFLICT_S", "DECLARED", "DEFAULT_AFTER", "DEFAULT_BEFORE", "DEFAULT_LOOKBACK",
-    "EVIDENCE_SCHEMA", "LOOKBACK_STEP_COLUMNS", "VALUE_COLUMNS", "WINDOW_SCHEMA", "Evidence", "compute",
+    "EVIDENCE_SCHEMA", "LOOKBACK_STEP_COLUMNS", "RENAMED_IN_2", "VALUE_COLUMNS", "WINDOW_SCHEMA", "Evidence", "compute",
     "docs_table", "engine_key", "finish", "polars_schema", "record_events", "skew_notes", "window_rows",
     "write_docs",
 ]

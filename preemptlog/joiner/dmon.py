@@ -11,15 +11,15 @@ if TYPE_CHECKING:
     import polars as pl
 
 EVIDENCE = [
-    Evidence('fb_at_mb', 'Float64', 'dmon', 'bundle',
+    Evidence('dmon_fb_at_mb', 'Float64', 'dmon', 'bundle',
              "frame-buffer use as of t, largest over the sample's GPUs"),
-    Evidence('fb_jump_mb', 'Float64', 'dmon', 'bundle',
+    Evidence('dmon_fb_jump_mb', 'Float64', 'dmon', 'bundle',
              "largest rise of one GPU's frame buffer between consecutive samples, in the window"),
-    Evidence('fb_jump_gpu', 'Int64', 'dmon', 'bundle',
+    Evidence('dmon_fb_jump_gpu', 'Int64', 'dmon', 'bundle',
              'the GPU of that rise'),
-    Evidence('sm_at_pct', 'Float64', 'dmon', 'bundle',
+    Evidence('dmon_sm_at_pct', 'Float64', 'dmon', 'bundle',
              'SM use as of t, largest over the GPUs'),
-    Evidence('mem_at_pct', 'Float64', 'dmon', 'bundle',
+    Evidence('dmon_mem_at_pct', 'Float64', 'dmon', 'bundle',
              'memory-controller use as of t, largest over the GPUs'),
 ]
 
@@ -59,7 +59,7 @@ def section_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
     # The sample as of t: the largest value over the GPUs of that timestamp.
     per_t = dm.group_by("time").agg([pl.col(f"_e_{c}").max() for c in have]).sort("time")
     at = asof(ev.select("_i", "_t"), per_t, left_on="_t", right_on="time", tolerance=f"{before_us}us")
-    name = {"fb_mb": "fb_at_mb", "sm_pct": "sm_at_pct", "mem_pct": "mem_at_pct"}
+    name = {"fb_mb": "dmon_fb_at_mb", "sm_pct": "dmon_sm_at_pct", "mem_pct": "dmon_mem_at_pct"}
     out = at.select("_i")
     for c in have:
         v, r = decode(f"_e_{c}")
@@ -82,8 +82,8 @@ def section_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int
         out = out.join(
             mx.select(
                 "_i",
-                *cited("fb_jump_mb", pl.when(ok).then(pl.col("_jump")), pl.col("_jsrc")),
-                *cited("fb_jump_gpu", pl.when(ok).then(pl.col("_jgpu")), pl.col("_jsrc")),
+                *cited("dmon_fb_jump_mb", pl.when(ok).then(pl.col("_jump")), pl.col("_jsrc")),
+                *cited("dmon_fb_jump_gpu", pl.when(ok).then(pl.col("_jgpu")), pl.col("_jsrc")),
             ),
             on="_i",
             how="left",

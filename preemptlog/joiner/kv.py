@@ -11,11 +11,11 @@ if TYPE_CHECKING:
     import polars as pl
 
 EVIDENCE = [
-    Evidence('kv_stored_blocks', 'Int64', 'kvevents', 'window',
+    Evidence('kvev_stored_blocks', 'Int64', 'kvevents', 'window',
              'BlockStored blocks summed over the window'),
-    Evidence('kv_removed_blocks', 'Int64', 'kvevents', 'window',
+    Evidence('kvev_removed_blocks', 'Int64', 'kvevents', 'window',
              'BlockRemoved blocks summed over the window'),
-    Evidence('kv_cleared', 'Int64', 'kvevents', 'window',
+    Evidence('kvev_cleared', 'Int64', 'kvevents', 'window',
              'AllBlocksCleared events in the window'),
 ]
 
@@ -45,7 +45,7 @@ def section_kv(ev: "pl.DataFrame", frames: dict) -> "pl.DataFrame | None":
     # A quiet window sums to 0 with no line to cite (src null).
     return sums.select(
         "_i",
-        *cited("kv_stored_blocks", pl.col("stored_blocks").cast(pl.Int64), src),
-        *cited("kv_removed_blocks", pl.col("removed_blocks").cast(pl.Int64), src),
-        *cited("kv_cleared", pl.col("cleared").cast(pl.Int64), src),
+        *cited("kvev_stored_blocks", pl.col("stored_blocks").cast(pl.Int64), src),
+        *cited("kvev_removed_blocks", pl.col("removed_blocks").cast(pl.Int64), src),
+        *cited("kvev_cleared", pl.col("cleared").cast(pl.Int64), src),
     )

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 EVIDENCE = [
-    Evidence('batch_max_len', 'Int64', 'blocktable', 'engine',
+    Evidence('bt_batch_max_len', 'Int64', 'blocktable', 'engine',
              'longest running request (tokens) in the nearest block-table step (dynamic G2 threshold)'),
     Evidence('pool_free_blocks', 'Int64', 'blocktable', 'engine',
              'free blocks of the block-table step as of t'),
@@ -66,7 +66,7 @@ def section_pool(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "p
 
 
 def section_batch_len(ev: "pl.DataFrame", frames: dict, before_us: int) -> "pl.DataFrame | None":
-    """``batch_max_len``: the longest running request (tokens) in the nearest block-table step."""
+    """``bt_batch_max_len``: the longest running request (tokens) in the nearest block-table step."""
     import polars as pl
 
     tables = frame_of(frames, "bt_tables")
@@ -85,4 +85,4 @@ def section_batch_len(ev: "pl.DataFrame", frames: dict, before_us: int) -> "pl.D
         return None
     j = asof(ev.select("_i", "_t", "_eng"), per_step.select("time", "_eng", "_mx", "_src_"), left_on="_t",
               right_on="time", by=["_eng"], tolerance=f"{before_us}us")
-    return j.select("_i", *cited("batch_max_len", pl.col("_mx"), pl.col("_src_")))
+    return j.select("_i", *cited("bt_batch_max_len", pl.col("_mx"), pl.col("_src_")))

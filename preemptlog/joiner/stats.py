@@ -11,18 +11,18 @@ if TYPE_CHECKING:
     import polars as pl
 
 EVIDENCE = [
-    Evidence('kv_usage_max', 'Float64', 'vllm-log (stats)', 'engine',
+    Evidence('stats_kv_usage_max', 'Float64', 'vllm-log (stats)', 'engine',
              "max KV cache usage of the engine's lines in the window; for a counted interval, of its reporting line and the line before"),
-    Evidence('kv_usage_at', 'Float64', 'vllm-log (stats)', 'engine',
+    Evidence('stats_kv_usage_at', 'Float64', 'vllm-log (stats)', 'engine',
              'KV cache usage as of t (counted interval: its reporting line)'),
-    Evidence('waiting_at', 'Int64', 'vllm-log (stats)', 'engine',
+    Evidence('stats_waiting_at', 'Int64', 'vllm-log (stats)', 'engine',
              'waiting requests as of t (counted interval: the larger of its two lines)'),
-    Evidence('waiting_delta', 'Int64', 'vllm-log (stats)', 'engine',
+    Evidence('stats_waiting_delta', 'Int64', 'vllm-log (stats)', 'engine',
              'change of waiting from t - before to t + after (counted interval: reporting minus previous line)'),
-    Evidence('running_at', 'Int64', 'vllm-log (stats)', 'engine',
+    Evidence('stats_running_at', 'Int64', 'vllm-log (stats)', 'engine',
              'running requests as of t (counted interval: its reporting line)'),
-    Evidence('running_delta', 'Int64', 'vllm-log (stats)', 'engine',
-             'change of running, as for waiting_delta'),
+    Evidence('stats_running_delta', 'Int64', 'vllm-log (stats)', 'engine',
+             'change of running, as for stats_waiting_delta'),
 ]
 
 
@@ -33,8 +33,8 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
     Aggregated`` lines are engine ``all``; a line or event without one is engine "0").
     A counted interval event (kind ``interval``) is judged by the interval itself
     (rule 3): the line that reports it (the engine's last line at or before the
-    interval's end) and the engine's line before that one, both cited; ``kv_usage_max``
-    and ``waiting_at`` are the larger of the two, ``*_at`` otherwise the reporting
+    interval's end) and the engine's line before that one, both cited; ``stats_kv_usage_max``
+    and ``stats_waiting_at`` are the larger of the two, ``*_at`` otherwise the reporting
     line's, ``*_delta`` reporting minus previous.
     """
     import polars as pl
@@ -78,10 +78,10 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
     mx = window_max(ev, enc, "_enc", before_us + after_us, by="_eng")
     mx_val = (pl.col("_max").floordiv(big)) / 1000.0
     mx_row = pl.col("_max") - pl.col("_max").floordiv(big) * big
-    mx = mx.with_columns(kv_usage_max=mx_val, _mrow=mx_row)
+    mx = mx.with_columns(stats_kv_usage_max=mx_val, _mrow=mx_row)
     srcs = st.get_column("_ssrc")
     mx = mx.with_columns(
-        kv_usage_max_src=pl.when(pl.col("_max").is_not_null()).then(
+        stats_kv_usage_max_src=pl.when(pl.col("_max").is_not_null()).then(
             srcs.gather(mx.get_column("_mrow").fill_null(0).cast(pl.UInt32))
         )
     )
@@ -92,18 +92,18 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
         .join(hi.select("_i", pl.col("waiting").alias("_wh"), pl.col("running").alias("_rh"), pl.col("_ssrc").alias("_ssrc_h")),
               on="_i", how="left")
         .join(lo.select("_i", pl.col("waiting").alias("_wl"), pl.col("running").alias("_rl")), on="_i", how="left")
-        .join(mx.select("_i", "kv_usage_max", "kv_usage_max_src"), on="_i", how="left")
+        .join(mx.select("_i", "stats_kv_usage_max", "stats_kv_usage_max_src"), on="_i", how="left")
     )
     wd = pl.col("_wh") - pl.col("_wl")
     rd = pl.col("_rh") - pl.col("_rl")
     window = j.select(
         "_i",
-        *cited("kv_usage_max", pl.col("kv_usage_max"), pl.col("kv_usage_max_src")),
-        *cited("kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
-        *cited("waiting_at", pl.col("waiting"), pl.col("_ssrc")),
-        *cited("waiting_delta", wd, pl.col("_ssrc_h")),
-        *cited("running_at", pl.col("running"), pl.col("_ssrc")),
-        *cited("running_delta", rd, pl.col("_ssrc_h")),
+        *cited("stats_kv_usage_max", pl.col("stats_kv_usage_max"), pl.col("stats_kv_usage_max_src")),
+        *cited("stats_kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
+        *cited("stats_waiting_at", pl.col("waiting"), pl.col("_ssrc")),
+        *cited("stats_waiting_delta", wd, pl.col("_ssrc_h")),
+        *cited("stats_running_at", pl.col("running"), pl.col("_ssrc")),
+        *cited("stats_running_delta", rd, pl.col("_ssrc_h")),
     )
     iv = ev.filter(pl.col("_iend").is_not_null())
     if iv.height == 0:
@@ -120,12 +120,12 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
 
     interval = r.select(
         "_i",
-        *cited("kv_usage_max", pl.max_horizontal("_p_kv_usage", "kv_usage"), both),
-        *cited("kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
-        *cited("waiting_at", pl.max_horizontal("_p_waiting", "waiting"), both),
-        *cited("waiting_delta", pl.col("waiting") - pl.col("_p_waiting"), both),
-        *cited("running_at", pl.col("running"), pl.col("_ssrc")),
-        *cited("running_delta", pl.col("running") - pl.col("_p_running"), both),
+        *cited("stats_kv_usage_max", pl.max_horizontal("_p_kv_usage", "kv_usage"), both),
+        *cited("stats_kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
+        *cited("stats_waiting_at", pl.max_horizontal("_p_waiting", "waiting"), both),
+        *cited("stats_waiting_delta", pl.col("waiting") - pl.col("_p_waiting"), both),
+        *cited("stats_running_at", pl.col("running"), pl.col("_ssrc")),
+        *cited("stats_running_delta", pl.col("running") - pl.col("_p_running"), both),
     )
     interval = interval.select(window.columns).cast(window.schema)
     return pl.concat([window.join(interval.select("_i"), on="_i", how="anti"), interval], how="vertical")

@@ -301,7 +301,10 @@ def validate(rs: RuleSet) -> None:
             _check_expr(f"{where} upstream_when", r.upstream_when, names_ok, rs)
         for n in r.requires + r.requires_any + r.assumption_sensitive:
             if n not in names_ok:
-                raise RulesError(f"{where}: requires unknown evidence {n!r}")
+                from ..joiner import RENAMED_IN_2
+
+                hint = f"renamed to {RENAMED_IN_2[n]!r} in output schema 2" if n in RENAMED_IN_2 else None
+                raise RulesError(f"{where}: requires unknown evidence {n!r}", hint=hint)
         for i, s in enumerate(r.samples):
             for n in s.get("evidence", {}):
                 if n not in known:
@@ -316,7 +319,13 @@ def _check_expr(where: str, text: str, names_ok: set[str], rs: RuleSet) -> None:
     used, thr = E.names(node)
     bad = sorted(used - names_ok)
     if bad:
-        raise RulesError(f"{where}: unknown name(s) {', '.join(bad)}", hint="see `preemptlog rules --evidence`")
+        from ..joiner import RENAMED_IN_2
+
+        renamed = [f"{b} is now {RENAMED_IN_2[b]}" for b in bad if b in RENAMED_IN_2]
+        hint = ("renamed in output schema 2 (evidence named by its source): " + ", ".join(renamed)) if renamed else (
+            "see `preemptlog rules --evidence`"
+        )
+        raise RulesError(f"{where}: unknown name(s) {', '.join(bad)}", hint=hint)
     bad_t = sorted(thr - set(rs.thresholds))
     if bad_t:
         raise RulesError(f"{where}: unknown threshold(s) {', '.join('$' + t for t in bad_t)}")

@@ -119,10 +119,10 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
         None if spec is None else (spec["value"] not in ("None", "", None)), "speculative_config in the config line"
     )
     ev = analysis.evidence
-    if ev is not None and "batch_max_len" in ev.columns and ev.get_column("batch_max_len").null_count() < ev.height:
-        out["batch_max_len"] = Measured(int(ev.get_column("batch_max_len").max()), "longest running length at an event")
+    if ev is not None and "bt_batch_max_len" in ev.columns and ev.get_column("bt_batch_max_len").null_count() < ev.height:
+        out["bt_batch_max_len"] = Measured(int(ev.get_column("bt_batch_max_len").max()), "longest running length at an event")
     else:
-        out["batch_max_len"] = Measured(None, "running lengths are not in the bundle (block-table table records)")
+        out["bt_batch_max_len"] = Measured(None, "running lengths are not in the bundle (block-table table records)")
     return out
 
 
@@ -182,7 +182,7 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
             "with speculative decoding, max_num_batched_tokens = 4096 + (draft_model_max_len // 16) x 1.2 "
             "(guide 3.2.4): the draft model's max_model_len is not in the bundle"
         )
-    bml = m.get("batch_max_len")
+    bml = m.get("bt_batch_max_len")
     if bml is not None and bml.known:
         out["dynamic_variance"] = (
             f"a dynamic variance threshold of 10% of the longest running length = {bml.value * 0.1:g} "
