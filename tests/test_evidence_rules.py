@@ -230,3 +230,34 @@ def test_interval_straddling_the_first_scrape_is_counted_once(tmp_path):
     assert a.events.height == 14, a.events.select("event_id", "time", "source")
     assert a.counters["reconciliation"]["total"] == 14
     assert any("straddles the Prometheus scrape window" in n and "12 of its 12" in n for n in a.notes)
+
+
+# --------------------------------------------------------------------------- rule 1 details
+
+def test_untimed_lines_say_where_their_time_came_from(tmp_path):
+    lines = [
+        "[SCHEDULER] Available blocks: 2, Pending reqs: 1, Running reqs: 3",  # before any timestamp
+        "INFO 05-01 10:00:01 [chat_utils.py:470] Detected the chat template content format to be 'string'.",
+        "[SCHEDULER] Available blocks: 5, Pending reqs: 1, Running reqs: 3",  # after one
+        'INFO:     10.0.0.5:51408 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+        "WARNING 05-01 10:00:02 [scheduler.py:10] Req-1 PREEMPTED",
+    ]
+    (tmp_path / "vllm.log").write_text("\n".join(lines) + "\n")
+    a = _run(tmp_path)
+    steps = a.frames["hook_steps"].sort("step")
+    assert steps.get_column("time_precision").to_list() == ["inherited-later", "inherited"]
+    assert [t.isoformat() for t in steps.get_column("time")] == ["2025-05-01T10:00:01+00:00"] * 2
+    assert a.counters["line_times"] == {"inherited_earlier": 1, "inherited_later": 1, "without_time": 0}
+    assert any("nearest later timestamped line" in n for n in a.notes)
+
+
+def test_a_stream_without_any_timestamp_keeps_its_order_and_says_so(tmp_path):
+    (tmp_path / "hooks.log").write_text(
+        "[SCHEDULER] Available blocks: 2, Pending reqs: 1, Running reqs: 3\n"
+        "  Req-9: prompt=10, max_out=10, blocks_needed=4\n"
+        "[SCHEDULER] Available blocks: 1, Pending reqs: 1, Running reqs: 3\n"
+    )
+    a = _run(tmp_path)
+    assert a.frames["hook_steps"].get_column("step").to_list() == [1, 2]  # step numbering unaffected
+    assert a.counters["line_times"]["without_time"] == 3
+    assert any("3 log line(s) have no time" in n for n in a.notes)
