@@ -261,3 +261,21 @@ def test_a_stream_without_any_timestamp_keeps_its_order_and_says_so(tmp_path):
     assert a.frames["hook_steps"].get_column("step").to_list() == [1, 2]  # step numbering unaffected
     assert a.counters["line_times"]["without_time"] == 3
     assert any("3 log line(s) have no time" in n for n in a.notes)
+
+
+def test_explain_shows_the_deciding_step_and_lines_for_each_fired_gate():
+    from typer.testing import CliRunner
+
+    from preemptlog.cli import app
+
+    path = HW / "r2-decision-step-shortage" / "v08"
+    r = CliRunner().invoke(app, ["explain", "v08/vllm.log:7", str(path), "--year", "2025", "--tz", "UTC", "-f", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    (d,) = [x for x in doc["decided_by"] if x["rule"] == "G1-capacity"]
+    assert d["where"] == "scheduler step 1"
+    assert d["lines"][:2] == ["v08/vllm.log:1", "v08/vllm.log:2"]
+    r = CliRunner().invoke(app, ["explain", "v08/vllm.log:2~i1", str(HW / "r3-interval-reporting-line" / "v08"),
+                                 "--year", "2025", "--tz", "UTC", "-f", "json"])
+    (d,) = json.loads(r.stdout)["decided_by"]
+    assert d["where"].startswith("interval 2025-05-01T10:00:00") and d["lines"] == ["v08/vllm.log:1", "v08/vllm.log:2"]

@@ -158,8 +158,6 @@ def finish(analysis: "Analysis", *, before: float, after: float, lookback_steps:
     evidence was decided by reconcile.records_vs_counts; records that are evidence
     are matched to the log event of the same request (``bt_preempt_offset_s``).
     """
-    import polars as pl
-
     analysis.evidence = compute(
         analysis.events,
         analysis.frames,
@@ -170,4 +168,3 @@ def finish(analysis: "Analysis", *, before: float, after: float, lookback_steps:
         lookback_steps=lookback_steps,
     )
     analysis.notes.extend(skew_notes(analysis.events, analysis.evidence))
-    _ = pl
