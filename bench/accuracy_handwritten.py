@@ -18,6 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 HW = ROOT / "fixtures" / "handwritten"
 
 
+FILES = {"bt": "blocktable.jsonl", "prom": "metrics.prom"}
+
+
+def event_id(fam: str, ref) -> str:
+    """A truth reference ("9", "2~i1", "bt:3", "prom:11~i1") as the event id it names."""
+    kind, _, rest = str(ref).rpartition(":")
+    return f"{fam}/{FILES[kind]}:{rest}" if kind else f"{fam}/vllm.log:{rest}"
+
+
 def score() -> dict:
     import polars as pl
 
@@ -33,15 +42,13 @@ def score() -> dict:
             v = {r["event_id"]: r for r in a.verdicts.select("event_id", "gate", "sub_kind").iter_rows(named=True)}
             n = ok = sub = 0
             for exp in sc["expect"]:
-                ref = exp["event"]
-                eid = f"{fam}/blocktable.jsonl:{ref[3:]}" if ref.startswith("bt:") else f"{fam}/vllm.log:{ref}"
+                eid = event_id(fam, exp["event"])
                 n += 1
                 got = v.get(eid)
                 if got and got["gate"] == exp["gate"]:
                     ok += 1
                     sub += got["sub_kind"] == exp["sub_kind"]
-            extra = len(set(v) - {f"{fam}/" + ("blocktable.jsonl:" + e["event"][3:] if e["event"].startswith("bt:")
-                                               else "vllm.log:" + e["event"]) for e in sc["expect"]})
+            extra = len(set(v) - {event_id(fam, e["event"]) for e in sc["expect"]})
             row["per_family"][fam] = {"events": n, "gate": ok, "sub": sub, "extra_events": extra}
             out["total"]["events"] += n
             out["total"]["gate"] += ok

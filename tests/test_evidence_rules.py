@@ -40,15 +40,16 @@ def _run(path: Path | str):
     return analyze([str(path)], AnalyzeOptions(tz=TRUTH["tz"], year=TRUTH["year"]))
 
 
-def _event_id(fam: str, ref: str) -> str:
-    if ref.startswith("bt:"):
-        return f"{fam}/blocktable.jsonl:{ref[3:]}"
-    return f"{fam}/vllm.log:{ref}"
+FILES = {"bt": "blocktable.jsonl", "prom": "metrics.prom"}
 
 
-def _line(fam: str, ref) -> str:
-    ref = str(ref)
-    return f"{fam}/blocktable.jsonl:{ref[3:]}" if ref.startswith("bt:") else f"{fam}/vllm.log:{ref}"
+def _event_id(fam: str, ref) -> str:
+    """A truth reference ("9", "2~i1", "bt:3", "prom:11~i1") as the event id or file:line it names."""
+    kind, _, rest = str(ref).rpartition(":")
+    return f"{fam}/{FILES[kind]}:{rest}" if kind else f"{fam}/vllm.log:{rest}"
+
+
+_line = _event_id
 
 
 def test_fixtures_are_current():

@@ -70,6 +70,8 @@ EXPECT_A = {
     "stats_waiting_delta": (4, V + "18"),
     "stats_running_at": (31, V + "2"),
     "stats_running_delta": (-2, V + "18"),
+    **{n: (None, None) for n in ("prom_kv_usage_max", "prom_kv_usage_at", "prom_waiting_at", "prom_waiting_delta",
+                                  "prom_running_at", "prom_running_delta")},  # no /metrics scrapes in the bundle
     "dmon_fb_at_mb": (41000.0, DM + "10"),
     "dmon_fb_jump_mb": (6000.0, DM + "8"),
     "dmon_fb_jump_gpu": (1, DM + "8"),

@@ -68,7 +68,8 @@ Every lookup is a sorted as-of join, a rolling aggregate over a merged
 timeline, or a cumulative-sum difference: no Python loop per event.
 ``bench/joiner_bench.py`` measures it (1 M events against 10 M dmon samples).
 The package: one module per section (``sched`` scheduler steps, ``pool`` block pool,
-``request`` the request's block table, ``kv`` KV cache events, ``stats`` stats lines,
+``request`` the request's block table, ``kv`` KV cache events, ``stats`` stats lines, ``prom``
+Prometheus gauges,
 ``dmon`` GPU samples, ``config`` configuration), each declaring its evidence once
 (:class:`declare.Evidence`: name, dtype, source kind, what it belongs to, one line of
 doc); ``core`` puts them together, ``explain`` gives one event's window. The evidence
@@ -77,7 +78,7 @@ schema and the evidence table of docs/sources.md come from the declarations.
 
 from __future__ import annotations
 
-from . import config, dmon, kv, pool, request, sched, stats
+from . import config, dmon, kv, pool, prom, request, sched, stats
 from .common import CONFLICT_S, DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key
 from .config import CONFIG_KEYS
 from .core import compute, finish, record_events, skew_notes
@@ -87,7 +88,8 @@ from .sched import LOOKBACK_STEP_COLUMNS
 
 # Declaration order is the output column order.
 DECLARED: list[Evidence] = (
-    sched.EVIDENCE + request.EVIDENCE + pool.EVIDENCE + kv.EVIDENCE + stats.EVIDENCE + dmon.EVIDENCE + config.EVIDENCE
+    sched.EVIDENCE + request.EVIDENCE + pool.EVIDENCE + kv.EVIDENCE + stats.EVIDENCE + prom.EVIDENCE + dmon.EVIDENCE
+    + config.EVIDENCE
 )
 EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
 VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]

@@ -9,6 +9,7 @@ from .config import section_config
 from .dmon import section_dmon
 from .kv import section_kv
 from .pool import section_batch_len, section_pool
+from .prom import section_prom
 from .request import section_request
 from .sched import section_sched
 from .stats import section_stats
@@ -68,6 +69,7 @@ def compute(
             section_request(ev, frames, before_us, after_us),
             section_kv(ev, frames),
             section_stats(ev, stats, before_us, after_us),
+            section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
             section_config(ev, config),
         ]
