@@ -111,7 +111,7 @@ def run(n_events: int = 1_000_000, n_dmon: int = 10_000_000, gpus: int = 8) -> d
         "join_s": round(join, 2),
         "evidence_rows": ev.height,
         "with_sched": int(ev.get_column("sched_free_blocks").is_not_null().sum()),
-        "with_fb_jump": int(ev.get_column("fb_jump_mb").is_not_null().sum()),
+        "with_fb_jump": int(ev.get_column("dmon_fb_jump_mb").is_not_null().sum()),
     }
 
 

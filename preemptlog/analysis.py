@@ -147,7 +147,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     from . import events as ev
     from . import sources
     from .frames import with_source
-    from .sources import SourceOutput, TimeContext, vllm_log
+    from .sources import SourceOutput, TimeContext, linetimes, vllm_log
     from .timebase import check_zone, local_zone
     from .vllm import config as vconfig
     from .vllm import preemptions, requests as vrequests, stats as vstats
@@ -213,6 +213,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     records = pl.concat(frames, how="vertical") if frames else vllm_log.scan_empty()
     if batched:
         records = records.sort("file_id", "n", "seg", maintain_order=True)
+    records = _with_line_times(records, bundle.of_kind(vllm_log.KIND))
     prof.mark(f"vllm logs ({records.height} rec)")
     names = {f.file_id: f.display for f in bundle.files}
     streams: dict[int, StreamMeta] = {}
@@ -258,6 +259,9 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     outputs: list[SourceOutput] = []
     for fam in sources.families().values():
         outputs.append(fam.from_records(records, ctx))
+    # Lines read only for their time (sources/linetimes.py) have served: drop them.
+    records = records.filter(pl.col("kind") != linetimes.KIND)
+    untimed_notes, untimed_counts = _untimed_report(records)
     for _name, p in parsed:
         outputs.append(p.resolve(ctx))
     prof.mark("families, phase 2")
@@ -283,8 +287,8 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     prof.mark(f"events ({events.height})")
 
     extra_frames: dict[str, pl.DataFrame] = {}
-    notes: list[str] = []
-    counters: dict[str, Any] = {"v0": v0facts}
+    notes: list[str] = list(untimed_notes)
+    counters: dict[str, Any] = {"v0": v0facts, "line_times": untimed_counts}
     for o in outputs:
         extra_frames.update(o.frames)
         assumptions.extend(o.assumptions)
@@ -333,6 +337,62 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         analysis.verdicts = verdicts(analysis, ruleset)
         prof.mark("verdicts")
     return analysis
+
+
+def _with_line_times(records: "pl.DataFrame", files: list) -> "pl.DataFrame":
+    """Add ``time_only`` rows (sources/linetimes.py) for files that have untimed records."""
+    import polars as pl
+
+    from .sources import linetimes
+
+    if records.height == 0:
+        return records
+    need = records.filter(linetimes.untimed(records)).get_column("file_id").unique().to_list()
+    if not need:
+        return records
+    paths = {f.file_id: f.path for f in files}
+    extra = []
+    for fid in need:
+        if fid not in paths:
+            continue
+        try:
+            rows = linetimes.time_lines(str(paths[fid]), fid, records.filter(pl.col("file_id") == fid))
+        except (OSError, pl.exceptions.PolarsError):
+            continue  # a damaged file: its untimed lines keep the times of the records around them
+        if rows is not None and rows.height:
+            extra.append(rows)
+    if not extra:
+        return records
+    return pl.concat([records, *extra], how="vertical").sort("file_id", "n", "seg", maintain_order=True)
+
+
+def _untimed_report(records: "pl.DataFrame") -> tuple[list[str], dict[str, Any]]:
+    """How record times were found for lines without a timestamp of their own (notes, counters)."""
+    import polars as pl
+
+    if records.height == 0 or "time_precision" not in records.columns:
+        return [], {"inherited_earlier": 0, "inherited_later": 0, "without_time": 0}
+    counts = dict(records.group_by("time_precision").len().iter_rows())
+    out = {
+        "inherited_earlier": counts.get("inherited", 0),
+        "inherited_later": counts.get("inherited-later", 0),
+        "without_time": records.filter(pl.col("time").is_null()).height,
+    }
+    notes = []
+    if out["inherited_later"]:
+        notes.append(
+            f"{out['inherited_later']} log line(s) without a timestamp come before any timestamped line of their "
+            "stream: each takes the time of the nearest later timestamped line (time_precision inherited-later), "
+            "so it may be late"
+        )
+    if out["without_time"]:
+        kinds = records.filter(pl.col("time").is_null()).group_by("kind").len().sort("kind")
+        what = ", ".join(f"{n} {k}" for k, n in kinds.iter_rows())
+        notes.append(
+            f"{out['without_time']} log line(s) have no time ({what}): no line of their stream carries a "
+            "timestamp; their order is kept, but they cannot be joined to events by time"
+        )
+    return notes, out
 
 
 def _drop_rotation_overlap(

@@ -131,12 +131,30 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
             _w0=pl.when(pl.col("_eng") == "all").then(pl.lit(g0)).otherwise(pl.col("_w0")),
             _w1=pl.when(pl.col("_eng") == "all").then(pl.lit(g1)).otherwise(pl.col("_w1")),
         )
+        # A counted interval is judged by its interval, not by where its events were placed:
+        # inside the scrape window it is the counter's; straddling the window's edge, only
+        # the part outside is kept (issue 19, item 6).
+        is_count = ~is_prom & pl.col("kind").is_in(COUNT_KINDS)
+        has_iv = pl.col("interval_start").is_not_null() & pl.col("interval_end").is_not_null()
         in_win = (pl.col("time") > pl.col("_w0")) & (pl.col("time") <= pl.col("_w1"))
-        drop = (~is_prom & pl.col("kind").is_in(COUNT_KINDS) & in_win).fill_null(False)
+        iv_in = (pl.col("interval_start") >= pl.col("_w0")) & (pl.col("interval_end") <= pl.col("_w1"))
+        iv_out = (pl.col("interval_end") <= pl.col("_w0")) | (pl.col("interval_start") >= pl.col("_w1"))
+        drop = (is_count & pl.when(has_iv).then(iv_in).otherwise(in_win)).fill_null(False)
+        straddle = (is_count & has_iv & ~iv_in & ~iv_out).fill_null(False)
         gone = ev.filter(drop)
         for e, k, n in gone.group_by("_eng", "kind").len().iter_rows():
             dropped_by_engine.setdefault(e, {})[k] = n
-        ev = ev.filter(~drop).drop("_eng", "_w0", "_w1")
+        edge = ev.filter(straddle)
+        ev = ev.filter(~drop & ~straddle)
+        kept = None
+        if edge.height:
+            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz)
+            for e, k, n in edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows():
+                dropped_by_engine.setdefault(e, {})[k] = dropped_by_engine.get(e, {}).get(k, 0) + n
+            a.notes.extend(edge_notes)
+        ev = ev.drop("_eng", "_w0", "_w1")
+        if kept is not None and kept.height:
+            ev = ev_mod.combine([ev, kept.drop("_eng", "_w0", "_w1")])
 
         # Per-preemption lines inside a scrape interval take the place of counter events.
         pr = ev.filter(~is_prom & pl.col("kind").is_in(PER_EVENT_KINDS) & pl.col("time").is_not_null())
@@ -169,6 +187,11 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
                     .otherwise(pl.col("increase"))
                 ).drop("_pid", "_n")
                 ev = ev_mod.combine([ev.filter(~(is_prom & (pl.col("kind") == "interval"))), counter_events(adjusted)])
+
+    # ---------------- block-table preempt records against interval counts (issue 13, rule 7)
+    ev, rec_used, rec_notes = records_vs_counts(a.frames, ev, tz)
+    a.notes.extend(rec_notes["notes"])
+    disagreements.extend(rec_notes["disagreements"])
 
     # ---------------- what each source counted
     final_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
@@ -306,15 +329,11 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
                 f"counter's {r['value']} since engine start ({r['from']}): another engine or server, or a clock offset"
             )
     total = ev.height
-    # joiner.finish (run after this) turns block-table preempt records (frame bt_events) into events of kind
-    # "record" when no other source produced any: the total says so already.
-    bt_as_events = bt.get("bt_events").height if (total == 0 and "bt_events" in bt) else 0
-    if bt_as_events:
-        total = bt_as_events
-        for entry in sources:
-            if entry["source"] == "block-table preempt records (bt_events)":
-                entry["in_events"] = bt_as_events
-    if bt_total and bt_total != total:
+    for entry in sources:
+        if entry["source"] == "block-table preempt records (bt_events)":
+            entry["in_events"] = rec_used
+    only_records = bool(rec_used) and rec_used == total
+    if bt_total and bt_total != total and not rec_notes["disagreements"]:
         spans = [w for w in (_span(df, tz) for df in bt.values()) if w]
         when = f" ({min(w[0] for w in spans)} to {max(w[1] for w in spans)})" if spans else ""
         disagreements.append(
@@ -323,9 +342,18 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
         )
 
     # ---------------- the rule used
-    if bt_as_events:
+    if only_records and not rec_notes["replaced"]:
         rule = "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
         quality = "as recorded"
+    elif rec_notes["replaced"]:
+        rule = (
+            "block-table 'preempt' records (kind record, one per preemption with its request id) where they count "
+            "the same preemptions as the interval counts ('Preemptions: N' fields, Prometheus increases) over the "
+            "intervals those cover; the interval counts are the reconciliation; elsewhere "
+            + ("Prometheus counter increases are authoritative inside the scrape window" if timed.height
+               else "the log's own events stand")
+        )
+        quality = "exact" if not facts.get("resets") else "lower bound"
     elif timed.height:
         rule = (
             "Prometheus counter increases are authoritative inside the scrape window (per engine): the log's own "
@@ -380,6 +408,157 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
         "log": cap.as_dict() if cap.has_log else None,
     }
     return ev, report
+
+
+def records_vs_counts(
+    frames: dict[str, "pl.DataFrame"], ev: "pl.DataFrame", tz: str
+) -> tuple["pl.DataFrame", int, dict[str, Any]]:
+    """Block-table ``preempt`` records against interval counts: (events, records used as events, notes).
+
+    Per engine (``N Engines Aggregated`` counts are engine ``all`` and cover every
+    record), over the span the interval events cover (first interval start to last
+    interval end): when the records there count at least as many preemptions as the
+    interval events (``Preemptions: N`` fields, Prometheus increases), the records are
+    the events (kind ``record``: one per preemption, with its request id and its own
+    decision-time evidence) and the interval events are dropped; a surplus of records
+    is reported. When the interval count is larger, the interval events stay, the
+    records are evidence, and the difference is reported. The span is compared as a
+    whole because a ``Preemptions: N`` field counts a preemption when the request runs
+    again, often one stats interval later.
+
+    Records outside every such span become events only when the log has no
+    per-preemption events (V0 warnings and counts, PREEMPTED markers) of its own: those
+    are the log's count, and the records are their evidence (matched by request id).
+    """
+    import polars as pl
+
+    from . import events as ev_mod
+    from .joiner import record_events
+    from .summary import iso
+
+    info: dict[str, Any] = {"notes": [], "disagreements": [], "replaced": 0}
+    rec = record_events(frames)
+    if rec is None or rec.height == 0:
+        return ev, 0, info
+    rec = ev_mod.conform(rec).with_columns(_eng=pl.col("engine").fill_null("0"))
+    iv = ev.filter(pl.col("kind") == "interval") if ev.height else ev
+    per_event = ev.filter(pl.col("kind").is_in(["logged", "marker", "reconstructed"])).height if ev.height else 0
+    used = []
+    covered = pl.lit(False)
+    drop_ids: list[str] = []
+    if iv.height:
+        iv = iv.with_columns(_eng=pl.col("engine").fill_null("0"))
+        engines = iv.group_by("_eng").agg(
+            pl.col("interval_start").min().alias("_s"),
+            pl.coalesce("interval_end", "time").max().alias("_e"),
+            pl.len().alias("_n"),
+        )
+        for eng, s0, e0, n_int in engines.sort("_eng").iter_rows():
+            mine = pl.lit(True) if eng == "all" else (pl.col("_eng") == eng)
+            inside = mine & (pl.col("time") > s0 if s0 is not None else pl.lit(True)) & (pl.col("time") <= e0)
+            covered = covered | inside
+            r = rec.filter(inside)
+            span = f"[{iso(s0, tz) if s0 is not None else '...'}, {iso(e0, tz)}]"
+            if r.height >= n_int:
+                used.append(r)
+                drop_ids += iv.filter(pl.col("_eng") == eng).get_column("event_id").to_list()
+                info["replaced"] += n_int
+                info["notes"].append(
+                    f"engine {eng}: {r.height} block-table 'preempt' record(s) in {span} are the events (kind "
+                    f"record, each with its request id); the interval counts there ({n_int}) are the reconciliation"
+                )
+                if r.height > n_int:
+                    info["disagreements"].append(
+                        f"engine {eng}: {r.height} block-table preempt records in {span}, but the interval counts "
+                        f"add up to {n_int} ({r.height - n_int} more records): the records are kept"
+                    )
+            elif r.height:
+                info["disagreements"].append(
+                    f"engine {eng}: the interval counts add up to {n_int} in {span}, but only {r.height} block-table "
+                    f"preempt record(s) fall there ({n_int - r.height} fewer): the counts are kept, the records are "
+                    "evidence"
+                )
+    rest = rec.filter(~covered)
+    if rest.height:
+        if per_event == 0 and (not ev.height or iv.height == ev.height):
+            used.append(rest)
+            info["notes"].append(
+                f"{rest.height} preemption(s) come from block-table 'preempt' records (kind record): the vLLM logs "
+                "in the bundle show none" + (" there" if iv.height else "") + "."
+            )
+        else:
+            info["notes"].append(
+                f"{rest.height} block-table 'preempt' record(s) are used as evidence, not counted: the log's own "
+                "preemption events are the count (no double counting)."
+            )
+    if not used:
+        return ev, 0, info
+    keep = ev.filter(~pl.col("event_id").is_in(drop_ids)) if drop_ids else ev
+    recs = pl.concat(used, how="vertical_relaxed").drop("_eng").unique("event_id", keep="first", maintain_order=True)
+    return ev_mod.combine([keep, recs]), recs.height, info
+
+
+def _straddling(
+    edge: "pl.DataFrame", rest: "pl.DataFrame", pairs: "pl.DataFrame", is_prom: "pl.Expr", tz: str
+) -> tuple["pl.DataFrame", list[str]]:
+    """Events of log intervals that straddle an edge of the scrape window: the ones outside it.
+
+    A log interval (s, e] of N events that overlaps the counter's window (w0, w1] shares its
+    preemptions with the counter. At the window's start, when the counter's first reading
+    (since engine start) is known, the preemptions before w0 are that reading minus what the
+    log counted up to s (clipped to 0..N); otherwise, and at the window's end, the part
+    outside is N times the share of the interval outside the window (rounded). The events
+    kept are re-placed evenly in the outside part of the interval.
+    """
+    import polars as pl
+
+    from .summary import iso
+    from .vllm.preemptions import _between
+
+    base = {}
+    if pairs.height and "increase" in pairs.columns:
+        b = pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+        for eng, end, value in b.select("engine", "end", "value").iter_rows():
+            if eng not in base or end < base[eng][0]:
+                base[eng] = (end, value)
+    kept = []
+    notes = []
+    groups = edge.group_by("_eng", "source", "line", "interval_start", "interval_end", "_w0", "_w1", maintain_order=True)
+    for (eng, src, line, s0, e0, w0, w1), g in groups:
+        n = g.height
+        span = (e0 - s0).total_seconds()
+        if s0 < w0:
+            lo, hi = s0, w0
+            b = base.get(eng)
+            if b is not None and b[0] == w0:
+                before = rest.filter(
+                    ~is_prom & (pl.col("engine").fill_null("0") == eng) & (pl.col("time") <= s0)
+                ).height
+                out = max(0, min(n, int(round(b[1])) - before))
+                how = f"the counter read {int(round(b[1]))} at its first scrape, the log had counted {before} before"
+            else:
+                out = int(round(n * (w0 - s0).total_seconds() / span)) if span > 0 else 0
+                how = "by the share of the interval before the first scrape"
+        else:
+            lo, hi = w1, e0
+            out = int(round(n * (e0 - w1).total_seconds() / span)) if span > 0 else 0
+            how = "by the share of the interval after the last scrape"
+        notes.append(
+            f"{src}:{line}: its interval [{iso(s0, tz)}, {iso(e0, tz)}] straddles the Prometheus scrape window "
+            f"(engine {eng}); {n - out} of its {n} preemption(s) are the counter's, {out} kept outside it ({how})"
+        )
+        if out:
+            k = g.sort("_sub").head(out).with_row_index("_k", offset=1)
+            kept.append(
+                k.with_columns(
+                    time=_between(pl.lit(lo), pl.lit(hi), pl.col("_k").cast(pl.Int64), pl.lit(out, pl.Int64)),
+                    interval_start=pl.lit(lo),
+                    interval_end=pl.lit(hi),
+                ).drop("_k")
+            )
+    if not kept:
+        return edge.head(0), notes
+    return pl.concat(kept, how="vertical_relaxed").select(edge.columns), notes
 
 
 def _timed_pids(allp: "pl.DataFrame") -> list[int]:

@@ -652,14 +652,20 @@ def resolve(
         pl.col("_yl_prec")
     )
     df = df.with_columns(time=time, time_precision=prec)
-    # Lines without a timestamp take the time of the nearest preceding timed line of the stream.
+    # Lines without a timestamp take the time of the nearest preceding timed line of the stream
+    # ("inherited"), else of the nearest following one ("inherited-later"), else none ("unknown").
+    # The timed lines include those read only for their time (sources/linetimes.py).
+    earlier = pl.col("time").forward_fill().over("stream")
+    later = pl.col("time").backward_fill().over("stream")
     df = df.with_columns(
-        time_precision=pl.when(pl.col("time").is_null() & pl.col("time").forward_fill().over("stream").is_not_null())
+        time_precision=pl.when(pl.col("time").is_null() & earlier.is_not_null())
         .then(pl.lit("inherited"))
+        .when(pl.col("time").is_null() & later.is_not_null())
+        .then(pl.lit("inherited-later"))
         .when(pl.col("time").is_null())
         .then(pl.lit("unknown"))
         .otherwise(pl.col("time_precision")),
-        time=pl.col("time").forward_fill().over("stream"),
+        time=pl.coalesce(earlier, later),
     )
     drop = [c for c in df.columns if c.startswith("_") or c.startswith("fb_") or c == "forder"]
     return df.drop(drop), result

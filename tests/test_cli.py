@@ -59,7 +59,7 @@ def test_default_format_off_terminal_is_ndjson():
 def test_json_document():
     r = invoke("analyze", V0, "--year", "2025", "--tz", "UTC", "-f", "json", "-q")
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["summary"]["events"] == len(doc["events"]) == 101
     assert doc["summary"]["by_kind"]["reconstructed"] == 98
     keys = {c["key"] for c in doc["config"]}

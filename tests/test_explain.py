@@ -22,7 +22,7 @@ def test_explain_json():
     assert doc["event"]["event_id"] == EVENT and doc["event"]["request_id"] == "42"
     ev = {e["name"]: (e["value"], e["src"]) for e in doc["evidence"]}
     assert ev["pool_largest_free_run"] == (4, "joined/blocktable.jsonl:7")
-    assert ev["fb_jump_mb"] == (6000.0, "joined/dmon.txt:8")
+    assert ev["dmon_fb_jump_mb"] == (6000.0, "joined/dmon.txt:8")
     win = doc["window"]
     times = [w["time"] for w in win]
     assert times == sorted(times)

@@ -31,6 +31,16 @@ EXPECT_A = {
     "batch_variance": (318.0, V + "16"),
     "batch_threshold": (256.0, V + "16"),
     "lookback_max_variance": (318.0, V + "16"),
+    # Per-step look-back (issue 13 rule 2): the latest step whose own Req- lines need more
+    # blocks than its own free blocks is step 3 (40 needed, 9 free); step 1 (40 of 40) is not.
+    "lookback_compared_steps": (3, V + "13"),
+    "lookback_short_step": (3, V + "13"),
+    "lookback_short_free_blocks": (9, V + "13"),
+    "lookback_short_blocks_needed": (40, V + "14"),
+    "lookback_variance_step": (3, V + "13"),
+    "lookback_variance_threshold": (256.0, V + "16"),
+    "lookback_max_pending": (3, V + "7"),  # steps 1 and 2 both have 3 pending: the latest
+    "lookback_max_pending_step": (2, V + "7"),
     "req_blocks_before": (8, BT + "4"),  # the record at 36.5 s is later than the text line at 36 s
     "req_blocks_after": (12, BT + "4"),
     "req_blocks_held": (12, BT + "3"),
@@ -44,27 +54,29 @@ EXPECT_A = {
     "bt_preempt_largest_free_run": (None, None),
     "bt_preempt_watermark_blocks": (None, None),
     "bt_preempt_waiting": (None, None),
-    "batch_max_len": (40, BT + "5"),  # longest table of the nearest step (1202)
+    "bt_batch_max_len": (40, BT + "5"),  # longest table of the nearest step (1202)
     "pool_free_blocks": (9, BT + "7"),
     "pool_largest_free_run": (4, BT + "7"),
     "pool_free_regions": (3, BT + "7"),
     "pool_block_size": (16, BT + "7"),
     "pool_total_blocks": (256, BT + "7"),
     "lookback_min_largest_free_run": (4, BT + "7"),
-    "kv_stored_blocks": (3, KV + "1-2"),
-    "kv_removed_blocks": (3, KV + "1-2"),
-    "kv_cleared": (0, KV + "1-2"),
-    "kv_usage_max": (99.5, V + "18"),
-    "kv_usage_at": (95.0, V + "2"),
-    "waiting_at": (10, V + "2"),
-    "waiting_delta": (4, V + "18"),
-    "running_at": (31, V + "2"),
-    "running_delta": (-2, V + "18"),
-    "fb_at_mb": (41000.0, DM + "10"),
-    "fb_jump_mb": (6000.0, DM + "8"),
-    "fb_jump_gpu": (1, DM + "8"),
-    "sm_at_pct": (91.0, DM + "10"),
-    "mem_at_pct": (61.0, DM + "10"),
+    "kvev_stored_blocks": (3, KV + "1-2"),
+    "kvev_removed_blocks": (3, KV + "1-2"),
+    "kvev_cleared": (0, KV + "1-2"),
+    "stats_kv_usage_max": (99.5, V + "18"),
+    "stats_kv_usage_at": (95.0, V + "2"),
+    "stats_waiting_at": (10, V + "2"),
+    "stats_waiting_delta": (4, V + "18"),
+    "stats_running_at": (31, V + "2"),
+    "stats_running_delta": (-2, V + "18"),
+    **{n: (None, None) for n in ("prom_kv_usage_max", "prom_kv_usage_at", "prom_waiting_at", "prom_waiting_delta",
+                                  "prom_running_at", "prom_running_delta")},  # no /metrics scrapes in the bundle
+    "dmon_fb_at_mb": (41000.0, DM + "10"),
+    "dmon_fb_jump_mb": (6000.0, DM + "8"),
+    "dmon_fb_jump_gpu": (1, DM + "8"),
+    "dmon_sm_at_pct": (91.0, DM + "10"),
+    "dmon_mem_at_pct": (61.0, DM + "10"),
     "cfg_block_size": (16, BT + "1", "seen"),
     "cfg_max_num_seqs": (64, V + "1", "seen"),
     "cfg_max_num_batched_tokens": (None, None, None),
@@ -74,20 +86,21 @@ EXPECT_A = {
     "cfg_enable_prefix_caching": (True, V + "1", "seen"),
     "cfg_enable_chunked_prefill": (None, None, None),
     "cfg_speculative": (None, None, None),
+    "cfg_scheduling_policy": ("fcfs", None, "default"),
 }
 # Event B: "Req-7 PREEMPTED" at 05:11:31: only stats, KV events (quiet) and config reach it.
 EXPECT_B = {name: (None, None) for name in joiner.VALUE_COLUMNS}
 EXPECT_B.update(
     {
-        "kv_stored_blocks": (0, None),
-        "kv_removed_blocks": (0, None),
-        "kv_cleared": (0, None),
-        "kv_usage_max": (60.0, V + "19"),
-        "kv_usage_at": (60.0, V + "19"),
-        "waiting_at": (3, V + "19"),
-        "waiting_delta": (0, V + "19"),
-        "running_at": (30, V + "19"),
-        "running_delta": (0, V + "19"),
+        "kvev_stored_blocks": (0, None),
+        "kvev_removed_blocks": (0, None),
+        "kvev_cleared": (0, None),
+        "stats_kv_usage_max": (60.0, V + "19"),
+        "stats_kv_usage_at": (60.0, V + "19"),
+        "stats_waiting_at": (3, V + "19"),
+        "stats_waiting_delta": (0, V + "19"),
+        "stats_running_at": (30, V + "19"),
+        "stats_running_delta": (0, V + "19"),
         **{k: v for k, v in EXPECT_A.items() if k.startswith("cfg_")},
     }
 )
@@ -127,14 +140,14 @@ def test_offset_moves_a_source(tmp_path):
     row = a.evidence.row(0, named=True)
     assert row["bt_preempt_offset_s"] == 0.0
     b = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026, offsets={"joined/dmon.txt": -100}))
-    assert b.evidence.row(0, named=True)["fb_at_mb"] is None
+    assert b.evidence.row(0, named=True)["dmon_fb_at_mb"] is None
 
 
 def test_windows_and_lookback_options():
     a = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026, before=1, after=0, lookback_steps=0))
     row = a.evidence.row(0, named=True)
     assert row["sched_free_blocks"] is None  # the step is 2 s old
-    assert (row["kv_stored_blocks"], row["kv_removed_blocks"], row["kv_stored_blocks_src"]) == (1, 3, KV + "2-2")
+    assert (row["kvev_stored_blocks"], row["kvev_removed_blocks"], row["kvev_stored_blocks_src"]) == (1, 3, KV + "2-2")
     assert row["pool_free_blocks"] == 9 and row["lookback_min_largest_free_run"] == 4
     c = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026, lookback_steps=0))
     r = c.evidence.row(0, named=True)
@@ -179,3 +192,21 @@ def test_benchmark_runs_small():
     spec.loader.exec_module(mod)
     r = mod.run(2000, 16000, 8)
     assert r["evidence_rows"] == 2000 and r["with_fb_jump"] > 0 and r["with_sched"] > 0
+
+
+def test_evidence_declared_once_and_docs_table_current():
+    """Every evidence column is declared once by its section; docs/sources.md's table is generated from them."""
+    from preemptlog.joiner import DECLARED, docs_table
+    from preemptlog.joiner.declare import DOC_BEGIN, DOC_END
+
+    names = [e.name for e in DECLARED]
+    assert len(names) == len(set(names))
+    assert joiner.VALUE_COLUMNS == names
+    for e in DECLARED:
+        assert e.source and e.scope and e.doc
+        assert (f"{e.name}_status" in joiner.EVIDENCE_SCHEMA) == e.status
+    text = (ROOT / "docs" / "sources.md").read_text()
+    current = DOC_BEGIN + text.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0] + DOC_END
+    assert current == docs_table(DECLARED), (
+        'docs/sources.md evidence table is stale: python -c "from preemptlog.joiner import write_docs; write_docs()"'
+    )

@@ -97,8 +97,8 @@ id = "G1-kv-exhausted-pressure"
 gate = "G1-kv-space"
 sub_kind = "kv-exhausted"
 priority = 70
-requires = ["kv_usage_max"]
-when = "kv_usage_max >= $kv_ceiling"
+requires = ["stats_kv_usage_max"]
+when = "stats_kv_usage_max >= $kv_ceiling"
 
 [[rule]]
 id = "G2-batch-variance"
@@ -110,15 +110,15 @@ when = "batch_variance > 1"
 id = "local-G3"
 gate = "G3-queue-overflow"
 priority = 1
-requires = ["waiting_at"]
-when = "waiting_at > 1000"
+requires = ["stats_waiting_at"]
+when = "stats_waiting_at > 1000"
 """,
     )
     rs = load_rules([path])
     assert rs.thresholds["kv_ceiling"].value == 90.0 and rs.thresholds["kv_ceiling"].origin == "rules file"
     ids = [r.id for r in rs.active]
     assert "G2-batch-variance" not in ids and ids[0] == "local-G3"
-    v = evaluate(sample_frame({"kv_usage_max": 92.0}), rs)
+    v = evaluate(sample_frame({"stats_kv_usage_max": 92.0}), rs)
     assert v.get_column("rule")[0] == "G1-kv-exhausted-pressure"
 
 
@@ -140,12 +140,17 @@ def test_precedence_and_all_fired_gates():
         "bt_preempt_blocks_needed": 8,
         "batch_variance": 400.0,
         "sched_pending": 300,
-        "kind": "logged",
+        "req_blocks_held": 0,
+        "kind": "marker",
     }
     v = evaluate(sample_frame(ev), RS).row(0, named=True)
     assert v["gate"] == "G4-prefix-conflict"
     assert v["gates_fired"] == ["G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict"]
     assert v["not_evaluable"] == []
+    # vLLM V0 says it preempted a running sequence: it held blocks, so no queue overflow.
+    ev.pop("req_blocks_held")
+    v = evaluate(sample_frame(ev | {"kind": "logged"}), RS).row(0, named=True)
+    assert "G3-queue-overflow" not in v["gates_fired"]
 
 
 def test_undetermined_lists_what_is_missing():
@@ -176,7 +181,7 @@ def test_evidence_cites_values_thresholds_and_provenance():
 
 
 def test_assumed_default_lowers_confidence():
-    ev = {"sched_pending": 300, "cfg_max_num_seqs": 256, "cfg_max_num_seqs_status": "default"}
+    ev = {"sched_pending": 300, "bt_preempt_blocks_before": 0, "cfg_max_num_seqs": 256, "cfg_max_num_seqs_status": "default"}
     v = evaluate(sample_frame(ev), RS).row(0, named=True)
     assert v["gate"] == "G3-queue-overflow" and v["confidence"] == "low"
     assert any("assumed default" in n for n in v["notes"])

@@ -278,14 +278,16 @@ def build(analysis, event_id: str, before: float, after: float, *, all_rows: boo
                     evidence.append(
                         {"name": name, "value": r[name], "src": r.get(f"{name}_src"), "status": r.get(f"{name}_status")}
                     )
-    from ..rules.verdicts import VERDICT_COLUMNS
+    from ..rules.verdicts import VERDICT_COLUMNS, decided_by
 
     verdict = {k: event.pop(k) for k in VERDICT_COLUMNS if k in event}
+    decided = decided_by(analysis, event_id, event)
     win = window_rows(analysis, event_id, before, after)
     total = win.height
     if not all_rows and win.height:
         cited = {c.get("src") for c in (verdict.get("evidence") or []) if c.get("src")}
         cited |= {e["src"] for e in evidence if e.get("src")}
+        cited |= {line for d in decided for line in d.get("lines") or []}
         own = f"{event['source']}:{event['line']}"
         keep = pl.col("src").is_in(sorted(cited | {own}))
         rid = event.get("request_id")
@@ -299,6 +301,7 @@ def build(analysis, event_id: str, before: float, after: float, *, all_rows: boo
     return {
         "event": event,
         "verdict": verdict,
+        "decided_by": decided,
         "window_s": {"before": before, "after": after},
         "scope": "all" if all_rows else "request and cited rows",
         "window_rows_total": total,
@@ -353,6 +356,11 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
         console.print(text(f"{run['given']} folds {run['events']} events ({run['first']} .. {run['last']}); "
                            "this is the first, the others share its line and verdict"))
     print_verdict(console, doc.get("verdict") or {}, box_style=style)
+    for d in doc.get("decided_by") or []:
+        sub = f" / {d['sub_kind']}" if d.get("sub_kind") else ""
+        model = "" if d.get("verdict_eligible") else " (on the guide's model only)"
+        console.print(text(f"  fired {d['gate']}{sub}{model}: rule {d['rule']} at {d['where']}; "
+                           f"lines {', '.join(d['lines']) or '-'}"))
     ev = Table(title=text("evidence"), header_style="bold", box=style)
     for name in ("name", "value", "status", "from"):
         ev.add_column(name, overflow="fold")

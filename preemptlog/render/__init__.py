@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from ..analysis import Analysis
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: evidence named by its source (joiner.RENAMED_IN_2)
 
 
 class OutputFormat(str, Enum):

@@ -156,9 +156,10 @@ def used_names(rs: RuleSet, extra: list[str] = ()) -> set[str]:
     names: set[str] = set()
     todo: list[str] = list(extra)
     for r in rs.active:
-        for text in [r.when, *r.cite]:
+        for text in [r.when, *r.cite] + ([r.upstream_when] if r.upstream_when else []):
             todo += sorted(E.names(E.parse(text))[0])
         todo += r.requires + r.requires_any + r.assumption_sensitive
+    todo.append("guide_model")
     seen: set[str] = set()
     while todo:
         n = todo.pop()
@@ -189,7 +190,34 @@ def rule_flags(frame: "pl.DataFrame", rs: RuleSet, rules: list[Rule] | None = No
             ev = ev & any_
         fired = ev & c.expr(r.when).fill_null(False)
         cols += [ev.fill_null(False).alias(f"evaluable__{r.id}"), fired.fill_null(False).alias(f"fired__{r.id}")]
+        # guide_only: the guide's patched-scheduler mechanism; on an upstream log it only counts
+        # where upstream_when holds (issue 13 rule 5).
+        ok = _eligible(r, c)
+        cols.append((fired & ok).fill_null(False).alias(f"counts__{r.id}"))
+        cols.append((fired & ~ok).fill_null(False).alias(f"guide__{r.id}"))
     return frame.with_columns(cols)
+
+
+def _eligible(r: Rule, c: Compiler) -> "pl.Expr":
+    import polars as pl
+
+    if not r.guide_only:
+        return pl.lit(True)
+    gm = pl.col("guide_model").fill_null(True) if "guide_model" in c.columns else pl.lit(True)
+    if r.upstream_when:
+        gm = gm | c.expr(r.upstream_when).fill_null(False)
+    return gm
+
+
+def _assumed(r: Rule, columns: "set[str] | list[str]") -> "pl.Expr":
+    """True where the rule read one of its assumption-sensitive values from preemptlog's defaults."""
+    import polars as pl
+
+    assumed = pl.lit(False)
+    for n in r.assumption_sensitive:
+        if f"{n}_status" in columns:
+            assumed = assumed | (pl.col(f"{n}_status") == "default").fill_null(False)
+    return assumed
 
 
 def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
@@ -200,19 +228,19 @@ def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
     df = rule_flags(frame, rs, rules)
     c = Compiler(rs, set(frame.columns))
 
+    # Verdict order: every rule that fired on the bundle's own evidence, by priority; then
+    # those that fired only because of an assumed default (they support, never overturn).
+    order = [(r, pl.col(f"counts__{r.id}") & ~_assumed(r, df.columns)) for r in rules]
+    order += [(r, pl.col(f"counts__{r.id}") & _assumed(r, df.columns)) for r in rules if r.assumption_sensitive]
+
     def chain(values: Callable[[Rule], "pl.Expr"], default: "pl.Expr") -> "pl.Expr":
         expr = None
-        for r in rules:
-            cond = pl.col(f"fired__{r.id}")
+        for r, cond in order:
             expr = pl.when(cond).then(values(r)) if expr is None else expr.when(cond).then(values(r))
         return default if expr is None else expr.otherwise(default)
 
     def downgraded(r: Rule) -> "pl.Expr":
-        assumed = pl.lit(False)
-        for n in r.assumption_sensitive:
-            if f"{n}_status" in df.columns:
-                assumed = assumed | (pl.col(f"{n}_status") == "default").fill_null(False)
-        return pl.when(assumed).then(pl.lit(_DOWNGRADE[r.confidence])).otherwise(pl.lit(r.confidence))
+        return pl.when(_assumed(r, df.columns)).then(pl.lit(_DOWNGRADE[r.confidence])).otherwise(pl.lit(r.confidence))
 
     def assumed_note(r: Rule) -> "pl.Expr":
         parts = []
@@ -239,16 +267,35 @@ def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
             ),
             pl.lit([], pl.List(pl.String)),
         )
+        .list.concat(_guide_notes(rules))
         .list.drop_nulls()
         .alias("notes"),
     )
     return out
 
 
+def _guide_notes(rules: list[Rule]) -> "pl.Expr":
+    """Guide-only rules that fired on an upstream log: listed, never the verdict."""
+    import polars as pl
+
+    parts = [
+        pl.when(pl.col(f"guide__{r.id}")).then(
+            pl.lit(
+                f"fired on the guide's model only: {r.gate} (rule {r.id}); this log shows no debug-hook or "
+                "PREEMPTED marker lines of a patched scheduler, so the verdict follows upstream vLLM"
+                + (f" ({r.upstream_note})" if r.upstream_note else "")
+            )
+        )
+        for r in rules
+        if r.guide_only
+    ]
+    return pl.concat_list(parts) if parts else pl.lit([], pl.List(pl.String))
+
+
 def _gates_fired(rules: list[Rule]) -> "pl.Expr":
     import polars as pl
 
-    parts = [pl.when(pl.col(f"fired__{r.id}")).then(pl.lit(r.gate)) for r in rules]
+    parts = [pl.when(pl.col(f"counts__{r.id}")).then(pl.lit(r.gate)) for r in rules]
     if not parts:
         return pl.lit([], pl.List(pl.String))
     # Report in gate order G1..G4, each once.
@@ -292,3 +339,32 @@ VERDICT_COLUMNS = [
     "evidence",
     "notes",
 ]
+
+
+def fired_rules(frame: "pl.DataFrame", rs: RuleSet) -> list[list[dict]]:
+    """Per row of ``frame``: every rule that fired, with its gate, the values it cited and their lines.
+
+    Each item: ``{gate, sub_kind, rule, counts, evidence}``; ``counts`` is false for a
+    guide-only rule on an upstream log (listed, never the verdict). For ``explain``: the
+    step or interval and the lines that decided each fired gate.
+    """
+    import polars as pl
+
+    rules = rs.active
+    if frame.height == 0 or not rules:
+        return [[] for _ in range(frame.height)]
+    df = rule_flags(frame, rs, rules)
+    c = Compiler(rs, set(frame.columns))
+    parts = [
+        pl.when(pl.col(f"fired__{r.id}")).then(
+            pl.struct(
+                pl.lit(r.gate).alias("gate"),
+                pl.lit(r.sub_kind, pl.String).alias("sub_kind"),
+                pl.lit(r.id).alias("rule"),
+                pl.col(f"counts__{r.id}").alias("counts"),
+                _cite_structs(c, r.cite, df.schema).alias("evidence"),
+            )
+        )
+        for r in rules
+    ]
+    return df.select(pl.concat_list(parts).list.drop_nulls().alias("_f")).get_column("_f").to_list()

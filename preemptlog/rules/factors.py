@@ -4,8 +4,9 @@ Column-wise over all events (``{factor, detail, src}`` structs). Factors:
 
 - ``speculative-decoding``: the config has a speculative model (the guide: about
   20% of the budget is reserved for draft tokens; V0 reserves lookahead slots).
-- ``delayed-preemption``: the decision condition held within the look-back
-  steps but not at the log line's own step (the guide's delayed preemption).
+- ``delayed-preemption``: a gate's condition (G1 shortage, G2 variance, G3 queue
+  depth) held at an earlier step of the look-back but not at the log line's own
+  step (the guide's delayed preemption); one factor per gate, citing the step.
 - ``odd-max-model-len``: max_model_len is not a multiple of block_size (guide
   4.1: 8193 caused an off-by-one in block accounting).
 - ``alignment-gap``: the request's block table holds more token slots than
@@ -32,8 +33,21 @@ FACTOR_INPUTS = [
     "cfg_speculative",
     "needed_blocks",
     "free_blocks",
-    "lookback_min_free_blocks",
-    "lookback_steps",
+    "sched_step",
+    "sched_free_blocks",
+    "pending_max_blocks_needed",
+    "lookback_short_step",
+    "lookback_short_free_blocks",
+    "lookback_short_blocks_needed",
+    "batch_variance",
+    "variance_limit",
+    "lookback_max_variance",
+    "lookback_variance_step",
+    "lookback_variance_threshold",
+    "queue_depth",
+    "queue_limit",
+    "lookback_max_pending",
+    "lookback_max_pending_step",
     "pool_block_size",
     "cfg_block_size",
     "cfg_max_model_len",
@@ -78,27 +92,55 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
         ),
         src("cfg_speculative"),
     )
-    needed, free, look = v("needed_blocks"), v("free_blocks"), v("lookback_min_free_blocks")
-    item(
-        (needed > look) & ~(needed > free),
-        "delayed-preemption",
-        pl.concat_str(
-            [
-                pl.lit("the shortage held within the last "),
-                _s(v("lookback_steps")),
-                pl.lit(" scheduler step(s) (min free blocks "),
-                _s(look),
-                pl.lit(", needed "),
-                _s(needed),
-                pl.lit(") but not at the line's own step (free "),
-                _s(free),
-                pl.lit(
-                    "): the PREEMPTED line came after the decision (the guide's delayed preemption; upstream "
-                    "vLLM has no delayed_preemption setting)"
-                ),
-            ]
-        ),
-        src("lookback_min_free_blocks"),
+    # Delayed preemption (the guide's 1-3 steps): a gate's condition held at an earlier step of
+    # the look-back than the log line's own step, and not at that step. One factor per gate.
+    step = v("sched_step")
+    note = pl.lit(
+        ": the PREEMPTED line came after the decision (the guide's delayed preemption; upstream vLLM has "
+        "no delayed_preemption setting)"
+    )
+
+    def delayed(gate: str, at: "pl.Expr", held_then: "pl.Expr", held_now: "pl.Expr", what: "pl.Expr",
+                source: "pl.Expr") -> None:
+        item(
+            held_then & at.is_not_null() & (at < step) & ~held_now.fill_null(False),
+            "delayed-preemption",
+            pl.concat_str(
+                [pl.lit(f"{gate}: "), what, pl.lit(" at scheduler step "), _s(at), pl.lit(", "), _s(step - at),
+                 pl.lit(" step(s) before the line's own step "), _s(step), note]
+            ),
+            source,
+        )
+
+    short_step = v("lookback_short_step")
+    delayed(
+        "G1-kv-space",
+        short_step,
+        short_step.is_not_null(),
+        v("pending_max_blocks_needed") > v("sched_free_blocks"),
+        pl.concat_str([pl.lit("a pending request needed "), _s(v("lookback_short_blocks_needed")),
+                       pl.lit(" blocks with "), _s(v("lookback_short_free_blocks")), pl.lit(" free")]),
+        pl.concat_str([src("lookback_short_free_blocks"), pl.lit("; "), src("lookback_short_blocks_needed")],
+                      ignore_nulls=True),
+    )
+    var_thr = pl.coalesce(v("lookback_variance_threshold"), v("variance_limit"))
+    delayed(
+        "G2-batch-variance",
+        v("lookback_variance_step"),
+        v("lookback_max_variance") > var_thr,
+        v("batch_variance") > v("variance_limit"),
+        pl.concat_str([pl.lit("batch variance "), _s(v("lookback_max_variance")), pl.lit(" above its threshold "),
+                       _s(var_thr)]),
+        src("lookback_max_variance"),
+    )
+    delayed(
+        "G3-queue-overflow",
+        v("lookback_max_pending_step"),
+        v("lookback_max_pending") >= v("queue_limit"),
+        v("queue_depth") >= v("queue_limit"),
+        pl.concat_str([pl.lit("the pending queue was "), _s(v("lookback_max_pending")), pl.lit(" (cap "),
+                       _s(v("queue_limit")), pl.lit(")")]),
+        src("lookback_max_pending"),
     )
     bs = pl.coalesce(v("pool_block_size"), v("cfg_block_size"))
     mml = v("cfg_max_model_len")

@@ -40,12 +40,17 @@ RULE_FIELDS = {
     "upstream_note",
     "enabled",
     "only_when_fired",
+    "guide_only",
+    "upstream_when",
     "sample",
 }
 SAMPLE_FIELDS = {"evidence", "expect"}
 EXPECT = ("fired", "not-fired", "not-evaluable")
 # Event columns a rule may read besides the evidence frame.
 EVENT_NAMES = {"kind", "mode", "engine", "request_id", "cumulative", "time_precision"}
+# Bundle facts a rule may read: whether the bundle shows the guide's patched scheduler
+# (debug-hook lines or PREEMPTED marker lines), set per event by rules.verdicts.
+BUNDLE_NAMES = {"guide_model"}
 
 
 class RulesError(UsageError):
@@ -76,6 +81,8 @@ class Rule:
     upstream_note: str = ""
     enabled: bool = True
     only_when_fired: bool = False  # makes its gate "evaluable" only when it fires (a statement, not a test)
+    guide_only: bool = False  # a mechanism of the guide's patched scheduler, not of upstream vLLM
+    upstream_when: str = ""  # condition under which a guide_only rule also applies to upstream vLLM
     samples: list[dict] = field(default_factory=list)
     origin: str = "default.toml"
     order: int = 0
@@ -128,7 +135,7 @@ class RuleSet:
 def known_names() -> set[str]:
     from ..joiner import VALUE_COLUMNS
 
-    return set(VALUE_COLUMNS) | EVENT_NAMES
+    return set(VALUE_COLUMNS) | EVENT_NAMES | BUNDLE_NAMES
 
 
 def _read(path: str | None) -> tuple[dict, str]:
@@ -193,6 +200,12 @@ def _build_rule(doc: dict, src: str, order: int) -> Rule:
     owf = doc.get("only_when_fired", False)
     if not isinstance(owf, bool):
         raise RulesError(f"{where}: only_when_fired must be true or false")
+    guide_only = doc.get("guide_only", False)
+    if not isinstance(guide_only, bool):
+        raise RulesError(f"{where}: guide_only must be true or false")
+    upstream_when = doc.get("upstream_when", "")
+    if not isinstance(upstream_when, str):
+        raise RulesError(f"{where}: upstream_when must be a condition string")
     samples = doc.get("sample", [])
     if not isinstance(samples, list):
         raise RulesError(f"{where}: sample must be an array of tables")
@@ -222,6 +235,8 @@ def _build_rule(doc: dict, src: str, order: int) -> Rule:
         upstream_note=doc.get("upstream_note", ""),
         enabled=enabled,
         only_when_fired=owf,
+        guide_only=guide_only,
+        upstream_when=upstream_when,
         samples=samples,
         origin=src,
         order=order,
@@ -282,9 +297,14 @@ def validate(rs: RuleSet) -> None:
         _check_expr(f"{where} when", r.when, names_ok, rs)
         for c in r.cite:
             _check_expr(f"{where} cite {c!r}", c, names_ok, rs)
+        if r.upstream_when:
+            _check_expr(f"{where} upstream_when", r.upstream_when, names_ok, rs)
         for n in r.requires + r.requires_any + r.assumption_sensitive:
             if n not in names_ok:
-                raise RulesError(f"{where}: requires unknown evidence {n!r}")
+                from ..joiner import RENAMED_IN_2
+
+                hint = f"renamed to {RENAMED_IN_2[n]!r} in output schema 2" if n in RENAMED_IN_2 else None
+                raise RulesError(f"{where}: requires unknown evidence {n!r}", hint=hint)
         for i, s in enumerate(r.samples):
             for n in s.get("evidence", {}):
                 if n not in known:
@@ -299,7 +319,13 @@ def _check_expr(where: str, text: str, names_ok: set[str], rs: RuleSet) -> None:
     used, thr = E.names(node)
     bad = sorted(used - names_ok)
     if bad:
-        raise RulesError(f"{where}: unknown name(s) {', '.join(bad)}", hint="see `preemptlog rules --evidence`")
+        from ..joiner import RENAMED_IN_2
+
+        renamed = [f"{b} is now {RENAMED_IN_2[b]}" for b in bad if b in RENAMED_IN_2]
+        hint = ("renamed in output schema 2 (evidence named by its source): " + ", ".join(renamed)) if renamed else (
+            "see `preemptlog rules --evidence`"
+        )
+        raise RulesError(f"{where}: unknown name(s) {', '.join(bad)}", hint=hint)
     bad_t = sorted(thr - set(rs.thresholds))
     if bad_t:
         raise RulesError(f"{where}: unknown threshold(s) {', '.join('$' + t for t in bad_t)}")

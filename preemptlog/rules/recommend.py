@@ -122,15 +122,15 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
         f"speculative_config {spec['value'] if spec is not None else 'not stated'} in the config line{spec_where}",
     )
     ev = analysis.evidence
-    if ev is not None and "batch_max_len" in ev.columns and ev.get_column("batch_max_len").null_count() < ev.height:
-        i = ev.get_column("batch_max_len").arg_max()
-        where = ev.get_column("batch_max_len_src")[i] if "batch_max_len_src" in ev.columns and i is not None else None
-        out["batch_max_len"] = Measured(
-            int(ev.get_column("batch_max_len").max()),
+    if ev is not None and "bt_batch_max_len" in ev.columns and ev.get_column("bt_batch_max_len").null_count() < ev.height:
+        i = ev.get_column("bt_batch_max_len").arg_max()
+        where = ev.get_column("bt_batch_max_len_src")[i] if "bt_batch_max_len_src" in ev.columns and i is not None else None
+        out["bt_batch_max_len"] = Measured(
+            int(ev.get_column("bt_batch_max_len").max()),
             "longest running length at an event" + (f" ({where})" if where else ""),
         )
     else:
-        out["batch_max_len"] = Measured(None, "running lengths are not in the bundle (block-table table records)")
+        out["bt_batch_max_len"] = Measured(None, "running lengths are not in the bundle (block-table table records)")
     return out
 
 
@@ -190,7 +190,7 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
             "with speculative decoding, max_num_batched_tokens = 4096 + (draft_model_max_len // 16) x 1.2 "
             "(guide 3.2.4): the draft model's max_model_len is not in the bundle"
         )
-    bml = m.get("batch_max_len")
+    bml = m.get("bt_batch_max_len")
     if bml is not None and bml.known:
         out["dynamic_variance"] = (
             f"a dynamic variance threshold of 10% of the longest running length = {bml.value * 0.1:g} "
@@ -296,7 +296,7 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
     else:
         why = "speculative decoding is off" if spec.value is False else "speculative decoding is not in the bundle"
         dropped.append({"id": "spec_budget", "why": f"{why} ({spec.how})"})
-    bml = m.get("batch_max_len")
+    bml = m.get("bt_batch_max_len")
     if bml is not None and bml.known:
         out.append(_fix("dynamic_variance", "batch variance threshold (debug hook)", None, round(bml.value * 0.1, 1),
                         _known(bml), "fewer batch-variance preemptions on long generation (guide 3.2.2: 41% -> 2.3%)",

@@ -74,7 +74,25 @@ def event_frame(analysis: "Analysis") -> "pl.DataFrame":
     counts = (
         ev.filter(pl.col("request_id").is_not_null()).group_by("request_id").len().rename({"len": "_request_preemptions"})
     )
-    return ev.join(counts, on="request_id", how="left")
+    return ev.join(counts, on="request_id", how="left").with_columns(guide_model=pl.lit(guide_model(analysis)))
+
+
+def guide_model(analysis: "Analysis") -> bool:
+    """Does the bundle show the field guide's patched scheduler?
+
+    True when it holds debug-hook lines ([SCHEDULER], Req-, [BATCH]) or PREEMPTED marker
+    lines (which upstream vLLM never prints). Otherwise the log is upstream vLLM's, and
+    the guide-only gates (contiguity, batch variance, queue overflow, prefix conflict)
+    cannot give the verdict (issue 13, rule 5).
+    """
+    import polars as pl
+
+    for name in ("hook_steps", "hook_pending", "hook_batch"):
+        df = analysis.frames.get(name)
+        if df is not None and df.height:
+            return True
+    ev = analysis.events
+    return bool(ev.height and ev.filter(pl.col("kind") == "marker").height)
 
 
 def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
@@ -128,3 +146,51 @@ def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
     )
     v = v.with_columns(_key=key).join(lookup, on="_key", how="left").drop("_key")
     return v.select(["event_id"] + VERDICT_COLUMNS)
+
+
+DECIDING_STEPS = ("lookback_short_step", "lookback_variance_step", "lookback_max_pending_step")
+
+
+def decided_by(analysis, event_id: str, event: dict) -> list[dict]:
+    """For each fired gate: the rule, the scheduler step(s) or the interval, and the lines that decided it."""
+    import polars as pl
+
+    from .engine import fired_rules
+
+    if analysis.ruleset is None:
+        return []
+    frame = event_frame(analysis).filter(pl.col("event_id") == event_id)
+    if frame.height == 0:
+        return []
+    out = []
+    for item in fired_rules(frame, analysis.ruleset)[0]:
+        cited = item["evidence"] or []
+        # The step a look-back comparison crossed at decides; else the event's own snapshot step.
+        by_name = {c["name"]: c["value"] for c in cited if c.get("value") is not None}
+        steps = [by_name[n] for n in DECIDING_STEPS if n in by_name] or (
+            [by_name["sched_step"]] if "sched_step" in by_name else []
+        )
+        steps = list(dict.fromkeys(steps))
+        lines: list[str] = []
+        for c in cited:
+            for src in (c.get("src") or "").split("; "):
+                if src and src not in lines:
+                    lines.append(src)
+        if event.get("kind") == "interval" and event.get("interval_end") is not None:
+            where = f"interval {event.get('interval_start') or '?'} .. {event.get('interval_end')}"
+        elif steps:
+            where = "scheduler step " + ", ".join(steps)
+        else:
+            where = "at the event"
+        out.append(
+            {
+                "gate": item["gate"],
+                "sub_kind": item["sub_kind"],
+                "rule": item["rule"],
+                "verdict_eligible": item["counts"],
+                "where": where,
+                "lines": lines,
+                "evidence": cited,
+            }
+        )
+    return out

@@ -30,7 +30,7 @@ Frames: ``bt_steps`` (with the largest contiguous free run and the number of
 free regions, computed from ``free_regions`` or, vectorised, from
 ``free_block_ids``), ``bt_tables``, ``bt_events`` (schemas below). A
 ``block_size`` on a step record is also a ``seen`` configuration value.
-``preempt`` events are evidence; see joiner.py for when they also count as
+``preempt`` events are evidence; see reconcile.records_vs_counts for when they are the
 preemption events (kind ``record``).
 """
 

@@ -139,7 +139,7 @@ def polars_schema(schema: dict[str, str]) -> dict:
 def _with_time_upper(rows: "pl.DataFrame") -> "pl.DataFrame":
     import polars as pl
 
-    timed = pl.when(pl.col("time_precision") != "inherited").then(pl.col("time"))
+    timed = pl.when(~pl.col("time_precision").str.starts_with("inherited")).then(pl.col("time"))
     return rows.with_columns(
         time_upper=pl.when(pl.col("time_precision") == "inherited")
         .then(timed.backward_fill().over("stream"))
@@ -215,7 +215,7 @@ def hooks_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutpu
 
     out.frames.update(hook_steps=steps.filter(pl.col("free_blocks").is_not_null()), hook_pending=pending, hook_batch=batch)
     out.events.extend(_marker_events(rows))
-    inherited = rows.filter(pl.col("time_precision") == "inherited").height
+    inherited = rows.filter(pl.col("time_precision").str.starts_with("inherited")).height
     out.counters["hooks"] = {
         "steps": steps.height,
         "pending_lines": pending.height,
@@ -226,8 +226,8 @@ def hooks_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutpu
     if inherited:
         out.notes.append(
             f"{inherited} debug-hook line(s) have no timestamp (bare print()): each takes the time of the nearest "
-            "earlier timestamped log record of its file, so it may be early by up to the gap to the next one "
-            "(time_upper)."
+            "earlier line of its stream with any timestamp, so it may be early by up to the gap to the next one "
+            "(time_upper); before the first such line, the nearest later one (time_precision inherited-later)."
         )
     if bad:
         out.warnings.append(f"{bad} debug-hook line(s) have the hook's marker but not its shape (skipped)")

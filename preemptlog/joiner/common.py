@@ -1,0 +1,158 @@
+"""Helpers shared by the joiner's sections: provenance strings, sorted as-of joins,
+rolling look-backs, window maxima and sums over merged timelines, the engine key.
+
+Every lookup is a sorted as-of join, a rolling aggregate over a merged timeline, or a
+cumulative-sum difference: no Python loop per event.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+DEFAULT_BEFORE = 10.0
+DEFAULT_AFTER = 2.0
+DEFAULT_LOOKBACK = 3
+CONFLICT_S = 1.0  # G4: how close to the decision the other request's extension must be
+
+
+def src_expr(source: str = "source", line: str = "line") -> "pl.Expr":
+    import polars as pl
+
+    return pl.concat_str([pl.col(source), pl.lit(":"), pl.col(line).cast(pl.String)])
+
+
+def us(seconds: float) -> int:
+    return int(round(seconds * 1_000_000))
+
+
+def frame_of(frames: dict, name: str) -> "pl.DataFrame | None":
+    import polars as pl
+
+    df = frames.get(name)
+    if df is None or df.height == 0:
+        return None
+    if "time" in df.columns:
+        df = df.filter(pl.col("time").is_not_null())
+    return df if df.height else None
+
+
+def asof(
+    left: "pl.DataFrame",
+    right: "pl.DataFrame",
+    *,
+    left_on: str,
+    right_on: str,
+    by: list[str] | None = None,
+    strategy: str = "backward",
+    tolerance: Any = None,
+    allow_exact: bool = True,
+) -> "pl.DataFrame":
+    """join_asof on explicitly sorted frames; keeps the left order and columns."""
+    lsorted = left.sort(left_on, maintain_order=True)
+    rsorted = right.sort(right_on, maintain_order=True)
+    kw: dict[str, Any] = {}
+    if by:
+        kw["by_left"] = by
+        kw["by_right"] = by
+    return lsorted.join_asof(
+        rsorted,
+        left_on=left_on,
+        right_on=right_on,
+        strategy=strategy,  # type: ignore[arg-type]
+        tolerance=tolerance,
+        allow_exact_matches=allow_exact,
+        check_sortedness=False,
+        coalesce=False,
+        **kw,
+    )
+
+
+def window_max(
+    ev: "pl.DataFrame", series: "pl.DataFrame", key: str, width_us: int, by: str | None = None
+) -> "pl.DataFrame":
+    """Max of the Int64 ``key`` over series rows with time in [_hi - width, _hi], per event (_i, _max).
+
+    A merged timeline: the events' window ends are inserted as rows with a
+    null key, a time-based rolling max runs once over everything (per ``by``
+    group when given: both frames carry that column).
+    """
+    import polars as pl
+
+    g = [pl.col(by).alias("_g")] if by else [pl.lit(0, pl.Int8).alias("_g")]
+    s = series.select(pl.col("time").alias("_t"), pl.col(key).alias("_k"), pl.lit(None, pl.UInt32).alias("_i"), *g)
+    e = ev.select(pl.col("_hi").alias("_t"), pl.lit(None, pl.Int64).alias("_k"), pl.col("_i"), *g)
+    if not s.get_column("_t").is_sorted():
+        s = s.sort("_t", maintain_order=True)
+    e = e.sort("_t", maintain_order=True)
+    merged = s.merge_sorted(e, key="_t")
+    roll = pl.col("_k").rolling_max_by("_t", window_size=f"{width_us}us", closed="both")
+    merged = merged.with_columns(_max=roll.over("_g") if by else roll)
+    return merged.filter(pl.col("_i").is_not_null()).select("_i", "_max")
+
+
+def engine_key(col: str = "engine") -> "pl.Expr":
+    """The engine an event or evidence row belongs to: its label, "0" when none (one engine)."""
+    import polars as pl
+
+    return pl.col(col).cast(pl.String).fill_null("0")
+
+
+def with_eng(df: "pl.DataFrame") -> "pl.DataFrame":
+    import polars as pl
+
+    return df.with_columns(_eng=engine_key("engine") if "engine" in df.columns else pl.lit("0"))
+
+
+def window_sum(
+    ev: "pl.DataFrame", series: "pl.DataFrame", cols: list[str]
+) -> "pl.DataFrame":
+    """Sums of ``cols`` over series rows with time in [_lo, _hi] (cumulative-sum differences).
+
+    Also returns _first/_last row numbers (``_r``) in the window for provenance.
+    """
+    import polars as pl
+
+    s = series.sort("time").with_row_index("_r").with_columns(
+        [pl.col(c).fill_null(0).cum_sum().alias(f"_c_{c}") for c in cols]
+    )
+    keep = ["time", "_r"] + [f"_c_{c}" for c in cols]
+    hi = asof(ev.select("_i", "_hi"), s.select(keep), left_on="_hi", right_on="time")
+    lo = asof(ev.select("_i", "_lo"), s.select(keep), left_on="_lo", right_on="time", allow_exact=False)
+    first = asof(
+        ev.select("_i", "_lo"), s.select("time", "_r"), left_on="_lo", right_on="time", strategy="forward"
+    )
+    out = hi.select("_i", pl.col("_r").alias("_last"), *[pl.col(f"_c_{c}").alias(f"_hi_{c}") for c in cols])
+    out = out.join(
+        lo.select("_i", *[pl.col(f"_c_{c}").alias(f"_lo_{c}") for c in cols]), on="_i", how="left"
+    ).join(first.select("_i", pl.col("_r").alias("_first")), on="_i", how="left")
+    return out.with_columns(
+        [(pl.col(f"_hi_{c}").fill_null(0) - pl.col(f"_lo_{c}").fill_null(0)).alias(c) for c in cols]
+    ).with_columns(
+        _first=pl.when(pl.col("_first") <= pl.col("_last")).then(pl.col("_first")),
+        _last=pl.when(pl.col("_first") <= pl.col("_last")).then(pl.col("_last")),
+    ), s
+
+
+def rolling_lookback(df: "pl.DataFrame", group: list[str], value: str, k: int, how: str) -> "pl.DataFrame":
+    """Min/max of ``value`` over the current row and the k rows before it in ``group``,
+    with the row index (``_row``) where it was reached: columns _lb_val, _lb_row, _lb_n."""
+    import polars as pl
+
+    big = 1 << 32
+    v = pl.col(value).cast(pl.Int64, strict=False)
+    v = pl.when(v.abs() < (1 << 30)).then(v)  # absurd values (a damaged line) would overflow the encoding
+    if how == "min":
+        enc = v * big + (big - 1 - pl.col("_row").cast(pl.Int64))  # ties -> the latest row
+        agg = enc.rolling_min(k + 1, min_samples=1).over(group)
+        val = agg.floordiv(big)
+        row = (big - 1) - (agg - val * big)
+    else:
+        enc = v * big + pl.col("_row").cast(pl.Int64)
+        agg = enc.rolling_max(k + 1, min_samples=1).over(group)
+        val = agg.floordiv(big)
+        row = agg - val * big
+    n = pl.int_range(pl.len()).over(group).clip(upper_bound=k) + 1
+    return df.with_columns(_lb_val=val, _lb_row=row, _lb_n=n.cast(pl.Int64))

@@ -1,0 +1,172 @@
+"""Putting the sections together: the evidence frame, block-table preempt records as events, skew notes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key, us
+from .config import section_config
+from .dmon import section_dmon
+from .kv import section_kv
+from .pool import section_batch_len, section_pool
+from .prom import section_prom
+from .request import section_request
+from .sched import section_sched
+from .stats import section_stats
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..analysis import Analysis
+
+
+def compute(
+    events: "pl.DataFrame",
+    frames: dict[str, "pl.DataFrame"],
+    stats: "pl.DataFrame | None" = None,
+    config: "pl.DataFrame | None" = None,
+    *,
+    before: float = DEFAULT_BEFORE,
+    after: float = DEFAULT_AFTER,
+    lookback_steps: int = DEFAULT_LOOKBACK,
+) -> "pl.DataFrame":
+    """The evidence frame for ``events`` (needs event_id, time; uses request_id, stream, seq, kind)."""
+    import polars as pl
+
+    from . import polars_schema
+
+    schema = polars_schema()
+    before_us, after_us = us(before), us(after)
+    if before_us < 0 or after_us < 0 or lookback_steps < 0:
+        raise ValueError("before, after and lookback_steps must not be negative")
+    if events.height == 0:
+        return pl.DataFrame(schema=schema)
+    base = events.with_row_index("_i")
+    for c, dt in (("request_id", pl.String), ("stream", pl.Int32), ("seq", pl.UInt32), ("kind", pl.String),
+                  ("engine", pl.String), ("interval_start", pl.Datetime("us", "UTC")),
+                  ("interval_end", pl.Datetime("us", "UTC"))):
+        if c not in base.columns:
+            base = base.with_columns(pl.lit(None, dt).alias(c))
+    ev = base.filter(pl.col("time").is_not_null()).select(
+        "_i",
+        "time",
+        "request_id",
+        "stream",
+        "seq",
+        "kind",
+        engine_key("engine").alias("_eng"),
+        pl.when(pl.col("kind") == "interval").then(pl.col("interval_end")).alias("_iend"),
+        pl.col("time").alias("_t"),
+        (pl.col("time") - pl.duration(microseconds=before_us)).alias("_lo"),
+        (pl.col("time") + pl.duration(microseconds=after_us)).alias("_hi"),
+    ).sort("_t")
+    out = base.select("_i", "event_id")
+    if ev.height:
+        sections = [
+            section_sched(ev, frames, lookback_steps, before_us),
+            section_pool(ev, frames, lookback_steps, before_us),
+            section_batch_len(ev, frames, before_us),
+            section_request(ev, frames, before_us, after_us),
+            section_kv(ev, frames),
+            section_stats(ev, stats, before_us, after_us),
+            section_prom(ev, frames, before_us, after_us),
+            section_dmon(ev, frames, before_us, after_us),
+            section_config(ev, config),
+        ]
+        for sec in sections:
+            if sec is not None:
+                out = out.join(sec, on="_i", how="left", maintain_order="left")
+    # lookback_min_free_blocks: hook steps first, else block-table steps.
+    h = [c for c in ("_h_lbmin", "_b_lbmin") if c in out.columns]
+    if h:
+        out = out.with_columns(
+            lookback_min_free_blocks=pl.coalesce(h),
+            lookback_min_free_blocks_src=pl.coalesce([f"{c}_src" for c in h]),
+        )
+        if "lookback_steps" not in out.columns and "_b_lbn" in out.columns:
+            out = out.with_columns(
+                lookback_steps=pl.col("_b_lbn"),
+                lookback_steps_src=pl.when(pl.col("_b_lbn").is_not_null()).then(pl.col("_b_lbmin_src")),
+            )
+    cols = []
+    for name, dtype in schema.items():
+        if name in out.columns:
+            cols.append(pl.col(name).cast(dtype))
+        else:
+            cols.append(pl.lit(None, dtype).alias(name))
+    return out.sort("_i").select(cols)
+
+
+def record_events(frames: dict[str, "pl.DataFrame"]) -> "pl.DataFrame | None":
+    """Block-table ``preempt`` records as partial event frames (kind ``record``)."""
+    import polars as pl
+
+    bt = frames.get("bt_events")
+    if bt is None or bt.height == 0:
+        return None
+    pre = bt.filter(pl.col("action") == "preempt")
+    if pre.height == 0:
+        return None
+    return pre.select(
+        pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]).alias("event_id"),
+        "time",
+        "time_precision",
+        pl.lit(None, pl.Datetime("us", "UTC")).alias("interval_start"),
+        pl.lit(None, pl.Datetime("us", "UTC")).alias("interval_end"),
+        pl.lit("record").alias("kind"),
+        "request_id",
+        pl.lit(None, pl.String).alias("mode"),
+        "engine",
+        pl.lit(None, pl.Int64).alias("cumulative"),
+        "source",
+        "line",
+        pl.concat_str(
+            [pl.lit("block-table preempt step="), pl.col("step").cast(pl.String),
+             pl.when(pl.col("reason").is_not_null()).then(pl.concat_str([pl.lit(" reason="), pl.col("reason")])).otherwise(pl.lit(""))],
+        ).alias("raw"),
+        pl.lit(None, pl.Int32).alias("stream"),
+        pl.lit(None, pl.UInt32).alias("seq"),
+        pl.lit(0, pl.Int64).alias("_sub"),
+    )
+
+
+def skew_notes(events: "pl.DataFrame", evidence: "pl.DataFrame") -> list[str]:
+    """Clock skew estimates between sources that see the same moments (reported, never applied)."""
+    import polars as pl
+
+    notes = []
+    if evidence.height and "bt_preempt_offset_s" in evidence.columns:
+        pairs = evidence.join(events.select("event_id", "kind", "time_precision"), on="event_id", how="left").filter(
+            pl.col("bt_preempt_offset_s").is_not_null() & pl.col("kind").is_in(["logged", "marker"])
+        )
+        if pairs.height:
+            # A line stamped to the whole second happened on average 0.5 s after its stamp.
+            corrected = pl.col("bt_preempt_offset_s") - pl.when(pl.col("time_precision") == "1s").then(0.5).otherwise(0.0)
+            med = pairs.select(corrected.median()).item()
+            if med is not None:
+                notes.append(
+                    f"clock skew estimate: block-table preempt records are {med:+.3f} s from the log's preemption "
+                    f"lines for the same request (median of {pairs.height} pair(s)); not applied. If the block-table "
+                    f"clock is off, add --offset blocktable={-med:+.3f}s (lines stamped to the second are taken as "
+                    "0.5 s late; a PREEMPTED line printed 1-3 steps after the decision makes the estimate read low)."
+                )
+    return notes
+
+
+def finish(analysis: "Analysis", *, before: float, after: float, lookback_steps: int) -> None:
+    """Called at the end of analysis: evidence and skew notes.
+
+    Which block-table ``preempt`` records are events (kind ``record``) and which are
+    evidence was decided by reconcile.records_vs_counts; records that are evidence
+    are matched to the log event of the same request (``bt_preempt_offset_s``).
+    """
+    analysis.evidence = compute(
+        analysis.events,
+        analysis.frames,
+        analysis.stats,
+        analysis.config,
+        before=before,
+        after=after,
+        lookback_steps=lookback_steps,
+    )
+    analysis.notes.extend(skew_notes(analysis.events, analysis.evidence))

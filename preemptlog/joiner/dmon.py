@@ -1,0 +1,91 @@
+"""nvidia-smi dmon samples: the GPU as of t and frame-buffer jumps in the window."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .common import asof, frame_of, window_max
+from .declare import Evidence, cited
+
+if TYPE_CHECKING:
+    import polars as pl
+
+EVIDENCE = [
+    Evidence('dmon_fb_at_mb', 'Float64', 'dmon', 'bundle',
+             "frame-buffer use as of t, largest over the sample's GPUs"),
+    Evidence('dmon_fb_jump_mb', 'Float64', 'dmon', 'bundle',
+             "largest rise of one GPU's frame buffer between consecutive samples, in the window"),
+    Evidence('dmon_fb_jump_gpu', 'Int64', 'dmon', 'bundle',
+             'the GPU of that rise'),
+    Evidence('dmon_sm_at_pct', 'Float64', 'dmon', 'bundle',
+             'SM use as of t, largest over the GPUs'),
+    Evidence('dmon_mem_at_pct', 'Float64', 'dmon', 'bundle',
+             'memory-controller use as of t, largest over the GPUs'),
+]
+
+
+def section_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -> "pl.DataFrame | None":
+    import polars as pl
+
+    dm = frame_of(frames, "dmon")
+    if dm is None:
+        return None
+    have = [c for c in ("fb_mb", "sm_pct", "mem_pct") if c in dm.columns]
+    if not have:
+        return None
+    dm = dm.select("time", "gpu", *have, "source", "line")
+    if not dm.get_column("time").is_sorted():
+        dm = dm.sort("time", maintain_order=True)
+    dm = dm.with_row_index("_row")
+    big = 1 << 34
+    row = pl.col("_row").cast(pl.Int64)
+    # Values are encoded with their row (fixed point x10) so that max() also says where.
+    dm = dm.with_columns(  # absurd values (inf, 1e300 in a damaged line) left out, not overflowed
+        [(pl.when(pl.col(c).abs() < 1e7).then(pl.col(c) * 10).round().cast(pl.Int64, strict=False) * big + row)
+         .alias(f"_e_{c}") for c in have]
+    )
+    src_of = dm.select(pl.col("source"), pl.col("line").cast(pl.String), pl.col("gpu"))
+
+    def decode(col: str) -> tuple["pl.Expr", "pl.Expr"]:
+        v = pl.col(col).floordiv(big)
+        return v, (pl.col(col) - v * big)
+
+    def gather_src(df: "pl.DataFrame", rowcol: str) -> "pl.Series":
+        rows = df.get_column(rowcol).fill_null(0).cast(pl.UInt32)
+        return pl.select(
+            pl.concat_str([src_of.get_column("source").gather(rows), pl.lit(":"), src_of.get_column("line").gather(rows)])
+        ).to_series()
+
+    # The sample as of t: the largest value over the GPUs of that timestamp.
+    per_t = dm.group_by("time").agg([pl.col(f"_e_{c}").max() for c in have]).sort("time")
+    at = asof(ev.select("_i", "_t"), per_t, left_on="_t", right_on="time", tolerance=f"{before_us}us")
+    name = {"fb_mb": "dmon_fb_at_mb", "sm_pct": "dmon_sm_at_pct", "mem_pct": "dmon_mem_at_pct"}
+    out = at.select("_i")
+    for c in have:
+        v, r = decode(f"_e_{c}")
+        tmp = at.select(v.alias("_v"), r.alias("_r"))
+        ok = tmp.get_column("_v").is_not_null()
+        out = out.with_columns(
+            *cited(name[c], pl.lit(tmp.get_column("_v") / 10.0), pl.when(ok).then(gather_src(tmp, "_r")))
+        )
+    if "fb_mb" in have:
+        # Largest rise of one GPU's fb between consecutive samples, for a rise sampled in the window.
+        jump = pl.col("fb_mb") - pl.col("fb_mb").shift(1).over("gpu")
+        jump = pl.when(jump.abs() < 1e8).then(jump).round().cast(pl.Int64, strict=False)
+        g = dm.select("time", (jump * big + row).alias("_enc"))
+        mx = window_max(ev, g, "_enc", before_us + after_us)
+        v, r = decode("_max")
+        mx = mx.with_columns(_jump=v.cast(pl.Float64), _jrow=r)
+        rows = mx.get_column("_jrow").fill_null(0).cast(pl.UInt32)
+        ok = mx.get_column("_max").is_not_null()
+        mx = mx.with_columns(_jgpu=src_of.get_column("gpu").gather(rows).cast(pl.Int64), _jsrc=gather_src(mx, "_jrow"))
+        out = out.join(
+            mx.select(
+                "_i",
+                *cited("dmon_fb_jump_mb", pl.when(ok).then(pl.col("_jump")), pl.col("_jsrc")),
+                *cited("dmon_fb_jump_gpu", pl.when(ok).then(pl.col("_jgpu")), pl.col("_jsrc")),
+            ),
+            on="_i",
+            how="left",
+        )
+    return out

@@ -1,0 +1,245 @@
+"""Scheduler steps: the [SCHEDULER] / Req- / [BATCH] debug-hook lines, and the per-step look-back."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .common import asof, frame_of, rolling_lookback, src_expr
+from .declare import Evidence, cited
+
+if TYPE_CHECKING:
+    import polars as pl
+
+EVIDENCE = [
+    Evidence('sched_step', 'Int64', 'vllm-log (hooks)', 'step',
+             'nearest [SCHEDULER] step at or before the event on the (time, stream, line) order, within `before`'),
+    Evidence('sched_free_blocks', 'Int64', 'vllm-log (hooks)', 'step',
+             "that step's free blocks"),
+    Evidence('sched_pending', 'Int64', 'vllm-log (hooks)', 'step',
+             "that step's pending requests"),
+    Evidence('sched_running', 'Int64', 'vllm-log (hooks)', 'step',
+             "that step's running requests"),
+    Evidence('sched_age_s', 'Float64', 'vllm-log (hooks)', 'step',
+             'seconds from that step to the event'),
+    Evidence('lookback_steps', 'Int64', 'vllm-log (hooks) or blocktable', 'step',
+             'steps in the look-back (the snapshot step and the K before it)'),
+    Evidence('lookback_min_free_blocks', 'Int64', 'vllm-log (hooks) or blocktable', 'step',
+             "min free blocks over the look-back (shown; never compared with another step's need)"),
+    Evidence('pending_count', 'Int64', 'vllm-log (hooks)', 'step',
+             "the snapshot step's `Req-` lines"),
+    Evidence('pending_max_blocks_needed', 'Int64', 'vllm-log (hooks)', 'step',
+             'largest blocks_needed of those lines'),
+    Evidence('pending_min_blocks_needed', 'Int64', 'vllm-log (hooks)', 'step',
+             'smallest blocks_needed of those lines'),
+    Evidence('pending_over_free', 'Int64', 'vllm-log (hooks)', 'step',
+             "how many of them need more blocks than the step's free blocks"),
+    Evidence('batch_variance', 'Float64', 'vllm-log (hooks)', 'step',
+             "the snapshot step's [BATCH] variance (the last line if several)"),
+    Evidence('batch_threshold', 'Float64', 'vllm-log (hooks)', 'step',
+             'the threshold printed on that line'),
+    Evidence('lookback_max_variance', 'Float64', 'vllm-log (hooks)', 'step',
+             'max variance over the look-back steps'),
+    Evidence('lookback_variance_step', 'Int64', 'vllm-log (hooks)', 'step',
+             'the step of that maximum'),
+    Evidence('lookback_variance_threshold', 'Float64', 'vllm-log (hooks)', 'step',
+             'the threshold printed on that same [BATCH] line'),
+    Evidence('lookback_compared_steps', 'Int64', 'vllm-log (hooks)', 'step',
+             'look-back steps with pending lines to compare (null: none)'),
+    Evidence('lookback_short_step', 'Int64', 'vllm-log (hooks)', 'step',
+             'latest look-back step whose own pending request needs more blocks than its own free blocks'),
+    Evidence('lookback_short_free_blocks', 'Int64', 'vllm-log (hooks)', 'step',
+             "that step's free blocks"),
+    Evidence('lookback_short_blocks_needed', 'Int64', 'vllm-log (hooks)', 'step',
+             "that step's largest blocks_needed (its `Req-` line)"),
+    Evidence('lookback_max_pending', 'Int64', 'vllm-log (hooks)', 'step',
+             'deepest pending queue of the look-back'),
+    Evidence('lookback_max_pending_step', 'Int64', 'vllm-log (hooks)', 'step',
+             'its step'),
+]
+
+
+def section_sched(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "pl.DataFrame | None":
+    import polars as pl
+
+    steps = frame_of(frames, "hook_steps")
+    if steps is None:
+        return None
+    steps = steps.sort("stream", "seq").with_row_index("_row").with_columns(_ssrc=src_expr())
+    # Pending lines per step.
+    pend = frames.get("hook_pending")
+    if pend is not None and pend.height:
+        p = pend.join(steps.select("stream", "step", "free_blocks"), on=["stream", "step"], how="inner")
+        pagg = p.sort("stream", "seq").group_by("stream", "step").agg(
+            pl.len().cast(pl.Int64).alias("pending_count"),
+            pl.col("blocks_needed").max().alias("pending_max_blocks_needed"),
+            pl.col("blocks_needed").min().alias("pending_min_blocks_needed"),
+            (pl.col("blocks_needed") > pl.col("free_blocks")).sum().cast(pl.Int64).alias("pending_over_free"),
+            src_expr().sort_by(pl.col("blocks_needed"), descending=True).first().alias("_pmax_src"),
+            src_expr().sort_by(pl.col("blocks_needed")).first().alias("_pmin_src"),
+        )
+        steps = steps.join(pagg, on=["stream", "step"], how="left", maintain_order="left").with_columns(
+            pl.col("pending_count").fill_null(0), pl.col("pending_over_free").fill_null(0)
+        )
+    else:
+        steps = steps.with_columns(
+            pending_count=pl.lit(0, pl.Int64),
+            pending_max_blocks_needed=pl.lit(None, pl.Int64),
+            pending_min_blocks_needed=pl.lit(None, pl.Int64),
+            pending_over_free=pl.lit(0, pl.Int64),
+            _pmax_src=pl.lit(None, pl.String),
+            _pmin_src=pl.lit(None, pl.String),
+        )
+    # Batch line per step (the last one).
+    bat = frames.get("hook_batch")
+    if bat is not None and bat.height:
+        bagg = bat.sort("stream", "seq").group_by("stream", "step").agg(
+            pl.col("variance").last().alias("batch_variance"),
+            pl.col("threshold").last().alias("batch_threshold"),
+            src_expr().last().alias("_bsrc"),
+        )
+        steps = steps.join(bagg, on=["stream", "step"], how="left", maintain_order="left")
+    else:
+        steps = steps.with_columns(
+            batch_variance=pl.lit(None, pl.Float64),
+            batch_threshold=pl.lit(None, pl.Float64),
+            _bsrc=pl.lit(None, pl.String),
+        )
+    # Look-back over K steps (rows are in step order within a stream).
+    steps = rolling_lookback(steps, ["stream"], "free_blocks", k, "min").rename(
+        {"_lb_val": "lookback_min_free_blocks", "_lb_row": "_lbf_row", "_lb_n": "lookback_steps"}
+    )
+    # Variance look-back (scaled to keep one decimal... use x1000 fixed point).
+    var = pl.col("batch_variance")
+    steps = steps.with_columns(  # absurd values (inf, 1e300 in a damaged line) left out, not overflowed
+        _var_fx=pl.when(var.abs() < 1e6).then(var * 1000).round().cast(pl.Int64, strict=False)
+    )
+    has_var = steps.get_column("_var_fx").is_not_null().any()
+    if has_var:
+        steps = rolling_lookback(
+            steps.with_columns(_var_fx=pl.col("_var_fx").fill_null(-(1 << 28))), ["stream"], "_var_fx", k, "max"
+        )
+        steps = steps.with_columns(
+            lookback_max_variance=pl.when(pl.col("_lb_val") > -(1 << 28)).then(pl.col("_lb_val") / 1000.0),
+            _lbv_row=pl.when(pl.col("_lb_val") > -(1 << 28)).then(pl.col("_lb_row")),
+        )
+    else:
+        steps = steps.with_columns(lookback_max_variance=pl.lit(None, pl.Float64), _lbv_row=pl.lit(None, pl.Int64))
+    srcs = steps.get_column("_ssrc")
+    steps = steps.with_columns(_lbf_src=srcs.gather(steps.get_column("_lbf_row").cast(pl.UInt32)))
+    steps = _lookback_per_step(steps, k)
+    if has_var:
+        bsrcs = steps.get_column("_bsrc")
+        steps = steps.with_columns(
+            _lbv_src=bsrcs.gather(steps.get_column("_lbv_row").fill_null(0).cast(pl.UInt32))
+        ).with_columns(_lbv_src=pl.when(pl.col("_lbv_row").is_not_null()).then(pl.col("_lbv_src")))
+    else:
+        steps = steps.with_columns(_lbv_src=pl.lit(None, pl.String))
+
+    # Order events and steps on one (time, stream, line) timeline, then as-of on the ordinal.
+    e = ev.select(pl.col("time").alias("_t"), pl.col("stream").alias("_s"), pl.col("seq").alias("_q"),
+                  pl.lit(1, pl.Int8).alias("_isev"), pl.col("_i").cast(pl.Int64).alias("_id"))
+    s = steps.select(pl.col("time").alias("_t"), pl.col("stream").alias("_s"), pl.col("seq").alias("_q"),
+                     pl.lit(0, pl.Int8).alias("_isev"), pl.col("_row").cast(pl.Int64).alias("_id"))
+    tl = pl.concat([e, s]).sort("_t", "_s", "_q", "_isev", nulls_last=True).with_row_index("_ord")
+    e_o = tl.filter(pl.col("_isev") == 1).select(pl.col("_id").cast(pl.UInt32).alias("_i"), "_ord", "_t")
+    s_o = tl.filter(pl.col("_isev") == 0).select(pl.col("_id").alias("_row"), pl.col("_ord").alias("_sord"))
+    steps = steps.with_columns(pl.col("_row").cast(pl.Int64)).join(s_o, on="_row", how="left")
+    j = asof(e_o, steps, left_on="_ord", right_on="_sord")
+    age_us = (pl.col("_t") - pl.col("time")).dt.total_microseconds()
+    ok = pl.col("time").is_not_null() & (age_us <= before_us)
+
+    def v(expr: "pl.Expr") -> "pl.Expr":
+        return pl.when(ok).then(expr)
+
+    step = pl.col("_ssrc")
+    return j.select(
+        "_i",
+        *cited("sched_step", v(pl.col("step")), step),
+        *cited("sched_free_blocks", v(pl.col("free_blocks")), step),
+        *cited("sched_pending", v(pl.col("pending")), step),
+        *cited("sched_running", v(pl.col("running")), step),
+        *cited("sched_age_s", v((age_us / 1e6).round(6)), step),
+        *cited("lookback_steps", v(pl.col("lookback_steps")), step),
+        *cited("_h_lbmin", v(pl.col("lookback_min_free_blocks")), pl.col("_lbf_src")),  # -> lookback_min_free_blocks
+        *cited("pending_count", v(pl.col("pending_count")), step),
+        *cited("pending_max_blocks_needed", v(pl.col("pending_max_blocks_needed")), pl.col("_pmax_src")),
+        *cited("pending_min_blocks_needed", v(pl.col("pending_min_blocks_needed")), pl.col("_pmin_src")),
+        *cited("pending_over_free", v(pl.col("pending_over_free")), step),
+        *cited("batch_variance", v(pl.col("batch_variance")), pl.col("_bsrc")),
+        *cited("batch_threshold", v(pl.col("batch_threshold")), pl.col("_bsrc")),
+        *cited("lookback_max_variance", v(pl.col("lookback_max_variance")), pl.col("_lbv_src")),
+        *[e for c in LOOKBACK_VALUES for e in cited(c, v(pl.col(c)), pl.col(f"{c}_src"))],
+    )
+
+
+# Per-step look-back evidence (rule 2 of issue 13): each step is compared with itself.
+LOOKBACK_VALUES = [
+    "lookback_compared_steps", "lookback_short_step", "lookback_short_free_blocks", "lookback_short_blocks_needed",
+    "lookback_variance_step", "lookback_variance_threshold", "lookback_max_pending", "lookback_max_pending_step",
+]
+LOOKBACK_STEP_COLUMNS = [n for c in LOOKBACK_VALUES for n in (c, f"{c}_src")]
+
+
+def _lookback_per_step(steps: "pl.DataFrame", k: int) -> "pl.DataFrame":
+    """Look-back evidence where every comparison stays inside one scheduler step.
+
+    Over the snapshot step and the k steps before it (same stream, rows in step order):
+
+    - ``lookback_short_*``: the latest step whose own pending requests (``Req-`` lines)
+      need more blocks than that step's free blocks; its step number, free blocks and
+      the largest blocks_needed, cited by its [SCHEDULER] and ``Req-`` lines;
+    - ``lookback_compared_steps``: how many look-back steps had pending lines to compare
+      (null when none had: nothing could be compared);
+    - ``lookback_variance_step`` / ``_threshold``: the step of ``lookback_max_variance``
+      and the threshold printed on that same [BATCH] line;
+    - ``lookback_max_pending`` / ``_step``: the deepest pending queue of the look-back.
+    """
+    import polars as pl
+
+    row = pl.col("_row").cast(pl.Int64)
+    has_p = pl.col("pending_max_blocks_needed").is_not_null()
+    short = (pl.col("pending_max_blocks_needed") > pl.col("free_blocks")).fill_null(False)
+    steps = steps.with_columns(
+        _short_row=pl.when(short).then(row).rolling_max(k + 1, min_samples=1).over("stream"),
+        _cmp_n=has_p.cast(pl.Int64).rolling_sum(k + 1, min_samples=1).over("stream"),
+    )
+    rows = steps.get_column("_short_row").fill_null(0).cast(pl.UInt32)
+    ok = steps.get_column("_short_row").is_not_null()
+
+    def at(col: str) -> "pl.Series":
+        return steps.get_column(col).gather(rows)
+
+    out = steps.with_columns(
+        lookback_compared_steps=pl.when(pl.col("_cmp_n") > 0).then(pl.col("_cmp_n")),
+        lookback_compared_steps_src=pl.when(pl.col("_cmp_n") > 0).then(pl.col("_ssrc")),
+        lookback_short_step=pl.when(ok).then(at("step")),
+        lookback_short_step_src=pl.when(ok).then(at("_ssrc")),
+        lookback_short_free_blocks=pl.when(ok).then(at("free_blocks")),
+        lookback_short_free_blocks_src=pl.when(ok).then(at("_ssrc")),
+        lookback_short_blocks_needed=pl.when(ok).then(at("pending_max_blocks_needed")),
+        lookback_short_blocks_needed_src=pl.when(ok).then(at("_pmax_src")),
+    )
+    vrow = out.get_column("_lbv_row")
+    vok = vrow.is_not_null()
+    vr = vrow.fill_null(0).cast(pl.UInt32)
+    out = out.with_columns(
+        lookback_variance_step=pl.when(vok).then(out.get_column("step").gather(vr)),
+        lookback_variance_step_src=pl.when(vok).then(out.get_column("_ssrc").gather(vr)),
+        lookback_variance_threshold=pl.when(vok).then(out.get_column("batch_threshold").gather(vr)),
+        lookback_variance_threshold_src=pl.when(vok).then(out.get_column("_bsrc").gather(vr)),
+    )
+    out = out.with_columns(
+        lookback_variance_threshold_src=pl.when(pl.col("lookback_variance_threshold").is_not_null()).then(
+            pl.col("lookback_variance_threshold_src")
+        )
+    )
+    tmp = rolling_lookback(out.with_columns(_pend=pl.col("pending")), ["stream"], "_pend", k, "max")
+    prow = tmp.get_column("_lb_row")
+    pok = tmp.get_column("_lb_val").is_not_null()
+    pr = prow.fill_null(0).cast(pl.UInt32)
+    return out.with_columns(
+        lookback_max_pending=tmp.get_column("_lb_val"),
+        lookback_max_pending_src=pl.when(pok).then(out.get_column("_ssrc").gather(pr)),
+        lookback_max_pending_step=pl.when(pok).then(out.get_column("step").gather(pr)),
+        lookback_max_pending_step_src=pl.when(pok).then(out.get_column("_ssrc").gather(pr)),
+    )
