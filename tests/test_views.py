@@ -223,16 +223,40 @@ def test_columns_on_the_table_and_no_header():
     assert csv.stdout.splitlines()[0] == "demo/vllm.log:140,140"
 
 
-def test_folded_rows_say_when_their_events_differ():
+def test_folded_rows_of_one_interval_share_the_interval_verdict():
     log = str(FIXTURES / "golden" / "v1-patched-0.14.log")
     r = invoke("analyze", log, "--year", "2026", "--tz", "UTC", "-f", "table", "-q", "--no-header")
     rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.strip()}
     assert "6 in interval" in rows["v1-patched-0.14.log:13~i*"]
-    assert "2 verdicts" in rows["v1-patched-0.14.log:15~i*"]  # one G1 event among undetermined ones
-    assert "G1-kv-space/kv-exhausted" in rows["v1-patched-0.14.log:17~i*"]
+    # The events of one counted interval are judged by the line that reports it (and the engine's
+    # line before): one verdict for the whole fold.
+    assert "3 in interval" in rows["v1-patched-0.14.log:15~i*"]
+    assert "G1-kv-space/kv-exhausted" in rows["v1-patched-0.14.log:15~i*"]
+    assert "verdicts" not in rows["v1-patched-0.14.log:15~i*"]
     nd = invoke("analyze", log, "--year", "2026", "--tz", "UTC", "-f", "ndjson", "-q")
-    gates = [json.loads(x)["gate"] for x in nd.stdout.splitlines() if ":15~i" in x]
-    assert len(set(gates)) == 2  # ndjson keeps each event and its own verdict
+    ids = [json.loads(x)["event_id"] for x in nd.stdout.splitlines() if ":15~i" in x]
+    assert len(ids) == 3  # ndjson keeps each event
+
+
+def test_folded_rows_say_when_their_events_differ():
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from preemptlog.render.table import display_rows
+
+    ids = ["v.log:9~r1", "v.log:9~r2", "v.log:9~r3", "v.log:12"]
+    events = pl.DataFrame({
+        "event_id": ids, "kind": ["reconstructed"] * 3 + ["logged"],
+        "time": [1, 2, 3, 4], "request_id": [None, None, None, "7"], "mode": [None] * 4,
+        "source": ["v.log"] * 4, "line": [9, 9, 9, 12],
+    })
+    verdicts = pl.DataFrame({
+        "event_id": ids, "gate": ["G1-kv-space", "undetermined", "undetermined", "G1-kv-space"],
+        "sub_kind": ["kv-exhausted", None, None, "kv-exhausted"], "confidence": ["low", "none", "none", "high"],
+    })
+    rows = display_rows(SimpleNamespace(events=events, verdicts=verdicts)).to_dicts()
+    assert [(r["event_id"], r["count"], r["verdicts"]) for r in rows] == [("v.log:9~r*", 3, 2), ("v.log:12", 1, 1)]
 
 
 def test_unknown_column_is_a_usage_error_with_the_nearest():
