@@ -220,7 +220,8 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     """
     import polars as pl
 
-    from ..textio import scan_lines, split_cr
+    from .. import reflow
+    from ..textio import split_cr
 
     markers = all_markers()
     literals = list(dict.fromkeys(m for m, _ in markers))
@@ -231,8 +232,9 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     marker_enum = pl.Enum(literals)
     marker_rx = marker_regex(literals)
 
-    # Literal pre-filter on the raw line (Teddy/SIMD prefilter of the regex crate).
-    lf = scan_lines(path).filter(pl.col("line").str.contains(marker_rx))
+    # Literal pre-filter on the raw line (Teddy/SIMD prefilter of the regex crate);
+    # wrapped, reflowed, quoted or indented captures are repaired first (reflow.py).
+    lf = reflow.scan(path).filter(pl.col("line").str.contains(marker_rx))
     lf = split_cr(lf)
     # Leftmost marker; ties go to the earlier marker in the list.
     first = pl.col("line").str.extract(marker_rx, 1)

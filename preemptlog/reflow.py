@@ -1,0 +1,357 @@
+"""Text-level repair of captured and pasted logs, before any parse.
+
+Real logs reach preemptlog damaged by the way they were captured: cut at a
+terminal's width, reflowed by a Markdown or blog editor, quoted (``> ``),
+indented (notebooks) or fenced (```` ``` ````). This module turns such text
+back into the lines the program wrote, as a lazy polars stage that every text
+source reads through (:func:`scan`); the parsers then see ordinary lines.
+
+The repair is decided per file from a sample of its head (:data:`SAMPLE_BYTES`;
+a capture is damaged the same way throughout), by :func:`plan`. A file that
+shows no damage is read exactly as before, at no cost. Stages, in order:
+
+1. **Prefixes** (every source kind): Markdown blockquote markers ``> `` (nested
+   too) are removed, fence lines (```` ``` ````, ``~~~``, with an info string)
+   become empty lines (line numbers stay physical), and leading indentation is
+   removed from lines that, once unindented, start a log record (a vLLM
+   header, a process prefix, a date...). Sources with their own notion of
+   leading space (dmon, Prometheus) strip all of it themselves.
+2. **Hard wraps** (vLLM logs): a file's wrap widths are the line lengths that
+   occur often (at least :data:`MIN_SUPPORT` lines, none shorter than
+   :data:`MIN_WIDTH`) and are mostly (:data:`MIN_RATIO`) followed by a line
+   without a header, with almost no line longer than the widest of them
+   (:data:`MAX_LONGER`); other widths are kept only near the widest
+   (:data:`NEAR_WIDEST`: a capture whose width changed). A width seen fewer times is accepted only when it is
+   the longest line length of the file and a recognised record cut there is
+   completed by the next line. A continuation line (no header, not empty,
+   after a line of exactly a wrap width) is glued to the line before it,
+   exactly (no separator), so a value cut in two is whole again; when every
+   continuation starts with the same run of spaces (a padded capture), that
+   run is removed first.
+3. **Reflowed records** (vLLM logs): a recognised record that lacks its
+   closing part (:data:`RECORDS`: a V0 preemption warning without
+   ``total_num_cumulative_preemption=``, a stats line without its KV cache
+   usage, ``num_gpu_blocks is:`` without a number) is joined, with single
+   spaces, to the following header-less lines up to the one that completes
+   it, at most :data:`RECORD_JOIN_LINES` lines, never across a header or an
+   empty line. Nothing is joined when no line completes it.
+
+Joined lines keep the physical line number of their first line (``n``), so
+every ``file:line`` still points into the input. Frame schema as
+:func:`textio.scan_lines`: ``n`` (UInt32), ``line`` (String).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+SAMPLE_BYTES = 4 << 20  # the head that decides a file's repair
+MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
+MIN_SUPPORT = 3  # lines of one exact length followed by a continuation
+MIN_RATIO = 0.6  # ... among all lines of that length
+MAX_LONGER = 0.01  # share of lines longer than the widest wrap width
+NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (captures of a few widths)
+SUPPORT_SHARE = 0.5  # ... and are seen at least this share as often as the widest
+SIBLING_CHARS = 12  # a line starting like the one before is its sibling, not its continuation
+QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them
+RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
+
+# The start of a log record: what a continuation line never starts with.
+HEADER_START_RE = (
+    r"^(?:\x1b\[[0-9;?]*[A-Za-z])*\s*(?:"
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?:\s+\d\d-\d\d\s|:\s|\s*\x1b)"  # vLLM header, uvicorn, ANSI level
+    r"|\([A-Za-z_][^()]*pid=\d+"  # (Name pid=N) process prefix
+    r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d"  # ISO / RFC 3339 / [date] prefixes
+    r"|\d{4}/\d\d/\d\d \d\d:\d\d"
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d"  # syslog
+    r"|\[[^\]\s]+/[^\]\s]+\]\s"  # kubectl --prefix [pod/name/container]
+    r"|[A-Za-z0-9][\w.-]*\s+\|\s"  # docker compose "svc-1  | "
+    r"|\{\"(?:asctime|levelname|time|message)"  # JSON log line
+    r")"
+)
+QUOTE_RE = r"^(?:>[ \t]?)+"
+FENCE_RE = r"^\s*(?:```+|~~~+)\s*[\w+.#-]*\s*$"
+
+# (literal marker of a record, regex its complete text matches)
+RECORDS: list[tuple[str, str]] = [
+    ("is preempted by", r"total_num_cumulative_preemption=\d"),
+    ("Avg prompt throughput", r"KV cache usage: [\d.]+%"),
+    ("num_gpu_blocks is:", r"num_gpu_blocks is:\s*\d"),
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The repair one file needs (see the module docstring)."""
+
+    quote: bool = False  # some lines carry blockquote markers
+    fence: bool = False  # some lines are code fences
+    indent: bool = False  # some records are indented
+    widths: tuple[int, ...] = ()  # hard-wrap widths
+    pad: int = 0  # spaces that start every continuation line
+    records: bool = False  # incomplete records completed by the lines after them
+
+    @property
+    def needed(self) -> bool:
+        return self.quote or self.fence or self.indent or bool(self.widths) or self.records
+
+    def describe(self) -> str:
+        parts = []
+        if self.quote:
+            parts.append("blockquote markers removed")
+        if self.fence:
+            parts.append("code fences removed")
+        if self.indent:
+            parts.append("indentation removed")
+        if self.widths:
+            w = "/".join(str(x) for x in self.widths)
+            parts.append(f"lines hard-wrapped at {w} columns rejoined" + (f" ({self.pad}-space padding)" if self.pad else ""))
+        if self.records:
+            parts.append("records reflowed over several lines joined")
+        return ", ".join(parts)
+
+
+NOTHING = Plan()
+
+
+def _sample(path: Path | str) -> list[str]:
+    from .textio import file_size, read_head
+
+    raw = read_head(Path(path), SAMPLE_BYTES)
+    text = raw.decode("utf-8", "replace")
+    lines = text.split("\n")
+    if len(raw) >= SAMPLE_BYTES or (file_size(Path(path)) > len(raw) and not raw.endswith(b"\n")):
+        lines = lines[:-1]  # the last line of a cut sample is partial
+    elif lines and lines[-1] == "":
+        lines = lines[:-1]
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def _strip(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+    import polars as pl
+
+    line = pl.col("line")
+    if plan.quote:
+        line = line.str.replace(QUOTE_RE, "")
+    if plan.fence:
+        line = pl.when(line.str.contains(FENCE_RE)).then(pl.lit("")).otherwise(line)
+    if plan.indent:
+        bare = line.str.strip_chars_start(" \t")
+        line = pl.when(line.str.starts_with(" ") | line.str.starts_with("\t")).then(
+            pl.when(bare.str.head(160).str.contains(HEADER_START_RE)).then(bare).otherwise(line)
+        ).otherwise(line)
+    return lf.with_columns(line.alias("line"))
+
+
+def _headerless(line: "pl.Expr") -> "pl.Expr":
+    return (line != "") & ~line.str.head(160).str.contains(HEADER_START_RE)
+
+
+def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
+    """``line`` can continue ``prev``: no header, not empty, and not a sibling of it
+    (a repeated line, the next step of a progress bar: same first characters)."""
+    return _headerless(line) & (line.str.head(SIBLING_CHARS) != prev.str.head(SIBLING_CHARS)).fill_null(True)
+
+
+def _incomplete(line: "pl.Expr") -> "pl.Expr":
+    import polars as pl
+
+    out = pl.lit(False)
+    for marker, done in RECORDS:
+        out = out | (line.str.contains(marker, literal=True) & ~line.str.contains(done))
+    return out
+
+
+def _completes(line: "pl.Expr") -> "pl.Expr":
+    import polars as pl
+
+    out = pl.lit(False)
+    for _marker, done in RECORDS:
+        out = out | line.str.contains(done)
+    return out
+
+
+def detect(lines: list[str], join: bool = True) -> Plan:
+    """The repair a file needs, from a sample of its lines (see the module docstring)."""
+    import polars as pl
+
+    if not lines:
+        return NOTHING
+    df = pl.DataFrame({"line": lines}, schema={"line": pl.String})
+    line = pl.col("line")
+    quoted = line.str.contains(QUOTE_RE)
+    flags = df.select(
+        quote=(quoted.mean() >= QUOTED_SHARE)
+        | (quoted & line.str.replace(QUOTE_RE, "").str.head(160).str.contains(HEADER_START_RE)).any(),
+        fence=line.str.contains(FENCE_RE).any(),
+        indent=(
+            (line.str.starts_with(" ") | line.str.starts_with("\t"))
+            & line.str.strip_chars_start(" \t").str.head(160).str.contains(HEADER_START_RE)
+        ).any(),
+    ).row(0, named=True)
+    plan = Plan(quote=flags["quote"], fence=flags["fence"], indent=flags["indent"])
+    if not join:
+        return plan
+    df = _strip(df.lazy(), plan).collect()
+    widths, pad = _wrap_widths(df)
+    plan = Plan(plan.quote, plan.fence, plan.indent, widths, pad)
+    if widths:
+        df = _join_wraps(df.lazy().with_columns(n=pl.int_range(pl.len(), dtype=pl.UInt32)), plan).collect()
+    records = _record_joins(df.lazy()).select(pl.col("_join").any()).collect().item() if df.height else False
+    return Plan(plan.quote, plan.fence, plan.indent, widths, pad, bool(records))
+
+
+def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
+    import polars as pl
+
+    line = pl.col("line")
+    d = df.with_columns(_len=line.str.len_chars(), _next_cont=_continues(line.shift(-1), line).fill_null(False))
+    by_len = d.group_by("_len").agg(
+        pl.len().alias("count"),
+        pl.col("_next_cont").sum().alias("followed"),
+        (pl.col("_next_cont") & _incomplete(line)).any().alias("cut_record"),
+    )
+    total = d.height
+    strong = by_len.filter(
+        (pl.col("_len") >= MIN_WIDTH)
+        & (pl.col("followed") >= MIN_SUPPORT)
+        & (pl.col("followed") >= MIN_RATIO * pl.col("count"))
+    )
+    lens = d.get_column("_len")
+    widths: list[int] = []
+    for w in sorted(strong.get_column("_len").to_list(), reverse=True):
+        longer = int((lens > w).sum())
+        if longer <= MAX_LONGER * total:
+            top = strong.filter(pl.col("_len") == w).get_column("followed").item()
+            widths = strong.filter(
+                (pl.col("_len") <= w) & (pl.col("_len") >= NEAR_WIDEST * w) & (pl.col("followed") >= SUPPORT_SHARE * top)
+            ).get_column("_len").to_list()
+            break
+    longest = int(lens.max() or 0)
+    if not widths and longest >= MIN_WIDTH:
+        row = by_len.filter(pl.col("_len") == longest).row(0, named=True)
+        if row["followed"] >= MIN_RATIO * row["count"] and row["cut_record"]:
+            widths = [longest]
+    if not widths:
+        return (), 0
+    ws = sorted(set(widths))
+    cont = d.with_columns(_prev=pl.col("_len").shift(1)).filter(
+        pl.col("_prev").is_in(ws) & _continues(line, line.shift(1))
+    )
+    # Padding: every continuation starts with the same spaces. One space at a cut
+    # can be the text's own (``num_gpu_blocks is:`` / `` 25809``), so a single
+    # space counts only when enough continuations show it.
+    lead = cont.select((line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()).min()).item() if cont.height else 0
+    lead = int(lead or 0)
+    pad = lead if lead >= 2 or (lead == 1 and cont.height >= MIN_SUPPORT) else 0
+    return tuple(ws), pad
+
+
+def _join_wraps(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+    import polars as pl
+
+    line = pl.col("line")
+    cont = pl.col("line").str.len_chars().shift(1).is_in(list(plan.widths)).fill_null(False) & _continues(line, line.shift(1))
+    lf = lf.with_columns(_cont=cont)
+    if plan.pad:
+        lf = lf.with_columns(
+            line=pl.when(pl.col("_cont") & line.str.starts_with(" " * plan.pad)).then(line.str.slice(plan.pad)).otherwise(line)
+        )
+    return _glue(lf, "")
+
+
+def _glue(lf: "pl.LazyFrame", sep: str) -> "pl.LazyFrame":
+    """Join every ``_cont`` row to the row before it."""
+    import polars as pl
+
+    return (
+        lf.with_columns(_g=(~pl.col("_cont")).cum_sum())
+        .group_by("_g", maintain_order=True)
+        .agg(pl.col("n").first(), pl.col("line").str.join(sep))
+        .select("n", "line")
+    )
+
+
+def _record_joins(lf: "pl.LazyFrame") -> "pl.LazyFrame":
+    """Adds ``_cont`` (this row completes the record above it) and ``_join`` (a record is joined here)."""
+    import polars as pl
+
+    line = pl.col("line")
+    lf = lf.with_columns(_inc=_incomplete(line), _hl=_headerless(line), _done=_completes(line))
+    # Blocks: a record start (a header, an empty line, an incomplete record) opens one.
+    lf = lf.with_columns(_b=(~pl.col("_hl") | pl.col("_inc")).cum_sum())
+    lf = lf.with_columns(_pos=pl.int_range(pl.len(), dtype=pl.Int64).over("_b"))
+    upto = (
+        pl.when((pl.col("_pos") >= 1) & (pl.col("_pos") <= RECORD_JOIN_LINES) & pl.col("_done"))
+        .then(pl.col("_pos"))
+        .min()
+        .over("_b")
+    )
+    joined = pl.col("_inc").first().over("_b") & upto.is_not_null()
+    lf = lf.with_columns(_upto=upto, _joined=joined)
+    return lf.with_columns(
+        _cont=pl.col("_joined") & (pl.col("_pos") >= 1) & (pl.col("_pos") <= pl.col("_upto")),
+        _join=pl.col("_joined") & (pl.col("_pos") == 0),
+    )
+
+
+def _join_records(lf: "pl.LazyFrame") -> "pl.LazyFrame":
+    import polars as pl
+
+    lf = _record_joins(lf)
+    # Reflowed text: each piece loses its line-break spaces, one space joins them.
+    lf = lf.with_columns(
+        line=pl.when(pl.col("_cont") | pl.col("_join")).then(pl.col("line").str.strip_chars(" \t")).otherwise(pl.col("line"))
+    )
+    return _glue(lf, " ")
+
+
+def apply(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+    """The repair stage on an (n, line) frame."""
+    if not plan.needed:
+        return lf
+    lf = _strip(lf, plan)
+    if plan.widths:
+        lf = _join_wraps(lf, plan)
+    if plan.records:
+        lf = _join_records(lf)
+    return lf
+
+
+def plan(path: Path | str, join: bool = True) -> Plan:
+    """Decide a file's repair from its head (best effort: unreadable means no repair)."""
+    try:
+        lines = _sample(path)
+    except OSError:
+        return NOTHING
+    return detect(lines, join=join)
+
+
+def scan(path: Path | str, join: bool = True) -> "pl.LazyFrame":
+    """Lazy (n, line) frame of a text file, repaired as its head says (see the module docstring).
+
+    ``join=False``: prefixes only (sources whose records are single lines).
+    """
+    from .textio import scan_lines
+
+    return apply(scan_lines(path), plan(path, join=join))
+
+
+def strip_text(text: str) -> str:
+    """The prefix stage on a plain string (sniffing reads heads as text)."""
+    import re
+
+    if ">" not in text and "```" not in text and "~~~" not in text:
+        return text
+    out = []
+    for ln in text.split("\n"):
+        ln = re.sub(QUOTE_RE, "", ln)
+        if re.match(FENCE_RE, ln):
+            ln = ""
+        out.append(ln)
+    return "\n".join(out)
