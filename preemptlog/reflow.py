@@ -16,12 +16,14 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    removed from lines that, once unindented, start a log record (a vLLM
    header, a process prefix, a date...). Sources with their own notion of
    leading space (dmon, Prometheus) strip all of it themselves.
-2. **Hard wraps** (vLLM logs): a file's wrap widths are the line lengths that
-   occur often (at least :data:`MIN_SUPPORT` lines, none shorter than
-   :data:`MIN_WIDTH`) and are mostly (:data:`MIN_RATIO`) followed by a line
-   without a header, with almost no line longer than the widest of them
-   (:data:`MAX_LONGER`); other widths are kept only near the widest
-   (:data:`NEAR_WIDEST`: a capture whose width changed). A width seen fewer times is accepted only when it is
+2. **Hard wraps** (vLLM logs): a file's wrap widths are line lengths (at least
+   :data:`MIN_WIDTH`) followed by a line without a header at least
+   :data:`MIN_SUPPORT` times: the widest such length that almost no line
+   exceeds (:data:`MAX_LONGER`), and other lengths near it (:data:`NEAR_WIDEST`:
+   a capture whose width changed) seen about as often (:data:`SUPPORT_SHARE`)
+   and mostly (:data:`MIN_RATIO`) followed by a continuation. A continuation
+   is never a sibling of the line above (same first :data:`SIBLING_CHARS`
+   characters: a repeated line, a progress bar). A width seen fewer times is accepted only when it is
    the longest line length of the file and a recognised record cut there is
    completed by the next line. A continuation line (no header, not empty,
    after a line of exactly a wrap width) is glued to the line before it,
@@ -53,11 +55,12 @@ if TYPE_CHECKING:
 SAMPLE_BYTES = 4 << 20  # the head that decides a file's repair
 MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
 MIN_SUPPORT = 3  # lines of one exact length followed by a continuation
-MIN_RATIO = 0.6  # ... among all lines of that length
+MIN_RATIO = 0.4  # ... among all lines of that length (lines of exactly the width are common)
 MAX_LONGER = 0.01  # share of lines longer than the widest wrap width
 NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (captures of a few widths)
 SUPPORT_SHARE = 0.5  # ... and are seen at least this share as often as the widest
 SIBLING_CHARS = 12  # a line starting like the one before is its sibling, not its continuation
+PADDED_SHARE = 0.8  # continuations are padded when this share of them starts with spaces
 QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them
 RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
 
@@ -70,6 +73,8 @@ HEADER_START_RE = (
     r"|\d{4}/\d\d/\d\d \d\d:\d\d"
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d"  # syslog
     r"|\[[^\]\s]+/[^\]\s]+\]\s"  # kubectl --prefix [pod/name/container]
+    r"|\[rank\d+\]:"  # torch.distributed rank prefix
+    r"|\[?[IWEF]\d{4} \d\d:\d\d:\d\d"  # glog (NCCL, gloo, torch C++ warnings)
     r"|[A-Za-z0-9][\w.-]*\s+\|\s"  # docker compose "svc-1  | "
     r"|\{\"(?:asctime|levelname|time|message)"  # JSON log line
     r")"
@@ -217,20 +222,20 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
         (pl.col("_next_cont") & _incomplete(line)).any().alias("cut_record"),
     )
     total = d.height
-    strong = by_len.filter(
-        (pl.col("_len") >= MIN_WIDTH)
-        & (pl.col("followed") >= MIN_SUPPORT)
-        & (pl.col("followed") >= MIN_RATIO * pl.col("count"))
-    )
+    strong = by_len.filter((pl.col("_len") >= MIN_WIDTH) & (pl.col("followed") >= MIN_SUPPORT))
     lens = d.get_column("_len")
     widths: list[int] = []
     for w in sorted(strong.get_column("_len").to_list(), reverse=True):
         longer = int((lens > w).sum())
         if longer <= MAX_LONGER * total:
             top = strong.filter(pl.col("_len") == w).get_column("followed").item()
-            widths = strong.filter(
-                (pl.col("_len") <= w) & (pl.col("_len") >= NEAR_WIDEST * w) & (pl.col("followed") >= SUPPORT_SHARE * top)
-            ).get_column("_len").to_list()
+            others = strong.filter(
+                (pl.col("_len") < w)
+                & (pl.col("_len") >= NEAR_WIDEST * w)
+                & (pl.col("followed") >= SUPPORT_SHARE * top)
+                & (pl.col("followed") >= MIN_RATIO * pl.col("count"))
+            )
+            widths = [w, *others.get_column("_len").to_list()]
             break
     longest = int(lens.max() or 0)
     if not widths and longest >= MIN_WIDTH:
@@ -246,9 +251,14 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
     # Padding: every continuation starts with the same spaces. One space at a cut
     # can be the text's own (``num_gpu_blocks is:`` / `` 25809``), so a single
     # space counts only when enough continuations show it.
-    lead = cont.select((line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()).min()).item() if cont.height else 0
-    lead = int(lead or 0)
-    pad = lead if lead >= 2 or (lead == 1 and cont.height >= MIN_SUPPORT) else 0
+    # A few false continuations (an original line after one of exactly the width)
+    # must not hide the padding: it is the smallest run shared by most continuations.
+    leads = cont.select(line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()).to_series()
+    padded = leads.filter(leads >= 1)
+    pad = 0
+    if cont.height and padded.len() >= PADDED_SHARE * cont.height:
+        lead = int(padded.min())
+        pad = lead if lead >= 2 or cont.height >= MIN_SUPPORT else 0
     return tuple(ws), pad
 
 
