@@ -193,10 +193,10 @@ def detect(lines: list[str], join: bool = True) -> Plan:
     flags = df.select(
         quote=(quoted.mean() >= QUOTED_SHARE)
         | (quoted & line.str.replace(QUOTE_RE, "").str.head(160).str.contains(HEADER_START_RE)).any(),
-        fence=line.str.contains(FENCE_RE).any(),
+        fence=line.str.replace(QUOTE_RE, "").str.contains(FENCE_RE).any(),
         indent=(
-            (line.str.starts_with(" ") | line.str.starts_with("\t"))
-            & line.str.strip_chars_start(" \t").str.head(160).str.contains(HEADER_START_RE)
+            (line.str.replace(QUOTE_RE, "").str.contains(r"^[ \t]"))
+            & line.str.replace(QUOTE_RE, "").str.strip_chars_start(" \t").str.head(160).str.contains(HEADER_START_RE)
         ).any(),
     ).row(0, named=True)
     plan = Plan(quote=flags["quote"], fence=flags["fence"], indent=flags["indent"])

@@ -199,15 +199,16 @@ def _ts_to_us(col: "pl.Expr") -> "pl.Expr":
 def _parse_text(f: "InputFile") -> _FileData:
     import polars as pl
 
-    from ..textio import scan_lines
+    from .. import reflow
 
     known = list(METRICS) + list(CREATED)
-    line = pl.col("line").str.strip_chars_end("\r \t")
+    # Quoted, fenced or indented pastes read like plain scrapes (reflow.py).
+    line = pl.col("line").str.strip_chars("\r \t")
     is_sample = line.str.starts_with("vllm:")
     is_meta = line.str.starts_with("#") & line.str.contains(META_RE)
     is_eof = line == "# EOF"
     is_sep = line.str.contains(SCRAPE_SEP_RE) | line.str.starts_with("---") | line.str.contains(BARE_TIME_RE)
-    lf = scan_lines(f.path).with_columns(line=line)
+    lf = reflow.scan(f.path, join=False).with_columns(line=line)
     # Literal pre-filter first (most lines of a /metrics page are other metrics and
     # histogram buckets), regexes only on the survivors.
     cheap = (is_sample & line.str.contains_any(known)) | line.str.starts_with("#") | line.str.starts_with("---") | (
