@@ -27,9 +27,9 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    the longest line length of the file and a recognised record cut there is
    completed by the next line. A continuation line (no header, not empty,
    after a line of exactly a wrap width) is glued to the line before it,
-   exactly (no separator), so a value cut in two is whole again; when every
-   continuation starts with the same run of spaces (a padded capture), that
-   run is removed first.
+   exactly (no separator), so a value cut in two is whole again; when (almost)
+   every continuation starts with the same run of two spaces or more (a padded
+   capture), that run is removed first.
 3. **Reflowed records** (vLLM logs): a recognised record that lacks its
    closing part (:data:`RECORDS`: a V0 preemption warning without
    ``total_num_cumulative_preemption=``, a stats line without its KV cache
@@ -59,7 +59,7 @@ MIN_RATIO = 0.4  # ... among all lines of that length (lines of exactly the widt
 MAX_LONGER = 0.01  # share of lines longer than the widest wrap width
 NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (captures of a few widths)
 SUPPORT_SHARE = 0.5  # ... and are seen at least this share as often as the widest
-SIBLING_CHARS = 12  # a line starting like the one before is its sibling, not its continuation
+SIBLING_CHARS = 20  # a line starting like the one before is its sibling, not its continuation
 PADDED_SHARE = 0.8  # continuations are padded when this share of them starts with spaces
 QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them
 RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
@@ -248,9 +248,9 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
     cont = d.with_columns(_prev=pl.col("_len").shift(1)).filter(
         pl.col("_prev").is_in(ws) & _continues(line, line.shift(1))
     )
-    # Padding: every continuation starts with the same spaces. One space at a cut
-    # can be the text's own (``num_gpu_blocks is:`` / `` 25809``), so a single
-    # space counts only when enough continuations show it.
+    # Padding: (almost) every continuation starts with the same spaces. One space
+    # at a cut is the text's own as often as not (``num_gpu_blocks is:`` / `` 25809``;
+    # repeated lines cut at the same place), so padding is two spaces or more.
     # A few false continuations (an original line after one of exactly the width)
     # must not hide the padding: it is the smallest run shared by most continuations.
     leads = cont.select(line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()).to_series()
@@ -258,7 +258,7 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
     pad = 0
     if cont.height and padded.len() >= PADDED_SHARE * cont.height:
         lead = int(padded.min())
-        pad = lead if lead >= 2 or cont.height >= MIN_SUPPORT else 0
+        pad = lead if lead >= 2 else 0
     return tuple(ws), pad
 
 
