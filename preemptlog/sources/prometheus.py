@@ -16,7 +16,12 @@ Accepted inputs (recognised by content, see :func:`_sniff`):
   of a ``# HELP``/``# TYPE`` line or of a series already seen (the next scrape
   began). A time on a separator line applies to the scrape that follows it;
 - the JSON of Prometheus's HTTP API ``/api/v1/query_range`` (``matrix``) and
-  ``/api/v1/query`` (``vector``), one answer per file or one per line.
+  ``/api/v1/query`` (``vector``), one answer per file or one per line;
+- AIPerf ``server_metrics_export.jsonl`` records (:func:`_aiperf_parts`) and
+  llm-d-benchmark scrape logs (``# Timestamp:`` / ``# Pod:`` headers);
+- every spelling of a name (:func:`canonical_name`: ``vllm_x``, ``ray_vllm:x``);
+  series of one engine that differ by other labels (ranks) take the largest
+  value per scrape, never the sum.
 
 Scrape time, first that exists: the sample's own timestamp (ms epoch in the
 text format; seconds in OpenMetrics and JSON; told apart by magnitude), the
