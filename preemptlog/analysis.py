@@ -220,8 +220,14 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
             "were read once"
         )
     prof.mark("timebase")
+    from .servers import mixed_warning
+
+    mixed = mixed_warning(records)
+    if mixed:
+        warnings.append(mixed)
     records = _apply_offsets(records, options.offsets, vllm_log.KIND)
     assumptions = list(tres.assumptions)
+    warnings.extend(tres.warnings)
     if options.offsets:
         for key, sec in sorted(options.offsets.items()):
             assumptions.append(Assumption("offset", f"{sec:+g}s", f"--offset {key}", scope=key))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -31,6 +32,16 @@ from .common import (
 )
 
 
+EachOpt = Annotated[
+    bool,
+    typer.Option(
+        "--each",
+        help="Analyse every server (or every subfolder, or every input) separately; one combined output "
+        "with a 'server' column naming each.",
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
     app.command()(analyze)
 
@@ -53,6 +64,7 @@ def analyze(
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
+    each: EachOpt = False,
 ) -> None:
     """List every preemption in vLLM logs, with time, request, kind and file:line.
 
@@ -96,6 +108,8 @@ def analyze(
                 year=year, tz=tz, kind=kind, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
+            if each:
+                return _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions)
             result = run(paths, options, workspace=ws)
             with open_output(
                 output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
@@ -117,5 +131,31 @@ def analyze(
         return ExitCode.OK
 
     guarded(debug, body)
+
+
+def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions) -> int:
+    """--each: every unit analysed on its own (each.py), one combined output, the worst exit code."""
+    from .. import failon
+    from ..each import run_each, write_each
+    from ..outio import open_output
+    from ..render.human import print_summary
+
+    results = run_each(paths, options, ws)
+    protect = [p for _, a in results for p in a.bundle.originals]
+    with open_output(output, protect=protect, terminal_text=fmt.value in ("json", "ndjson", "csv")) as out:
+        write_each(results, fmt, out, csv_safe=csv_safe)
+    failed: list[str] = []
+    for name, a in results:
+        if not quiet:
+            console = stderr_console(no_color)
+            console.print(f"[bold]== server {name}[/bold]", markup=True, highlight=False)
+            print_summary(a, console)
+        failed += [c for c in failon.failed(conditions, a.summary()) if c not in failed]
+    if failed:
+        sys.stderr.write(f"preemptlog: --fail-on {', '.join(failed)}: condition met\n")
+        return ExitCode.FAIL_ON
+    if any(a.partial for _, a in results):
+        return ExitCode.PARTIAL
+    return ExitCode.OK
 
 
