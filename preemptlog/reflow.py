@@ -14,22 +14,23 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    too) are removed, fence lines (```` ``` ````, ``~~~``, with an info string)
    become empty lines (line numbers stay physical), and leading indentation is
    removed from lines that, once unindented, start a log record (a vLLM
-   header, a process prefix, a date...). Sources with their own notion of
+   header, a process prefix, a date...), when most records are indented. Sources with their own notion of
    leading space (dmon, Prometheus) strip all of it themselves.
 2. **Hard wraps** (vLLM logs): a file's wrap widths are line lengths (at least
    :data:`MIN_WIDTH`) followed by a line without a header at least
    :data:`MIN_SUPPORT` times: the widest such length that almost no line
    exceeds (:data:`MAX_LONGER`), and other lengths near it (:data:`NEAR_WIDEST`:
-   a capture whose width changed) seen about as often (:data:`SUPPORT_SHARE`)
-   and mostly (:data:`MIN_RATIO`) followed by a continuation. A continuation
+   a capture that wrapped first lines narrower than their continuations) seen
+   about as often (:data:`SUPPORT_SHARE`), almost always (:data:`SECOND_RATIO`)
+   a record's first line, and followed by a continuation. A continuation
    is never a sibling of the line above (same first :data:`SIBLING_CHARS`
-   characters: a repeated line, a progress bar). A width seen fewer times is accepted only when it is
+   characters and another length: a repeated line, a progress bar). A width seen fewer times is accepted only when it is
    the longest line length of the file and a recognised record cut there is
    completed by the next line. A continuation line (no header, not empty,
    after a line of exactly a wrap width) is glued to the line before it,
    exactly (no separator), so a value cut in two is whole again; when (almost)
-   every continuation starts with the same run of two spaces or more (a padded
-   capture), that run is removed first.
+   every continuation starts with spaces (a padded capture), the run of two or
+   more that full-width continuations share is removed first.
 3. **Reflowed records** (vLLM logs): a recognised record that lacks its
    closing part (:data:`RECORDS`: a V0 preemption warning without
    ``total_num_cumulative_preemption=``, a stats line without its KV cache
@@ -57,16 +58,19 @@ MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
 MIN_SUPPORT = 3  # lines of one exact length followed by a continuation
 MIN_RATIO = 0.4  # ... among all lines of that length (lines of exactly the width are common)
 MAX_LONGER = 0.01  # share of lines longer than the widest wrap width
+SECOND_RATIO = 0.75  # ... and almost always followed by a continuation
 NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (captures of a few widths)
 SUPPORT_SHARE = 0.5  # ... and are seen at least this share as often as the widest
-SIBLING_CHARS = 20  # a line starting like the one before is its sibling, not its continuation
+SIBLING_CHARS = 32  # a line starting like the one before is its sibling, not its continuation
 PADDED_SHARE = 0.8  # continuations are padded when this share of them starts with spaces
-QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them
+PAD_COMMON = 0.05  # ... and the padding is the smallest lead shared by this share of them
+QUOTED_SHARE = 0.3
+INDENTED_SHARE = 0.5  # indentation is removed when this share of the records is indented  # blockquote markers are removed when this share of lines carries them
 RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
 
 # The start of a log record: what a continuation line never starts with.
 HEADER_START_RE = (
-    r"^(?:\x1b\[[0-9;?]*[A-Za-z])*\s*(?:"
+    r"^(?:\x1b\[[0-9;?]*[A-Za-z])*(?:"
     r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?:\s+\d\d-\d\d\s|:\s|\s*\x1b)"  # vLLM header, uvicorn, ANSI level
     r"|\([A-Za-z_][^()]*pid=\d+"  # (Name pid=N) process prefix
     r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d"  # ISO / RFC 3339 / [date] prefixes
@@ -160,7 +164,12 @@ def _headerless(line: "pl.Expr") -> "pl.Expr":
 def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
     """``line`` can continue ``prev``: no header, not empty, and not a sibling of it
     (a repeated line, the next step of a progress bar: same first characters)."""
-    return _headerless(line) & (line.str.head(SIBLING_CHARS) != prev.str.head(SIBLING_CHARS)).fill_null(True)
+    # Two full-width chunks of one long line may start alike (a list of "false, false, ...");
+    # siblings are told apart by their lengths.
+    sibling = (line.str.head(SIBLING_CHARS) == prev.str.head(SIBLING_CHARS)) & (
+        line.str.len_chars() != prev.str.len_chars()
+    )
+    return _headerless(line) & ~sibling.fill_null(False)
 
 
 def _incomplete(line: "pl.Expr") -> "pl.Expr":
@@ -194,11 +203,15 @@ def detect(lines: list[str], join: bool = True) -> Plan:
         quote=(quoted.mean() >= QUOTED_SHARE)
         | (quoted & line.str.replace(QUOTE_RE, "").str.head(160).str.contains(HEADER_START_RE)).any(),
         fence=line.str.replace(QUOTE_RE, "").str.contains(FENCE_RE).any(),
-        indent=(
+        # Indented records: most records are indented (a notebook cell, a Markdown code block),
+        # not a few continuation lines that happen to start with a space and a prefix.
+        _ind=(
             (line.str.replace(QUOTE_RE, "").str.contains(r"^[ \t]"))
             & line.str.replace(QUOTE_RE, "").str.strip_chars_start(" \t").str.head(160).str.contains(HEADER_START_RE)
-        ).any(),
+        ).sum(),
+        _hdr=line.str.replace(QUOTE_RE, "").str.strip_chars_start(" \t").str.head(160).str.contains(HEADER_START_RE).sum(),
     ).row(0, named=True)
+    flags["indent"] = flags["_ind"] > 0 and flags["_ind"] >= INDENTED_SHARE * flags["_hdr"]
     plan = Plan(quote=flags["quote"], fence=flags["fence"], indent=flags["indent"])
     if not join:
         return plan
@@ -220,6 +233,7 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
         pl.len().alias("count"),
         pl.col("_next_cont").sum().alias("followed"),
         (pl.col("_next_cont") & _incomplete(line)).any().alias("cut_record"),
+        (~_headerless(line)).mean().alias("headed"),
     )
     total = d.height
     strong = by_len.filter((pl.col("_len") >= MIN_WIDTH) & (pl.col("followed") >= MIN_SUPPORT))
@@ -233,7 +247,8 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
                 (pl.col("_len") < w)
                 & (pl.col("_len") >= NEAR_WIDEST * w)
                 & (pl.col("followed") >= SUPPORT_SHARE * top)
-                & (pl.col("followed") >= MIN_RATIO * pl.col("count"))
+                & (pl.col("followed") >= SECOND_RATIO * pl.col("count"))
+                & (pl.col("headed") >= SECOND_RATIO)
             )
             widths = [w, *others.get_column("_len").to_list()]
             break
@@ -253,12 +268,18 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
     # repeated lines cut at the same place), so padding is two spaces or more.
     # A few false continuations (an original line after one of exactly the width)
     # must not hide the padding: it is the smallest run shared by most continuations.
-    leads = cont.select(line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()).to_series()
+    lead = line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()
+    leads = cont.select(lead).to_series()
     padded = leads.filter(leads >= 1)
     pad = 0
     if cont.height and padded.len() >= PADDED_SHARE * cont.height:
-        lead = int(padded.min())
-        pad = lead if lead >= 2 else 0
+        # The run itself is the smallest lead (the text's own spaces only add to it), among
+        # common leads: a few false continuations (an indented original line) must not decide it.
+        counts = padded.value_counts()
+        floor = max(2, PAD_COMMON * padded.len())
+        common = counts.filter(pl.col("count") >= floor).get_column(padded.name) if padded.len() >= MIN_SUPPORT else padded
+        run = int((common if common.len() else padded).min())
+        pad = run if run >= 2 else 0
     return tuple(ws), pad
 
 

@@ -88,7 +88,7 @@ def test_real_log_wrapped_gives_the_same_analysis(path, width, tmp_path):
     _check_wrapped(path, width, 0, tmp_path)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_real_log_wrapped_at_any_width_property(data, tmp_path):
     if not REAL_LOGS:
