@@ -63,7 +63,7 @@ NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (ca
 SUPPORT_SHARE = 0.5  # ... and are seen at least this share as often as the widest
 SIBLING_CHARS = 32  # a line starting like the one before is its sibling, not its continuation
 PADDED_SHARE = 0.8  # continuations are padded when this share of them starts with spaces
-PAD_COMMON = 0.05  # ... and the padding is the smallest lead shared by this share of them
+PAD_COMMON = 0.01  # ... and the padding is the smallest lead shared by more than this share of them
 QUOTED_SHARE = 0.3
 INDENTED_SHARE = 0.5  # indentation is removed when this share of the records is indented  # blockquote markers are removed when this share of lines carries them
 RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
@@ -304,8 +304,8 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
         # The run itself is the smallest lead (the text's own spaces only add to it), among
         # common leads: a few false continuations (an indented original line) must not decide it.
         counts = padded.value_counts()
-        floor = max(2, PAD_COMMON * padded.len())
-        common = counts.filter(pl.col("count") >= floor).get_column(padded.name) if padded.len() >= MIN_SUPPORT else padded
+        floor = PAD_COMMON * padded.len()
+        common = counts.filter(pl.col("count") > floor).get_column(padded.name) if padded.len() >= MIN_SUPPORT else padded
         run = int((common if common.len() else padded).min())
         pad = run if run >= 2 else 0
     return tuple(ws), pad
