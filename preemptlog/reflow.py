@@ -407,10 +407,5 @@ def strip_text(text: str) -> str:
 
     if ">" not in text and "```" not in text and "~~~" not in text:
         return text
-    out = []
-    for ln in text.split("\n"):
-        ln = re.sub(QUOTE_RE, "", ln)
-        if re.match(FENCE_RE, ln):
-            ln = ""
-        out.append(ln)
-    return "\n".join(out)
+    text = re.sub("(?m)" + QUOTE_RE, "", text)
+    return re.sub("(?m)" + FENCE_RE, "", text)
