@@ -184,8 +184,14 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     # Many small plain logs (a folder of thousands) are read in one pass, not one query each.
     frames, log_files = _scan_small_files(bundle.of_kind(vllm_log.KIND), ws)
     batched = bool(frames)
+    from . import reflow
+
+    repaired: list[str] = []
     for f in log_files:
         df, problem = _scan_file(f, ws, options.debug)
+        fix = reflow.plan(f.path)
+        if fix.needed:
+            repaired.append(f"{f.display}: read as a capture or paste: {fix.describe()} (reflow.py)")
         if problem:
             f.warnings.append(problem)
             partial = True
@@ -270,7 +276,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     prof.mark(f"events ({events.height})")
 
     extra_frames: dict[str, pl.DataFrame] = {}
-    notes: list[str] = []
+    notes: list[str] = list(repaired)
     counters: dict[str, Any] = {"v0": v0facts}
     for o in outputs:
         extra_frames.update(o.frames)

@@ -14,8 +14,9 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    too) are removed, fence lines (```` ``` ````, ``~~~``, with an info string)
    become empty lines (line numbers stay physical), and leading indentation is
    removed from lines that, once unindented, start a log record (a vLLM
-   header, a process prefix, a date...), when most records are indented. Sources with their own notion of
-   leading space (dmon, Prometheus) strip all of it themselves.
+   header, a process prefix, a date...), when most records are indented.
+   Sources with their own notion of leading space (dmon, Prometheus) strip
+   all of it themselves.
 2. **Hard wraps** (vLLM logs): a file's wrap widths are line lengths (at least
    :data:`MIN_WIDTH`) followed by a line without a header at least
    :data:`MIN_SUPPORT` times: the widest such length that almost no line
@@ -24,13 +25,15 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    about as often (:data:`SUPPORT_SHARE`), almost always (:data:`SECOND_RATIO`)
    a record's first line, and followed by a continuation. A continuation
    is never a sibling of the line above (same first :data:`SIBLING_CHARS`
-   characters and another length: a repeated line, a progress bar). A width seen fewer times is accepted only when it is
-   the longest line length of the file and a recognised record cut there is
-   completed by the next line. A continuation line (no header, not empty,
+   characters and another length: a repeated line, a progress bar). A width
+   seen fewer times is accepted only when it is the longest line length of the
+   file and a recognised record cut there is completed by the next line. A continuation line (no header, not empty,
    after a line of exactly a wrap width) is glued to the line before it,
    exactly (no separator), so a value cut in two is whole again; when (almost)
-   every continuation starts with spaces (a padded capture), the run of two or
-   more that full-width continuations share is removed first.
+   every continuation starts with spaces (a padded capture), the smallest run
+   of two or more that they commonly share is removed first. Known limit: when
+   every continuation also starts with the text's own space, that space is
+   read as padding.
 3. **Reflowed records** (vLLM logs): a recognised record that lacks its
    closing part (:data:`RECORDS`: a V0 preemption warning without
    ``total_num_cumulative_preemption=``, a stats line without its KV cache
@@ -56,16 +59,16 @@ if TYPE_CHECKING:
 SAMPLE_BYTES = 1 << 20  # the head that decides a file's repair
 MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
 MIN_SUPPORT = 3  # lines of one exact length followed by a continuation
-MIN_RATIO = 0.4  # ... among all lines of that length (lines of exactly the width are common)
+MIN_RATIO = 0.4  # the longest length, seen fewer times: share of its lines followed by a continuation
 MAX_LONGER = 0.01  # share of lines longer than the widest wrap width
-SECOND_RATIO = 0.75  # ... and almost always followed by a continuation
 NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (captures of a few widths)
-SUPPORT_SHARE = 0.5  # ... and are seen at least this share as often as the widest
+SUPPORT_SHARE = 0.5  # ... seen at least this share as often as the widest
+SECOND_RATIO = 0.75  # ... and almost always a record's first line followed by a continuation
 SIBLING_CHARS = 32  # a line starting like the one before is its sibling, not its continuation
 PADDED_SHARE = 0.8  # continuations are padded when this share of them starts with spaces
 PAD_COMMON = 0.01  # ... and the padding is the smallest lead shared by more than this share of them
-QUOTED_SHARE = 0.3
-INDENTED_SHARE = 0.5  # indentation is removed when this share of the records is indented  # blockquote markers are removed when this share of lines carries them
+QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them (or a quoted record)
+INDENTED_SHARE = 0.5  # indentation is removed when this share of the records is indented
 RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
 
 # The start of a log record: what a continuation line never starts with.
@@ -383,12 +386,30 @@ def apply(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
 
 
 def plan(path: Path | str, join: bool = True) -> Plan:
-    """Decide a file's repair from its head (best effort: unreadable means no repair)."""
+    """Decide a file's repair from its head (best effort: unreadable means no repair).
+
+    Remembered per file version (path, size, mtime), so the analysis can say what was repaired
+    without deciding twice.
+    """
+    import os
+
     try:
-        lines = _sample(path)
+        st = os.stat(path)
     except OSError:
         return NOTHING
-    return detect(lines, join=join)
+    key = (str(path), st.st_size, st.st_mtime_ns, join)
+    if key not in _PLANS:
+        try:
+            lines = _sample(path)
+        except OSError:
+            return NOTHING
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        _PLANS[key] = detect(lines, join=join)
+    return _PLANS[key]
+
+
+_PLANS: dict[tuple, Plan] = {}
 
 
 def scan(path: Path | str, join: bool = True) -> "pl.LazyFrame":
