@@ -505,7 +505,7 @@ def _scan_small_files(files: list, ws: Workspace) -> tuple[list["pl.DataFrame"],
                     starts.append(line)
                     line += data.count(b"\n")
                     out.write(data)
-            df = vllm_log.read(str(dest), 0)
+            df = vllm_log.read(str(dest), 0, wraps=False)  # a concatenation: no one file's wrap width
         except (OSError, pl.exceptions.PolarsError):
             rest.extend(batch)
             continue

@@ -23,7 +23,8 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    exceeds (:data:`MAX_LONGER`), and other lengths near it (:data:`NEAR_WIDEST`:
    a capture that wrapped first lines narrower than their continuations) seen
    about as often (:data:`SUPPORT_SHARE`), almost always (:data:`SECOND_RATIO`)
-   a record's first line, and followed by a continuation. A continuation
+   a record's first line, and followed by a continuation; at least
+   :data:`MIN_SUPPORT` lines of these widths start with a header. A continuation
    is never a sibling of the line above (same first :data:`SIBLING_CHARS`
    characters and another length: a repeated line, a progress bar). A width
    seen fewer times is accepted only when it is the longest line length of the
@@ -41,6 +42,11 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    spaces, to the following header-less lines up to the one that completes
    it, at most :data:`RECORD_JOIN_LINES` lines, never across a header or an
    empty line. Nothing is joined when no line completes it.
+
+Limits: the head decides (damage that starts after :data:`SAMPLE_BYTES` is not
+seen); a joined file is grouped in memory (captures are small); many small logs
+read in one batch (analysis.py ``_scan_small_files``) get every repair but the
+hard-wrap one, since the lengths of a concatenation say nothing about one file.
 
 Joined lines keep the physical line number of their first line (``n``), so
 every ``file:line`` still points into the input. Frame schema as
@@ -193,7 +199,7 @@ def _completes(line: "pl.Expr") -> "pl.Expr":
     return out
 
 
-def detect(lines: list[str], join: bool = True) -> Plan:
+def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
     """The repair a file needs, from a sample of its lines (see the module docstring).
 
     Cost: literal tests on every line of the sample; the regexes run only on the few
@@ -231,7 +237,7 @@ def detect(lines: list[str], join: bool = True) -> Plan:
         return plan
     if plan.needed:
         df = _strip(df.lazy(), plan).collect()
-    widths, pad = _wrap_widths(df)
+    widths, pad = _wrap_widths(df) if wraps else ((), 0)
     if widths:
         df = _join_wraps(df.lazy().with_columns(n=pl.int_range(pl.len(), dtype=pl.UInt32)), Plan(quote, fence, indent, widths, pad)).collect()
     records = _any_record_join(df)
@@ -270,6 +276,7 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
         pl.col("_next_cont").sum().alias("followed"),
         (pl.col("_next_cont") & _incomplete(line)).any().alias("cut_record"),
         (~_headerless(line)).mean().alias("headed"),
+        (~_headerless(line)).sum().alias("headed_n"),
     )
     strong = by_len.filter(pl.col("followed") >= MIN_SUPPORT)
     widths: list[int] = []
@@ -285,6 +292,10 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
                 & (pl.col("headed") >= SECOND_RATIO)
             )
             widths = [w, *others.get_column("_len").to_list()]
+            # Wrapped records start with a header: lines without any (bare print output,
+            # a run of bare records of one length) are not told apart from their neighbours.
+            if by_len.filter(pl.col("_len").is_in(widths)).get_column("headed_n").sum() < MIN_SUPPORT:
+                widths = []
             break
     longest = int(lens.max() or 0)
     if not widths and longest >= MIN_WIDTH:
@@ -385,7 +396,7 @@ def apply(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
     return lf
 
 
-def plan(path: Path | str, join: bool = True) -> Plan:
+def plan(path: Path | str, join: bool = True, wraps: bool = True) -> Plan:
     """Decide a file's repair from its head (best effort: unreadable means no repair).
 
     Remembered per file version (path, size, mtime), so the analysis can say what was repaired
@@ -397,7 +408,7 @@ def plan(path: Path | str, join: bool = True) -> Plan:
         st = os.stat(path)
     except OSError:
         return NOTHING
-    key = (str(path), st.st_size, st.st_mtime_ns, join)
+    key = (str(path), st.st_size, st.st_mtime_ns, join, wraps)
     if key not in _PLANS:
         try:
             lines = _sample(path)
@@ -405,21 +416,23 @@ def plan(path: Path | str, join: bool = True) -> Plan:
             return NOTHING
         if len(_PLANS) > 4096:
             _PLANS.clear()
-        _PLANS[key] = detect(lines, join=join)
+        _PLANS[key] = detect(lines, join=join, wraps=wraps)
     return _PLANS[key]
 
 
 _PLANS: dict[tuple, Plan] = {}
 
 
-def scan(path: Path | str, join: bool = True) -> "pl.LazyFrame":
+def scan(path: Path | str, join: bool = True, wraps: bool = True) -> "pl.LazyFrame":
     """Lazy (n, line) frame of a text file, repaired as its head says (see the module docstring).
 
-    ``join=False``: prefixes only (sources whose records are single lines).
+    ``join=False``: prefixes only (sources whose records are single lines). ``wraps=False``:
+    no hard-wrap detection (a concatenation of many files, whose line lengths say nothing
+    about any one of them).
     """
     from .textio import scan_lines
 
-    return apply(scan_lines(path), plan(path, join=join))
+    return apply(scan_lines(path), plan(path, join=join, wraps=wraps))
 
 
 def strip_text(text: str) -> str:
