@@ -53,6 +53,8 @@ def units(paths: list[str], ws: "Workspace", kinds: list[str] | None = None, std
             if files:
                 out.append(Unit(Path(root).name or root, files))
             return out
+    if root == "-":
+        return [Unit("<stdin>", ["-"])]  # read once: standard input cannot be split and read again
     return _by_server(paths, ws, kinds, stdin)
 
 
@@ -86,7 +88,7 @@ def run_each(paths: list[str], options: "AnalyzeOptions", ws: "Workspace", stdin
 
     out = []
     for u in units(paths, ws, options.kinds, stdin):
-        out.append((u.name, analyze(u.paths, options, workspace=ws)))
+        out.append((u.name, analyze(u.paths, options, workspace=ws, stdin=stdin)))
     return out
 
 

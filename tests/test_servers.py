@@ -146,3 +146,11 @@ def test_each_table_names_every_unit(tmp_path):
     text = out.read_text()
     assert "inc/a" in text and "inc/b" in text and "51" in text
     assert "== server inc/a" in r.stderr
+
+
+def test_each_reads_standard_input_once(tmp_path):
+    text = "\n".join(v06_log()) + "\n"
+    r = runner.invoke(app, ["analyze", "-", "--each", "--tz", "UTC", "-f", "ndjson", "-q"], input=text)
+    assert r.exit_code == ExitCode.OK, r.output
+    rows = _ndjson(r.stdout)
+    assert len(rows) == 51 and {row["server"] for row in rows} == {"<stdin>"}
