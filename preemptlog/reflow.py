@@ -23,8 +23,8 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    exceeds (:data:`MAX_LONGER`), and other lengths near it (:data:`NEAR_WIDEST`:
    a capture that wrapped first lines narrower than their continuations) seen
    about as often (:data:`SUPPORT_SHARE`), almost always (:data:`SECOND_RATIO`)
-   a record's first line, and followed by a continuation; at least
-   :data:`MIN_SUPPORT` lines of these widths start with a header. A continuation
+   a record's first line, and followed by a continuation; some line of these
+   widths starts with a header. A continuation
    is never a sibling of the line above (same first :data:`SIBLING_CHARS`
    characters and another length: a repeated line, a progress bar). A width
    seen fewer times is accepted only when it is the longest line length of the
@@ -294,7 +294,7 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
             widths = [w, *others.get_column("_len").to_list()]
             # Wrapped records start with a header: lines without any (bare print output,
             # a run of bare records of one length) are not told apart from their neighbours.
-            if by_len.filter(pl.col("_len").is_in(widths)).get_column("headed_n").sum() < MIN_SUPPORT:
+            if by_len.filter(pl.col("_len").is_in(widths)).get_column("headed_n").sum() == 0:
                 widths = []
             break
     longest = int(lens.max() or 0)
