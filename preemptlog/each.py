@@ -46,7 +46,11 @@ def units(paths: list[str], ws: "Workspace", kinds: list[str] | None = None, std
     root = paths[0]
     if root != "-" and os.path.isdir(root):
         entries = sorted(os.listdir(root))
-        subdirs = [e for e in entries if not e.startswith(".") and os.path.isdir(os.path.join(root, e))]
+        # Folder links are not followed (as in a bundle walk: bundle.py).
+        subdirs = [
+            e for e in entries
+            if not e.startswith(".") and os.path.isdir(os.path.join(root, e)) and not os.path.islink(os.path.join(root, e))
+        ]
         if subdirs:
             out = [Unit(os.path.join(Path(root).name, d), [os.path.join(root, d)]) for d in subdirs]
             files = [os.path.join(root, e) for e in entries if os.path.isfile(os.path.join(root, e))]
