@@ -32,7 +32,7 @@ shows no damage is read exactly as before, at no cost. Stages, in order:
    after a line of exactly a wrap width) is glued to the line before it,
    exactly (no separator), so a value cut in two is whole again; when (almost)
    every continuation starts with spaces (a padded capture), the smallest run
-   (two or more) that continuations of headed lines start with is removed first. Known limit: when
+   of two or more that they commonly share is removed first. Known limit: when
    every continuation also starts with the text's own space, that space is
    read as padding.
 3. **Reflowed records** (vLLM logs): a recognised record that lacks its
@@ -72,6 +72,7 @@ SUPPORT_SHARE = 0.5  # ... seen at least this share as often as the widest
 SECOND_RATIO = 0.75  # ... and almost always a record's first line followed by a continuation
 SIBLING_CHARS = 32  # a line starting like the one before is its sibling, not its continuation
 PADDED_SHARE = 0.8  # continuations are padded when this share of them starts with spaces
+PAD_COMMON = 0.01  # ... and the padding is the smallest lead shared by more than this share of them
 QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them (or a quoted record)
 INDENTED_SHARE = 0.5  # indentation is removed when this share of the records is indented
 RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
@@ -304,25 +305,22 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
     if not widths:
         return (), 0
     ws = sorted(set(widths))
-    cont = d.with_columns(_prev=pl.col("_len").shift(1), _prev2=pl.col("_len").shift(2)).filter(pl.col("_prev").is_in(ws))
+    cont = d.with_columns(_prev=pl.col("_len").shift(1)).filter(pl.col("_prev").is_in(ws))
     cont = cont.filter(_continues(line, pl.col("_prevline")))
     # Padding: (almost) every continuation starts with spaces. One space at a cut is
     # the text's own as often as not (``num_gpu_blocks is:`` / `` 25809``; repeated
     # lines cut at the same place), so padding is two spaces or more.
     lead = line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()
     leads = cont.select(lead).to_series()
-    # The run itself is the smallest lead (the text's own spaces only add to it), counted on
-    # continuations of a headed line (and, when there are few, of another continuation): an
-    # original line after a header-less line of exactly the width (a Python warning and its
-    # indented source line) must not decide it.
-    pad = 0
     padded = leads.filter(leads >= 1)
+    pad = 0
     if cont.height and padded.len() >= PADDED_SHARE * cont.height:
-        voters = cont.filter(~_headerless(pl.col("_prevline"))).select(lead).to_series()
-        if voters.len() < MIN_SUPPORT:  # a few wrapped records: their chained continuations vote too
-            chained = pl.col("_prev2").is_in(ws).fill_null(False) & _headerless(pl.col("_prevline"))
-            voters = cont.filter(~_headerless(pl.col("_prevline")) | chained).select(lead).to_series()
-        run = int((voters if voters.len() else leads).min())
+        # The run itself is the smallest lead (the text's own spaces only add to it), among
+        # common leads: a few false continuations (an indented original line) must not decide it.
+        counts = padded.value_counts()
+        floor = PAD_COMMON * padded.len()
+        common = counts.filter(pl.col("count") > floor).get_column(padded.name) if padded.len() >= MIN_SUPPORT else padded
+        run = int((common if common.len() else padded).min())
         pad = run if run >= 2 else 0
     return tuple(ws), pad
 
