@@ -201,10 +201,16 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     # Many small plain logs (a folder of thousands) are read in one pass, not one query each.
     frames, log_files = _scan_small_files(bundle.of_kind(vllm_log.KIND), ws)
     batched = bool(frames)
+    from . import reflow
+
+    repaired: list[str] = []
     prof.files(sum(f.size or 0 for f in log_files))
     for f in log_files:
         df, problem = _scan_file(f, ws, options.debug)
         prof.file_done(f.size or 0, f.display)
+        fix = reflow.plan(f.path)
+        if fix.needed:
+            repaired.append(f"{f.display}: read as a capture or paste: {fix.describe()} (reflow.py)")
         if problem:
             f.warnings.append(problem)
             partial = True
@@ -240,8 +246,14 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
             "were read once"
         )
     prof.mark("timebase")
+    from .servers import mixed_warning
+
+    mixed = mixed_warning(records)
+    if mixed:
+        warnings.append(mixed)
     records = _apply_offsets(records, options.offsets, vllm_log.KIND)
     assumptions = list(tres.assumptions)
+    warnings.extend(tres.warnings)
     if options.offsets:
         for key, sec in sorted(options.offsets.items()):
             assumptions.append(Assumption("offset", f"{sec:+g}s", f"--offset {key}", scope=key))
@@ -287,7 +299,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     prof.mark(f"events ({events.height})")
 
     extra_frames: dict[str, pl.DataFrame] = {}
-    notes: list[str] = list(untimed_notes)
+    notes: list[str] = list(untimed_notes) + repaired
     counters: dict[str, Any] = {"v0": v0facts, "line_times": untimed_counts}
     for o in outputs:
         extra_frames.update(o.frames)
@@ -572,7 +584,7 @@ def _scan_small_files(files: list, ws: Workspace) -> tuple[list["pl.DataFrame"],
                     starts.append(line)
                     line += data.count(b"\n")
                     out.write(data)
-            df = vllm_log.read(str(dest), 0)
+            df = vllm_log.read(str(dest), 0, wraps=False)  # a concatenation: no one file's wrap width
         except (OSError, pl.exceptions.PolarsError):
             rest.extend(batch)
             continue

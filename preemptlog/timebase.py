@@ -89,6 +89,14 @@ class TimeOptions:
 class TimeResult:
     tz: str
     assumptions: list[Assumption] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+# A full timestamp of another source dates a year-less log only when the two meet:
+# placed in the anchor's year, the log comes within this many days of it. An anchor
+# further away is another incident's (an unrelated dmon capture in the folder) and
+# is not used (warning); the file metadata decides instead.
+FOREIGN_ANCHOR_DAYS = 7
 
 
 def local_zone() -> str:
@@ -584,7 +592,12 @@ def resolve(
         else:
             anchor = anchors_by_stream.get(sid)
             if anchor is None and all_anchors:
-                anchor = min(all_anchors, key=lambda a: a[0])
+                anchor, far = _meeting_anchor(first, last, k_last, all_anchors, zinfo)
+                if anchor is None:
+                    result.warnings.append(
+                        f"{meta.name}: no other source of the bundle meets this log in time (nearest: {far[1]}, "
+                        f"{far[0].isoformat()}): its year is not taken from them (not one incident?)"
+                    )
             if anchor is not None:
                 a_local = anchor[0].astimezone(zinfo).replace(tzinfo=None)
                 y0 = _closest_year(first, last, k_last, a_local)
@@ -677,6 +690,20 @@ def _as_dt(year: int, row: dict) -> datetime:
         dd = 28
     dd = min(dd, calendar.monthrange(year, mo)[1])  # 02-30, 04-31 in a damaged line: only picks a year here
     return datetime(year, mo, dd, int(row["_hh"]), int(row["_mi"]), min(int(row["_ss"]), 59))
+
+
+def _meeting_anchor(first: dict, last: dict, k_last: int, anchors: list, zinfo):
+    """(nearest anchor the log meets within FOREIGN_ANCHOR_DAYS or None, nearest anchor)."""
+    best = None
+    for a in anchors:
+        local = a[0].astimezone(zinfo).replace(tzinfo=None)
+        y0 = _closest_year(first, last, k_last, local)
+        t0, t1 = _as_dt(y0, first), _as_dt(y0 + k_last, last)
+        dist = 0.0 if t0 <= local <= t1 else min(abs((local - t0).total_seconds()), abs((local - t1).total_seconds()))
+        if best is None or dist < best[0]:
+            best = (dist, a)
+    assert best is not None
+    return (best[1] if best[0] <= FOREIGN_ANCHOR_DAYS * 86400 else None), best[1]
 
 
 def _closest_year(first: dict, last: dict, k_last: int, anchor: datetime) -> int:

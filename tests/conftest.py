@@ -27,6 +27,26 @@ def corpus_dir() -> Path | None:
     return None
 
 
+def corpus2_dir() -> Path | None:
+    """The second real-log corpus (../shared/corpus2, with truth.json); PREEMPTLOG_CORPUS2 overrides."""
+    candidates = []
+    if os.environ.get("PREEMPTLOG_CORPUS2"):
+        candidates.append(Path(os.environ["PREEMPTLOG_CORPUS2"]))
+    candidates += [ROOT.parent / "shared" / "corpus2", Path("/work/shared/corpus2")]
+    for c in candidates:
+        if (c / "truth.json").is_file():
+            return c
+    return None
+
+
+@pytest.fixture
+def corpus2() -> Path:
+    c = corpus2_dir()
+    if c is None:
+        pytest.skip("second real-log corpus not found (../shared/corpus2/truth.json; set PREEMPTLOG_CORPUS2)")
+    return c
+
+
 @pytest.fixture
 def corpus() -> Path:
     c = corpus_dir()

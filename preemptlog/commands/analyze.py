@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -40,6 +41,16 @@ from .common import (
 )
 
 
+EachOpt = Annotated[
+    bool,
+    typer.Option(
+        "--each",
+        help="Analyse every server (or every subfolder, or every input) separately; one combined output "
+        "with a 'server' column naming each.",
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
     app.command(short_help="List every preemption: time, request, gate, file:line.")(analyze)
 
@@ -70,6 +81,7 @@ def analyze(
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
+    each: EachOpt = False,
 ) -> None:
     """List every preemption in vLLM logs, with time, request, kind and file:line.
 
@@ -123,6 +135,9 @@ def analyze(
                 year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
+            if each:
+                return _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions,
+                             filters=filters, columns=output_columns(fmt.value, wanted, wide))
             with progress(quiet, no_color):
                 full = run(paths, options, workspace=ws)
             result = apply_filters(full, filters)
@@ -153,5 +168,34 @@ def analyze(
         return ExitCode.OK
 
     guarded(debug, body)
+
+
+def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, filters=None,
+          columns=None) -> int:
+    """--each: every unit analysed on its own (each.py), one combined output, the worst exit code.
+    Filters and the column choice apply to every unit, as without --each."""
+    from .. import failon
+    from ..each import run_each, write_each
+    from ..outio import open_output
+    from ..render.human import print_summary
+    from ..view import apply_filters, with_columns
+
+    results = [(name, with_columns(apply_filters(a, filters), columns)) for name, a in run_each(paths, options, ws)]
+    protect = [p for _, a in results for p in a.bundle.originals]
+    with open_output(output, protect=protect, terminal_text=fmt.value in ("json", "ndjson", "csv")) as out:
+        write_each(results, fmt, out, csv_safe=csv_safe)
+    failed: list[str] = []
+    for name, a in results:
+        if not quiet:
+            console = stderr_console(no_color)
+            console.print(f"[bold]== server {name}[/bold]", markup=True, highlight=False)
+            print_summary(a, console)
+        failed += [c for c in failon.failed(conditions, a.summary()) if c not in failed]
+    if failed:
+        sys.stderr.write(f"preemptlog: --fail-on {', '.join(failed)}: condition met\n")
+        return ExitCode.FAIL_ON
+    if any(a.partial for _, a in results):
+        return ExitCode.PARTIAL
+    return ExitCode.OK
 
 

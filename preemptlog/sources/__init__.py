@@ -106,7 +106,13 @@ def families() -> dict[str, RecordFamily]:
 
 
 def sniff(head: str) -> tuple[str, int]:
-    """Best kind for a text head: (name, score); ("unknown", 0) when nothing matches."""
+    """Best kind for a text head: (name, score); ("unknown", 0) when nothing matches.
+
+    Blockquote markers and code fences are removed first (reflow.py), as every reader does.
+    """
+    from ..reflow import strip_text
+
+    head = strip_text(head)
     best, best_score = "unknown", 0
     for kind in kinds().values():
         score = kind.sniff(head)

@@ -149,10 +149,12 @@ def read_file(path: str, display: str) -> tuple["pl.DataFrame", dict[str, Any]]:
     """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
     import polars as pl
 
-    from ..textio import scan_lines
+    from .. import reflow
 
-    lf = scan_lines(path).with_columns(s=pl.col("line").str.strip_chars())
-    lf = lf.filter(pl.col("s") != "")
+    # Quoted (> ), fenced or indented captures read like plain ones (reflow.py);
+    # an author's elision line (..., …) between samples is no sample.
+    lf = reflow.scan(path, join=False).with_columns(s=pl.col("line").str.strip_chars())
+    lf = lf.filter((pl.col("s") != "") & ~pl.col("s").str.contains(r"^(?:\.{3,}|…)$"))
     is_hash = pl.col("s").str.starts_with("#")
     is_name = is_hash & pl.col("s").str.contains(r"(?i)^#\s*(?:(?:Date|Time)[\s,]+){0,2}gpu\b")
     lf = lf.with_columns(_is_hash=is_hash, _is_name=is_name, _hdr=is_name.cast(pl.UInt32).cum_sum())

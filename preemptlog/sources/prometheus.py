@@ -16,7 +16,12 @@ Accepted inputs (recognised by content, see :func:`_sniff`):
   of a ``# HELP``/``# TYPE`` line or of a series already seen (the next scrape
   began). A time on a separator line applies to the scrape that follows it;
 - the JSON of Prometheus's HTTP API ``/api/v1/query_range`` (``matrix``) and
-  ``/api/v1/query`` (``vector``), one answer per file or one per line.
+  ``/api/v1/query`` (``vector``), one answer per file or one per line;
+- AIPerf ``server_metrics_export.jsonl`` records (:func:`_aiperf_parts`) and
+  llm-d-benchmark scrape logs (``# Timestamp:`` / ``# Pod:`` headers);
+- every spelling of a name (:func:`canonical_name`: ``vllm_x``, ``ray_vllm:x``);
+  series of one engine that differ by other labels (ranks) take the largest
+  value per scrape, never the sum.
 
 Scrape time, first that exists: the sample's own timestamp (ms epoch in the
 text format; seconds in OpenMetrics and JSON; told apart by magnitude), the
@@ -100,18 +105,45 @@ CREATED: dict[str, list[str]] = {
 COUNTER_FIELDS = ("preemptions", "prefix_queries", "prefix_hits", "hist_count", "hist_sum", "hist_bucket")
 # cache_config_info label -> config key (CONFIG_SCHEMA); other labels keep their name.
 CONFIG_LABELS = {"cache_dtype": "kv_cache_dtype"}
-CONFIG_SKIP_LABELS = {"engine", "model_name", "instance", "job", "__name__"}
+CONFIG_SKIP_LABELS = {"engine", "model_name", "instance", "job", "pod", "__name__"}
+
+# Spellings of one metric: vLLM's ``vllm:name``, the underscore form of exporters
+# that do not allow ``:`` (``vllm_name``, OpenTelemetry, some relabelling), and
+# Ray Serve's re-export (``ray_vllm:name``, ``ray_vllm_name``). All are read as
+# ``vllm:name`` (:func:`canonical_name`).
+NAME_PREFIX_RE = r"(?:ray_)?vllm[:_]"
+
+
+def canonical_name(name: str) -> str:
+    """``ray_vllm:x`` / ``vllm_x`` / ``ray_vllm_x`` -> ``vllm:x``."""
+    if name.startswith("ray_"):
+        name = name[4:]
+    if name.startswith("vllm_"):
+        name = "vllm:" + name[5:]
+    return name
+
+
+def _canonical_expr(col: "pl.Expr") -> "pl.Expr":
+    return col.str.replace(r"^ray_", "").str.replace(r"^vllm_", "vllm:")
+
+
+def _spellings(names: list[str]) -> list[str]:
+    """Literal forms of the names for the pre-filter (``ray_`` forms contain them)."""
+    return sorted({m for n in names for m in (n, "vllm_" + n[5:] if n.startswith("vllm:") else n)})
 
 # --------------------------------------------------------------------------
 # Line shapes of the text exposition (Rust regex, anchored).
 _LABELS = r'(?:[^"}]|"(?:[^"\\]|\\.)*")*'
 SAMPLE_RE = (
-    r"^(?P<name>vllm:[A-Za-z0-9_:]+)(?:\{(?P<labels>" + _LABELS + r")\})?[ \t]+(?P<value>[^\s#]+)"
+    r"^(?P<name>" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+)(?:\{(?P<labels>" + _LABELS + r")\})?[ \t]+(?P<value>[^\s#]+)"
     r"(?:[ \t]+(?P<ts>-?[0-9][0-9.eE+-]*))?[ \t]*(?:#.*)?$"
 )
-META_RE = r"^#[ \t]+(?:HELP|TYPE)[ \t]+(vllm:[A-Za-z0-9_:]+)"
+META_RE = r"^#[ \t]+(?:HELP|TYPE)[ \t]+(" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+)"
 # Separators between concatenated scrapes.
-SCRAPE_SEP_RE = r"^#[ \t]*scrape(?:[_ ]?time)?[ \t]*[:=]?[ \t]*(?P<t>.*)$"
+# ``# Timestamp: <time>``: llm-d-benchmark's collect_metrics.sh header (before ``# Pod:``).
+SCRAPE_SEP_RE = r"^#[ \t]*(?:scrape(?:[_ ]?time)?|[Tt]imestamp)[ \t]*[:=]?[ \t]*(?P<t>.*)$"
+# The server a scrape came from, in a header line (llm-d-benchmark ``# Pod: <name>``).
+POD_RE = r"^#[ \t]*(?:Pod|Instance|Host):[ \t]*(\S+)"
 DASH_SEP_RE = r"^---+[ \t]*(?P<t>.*)$"
 BARE_TIME_RE = (
     r"^(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -135,12 +167,14 @@ RAW_LIMIT = 500
 
 def _sniff(head: str) -> int:
     """Beats the vllm-log kind (at most 50) on anything that looks like Prometheus data."""
-    if re.search(r"^#[ \t]+(?:HELP|TYPE)[ \t]+vllm:", head, re.M):
+    if re.search(r"^#[ \t]+(?:HELP|TYPE)[ \t]+" + NAME_PREFIX_RE, head, re.M):
         return 90
     stripped = head.lstrip()
     if stripped.startswith(("{", "[")) and '"resultType"' in head:
-        return 90 if "vllm:" in head else 60
-    if re.search(r"^vllm:[A-Za-z0-9_:]+(?:\{[^\n]*\})?[ \t]+[-+0-9.eENaIinf]+[ \t]*(?:[-0-9.eE+]+)?[ \t]*$", head, re.M):
+        return 90 if "vllm" in head else 60
+    if stripped.startswith("{") and '"timestamp_ns"' in head and '"metrics"' in head:
+        return 90 if "vllm" in head else 60  # AIPerf server_metrics_export.jsonl
+    if re.search(r"^" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+(?:\{[^\n]*\})?[ \t]+[-+0-9.eENaIinf]+[ \t]*(?:[-0-9.eE+]+)?[ \t]*$", head, re.M):
         return 85
     if re.search(r"^# HELP [A-Za-z_:][\w:]* ", head, re.M) and re.search(r"^# TYPE [A-Za-z_:][\w:]* ", head, re.M):
         return 55  # a /metrics page whose vllm: part lies beyond the sniffed head
@@ -199,21 +233,23 @@ def _ts_to_us(col: "pl.Expr") -> "pl.Expr":
 def _parse_text(f: "InputFile") -> _FileData:
     import polars as pl
 
-    from ..textio import scan_lines
+    from .. import reflow
 
     known = list(METRICS) + list(CREATED)
-    line = pl.col("line").str.strip_chars_end("\r \t")
-    is_sample = line.str.starts_with("vllm:")
+    # Quoted, fenced or indented pastes read like plain scrapes (reflow.py).
+    line = pl.col("line").str.strip_chars("\r \t")
+    is_sample = line.str.starts_with("vllm") | line.str.starts_with("ray_vllm")
     is_meta = line.str.starts_with("#") & line.str.contains(META_RE)
     is_eof = line == "# EOF"
     is_sep = line.str.contains(SCRAPE_SEP_RE) | line.str.starts_with("---") | line.str.contains(BARE_TIME_RE)
-    lf = scan_lines(f.path).with_columns(line=line)
+    is_pod = line.str.starts_with("#") & line.str.contains(POD_RE)
+    lf = reflow.scan(f.path, join=False).with_columns(line=line)
     # Literal pre-filter first (most lines of a /metrics page are other metrics and
     # histogram buckets), regexes only on the survivors.
-    cheap = (is_sample & line.str.contains_any(known)) | line.str.starts_with("#") | line.str.starts_with("---") | (
+    cheap = (is_sample & line.str.contains_any(_spellings(known))) | line.str.starts_with("#") | line.str.starts_with("---") | (
         line.str.len_bytes() < 48
     )
-    lf = lf.filter(cheap).filter(is_sample | is_meta | is_eof | is_sep)
+    lf = lf.filter(cheap).filter(is_sample | is_meta | is_eof | is_sep | is_pod)
     g = line.str.extract_groups(SAMPLE_RE)
     kind = (
         pl.when(is_sample)
@@ -222,6 +258,8 @@ def _parse_text(f: "InputFile") -> _FileData:
         .then(pl.lit("meta"))
         .when(is_eof)
         .then(pl.lit("eof"))
+        .when(is_pod)
+        .then(pl.lit("pod"))
         .otherwise(pl.lit("sep"))
     )
     sep_time = pl.coalesce(
@@ -235,9 +273,11 @@ def _parse_text(f: "InputFile") -> _FileData:
             kind.alias("kind"),
             g.alias("g"),
             pl.when(is_meta).then(line.str.extract(META_RE, 1) + line.str.slice(2, 4)).alias("meta_key"),
-            pl.when(~is_sample & ~is_meta).then(sep_time).alias("sep_time"),
+            pl.when(~is_sample & ~is_meta & ~is_pod).then(sep_time).alias("sep_time"),
+            pl.when(is_pod).then(line.str.extract(POD_RE, 1)).alias("pod"),
         )
         .unnest("g")
+        .with_columns(name=_canonical_expr(pl.col("name")))
         .filter((pl.col("kind") != "sample") | pl.col("name").is_in(known))
         # The label text as exposed identifies the series (prometheus_client always
         # writes a series' labels in the same order).
@@ -257,6 +297,7 @@ def _parse_text(f: "InputFile") -> _FileData:
         .when(pl.col("kind") == "meta")
         .then(pl.col("meta_key")),
     )
+    rows = rows.with_columns(_pod=pl.col("pod").forward_fill())  # a "# Pod:" header names the scrapes below it
     rows = rows.with_columns(
         occ=pl.when(pl.col("key").is_not_null()).then(pl.int_range(pl.len()).over("blk", "key")).otherwise(0)
     ).with_columns(rep=pl.col("occ").cum_max().over("blk"))
@@ -288,7 +329,7 @@ def _parse_text(f: "InputFile") -> _FileData:
         pl.col("labels"),
         _label("engine").alias("engine"),
         _label("model_name").alias("model_name"),
-        _label("instance").alias("instance"),
+        pl.coalesce(_label("instance"), _label("pod"), pl.col("_pod")).alias("instance"),
         _label("reason").alias("reason"),
         _label("le").alias("le"),
         value.alias("value"),
@@ -322,19 +363,24 @@ def _parse_json(f: "InputFile") -> _FileData:
 
     fd = _FileData(file=f, fmt="json", samples=pl.DataFrame(schema=_sample_schema()))
     text = _read_text(f)
-    docs: list[Any] = []
+    docs: list[tuple[int, Any]] = []  # (line, document)
     try:
-        docs = [json.loads(text)]
+        docs = [(1, json.loads(text))]
     except (ValueError, RecursionError):  # ValueError: bad JSON, or an integer of 5000 digits
         for i, ln in enumerate(text.splitlines(), 1):
             if ln.strip():
                 try:
-                    docs.append(json.loads(ln))
+                    docs.append((i, json.loads(ln)))
                 except (ValueError, RecursionError) as exc:
                     fd.warnings.append(f"line {i}: not JSON ({getattr(exc, 'msg', type(exc).__name__)}); skipped")
     flat: list[Any] = []
-    for d in docs:
-        flat.extend(d if isinstance(d, list) else [d])
+    aiperf: list[tuple[int, dict]] = []
+    for i, d in docs:
+        for x in d if isinstance(d, list) else [d]:
+            if isinstance(x, dict) and isinstance(x.get("metrics"), dict) and "timestamp_ns" in x:
+                aiperf.append((i, x))  # AIPerf server_metrics_export.jsonl record
+            else:
+                flat.append(x)
     # Text positions of every [time, "value"] pair, in document order.
     newlines = [m.start() for m in re.finditer("\n", text)]
     pairs = []
@@ -374,7 +420,7 @@ def _parse_json(f: "InputFile") -> _FileData:
             start = ordinal
             ordinal += len(values)
             name = metric.get("__name__")
-            name = None if name is None else str(name)
+            name = None if name is None else canonical_name(str(name))
             if name is None:
                 skipped_unnamed += 1
                 continue
@@ -390,6 +436,7 @@ def _parse_json(f: "InputFile") -> _FileData:
                     "labels": labels,
                     **{k: (None if metric.get(k) is None else str(metric.get(k)))  # labels are strings
                        for k in ("engine", "model_name", "instance", "reason", "le")},
+                    **({"instance": str(metric["pod"])} if metric.get("instance") is None and metric.get("pod") is not None else {}),
                     "t": [v[0] for v in values],
                     "v": [v[1] for v in values],
                     "n": [p[0] for p in positions] if positions else [None] * len(values),
@@ -403,8 +450,9 @@ def _parse_json(f: "InputFile") -> _FileData:
             f"{skipped_unnamed} series without __name__ (a computed query such as rate() or increase()) skipped: "
             "query the raw counter, e.g. vllm:num_preemptions_total"
         )
-    if len(pairs) != ordinal:
+    if len(pairs) != ordinal and ordinal:
         fd.warnings.append("could not locate every sample in the text: sample ordinals are used instead of line:column")
+    parts.extend(_aiperf_parts(aiperf))
     if not parts:
         return fd
     frames = []
@@ -447,6 +495,58 @@ def _parse_json(f: "InputFile") -> _FileData:
     fd.samples = df
     fd.n_scrapes = int(df.get_column("scrape").max()) + 1 if df.height else 0
     return fd
+
+
+def _aiperf_parts(records: list[tuple[int, dict]]) -> list[dict]:
+    """Series of AIPerf ``server_metrics_export.jsonl`` records (see docs/prometheus.md).
+
+    One record per line: ``{"endpoint_url", "timestamp_ns", "metrics": {name: [{"labels": {...},
+    "value": v} | {"labels": ..., "histogram": {le: count}, "sum": s, "count": c}]}}``. The endpoint
+    is the series' instance; the time is ``timestamp_ns``. AIPerf writes a record only when the
+    endpoint's metrics changed (consecutive identical scrapes are deduplicated), so the interval
+    between two records is not missing data: a counter's increase over it is exact.
+    """
+    series: dict[tuple, dict] = {}  # one part per series, its samples appended in file order
+    for line, rec in records:
+        t = _float_or_none(rec.get("timestamp_ns"))
+        if t is None:
+            continue
+        endpoint = rec.get("endpoint_url")
+        k = 0
+        for raw_name, entries in rec["metrics"].items():
+            name = canonical_name(str(raw_name))
+            if not isinstance(entries, list):
+                continue
+            for e in entries:
+                if not isinstance(e, dict):
+                    continue
+                k += 1
+                labels = e.get("labels") if isinstance(e.get("labels"), dict) else {}
+                rows: list[tuple[str, dict, Any]] = []
+                if "value" in e:
+                    rows.append((name, labels, e["value"]))
+                if isinstance(e.get("histogram"), dict):
+                    rows += [(name + "_bucket", {**labels, "le": le}, c) for le, c in e["histogram"].items()]
+                    rows += [(name + "_sum", labels, e.get("sum")), (name + "_count", labels, e.get("count"))]
+                for nm, lab, v in rows:
+                    if nm not in METRICS and nm not in CREATED:
+                        continue
+                    inst = lab.get("instance") or lab.get("pod") or endpoint
+                    text = ",".join(f'{a}="{b}"' for a, b in sorted(lab.items()))
+                    part = series.get((nm, text, inst))
+                    if part is None:
+                        part = series[(nm, text, inst)] = {
+                            "name": nm,
+                            "labels": text,
+                            **{c: (None if lab.get(c) is None else str(lab.get(c))) for c in ("engine", "model_name", "reason", "le")},
+                            "instance": None if inst is None else str(inst),
+                            "t": [], "v": [], "n": [], "col": [],
+                        }
+                    part["t"].append(t / 1e9)
+                    part["v"].append(v)
+                    part["n"].append(line)
+                    part["col"].append(k)
+    return list(series.values())
 
 
 def _float_or_none(x: Any) -> float | None:
@@ -737,6 +837,17 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
         value=pl.col("value")
         * pl.col("name").replace_strict({k: v[2] for k, v in METRICS.items()}, default=1.0, return_dtype=pl.Float64),
     )
+    # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
+    # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
+    # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
+    ranks = ["scope", "scrape_id", "engine", "model_name", "name", "reason", "le"]
+    before = s.height
+    s = s.sort("value", descending=True, nulls_last=True).unique(ranks, keep="first").sort("file_id", "n", "col", nulls_last=True)
+    if s.height < before:
+        out.notes.append(
+            f"Prometheus: {before - s.height} sample(s) of other ranks of the same engine (same metric, engine "
+            "and scrape, other labels) were not added: the largest value of each is used"
+        )
     samples = s.filter(pl.col("field") != "created")
 
     # ---- config from vllm:cache_config_info labels

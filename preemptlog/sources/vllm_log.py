@@ -196,7 +196,7 @@ def marker_regex(literals: list[str]) -> str:
     return "(?-u)(" + "|".join(pl.escape_regex(m) for m in literals) + ")"
 
 
-def scan(path: str, file_id: int) -> "pl.LazyFrame":
+def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
     """Lazy records frame for one log file (see RECORD_SCHEMA).
 
     Measured on a 1 GB V0 log (148 k lines, 99 k kept; request lines of
@@ -220,7 +220,8 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     """
     import polars as pl
 
-    from ..textio import scan_lines, split_cr
+    from .. import reflow
+    from ..textio import split_cr
 
     markers = all_markers()
     literals = list(dict.fromkeys(m for m, _ in markers))
@@ -231,8 +232,9 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     marker_enum = pl.Enum(literals)
     marker_rx = marker_regex(literals)
 
-    # Literal pre-filter on the raw line (Teddy/SIMD prefilter of the regex crate).
-    lf = scan_lines(path).filter(pl.col("line").str.contains(marker_rx))
+    # Literal pre-filter on the raw line (Teddy/SIMD prefilter of the regex crate);
+    # wrapped, reflowed, quoted or indented captures are repaired first (reflow.py).
+    lf = reflow.scan(path, wraps=wraps).filter(pl.col("line").str.contains(marker_rx))
     lf = split_cr(lf)
     # Leftmost marker; ties go to the earlier marker in the list.
     first = pl.col("line").str.extract(marker_rx, 1)
@@ -355,9 +357,9 @@ def compact(df: "pl.DataFrame") -> "pl.DataFrame":
     return df.rechunk()
 
 
-def read(path: str, file_id: int) -> "pl.DataFrame":
+def read(path: str, file_id: int, wraps: bool = True) -> "pl.DataFrame":
     """Scan, collect and finish one log file."""
-    return finish(collect(scan(path, file_id)))
+    return finish(collect(scan(path, file_id, wraps)))
 
 
 def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":

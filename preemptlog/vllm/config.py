@@ -30,12 +30,18 @@ CONFIG_SCHEMA = {
     "note": "String",
 }
 
-_VAL = r"""(?:'[^']*'|"[^"]*"|[^,)}\s]+)"""
+_VAL = r"""(?:'[^']*'|"[^"]*"|[^'",)}\s][^,)}\s]*)"""
 
 
 def _arg(key: str) -> str:
-    """A key in a dict repr ('key': v) or a Namespace / config repr (key=v)."""
-    return rf"(?:'{key}':\s*|\b{key}=)({_VAL})"
+    """A key in a dict repr ('key': v) or a Namespace / config repr (key=v).
+
+    The value must be closed (its quote, then a delimiter; the group keeps the
+    delimiter, which :func:`parse` strips): a number or a quoted text at the very
+    end of the text may have been cut (a wrapped or truncated line) and is not
+    reported as seen. Only a whole True / False / None may end the text.
+    """
+    return rf"(?:'{key}':\s*|\b{key}=)((?:True|False|None)$|{_VAL}[,)}}\s])"
 
 
 # (record kind, key, regex with one group)
@@ -153,7 +159,11 @@ def parse(
         "note": pl.String,
     }
     seen = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
-    value = pl.col("value").str.strip_chars("'\"")
+    # _arg values end with their delimiter; speculative_config's own regex keeps its closing bracket.
+    closed = pl.when(pl.col("key") == "speculative_config").then(pl.col("value")).otherwise(
+        pl.col("value").str.replace(r"[,)}\s]$", "")
+    )
+    value = closed.str.strip_chars("'\"")
     seen = seen.with_columns(
         value=pl.when(pl.col("key").is_in(list(_NUMERIC))).then(value.str.replace_all(",", "", literal=True)).otherwise(value)
     ).with_columns(

@@ -1,0 +1,445 @@
+"""Text-level repair of captured and pasted logs, before any parse.
+
+Real logs reach preemptlog damaged by the way they were captured: cut at a
+terminal's width, reflowed by a Markdown or blog editor, quoted (``> ``),
+indented (notebooks) or fenced (```` ``` ````). This module turns such text
+back into the lines the program wrote, as a lazy polars stage that every text
+source reads through (:func:`scan`); the parsers then see ordinary lines.
+
+The repair is decided per file from a sample of its head (:data:`SAMPLE_BYTES`;
+a capture is damaged the same way throughout), by :func:`plan`. A file that
+shows no damage is read exactly as before, at no cost. Stages, in order:
+
+1. **Prefixes** (every source kind): Markdown blockquote markers ``> `` (nested
+   too) are removed, fence lines (```` ``` ````, ``~~~``, with an info string)
+   become empty lines (line numbers stay physical), and leading indentation is
+   removed from lines that, once unindented, start a log record (a vLLM
+   header, a process prefix, a date...), when most records are indented.
+   Sources with their own notion of leading space (dmon, Prometheus) strip
+   all of it themselves.
+2. **Hard wraps** (vLLM logs): a file's wrap widths are line lengths (at least
+   :data:`MIN_WIDTH`) followed by a line without a header at least
+   :data:`MIN_SUPPORT` times: the widest such length that almost no line
+   exceeds (:data:`MAX_LONGER`), and other lengths near it (:data:`NEAR_WIDEST`:
+   a capture that wrapped first lines narrower than their continuations) seen
+   about as often (:data:`SUPPORT_SHARE`), almost always (:data:`SECOND_RATIO`)
+   a record's first line, and followed by a continuation; some line of these
+   widths starts with a header. A continuation
+   is never a sibling of the line above (same first :data:`SIBLING_CHARS`
+   characters and another length: a repeated line, a progress bar). A width
+   seen fewer times is accepted only when it is the longest line length of the
+   file and a recognised record cut there is completed by the next line. A continuation line (no header, not empty,
+   after a line of exactly a wrap width) is glued to the line before it,
+   exactly (no separator), so a value cut in two is whole again; when (almost)
+   every continuation starts with spaces (a padded capture), the smallest run
+   of two or more that they commonly share is removed first. Known limit: when
+   every continuation also starts with the text's own space, that space is
+   read as padding.
+3. **Reflowed records** (vLLM logs): a recognised record that lacks its
+   closing part (:data:`RECORDS`: a V0 preemption warning without
+   ``total_num_cumulative_preemption=``, a stats line without its KV cache
+   usage, ``num_gpu_blocks is:`` without a number) is joined, with single
+   spaces, to the following header-less lines up to the one that completes
+   it, at most :data:`RECORD_JOIN_LINES` lines, never across a header or an
+   empty line. Nothing is joined when no line completes it.
+
+Limits: the head decides (damage that starts after :data:`SAMPLE_BYTES` is not
+seen); a joined file is grouped in memory (captures are small); many small logs
+read in one batch (analysis.py ``_scan_small_files``) get every repair but the
+hard-wrap one, since the lengths of a concatenation say nothing about one file.
+
+Joined lines keep the physical line number of their first line (``n``), so
+every ``file:line`` still points into the input. Frame schema as
+:func:`textio.scan_lines`: ``n`` (UInt32), ``line`` (String).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+SAMPLE_BYTES = 1 << 20  # the head that decides a file's repair
+MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
+MIN_SUPPORT = 3  # lines of one exact length followed by a continuation
+MIN_RATIO = 0.4  # the longest length, seen fewer times: share of its lines followed by a continuation
+MAX_LONGER = 0.01  # share of lines longer than the widest wrap width
+NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (captures of a few widths)
+SUPPORT_SHARE = 0.5  # ... seen at least this share as often as the widest
+SECOND_RATIO = 0.75  # ... and almost always a record's first line followed by a continuation
+SIBLING_CHARS = 32  # a line starting like the one before is its sibling, not its continuation
+PADDED_SHARE = 0.8  # continuations are padded when this share of them starts with spaces
+PAD_COMMON = 0.01  # ... and the padding is the smallest lead shared by more than this share of them
+QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them (or a quoted record)
+INDENTED_SHARE = 0.5  # indentation is removed when this share of the records is indented
+RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
+
+# The start of a log record: what a continuation line never starts with.
+HEADER_START_RE = (
+    r"^(?:\x1b\[[0-9;?]*[A-Za-z])*(?:"
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?:\s+\d\d-\d\d\s|:\s|\s*\x1b)"  # vLLM header, uvicorn, ANSI level
+    r"|\([A-Za-z_][^()]*pid=\d+"  # (Name pid=N) process prefix
+    r"|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d"  # ISO / RFC 3339 / [date] prefixes
+    r"|\d{4}/\d\d/\d\d \d\d:\d\d"
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d"  # syslog
+    r"|\[[^\]\s]+/[^\]\s]+\]\s"  # kubectl --prefix [pod/name/container]
+    r"|\[rank\d+\]:"  # torch.distributed rank prefix
+    r"|\[?[IWEF]\d{4} \d\d:\d\d:\d\d"  # glog (NCCL, gloo, torch C++ warnings)
+    r"|[A-Za-z0-9][\w.-]*\s+\|\s"  # docker compose "svc-1  | "
+    r"|\{\"(?:asctime|levelname|time|message)"  # JSON log line
+    r")"
+)
+QUOTE_RE = r"^(?:>[ \t]?)+"
+FENCE_RE = r"^\s*(?:```+|~~~+)\s*[\w+.#-]*\s*$"
+
+# (literal marker of a record, regex its complete text matches)
+RECORDS: list[tuple[str, str]] = [
+    ("is preempted by", r"total_num_cumulative_preemption=\d"),
+    ("Avg prompt throughput", r"KV cache usage: [\d.]+%"),
+    ("num_gpu_blocks is:", r"num_gpu_blocks is:\s*\d"),
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The repair one file needs (see the module docstring)."""
+
+    quote: bool = False  # some lines carry blockquote markers
+    fence: bool = False  # some lines are code fences
+    indent: bool = False  # some records are indented
+    widths: tuple[int, ...] = ()  # hard-wrap widths
+    pad: int = 0  # spaces that start every continuation line
+    records: bool = False  # incomplete records completed by the lines after them
+
+    @property
+    def needed(self) -> bool:
+        return self.quote or self.fence or self.indent or bool(self.widths) or self.records
+
+    def describe(self) -> str:
+        parts = []
+        if self.quote:
+            parts.append("blockquote markers removed")
+        if self.fence:
+            parts.append("code fences removed")
+        if self.indent:
+            parts.append("indentation removed")
+        if self.widths:
+            w = "/".join(str(x) for x in self.widths)
+            parts.append(f"lines hard-wrapped at {w} columns rejoined" + (f" ({self.pad}-space padding)" if self.pad else ""))
+        if self.records:
+            parts.append("records reflowed over several lines joined")
+        return ", ".join(parts)
+
+
+NOTHING = Plan()
+
+
+def _sample(path: Path | str) -> list[str]:
+    from .textio import file_size, read_head
+
+    raw = read_head(Path(path), SAMPLE_BYTES)
+    text = raw.decode("utf-8", "replace")
+    lines = text.split("\n")
+    if len(raw) >= SAMPLE_BYTES or (file_size(Path(path)) > len(raw) and not raw.endswith(b"\n")):
+        lines = lines[:-1]  # the last line of a cut sample is partial
+    elif lines and lines[-1] == "":
+        lines = lines[:-1]
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def _strip(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+    import polars as pl
+
+    line = pl.col("line")
+    if plan.quote:
+        line = line.str.replace(QUOTE_RE, "")
+    if plan.fence:
+        line = pl.when(line.str.contains(FENCE_RE)).then(pl.lit("")).otherwise(line)
+    if plan.indent:
+        bare = line.str.strip_chars_start(" \t")
+        line = pl.when(line.str.starts_with(" ") | line.str.starts_with("\t")).then(
+            pl.when(bare.str.head(160).str.contains(HEADER_START_RE)).then(bare).otherwise(line)
+        ).otherwise(line)
+    return lf.with_columns(line.alias("line"))
+
+
+def _headerless(line: "pl.Expr") -> "pl.Expr":
+    return (line != "") & ~line.str.head(160).str.contains(HEADER_START_RE)
+
+
+def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
+    """``line`` can continue ``prev``: no header, not empty, and not a sibling of it
+    (a repeated line, the next step of a progress bar: same first characters)."""
+    # Two full-width chunks of one long line may start alike (a list of "false, false, ...");
+    # siblings are told apart by their lengths.
+    sibling = (line.str.head(SIBLING_CHARS) == prev.str.head(SIBLING_CHARS)) & (
+        line.str.len_chars() != prev.str.len_chars()
+    )
+    return _headerless(line) & ~sibling.fill_null(False)
+
+
+def _incomplete(line: "pl.Expr") -> "pl.Expr":
+    import polars as pl
+
+    out = pl.lit(False)
+    for marker, done in RECORDS:
+        out = out | (line.str.contains(marker, literal=True) & ~line.str.contains(done))
+    return out
+
+
+def _completes(line: "pl.Expr") -> "pl.Expr":
+    import polars as pl
+
+    out = pl.lit(False)
+    for _marker, done in RECORDS:
+        out = out | line.str.contains(done)
+    return out
+
+
+def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
+    """The repair a file needs, from a sample of its lines (see the module docstring).
+
+    Cost: literal tests on every line of the sample; the regexes run only on the few
+    lines that can matter (measured: 20 ms on 1 MB of an ordinary log).
+    """
+    import polars as pl
+
+    if not lines:
+        return NOTHING
+    df = pl.DataFrame({"line": lines}, schema={"line": pl.String})
+    line = pl.col("line")
+    cheap = df.select(
+        gt=line.str.starts_with(">").any(),
+        fence=(line.str.contains("```", literal=True) | line.str.contains("~~~", literal=True)).any(),
+        lead=(line.str.starts_with(" ") | line.str.starts_with("\t") | line.str.starts_with(">")).any(),
+    ).row(0, named=True)
+    quote = fence = indent = False
+    if cheap["gt"]:
+        quoted = line.str.contains(QUOTE_RE)
+        quote = df.select(
+            (quoted.mean() >= QUOTED_SHARE)
+            | (quoted & line.str.replace(QUOTE_RE, "").str.head(160).str.contains(HEADER_START_RE)).any()
+        ).item()
+    bare = line.str.replace(QUOTE_RE, "") if quote else line
+    if cheap["fence"]:
+        fence = df.select(bare.str.contains(FENCE_RE).any()).item()
+    if cheap["lead"]:
+        # Indented records: most records are indented (a notebook cell, a Markdown code block),
+        # not a few continuation lines that happen to start with a space and a prefix.
+        heads = bare.str.strip_chars_start(" \t").str.head(160).str.contains(HEADER_START_RE)
+        ind, hdr = df.select((bare.str.contains(r"^[ \t]") & heads).sum().alias("i"), heads.sum().alias("h")).row(0)
+        indent = ind > 0 and ind >= INDENTED_SHARE * hdr
+    plan = Plan(quote=quote, fence=fence, indent=indent)
+    if not join:
+        return plan
+    if plan.needed:
+        df = _strip(df.lazy(), plan).collect()
+    widths, pad = _wrap_widths(df) if wraps else ((), 0)
+    if widths:
+        df = _join_wraps(df.lazy().with_columns(n=pl.int_range(pl.len(), dtype=pl.UInt32)), Plan(quote, fence, indent, widths, pad)).collect()
+    records = _any_record_join(df)
+    return Plan(quote, fence, indent, widths, pad, records)
+
+
+def _any_record_join(df: "pl.DataFrame") -> bool:
+    import polars as pl
+
+    line = pl.col("line")
+    markers = [m for m, _ in RECORDS]
+    if not df.height or not df.select(line.str.contains_any(markers).any()).item():
+        return False
+    if not df.filter(line.str.contains_any(markers)).select(_incomplete(line).any()).item():
+        return False
+    return bool(_record_joins(df.lazy()).select(pl.col("_join").any()).collect().item())
+
+
+def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
+    import polars as pl
+
+    line = pl.col("line")
+    d = df.with_columns(_len=line.str.len_chars(), _next=line.shift(-1), _prevline=line.shift(1))
+    total = d.height
+    lens = d.get_column("_len")
+    # The widest wrap width has at most MAX_LONGER of the lines longer than itself, and
+    # other widths are within NEAR_WIDEST of it: only lines at least that long can matter.
+    k = int(MAX_LONGER * total)
+    q = int(lens.sort(descending=True)[min(k, total - 1)])
+    lo = max(MIN_WIDTH, int(NEAR_WIDEST * q))
+    tall = d.filter(pl.col("_len") >= lo).with_columns(_next_cont=_continues(pl.col("_next"), line).fill_null(False))
+    if tall.height == 0:
+        return (), 0
+    by_len = tall.group_by("_len").agg(
+        pl.len().alias("count"),
+        pl.col("_next_cont").sum().alias("followed"),
+        (pl.col("_next_cont") & _incomplete(line)).any().alias("cut_record"),
+        (~_headerless(line)).mean().alias("headed"),
+        (~_headerless(line)).sum().alias("headed_n"),
+    )
+    strong = by_len.filter(pl.col("followed") >= MIN_SUPPORT)
+    widths: list[int] = []
+    for w in sorted(strong.get_column("_len").to_list(), reverse=True):
+        longer = int((lens > w).sum())
+        if longer <= MAX_LONGER * total:
+            top = strong.filter(pl.col("_len") == w).get_column("followed").item()
+            others = strong.filter(
+                (pl.col("_len") < w)
+                & (pl.col("_len") >= NEAR_WIDEST * w)
+                & (pl.col("followed") >= SUPPORT_SHARE * top)
+                & (pl.col("followed") >= SECOND_RATIO * pl.col("count"))
+                & (pl.col("headed") >= SECOND_RATIO)
+            )
+            widths = [w, *others.get_column("_len").to_list()]
+            # Wrapped records start with a header: lines without any (bare print output,
+            # a run of bare records of one length) are not told apart from their neighbours.
+            if by_len.filter(pl.col("_len").is_in(widths)).get_column("headed_n").sum() == 0:
+                widths = []
+            break
+    longest = int(lens.max() or 0)
+    if not widths and longest >= MIN_WIDTH:
+        row = by_len.filter(pl.col("_len") == longest).row(0, named=True)
+        if row["followed"] >= MIN_RATIO * row["count"] and row["cut_record"]:
+            widths = [longest]
+    if not widths:
+        return (), 0
+    ws = sorted(set(widths))
+    cont = d.with_columns(_prev=pl.col("_len").shift(1)).filter(pl.col("_prev").is_in(ws))
+    cont = cont.filter(_continues(line, pl.col("_prevline")))
+    # Padding: (almost) every continuation starts with spaces. One space at a cut is
+    # the text's own as often as not (``num_gpu_blocks is:`` / `` 25809``; repeated
+    # lines cut at the same place), so padding is two spaces or more.
+    lead = line.str.len_chars() - line.str.strip_chars_start(" ").str.len_chars()
+    leads = cont.select(lead).to_series()
+    padded = leads.filter(leads >= 1)
+    pad = 0
+    if cont.height and padded.len() >= PADDED_SHARE * cont.height:
+        # The run itself is the smallest lead (the text's own spaces only add to it), among
+        # common leads: a few false continuations (an indented original line) must not decide it.
+        counts = padded.value_counts()
+        floor = PAD_COMMON * padded.len()
+        common = counts.filter(pl.col("count") > floor).get_column(padded.name) if padded.len() >= MIN_SUPPORT else padded
+        run = int((common if common.len() else padded).min())
+        pad = run if run >= 2 else 0
+    return tuple(ws), pad
+
+
+def _join_wraps(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+    import polars as pl
+
+    line = pl.col("line")
+    cont = pl.col("line").str.len_chars().shift(1).is_in(list(plan.widths)).fill_null(False) & _continues(line, line.shift(1))
+    lf = lf.with_columns(_cont=cont)
+    if plan.pad:
+        lf = lf.with_columns(
+            line=pl.when(pl.col("_cont") & line.str.starts_with(" " * plan.pad)).then(line.str.slice(plan.pad)).otherwise(line)
+        )
+    return _glue(lf, "")
+
+
+def _glue(lf: "pl.LazyFrame", sep: str) -> "pl.LazyFrame":
+    """Join every ``_cont`` row to the row before it."""
+    import polars as pl
+
+    return (
+        lf.with_columns(_g=(~pl.col("_cont")).cum_sum())
+        .group_by("_g", maintain_order=True)
+        .agg(pl.col("n").first(), pl.col("line").str.join(sep))
+        .select("n", "line")
+    )
+
+
+def _record_joins(lf: "pl.LazyFrame") -> "pl.LazyFrame":
+    """Adds ``_cont`` (this row completes the record above it) and ``_join`` (a record is joined here)."""
+    import polars as pl
+
+    line = pl.col("line")
+    lf = lf.with_columns(_inc=_incomplete(line), _hl=_headerless(line), _done=_completes(line))
+    # Blocks: a record start (a header, an empty line, an incomplete record) opens one.
+    lf = lf.with_columns(_b=(~pl.col("_hl") | pl.col("_inc")).cum_sum())
+    lf = lf.with_columns(_pos=pl.int_range(pl.len(), dtype=pl.Int64).over("_b"))
+    upto = (
+        pl.when((pl.col("_pos") >= 1) & (pl.col("_pos") <= RECORD_JOIN_LINES) & pl.col("_done"))
+        .then(pl.col("_pos"))
+        .min()
+        .over("_b")
+    )
+    joined = pl.col("_inc").first().over("_b") & upto.is_not_null()
+    lf = lf.with_columns(_upto=upto, _joined=joined)
+    return lf.with_columns(
+        _cont=pl.col("_joined") & (pl.col("_pos") >= 1) & (pl.col("_pos") <= pl.col("_upto")),
+        _join=pl.col("_joined") & (pl.col("_pos") == 0),
+    )
+
+
+def _join_records(lf: "pl.LazyFrame") -> "pl.LazyFrame":
+    import polars as pl
+
+    lf = _record_joins(lf)
+    # Reflowed text: each piece loses its line-break spaces, one space joins them.
+    lf = lf.with_columns(
+        line=pl.when(pl.col("_cont") | pl.col("_join")).then(pl.col("line").str.strip_chars(" \t")).otherwise(pl.col("line"))
+    )
+    return _glue(lf, " ")
+
+
+def apply(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+    """The repair stage on an (n, line) frame."""
+    if not plan.needed:
+        return lf
+    lf = _strip(lf, plan)
+    if plan.widths:
+        lf = _join_wraps(lf, plan)
+    if plan.records:
+        lf = _join_records(lf)
+    return lf
+
+
+def plan(path: Path | str, join: bool = True, wraps: bool = True) -> Plan:
+    """Decide a file's repair from its head (best effort: unreadable means no repair).
+
+    Remembered per file version (path, size, mtime), so the analysis can say what was repaired
+    without deciding twice.
+    """
+    import os
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return NOTHING
+    key = (str(path), st.st_size, st.st_mtime_ns, join, wraps)
+    if key not in _PLANS:
+        try:
+            lines = _sample(path)
+        except OSError:
+            return NOTHING
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        _PLANS[key] = detect(lines, join=join, wraps=wraps)
+    return _PLANS[key]
+
+
+_PLANS: dict[tuple, Plan] = {}
+
+
+def scan(path: Path | str, join: bool = True, wraps: bool = True) -> "pl.LazyFrame":
+    """Lazy (n, line) frame of a text file, repaired as its head says (see the module docstring).
+
+    ``join=False``: prefixes only (sources whose records are single lines). ``wraps=False``:
+    no hard-wrap detection (a concatenation of many files, whose line lengths say nothing
+    about any one of them).
+    """
+    from .textio import scan_lines
+
+    return apply(scan_lines(path), plan(path, join=join, wraps=wraps))
+
+
+def strip_text(text: str) -> str:
+    """The prefix stage on a plain string (sniffing reads heads as text)."""
+    import re
+
+    if ">" not in text and "```" not in text and "~~~" not in text:
+        return text
+    text = re.sub("(?m)" + QUOTE_RE, "", text)
+    return re.sub("(?m)" + FENCE_RE, "", text)

@@ -1,0 +1,93 @@
+"""Which vLLM servers a bundle holds: one incident, or several mixed in one folder.
+
+A server start is a version line (``vLLM API server version X``, ``vLLM server
+version X``), or, in a stream without one, the engine's ``Initializing a V1
+LLM engine (vX) with config`` line. Each start has a version, the process
+(``APIServer pid=N``, any ``(Name pid=N[, ip=A])`` prefix) and a host (the
+``ip=`` of the prefix, a docker compose service) when the line shows them.
+
+Starts in one stream with the same version are restarts of one server. The
+bundle is **mixed** when it holds more than one server: starts with different
+versions or hosts, or starts in different streams (two logs of two servers).
+Analysing a mixed bundle as one incident adds counts of unrelated servers
+together, so the analysis warns and ``preemptlog analyze --each`` (each.py)
+analyses every server separately.
+
+Frame of :func:`starts` (``START_SCHEMA``): one row per start.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+START_SCHEMA = {
+    "stream": "Int32",
+    "source": "String",
+    "line": "UInt32",
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "version": "String",
+    "process": "String",
+    "host": "String",
+}
+
+VERSION_RE = r"(?:server version |LLM engine \(v)v?([0-9][\w.+-]*?)\)?(?:\s|$|,)"
+
+
+def starts(records: "pl.DataFrame") -> "pl.DataFrame":
+    """Server starts in the records (see the module docstring)."""
+    import polars as pl
+
+    if records.height == 0 or "stream" not in records.columns:
+        return pl.DataFrame(schema={k: (pl.Datetime("us", "UTC") if v.startswith("Datetime") else getattr(pl, v))
+                                    for k, v in START_SCHEMA.items()})
+    t = pl.col("text")
+    is_version = pl.col("kind") == "cfg_version"
+    is_engine = (pl.col("kind") == "cfg_engine") & t.str.contains(r"Initializing an? (?:V[01] )?LLM engine \(v")
+    rows = records.filter(is_version | is_engine).with_columns(_ver=is_version)
+    # A stream's engine-init lines are starts only when it has no version line.
+    rows = rows.filter(pl.col("_ver") | ~pl.col("_ver").any().over("stream"))
+    return rows.select(
+        pl.col("stream").cast(pl.Int32),
+        pl.col("source"),
+        pl.col("n").alias("line"),
+        pl.col("time"),
+        t.str.extract(VERSION_RE, 1).alias("version"),
+        pl.col("proc").str.extract(r"^(.*?pid=\d+)", 1).alias("process"),
+        pl.coalesce(pl.col("proc").str.extract(r"ip=([0-9A-Fa-f.:]+)", 1), pl.col("compose")).alias("host"),
+    )
+
+
+def servers(records: "pl.DataFrame") -> "pl.DataFrame":
+    """One row per distinct server: stream, version, host (restarts in one stream are one server)."""
+    import polars as pl
+
+    s = starts(records)
+    return (
+        s.group_by("stream", pl.col("version").fill_null("?"), pl.col("host").fill_null(""), maintain_order=True)
+        .agg(pl.col("source").first(), pl.col("line").first(), pl.col("time").first(), pl.len().alias("starts"),
+             pl.col("process").drop_nulls().unique(maintain_order=True).alias("processes"))
+        .sort("stream", "line")
+    )
+
+
+def mixed_warning(records: "pl.DataFrame") -> str | None:
+    """A warning when the records hold more than one server, naming each; None for one incident."""
+    srv = servers(records)
+    if srv.height <= 1:
+        return None
+    parts = []
+    for r in srv.head(6).iter_rows(named=True):
+        what = f"vLLM {r['version']}" if r["version"] != "?" else "vLLM"
+        if r["host"]:
+            what += f" on {r['host']}"
+        if r["processes"]:
+            what += f" ({r['processes'][0]})"
+        parts.append(f"{what} started at {r['source']}:{r['line']}")
+    more = f" and {srv.height - 6} more" if srv.height > 6 else ""
+    return (
+        f"the input holds {srv.height} vLLM servers, not one incident: {'; '.join(parts)}{more}; they are counted "
+        "together here: preemptlog analyze --each analyses each server (or each subfolder) separately"
+    )
