@@ -262,6 +262,8 @@ def run(spec: dict) -> dict:
     step_no = 0
     pending = list(reqs)
     sched_time = 0.0
+    metrics_at = set(spec.get("metrics_at", ()))
+    snapshots: list[str] = []
     while pending or sched.has_requests():
         if pending and step_no % arrive_every == 0:
             r = pending.pop(0)
@@ -288,6 +290,10 @@ def run(spec: dict) -> dict:
             if eco.scheduler_stats is not None:
                 mgr.record(scheduler_stats=eco.scheduler_stats, iteration_stats=its, engine_idx=eng)
         step_no += 1
+        if step_no in metrics_at:
+            from prometheus_client import REGISTRY as _R, generate_latest as _g
+
+            snapshots.append(_g(_R).decode())
         if step_no % log_every == 0:
             mgr.log()
         if wall:
@@ -322,6 +328,7 @@ def run(spec: dict) -> dict:
             "hooks_off": sorted(h.name for h in rec.hooks.values() if not h.on),
         },
         "metrics": metrics_text,
+        "metrics_snapshots": snapshots,
         "model_dir": mdir,
     }
 
