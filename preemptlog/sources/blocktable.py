@@ -16,6 +16,13 @@ docs/sources.md). One JSON object per line with ``type``:
   it asked: ``pool_free_blocks``, ``pool_largest_free_run``, ``watermark_blocks``;
   ``waiting``: the pending queue at the decision).
 
+Format version 2 (``"v": 2``, what preemptlog's vLLM plugin writes; preemptlog/capture) adds
+``request`` lifecycle records (``phase`` arrival | scheduled | finish; frame ``bt_requests``) and
+optional decision fields: ``largest_free_run`` / ``num_free_regions`` on steps (stated values win
+over computed ones), ``num_computed_tokens`` / ``priority`` on tables, and on preempt events
+``running``, ``reserved_blocks``, ``blocks_freed``, ``trigger_request_id``, ``policy``,
+``num_computed_tokens_lost`` (docs/sources.md documents every field). Version 1 files read as before.
+
 Time is ``time`` (ISO 8601; without an offset it is local time in ``--tz``)
 or ``ts`` (epoch seconds, UTC). Extra fields are ignored; ``engine`` may be a
 string or a number. Lines that are not JSON objects of this format (bad JSON,
