@@ -80,6 +80,7 @@ RUNS = {
                                  "PREEMPTLOG_RECORD_EVENTS": "1", "PREEMPTLOG_RECORD_STEPS": "10"}),
     "prefix": (PREFIX, {"PREEMPTLOG_RECORD": "{dir}/records.jsonl", "PREEMPTLOG_FIX_STATS": "1"}),
     "prefix_off": (PREFIX, {}),
+    "priority": ({**PRESSURE, "policy": "priority"}, {"PREEMPTLOG_RECORD": "{dir}/records.jsonl"}),
     "fault": ({**PRESSURE, "fault": "preempt_records"}, {"PREEMPTLOG_RECORD": "{dir}/records.jsonl"}),
     "unwritable": (PRESSURE, {"PREEMPTLOG_RECORD": "{dir}/blocker/records.jsonl"}),
 }
@@ -101,7 +102,7 @@ def victim_tables(res: dict) -> list[dict]:
     return [r for r in res["records"] if r["type"] == "table" and r.get("at") == "preempt"]
 
 
-@pytest.mark.parametrize("name", ["pressure", "prefix", "pressure_full"])
+@pytest.mark.parametrize("name", ["pressure", "prefix", "pressure_full", "priority"])
 def test_one_record_per_preemption_matching_the_scheduler_and_the_counter(runs, name):
     res = runs[name]
     recs = preempts(res)
@@ -115,7 +116,8 @@ def test_one_record_per_preemption_matching_the_scheduler_and_the_counter(runs, 
         assert r["blocks_needed"] > r["pool_free_blocks"], r
         assert r["blocks_needed"] + r["watermark_blocks"] + r["reserved_blocks"] > r["pool_free_blocks"] - 0
         assert r["reason"].startswith("allocation failed:"), r
-        assert r["policy"] == "fcfs" and r["running"] >= 1 and r["trigger_request_id"]
+        assert r["policy"] == ("priority" if name == "priority" else "fcfs")
+        assert r["running"] >= 1 and r["trigger_request_id"]
     # each preemption comes with a pool snapshot and the victim's table, at the same step
     tables = victim_tables(res)
     snaps = [r for r in res["records"] if r["type"] == "step" and r.get("at") == "preempt"]
@@ -294,3 +296,4 @@ def test_real_tiny_model_records_match_its_own_counter(tmp_path):
     assert res["counter"] is not None and res["counter"] > 0
     assert len(pre) == res["counter"]
     assert all(r["blocks_needed"] > r["pool_free_blocks"] for r in pre)
+

@@ -536,6 +536,7 @@ def install(
                     st = _state(self)
                     st["steps"] += 1
                     st["in_schedule"] = True
+                    self.kv_cache_manager._preemptlog_fail = None
                 except Exception as exc:  # noqa: BLE001
                     h_sched.fail(exc)
                     st = None
@@ -563,36 +564,39 @@ def install(
 
         return schedule
 
+    events = rec.events
+
     def mk_allocate(orig):
+        # The hot path (every running request, every step): one call and one test when it succeeds.
+        # A failure is kept on the manager until the next one or the next schedule() (which clears it).
         def allocate_slots(self, *args, **kwargs):
             before = None
-            if rec.events and rec.on and h_alloc.on:
+            if events and rec.on and h_alloc.on:
                 try:
                     req = args[0] if args else kwargs.get("request")
                     before = _num_blocks(self, req.request_id)
                 except Exception as exc:  # noqa: BLE001
                     h_alloc.fail(exc)
             out = orig(self, *args, **kwargs)
-            if rec.on and h_alloc.on:
-                try:
-                    if out is None:
+            if out is None:
+                if h_alloc.on and rec.on:
+                    try:
                         note_failure(self, args, kwargs)
-                    else:
-                        self._preemptlog_fail = None
-                        if before is not None:
-                            req = args[0] if args else kwargs.get("request")
-                            after = _num_blocks(self, req.request_id)
-                            if after != before:
-                                sched = getattr(self, "_preemptlog_sched", None)
-                                if sched is not None:
-                                    st = _state(sched)
-                                    rec.emit(st["engine"], {
-                                        "type": "event", "ts": rec.clock(), "step": _step(sched, st),
-                                        "engine": st["engine"], "request_id": req.request_id,
-                                        "action": "allocate" if before == 0 else "extend",
-                                        "blocks_before": before, "blocks_after": after,
-                                        "pool_free_blocks": int(self.block_pool.get_num_free_blocks()),
-                                    })
+                    except Exception as exc:  # noqa: BLE001
+                        h_alloc.fail(exc)
+            elif before is not None and rec.on and h_alloc.on:
+                try:
+                    req = args[0] if args else kwargs.get("request")
+                    after = _num_blocks(self, req.request_id)
+                    sched = getattr(self, "_preemptlog_sched", None)
+                    if after != before and sched is not None:
+                        st = _state(sched)
+                        rec.emit(st["engine"], {
+                            "type": "event", "ts": rec.clock(), "step": _step(sched, st), "engine": st["engine"],
+                            "request_id": req.request_id, "action": "allocate" if before == 0 else "extend",
+                            "blocks_before": before, "blocks_after": after,
+                            "pool_free_blocks": int(self.block_pool.get_num_free_blocks()),
+                        })
                 except Exception as exc:  # noqa: BLE001
                     h_alloc.fail(exc)
             return out
