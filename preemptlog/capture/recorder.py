@@ -33,6 +33,7 @@ SUPPORTED = ((0, 11), (0, 33))  # inclusive, by (major, minor)
 MAX_REGIONS = 32  # free_regions are written when the free list has at most this many runs
 MAX_FREE_SCAN = 65536  # free lists longer than this are counted, not walked
 FLUSH_S = 1.0
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # built once: json.dumps(**kw) builds one per call
 
 
 def plugin_logger() -> logging.Logger:
@@ -218,7 +219,7 @@ class Recorder:
         if w is None:
             w = self.writers[key] = Writer(self.path_for(engine), self.log, self.off)
         obj["v"] = SCHEMA_VERSION
-        w.write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+        w.write(_ENCODE(obj) + "\n")
 
     def flush(self) -> None:
         for w in list(self.writers.values()):

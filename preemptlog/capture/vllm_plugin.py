@@ -53,14 +53,18 @@ def register() -> None:
     from . import recorder
 
     log = recorder.plugin_logger()
-    try:
-        version = recorder.vllm_version()
-        if fix_stats:
+    version = recorder.vllm_version()
+    # Each part on its own: a plugin must never stop vLLM from starting.
+    if fix_stats:
+        try:
             recorder.install_stats_fix(version, log=log)
-        if record:
+        except Exception as exc:  # noqa: BLE001
+            log.warning("preemptlog: PREEMPTLOG_FIX_STATS not applied (%s: %s)", type(exc).__name__, exc)
+    if record:
+        try:
             recorder.install_vllm(record, version, log=log, events=_flag(ENV_EVENTS), every=_int(ENV_STEPS, log))
-    except Exception as exc:  # noqa: BLE001 - a plugin must never stop vLLM from starting
-        log.warning("preemptlog: plugin not active (%s: %s)", type(exc).__name__, exc)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("preemptlog: recording not active (%s: %s)", type(exc).__name__, exc)
 
 
 def _flag(name: str) -> bool:
