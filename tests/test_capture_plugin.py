@@ -448,3 +448,24 @@ def test_fix_stats_keeps_the_interval_count_until_the_line_is_written():
     s.log()
     assert lines[1:] == ["Running: 1 reqs, Preemptions: 3", "Running: 1 reqs", "Running: 1 reqs, Preemptions: 4"]
     assert not fix_stats(LoggingStatLogger)  # once
+
+
+def test_a_preemption_outside_schedule_has_no_failed_allocation(tmp_path):
+    """reset_prefix_cache(reset_running_requests=True) preempts every running request outside
+    schedule(): those records say so and carry no blocks_needed (no allocation failed for them)."""
+    Sched, rec, _ = run_plugin(tmp_path)
+    s = Sched(24)
+    for i in range(3):
+        s.add_request(Req(f"r{i}", 6, 50))
+    s.update(s.schedule())
+    s.update(s.schedule())
+    assert len(s.running) == 3
+    while s.running:
+        s._preempt_request(s.running.pop(), 0.0)
+    rec.flush()
+    (path,) = tmp_path.glob("rec-*.jsonl")
+    pre = [r for r in records(path) if r["type"] == "event" and r["action"] == "preempt"]
+    assert [r["request_id"] for r in pre] == ["r2", "r1", "r0"]
+    for r in pre:
+        assert "blocks_needed" not in r and "trigger_request_id" not in r
+        assert r["reason"] == "preempted outside schedule() (e.g. reset_prefix_cache)"

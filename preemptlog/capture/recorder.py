@@ -374,8 +374,8 @@ def preempt_records(rec: Recorder, sched: Any, request: Any, reason_hint: str | 
     pool = pool_snapshot(kvm)
     running, waiting = _counts(sched, request)
     fail = getattr(kvm, "_preemptlog_fail", None)
-    if fail is not None and fail.get("_step") != st["steps"]:
-        fail = None  # a failure of an earlier step: not this decision's
+    if fail is not None and (fail.get("_step") != st["steps"] or reason_hint):
+        fail = None  # a failure of an earlier step, or a preemption outside schedule(): not this decision's
     return {
         "ts": ts,
         "step": step,
