@@ -123,7 +123,7 @@ def sniff(head: str) -> tuple[str, int]:
 
 # Modules that register kinds or families, imported once. Each is small and
 # does not import polars at module level. Order matters for sniffing ties.
-BUILTIN_MODULES: list[str] = ["vllm_log", "hooks", "blocktable", "kvevents", "dmon", "prometheus"]
+BUILTIN_MODULES: list[str] = ["vllm_log", "hooks", "blocktable", "kvevents", "dmon", "prometheus", "capture"]
 
 _loaded = False
 

@@ -16,6 +16,13 @@ docs/sources.md). One JSON object per line with ``type``:
   it asked: ``pool_free_blocks``, ``pool_largest_free_run``, ``watermark_blocks``;
   ``waiting``: the pending queue at the decision).
 
+Format version 2 (``"v": 2``, what preemptlog's vLLM plugin writes; preemptlog/capture) adds
+``request`` lifecycle records (``phase`` arrival | scheduled | finish; frame ``bt_requests``) and
+optional decision fields: ``largest_free_run`` / ``num_free_regions`` on steps (stated values win
+over computed ones), ``num_computed_tokens`` / ``priority`` on tables, and on preempt events
+``running``, ``reserved_blocks``, ``blocks_freed``, ``trigger_request_id``, ``policy``,
+``num_computed_tokens_lost`` (docs/sources.md documents every field). Version 1 files read as before.
+
 Time is ``time`` (ISO 8601; without an offset it is local time in ``--tz``)
 or ``ts`` (epoch seconds, UTC). Extra fields are ignored; ``engine`` may be a
 string or a number. Lines that are not JSON objects of this format (bad JSON,
@@ -49,6 +56,7 @@ if TYPE_CHECKING:
 
 KIND = "blocktable"
 ACTIONS = ("allocate", "extend", "free", "preempt", "swap_out", "swap_in")
+PHASES = ("arrival", "scheduled", "finish")  # request lifecycle records (format v2)
 
 BT_STEPS_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",
@@ -78,6 +86,8 @@ BT_TABLES_SCHEMA = {
     "shared_block_ids": "List(Int64)",
     "block_ids": "List(Int64)",
     "prefix_id": "String",
+    "num_computed_tokens": "Int64",  # v2: computed tokens (lost when the table is a preemption victim's)
+    "priority": "Int64",  # v2
     "source": "String",
     "line": "UInt32",
 }
@@ -89,6 +99,31 @@ BT_EVENTS_SCHEMA = {
     "pool_largest_free_run": "Int64",
     "watermark_blocks": "Int64",
     "waiting": "Int64",
+    # v2 (the vLLM plugin's preempt records): the decision's context.
+    "running": "Int64",
+    "reserved_blocks": "Int64",
+    "blocks_freed": "Int64",
+    "trigger_request_id": "String",
+    "policy": "String",
+    "num_computed_tokens_lost": "Int64",
+    "source": "String",
+    "line": "UInt32",
+}
+# v2: request lifecycle records (``type`` ``request``), kept for workload and recompute analysis.
+BT_REQUESTS_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "engine": "String",
+    "step": "Int64",
+    "request_id": "String",
+    "phase": "String",
+    "prompt_tokens": "Int64",
+    "max_tokens": "Int64",
+    "priority": "Int64",
+    "num_computed_tokens": "Int64",
+    "output_tokens": "Int64",
+    "finish_reason": "String",
+    "num_preemptions": "Int64",
     "source": "String",
     "line": "UInt32",
 }
@@ -128,6 +163,22 @@ def _record_dtype() -> "pl.DataType":
             "pool_free_blocks": pl.Int64,
             "pool_largest_free_run": pl.Int64,
             "watermark_blocks": pl.Int64,
+            # v2
+            "largest_free_run": pl.Int64,
+            "num_free_regions": pl.Int64,
+            "num_computed_tokens": pl.Int64,
+            "priority": pl.Int64,
+            "reserved_blocks": pl.Int64,
+            "blocks_freed": pl.Int64,
+            "trigger_request_id": pl.String,
+            "policy": pl.String,
+            "num_computed_tokens_lost": pl.Int64,
+            "phase": pl.String,
+            "prompt_tokens": pl.Int64,
+            "max_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+            "finish_reason": pl.String,
+            "num_preemptions": pl.Int64,
         }
     )
 
@@ -138,8 +189,8 @@ def _sniff(head: str) -> int:
     lines = [ln for ln in head.splitlines()[:200] if ln.strip()]
     if not lines:
         return 0
-    rx = re.compile(r'^\s*\{.*"type"\s*:\s*"(?:step|table|event)"')
-    keys = re.compile(r'"(?:num_free_blocks|block_ids|action|free_regions|free_block_ids)"\s*:')
+    rx = re.compile(r'^\s*\{.*"type"\s*:\s*"(?:step|table|event|request)"')
+    keys = re.compile(r'"(?:num_free_blocks|block_ids|action|free_regions|free_block_ids|phase)"\s*:')
     hits = sum(1 for ln in lines if rx.match(ln) and keys.search(ln))
     if hits and hits * 2 >= min(len(lines), 50):
         return 85
@@ -240,7 +291,13 @@ def _valid_expr() -> "pl.Expr":
         & c("request_id").is_not_null()
         & c("action").is_in(list(ACTIONS))
     )
-    return (has_time & (step_ok | table_ok | event_ok)).fill_null(False)
+    request_ok = (
+        (c("type") == "request")
+        & c("step").is_not_null()
+        & c("request_id").is_not_null()
+        & c("phase").is_in(list(PHASES))
+    )
+    return (has_time & (step_ok | table_ok | event_ok | request_ok)).fill_null(False)
 
 
 def _time_parts(df: "pl.DataFrame") -> "pl.DataFrame":
@@ -357,7 +414,7 @@ class BlockTableParsed:
         from ..timebase import Assumption, _localize
 
         out = SourceOutput()
-        steps, tables, events, config = [], [], [], []
+        steps, tables, events, requests, config = [], [], [], [], []
         counters = []
         for f, df, bad, total in self.items:
             counters.append({"file": f.display, "records": df.height, "bad_lines": bad})
@@ -385,8 +442,16 @@ class BlockTableParsed:
             shift = ctx.offsets.get(f.display, ctx.offsets.get(KIND))
             if shift:
                 df = df.with_columns(pl.col("time") + pl.duration(microseconds=int(round(shift * 1e6))))
-            df = df.with_row_index("_r")
+            df = df.with_row_index("_r").rename(
+                {"largest_free_run": "_rec_largest_free_run", "num_free_regions": "_rec_free_regions"}
+            )
             st = free_runs(df.filter(pl.col("type") == "step"))
+            # v2 records may state the largest run and the region count (free_regions then lists at
+            # most 32 runs, so the stated numbers win over ones computed from the list).
+            st = st.with_columns(
+                largest_free_run=pl.coalesce("_rec_largest_free_run", "largest_free_run"),
+                free_regions_n=pl.coalesce("_rec_free_regions", "free_regions_n"),
+            )
             steps.append(
                 st.select(
                     "time",
@@ -435,6 +500,8 @@ class BlockTableParsed:
                     shared_hi.fill_null([]).alias("shared_block_ids"),
                     "block_ids",
                     "prefix_id",
+                    "num_computed_tokens",
+                    "priority",
                     "source",
                     "line",
                 )
@@ -458,14 +525,26 @@ class BlockTableParsed:
                     "pool_largest_free_run",
                     "watermark_blocks",
                     "waiting",
+                    "running",
+                    "reserved_blocks",
+                    "blocks_freed",
+                    "trigger_request_id",
+                    "policy",
+                    "num_computed_tokens_lost",
                     "source",
                     "line",
+                )
+            )
+            requests.append(
+                df.filter(pl.col("type") == "request").select(
+                    [pl.col(k) for k in BT_REQUESTS_SCHEMA]
                 )
             )
         if steps:
             out.frames["bt_steps"] = pl.concat(steps).sort("time", "engine", "step", maintain_order=True)
             out.frames["bt_tables"] = pl.concat(tables).sort("time", "engine", "step", maintain_order=True)
             out.frames["bt_events"] = pl.concat(events).sort("time", "engine", "step", maintain_order=True)
+            out.frames["bt_requests"] = pl.concat(requests).sort("time", "engine", "step", maintain_order=True)
         if config:
             out.config = pl.concat(config)
         out.counters["blocktable"] = counters
@@ -517,6 +596,38 @@ SAMPLES: list[tuple[str, dict]] = [
         '"blocks_before": 12, "blocks_after": 0, "reason": "no free blocks", "extra": {"x": [1]}}',
         {"frame": "bt_events", "action": "preempt", "reason": "no free blocks"},
     ),
+    # v2, as the vLLM plugin writes them (preemptlog/capture): stated run and region counts win
+    # (free_regions lists at most 32 runs); lifecycle records go to bt_requests.
+    (
+        '{"type":"step","ts":1796117811.1,"step":32,"engine":"0","at":"preempt","block_size":16,"num_free_blocks":40,'
+        '"num_total_blocks":64,"largest_free_run":9,"num_free_regions":33,"running":7,"waiting":9,"v":2}',
+        {"frame": "bt_steps", "free_blocks": 40, "largest_free_run": 9, "free_regions": 33, "running": 7},
+    ),
+    (
+        '{"type":"table","ts":1796117811.1,"step":32,"engine":"0","request_id":"req-6","block_ids":[49,50,51],'
+        '"num_tokens":40,"num_computed_tokens":39,"shared":[{"block_id":49,"ref_count":3}],"priority":2,"v":2}',
+        {"frame": "bt_tables", "num_blocks": 3, "num_computed_tokens": 39, "priority": 2, "shared_blocks": 1},
+    ),
+    (
+        '{"type":"event","ts":1796117811.1,"step":32,"engine":"0","request_id":"req-6","action":"preempt",'
+        '"blocks_before":8,"blocks_after":0,"pool_free_blocks":0,"running":7,"waiting":9,"policy":"fcfs",'
+        '"num_computed_tokens_lost":127,"blocks_freed":8,"blocks_needed":1,"watermark_blocks":0,"reserved_blocks":0,'
+        '"trigger_request_id":"req-2","reason":"allocation failed: req-2 needed 1 block(s), 0 free","v":2}',
+        {"frame": "bt_events", "action": "preempt", "blocks_needed": 1, "pool_free_blocks": 0, "running": 7,
+         "trigger_request_id": "req-2", "policy": "fcfs", "blocks_freed": 8, "num_computed_tokens_lost": 127},
+    ),
+    (
+        '{"type":"request","ts":1796117811.09,"step":0,"engine":"0","request_id":"req-0","phase":"arrival",'
+        '"prompt_tokens":100,"max_tokens":60,"priority":0,"arrival_time":1796117811.08,"v":2}',
+        {"frame": "bt_requests", "phase": "arrival", "prompt_tokens": 100, "max_tokens": 60},
+    ),
+    (
+        '{"type":"request","time":"2026-12-01T09:36:51.5Z","step":90,"request_id":"req-0","phase":"finish",'
+        '"output_tokens":60,"finish_reason":"length","num_preemptions":2}',
+        {"frame": "bt_requests", "phase": "finish", "output_tokens": 60, "finish_reason": "length",
+         "num_preemptions": 2, "engine": "0"},
+    ),
+    ('{"type": "request", "ts": 1.0, "step": 1, "request_id": "r", "phase": "teleported"}', {"_bad": True}),
     ('{"type": "step", "step": 1, "num_free_blocks": 3}', {"_bad": True}),  # no time
     ('{"type": "event", "ts": 1.0, "step": 1, "request_id": "r", "action": "explode"}', {"_bad": True}),
     ('{"type": "step", "ts": 1.0, "step": "one", "num_free_blocks": 3}', {"_bad": True}),

