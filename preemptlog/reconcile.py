@@ -448,9 +448,13 @@ def records_vs_counts(
     drop_ids: list[str] = []
     if iv.height:
         iv = iv.with_columns(_eng=pl.col("engine").fill_null("0"))
+        end = pl.coalesce("interval_end", "time")
         engines = iv.group_by("_eng").agg(
-            pl.col("interval_start").min().alias("_s"),
-            pl.coalesce("interval_end", "time").max().alias("_e"),
+            # the first count of a log has no interval start: the span is open at its start
+            pl.when(pl.col("interval_start").is_null().any()).then(None).otherwise(pl.col("interval_start").min()).alias("_s"),
+            # a line stamped to the whole second (vLLM's header) stands for that whole second
+            pl.when(end.dt.truncate("1s") == end).then(end + pl.duration(microseconds=999_999)).otherwise(end)
+            .max().alias("_e"),
             pl.len().alias("_n"),
         )
         for eng, s0, e0, n_int in engines.sort("_eng").iter_rows():

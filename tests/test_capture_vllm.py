@@ -239,7 +239,7 @@ def test_an_unwritable_path_warns_once_and_vllm_runs_on(runs):
 
 
 def _analyze(paths: list[Path], *extra: str) -> tuple[list[dict], str]:
-    p = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", *map(str, paths), "-f", "ndjson",
+    p = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", *map(str, paths), "-f", "ndjson", "--wide",
                         "--tz", "UTC", *extra], capture_output=True, text=True, timeout=300)
     assert p.returncode in (0, 5), p.stderr
     return [json.loads(x) for x in p.stdout.splitlines() if x.strip()], p.stderr
@@ -275,12 +275,10 @@ def test_analyze_with_the_fixed_stats_log(runs, tmp_path):
         (bundle / f).write_bytes((res["dir"] / f).read_bytes())
     events, err = _analyze([bundle])
     assert len(events) == len(preempts(res))
-    if {e["kind"] for e in events} != {"record"}:
-        pytest.xfail(
-            "issue 13 rule 7 (records win when counts agree) is not in this branch: with the fixed stats log the "
-            "interval counts are the events and the records only evidence"
-        )
+    # records win when they count the same preemptions as the interval counts
+    assert {e["kind"] for e in events} == {"record"}, {e["kind"] for e in events}
     assert all((e["gate"], e["sub_kind"]) == ("G1-kv-space", "capacity") for e in events)
+    assert all(e["bt_preempt_blocks_needed_src"] == e["event_id"] for e in events)
 
 
 @pytest.mark.slow

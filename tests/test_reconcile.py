@@ -219,3 +219,26 @@ def test_resets_make_the_total_a_lower_bound(in_root, name):
 
 def test_fixture_dir_exists():
     assert (FIXTURES / "prometheus" / "stock-v1").is_dir()
+
+
+@pytest.mark.parametrize("first_has_start", [True, False])
+def test_records_within_the_second_of_a_whole_second_stats_line_are_the_events(tmp_path, first_has_start):
+    """vLLM stamps its lines to the second: a 'Preemptions: N' line at 10:00:10 covers preemptions
+    up to 10:00:10.999. Records at 10:00:10.3 and .6 count the same preemptions, so they are the events
+    (a fast engine prints several stats lines within one second)."""
+    lines = ([v1_stats(0, None)] if first_has_start else []) + [v1_stats(10, 2)]
+    log = write_lines(tmp_path / "vllm.log", lines)
+    base = (T0 + timedelta(seconds=10)).timestamp()
+    recs = [
+        {"type": "event", "ts": base + frac, "step": 5 + i, "engine": "0", "request_id": f"req-{i}",
+         "action": "preempt", "blocks_before": 4, "blocks_after": 0, "blocks_needed": 3, "pool_free_blocks": 1,
+         "v": 2}
+        for i, frac in enumerate((0.3, 0.6))
+    ]
+    import json
+
+    bt = write_lines(tmp_path / "records.jsonl", [json.dumps(r) for r in recs])
+    r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
+    kinds = r.events.get_column("kind").to_list()
+    assert kinds == ["record", "record"], (kinds, r.notes)
+    assert sorted(r.events.get_column("request_id").to_list()) == ["req-0", "req-1"]
