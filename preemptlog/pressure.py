@@ -57,6 +57,14 @@ PRESSURE_SCHEMA = {
 }
 
 
+# What makes a stock V1 log's preemptions countable: scrapes, or preemptlog's vLLM plugin
+# (README "Capture an incident"; it supports vLLM 0.11-0.33).
+V1_REMEDY_WITH_PLUGIN = (
+    "add /metrics scrapes (vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle, or record "
+    "with preemptlog's vLLM plugin (PREEMPTLOG_RECORD=FILE; PREEMPTLOG_FIX_STATS=1 makes the log print "
+    "'Preemptions: N')"
+)
+
 # --------------------------------------------------------------------------
 # 1. What the log can count
 
@@ -141,14 +149,15 @@ def log_capability(a: "Analysis") -> LogCapability:
                 "(vllm:num_preemptions_total)"
             )
         else:
-            cap.remedy = "add /metrics scrapes (vllm:num_preemptions_total) to the bundle"
+            cap.remedy = (V1_REMEDY_WITH_PLUGIN if vt >= (0, 11, 0) else "add /metrics scrapes "
+                          "(vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle")
     elif vt is not None:
         cap.counts = "none"
         cap.reason = (
             f"{vname} (V1) logs no preemption line, and its 'Preemptions: N' stats field exists in the code but "
             "stock builds never print it (the counter is reset before it is tested; fix: vllm-project/vllm PR #38452)"
         )
-        cap.remedy = "add /metrics scrapes (vllm:num_preemptions_total) to the bundle, or run a build with the fix"
+        cap.remedy = V1_REMEDY_WITH_PLUGIN
     else:
         cap.counts = "none"
         cap.reason = (
@@ -156,7 +165,7 @@ def log_capability(a: "Analysis") -> LogCapability:
             "'Preemptions: N' field (absent before 0.11.1, never printed by stock 0.11.1-0.33.0 builds: "
             "vllm-project/vllm PR #38452)"
         )
-        cap.remedy = "add /metrics scrapes (vllm:num_preemptions_total) to the bundle, or run a build with the fix"
+        cap.remedy = V1_REMEDY_WITH_PLUGIN
     return cap
 
 

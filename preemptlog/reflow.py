@@ -178,7 +178,11 @@ def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
     sibling = (line.str.head(SIBLING_CHARS) == prev.str.head(SIBLING_CHARS)) & (
         line.str.len_chars() != prev.str.len_chars()
     )
-    return _headerless(line) & ~sibling.fill_null(False)
+    # A whole JSON object (a JSON log line) was not cut; a line of control bytes only (binary
+    # junk between records) is no text that a wrap could have cut off.
+    whole_json = prev.str.starts_with("{") & prev.str.ends_with("}")
+    text = line.str.contains(r"[^\x00-\x20\x7f]")
+    return _headerless(line) & ~sibling.fill_null(False) & ~whole_json.fill_null(False) & text
 
 
 def _incomplete(line: "pl.Expr") -> "pl.Expr":

@@ -508,7 +508,6 @@ def test_real_logs_twice_in_one_file(real_log, tmp_path):
 # ---------------------------------------------------------------- 6. log interval straddling the first scrape
 
 
-@pytest.mark.xfail(reason="issue 13/19 item 6 owned by reconcile rework", strict=False)
 def test_log_plus_its_scrapes_equals_the_truth(tmp_path):
     """A V1 log with Preemptions: N plus /metrics scrapes of the same counter count the truth once.
 

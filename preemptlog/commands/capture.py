@@ -12,27 +12,27 @@ from .common import DebugOpt, QuietOpt
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(capture)
+    app.command(short_help="Scrape a live server's /metrics (and follow its log) into a bundle.")(capture)
 
 
 def capture(
     output: Annotated[
         Path,
-        typer.Option("--output", "-o", help="Folder to write the bundle into (created; existing files are kept)."),
+        typer.Option("--output", "-o", metavar="DIR", help="Folder to write the bundle into (created; existing files are kept)."),
     ],
     metrics: Annotated[
         str | None,
-        typer.Option("--metrics", help="The server's /metrics URL, e.g. http://127.0.0.1:8000/metrics.",
+        typer.Option("--metrics", metavar="URL", help="The server's /metrics URL, e.g. http://127.0.0.1:8000/metrics.",
                      show_default=False),
     ] = None,
-    every: Annotated[str, typer.Option("--every", help="Time between scrapes (>= 1s), e.g. 10s, 500ms, 1m.")] = "10s",
+    every: Annotated[str, typer.Option("--every", metavar="DURATION", help="Time between scrapes (>= 1s), e.g. 10s, 500ms, 1m.")] = "10s",
     for_: Annotated[
         str | None,
-        typer.Option("--for", help="Stop after this long (e.g. 30m); default: until Ctrl-C.", show_default=False),
+        typer.Option("--for", metavar="DURATION", help="Stop after this long (e.g. 30m); default: until Ctrl-C.", show_default=False),
     ] = None,
     log: Annotated[
         Path | None,
-        typer.Option("--log", help="A log file to follow: what is appended to it is copied into the bundle.",
+        typer.Option("--log", metavar="FILE", help="A log file to follow: what is appended to it is copied into the bundle.",
                      show_default=False),
     ] = None,
     quiet: QuietOpt = False,
