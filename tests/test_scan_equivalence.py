@@ -101,3 +101,36 @@ def test_hand_written_shapes(tmp_path: Path) -> None:
     q = tmp_path / "hand-crlf.log"
     q.write_bytes(text.replace("\n", "\r\n").encode())
     _same(q)
+
+
+def _analysis_records(path: Path):
+    from preemptlog.analysis import AnalyzeOptions, analyze
+
+    return analyze([str(path)], AnalyzeOptions(tz="UTC", rules=False)).records
+
+
+LOGS = [p for p in INPUTS if p.suffix in (".log", ".gz", ".zst", ".txt") or "vllm" in p.name]
+
+
+@pytest.mark.parametrize("path", LOGS, ids=_ids(LOGS))
+def test_requests_equal_reference(path: Path) -> None:
+    from preemptlog.errors import PreemptlogError
+    from preemptlog.vllm import requests
+
+    try:
+        rec = _analysis_records(path)
+    except PreemptlogError:
+        return
+    assert_frame_equal(requests.parse(rec), ref.requests_parse(rec))
+
+
+def test_requests_hand_written(tmp_path: Path) -> None:
+    from preemptlog.vllm import requests
+
+    p = tmp_path / "hand.log"
+    p.write_text("\n".join(HAND + [line for line, _ in vllm_log.SAMPLES]) + "\n", encoding="utf-8")
+    rec = _analysis_records(p)
+    got = requests.parse(rec)
+    assert_frame_equal(got, ref.requests_parse(rec))
+    assert got.filter(pl.col("action") == "aborted").get_column("request_id").to_list()[:2] == ["a1", "b2"]
+    assert got.filter(pl.col("internal_id") == "chatcmpl-ab-0123abcd").get_column("request_id").to_list() == ["chatcmpl-ab"]
