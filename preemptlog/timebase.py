@@ -257,7 +257,12 @@ def _precision(col: "pl.Expr") -> "pl.Expr":
 def _localize(naive: "pl.Expr", tz: str) -> "pl.Expr":
     """Naive local datetimes in ``tz`` -> UTC. Gap times read as standard time."""
     import polars as pl
+    import re
 
+    if tz.upper() == "UTC" or re.fullmatch(r"[+-]\d\d:\d\d", tz):
+        # A fixed offset has no gap and no fold: one conversion (issue 18: the
+        # generic path below cost 0.65 s on 1.7 M records).
+        return naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
     loc = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
     # A wall time inside the spring-forward gap, read as standard time, is the
     # same instant as one hour later on the summer clock.
