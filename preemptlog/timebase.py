@@ -319,14 +319,20 @@ def resolve(
     order = df.select(pl.arg_sort_by(keys, maintain_order=True).alias("o")).get_column("o")
     if not order.equals(pl.int_range(df.height, dtype=order.dtype, eager=True).alias("o")):
         df = df[order]
-    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq"))
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq")).drop("forder")
+    records = df
+    # Memory (issue 18): the clock is computed on a narrow frame of the time
+    # parts; its working columns and joins never gather the records' other
+    # columns (text, ids), and only ``time`` and ``time_precision`` are added
+    # to the records at the end.
+    df = df.select("stream", "seq", "mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac", "fzone", "fb")
 
     # Fallback (dateutil) for rows with no fast-path time.
     no_fast = pl.col("mo").is_null() & pl.col("fdate").is_null() & pl.col("fb").is_not_null()
     fb_values = df.select(pl.col("fb").filter(no_fast).unique()).get_column("fb").to_list()
     if fb_values:
         fb = parse_fallback(fb_values)
-        df = df.join(fb, on="fb", how="left")
+        df = df.join(fb, on="fb", how="left", maintain_order="left")
     else:
         df = df.with_columns(
             pl.lit(None, pl.Int32).alias("fb_year"),
@@ -506,7 +512,7 @@ def resolve(
             schema={"stream": pl.Int32, "_y0": pl.Int32},
         )
         yl_rows = yl_rows.join(by, on="stream", how="left").with_columns(_year=pl.col("_y0") + pl.col("_k"))
-        df = df.join(yl_rows.select("seq", "_year"), on="seq", how="left")
+        df = df.join(yl_rows.select("seq", "_year"), on="seq", how="left", maintain_order="left")
     else:
         df = df.with_columns(pl.lit(None, pl.Int32).alias("_year"))
 
@@ -543,8 +549,7 @@ def resolve(
         .otherwise(pl.col("time_precision")),
         time=pl.col("time").forward_fill().over("stream"),
     )
-    drop = [c for c in df.columns if c.startswith("_") or c.startswith("fb_") or c == "forder"]
-    return df.drop(drop), result
+    return records.with_columns(df.get_column("time"), df.get_column("time_precision")), result
 
 
 def _as_dt(year: int, row: dict) -> datetime:
