@@ -22,8 +22,12 @@ def test_bench_quick_writes_its_table(tmp_path):
     table = [ln for ln in text.splitlines() if ln.startswith("| ")]
     assert table[0].startswith("| case |")
     cases = " ".join(table)
-    for case in ("analyze 4M plain log", "analyze 16M plain log", "analyze 4M as .gz", "preemptlog --help",
+    for case in ("analyze 4M request-heavy V1 log", "analyze 16M request-heavy V1 log", "analyze 4M long-line V0 log",
+                 "analyze 16M long-line V0 log", "analyze 4M long-line log as .gz", "preemptlog --help",
                  "analyze 1M log (end to end)", "floor: line reader alone", "joiner"):
         assert case in cases, case
+    # Every baseline of the issue-18 yardstick, named as such, in the same alternation.
+    for base in ("`4-pattern grep -F -c`", "-pattern grep -F -c`", "`cat > /dev/null`"):
+        assert base in cases, base
     assert "Machine:" in text and "polars" in text and "Busy:" in text
     assert "preemptlog profile: vllm logs" in text
