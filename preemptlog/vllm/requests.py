@@ -51,8 +51,10 @@ def parse(records: "pl.DataFrame") -> "pl.DataFrame":
     Memory and time (issue 18; a request-heavy 1 GB V1 log has 1.75 M request
     lines): only lines that name several ids (``Aborted request(s) a,b``) are
     split and exploded (a list column for every row cost ~100 MB at 1 GB);
-    both joins keep the left order (``maintain_order="left"``), so no sort
-    follows (measured faster than ``is_in`` and ``replace_strict`` lookups).
+    ids are stripped only when one needs it; internal ids are looked up only
+    for the rows that can carry one; the details lookup joins a single key
+    column, keeping the left order (``maintain_order="left"``), instead of
+    joins that gathered every column twice.
     """
     import polars as pl
 
@@ -75,25 +77,38 @@ def parse(records: "pl.DataFrame") -> "pl.DataFrame":
     if rows.select(multi.any()).item():
         split = rows.filter(multi).with_columns(pl.col("request_id").str.split(",")).explode("request_id")
         rows = pl.concat([rows.filter(~multi), split]).sort("seq", maintain_order=True)
-    rows = rows.with_columns(pl.col("request_id").str.strip_chars(" .:"))
-    received = rows.filter(pl.col("action") == "received").get_column("request_id").unique()
-    base = pl.when(pl.col("action") != "received").then(pl.col("request_id").str.replace(_SUFFIX_RE, ""))
-    rows = rows.with_columns(_base=base)
-    known = received.to_frame("_base").with_columns(_known=pl.lit(True))
-    rows = rows.join(known, on="_base", how="left", maintain_order="left")
-    paired = pl.col("_known").fill_null(False) & (pl.col("_base") != pl.col("request_id"))
-    rows = rows.with_columns(
-        internal_id=pl.when(paired).then(pl.col("request_id")),
-        request_id=pl.when(paired).then(pl.col("_base")).otherwise(pl.col("request_id")),
-    )
+    # The scan keeps no space, colon or trailing dot in an id: strip only what a split left.
+    edge = pl.col("request_id").str.contains(r"^[ .:]|[ .:]$").fill_null(False)
+    if rows.select(edge.any()).item():
+        rows = rows.with_columns(pl.col("request_id").str.strip_chars(" .:"))
+    # Internal ids (``<external>-<8 chars>``, 0.14+): only non-received rows whose id has that
+    # suffix are candidates, and the received ids are probed against the (few) candidates'
+    # bases, not the other way round: no hash set of every received id is built.
+    cand = ((pl.col("action") != "received") & pl.col("request_id").str.contains(_SUFFIX_RE)).fill_null(False)
+    cand_mask = rows.select(cand.alias("c")).get_column("c")
+    paired = None
+    if cand_mask.any():
+        base = pl.when(cand).then(pl.col("request_id").str.replace(_SUFFIX_RE, ""))
+        bases = rows.select(base.alias("_base")).get_column("_base")
+        wanted = bases.drop_nulls().unique()
+        recv = rows.filter(pl.col("action") == "received").get_column("request_id")
+        seen = recv.filter(recv.is_in(wanted.implode())).unique()
+        paired = (bases.is_in(seen.implode()) & (bases != rows.get_column("request_id"))).fill_null(False)
+    if paired is not None and paired.any():
+        rows = rows.with_columns(
+            internal_id=pl.when(paired).then(pl.col("request_id")),
+            request_id=pl.when(paired).then(bases).otherwise(pl.col("request_id")),
+        )
+    else:
+        rows = rows.with_columns(internal_id=pl.lit(None, pl.String))
     # 0.11.1+: the prompt token count is on the DEBUG details line; give it to the received row too.
     details = (
         rows.filter((pl.col("action") == "details") & pl.col("prompt_tokens").is_not_null())
         .group_by("request_id", maintain_order=True)
         .agg(pl.col("prompt_tokens").first().alias("_pt"))
     )
+    rows = rows.filter(pl.col("action").is_in(_KEPT))
     if details.height:
-        rows = rows.join(details, on="request_id", how="left", maintain_order="left").with_columns(
-            prompt_tokens=pl.coalesce("prompt_tokens", "_pt")
-        )
-    return rows.filter(pl.col("action").is_in(_KEPT)).select(list(REQUESTS_SCHEMA))
+        pt = rows.select("request_id").join(details, on="request_id", how="left", maintain_order="left").get_column("_pt")
+        rows = rows.with_columns(prompt_tokens=pl.coalesce(pl.col("prompt_tokens"), pt))
+    return rows.select(list(REQUESTS_SCHEMA))
