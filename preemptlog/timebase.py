@@ -309,8 +309,10 @@ def _localize(naive: "pl.Expr", tz: str, ambiguous: str = "earliest") -> "pl.Exp
     import polars as pl
 
     off = fixed_offset(tz)
-    if off is not None:
+    if off is not None:  # a fixed offset has no gap and no fold: arithmetic (polars has no zone for +05:30)
         return (naive - pl.duration(seconds=off)).dt.replace_time_zone("UTC")
+    if tz.upper() in ("UTC", "ETC/UTC"):  # one conversion: the generic path below costs 0.65 s per 1.7 M records
+        return naive.dt.replace_time_zone("UTC")
     loc = naive.dt.replace_time_zone(tz, ambiguous=ambiguous, non_existent="null")
     # A wall time inside the spring-forward gap, read as standard time, is the
     # same instant as one hour later on the summer clock.
@@ -440,7 +442,13 @@ def resolve(
     order = df.select(pl.arg_sort_by(keys, maintain_order=True).alias("o")).get_column("o")
     if not order.equals(pl.int_range(df.height, dtype=order.dtype, eager=True).alias("o")):
         df = df[order]
-    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq"))
+    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq")).drop("forder")
+    records = df
+    # Memory (issue 18): the clock is computed on a narrow frame of the time
+    # parts; its working columns and joins never gather the records' other
+    # columns (text, ids), and only ``time`` and ``time_precision`` are added
+    # to the records at the end.
+    df = df.select("stream", "seq", "mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac", "fzone", "fb")
 
     # Fallback (dateutil) for rows with no fast-path time.
     no_fast = pl.col("mo").is_null() & pl.col("fdate").is_null() & pl.col("fb").is_not_null()
@@ -680,8 +688,7 @@ def resolve(
         .otherwise(pl.col("time_precision")),
         time=pl.coalesce(earlier, later),
     )
-    drop = [c for c in df.columns if c.startswith("_") or c.startswith("fb_") or c == "forder"]
-    return df.drop(drop), result
+    return records.with_columns(df.get_column("time"), df.get_column("time_precision")), result
 
 
 def _as_dt(year: int, row: dict) -> datetime:

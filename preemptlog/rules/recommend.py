@@ -54,7 +54,7 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
     out: dict[str, Measured] = {}
     req = analysis.requests
     rec = req.filter(pl.col("action") == "received") if req.height else req
-    src = ", ".join(sorted(set(rec.get_column("source").to_list())))[:200] if rec.height else ""
+    src = ", ".join(sorted(rec.get_column("source").unique().to_list()))[:200] if rec.height else ""
     pt = rec.filter(pl.col("prompt_tokens").is_not_null()).get_column("prompt_tokens") if rec.height else None
     if pt is not None and pt.len() >= 20:
         out["prompt_n"] = Measured(pt.len(), f"{pt.len()} prompts with prompt_token_ids in {src}")

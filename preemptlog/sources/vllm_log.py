@@ -240,16 +240,20 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
     first = pl.col("line").str.extract(marker_rx, 1)
     lf = lf.with_columns(marker=first.cast(marker_enum)).filter(pl.col("marker").is_not_null())
 
-    head = pl.col("line").str.head(HEAD_CHARS).str.replace_all(ANSI_RE, "")  # head(): 2x faster than slice(0, n)
-    lf = lf.with_columns(head=head, _hot=pl.col("marker").is_in(hot_markers))
+    # head(): 2x faster than slice(0, n). The ANSI strip only where the head has an ESC
+    # byte (a literal find; most logs have none).
+    lf = lf.with_columns(head=pl.col("line").str.head(HEAD_CHARS), _hot=pl.col("marker").is_in(hot_markers))
+    has_esc = pl.col("head").str.contains("\x1b", literal=True)
+    lf = lf.with_columns(head=pl.when(has_esc).then(pl.col("head").str.replace_all(ANSI_RE, "")).otherwise(pl.col("head")))
     is_json = pl.col("head").str.starts_with("{")
     json_line = pl.when(is_json).then(pl.col("line"))
     lf = lf.with_columns(
         hdr=pl.col("head").str.extract_groups(VLLM_HEADER_RE),
         full=pl.col("head").str.extract_groups(FULL_TS_RE),
         fb=pl.col("head").str.extract(FALLBACK_TS_RE, 1),
-        proc=pl.col("head").str.extract(PROC_RE, 1),
-        compose=pl.col("head").str.extract(COMPOSE_RE, 1),
+        # Request lines keep no process or compose prefix (see the select below).
+        proc=pl.when(~pl.col("_hot")).then(pl.col("head")).str.extract(PROC_RE, 1),
+        compose=pl.when(~pl.col("_hot")).then(pl.col("head")).str.extract(COMPOSE_RE, 1),
         j_asctime=json_line.str.json_path_match("$.asctime"),
         j_level=json_line.str.json_path_match("$.levelname"),
         j_msg=json_line.str.json_path_match("$.message"),
@@ -299,9 +303,11 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
         pl.col("n"),
         pl.col("seg"),
         pl.col("marker"),
-        pl.coalesce("level", "j_level").alias("level"),
-        pl.coalesce("proc", "j_proc").alias("proc"),
-        pl.col("compose"),
+        # Request lines keep only what the analysis reads of them (issue 18: ~50 bytes
+        # per request line; no stage reads the level, process or compose prefix of one).
+        pl.when(~hot).then(pl.coalesce("level", "j_level")).alias("level"),
+        pl.when(~hot).then(pl.coalesce("proc", "j_proc")).alias("proc"),
+        pl.when(~hot).then(pl.col("compose")).alias("compose"),
         i8("mo").alias("mo"),
         i8("dd").alias("dd"),
         i8("hh").alias("hh"),
@@ -335,7 +341,10 @@ def finish(df: "pl.DataFrame") -> "pl.DataFrame":
         cond = (pl.col("kind") != kind) | pl.col("text").str.contains(rx)
         verify = cond if verify is None else verify & cond
     if verify is not None:
-        df = df.filter(verify.fill_null(True))
+        # Memory: a filter copies every column; most logs drop no row here.
+        keep = df.select(verify.fill_null(True).alias("k")).get_column("k")
+        if not keep.all():
+            df = df.filter(keep)
     df = df.select(list(RECORD_SCHEMA))
     return compact(df)
 
@@ -363,16 +372,22 @@ def read(path: str, file_id: int, wraps: bool = True) -> "pl.DataFrame":
 
 
 def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
-    """Collect a scan through a temporary Arrow IPC file (streaming sink).
+    """Collect a scan through a temporary Parquet file (streaming sink), column by column.
 
     Memory: ``collect()`` gathers one small chunk per morsel, and those
     long-lived fragments sit between the freed read buffers, so the allocator
-    cannot give the pages back (RSS after the scan of a 4 GB log: 388 MB
-    against 278 MB through the sink; peak of the whole analysis 470-497 MB
-    against 389-406 MB; same CPU time, the file is ~8 MB per GB of log). The
-    sink keeps row order. If the spill file cannot be written, or the sink
-    fails for any reason, the query is collected in memory: an error of the
-    input itself is raised again from there.
+    cannot give the pages back (issue 6: peak of a 4 GB analysis 470-497 MB
+    against 389-406 MB through a sink). The spill file was Arrow IPC until
+    issue 18: IPC stores a null string as a 16-byte view, and a request-heavy
+    log leaves 10 of the 13 string columns null on most rows, so the IPC file
+    of a 1 GB log was 454 MB and reading it back peaked at ~1 GB. Parquet
+    stores nulls as bits and repeated values as a dictionary (90 MB), and
+    reading it one column at a time lets a column that is null on every row
+    become a scalar (:func:`compact`) before the next one is read: the peak of
+    this step fell from 994 MB to the records themselves. The sink keeps row
+    order. If the spill file cannot be written, or the sink fails for any
+    reason, the query is collected in memory: an error of the input itself is
+    raised again from there.
     """
     import os
     import tempfile
@@ -380,17 +395,26 @@ def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
     import polars as pl
 
     try:
-        fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".arrow")
+        fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet")
         os.close(fd)
     except OSError:
-        return lf.collect()
+        return compact(lf.collect())
     try:
         try:
-            lf.sink_ipc(tmp)
-            df = pl.read_ipc(tmp)
+            lf.sink_parquet(tmp, compression="lz4", statistics=False)
+            names = lf.collect_schema().names()
+            series, nulls = [], []
+            for name in names:
+                col = pl.read_parquet(tmp, columns=[name]).to_series().rechunk()
+                if col.len() and col.null_count() == col.len():
+                    nulls.append(pl.lit(None, col.dtype).alias(name))
+                else:
+                    series.append(col)
+            if not series:
+                return compact(pl.read_parquet(tmp))
+            return pl.DataFrame(series).with_columns(nulls).select(names)
         except Exception:  # noqa: BLE001 - any failure: the in-memory collect decides
-            return lf.collect()
-        return df
+            return compact(lf.collect())
     finally:
         try:
             os.unlink(tmp)

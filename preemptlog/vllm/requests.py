@@ -1,8 +1,12 @@
-"""Per-request lines: Received / Added / Finished / Aborted.
+"""Per-request lines: Received / Finished / Aborted (Added and details lines folded in).
 
-Schema (``REQUESTS_SCHEMA``): one row per request id per line. ``request_id``
-is the external id (as received); from vLLM 0.14 the ``Added request`` line
-logs an internal id ``<external>-<8 chars>``, which is paired back to its
+Schema (``REQUESTS_SCHEMA``): one row per request id per ``Received``,
+``Finished`` or ``Aborted`` line (the rows the analysis uses: arrivals, prompt
+and output lengths, latencies). ``Added request`` lines carry nothing the
+analysis uses and are left out (a third of the request lines of a V1 log);
+the DEBUG ``Request X details`` lines give their prompt count to the rows of
+their request. ``request_id`` is the external id (as received); an id
+``<external>-<8 chars>`` (vLLM 0.14+ internal ids) is paired back to its
 ``Received request`` id when that id was seen (``internal_id`` keeps it).
 ``prompt_tokens`` counts ``prompt_token_ids`` (V0 and V1 up to 0.11.0 on the
 Received line; 0.11.1+ on the DEBUG ``Request X details`` line; a
@@ -37,46 +41,74 @@ _ACTION = {
     "req_aborted": "aborted",
     "req_details": "details",  # 0.11.1+ DEBUG "Request X details: prompt: ..., prompt_token_ids: [...]"
 }
+_KEPT = ("received", "finished", "aborted")  # the actions with rows in the output
 _SUFFIX_RE = r"-[0-9A-Za-z]{8}$"
 
 
 def parse(records: "pl.DataFrame") -> "pl.DataFrame":
+    """Request rows, one per request id per line, in line order.
+
+    Memory and time (issue 18; a request-heavy 1 GB V1 log has 1.75 M request
+    lines): only lines that name several ids (``Aborted request(s) a,b``) are
+    split and exploded (a list column for every row cost ~100 MB at 1 GB);
+    ids are stripped only when one needs it; internal ids are looked up only
+    for the rows that can carry one; the details lookup joins a single key
+    column, keeping the left order (``maintain_order="left"``), instead of
+    joins that gathered every column twice.
+    """
     import polars as pl
 
     # Narrow first: an eager filter copies every column of the records frame
     # (measured +80 MB at 400 k records), and request lines are most of them.
     narrow = records.select("time", "stream", "seq", "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n")
-    rows = narrow.filter(pl.col("kind").is_in(list(_ACTION))).select(
+    kinds = [k for k, a in _ACTION.items() if a in _KEPT or a == "details"]
+    rows = narrow.filter(pl.col("kind").is_in(kinds)).select(
         "time",
         "stream",
         "seq",
         pl.col("kind").replace_strict(_ACTION, return_dtype=pl.String).alias("action"),
-        pl.col("req_id").str.split(",").alias("request_id"),
+        pl.col("req_id").alias("request_id"),
         "max_tokens",
         "prompt_tokens",
         "source",
         pl.col("n").alias("line"),
-    ).explode("request_id")
-    rows = rows.with_columns(pl.col("request_id").str.strip_chars(" .:"))
-    received = (
-        rows.filter(pl.col("action") == "received").select(pl.col("request_id").alias("_base")).unique()
     )
-    base = pl.col("request_id").str.replace(_SUFFIX_RE, "")
-    rows = rows.with_columns(_base=pl.when(pl.col("action") != "received").then(base))
-    rows = rows.join(received.with_columns(_known=pl.lit(True)), on="_base", how="left")
-    paired = pl.col("_known").fill_null(False) & (pl.col("_base") != pl.col("request_id"))
-    rows = rows.with_columns(
-        internal_id=pl.when(paired).then(pl.col("request_id")),
-        request_id=pl.when(paired).then(pl.col("_base")).otherwise(pl.col("request_id")),
-    )
+    multi = pl.col("request_id").str.contains(",", literal=True).fill_null(False)
+    if rows.select(multi.any()).item():
+        split = rows.filter(multi).with_columns(pl.col("request_id").str.split(",")).explode("request_id")
+        rows = pl.concat([rows.filter(~multi), split]).sort("seq", maintain_order=True)
+    # The scan keeps no space, colon or trailing dot in an id: strip only what a split left.
+    edge = pl.col("request_id").str.contains(r"^[ .:]|[ .:]$").fill_null(False)
+    if rows.select(edge.any()).item():
+        rows = rows.with_columns(pl.col("request_id").str.strip_chars(" .:"))
+    # Internal ids (``<external>-<8 chars>``, 0.14+): only non-received rows whose id has that
+    # suffix are candidates, and the received ids are probed against the (few) candidates'
+    # bases, not the other way round: no hash set of every received id is built.
+    cand = ((pl.col("action") != "received") & pl.col("request_id").str.contains(_SUFFIX_RE)).fill_null(False)
+    cand_mask = rows.select(cand.alias("c")).get_column("c")
+    paired = None
+    if cand_mask.any():
+        base = pl.when(cand).then(pl.col("request_id").str.replace(_SUFFIX_RE, ""))
+        bases = rows.select(base.alias("_base")).get_column("_base")
+        wanted = bases.drop_nulls().unique()
+        recv = rows.filter(pl.col("action") == "received").get_column("request_id")
+        seen = recv.filter(recv.is_in(wanted.implode())).unique()
+        paired = (bases.is_in(seen.implode()) & (bases != rows.get_column("request_id"))).fill_null(False)
+    if paired is not None and paired.any():
+        rows = rows.with_columns(
+            internal_id=pl.when(paired).then(pl.col("request_id")),
+            request_id=pl.when(paired).then(bases).otherwise(pl.col("request_id")),
+        )
+    else:
+        rows = rows.with_columns(internal_id=pl.lit(None, pl.String))
     # 0.11.1+: the prompt token count is on the DEBUG details line; give it to the received row too.
     details = (
         rows.filter((pl.col("action") == "details") & pl.col("prompt_tokens").is_not_null())
-        .group_by("request_id")
+        .group_by("request_id", maintain_order=True)
         .agg(pl.col("prompt_tokens").first().alias("_pt"))
     )
+    rows = rows.filter(pl.col("action").is_in(_KEPT))
     if details.height:
-        rows = rows.join(details, on="request_id", how="left").with_columns(
-            prompt_tokens=pl.coalesce("prompt_tokens", "_pt")
-        )
-    return rows.select(list(REQUESTS_SCHEMA)).sort("seq")
+        pt = rows.select("request_id").join(details, on="request_id", how="left", maintain_order="left").get_column("_pt")
+        rows = rows.with_columns(prompt_tokens=pl.coalesce(pl.col("prompt_tokens"), pt))
+    return rows.select(list(REQUESTS_SCHEMA))
