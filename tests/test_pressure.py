@@ -135,7 +135,8 @@ def test_stock_v1_log_alone_says_it_cannot_count_and_lists_pressure():
     assert len(notes) == 1  # one note, not two
     n = notes[0]
     assert "never print" in n and "PR #38452" in n
-    assert "add /metrics scrapes (vllm:num_preemptions_total)" in n and "build with the fix" in n
+    assert "add /metrics scrapes (vllm:num_preemptions_total" in n and "preemptlog capture --metrics URL" in n
+    assert "PREEMPTLOG_RECORD" in n  # the capture plugin, the other way to make the count visible
     assert "1 suspected pressure interval(s)" in n
     (r,) = s["pressure_intervals"]
     assert (r["start"], r["end"]) == ("2026-03-14T10:01:00+00:00", "2026-03-14T10:02:10+00:00")
