@@ -469,3 +469,67 @@ def test_a_preemption_outside_schedule_has_no_failed_allocation(tmp_path):
     for r in pre:
         assert "blocks_needed" not in r and "trigger_request_id" not in r
         assert r["reason"] == "preempted outside schedule() (e.g. reset_prefix_cache)"
+
+
+# ---- the hot-path wrapper with the wrapped method's own signature
+
+
+class _Coordinator:
+    def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, *, num_encoder_tokens=0,
+                                   apply_admission_cap=False, prefill_end=None):
+        if num_tokens < 0:
+            raise ValueError("negative")
+        return (request_id, num_tokens, new_computed_blocks, num_encoder_tokens, apply_admission_cap, prefill_end)
+
+
+class _Slotted:
+    __slots__ = ()
+
+    def need(self, n):
+        return n * 2
+
+
+def test_same_signature_wrapper_stores_the_result_and_passes_everything_through():
+    import inspect
+
+    hook = recorder.Hook("blocks_needed", logging.getLogger("t"))
+    orig = _Coordinator.get_num_blocks_to_allocate
+    fast = recorder._same_signature_recorder(orig, "_preemptlog_needed", hook)
+    assert fast is not None
+    assert inspect.signature(fast) == inspect.signature(orig)
+    c = _Coordinator()
+    calls = [((c, "r", 5, []), {}), ((c,), {"request_id": "r", "num_tokens": 7, "new_computed_blocks": [1],
+                                           "num_encoder_tokens": 3, "prefill_end": 9, "apply_admission_cap": True})]
+    for args, kwargs in calls:
+        out = fast(*args, **kwargs)
+        assert out == orig(*args, **kwargs)
+        assert c._preemptlog_needed == out
+    with pytest.raises(ValueError, match="negative"):  # vLLM's own exceptions are vLLM's
+        fast(c, "r", -1, [])
+    with pytest.raises(TypeError):  # a wrong call fails as the original would
+        fast(c, "r", 5, [], 1)
+    assert hook.on
+
+
+def test_same_signature_wrapper_never_raises_its_own_failure(caplog):
+    hook = recorder.Hook("blocks_needed", logging.getLogger("t"))
+    fast = recorder._same_signature_recorder(_Slotted.need, "_preemptlog_needed", hook)
+    assert fast is not None
+    with caplog.at_level(logging.WARNING):
+        assert fast(_Slotted(), 4) == 8  # the store fails (__slots__): caught, the hook turns off
+        assert fast(_Slotted(), 5) == 10
+    assert not hook.on
+    assert sum("hook blocks_needed failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_same_signature_wrapper_declines_signatures_it_cannot_copy():
+    hook = recorder.Hook("x", logging.getLogger("t"))
+
+    def star(self, *args, **kwargs):
+        return 1
+
+    def posonly(self, a, /, b):
+        return 1
+
+    assert recorder._same_signature_recorder(star, "_x", hook) is None
+    assert recorder._same_signature_recorder(posonly, "_x", hook) is None

@@ -496,6 +496,53 @@ def write_request(rec: Recorder, sched: Any, phase: str, request: Any, **extra: 
 # Installing the hooks
 
 
+def _same_signature_recorder(orig: Callable, attr: str, hook: Hook) -> Callable | None:
+    """A wrapper with ``orig``'s own parameters that stores its result on ``self.<attr>``.
+
+    The hot-path wrapper: packing and unpacking ``*args, **kwargs`` costs more than the call
+    itself when vLLM passes nine keyword arguments. Built only for plain signatures (named
+    parameters, defaults bound as values); anything else (``*args``, ``**kwargs``,
+    positional-only) gets None and the generic wrapper. A failing store is caught and turns the
+    hook off, as in every hook; the result and any exception of ``orig`` pass through unchanged.
+    """
+    import inspect
+    import keyword
+
+    try:
+        params = list(inspect.signature(orig).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if not params or params[0].kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        return None
+    allowed = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind not in allowed or not p.name.isidentifier() or keyword.iskeyword(p.name) for p in params):
+        return None
+    defaults = {f"_d{i}": p.default for i, p in enumerate(params) if p.default is not inspect.Parameter.empty}
+    head, star = [], False
+    for i, p in enumerate(params):
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not star:
+            head.append("*")
+            star = True
+        head.append(p.name + (f"=_d{i}" if f"_d{i}" in defaults else ""))
+    call = [params[0].name] + [f"{p.name}={p.name}" for p in params[1:]]
+    src = (
+        f"def {orig.__name__}({', '.join(head)}):\n"
+        f"    out = _orig({', '.join(call)})\n"
+        f"    if _hook.on:\n"
+        f"        try:\n"
+        f"            {params[0].name}.{attr} = out\n"
+        f"        except Exception as exc:\n"
+        f"            _hook.fail(exc)\n"
+        f"    return out\n"
+    )
+    ns: dict[str, Any] = {"_orig": orig, "_hook": hook, **defaults}
+    try:
+        exec(compile(src, f"<preemptlog wrapper of {orig.__qualname__}>", "exec"), ns)  # noqa: S102
+    except SyntaxError:
+        return None
+    return ns[orig.__name__]
+
+
 def _wrap(cls: type, name: str, make: Callable[[Callable], Callable]) -> bool:
     orig = cls.__dict__.get(name)
     if orig is None or getattr(orig, "_preemptlog_orig", None) is not None:
@@ -605,6 +652,10 @@ def install(
         return allocate_slots
 
     def mk_needed(orig):
+        fast = _same_signature_recorder(orig, "_preemptlog_needed", h_need)
+        if fast is not None:  # called once or twice per running request per step: no *args/**kwargs
+            return fast
+
         def get_num_blocks_to_allocate(self, *args, **kwargs):
             out = orig(self, *args, **kwargs)
             if h_need.on:
