@@ -16,35 +16,23 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 
 
-def corpus_dir() -> Path | None:
-    candidates = []
-    if os.environ.get("PREEMPTLOG_CORPUS"):
-        candidates.append(Path(os.environ["PREEMPTLOG_CORPUS"]))
-    candidates += [ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")]
+def _shared_dir(name: str, env: str, marker: str) -> Path | None:
+    """``../shared/<name>`` beside the checkout (``$<env>`` first), when it holds ``marker``."""
+    candidates = [Path(os.environ[env])] if os.environ.get(env) else []
+    candidates += [ROOT.parent / "shared" / name, Path("/work/shared") / name]
     for c in candidates:
-        if (c / "SOURCES.md").is_file():
+        if (c / marker).is_file():
             return c
     return None
+
+
+def corpus_dir() -> Path | None:
+    return _shared_dir("corpus", "PREEMPTLOG_CORPUS", "SOURCES.md")
 
 
 def corpus2_dir() -> Path | None:
     """The second real-log corpus (../shared/corpus2, with truth.json); PREEMPTLOG_CORPUS2 overrides."""
-    candidates = []
-    if os.environ.get("PREEMPTLOG_CORPUS2"):
-        candidates.append(Path(os.environ["PREEMPTLOG_CORPUS2"]))
-    candidates += [ROOT.parent / "shared" / "corpus2", Path("/work/shared/corpus2")]
-    for c in candidates:
-        if (c / "truth.json").is_file():
-            return c
-    return None
-
-
-@pytest.fixture
-def corpus2() -> Path:
-    c = corpus2_dir()
-    if c is None:
-        pytest.skip("second real-log corpus not found (../shared/corpus2/truth.json; set PREEMPTLOG_CORPUS2)")
-    return c
+    return _shared_dir("corpus2", "PREEMPTLOG_CORPUS2", "truth.json")
 
 
 @pytest.fixture
@@ -55,23 +43,11 @@ def corpus() -> Path:
     return c
 
 
-def corpus2_dir() -> Path | None:
-    """The second real-log corpus (../shared/corpus2; PREEMPTLOG_CORPUS2 points elsewhere)."""
-    candidates = []
-    if os.environ.get("PREEMPTLOG_CORPUS2"):
-        candidates.append(Path(os.environ["PREEMPTLOG_CORPUS2"]))
-    candidates += [ROOT.parent / "shared" / "corpus2", Path("/work/shared/corpus2")]
-    for c in candidates:
-        if (c / "SOURCES.md").is_file():
-            return c
-    return None
-
-
 @pytest.fixture
 def corpus2() -> Path:
     c = corpus2_dir()
     if c is None:
-        pytest.skip("second real-log corpus not found (../shared/corpus2; set PREEMPTLOG_CORPUS2)")
+        pytest.skip("second real-log corpus not found (../shared/corpus2/truth.json; set PREEMPTLOG_CORPUS2)")
     return c
 
 
