@@ -12,7 +12,6 @@ events). The json document is streamed row by row, so its peak should track ndjs
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import tempfile

@@ -19,14 +19,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import polars as pl
 
 from .bundle import Bundle, Workspace, collect, parse_kind_overrides
 from .errors import InputError
 from .timebase import Assumption, StreamMeta, TimeOptions, resolve
-
-if TYPE_CHECKING:
-    import polars as pl
 
 
 @dataclass
@@ -142,15 +141,15 @@ def analyze(
 
 def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) -> Analysis:
     prof = Profile()
-    import polars as pl
-
     from . import events as ev
     from . import sources
     from .frames import with_source
     from .sources import SourceOutput, TimeContext, linetimes, vllm_log
     from .timebase import check_zone, local_zone
     from .vllm import config as vconfig
-    from .vllm import preemptions, requests as vrequests, stats as vstats
+    from .vllm import preemptions
+    from .vllm import requests as vrequests
+    from .vllm import stats as vstats
 
     tz = check_zone(options.tz) if options.tz else local_zone()
     # Rules are loaded first: a bad rules file fails before any input is read.
@@ -353,8 +352,6 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
 
 def _with_line_times(records: "pl.DataFrame", files: list) -> "pl.DataFrame":
     """Add ``time_only`` rows (sources/linetimes.py) for files that have untimed records."""
-    import polars as pl
-
     from .sources import linetimes
 
     if records.height == 0:
@@ -380,8 +377,6 @@ def _with_line_times(records: "pl.DataFrame", files: list) -> "pl.DataFrame":
 
 def _untimed_report(records: "pl.DataFrame") -> tuple[list[str], dict[str, Any]]:
     """How record times were found for lines without a timestamp of their own (notes, counters)."""
-    import polars as pl
-
     if records.height == 0 or "time_precision" not in records.columns:
         return [], {"inherited_earlier": 0, "inherited_later": 0, "without_time": 0}
     counts = dict(records.group_by("time_precision").len().iter_rows())
@@ -417,8 +412,6 @@ def _drop_rotation_overlap(
     timestamp); request lines, which keep no text, when kind, request id, time and
     numbers are. Identical lines inside one file are all kept (each is a line).
     """
-    import polars as pl
-
     if records.height == 0 or len({s for s, _ in file_stream.values()}) == len(file_stream):
         return records, 0
     order = pl.DataFrame(
@@ -443,8 +436,6 @@ def _drop_rotation_overlap(
 
 def _apply_offsets(df: "pl.DataFrame", offsets: dict[str, float], kind: str) -> "pl.DataFrame":
     """Add a per-kind or per-file clock offset (seconds) to ``time``."""
-    import polars as pl
-
     if not offsets or df.height == 0:
         return df
     by_file = {k: v for k, v in offsets.items() if k != kind}
@@ -456,8 +447,6 @@ def _apply_offsets(df: "pl.DataFrame", offsets: dict[str, float], kind: str) -> 
 
 def _scan_file(f, ws: Workspace, debug: bool) -> tuple["pl.DataFrame | None", str | None]:
     """Collect one file's records; salvage a damaged gzip; never raise on bad data."""
-    import polars as pl
-
     from .sources import vllm_log
     from .textio import salvage_gzip
 
@@ -493,11 +482,9 @@ def _parse_guarded(kind, files: list, ws: Workspace, debug: bool) -> tuple[Any, 
     still cannot be read is dropped (kind "unreadable") and the others are
     read. Bugs show with --debug.
     """
-    import polars as pl
+    import zlib
 
     from .bundle import salvage
-
-    import zlib
 
     errors: tuple = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)  # EOFError: gzip.decompress
     try:
@@ -552,8 +539,6 @@ def _scan_small_files(files: list, ws: Workspace) -> tuple[list["pl.DataFrame"],
     read once, and every record gets its own file id and line number back. A batch that fails
     is left to the file-by-file path (which reports damage per file).
     """
-    import polars as pl
-
     from .sources import vllm_log
 
     small = [f for f in files if f.compression is None and 0 < f.size <= SMALL_LOG_BYTES]

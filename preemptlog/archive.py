@@ -318,7 +318,7 @@ def _open_tar(path: Path, stack: contextlib.ExitStack) -> tarfile.TarFile:
                 first = b""
         if first[257:262] != b"ustar" and len(first) >= 262:
             raise NotAnArchive(str(path))
-        raw = stack.enter_context(open(path, "rb"))
+        raw = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the ExitStack
         fileobj = stack.enter_context(zstandard.ZstdDecompressor().stream_reader(raw))
         return stack.enter_context(tarfile.open(fileobj=fileobj, mode="r|"))
     is_tar = magic[257:262] == b"ustar" if len(magic) >= 262 else False

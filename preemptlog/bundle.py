@@ -790,7 +790,7 @@ def _assign_streams(files: list[InputFile]) -> None:
         parent = str(Path(f.display).parent)
         base, _ = rotation_key(Path(f.display).name)
         groups.setdefault((parent, f.kind, base), []).append(f)
-    for sid, (key, members) in enumerate(sorted(groups.items(), key=lambda kv: min(m.file_id for m in kv[1]))):
+    for sid, (_key, members) in enumerate(sorted(groups.items(), key=lambda kv: min(m.file_id for m in kv[1]))):
         members.sort(key=lambda f: rotation_key(Path(f.display).name)[1])
         for order, f in enumerate(members):
             f.stream = sid

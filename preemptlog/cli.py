@@ -10,14 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable
 
 import typer
 
 from . import __version__
 from .errors import ExitCode, PreemptlogError
-from .render import OutputFormat
 
 def _arguments_show_their_metavar() -> None:
     """Help placeholders name what they want, not a Python type: typer prints ``PATH <list[str]>``

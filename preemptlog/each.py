@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
+if TYPE_CHECKING:
     from .analysis import Analysis, AnalyzeOptions
     from .bundle import Workspace
     from .render import OutputFormat
@@ -98,8 +98,6 @@ def run_each(paths: list[str], options: "AnalyzeOptions", ws: "Workspace", stdin
 
 def combined_rows(results: list[tuple[str, "Analysis"]]) -> "pl.DataFrame":
     """Every unit's event rows (render.event_rows), ``server`` first."""
-    import polars as pl
-
     from .render import event_rows
 
     frames = [event_rows(a).select(pl.lit(name).alias("server"), pl.all()) for name, a in results]
@@ -109,8 +107,6 @@ def combined_rows(results: list[tuple[str, "Analysis"]]) -> "pl.DataFrame":
 
 def write_each(results: list[tuple[str, "Analysis"]], fmt: "OutputFormat", out: BinaryIO, *, csv_safe: bool = False) -> None:
     import json
-
-    import polars as pl
 
     from .render import OutputFormat
 

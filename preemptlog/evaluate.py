@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from .errors import InputError
 
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
@@ -72,8 +74,6 @@ class BundleScore:
 
 
 def score_bundle(path: str, *, rules_files: list[str] | None = None, sets: list[str] | None = None) -> BundleScore:
-    import polars as pl
-
     from .analysis import AnalyzeOptions, analyze
 
     root = Path(path)

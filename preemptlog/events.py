@@ -10,10 +10,9 @@ several logical lines (lone CR).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 EVENT_KINDS = ("logged", "reconstructed", "interval", "marker", "record")
 
@@ -36,9 +35,7 @@ EVENTS_SCHEMA = {
 ORDER_COLUMNS = ["stream", "seq", "_sub"]
 
 
-def polars_schema() -> dict:
-    import polars as pl
-
+def polars_schema() -> dict[str, Any]:
     dt = pl.Datetime("us", "UTC")
     return {
         "event_id": pl.String,
@@ -62,8 +59,6 @@ def polars_schema() -> dict:
 
 def conform(df: "pl.DataFrame") -> "pl.DataFrame":
     """Select and cast a partial event frame to the contract (plus ordering columns)."""
-    import polars as pl
-
     schema = polars_schema()
     if "line" not in df.columns and "n" in df.columns:
         df = df.with_columns(pl.col("n").alias("line"))
@@ -77,8 +72,6 @@ def conform(df: "pl.DataFrame") -> "pl.DataFrame":
 
 
 def combine(parts: list["pl.DataFrame"]) -> "pl.DataFrame":
-    import polars as pl
-
     frames = [conform(p) for p in parts if p is not None and p.height]
     if not frames:
         return pl.DataFrame(schema=polars_schema())

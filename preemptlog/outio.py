@@ -91,7 +91,7 @@ def open_output(
     if st is not None and not stat.S_ISREG(st.st_mode):
         # A device, FIFO or socket: write in place, never rename over it.
         try:
-            fh = open(dest, "wb")
+            fh = open(dest, "wb")  # noqa: SIM115 - closed by the caller (commit or discard)
         except OSError as exc:
             raise OutputError(f"-o {target}: cannot write ({exc.strerror or exc})") from None
         with fh:

@@ -27,10 +27,9 @@ not reported yet (V0 hides up to 49 after its last warning).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 DUP_S = 2.0
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
+if TYPE_CHECKING:
     from .analysis import Analysis
 
 DEFAULT_CEILING = 95.0
@@ -95,8 +95,6 @@ class LogCapability:
 
 
 def log_capability(a: "Analysis") -> LogCapability:
-    import polars as pl
-
     from .vllm.config import _version_tuple, in_force
 
     has_log = bool(a.records.height)
@@ -174,8 +172,6 @@ def log_capability(a: "Analysis") -> LogCapability:
 
 
 def _schema() -> dict:
-    import polars as pl
-
     dt = pl.Datetime("us", "UTC")
     return {
         "series": pl.String,
@@ -206,8 +202,6 @@ def find_intervals(
     (and stream, seq when present); ``prom_series`` the same minus stream/seq,
     plus scope.
     """
-    import polars as pl
-
     parts = []
     if stats is not None and stats.height:
         grp = pl.concat_str([pl.col("stream").cast(pl.String), pl.lit("|"), pl.col("engine")]) if "stream" in stats.columns else pl.col("engine")

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
+if TYPE_CHECKING:
     from .analysis import Analysis
     from .pressure import LogCapability
 
@@ -51,9 +51,8 @@ PER_EVENT_KINDS = ("logged", "marker", "record")
 
 def apply(a: "Analysis", ceiling: float | None = None) -> None:
     """De-duplicate ``a.events``; set ``a.counters['reconciliation']`` and ``a.frames['pressure_intervals']``."""
-    from .pressure import DEFAULT_CEILING, find_intervals, log_capability
-
     from .overlap import merge
+    from .pressure import DEFAULT_CEILING, find_intervals, log_capability
 
     # Marker lines and counters in the same log describe the same preemptions: once each.
     a.events, overlap = merge(a.events)
@@ -79,8 +78,6 @@ def _sources_of(a: "Analysis", kind: str) -> list[str]:
 
 def per_request_records(frames: dict[str, "pl.DataFrame"]) -> dict[str, "pl.DataFrame"]:
     """Block-table style preempt records found among the source frames (name -> rows)."""
-    import polars as pl
-
     out = {}
     for name, df in frames.items():
         if name.startswith("prom_") or name == "pressure_intervals" or df is None:
@@ -98,8 +95,6 @@ def per_request_records(frames: dict[str, "pl.DataFrame"]) -> dict[str, "pl.Data
 
 
 def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict[str, Any]]:
-    import polars as pl
-
     from . import events as ev_mod
     from .sources.prometheus import counter_events
     from .summary import iso
@@ -430,8 +425,6 @@ def records_vs_counts(
     per-preemption events (V0 warnings and counts, PREEMPTED markers) of its own: those
     are the log's count, and the records are their evidence (matched by request id).
     """
-    import polars as pl
-
     from . import events as ev_mod
     from .joiner import record_events
     from .summary import iso
@@ -514,12 +507,10 @@ def _straddling(
     outside is N times the share of the interval outside the window (rounded). The events
     kept are re-placed evenly in the outside part of the interval.
     """
-    import polars as pl
-
     from .summary import iso
     from .vllm.preemptions import _between
 
-    base = {}
+    base: dict[Any, tuple[Any, float]] = {}  # engine -> (end, value) of its first reading
     if pairs.height and "increase" in pairs.columns:
         b = pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
         for eng, end, value in b.select("engine", "end", "value").iter_rows():
@@ -533,13 +524,13 @@ def _straddling(
         span = (e0 - s0).total_seconds()
         if s0 < w0:
             lo, hi = s0, w0
-            b = base.get(eng)
-            if b is not None and b[0] == w0:
+            first = base.get(eng)
+            if first is not None and first[0] == w0:
                 before = rest.filter(
                     ~is_prom & (pl.col("engine").fill_null("0") == eng) & (pl.col("time") <= s0)
                 ).height
-                out = max(0, min(n, int(round(b[1])) - before))
-                how = f"the counter read {int(round(b[1]))} at its first scrape, the log had counted {before} before"
+                out = max(0, min(n, int(round(first[1])) - before))
+                how = f"the counter read {int(round(first[1]))} at its first scrape, the log had counted {before} before"
             else:
                 out = int(round(n * (w0 - s0).total_seconds() / span)) if span > 0 else 0
                 how = "by the share of the interval before the first scrape"
@@ -566,8 +557,6 @@ def _straddling(
 
 
 def _timed_pids(allp: "pl.DataFrame") -> list[int]:
-    import polars as pl
-
     ok = allp.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
     return ok.get_column("_pid").to_list()
 
@@ -586,8 +575,6 @@ def _span(df: "pl.DataFrame", tz: str) -> list | None:
 
 
 def _prom_note(facts: dict, pairs: "pl.DataFrame") -> str:
-    import polars as pl
-
     parts = [f"{facts.get('scrapes', 0)} scrape(s), {facts.get('series', 0)} series"]
     base = pairs.filter(pl.col("increase").is_null())
     if base.height:
@@ -607,8 +594,6 @@ def _prom_note(facts: dict, pairs: "pl.DataFrame") -> str:
 
 def _outside(ev: "pl.DataFrame", is_prom: "pl.Expr", timed: "pl.DataFrame") -> int:
     """Log events of an engine that stand outside that engine's scrape window (kept, from the log's own count)."""
-    import polars as pl
-
     if ev.height == 0:
         return 0
     win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))

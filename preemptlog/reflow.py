@@ -57,10 +57,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 SAMPLE_BYTES = 1 << 20  # the head that decides a file's repair
 MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
@@ -151,8 +149,6 @@ def _sample(path: Path | str) -> list[str]:
 
 
 def _strip(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
-    import polars as pl
-
     line = pl.col("line")
     if plan.quote:
         line = line.str.replace(QUOTE_RE, "")
@@ -186,8 +182,6 @@ def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
 
 
 def _incomplete(line: "pl.Expr") -> "pl.Expr":
-    import polars as pl
-
     out = pl.lit(False)
     for marker, done in RECORDS:
         out = out | (line.str.contains(marker, literal=True) & ~line.str.contains(done))
@@ -195,8 +189,6 @@ def _incomplete(line: "pl.Expr") -> "pl.Expr":
 
 
 def _completes(line: "pl.Expr") -> "pl.Expr":
-    import polars as pl
-
     out = pl.lit(False)
     for _marker, done in RECORDS:
         out = out | line.str.contains(done)
@@ -209,8 +201,6 @@ def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
     Cost: literal tests on every line of the sample; the regexes run only on the few
     lines that can matter (measured: 20 ms on 1 MB of an ordinary log).
     """
-    import polars as pl
-
     if not lines:
         return NOTHING
     df = pl.DataFrame({"line": lines}, schema={"line": pl.String})
@@ -249,8 +239,6 @@ def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
 
 
 def _any_record_join(df: "pl.DataFrame") -> bool:
-    import polars as pl
-
     line = pl.col("line")
     markers = [m for m, _ in RECORDS]
     if not df.height or not df.select(line.str.contains_any(markers).any()).item():
@@ -261,8 +249,6 @@ def _any_record_join(df: "pl.DataFrame") -> bool:
 
 
 def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
-    import polars as pl
-
     line = pl.col("line")
     d = df.with_columns(_len=line.str.len_chars(), _next=line.shift(-1), _prevline=line.shift(1))
     total = d.height
@@ -330,8 +316,6 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
 
 
 def _join_wraps(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
-    import polars as pl
-
     line = pl.col("line")
     cont = pl.col("line").str.len_chars().shift(1).is_in(list(plan.widths)).fill_null(False) & _continues(line, line.shift(1))
     lf = lf.with_columns(_cont=cont)
@@ -344,8 +328,6 @@ def _join_wraps(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
 
 def _glue(lf: "pl.LazyFrame", sep: str) -> "pl.LazyFrame":
     """Join every ``_cont`` row to the row before it."""
-    import polars as pl
-
     return (
         lf.with_columns(_g=(~pl.col("_cont")).cum_sum())
         .group_by("_g", maintain_order=True)
@@ -356,8 +338,6 @@ def _glue(lf: "pl.LazyFrame", sep: str) -> "pl.LazyFrame":
 
 def _record_joins(lf: "pl.LazyFrame") -> "pl.LazyFrame":
     """Adds ``_cont`` (this row completes the record above it) and ``_join`` (a record is joined here)."""
-    import polars as pl
-
     line = pl.col("line")
     lf = lf.with_columns(_inc=_incomplete(line), _hl=_headerless(line), _done=_completes(line))
     # Blocks: a record start (a header, an empty line, an incomplete record) opens one.
@@ -378,8 +358,6 @@ def _record_joins(lf: "pl.LazyFrame") -> "pl.LazyFrame":
 
 
 def _join_records(lf: "pl.LazyFrame") -> "pl.LazyFrame":
-    import polars as pl
-
     lf = _record_joins(lf)
     # Reflowed text: each piece loses its line-break spaces, one space joins them.
     lf = lf.with_columns(

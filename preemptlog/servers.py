@@ -18,10 +18,7 @@ Frame of :func:`starts` (``START_SCHEMA``): one row per start.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 START_SCHEMA = {
     "stream": "Int32",
@@ -38,11 +35,10 @@ VERSION_RE = r"(?:server version |LLM engine \(v)v?([0-9][\w.+-]*?)\)?(?:\s|$|,)
 
 def starts(records: "pl.DataFrame") -> "pl.DataFrame":
     """Server starts in the records (see the module docstring)."""
-    import polars as pl
-
     if records.height == 0 or "stream" not in records.columns:
-        return pl.DataFrame(schema={k: (pl.Datetime("us", "UTC") if v.startswith("Datetime") else getattr(pl, v))
-                                    for k, v in START_SCHEMA.items()})
+        from .frames import empty_frame
+
+        return empty_frame(START_SCHEMA)
     t = pl.col("text")
     is_version = pl.col("kind") == "cfg_version"
     is_engine = (pl.col("kind") == "cfg_engine") & t.str.contains(r"Initializing an? (?:V[01] )?LLM engine \(v")
@@ -62,8 +58,6 @@ def starts(records: "pl.DataFrame") -> "pl.DataFrame":
 
 def servers(records: "pl.DataFrame") -> "pl.DataFrame":
     """One row per distinct server: stream, version, host (restarts in one stream are one server)."""
-    import polars as pl
-
     s = starts(records)
     return (
         s.group_by("stream", pl.col("version").fill_null("?"), pl.col("host").fill_null(""), maintain_order=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 if TYPE_CHECKING:
     from .analysis import Analysis
 
@@ -21,8 +23,6 @@ def iso(value: datetime | None, tz: str) -> str | None:
 
 
 def honesty_notes(a: "Analysis") -> list[str]:
-    import polars as pl
-
     notes: list[str] = []
     kinds = a.events.get_column("kind").value_counts() if a.events.height else None
     counts = {r[0]: r[1] for r in kinds.iter_rows()} if kinds is not None else {}
@@ -110,8 +110,6 @@ def _repeated_requests(a: "Analysis", ev: "pl.DataFrame") -> list[dict[str, Any]
     Log events take their process prefix (``Name pid=N``) from their record; events of other
     sources are identified by their source file.
     """
-    import polars as pl
-
     with_id = ev.filter(pl.col("request_id").is_not_null())
     if not with_id.height:
         return []
@@ -141,8 +139,6 @@ def _repeated_requests(a: "Analysis", ev: "pl.DataFrame") -> list[dict[str, Any]
 
 
 def summarize(a: "Analysis") -> dict[str, Any]:
-    import polars as pl
-
     from .vllm.config import in_force
 
     ev = a.events
@@ -382,8 +378,6 @@ def fix_line(x: dict[str, Any]) -> str:
 
 def pressure_rows(a: "Analysis") -> list[dict[str, Any]]:
     """Suspected pressure intervals (pressure.py), with the counted events that fall in each, for comparison."""
-    import polars as pl
-
     piv = a.frames.get("pressure_intervals")
     if piv is None or piv.height == 0:
         return []

@@ -16,10 +16,8 @@ import gzip
 import os
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 # The CSV reader is the only polars line reader that tolerates invalid UTF-8
 # (``encoding="utf8-lossy"``; ``scan_lines`` raises). A separator byte that

@@ -40,14 +40,13 @@ from __future__ import annotations
 import calendar
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
+
+import polars as pl
 
 from .errors import UsageError
-
-if TYPE_CHECKING:
-    import polars as pl
 
 # Days before each month in a leap year (index 1..12).
 _CUM_DAYS_LEAP = [0, 0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335]
@@ -63,7 +62,7 @@ class Assumption:
     source: str
     scope: str = "bundle"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "scope": self.scope, "value": self.value, "source": self.source}
 
 
@@ -148,8 +147,6 @@ def local_wall(expr: "pl.Expr", tz: str) -> "pl.Expr":
     Fixed offsets are applied as arithmetic: polars knows no zone for offsets with minutes
     (``+05:30``, ``+05:45``, ``-03:30``), and the arithmetic is exact for every offset.
     """
-    import polars as pl
-
     off = fixed_offset(tz)
     if off is not None:
         return expr.dt.convert_time_zone("UTC").dt.replace_time_zone(None) + pl.duration(seconds=off)
@@ -158,8 +155,6 @@ def local_wall(expr: "pl.Expr", tz: str) -> "pl.Expr":
 
 def iso_text(expr: "pl.Expr", tz: str) -> "pl.Expr":
     """A UTC datetime expression as ISO 8601 text with ``tz``'s offset (``...T10:00:00+05:30``)."""
-    import polars as pl
-
     off = fixed_offset(tz)
     if off is not None:
         return pl.concat_str(
@@ -198,7 +193,7 @@ def check_zone(name: str) -> str:
     return "UTC" if name.upper() == "UTC" else name
 
 
-def zone_info(name: str):
+def zone_info(name: str) -> tzinfo:
     """A tzinfo for a zone name or fixed offset."""
     off = fixed_offset(name)
     if off is not None:
@@ -223,7 +218,6 @@ def parse_fallback(values: list[str]) -> "pl.DataFrame":
     """
     import re
 
-    import polars as pl
     from dateutil import parser as dparser
 
     rows = []
@@ -268,8 +262,6 @@ def parse_fallback(values: list[str]) -> "pl.DataFrame":
 
 
 def _leap_seconds_expr(mo: "pl.Expr", dd: "pl.Expr", hh: "pl.Expr", mi: "pl.Expr", ss: "pl.Expr") -> "pl.Expr":
-    import polars as pl
-
     cum = mo.cast(pl.Int64).replace_strict(
         list(range(1, 13)), _CUM_DAYS_LEAP[1:], default=None, return_dtype=pl.Int64
     )
@@ -283,15 +275,11 @@ def _leap_seconds_expr(mo: "pl.Expr", dd: "pl.Expr", hh: "pl.Expr", mi: "pl.Expr
 
 def _frac_us(col: "pl.Expr") -> "pl.Expr":
     """Fraction digits ("123", "123456789") -> microseconds."""
-    import polars as pl
-
     digits = col.str.slice(0, 6)
     return (digits.str.pad_end(6, "0")).cast(pl.Int64, strict=False).fill_null(0)
 
 
 def _precision(col: "pl.Expr") -> "pl.Expr":
-    import polars as pl
-
     n = col.str.len_chars()
     return (
         pl.when(n.is_null())
@@ -304,10 +292,11 @@ def _precision(col: "pl.Expr") -> "pl.Expr":
     )
 
 
-def _localize(naive: "pl.Expr", tz: str, ambiguous: str = "earliest") -> "pl.Expr":
-    """Naive local datetimes in ``tz`` -> UTC. Gap times read as standard time."""
-    import polars as pl
+Ambiguous = Literal["earliest", "latest", "raise", "null"]
 
+
+def localize(naive: "pl.Expr", tz: str, ambiguous: Ambiguous = "earliest") -> "pl.Expr":
+    """Naive local datetimes in ``tz`` -> UTC. Gap times read as standard time."""
     off = fixed_offset(tz)
     if off is not None:  # a fixed offset has no gap and no fold: arithmetic (polars has no zone for +05:30)
         return (naive - pl.duration(seconds=off)).dt.replace_time_zone("UTC")
@@ -318,6 +307,20 @@ def _localize(naive: "pl.Expr", tz: str, ambiguous: str = "earliest") -> "pl.Exp
     # same instant as one hour later on the summer clock.
     shifted = (naive + pl.duration(hours=1)).dt.replace_time_zone(tz, ambiguous=ambiguous, non_existent="null")
     return pl.coalesce(loc, shifted).dt.convert_time_zone("UTC")
+
+
+_localize = localize  # the old private name (callers on other branches)
+
+
+def shift(df: "pl.DataFrame", seconds: "float | pl.Expr", column: str = "time") -> "pl.DataFrame":
+    """``column`` moved by ``seconds`` (a number or a Float64 expression): a clock offset."""
+    if isinstance(seconds, (int, float)):
+        if seconds == 0 or column not in df.columns:
+            return df
+        secs: pl.Expr = pl.lit(float(seconds))
+    else:
+        secs = seconds
+    return df.with_columns(pl.col(column) + pl.duration(microseconds=(secs * 1e6).cast(pl.Int64)))
 
 
 FALL_BACK_STEP_S = 60  # a wall clock stepping back by more than this inside the repeated hour is the fall-back
@@ -352,7 +355,9 @@ def fall_back_windows(tz: str, y0: int, y1: int) -> list[tuple[datetime, datetim
     return out
 
 
-def _later_in_second_pass(df: "pl.DataFrame", naive_col: str, time_col: str, tz: str, over: str = "stream"):
+def _later_in_second_pass(
+    df: "pl.DataFrame", naive_col: str, time_col: str, tz: str, over: str = "stream"
+) -> "pl.DataFrame":
     """Give the later instant to fall-back wall times read after the clock went back.
 
     ``time_col`` holds _localize's earlier instant for ``naive_col``. A wall time the fall-back
@@ -362,8 +367,6 @@ def _later_in_second_pass(df: "pl.DataFrame", naive_col: str, time_col: str, tz:
     before the first: the interval from 01:59:59 (summer) to 01:00:09 (standard) was inverted.
     Costs nothing when no line falls in a repeated span.
     """
-    import polars as pl
-
     years = df.select(pl.col(naive_col).dt.year().min().alias("a"), pl.col(naive_col).dt.year().max().alias("b"))
     y0, y1 = years.row(0)
     if y0 is None:
@@ -409,8 +412,6 @@ def resolve(
     ``records`` needs: file_id, n, seg, mo, dd, hh, mi, ss, hfrac, fdate,
     ftime, ffrac, fzone, fb. ``file_stream`` maps file_id -> (stream, order).
     """
-    import polars as pl
-
     tz = check_zone(opts.tz) if opts.tz else local_zone()
     result = TimeResult(tz=tz)
     tz_source = "--tz" if opts.tz else "this machine's local zone (use --tz to change)"
@@ -440,7 +441,7 @@ def resolve(
     # it would not move a row (checked on the keys alone).
     keys = ["stream", "forder", "n", "seg"]
     order = df.select(pl.arg_sort_by(keys, maintain_order=True).alias("o")).get_column("o")
-    if not order.equals(pl.int_range(df.height, dtype=order.dtype, eager=True).alias("o")):
+    if not order.equals(pl.int_range(df.height, dtype=pl.UInt32, eager=True).cast(order.dtype).alias("o")):
         df = df[order]
     df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq")).drop("forder")
     records = df
@@ -691,7 +692,7 @@ def resolve(
     return records.with_columns(df.get_column("time"), df.get_column("time_precision")), result
 
 
-def _as_dt(year: int, row: dict) -> datetime:
+def _as_dt(year: int, row: dict[str, Any]) -> datetime:
     mo, dd = int(row["_mo"]), int(row["_dd"])
     if mo == 2 and dd == 29 and not calendar.isleap(year):
         dd = 28
@@ -699,7 +700,9 @@ def _as_dt(year: int, row: dict) -> datetime:
     return datetime(year, mo, dd, int(row["_hh"]), int(row["_mi"]), min(int(row["_ss"]), 59))
 
 
-def _meeting_anchor(first: dict, last: dict, k_last: int, anchors: list, zinfo):
+def _meeting_anchor(
+    first: dict[str, Any], last: dict[str, Any], k_last: int, anchors: list[Any], zinfo: tzinfo
+) -> tuple[Any, Any]:
     """(nearest anchor the log meets within FOREIGN_ANCHOR_DAYS or None, nearest anchor)."""
     best = None
     for a in anchors:
@@ -713,7 +716,7 @@ def _meeting_anchor(first: dict, last: dict, k_last: int, anchors: list, zinfo):
     return (best[1] if best[0] <= FOREIGN_ANCHOR_DAYS * 86400 else None), best[1]
 
 
-def _closest_year(first: dict, last: dict, k_last: int, anchor: datetime) -> int:
+def _closest_year(first: dict[str, Any], last: dict[str, Any], k_last: int, anchor: datetime) -> int:
     best = None
     for y0 in (anchor.year - 1, anchor.year, anchor.year + 1):
         t0 = _as_dt(y0, first)

@@ -18,6 +18,8 @@ import re
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 from .errors import UsageError
 
 if TYPE_CHECKING:
@@ -210,8 +212,6 @@ def apply_filters(analysis: "Analysis", f: Filters | None) -> "Analysis":
     """A view of ``analysis`` holding only the events ``f`` keeps (verdicts and evidence follow)."""
     if f is None or not f.active():
         return analysis
-    import polars as pl
-
     ev = analysis.events
     v = analysis.verdicts
     keep = ev.select("event_id", "time", "kind", "request_id")

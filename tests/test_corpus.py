@@ -7,7 +7,6 @@ highest total_num_cumulative_preemption is read from each file itself.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import polars as pl
 import pytest

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import string
 
-import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

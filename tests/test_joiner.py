@@ -201,7 +201,7 @@ def test_evidence_declared_once_and_docs_table_current():
 
     names = [e.name for e in DECLARED]
     assert len(names) == len(set(names))
-    assert joiner.VALUE_COLUMNS == names
+    assert names == joiner.VALUE_COLUMNS
     for e in DECLARED:
         assert e.source and e.scope and e.doc
         assert (f"{e.name}_status" in joiner.EVIDENCE_SCHEMA) == e.status

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from preemptlog.cli import app
 from preemptlog.errors import ExitCode
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES
 
 runner = CliRunner()
 EVIL = "<script>alert(1)</script>"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import polars as pl
-import pytest
 from typer.testing import CliRunner
 
 from preemptlog import AnalyzeOptions, analyze

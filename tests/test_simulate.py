@@ -94,8 +94,8 @@ def test_family_names_match_the_simulator():
     from preemptlog.simulate.dmon import SELECTS
     from preemptlog.simulate.families import FAMILIES
 
-    assert FAMILY_NAMES == list(FAMILIES)
-    assert DMON_SELECTS == list(SELECTS)
+    assert list(FAMILIES) == FAMILY_NAMES
+    assert list(SELECTS) == DMON_SELECTS
 
 
 # --------------------------------------------------------------------------- every scenario

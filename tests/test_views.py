@@ -6,7 +6,6 @@ Inputs are written by hand in several vLLM header families; the demo bundle is t
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pty

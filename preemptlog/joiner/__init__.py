@@ -78,6 +78,8 @@ schema and the evidence table of docs/sources.md come from the declarations.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import config, dmon, kv, pool, prom, request, sched, stats
 from .common import CONFLICT_S, DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key
 from .config import CONFIG_KEYS
@@ -85,6 +87,9 @@ from .core import compute, finish, record_events, skew_notes
 from .declare import Evidence, docs_table, schema
 from .explain import WINDOW_SCHEMA, window_rows
 from .sched import LOOKBACK_STEP_COLUMNS
+
+if TYPE_CHECKING:
+    from ..frames import Schema
 
 # Declaration order is the output column order.
 DECLARED: list[Evidence] = (
@@ -114,11 +119,10 @@ RENAMED_IN_2: dict[str, str] = {
 }
 
 
-def polars_schema() -> dict:
-    import polars as pl
+def polars_schema() -> "Schema":
+    from ..frames import polars_schema as _polars_schema
 
-    m = {"String": pl.String, "Int64": pl.Int64, "Float64": pl.Float64, "Boolean": pl.Boolean}
-    return {k: m[v] for k, v in EVIDENCE_SCHEMA.items()}
+    return _polars_schema(EVIDENCE_SCHEMA)
 
 
 def write_docs(path: str = SOURCES_DOC) -> bool:

@@ -7,10 +7,9 @@ cumulative-sum difference: no Python loop per event.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 DEFAULT_BEFORE = 10.0
 DEFAULT_AFTER = 2.0
@@ -19,8 +18,6 @@ CONFLICT_S = 1.0  # G4: how close to the decision the other request's extension 
 
 
 def src_expr(source: str = "source", line: str = "line") -> "pl.Expr":
-    import polars as pl
-
     return pl.concat_str([pl.col(source), pl.lit(":"), pl.col(line).cast(pl.String)])
 
 
@@ -28,9 +25,7 @@ def us(seconds: float) -> int:
     return int(round(seconds * 1_000_000))
 
 
-def frame_of(frames: dict, name: str) -> "pl.DataFrame | None":
-    import polars as pl
-
+def frame_of(frames: dict[str, Any], name: str) -> "pl.DataFrame | None":
     df = frames.get(name)
     if df is None or df.height == 0:
         return None
@@ -79,8 +74,6 @@ def window_max(
     null key, a time-based rolling max runs once over everything (per ``by``
     group when given: both frames carry that column).
     """
-    import polars as pl
-
     g = [pl.col(by).alias("_g")] if by else [pl.lit(0, pl.Int8).alias("_g")]
     s = series.select(pl.col("time").alias("_t"), pl.col(key).alias("_k"), pl.lit(None, pl.UInt32).alias("_i"), *g)
     e = ev.select(pl.col("_hi").alias("_t"), pl.lit(None, pl.Int64).alias("_k"), pl.col("_i"), *g)
@@ -95,26 +88,21 @@ def window_max(
 
 def engine_key(col: str = "engine") -> "pl.Expr":
     """The engine an event or evidence row belongs to: its label, "0" when none (one engine)."""
-    import polars as pl
-
     return pl.col(col).cast(pl.String).fill_null("0")
 
 
 def with_eng(df: "pl.DataFrame") -> "pl.DataFrame":
-    import polars as pl
-
     return df.with_columns(_eng=engine_key("engine") if "engine" in df.columns else pl.lit("0"))
 
 
 def window_sum(
     ev: "pl.DataFrame", series: "pl.DataFrame", cols: list[str]
-) -> "pl.DataFrame":
+) -> tuple["pl.DataFrame", "pl.DataFrame"]:
     """Sums of ``cols`` over series rows with time in [_lo, _hi] (cumulative-sum differences).
 
-    Also returns _first/_last row numbers (``_r``) in the window for provenance.
+    Returns (sums, the series sorted by time with its row number ``_r``): the sums frame has
+    ``_i``, the sums and the _first/_last row numbers (``_r``) in the window, for provenance.
     """
-    import polars as pl
-
     s = series.sort("time").with_row_index("_r").with_columns(
         [pl.col(c).fill_null(0).cum_sum().alias(f"_c_{c}") for c in cols]
     )
@@ -139,8 +127,6 @@ def window_sum(
 def rolling_lookback(df: "pl.DataFrame", group: list[str], value: str, k: int, how: str) -> "pl.DataFrame":
     """Min/max of ``value`` over the current row and the k rows before it in ``group``,
     with the row index (``_row``) where it was reached: columns _lb_val, _lb_row, _lb_n."""
-    import polars as pl
-
     big = 1 << 32
     v = pl.col(value).cast(pl.Int64, strict=False)
     v = pl.when(v.abs() < (1 << 30)).then(v)  # absurd values (a damaged line) would overflow the encoding

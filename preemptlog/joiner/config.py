@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import polars as pl
 
 from .common import asof, src_expr
 from .declare import Evidence, cited
-
-if TYPE_CHECKING:
-    import polars as pl
 
 EVIDENCE = [
     Evidence('cfg_block_size', 'Int64', 'vllm-log, blocktable, prometheus (config)', 'bundle',
@@ -50,8 +47,6 @@ CONFIG_KEYS = {
 
 def _config_rows(config: "pl.DataFrame") -> "pl.DataFrame":
     """Config rows for the evidence keys, with a derived boolean ``speculative`` key."""
-    import polars as pl
-
     cfg = config
     spec_keys = ["speculative_config", "speculative_model", "num_speculative_tokens"]
     val = pl.col("value").str.strip_chars("'\" ")
@@ -65,8 +60,6 @@ def _config_rows(config: "pl.DataFrame") -> "pl.DataFrame":
 
 
 def _cast_cfg(expr: "pl.Expr", dtype: str) -> "pl.Expr":
-    import polars as pl
-
     if dtype == "Boolean":
         low = expr.str.strip_chars("'\" ").str.to_lowercase()
         return pl.when(low.is_in(["true", "1", "yes", "on"])).then(True).when(
@@ -80,8 +73,6 @@ def _cast_cfg(expr: "pl.Expr", dtype: str) -> "pl.Expr":
 
 
 def section_config(ev: "pl.DataFrame", config: "pl.DataFrame | None") -> "pl.DataFrame | None":
-    import polars as pl
-
     from ..vllm.config import in_force
 
     if config is None or config.height == 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key, us
 from .config import section_config
 from .dmon import section_dmon
@@ -15,8 +17,6 @@ from .sched import section_sched
 from .stats import section_stats
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..analysis import Analysis
 
 
@@ -31,8 +31,6 @@ def compute(
     lookback_steps: int = DEFAULT_LOOKBACK,
 ) -> "pl.DataFrame":
     """The evidence frame for ``events`` (needs event_id, time; uses request_id, stream, seq, kind)."""
-    import polars as pl
-
     from . import polars_schema
 
     schema = polars_schema()
@@ -99,8 +97,6 @@ def compute(
 
 def record_events(frames: dict[str, "pl.DataFrame"]) -> "pl.DataFrame | None":
     """Block-table ``preempt`` records as partial event frames (kind ``record``)."""
-    import polars as pl
-
     bt = frames.get("bt_events")
     if bt is None or bt.height == 0:
         return None
@@ -132,8 +128,6 @@ def record_events(frames: dict[str, "pl.DataFrame"]) -> "pl.DataFrame | None":
 
 def skew_notes(events: "pl.DataFrame", evidence: "pl.DataFrame") -> list[str]:
     """Clock skew estimates between sources that see the same moments (reported, never applied)."""
-    import polars as pl
-
     notes = []
     if evidence.height and "bt_preempt_offset_s" in evidence.columns:
         pairs = evidence.join(events.select("event_id", "kind", "time_precision"), on="event_id", how="left").filter(

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 DTYPES = ("String", "Int64", "Float64", "Boolean")
 SCOPES = ("step", "engine", "request", "window", "bundle")
@@ -42,8 +40,6 @@ class Evidence:
 
 def cited(name: str, value: "pl.Expr", src: "pl.Expr", status: "pl.Expr | None" = None) -> list["pl.Expr"]:
     """The value column, its ``_src`` (only where there is a value) and optionally ``_status``."""
-    import polars as pl
-
     out = [value.alias(name), pl.when(value.is_not_null()).then(src).alias(f"{name}_src")]
     if status is not None:
         out.append(status.alias(f"{name}_status"))

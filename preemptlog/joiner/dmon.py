@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
+
+import polars as pl
 
 from .common import asof, frame_of, window_max
 from .declare import Evidence, cited
-
-if TYPE_CHECKING:
-    import polars as pl
 
 EVIDENCE = [
     Evidence('dmon_fb_at_mb', 'Float64', 'dmon', 'bundle',
@@ -24,9 +23,7 @@ EVIDENCE = [
 ]
 
 
-def section_dmon(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -> "pl.DataFrame | None":
-    import polars as pl
-
+def section_dmon(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, after_us: int) -> "pl.DataFrame | None":
     dm = frame_of(frames, "dmon")
     if dm is None:
         return None

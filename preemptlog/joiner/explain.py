@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..frames import PolarsType
+
+import polars as pl
+
 from .common import src_expr, us
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..analysis import Analysis
 
 WINDOW_SCHEMA = {
@@ -22,8 +24,6 @@ WINDOW_SCHEMA = {
 
 
 def _kv_string(cols: list[str]) -> "pl.Expr":
-    import polars as pl
-
     return pl.concat_str(
         [pl.when(pl.col(c).is_not_null()).then(pl.concat_str([pl.lit(f"{c}="), pl.col(c).cast(pl.String)])) for c in cols],
         separator=" ",
@@ -33,12 +33,10 @@ def _kv_string(cols: list[str]) -> "pl.Expr":
 
 def window_rows(analysis: "Analysis", event_id: str, before: float, after: float) -> "pl.DataFrame":
     """Every row of every source in one event's window, time-ordered (WINDOW_SCHEMA)."""
-    import polars as pl
-
     from ..sources import vllm_log
 
     ev = analysis.events.filter(pl.col("event_id") == event_id)
-    schema = {
+    schema: dict[str, PolarsType] = {
         "time": pl.Datetime("us", "UTC"),
         "offset_s": pl.Float64,
         "kind": pl.String,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
+
+import polars as pl
 
 from .common import frame_of, window_sum
 from .declare import Evidence, cited
-
-if TYPE_CHECKING:
-    import polars as pl
 
 EVIDENCE = [
     Evidence('kvev_stored_blocks', 'Int64', 'kvevents', 'window',
@@ -20,9 +19,7 @@ EVIDENCE = [
 ]
 
 
-def section_kv(ev: "pl.DataFrame", frames: dict) -> "pl.DataFrame | None":
-    import polars as pl
-
+def section_kv(ev: "pl.DataFrame", frames: dict[str, Any]) -> "pl.DataFrame | None":
     kv = frame_of(frames, "kv_events")
     if kv is None:
         return None

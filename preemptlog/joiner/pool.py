@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
+
+import polars as pl
 
 from .common import asof, frame_of, rolling_lookback, src_expr, with_eng
 from .declare import Evidence, cited
-
-if TYPE_CHECKING:
-    import polars as pl
 
 EVIDENCE = [
     Evidence('bt_batch_max_len', 'Int64', 'blocktable', 'engine',
@@ -28,9 +27,7 @@ EVIDENCE = [
 ]
 
 
-def section_pool(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "pl.DataFrame | None":
-    import polars as pl
-
+def section_pool(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us: int) -> "pl.DataFrame | None":
     st = frame_of(frames, "bt_steps")
     if st is None:
         return None
@@ -65,10 +62,8 @@ def section_pool(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "p
     )
 
 
-def section_batch_len(ev: "pl.DataFrame", frames: dict, before_us: int) -> "pl.DataFrame | None":
+def section_batch_len(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int) -> "pl.DataFrame | None":
     """``bt_batch_max_len``: the longest running request (tokens) in the nearest block-table step."""
-    import polars as pl
-
     tables = frame_of(frames, "bt_tables")
     if tables is None or "num_tokens" not in tables.columns:
         return None

@@ -9,13 +9,12 @@ cited. An event only reads scrapes of its own engine label.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
+
+import polars as pl
 
 from .common import frame_of
 from .declare import Evidence
-
-if TYPE_CHECKING:
-    import polars as pl
 
 P = "prometheus"
 EVIDENCE = [
@@ -30,9 +29,7 @@ EVIDENCE = [
 _FROM_STATS = {e.name.replace("prom_", "stats_", 1): e.name for e in EVIDENCE}
 
 
-def section_prom(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -> "pl.DataFrame | None":
-    import polars as pl
-
+def section_prom(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, after_us: int) -> "pl.DataFrame | None":
     from .stats import section_stats
 
     ps = frame_of(frames, "prom_series")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
+
+import polars as pl
 
 from .common import CONFLICT_S, asof, frame_of, src_expr, us
 from .declare import Evidence, cited
-
-if TYPE_CHECKING:
-    import polars as pl
 
 EVIDENCE = [
     Evidence('req_blocks_before', 'Int64', 'blocktable or bt_text', 'request',
@@ -40,9 +39,7 @@ EVIDENCE = [
 ]
 
 
-def _extends(frames: dict) -> "pl.DataFrame | None":
-    import polars as pl
-
+def _extends(frames: dict[str, Any]) -> "pl.DataFrame | None":
     cols = ["time", "step", "request_id", "action", "blocks_before", "blocks_after", "blocks_needed",
             "pool_free_blocks", "pool_largest_free_run", "watermark_blocks", "waiting", "source", "line"]
     parts = []
@@ -59,9 +56,7 @@ def _extends(frames: dict) -> "pl.DataFrame | None":
     return out.filter(pl.col("request_id").is_not_null())
 
 
-def section_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: int) -> "pl.DataFrame | None":
-    import polars as pl
-
+def section_request(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, after_us: int) -> "pl.DataFrame | None":
     allev = _extends(frames)
     tables = frame_of(frames, "bt_tables")
     if allev is None and tables is None:
@@ -71,7 +66,8 @@ def section_request(ev: "pl.DataFrame", frames: dict, before_us: int, after_us: 
     decision = None
     tol = f"{before_us + after_us}us"
     if allev is not None:
-        ext = allev.filter(pl.col("action") == "extend").with_columns(_xsrc=src_expr())
+        ext: pl.DataFrame | None = allev.filter(pl.col("action") == "extend").with_columns(_xsrc=src_expr())
+        assert ext is not None
         j = asof(er, ext.select("time", "request_id", "blocks_before", "blocks_after", "_xsrc"),
                   left_on="_hi", right_on="time", by=["request_id"], tolerance=tol)
         s = pl.when(pl.col("time").is_not_null()).then(pl.col("_xsrc"))
@@ -192,8 +188,6 @@ def _match_preempts(er: "pl.DataFrame", pre: "pl.DataFrame", tol_us: int) -> "pl
     times within one second of a second-resolution log would otherwise map every
     line to the same record. Otherwise the nearest record within the tolerance.
     """
-    import polars as pl
-
     ne = er.group_by("request_id").len("_ne")
     nr = pre.group_by("request_id").len("_nr")
     er2 = er.join(ne, on="request_id", how="left").join(nr, on="request_id", how="left")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
+
+import polars as pl
 
 from .common import asof, frame_of, rolling_lookback, src_expr
 from .declare import Evidence, cited
-
-if TYPE_CHECKING:
-    import polars as pl
 
 EVIDENCE = [
     Evidence('sched_step', 'Int64', 'vllm-log (hooks)', 'step',
@@ -58,9 +57,7 @@ EVIDENCE = [
 ]
 
 
-def section_sched(ev: "pl.DataFrame", frames: dict, k: int, before_us: int) -> "pl.DataFrame | None":
-    import polars as pl
-
+def section_sched(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us: int) -> "pl.DataFrame | None":
     steps = frame_of(frames, "hook_steps")
     if steps is None:
         return None
@@ -194,8 +191,6 @@ def _lookback_per_step(steps: "pl.DataFrame", k: int) -> "pl.DataFrame":
       and the threshold printed on that same [BATCH] line;
     - ``lookback_max_pending`` / ``_step``: the deepest pending queue of the look-back.
     """
-    import polars as pl
-
     row = pl.col("_row").cast(pl.Int64)
     has_p = pl.col("pending_max_blocks_needed").is_not_null()
     short = (pl.col("pending_max_blocks_needed") > pl.col("free_blocks")).fill_null(False)

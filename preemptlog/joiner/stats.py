@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import polars as pl
 
 from .common import asof, src_expr, window_max, with_eng
 from .declare import Evidence, cited
-
-if TYPE_CHECKING:
-    import polars as pl
 
 EVIDENCE = [
     Evidence('stats_kv_usage_max', 'Float64', 'vllm-log (stats)', 'engine',
@@ -37,8 +34,6 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
     and ``stats_waiting_at`` are the larger of the two, ``*_at`` otherwise the reporting
     line's, ``*_delta`` reporting minus previous.
     """
-    import polars as pl
-
     if stats is None or stats.height == 0:
         return None
     st = stats.filter(pl.col("time").is_not_null())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, BinaryIO
 
+import polars as pl
+
 from . import event_rows
 
 if TYPE_CHECKING:
@@ -18,8 +20,6 @@ FORMULA_START = r"^[=+\-@\t\r]"
 
 
 def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False, header: bool = True) -> None:
-    import polars as pl
-
     df = event_rows(analysis)
     # Nested verdict columns (lists, structs) become JSON text in one cell.
     nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Struct))]
@@ -41,7 +41,5 @@ def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False, header
 
 def json_cell(col: str) -> "object":
     """A nested column as compact JSON text (polars' own encoder, no Python per row)."""
-    import polars as pl
-
     wrapped = pl.struct(pl.col(col).alias("v")).struct.json_encode()
     return wrapped.str.slice(5, wrapped.str.len_chars() - 6).alias(col)

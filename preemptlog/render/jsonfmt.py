@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, BinaryIO, Iterable
 
+import polars as pl
+
 from . import SCHEMA_VERSION, event_rows, iso_expr
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..analysis import Analysis
 
 ROWS_PER_SLICE = 2000

@@ -14,11 +14,11 @@ import io
 import os
 from typing import TYPE_CHECKING, BinaryIO
 
+import polars as pl
+
 from .safe import ascii_text, neutralise, text, unicode_ok
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..analysis import Analysis
 
 TABLE_COLUMNS = ("time", "event", "n", "request", "verdict", "confidence", "kind", "mode", "where")
@@ -41,8 +41,6 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
     count, request_id, mode, source, line, gate, sub_kind, confidence (of the run's first event),
     verdicts (how many distinct gate/sub-kind pairs the run holds).
     """
-    import polars as pl
-
     ev = analysis.events
     v = getattr(analysis, "verdicts", None)
     if v is not None and v.height and ev.height:

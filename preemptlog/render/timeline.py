@@ -14,8 +14,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 if TYPE_CHECKING:
-    import polars as pl
     from rich.console import Console
 
     from ..analysis import Analysis
@@ -80,7 +81,6 @@ def _label(t: datetime, seconds: int, multi_day: bool) -> str:
 
 def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
     """The timeline as rich Text lines (empty when there is no timed event and no KV series)."""
-    import polars as pl
     from rich.text import Text
 
     from ..timebase import zone_info
@@ -121,7 +121,7 @@ def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
     lines.append(Text(f"Timeline: preemptions per {unit} by gate (tallest column {peak})", style="bold"))
     # Cells of each column, bottom to top: gates stacked in GATES order, heights by cumulative rounding.
     stacks: list[list[str]] = []
-    for cell, total in zip(grid, totals):
+    for cell, total in zip(grid, totals, strict=False):
         stack: list[str] = []
         if total:
             present = [(g, cell[g]) for g in order if cell.get(g)]
@@ -203,7 +203,7 @@ def _allocate(present: list[tuple[str, int]], height: int) -> list[str]:
     for i in sorted(range(len(present)), key=lambda i: -(shares[i] - int(shares[i])))[:rest]:
         cells[i] += 1
     out: list[str] = []
-    for (g, _), c in zip(present, cells):
+    for (g, _), c in zip(present, cells, strict=False):
         out.extend([g] * c)
     return out
 
@@ -218,8 +218,6 @@ def _gutter(label: str) -> "object":
 
 def _kv_frame(analysis: "Analysis") -> "pl.DataFrame":
     """time, engine, kv_usage from the log's stats lines, else from /metrics gauges."""
-    import polars as pl
-
     empty = pl.DataFrame(schema={"time": pl.Datetime("us", "UTC"), "engine": pl.String, "kv_usage": pl.Float64})
     st = analysis.stats
     if st.height and st.get_column("kv_usage").drop_nulls().len():
@@ -231,8 +229,6 @@ def _kv_frame(analysis: "Analysis") -> "pl.DataFrame":
 
 
 def _spark_rows(kv: "pl.DataFrame", start, seconds: int, n: int) -> list[tuple[str, list[float | None]]]:
-    import polars as pl
-
     if kv.height == 0:
         return []
     engines = sorted({e for e in kv.get_column("engine").to_list()}, key=lambda e: (e is None, str(e)))

@@ -78,7 +78,7 @@ def _domains(panels: list[str]) -> dict[str, tuple[float, float]]:
     total = sum(weights)
     out: dict[str, tuple[float, float]] = {}
     top = 1.0
-    for p, w in zip(panels, weights):
+    for p, w in zip(panels, weights, strict=False):
         h = usable * w / total
         out[p] = (max(0.0, top - h), top)
         top -= h + GAP

@@ -11,12 +11,12 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from .figure import GATE_COLORS, GATE_ORDER, gate_color
 from .series import ESTIMATED_KINDS, UNDETERMINED
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..analysis import Analysis
 
 MAX_CARDS = 300  # one card per event up to this many events; beyond, one card per group
@@ -310,8 +310,6 @@ def _summary(s: dict, a: "Analysis") -> str:
 
 
 def _span_seconds(a: "Analysis") -> float:
-    import polars as pl
-
     t = a.events.filter(pl.col("time").is_not_null()).get_column("time")
     if t.len() < 2:
         return 0.0
@@ -337,8 +335,6 @@ def _config(s: dict, a: "Analysis") -> str:
     out.append("</table></div>")
     cfg = a.config
     if cfg.height > len(s.get("config") or {}):
-        import polars as pl
-
         from ..render import iso_expr
 
         rows = cfg.with_columns(iso_expr("time", a.tz)) if cfg.schema.get("time") == pl.Datetime("us", "UTC") else cfg
@@ -357,8 +353,6 @@ def _config(s: dict, a: "Analysis") -> str:
 
 def _event_frame(a: "Analysis") -> "pl.DataFrame":
     """Events with their verdicts and ISO times, in time order."""
-    import polars as pl
-
     from ..render import iso_expr
     from ..rules.verdicts import VERDICT_COLUMNS
 
@@ -393,8 +387,6 @@ def _events(a: "Analysis", s: dict) -> str:
                    "log can and cannot show).</p></section>")
         return "\n".join(out)
     if ev.height <= MAX_CARDS:
-        import polars as pl
-
         order = {g: i for i, g in enumerate(GATE_ORDER)}
         groups = (
             ev.group_by("gate", "sub_kind", maintain_order=True).len()
@@ -471,7 +463,7 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
             missing = ", ".join(x.get("missing") or []) or "its evidence"
             out.append(f"<li>{e(x.get('gate'))}: no {e(missing)} <span class=\"muted\">(needs {e(x.get('needs'))})</span></li>")
         out.append("</ul>")
-    if factor_counts is not None:
+    if factor_counts is not None:  # noqa: SIM102 - "the count is known" apart from "it is non-zero"
         if factor_counts:
             out.append("<h3>Contributing factors (events in the group)</h3><ul>")
             out.extend(f"<li>{e(f)}: {n}</li>" for f, n in factor_counts)
@@ -494,8 +486,6 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
 
 
 def _group_cards(ev: "pl.DataFrame") -> str:
-    import polars as pl
-
     keys = ["gate", "sub_kind", "rule", "kind"]
     ev = ev.sort("_t", nulls_last=True, maintain_order=True).with_row_index("_i")
     groups = (
@@ -551,8 +541,6 @@ def _group_cards(ev: "pl.DataFrame") -> str:
 
 def _count_factors(ev: "pl.DataFrame", keys: list[str]) -> dict[tuple, list[tuple[str, int]]]:
     """Per group: how many events carry each contributing factor."""
-    import polars as pl
-
     if ev.schema.get("contributing_factors") is None or not isinstance(ev.schema["contributing_factors"], pl.List):
         return {}
     f = (

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
+if TYPE_CHECKING:
     from ..analysis import Analysis
 
 MAX_POINTS = 2000  # per plotted series, after the envelope
@@ -45,8 +45,6 @@ MARKER_COLUMNS = [
 
 def wall(col: str, tz: str) -> "pl.Expr":
     """A UTC datetime column as wall-clock text in ``tz`` (what the plot's x axis shows)."""
-    import polars as pl
-
     from ..timebase import local_wall
 
     return local_wall(pl.col(col), tz).dt.strftime("%Y-%m-%d %H:%M:%S%.3f").alias(col)
@@ -54,8 +52,6 @@ def wall(col: str, tz: str) -> "pl.Expr":
 
 def events_with_verdicts(analysis: "Analysis") -> "pl.DataFrame":
     """Events with gate, sub_kind, rule and confidence (``undetermined`` when rules did not run)."""
-    import polars as pl
-
     ev = analysis.events.select(
         "event_id", "time", "time_precision", "interval_start", "interval_end", "kind",
         "request_id", "engine", "source", "line", "raw",
@@ -75,8 +71,6 @@ def events_with_verdicts(analysis: "Analysis") -> "pl.DataFrame":
 
 def envelope(df: "pl.DataFrame", value: str, tz: str, max_points: int = MAX_POINTS) -> "pl.DataFrame":
     """``time``/``value`` of one series, at most ``max_points`` rows (min and max per bucket)."""
-    import polars as pl
-
     d = (
         df.select(pl.col("time"), pl.col(value).cast(pl.Float64).alias("value"))
         .filter(pl.col("time").is_not_null() & pl.col("value").is_not_null() & pl.col("value").is_finite())
@@ -152,8 +146,6 @@ def _keyed(df: "pl.DataFrame", keys: list[str]) -> list[tuple[tuple, "pl.DataFra
 
 
 def plot_data(analysis: "Analysis", *, max_points: int = MAX_POINTS, max_markers: int = MAX_MARKERS) -> PlotData:
-    import polars as pl
-
     tz = analysis.tz
     out = PlotData(tz=tz, kv_ceiling=analysis.options.kv_ceiling)
 

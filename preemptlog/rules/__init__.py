@@ -9,4 +9,6 @@
   computed from the incident.
 """
 
-from .model import RuleSet, load_rules  # noqa: F401
+from .model import RuleSet, load_rules
+
+__all__ = ["RuleSet", "load_rules"]

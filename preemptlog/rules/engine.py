@@ -20,13 +20,13 @@ No Python runs per event: every rule becomes polars expressions over columns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import polars as pl
 
 from . import expr as E
 from .model import GATES, Rule, RuleSet
-
-if TYPE_CHECKING:
-    import polars as pl
 
 UNDETERMINED = "undetermined"
 _DOWNGRADE = {"high": "medium", "medium": "low", "low": "low"}
@@ -43,8 +43,6 @@ class Compiler:
         self._derived_src: dict[str, "pl.Expr"] = {}
 
     def value(self, name: str) -> "pl.Expr":
-        import polars as pl
-
         if name in self.rs.derived:
             if name not in self._derived:
                 node = E.parse(self.rs.derived[name])
@@ -56,8 +54,6 @@ class Compiler:
 
     def src(self, name: str) -> "pl.Expr":
         """Provenance of a name: its _src column, the event's file:line, or (derived) its inputs'."""
-        import polars as pl
-
         if name in self.rs.derived:
             if name not in self._derived_src:
                 self._derived_src[name] = self._src_of_node(E.parse(self.rs.derived[name]))
@@ -68,12 +64,10 @@ class Compiler:
             return pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)])
         return pl.lit(None, pl.String)
 
-    def _src_of_node(self, node: object) -> "pl.Expr":
-        import polars as pl
-
+    def _src_of_node(self, node: E.Node) -> "pl.Expr":
         # coalesce(a, b, ...): the provenance of the first value present.
         if isinstance(node, E.Call) and node.func == "coalesce":
-            expr = None
+            expr: Any = None  # a when/then chain
             for arg in node.args:
                 v = E.compile_expr(arg, self.value, self.thresholds)
                 s = self._src_of_node(arg)
@@ -94,9 +88,7 @@ class Compiler:
         return self.value(name).is_not_null()
 
 
-def _cite_structs(c: Compiler, items: list[str], frame_schema: dict) -> "pl.Expr":
-    import polars as pl
-
+def _cite_structs(c: Compiler, items: list[str], frame_schema: dict[str, Any]) -> "pl.Expr":
     structs = []
     for item in items:
         node = E.parse(item)
@@ -136,14 +128,12 @@ def _cite_structs(c: Compiler, items: list[str], frame_schema: dict) -> "pl.Expr
     return lst.list.eval(pl.element().filter(pl.element().struct.field("value").is_not_null()))
 
 
-def _src_for(c: Compiler, node: object) -> "pl.Expr":
+def _src_for(c: Compiler, node: E.Node) -> "pl.Expr":
     return c._src_of_node(node)
 
 
 def _value_text(v: "pl.Expr") -> "pl.Expr":
     """Render any scalar as text: integers without '.0', floats rounded to 3 places."""
-    import polars as pl
-
     f = v.cast(pl.Float64, strict=False)
     num_text = pl.when(f % 1 == 0).then(f.cast(pl.Int64, strict=False).cast(pl.String)).otherwise(f.round(3).cast(pl.String))
     return pl.when(f.is_not_null() & v.cast(pl.String, strict=False).str.contains(r"^-?[0-9.eE+]+$")).then(num_text).otherwise(
@@ -151,7 +141,7 @@ def _value_text(v: "pl.Expr") -> "pl.Expr":
     )
 
 
-def used_names(rs: RuleSet, extra: list[str] = ()) -> set[str]:
+def used_names(rs: RuleSet, extra: Sequence[str] = ()) -> set[str]:
     """Every evidence/event name the active rules (and ``extra`` names) read, derived values expanded."""
     names: set[str] = set()
     todo: list[str] = list(extra)
@@ -175,8 +165,6 @@ def used_names(rs: RuleSet, extra: list[str] = ()) -> set[str]:
 
 def rule_flags(frame: "pl.DataFrame", rs: RuleSet, rules: list[Rule] | None = None) -> "pl.DataFrame":
     """Per rule: ``evaluable__<id>`` and ``fired__<id>`` boolean columns (nulls count as false)."""
-    import polars as pl
-
     c = Compiler(rs, set(frame.columns))
     cols = []
     for r in rules if rules is not None else rs.active:
@@ -199,8 +187,6 @@ def rule_flags(frame: "pl.DataFrame", rs: RuleSet, rules: list[Rule] | None = No
 
 
 def _eligible(r: Rule, c: Compiler) -> "pl.Expr":
-    import polars as pl
-
     if not r.guide_only:
         return pl.lit(True)
     gm = pl.col("guide_model").fill_null(True) if "guide_model" in c.columns else pl.lit(True)
@@ -211,8 +197,6 @@ def _eligible(r: Rule, c: Compiler) -> "pl.Expr":
 
 def _assumed(r: Rule, columns: "set[str] | list[str]") -> "pl.Expr":
     """True where the rule read one of its assumption-sensitive values from preemptlog's defaults."""
-    import polars as pl
-
     assumed = pl.lit(False)
     for n in r.assumption_sensitive:
         if f"{n}_status" in columns:
@@ -222,8 +206,6 @@ def _assumed(r: Rule, columns: "set[str] | list[str]") -> "pl.Expr":
 
 def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
     """Verdicts for every row of ``frame`` (events joined with evidence)."""
-    import polars as pl
-
     rules = rs.active
     df = rule_flags(frame, rs, rules)
     c = Compiler(rs, set(frame.columns))
@@ -234,7 +216,7 @@ def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
     order += [(r, pl.col(f"counts__{r.id}") & _assumed(r, df.columns)) for r in rules if r.assumption_sensitive]
 
     def chain(values: Callable[[Rule], "pl.Expr"], default: "pl.Expr") -> "pl.Expr":
-        expr = None
+        expr: Any = None  # a when/then chain
         for r, cond in order:
             expr = pl.when(cond).then(values(r)) if expr is None else expr.when(cond).then(values(r))
         return default if expr is None else expr.otherwise(default)
@@ -276,8 +258,6 @@ def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
 
 def _guide_notes(rules: list[Rule]) -> "pl.Expr":
     """Guide-only rules that fired on an upstream log: listed, never the verdict."""
-    import polars as pl
-
     parts = [
         pl.when(pl.col(f"guide__{r.id}")).then(
             pl.lit(
@@ -293,8 +273,6 @@ def _guide_notes(rules: list[Rule]) -> "pl.Expr":
 
 
 def _gates_fired(rules: list[Rule]) -> "pl.Expr":
-    import polars as pl
-
     parts = [pl.when(pl.col(f"counts__{r.id}")).then(pl.lit(r.gate)) for r in rules]
     if not parts:
         return pl.lit([], pl.List(pl.String))
@@ -304,8 +282,6 @@ def _gates_fired(rules: list[Rule]) -> "pl.Expr":
 
 
 def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> "pl.Expr":
-    import polars as pl
-
     items = []
     for gate in GATES:
         gr = [r for r in rules if r.gate == gate]
@@ -341,15 +317,13 @@ VERDICT_COLUMNS = [
 ]
 
 
-def fired_rules(frame: "pl.DataFrame", rs: RuleSet) -> list[list[dict]]:
+def fired_rules(frame: "pl.DataFrame", rs: RuleSet) -> list[list[dict[str, Any]]]:
     """Per row of ``frame``: every rule that fired, with its gate, the values it cited and their lines.
 
     Each item: ``{gate, sub_kind, rule, counts, evidence}``; ``counts`` is false for a
     guide-only rule on an upstream log (listed, never the verdict). For ``explain``: the
     step or interval and the lines that decided each fired gate.
     """
-    import polars as pl
-
     rules = rs.active
     if frame.height == 0 or not rules:
         return [[] for _ in range(frame.height)]

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Union
+from typing import Callable
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 
 class ExprError(ValueError):
@@ -88,29 +87,29 @@ class Threshold:
 @dataclass(frozen=True)
 class Call:
     func: str
-    args: tuple
+    args: tuple[Node, ...]
 
 
 @dataclass(frozen=True)
 class Unary:
     op: str
-    operand: object
+    operand: Node
 
 
 @dataclass(frozen=True)
 class Binary:
     op: str
-    left: object
-    right: object
+    left: Node
+    right: Node
 
 
 @dataclass(frozen=True)
 class IsNull:
-    operand: object
+    operand: Node
     negate: bool
 
 
-Node = Union[Num, Str, Bool, Null, Name, Threshold, Call, Unary, Binary, IsNull]
+Node = Num | Str | Bool | Null | Name | Threshold | Call | Unary | Binary | IsNull
 
 
 def tokenize(text: str) -> list[tuple[str, str]]:
@@ -276,9 +275,7 @@ def names(node: Node) -> tuple[set[str], set[str]]:
         elif isinstance(n, Call):
             for a in n.args:
                 walk(a)
-        elif isinstance(n, Unary):
-            walk(n.operand)
-        elif isinstance(n, IsNull):
+        elif isinstance(n, (Unary, IsNull)):
             walk(n.operand)
         elif isinstance(n, Binary):
             walk(n.left)
@@ -290,8 +287,6 @@ def names(node: Node) -> tuple[set[str], set[str]]:
 
 def compile_expr(node: Node, resolve_name: Callable[[str], "pl.Expr"], thresholds: dict[str, object]) -> "pl.Expr":
     """AST -> polars expression. ``resolve_name`` maps a name to a column/derived expression."""
-    import polars as pl
-
     def c(n: object) -> "pl.Expr":
         if isinstance(n, Num):
             v = n.value

@@ -19,14 +19,10 @@ Column-wise over all events (``{factor, detail, src}`` structs). Factors:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import polars as pl
 
 from .engine import Compiler
 from .model import RuleSet
-
-if TYPE_CHECKING:
-    import polars as pl
-
 
 # Names the factors read (for grouping events with identical inputs).
 FACTOR_INPUTS = [
@@ -61,16 +57,12 @@ FACTOR_INPUTS = [
 
 
 def _s(e: "pl.Expr") -> "pl.Expr":
-    import polars as pl
-
     f = e.cast(pl.Float64, strict=False)
     return pl.when(f % 1 == 0).then(f.cast(pl.Int64).cast(pl.String)).otherwise(f.round(2).cast(pl.String))
 
 
 def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
     """An expression giving each event's list of contributing factors."""
-    import polars as pl
-
     c = Compiler(rs, set(frame.columns))
     v, src = c.value, c.src
     reserve = float(rs.thresholds["spec_reserve"].value) if "spec_reserve" in rs.thresholds else 0.2

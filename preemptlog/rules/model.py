@@ -83,7 +83,7 @@ class Rule:
     only_when_fired: bool = False  # makes its gate "evaluable" only when it fires (a statement, not a test)
     guide_only: bool = False  # a mechanism of the guide's patched scheduler, not of upstream vLLM
     upstream_when: str = ""  # condition under which a guide_only rule also applies to upstream vLLM
-    samples: list[dict] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
     origin: str = "default.toml"
     order: int = 0
 
@@ -103,7 +103,7 @@ class RuleSet:
     def threshold_values(self) -> dict[str, Any]:
         return {k: t.value for k, t in self.thresholds.items()}
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "files": list(self.files),
             "thresholds": [
@@ -138,7 +138,7 @@ def known_names() -> set[str]:
     return set(VALUE_COLUMNS) | EVENT_NAMES | BUNDLE_NAMES
 
 
-def _read(path: str | None) -> tuple[dict, str]:
+def _read(path: str | None) -> tuple[dict[str, Any], str]:
     if path is None:
         text = resources.files("preemptlog.rules").joinpath("default.toml").read_text("utf-8")
         return _parse_toml(text, "default.toml"), "default.toml"
@@ -152,14 +152,14 @@ def _read(path: str | None) -> tuple[dict, str]:
     return _parse_toml(text, path), path
 
 
-def _parse_toml(text: str, name: str) -> dict:
+def _parse_toml(text: str, name: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RulesError(f"{name}: not valid TOML ({exc})") from None
 
 
-def _check_keys(where: str, got: dict, allowed: set[str]) -> None:
+def _check_keys(where: str, got: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(got) - allowed)
     if unknown:
         raise RulesError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}", hint="allowed: " + ", ".join(sorted(allowed)))
@@ -171,7 +171,7 @@ def _str_list(where: str, value: Any) -> list[str]:
     return list(value)
 
 
-def _build_rule(doc: dict, src: str, order: int) -> Rule:
+def _build_rule(doc: dict[str, Any], src: str, order: int) -> Rule:
     if not isinstance(doc, dict):
         raise RulesError(f"{src}: every [[rule]] must be a table")
     rid = doc.get("id")
@@ -243,7 +243,7 @@ def _build_rule(doc: dict, src: str, order: int) -> Rule:
     )
 
 
-def _merge(rs: RuleSet, doc: dict, src: str) -> None:
+def _merge(rs: RuleSet, doc: dict[str, Any], src: str) -> None:
     _check_keys(src, doc, TOP_FIELDS)
     version = doc.get("version", 1)
     if version != 1:

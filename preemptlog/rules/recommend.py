@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
+
+import polars as pl
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -42,15 +44,13 @@ class Measured:
         return self.value is not None
 
 
-def _cfg(analysis: "Analysis") -> dict[str, dict]:
+def _cfg(analysis: "Analysis") -> dict[str, dict[str, Any]]:
     from ..vllm.config import in_force
 
     return in_force(analysis.config)
 
 
 def measure(analysis: "Analysis") -> dict[str, Measured]:
-    import polars as pl
-
     out: dict[str, Measured] = {}
     req = analysis.requests
     rec = req.filter(pl.col("action") == "received") if req.height else req
@@ -58,8 +58,8 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
     pt = rec.filter(pl.col("prompt_tokens").is_not_null()).get_column("prompt_tokens") if rec.height else None
     if pt is not None and pt.len() >= 20:
         out["prompt_n"] = Measured(pt.len(), f"{pt.len()} prompts with prompt_token_ids in {src}")
-        out["prompt_p95"] = Measured(int(pt.quantile(0.95, "higher")), f"p95 of {pt.len()} prompt lengths ({src})")
-        out["prompt_share_le_64"] = Measured(float((pt <= 64).mean()), f"share of {pt.len()} prompts <= 64 tokens")
+        out["prompt_p95"] = Measured(int(pt.quantile(0.95, "higher")), f"p95 of {pt.len()} prompt lengths ({src})")  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        out["prompt_share_le_64"] = Measured(float((pt <= 64).mean()), f"share of {pt.len()} prompts <= 64 tokens")  # type: ignore[arg-type]  # polars scalars are typed as every literal
     else:
         out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {LOG_REQUESTS_HINT}")
     if rec.height >= 2 and rec.get_column("time").null_count() < rec.height:
@@ -70,14 +70,14 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
             .agg(pl.len().alias("n"))
             .get_column("n")
         )
-        peak = float(per10.max()) / 10.0
+        peak = float(per10.max()) / 10.0  # type: ignore[arg-type]  # polars scalars are typed as every literal
         out["peak_rps"] = Measured(round(peak, 2), f"busiest 10 s of {rec.height} received requests ({src})")
     else:
         out["peak_rps"] = Measured(None, f"request arrivals are not in the bundle: {LOG_REQUESTS_HINT}")
     mt = rec.filter(pl.col("max_tokens").is_not_null()).get_column("max_tokens") if rec.height else None
     if mt is not None and mt.len():
         out["avg_output_len"] = Measured(
-            round(float(mt.mean()), 1), f"mean max_tokens of {mt.len()} requests (an upper bound of the output length)"
+            round(float(mt.mean()), 1), f"mean max_tokens of {mt.len()} requests (an upper bound of the output length)"  # type: ignore[arg-type]  # polars scalars are typed as every literal
         )
     else:
         out["avg_output_len"] = Measured(None, f"output lengths are not in the bundle: {LOG_REQUESTS_HINT}")
@@ -92,13 +92,13 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
         )
         if lat.len() >= 5:
             out["p95_latency_s"] = Measured(
-                round(float(lat.quantile(0.95, "higher")), 2), f"p95 of {lat.len()} received -> finished/aborted times"
+                round(float(lat.quantile(0.95, "higher")), 2), f"p95 of {lat.len()} received -> finished/aborted times"  # type: ignore[arg-type]  # polars scalars are typed as every literal
             )
     if "p95_latency_s" not in out:
         out["p95_latency_s"] = Measured(None, f"latencies are not in the bundle: {LATENCY_HINT}")
     cfg = _cfg(analysis)
 
-    def c(key: str, cast=float) -> Measured:
+    def c(key: str, cast: Callable[[Any], Any] = float) -> Measured:
         row = cfg.get(key)
         if row is None:
             return Measured(None, f"{key} not stated in the bundle")
@@ -126,7 +126,7 @@ def measure(analysis: "Analysis") -> dict[str, Measured]:
         i = ev.get_column("bt_batch_max_len").arg_max()
         where = ev.get_column("bt_batch_max_len_src")[i] if "bt_batch_max_len_src" in ev.columns and i is not None else None
         out["bt_batch_max_len"] = Measured(
-            int(ev.get_column("bt_batch_max_len").max()),
+            int(ev.get_column("bt_batch_max_len").max()),  # type: ignore[arg-type]  # polars scalars are typed as every literal
             "longest running length at an event" + (f" ({where})" if where else ""),
         )
     else:
@@ -365,8 +365,6 @@ def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str
 
 def verdict_key_counts(verdicts: "Any") -> dict[str, int]:
     """Events per verdict key (``gate`` or ``gate/sub_kind`` for G1) of a verdict frame."""
-    import polars as pl
-
     if verdicts is None or verdicts.height == 0:
         return {}
     key = (

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
 
 from .engine import rule_flags
 from .model import RuleSet
@@ -23,19 +26,18 @@ class SampleResult:
         return self.expect == self.got
 
 
-def sample_frame(evidence: dict) -> "object":
+def sample_frame(evidence: dict[str, Any]) -> "pl.DataFrame":
     """A one-row frame with every evidence and event column (null unless given)."""
-    import polars as pl
-
+    from ..frames import PolarsType, polars_dtype
     from ..joiner import polars_schema
 
-    schema = dict(polars_schema())
+    schema: dict[str, PolarsType] = dict(polars_schema())
     for name, t in EVENT_TYPES.items():
-        schema[name] = getattr(pl, t)
+        schema[name] = polars_dtype(t)
     schema["event_id"] = pl.String
     schema["source"] = pl.String
     schema["line"] = pl.UInt32
-    row = {k: None for k in schema}
+    row: dict[str, Any] = {k: None for k in schema}
     row.update({"event_id": "sample", "source": "sample", "line": 1})
     row.update(evidence)
     return pl.DataFrame([row], schema=schema)

@@ -8,16 +8,17 @@ option, current, suggested, expected_effect, inputs, missing).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
+from ..frames import PolarsType
 from .engine import evaluate
 from .factors import factors
 from .model import RuleSet
 from .recommend import by_gate
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..analysis import Analysis
 
 VERDICT_COLUMNS = [
@@ -35,9 +36,7 @@ VERDICT_COLUMNS = [
 ]
 
 
-def _fix_fields():
-    import polars as pl
-
+def _fix_fields() -> "dict[str, PolarsType]":
     return {
         "rank": pl.Int64,
         "option": pl.String,
@@ -49,7 +48,7 @@ def _fix_fields():
     }
 
 
-def fix_cell(x: dict) -> dict:
+def fix_cell(x: dict[str, Any]) -> dict[str, Any]:
     """One ranked fix (rules.recommend.structured) as a per-event struct; values as text."""
     return {
         "rank": x.get("rank"),
@@ -64,8 +63,6 @@ def fix_cell(x: dict) -> dict:
 
 def event_frame(analysis: "Analysis") -> "pl.DataFrame":
     """Events with their evidence columns and per-request preemption counts."""
-    import polars as pl
-
     ev = analysis.events.select(
         "event_id", "kind", "mode", "engine", "request_id", "cumulative", "time_precision", "source", "line"
     )
@@ -85,8 +82,6 @@ def guide_model(analysis: "Analysis") -> bool:
     the guide-only gates (contiguity, batch variance, queue overflow, prefix conflict)
     cannot give the verdict (issue 13, rule 5).
     """
-    import polars as pl
-
     for name in ("hook_steps", "hook_pending", "hook_batch"):
         df = analysis.frames.get(name)
         if df is not None and df.height:
@@ -96,8 +91,6 @@ def guide_model(analysis: "Analysis") -> bool:
 
 
 def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
-    import polars as pl
-
     frame = event_frame(analysis)
     if frame.height == 0:
         return pl.DataFrame(schema={"event_id": pl.String} | {c: pl.String for c in VERDICT_COLUMNS})
@@ -151,10 +144,8 @@ def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
 DECIDING_STEPS = ("lookback_short_step", "lookback_variance_step", "lookback_max_pending_step")
 
 
-def decided_by(analysis, event_id: str, event: dict) -> list[dict]:
+def decided_by(analysis: "Analysis", event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
     """For each fired gate: the rule, the scheduler step(s) or the interval, and the lines that decided it."""
-    import polars as pl
-
     from .engine import fired_rules
 
     if analysis.ruleset is None:

@@ -473,7 +473,7 @@ class Sim:
             body_off = rng.randrange(self.token_pool_size)
             copies = 2 if (p.duplicate_prob > 0 and rng.random() < p.duplicate_prob) else 1
             at = t
-            for c in range(copies):
+            for _c in range(copies):
                 req = Request(
                     idx=idx,
                     rid="",

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
+if TYPE_CHECKING:
     from ..bundle import InputFile
     from ..timebase import Assumption
 

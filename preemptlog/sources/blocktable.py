@@ -46,12 +46,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
+from ..frames import PolarsType
 from . import SourceKind, SourceOutput, TimeContext, register
 from .hooks import BT_TEXT_SCHEMA
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..bundle import InputFile
 
 KIND = "blocktable"
@@ -134,8 +135,6 @@ ISO_RE = (
 
 
 def _record_dtype() -> "pl.DataType":
-    import polars as pl
-
     return pl.Struct(
         {
             "type": pl.String,
@@ -197,7 +196,7 @@ def _sniff(head: str) -> int:
     return 40 if hits else 0
 
 
-def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict], int]:
+def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict[str, Any]], int]:
     """The slow path for a damaged file: json.loads per line, wrong types become bad lines."""
     import json
 
@@ -231,9 +230,7 @@ def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict], int]:
     return out, bad
 
 
-def _coerce(v: Any, dtype: "pl.DataType") -> Any:
-    import polars as pl
-
+def _coerce(v: Any, dtype: "PolarsType") -> Any:
     if dtype == pl.String:
         if isinstance(v, (str, int)) and not isinstance(v, bool):
             return str(v)
@@ -259,8 +256,6 @@ def _coerce(v: Any, dtype: "pl.DataType") -> Any:
 
 def read_file(path: str) -> tuple["pl.DataFrame", int]:
     """Decode one JSONL file: (rows with the record fields and ``n``, bad line count)."""
-    import polars as pl
-
     from ..textio import scan_lines
 
     dtype = _record_dtype()
@@ -277,8 +272,6 @@ def read_file(path: str) -> tuple["pl.DataFrame", int]:
 
 
 def _valid_expr() -> "pl.Expr":
-    import polars as pl
-
     c = pl.col
     has_time = c("time").is_not_null() | c("ts").is_not_null()
     step_ok = (c("type") == "step") & c("step").is_not_null() & c("num_free_blocks").is_not_null()
@@ -301,15 +294,11 @@ def _valid_expr() -> "pl.Expr":
 
 
 def _time_parts(df: "pl.DataFrame") -> "pl.DataFrame":
-    import polars as pl
-
     return df.with_columns(iso=pl.col("time").str.extract_groups(ISO_RE)).unnest("iso")
 
 
 def _exact_time() -> "pl.Expr":
     """UTC time for rows whose time is exact (``ts``, or ISO with an offset); null otherwise."""
-    import polars as pl
-
     naive = pl.concat_str([pl.col("d"), pl.lit(" "), pl.col("t")]).str.to_datetime(
         "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
     ) + pl.duration(microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0))
@@ -324,8 +313,6 @@ def _exact_time() -> "pl.Expr":
 
 
 def _naive_time() -> "pl.Expr":
-    import polars as pl
-
     return pl.concat_str([pl.col("d"), pl.lit(" "), pl.col("t")]).str.to_datetime(
         "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
     ) + pl.duration(microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0))
@@ -333,8 +320,6 @@ def _naive_time() -> "pl.Expr":
 
 def free_runs(df: "pl.DataFrame") -> "pl.DataFrame":
     """``largest_free_run`` and ``free_regions`` per step row (needs ``_r``, ``free_regions``, ``free_block_ids``)."""
-    import polars as pl
-
     lens = pl.col("free_regions").list.eval(pl.element().list.get(1, null_on_oob=True))
     out = df.with_columns(
         _reg_max=lens.list.max(),
@@ -373,8 +358,6 @@ def free_runs(df: "pl.DataFrame") -> "pl.DataFrame":
 
 class BlockTableParsed:
     def __init__(self, files: list["InputFile"]) -> None:
-        import polars as pl
-
         self.items: list[tuple["InputFile", "pl.DataFrame", int, int]] = []
         for f in files:
             df, bad = read_file(str(f.path))
@@ -392,8 +375,6 @@ class BlockTableParsed:
         _ = pl
 
     def anchors(self) -> list[tuple[datetime, str]]:
-        import polars as pl
-
         out = []
         for f, df, _, _ in self.items:
             if df.height == 0:
@@ -406,11 +387,9 @@ class BlockTableParsed:
                 t = naive.replace(tzinfo=timezone.utc)  # local read as UTC: enough to choose a year
             out.append((t, f"block-table records in {f.display}"))
         _ = pl
-        return out
+        return out  # type: ignore[return-value]  # polars scalars are typed as every literal
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        import polars as pl
-
         from ..timebase import Assumption, _localize
 
         out = SourceOutput()
@@ -565,7 +544,7 @@ register(
 )
 
 # Accepted shapes: (line, expected frame row or {"_bad": True}).
-SAMPLES: list[tuple[str, dict]] = [
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         '{"type": "step", "time": "2026-11-30T05:10:38.100+00:00", "step": 1200, "block_size": 16, '
         '"num_total_blocks": 2048, "num_free_blocks": 128, "free_regions": [[17, 5], [40, 3]], "running": 31, "waiting": 17}',

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import SourceKind, SourceOutput, TimeContext, register
 
@@ -31,7 +31,7 @@ def _sniff(head: str) -> int:
 
 class CaptureParsed:
     def __init__(self, files: list["InputFile"]) -> None:
-        self.items: list[tuple["InputFile", list[dict], int]] = []
+        self.items: list[tuple["InputFile", list[dict[str, Any]], int]] = []
         for f in files:
             rows, bad = [], 0
             with open(f.path, encoding="utf-8", errors="replace") as fh:
@@ -97,7 +97,7 @@ def _parse(files: list["InputFile"]) -> CaptureParsed:
 register(SourceKind(name=KIND, description="preemptlog capture session log (capture.jsonl)", sniff=_sniff,
                     parse=_parse))
 
-SAMPLES: list[tuple[str, dict]] = [
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ('{"preemptlog_capture": 1, "type": "start", "time": "2026-12-01T10:00:00.000+00:00", '
      '"url": "http://127.0.0.1:8000/metrics", "every_s": 10.0, "log": null}', {"notes": 1}),
     ('{"preemptlog_capture": 1, "type": "gap", "start": "2026-12-01T10:00:10.000+00:00", '

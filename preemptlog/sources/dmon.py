@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from . import SourceKind, SourceOutput, TimeContext, register
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..bundle import InputFile
+    from ..timebase import Assumption
 
 KIND = "dmon"
 
@@ -147,8 +148,6 @@ class _FileData:
 
 def read_file(path: str, display: str) -> tuple["pl.DataFrame", dict[str, Any]]:
     """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
-    import polars as pl
-
     from .. import reflow
 
     # Quoted (> ), fenced or indented captures read like plain ones (reflow.py);
@@ -219,8 +218,6 @@ def read_file(path: str, display: str) -> tuple["pl.DataFrame", dict[str, Any]]:
 
 
 def _naive_expr() -> "pl.Expr":
-    import polars as pl
-
     return pl.concat_str([pl.col("_date"), pl.lit(" "), pl.col("_time")]).str.to_datetime(
         "%Y%m%d %H:%M:%S", time_unit="us", strict=False
     )
@@ -228,14 +225,12 @@ def _naive_expr() -> "pl.Expr":
 
 class DmonParsed:
     def __init__(self, files: list["InputFile"]) -> None:
-        self.items: list[tuple["InputFile", "pl.DataFrame", dict]] = []
+        self.items: list[tuple["InputFile", "pl.DataFrame", dict[str, Any]]] = []
         for f in files:
             df, facts = read_file(str(f.path), f.display)
             self.items.append((f, df, facts))
 
     def anchors(self) -> list[tuple[datetime, str]]:
-        import polars as pl
-
         out = []
         for f, df, _ in self.items:
             full = df.filter(pl.col("_date").is_not_null() & pl.col("_time").is_not_null())
@@ -247,8 +242,6 @@ class DmonParsed:
         return out
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        import polars as pl
-
         from ..timebase import _localize
 
         out = SourceOutput()
@@ -302,10 +295,8 @@ class DmonParsed:
         return out
 
 
-def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str):
+def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str) -> "tuple[pl.DataFrame, Assumption | None]":
     """Give a time-only capture its dates. Returns (frame with time, Assumption | None)."""
-    import polars as pl
-
     from ..timebase import Assumption, _localize, zone_info
 
     secs = (
@@ -376,7 +367,7 @@ register(
 )
 
 # Accepted shapes: (capture text, expected rows as dicts of frame columns).
-SAMPLES: list[tuple[str, list[dict]]] = [
+SAMPLES: list[tuple[str, list[dict[str, Any]]]] = [
     (
         "# gpu     sm    mem    enc    dec    jpg    ofa \n"
         "# Idx      %      %      %      %      %      % \n"

@@ -47,12 +47,14 @@ Frames (schemas below): ``hook_steps``, ``hook_pending``, ``hook_batch``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
 
 from . import RecordFamily, SourceOutput, TimeContext, register_family
 
 if TYPE_CHECKING:
-    import polars as pl
+    from ..frames import Schema
 
 SCHED_RE = r"\[SCHEDULER\] Available blocks:\s*(-?\d+),\s*Pending reqs:\s*(\d+),\s*Running reqs:\s*(\d+)"
 PENDING_RE = (
@@ -128,17 +130,13 @@ BT_TEXT_SCHEMA = {
 }
 
 
-def polars_schema(schema: dict[str, str]) -> dict:
-    import polars as pl
+def polars_schema(schema: dict[str, str]) -> "Schema":
+    from ..frames import polars_schema as _polars_schema
 
-    dt = pl.Datetime("us", "UTC")
-    names = {"Int32": pl.Int32, "UInt32": pl.UInt32, "Int64": pl.Int64, "String": pl.String, "Float64": pl.Float64}
-    return {k: (dt if v.startswith("Datetime") else names[v]) for k, v in schema.items()}
+    return _polars_schema(schema)
 
 
 def _with_time_upper(rows: "pl.DataFrame") -> "pl.DataFrame":
-    import polars as pl
-
     timed = pl.when(~pl.col("time_precision").str.starts_with("inherited")).then(pl.col("time"))
     return rows.with_columns(
         time_upper=pl.when(pl.col("time_precision") == "inherited")
@@ -149,8 +147,6 @@ def _with_time_upper(rows: "pl.DataFrame") -> "pl.DataFrame":
 
 def _marker_events(rows: "pl.DataFrame") -> list["pl.DataFrame"]:
     """Family lines that also carry the word PREEMPTED are marker events too."""
-    import polars as pl
-
     from ..vllm.preemptions import marker_events
 
     pre = rows.filter(pl.col("text").str.contains(PREEMPTED_RE))
@@ -160,8 +156,6 @@ def _marker_events(rows: "pl.DataFrame") -> list["pl.DataFrame"]:
 
 
 def hooks_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutput:
-    import polars as pl
-
     out = SourceOutput()
     kinds = [k for _, k in HOOK_MARKERS]
     rows = records.filter(pl.col("kind").is_in(kinds)) if records.height else records
@@ -235,8 +229,6 @@ def hooks_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutpu
 
 
 def bt_text_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutput:
-    import polars as pl
-
     out = SourceOutput()
     rows = records.filter(pl.col("kind") == "bt_text") if records.height else records
     if rows.height == 0:
@@ -288,7 +280,7 @@ register_family(
 # Accepted shapes: (line, expected). "kind" is the record kind the vLLM pass gives
 # the line; the other keys are fields of the family frame row (or "event": the
 # marker event's request id).
-SAMPLES: list[tuple[str, dict]] = [
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("[SCHEDULER] Available blocks: 128, Pending reqs: 17, Running reqs: 31",
      {"kind": "hook_sched", "free_blocks": 128, "pending": 17, "running": 31}),
     ("INFO 11-30 05:10:38 [scheduler_debug.py:12] [SCHEDULER] Available blocks: 5, Pending reqs: 2, Running reqs: 4",

@@ -27,13 +27,13 @@ Frame ``kv_events`` (:data:`KV_EVENTS_SCHEMA`), one row per batch line.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
 
 from . import SourceKind, SourceOutput, TimeContext, register
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..bundle import InputFile
 
 KIND = "kvevents"
@@ -77,16 +77,12 @@ def _sniff(head: str) -> int:
 
 
 def _count_list(inner: "pl.Expr") -> "pl.Expr":
-    import polars as pl
-
     s = inner.str.strip_chars()
     return pl.when(s == "").then(0).otherwise(s.str.count_matches(",", literal=True) + 1).cast(pl.Int64)
 
 
-def read_file(path: str) -> tuple["pl.DataFrame", dict]:
+def read_file(path: str) -> tuple["pl.DataFrame", dict[str, Any]]:
     """One row per batch line: ts, dp_rank, per-type event and block counts, n."""
-    import polars as pl
-
     from ..textio import scan_lines
 
     lf = scan_lines(path).filter(pl.col("line").str.strip_chars() != "")
@@ -160,14 +156,12 @@ class KvEventsParsed:
                 ts = df.get_column("ts").min()
                 if ts is not None:
                     try:
-                        out.append((datetime.fromtimestamp(ts, timezone.utc), f"KV cache events in {f.display}"))
+                        out.append((datetime.fromtimestamp(ts, timezone.utc), f"KV cache events in {f.display}"))  # type: ignore[arg-type]  # polars scalars are typed as every literal
                     except (OverflowError, OSError, ValueError):
                         pass
         return out
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        import polars as pl
-
         out = SourceOutput()
         frames = []
         for f, df, facts in self.items:
@@ -206,8 +200,6 @@ class KvEventsParsed:
 
 def per_second(kv: "pl.DataFrame") -> "pl.DataFrame":
     """Stored / removed blocks and clears per second (pool-level rate)."""
-    import polars as pl
-
     return (
         kv.filter(pl.col("time").is_not_null())
         .group_by(pl.col("time").dt.truncate("1s").alias("second"))
@@ -234,7 +226,7 @@ register(
 )
 
 # Accepted shapes: (line, expected row fields, or {"_bad": True}).
-SAMPLES: list[tuple[str, dict]] = [
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         '[1796015438.1, [["BlockStored", [101, 102], null, [1, 2, 3], 16, null, "GPU"], ["BlockRemoved", [77], "GPU"]], 0]',
         {"stored_events": 1, "stored_blocks": 2, "removed_events": 1, "removed_blocks": 1, "cleared": 0, "dp_rank": 0},

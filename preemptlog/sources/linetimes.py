@@ -19,10 +19,7 @@ are dropped once every record has its time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 KIND = "time_only"
 HEAD = 200
@@ -36,8 +33,6 @@ HAS_TS_RE = (
 
 def untimed(records: "pl.DataFrame") -> "pl.Expr":
     """Records whose own line carries no timestamp the timebase could read."""
-    import polars as pl
-
     return pl.col("mo").is_null() & pl.col("fdate").is_null() & pl.col("fb").is_null()
 
 
@@ -47,8 +42,6 @@ def time_lines(path: str, file_id: int, records: "pl.DataFrame") -> "pl.DataFram
     ``records`` are the file's records (columns n, mo, fdate, fb). Returns None
     when none of them is untimed.
     """
-    import polars as pl
-
     from ..textio import scan_lines
     from .vllm_log import ANSI_RE, FALLBACK_TS_RE, FULL_TS_RE, RECORD_SCHEMA, VLLM_HEADER_RE
 

@@ -58,12 +58,13 @@ from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from . import SourceKind, register
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..bundle import InputFile
+    from ..frames import Schema
     from . import SourceOutput, TimeContext
 
 KIND = "prometheus"
@@ -195,9 +196,7 @@ class _FileData:
     warnings: list[str] = field(default_factory=list)
 
 
-def _sample_schema() -> dict:
-    import polars as pl
-
+def _sample_schema() -> dict[str, Any]:
     return {
         "file_id": pl.UInt16,
         "n": pl.UInt32,
@@ -216,23 +215,17 @@ def _sample_schema() -> dict:
 
 
 def _label(name: str) -> "pl.Expr":
-    import polars as pl
-
     return pl.col("labels").str.extract(r'(?:^|,)\s*' + name + r'\s*=\s*"((?:[^"\\]|\\.)*)"', 1)
 
 
 def _ts_to_us(col: "pl.Expr") -> "pl.Expr":
     """Epoch timestamp -> microseconds: ms when above 1e11 (Prometheus text), else seconds."""
-    import polars as pl
-
     t = col.cast(pl.Float64, strict=False)
     us = pl.when(t.abs() > 1e11).then(t * 1000.0).otherwise(t * 1e6).round(0).cast(pl.Int64, strict=False)
     return pl.when(us.is_between(0, 7_258_118_400_000_000)).then(us)  # 1970-2200, else no time
 
 
 def _parse_text(f: "InputFile") -> _FileData:
-    import polars as pl
-
     from .. import reflow
 
     known = list(METRICS) + list(CREATED)
@@ -337,7 +330,7 @@ def _parse_text(f: "InputFile") -> _FileData:
     )
     fd.samples = out
     fd.sep_times = sep_times
-    fd.n_scrapes = int(out.get_column("scrape").max()) + 1 if out.height else 0
+    fd.n_scrapes = int(out.get_column("scrape").max()) + 1 if out.height else 0  # type: ignore[arg-type]  # polars scalars are typed as every literal
     return fd
 
 
@@ -359,8 +352,6 @@ def _parse_json(f: "InputFile") -> _FileData:
     import json
     from bisect import bisect_right
 
-    import polars as pl
-
     fd = _FileData(file=f, fmt="json", samples=pl.DataFrame(schema=_sample_schema()))
     text = _read_text(f)
     docs: list[tuple[int, Any]] = []  # (line, document)
@@ -374,7 +365,7 @@ def _parse_json(f: "InputFile") -> _FileData:
                 except (ValueError, RecursionError) as exc:
                     fd.warnings.append(f"line {i}: not JSON ({getattr(exc, 'msg', type(exc).__name__)}); skipped")
     flat: list[Any] = []
-    aiperf: list[tuple[int, dict]] = []
+    aiperf: list[tuple[int, dict[str, Any]]] = []
     for i, d in docs:
         for x in d if isinstance(d, list) else [d]:
             if isinstance(x, dict) and isinstance(x.get("metrics"), dict) and "timestamp_ns" in x:
@@ -387,7 +378,7 @@ def _parse_json(f: "InputFile") -> _FileData:
     for m in JSON_PAIR_RE.finditer(text):
         k = bisect_right(newlines, m.start())
         pairs.append((k + 1, m.start() - (newlines[k - 1] if k else -1)))  # (line, column), 1-based
-    parts: list[dict] = []
+    parts: list[dict[str, Any]] = []
     ordinal = 0
     skipped_unnamed = 0
     malformed = 0  # series that are not {"metric": {...}, "values": [[t, "v"], ...]}
@@ -397,8 +388,8 @@ def _parse_json(f: "InputFile") -> _FileData:
         if d.get("status") not in (None, "success"):
             fd.warnings.append(f"Prometheus answered {d.get('status')}: {d.get('errorType', '')} {d.get('error', '')}".strip())
         data = d.get("data") if isinstance(d.get("data"), dict) else d
-        rtype = data.get("resultType")
-        result = data.get("result")
+        rtype = data.get("resultType")  # type: ignore[union-attr]  # polars scalars are typed as every literal
+        result = data.get("result")  # type: ignore[union-attr]  # polars scalars are typed as every literal
         if not isinstance(result, list):
             result = []
         if rtype not in ("matrix", "vector"):
@@ -427,7 +418,7 @@ def _parse_json(f: "InputFile") -> _FileData:
             if name not in METRICS and name not in CREATED:
                 continue
             labels = ",".join(
-                f'{k}="{str(v)}"' for k, v in sorted(metric.items()) if k != "__name__"
+                f'{k}="{v!s}"' for k, v in sorted(metric.items()) if k != "__name__"
             )
             positions = pairs[start:ordinal] if len(pairs) >= ordinal else []
             parts.append(
@@ -493,11 +484,11 @@ def _parse_json(f: "InputFile") -> _FileData:
     # JSON: each distinct time is one scrape.
     df = df.with_columns(scrape=(pl.col("ts_us").rank("dense") - 1).cast(pl.Int32))
     fd.samples = df
-    fd.n_scrapes = int(df.get_column("scrape").max()) + 1 if df.height else 0
+    fd.n_scrapes = int(df.get_column("scrape").max()) + 1 if df.height else 0  # type: ignore[arg-type]  # polars scalars are typed as every literal
     return fd
 
 
-def _aiperf_parts(records: list[tuple[int, dict]]) -> list[dict]:
+def _aiperf_parts(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Series of AIPerf ``server_metrics_export.jsonl`` records (see docs/prometheus.md).
 
     One record per line: ``{"endpoint_url", "timestamp_ns", "metrics": {name: [{"labels": {...},
@@ -506,7 +497,7 @@ def _aiperf_parts(records: list[tuple[int, dict]]) -> list[dict]:
     endpoint's metrics changed (consecutive identical scrapes are deduplicated), so the interval
     between two records is not missing data: a counter's increase over it is exact.
     """
-    series: dict[tuple, dict] = {}  # one part per series, its samples appended in file order
+    series: dict[tuple[Any, ...], dict[str, Any]] = {}  # one part per series, its samples appended in file order
     for line, rec in records:
         t = _float_or_none(rec.get("timestamp_ns"))
         if t is None:
@@ -522,12 +513,12 @@ def _aiperf_parts(records: list[tuple[int, dict]]) -> list[dict]:
                     continue
                 k += 1
                 labels = e.get("labels") if isinstance(e.get("labels"), dict) else {}
-                rows: list[tuple[str, dict, Any]] = []
+                rows: list[tuple[str, dict[str, Any], Any]] = []
                 if "value" in e:
-                    rows.append((name, labels, e["value"]))
+                    rows.append((name, labels, e["value"]))  # type: ignore[arg-type]  # polars scalars are typed as every literal
                 if isinstance(e.get("histogram"), dict):
-                    rows += [(name + "_bucket", {**labels, "le": le}, c) for le, c in e["histogram"].items()]
-                    rows += [(name + "_sum", labels, e.get("sum")), (name + "_count", labels, e.get("count"))]
+                    rows += [(name + "_bucket", {**labels, "le": le}, c) for le, c in e["histogram"].items()]  # type: ignore[dict-item]  # polars scalars are typed as every literal
+                    rows += [(name + "_sum", labels, e.get("sum")), (name + "_count", labels, e.get("count"))]  # type: ignore[list-item]  # polars scalars are typed as every literal
                 for nm, lab, v in rows:
                     if nm not in METRICS and nm not in CREATED:
                         continue
@@ -650,7 +641,7 @@ class PromParsed:
         for fd in self.files:
             s = fd.samples
             if s.height and s.get_column("ts_us").null_count() < s.height:
-                us = int(s.get_column("ts_us").min())
+                us = int(s.get_column("ts_us").min())  # type: ignore[arg-type]  # polars scalars are typed as every literal
                 out.append((datetime.fromtimestamp(us / 1e6, timezone.utc), f"a Prometheus sample time in {fd.file.display}"))
                 continue
             for t in fd.sep_times.values():
@@ -730,23 +721,13 @@ PROM_PREEMPTIONS_SCHEMA = {
 }
 
 
-def _dtypes(schema: dict[str, str]) -> dict:
-    import polars as pl
+def _dtypes(schema: dict[str, str]) -> "Schema":
+    from ..frames import polars_schema
 
-    m = {
-        "String": pl.String,
-        "Float64": pl.Float64,
-        "Int64": pl.Int64,
-        "UInt32": pl.UInt32,
-        "Int32": pl.Int32,
-        "Boolean": pl.Boolean,
-    }
-    return {k: (pl.Datetime("us", "UTC") if v.startswith("Datetime") else m[v]) for k, v in schema.items()}
+    return polars_schema(schema)
 
 
 def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
-    import polars as pl
-
     from ..timebase import Assumption
     from . import SourceOutput
 
@@ -912,8 +893,6 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
 
 
 def _raw_expr() -> "pl.Expr":
-    import polars as pl
-
     return pl.concat_str(
         [pl.col("name"), pl.lit("{"), pl.col("labels"), pl.lit("} "), pl.col("value").cast(pl.String)]
     ).str.slice(0, RAW_LIMIT)
@@ -921,8 +900,6 @@ def _raw_expr() -> "pl.Expr":
 
 def _counter_pairs(s: "pl.DataFrame") -> "pl.DataFrame":
     """One row per counter sample, with the previous sample of its series and the increase."""
-    import polars as pl
-
     created = (
         s.filter(pl.col("field") == "created")
         .with_columns(cfield=pl.col("name").replace_strict(CREATED, default=None, return_dtype=pl.List(pl.String)))
@@ -976,8 +953,6 @@ def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
     is unknown); ids ``<source>:<line>~i<k>`` (``<source>:<line>:<col>~i<k>`` for
     JSON answers); ``cumulative`` is the counter value after the k-th one.
     """
-    import polars as pl
-
     from ..vllm.preemptions import _between
 
     p = pairs.filter(pl.col("increase") > 0)
@@ -1011,8 +986,6 @@ def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
 
 
 def _series(samples: "pl.DataFrame", counters: "pl.DataFrame") -> "pl.DataFrame":
-    import polars as pl
-
     keys = ["scope", "scrape_id", "engine", "model_name"]
 
     def first(fld: str, extra: "pl.Expr | None" = None) -> "pl.Expr":
@@ -1061,8 +1034,6 @@ def _series(samples: "pl.DataFrame", counters: "pl.DataFrame") -> "pl.DataFrame"
 
 
 def _config_rows(samples: "pl.DataFrame") -> "pl.DataFrame":
-    import polars as pl
-
     from ..vllm.config import CONFIG_SCHEMA
 
     info = samples.filter(pl.col("field") == "cache_config").sort("time", "source", "n", nulls_last=True)
@@ -1091,9 +1062,7 @@ def _config_rows(samples: "pl.DataFrame") -> "pl.DataFrame":
     return pl.DataFrame(rows, schema=_dtypes(CONFIG_SCHEMA))
 
 
-def _empty_frames() -> dict:
-    import polars as pl
-
+def _empty_frames() -> dict[str, Any]:
     return {
         "prom_samples": pl.DataFrame(schema=_dtypes(PROM_SAMPLES_SCHEMA)),
         "prom_series": pl.DataFrame(schema=_dtypes(PROM_SERIES_SCHEMA)),
@@ -1101,10 +1070,8 @@ def _empty_frames() -> dict:
     }
 
 
-def _facts(pre: "pl.DataFrame | None", counters: "pl.DataFrame | None", parsed: PromParsed) -> dict:
+def _facts(pre: "pl.DataFrame | None", counters: "pl.DataFrame | None", parsed: PromParsed) -> dict[str, Any]:
     """Counter facts for reconcile.py and the summary (plain Python values)."""
-    import polars as pl
-
     facts: dict[str, Any] = {
         "files": [fd.file.display for fd in parsed.files],
         "scrapes": sum(fd.n_scrapes for fd in parsed.files),

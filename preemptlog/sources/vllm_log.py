@@ -23,12 +23,11 @@ Records schema (declared in :data:`RECORD_SCHEMA`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
+
+import polars as pl
 
 from . import SourceKind, register
-
-if TYPE_CHECKING:
-    import polars as pl
 
 KIND = "vllm-log"
 
@@ -225,7 +224,7 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
 
     markers = all_markers()
     literals = list(dict.fromkeys(m for m, _ in markers))
-    kinds = {}
+    kinds: dict[str, str] = {}
     for marker, kind in markers:
         kinds.setdefault(marker, kind)
     hot_markers = [m for m in literals if kinds[m] in HOT_KINDS]
@@ -330,7 +329,7 @@ def finish(df: "pl.DataFrame") -> "pl.DataFrame":
     """Collected scan output -> records: marker -> kind, kinds confirmed by their regex."""
     import polars as pl
 
-    kinds = {}
+    kinds: dict[str, str] = {}
     for marker, kind in all_markers():
         kinds.setdefault(marker, kind)
     df = df.with_columns(
@@ -425,7 +424,7 @@ def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
 # Sample lines: every kind this module recognises, with the fields the test
 # asserts. Lines built from the facts page's format strings (C*) or copied
 # from real logs (R*). ESC = "\x1b".
-SAMPLES: list[tuple[str, dict]] = [
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         "WARNING 05-09 00:49:33 scheduler.py:1077] Sequence group cmpl-5f1c0d3e8a2b4c6d-0 is preempted by "
         "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the "

@@ -15,10 +15,7 @@ time, source, line, note.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 CONFIG_SCHEMA = {
     "key": "String",
@@ -128,8 +125,6 @@ def parse(
     records: "pl.DataFrame", stats: "pl.DataFrame | None" = None, extra: "list[pl.DataFrame] | None" = None
 ) -> "pl.DataFrame":
     """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults."""
-    import polars as pl
-
     cfg = records.filter(pl.col("kind").str.starts_with("cfg_")).select("kind", "text", "time", "source", "n")
     parts = []
     if cfg.height:
@@ -188,8 +183,6 @@ def parse(
 
 
 def _last(seen: "pl.DataFrame", key: str):
-    import polars as pl
-
     sub = seen.filter(pl.col("key") == key)
     if sub.height == 0:
         return None
@@ -197,8 +190,6 @@ def _last(seen: "pl.DataFrame", key: str):
 
 
 def _derive(seen: "pl.DataFrame", stats: "pl.DataFrame | None") -> "pl.DataFrame":
-    import polars as pl
-
     rows = []
 
     def add(key: str, value: str, basis: list[dict | None], note: str) -> None:
@@ -292,8 +283,6 @@ def _version_tuple(text: str) -> tuple[int, ...] | None:
 
 def in_force(config: "pl.DataFrame") -> dict[str, dict]:
     """Last value per key (seen > derived > default), with its provenance."""
-    import polars as pl
-
     out: dict[str, dict] = {}
     rank = {"default": 0, "derived": 1, "seen": 2}
     for row in config.iter_rows(named=True):

@@ -25,10 +25,7 @@ Schema: ``EVENTS_SCHEMA`` in events.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 RAW_LIMIT = 2000
 # Events made from counts (V0 counter jumps, V1 "Preemptions: N", Prometheus increases) are capped,
@@ -41,8 +38,6 @@ MAX_EVENTS_FROM_COUNTS = 1_000_000
 def capped_count(count: "pl.Expr") -> "pl.Expr":
     """Events to make from each count, in row order: at most MAX_EVENTS_PER_COUNT each and
     MAX_EVENTS_FROM_COUNTS in all."""
-    import polars as pl
-
     n = count.clip(lower_bound=0, upper_bound=MAX_EVENTS_PER_COUNT).fill_null(0)
     room = (MAX_EVENTS_FROM_COUNTS - (n.cum_sum() - n)).clip(lower_bound=0)
     return pl.min_horizontal(n, room)
@@ -67,8 +62,6 @@ def server_runs(records: "pl.DataFrame") -> "pl.DataFrame":
     A restart starts a new interval chain: no interval may span the downtime between two runs of a
     server (the first count after a restart has no interval start, like the first of a log).
     """
-    import polars as pl
-
     keys = ["stream", "_compose"]
     start = pl.col("kind").is_in(["cfg_version", "cfg_engine"]) & pl.col("text").str.contains(START_RE)
     r = records.select(
@@ -84,14 +77,10 @@ def server_runs(records: "pl.DataFrame") -> "pl.DataFrame":
 
 def _not_after(start: "pl.Expr", end: "pl.Expr") -> "pl.Expr":
     """An interval start never after its end (a clock that went back): clipped to the end."""
-    import polars as pl
-
     return pl.when(start > end).then(end).otherwise(start)
 
 
 def _event_id(suffix: "pl.Expr | None" = None) -> "pl.Expr":
-    import polars as pl
-
     parts = [
         pl.col("source"),
         pl.lit(":"),
@@ -106,15 +95,11 @@ def _event_id(suffix: "pl.Expr | None" = None) -> "pl.Expr":
 
 
 def _raw() -> "pl.Expr":
-    import polars as pl
-
     return pl.col("text").str.strip_chars().str.slice(0, RAW_LIMIT)
 
 
 def _between(start: "pl.Expr", end: "pl.Expr", k: "pl.Expr", n: "pl.Expr") -> "pl.Expr":
     """start + (end - start) * k / n, or end when start is unknown."""
-    import polars as pl
-
     s = start.dt.epoch("us")
     e = end.dt.epoch("us")
     mid = s + (e - s) * k // n
@@ -123,8 +108,6 @@ def _between(start: "pl.Expr", end: "pl.Expr", k: "pl.Expr", n: "pl.Expr") -> "p
 
 def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "pl.DataFrame", dict]:
     """V0 warnings -> (logged events, reconstructed events, counter facts)."""
-    import polars as pl
-
     t = pl.col("text")
     v0 = (
         records.filter(pl.col("kind") == "v0_preempt")
@@ -214,8 +197,6 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
 
 def interval_events(stats: "pl.DataFrame", records: "pl.DataFrame") -> "pl.DataFrame":
     """V1 ``Preemptions: N`` -> N interval events per stats line."""
-    import polars as pl
-
     # One interval chain per engine of one process of one server run: the first stats line after a
     # restart has no interval start (like the first of a log), never one across the downtime.
     chain = ["stream", "_compose", "_proc", "_srun", "engine"]
@@ -243,8 +224,6 @@ def interval_events(stats: "pl.DataFrame", records: "pl.DataFrame") -> "pl.DataF
 
 
 def marker_events(records: "pl.DataFrame") -> "pl.DataFrame":
-    import polars as pl
-
     t = pl.col("text")
     rid = pl.coalesce([t.str.extract(rx, 1) for rx in MARKER_ID_RES])
     return (

@@ -16,10 +16,7 @@ length number.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 REQUESTS_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",

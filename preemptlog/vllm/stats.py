@@ -11,10 +11,7 @@ field (0.11.1+; stock builds never print it), null when absent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import polars as pl
+import polars as pl
 
 STATS_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",
@@ -43,8 +40,6 @@ def _num(text: "pl.Expr", rx: str, dtype) -> "pl.Expr":
 
 
 def parse(records: "pl.DataFrame") -> "pl.DataFrame":
-    import polars as pl
-
     rows = records.filter(pl.col("kind") == "stats")
     t = pl.col("text")
     engine = (
