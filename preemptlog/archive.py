@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from .errors import InputError, UsageError
 
 if TYPE_CHECKING:
-    from .bundle import Workspace
+    from .workspace import Workspace
 
 MAX_MEMBERS = 20_000
 MAX_TOTAL_BYTES = 32 * 1024**3

@@ -29,138 +29,27 @@ temporary files live in a private folder that is removed on every exit path.
 
 from __future__ import annotations
 
-import atexit
 import errno
 import os
 import re
 import shutil
 import stat
 import sys
-import tempfile
-import weakref
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import sources
 from .errors import InputError, UsageError
+from .inputs import UNRECOGNISED, Bundle, InputFile
 from .textio import compression_of, read_head
+from .workspace import Workspace
 
 ROTATION_RE = re.compile(
     r"^(?P<base>.+?)(?:\.(?P<num>\d{1,4})|-(?P<date>\d{8}(?:\d{2}){0,3}))?(?P<comp>\.gz|\.zst|\.zstd)?$"
 )
 MAX_FILES = 65_000  # file ids are UInt16 in the records frame
 
-
-@dataclass
-class InputFile:
-    file_id: int
-    path: Path  # what is read (may be a private temporary copy)
-    display: str  # provenance name shown in outputs
-    kind: str
-    compression: str | None
-    size: int
-    mtime: float | None
-    gzip_mtime: int | None
-    stream: int = -1
-    order: int = 0
-    is_stdin: bool = False
-    sniff_score: int = 0
-    forced_kind: bool = False
-    warnings: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {
-            "file": self.display,
-            "kind": self.kind,
-            "compression": self.compression,
-            "size": self.size,
-            "stream": self.stream,
-            "order": self.order,
-            "kind_forced": self.forced_kind,
-            "warnings": list(self.warnings),
-        }
-
-
-@dataclass
-class Bundle:
-    files: list[InputFile]
-    workdir: "Workspace"
-    warnings: list[str] = field(default_factory=list)  # damage or skipped input: the run is PARTIAL
-    originals: list[Path] = field(default_factory=list)  # every file and archive read as given (never written)
-    _streams: "dict[int, list[InputFile]] | None" = field(default=None, repr=False, compare=False)
-
-    def of_kind(self, kind: str) -> list[InputFile]:
-        return [f for f in self.files if f.kind == kind]
-
-    @property
-    def unrecognised(self) -> list[InputFile]:
-        return [f for f in self.files if f.kind in UNRECOGNISED]
-
-    def streams(self) -> dict[int, list[InputFile]]:
-        """Stream id -> its files, oldest first (cached: call refresh_streams() after reassigning)."""
-        if self._streams is None:
-            out: dict[int, list[InputFile]] = {}
-            for f in sorted(self.files, key=lambda f: (f.stream, f.order)):
-                if f.stream >= 0:
-                    out.setdefault(f.stream, []).append(f)
-            self._streams = out
-        return self._streams
-
-    def refresh_streams(self) -> None:
-        self._streams = None
-
-    def stream_name(self, stream: int) -> str:
-        files = self.streams().get(stream, [])
-        if not files:
-            return f"stream {stream}"
-        if len(files) == 1:
-            return files[0].display
-        return f"{files[-1].display} (+{len(files) - 1} rotated)"
-
-
-UNRECOGNISED = ("unknown", "binary", "empty", "unreadable")
-
-_LIVE_WORKSPACES: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_live_workspaces() -> None:
-    for ws in list(_LIVE_WORKSPACES):
-        ws.close()
-
-
-class Workspace:
-    """A private temporary folder (mode 0700, under TMPDIR), removed on close and at interpreter exit."""
-
-    def __init__(self) -> None:
-        self._dir: Path | None = None
-
-    @property
-    def path(self) -> Path:
-        if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="preemptlog-"))
-            os.chmod(self._dir, 0o700)
-            _LIVE_WORKSPACES.add(self)
-        return self._dir
-
-    def new_file(self, name: str) -> Path:
-        safe = re.sub(r"[^\w.-]", "_", name)[:80] or "file"
-        fd, p = tempfile.mkstemp(prefix=safe + ".", dir=self.path)
-        os.close(fd)
-        return Path(p)
-
-    def close(self) -> None:
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-            _LIVE_WORKSPACES.discard(self)
-
-    def __enter__(self) -> "Workspace":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def parse_kind_overrides(items: list[str] | None) -> dict[str, str]:

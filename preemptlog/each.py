@@ -29,7 +29,7 @@ import polars as pl
 
 if TYPE_CHECKING:
     from .analysis import Analysis, AnalyzeOptions
-    from .bundle import Workspace
+    from .workspace import Workspace
     from .render import OutputFormat
 
 

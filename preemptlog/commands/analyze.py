@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli import guarded, progress, stderr_console
+from .runner import guarded, progress, stderr_console
 from ..errors import ExitCode
 from .common import (
     analyze_options,
@@ -113,7 +113,7 @@ def analyze(
     def body() -> int:
         from .. import failon
         from ..analysis import analyze as run
-        from ..bundle import Workspace
+        from ..workspace import Workspace
         from ..outio import open_output
         from ..render import write
         from ..render.human import print_summary

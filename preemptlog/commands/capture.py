@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli import _say, guarded
+from .runner import _say, guarded
 from .common import DebugOpt, QuietOpt
 
 

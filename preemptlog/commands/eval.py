@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli import guarded
+from .runner import guarded
 from ..errors import ExitCode
 from .common import DebugOpt, RulesOpt, SetOpt
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli import guarded
+from .runner import guarded
 from ..errors import ExitCode
 from .common import (
     analyze_options,
@@ -110,7 +110,7 @@ def explain(
         import sys
 
         from ..analysis import analyze as run
-        from ..bundle import Workspace
+        from ..workspace import Workspace
         from ..errors import UsageError
         from ..outio import open_output
         from ..view import apply_filters
@@ -133,7 +133,7 @@ def explain(
                 year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
                 lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
             )
-            from ..cli import progress
+            from .runner import progress
 
             with progress(False, no_color):
                 result = run(inputs, options, workspace=ws)

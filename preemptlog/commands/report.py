@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli import guarded, stderr_console
+from .runner import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
     analyze_options,
@@ -87,11 +87,11 @@ def report(
         import sys
 
         from ..analysis import analyze as run
-        from ..bundle import Workspace
+        from ..workspace import Workspace
         from ..errors import UsageError
         from ..outio import open_output
 
-        from ..cli import progress
+        from .runner import progress
         from ..view import apply_filters
 
         overrides, filters = filters_from(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli import guarded, stderr_console
+from .runner import guarded, stderr_console
 from .common import DebugOpt, NoColorOpt, QuietOpt
 
 # Kept literal so that --help does not import the simulator (tests check it

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import polars as pl
 
-from . import event_rows
+from .rows import event_rows
 
 if TYPE_CHECKING:
     from ..analysis import Analysis

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable
 
 import polars as pl
 
-from . import SCHEMA_VERSION, event_rows, iso_expr
+from .rows import SCHEMA_VERSION, event_rows, iso_expr
 
 if TYPE_CHECKING:
     from ..analysis import Analysis

@@ -22,17 +22,15 @@ import json
 import os
 import random
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from .. import __version__
 from . import families as F
 from .model import Params, Sim
+from .options import DEFAULT_START, SimulateError, check_zone, coerce, parse_start
 from .scenarios import SCENARIOS, Scenario
 
 BUNDLE_FILES = ("vllm.log", "executor.log", "blocktable.jsonl", "dmon.txt", "truth.jsonl", "scenario.json")
-DEFAULT_START = "2026-11-29T23:58:00"
 
 # Fields of truth.jsonl, in order. (Not copied into scenario.json: its text
 # would read like log lines to a content sniffer.)
@@ -102,61 +100,6 @@ class Options:
     dmon_header_every: int = 20
     skews: dict = field(default_factory=dict)
     sets: dict = field(default_factory=dict)
-
-
-class SimulateError(ValueError):
-    """A bad option value (the CLI turns it into a UsageError)."""
-
-
-def parse_start(text: str) -> datetime:
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise SimulateError(f"--start {text!r} is not an ISO date-time (e.g. {DEFAULT_START})") from None
-    if dt.tzinfo is not None:
-        raise SimulateError("--start is a local wall-clock time without an offset; give the zone with --tz")
-    return dt
-
-
-def check_zone(tz: str) -> None:
-    if tz.upper() == "UTC":
-        return
-    from zoneinfo import ZoneInfo
-
-    try:
-        ZoneInfo(tz)
-    except Exception:  # noqa: BLE001 - ZoneInfoNotFoundError, ValueError, IsADirectoryError...
-        raise SimulateError(f"--tz {tz!r} is not an IANA zone name (e.g. UTC, Europe/Berlin)") from None
-
-
-def coerce(name: str, text: str, current: Any) -> Any:
-    """A --set value, typed like the parameter's current value."""
-    if isinstance(current, bool):
-        low = text.lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise SimulateError(f"--set {name}={text}: expected true or false")
-    if isinstance(current, int):
-        try:
-            return int(text)
-        except ValueError:
-            raise SimulateError(f"--set {name}={text}: expected an integer") from None
-    if isinstance(current, float):
-        try:
-            return float(text)
-        except ValueError:
-            raise SimulateError(f"--set {name}={text}: expected a number") from None
-    if isinstance(current, (list, dict)):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            raise SimulateError(f'--set {name}={text}: expected JSON (e.g. ["uniform", 10, 20])') from None
-        if not isinstance(value, type(current)):
-            raise SimulateError(f"--set {name}: expected a JSON {type(current).__name__}")
-        return value
-    return text
 
 
 def build_params(sc: Scenario, opts: Options) -> Params:

@@ -139,7 +139,7 @@ class _Out:
 
 
 def write_large(sc, opts, fam: F.Family, start: datetime) -> dict:
-    from .bundle import SimulateError, coerce
+    from .options import SimulateError, coerce
 
     lp = LargeParams()
     for k, v in sc.spec()["params"].items():

@@ -22,87 +22,33 @@ log (``vllm_log.EXTRA_MARKERS``) and turn their records into frames.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+import importlib
 
-import polars as pl
+from . import registry
+from .registry import (
+    Parsed,
+    RecordFamily,
+    SourceKind,
+    SourceOutput,
+    TimeContext,
+    families,
+    kinds,
+    register,
+    register_family,
+)
 
-if TYPE_CHECKING:
-    from ..bundle import InputFile
-    from ..timebase import Assumption
+# The built-in source modules, imported once, here; each registers its kinds or families.
+# Order matters for sniffing ties (the kind registered first wins), so they are imported
+# in this order by name (an import statement would be re-sorted by the linter).
+BUILTIN_MODULES: list[str] = ["vllm_log", "hooks", "blocktable", "kvevents", "dmon", "prometheus", "capture"]
+for _name in BUILTIN_MODULES:
+    importlib.import_module(f"{__name__}.{_name}")
+del _name
 
-
-@dataclass
-class TimeContext:
-    tz: str
-    year: int | None = None
-    anchors: list[tuple[datetime, str]] = field(default_factory=list)
-    reference: tuple[datetime, datetime] | None = None  # UTC span of the vLLM logs
-    offsets: dict[str, float] = field(default_factory=dict)  # source kind or file -> seconds to add
-    now: datetime | None = None
-
-
-@dataclass
-class SourceOutput:
-    """What a source contributes to an Analysis."""
-
-    frames: dict[str, "pl.DataFrame"] = field(default_factory=dict)
-    events: list["pl.DataFrame"] = field(default_factory=list)  # partial event frames (events.conform)
-    config: "pl.DataFrame | None" = None  # rows in vllm.config.CONFIG_SCHEMA
-    assumptions: list["Assumption"] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    counters: dict[str, Any] = field(default_factory=dict)
-    partial: bool = False
-
-
-class Parsed(Protocol):
-    def anchors(self) -> list[tuple[datetime, str]]: ...
-
-    def resolve(self, ctx: TimeContext) -> SourceOutput: ...
-
-
-@dataclass(frozen=True)
-class SourceKind:
-    name: str
-    description: str
-    sniff: Callable[[str], int]
-    parse: Callable[[list["InputFile"]], Parsed] | None = None
-
-
-@dataclass(frozen=True)
-class RecordFamily:
-    """Line shapes inside vLLM logs, handled in the same pass as the log."""
-
-    name: str
-    markers: list[tuple[str, str]]  # (literal marker, record kind)
-    from_records: Callable[["pl.DataFrame", TimeContext], SourceOutput]
-    verify: dict[str, str] = field(default_factory=dict)  # record kind -> confirming regex
-
-
-_REGISTRY: dict[str, SourceKind] = {}
-_FAMILIES: dict[str, RecordFamily] = {}
-
-
-def register(kind: SourceKind) -> SourceKind:
-    _REGISTRY[kind.name] = kind
-    return kind
-
-
-def register_family(family: RecordFamily) -> RecordFamily:
-    _FAMILIES[family.name] = family
-    return family
-
-
-def kinds() -> dict[str, SourceKind]:
-    _load_builtin()
-    return dict(_REGISTRY)
-
-
-def families() -> dict[str, RecordFamily]:
-    _load_builtin()
-    return dict(_FAMILIES)
+__all__ = [
+    "BUILTIN_MODULES", "Parsed", "RecordFamily", "SourceKind", "SourceOutput", "TimeContext", "families", "kinds",
+    "register", "register_family", "registry", "sniff",
+]
 
 
 def sniff(head: str) -> tuple[str, int]:
@@ -119,21 +65,3 @@ def sniff(head: str) -> tuple[str, int]:
         if score > best_score:
             best, best_score = kind.name, score
     return best, best_score
-
-
-# Modules that register kinds or families, imported once. Each is small and
-# does not import polars at module level. Order matters for sniffing ties.
-BUILTIN_MODULES: list[str] = ["vllm_log", "hooks", "blocktable", "kvevents", "dmon", "prometheus", "capture"]
-
-_loaded = False
-
-
-def _load_builtin() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    import importlib
-
-    for name in BUILTIN_MODULES:
-        importlib.import_module(f"{__name__}.{name}")

@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..frames import PolarsType
-from . import SourceKind, SourceOutput, TimeContext, register
+from .registry import SourceKind, SourceOutput, TimeContext, register
 from .hooks import BT_TEXT_SCHEMA
 
 if TYPE_CHECKING:
-    from ..bundle import InputFile
+    from ..inputs import InputFile
 
 KIND = "blocktable"
 ACTIONS = ("allocate", "extend", "free", "preempt", "swap_out", "swap_in")

@@ -13,10 +13,10 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import SourceKind, SourceOutput, TimeContext, register
+from .registry import SourceKind, SourceOutput, TimeContext, register
 
 if TYPE_CHECKING:
-    from ..bundle import InputFile
+    from ..inputs import InputFile
 
 KIND = "capture"
 MARK = '"preemptlog_capture"'

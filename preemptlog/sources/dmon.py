@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from . import SourceKind, SourceOutput, TimeContext, register
+from .registry import SourceKind, SourceOutput, TimeContext, register
 
 if TYPE_CHECKING:
-    from ..bundle import InputFile
+    from ..inputs import InputFile
     from ..timebase import Assumption
 
 KIND = "dmon"

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from . import RecordFamily, SourceOutput, TimeContext, register_family
+from .registry import RecordFamily, SourceOutput, TimeContext, register_family
 
 if TYPE_CHECKING:
     from ..frames import Schema

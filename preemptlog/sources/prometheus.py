@@ -60,12 +60,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from . import SourceKind, register
+from .registry import SourceKind, register
 
 if TYPE_CHECKING:
-    from ..bundle import InputFile
+    from ..inputs import InputFile
     from ..frames import Schema
-    from . import SourceOutput, TimeContext
+    from .registry import SourceOutput, TimeContext
 
 KIND = "prometheus"
 
@@ -729,7 +729,7 @@ def _dtypes(schema: dict[str, str]) -> "Schema":
 
 def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
     from ..timebase import Assumption
-    from . import SourceOutput
+    from .registry import SourceOutput
 
     out = SourceOutput()
     frames = []

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from . import SourceKind, register
+from .registry import SourceKind, register
 
 KIND = "vllm-log"
 
@@ -142,14 +142,14 @@ RECORD_SCHEMA = {
 
 
 def all_markers() -> list[tuple[str, str]]:
-    from . import families
+    from .registry import families
 
     extra = [m for fam in families().values() for m in fam.markers]
     return MARKERS + EXTRA_MARKERS + extra
 
 
 def all_verify() -> dict[str, str]:
-    from . import families
+    from .registry import families
 
     out = dict(VERIFY)
     for fam in families().values():

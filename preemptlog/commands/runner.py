@@ -1,0 +1,271 @@
+"""Running a command body: errors to one line and an exit code, progress, the stderr console.
+
+Moved out of cli.py so that the command modules (commands/*.py) import it downwards; cli.py
+only builds the typer app and registers the commands. Nothing here imports polars.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+
+import typer
+
+from ..errors import ExitCode, PreemptlogError
+
+
+def stderr_console(no_color: bool = False):
+    """The console for the human summary: stderr, no highlighting, no emoji codes (log text stays literal)."""
+    from rich.console import Console
+
+    return Console(
+        stderr=True,
+        no_color=no_color or bool(os.environ.get("NO_COLOR")),
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+
+
+class _Progress:
+    """A rich progress display on stderr, shown only once a run has taken a second (_progress_after):
+    bytes of the vLLM logs read, then the stage being worked on (analysis.Profile tells it)."""
+
+    def __init__(self, console) -> None:
+        import threading
+
+        self.console = console
+        self.lock = threading.Lock()
+        self.bar = None
+        self.total = 0
+        self.done = 0
+        self.label = "reading the bundle"
+        self.timer = threading.Timer(_progress_after(), self._show)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _show(self) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.timer is None:
+                return
+            from ..render.safe import unicode_ok
+
+            bar = [BarColumn()] if unicode_ok() else []  # the C locale: no block characters
+            self.bar = Progress(
+                TextColumn("{task.description}", markup=False), *bar, DownloadColumn(), TimeElapsedColumn(),
+                console=self.console, transient=True,
+            )
+            self.task = self.bar.add_task(self.label, total=self.total or None, completed=self.done)
+            self.bar.start()
+
+    def files(self, total: int) -> None:
+        with self.lock:
+            self.total = total
+            self.label = "reading the vLLM logs"
+            if self.bar is not None:
+                self.bar.update(self.task, total=total or None, description=self.label)
+
+    def file_done(self, size: int, name: str = "") -> None:
+        from ..render.safe import neutralise
+
+        with self.lock:
+            self.done += size
+            if name:
+                self.label = f"read {neutralise(name)[-40:]}"
+            if self.bar is not None:
+                self.bar.update(self.task, completed=self.done, description=self.label)
+
+    def stage(self, name: str) -> None:
+        with self.lock:
+            self.label = f"analysing (done: {name.split(' (')[0]})"
+            if self.bar is not None:
+                self.bar.update(self.task, description=self.label)
+
+    def close(self) -> None:
+        with self.lock:
+            timer, self.timer = self.timer, None
+            if timer is not None:
+                timer.cancel()
+            if self.bar is not None:
+                self.bar.stop()
+                self.bar = None
+
+
+def _progress_after() -> float:
+    """Seconds before the progress display appears (env PREEMPTLOG_PROGRESS_AFTER, default 1)."""
+    try:
+        return max(0.0, float(os.environ.get("PREEMPTLOG_PROGRESS_AFTER", "1")))
+    except ValueError:
+        return 1.0
+
+
+@contextlib.contextmanager
+def progress(quiet: bool = False, no_color: bool = False):
+    """Show progress on stderr while the body runs, when stderr is a terminal and not ``quiet``."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if quiet or not tty:
+        yield
+        return
+    from .. import analysis
+
+    ui = _Progress(stderr_console(no_color))
+    analysis.PROGRESS = ui
+    try:
+        yield
+    finally:
+        analysis.PROGRESS = None
+        ui.close()
+
+
+def _say(line: str) -> None:
+    """One line on stderr; silent if stderr itself is gone."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        _silence(2)
+
+
+def _fail(message: str, code: ExitCode) -> "typer.Exit":
+    from ..render.safe import neutralise
+
+    _say(f"preemptlog: error: {neutralise(message)}")
+    return typer.Exit(int(code))
+
+
+def guarded(debug: bool, body: Callable[[], int]) -> None:
+    """Run a command body, mapping every failure to one line on stderr and an exit code.
+
+    PreemptlogError: its message and code. Ctrl-C / SIGTERM: "interrupted", 130
+    (temporary and partial output files are removed by the ``with`` blocks on the
+    way out). The reader of stdout gone: silent, 141. The reader of stderr gone:
+    the summary is dropped, the exit code is kept. Anything else is a bug: one
+    line, 1; ``--debug`` shows the traceback.
+    """
+    _quiet_broken_pipes()
+    _closed_std_streams()
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            if not debug:  # library warnings (polars) are for developers: --debug shows them
+                warnings.simplefilter("ignore")
+            code = body()
+    except PreemptlogError as exc:
+        if debug:
+            raise
+        raise _fail(exc.one_line(), exc.exit_code) from None
+    except KeyboardInterrupt:
+        _say("preemptlog: interrupted")
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except typer.Exit:
+        raise
+    except OSError as exc:
+        if _is_broken_pipe(exc):
+            _silence(1)
+            raise typer.Exit(int(ExitCode.PIPE_CLOSED)) from None
+        if debug:
+            raise
+        if exc.filename:
+            raise _fail(f"{exc.filename}: {exc.strerror or exc}", ExitCode.INPUT) from None
+        raise _fail(
+            f"I/O error: {exc.strerror or exc} (check the free space and permissions of TMPDIR and of -o)",
+            ExitCode.INPUT,
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - the last resort; --debug shows it
+        if _is_broken_pipe(exc):
+            _silence(1)
+            raise typer.Exit(int(ExitCode.PIPE_CLOSED)) from None
+        if debug:
+            raise
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        raise _fail(
+            f"internal error: {type(exc).__name__}: {detail} (run again with --debug and report the traceback)",
+            ExitCode.INTERNAL,
+        ) from None
+    raise typer.Exit(int(code))
+
+
+def _is_broken_pipe(exc: BaseException) -> bool:
+    import errno
+
+    if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
+        return True
+    text = str(exc)
+    return "Broken pipe" in text or "os error 32" in text
+
+
+def _silence(fd: int) -> None:
+    """Point ``fd`` (1 or 2) at /dev/null so later writes and the final flush succeed quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            if devnull != fd:
+                os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    _silence(1)
+
+
+_RICH_PATCHED = False
+
+
+def _quiet_broken_pipes() -> None:
+    """rich answers a broken pipe with SystemExit(1); make it a BrokenPipeError on stdout
+    (-> exit 141) and a silent no-op on stderr (the exit code is kept)."""
+    global _RICH_PATCHED
+    if _RICH_PATCHED:
+        return
+    _RICH_PATCHED = True
+    try:
+        from rich.console import Console
+    except ImportError:  # pragma: no cover
+        return
+
+    def on_broken_pipe(self) -> None:
+        if getattr(self, "stderr", False) or getattr(self, "file", None) is sys.__stderr__:
+            _silence(2)
+            self.quiet = True
+            return
+        _silence(1)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
+
+
+class _ClosedStdout:
+    """Stands for a standard output closed by the caller (``>&-``): not a terminal, no buffer
+    (outio then says so), so ``-o FILE`` still works."""
+
+    buffer = None
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        raise OSError("standard output is closed")
+
+
+def _closed_std_streams() -> None:
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+    if sys.stderr is None:  # 2>&-: messages go nowhere, exit codes still tell
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115

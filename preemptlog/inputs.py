@@ -1,0 +1,84 @@
+"""The files of an incident bundle, as bundle.py found them (kind, stream, order).
+
+Moved out of bundle.py so that the source parsers, which read :class:`InputFile`,
+depend on this small module and not on the bundle walker (which depends on them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .workspace import Workspace
+
+
+@dataclass
+class InputFile:
+    file_id: int
+    path: Path  # what is read (may be a private temporary copy)
+    display: str  # provenance name shown in outputs
+    kind: str
+    compression: str | None
+    size: int
+    mtime: float | None
+    gzip_mtime: int | None
+    stream: int = -1
+    order: int = 0
+    is_stdin: bool = False
+    sniff_score: int = 0
+    forced_kind: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.display,
+            "kind": self.kind,
+            "compression": self.compression,
+            "size": self.size,
+            "stream": self.stream,
+            "order": self.order,
+            "kind_forced": self.forced_kind,
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class Bundle:
+    files: list[InputFile]
+    workdir: "Workspace"
+    warnings: list[str] = field(default_factory=list)  # damage or skipped input: the run is PARTIAL
+    originals: list[Path] = field(default_factory=list)  # every file and archive read as given (never written)
+    _streams: "dict[int, list[InputFile]] | None" = field(default=None, repr=False, compare=False)
+
+    def of_kind(self, kind: str) -> list[InputFile]:
+        return [f for f in self.files if f.kind == kind]
+
+    @property
+    def unrecognised(self) -> list[InputFile]:
+        return [f for f in self.files if f.kind in UNRECOGNISED]
+
+    def streams(self) -> dict[int, list[InputFile]]:
+        """Stream id -> its files, oldest first (cached: call refresh_streams() after reassigning)."""
+        if self._streams is None:
+            out: dict[int, list[InputFile]] = {}
+            for f in sorted(self.files, key=lambda f: (f.stream, f.order)):
+                if f.stream >= 0:
+                    out.setdefault(f.stream, []).append(f)
+            self._streams = out
+        return self._streams
+
+    def refresh_streams(self) -> None:
+        self._streams = None
+
+    def stream_name(self, stream: int) -> str:
+        files = self.streams().get(stream, [])
+        if not files:
+            return f"stream {stream}"
+        if len(files) == 1:
+            return files[0].display
+        return f"{files[-1].display} (+{len(files) - 1} rotated)"
+
+
+UNRECOGNISED = ("unknown", "binary", "empty", "unreadable")

@@ -1,0 +1,91 @@
+"""The source registry: what a source kind and a record family are, and where they register.
+
+The package (``sources/__init__.py``) imports every built-in source module once, in sniffing
+order, so by the time anything calls :func:`kinds` or :func:`families` they are registered.
+Source modules import from here (not from the package), so nothing imports upwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from ..inputs import InputFile
+    from ..timebase import Assumption
+
+
+@dataclass
+class TimeContext:
+    tz: str
+    year: int | None = None
+    anchors: list[tuple[datetime, str]] = field(default_factory=list)
+    reference: tuple[datetime, datetime] | None = None  # UTC span of the vLLM logs
+    offsets: dict[str, float] = field(default_factory=dict)  # source kind or file -> seconds to add
+    now: datetime | None = None
+
+
+@dataclass
+class SourceOutput:
+    """What a source contributes to an Analysis."""
+
+    frames: dict[str, "pl.DataFrame"] = field(default_factory=dict)
+    events: list["pl.DataFrame"] = field(default_factory=list)  # partial event frames (events.conform)
+    config: "pl.DataFrame | None" = None  # rows in vllm.config.CONFIG_SCHEMA
+    assumptions: list["Assumption"] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    counters: dict[str, Any] = field(default_factory=dict)
+    partial: bool = False
+
+
+class Parsed(Protocol):
+    def anchors(self) -> list[tuple[datetime, str]]: ...
+
+    def resolve(self, ctx: TimeContext) -> SourceOutput: ...
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    name: str
+    description: str
+    sniff: Callable[[str], int]
+    parse: Callable[[list["InputFile"]], Parsed] | None = None
+
+
+@dataclass(frozen=True)
+class RecordFamily:
+    """Line shapes inside vLLM logs, handled in the same pass as the log."""
+
+    name: str
+    markers: list[tuple[str, str]]  # (literal marker, record kind)
+    from_records: Callable[["pl.DataFrame", TimeContext], SourceOutput]
+    verify: dict[str, str] = field(default_factory=dict)  # record kind -> confirming regex
+
+
+_REGISTRY: dict[str, SourceKind] = {}
+_FAMILIES: dict[str, RecordFamily] = {}
+
+
+def register(kind: SourceKind) -> SourceKind:
+    _REGISTRY[kind.name] = kind
+    return kind
+
+
+def register_family(family: RecordFamily) -> RecordFamily:
+    _FAMILIES[family.name] = family
+    return family
+
+
+def kinds() -> dict[str, SourceKind]:
+    """Every registered source kind, in registration order (sniffing ties go to the first)."""
+    return dict(_REGISTRY)
+
+
+def families() -> dict[str, RecordFamily]:
+    """Every registered record family."""
+    return dict(_FAMILIES)
