@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import polars as pl
 
 if TYPE_CHECKING:
-    from .analysis import Analysis, AnalyzeOptions
+    from .result import Analysis, AnalyzeOptions
     from .workspace import Workspace
     from .render import OutputFormat
 

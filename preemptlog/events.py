@@ -82,3 +82,16 @@ def combine(parts: list["pl.DataFrame"]) -> "pl.DataFrame":
 def public(df: "pl.DataFrame") -> "pl.DataFrame":
     """The contract columns only (drops internal ordering columns)."""
     return df.select([c for c in EVENTS_SCHEMA if c in df.columns] + [c for c in df.columns if c not in EVENTS_SCHEMA and not c.startswith("_") and c not in ("stream", "seq")])
+
+
+def spread_interval(start: pl.Expr, end: pl.Expr, k: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """The time of the k-th of n events spread evenly over the interval (start, end]:
+    ``start + (end - start) * k / n`` (microseconds, floored), or ``end`` when start is unknown.
+
+    Every count without per-event times (V0 counter jumps, V1 ``Preemptions: N`` fields,
+    Prometheus counter increases, the kept part of a straddling interval) is placed this way.
+    """
+    s = start.dt.epoch("us")
+    e = end.dt.epoch("us")
+    mid = s + (e - s) * k // n
+    return pl.when(start.is_null()).then(end).otherwise(pl.from_epoch(mid, time_unit="us").dt.replace_time_zone("UTC"))

@@ -35,8 +35,6 @@ DUP_S = 2.0
 
 
 def merge(events: "pl.DataFrame") -> tuple["pl.DataFrame", dict[str, Any]]:
-    import polars as pl
-
     facts: dict[str, Any] = {"markers_duplicating_warnings": 0, "count_events_replaced_by_lines": 0}
     if events.height == 0:
         return events, facts
@@ -93,8 +91,6 @@ def merge(events: "pl.DataFrame") -> tuple["pl.DataFrame", dict[str, Any]]:
 
 def _trim_counts(ev: "pl.DataFrame", markers: "pl.DataFrame") -> list[int]:
     """Rows of reconstructed / interval events made redundant by marker lines."""
-    import polars as pl
-
     out: list[int] = []
     for (stream,), grp in ev.filter(pl.col("stream").is_not_null()).group_by("stream"):
         mk = markers.filter(pl.col("stream") == stream).get_column("time").sort()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
-    from .analysis import Analysis
+    from .result import AnalysisView
 
 DEFAULT_CEILING = 95.0
 MAX_GAP_S = 120.0
@@ -94,7 +94,7 @@ class LogCapability:
         }
 
 
-def log_capability(a: "Analysis") -> LogCapability:
+def log_capability(a: "AnalysisView") -> LogCapability:
     from .vllm.config import _version_tuple, in_force
 
     has_log = bool(a.records.height)
@@ -317,7 +317,7 @@ def find_intervals(
 
 def describe(row: dict, tz: str) -> str:
     """One human line for an interval row (times in ``tz``)."""
-    from .summary import iso
+    from .timebase import iso
 
     sig = {"kv": "KV >= ceiling with waiting requests", "shuffle": "running fell while waiting rose at the ceiling"}
     what = "; ".join(sig[s] for s in row["signals"])

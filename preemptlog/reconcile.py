@@ -35,13 +35,17 @@ log counted up to that time. Disagreements are listed, not resolved away.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from . import events as ev_mod
+
 if TYPE_CHECKING:
-    from .analysis import Analysis
     from .pressure import LogCapability
+    from .result import AnalysisView
 
 COUNT_KINDS = ("interval", "reconstructed")
 PROM_COUNTER = "prometheus counter (vllm:num_preemptions_total)"
@@ -49,30 +53,44 @@ PROM_SINGLE = "prometheus counter, single reading"
 PER_EVENT_KINDS = ("logged", "marker", "record")
 
 
-def apply(a: "Analysis", ceiling: float | None = None) -> None:
-    """De-duplicate ``a.events``; set ``a.counters['reconciliation']`` and ``a.frames['pressure_intervals']``."""
-    from .overlap import merge
-    from .pressure import DEFAULT_CEILING, find_intervals, log_capability
+@dataclass(frozen=True)
+class EventSet:
+    """The event set, decided here and only here (see the module docstring), and what deciding it noted."""
 
+    events: pl.DataFrame
+    overlap: dict[str, Any]  # counters["overlap"]: overlap.merge's report
+    reconciliation: dict[str, Any]  # counters["reconciliation"]: the report of :func:`reconcile`
+    notes: tuple[str, ...] = ()
+
+
+def event_set(a: "AnalysisView", parts: list[pl.DataFrame]) -> EventSet:
+    """The event set from every source's partial event frames: combined (events.combine), marker
+    lines merged with the counts they repeat (overlap.merge), counts reconciled across sources and
+    block-table preempt records used as events where they are the count (:func:`reconcile`).
+
+    ``a`` gives the rest of the analysis so far (bundle, stats, config, records, frames, counters,
+    tz); its ``events`` are not read.
+    """
+    from .overlap import merge
+    from .pressure import log_capability
+
+    combined = ev_mod.combine(parts)
+    notes: list[str] = []
     # Marker lines and counters in the same log describe the same preemptions: once each.
-    a.events, overlap = merge(a.events)
-    a.counters["overlap"] = overlap
+    merged, overlap = merge(combined)
     if overlap["markers_duplicating_warnings"] or overlap["count_events_replaced_by_lines"]:
-        a.notes.append(
+        notes.append(
             f"PREEMPTED marker lines and counters in the same log: {overlap['markers_duplicating_warnings']} "
             f"marker(s) repeated a V0 warning and were merged into it; {overlap['count_events_replaced_by_lines']} "
             "counted event(s) were replaced by the marker lines that show them (each preemption counted once)"
         )
-    cap = log_capability(a)
-    events, report = reconcile(a, cap)
-    a.events = events
-    a.counters["reconciliation"] = report
-    a.frames["pressure_intervals"] = find_intervals(
-        a.stats, a.frames.get("prom_series"), ceiling=DEFAULT_CEILING if ceiling is None else ceiling
-    )
+    draft = dataclasses.replace(a, events=merged)  # type: ignore[type-var]
+    cap = log_capability(draft)
+    events, report, rec_notes = reconcile(draft, cap)
+    return EventSet(events=events, overlap=overlap, reconciliation=report, notes=tuple(notes + rec_notes))
 
 
-def _sources_of(a: "Analysis", kind: str) -> list[str]:
+def _sources_of(a: "AnalysisView", kind: str) -> list[str]:
     return [f.display for f in a.bundle.of_kind(kind)]
 
 
@@ -94,10 +112,10 @@ def per_request_records(frames: dict[str, "pl.DataFrame"]) -> dict[str, "pl.Data
     return out
 
 
-def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict[str, Any]]:
-    from . import events as ev_mod
+def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", dict[str, Any], list[str]]:
+    """The events of ``a`` with counts reconciled across sources: (events, report, notes)."""
     from .sources.prometheus import counter_events
-    from .summary import iso
+    from .timebase import iso
 
     tz = a.tz
     ev = a.events
@@ -113,6 +131,7 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
         else pairs
     )
     disagreements: list[str] = []
+    notes: list[str] = []
     sources: list[dict[str, Any]] = []
     orig_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
 
@@ -146,7 +165,7 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
             kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz)
             for e, k, n in edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows():
                 dropped_by_engine.setdefault(e, {})[k] = dropped_by_engine.get(e, {}).get(k, 0) + n
-            a.notes.extend(edge_notes)
+            notes.extend(edge_notes)
         ev = ev.drop("_eng", "_w0", "_w1")
         if kept is not None and kept.height:
             ev = ev_mod.combine([ev, kept.drop("_eng", "_w0", "_w1")])
@@ -185,7 +204,7 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
 
     # ---------------- block-table preempt records against interval counts (issue 13, rule 7)
     ev, rec_used, rec_notes = records_vs_counts(a.frames, ev, tz)
-    a.notes.extend(rec_notes["notes"])
+    notes.extend(rec_notes["notes"])
     disagreements.extend(rec_notes["disagreements"])
 
     # ---------------- what each source counted
@@ -402,7 +421,7 @@ def reconcile(a: "Analysis", cap: "LogCapability") -> tuple["pl.DataFrame", dict
         "disagreements": disagreements,
         "log": cap.as_dict() if cap.has_log else None,
     }
-    return ev, report
+    return ev, report, notes
 
 
 def records_vs_counts(
@@ -425,9 +444,8 @@ def records_vs_counts(
     per-preemption events (V0 warnings and counts, PREEMPTED markers) of its own: those
     are the log's count, and the records are their evidence (matched by request id).
     """
-    from . import events as ev_mod
     from .joiner import record_events
-    from .summary import iso
+    from .timebase import iso
 
     info: dict[str, Any] = {"notes": [], "disagreements": [], "replaced": 0}
     rec = record_events(frames)
@@ -507,8 +525,8 @@ def _straddling(
     outside is N times the share of the interval outside the window (rounded). The events
     kept are re-placed evenly in the outside part of the interval.
     """
-    from .summary import iso
-    from .vllm.preemptions import _between
+    from .events import spread_interval
+    from .timebase import iso
 
     base: dict[Any, tuple[Any, float]] = {}  # engine -> (end, value) of its first reading
     if pairs.height and "increase" in pairs.columns:
@@ -546,7 +564,7 @@ def _straddling(
             k = g.sort("_sub").head(out).with_row_index("_k", offset=1)
             kept.append(
                 k.with_columns(
-                    time=_between(pl.lit(lo), pl.lit(hi), pl.col("_k").cast(pl.Int64), pl.lit(out, pl.Int64)),
+                    time=spread_interval(pl.lit(lo), pl.lit(hi), pl.col("_k").cast(pl.Int64), pl.lit(out, pl.Int64)),
                     interval_start=pl.lit(lo),
                     interval_end=pl.lit(hi),
                 ).drop("_k")
@@ -566,7 +584,7 @@ def _kind_counts(ev: "pl.DataFrame", cond: "pl.Expr") -> dict[str, int]:
 
 
 def _span(df: "pl.DataFrame", tz: str) -> list | None:
-    from .summary import iso
+    from .timebase import iso
 
     t = df.get_column("time").drop_nulls() if "time" in df.columns else None
     if t is None or t.len() == 0:

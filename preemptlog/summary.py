@@ -7,22 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .timebase import iso  # noqa: F401 - moved to timebase; callers import it from here
+
 if TYPE_CHECKING:
-    from .analysis import Analysis
+    from .result import Analysis, AnalysisView
 
 
-def iso(value: datetime | None, tz: str) -> str | None:
-    """ISO 8601 with offset in the output zone; seconds unless sub-second data exists."""
-    if value is None:
-        return None
-    from .timebase import zone_info
-
-    local = value.astimezone(zone_info(tz))
-    spec = "seconds" if local.microsecond == 0 else "milliseconds" if local.microsecond % 1000 == 0 else "microseconds"
-    return local.isoformat(timespec=spec)
-
-
-def honesty_notes(a: "Analysis") -> list[str]:
+def honesty_notes(a: "AnalysisView") -> list[str]:
     notes: list[str] = []
     kinds = a.events.get_column("kind").value_counts() if a.events.height else None
     counts = {r[0]: r[1] for r in kinds.iter_rows()} if kinds is not None else {}
@@ -312,7 +303,6 @@ def count_visibility(a: "Analysis") -> dict[str, Any]:
 def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:
     if not first or not last:
         return ""
-    from datetime import datetime
 
     s = (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
     if s < 1:  # one instant: events counted on one line lie before it

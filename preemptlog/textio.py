@@ -117,8 +117,6 @@ def salvage_gzip(path: Path, dest: Path) -> tuple[int, str | None]:
 
 def scan_lines(path: Path | str) -> "pl.LazyFrame":
     """Lazy frame of (n, line) for a text file, plain, gzip or zstd."""
-    import polars as pl
-
     # Bounded memory: the streaming CSV reader keeps a few chunks of raw lines
     # in flight, and its default chunk is large (peak RSS 445 MB on a 1 GB log).
     # 4 MB chunks: 225 MB, same CPU time (docs/performance.md). Read by polars
@@ -158,8 +156,6 @@ def split_cr(lf: "pl.LazyFrame", col: str = "line") -> "pl.LazyFrame":
 
     Only rows that contain a CR pay for the split (measured: same cost as no split).
     """
-    import polars as pl
-
     c = pl.col(col)
     has_cr = c.str.contains("\r", literal=True)
     lf = lf.with_columns(

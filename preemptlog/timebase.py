@@ -312,6 +312,11 @@ def localize(naive: "pl.Expr", tz: str, ambiguous: Ambiguous = "earliest") -> "p
 _localize = localize  # the old private name (callers on other branches)
 
 
+def offset_for(offsets: dict[str, float], display: str, kind: str) -> float:
+    """The ``--offset`` (seconds) for a file of a source kind: the file's own, else its kind's, else 0."""
+    return offsets.get(display, offsets.get(kind, 0.0))
+
+
 def shift(df: "pl.DataFrame", seconds: "float | pl.Expr", column: str = "time") -> "pl.DataFrame":
     """``column`` moved by ``seconds`` (a number or a Float64 expression): a clock offset."""
     if isinstance(seconds, (int, float)):
@@ -729,3 +734,12 @@ def _closest_year(first: dict[str, Any], last: dict[str, Any], k_last: int, anch
             best = (dist, y0)
     assert best is not None
     return best[1]
+
+
+def iso(value: datetime | None, tz: str) -> str | None:
+    """ISO 8601 with offset in the output zone; seconds unless sub-second data exists."""
+    if value is None:
+        return None
+    local = value.astimezone(zone_info(tz))
+    spec = "seconds" if local.microsecond == 0 else "milliseconds" if local.microsecond % 1000 == 0 else "microseconds"
+    return local.isoformat(timespec=spec)

@@ -23,7 +23,7 @@ import polars as pl
 from .errors import UsageError
 
 if TYPE_CHECKING:
-    from .analysis import Analysis
+    from .result import Analysis
 
 EVENT_KINDS = ("logged", "reconstructed", "interval", "marker", "record")
 CONFIDENCE = ("none", "low", "medium", "high")
@@ -247,8 +247,8 @@ def apply_filters(analysis: "Analysis", f: Filters | None) -> "Analysis":
             if analysis.evidence is not None
             else None
         ),
+        filters={"text": f.text(), "kept": kept.height, "total": ev.height},
     )
-    view.filters = {"text": f.text(), "kept": kept.height, "total": ev.height}
     return view
 
 
@@ -256,9 +256,7 @@ def with_columns(analysis: "Analysis", columns: list[str] | None) -> "Analysis":
     """A view of ``analysis`` whose event rows (render.event_rows) hold only ``columns``."""
     if columns is None:
         return analysis
-    view = dataclasses.replace(analysis)
-    view.columns = list(columns)
-    return view
+    return dataclasses.replace(analysis, columns=list(columns))
 
 
 def output_columns(fmt: str, columns: list[str] | None, wide: bool) -> list[str] | None:

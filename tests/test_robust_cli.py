@@ -287,14 +287,14 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_internal_error_is_one_line_exit_1(tmp_path, monkeypatch):
-    import preemptlog.analysis as amod
+    import preemptlog.pipeline as pipeline
 
     log = big_log(tmp_path / "x.log", 3)
 
     def bug(*a, **k):
         raise ZeroDivisionError("division by zero\nsecond line")
 
-    monkeypatch.setattr(amod, "resolve", bug)
+    monkeypatch.setattr(pipeline, "resolve", bug)
     res = CliRunner().invoke(app, ["analyze", str(log), "-q"])
     assert res.exit_code == ExitCode.INTERNAL
     lines = res.stderr.strip().splitlines()

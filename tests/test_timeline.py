@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 from datetime import datetime, timedelta, timezone
 
@@ -122,15 +124,15 @@ def test_hidden_when_not_a_terminal():
 
 def test_nothing_without_timed_events():
     a = _analysis()
-    a.events = a.events.clear()
+    a = dataclasses.replace(a, events=a.events.clear())
     assert _render(a) == ""
 
 
 def test_wide_incident_uses_wider_buckets():
     a = _analysis()
-    a.events = a.events.with_columns(
+    a = dataclasses.replace(a, events=a.events.with_columns(
         pl.Series("time", [T0 + timedelta(minutes=7 * i) for i in range(a.events.height)], dtype=pl.Datetime("us", "UTC"))
-    )
+    ))
     out = _render(a)
     assert "preemptions per 5 minutes by gate" in out
     width = max(len(line) for line in out.splitlines()[1:9])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from enum import Enum
 from typing import Annotated, Optional
@@ -263,11 +264,10 @@ def build(analysis, event_id: str, before: float, after: float, *, all_rows: boo
     if ev.height == 0:
         return None
     saved = analysis.evidence
-    analysis.evidence = None
-    try:
-        event = event_rows(analysis).filter(pl.col("event_id") == event_id).row(0, named=True)
-    finally:
-        analysis.evidence = saved
+    # The event's own columns and verdict; its evidence is listed below, with where it came from.
+    event = event_rows(dataclasses.replace(analysis, evidence=None)).filter(pl.col("event_id") == event_id).row(
+        0, named=True
+    )
     evidence = []
     if saved is not None and saved.height:
         row = saved.filter(pl.col("event_id") == event_id)

@@ -113,14 +113,14 @@ def progress(quiet: bool = False, no_color: bool = False):
     if quiet or not tty:
         yield
         return
-    from .. import analysis
+    from .. import profile
 
     ui = _Progress(stderr_console(no_color))
-    analysis.PROGRESS = ui
+    profile.PROGRESS = ui
     try:
         yield
     finally:
-        analysis.PROGRESS = None
+        profile.PROGRESS = None
         ui.close()
 
 

@@ -78,26 +78,14 @@ schema and the evidence table of docs/sources.md come from the declarations.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from . import config, dmon, kv, pool, prom, request, sched, stats
 from .common import CONFLICT_S, DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key
 from .config import CONFIG_KEYS
-from .core import compute, finish, record_events, skew_notes
-from .declare import Evidence, docs_table, schema
+from .core import compute, evidence, record_events, skew_notes
+from .declare import Evidence, docs_table
 from .explain import WINDOW_SCHEMA, window_rows
 from .sched import LOOKBACK_STEP_COLUMNS
+from .schema import DECLARED, EVIDENCE_SCHEMA, VALUE_COLUMNS, polars_schema
 
-if TYPE_CHECKING:
-    from ..frames import Schema
-
-# Declaration order is the output column order.
-DECLARED: list[Evidence] = (
-    sched.EVIDENCE + request.EVIDENCE + pool.EVIDENCE + kv.EVIDENCE + stats.EVIDENCE + prom.EVIDENCE + dmon.EVIDENCE
-    + config.EVIDENCE
-)
-EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
-VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]
 SOURCES_DOC = "docs/sources.md"
 # Output schema 2 (render.SCHEMA_VERSION) names evidence by its source: old name -> new name.
 RENAMED_IN_2: dict[str, str] = {
@@ -119,12 +107,6 @@ RENAMED_IN_2: dict[str, str] = {
 }
 
 
-def polars_schema() -> "Schema":
-    from ..frames import polars_schema as _polars_schema
-
-    return _polars_schema(EVIDENCE_SCHEMA)
-
-
 def write_docs(path: str = SOURCES_DOC) -> bool:
     """Regenerate the evidence table of docs/sources.md from the declarations."""
     from .declare import write_docs as _write
@@ -135,6 +117,6 @@ def write_docs(path: str = SOURCES_DOC) -> bool:
 __all__ = [
     "CONFIG_KEYS", "CONFLICT_S", "DECLARED", "DEFAULT_AFTER", "DEFAULT_BEFORE", "DEFAULT_LOOKBACK",
     "EVIDENCE_SCHEMA", "LOOKBACK_STEP_COLUMNS", "RENAMED_IN_2", "VALUE_COLUMNS", "WINDOW_SCHEMA", "Evidence", "compute",
-    "docs_table", "engine_key", "finish", "polars_schema", "record_events", "skew_notes", "window_rows",
+    "docs_table", "engine_key", "evidence", "polars_schema", "record_events", "skew_notes", "window_rows",
     "write_docs",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -13,11 +12,10 @@ from .kv import section_kv
 from .pool import section_batch_len, section_pool
 from .prom import section_prom
 from .request import section_request
+from .schema import polars_schema
 from .sched import section_sched
 from .stats import section_stats
 
-if TYPE_CHECKING:
-    from ..analysis import Analysis
 
 
 def compute(
@@ -31,8 +29,6 @@ def compute(
     lookback_steps: int = DEFAULT_LOOKBACK,
 ) -> "pl.DataFrame":
     """The evidence frame for ``events`` (needs event_id, time; uses request_id, stream, seq, kind)."""
-    from . import polars_schema
-
     schema = polars_schema()
     before_us, after_us = us(before), us(after)
     if before_us < 0 or after_us < 0 or lookback_steps < 0:
@@ -147,20 +143,21 @@ def skew_notes(events: "pl.DataFrame", evidence: "pl.DataFrame") -> list[str]:
     return notes
 
 
-def finish(analysis: "Analysis", *, before: float, after: float, lookback_steps: int) -> None:
-    """Called at the end of analysis: evidence and skew notes.
+def evidence(
+    events: pl.DataFrame,
+    frames: dict[str, pl.DataFrame],
+    stats: pl.DataFrame | None,
+    config: pl.DataFrame | None,
+    *,
+    before: float,
+    after: float,
+    lookback_steps: int,
+) -> tuple[pl.DataFrame, list[str]]:
+    """The evidence stage: (the evidence frame, clock skew notes).
 
     Which block-table ``preempt`` records are events (kind ``record``) and which are
     evidence was decided by reconcile.records_vs_counts; records that are evidence
     are matched to the log event of the same request (``bt_preempt_offset_s``).
     """
-    analysis.evidence = compute(
-        analysis.events,
-        analysis.frames,
-        analysis.stats,
-        analysis.config,
-        before=before,
-        after=after,
-        lookback_steps=lookback_steps,
-    )
-    analysis.notes.extend(skew_notes(analysis.events, analysis.evidence))
+    frame = compute(events, frames, stats, config, before=before, after=after, lookback_steps=lookback_steps)
+    return frame, skew_notes(events, frame)

@@ -11,7 +11,7 @@ import polars as pl
 from .common import src_expr, us
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import AnalysisView
 
 WINDOW_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",
@@ -31,7 +31,7 @@ def _kv_string(cols: list[str]) -> "pl.Expr":
     )
 
 
-def window_rows(analysis: "Analysis", event_id: str, before: float, after: float) -> "pl.DataFrame":
+def window_rows(analysis: "AnalysisView", event_id: str, before: float, after: float) -> "pl.DataFrame":
     """Every row of every source in one event's window, time-ordered (WINDOW_SCHEMA)."""
     from ..sources import vllm_log
 

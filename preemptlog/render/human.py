@@ -9,7 +9,7 @@ from .safe import markup
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..analysis import Analysis
+    from ..result import Analysis
 
 
 def print_summary(analysis: "Analysis", console: "Console") -> None:

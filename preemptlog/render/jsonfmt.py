@@ -16,7 +16,7 @@ import polars as pl
 from .rows import SCHEMA_VERSION, event_rows, iso_expr
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import Analysis
 
 ROWS_PER_SLICE = 2000
 _PLACEHOLDER = "\x00preemptlog-events\x00"  # never produced by json.dumps of real data (NUL is escaped)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import polars as pl
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import Analysis
 
 
 SCHEMA_VERSION = 2  # 2: evidence named by its source (joiner.RENAMED_IN_2)

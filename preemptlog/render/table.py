@@ -19,7 +19,7 @@ import polars as pl
 from .safe import ascii_text, neutralise, text, unicode_ok
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import Analysis
 
 TABLE_COLUMNS = ("time", "event", "n", "request", "verdict", "confidence", "kind", "mode", "where")
 DEFAULT_COLUMNS = ("time", "event", "request", "verdict", "confidence")

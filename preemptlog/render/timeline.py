@@ -19,7 +19,7 @@ import polars as pl
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..analysis import Analysis
+    from ..result import Analysis
 
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined")
 GLYPHS = {

@@ -17,7 +17,7 @@ from .figure import GATE_COLORS, GATE_ORDER, gate_color
 from .series import ESTIMATED_KINDS, UNDETERMINED
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import Analysis
 
 MAX_CARDS = 300  # one card per event up to this many events; beyond, one card per group
 EXAMPLES = 5  # example event ids per group card

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import Analysis
 
 MAX_POINTS = 2000  # per plotted series, after the envelope
 MAX_MARKERS = 3000  # individual event markers; beyond, counts per bin

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import polars as pl
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import AnalysisView
 
 LOG_REQUESTS_HINT = (
     "log requests (--enable-log-requests from vLLM 0.10.1; on by default before) and, from 0.11.1, "
@@ -44,13 +44,13 @@ class Measured:
         return self.value is not None
 
 
-def _cfg(analysis: "Analysis") -> dict[str, dict[str, Any]]:
+def _cfg(analysis: "AnalysisView") -> dict[str, dict[str, Any]]:
     from ..vllm.config import in_force
 
     return in_force(analysis.config)
 
 
-def measure(analysis: "Analysis") -> dict[str, Measured]:
+def measure(analysis: "AnalysisView") -> dict[str, Measured]:
     out: dict[str, Measured] = {}
     req = analysis.requests
     rec = req.filter(pl.col("action") == "received") if req.height else req
@@ -375,18 +375,18 @@ def verdict_key_counts(verdicts: "Any") -> dict[str, int]:
     return {k: n for k, n in verdicts.select(key.alias("k")).group_by("k").len().iter_rows()}
 
 
-def engine_family(analysis: "Analysis") -> str | None:
+def engine_family(analysis: "AnalysisView") -> str | None:
     return (_cfg(analysis).get("engine") or {}).get("value")
 
 
-def incident_fixes(analysis: "Analysis", verdicts: "Any" = None) -> dict[str, Any]:
+def incident_fixes(analysis: "AnalysisView", verdicts: "Any" = None) -> dict[str, Any]:
     """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``)."""
     fixes, dropped = structured(measure(analysis), engine_family(analysis))
     counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
     return {"fixes": ranked(fixes, counts), "dropped": dropped}
 
 
-def by_gate(analysis: "Analysis", verdicts: "Any" = None) -> dict[str, list[dict[str, Any]]]:
+def by_gate(analysis: "AnalysisView", verdicts: "Any" = None) -> dict[str, list[dict[str, Any]]]:
     """Ranked fixes per verdict key (``gate`` or ``gate/sub_kind``)."""
     fx = incident_fixes(analysis, verdicts)["fixes"]
     keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]

@@ -19,7 +19,7 @@ from .model import RuleSet
 from .recommend import by_gate
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import AnalysisView
 
 VERDICT_COLUMNS = [
     "gate",
@@ -61,7 +61,7 @@ def fix_cell(x: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def event_frame(analysis: "Analysis") -> "pl.DataFrame":
+def event_frame(analysis: "AnalysisView") -> "pl.DataFrame":
     """Events with their evidence columns and per-request preemption counts."""
     ev = analysis.events.select(
         "event_id", "kind", "mode", "engine", "request_id", "cumulative", "time_precision", "source", "line"
@@ -74,7 +74,7 @@ def event_frame(analysis: "Analysis") -> "pl.DataFrame":
     return ev.join(counts, on="request_id", how="left").with_columns(guide_model=pl.lit(guide_model(analysis)))
 
 
-def guide_model(analysis: "Analysis") -> bool:
+def guide_model(analysis: "AnalysisView") -> bool:
     """Does the bundle show the field guide's patched scheduler?
 
     True when it holds debug-hook lines ([SCHEDULER], Req-, [BATCH]) or PREEMPTED marker
@@ -90,7 +90,7 @@ def guide_model(analysis: "Analysis") -> bool:
     return bool(ev.height and ev.filter(pl.col("kind") == "marker").height)
 
 
-def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
+def verdicts(analysis: "AnalysisView", rs: RuleSet) -> "pl.DataFrame":
     frame = event_frame(analysis)
     if frame.height == 0:
         return pl.DataFrame(schema={"event_id": pl.String} | {c: pl.String for c in VERDICT_COLUMNS})
@@ -144,7 +144,7 @@ def verdicts(analysis: "Analysis", rs: RuleSet) -> "pl.DataFrame":
 DECIDING_STEPS = ("lookback_short_step", "lookback_variance_step", "lookback_max_pending_step")
 
 
-def decided_by(analysis: "Analysis", event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
+def decided_by(analysis: "AnalysisView", event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
     """For each fired gate: the rule, the scheduler step(s) or the interval, and the lines that decided it."""
     from .engine import fired_rules
 

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..frames import PolarsType
+from ..timebase import offset_for
 from .registry import SourceKind, SourceOutput, TimeContext, register
 from .hooks import BT_TEXT_SCHEMA
 
@@ -418,7 +419,7 @@ class BlockTableParsed:
                 out.assumptions.append(
                     Assumption("zone", ctx.tz, "block-table 'time' without an offset is local time in --tz", scope=f.display)
                 )
-            shift = ctx.offsets.get(f.display, ctx.offsets.get(KIND))
+            shift = offset_for(ctx.offsets, f.display, KIND)
             if shift:
                 df = df.with_columns(pl.col("time") + pl.duration(microseconds=int(round(shift * 1e6))))
             df = df.with_row_index("_r").rename(

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..timebase import offset_for
 from .registry import SourceKind, SourceOutput, TimeContext, register
 
 if TYPE_CHECKING:
@@ -275,7 +276,7 @@ class DmonParsed:
                 df = df.with_columns(
                     time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")
                 )
-            shift = ctx.offsets.get(f.display, ctx.offsets.get(KIND))
+            shift = offset_for(ctx.offsets, f.display, KIND)
             if shift:
                 df = df.with_columns(pl.col("time") + pl.duration(microseconds=int(round(shift * 1e6))))
             metrics = [c for c in df.columns if c not in ("line", "gpu", "_date", "_time", "time", "time_precision")]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..timebase import offset_for
 from .registry import SourceKind, SourceOutput, TimeContext, register
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ class KvEventsParsed:
                     f"{f.display}: {facts['events_without_block_count']} KV event(s) have block hashes that are not "
                     "plain numbers or strings: they count as events, not as blocks"
                 )
-            shift = ctx.offsets.get(f.display, ctx.offsets.get(KIND)) or 0.0
+            shift = offset_for(ctx.offsets, f.display, KIND)
             frames.append(
                 df.select(
                     pl.from_epoch(((pl.col("ts") + shift) * 1e6).round().cast(pl.Int64), time_unit="us")

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..timebase import offset_for
 from .registry import SourceKind, register
 
 if TYPE_CHECKING:
@@ -786,7 +787,7 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
             {"scrape": list(scrape_t), "_st": list(scrape_t.values())},
             schema={"scrape": pl.Int32, "_st": pl.Datetime("us", "UTC")},
         )
-        offset = ctx.offsets.get(f.display, ctx.offsets.get(KIND, 0.0))
+        offset = offset_for(ctx.offsets, f.display, KIND)
         folder = str(PurePosixPath(f.display.replace("!", "/")).parent)
         s = s.join(st, on="scrape", how="left").with_columns(
             time=pl.coalesce(
@@ -953,7 +954,7 @@ def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
     is unknown); ids ``<source>:<line>~i<k>`` (``<source>:<line>:<col>~i<k>`` for
     JSON answers); ``cumulative`` is the counter value after the k-th one.
     """
-    from ..vllm.preemptions import _between
+    from ..events import spread_interval
 
     p = pairs.filter(pl.col("increase") > 0)
     if p.height == 0:
@@ -973,7 +974,7 @@ def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
     return p.with_columns(
         event_id=pl.concat_str([where, pl.lit("~i"), pl.col("_k").cast(pl.String)]),
         kind=pl.lit("interval"),
-        time=_between(pl.col("start"), pl.col("end"), pl.col("_k"), pl.col("increase")),
+        time=spread_interval(pl.col("start"), pl.col("end"), pl.col("_k"), pl.col("increase")),
         time_precision=pl.lit("interval"),
         interval_start=pl.col("start"),
         interval_end=pl.col("end"),

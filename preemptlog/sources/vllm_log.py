@@ -190,8 +190,6 @@ def marker_regex(literals: list[str]) -> str:
     of finding every match in the line. ``(?-u)``: byte matching (the markers
     are ASCII), measured ~25% faster than Unicode mode.
     """
-    import polars as pl
-
     return "(?-u)(" + "|".join(pl.escape_regex(m) for m in literals) + ")"
 
 
@@ -217,8 +215,6 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
       left after reading the file; ``(?-u),`` counts ~30 % faster than
       ``literal=True``.
     """
-    import polars as pl
-
     from .. import reflow
     from ..textio import split_cr
 
@@ -327,8 +323,6 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
 
 def finish(df: "pl.DataFrame") -> "pl.DataFrame":
     """Collected scan output -> records: marker -> kind, kinds confirmed by their regex."""
-    import polars as pl
-
     kinds: dict[str, str] = {}
     for marker, kind in all_markers():
         kinds.setdefault(marker, kind)
@@ -357,8 +351,6 @@ def compact(df: "pl.DataFrame") -> "pl.DataFrame":
     null (no JSON, no ISO prefix, no process prefix). Measured at 400 k records:
     the timebase went from +186 MB to +85 MB.
     """
-    import polars as pl
-
     nulls = [name for name in df.columns if df.height and df.get_column(name).null_count() == df.height]
     if nulls:
         df = df.with_columns(pl.lit(None, df.schema[name]).alias(name) for name in nulls)
@@ -390,8 +382,6 @@ def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
     """
     import os
     import tempfile
-
-    import polars as pl
 
     try:
         fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet")
@@ -554,6 +544,4 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
 
 def scan_empty() -> "pl.DataFrame":
     """An empty records frame with the declared schema."""
-    import polars as pl
-
     return pl.DataFrame(schema={k: getattr(pl, v) for k, v in RECORD_SCHEMA.items()})

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..events import spread_interval as _between  # moved to events.py
+
 RAW_LIMIT = 2000
 # Events made from counts (V0 counter jumps, V1 "Preemptions: N", Prometheus increases) are capped,
 # per count and in all per source: a damaged or hostile number (total_num_cumulative_preemption=
@@ -96,14 +98,6 @@ def _event_id(suffix: "pl.Expr | None" = None) -> "pl.Expr":
 
 def _raw() -> "pl.Expr":
     return pl.col("text").str.strip_chars().str.slice(0, RAW_LIMIT)
-
-
-def _between(start: "pl.Expr", end: "pl.Expr", k: "pl.Expr", n: "pl.Expr") -> "pl.Expr":
-    """start + (end - start) * k / n, or end when start is unknown."""
-    s = start.dt.epoch("us")
-    e = end.dt.epoch("us")
-    mid = s + (e - s) * k // n
-    return pl.when(start.is_null()).then(end).otherwise(pl.from_epoch(mid, time_unit="us").dt.replace_time_zone("UTC"))
 
 
 def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "pl.DataFrame", dict]:

@@ -53,8 +53,6 @@ def parse(records: "pl.DataFrame") -> "pl.DataFrame":
     column, keeping the left order (``maintain_order="left"``), instead of
     joins that gathered every column twice.
     """
-    import polars as pl
-
     # Narrow first: an eager filter copies every column of the records frame
     # (measured +80 MB at 400 k records), and request lines are most of them.
     narrow = records.select("time", "stream", "seq", "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n")

@@ -1,0 +1,26 @@
+"""The evidence schema, from the sections' declarations (moved out of joiner/__init__.py so
+that joiner/core.py reads it without importing its own package)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import config, dmon, kv, pool, prom, request, sched, stats
+from .declare import Evidence, schema
+
+if TYPE_CHECKING:
+    from ..frames import Schema
+
+# Declaration order is the output column order.
+DECLARED: list[Evidence] = (
+    sched.EVIDENCE + request.EVIDENCE + pool.EVIDENCE + kv.EVIDENCE + stats.EVIDENCE + prom.EVIDENCE + dmon.EVIDENCE
+    + config.EVIDENCE
+)
+EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
+VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]
+
+
+def polars_schema() -> "Schema":
+    from ..frames import polars_schema as _polars_schema
+
+    return _polars_schema(EVIDENCE_SCHEMA)
