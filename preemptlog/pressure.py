@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .frames import provenance_expr
+
 if TYPE_CHECKING:
     from .result import AnalysisView
 
@@ -270,7 +272,7 @@ def find_intervals(
     iv = s.filter(pl.col("_in"))
     if iv.height == 0:
         return pl.DataFrame(schema=_schema())
-    where = pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)])
+    where = provenance_expr()
     out = (
         iv.group_by([*g, "_run"], maintain_order=True)
         .agg(

@@ -11,6 +11,8 @@ from typing import Any
 
 import polars as pl
 
+from ..frames import provenance_expr
+
 DEFAULT_BEFORE = 10.0
 DEFAULT_AFTER = 2.0
 DEFAULT_LOOKBACK = 3
@@ -18,7 +20,8 @@ CONFLICT_S = 1.0  # G4: how close to the decision the other request's extension 
 
 
 def src_expr(source: str = "source", line: str = "line") -> "pl.Expr":
-    return pl.concat_str([pl.col(source), pl.lit(":"), pl.col(line).cast(pl.String)])
+    """``file:line`` of a row (frames.provenance_expr)."""
+    return provenance_expr(source, line)
 
 
 def us(seconds: float) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..frames import provenance_expr
 from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key, us
 from .config import section_config
 from .dmon import section_dmon
@@ -100,7 +101,7 @@ def record_events(frames: dict[str, "pl.DataFrame"]) -> "pl.DataFrame | None":
     if pre.height == 0:
         return None
     return pre.select(
-        pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]).alias("event_id"),
+        provenance_expr().alias("event_id"),
         "time",
         "time_precision",
         pl.lit(None, pl.Datetime("us", "UTC")).alias("interval_start"),

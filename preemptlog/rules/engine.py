@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import polars as pl
 
+from ..frames import provenance_expr
 from . import expr as E
 from .model import GATES, Rule, RuleSet
 
@@ -61,7 +62,7 @@ class Compiler:
         if f"{name}_src" in self.columns:
             return pl.col(f"{name}_src")
         if name in self.columns and "source" in self.columns:
-            return pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)])
+            return provenance_expr()
         return pl.lit(None, pl.String)
 
     def _src_of_node(self, node: E.Node) -> "pl.Expr":
@@ -305,7 +306,8 @@ def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> "pl.Expr":
     return pl.concat_list(items).list.drop_nulls()
 
 
-VERDICT_COLUMNS = [
+# The columns evaluate() decides; rules.verdicts.VERDICT_COLUMNS adds the factors and fixes.
+ENGINE_COLUMNS = [
     "gate",
     "sub_kind",
     "rule",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..frames import provenance_expr
 from .engine import Compiler
 from .model import RuleSet
 
@@ -174,7 +175,7 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
             "vLLM V0 logs only every 50th preemption; this event was reconstructed from "
             "total_num_cumulative_preemption and has no request id"
         ),
-        pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]),
+        provenance_expr(),
     )
     mnbt, util = v("cfg_max_num_batched_tokens"), v("cfg_gpu_memory_utilization")
     spec = pl.when(v("cfg_speculative") == True).then(pl.lit(1.0 - reserve)).otherwise(pl.lit(1.0))  # noqa: E712

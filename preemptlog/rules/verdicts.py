@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..frames import PolarsType
-from .engine import evaluate
+from .engine import ENGINE_COLUMNS, evaluate
 from .factors import factors
 from .model import RuleSet
 from .recommend import by_gate
@@ -21,19 +21,7 @@ from .recommend import by_gate
 if TYPE_CHECKING:
     from ..result import AnalysisView
 
-VERDICT_COLUMNS = [
-    "gate",
-    "sub_kind",
-    "rule",
-    "confidence",
-    "gates_fired",
-    "not_evaluable",
-    "evidence",
-    "notes",
-    "contributing_factors",
-    "recommendations",
-    "fixes",
-]
+VERDICT_COLUMNS = [*ENGINE_COLUMNS, "contributing_factors", "recommendations", "fixes"]
 
 
 def _fix_fields() -> "dict[str, PolarsType]":
