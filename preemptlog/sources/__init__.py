@@ -31,10 +31,13 @@ from .registry import (
     SourceKind,
     SourceOutput,
     TimeContext,
+    Sample,
     families,
     kinds,
     register,
     register_family,
+    register_samples,
+    samples,
 )
 
 # The built-in source modules, imported once, here; each registers its kinds or families.
@@ -46,8 +49,8 @@ for _name in BUILTIN_MODULES:
 del _name
 
 __all__ = [
-    "BUILTIN_MODULES", "Parsed", "RecordFamily", "SourceKind", "SourceOutput", "TimeContext", "families", "kinds",
-    "register", "register_family", "registry", "sniff",
+    "BUILTIN_MODULES", "Parsed", "RecordFamily", "Sample", "SourceKind", "SourceOutput", "TimeContext", "families",
+    "kinds", "register", "register_family", "register_samples", "registry", "samples", "sniff",
 ]
 
 

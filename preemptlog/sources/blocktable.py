@@ -50,7 +50,7 @@ import polars as pl
 
 from ..frames import PolarsType
 from ..timebase import offset_for
-from .registry import SourceKind, SourceOutput, TimeContext, register
+from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 from .hooks import BT_TEXT_SCHEMA
 
 if TYPE_CHECKING:
@@ -613,3 +613,5 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ('{"type": "step", "ts": 1.0, "step": "one", "num_free_blocks": 3}', {"_bad": True}),
     ("{not json", {"_bad": True}),
 ]
+
+register_samples(KIND, SAMPLES)

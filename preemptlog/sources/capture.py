@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .registry import SourceKind, SourceOutput, TimeContext, register
+from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
     from ..inputs import InputFile
@@ -104,3 +104,5 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
      '"end": "2026-12-01T10:00:40.000+00:00", "url": "http://127.0.0.1:8000/metrics", "failures": 2, '
      '"error": "Connection refused"}', {"warnings": 1}),
 ]
+
+register_samples(KIND, SAMPLES)

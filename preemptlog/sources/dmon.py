@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..timebase import offset_for
-from .registry import SourceKind, SourceOutput, TimeContext, register
+from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
     from ..inputs import InputFile
@@ -404,3 +404,5 @@ SAMPLES: list[tuple[str, list[dict[str, Any]]]] = [
         [{"gpu": 0, "pwr_w": 30.0, "sm_pct": 5.0, "fb_mb": 800.0}],
     ),
 ]
+
+register_samples(KIND, SAMPLES)

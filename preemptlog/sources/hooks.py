@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .registry import RecordFamily, SourceOutput, TimeContext, register_family
+from .registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
 
 if TYPE_CHECKING:
     from ..frames import Schema
@@ -313,3 +313,6 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("block_table free req_id=5 after PREEMPTED", {"kind": "bt_text", "event": "5"}),
     ("block_table allocate req=5 0->4", {"_dropped": True}),
 ]
+
+register_samples("hooks", [s for s in SAMPLES if s[1].get("kind") != "bt_text"])
+register_samples("bt_text", [s for s in SAMPLES if s[1].get("kind") == "bt_text"])

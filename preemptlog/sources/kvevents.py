@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..timebase import offset_for
-from .registry import SourceKind, SourceOutput, TimeContext, register
+from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
     from ..inputs import InputFile
@@ -248,3 +248,5 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("not an event batch", {"_bad": True}),
     ('{"time": "x", "events": []}', {"_bad": True}),
 ]
+
+register_samples(KIND, SAMPLES)

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..timebase import offset_for
-from .registry import SourceKind, register
+from .registry import SourceKind, register, register_samples
 
 if TYPE_CHECKING:
     from ..inputs import InputFile
@@ -1138,3 +1138,41 @@ register(
         parse=parse,
     )
 )
+
+
+# Sample inputs (tests/test_samples.py): a whole scrape file each; ``expect`` names a frame and
+# the fields of one of its rows, and the events the counter increases make.
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "# scrape 2026-03-14T10:00:00Z\n"
+        "# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{engine="0",model_name="m"} 10.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.97\n'
+        "# scrape 2026-03-14T10:00:10Z\n"
+        "# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{engine="0",model_name="m"} 14.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0\n'
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.99\n',
+        {"frame": "prom_preemptions", "engine": "0", "increase": 4, "value": 14.0, "_events": 4},
+    ),
+    (
+        "# scrape 2026-03-14T10:00:10Z\n"
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0\n'
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.99\n',
+        {"frame": "prom_series", "engine": "0", "waiting": 5.0, "kv_usage": 99.0, "_events": 0},
+    ),
+    (
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":'
+        '"vllm:num_preemptions_total","engine":"0","model_name":"m"},"values":[[1773482400,"10"],'
+        '[1773482410,"12"]]}]}}\n',
+        {"frame": "prom_preemptions", "engine": "0", "increase": 2, "value": 12.0, "_events": 2},
+    ),
+    (
+        '{"status":"success","data":{"resultType":"vector","result":[{"metric":{"__name__":'
+        '"vllm:num_preemptions_total","engine":"0","model_name":"m"},"value":[1773483900.781,"422"]}]}}\n',
+        {"frame": "prom_preemptions", "engine": "0", "value": 422.0, "_events": 0},
+    ),
+]
+
+register_samples(KIND, SAMPLES)

@@ -67,6 +67,38 @@ class RecordFamily:
     verify: dict[str, str] = field(default_factory=dict)  # record kind -> confirming regex
 
 
+@dataclass(frozen=True)
+class Sample:
+    """An input a source kind or record family declares it reads, and what it must give.
+
+    ``text`` is a line (a whole file for dmon); ``expect`` is what the module's own sample test
+    checks (the fields of the row it makes: a dict; dmon: one dict per row). A sample marked
+    ``_bad`` or ``_dropped`` is one the source must flag or skip. tests/test_samples.py runs
+    every registered sample; each module's tests check ``expect`` field by field.
+    """
+
+    kind: str  # the source kind or record family
+    text: str
+    expect: Any
+
+    @property
+    def good(self) -> bool:
+        return not (isinstance(self.expect, dict) and (self.expect.get("_bad") or self.expect.get("_dropped")))
+
+
+_SAMPLES: dict[str, list[Sample]] = {}
+
+
+def register_samples(kind: str, samples: list[tuple[str, Any]]) -> None:
+    """Declare a source kind's or record family's samples (``(text, expect)`` pairs)."""
+    _SAMPLES.setdefault(kind, []).extend(Sample(kind, text, expect) for text, expect in samples)
+
+
+def samples(kind: str) -> list[Sample]:
+    """The samples a source kind or record family declared (every built-in declares some)."""
+    return list(_SAMPLES.get(kind, []))
+
+
 _REGISTRY: dict[str, SourceKind] = {}
 _FAMILIES: dict[str, RecordFamily] = {}
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from .registry import SourceKind, register
+from .registry import SourceKind, register, register_samples
 
 KIND = "vllm-log"
 
@@ -545,3 +545,5 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
 def scan_empty() -> "pl.DataFrame":
     """An empty records frame with the declared schema."""
     return pl.DataFrame(schema={k: getattr(pl, v) for k, v in RECORD_SCHEMA.items()})
+
+register_samples(KIND, SAMPLES)
