@@ -26,9 +26,9 @@ Rule (per engine label; events with no engine count as engine 0):
 3. Outside the window, the log's own events stand.
 
 So ``total`` (= the events frame's height) never holds the same preemption
-twice. (When nothing else counted any preemption, joiner.finish, which runs
-after this, turns block-table ``preempt`` records into events of kind
-``record``; ``total`` already counts them.) A single Prometheus reading is a counter fact (value since engine start
+twice. (When nothing else counted any preemption, :func:`records_vs_counts`, the last step
+of :func:`event_set`, turns block-table ``preempt`` records into events of kind ``record``;
+``total`` counts them.) A single Prometheus reading is a counter fact (value since engine start
 or the last reset, at its time), never events; it is compared with what the
 log counted up to that time. Disagreements are listed, not resolved away.
 """

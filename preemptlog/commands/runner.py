@@ -9,14 +9,18 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..errors import ExitCode, PreemptlogError
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def stderr_console(no_color: bool = False):
+
+def stderr_console(no_color: bool = False) -> "Console":
     """The console for the human summary: stderr, no highlighting, no emoji codes (log text stays literal)."""
     from rich.console import Console
 
@@ -33,7 +37,7 @@ class _Progress:
     """A rich progress display on stderr, shown only once a run has taken a second (_progress_after):
     bytes of the vLLM logs read, then the stage being worked on (analysis.Profile tells it)."""
 
-    def __init__(self, console) -> None:
+    def __init__(self, console: "Console") -> None:
         import threading
 
         self.console = console
@@ -42,9 +46,13 @@ class _Progress:
         self.total = 0
         self.done = 0
         self.label = "reading the bundle"
-        self.timer = threading.Timer(_progress_after(), self._show)
+        delay = _progress_after()
+        self.timer: threading.Timer | None = threading.Timer(delay, self._show)
         self.timer.daemon = True
-        self.timer.start()
+        if delay <= 0:  # at once, before the first stage can change the label (no thread to wait for)
+            self._show()
+        else:
+            self.timer.start()
 
     def _show(self) -> None:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
@@ -104,7 +112,7 @@ def _progress_after() -> float:
 
 
 @contextlib.contextmanager
-def progress(quiet: bool = False, no_color: bool = False):
+def progress(quiet: bool = False, no_color: bool = False) -> Iterator[None]:
     """Show progress on stderr while the body runs, when stderr is a terminal and not ``quiet``."""
     try:
         tty = sys.stderr.isatty()
@@ -234,7 +242,7 @@ def _quiet_broken_pipes() -> None:
     except ImportError:  # pragma: no cover
         return
 
-    def on_broken_pipe(self) -> None:
+    def on_broken_pipe(self: Any) -> None:
         if getattr(self, "stderr", False) or getattr(self, "file", None) is sys.__stderr__:
             _silence(2)
             self.quiet = True
@@ -242,7 +250,7 @@ def _quiet_broken_pipes() -> None:
         _silence(1)
         raise BrokenPipeError(32, "Broken pipe")
 
-    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
+    Console.on_broken_pipe = on_broken_pipe
 
 
 class _ClosedStdout:
@@ -266,6 +274,6 @@ class _ClosedStdout:
 
 def _closed_std_streams() -> None:
     if sys.stdout is None:
-        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+        sys.stdout = _ClosedStdout()
     if sys.stderr is None:  # 2>&-: messages go nowhere, exit codes still tell
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115

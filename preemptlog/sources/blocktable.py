@@ -391,7 +391,7 @@ class BlockTableParsed:
         return out  # type: ignore[return-value]  # polars scalars are typed as every literal
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        from ..timebase import Assumption, _localize
+        from ..timebase import Assumption, localize
 
         out = SourceOutput()
         steps, tables, events, requests, config = [], [], [], [], []
@@ -407,7 +407,7 @@ class BlockTableParsed:
             if df.height == 0:
                 continue
             df = df.with_columns(
-                time=pl.coalesce("_exact", _localize(_naive_time(), ctx.tz)),
+                time=pl.coalesce("_exact", localize(_naive_time(), ctx.tz)),
                 time_precision=pl.when(pl.col("ts").is_not_null() | pl.col("f").is_not_null())
                 .then(pl.lit("us"))
                 .otherwise(pl.lit("1s")),

@@ -243,7 +243,7 @@ class DmonParsed:
         return out
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        from ..timebase import _localize
+        from ..timebase import localize
 
         out = SourceOutput()
         frames = []
@@ -260,7 +260,7 @@ class DmonParsed:
             has_time = df.get_column("_time").is_not_null().any() if df.height else False
             if has_date and has_time:
                 naive = _naive_expr()
-                df = df.with_columns(time=_localize(naive, ctx.tz), time_precision=pl.lit("1s"))
+                df = df.with_columns(time=localize(naive, ctx.tz), time_precision=pl.lit("1s"))
             elif has_time:
                 df, assumption = _date_for_time_only(df, ctx, f.display)
                 if assumption is None:
@@ -298,7 +298,7 @@ class DmonParsed:
 
 def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str) -> "tuple[pl.DataFrame, Assumption | None]":
     """Give a time-only capture its dates. Returns (frame with time, Assumption | None)."""
-    from ..timebase import Assumption, _localize, zone_info
+    from ..timebase import Assumption, localize, zone_info
 
     secs = (
         pl.col("_time").str.slice(0, 2).cast(pl.Int64, strict=False) * 3600
@@ -348,7 +348,7 @@ def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str) -> "
     naive = pl.datetime(day0.year, day0.month, day0.day, time_unit="us") + pl.duration(
         days=pl.col("_day"), seconds=pl.col("_secs")
     )
-    df = df.with_columns(time=_localize(naive, ctx.tz), time_precision=pl.lit("1s")).drop("_secs", "_day")
+    df = df.with_columns(time=localize(naive, ctx.tz), time_precision=pl.lit("1s")).drop("_secs", "_day")
     days = last["_day"]
     span = day0.isoformat() if not days else f"{day0.isoformat()} (+{days} day(s): crosses midnight)"
     return df, Assumption("dmon date", span, f"dmon -o T has no date; chose the day closest to {basis}", scope=display)
