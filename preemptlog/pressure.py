@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .frames import provenance_expr
+from .frames import PolarsType, provenance_expr
 
 if TYPE_CHECKING:
     from .result import AnalysisView
@@ -85,7 +85,7 @@ class LogCapability:
     prometheus_metric: bool = True  # does this version expose vllm:num_preemptions_total?
     details: dict[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "family": self.family,
             "version": self.version,
@@ -173,9 +173,9 @@ def log_capability(a: "AnalysisView") -> LogCapability:
 # 2. Suspected pressure intervals
 
 
-def _schema() -> dict:
+def _schema() -> pl.Schema:
     dt = pl.Datetime("us", "UTC")
-    return {
+    cols: dict[str, PolarsType] = {
         "series": pl.String,
         "engine": pl.String,
         "start": dt,
@@ -189,6 +189,7 @@ def _schema() -> dict:
         "signals": pl.List(pl.String),
         "evidence": pl.List(pl.String),
     }
+    return pl.Schema(cols)
 
 
 def find_intervals(
@@ -246,7 +247,9 @@ def find_intervals(
         return pl.DataFrame(schema=_schema())
     g = ["series", "_grp"]
     s = s.sort([*g, "time", "_order"])
-    prev = lambda c: pl.col(c).shift(1).over(g)  # noqa: E731
+    def prev(c: str) -> pl.Expr:
+        return pl.col(c).shift(1).over(g)
+
     waiting = pl.col("waiting").fill_null(0) > 0
     kv_hot = (pl.col("kv_usage") >= ceiling).fill_null(False)
     prev_hot = (prev("kv_usage") >= ceiling).fill_null(False)
@@ -317,7 +320,7 @@ def find_intervals(
     return out.sort("start", "series", "engine")
 
 
-def describe(row: dict, tz: str) -> str:
+def describe(row: dict[str, Any], tz: str) -> str:
     """One human line for an interval row (times in ``tz``)."""
     from .timebase import iso
 

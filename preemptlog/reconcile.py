@@ -136,7 +136,7 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
     orig_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
 
     dropped_by_engine: dict[str, dict[str, int]] = {}
-    surplus_rows: list[dict] = []
+    surplus_rows: list[dict[str, Any]] = []
     if timed.height and ev.height:
         win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
         g0, g1 = timed.get_column("start").min(), timed.get_column("end").max()
@@ -583,16 +583,16 @@ def _kind_counts(ev: "pl.DataFrame", cond: "pl.Expr") -> dict[str, int]:
     return {k: n for k, n in ev.filter(cond).group_by("kind").len().iter_rows()}
 
 
-def _span(df: "pl.DataFrame", tz: str) -> list | None:
+def _span(df: "pl.DataFrame", tz: str) -> list[Any] | None:
     from .timebase import iso
 
     t = df.get_column("time").drop_nulls() if "time" in df.columns else None
     if t is None or t.len() == 0:
         return None
-    return [iso(t.min(), tz), iso(t.max(), tz)]
+    return [iso(t.min(), tz), iso(t.max(), tz)]  # type: ignore[arg-type]  # polars scalars are typed as every literal
 
 
-def _prom_note(facts: dict, pairs: "pl.DataFrame") -> str:
+def _prom_note(facts: dict[str, Any], pairs: "pl.DataFrame") -> str:
     parts = [f"{facts.get('scrapes', 0)} scrape(s), {facts.get('series', 0)} series"]
     base = pairs.filter(pl.col("increase").is_null())
     if base.height:

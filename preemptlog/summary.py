@@ -193,8 +193,8 @@ def summarize(a: "Analysis") -> dict[str, Any]:
         ]
     rec_t = a.records.get_column("time") if a.records.height else None
     span = {
-        "first": iso(rec_t.min(), tz) if rec_t is not None else None,
-        "last": iso(rec_t.max(), tz) if rec_t is not None else None,
+        "first": iso(rec_t.min(), tz) if rec_t is not None else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        "last": iso(rec_t.max(), tz) if rec_t is not None else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
     }
     stats = a.stats
     stats_summary = {
@@ -235,8 +235,8 @@ def summarize(a: "Analysis") -> dict[str, Any]:
         "by_confidence": by_conf,
         "requests_received": received,
         "preemption_rate": rate,
-        "first_event": iso(timed.get_column("time").min(), tz) if timed.height else None,
-        "last_event": iso(timed.get_column("time").max(), tz) if timed.height else None,
+        "first_event": iso(timed.get_column("time").min(), tz) if timed.height else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        "last_event": iso(timed.get_column("time").max(), tz) if timed.height else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
         "events_without_time": ev.height - timed.height,
         "log_span": span,
         "requests_preempted_more_than_once": repeated,
@@ -363,7 +363,7 @@ def fix_line(x: dict[str, Any]) -> str:
     else:
         what = f"{x['option']} {x['suggested']}" if x["option"].startswith("--") else f"{x['option']}: {x['suggested']}"
     n = x.get("events_addressed")
-    return what + (f" ({x['expected_effect']}; addresses {n} event(s))" if n else f" ({x['expected_effect']})")
+    return str(what + (f" ({x['expected_effect']}; addresses {n} event(s))" if n else f" ({x['expected_effect']})"))
 
 
 def pressure_rows(a: "Analysis") -> list[dict[str, Any]]:
