@@ -24,7 +24,7 @@ from . import expr as E
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
 SUB_KINDS = ("capacity", "fragmentation", "kv-exhausted")
 CONFIDENCE = ("high", "medium", "low")
-TOP_FIELDS = {"version", "thresholds", "derived", "rule", "gates"}
+TOP_FIELDS = {"version", "thresholds", "derived", "rule", "gates", "mechanism"}  # mechanism: issue 15 (rules/mechanisms.py)
 RULE_FIELDS = {
     "id",
     "gate",
@@ -95,6 +95,7 @@ class RuleSet:
     derived: dict[str, str]
     gates_help: dict[str, str]
     files: list[str] = field(default_factory=list)
+    mechanisms: list[Any] = field(default_factory=list)  # issue 15: rules.mechanisms.MechanismRule
 
     @property
     def active(self) -> list[Rule]:
@@ -280,6 +281,9 @@ def _merge(rs: RuleSet, doc: dict, src: str) -> None:
         else:
             by_id[rule.id] = len(rs.rules)
             rs.rules.append(rule)
+    from .mechanisms import merge as merge_mechanisms  # issue 15
+
+    merge_mechanisms(rs, doc, src)
     rs.files.append(src)
 
 
@@ -309,6 +313,9 @@ def validate(rs: RuleSet) -> None:
             for n in s.get("evidence", {}):
                 if n not in known:
                     raise RulesError(f"{where} sample #{i + 1}: unknown evidence {n!r}")
+    from .mechanisms import validate as validate_mechanisms  # issue 15
+
+    validate_mechanisms(rs)
 
 
 def _check_expr(where: str, text: str, names_ok: set[str], rs: RuleSet) -> None:
