@@ -66,6 +66,7 @@ class Analysis:
     ruleset: Any = None  # the rules.model.RuleSet used
     filters: dict | None = None  # view.apply_filters: what was filtered out after the analysis
     columns: list[str] | None = None  # view.with_columns: the event columns the formatters write
+    findings: Any = None  # issue 15: findings.Findings, a pure function of the finished Analysis
 
     def summary(self) -> dict:
         from .summary import summarize
@@ -348,6 +349,10 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
         analysis.ruleset = ruleset
         analysis.verdicts = verdicts(analysis, ruleset)
         prof.mark("verdicts")
+    from .findings import compute as compute_findings  # issue 15
+
+    analysis.findings = compute_findings(analysis)  # issue 15: reads the Analysis, never changes it
+    prof.mark("findings")
     return analysis
 
 
