@@ -92,7 +92,7 @@ def headline_part(f: Findings) -> str:
     parts = []
     rc = f.recompute
     if rc.get("preemptions"):
-        if rc.get("tokens") is None:
+        if rc.get("tokens") is None or (rc.get("tokens_is_lower_bound") and not rc.get("tokens")):
             parts.append("tokens recomputed unknown")
         else:
             least = "at least " if rc.get("tokens_is_lower_bound") else ""
