@@ -42,6 +42,8 @@ def _pool(a: "Analysis") -> dict[str, Any] | None:
                     "block_size": int(r["block_size"]),
                     "inputs": [f"num_total_blocks={r['num_total_blocks']}, block_size={r['block_size']} "
                                f"(block-table step record, {r['_src']})"]}
+    if kv is not None:  # tokens only (V1 logs no block_size): the levers in blocks are not evaluable
+        return {"tokens": int(kv.value), "blocks": None, "block_size": None, "inputs": [kv.cite()]}
     return None
 
 
@@ -94,7 +96,7 @@ def compute(a: "Analysis", victims: "pl.DataFrame") -> dict[str, Any]:
     from ..rules.recommend import capacity_fixes
 
     pool = _pool(a)
-    peak = _peak(a, pool) if pool is not None else None
+    peak = _peak(a, pool) if pool is not None and pool["blocks"] else None
     cfg: dict[str, Cfg | None] = {k: cfg_number(a, k) for k in (
         "gpu_memory_utilization", "max_num_seqs", "max_model_len", "max_num_batched_tokens", "kv_cache_memory_gib",
         "max_concurrency")}

@@ -223,7 +223,10 @@ def evaluate(frame: "pl.DataFrame", rs: "RuleSet") -> "pl.DataFrame":
         chain(lambda r: pl.lit(r.mechanism), pl.lit(UNKNOWN)).alias("mechanism"),
         chain(lambda r: pl.lit(r.id), pl.lit(None, pl.String)).alias("mechanism_rule"),
         chain(lambda r: pl.lit(r.confidence), pl.lit("none")).alias("mechanism_confidence"),
-        chain(lambda r: _cite_structs(c, r.cite, df.schema), pl.lit(None)).alias("mechanism_evidence"),
+        # A cited value without a line (a default preemptlog assumed) is not evidence: left out.
+        chain(lambda r: _cite_structs(c, r.cite, df.schema), pl.lit(None))
+        .list.eval(pl.element().filter(pl.element().struct.field("src").is_not_null()))
+        .alias("mechanism_evidence"),
         pl.when(any_fired).then(pl.lit([], pl.List(pl.String))).otherwise(missing).alias("mechanism_missing"),
     )
 

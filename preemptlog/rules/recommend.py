@@ -463,7 +463,7 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     if mml is None:
         dropped.append({"id": "capacity_max_model_len", "why": "max_model_len is not stated in the bundle"})
     elif mml.value > pool["tokens"] or (conc is not None and conc.value < 1):
-        fit_len = (pool["tokens"] // pool["block_size"]) * pool["block_size"]
+        fit_len = (pool["tokens"] // pool["block_size"]) * pool["block_size"] if pool["block_size"] else pool["tokens"]
         out.append(_fix(
             "capacity_max_model_len", "--max-model-len", int(mml.value), fit_len,
             [mml.cite(), *pin] + ([conc.cite()] if conc else []),
@@ -494,7 +494,7 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
                         if vp["max"] <= mbt.value else "the longest victim prompt exceeds the KV pool"})
     # watermark (V1 --watermark, 0.24+): keep room for running requests' growth when admitting.
     ver = c.get("vllm_version")
-    if peak is None or ver is None or _ver(ver[0]) < (0, 24):
+    if peak is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24):
         dropped.append({"id": "capacity_watermark",
                         "why": "needs the vLLM version (>= 0.24, where V1 has --watermark) and preempt records"})
     else:
