@@ -271,10 +271,25 @@ def test_cli_parquet_carries_the_per_event_findings(tmp_path):
     assert p.returncode in (0, 5), p.stderr
     df = pl.read_parquet(out)
     assert df.get_column("recompute_tokens").sum() == 489 and set(df.get_column("mechanism")) == {"kv-capacity"}
+    meta = pl.read_parquet_metadata(out)
+    f = json.loads(meta["preemptlog.findings"])
+    assert f["recompute"]["tokens"] == 489 and f["thrash"]["ranking"][0]["request_id"] == "r1"
+
+
+def test_report_has_the_recompute_panel_and_the_thrash_table(tmp_path):
+    out = tmp_path / "r.html"
+    p = _cli("report", str(FIX / "v1-records"), "--tz", "UTC", "--year", "2026", "-o", str(out))
+    assert p.returncode in (0, 5), p.stderr
+    t = out.read_text()
+    i = t.index('<section id="findings">')
+    sec = t[i:t.index("</section>", i)]
+    assert '<svg id="recompute-chart"' in sec and '<table id="thrash-table">' in sec
+    assert "v1-records/records.jsonl:7" in sec and "http" not in sec
+    assert "--gpu-memory-utilization 0.8 -&gt; 0.83" in sec
 
 
 def test_cli_rules_check_runs_the_mechanism_samples():
-    p = _cli("rules", "--check", "-f", "json") if False else _cli("rules", "--check")
+    p = _cli("rules", "--check")
     assert p.returncode == 0, p.stderr
     assert "M-prefix-cache-reset" in p.stdout and "M-kv-capacity" in p.stdout
 

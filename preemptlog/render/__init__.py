@@ -115,4 +115,20 @@ def write(
 
 def write_parquet(analysis: "Analysis", out: BinaryIO) -> None:
     df = event_rows(analysis, text_times=False)
-    df.write_parquet(out)
+    meta = _findings_metadata(analysis)  # issue 15: the incident's findings as file metadata
+    if meta:
+        df.write_parquet(out, metadata=meta)
+    else:
+        df.write_parquet(out)
+
+
+def _findings_metadata(analysis: "Analysis") -> dict[str, str] | None:
+    """``preemptlog.findings``: the json document's ``findings`` object (docs/findings.md), as JSON text."""
+    f = getattr(analysis, "findings", None)
+    if f is None:
+        return None
+    import json
+
+    from ..findings import as_dict
+
+    return {"preemptlog.findings": json.dumps(as_dict(f, analysis.tz), ensure_ascii=False, default=str)}
