@@ -19,6 +19,7 @@ Every value cites its ``file:line`` (or the interval / step); what the bundle ca
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -37,11 +38,11 @@ EVENT_COLUMNS = ["mechanism", "mechanism_rule", "mechanism_confidence", "mechani
 
 @dataclass(frozen=True)
 class Findings:
-    per_event: "pl.DataFrame"  # event_id + EVENT_COLUMNS
+    per_event: pl.DataFrame  # event_id + EVENT_COLUMNS
     recompute: dict[str, Any]
-    recompute_per_minute: "pl.DataFrame"
+    recompute_per_minute: pl.DataFrame
     thrash: dict[str, Any]
-    thrash_table: "pl.DataFrame"
+    thrash_table: pl.DataFrame
     stall: dict[str, Any]
     mechanisms: dict[str, int]
     capacity: dict[str, Any]
@@ -52,7 +53,7 @@ class Findings:
         return headline_part(self)
 
 
-def compute(analysis: "Analysis") -> Findings:
+def compute(analysis: Analysis) -> Findings:
     import polars as pl
 
     from . import capacity, mechanism, recompute, stall, thrash
@@ -131,14 +132,14 @@ def _plain(v: Any, tz: str) -> Any:
         return {k: _plain(x, tz) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x, tz) for x in v]
-    if isinstance(v, float) and v != v:
+    if isinstance(v, float) and math.isnan(v):
         return None
     return v
 
 
 def as_dict(f: Findings, tz: str) -> dict[str, Any]:
     """The top-level ``findings`` object of the JSON document (docs/findings.md)."""
-    return _plain(
+    out: dict[str, Any] = _plain(
         {
             "version": FINDINGS_VERSION,
             "recompute": {**f.recompute, "per_minute": f.recompute_per_minute.to_dicts()},
@@ -150,3 +151,4 @@ def as_dict(f: Findings, tz: str) -> dict[str, Any]:
         },
         tz,
     )
+    return out

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
 
 
-def _pool(a: "Analysis") -> dict[str, Any] | None:
+def _pool(a: Analysis) -> dict[str, Any] | None:
     import polars as pl
 
     bs = cfg_number(a, "block_size")
@@ -40,14 +40,14 @@ def _pool(a: "Analysis") -> dict[str, Any] | None:
             r = row.with_columns(_src=src_expr()).row(0, named=True)
             return {"tokens": int(r["num_total_blocks"] * r["block_size"]), "blocks": int(r["num_total_blocks"]),
                     "block_size": int(r["block_size"]),
-                    "inputs": [f"num_total_blocks={r['num_total_blocks']}, block_size={r['block_size']} "
-                               f"(block-table step record, {r['_src']})"]}
+                    "inputs": [(f"num_total_blocks={r['num_total_blocks']}, block_size={r['block_size']} "
+                               f"(block-table step record, {r['_src']})")]}
     if kv is not None:  # tokens only (V1 logs no block_size): the levers in blocks are not evaluable
         return {"tokens": int(kv.value), "blocks": None, "block_size": None, "inputs": [kv.cite()]}
     return None
 
 
-def _peak(a: "Analysis", pool: dict[str, Any]) -> dict[str, Any] | None:
+def _peak(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
     """The largest block demand at a failed allocation of a preempt record."""
     import polars as pl
 
@@ -65,7 +65,8 @@ def _peak(a: "Analysis", pool: dict[str, Any]) -> dict[str, Any] | None:
         _src=src_expr(),
     ).sort(["_demand", "time"], descending=[True, False])
     r = d.row(0, named=True)
-    needed_max = int(p.get_column("blocks_needed").max())
+    mx = p.get_column("blocks_needed").max()
+    needed_max = int(mx) if isinstance(mx, (int, float)) else 0
     return {
         "blocks": int(r["_demand"]),
         "tokens": int(r["_demand"]) * pool["block_size"],
@@ -81,7 +82,7 @@ def _peak(a: "Analysis", pool: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _victim_prompts(a: "Analysis", victims: "pl.DataFrame") -> dict[str, Any] | None:
+def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None:
     import polars as pl
 
     pr = victims.filter(pl.col("prompt_tokens").is_not_null())
@@ -92,7 +93,7 @@ def _victim_prompts(a: "Analysis", victims: "pl.DataFrame") -> dict[str, Any] | 
     return None if r is None else {"max": int(r["prompt_tokens"]), "src": r["prompt_src"], "victims": pr.height}
 
 
-def compute(a: "Analysis", victims: "pl.DataFrame") -> dict[str, Any]:
+def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
     from ..rules.recommend import capacity_fixes
 
     pool = _pool(a)

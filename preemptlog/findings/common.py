@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,14 +12,14 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
 
 
-def src_expr(source: str = "source", line: str = "line") -> "pl.Expr":
+def src_expr(source: str = "source", line: str = "line") -> pl.Expr:
     """``file:line`` of a row (null when either is null)."""
     import polars as pl
 
     return pl.concat_str([pl.col(source), pl.lit(":"), pl.col(line).cast(pl.String)])
 
 
-def frame(a: "Analysis", name: str) -> "pl.DataFrame | None":
+def frame(a: Analysis, name: str) -> pl.DataFrame | None:
     df = a.frames.get(name)
     return df if df is not None and df.height else None
 
@@ -40,7 +41,7 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def cfg_number(a: "Analysis", key: str) -> Cfg | None:
+def cfg_number(a: Analysis, key: str) -> Cfg | None:
     """The value in force when it is seen or derived (a default is an assumption: None)."""
     from ..vllm.config import in_force
 
@@ -55,7 +56,7 @@ def cfg_number(a: "Analysis", key: str) -> Cfg | None:
     return Cfg(key, val, str(row["status"]), src)
 
 
-def cfg_text(a: "Analysis", key: str) -> tuple[str, str | None, str] | None:
+def cfg_text(a: Analysis, key: str) -> tuple[str, str | None, str] | None:
     """(value, file:line, status) of a configuration key, defaults included (callers decide)."""
     from ..vllm.config import in_force
 
@@ -66,7 +67,7 @@ def cfg_text(a: "Analysis", key: str) -> tuple[str, str | None, str] | None:
     return str(row["value"]), src, str(row["status"])
 
 
-def stats_intervals(a: "Analysis") -> "pl.DataFrame":
+def stats_intervals(a: Analysis) -> pl.DataFrame:
     """One row per stats line that closes a measured interval: ``t0`` (previous line of the same
     stream and engine), ``t1``, ``seconds``, ``prompt_tokens`` and ``gen_tokens`` (throughput x
     interval), ``src``. The first line of each series has no measured interval and is left out."""
@@ -104,6 +105,6 @@ def stats_intervals(a: "Analysis") -> "pl.DataFrame":
 
 def jsonable(v: Any) -> Any:
     """Plain JSON values (datetimes become ISO text later, by the caller's zone)."""
-    if isinstance(v, float) and v != v:  # NaN
+    if isinstance(v, float) and math.isnan(v):  # NaN
         return None
     return v

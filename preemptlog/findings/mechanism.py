@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
 
 
-def evidence(a: "Analysis", v: "pl.DataFrame") -> "pl.DataFrame":
+def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     """``event_id`` + the mech_* columns."""
     import polars as pl
 
@@ -68,12 +68,13 @@ def evidence(a: "Analysis", v: "pl.DataFrame") -> "pl.DataFrame":
     return df.select(cols)
 
 
-def evaluate(a: "Analysis", mech: "pl.DataFrame") -> "pl.DataFrame | None":
+def evaluate(a: Analysis, mech: pl.DataFrame) -> pl.DataFrame | None:
     """Per event: mechanism, mechanism_rule, mechanism_confidence, mechanism_evidence, mechanism_missing;
     None without a rule set (``--no-rules``)."""
     import polars as pl
 
-    from ..rules.mechanisms import active, evaluate as run
+    from ..rules.mechanisms import active
+    from ..rules.mechanisms import evaluate as run
     from ..rules.verdicts import event_frame
 
     rs = a.ruleset
@@ -84,7 +85,7 @@ def evaluate(a: "Analysis", mech: "pl.DataFrame") -> "pl.DataFrame | None":
     return out.with_columns(pl.col("mechanism_missing").list.join("; ").replace("", None).alias("mechanism_missing"))
 
 
-def counts(per_event: "pl.DataFrame | None") -> dict[str, Any]:
+def counts(per_event: pl.DataFrame | None) -> dict[str, Any]:
     if per_event is None or per_event.height == 0 or "mechanism" not in per_event.columns:
         return {}
     rows = per_event.group_by("mechanism").len().sort(["len", "mechanism"], descending=[True, False]).iter_rows()

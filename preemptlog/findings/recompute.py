@@ -38,7 +38,7 @@ PREEMPT_COLS = {
 }
 
 
-def _preempts(a: "Analysis") -> "pl.DataFrame | None":
+def _preempts(a: Analysis) -> pl.DataFrame | None:
     import polars as pl
 
     bt = frame(a, "bt_events")
@@ -65,7 +65,7 @@ def _preempts(a: "Analysis") -> "pl.DataFrame | None":
     )
 
 
-def victims(a: "Analysis") -> "pl.DataFrame":
+def victims(a: Analysis) -> pl.DataFrame:
     """One row per event: the victim's preempt record, table and request facts (internal columns)."""
     import polars as pl
 
@@ -102,7 +102,7 @@ def victims(a: "Analysis") -> "pl.DataFrame":
     return ev
 
 
-def _with_tables(a: "Analysis", ev: "pl.DataFrame") -> "pl.DataFrame":
+def _with_tables(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
     """The victim's table at the preemption step (computed tokens) and its latest table before."""
     import polars as pl
 
@@ -146,7 +146,7 @@ def _with_tables(a: "Analysis", ev: "pl.DataFrame") -> "pl.DataFrame":
     return ev
 
 
-def _with_prompts(a: "Analysis", ev: "pl.DataFrame") -> "pl.DataFrame":
+def _with_prompts(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
     """The victim's prompt length: its request record (arrival), else its request line."""
     import polars as pl
 
@@ -175,7 +175,7 @@ def _with_prompts(a: "Analysis", ev: "pl.DataFrame") -> "pl.DataFrame":
     return ev.join(pr, on="request_id", how="left")
 
 
-def per_event(v: "pl.DataFrame", a: "Analysis") -> "pl.DataFrame":
+def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     """``event_id, recompute_tokens, recompute_bound, recompute_basis, recompute_src, preempted_s, resumed_src``."""
     import polars as pl
 
@@ -216,7 +216,7 @@ def per_event(v: "pl.DataFrame", a: "Analysis") -> "pl.DataFrame":
     )
 
 
-def _with_resume(a: "Analysis", v: "pl.DataFrame") -> "pl.DataFrame":
+def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     """``preempted_s``: preemption -> the victim's next allocation at a later step of its engine."""
     import polars as pl
 
@@ -257,7 +257,11 @@ def _with_resume(a: "Analysis", v: "pl.DataFrame") -> "pl.DataFrame":
     return v.join(nxt, on="event_id", how="left")
 
 
-def totals(a: "Analysis", pe: "pl.DataFrame") -> tuple[dict[str, Any], "pl.DataFrame"]:
+def _f(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
     """The incident's recompute cost (dict) and per minute (frame: minute, preemptions, tokens,
     tokens_are_lower_bound, unknown, processed_tokens, share)."""
     import polars as pl
@@ -278,7 +282,7 @@ def totals(a: "Analysis", pe: "pl.DataFrame") -> tuple[dict[str, Any], "pl.DataF
         lo, hi = timed.get_column("time").min(), timed.get_column("time").max()
         sel = iv.filter((pl.col("t1") >= lo) & (pl.col("t0") <= hi))
         if sel.height:
-            processed = float(sel.get_column("prompt_tokens").sum() + sel.get_column("gen_tokens").sum())
+            processed = _f(sel.get_column("prompt_tokens").sum()) + _f(sel.get_column("gen_tokens").sum())
             window = {"from": sel.get_column("t0").min(), "to": sel.get_column("t1").max(),
                       "stats_lines": sel.height, "first_line": sel.get_column("src")[0],
                       "last_line": sel.get_column("src")[-1]}
@@ -303,9 +307,9 @@ def totals(a: "Analysis", pe: "pl.DataFrame") -> tuple[dict[str, Any], "pl.DataF
         "share_of_processed": share,
         "preempted_seconds": {
             "measured": resumed.height,
-            "median": float(resumed.get_column("preempted_s").median()) if resumed.height else None,
-            "max": float(resumed.get_column("preempted_s").max()) if resumed.height else None,
-            "sum": float(resumed.get_column("preempted_s").sum()) if resumed.height else None,
+            "median": _f(resumed.get_column("preempted_s").median()) if resumed.height else None,
+            "max": _f(resumed.get_column("preempted_s").max()) if resumed.height else None,
+            "sum": _f(resumed.get_column("preempted_s").sum()) if resumed.height else None,
         },
         "not_evaluable": None if known.height else (
             "no preemption events" if n == 0 else
@@ -317,10 +321,10 @@ def totals(a: "Analysis", pe: "pl.DataFrame") -> tuple[dict[str, Any], "pl.DataF
     return out, pm
 
 
-def _per_minute(timed: "pl.DataFrame", iv: "pl.DataFrame") -> "pl.DataFrame":
+def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
-    schema = {"minute": pl.Datetime("us", "UTC"), "preemptions": pl.UInt32, "tokens": pl.Int64,
+    schema: dict[str, Any] = {"minute": pl.Datetime("us", "UTC"), "preemptions": pl.UInt32, "tokens": pl.Int64,
               "tokens_are_lower_bound": pl.Boolean, "unknown": pl.UInt32, "processed_tokens": pl.Float64,
               "share": pl.Float64}
     if timed.height == 0:

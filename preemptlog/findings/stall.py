@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 from .common import cfg_number, frame, src_expr
 
 if TYPE_CHECKING:
-    import polars as pl
 
     from ..analysis import Analysis
 
 MIN_LINES = 2
 
 
-def compute(a: "Analysis") -> dict[str, Any]:
+def compute(a: Analysis) -> dict[str, Any]:
     import polars as pl
 
     st = a.stats
@@ -76,7 +75,7 @@ def compute(a: "Analysis") -> dict[str, Any]:
     return out
 
 
-def _never_fits(a: "Analysis") -> dict[str, Any]:
+def _never_fits(a: Analysis) -> dict[str, Any]:
     import polars as pl
 
     kv = cfg_number(a, "kv_cache_tokens")

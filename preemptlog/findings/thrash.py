@@ -34,14 +34,14 @@ REFERENCE = {
 TOP = 50
 
 
-def compute(a: "Analysis", pe: "pl.DataFrame") -> tuple[dict[str, Any], "pl.DataFrame"]:
+def compute(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
     import polars as pl
 
     ev = a.events.select("event_id", "time", "kind", "request_id", pl.col("engine").fill_null("0"), "source", "line")
     ev = ev.join(pe.select("event_id", "recompute_tokens", "recompute_bound"), on="event_id", how="left")
     with_id = ev.filter(pl.col("request_id").is_not_null())
     complete = with_id.filter(pl.col("kind").is_in(COMPLETE_KINDS))
-    schema = {"request_id": pl.String, "preemptions": pl.UInt32, "tokens_recomputed": pl.Int64,
+    schema: dict[str, Any] = {"request_id": pl.String, "preemptions": pl.UInt32, "tokens_recomputed": pl.Int64,
               "tokens_is_lower_bound": pl.Boolean, "first": pl.Datetime("us", "UTC"), "last": pl.Datetime("us", "UTC"),
               "finished": pl.String, "finished_src": pl.String, "first_src": pl.String}
     if complete.height == 0:
@@ -86,7 +86,7 @@ def compute(a: "Analysis", pe: "pl.DataFrame") -> tuple[dict[str, Any], "pl.Data
         "requests_preempted": preempted,
         "requests_preempted_more_than_once": repeated.height,
         "requests_preempted_5_or_more": int((counts >= 5).sum()),
-        "max_preemptions_per_request": int(counts.max() or 0),
+        "max_preemptions_per_request": int(_num(counts.max())),
         "distribution": dist,
         "preempted_once_share": dist["1"] / preempted if preempted else None,
         "requests_known": requests_known,
@@ -99,7 +99,11 @@ def compute(a: "Analysis", pe: "pl.DataFrame") -> tuple[dict[str, Any], "pl.Data
     return out, repeated.head(TOP).select(list(schema))
 
 
-def _finished(a: "Analysis") -> "pl.DataFrame":
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _finished(a: Analysis) -> pl.DataFrame:
     import polars as pl
 
     parts = []
@@ -119,7 +123,7 @@ def _finished(a: "Analysis") -> "pl.DataFrame":
     return pl.concat(parts, how="vertical_relaxed").unique("request_id", keep="first", maintain_order=True)
 
 
-def _request_count(a: "Analysis") -> tuple[int | None, str]:
+def _request_count(a: Analysis) -> tuple[int | None, str]:
     import polars as pl
 
     br = frame(a, "bt_requests")

@@ -23,10 +23,10 @@ def _bars(rows: list[dict[str, Any]]) -> str:
     top = max(max(r.get("tokens") or 0, r.get("processed_tokens") or 0) for r in vals) or 1
     n = len(rows)
     bw = max(2.0, (W - 2 * PAD) / max(n, 1) - 2)
-    out = [f'<svg id="recompute-chart" width="{W}" height="{H + 24}" viewBox="0 0 {W} {H + 24}" role="img" '
-           'aria-label="tokens recomputed per minute">',
-           '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-           '<rect width="3" height="6" fill="#c0504d"/></pattern></defs>',
+    out = [(f'<svg id="recompute-chart" width="{W}" height="{H + 24}" viewBox="0 0 {W} {H + 24}" role="img" '
+           'aria-label="tokens recomputed per minute">'),
+           ('<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+           '<rect width="3" height="6" fill="#c0504d"/></pattern></defs>'),
            f'<line x1="{PAD}" y1="{H}" x2="{W - PAD}" y2="{H}" stroke="#999"/>']
     for i, r in enumerate(rows):
         x = PAD + i * (bw + 2)
@@ -53,7 +53,7 @@ def _bars(rows: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def section(a: "Analysis") -> str:
+def section(a: Analysis) -> str:
     """``<section id="findings">`` or empty when the analysis has no findings."""
     from ..findings import as_dict
     from ..summary import fix_line

@@ -121,7 +121,7 @@ def build(doc: Any, src: str, order: int) -> MechanismRule:
     )
 
 
-def merge(rs: "RuleSet", doc: dict[str, Any], src: str) -> None:
+def merge(rs: RuleSet, doc: dict[str, Any], src: str) -> None:
     """Add (or, by id, replace) the ``[[mechanism]]`` rules of one rules file."""
     raw = doc.get("mechanism", [])
     if not isinstance(raw, list):
@@ -143,7 +143,7 @@ def known_names() -> set[str]:
     return gate_names() | set(MECHANISM_EVIDENCE)
 
 
-def validate(rs: "RuleSet") -> None:
+def validate(rs: RuleSet) -> None:
     from .model import _check_expr
 
     known = known_names()
@@ -162,11 +162,11 @@ def validate(rs: "RuleSet") -> None:
                     raise _err(f"{where} sample #{i + 1}: unknown evidence {n!r}")
 
 
-def active(rs: "RuleSet") -> list[MechanismRule]:
+def active(rs: RuleSet) -> list[MechanismRule]:
     return sorted((r for r in getattr(rs, "mechanisms", []) if r.enabled), key=lambda r: (r.priority, r.order))
 
 
-def flags(frame: "pl.DataFrame", rs: "RuleSet", rules: list[MechanismRule]) -> "pl.DataFrame":
+def flags(frame: pl.DataFrame, rs: RuleSet, rules: list[MechanismRule]) -> pl.DataFrame:
     """``evaluable__<id>`` / ``fired__<id>`` per mechanism rule (nulls count as false)."""
     import polars as pl
 
@@ -188,7 +188,7 @@ def flags(frame: "pl.DataFrame", rs: "RuleSet", rules: list[MechanismRule]) -> "
     return frame.with_columns(cols) if cols else frame
 
 
-def evaluate(frame: "pl.DataFrame", rs: "RuleSet") -> "pl.DataFrame":
+def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
     """Per row: ``mechanism``, ``mechanism_rule``, ``mechanism_confidence``, ``mechanism_evidence``
     (the cited values with their lines), ``mechanism_missing`` (when unknown: the evidence the
     unevaluable rules lacked, i.e. what would tell)."""
@@ -200,8 +200,8 @@ def evaluate(frame: "pl.DataFrame", rs: "RuleSet") -> "pl.DataFrame":
     df = flags(frame, rs, rules)
     c = Compiler(rs, set(frame.columns))
 
-    def chain(value: Any, default: "pl.Expr") -> "pl.Expr":
-        expr = None
+    def chain(value: Any, default: pl.Expr) -> pl.Expr:
+        expr: Any = None
         for r in rules:
             cond = pl.col(f"mfired__{r.id}")
             expr = pl.when(cond).then(value(r)) if expr is None else expr.when(cond).then(value(r))
@@ -231,17 +231,17 @@ def evaluate(frame: "pl.DataFrame", rs: "RuleSet") -> "pl.DataFrame":
     )
 
 
-def sample_frame(evidence: dict[str, Any]) -> "pl.DataFrame":
+def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
     import polars as pl
 
     from .samples import sample_frame as gate_frame
 
-    base = gate_frame({k: v for k, v in evidence.items() if k not in MECHANISM_EVIDENCE})
+    base: pl.DataFrame = gate_frame({k: v for k, v in evidence.items() if k not in MECHANISM_EVIDENCE})  # type: ignore[assignment]
     extra = {k: pl.Series(k, [evidence.get(k)], dtype=getattr(pl, t)) for k, (t, _) in MECHANISM_EVIDENCE.items()}
     return base.with_columns(list(extra.values()))
 
 
-def run_samples(rs: "RuleSet") -> list[tuple[str, int, str, str]]:
+def run_samples(rs: RuleSet) -> list[tuple[str, int, str, str]]:
     """(rule id, sample number, expected, got) for every mechanism rule's samples."""
     out = []
     for rule in rs.mechanisms:
