@@ -325,3 +325,20 @@ def test_no_finding_fires_on_idle_real_logs():
         assert f.capacity["fixes"] == [], p.name
         assert f.mechanisms == {}, p.name
     assert idle >= 5
+
+
+def test_mechanism_rules_are_listed_and_can_be_switched_off():
+    p = _cli("rules", "-f", "json")
+    assert p.returncode == 0, p.stderr
+    ids = [m["id"] for m in json.loads(p.stdout)["mechanisms"]]
+    assert ids[0] == "M-prefix-cache-reset" and "M-kv-capacity" in ids
+    p = _cli("analyze", str(FIX / "spec"), "--tz", "UTC", "-f", "ndjson", "--set", "M-spec-decode-lookahead.enabled=false")
+    assert p.returncode in (0, 5), p.stderr
+    assert [json.loads(x)["mechanism"] for x in p.stdout.splitlines() if x.strip()] == ["kv-capacity"]
+
+
+def test_a_bad_mechanism_rule_is_refused_with_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('version = 1\n[[mechanism]]\nid = "X"\nmechanism = "teleport"\nwhen = "true"\n')
+    p = _cli("rules", "--rules", str(bad))
+    assert p.returncode != 0 and "unknown mechanism 'teleport'" in p.stderr and "Traceback" not in p.stderr

@@ -89,6 +89,10 @@ def _tokens(n: float) -> str:
     return f"{int(n)}"
 
 
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if x >= 0.01 or x == 0 else f"{x:.2%}"
+
+
 def headline_part(f: Findings) -> str:
     parts = []
     rc = f.recompute
@@ -99,7 +103,7 @@ def headline_part(f: Findings) -> str:
             least = "at least " if rc.get("tokens_is_lower_bound") else ""
             share = rc.get("share_of_processed")
             parts.append(f"{least}{_tokens(rc['tokens'])} tokens recomputed"
-                         + (f" ({share:.0%} of processed)" if share is not None else ""))
+                         + (f" ({_pct(share)} of processed)" if share is not None else ""))
     th = f.thrash
     if th.get("evaluable"):
         n5 = th.get("requests_preempted_5_or_more", 0)

@@ -130,6 +130,13 @@ class RuleSet:
                 }
                 for r in sorted(self.rules, key=lambda r: (r.priority, r.order))
             ],
+            # issue 15: the [[mechanism]] rules (rules/mechanisms.py)
+            "mechanisms": [
+                {"id": m.id, "mechanism": m.mechanism, "priority": m.priority, "enabled": m.enabled,
+                 "confidence": m.confidence, "when": m.when, "requires": m.requires, "requires_any": m.requires_any,
+                 "description": m.description, "origin": m.origin, "samples": len(m.samples)}
+                for m in sorted(self.mechanisms, key=lambda m: (m.priority, m.order))
+            ],
         }
 
 
@@ -348,6 +355,8 @@ def apply_set(rs: RuleSet, items: list[str] | None) -> None:
         if key.endswith(".enabled"):
             rid = key[: -len(".enabled")]
             rule = next((r for r in rs.rules if r.id == rid), None)
+            if rule is None:  # issue 15: a mechanism rule may be switched off the same way
+                rule = next((m for m in rs.mechanisms if m.id == rid), None)
             if rule is None:
                 raise RulesError(f"--set {item}: no rule {rid!r}")
             if raw.lower() not in ("true", "false"):
