@@ -50,6 +50,7 @@ def test_records_give_exact_recompute_per_preemption_and_time_preempted():
     assert by_line["7"]["recompute_src"] == "v1-records/records.jsonl:7"
     # preempted at step 40 (10:00:12), allocated again at step 50 (10:00:14, line 8)
     assert by_line["7"]["preempted_s"] == pytest.approx(2.0) and by_line["7"]["resumed_src"] == "v1-records/records.jsonl:8"
+    assert by_line["7"]["preempted_bound"] == "exact"
     assert by_line["9"]["preempted_s"] == pytest.approx(3.0)
     assert by_line["11"]["preempted_s"] is None  # no later allocation in the records: unknown, not a guess
     rc = run("v1-records").findings.recompute
@@ -71,6 +72,8 @@ def test_v0_prompts_are_a_lower_bound_swap_recomputes_nothing_counts_are_unknown
     assert all(r["recompute_basis"].startswith("unknown") for r in recon)
     rc = run("v0-log").findings.recompute
     assert rc["tokens_is_lower_bound"] and rc["preemptions_unknown"] == len(recon)
+    # V0 preempts only when blocks cannot be appended: the warning and its counter's events are kv-capacity
+    assert {r["mechanism"] for r in rows} == {"kv-capacity"}
 
 
 def test_counts_without_request_ids_leave_the_cost_unknown():
@@ -154,6 +157,9 @@ def test_never_fits_from_maximum_concurrency():
 )
 def test_mechanism_per_event(name, mechanism, rule):
     rows = per_event(name)
+    if name == "priority":  # the later victim table shows "low" running again by then: an upper bound
+        first = min(rows, key=lambda r: r["event_id"])
+        assert first["preempted_bound"] == "at most" and first["preempted_s"] == pytest.approx(3.0)
     assert rows and {r["mechanism"] for r in rows} == {mechanism}, [(r["mechanism"], r["mechanism_missing"]) for r in rows]
     assert {r["mechanism_rule"] for r in rows} == {rule}
     assert all(r["mechanism_evidence"] for r in rows)

@@ -33,7 +33,7 @@ FINDINGS_VERSION = 1
 # Per-event columns the formatters add beside the verdict (render.event_rows).
 EVENT_COLUMNS = ["mechanism", "mechanism_rule", "mechanism_confidence", "mechanism_evidence", "mechanism_missing",
                  "recompute_tokens", "recompute_bound", "recompute_basis", "recompute_src", "preempted_s",
-                 "resumed_src"]
+                 "preempted_bound", "resumed_src"]
 
 
 @dataclass(frozen=True)

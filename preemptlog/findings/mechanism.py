@@ -29,7 +29,8 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     has_need = pl.col("p_needed").is_not_null() & pl.col("p_free").is_not_null()
     failed = (
         pl.when(has_need).then(pl.col("p_needed") + pl.col("p_watermark").fill_null(0) > pl.col("p_free"))
-        .when(pl.col("kind") == "logged").then(pl.lit(True))  # V0: "... because there is not enough KV cache space"
+        # V0: "... because there is not enough KV cache space"; its counter's reconstructed events are the same calls
+        .when(pl.col("kind").is_in(["logged", "reconstructed"])).then(pl.lit(True))
     )
     no_fail = pl.when(pl.col("p_src").is_not_null()).then(pl.col("p_needed").is_null())
     df = v.with_columns(mech_alloc_failed=failed, mech_no_failed_alloc=no_fail)

@@ -11,8 +11,9 @@ Per event, the tokens the victim must compute again, from the best evidence the 
    (what it generated before the preemption is not in the bundle);
 5. otherwise unknown (no request id, or no tokens for it). V0 SWAP-mode victims recompute nothing.
 
-Time preempted: from the preemption to the victim's next allocation (``allocate`` event, a table
-record or a ``scheduled`` record at a later step of the same engine), only where records show it.
+Time preempted: from the preemption to the victim's next allocation at a later step of the same
+engine: an ``allocate`` / ``swap_in`` event or a ``scheduled`` record (exact), else its next table
+record holding blocks (``at most``: it was running again by then), only where records show it.
 
 Totals per minute and for the incident, with the tokens the server processed in the same stats
 intervals (prompt + generation throughput x interval, common.stats_intervals).
@@ -176,7 +177,8 @@ def _with_prompts(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
 
 
 def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
-    """``event_id, recompute_tokens, recompute_bound, recompute_basis, recompute_src, preempted_s, resumed_src``."""
+    """``event_id, recompute_tokens, recompute_bound, recompute_basis, recompute_src, preempted_s,
+    preempted_bound, resumed_src``."""
     import polars as pl
 
     swap = pl.col("mode").fill_null("") == "SWAP"
@@ -212,7 +214,7 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     )
     return _with_resume(a, out).select(
         "event_id", "recompute_tokens", "recompute_bound", "recompute_basis", "recompute_src", "preempted_s",
-        "resumed_src",
+        "preempted_bound", "resumed_src",
     )
 
 
@@ -224,23 +226,30 @@ def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     bt = frame(a, "bt_events")
     if bt is not None:
         parts.append(bt.filter(pl.col("action").is_in(["allocate", "swap_in"])).select(
-            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc")))
+            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc"),
+            pl.lit("exact").alias("_rbound")))
     tb = frame(a, "bt_tables")
     if tb is not None:
+        # A table at a later step shows the request running again by then: an upper bound.
         parts.append(tb.filter(pl.col("num_blocks") > 0).select(
-            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc")))
+            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc"),
+            pl.lit("at most").alias("_rbound")))
     br = frame(a, "bt_requests")
     if br is not None:
         parts.append(br.filter(pl.col("phase") == "scheduled").select(
-            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc")))
+            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc"),
+            pl.lit("exact").alias("_rbound")))
     known = v.filter(pl.col("p_step").is_not_null() & pl.col("p_time").is_not_null())
     if not parts or known.height == 0:
-        return v.with_columns(preempted_s=pl.lit(None, pl.Float64), resumed_src=pl.lit(None, pl.String))
+        return v.with_columns(preempted_s=pl.lit(None, pl.Float64), preempted_bound=pl.lit(None, pl.String),
+                              resumed_src=pl.lit(None, pl.String))
     res = (
         pl.concat(parts, how="vertical_relaxed")
         .filter(pl.col("step").is_not_null() & pl.col("time").is_not_null())
         .select(pl.col("engine").alias("_reng"), pl.col("request_id").alias("_rrid"), pl.col("step").alias("_rstep"),
-                pl.col("time").alias("_rtime"), "_rsrc")
+                pl.col("time").alias("_rtime"), "_rsrc", "_rbound")
+        .sort("_rbound", descending=True)  # "exact" before "at most" at the same step
+        .unique(["_reng", "_rrid", "_rstep"], keep="first", maintain_order=True)
         .sort("_rstep")
     )
     nxt = (
@@ -251,6 +260,7 @@ def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
         .select(
             "event_id",
             ((pl.col("_rtime") - pl.col("p_time")).dt.total_microseconds() / 1e6).alias("preempted_s"),
+            pl.col("_rbound").alias("preempted_bound"),
             pl.col("_rsrc").alias("resumed_src"),
         )
     )
@@ -307,6 +317,7 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
         "share_of_processed": share,
         "preempted_seconds": {
             "measured": resumed.height,
+            "upper_bounds": resumed.filter(pl.col("preempted_bound") == "at most").height,
             "median": _f(resumed.get_column("preempted_s").median()) if resumed.height else None,
             "max": _f(resumed.get_column("preempted_s").max()) if resumed.height else None,
             "sum": _f(resumed.get_column("preempted_s").sum()) if resumed.height else None,

@@ -36,7 +36,7 @@ MECH_FIELDS = {"id", "mechanism", "priority", "confidence", "description", "requ
 
 # Per-event values only the mechanism rules read (name -> polars dtype name, one line of doc).
 MECHANISM_EVIDENCE: dict[str, tuple[str, str]] = {
-    "mech_alloc_failed": ("Boolean", "a recorded allocation failed for lack of free blocks (preempt record: blocks needed + watermark > free), or V0's 'not enough KV cache space' warning"),
+    "mech_alloc_failed": ("Boolean", "a recorded allocation failed for lack of free blocks (preempt record: blocks needed + watermark > free), or V0's 'not enough KV cache space' warning (and the events reconstructed from its counter)"),
     "mech_no_failed_alloc": ("Boolean", "the preempt record saw no failed allocation (e.g. reset_prefix_cache)"),
     "mech_step_preempted": ("Int64", "preemptions recorded in the event's scheduler step (same engine)"),
     "mech_step_running": ("Int64", "running requests at the step, before its preemptions (preempt record 'running')"),
