@@ -51,12 +51,12 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
     verdicts = getattr(analysis, "verdicts", None)
     if verdicts is not None and verdicts.height and df.height:
         df = df.join(verdicts, on="event_id", how="left", maintain_order="left")
-    findings = getattr(analysis, "findings", None)  # issue 15: mechanism and recompute cost beside the verdict
-    if findings is not None and findings.per_event.height and df.height:
-        df = df.join(findings.per_event, on="event_id", how="left", maintain_order="left")
     evidence = getattr(analysis, "evidence", None)
     if evidence is not None and evidence.height and df.height:
         df = df.join(evidence, on="event_id", how="left", maintain_order="left")
+    findings = getattr(analysis, "findings", None)  # issue 15: mechanism and recompute cost, after the evidence
+    if findings is not None and findings.per_event.height and df.height:
+        df = df.join(findings.per_event, on="event_id", how="left", maintain_order="left")
     wanted = getattr(analysis, "columns", None)
     if wanted is not None:  # --columns / the compact default, chosen before any formatter sees the frame
         from ..view import check_columns
