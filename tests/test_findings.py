@@ -348,3 +348,35 @@ def test_a_bad_mechanism_rule_is_refused_with_one_line(tmp_path):
     bad.write_text('version = 1\n[[mechanism]]\nid = "X"\nmechanism = "teleport"\nwhen = "true"\n')
     p = _cli("rules", "--rules", str(bad))
     assert p.returncode != 0 and "unknown mechanism 'teleport'" in p.stderr and "Traceback" not in p.stderr
+
+
+# ---------------------------------------------------------------- a real vLLM 0.32 scheduler, recorded
+CAPTURE = FIX / "capture-pressure"  # records + log of tests/vllm_driver.py's pressure run (truth.json: vLLM's counts)
+GOLDEN = CAPTURE / "findings.golden.json"
+
+
+def test_recorded_real_scheduler_recompute_is_the_victims_computed_tokens():
+    import os
+
+    recs = [json.loads(x) for x in (CAPTURE / "records.jsonl").read_text().splitlines() if x.strip()]
+    truth = json.loads((CAPTURE / "truth.json").read_text())
+    a = analyze([str(CAPTURE)], AnalyzeOptions(tz="UTC"))
+    pe = a.events.select("event_id", "request_id", "line").join(a.findings.per_event, on="event_id").sort("line")
+    tables = [r for r in recs if r["type"] == "table" and r.get("at") == "preempt"]
+    preempts = [r for r in recs if r["type"] == "event" and r["action"] == "preempt"]
+    assert pe.height == len(tables) == len(preempts) == truth["scheduler_preempted"] == int(truth["counter"])
+    assert [[r["step"], r["request_id"]] for r in preempts] == truth["preempted_by_step"]
+    assert pe.get_column("request_id").to_list() == [t["request_id"] for t in tables]
+    assert pe.get_column("recompute_tokens").to_list() == [t["num_computed_tokens"] for t in tables]
+    assert set(pe.get_column("recompute_bound")) == {"exact"}
+    finish = {r["request_id"]: r["num_preemptions"] for r in recs if r["type"] == "request" and r["phase"] == "finish"}
+    th = a.findings.thrash
+    assert th["requests_preempted"] == sum(1 for n in finish.values() if n) and th["requests_known"] == len(finish)
+    assert {r["request_id"]: r["preemptions"] for r in a.findings.thrash_table.to_dicts()} == {
+        k: v for k, v in finish.items() if v > 1}
+    assert set(pe.get_column("mechanism")) == {"kv-capacity"}
+    doc = as_dict(a.findings, "UTC")
+    text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    if os.environ.get("PREEMPTLOG_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "findings of the recorded capture moved (PREEMPTLOG_UPDATE_GOLDEN=1 to accept)"

@@ -475,9 +475,10 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     # chunked-prefill budget against the victims' prompts.
     vp, cp = c.get("victim_prompts"), c.get("chunked_prefill")
     if mbt is None or vp is None:
-        dropped.append({"id": "capacity_chunked_prefill_budget",
-                        "why": "needs max_num_batched_tokens (the 'Chunked prefill is enabled' line) and the victims' "
-                        "prompt lengths"})
+        lack = [x for x, ok in (("max_num_batched_tokens (the 'Chunked prefill is enabled' line)", mbt is not None),
+                                ("the victims' prompt lengths (request records or prompt_token_ids)", vp is not None))
+                if not ok]
+        dropped.append({"id": "capacity_chunked_prefill_budget", "why": "needs " + " and ".join(lack)})
     elif vp["max"] > mbt.value and vp["max"] <= pool["tokens"]:
         chunks = math.ceil(vp["max"] / mbt.value)
         out.append(_fix(
@@ -507,6 +508,7 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
             out.append(_fix(
                 "capacity_watermark", "--watermark", round(cur, 4), sug,
                 [f"vllm_version {ver[0]} ({ver[1]})", *pin,
+                 f"recorded watermark_blocks {peak.get('watermark_blocks') or 0} ({peak['src']})",
                  f"largest failed allocation {peak['blocks_needed_max']} blocks ({peak['records']} preempt records)"],
                 "admission keeps room for the largest allocation that failed, so running requests can grow",
                 f"watermark {cur:.2f} -> {sug} = largest failed allocation {peak['blocks_needed_max']} / pool "
