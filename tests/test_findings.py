@@ -107,6 +107,19 @@ def test_thrash_is_not_evaluable_from_sampled_v0_warnings():
     assert th["evaluable"] is False and "50th" in th["not_evaluable"]
 
 
+def test_thrash_distribution_from_vllms_histogram_in_scrapes():
+    a = run("scrapes-histogram")
+    th = a.findings.thrash
+    assert th["evaluable"] is False  # no request ids: no ranking
+    h = th["histogram"]
+    assert h["requests_finished"] == 60 and h["preemptions"] == 116  # the increase between the two scrapes
+    assert h["distribution"] == {"0-1": 40, "2": 8, "3-5": 9, "6+": 3}
+    assert h["requests_preempted_5_or_more"] == 6 and h["max_preemptions_per_request_at_most"] == 10
+    assert h["first_line"] == "scrapes-histogram/metrics.prom:15" and h["last_line"] == "scrapes-histogram/metrics.prom:31"
+    assert "6 requests preempted 5+ times (vLLM's histogram)" in a.summary()["headline"]
+    assert run("log-scrapes").findings.thrash["histogram"] is None  # scrapes without the histogram
+
+
 def test_no_request_preempted_twice_is_no_thrash():
     th = run("spec").findings.thrash
     assert th["evaluable"] and th["requests_preempted_more_than_once"] == 0

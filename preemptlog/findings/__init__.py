@@ -105,6 +105,11 @@ def headline_part(f: Findings) -> str:
             parts.append(f"{least}{_tokens(rc['tokens'])} tokens recomputed"
                          + (f" ({_pct(share)} of processed)" if share is not None else ""))
     th = f.thrash
+    hist = th.get("histogram") or {}
+    if not th.get("evaluable") and hist.get("requests_preempted_more_than_once"):
+        n5, n2 = hist.get("requests_preempted_5_or_more"), hist["requests_preempted_more_than_once"]
+        parts.append(f"{n5} request{'s' if n5 != 1 else ''} preempted 5+ times (vLLM's histogram)" if n5 else
+                     f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (vLLM's histogram)")
     if th.get("evaluable"):
         n5 = th.get("requests_preempted_5_or_more", 0)
         n2 = th.get("requests_preempted_more_than_once", 0)

@@ -44,12 +44,14 @@ def compute(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame
     schema: dict[str, Any] = {"request_id": pl.String, "preemptions": pl.UInt32, "tokens_recomputed": pl.Int64,
               "tokens_is_lower_bound": pl.Boolean, "first": pl.Datetime("us", "UTC"), "last": pl.Datetime("us", "UTC"),
               "finished": pl.String, "finished_src": pl.String, "first_src": pl.String}
+    hist = histogram(a)
     if complete.height == 0:
         why = "no preemption events" if ev.height == 0 else (
             "the events name no request, or come from sampled sources (V0 logs only every 50th preemption; V1 "
             "stats and /metrics have no request id): add block-table records (the vLLM plugin) to count per request"
         )
-        return {"evaluable": False, "not_evaluable": why, "reference": REFERENCE}, pl.DataFrame(schema=schema)
+        return ({"evaluable": False, "not_evaluable": why, "reference": REFERENCE, "histogram": hist},
+                pl.DataFrame(schema=schema))
     per = (
         complete.sort("time", nulls_last=True)
         .group_by("request_id")
@@ -95,6 +97,7 @@ def compute(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame
         "reference": REFERENCE,
         "events_without_request": ev.height - with_id.height,
         "events_from_sampled_sources": with_id.height - complete.height,
+        "histogram": hist,
     }
     return out, repeated.head(TOP).select(list(schema))
 
@@ -137,3 +140,70 @@ def _request_count(a: Analysis) -> tuple[int | None, str]:
         if n:
             return int(n), "Received request lines"
     return None, "unknown: no request lines or request records in the bundle"
+
+
+def histogram(a: Analysis) -> dict[str, Any] | None:
+    """vLLM's own per-request histogram ``vllm:request_num_preemptions`` (0.30+, /metrics): the
+    distribution of preemptions per finished request, without request ids. Its buckets are
+    cumulative (``le`` 1, 2, 3, 4, 5, 10, 20 in 0.30-0.33), so ``le=1`` holds requests preempted 0 or
+    1 times: the "1" of the distribution is not separable from 0 (``0-1``). The increase between the
+    first and the last scrape of each engine (requests finished in the bundle's window); one scrape
+    only: since engine start."""
+    import polars as pl
+
+    ps = frame(a, "prom_samples")
+    if ps is None:
+        return None
+    h = ps.filter(pl.col("field").is_in(["hist_bucket", "hist_count", "hist_sum"]))
+    if h.height == 0:
+        return None
+    h = h.with_columns(le=pl.col("labels").str.extract(r'le="([^"]+)"').fill_null(""), _src=src_expr())
+    keys = ["scope", "engine", "field", "le"]
+    per = (
+        h.sort("time")
+        .group_by(keys, maintain_order=True)
+        .agg(pl.col("value").first().alias("v0"), pl.col("value").last().alias("v1"), pl.len().alias("scrapes"),
+             pl.col("_src").first().alias("first"), pl.col("_src").last().alias("last"))
+        .with_columns(
+            inc=pl.when((pl.col("scrapes") > 1) & (pl.col("v1") >= pl.col("v0"))).then(pl.col("v1") - pl.col("v0"))
+            .otherwise(pl.col("v1"))
+        )
+    )
+    tot = per.group_by("field", "le").agg(pl.col("inc").sum())
+    vals = {(f, le): float(v) for f, le, v in tot.iter_rows()}
+    count = vals.get(("hist_count", ""))
+    total = vals.get(("hist_sum", ""))
+    if count is None:
+        return None
+
+    def le(x: float) -> float | None:
+        for (f, bound), v in vals.items():
+            if f == "hist_bucket" and bound not in ("", "+Inf"):
+                try:
+                    if float(bound) == x:
+                        return v
+                except ValueError:
+                    continue
+        return None
+
+    b1, b2, b4, b5 = le(1), le(2), le(4), le(5)
+    bounds = sorted(
+        float(b) for (f, b) in vals if f == "hist_bucket" and b not in ("", "+Inf") and b.replace(".", "", 1).isdigit()
+    )
+    at_most = next((x for x in bounds if (le(x) or 0) >= count), None) if count else 0
+    window = bool((per.get_column("scrapes") > 1).all())
+    return {
+        "metric": "vllm:request_num_preemptions",
+        "window": "increase between the first and the last scrape" if window else "since engine start (one scrape)",
+        "requests_finished": int(count),
+        "preemptions": int(total) if total is not None else None,
+        "distribution": None if None in (b1, b2, b5) else {
+            "0-1": int(b1 or 0), "2": int((b2 or 0) - (b1 or 0)), "3-5": int((b5 or 0) - (b2 or 0)),
+            "6+": int(count - (b5 or 0)),
+        },
+        "requests_preempted_more_than_once": int(count - b1) if b1 is not None else None,
+        "requests_preempted_5_or_more": int(count - b4) if b4 is not None else None,
+        "max_preemptions_per_request_at_most": int(at_most) if at_most is not None else None,
+        "first_line": per.filter(pl.col("field") == "hist_count").get_column("first").first(),
+        "last_line": per.filter(pl.col("field") == "hist_count").get_column("last").last(),
+    }

@@ -125,7 +125,16 @@ def section(a: Analysis) -> str:
         else:
             out.append('<p class="muted">No request was preempted more than once.</p>')
     else:
-        out.append(f'<p class="muted">Not evaluable: {e(th.get("not_evaluable"))}.</p>')
+        out.append(f'<p class="muted">Not evaluable per request: {e(th.get("not_evaluable"))}.</p>')
+    hist = th.get("histogram") or {}
+    if hist.get("distribution"):
+        dist = hist["distribution"]
+        out.append(
+            f"<p>vLLM's own histogram {e(hist['metric'])} ({e(hist['window'])}, {e(hist['first_line'])} .. "
+            f"{e(hist['last_line'])}): {e(hist['requests_finished'])} finished request(s); preempted 0-1 times: "
+            f"{e(dist['0-1'])}, 2: {e(dist['2'])}, 3-5: {e(dist['3-5'])}, 6+: {e(dist['6+'])}; at most "
+            f"{e(hist['max_preemptions_per_request_at_most'])} times.</p>"
+        )
     # Stall.
     out.append("<h3>Stall, not preemption</h3>")
     if st.get("evaluable"):
