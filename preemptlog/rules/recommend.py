@@ -346,7 +346,8 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
 
 # Among fixes addressing as many events: the most direct first (vLLM's own advice for KV space, then
 # the admission limits), as the guide orders them.
-TIE_ORDER = ["block_size", "kv_room", "swap_space", "max_num_seqs", "budget_buffer", "spec_budget", "dynamic_variance",
+TIE_ORDER = ["block_size", "capacity_gpu_memory_utilization", "kv_room", "capacity_max_num_seqs", "capacity_max_model_len",
+             "capacity_chunked_prefill_budget", "capacity_watermark", "swap_space", "max_num_seqs", "budget_buffer", "spec_budget", "dynamic_variance",
              "traffic_shape", "prefix_ids", "chunked_prefill", "add_evidence"]
 
 
