@@ -36,6 +36,7 @@ from . import events as ev
 from . import profile as _profile
 from .bundle import collect, parse_kind_overrides, salvage
 from .errors import InputError
+from .findings import compute as compute_findings
 from .inputs import Bundle, InputFile
 from .joiner import evidence as joiner_evidence
 from .pressure import find_intervals
@@ -367,6 +368,8 @@ def run(
         draft = dataclasses.replace(draft, ruleset=rules.ruleset)
         draft = dataclasses.replace(draft, verdicts=rule_verdicts(draft, rules.ruleset))
         prof.mark("verdicts")
+    found_beyond = compute_findings(draft)  # the findings beyond the gates (findings/): read-only
+    prof.mark("findings")
     extra: dict[str, Any] = {}
     for stage in AFTER_VERDICTS:  # further stages over the verdicts plug in here
         extra.update(stage(dataclasses.replace(draft)))
@@ -390,6 +393,7 @@ def run(
         evidence=draft.evidence,
         verdicts=draft.verdicts,
         ruleset=draft.ruleset,
+        findings=found_beyond,
         **extra,
     )
 

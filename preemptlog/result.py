@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import polars as pl
 
 if TYPE_CHECKING:
+    from .findings import Findings
     from .inputs import Bundle
     from .timebase import Assumption
 
@@ -90,6 +91,7 @@ class Analysis:
     ruleset: Any = None  # the rules.model.RuleSet used
     filters: dict[str, Any] | None = None  # view.apply_filters: what was filtered out after the analysis
     columns: list[str] | None = None  # view.with_columns: the event columns the formatters write
+    findings: Findings | None = None  # findings.compute: a pure function of the analysis up to the verdicts
 
     def summary(self) -> dict[str, Any]:
         from .summary import summarize

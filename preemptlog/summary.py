@@ -224,6 +224,7 @@ def summarize(a: "Analysis") -> dict[str, Any]:
         from .rules.recommend import incident_fixes
 
         fixes = incident_fixes(a)
+        fixes = _with_capacity_fixes(a, fixes)  # issue 15
     visible = count_visibility(a)
     out = {
         "count_visible": visible["count_visible"],
@@ -263,8 +264,23 @@ def summarize(a: "Analysis") -> dict[str, Any]:
     }
     if not visible["count_visible"]:
         out["preemption_rate"] = None  # no count, so no rate (0 / received would read as "none happened")
+    f = getattr(a, "findings", None)  # issue 15: recompute cost, thrash, stall
+    out["findings_headline"] = f.top() if f is not None else None
     out["headline"] = headline(out)
     return out
+
+
+def _with_capacity_fixes(a: "Analysis", fixes: dict[str, Any]) -> dict[str, Any]:
+    """Issue 15: the capacity fixes (findings/capacity.py) ranked with the others; their dropped ones too."""
+    f = getattr(a, "findings", None)
+    cap = (f.capacity if f is not None else None) or {}
+    if not cap.get("fixes") and not cap.get("dropped"):
+        return fixes
+    from .rules.recommend import ranked, verdict_key_counts
+
+    extra = [dict(x) for x in cap.get("fixes") or []]
+    return {"fixes": ranked([*fixes["fixes"], *extra], verdict_key_counts(a.verdicts)),
+            "dropped": [*fixes["dropped"], *(cap.get("dropped") or [])]}
 
 
 def count_visibility(a: "Analysis") -> dict[str, Any]:
@@ -319,10 +335,11 @@ def headline(s: dict[str, Any]) -> str:
     if not s["count_visible"]:
         nv = s["not_visible"] or {}
         reason = nv.get("short") or nv.get("reason") or ""
-        return f"Preemptions: not visible ({reason})" + (f": {nv['remedy']}" if nv.get("remedy") else "")
+        return f"Preemptions: not visible ({reason})" + (f": {nv['remedy']}" if nv.get("remedy") else "") + (
+            _findings_tail(s))
     n = s["events"]
     if n == 0:
-        return "0 preemptions"
+        return "0 preemptions" + _findings_tail(s)
     rate = s.get("preemption_rate")
     per = f" ({rate:.2f} per received request)" if rate is not None else ""
     word = "preemption" if n == 1 else "preemptions"
@@ -342,7 +359,13 @@ def headline(s: dict[str, Any]) -> str:
     estimated = bool(k.get("reconstructed") or k.get("interval"))
     return f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'), estimated)}{per}" + (
         ": " + ", ".join(gates) if gates else ""
-    )
+    ) + _findings_tail(s)
+
+
+def _findings_tail(s: dict[str, Any]) -> str:
+    """Issue 15: ``; <recompute cost>; <top thrash>; <stall>`` after the headline."""
+    part = s.get("findings_headline")
+    return f"; {part}" if part else ""
 
 
 def top_fix(s: dict[str, Any]) -> str | None:

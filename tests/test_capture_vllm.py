@@ -295,3 +295,33 @@ def test_real_tiny_model_records_match_its_own_counter(tmp_path):
     assert len(pre) == res["counter"]
     assert all(r["blocks_needed"] > r["pool_free_blocks"] for r in pre)
 
+
+
+@pytest.mark.parametrize("name", ["pressure", "prefix", "priority"])
+def test_findings_recompute_per_record_is_the_victims_computed_tokens(runs, name, tmp_path):
+    """Issue 15 on the real scheduler: the recompute cost of each record-backed event is the
+    victim's computed tokens at the preemption (its table record), and the thrash counts per
+    request are vLLM's own request.num_preemptions (the finish records)."""
+    from preemptlog.analysis import AnalyzeOptions, analyze
+
+    res = runs[name]
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "records.jsonl").write_bytes((res["dir"] / "records.jsonl").read_bytes())
+    a = analyze([str(bundle)], AnalyzeOptions(tz="UTC"))
+    pe = a.events.select("event_id", "request_id", "line").join(a.findings.per_event, on="event_id").sort("line")
+    tables = victim_tables(res)
+    assert pe.height == len(tables) == len(preempts(res)) > 5
+    assert pe.get_column("request_id").to_list() == [t["request_id"] for t in tables]
+    assert pe.get_column("recompute_tokens").to_list() == [t["num_computed_tokens"] for t in tables]
+    assert set(pe.get_column("recompute_bound")) == {"exact"}
+    assert a.findings.recompute["tokens"] == sum(t["num_computed_tokens"] for t in tables)
+    finish = {r["request_id"]: r["num_preemptions"] for r in res["records"]
+              if r["type"] == "request" and r["phase"] == "finish" and r.get("num_preemptions")}
+    th = a.findings.thrash
+    assert th["evaluable"] and th["requests_preempted"] == len(finish)
+    ranked = {r["request_id"]: r["preemptions"] for r in a.findings.thrash_table.to_dicts()}
+    assert ranked == {k: v for k, v in finish.items() if v > 1}
+    mechs = set(a.findings.per_event.get_column("mechanism"))
+    # every record shows a failed allocation; under the priority policy a re-preempted victim is churn
+    assert mechs <= ({"priority-churn", "kv-capacity"} if name == "priority" else {"kv-capacity"}) and mechs

@@ -175,7 +175,11 @@ def test_machine_formats_carry_evidence_after_event_columns(joined, tmp_path):
     n, m = len(EVENTS_SCHEMA), len(VERDICT_COLUMNS)
     assert df.columns[:n] == list(EVENTS_SCHEMA)
     assert df.columns[n : n + m] == VERDICT_COLUMNS
-    assert df.columns[n + m :] == list(joiner.EVIDENCE_SCHEMA)[1:]
+    from preemptlog.findings import EVENT_COLUMNS  # issue 15: the findings columns come last
+
+    k = len(joiner.EVIDENCE_SCHEMA) - 1
+    assert df.columns[n + m : n + m + k] == list(joiner.EVIDENCE_SCHEMA)[1:]
+    assert df.columns[n + m + k :] == EVENT_COLUMNS
 
 
 def test_compute_without_events_and_untimed_event():

@@ -111,7 +111,8 @@ def test_headline_first_on_a_non_terminal_stderr():
     lines = out.stderr.splitlines()
     assert lines[0] == (
         "226 preemptions in 27 s (1.07 per received request): G1 160 (fragmentation 156, capacity 4), "
-        "G2 44, G4 21, G3 1"
+        "G2 44, G4 21, G3 1; at least 135 k tokens recomputed (71% of processed); 16 requests preempted 5+ times; "
+        "no stall"  # issue 15: the findings tail
     )
     assert lines[1].startswith("Top fix: ")
     assert "Timeline" not in out.stderr  # the chart is for terminals

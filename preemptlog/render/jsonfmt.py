@@ -42,7 +42,17 @@ def head(analysis: "Analysis") -> dict:
         "schema_version": SCHEMA_VERSION,
         "summary": analysis.summary(),
         "config": config_rows(analysis),
+        "findings": _findings(analysis),  # issue 15 (docs/findings.md)
     }
+
+
+def _findings(analysis: "Analysis") -> dict | None:
+    f = getattr(analysis, "findings", None)
+    if f is None:
+        return None
+    from ..findings import as_dict
+
+    return as_dict(f, analysis.tz)
 
 
 def document(analysis: "Analysis") -> dict:

@@ -34,6 +34,9 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
     evidence = getattr(analysis, "evidence", None)
     if evidence is not None and evidence.height and df.height:
         df = df.join(evidence, on="event_id", how="left", maintain_order="left")
+    findings = getattr(analysis, "findings", None)  # mechanism and recompute cost, after the evidence
+    if findings is not None and findings.per_event.height and df.height:
+        df = df.join(findings.per_event, on="event_id", how="left", maintain_order="left")
     wanted = getattr(analysis, "columns", None)
     if wanted is not None:  # --columns / the compact default, chosen before any formatter sees the frame
         from ..view import check_columns
@@ -56,4 +59,20 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
 
 def write_parquet(analysis: "Analysis", out: BinaryIO) -> None:
     df = event_rows(analysis, text_times=False)
-    df.write_parquet(out)
+    meta = _findings_metadata(analysis)  # the incident's findings as file metadata
+    if meta:
+        df.write_parquet(out, metadata=meta)
+    else:
+        df.write_parquet(out)
+
+
+def _findings_metadata(analysis: "Analysis") -> dict[str, str] | None:
+    """``preemptlog.findings``: the json document's ``findings`` object (docs/findings.md), as JSON text."""
+    f = getattr(analysis, "findings", None)
+    if f is None:
+        return None
+    import json
+
+    from ..findings import as_dict
+
+    return {"preemptlog.findings": json.dumps(as_dict(f, analysis.tz), ensure_ascii=False, default=str)}

@@ -130,11 +130,18 @@ def page(analysis: "Analysis", figure_html: str, plotly_js: str, *, title: str |
         f'<div id="timeline">{figure_html}</div>',
         "</section>",
         _summary(s, analysis),
+        _findings_section(analysis),  # issue 15: recompute over time, thrash table (report/findings.py)
         _config(s, analysis),
         _events(analysis, s),
         "</main></body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _findings_section(analysis: "Analysis") -> str:
+    from .findings import section
+
+    return section(analysis)
 
 
 def _first_screen(s: dict) -> str:

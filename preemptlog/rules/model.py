@@ -24,7 +24,7 @@ from . import expr as E
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
 SUB_KINDS = ("capacity", "fragmentation", "kv-exhausted")
 CONFIDENCE = ("high", "medium", "low")
-TOP_FIELDS = {"version", "thresholds", "derived", "rule", "gates"}
+TOP_FIELDS = {"version", "thresholds", "derived", "rule", "gates", "mechanism"}  # mechanism: issue 15 (rules/mechanisms.py)
 RULE_FIELDS = {
     "id",
     "gate",
@@ -95,6 +95,7 @@ class RuleSet:
     derived: dict[str, str]
     gates_help: dict[str, str]
     files: list[str] = field(default_factory=list)
+    mechanisms: list[Any] = field(default_factory=list)  # issue 15: rules.mechanisms.MechanismRule
 
     @property
     def active(self) -> list[Rule]:
@@ -128,6 +129,13 @@ class RuleSet:
                     "samples": len(r.samples),
                 }
                 for r in sorted(self.rules, key=lambda r: (r.priority, r.order))
+            ],
+            # issue 15: the [[mechanism]] rules (rules/mechanisms.py)
+            "mechanisms": [
+                {"id": m.id, "mechanism": m.mechanism, "priority": m.priority, "enabled": m.enabled,
+                 "confidence": m.confidence, "when": m.when, "requires": m.requires, "requires_any": m.requires_any,
+                 "description": m.description, "origin": m.origin, "samples": len(m.samples)}
+                for m in sorted(self.mechanisms, key=lambda m: (m.priority, m.order))
             ],
         }
 
@@ -280,6 +288,9 @@ def _merge(rs: RuleSet, doc: dict[str, Any], src: str) -> None:
         else:
             by_id[rule.id] = len(rs.rules)
             rs.rules.append(rule)
+    from .mechanisms import merge as merge_mechanisms  # issue 15
+
+    merge_mechanisms(rs, doc, src)
     rs.files.append(src)
 
 
@@ -309,6 +320,9 @@ def validate(rs: RuleSet) -> None:
             for n in s.get("evidence", {}):
                 if n not in known:
                     raise RulesError(f"{where} sample #{i + 1}: unknown evidence {n!r}")
+    from .mechanisms import validate as validate_mechanisms  # issue 15
+
+    validate_mechanisms(rs)
 
 
 def _check_expr(where: str, text: str, names_ok: set[str], rs: RuleSet) -> None:
@@ -341,6 +355,8 @@ def apply_set(rs: RuleSet, items: list[str] | None) -> None:
         if key.endswith(".enabled"):
             rid = key[: -len(".enabled")]
             rule = next((r for r in rs.rules if r.id == rid), None)
+            if rule is None:  # issue 15: a mechanism rule may be switched off the same way
+                rule = next((m for m in rs.mechanisms if m.id == rid), None)
             if rule is None:
                 raise RulesError(f"--set {item}: no rule {rid!r}")
             if raw.lower() not in ("true", "false"):

@@ -346,7 +346,8 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
 
 # Among fixes addressing as many events: the most direct first (vLLM's own advice for KV space, then
 # the admission limits), as the guide orders them.
-TIE_ORDER = ["block_size", "kv_room", "swap_space", "max_num_seqs", "budget_buffer", "spec_budget", "dynamic_variance",
+TIE_ORDER = ["block_size", "capacity_gpu_memory_utilization", "kv_room", "capacity_max_num_seqs", "capacity_max_model_len",
+             "capacity_chunked_prefill_budget", "capacity_watermark", "swap_space", "max_num_seqs", "budget_buffer", "spec_budget", "dynamic_variance",
              "traffic_shape", "prefix_ids", "chunked_prefill", "add_evidence"]
 
 
@@ -391,3 +392,124 @@ def by_gate(analysis: "AnalysisView", verdicts: "Any" = None) -> dict[str, list[
     fx = incident_fixes(analysis, verdicts)["fixes"]
     keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
     return {k: [x for x in fx if k in x["addresses"]] for k in keys}
+
+
+# ---------------------------------------------------------------- issue 15: capacity arithmetic
+def _ver(text: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Fixes computed from the KV pool and the observed peak demand (findings/capacity.py), same
+    dict shape as :func:`_fix` (``option`` + ``suggested`` replay the fix). Each names its inputs
+    with file:line; a lever whose inputs are missing is returned with ``missing`` in ``dropped``,
+    one that changes nothing is dropped with why."""
+    out: list[dict[str, Any]] = []
+    dropped: list[dict[str, str]] = []
+    pool, peak, cfg = c.get("pool"), c.get("peak"), c.get("cfg") or {}
+    if pool is None:
+        return out, [{"id": "capacity", "why": "the KV pool size is not in the bundle"}]
+    pin = list(pool["inputs"])
+    gmu, mns, mml = cfg.get("gpu_memory_utilization"), cfg.get("max_num_seqs"), cfg.get("max_model_len")
+    mbt, kvgib = cfg.get("max_num_batched_tokens"), cfg.get("kv_cache_memory_gib")
+    ratio = peak["blocks"] / pool["blocks"] if peak and pool["blocks"] else None
+    peak_in = [f"peak demand {peak['blocks']} blocks = {peak['tokens']} tokens: {peak['text']}"] if peak else []
+    # gpu_memory_utilization that holds the peak.
+    if peak is None or gmu is None:
+        dropped.append({"id": "capacity_gpu_memory_utilization",
+                        "why": "needs " + " and ".join(x for x, ok in (
+                            ("the peak demand (preempt records with blocks_needed)", peak is not None),
+                            ("gpu_memory_utilization stated in the bundle", gmu is not None)) if not ok)})
+    elif ratio is not None and ratio > 1:
+        need = math.ceil(gmu.value * ratio * 100) / 100
+        extra = f"; the KV cache needs +{kvgib.value * (ratio - 1):.2f} GiB ({kvgib.cite()})" if kvgib else ""
+        if need > 0.98:
+            dropped.append({"id": "capacity_gpu_memory_utilization",
+                            "why": f"holding the peak needs gpu_memory_utilization about {need} (> 0.98): not "
+                            "reachable on this GPU; more GPUs (tensor_parallel_size) or fewer sequences"})
+        else:
+            out.append(_fix(
+                "capacity_gpu_memory_utilization", "--gpu-memory-utilization", gmu.value, need,
+                [gmu.cite(), *pin, *peak_in],
+                f"a KV pool of about {math.ceil(pool['blocks'] * ratio)} blocks holds the peak demand "
+                f"({ratio:.2f}x the pool){extra} (an upper bound: only the KV share of the budget must grow)",
+                f"gpu_memory_utilization {gmu.value:g} -> {need} = {gmu.value:g} x peak {peak['blocks']} / pool "
+                f"{pool['blocks']} blocks", G1_KEYS))
+    else:
+        dropped.append({"id": "capacity_gpu_memory_utilization", "why": "the peak demand fits the pool"})
+    # max_num_seqs that keeps the peak within the pool.
+    if peak is None or not peak.get("running"):
+        dropped.append({"id": "capacity_max_num_seqs",
+                        "why": "needs the peak demand and the running count at it (preempt records)"})
+    else:
+        per_req = peak["blocks"] / peak["running"]
+        fit = int(pool["blocks"] // per_req) if per_req > 0 else None
+        if fit is None or fit < 1 or fit >= peak["running"] or (mns is not None and fit >= mns.value):
+            dropped.append({"id": "capacity_max_num_seqs", "why": f"max_num_seqs {fit} would not lower the running "
+                            f"count {peak['running']} at the peak" + (f" or the limit {mns.cite()}" if mns else "")})
+        else:
+            out.append(_fix(
+                "capacity_max_num_seqs", "--max-num-seqs", int(mns.value) if mns else None, fit,
+                ([mns.cite()] if mns else []) + pin + peak_in + [f"running {peak['running']} at the peak ({peak['src']})"],
+                f"at {per_req:.1f} blocks per running request, {fit} requests fit the pool of {pool['blocks']} blocks: "
+                "fewer preemptions, more waiting",
+                f"max_num_seqs {fit} = floor(pool {pool['blocks']} / (peak {peak['blocks']} blocks / {peak['running']} running))",
+                G1_KEYS + ["G3-queue-overflow"]))
+    # max_model_len that fits the pool.
+    conc = cfg.get("max_concurrency")
+    if mml is None:
+        dropped.append({"id": "capacity_max_model_len", "why": "max_model_len is not stated in the bundle"})
+    elif mml.value > pool["tokens"] or (conc is not None and conc.value < 1):
+        fit_len = (pool["tokens"] // pool["block_size"]) * pool["block_size"] if pool["block_size"] else pool["tokens"]
+        out.append(_fix(
+            "capacity_max_model_len", "--max-model-len", int(mml.value), fit_len,
+            [mml.cite(), *pin] + ([conc.cite()] if conc else []),
+            f"a request of max_model_len fits the KV pool of {pool['tokens']} tokens (now it never can)",
+            f"max_model_len {int(mml.value)} -> {fit_len}: the KV pool holds {pool['tokens']} tokens", G1_KEYS))
+    else:
+        dropped.append({"id": "capacity_max_model_len",
+                        "why": f"max_model_len {int(mml.value)} already fits the pool of {pool['tokens']} tokens"})
+    # chunked-prefill budget against the victims' prompts.
+    vp, cp = c.get("victim_prompts"), c.get("chunked_prefill")
+    if mbt is None or vp is None:
+        lack = [x for x, ok in (("max_num_batched_tokens (the 'Chunked prefill is enabled' line)", mbt is not None),
+                                ("the victims' prompt lengths (request records or prompt_token_ids)", vp is not None))
+                if not ok]
+        dropped.append({"id": "capacity_chunked_prefill_budget", "why": "needs " + " and ".join(lack)})
+    elif vp["max"] > mbt.value and vp["max"] <= pool["tokens"]:
+        chunks = math.ceil(vp["max"] / mbt.value)
+        out.append(_fix(
+            "capacity_chunked_prefill_budget", "--max-num-batched-tokens", int(mbt.value), vp["max"],
+            [mbt.cite(), f"longest victim prompt {vp['max']} tokens ({vp['src']})"]
+            + ([f"enable_chunked_prefill={cp[0]} ({cp[2]}, {cp[1]})"] if cp else []) + pin,
+            f"the longest victim prompt prefills in one step instead of {chunks} chunks, so it cannot be preempted "
+            "between its chunks (costs a larger per-step activation budget)",
+            f"max_num_batched_tokens {int(mbt.value)} -> {vp['max']}: victim prompts of up to {vp['max']} tokens "
+            f"take {chunks} chunks now", G1_KEYS))
+    else:
+        dropped.append({"id": "capacity_chunked_prefill_budget",
+                        "why": f"every victim prompt fits max_num_batched_tokens {int(mbt.value)}"
+                        if vp["max"] <= mbt.value else "the longest victim prompt exceeds the KV pool"})
+    # watermark (V1 --watermark, 0.24+): keep room for running requests' growth when admitting.
+    ver = c.get("vllm_version")
+    if peak is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24):
+        dropped.append({"id": "capacity_watermark",
+                        "why": "needs the vLLM version (>= 0.24, where V1 has --watermark) and preempt records"})
+    else:
+        cur = (peak.get("watermark_blocks") or 0) / pool["blocks"]
+        sug = math.ceil(peak["blocks_needed_max"] / pool["blocks"] * 100) / 100
+        if sug <= cur:
+            dropped.append({"id": "capacity_watermark", "why": f"the watermark {cur:.2f} already covers the largest "
+                            f"failed allocation ({peak['blocks_needed_max']} blocks)"})
+        else:
+            out.append(_fix(
+                "capacity_watermark", "--watermark", round(cur, 4), sug,
+                [f"vllm_version {ver[0]} ({ver[1]})", *pin,
+                 f"recorded watermark_blocks {peak.get('watermark_blocks') or 0} ({peak['src']})",
+                 f"largest failed allocation {peak['blocks_needed_max']} blocks ({peak['records']} preempt records)"],
+                "admission keeps room for the largest allocation that failed, so running requests can grow",
+                f"watermark {cur:.2f} -> {sug} = largest failed allocation {peak['blocks_needed_max']} / pool "
+                f"{pool['blocks']} blocks", G1_KEYS))
+    return out, dropped

@@ -52,4 +52,7 @@ def run_samples(rs: RuleSet) -> list[SampleResult]:
             fired = frame.get_column(f"fired__{rule.id}")[0]
             got = "fired" if fired else ("not-fired" if ev else "not-evaluable")
             results.append(SampleResult(rule.id, i + 1, sample["expect"], got))
+    from .mechanisms import run_samples as mechanism_samples  # issue 15: the mechanism rules' samples
+
+    results += [SampleResult(rid, i, expect, got) for rid, i, expect, got in mechanism_samples(rs)]
     return results

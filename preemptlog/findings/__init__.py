@@ -1,0 +1,163 @@
+"""Findings beyond the field guide (issue 15): a pure function of a finished Analysis.
+
+:func:`compute` reads the Analysis (events, stats, config, requests, the block-table frames, the
+rule set) and never changes it. Modules, one per finding:
+
+- recompute.py: tokens each preemption threw away, per minute and for the incident, as a share of
+  the tokens processed in the same stats intervals; time each victim spent preempted;
+- thrash.py: requests preempted more than once, the distribution per request beside a published
+  reference point;
+- stall.py: Running 0 or flat while Waiting > 0 and no generation, for >= 2 stats lines; the
+  request that can never fit;
+- mechanism.py: vLLM's own mechanism per event, from the ``[[mechanism]]`` rules (rules/mechanisms.py);
+- capacity.py: the KV pool and the peak demand, and the fixes computed from them
+  (rules/recommend.capacity_fixes).
+
+Every value cites its ``file:line`` (or the interval / step); what the bundle cannot show is
+``not_evaluable`` with what would show it. The JSON shape is :func:`as_dict` (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..result import AnalysisView as Analysis
+
+FINDINGS_VERSION = 1
+# Per-event columns the formatters add beside the verdict (render.event_rows).
+EVENT_COLUMNS = ["mechanism", "mechanism_rule", "mechanism_confidence", "mechanism_evidence", "mechanism_missing",
+                 "recompute_tokens", "recompute_bound", "recompute_basis", "recompute_src", "preempted_s",
+                 "preempted_bound", "resumed_src"]
+
+
+@dataclass(frozen=True)
+class Findings:
+    per_event: pl.DataFrame  # event_id + EVENT_COLUMNS
+    recompute: dict[str, Any]
+    recompute_per_minute: pl.DataFrame
+    thrash: dict[str, Any]
+    thrash_table: pl.DataFrame
+    stall: dict[str, Any]
+    mechanisms: dict[str, int]
+    capacity: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def top(self) -> str:
+        """The headline's findings part: recompute cost, the top thrash, the stall."""
+        return headline_part(self)
+
+
+def compute(analysis: Analysis) -> Findings:
+    import polars as pl
+
+    from . import capacity, mechanism, recompute, stall, thrash
+
+    v = recompute.victims(analysis)
+    pe = recompute.per_event(v, analysis)
+    rc, pm = recompute.totals(analysis, pe)
+    th, table = thrash.compute(analysis, pe)
+    sl = stall.compute(analysis)
+    mech_ev = mechanism.evidence(analysis, v)
+    mech = mechanism.evaluate(analysis, mech_ev)
+    if mech is not None:
+        pe = mech.join(pe, on="event_id", how="left")
+    else:
+        pe = pe.with_columns(
+            mechanism=pl.lit(None, pl.String), mechanism_rule=pl.lit(None, pl.String),
+            mechanism_confidence=pl.lit(None, pl.String), mechanism_evidence=pl.lit(None),
+            mechanism_missing=pl.lit(None, pl.String),
+        )
+    pe = pe.select(["event_id", *EVENT_COLUMNS])
+    cap = capacity.compute(analysis, v)
+    return Findings(
+        per_event=pe, recompute=rc, recompute_per_minute=pm, thrash=th, thrash_table=table, stall=sl,
+        mechanisms=mechanism.counts(mech), capacity=cap,
+    )
+
+
+def _tokens(n: float) -> str:
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} M"
+    if n >= 1e4:
+        return f"{n / 1e3:.0f} k"
+    return f"{int(n)}"
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if x >= 0.01 or x == 0 else f"{x:.2%}"
+
+
+def headline_part(f: Findings) -> str:
+    parts = []
+    rc = f.recompute
+    if rc.get("preemptions"):
+        if rc.get("tokens") is None or (rc.get("tokens_is_lower_bound") and not rc.get("tokens")):
+            parts.append("tokens recomputed unknown")
+        else:
+            least = "at least " if rc.get("tokens_is_lower_bound") else ""
+            share = rc.get("share_of_processed")
+            parts.append(f"{least}{_tokens(rc['tokens'])} tokens recomputed"
+                         + (f" ({_pct(share)} of processed)" if share is not None else ""))
+    th = f.thrash
+    hist = th.get("histogram") or {}
+    if not th.get("evaluable") and hist.get("requests_preempted_more_than_once"):
+        n5, n2 = hist.get("requests_preempted_5_or_more"), hist["requests_preempted_more_than_once"]
+        parts.append(f"{n5} request{'s' if n5 != 1 else ''} preempted 5+ times (vLLM's histogram)" if n5 else
+                     f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (vLLM's histogram)")
+    if th.get("evaluable"):
+        n5 = th.get("requests_preempted_5_or_more", 0)
+        n2 = th.get("requests_preempted_more_than_once", 0)
+        if n5:
+            parts.append(f"{n5} request{'s' if n5 != 1 else ''} preempted 5+ times")
+        elif n2:
+            parts.append(f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (max {th['max_preemptions_per_request']})")
+    sl = f.stall
+    if sl.get("evaluable"):
+        spans = sl.get("spans") or []
+        if spans:
+            longest = max(spans, key=lambda s: s["seconds"])
+            parts.append(f"stall {longest['seconds']:.0f} s ({longest['first_line']})"
+                         + (f" and {len(spans) - 1} more" if len(spans) > 1 else ""))
+        else:
+            parts.append("no stall")
+    nf = (sl.get("never_fits") or {})
+    if nf.get("found"):
+        parts.append(f"{len(nf['items'])} request(s)/limit(s) can never fit the KV cache")
+    return "; ".join(parts)
+
+
+def _plain(v: Any, tz: str) -> Any:
+    from ..timebase import iso
+
+    if isinstance(v, datetime):
+        return iso(v, tz)
+    if isinstance(v, dict):
+        return {k: _plain(x, tz) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x, tz) for x in v]
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def as_dict(f: Findings, tz: str) -> dict[str, Any]:
+    """The top-level ``findings`` object of the JSON document (docs/findings.md)."""
+    out: dict[str, Any] = _plain(
+        {
+            "version": FINDINGS_VERSION,
+            "recompute": {**f.recompute, "per_minute": f.recompute_per_minute.to_dicts()},
+            "thrash": {**f.thrash, "ranking": f.thrash_table.to_dicts()},
+            "stall": f.stall,
+            "mechanisms": f.mechanisms,
+            "capacity": f.capacity,
+            "headline": f.top(),
+        },
+        tz,
+    )
+    return out

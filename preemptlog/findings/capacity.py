@@ -1,0 +1,127 @@
+"""Finding 5: capacity arithmetic behind the fixes.
+
+The KV pool in tokens (the ``GPU KV cache size: N tokens`` line, or # GPU blocks x block_size, or
+the block-table records' ``num_total_blocks`` x ``block_size``) against the observed peak demand
+(at each failed allocation of a preempt record: blocks in use + blocks needed + watermark, in
+blocks and tokens, with the running count there). From those, per lever, the computed value
+(rules/recommend.capacity_fixes builds the fixes, same shape as every other fix). Preemptlog's
+assumed defaults are never an input: a lever whose inputs are not in the bundle is listed as
+not evaluable, and one whose value changes nothing is dropped with why.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .common import Cfg, cfg_number, cfg_text, frame, src_expr
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..result import AnalysisView as Analysis
+
+
+def _pool(a: Analysis) -> dict[str, Any] | None:
+    import polars as pl
+
+    bs = cfg_number(a, "block_size")
+    kv = cfg_number(a, "kv_cache_tokens")
+    nb = cfg_number(a, "num_gpu_blocks")
+    if kv is not None and bs is not None:
+        return {"tokens": int(kv.value), "blocks": int(kv.value // bs.value), "block_size": int(bs.value),
+                "inputs": [kv.cite(), bs.cite()]}
+    if nb is not None and bs is not None:
+        return {"tokens": int(nb.value * bs.value), "blocks": int(nb.value), "block_size": int(bs.value),
+                "inputs": [nb.cite(), bs.cite()]}
+    st = frame(a, "bt_steps")
+    if st is not None:
+        row = st.filter(pl.col("num_total_blocks").is_not_null() & pl.col("block_size").is_not_null()).head(1)
+        if row.height:
+            r = row.with_columns(_src=src_expr()).row(0, named=True)
+            return {"tokens": int(r["num_total_blocks"] * r["block_size"]), "blocks": int(r["num_total_blocks"]),
+                    "block_size": int(r["block_size"]),
+                    "inputs": [(f"num_total_blocks={r['num_total_blocks']}, block_size={r['block_size']} "
+                               f"(block-table step record, {r['_src']})")]}
+    if kv is not None:  # tokens only (V1 logs no block_size): the levers in blocks are not evaluable
+        return {"tokens": int(kv.value), "blocks": None, "block_size": None, "inputs": [kv.cite()]}
+    return None
+
+
+def _peak(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
+    """The largest block demand at a failed allocation of a preempt record."""
+    import polars as pl
+
+    bt = frame(a, "bt_events")
+    if bt is None:
+        return None
+    p = bt.filter(
+        (pl.col("action") == "preempt") & pl.col("blocks_needed").is_not_null() & pl.col("pool_free_blocks").is_not_null()
+    )
+    if p.height == 0:
+        return None
+    d = p.with_columns(
+        _demand=pl.lit(pool["blocks"]) - pl.col("pool_free_blocks") + pl.col("blocks_needed")
+        + pl.col("watermark_blocks").fill_null(0),
+        _src=src_expr(),
+    ).sort(["_demand", "time"], descending=[True, False])
+    r = d.row(0, named=True)
+    mx = p.get_column("blocks_needed").max()
+    needed_max = int(mx) if isinstance(mx, (int, float)) else 0
+    return {
+        "blocks": int(r["_demand"]),
+        "tokens": int(r["_demand"]) * pool["block_size"],
+        "running": r["running"],
+        "at": r["time"],
+        "src": r["_src"],
+        "blocks_needed_max": needed_max,
+        "watermark_blocks": r["watermark_blocks"],
+        "records": p.height,
+        "text": f"{pool['blocks']} blocks - {r['pool_free_blocks']} free + {r['blocks_needed']} needed"
+        + (f" + {r['watermark_blocks']} watermark" if r["watermark_blocks"] else "")
+        + f" = {int(r['_demand'])} blocks at the failed allocation ({r['_src']})",
+    }
+
+
+def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None:
+    import polars as pl
+
+    pr = victims.filter(pl.col("prompt_tokens").is_not_null())
+    if pr.height == 0:
+        return None
+    i = pr.get_column("prompt_tokens").arg_max()
+    r = pr.row(i, named=True) if i is not None else None
+    return None if r is None else {"max": int(r["prompt_tokens"]), "src": r["prompt_src"], "victims": pr.height}
+
+
+def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
+    from ..rules.recommend import capacity_fixes
+
+    pool = _pool(a)
+    peak = _peak(a, pool) if pool is not None and pool["blocks"] else None
+    cfg: dict[str, Cfg | None] = {k: cfg_number(a, k) for k in (
+        "gpu_memory_utilization", "max_num_seqs", "max_model_len", "max_num_batched_tokens", "kv_cache_memory_gib",
+        "max_concurrency")}
+    chunked = cfg_text(a, "enable_chunked_prefill")
+    version = cfg_text(a, "vllm_version")
+    inputs = {
+        "pool": pool, "peak": peak, "cfg": cfg, "victim_prompts": _victim_prompts(a, victims),
+        "chunked_prefill": None if chunked is None or chunked[2] == "default" else chunked,
+        "vllm_version": None if version is None or version[2] == "default" else version,
+    }
+    fixes, dropped = capacity_fixes(inputs)
+    return {
+        "evaluable": pool is not None,
+        "pool": pool,
+        "peak_demand": peak,
+        "ratio": (peak["blocks"] / pool["blocks"]) if peak and pool and pool["blocks"] else None,
+        "fixes": fixes,
+        "dropped": dropped,
+        "not_evaluable": None if pool is not None else (
+            "the KV pool is not in the bundle: the 'GPU KV cache size: N tokens' / '# GPU blocks' startup lines with "
+            "block_size, or block-table step records with num_total_blocks and block_size"
+        ),
+        "peak_not_evaluable": None if peak is not None else (
+            "no preempt record with blocks_needed and pool_free_blocks (the vLLM plugin's records) to measure the "
+            "demand at a failed allocation"
+        ),
+    }

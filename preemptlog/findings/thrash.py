@@ -1,0 +1,209 @@
+"""Finding 2: thrash ranking. Requests preempted more than once.
+
+Counted only from sources that see every preemption with its request id: block-table preempt
+records and the guide's PREEMPTED marker lines. V0's WARNING is sampled (only the 1st, 51st, ...
+preemption is logged), V1 counts and /metrics have no request id: there the ranking is not
+evaluable (a request seen twice in a 1-in-50 sample says nothing about how often it was hit).
+
+Ranked by count, then tokens recomputed; with first/last preemption and whether the request
+finished (a ``finish`` request record, or a ``Finished request`` / ``Aborted request`` line). The
+distribution of preemptions per request (1, 2, 3-5, 6+) is shown beside the published reference
+point: an instrumented vLLM run where 7.4 % of requests were preempted, 95 % of those once, at
+most 4 times (quoted in issue 15).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .common import frame, src_expr
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ..result import AnalysisView as Analysis
+
+COMPLETE_KINDS = ("record", "marker")
+BUCKETS = ("1", "2", "3-5", "6+")
+REFERENCE = {
+    "requests_preempted_share": 0.074,
+    "preempted_once_share": 0.95,
+    "max_preemptions_per_request": 4,
+    "source": "a published instrumented vLLM run: 7.4 % of requests preempted, 95 % of those once, at most 4 times",
+}
+TOP = 50
+
+
+def compute(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
+    import polars as pl
+
+    ev = a.events.select("event_id", "time", "kind", "request_id", pl.col("engine").fill_null("0"), "source", "line")
+    ev = ev.join(pe.select("event_id", "recompute_tokens", "recompute_bound"), on="event_id", how="left")
+    with_id = ev.filter(pl.col("request_id").is_not_null())
+    complete = with_id.filter(pl.col("kind").is_in(COMPLETE_KINDS))
+    schema: dict[str, Any] = {"request_id": pl.String, "preemptions": pl.UInt32, "tokens_recomputed": pl.Int64,
+              "tokens_is_lower_bound": pl.Boolean, "first": pl.Datetime("us", "UTC"), "last": pl.Datetime("us", "UTC"),
+              "finished": pl.String, "finished_src": pl.String, "first_src": pl.String}
+    hist = histogram(a)
+    if complete.height == 0:
+        why = "no preemption events" if ev.height == 0 else (
+            "the events name no request, or come from sampled sources (V0 logs only every 50th preemption; V1 "
+            "stats and /metrics have no request id): add block-table records (the vLLM plugin) to count per request"
+        )
+        return ({"evaluable": False, "not_evaluable": why, "reference": REFERENCE, "histogram": hist},
+                pl.DataFrame(schema=schema))
+    per = (
+        complete.sort("time", nulls_last=True)
+        .group_by("request_id")
+        .agg(
+            pl.len().alias("preemptions"),
+            pl.when(pl.col("recompute_tokens").is_not_null().any()).then(pl.col("recompute_tokens").sum()).alias(
+                "tokens_recomputed"),
+            ((pl.col("recompute_bound") == "lower").any() | pl.col("recompute_tokens").is_null().any()).alias(
+                "tokens_is_lower_bound"),
+            pl.col("time").min().alias("first"),
+            pl.col("time").max().alias("last"),
+            src_expr().first().alias("first_src"),
+        )
+    )
+    fin = _finished(a)
+    per = per.join(fin, on="request_id", how="left").with_columns(
+        finished=pl.when(pl.col("finished").is_not_null()).then(pl.col("finished")).otherwise(pl.lit("not seen"))
+    )
+    ranked = per.sort(["preemptions", "tokens_recomputed", "request_id"], descending=[True, True, False],
+                      nulls_last=True)
+    counts = per.get_column("preemptions")
+    dist = {
+        "1": int((counts == 1).sum()),
+        "2": int((counts == 2).sum()),
+        "3-5": int(((counts >= 3) & (counts <= 5)).sum()),
+        "6+": int((counts >= 6).sum()),
+    }
+    preempted = per.height
+    requests_known, req_basis = _request_count(a)
+    repeated = ranked.filter(pl.col("preemptions") > 1)
+    out = {
+        "evaluable": True,
+        "counted_from": sorted(set(complete.get_column("kind").to_list())),
+        "requests_preempted": preempted,
+        "requests_preempted_more_than_once": repeated.height,
+        "requests_preempted_5_or_more": int((counts >= 5).sum()),
+        "max_preemptions_per_request": int(_num(counts.max())),
+        "distribution": dist,
+        "preempted_once_share": dist["1"] / preempted if preempted else None,
+        "requests_known": requests_known,
+        "requests_known_basis": req_basis,
+        "requests_preempted_share": (preempted / requests_known) if requests_known else None,
+        "reference": REFERENCE,
+        "events_without_request": ev.height - with_id.height,
+        "events_from_sampled_sources": with_id.height - complete.height,
+        "histogram": hist,
+    }
+    return out, repeated.head(TOP).select(list(schema))
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _finished(a: Analysis) -> pl.DataFrame:
+    import polars as pl
+
+    parts = []
+    br = frame(a, "bt_requests")
+    if br is not None:
+        parts.append(br.filter(pl.col("phase") == "finish").select(
+            "request_id",
+            pl.concat_str([pl.lit("finished ("), pl.col("finish_reason").fill_null("?"), pl.lit(")")]).alias("finished"),
+            src_expr().alias("finished_src"),
+        ))
+    rq = a.requests
+    if rq.height:
+        parts.append(rq.filter(pl.col("action").is_in(["finished", "aborted"])).select(
+            "request_id", pl.col("action").alias("finished"), src_expr().alias("finished_src")))
+    if not parts:
+        return pl.DataFrame(schema={"request_id": pl.String, "finished": pl.String, "finished_src": pl.String})
+    return pl.concat(parts, how="vertical_relaxed").unique("request_id", keep="first", maintain_order=True)
+
+
+def _request_count(a: Analysis) -> tuple[int | None, str]:
+    import polars as pl
+
+    br = frame(a, "bt_requests")
+    if br is not None:
+        n = br.filter(pl.col("phase") == "arrival").get_column("request_id").n_unique()
+        if n:
+            return n, "arrival request records"
+    rq = a.requests
+    if rq.height:
+        n = rq.filter(pl.col("action") == "received").select(pl.struct("stream", "request_id").n_unique()).item()
+        if n:
+            return int(n), "Received request lines"
+    return None, "unknown: no request lines or request records in the bundle"
+
+
+def histogram(a: Analysis) -> dict[str, Any] | None:
+    """vLLM's own per-request histogram ``vllm:request_num_preemptions`` (0.30+, /metrics): the
+    distribution of preemptions per finished request, without request ids. Its buckets are
+    cumulative (``le`` 1, 2, 3, 4, 5, 10, 20 in 0.30-0.33), so ``le=1`` holds requests preempted 0 or
+    1 times: the "1" of the distribution is not separable from 0 (``0-1``). The increase between the
+    first and the last scrape of each engine (requests finished in the bundle's window); one scrape
+    only: since engine start."""
+    import polars as pl
+
+    ps = frame(a, "prom_samples")
+    if ps is None:
+        return None
+    h = ps.filter(pl.col("field").is_in(["hist_bucket", "hist_count", "hist_sum"]))
+    if h.height == 0:
+        return None
+    h = h.with_columns(le=pl.col("labels").str.extract(r'le="([^"]+)"').fill_null(""), _src=src_expr())
+    keys = ["scope", "engine", "field", "le"]
+    per = (
+        h.sort("time")
+        .group_by(keys, maintain_order=True)
+        .agg(pl.col("value").first().alias("v0"), pl.col("value").last().alias("v1"), pl.len().alias("scrapes"),
+             pl.col("_src").first().alias("first"), pl.col("_src").last().alias("last"))
+        .with_columns(
+            inc=pl.when((pl.col("scrapes") > 1) & (pl.col("v1") >= pl.col("v0"))).then(pl.col("v1") - pl.col("v0"))
+            .otherwise(pl.col("v1"))
+        )
+    )
+    tot = per.group_by("field", "le").agg(pl.col("inc").sum())
+    vals = {(f, le): float(v) for f, le, v in tot.iter_rows()}
+    count = vals.get(("hist_count", ""))
+    total = vals.get(("hist_sum", ""))
+    if count is None:
+        return None
+
+    def le(x: float) -> float | None:
+        for (f, bound), v in vals.items():
+            if f == "hist_bucket" and bound not in ("", "+Inf"):
+                try:
+                    if float(bound) == x:
+                        return v
+                except ValueError:
+                    continue
+        return None
+
+    b1, b2, b4, b5 = le(1), le(2), le(4), le(5)
+    bounds = sorted(
+        float(b) for (f, b) in vals if f == "hist_bucket" and b not in ("", "+Inf") and b.replace(".", "", 1).isdigit()
+    )
+    at_most = next((x for x in bounds if (le(x) or 0) >= count), None) if count else 0
+    window = bool((per.get_column("scrapes") > 1).all())
+    return {
+        "metric": "vllm:request_num_preemptions",
+        "window": "increase between the first and the last scrape" if window else "since engine start (one scrape)",
+        "requests_finished": int(count),
+        "preemptions": int(total) if total is not None else None,
+        "distribution": None if None in (b1, b2, b5) else {
+            "0-1": int(b1 or 0), "2": int((b2 or 0) - (b1 or 0)), "3-5": int((b5 or 0) - (b2 or 0)),
+            "6+": int(count - (b5 or 0)),
+        },
+        "requests_preempted_more_than_once": int(count - b1) if b1 is not None else None,
+        "requests_preempted_5_or_more": int(count - b4) if b4 is not None else None,
+        "max_preemptions_per_request_at_most": int(at_most) if at_most is not None else None,
+        "first_line": per.filter(pl.col("field") == "hist_count").get_column("first").first(),
+        "last_line": per.filter(pl.col("field") == "hist_count").get_column("last").last(),
+    }
