@@ -119,14 +119,19 @@ def whatif(analysis: "Analysis", configs: list[dict[str, Any]], *, engine: str =
         raise UsageError("--arrivals step: the workload has no scheduler steps (log request lines)",
                          hint="use --arrivals time")
     seen, src = observed_count(analysis)
-    tr0 = run_one(wl, obs.config, st, engine, arr, vllm_python=vllm_python)
-    f0 = figures(tr0, st)
+    asked = [(sets, *apply_settings(obs, sets)) for sets in configs]
+    cfgs = [obs.config] + [c for _, c, _ in asked]
+    if engine == "vllm":
+        from .engine_vllm import replay_vllm_many
+
+        traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python)
+    else:
+        traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr) for c in cfgs]
+    f0 = figures(traces[0], st)
     cal = calibration(seen, f0["preemptions"])
     status = cal["status"]
     scen = [Scenario("observed", {}, obs.config, [], f0, status)]
-    for sets in configs:
-        cfg, notes = apply_settings(obs, sets)
-        tr = run_one(wl, cfg, st, engine, arr, vllm_python=vllm_python)
+    for (sets, cfg, notes), tr in zip(asked, traces[1:]):
         scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
     if engine == "vllm":  # vLLM's own decisions: the count is exact, the calibration is about the step clock
         for s in scen:
@@ -151,5 +156,7 @@ def prepare_with(analysis: "Analysis", base_sets: dict[str, Any]) -> tuple[Workl
         obs = Observed(ReplayConfig(num_gpu_blocks=int(base_sets["num_gpu_blocks"]), block_size=int(bs)),
                        {"num_gpu_blocks": "--base num_gpu_blocks"}, {}, ["the KV pool size given on the command line"])
     if base_sets:
-        obs = Observed(replace(obs.config, **base_sets), obs.provenance, obs.memory, obs.assumptions)
+        kept = [a for a in obs.assumptions if not any(a.startswith(k + " ") for k in base_sets)]
+        prov = {**obs.provenance, **{k: "given with --base" for k in base_sets}}
+        obs = Observed(replace(obs.config, **base_sets), prov, obs.memory, kept)
     return wl, obs, step_time(analysis)

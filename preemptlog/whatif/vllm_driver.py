@@ -121,6 +121,13 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
     return FakeExecutor
 
 
+def run_all(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every configuration of ``spec["configs"]`` (or the one ``spec["config"]``) in this process:
+    vLLM is imported once."""
+    cfgs = spec.get("configs") or [spec["config"]]
+    return {"traces": [run({**spec, "config": c}) for c in cfgs]}
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from vllm.engine.arg_utils import EngineArgs
@@ -247,6 +254,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     trace["unfinished"] = len(reqs) - len(trace["finish_step"])
     trace["wall_s"] = time.perf_counter() - t0
     trace["vllm_version"] = __import__("vllm").__version__
+    core.shutdown()
     return trace
 
 
@@ -255,7 +263,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_PLUGINS", "")  # the replay records nothing
     with open(sys.argv[1]) as fh:
         spec = json.load(fh)
-    trace = run(spec)
+    trace = run_all(spec)
     with open(sys.argv[2], "w") as fh:
         json.dump(trace, fh)
 

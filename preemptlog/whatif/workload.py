@@ -380,9 +380,10 @@ def observed_config(analysis: "Analysis") -> Observed:
             return None
 
     def as_bool(v: Any) -> bool | None:
-        if v is None:
+        text = str(v).strip().strip("'\"").lower() if v is not None else "none"
+        if text in ("none", ""):
             return None
-        return str(v).strip().strip("'\"").lower() in ("true", "1", "yes")
+        return text in ("true", "1", "yes")
 
     bs = as_int(get("block_size")) or 16
     blocks = as_int(get("num_gpu_blocks_override")) or as_int(get("num_gpu_blocks"))
