@@ -100,15 +100,15 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
     wm = int(cfg.watermark * cfg.num_gpu_blocks)
     budget_full = cfg.max_num_batched_tokens
     prio = cfg.scheduling_policy == "priority"
-    reqs = [_Req(r.request_id, r.prompt_tokens, max(1, r.output_tokens), r.priority, r.arrival_s, i)
-            for i, r in enumerate(workload.requests)]
     if arrivals == "step":
         keys = [float(r.arrival_step if r.arrival_step is not None else 0) for r in workload.requests]
     else:
         keys = [r.arrival_s for r in workload.requests]
-    order = sorted(range(len(reqs)), key=lambda i: (keys[i], i))
-    pending = deque(reqs[i] for i in order)
-    key_of = {reqs[i].rid: keys[i] for i in order}
+    order = sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    rank = {i: k for k, i in enumerate(order)}  # arrival order: vLLM's arrival_time is the time it was added
+    reqs = [_Req(r.request_id, r.prompt_tokens, max(1, r.output_tokens), r.priority, float(rank[i]), i)
+            for i, r in enumerate(workload.requests)]
+    pending = deque((keys[i], reqs[i]) for i in order)
     running: list[_Req] = []
     waiting_q: deque[_Req] = deque()  # fcfs
     waiting_h: list[tuple[int, float, int, _Req]] = []  # priority
@@ -142,22 +142,22 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
     while pending or running or n_waiting():
         # arrivals
         if arrivals == "step":
-            while pending and key_of[pending[0].rid] <= step:
-                r = pending.popleft()
+            while pending and pending[0][0] <= step:
+                r = pending.popleft()[1]
                 tr.arrival_step[r.rid] = step
                 push_wait(r, False)
             if not running and not n_waiting() and pending:
-                k = key_of[pending[0].rid]
-                while pending and key_of[pending[0].rid] <= k:
-                    r = pending.popleft()
+                k = pending[0][0]
+                while pending and pending[0][0] <= k:
+                    r = pending.popleft()[1]
                     tr.arrival_step[r.rid] = step
                     push_wait(r, False)
         else:
-            if not running and not n_waiting() and pending and pending[0].arrival > now:
-                tr.idle_before[step] = tr.idle_before.get(step, 0.0) + pending[0].arrival - now
-                now = pending[0].arrival
-            while pending and pending[0].arrival <= now:
-                r = pending.popleft()
+            if not running and not n_waiting() and pending and pending[0][0] > now:
+                tr.idle_before[step + 1] = tr.idle_before.get(step + 1, 0.0) + pending[0][0] - now
+                now = pending[0][0]
+            while pending and pending[0][0] <= now:
+                r = pending.popleft()[1]
                 tr.arrival_step[r.rid] = step
                 push_wait(r, False)
         step += 1
@@ -171,47 +171,54 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
         victims: list[str] = []
         idx = 0
         thr = cfg.long_prefill_token_threshold if (len(running) + n_waiting()) > 1 else 0
+        mml = cfg.max_model_len or 0
         while idx < len(running) and budget > 0:
             r = running[idx]
-            n = r.num_tokens - r.computed
+            c = r.computed
+            n = r.prompt + r.output - c
             if 0 < thr < n:
                 n = thr
-            n = min(n, budget)
-            if cfg.max_model_len:
-                n = min(n, max(0, cfg.max_model_len - r.computed))
+            if n > budget:
+                n = budget
+            if mml and n > mml - c:
+                n = max(0, mml - c)
             if n <= 0:
                 idx += 1
                 continue
-            ok = False
-            while True:
-                need = blocks_for(r.computed + n) - r.held
-                if need <= free:
-                    ok = True
+            want = -(-(c + n) // bs)
+            need = want - r.held
+            if need > free:
+                ok = False
+                while True:
+                    if prio:
+                        v = max(running, key=lambda x: (x.prio, x.arrival))
+                        vi = running.index(v)
+                        del running[vi]
+                        if vi < idx:
+                            idx -= 1
+                        if v.rid in scheduled:
+                            budget += scheduled.pop(v.rid)
+                            sched_order.remove(v)
+                    else:
+                        v = running.pop()
+                    tr.recomputed_tokens += v.computed
+                    free += v.held
+                    v.held = 0
+                    v.computed = 0
+                    v.preempted = True
+                    victims.append(v.rid)
+                    push_wait(v, True)
+                    if v is r:
+                        break
+                    if want - r.held <= free:
+                        ok = True
+                        break
+                if not ok:
                     break
-                if prio:
-                    v = max(running, key=lambda x: (x.prio, x.arrival))
-                    vi = running.index(v)
-                    del running[vi]
-                    if vi < idx:
-                        idx -= 1
-                    if v.rid in scheduled:
-                        budget += scheduled.pop(v.rid)
-                        sched_order.remove(v)
-                else:
-                    v = running.pop()
-                tr.recomputed_tokens += v.computed
-                free += v.held
-                v.held = 0
-                v.computed = 0
-                v.preempted = True
-                victims.append(v.rid)
-                push_wait(v, True)
-                if v is r:
-                    break
-            if not ok:
-                break
-            free -= max(0, blocks_for(r.computed + n) - r.held)
-            r.held = max(r.held, blocks_for(r.computed + n))
+                need = want - r.held
+            if need > 0:
+                free -= need
+                r.held = want
             scheduled[r.rid] = n
             sched_order.append(r)
             budget -= n
@@ -249,15 +256,17 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
         finished: list[_Req] = []
         for r in sched_order:
             r.computed += scheduled[r.rid]
-            if r.computed >= r.num_tokens:
+            if r.computed >= r.prompt + r.output:
                 r.output += 1
                 tr.output_tokens += 1
                 if r.rid not in tr.first_token_step:
                     tr.first_token_step[r.rid] = step
                 if r.output >= r.target:
                     finished.append(r)
+        if finished:
+            gone = set(map(id, finished))
+            running[:] = [x for x in running if id(x) not in gone]
         for r in finished:
-            running.remove(r)
             free += r.held
             r.held = 0
             tr.finish_step[r.rid] = step

@@ -173,13 +173,22 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     sched._preempt_request = preempt_spy
     orig_schedule = cls.schedule
+    # A chunk that does not reach the request's known tokens samples nothing (the model runner
+    # discards it): num_tokens, which for a resumed request includes its output so far. The
+    # capture tests' driver used num_prompt_tokens until issue 16 ("prompt").
+    if spec.get("partial", "tokens") == "prompt":
+        def partial_of(req: Any) -> int:
+            return int(req.num_prompt_tokens)
+    else:
+        def partial_of(req: Any) -> int:
+            return int(req.num_tokens)
 
     def schedule_spy(*a: Any, **k: Any) -> Any:
         out = orig_schedule(sched, *a, **k)
         partial = set()
         for rid, n in out.num_scheduled_tokens.items():
             req = sched.requests.get(rid)
-            if req is not None and req.num_computed_tokens + n < req.num_prompt_tokens:
+            if req is not None and req.num_computed_tokens + n < partial_of(req):
                 partial.add(rid)
         out._preemptlog_partial = partial
         return out
