@@ -61,6 +61,9 @@ CONFIGS = [
     ("budget 2048", {"max_num_batched_tokens": 2048}),
     ("block_size 32, 32 blocks", {"block_size": 32, "num_gpu_blocks": 32}),
     ("no chunked prefill, budget 1024", {"enable_chunked_prefill": False, "max_num_batched_tokens": 1024}),
+    ("watermark 0.05", {"watermark": 0.05}),
+    ("long prefill threshold 64", {"long_prefill_token_threshold": 64}),
+    ("reserve_full_isl off", {"reserve_full_isl": False}),
 ]
 MIXED_BASE = replace(BASE, num_gpu_blocks=160, max_num_seqs=32, max_num_batched_tokens=1024, max_model_len=2048)
 MIXED = [
@@ -70,6 +73,8 @@ MIXED = [
     ("max_num_seqs 8", {"max_num_seqs": 8}),
     ("priority", {"scheduling_policy": "priority"}),
     ("budget 512", {"max_num_batched_tokens": 512}),
+    ("budget 512, reserve_full_isl off", {"max_num_batched_tokens": 512, "reserve_full_isl": False}),
+    ("watermark 0.05", {"watermark": 0.05}),
 ]
 
 

@@ -115,6 +115,7 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
     now = 0.0
     step = 0
     n_done = 0
+    mml = cfg.max_model_len or 0
 
     def n_waiting() -> int:
         return len(waiting_h) if prio else len(waiting_q)
@@ -171,7 +172,6 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
         victims: list[str] = []
         idx = 0
         thr = cfg.long_prefill_token_threshold if (len(running) + n_waiting()) > 1 else 0
-        mml = cfg.max_model_len or 0
         while idx < len(running) and budget > 0:
             r = running[idx]
             c = r.computed
@@ -235,7 +235,11 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
                     break
                 n = min(n, budget)
                 need = blocks_for(r.computed + n) - r.held
-                mark = wm if scheduled else 0
+                mark = wm if running else 0  # has_scheduled_reqs=bool(self.running)
+                if cfg.reserve_full_isl:  # the whole known sequence must fit before admission
+                    full = blocks_for(min(r.prompt + r.output, mml) if mml else r.prompt + r.output) - r.held
+                    if full + mark > free:
+                        break
                 if need + mark > free:
                     break
                 pop_wait()
@@ -248,8 +252,7 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
         tr.preempted.append(victims)
         tok = sum(scheduled.values())
         tr.step_tokens.append(tok)
-        tr.running.append(len(running))
-        tr.waiting.append(n_waiting() + len(pending) * 0)
+        tr.waiting.append(n_waiting())
         if arrivals == "time":
             now += clock.step(tok)
         # execute
@@ -271,6 +274,7 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
             r.held = 0
             tr.finish_step[r.rid] = step
             n_done += 1
+        tr.running.append(len(running))  # after the step, as the vLLM driver reads it
     tr.unfinished = len(reqs) - n_done
     tr.wall_s = time.perf_counter() - t_start
     _ = math

@@ -121,6 +121,20 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
     return FakeExecutor
 
 
+def mark_partial(sched: Any, out: Any) -> Any:
+    """Mark the requests of a SchedulerOutput whose chunk does not reach their known tokens: they
+    sample nothing (the model runner discards such a token). ``schedule()`` has already advanced
+    ``num_computed_tokens`` by the scheduled tokens, so the test is ``computed < num_tokens``
+    (``num_tokens`` includes a resumed request's output so far)."""
+    partial = set()
+    for rid in out.num_scheduled_tokens:
+        req = sched.requests.get(rid)
+        if req is not None and req.num_computed_tokens < req.num_tokens:
+            partial.add(rid)
+    out._preemptlog_partial = partial
+    return out
+
+
 def run_all(spec: dict[str, Any]) -> dict[str, Any]:
     """Every configuration of ``spec["configs"]`` (or the one ``spec["config"]``) in this process:
     vLLM is imported once."""
@@ -152,6 +166,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     kw: dict[str, Any] = {}
     if cfg.get("watermark"):
         kw["watermark"] = float(cfg["watermark"])
+    if cfg.get("reserve_full_isl") is False:
+        kw["scheduler_reserve_full_isl"] = False
     if cfg.get("long_prefill_token_threshold"):
         kw["long_prefill_token_threshold"] = int(cfg["long_prefill_token_threshold"])
     args = EngineArgs(
@@ -173,25 +189,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     sched._preempt_request = preempt_spy
     orig_schedule = cls.schedule
-    # A chunk that does not reach the request's known tokens samples nothing (the model runner
-    # discards it): num_tokens, which for a resumed request includes its output so far. The
-    # capture tests' driver used num_prompt_tokens until issue 16 ("prompt").
-    if spec.get("partial", "tokens") == "prompt":
-        def partial_of(req: Any) -> int:
-            return int(req.num_prompt_tokens)
-    else:
-        def partial_of(req: Any) -> int:
-            return int(req.num_tokens)
 
     def schedule_spy(*a: Any, **k: Any) -> Any:
-        out = orig_schedule(sched, *a, **k)
-        partial = set()
-        for rid, n in out.num_scheduled_tokens.items():
-            req = sched.requests.get(rid)
-            if req is not None and req.num_computed_tokens + n < partial_of(req):
-                partial.add(rid)
-        out._preemptlog_partial = partial
-        return out
+        return mark_partial(sched, orig_schedule(sched, *a, **k))
 
     sched.schedule = schedule_spy
     mode = spec.get("arrivals", "step")
@@ -248,6 +248,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         trace["running"].append(len(sched.running))
         trace["waiting"].append(len(sched.waiting) + len(getattr(sched, "skipped_waiting", ()) or ()))
         trace["preempted"].append([rid for rid, _ in lost[before:]])
+        if spec.get("debug") and so is not None:
+            trace.setdefault("scheduled", []).append(
+                {rid: [n, int(sched.requests[rid].num_computed_tokens) if rid in sched.requests else None,
+                       int(sched.requests[rid].num_tokens) if rid in sched.requests else None]
+                 for rid, n in so.num_scheduled_tokens.items()})
         trace["recomputed_tokens"] += sum(n for _, n in lost[before:])
         now += base_s + per_tok * tok
         for eco in outputs.values():

@@ -243,6 +243,7 @@ class ReplayConfig:
     long_prefill_token_threshold: int = 0
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
+    reserve_full_isl: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in SETTINGS}
@@ -261,6 +262,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "watermark": ("float", "fraction of blocks kept free when admitting a waiting request (0.32+)"),
     "long_prefill_token_threshold": ("int", "cap on one request's prefill tokens per step (0: off)"),
     "max_model_len": ("int", "longest request (prompt + output), tokens"),
+    "reserve_full_isl": ("bool", "admit a request only when its whole known sequence fits (vLLM "
+                         "scheduler_reserve_full_isl, on by default in 0.32)"),
 }
 
 
