@@ -45,6 +45,11 @@ def whatif_command(
         typer.Option("--sweep", metavar="NAME=V1,V2,...",
                      help="One configuration per value (on top of --set; several --sweep: every combination)."),
     ] = None,
+    config: Annotated[
+        Optional[list[str]],
+        typer.Option("--config", metavar="NAME=VALUE[,NAME=VALUE...]",
+                     help="One asked configuration (repeatable; each on top of --set; not with --sweep)."),
+    ] = None,
     base: Annotated[
         Optional[list[str]],
         typer.Option("--base", metavar="NAME=VALUE",
@@ -81,6 +86,7 @@ def whatif_command(
       preemptlog whatif incident/ --set max_num_seqs=32
       preemptlog whatif incident/ --set gpu_memory_utilization=0.95 --set block_size=32
       preemptlog whatif incident/ --sweep max_num_seqs=16,32,64 -f csv
+      preemptlog whatif incident/ --config num_gpu_blocks=4096 --config max_num_seqs=32,watermark=0.01
       preemptlog whatif incident/ --set scheduling_policy=priority --engine vllm \\
           --vllm-python ~/.cache/preemptlog/venv-vllm-0.32.0/bin/python
 
@@ -109,7 +115,11 @@ def whatif_command(
         from ..whatif import expand, whatif
         from ..whatif.workload import parse_sets
 
-        configs = expand(list(set_ or []), list(sweep or []))
+        if config and sweep:
+            from ..errors import UsageError
+
+            raise UsageError("--config and --sweep do not combine", hint="give several --config instead")
+        configs = expand(list(set_ or []), list(sweep or []), list(config or []))
         base_sets = parse_sets(list(base or []))
         fmt = format or default_format(output)
         py = vllm_python or os.environ.get("PREEMPTLOG_VLLM_PYTHON")

@@ -72,10 +72,12 @@ class WhatIf:
         return out
 
 
-def expand(sets: list[str], sweeps: list[str]) -> list[dict[str, Any]]:
+def expand(sets: list[str], sweeps: list[str], configs: list[str] | None = None) -> list[dict[str, Any]]:
     """The asked configurations: the --set values, then one per --sweep value (a sweep of several
-    keys is their product)."""
+    keys is their product); each ``--config k=v,k=v`` is one more configuration (on top of --set)."""
     base = parse_sets(sets)
+    if configs:
+        return [{**base, **parse_sets([x for x in c.split(",") if x.strip()])} for c in configs]
     combos: list[dict[str, Any]] = [dict(base)]
     for sw in sweeps:
         if "=" not in sw:

@@ -418,6 +418,13 @@ def observed_config(analysis: "Analysis") -> Observed:
         assumptions.append("enable_chunked_prefill not in the bundle: taken as on (the V1 default)")
     apc = as_bool(get("enable_prefix_caching")) or False
     pol = str(get("scheduling_policy") or "fcfs").strip("'\"").lower()
+    ev = analysis.frames.get("bt_events")
+    if (prov.get("scheduling_policy", "default").startswith("default") and ev is not None and ev.height
+            and "policy" in ev.columns):
+        seen = ev.get_column("policy").drop_nulls()
+        if seen.len():
+            pol = str(seen[-1])
+            prov["scheduling_policy"] = f"block-table preempt records (policy {pol}, {seen.len()} record(s))"
     if pol not in ("fcfs", "priority"):
         pol = "fcfs"
     gmu_raw = get("gpu_memory_utilization")
