@@ -148,8 +148,8 @@ def verify_fixes(analysis: "Analysis", fixes: list[dict[str, Any]]) -> tuple[lis
                             f"({key}={value}): {text}"})
             continue
         word = "verified by replay" if status == "calibrated" else (
-            f"replay (uncalibrated: the model gives {cal['replayed']} preemptions where the incident had "
-            f"{cal['observed'] if cal['observed'] is not None else 'an unknown count'})")
+            f"uncalibrated replay (the model's {cal['replayed']} vs the incident's "
+            f"{cal['observed'] if cal['observed'] is not None else 'unknown count of'} preemptions)")
         x["verified"] = f"{word}: {text}"
         x["expected_effect"] = f"{x.get('expected_effect')}; {x['verified']}"
         kept.append(x)

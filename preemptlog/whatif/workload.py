@@ -322,43 +322,25 @@ class Observed:
     assumptions: list[str]
 
 
-_MEM_LINES = {
-    "weights_gib": r"(?:Model loading took|Loading model weights took|model weights take) ([\d.]+) ?GiB?",
-    "total_gib": r"total_gpu_memory \(([\d.]+) ?GiB\)",
-    "kv_gib": r"(?:Available KV cache memory: |reserved for KV Cache is )([\d.]+) ?GiB",
-}
+_MEM_KEYS = {"kv_gib": "kv_cache_memory_gib", "weights_gib": "model_weights_gib", "total_gib": "total_gpu_memory_gib"}
 
 
 def memory_lines(analysis: "Analysis") -> dict[str, tuple[float, str]]:
-    """Memory figures from the log (last line of each), with file:line."""
-    import polars as pl
+    """Memory figures of the log (the config rows of vllm/config.py: 'Available KV cache memory',
+    'Model loading took', the V0 profiling line), each with its file:line."""
+    from ..vllm.config import in_force
 
+    cfg = in_force(analysis.config)
     out: dict[str, tuple[float, str]] = {}
-    recs = analysis.records
-    if recs is None or recs.height == 0 or "text" not in recs.columns:
-        return out
-    names = analysis.bundle.files if analysis.bundle is not None else []
-    for key, rx in _MEM_LINES.items():
-        hit = (
-            recs.lazy()
-            .filter(pl.col("text").str.contains(rx))
-            .select(pl.col("text").str.extract(rx, 1).cast(pl.Float64, strict=False).alias("v"), "file_id", "n")
-            .drop_nulls("v")
-            .tail(1)
-            .collect()
-        )
-        if hit.height:
-            v, fid, n = hit.row(0)
-            fname = _file_name(names, fid)
-            out[key] = (float(v), f"{fname}:{n}")
+    for name, key in _MEM_KEYS.items():
+        row = cfg.get(key)
+        if row is None:
+            continue
+        try:
+            out[name] = (float(str(row["value"]).replace(",", "")), f"{row['source']}:{row['line']}")
+        except ValueError:
+            continue
     return out
-
-
-def _file_name(files: Any, fid: Any) -> str:
-    try:
-        return str(files[int(fid)].name)
-    except (IndexError, TypeError, ValueError, AttributeError):
-        return "vllm log"
 
 
 def observed_config(analysis: "Analysis") -> Observed:
@@ -396,16 +378,16 @@ def observed_config(analysis: "Analysis") -> Observed:
             blocks = tokens // bs
             prov["num_gpu_blocks"] = f"derived: GPU KV cache size {tokens} tokens / block_size {bs}"
     bt_steps = analysis.frames.get("bt_steps")
-    if blocks is None and bt_steps is not None and bt_steps.height and "num_blocks" in bt_steps.columns:
-        nb = bt_steps.get_column("num_blocks").drop_nulls()
+    if blocks is None and bt_steps is not None and bt_steps.height and "num_total_blocks" in bt_steps.columns:
+        nb = bt_steps.get_column("num_total_blocks").drop_nulls()
         if nb.len():
             blocks = int(nb.max())  # type: ignore[arg-type]
-            prov["num_gpu_blocks"] = "block-table step records (num_blocks)"
+            prov["num_gpu_blocks"] = f"block-table step records (num_total_blocks, {nb.len()} record(s))"
     if blocks is None:
         raise NoWorkload(
             "the KV pool size is not in the bundle (no '# GPU blocks', 'GPU KV cache size' line or block-table step "
             "record)",
-            hint="give it with --set num_gpu_blocks=N",
+            hint="give it with --base num_gpu_blocks=N",
         )
     mns = as_int(get("max_num_seqs")) or 256
     mbt = as_int(get("max_num_batched_tokens"))
@@ -454,12 +436,12 @@ def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
     old = c.gpu_memory_utilization
     if old is None:
         raise NoWorkload("gpu_memory_utilization in force is not in the bundle: cannot rescale the KV pool",
-                         hint="set num_gpu_blocks directly")
+                         hint="give num_gpu_blocks instead")
     kv = obs.memory.get("kv_gib")
     if kv is None:
         raise NoWorkload(
             "the KV cache memory is not in the log ('Available KV cache memory: X GiB'): cannot rescale the KV pool",
-            hint="set num_gpu_blocks directly",
+            hint="give num_gpu_blocks instead",
         )
     total = obs.memory.get("total_gib")
     weights = obs.memory.get("weights_gib")
@@ -472,7 +454,7 @@ def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
     else:
         raise NoWorkload(
             "neither total GPU memory nor model weights memory is in the log: cannot rescale the KV pool",
-            hint="set num_gpu_blocks directly",
+            hint="give num_gpu_blocks instead",
         )
     kv_new = kv[0] + (gmu_new - old) * tot
     if kv_new <= 0:
