@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from preemptlog.whatif.engine_model import StepClock, replay  # noqa: E402
-from preemptlog.whatif.engine_vllm import replay_vllm_many  # noqa: E402
-from preemptlog.whatif.metrics import StepTime  # noqa: E402
-from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest  # noqa: E402
+from preemptlog.whatif.engine_model import StepClock, replay
+from preemptlog.whatif.engine_vllm import replay_vllm_many
+from preemptlog.whatif.metrics import StepTime
+from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest
 
 
 def pressure(n: int = 24, priority: bool = False) -> Workload:

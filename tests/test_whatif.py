@@ -62,7 +62,7 @@ def _bundle(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "preemptlog", "whatif", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "preemptlog", "whatif", *args], check=False, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -207,8 +207,8 @@ def test_fix_options_map_to_replay_settings_generically():
 def test_verify_fixes_attaches_replays_and_drops_no_gain(tmp_path):
     from preemptlog.analysis import AnalyzeOptions, analyze
     from preemptlog.bundle import Workspace
-    from preemptlog.whatif import verify_fixes
     from preemptlog.whatif import verify as v
+    from preemptlog.whatif import verify_fixes
 
     b = _bundle(tmp_path, "fix", _log())
     with Workspace() as ws:
@@ -240,7 +240,7 @@ def test_verify_fixes_attaches_replays_and_drops_no_gain(tmp_path):
 
 def test_analyze_output_carries_the_replay(tmp_path):
     b = _bundle(tmp_path, "an", _log(preemptions=2))  # a fixed-stats build: 'Preemptions: 2' per line
-    p = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", str(b), "-f", "json", "--tz", "UTC"],
+    p = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", str(b), "-f", "json", "--tz", "UTC"], check=False,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode in (0, 5), p.stderr
     s = json.loads(p.stdout)["summary"]

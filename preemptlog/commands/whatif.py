@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Annotated, Any, BinaryIO, Optional
+from typing import Annotated, Any, BinaryIO
 
 import typer
 
 from ..cli import guarded, stderr_console
 from ..errors import ExitCode
-from .common import DebugOpt, FormatOpt, NoColorOpt, OutputOpt, QuietOpt, TzOpt, YearOpt, default_format
+from .common import (
+    DebugOpt,
+    FormatOpt,
+    NoColorOpt,
+    OutputOpt,
+    QuietOpt,
+    TzOpt,
+    YearOpt,
+    default_format,
+)
 
 
 class Engine(str, Enum):
@@ -34,24 +43,24 @@ def whatif_command(
                        show_default=False),
     ],
     set_: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--set", metavar="NAME=VALUE",
                      help="A setting of the asked configuration (repeatable): num_gpu_blocks, gpu_memory_utilization, "
                      "block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, "
                      "scheduling_policy, watermark, long_prefill_token_threshold, max_model_len."),
     ] = None,
     sweep: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--sweep", metavar="NAME=V1,V2,...",
                      help="One configuration per value (on top of --set; several --sweep: every combination)."),
     ] = None,
     config: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--config", metavar="NAME=VALUE[,NAME=VALUE...]",
                      help="One asked configuration (repeatable; each on top of --set; not with --sweep)."),
     ] = None,
     base: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--base", metavar="NAME=VALUE",
                      help="A value of the observed configuration the bundle lacks or gets wrong (e.g. "
                      "--base num_gpu_blocks=2048); it applies to every replay, the observed one too."),
@@ -61,12 +70,12 @@ def whatif_command(
                              "with a fake executor (needs --vllm-python or PREEMPTLOG_VLLM_PYTHON).")
     ] = Engine.model,
     vllm_python: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--vllm-python", metavar="PYTHON",
                      help="The python of a venv with vLLM (0.32) installed; default env PREEMPTLOG_VLLM_PYTHON."),
     ] = None,
     arrivals: Annotated[
-        Optional[Arrivals],
+        Arrivals | None,
         typer.Option("--arrivals", help="step: requests arrive at their recorded scheduler step (records only; "
                      "the default with records); time: at their arrival time on the step clock (the default "
                      "with request lines)."),
@@ -149,8 +158,7 @@ def _write(res: Any, fmt: str, out: BinaryIO, no_color: bool) -> None:
     if fmt == "json":
         out.write((json.dumps(res.as_dict(), indent=2, ensure_ascii=False, default=str) + "\n").encode())
     elif fmt == "ndjson":
-        for r in rows:
-            out.write((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode())
+        out.writelines((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode() for r in rows)
     elif fmt in ("csv", "parquet"):
         import polars as pl
 
@@ -177,18 +185,22 @@ def _table(res: Any, out: BinaryIO, no_color: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..render.safe import table_box, text
+    from ..render.safe import neutralise, table_box
+
+    def cell(v: Any) -> str:
+        return "-" if v is None else neutralise(str(v))
 
     buf = io.StringIO()
     console = Console(file=buf, highlight=False, no_color=True, width=200, emoji=False)
-    t = Table(header_style="bold", box=table_box(), title=text(f"whatif ({res.engine} engine, {res.arrivals} arrivals)"))
+    t = Table(header_style="bold", box=table_box(),  # type: ignore[no-untyped-call]
+              title=f"whatif ({res.engine} engine, {res.arrivals} arrivals)")
     t.add_column("")
     for s in res.scenarios:
-        t.add_column(text(s.name), justify="right")
+        t.add_column(cell(s.name), justify="right")
     for key, label in LABELS:
-        t.add_row(text(label), *[text("-" if s.figures.get(key) is None else s.figures.get(key)) for s in res.scenarios])
-    t.add_row(text("status"), *[text(s.status) for s in res.scenarios])
-    console.print(t)
+        t.add_row(label, *[cell(s.figures.get(key)) for s in res.scenarios])
+    t.add_row("status", *[cell(s.status) for s in res.scenarios])
+    console.print(t, markup=False)
     out.write(buf.getvalue().encode())
 
 

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from . import engine_model
 from .metrics import StepTime, calibration, figures, observed_count, step_time
-from .workload import Observed, ReplayConfig, Workload, apply_settings, build_workload, observed_config, parse_sets
+from .workload import (
+    Observed,
+    ReplayConfig,
+    Workload,
+    apply_settings,
+    build_workload,
+    observed_config,
+    parse_sets,
+)
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -104,11 +112,11 @@ def run_one(workload: Workload, cfg: ReplayConfig, st: StepTime, engine: str, ar
     return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python)
 
 
-def prepare(analysis: "Analysis") -> tuple[Workload, Observed, StepTime]:
+def prepare(analysis: Analysis) -> tuple[Workload, Observed, StepTime]:
     return build_workload(analysis), observed_config(analysis), step_time(analysis)
 
 
-def whatif(analysis: "Analysis", configs: list[dict[str, Any]], *, engine: str = "model",
+def whatif(analysis: Analysis, configs: list[dict[str, Any]], *, engine: str = "model",
            arrivals: str | None = None, vllm_python: str | None = None,
            base_sets: dict[str, Any] | None = None) -> WhatIf:
     """Replay the observed configuration (with ``base_sets``: settings the bundle lacks, e.g.
@@ -141,7 +149,7 @@ def whatif(analysis: "Analysis", configs: list[dict[str, Any]], *, engine: str =
     return WhatIf(wl, obs, st, engine, arr, scen, cal, src)
 
 
-def prepare_with(analysis: "Analysis", base_sets: dict[str, Any]) -> tuple[Workload, Observed, StepTime]:
+def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workload, Observed, StepTime]:
     from dataclasses import replace
 
     from .workload import NoWorkload

@@ -63,7 +63,7 @@ class Trace:
 
 
 class _Req:
-    __slots__ = ("rid", "prompt", "target", "prio", "arrival", "seq", "computed", "output", "held", "preempted")
+    __slots__ = ("arrival", "computed", "held", "output", "preempted", "prio", "prompt", "rid", "seq", "target")
 
     def __init__(self, rid: str, prompt: int, target: int, prio: int, arrival: float, seq: int) -> None:
         self.rid, self.prompt, self.target, self.prio, self.arrival, self.seq = rid, prompt, target, prio, arrival, seq
@@ -178,8 +178,7 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
             n = r.prompt + r.output - c
             if 0 < thr < n:
                 n = thr
-            if n > budget:
-                n = budget
+            n = min(n, budget)
             if mml and n > mml - c:
                 n = max(0, mml - c)
             if n <= 0:

@@ -51,7 +51,7 @@ def replay_vllm_many(workload: Workload, cfgs: list[ReplayConfig], st: StepTime,
                     "VLLM_LOGGING_LEVEL": "WARNING"})
         env.pop("PYTHONPATH", None)
         try:
-            p = subprocess.run([py, str(DRIVER), str(sp), str(op)], capture_output=True, text=True, env=env,
+            p = subprocess.run([py, str(DRIVER), str(sp), str(op)], check=False, capture_output=True, text=True, env=env,
                                timeout=timeout, cwd=d)
         except subprocess.TimeoutExpired:
             raise PreemptlogError(f"the vLLM replay took more than {timeout:g} s") from None

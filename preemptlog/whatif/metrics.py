@@ -44,7 +44,7 @@ class StepTime:
         return StepClock(self.base_s, self.per_token_s)
 
 
-def step_time(analysis: "Analysis") -> StepTime:
+def step_time(analysis: Analysis) -> StepTime:
     import polars as pl
 
     st = analysis.stats
@@ -72,14 +72,15 @@ def step_time(analysis: "Analysis") -> StepTime:
                             f"{b * 1e6:.2f} us x scheduled tokens", True)
     bt = analysis.frames.get("bt_requests")
     if bt is not None and bt.height >= 2:
-        s = bt.filter(pl.col("time").is_not_null() & pl.col("step").is_not_null())
-        if s.height >= 2:
-            t0, t1 = s.get_column("time").min(), s.get_column("time").max()
-            k0, k1 = s.get_column("step").min(), s.get_column("step").max()
-            if k1 > k0 and t1 > t0:  # type: ignore[operator]
-                sec = (t1 - t0).total_seconds() / (k1 - k0)  # type: ignore[operator, union-attr]
-                return StepTime(sec, 0.0, f"block-table records: {(t1 - t0).total_seconds():.3f} s over "  # type: ignore[operator, union-attr]
-                                f"{k1 - k0} steps = {sec * 1000:.3f} ms per step (constant)", True)
+        span = bt.filter(pl.col("time").is_not_null() & pl.col("step").is_not_null()).select(
+            ((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds() / 1e6).alias("s"),
+            (pl.col("step").max() - pl.col("step").min()).alias("k"),
+        )
+        secs, ksteps = span.row(0) if span.height else (None, None)
+        if secs and ksteps and secs > 0 and ksteps > 0:
+            sec = float(secs) / float(ksteps)
+            return StepTime(sec, 0.0, f"block-table records: {secs:.3f} s over {ksteps} steps = {sec * 1000:.3f} ms "
+                            "per step (constant)", True)
     return StepTime(DEFAULT_STEP_S, 0.0, f"no stats lines or timed records: {DEFAULT_STEP_S * 1000:g} ms per step assumed",
                     False)
 
@@ -129,7 +130,7 @@ def figures(tr: Trace, st: StepTime) -> dict[str, Any]:
     }
 
 
-def observed_count(analysis: "Analysis") -> tuple[int | None, str]:
+def observed_count(analysis: Analysis) -> tuple[int | None, str]:
     """The incident's own preemption count, and where it comes from (None: not visible)."""
     import polars as pl
 

@@ -7,7 +7,8 @@ and ``explain`` show the same fixes). For every fix whose ``option`` names a rep
 ``num_gpu_blocks``, ...: the option's own name, generically, not per fix id) and whose
 ``suggested`` value is a concrete value of that setting, the model engine replays the observed
 configuration and the fix, each bounded in time (``REPLAY_BUDGET_S`` per replay, env
-``PREEMPTLOG_REPLAY_BUDGET``; past it the fix is kept with a note). The fix gets:
+``PREEMPTLOG_REPLAY_BUDGET``, and ``TOTAL_BUDGET_FIXES`` budgets for all of them; past it the
+fix is kept with a ``replay`` note "skipped"). The fix gets:
 
 - ``replay``: the observed and the fixed figures, the calibration, the setting replayed;
 - ``verified``: ``verified by replay: 422 -> 3 preemptions, p95 latency 41 s -> 12 s``, also
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
 
 REPLAY_BUDGET_S = 3.0
+TOTAL_BUDGET_FIXES = 4  # all fix replays of one incident: at most this many budgets
 LATENCY_GAIN = 0.05
 ALIASES = {"num_gpu_blocks_override": "num_gpu_blocks", "no_enable_chunked_prefill": "enable_chunked_prefill"}
 _CACHE: dict[tuple[int, int], tuple[Any, ...]] = {}
@@ -60,7 +62,7 @@ def _fmt_s(x: float | None) -> str:
     return f"{x:.0f} s" if x >= 10 else f"{x:.2g} s"
 
 
-def _baseline(analysis: "Analysis") -> tuple[Any, ...] | None:
+def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
     """(workload, observed, step time, arrivals, observed figures, calibration) or None."""
     key = (id(analysis), id(analysis.requests))
     if key in _CACHE:
@@ -91,7 +93,7 @@ def _baseline(analysis: "Analysis") -> tuple[Any, ...] | None:
     return out
 
 
-def verify_fixes(analysis: "Analysis", fixes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """(the fixes kept, with ``replay`` data; the ones the replay dropped, with why)."""
     replayable = [(x, setting_for(str(x.get("option") or ""))) for x in fixes]
     if not any(k is not None and x.get("suggested") is not None for x, k in replayable):
@@ -104,6 +106,9 @@ def verify_fixes(analysis: "Analysis", fixes: list[dict[str, Any]]) -> tuple[lis
     from .workload import apply_settings
 
     wl, obs, st, arr, f0, cal = base
+    import time
+
+    t_end = time.perf_counter() + TOTAL_BUDGET_FIXES * _budget()
     kept: list[dict[str, Any]] = []
     dropped: list[dict[str, str]] = []
     for x, key in replayable:
@@ -117,6 +122,11 @@ def verify_fixes(analysis: "Analysis", fixes: list[dict[str, Any]]) -> tuple[lis
             continue
         if f0 is None:
             x["replay"] = {"status": "skipped", "why": f"the observed configuration's replay passed {_budget():g} s"}
+            kept.append(x)
+            continue
+        if time.perf_counter() > t_end:
+            x["replay"] = {"status": "skipped", "setting": f"{key}={value}",
+                           "why": f"the fix replays of this incident passed {TOTAL_BUDGET_FIXES * _budget():g} s"}
             kept.append(x)
             continue
         try:
@@ -152,6 +162,8 @@ def verify_fixes(analysis: "Analysis", fixes: list[dict[str, Any]]) -> tuple[lis
             f"{cal['observed'] if cal['observed'] is not None else 'unknown count of'} preemptions)")
         x["verified"] = f"{word}: {text}"
         x["expected_effect"] = f"{x.get('expected_effect')}; {x['verified']}"
+        if x.get("text"):
+            x["text"] = f"{x['text']}; {x['verified']}"
         kept.append(x)
     for i, x in enumerate(kept, 1):
         if "rank" in x:

@@ -23,6 +23,7 @@ preempted request ids; per request the step it was added before, its first-token
 steps; the computed tokens the victims lost (recomputed tokens); total output tokens.
 """
 
+# mypy: disable-error-code="import-not-found,attr-defined,misc"
 from __future__ import annotations
 
 import json
@@ -65,7 +66,7 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
             return f
         return value
 
-    class FakeExecutor(Executor):  # type: ignore[misc]
+    class FakeExecutor(Executor):
         def _init_executor(self) -> None:
             self.last = None
 
@@ -98,7 +99,7 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
         def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
             so = self.last
             ids = list(so.num_scheduled_tokens.keys())
-            partial = getattr(so, "_preemptlog_partial", set())
+            partial: set[str] = getattr(so, "_preemptlog_partial", set())
             out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                     sampled_token_ids=[[] if r in partial else [7] for r in ids])
             return done(out, non_block)
@@ -126,7 +127,7 @@ def mark_partial(sched: Any, out: Any) -> Any:
     sample nothing (the model runner discards such a token). ``schedule()`` has already advanced
     ``num_computed_tokens`` by the scheduled tokens, so the test is ``computed < num_tokens``
     (``num_tokens`` includes a resumed request's output so far)."""
-    partial = set()
+    partial: set[str] = set()
     for rid in out.num_scheduled_tokens:
         req = sched.requests.get(rid)
         if req is not None and req.num_computed_tokens < req.num_tokens:

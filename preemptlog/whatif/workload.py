@@ -73,7 +73,7 @@ class Workload:
         ]
 
 
-def _files(df: "pl.DataFrame") -> str:
+def _files(df: pl.DataFrame) -> str:
     import polars as pl
 
     if "source" not in df.columns or df.height == 0:
@@ -82,7 +82,7 @@ def _files(df: "pl.DataFrame") -> str:
     return ", ".join(str(n) for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
-def from_records(bt: "pl.DataFrame") -> Workload | None:
+def from_records(bt: pl.DataFrame) -> Workload | None:
     """The workload from ``bt_requests`` rows (None when no arrival record has a prompt length)."""
     import polars as pl
 
@@ -131,7 +131,7 @@ def from_records(bt: "pl.DataFrame") -> Workload | None:
     return Workload(reqs, "records", _files(arr), assumptions)
 
 
-def mean_prompt_from_stats(stats: "pl.DataFrame", n_requests: int) -> tuple[float, str] | None:
+def mean_prompt_from_stats(stats: pl.DataFrame, n_requests: int) -> tuple[float, str] | None:
     """Mean prompt length implied by the stats lines: sum(prompt throughput x interval) / requests."""
     import polars as pl
 
@@ -151,7 +151,7 @@ def mean_prompt_from_stats(stats: "pl.DataFrame", n_requests: int) -> tuple[floa
     )
 
 
-def from_log(analysis: "Analysis") -> Workload | None:
+def from_log(analysis: Analysis) -> Workload | None:
     """The workload from the log's request lines (None when there is no Received line)."""
     import polars as pl
 
@@ -172,14 +172,14 @@ def from_log(analysis: "Analysis") -> Workload | None:
             f"the {rec.height} Received request line(s) print no max_tokens: cannot size the outputs",
             hint="log requests with their SamplingParams (--enable-log-requests)",
         )
-    fill_max = int(round(float(mt.drop_nulls().mean() or 1)))  # type: ignore[arg-type]
+    fill_max = round(float(mt.drop_nulls().mean() or 1))  # type: ignore[arg-type]
     if mt.null_count():
         assumptions.append(f"max_tokens of {mt.null_count()} request(s) not printed: taken as the mean {fill_max}")
     pt = rec.get_column("prompt_tokens")
     fill_pt: int | None = None
     if pt.null_count():
         if pt.null_count() < rec.height:
-            fill_pt = int(round(float(pt.drop_nulls().mean() or 1)))  # type: ignore[arg-type]
+            fill_pt = round(float(pt.drop_nulls().mean() or 1))  # type: ignore[arg-type]
             assumptions.append(
                 f"prompt length of {pt.null_count()} of {rec.height} request(s) not printed: taken as the mean "
                 f"{fill_pt} of the printed ones"
@@ -193,7 +193,7 @@ def from_log(analysis: "Analysis") -> Workload | None:
                     hint="log prompt_token_ids (--enable-log-requests; DEBUG logging from 0.11.1) or record "
                     "requests with the preemptlog vLLM plugin",
                 )
-            fill_pt = max(1, int(round(est[0])))
+            fill_pt = max(1, round(est[0]))
             assumptions.append(f"prompt length of every request not printed: taken as {fill_pt} ({est[1]})")
     assumptions.append(
         "output lengths are not in the bundle (Finished lines carry no token count): taken as max_tokens, an upper bound"
@@ -209,7 +209,7 @@ def from_log(analysis: "Analysis") -> Workload | None:
     return Workload(reqs, "log", _files(rec), assumptions)
 
 
-def build_workload(analysis: "Analysis") -> Workload:
+def build_workload(analysis: Analysis) -> Workload:
     """Records first, then request lines; else :class:`NoWorkload`."""
     bt = analysis.frames.get("bt_requests")
     if bt is not None and bt.height:
@@ -262,8 +262,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "watermark": ("float", "fraction of blocks kept free when admitting a waiting request (0.32+)"),
     "long_prefill_token_threshold": ("int", "cap on one request's prefill tokens per step (0: off)"),
     "max_model_len": ("int", "longest request (prompt + output), tokens"),
-    "reserve_full_isl": ("bool", "admit a request only when its whole known sequence fits (vLLM "
-                         "scheduler_reserve_full_isl, on by default in 0.32)"),
+    "reserve_full_isl": ("bool", ("admit a request only when its whole known sequence fits (vLLM "
+                         "scheduler_reserve_full_isl, on by default in 0.32)")),
 }
 
 
@@ -325,7 +325,7 @@ class Observed:
 _MEM_KEYS = {"kv_gib": "kv_cache_memory_gib", "weights_gib": "model_weights_gib", "total_gib": "total_gpu_memory_gib"}
 
 
-def memory_lines(analysis: "Analysis") -> dict[str, tuple[float, str]]:
+def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
     """Memory figures of the log (the config rows of vllm/config.py: 'Available KV cache memory',
     'Model loading took', the V0 profiling line), each with its file:line."""
     from ..vllm.config import in_force
@@ -343,7 +343,7 @@ def memory_lines(analysis: "Analysis") -> dict[str, tuple[float, str]]:
     return out
 
 
-def observed_config(analysis: "Analysis") -> Observed:
+def observed_config(analysis: Analysis) -> Observed:
     """The replay configuration the incident ran with (num_gpu_blocks must be known)."""
     from ..vllm.config import in_force
 
@@ -459,7 +459,7 @@ def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
     kv_new = kv[0] + (gmu_new - old) * tot
     if kv_new <= 0:
         raise UsageError(f"--set gpu_memory_utilization={gmu_new}: leaves no KV cache memory ({kv_new:.2f} GiB)")
-    blocks = int(math.floor(c.num_gpu_blocks * kv_new / kv[0]))
+    blocks = math.floor(c.num_gpu_blocks * kv_new / kv[0])
     how = (f"KV {kv[0]:g} GiB ({kv[1]}) + ({gmu_new:g} - {old:g}) x {tot_how} = {kv_new:.2f} GiB; "
            f"blocks = floor({c.num_gpu_blocks} x {kv_new:.2f} / {kv[0]:g}) = {blocks}")
     return blocks, how
