@@ -158,7 +158,7 @@ def _write(res: Any, fmt: str, out: BinaryIO, no_color: bool) -> None:
     if fmt == "json":
         out.write((json.dumps(res.as_dict(), indent=2, ensure_ascii=False, default=str) + "\n").encode())
     elif fmt == "ndjson":
-        out.writelines((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode() for r in rows)
+        out.write(b"".join((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode() for r in rows))
     elif fmt in ("csv", "parquet"):
         import polars as pl
 
