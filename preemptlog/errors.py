@@ -29,7 +29,7 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 7
     """`rules --check`: a rule's sample input did not give the verdict it expects (the rules file needs fixing)."""
     NO_WORKLOAD = 8
-    """`whatif` (and fix replays): the bundle holds no workload to replay (no request records, no request lines), or an input the replay needs is missing."""
+    """`whatif`: the bundle holds no workload to replay (no request records, no request lines), or an input the replay needs (the KV pool size, the memory lines) is missing."""
     INTERRUPTED = 130
     """Interrupted (Ctrl-C or SIGTERM); no partial output file or temporary file is left behind."""
     PIPE_CLOSED = 141
