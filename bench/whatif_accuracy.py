@@ -7,7 +7,7 @@ table compares their preemption counts (and peak running). Prints a Markdown tab
 docs/whatif.md) and a summary line.
 
     PREEMPTLOG_VLLM_PYTHON=/root/.cache/preemptlog/venv-vllm-0.32.0/bin/python \\
-        python bench/whatif_accuracy.py [--quick]
+        python bench/whatif_accuracy.py [--quick] [--write docs/whatif.md]
 
 About 10-20 s per workload (importing vLLM) plus the runs, on a 2-core machine.
 """
@@ -81,6 +81,8 @@ MIXED = [
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="only the pressure workload")
+    ap.add_argument("--write", metavar="MD", help="replace the table between the whatif-accuracy markers of MD "
+                    "(docs/whatif.md)")
     args = ap.parse_args()
     py = os.environ.get("PREEMPTLOG_VLLM_PYTHON")
     if not py:
@@ -90,8 +92,8 @@ def main() -> None:
               BASE, CONFIGS[:1] + CONFIGS[5:6])]
     if not args.quick:
         suites.append(("mixed (160 req)", mixed(), MIXED_BASE, MIXED))
-    print("| workload | configuration | vLLM preemptions | model preemptions | error | vLLM peak running | model peak running |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    head = "| workload | configuration | vLLM preemptions | model preemptions | error | vLLM peak running | model peak running |"
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
     errs: list[float] = []
     exact = 0
     for wname, wl, base, cfgs in suites:
@@ -103,11 +105,20 @@ def main() -> None:
             err = (b - a) / a if a else (0.0 if b == 0 else 1.0)
             errs.append(abs(err))
             exact += a == b
-            print(f"| {wname} | {cname} | {a} | {b} | {err:+.0%} | {max(rt.running)} | {max(mt.running)} |")
+            lines.append(f"| {wname} | {cname} | {a} | {b} | {err:+.0%} | {max(rt.running)} | {max(mt.running)} |")
     n = len(errs)
     within = sum(e <= 0.15 for e in errs)
-    print(f"\n{n} configurations: {exact} exact, {within} within 15 %, mean |error| {sum(errs) / n:.1%}, "
-          f"max {max(errs):.0%}")
+    lines += ["", f"{n} configurations: {exact} exact, {within} within 15 %, mean |error| {sum(errs) / n:.1%}, "
+              f"max {max(errs):.0%}"]
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        doc = Path(args.write)
+        text = doc.read_text()
+        head, rest = text.split("<!-- whatif-accuracy: written by bench/whatif_accuracy.py -->\n", 1)
+        _, tail = rest.split("<!-- /whatif-accuracy -->", 1)
+        doc.write_text(f"{head}<!-- whatif-accuracy: written by bench/whatif_accuracy.py -->\n{table}\n"
+                       f"<!-- /whatif-accuracy -->{tail}")
 
 
 if __name__ == "__main__":
