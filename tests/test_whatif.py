@@ -250,3 +250,13 @@ def test_analyze_output_carries_the_replay(tmp_path):
     for x in replayed:
         if "replay" in x and x["replay"]["status"] in ("calibrated", "uncalibrated"):
             assert x["verified"] in x["expected_effect"]
+
+
+def test_idle_gaps_do_not_count_as_waiting_time():
+    from preemptlog.whatif.metrics import StepTime, figures
+
+    reqs = [WRequest("a", 0.0, 10, 5, 5), WRequest("b", 100.0, 10, 5, 5)]
+    tr = replay(Workload(reqs, "log", "test"), ReplayConfig(num_gpu_blocks=100), StepClock(0.01, 0.0), arrivals="time")
+    f = figures(tr, StepTime(0.01, 0.0, "test", True))
+    assert tr.idle_before and f["latency_p95_s"] is not None and f["latency_p95_s"] < 0.1
+    assert f["ttft_p95_s"] is not None and f["ttft_p95_s"] <= 0.011

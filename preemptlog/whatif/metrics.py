@@ -101,8 +101,8 @@ def figures(tr: Trace, st: StepTime) -> dict[str, Any]:
     def t_end(step: int) -> float:  # time at the end of step (1-based)
         return ends[step - 1] if 0 < step <= len(ends) else 0.0
 
-    def t_start(step: int) -> float:  # time a request added before step `step+1` arrived
-        return ends[step - 1] if 0 < step <= len(ends) else 0.0
+    def t_start(step: int) -> float:  # time a request added before step `step+1` arrived (after any idle gap)
+        return (ends[step - 1] if 0 < step <= len(ends) else 0.0) + tr.idle_before.get(step + 1, 0.0)
 
     ttft = [t_end(tr.first_token_step[r]) - t_start(tr.arrival_step[r]) for r in tr.first_token_step
             if r in tr.arrival_step]
