@@ -260,3 +260,17 @@ def test_idle_gaps_do_not_count_as_waiting_time():
     f = figures(tr, StepTime(0.01, 0.0, "test", True))
     assert tr.idle_before and f["latency_p95_s"] is not None and f["latency_p95_s"] < 0.1
     assert f["ttft_p95_s"] is not None and f["ttft_p95_s"] <= 0.011
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--engine", "vllm"], "--engine vllm needs a python with vLLM"),
+    (["--config", "max_num_seqs=4", "--sweep", "max_num_seqs=2,3"], "do not combine"),
+    (["--arrivals", "step"], "no scheduler steps"),
+    (["--vllm-python", "/nonexistent/python", "--engine", "vllm"], "no such file"),
+])
+def test_engine_and_option_errors_are_usage_errors(tmp_path, monkeypatch, args, msg):
+    monkeypatch.delenv("PREEMPTLOG_VLLM_PYTHON", raising=False)
+    b = _bundle(tmp_path, "opts", _log(n=4))
+    p = _cli(str(b), *args, "--tz", "UTC")
+    assert p.returncode == 2, p.stderr
+    assert msg in p.stderr and len(p.stderr.strip().splitlines()) == 1
