@@ -274,3 +274,18 @@ def test_engine_and_option_errors_are_usage_errors(tmp_path, monkeypatch, args, 
     p = _cli(str(b), *args, "--tz", "UTC")
     assert p.returncode == 2, p.stderr
     assert msg in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_replay_past_its_budget_is_skipped_with_a_note(tmp_path, monkeypatch):
+    from preemptlog.analysis import AnalyzeOptions, analyze
+    from preemptlog.bundle import Workspace
+    from preemptlog.whatif import verify as v
+
+    monkeypatch.setattr(v, "_budget", lambda: 0.0)  # past the budget at the first check (step 1024)
+    b = _bundle(tmp_path, "slow", _log(n=160))
+    with Workspace() as ws:
+        a = analyze([str(b)], AnalyzeOptions(tz="UTC"), workspace=ws)
+        fix = {"id": "f", "option": "--max-num-seqs", "current": 8, "suggested": 4, "expected_effect": "e"}
+        kept, dropped = v.verify_fixes(a, [fix])
+    assert dropped == [] and kept[0]["replay"]["status"] == "skipped" and "passed" in kept[0]["replay"]["why"]
+    assert "verified" not in kept[0]
