@@ -226,7 +226,7 @@ def test_verify_fixes_attaches_replays_and_drops_no_gain(tmp_path):
         base = v._baseline(a)
         assert base is not None
         # pretend the model reproduced the incident: a calibrated replay may drop a fix
-        v._CACHE[(id(a), id(a.requests))] = (*base[:5], {**base[5], "status": "calibrated"})
+        v._CACHE[v._key(a)] = (a.requests, a.config, (*base[:5], {**base[5], "status": "calibrated"}))
         kept, dropped = verify_fixes(a, [dict(x) for x in fixes])
     ids = [x["id"] for x in kept]
     assert ids == ["more_blocks", "traffic", "cannot"] and [x["rank"] for x in kept] == [1, 2, 3]

@@ -36,7 +36,8 @@ REPLAY_BUDGET_S = 3.0
 TOTAL_BUDGET_FIXES = 4  # all fix replays of one incident: at most this many budgets
 LATENCY_GAIN = 0.05
 ALIASES = {"num_gpu_blocks_override": "num_gpu_blocks", "no_enable_chunked_prefill": "enable_chunked_prefill"}
-_CACHE: dict[tuple[int, int], tuple[Any, ...]] = {}
+_CACHE: dict[tuple[int, int], tuple[Any, Any, tuple[Any, ...] | None]] = {}
+_FIX_CACHE: dict[tuple[int, int, str], Any] = {}  # (incident, setting) -> (figures, notes) or an error
 
 
 def setting_for(option: str) -> str | None:
@@ -64,9 +65,10 @@ def _fmt_s(x: float | None) -> str:
 
 def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
     """(workload, observed, step time, arrivals, observed figures, calibration) or None."""
-    key = (id(analysis), id(analysis.requests))
-    if key in _CACHE:
-        return _CACHE[key]
+    key = _key(analysis)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is analysis.requests and hit[1] is analysis.config:
+        return hit[2]
     from . import engine_model
     from .metrics import calibration, figures, observed_count, step_time
     from .workload import build_workload, observed_config
@@ -89,8 +91,15 @@ def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
         out = (wl, obs, st, arr, f0, cal)
     if len(_CACHE) > 8:
         _CACHE.clear()
-    _CACHE[key] = out
+        _FIX_CACHE.clear()
+    # the frames are held, so their ids cannot be reused by another analysis while cached
+    _CACHE[key] = (analysis.requests, analysis.config, out)
     return out
+
+
+def _key(analysis: Analysis) -> tuple[int, int]:
+    """The incident: its request and config frames (verdicts and the summary see the same ones)."""
+    return (id(analysis.requests), id(analysis.config))
 
 
 def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -129,9 +138,15 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
                            "why": f"the fix replays of this incident passed {TOTAL_BUDGET_FIXES * _budget():g} s"}
             kept.append(x)
             continue
+        ck = (*_key(analysis), f"{key}={value}")
         try:
-            cfg, notes = apply_settings(obs, {key: value})
-            tr = engine_model.replay(wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget())
+            if ck in _FIX_CACHE:  # verdicts and the summary both ask (rules.verdicts, summary)
+                f1, notes = _FIX_CACHE[ck]
+            else:
+                cfg, notes = apply_settings(obs, {key: value})
+                tr = engine_model.replay(wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget())
+                f1 = figures(tr, st)
+                _FIX_CACHE[ck] = (f1, notes)
         except TimeoutError:
             x["replay"] = {"status": "skipped", "setting": f"{key}={value}",
                            "why": f"the replay passed its {_budget():g} s budget"}
@@ -141,7 +156,6 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             x["replay"] = {"status": "not replayed", "setting": f"{key}={value}", "why": exc.one_line()}
             kept.append(x)
             continue
-        f1 = figures(tr, st)
         status = cal["status"]
         text = (f"{f0['preemptions']} -> {f1['preemptions']} preemptions, p95 latency "
                 f"{_fmt_s(f0['latency_p95_s'])} -> {_fmt_s(f1['latency_p95_s'])}")
