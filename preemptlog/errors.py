@@ -28,6 +28,8 @@ class ExitCode(IntEnum):
     """--fail-on unknown: the bundle cannot show how many preemptions happened (e.g. a stock V1 log without /metrics scrapes)."""
     CHECK_FAILED = 7
     """`rules --check`: a rule's sample input did not give the verdict it expects (the rules file needs fixing)."""
+    NO_WORKLOAD = 8
+    """`whatif`: the bundle holds no workload to replay (no request records, no request lines), or an input the replay needs (the KV pool size, the memory lines) is missing."""
     INTERRUPTED = 130
     """Interrupted (Ctrl-C or SIGTERM); no partial output file or temporary file is left behind."""
     PIPE_CLOSED = 141

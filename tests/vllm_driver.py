@@ -263,14 +263,11 @@ def run(spec: dict) -> dict:
         finally:
             timing["schedule_s"] += clock() - t
             current["in_schedule"] = False
-        # Partial prefill chunks sample no token.
-        partial = set()
-        for rid, n in out.num_scheduled_tokens.items():
-            req = sched.requests.get(rid)
-            if req is not None and req.num_computed_tokens + n < req.num_prompt_tokens:
-                partial.add(rid)
-        out._preemptlog_partial = partial
-        return out
+        # Partial prefill chunks sample no token: the rule of the product driver (issue 16), so a
+        # `whatif --engine vllm` replay of a capture made here reproduces it.
+        from preemptlog.whatif.vllm_driver import mark_partial
+
+        return mark_partial(sched, out)
 
     sched.schedule = schedule_spy
 

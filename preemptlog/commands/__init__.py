@@ -8,7 +8,7 @@ import importlib
 import typer
 
 # Order is the order in --help.
-COMMANDS = ["analyze", "explain", "report", "capture", "simulate", "rules", "eval"]
+COMMANDS = ["analyze", "explain", "report", "whatif", "capture", "simulate", "rules", "eval"]
 
 
 def register_all(app: typer.Typer) -> None:

@@ -62,6 +62,11 @@ MARKERS: list[tuple[str, str]] = [
     ("num_gpu_blocks is: ", "cfg_num_gpu_blocks"),
     ("max_num_seqs to ", "cfg_max_num_seqs"),
     ("Available KV cache memory: ", "cfg_kv_memory"),
+    # memory lines for `whatif` (the KV pool under another gpu_memory_utilization, issue 16)
+    ("Model loading took ", "cfg_weights"),
+    ("Loading model weights took ", "cfg_weights"),
+    ("model weights take ", "cfg_total_mem"),
+    ("total_gpu_memory (", "cfg_total_mem"),
 ]
 
 # Extra line families (debug hooks, text block_table lines) register here so

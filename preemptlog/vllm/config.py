@@ -73,6 +73,11 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_num_gpu_blocks", "num_gpu_blocks", r"num_gpu_blocks is: (\d+)"),
     ("cfg_max_num_seqs", "max_num_seqs", r"max_num_seqs to (\d+)"),
     ("cfg_kv_memory", "kv_cache_memory_gib", r"Available KV cache memory: ([\d.]+) GiB"),
+    # memory lines (issue 16, `whatif`): V1 gpu_model_runner / V0 model_runner and the V0 profiling line
+    ("cfg_weights", "model_weights_gib", r"(?:Model loading took|Loading model weights took) ([\d.]+) ?Gi?B"),
+    ("cfg_total_mem", "total_gpu_memory_gib", r"total_gpu_memory \(([\d.]+) ?GiB\)"),
+    ("cfg_total_mem", "model_weights_gib", r"model weights take ([\d.]+) ?GiB"),
+    ("cfg_total_mem", "kv_cache_memory_gib", r"reserved for KV Cache is ([\d.]+) ?GiB"),
 ]
 ARG_KEYS = [
     "model",

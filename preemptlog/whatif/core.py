@@ -1,0 +1,172 @@
+"""``whatif``: the library core. Rebuild the workload, replay the observed configuration, then
+each asked one, and report the figures side by side (see docs/whatif.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from . import engine_model
+from .metrics import StepTime, calibration, figures, observed_count, step_time
+from .workload import (
+    Observed,
+    ReplayConfig,
+    Workload,
+    apply_settings,
+    build_workload,
+    observed_config,
+    parse_sets,
+)
+
+if TYPE_CHECKING:
+    from ..analysis import Analysis
+
+ENGINES = ("model", "vllm")
+FIGURES = ["preemptions", "recomputed_tokens", "peak_running", "waiting_mean", "waiting_p95", "ttft_p50_s",
+           "ttft_p95_s", "latency_p50_s", "latency_p95_s", "throughput_tok_s"]
+
+
+@dataclass
+class Scenario:
+    name: str  # "observed" or the settings, e.g. "max_num_seqs=32"
+    sets: dict[str, Any]
+    config: ReplayConfig
+    notes: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    status: str = "calibrated"
+
+
+@dataclass
+class WhatIf:
+    workload: Workload
+    observed: Observed
+    step: StepTime
+    engine: str
+    arrivals: str
+    scenarios: list[Scenario]
+    calibration: dict[str, Any]
+    observed_source: str
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per scenario: its name, status, figures, settings (every output format)."""
+        out = []
+        for s in self.scenarios:
+            row: dict[str, Any] = {"scenario": s.name, "engine": self.engine, "status": s.status}
+            row.update({k: s.figures.get(k) for k in FIGURES})
+            row["unfinished"] = s.figures.get("unfinished")
+            row.update({f"cfg_{k}": v for k, v in s.config.as_dict().items()})
+            row["notes"] = "; ".join(s.notes)
+            out.append(row)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "workload": {"source": self.workload.source, "files": self.workload.where,
+                         "requests": len(self.workload.requests), "assumptions": self.workload.assumptions},
+            "config_assumptions": self.observed.assumptions,
+            "config_provenance": self.observed.provenance,
+            "step_time": {"base_s": self.step.base_s, "per_token_s": self.step.per_token_s, "how": self.step.how},
+            "engine": self.engine,
+            "arrivals": self.arrivals,
+            "calibration": {**self.calibration, "observed_from": self.observed_source},
+            "scenarios": self.rows(),
+        }
+
+    def assumed(self) -> list[str]:
+        out = list(self.workload.assumptions) + list(self.observed.assumptions)
+        if not self.step.calibrated:
+            out.append(self.step.how)
+        return out
+
+
+def expand(sets: list[str], sweeps: list[str], configs: list[str] | None = None) -> list[dict[str, Any]]:
+    """The asked configurations: the --set values, then one per --sweep value (a sweep of several
+    keys is their product); each ``--config k=v,k=v`` is one more configuration (on top of --set)."""
+    base = parse_sets(sets)
+    if configs:
+        return [{**base, **parse_sets([x for x in c.split(",") if x.strip()])} for c in configs]
+    combos: list[dict[str, Any]] = [dict(base)]
+    for sw in sweeps:
+        if "=" not in sw:
+            raise UsageError(f"--sweep expects NAME=V1,V2,..., got {sw!r}", hint="e.g. --sweep max_num_seqs=16,32,64")
+        k, vs = sw.split("=", 1)
+        vals = [v for v in vs.split(",") if v.strip()]
+        if not vals:
+            raise UsageError(f"--sweep {sw!r}: no values")
+        parsed = [parse_sets([f"{k.strip()}={v}"]) for v in vals]
+        combos = [{**c, **p} for c in combos for p in parsed]
+    return [c for c in combos if c] if (sets or sweeps) else []
+
+
+def _name(sets: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sets.items())
+
+
+def run_one(workload: Workload, cfg: ReplayConfig, st: StepTime, engine: str, arrivals: str, *,
+            vllm_python: str | None = None, deadline_s: float | None = None) -> engine_model.Trace:
+    if engine == "model":
+        return engine_model.replay(workload, cfg, st.clock(), arrivals=arrivals, deadline_s=deadline_s)
+    from .engine_vllm import replay_vllm
+
+    return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python)
+
+
+def prepare(analysis: Analysis) -> tuple[Workload, Observed, StepTime]:
+    return build_workload(analysis), observed_config(analysis), step_time(analysis)
+
+
+def whatif(analysis: Analysis, configs: list[dict[str, Any]], *, engine: str = "model",
+           arrivals: str | None = None, vllm_python: str | None = None,
+           base_sets: dict[str, Any] | None = None) -> WhatIf:
+    """Replay the observed configuration (with ``base_sets``: settings the bundle lacks, e.g.
+    num_gpu_blocks) and each of ``configs``."""
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
+    wl, obs, st = prepare_with(analysis, base_sets or {})
+    arr = arrivals or ("step" if wl.has_steps else "time")
+    if arr == "step" and not wl.has_steps:
+        raise UsageError("--arrivals step: the workload has no scheduler steps (log request lines)",
+                         hint="use --arrivals time")
+    seen, src = observed_count(analysis)
+    asked = [(sets, *apply_settings(obs, sets)) for sets in configs]
+    cfgs = [obs.config] + [c for _, c, _ in asked]
+    if engine == "vllm":
+        from .engine_vllm import replay_vllm_many
+
+        traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python)
+    else:
+        traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr) for c in cfgs]
+    f0 = figures(traces[0], st)
+    cal = calibration(seen, f0["preemptions"])
+    status = cal["status"]
+    scen = [Scenario("observed", {}, obs.config, [], f0, status)]
+    for (sets, cfg, notes), tr in zip(asked, traces[1:]):
+        scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
+    if engine == "vllm":  # vLLM's own decisions: the count is exact, the calibration is about the step clock
+        for s in scen:
+            s.status = "vllm"
+    return WhatIf(wl, obs, st, engine, arr, scen, cal, src)
+
+
+def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workload, Observed, StepTime]:
+    from dataclasses import replace
+
+    from .workload import NoWorkload
+
+    wl = build_workload(analysis)
+    try:
+        obs = observed_config(analysis)
+    except NoWorkload:
+        if "num_gpu_blocks" not in base_sets:
+            raise
+        from ..vllm.config import in_force
+
+        bs = in_force(analysis.config).get("block_size", {}).get("value") or 16
+        obs = Observed(ReplayConfig(num_gpu_blocks=int(base_sets["num_gpu_blocks"]), block_size=int(bs)),
+                       {"num_gpu_blocks": "--base num_gpu_blocks"}, {}, ["the KV pool size given on the command line"])
+    if base_sets:
+        kept = [a for a in obs.assumptions if not any(a.startswith(k + " ") for k in base_sets)]
+        prov = {**obs.provenance, **{k: "given with --base" for k in base_sets}}
+        obs = Observed(replace(obs.config, **base_sets), prov, obs.memory, kept)
+    return wl, obs, step_time(analysis)

@@ -1,0 +1,287 @@
+"""Drive a real vLLM (0.32) EngineCore + Scheduler with a fake executor: a product feature.
+
+Run inside a vLLM venv as a script (it imports nothing of preemptlog unless the plugin is
+loaded by vLLM itself): ``python .../preemptlog/whatif/vllm_driver.py SPEC.json OUT.json``.
+``preemptlog whatif --engine vllm`` writes the spec and reads the trace back
+(:mod:`preemptlog.whatif.engine_vllm`).
+
+The executor is fake: it reports one full-attention KV layer (the pool size comes from
+``num_gpu_blocks_override``), returns ``None`` from ``execute_model`` and, from
+``sample_tokens``, one token for every scheduled request that is not a partial prefill chunk.
+So every scheduling and preemption decision is vLLM's own, and runs are deterministic.
+
+Spec: ``config`` (num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
+enable_chunked_prefill, enable_prefix_caching, scheduling_policy, watermark,
+long_prefill_token_threshold, max_model_len), ``requests`` (id, prompt, output, priority,
+arrival_step, arrival_s: a request finishes after ``output`` tokens, so its max_tokens is its
+output length), ``arrivals`` (``step``: added when the scheduler's step counter reaches
+arrival_step, as the capture plugin recorded it; ``time``: arrival_s on the step clock
+``step_time`` = [base_s, per_token_s]).
+
+Trace written to OUT.json: per step the scheduled tokens, running and waiting counts and the
+preempted request ids; per request the step it was added before, its first-token and finish
+steps; the computed tokens the victims lost (recomputed tokens); total output tokens.
+"""
+
+# mypy: disable-error-code="import-not-found,attr-defined,misc"
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import Future
+from typing import Any
+
+TINY_MODEL = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
+    "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 1, "vocab_size": 1024,
+    "max_position_embeddings": 1 << 17, "rms_norm_eps": 1e-5, "torch_dtype": "float32", "tie_word_embeddings": False,
+    "bos_token_id": 1, "eos_token_id": 2,
+}
+
+
+def model_dir(max_len: int) -> str:
+    """A Llama-shaped config.json in a temporary folder: all a dummy-loaded model needs."""
+    d = tempfile.mkdtemp(prefix="preemptlog-tiny-")
+    with open(os.path.join(d, "config.json"), "w") as fh:
+        json.dump({**TINY_MODEL, "max_position_embeddings": max(4096, max_len)}, fh)
+    return d
+
+
+def token_ids(index: int, n: int) -> list[int]:
+    """The prompt of request ``index``: the capture tests' pattern (ids < the tiny vocab)."""
+    return [(index * 31 + j) % 900 + 3 for j in range(n)]
+
+
+def fake_executor(kv_spec: Any, per_block: int) -> type:
+    from vllm.v1.executor.abstract import Executor
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    def done(value: Any, non_block: bool) -> Any:
+        if non_block:
+            f: Future[Any] = Future()
+            f.set_result(value)
+            return f
+        return value
+
+    class FakeExecutor(Executor):
+        def _init_executor(self) -> None:
+            self.last = None
+
+        def determine_available_memory(self) -> list[int]:
+            return [per_block * 8192]
+
+        def get_kv_cache_specs(self) -> list[dict[str, Any]]:
+            return [{"model.layers.0.self_attn.attn": kv_spec}]
+
+        def get_supported_kv_cache_layouts(self) -> list[list[str]]:
+            return [["NHD"]]
+
+        def set_kv_cache_layout(self, layout_name: str) -> None:
+            return None
+
+        def initialize_from_config(self, kv_cache_configs: Any) -> None:
+            return None
+
+        def compile_or_warm_up_model(self) -> None:
+            return None
+
+        def collective_rpc(self, method: Any, timeout: Any = None, args: Any = (), kwargs: Any = None,
+                           non_block: bool = False, **kw: Any) -> Any:
+            return done([None], non_block)
+
+        def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
+            self.last = scheduler_output
+            return done(None, non_block)
+
+        def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
+            so = self.last
+            ids = list(so.num_scheduled_tokens.keys())
+            partial: set[str] = getattr(so, "_preemptlog_partial", set())
+            out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                    sampled_token_ids=[[] if r in partial else [7] for r in ids])
+            return done(out, non_block)
+
+        def check_health(self) -> None:
+            return None
+
+        def shutdown(self) -> None:
+            return None
+
+        def execute_dummy_batch(self) -> None:
+            return None
+
+        def take_draft_token_ids(self) -> None:
+            return None
+
+        def supported_tasks(self) -> tuple[str, ...]:
+            return ("generate",)
+
+    return FakeExecutor
+
+
+def mark_partial(sched: Any, out: Any) -> Any:
+    """Mark the requests of a SchedulerOutput whose chunk does not reach their known tokens: they
+    sample nothing (the model runner discards such a token). ``schedule()`` has already advanced
+    ``num_computed_tokens`` by the scheduled tokens, so the test is ``computed < num_tokens``
+    (``num_tokens`` includes a resumed request's output so far)."""
+    partial: set[str] = set()
+    for rid in out.num_scheduled_tokens:
+        req = sched.requests.get(rid)
+        if req is not None and req.num_computed_tokens < req.num_tokens:
+            partial.add(rid)
+    out._preemptlog_partial = partial
+    return out
+
+
+def run_all(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every configuration of ``spec["configs"]`` (or the one ``spec["config"]``) in this process:
+    vLLM is imported once."""
+    cfgs = spec.get("configs") or [spec["config"]]
+    return {"traces": [run({**spec, "config": c}) for c in cfgs]}
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    cfg = spec["config"]
+    bs = int(cfg["block_size"])
+    blocks = int(cfg["num_gpu_blocks"])
+    reqs = spec["requests"]
+    longest = max((r["prompt"] + r["output"] for r in reqs), default=16)
+    kv_spec = FullAttentionSpec(block_size=bs, num_kv_heads=2, head_size=64, dtype=torch.float32)
+    cap = (blocks - 1) * bs  # vLLM checks one max-length request against the pool; block 0 is the null block
+    mml = int(cfg.get("max_model_len") or longest)
+    mml = max(min(mml, cap), min(longest, cap))
+    mbt = int(cfg["max_num_batched_tokens"])
+    chunked = bool(cfg.get("enable_chunked_prefill", True))
+    if not chunked and mbt < mml:
+        mml = mbt  # vLLM refuses a budget below max_model_len without chunked prefill
+    kw: dict[str, Any] = {}
+    if cfg.get("watermark"):
+        kw["watermark"] = float(cfg["watermark"])
+    if cfg.get("reserve_full_isl") is False:
+        kw["scheduler_reserve_full_isl"] = False
+    if cfg.get("long_prefill_token_threshold"):
+        kw["long_prefill_token_threshold"] = int(cfg["long_prefill_token_threshold"])
+    args = EngineArgs(
+        model=model_dir(mml), skip_tokenizer_init=True, load_format="dummy", block_size=bs,
+        num_gpu_blocks_override=blocks, max_num_seqs=int(cfg["max_num_seqs"]), max_num_batched_tokens=mbt,
+        max_model_len=mml, enable_prefix_caching=bool(cfg.get("enable_prefix_caching", False)),
+        enable_chunked_prefill=chunked, scheduling_policy=str(cfg.get("scheduling_policy", "fcfs")),
+        enforce_eager=True, disable_log_stats=True, async_scheduling=False, **kw,
+    )
+    core = EngineCore(args.create_engine_config(), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
+    sched = core.scheduler
+    lost: list[tuple[str, int]] = []
+    cls = type(sched)
+    orig_preempt = cls._preempt_request
+
+    def preempt_spy(request: Any, *a: Any, **k: Any) -> Any:
+        lost.append((request.request_id, int(request.num_computed_tokens)))
+        return orig_preempt(sched, request, *a, **k)
+
+    sched._preempt_request = preempt_spy
+    orig_schedule = cls.schedule
+
+    def schedule_spy(*a: Any, **k: Any) -> Any:
+        return mark_partial(sched, orig_schedule(sched, *a, **k))
+
+    sched.schedule = schedule_spy
+    mode = spec.get("arrivals", "step")
+    base_s, per_tok = (float(x) for x in spec.get("step_time", [0.03, 0.0]))
+
+    def core_request(i: int, r: dict[str, Any]) -> Any:
+        sp = SamplingParams(max_tokens=int(r["output"]), ignore_eos=True, temperature=0.0)
+        return EngineCoreRequest(
+            request_id=str(r["id"]), prompt_token_ids=token_ids(int(r.get("index", i)), int(r["prompt"])),
+            mm_features=None, sampling_params=sp, pooling_params=None, arrival_time=time.time(), lora_request=None,
+            cache_salt=None, data_parallel_rank=None, external_req_id=str(r["id"]), priority=int(r.get("priority", 0)),
+        )
+
+    key = "arrival_step" if mode == "step" else "arrival_s"
+    order = sorted(range(len(reqs)), key=lambda i: (float(reqs[i].get(key) or 0), i))
+    pending = [(i, reqs[i]) for i in order]
+    trace: dict[str, Any] = {"step_tokens": [], "running": [], "waiting": [], "preempted": [], "arrival_step": {},
+                             "first_token_step": {}, "finish_step": {}, "recomputed_tokens": 0, "output_tokens": 0,
+                             "idle_before": {}}
+    now = 0.0
+    pos = 0
+    t0 = time.perf_counter()
+
+    def add(i: int, r: dict[str, Any]) -> None:
+        req, wave = core.preprocess_add_request(core_request(i, r))
+        core.add_request(req, wave)
+        trace["arrival_step"][str(r["id"])] = int(sched.current_step)
+
+    while pos < len(pending) or sched.has_requests():
+        step = int(sched.current_step)
+        if mode == "step":
+            while pos < len(pending) and float(pending[pos][1].get("arrival_step") or 0) <= step:
+                add(*pending[pos])
+                pos += 1
+            if not sched.has_requests() and pos < len(pending):
+                k = float(pending[pos][1].get("arrival_step") or 0)
+                while pos < len(pending) and float(pending[pos][1].get("arrival_step") or 0) <= k:
+                    add(*pending[pos])
+                    pos += 1
+        else:
+            if not sched.has_requests() and pos < len(pending) and float(pending[pos][1]["arrival_s"]) > now:
+                nxt = float(pending[pos][1]["arrival_s"])
+                trace["idle_before"][str(step + 1)] = trace["idle_before"].get(str(step + 1), 0.0) + nxt - now
+                now = nxt
+            while pos < len(pending) and float(pending[pos][1]["arrival_s"]) <= now:
+                add(*pending[pos])
+                pos += 1
+        before = len(lost)
+        outputs, _ = core.step()
+        so = core.model_executor.last
+        step = int(sched.current_step)
+        tok = int(sum(so.num_scheduled_tokens.values())) if so is not None else 0
+        trace["step_tokens"].append(tok)
+        trace["running"].append(len(sched.running))
+        trace["waiting"].append(len(sched.waiting) + len(getattr(sched, "skipped_waiting", ()) or ()))
+        trace["preempted"].append([rid for rid, _ in lost[before:]])
+        if spec.get("debug") and so is not None:
+            trace.setdefault("scheduled", []).append(
+                {rid: [n, int(sched.requests[rid].num_computed_tokens) if rid in sched.requests else None,
+                       int(sched.requests[rid].num_tokens) if rid in sched.requests else None]
+                 for rid, n in so.num_scheduled_tokens.items()})
+        trace["recomputed_tokens"] += sum(n for _, n in lost[before:])
+        now += base_s + per_tok * tok
+        for eco in outputs.values():
+            for o in eco.outputs:
+                n = len(o.new_token_ids)
+                if n:
+                    trace["output_tokens"] += n
+                    trace["first_token_step"].setdefault(o.request_id, step)
+                if o.finish_reason is not None:
+                    trace["finish_step"][o.request_id] = step
+        if step > int(spec.get("max_steps", 2_000_000)):
+            break
+    trace["unfinished"] = len(reqs) - len(trace["finish_step"])
+    trace["wall_s"] = time.perf_counter() - t0
+    trace["vllm_version"] = __import__("vllm").__version__
+    core.shutdown()
+    return trace
+
+
+def main() -> None:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_PLUGINS", "")  # the replay records nothing
+    with open(sys.argv[1]) as fh:
+        spec = json.load(fh)
+    trace = run_all(spec)
+    with open(sys.argv[2], "w") as fh:
+        json.dump(trace, fh)
+
+
+if __name__ == "__main__":
+    main()
