@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .visibility import count_visibility  # noqa: F401 - also read from here (render/table.py)
 from .timebase import iso  # noqa: F401 - moved to timebase; callers import it from here
 
 if TYPE_CHECKING:
@@ -281,39 +282,6 @@ def _with_capacity_fixes(a: "Analysis", fixes: dict[str, Any]) -> dict[str, Any]
     extra = [dict(x) for x in cap.get("fixes") or []]
     return {"fixes": ranked([*fixes["fixes"], *extra], verdict_key_counts(a.verdicts)),
             "dropped": [*fixes["dropped"], *(cap.get("dropped") or [])]}
-
-
-def count_visibility(a: "Analysis") -> dict[str, Any]:
-    """Can this bundle show how many preemptions happened? ``count_visible`` False (the events are
-    not a count of zero) when the log is of a kind that never prints one (a stock V1 log) and no
-    other source (markers, /metrics counter, block-table records) counted any; ``short`` (the
-    headline's words) and ``reason`` say why, ``remedy`` what to add."""
-    from .pressure import log_capability
-
-    ev = a.events
-    if ev.height or (a.filters and a.filters.get("total")):
-        return {"count_visible": True, "reason": None, "remedy": None}
-    recon = a.counters.get("reconciliation") or {}
-    from .reconcile import PROM_COUNTER
-
-    if any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])) or recon.get("quality") == "as recorded":
-        return {"count_visible": True, "reason": None, "remedy": None}
-    cap = log_capability(a)
-    if cap.has_log and cap.counts == "none":
-        log = f"vLLM {cap.version} {cap.family or ''} log".replace("  ", " ") if cap.version else f"{cap.family or 'this'} log"
-        if cap.family == "V1" and "never print" in cap.reason:
-            short = f"{log}: stock builds never print a preemption count"
-        else:
-            short = f"{log}: this version logs no preemption count"
-        return {"count_visible": False, "short": short, "reason": cap.reason, "remedy": cap.remedy}
-    if not cap.has_log:
-        return {
-            "count_visible": False,
-            "short": "no vLLM log and no /metrics counter in the bundle",
-            "reason": "no vLLM log and no /metrics counter in the bundle",
-            "remedy": "add the vLLM server log or /metrics scrapes (vllm:num_preemptions_total)",
-        }
-    return {"count_visible": True, "reason": None, "remedy": None}
 
 
 def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:

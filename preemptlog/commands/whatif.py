@@ -8,7 +8,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from ..cli import guarded, stderr_console
+from .runner import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
     DebugOpt,

@@ -226,7 +226,7 @@ def render_table(
     if rows.height:
         console.print(table)
     else:
-        from ..summary import count_visibility
+        from ..visibility import count_visibility
 
         nv = count_visibility(analysis)
         if nv["count_visible"]:

@@ -15,7 +15,7 @@ W, H, PAD = 720, 160, 30
 def _bars(rows: list[dict[str, Any]]) -> str:
     """One bar per minute: tokens recomputed (hatched where only a lower bound is known); the
     tokens processed in that minute as a tick above, when the stats lines give them."""
-    from .page import e
+    from .escape import e
 
     vals = [r for r in rows if r.get("tokens") is not None or r.get("processed_tokens") is not None]
     if not vals:
@@ -57,7 +57,7 @@ def section(a: Analysis) -> str:
     """``<section id="findings">`` or empty when the analysis has no findings."""
     from ..findings import as_dict
     from ..summary import fix_line
-    from .page import e
+    from .escape import e
 
     f = getattr(a, "findings", None)
     if f is None:

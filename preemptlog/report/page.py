@@ -8,11 +8,11 @@ fetch, and a Content-Security-Policy forbids any request should something try.
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .escape import e
 from .figure import GATE_COLORS, GATE_ORDER, gate_color
 from .series import ESTIMATED_KINDS, UNDETERMINED
 
@@ -82,13 +82,6 @@ td, th { overflow-wrap:anywhere; }
 .group > h3 { margin-top:16px; }
 .legend span { margin-right:10px; }
 """
-
-
-def e(value: Any) -> str:
-    """Log text (or any value) as inert HTML text."""
-    from ..render.safe import neutralise
-
-    return html.escape(neutralise("" if value is None else str(value)), quote=True)
 
 
 def chip(gate: str | None) -> str:

@@ -344,3 +344,25 @@ def fired_rules(frame: "pl.DataFrame", rs: RuleSet) -> list[list[dict[str, Any]]
         for r in rules
     ]
     return df.select(pl.concat_list(parts).list.drop_nulls().alias("_f")).get_column("_f").to_list()
+
+
+# The event columns a rule sample may give (rules/samples.py, rules/mechanisms.py).
+EVENT_TYPES = {"kind": "String", "mode": "String", "engine": "String", "request_id": "String",
+               "cumulative": "Int64", "time_precision": "String"}
+
+
+def sample_frame(evidence: dict[str, Any]) -> "pl.DataFrame":
+    """A one-row frame with every evidence and event column (null unless given)."""
+    from ..frames import PolarsType, polars_dtype
+    from ..joiner import polars_schema
+
+    schema: dict[str, PolarsType] = dict(polars_schema())
+    for name, t in EVENT_TYPES.items():
+        schema[name] = polars_dtype(t)
+    schema["event_id"] = pl.String
+    schema["source"] = pl.String
+    schema["line"] = pl.UInt32
+    row: dict[str, Any] = {k: None for k in schema}
+    row.update({"event_id": "sample", "source": "sample", "line": 1})
+    row.update(evidence)
+    return pl.DataFrame([row], schema=schema)

@@ -29,137 +29,22 @@ if TYPE_CHECKING:
 
     from .model import RuleSet
 
-MECHANISMS = ("kv-capacity", "chunked-prefill-loop", "priority-churn", "prefix-cache-reset", "spec-decode-lookahead")
-UNKNOWN = "unknown"
-MECH_FIELDS = {"id", "mechanism", "priority", "confidence", "description", "requires", "requires_any", "when",
-               "cite", "enabled", "sample"}
+from .model import (  # the rule kind's schema lives with the gate rules' (rules/model.py)
+    MECH_FIELDS,
+    MECHANISM_EVIDENCE,
+    MECHANISMS,
+    UNKNOWN,
+    MechanismRule,
+    build_mechanism as build,
+    mechanism_known_names as known_names,
+    merge_mechanisms as merge,
+    validate_mechanisms as validate,
+)
 
-# Per-event values only the mechanism rules read (name -> polars dtype name, one line of doc).
-MECHANISM_EVIDENCE: dict[str, tuple[str, str]] = {
-    "mech_alloc_failed": ("Boolean", "a recorded allocation failed for lack of free blocks (preempt record: blocks needed + watermark > free), or V0's 'not enough KV cache space' warning (and the events reconstructed from its counter)"),
-    "mech_no_failed_alloc": ("Boolean", "the preempt record saw no failed allocation (e.g. reset_prefix_cache)"),
-    "mech_step_preempted": ("Int64", "preemptions recorded in the event's scheduler step (same engine)"),
-    "mech_step_running": ("Int64", "running requests at the step, before its preemptions (preempt record 'running')"),
-    "mech_request_preemptions": ("Int64", "times the victim was preempted in the bundle (only from complete sources: records, markers)"),
-    "mech_request_index": ("Int64", "this preemption's number for its request (1 = first)"),
-    "mech_prompt_tokens": ("Int64", "the victim's prompt length (request record, or prompt_token_ids of its request line)"),
-    "mech_policy": ("String", "the scheduling policy the preempt record names (fcfs | priority)"),
-    "mech_victim_priority": ("Int64", "the victim's priority (preempt table record)"),
-    "mech_prompt_tput_at": ("Float64", "prompt throughput (tokens/s) of the stats line whose interval holds the event"),
-    "mech_gen_tput_at": ("Float64", "generation throughput (tokens/s) of the same stats line"),
-}
-
-
-@dataclass
-class MechanismRule:
-    id: str
-    mechanism: str
-    when: str
-    priority: int = 100
-    confidence: str = "medium"
-    description: str = ""
-    requires: list[str] = field(default_factory=list)
-    requires_any: list[str] = field(default_factory=list)
-    cite: list[str] = field(default_factory=list)
-    enabled: bool = True
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    origin: str = "default.toml"
-    order: int = 0
-
-
-def _err(msg: str, hint: str | None = None) -> Exception:
-    from .model import RulesError
-
-    return RulesError(msg, hint=hint)
-
-
-def build(doc: Any, src: str, order: int) -> MechanismRule:
-    from .model import CONFIDENCE, EXPECT, SAMPLE_FIELDS, _check_keys, _str_list
-
-    if not isinstance(doc, dict):
-        raise _err(f"{src}: every [[mechanism]] must be a table")
-    rid = doc.get("id")
-    where = f"{src}: mechanism rule {rid!r}" if rid else f"{src}: mechanism rule #{order + 1}"
-    _check_keys(where, doc, MECH_FIELDS)
-    if not isinstance(rid, str) or not rid:
-        raise _err(f"{where}: 'id' (a string) is required")
-    mech = doc.get("mechanism")
-    if mech not in MECHANISMS:
-        raise _err(f"{where}: unknown mechanism {mech!r}", hint="one of " + ", ".join(MECHANISMS))
-    when = doc.get("when")
-    if not isinstance(when, str):
-        raise _err(f"{where}: 'when' (a condition string) is required")
-    conf = doc.get("confidence", "medium")
-    if conf not in CONFIDENCE:
-        raise _err(f"{where}: confidence must be one of {', '.join(CONFIDENCE)}")
-    prio = doc.get("priority", 100)
-    if not isinstance(prio, int) or isinstance(prio, bool):
-        raise _err(f"{where}: priority must be an integer")
-    enabled = doc.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise _err(f"{where}: enabled must be true or false")
-    if "description" in doc and not isinstance(doc["description"], str):
-        raise _err(f"{where}: description must be a string")
-    samples = doc.get("sample", [])
-    if not isinstance(samples, list):
-        raise _err(f"{where}: sample must be an array of tables")
-    for i, s in enumerate(samples):
-        if not isinstance(s, dict):
-            raise _err(f"{where}: sample #{i + 1} must be a table")
-        _check_keys(f"{where} sample #{i + 1}", s, SAMPLE_FIELDS)
-        if s.get("expect") not in EXPECT:
-            raise _err(f"{where} sample #{i + 1}: expect must be one of {', '.join(EXPECT)}")
-        if not isinstance(s.get("evidence", {}), dict):
-            raise _err(f"{where} sample #{i + 1}: evidence must be a table")
-    return MechanismRule(
-        id=rid, mechanism=mech, when=when, priority=prio, confidence=conf,
-        description=doc.get("description", ""),
-        requires=_str_list(f"{where} requires", doc.get("requires", [])),
-        requires_any=_str_list(f"{where} requires_any", doc.get("requires_any", [])),
-        cite=_str_list(f"{where} cite", doc.get("cite", [])),
-        enabled=enabled, samples=samples, origin=src, order=order,
-    )
-
-
-def merge(rs: RuleSet, doc: dict[str, Any], src: str) -> None:
-    """Add (or, by id, replace) the ``[[mechanism]]`` rules of one rules file."""
-    raw = doc.get("mechanism", [])
-    if not isinstance(raw, list):
-        raise _err(f"{src}: 'mechanism' must be an array of tables ([[mechanism]])")
-    by_id = {r.id: i for i, r in enumerate(rs.mechanisms)}
-    for i, item in enumerate(raw):
-        rule = build(item, src, len(rs.mechanisms) + i)
-        if rule.id in by_id:
-            rule.order = rs.mechanisms[by_id[rule.id]].order
-            rs.mechanisms[by_id[rule.id]] = rule
-        else:
-            by_id[rule.id] = len(rs.mechanisms)
-            rs.mechanisms.append(rule)
-
-
-def known_names() -> set[str]:
-    from .model import known_names as gate_names
-
-    return gate_names() | set(MECHANISM_EVIDENCE)
-
-
-def validate(rs: RuleSet) -> None:
-    from .model import _check_expr
-
-    known = known_names()
-    names_ok = known | set(rs.derived)
-    for r in rs.mechanisms:
-        where = f"{r.origin}: mechanism rule {r.id!r}"
-        _check_expr(f"{where} when", r.when, names_ok, rs)
-        for c in r.cite:
-            _check_expr(f"{where} cite {c!r}", c, names_ok, rs)
-        for n in r.requires + r.requires_any:
-            if n not in names_ok:
-                raise _err(f"{where}: requires unknown evidence {n!r}")
-        for i, s in enumerate(r.samples):
-            for n in s.get("evidence", {}):
-                if n not in known:
-                    raise _err(f"{where} sample #{i + 1}: unknown evidence {n!r}")
+__all__ = [
+    "MECHANISMS", "MECHANISM_EVIDENCE", "MECH_FIELDS", "UNKNOWN", "MechanismRule",
+    "active", "build", "evaluate", "flags", "known_names", "merge", "run_samples", "validate",
+]
 
 
 def active(rs: RuleSet) -> list[MechanismRule]:
@@ -234,7 +119,7 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
 def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
     import polars as pl
 
-    from .samples import sample_frame as gate_frame
+    from .engine import sample_frame as gate_frame
 
     base: pl.DataFrame = gate_frame({k: v for k, v in evidence.items() if k not in MECHANISM_EVIDENCE})  # type: ignore[assignment]
     extra = {k: pl.Series(k, [evidence.get(k)], dtype=getattr(pl, t)) for k, (t, _) in MECHANISM_EVIDENCE.items()}

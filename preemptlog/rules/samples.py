@@ -7,11 +7,10 @@ from typing import Any
 
 import polars as pl
 
-from .engine import rule_flags
+from .engine import EVENT_TYPES, rule_flags, sample_frame
+from .mechanisms import run_samples as mechanism_samples
 from .model import RuleSet
 
-EVENT_TYPES = {"kind": "String", "mode": "String", "engine": "String", "request_id": "String",
-               "cumulative": "Int64", "time_precision": "String"}
 
 
 @dataclass
@@ -26,23 +25,6 @@ class SampleResult:
         return self.expect == self.got
 
 
-def sample_frame(evidence: dict[str, Any]) -> "pl.DataFrame":
-    """A one-row frame with every evidence and event column (null unless given)."""
-    from ..frames import PolarsType, polars_dtype
-    from ..joiner import polars_schema
-
-    schema: dict[str, PolarsType] = dict(polars_schema())
-    for name, t in EVENT_TYPES.items():
-        schema[name] = polars_dtype(t)
-    schema["event_id"] = pl.String
-    schema["source"] = pl.String
-    schema["line"] = pl.UInt32
-    row: dict[str, Any] = {k: None for k in schema}
-    row.update({"event_id": "sample", "source": "sample", "line": 1})
-    row.update(evidence)
-    return pl.DataFrame([row], schema=schema)
-
-
 def run_samples(rs: RuleSet) -> list[SampleResult]:
     results = []
     for rule in rs.rules:
@@ -52,7 +34,6 @@ def run_samples(rs: RuleSet) -> list[SampleResult]:
             fired = frame.get_column(f"fired__{rule.id}")[0]
             got = "fired" if fired else ("not-fired" if ev else "not-evaluable")
             results.append(SampleResult(rule.id, i + 1, sample["expect"], got))
-    from .mechanisms import run_samples as mechanism_samples  # issue 15: the mechanism rules' samples
 
     results += [SampleResult(rid, i, expect, got) for rid, i, expect, got in mechanism_samples(rs)]
     return results

@@ -139,7 +139,7 @@ def observed_count(analysis: Analysis) -> tuple[int | None, str]:
         n = bt.filter(pl.col("action") == "preempt").height
         if n:
             return n, "block-table preempt records"
-    from ..summary import count_visibility
+    from ..visibility import count_visibility
 
     vis = count_visibility(analysis)
     if not vis["count_visible"]:
