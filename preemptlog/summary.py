@@ -225,7 +225,7 @@ def summarize(a: "Analysis") -> dict[str, Any]:
         from .rules.recommend import incident_fixes
 
         fixes = incident_fixes(a)
-        fixes = _with_capacity_fixes(a, fixes)  # issue 15
+        fixes = _with_capacity_fixes(a, fixes)
     visible = count_visibility(a)
     out = {
         "count_visible": visible["count_visible"],
@@ -272,16 +272,28 @@ def summarize(a: "Analysis") -> dict[str, Any]:
 
 
 def _with_capacity_fixes(a: "Analysis", fixes: dict[str, Any]) -> dict[str, Any]:
-    """Issue 15: the capacity fixes (findings/capacity.py) ranked with the others; their dropped ones too."""
+    """The capacity fixes (findings/capacity.py), replayed like the others and ranked with them.
+
+    A lever computed from the incident's own pool and peak demand supersedes the guide's formula
+    fix for the same option (one suggestion per option): the formula fix goes to the dropped list,
+    with the computed fix named as the why."""
     f = getattr(a, "findings", None)
     cap = (f.capacity if f is not None else None) or {}
     if not cap.get("fixes") and not cap.get("dropped"):
         return fixes
     from .rules.recommend import ranked, verdict_key_counts
+    from .whatif.verify import verify_fixes
 
-    extra = [dict(x) for x in cap.get("fixes") or []]
-    return {"fixes": ranked([*fixes["fixes"], *extra], verdict_key_counts(a.verdicts)),
-            "dropped": [*fixes["dropped"], *(cap.get("dropped") or [])]}
+    extra, no_gain = verify_fixes(a, [dict(x) for x in cap.get("fixes") or []])
+    computed = {x["option"]: x["id"] for x in extra if x.get("suggested") is not None}
+    kept, superseded = [], []
+    for x in fixes["fixes"]:
+        if x["option"] in computed and x["id"] not in computed.values():
+            superseded.append({"id": x["id"], "why": f"superseded by {computed[x['option']]}, computed from the incident's KV pool and peak demand"})
+        else:
+            kept.append(x)
+    return {"fixes": ranked([*kept, *extra], verdict_key_counts(a.verdicts)),
+            "dropped": [*fixes["dropped"], *superseded, *no_gain, *(cap.get("dropped") or [])]}
 
 
 def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:
