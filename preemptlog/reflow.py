@@ -61,6 +61,7 @@ from pathlib import Path
 import polars as pl
 
 SAMPLE_BYTES = 1 << 20  # the head that decides a file's repair
+BARE_TAG_RE = r"^\[[A-Z][A-Z0-9_]{2,}\] "  # a bare record's own tag: never a continuation
 MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
 MIN_SUPPORT = 3  # lines of one exact length followed by a continuation
 MIN_RATIO = 0.4  # the longest length, seen fewer times: share of its lines followed by a continuation
@@ -178,7 +179,11 @@ def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
     # junk between records) is no text that a wrap could have cut off.
     whole_json = prev.str.starts_with("{") & prev.str.ends_with("}")
     text = line.str.contains(r"[^\x00-\x20\x7f]")
-    return _headerless(line) & ~sibling.fill_null(False) & ~whole_json.fill_null(False) & text
+    # A line that opens with a bracketed upper-case tag ("[BATCH] ...", "[SCHEDULER] ...") is a
+    # record printed bare (a debug hook's print()), not the rest of a cut line: a short log of a
+    # few equal-length headed lines, each followed by such a print, is no wrapped capture.
+    tagged = line.str.contains(BARE_TAG_RE)
+    return _headerless(line) & ~sibling.fill_null(False) & ~whole_json.fill_null(False) & text & ~tagged
 
 
 def _incomplete(line: "pl.Expr") -> "pl.Expr":

@@ -300,3 +300,20 @@ def test_prometheus_quoted_and_indented(tmp_path):
 def test_plain_log_needs_no_repair(corpus):
     for p in sorted(corpus.glob("*.log")):
         assert not reflow.plan(p).widths, p.name
+
+
+@pytest.mark.parametrize("family", ["v04", "iso"])
+def test_bare_tagged_prints_after_equal_length_lines_are_not_a_wrap(family, tmp_path):
+    # A short hook log: three headed [SCHEDULER] lines of one length, each followed by a bare
+    # "[BATCH] ..." print (no timestamp). That looks like a capture wrapped at that length, but a
+    # line that opens with its own bracketed tag is a record, never the rest of a cut line.
+    head = "INFO 05-01 10:00:0{s} scheduler_debug.py:9] " if family == "v04" else "2026-05-01T10:00:0{s} INFO "
+    lines = []
+    for s, (running, var) in enumerate([(4, 400.0), (4, 100.0), (3, 90.0)], start=1):
+        lines.append(head.format(s=s) + f"[SCHEDULER] Available blocks: 100, Pending reqs: 0, Running reqs: {running}")
+        lines.append(f"[BATCH] Current variance: {var} (threshold=256)")
+    lines.append(head.format(s=4) + "Req-v PREEMPTED")
+    path = write_lines(tmp_path / "hooks.log", lines)
+    assert not reflow.plan(path).needed
+    got = analyze([str(path)], AnalyzeOptions(tz="UTC"))
+    assert got.frames["hook_batch"].get_column("variance").to_list() == [400.0, 100.0, 90.0]
