@@ -205,8 +205,11 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
 
     repaired: list[str] = []
     prof.files(sum(f.size or 0 for f in log_files))
+    # issue 18: request lines as runs, except in rotated sets (their overlap check compares lines)
+    hot: list[pl.DataFrame] = []
+    rotated = {sid for sid, members in bundle.streams().items() if len(members) > 1}
     for f in log_files:
-        df, problem = _scan_file(f, ws, options.debug)
+        df, problem = _scan_file(f, ws, options.debug, hot, runs=f.stream not in rotated)
         prof.file_done(f.size or 0, f.display)
         fix = reflow.plan(f.path)
         if fix.needed:
@@ -216,7 +219,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
             partial = True
         if df is not None:
             frames.append(df)
-    records = pl.concat(frames, how="vertical") if frames else vllm_log.scan_empty()
+    records = pl.concat([vllm_log.with_run_columns(x) for x in frames], how="vertical") if frames else vllm_log.scan_empty()  # issue 18: run columns
     if batched:
         records = records.sort("file_id", "n", "seg", maintain_order=True)
     records = _with_line_times(records, bundle.of_kind(vllm_log.KIND))
@@ -283,7 +286,7 @@ def _analyze(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin) ->
     extra_config = [o.config for o in outputs if o.config is not None and o.config.height]
     config = vconfig.parse(records, stats, extra=extra_config)
     prof.mark("config")
-    reqs = vrequests.parse(records)
+    reqs = vrequests.parse(records, hot)  # issue 18: request lines of runs
     prof.mark("requests")
     logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
     interval = preemptions.interval_events(stats, records)
@@ -375,7 +378,7 @@ def _with_line_times(records: "pl.DataFrame", files: list) -> "pl.DataFrame":
             extra.append(rows)
     if not extra:
         return records
-    return pl.concat([records, *extra], how="vertical").sort("file_id", "n", "seg", maintain_order=True)
+    return pl.concat([records, *extra], how="diagonal").sort("file_id", "n", "seg", maintain_order=True)  # issue 18: run columns
 
 
 def _untimed_report(records: "pl.DataFrame") -> tuple[list[str], dict[str, Any]]:
@@ -454,14 +457,25 @@ def _apply_offsets(df: "pl.DataFrame", offsets: dict[str, float], kind: str) -> 
     return df.with_columns(pl.col("time") + pl.duration(microseconds=(shift * 1e6).cast(pl.Int64)))
 
 
-def _scan_file(f, ws: Workspace, debug: bool) -> tuple["pl.DataFrame | None", str | None]:
-    """Collect one file's records; salvage a damaged gzip; never raise on bad data."""
+def _scan_file(
+    f, ws: Workspace, debug: bool, hot: "list[pl.DataFrame] | None" = None, runs: bool = False
+) -> tuple["pl.DataFrame | None", str | None]:
+    """Collect one file's records; salvage a damaged gzip; never raise on bad data.
+
+    issue 18: with ``runs``, request lines become runs (vllm_log.read_split) and their
+    per-request rows are appended to ``hot``.
+    """
     import polars as pl
 
     from .sources import vllm_log
     from .textio import salvage_gzip
 
     try:
+        if runs and hot is not None:
+            rec, rows = vllm_log.read_split(str(f.path), f.file_id)
+            if rows is not None:
+                hot.append(rows)
+            return rec, None
         return vllm_log.read(str(f.path), f.file_id), None
     except (OSError, pl.exceptions.PolarsError) as exc:
         if debug and f.compression is None:

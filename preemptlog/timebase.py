@@ -442,7 +442,13 @@ def resolve(
     order = df.select(pl.arg_sort_by(keys, maintain_order=True).alias("o")).get_column("o")
     if not order.equals(pl.int_range(df.height, dtype=order.dtype, eager=True).alias("o")):
         df = df[order]
-    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq")).drop("forder")
+    if "rq_count" in df.columns and df.get_column("rq_count").null_count() < df.height:
+        # Request-line runs (sources/vllm_log.py, issue 18): a run of k lines holds seq numbers
+        # seq .. seq+k-1, so every other record keeps the number it had with one row per line.
+        w = pl.col("rq_count").fill_null(1).cast(pl.UInt32)
+        df = df.with_columns((w.cum_sum() - w).alias("seq")).drop("forder")
+    else:
+        df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq")).drop("forder")
     records = df
     # Memory (issue 18): the clock is computed on a narrow frame of the time
     # parts; its working columns and joins never gather the records' other

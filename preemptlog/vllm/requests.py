@@ -45,7 +45,44 @@ _KEPT = ("received", "finished", "aborted")  # the actions with rows in the outp
 _SUFFIX_RE = r"-[0-9A-Za-z]{8}$"
 
 
-def parse(records: "pl.DataFrame") -> "pl.DataFrame":
+def _narrow(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> "pl.DataFrame":
+    """time, stream, seq, kind, req_id, max_tokens, prompt_tokens, source, n of every request line kept.
+
+    Files read with request-line runs (sources/vllm_log.py, issue 18) give their request lines
+    in ``hot`` (vllm_log.HOT_ROWS): each takes its run's time, stream and source, and the
+    run's ``seq`` plus its rank in the run, i.e. the values its own records row had.
+    """
+    import polars as pl
+
+    cols = ["time", "stream", "seq", "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n"]
+    own = records
+    if "rq_count" in records.columns:
+        own = records.filter(pl.col("rq_count").is_null()) if hot else records
+    narrow = own.select(cols)
+    if not hot or "rq_run" not in records.columns:
+        return narrow
+    runs = records.filter(pl.col("rq_run").is_not_null()).select(
+        "file_id", "rq_run", "time", "stream", pl.col("seq").alias("_seq0"), "source"
+    )
+    parts = []
+    for h in hot:
+        if h.height == 0:
+            continue
+        j = h.join(runs, on=["file_id", "rq_run"], how="left", maintain_order="left")
+        parts.append(j.select(
+            "time", "stream", (pl.col("_seq0") + pl.col("rq_rank")).cast(pl.UInt32).alias("seq"),
+            "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n",
+        ))
+    if not parts:
+        return narrow
+    both = pl.concat([narrow.filter(pl.col("kind").is_in(list(_ACTION))), *parts], how="vertical")
+    order = both.select(pl.arg_sort_by(["stream", "seq"], maintain_order=True, nulls_last=True).alias("o")).get_column("o")
+    if not order.equals(pl.int_range(both.height, dtype=order.dtype, eager=True).alias("o")):
+        both = both[order]
+    return both
+
+
+def parse(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None" = None) -> "pl.DataFrame":
     """Request rows, one per request id per line, in line order.
 
     Memory and time (issue 18; a request-heavy 1 GB V1 log has 1.75 M request
@@ -60,7 +97,7 @@ def parse(records: "pl.DataFrame") -> "pl.DataFrame":
 
     # Narrow first: an eager filter copies every column of the records frame
     # (measured +80 MB at 400 k records), and request lines are most of them.
-    narrow = records.select("time", "stream", "seq", "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n")
+    narrow = _narrow(records, hot)
     kinds = [k for k, a in _ACTION.items() if a in _KEPT or a == "details"]
     rows = narrow.filter(pl.col("kind").is_in(kinds)).select(
         "time",
