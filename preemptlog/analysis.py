@@ -473,8 +473,7 @@ def _scan_file(
     try:
         if runs and hot is not None:
             rec, rows = vllm_log.read_split(str(f.path), f.file_id)
-            if rows is not None:
-                hot.append(rows)
+            hot.extend(rows)
             return rec, None
         return vllm_log.read(str(f.path), f.file_id), None
     except (OSError, pl.exceptions.PolarsError) as exc:

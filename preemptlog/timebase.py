@@ -571,7 +571,7 @@ def resolve(
 
     # Anchors: full timestamps in the bundle, grouped by stream.
     anchors_by_stream: dict[int, tuple[datetime, str]] = {}
-    full_rows = df.filter(pl.col("_tfull").is_not_null()).group_by("stream").agg(
+    full_rows = df.filter(pl.col("_tfull").is_not_null()).group_by("stream", maintain_order=True).agg(  # issue 18: deterministic anchor order
         pl.col("_tfull").first().alias("t"), pl.col("seq").first().alias("seq")
     )
     for row in full_rows.iter_rows(named=True):

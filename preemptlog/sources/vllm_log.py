@@ -588,7 +588,7 @@ RUN_KIND_COLUMNS = {"rq_count": "UInt32", "n_last": "UInt32", "rq_run": "UInt32"
 # Per-request rows kept beside the records (see above): schema of :func:`read_split`'s second frame.
 HOT_ROWS = {
     "file_id": "UInt16",
-    "kind": "String",
+    "kind": "Enum(HOT_KINDS)",
     "n": "UInt32",
     "rq_run": "UInt32",
     "rq_rank": "UInt32",
@@ -598,6 +598,12 @@ HOT_ROWS = {
 }
 _TIME_PARTS = ("mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac", "fzone", "fb")
 _KEPT_HOT = ("req_received", "req_finished", "req_aborted", "req_details")
+
+
+def HOT_KIND_ENUM() -> "pl.Enum":  # noqa: N802 - a dtype
+    import polars as pl
+
+    return pl.Enum(list(HOT_KINDS))
 
 
 def request_runs_min() -> int:
@@ -620,11 +626,13 @@ def with_run_columns(df: "pl.DataFrame") -> "pl.DataFrame":
 
 def read_split(
     path: str, file_id: int, wraps: bool = True, runs: bool = True
-) -> tuple["pl.DataFrame", "pl.DataFrame | None"]:
+) -> tuple["pl.DataFrame", "list[pl.DataFrame]"]:
     """Records of one file with request lines as runs, and the per-request rows (HOT_ROWS).
 
     Without runs (``runs`` False, or fewer request lines than :func:`request_runs_min`)
-    this is :func:`read` with null run columns and no second frame.
+    this is :func:`read` with null run columns and no per-request frames. Otherwise the
+    second item holds one HOT_ROWS frame of Received / Finished / Aborted lines and one of
+    details lines (when the file has any).
     """
     import os
     import tempfile
@@ -636,12 +644,12 @@ def read_split(
         fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet")
         os.close(fd)
     except OSError:
-        return with_run_columns(finish(collect(lf))), None
+        return with_run_columns(finish(collect(lf))), []
     try:
         try:
             lf.sink_parquet(tmp, compression="lz4", statistics=False)
         except Exception:  # noqa: BLE001 - as collect(): the in-memory collect decides
-            return with_run_columns(finish(compact(lf.collect()))), None
+            return with_run_columns(finish(compact(lf.collect()))), []
         return _split_from(tmp, lf.collect_schema().names(), file_id, runs)
     finally:
         try:
@@ -650,30 +658,47 @@ def read_split(
             pass
 
 
+READ_CHUNK_ROWS = 1 << 20
+
+
 def _read_columns(tmp: str, names: list[str], mask: "pl.Series | None") -> "pl.DataFrame":
-    """The spill file's columns one at a time (filtered by ``mask``), all-null ones as scalars."""
+    """The spill file's columns one at a time (rows where ``mask``), all-null ones as scalars.
+
+    Memory: a column is read and filtered a slice of READ_CHUNK_ROWS rows at a time, so a
+    column of every row (7 M request ids at 4 GB) is never held whole when most is dropped.
+    """
     import polars as pl
 
+    height = pl.scan_parquet(tmp).select(pl.len()).collect().item()
     series, nulls = [], []
     for name in names:
-        col = pl.read_parquet(tmp, columns=[name]).to_series()
-        if mask is not None:
-            col = col.filter(mask)
+        if mask is None or height <= READ_CHUNK_ROWS:
+            col = pl.read_parquet(tmp, columns=[name]).to_series()
+            if mask is not None:
+                col = col.filter(mask)
+        else:
+            chunks = []
+            for off in range(0, height, READ_CHUNK_ROWS):
+                part = pl.scan_parquet(tmp).select(name).slice(off, READ_CHUNK_ROWS).collect().to_series()
+                chunks.append(part.filter(mask.slice(off, READ_CHUNK_ROWS)))
+                del part
+            col = pl.concat(chunks)
+            del chunks
         col = col.rechunk()
         if col.len() and col.null_count() == col.len():
             nulls.append(pl.lit(None, col.dtype).alias(name))
         else:
             series.append(col)
     if not series:
-        height = int(mask.sum()) if mask is not None else pl.read_parquet(tmp, columns=[names[0]]).height
-        base = pl.DataFrame({"_h": pl.Series([None] * height, dtype=pl.Null)})
+        rows = int(mask.sum()) if mask is not None else height
+        base = pl.DataFrame({"_h": pl.Series([None] * rows, dtype=pl.Null)})
         return base.with_columns(nulls).select(names)
     return pl.DataFrame(series).with_columns(nulls).select(names)
 
 
 def _split_from(
     tmp: str, names: list[str], file_id: int, runs: bool
-) -> tuple["pl.DataFrame", "pl.DataFrame | None"]:
+) -> tuple["pl.DataFrame", "list[pl.DataFrame]"]:
     import polars as pl
 
     kinds: dict[str, str] = {}
@@ -687,7 +712,7 @@ def _split_from(
     n_hot = int(narrow.select(is_hot.sum()).item())
     if not runs or n_hot == 0 or n_hot < request_runs_min():
         del narrow
-        return with_run_columns(finish(_read_columns(tmp, names, None))), None
+        return with_run_columns(finish(_read_columns(tmp, names, None))), []
     timed = pl.col("mo").is_not_null() | pl.col("fdate").is_not_null() | pl.col("fb").is_not_null()
     same = pl.lit(True)
     for c in _TIME_PARTS:
@@ -696,16 +721,18 @@ def _split_from(
     flags = narrow.select(
         hot=is_hot,
         start=is_hot & ~cont,
-        kept=pl.col("marker").is_in(kept_markers).fill_null(False),
+        m_main=pl.col("marker").is_in([m for m in kept_markers if kinds[m] != "req_details"]).fill_null(False),
+        m_det=pl.col("marker").is_in([m for m in kept_markers if kinds[m] == "req_details"]).fill_null(False),
         n=pl.col("n"),
     )
     del narrow
     # Run id of every request row (runs are blocks of consecutive rows, numbered in order)
     # and its rank in its run.
+    row = pl.int_range(pl.len(), dtype=pl.UInt32)
     flags = flags.with_columns(
-        run=(pl.col("start").cast(pl.Int64).cum_sum() - 1),
-        _si=pl.when(pl.col("start")).then(pl.int_range(pl.len(), dtype=pl.Int64)).forward_fill(),
-    ).with_columns(rank=(pl.int_range(pl.len(), dtype=pl.Int64) - pl.col("_si")))
+        run=pl.col("start").cast(pl.UInt32).cum_sum(),  # 1-based here (0: before the first run)
+        rank=row - pl.when(pl.col("start")).then(row).forward_fill().fill_null(0),
+    )
     per_run = (
         flags.filter(pl.col("hot"))
         .group_by("run", maintain_order=True)
@@ -718,27 +745,41 @@ def _split_from(
     height = starts_kept.len()
     count = pl.Series("rq_count", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("rq_count"))
     n_last = pl.Series("n_last", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("n_last"))
-    run_no = pl.Series("rq_run", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("run").cast(pl.UInt32))
+    run_no = pl.Series("rq_run", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("run") - 1)
     del per_run
     # The records: the other rows and each run's first row, its request fields cleared.
     raw = _read_columns(tmp, names, keep).with_columns(count, n_last, run_no)
     not_run = pl.col("rq_count").is_null()
     raw = raw.with_columns(pl.when(not_run).then(pl.col(c)).alias(c) for c in ("req_id", "max_tokens", "prompt_tokens"))
     rec = finish(raw)
-    # The per-request rows (Received, Finished, Aborted, details; Added lines are counted only).
-    kept_rows = flags.get_column("kept")
-    detail = _read_columns(tmp, ["marker", "n", "req_id", "max_tokens", "prompt_tokens"], kept_rows)
-    detail = detail.select(
-        pl.lit(file_id, pl.UInt16).alias("file_id"),
-        pl.col("marker").cast(pl.String).replace_strict(kinds, default=None, return_dtype=pl.String).alias("kind"),
-        "n",
-        flags.get_column("run").filter(kept_rows).cast(pl.UInt32).alias("rq_run"),
-        flags.get_column("rank").filter(kept_rows).cast(pl.UInt32).alias("rq_rank"),
-        "req_id",
-        "max_tokens",
-        "prompt_tokens",
-    )
-    return rec, detail
+    # The per-request rows (Received, Finished, Aborted, details; Added lines are counted only):
+    # two frames, read with a predicate on the spill file (no column of every row is held).
+    run_col = flags.get_column("run")
+    rank_col = flags.get_column("rank")
+    masks = [flags.get_column("m_main"), flags.get_column("m_det")]
+    del flags
+    out = []
+    main_markers = [m for m in kept_markers if kinds[m] != "req_details"]
+    det_markers = [m for m in kept_markers if kinds[m] == "req_details"]
+    for group, sel in zip((main_markers, det_markers), masks):
+        if not group or not sel.any():
+            continue
+        rows = (
+            pl.scan_parquet(tmp)
+            .filter(pl.col("marker").is_in(group))
+            .select(
+                pl.lit(file_id, pl.UInt16).alias("file_id"),
+                pl.col("marker").cast(pl.String).replace_strict(kinds, default=None, return_dtype=HOT_KIND_ENUM()).alias("kind"),
+                "n",
+                "req_id",
+                "max_tokens",
+                "prompt_tokens",
+            )
+            .collect()
+        )
+        rows = rows.with_columns((run_col.filter(sel) - 1).alias("rq_run"), rank_col.filter(sel).alias("rq_rank"))
+        out.append(rows.select(list(HOT_ROWS)))
+    return rec, out
 
 
 def reread_runs(path: str, file_id: int, runs: "pl.DataFrame", wraps: bool = True) -> "pl.DataFrame":
