@@ -733,12 +733,18 @@ def _split_from(
         run=pl.col("start").cast(pl.UInt32).cum_sum(),  # 1-based here (0: before the first run)
         rank=row - pl.when(pl.col("start")).then(row).forward_fill().fill_null(0),
     )
-    per_run = (
-        flags.filter(pl.col("hot"))
-        .group_by("run", maintain_order=True)
-        .agg(pl.len().cast(pl.UInt32).alias("rq_count"), pl.col("n").last().alias("n_last"))
-        .sort("run")
-    )
+    # Runs are blocks of consecutive rows: their lengths are the run-length encoding of the
+    # request rows' run ids (no hash table over every row), their last lines gathered.
+    hot_runs = flags.get_column("run").filter(flags.get_column("hot"))
+    lengths = hot_runs.rle().struct.field("len").cast(pl.UInt32)
+    del hot_runs
+    first_pos = flags.get_column("start").arg_true().cast(pl.Int64)
+    per_run = pl.DataFrame({
+        "run": pl.int_range(1, lengths.len() + 1, dtype=pl.UInt32, eager=True),
+        "rq_count": lengths,
+        "n_last": flags.get_column("n").gather(first_pos + lengths.cast(pl.Int64) - 1),
+    })
+    flags = flags.drop("n")
     keep = flags.select(~pl.col("hot") | pl.col("start")).to_series()
     starts_kept = flags.get_column("start").filter(keep)
     pos = starts_kept.arg_true()
@@ -775,7 +781,7 @@ def _split_from(
                 "max_tokens",
                 "prompt_tokens",
             )
-            .collect()
+            .collect(engine="streaming")  # the in-memory engine read whole columns before filtering
         )
         rows = rows.with_columns((run_col.filter(sel) - 1).alias("rq_run"), rank_col.filter(sel).alias("rq_rank"))
         out.append(rows.select(list(HOT_ROWS)))
