@@ -784,6 +784,10 @@ def _split_from(
             .collect(engine="streaming")  # the in-memory engine read whole columns before filtering
         )
         rows = rows.with_columns((run_col.filter(sel) - 1).alias("rq_run"), rank_col.filter(sel).alias("rq_rank"))
+        # A column null on every row (prompt_tokens of V1 Received lines, max_tokens of details
+        # lines) becomes a scalar; no rechunk (it would copy the ids).
+        nulls = [c for c in ("max_tokens", "prompt_tokens") if rows.get_column(c).null_count() == rows.height]
+        rows = rows.with_columns(pl.lit(None, pl.Int64).alias(c) for c in nulls)
         out.append(rows.select(list(HOT_ROWS)))
     return rec, out
 
