@@ -76,13 +76,19 @@ SHAPES = {
         line
         for s in range(12)
         for line in (
-            f"INFO {_hdr(s)} async_llm_engine.py:553] Received request cmpl-{s}a: prompt: 'hi', params: "
-            "SamplingParams(n=1, max_tokens=9), prompt_token_ids: [1, 2, 3], lora_request: None.",
-            f"INFO {_hdr(s)} async_llm_engine.py:553] Received request cmpl-{s}b: prompt: 'yo', params: "
-            "SamplingParams(n=1, max_tokens=3), prompt_token_ids: [4], lora_request: None.",
-            f"WARNING {_hdr(s)} scheduler.py:1077] Sequence group cmpl-{s}a is preempted by "
-            f"PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
-            f"total_num_cumulative_preemption={s + 1}",
+            (
+                f"INFO {_hdr(s)} async_llm_engine.py:553] Received request cmpl-{s}a: prompt: 'hi', params: "
+                "SamplingParams(n=1, max_tokens=9), prompt_token_ids: [1, 2, 3], lora_request: None."
+            ),
+            (
+                f"INFO {_hdr(s)} async_llm_engine.py:553] Received request cmpl-{s}b: prompt: 'yo', params: "
+                "SamplingParams(n=1, max_tokens=3), prompt_token_ids: [4], lora_request: None."
+            ),
+            (
+                f"WARNING {_hdr(s)} scheduler.py:1077] Sequence group cmpl-{s}a is preempted by "
+                f"PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+                f"total_num_cumulative_preemption={s + 1}"
+            ),
             f"INFO {_hdr(s)} async_llm_engine.py:133] Finished request cmpl-{s}b.",
             f"DEBUG {_hdr(s)} [scheduler.py:10] Req cmpl-{s}a PREEMPTED",
         )
@@ -93,8 +99,12 @@ SHAPES = {
         for s in range(10)
         for k in range(4)
     ]
-    + ["2024-05-01T10:00:05.000Z Sequence group k51 is preempted by PreemptionMode.RECOMPUTE mode. "
-       "total_num_cumulative_preemption=1"],
+    + [
+        (
+            "2024-05-01T10:00:05.000Z Sequence group k51 is preempted by PreemptionMode.RECOMPUTE mode. "
+            "total_num_cumulative_preemption=1"
+        )
+    ],
 }
 
 

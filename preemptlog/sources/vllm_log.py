@@ -600,7 +600,7 @@ _TIME_PARTS = ("mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac",
 _KEPT_HOT = ("req_received", "req_finished", "req_aborted", "req_details")
 
 
-def HOT_KIND_ENUM() -> "pl.Enum":  # noqa: N802 - a dtype
+def HOT_KIND_ENUM() -> "pl.Enum":  # a dtype, named like one
     import polars as pl
 
     return pl.Enum(list(HOT_KINDS))
@@ -636,8 +636,6 @@ def read_split(
     """
     import os
     import tempfile
-
-    import polars as pl
 
     lf = scan(path, file_id, wraps)
     try:

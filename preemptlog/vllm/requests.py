@@ -72,7 +72,8 @@ def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple[
     if not hot or "rq_run" not in records.columns:
         return own_main, own_det
     runs = records.filter(pl.col("rq_run").is_not_null()).select("file_id", "rq_run", "time", "stream", "seq", "source")
-    mains, dets = [], []
+    mains: list[pl.DataFrame] = []
+    dets: list[pl.DataFrame] = []
     while hot:  # consumed: each frame is freed once its rows are made
         h = hot.pop(0)
         if h.height == 0:
@@ -82,7 +83,7 @@ def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple[
         # Every run of the file has its records row (finish() drops no request row): rq_run indexes them.
         assert rf.get_column("rq_run").equals(pl.int_range(rf.height, dtype=pl.UInt32, eager=True), check_names=False)
         at = h.get_column("rq_run")
-        cols = {}
+        cols: dict[str, pl.Expr | pl.Series] = {}
         for name in ("time", "stream", "source"):
             src = rf.get_column(name)
             # A constant (one stream, one file) stays a scalar: 16 bytes a row saved for a name.
@@ -101,7 +102,7 @@ def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple[
             return own_part
         both = parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
         order = both.select(pl.arg_sort_by(["stream", "seq"], maintain_order=True).alias("o")).get_column("o")
-        if not order.equals(pl.int_range(both.height, dtype=order.dtype, eager=True).alias("o")):
+        if not order.equals(pl.int_range(both.height, dtype=pl.UInt32, eager=True).cast(order.dtype).alias("o")):
             both = both[order]
         return both
 
@@ -170,7 +171,7 @@ def parse(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None" = None) -> "
     # bases, not the other way round: no hash set of every received id is built.
     cand = ((pl.col("action") != "received") & pl.col("request_id").str.contains(_SUFFIX_RE)).fill_null(False)
     base = pl.when(cand).then(pl.col("request_id").str.replace(_SUFFIX_RE, ""))
-    bases = {}
+    bases: dict[str, pl.Series] = {}
     for name, rows in (("main", main), ("det", det)):
         if rows.height and rows.select(cand.any()).item():
             bases[name] = rows.select(base.alias("_base")).get_column("_base")
