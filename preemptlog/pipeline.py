@@ -158,10 +158,14 @@ def parse_other_sources(bundle: Bundle, ws: Workspace, debug: bool) -> tuple[lis
     return parsed, Report(warnings=tuple(warnings), partial=bool(warnings))
 
 
-def read_logs(bundle: Bundle, ws: Workspace, debug: bool, prof: Profile) -> tuple[pl.DataFrame, Report]:
+def read_logs(
+    bundle: Bundle, ws: Workspace, debug: bool, prof: Profile
+) -> tuple[pl.DataFrame, list[pl.DataFrame], Report]:
     """The records of every vLLM log (one pass per file; many small files in one pass), with
-    the line-time rows for untimed records. A damaged file is read as far as it goes (the
-    problem is added to its InputFile's warnings and the run is partial)."""
+    the line-time rows for untimed records, and the per-request rows of files whose request
+    lines were read as runs (sources/vllm_log.py ``read_split``; not in rotated sets, whose
+    overlap check compares request lines one by one). A damaged file is read as far as it
+    goes (the problem is added to its InputFile's warnings and the run is partial)."""
     frames, log_files = _scan_small_files(bundle.of_kind(vllm_log.KIND), ws)
     batched = bool(frames)
     from . import reflow
@@ -169,8 +173,10 @@ def read_logs(bundle: Bundle, ws: Workspace, debug: bool, prof: Profile) -> tupl
     repaired: list[str] = []
     partial = False
     prof.files(sum(f.size or 0 for f in log_files))
+    request_rows: list[pl.DataFrame] = []
+    rotated = {sid for sid, members in bundle.streams().items() if len(members) > 1}
     for f in log_files:
-        df, problem = _scan_file(f, ws, debug)
+        df, problem = _scan_file(f, ws, debug, request_rows, runs=f.stream not in rotated)
         prof.file_done(f.size or 0, f.display)
         fix = reflow.plan(f.path)
         if fix.needed:
@@ -180,11 +186,13 @@ def read_logs(bundle: Bundle, ws: Workspace, debug: bool, prof: Profile) -> tupl
             partial = True
         if df is not None:
             frames.append(df)
-    records = pl.concat(frames, how="vertical") if frames else vllm_log.scan_empty()
+    records = (
+        pl.concat([vllm_log.with_run_columns(x) for x in frames], how="vertical") if frames else vllm_log.scan_empty()
+    )
     if batched:
         records = records.sort("file_id", "n", "seg", maintain_order=True)
     records = _with_line_times(records, bundle.of_kind(vllm_log.KIND))
-    return records, Report(notes=tuple(repaired), partial=partial)
+    return records, request_rows, Report(notes=tuple(repaired), partial=partial)
 
 
 def one_clock(
@@ -244,7 +252,7 @@ def sources_stage(
     parsed, phase1 = parse_other_sources(bundle, ws, options.debug)
     other_anchors = [a for _, p in parsed for a in p.anchors()]
     prof.mark("other sources, phase 1")
-    records, logs = read_logs(bundle, ws, options.debug, prof)
+    records, request_rows, logs = read_logs(bundle, ws, options.debug, prof)
     prof.mark(f"vllm logs ({records.height} rec)")
     records, ctx, clock = one_clock(records, bundle, options, tz, other_anchors)
     prof.mark("timebase")
@@ -262,7 +270,7 @@ def sources_stage(
     extra_config = [o.config for o in outputs if o.config is not None and o.config.height]
     config = vconfig.parse(records, stats, extra=extra_config)
     prof.mark("config")
-    reqs = vrequests.parse(records)
+    reqs = vrequests.parse(records, request_rows)
     prof.mark("requests")
     logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
     interval = preemptions.interval_events(stats, records)
@@ -423,7 +431,7 @@ def _with_line_times(records: "pl.DataFrame", files: list[InputFile]) -> "pl.Dat
             extra.append(rows)
     if not extra:
         return records
-    return pl.concat([records, *extra], how="vertical").sort("file_id", "n", "seg", maintain_order=True)
+    return pl.concat([records, *extra], how="diagonal").sort("file_id", "n", "seg", maintain_order=True)
 
 
 def _untimed_report(records: "pl.DataFrame") -> tuple[list[str], dict[str, Any]]:
@@ -496,11 +504,21 @@ def _apply_offsets(df: "pl.DataFrame", offsets: dict[str, float], kind: str) -> 
     return df.with_columns(pl.col("time") + pl.duration(microseconds=(shift * 1e6).cast(pl.Int64)))
 
 
-def _scan_file(f: InputFile, ws: Workspace, debug: bool) -> tuple["pl.DataFrame | None", str | None]:
-    """Collect one file's records; salvage a damaged gzip; never raise on bad data."""
+def _scan_file(
+    f: InputFile, ws: Workspace, debug: bool, request_rows: list[pl.DataFrame] | None = None, runs: bool = False
+) -> tuple["pl.DataFrame | None", str | None]:
+    """Collect one file's records; salvage a damaged gzip; never raise on bad data.
+
+    With ``runs``, request lines become runs (vllm_log.read_split) and their per-request rows
+    are appended to ``request_rows``.
+    """
     from .sources import vllm_log
 
     try:
+        if runs and request_rows is not None:
+            rec, rows = vllm_log.read_split(str(f.path), f.file_id)
+            request_rows.extend(rows)
+            return rec, None
         return vllm_log.read(str(f.path), f.file_id), None
     except (OSError, pl.exceptions.PolarsError) as exc:
         if debug and f.compression is None:

@@ -448,7 +448,13 @@ def resolve(
     order = df.select(pl.arg_sort_by(keys, maintain_order=True).alias("o")).get_column("o")
     if not order.equals(pl.int_range(df.height, dtype=pl.UInt32, eager=True).cast(order.dtype).alias("o")):
         df = df[order]
-    df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq")).drop("forder")
+    if "rq_count" in df.columns and df.get_column("rq_count").null_count() < df.height:
+        # Request-line runs (sources/vllm_log.py, issue 18): a run of k lines holds seq numbers
+        # seq .. seq+k-1, so every other record keeps the number it had with one row per line.
+        w = pl.col("rq_count").fill_null(1).cast(pl.UInt32)
+        df = df.with_columns((w.cum_sum() - w).alias("seq")).drop("forder")
+    else:
+        df = df.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("seq")).drop("forder")
     records = df
     # Memory (issue 18): the clock is computed on a narrow frame of the time
     # parts; its working columns and joins never gather the records' other
@@ -571,7 +577,7 @@ def resolve(
 
     # Anchors: full timestamps in the bundle, grouped by stream.
     anchors_by_stream: dict[int, tuple[datetime, str]] = {}
-    full_rows = df.filter(pl.col("_tfull").is_not_null()).group_by("stream").agg(
+    full_rows = df.filter(pl.col("_tfull").is_not_null()).group_by("stream", maintain_order=True).agg(  # issue 18: deterministic anchor order
         pl.col("_tfull").first().alias("t"), pl.col("seq").first().alias("seq")
     )
     for row in full_rows.iter_rows(named=True):

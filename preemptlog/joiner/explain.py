@@ -31,6 +31,25 @@ def _kv_string(cols: list[str]) -> "pl.Expr":
     )
 
 
+def _with_run_lines(analysis: "AnalysisView", r: "pl.DataFrame") -> "pl.DataFrame":
+    """Records of a window with each request-line run (sources/vllm_log.py, issue 18) replaced by
+    its lines, read again from the file: the rows one record per line would have given."""
+    import polars as pl
+
+    from ..sources import vllm_log
+
+    if "rq_count" not in r.columns or r.get_column("rq_count").null_count() == r.height:
+        return r
+    is_run = pl.col("rq_count").is_not_null()
+    parts = [r.filter(~is_run)]
+    paths = {f.file_id: f.path for f in analysis.bundle.files}
+    given = [c for c in r.columns if c not in vllm_log.RECORD_SCHEMA and c not in vllm_log.RUN_KIND_COLUMNS]
+    for (fid,), runs in r.filter(is_run).group_by("file_id", maintain_order=True):
+        lines = vllm_log.reread_runs(str(paths[fid]), int(fid), runs.select("n", "n_last", *given))
+        parts.append(vllm_log.with_run_columns(lines).select(r.columns))
+    return pl.concat(parts, how="vertical").sort("file_id", "n", "seg", maintain_order=True)
+
+
 def window_rows(analysis: "AnalysisView", event_id: str, before: float, after: float) -> "pl.DataFrame":
     """Every row of every source in one event's window, time-ordered (WINDOW_SCHEMA)."""
     from ..sources import vllm_log
@@ -74,7 +93,7 @@ def window_rows(analysis: "AnalysisView", event_id: str, before: float, after: f
 
     rec = analysis.records
     if rec.height:
-        r = rec.filter(inwin).with_columns(pl.col("n").alias("line"))
+        r = _with_run_lines(analysis, rec.filter(inwin)).with_columns(pl.col("n").alias("line"))
         add(
             r,
             vllm_log.KIND,

@@ -45,7 +45,16 @@ def time_lines(path: str, file_id: int, records: "pl.DataFrame") -> "pl.DataFram
     from ..textio import scan_lines
     from .vllm_log import ANSI_RE, FALLBACK_TS_RE, FULL_TS_RE, RECORD_SCHEMA, VLLM_HEADER_RE
 
-    per_line = records.group_by("n").agg(untimed(records).all().alias("_u")).sort("n")
+    per_line = records.group_by("n").agg(untimed(records).all().alias("_u"))
+    if "n_last" in records.columns:
+        # A request-line run (vllm_log.py, issue 18) stands for the records from its first line
+        # to ``n_last``, all timed: its last line bounds a gap like its first.
+        ends = records.filter(pl.col("n_last").is_not_null() & (pl.col("n_last") != pl.col("n")))
+        if ends.height:
+            per_line = pl.concat(
+                [per_line, ends.select(pl.col("n_last").alias("n"), pl.lit(False).alias("_u"))]
+            ).group_by("n").agg(pl.col("_u").all())
+    per_line = per_line.sort("n")
     if per_line.height == 0 or not per_line.get_column("_u").any():
         return None
     breaks = per_line.get_column("n").cast(pl.UInt32)

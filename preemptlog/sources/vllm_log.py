@@ -343,7 +343,7 @@ def finish(df: "pl.DataFrame") -> "pl.DataFrame":
         keep = df.select(verify.fill_null(True).alias("k")).get_column("k")
         if not keep.all():
             df = df.filter(keep)
-    df = df.select(list(RECORD_SCHEMA))
+    df = df.select(list(RECORD_SCHEMA) + [c for c in RUN_KIND_COLUMNS if c in df.columns])
     return compact(df)
 
 
@@ -550,5 +550,265 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
 def scan_empty() -> "pl.DataFrame":
     """An empty records frame with the declared schema."""
     return pl.DataFrame(schema={k: getattr(pl, v) for k, v in RECORD_SCHEMA.items()})
+
+
+# ---- Request lines as runs (issue 18, round two) ----------------------------------------
+#
+# A request-heavy log has millions of request lines, and one records row each made memory
+# grow with them. Above ``REQUEST_RUNS_MIN`` request lines a file's request lines become
+# *runs* instead: a maximal sequence of consecutive request lines (no other record between
+# them) with the same time parts is one records row (the run's first line, its request
+# fields cleared) with ``rq_count`` (lines in the run, Added and details lines included)
+# and ``n_last`` (the run's last line). Every stage that read request rows one by one gets
+# the same answer from a run:
+#
+# - the clock (timebase.resolve): equal consecutive time parts give the same year,
+#   rollover, fall-back pass and forward fill; ``seq`` counts ``rq_count`` rows per run,
+#   so every other record keeps its number;
+# - the line-time pass (linetimes.py): a run's interior has no untimed record;
+# - explain's window rows (joiner/explain.py) read the runs' lines again from the file
+#   (:func:`reread_runs`);
+# - the requests frame (vllm/requests.py) is made from :data:`HOT_ROWS` rows kept per
+#   Received / Finished / Aborted / details line (Added lines are only counted), each with
+#   its run and its rank in the run (its ``seq`` is the run's plus the rank).
+#
+# Untimed request lines are runs of one. Rotated sets (a stream of several files) keep
+# request rows: their overlap de-duplication compares request lines one by one.
+
+REQUEST_RUNS_MIN = 100_000  # request lines in a file; env PREEMPTLOG_REQUEST_RUNS_MIN overrides
+RUN_KIND_COLUMNS = {"rq_count": "UInt32", "n_last": "UInt32", "rq_run": "UInt32"}
+# Per-request rows kept beside the records (see above): schema of :func:`read_split`'s second frame.
+HOT_ROWS = {
+    "file_id": "UInt16",
+    "kind": "Enum(HOT_KINDS)",
+    "n": "UInt32",
+    "rq_run": "UInt32",
+    "rq_rank": "UInt32",
+    "req_id": "String",
+    "max_tokens": "Int64",
+    "prompt_tokens": "Int64",
+}
+_TIME_PARTS = ("mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac", "fzone", "fb")
+_KEPT_HOT = ("req_received", "req_finished", "req_aborted", "req_details")
+
+
+def HOT_KIND_ENUM() -> "pl.Enum":  # a dtype, named like one
+    import polars as pl
+
+    return pl.Enum(list(HOT_KINDS))
+
+
+def request_runs_min() -> int:
+    import os
+
+    raw = os.environ.get("PREEMPTLOG_REQUEST_RUNS_MIN", "").strip()
+    try:
+        return int(raw) if raw else REQUEST_RUNS_MIN
+    except ValueError:
+        return REQUEST_RUNS_MIN
+
+
+def with_run_columns(df: "pl.DataFrame") -> "pl.DataFrame":
+    """Records without runs: the run columns, null (a scalar each)."""
+    import polars as pl
+
+    missing = [c for c in RUN_KIND_COLUMNS if c not in df.columns]
+    return df.with_columns(pl.lit(None, getattr(pl, RUN_KIND_COLUMNS[c])).alias(c) for c in missing)
+
+
+def read_split(
+    path: str, file_id: int, wraps: bool = True, runs: bool = True
+) -> tuple["pl.DataFrame", "list[pl.DataFrame]"]:
+    """Records of one file with request lines as runs, and the per-request rows (HOT_ROWS).
+
+    Without runs (``runs`` False, or fewer request lines than :func:`request_runs_min`)
+    this is :func:`read` with null run columns and no per-request frames. Otherwise the
+    second item holds one HOT_ROWS frame of Received / Finished / Aborted lines and one of
+    details lines (when the file has any).
+    """
+    import os
+    import tempfile
+
+    lf = scan(path, file_id, wraps)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet")
+        os.close(fd)
+    except OSError:
+        return with_run_columns(finish(collect(lf))), []
+    try:
+        try:
+            lf.sink_parquet(tmp, compression="lz4", statistics=False)
+        except Exception:  # noqa: BLE001 - as collect(): the in-memory collect decides
+            return with_run_columns(finish(compact(lf.collect()))), []
+        return _split_from(tmp, lf.collect_schema().names(), file_id, runs)
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+READ_CHUNK_ROWS = 1 << 20
+
+
+def _read_columns(tmp: str, names: list[str], mask: "pl.Series | None") -> "pl.DataFrame":
+    """The spill file's columns one at a time (rows where ``mask``), all-null ones as scalars.
+
+    Memory: a column is read and filtered a slice of READ_CHUNK_ROWS rows at a time, so a
+    column of every row (7 M request ids at 4 GB) is never held whole when most is dropped.
+    """
+    import polars as pl
+
+    height = pl.scan_parquet(tmp).select(pl.len()).collect().item()
+    series, nulls = [], []
+    for name in names:
+        if mask is None or height <= READ_CHUNK_ROWS:
+            col = pl.read_parquet(tmp, columns=[name]).to_series()
+            if mask is not None:
+                col = col.filter(mask)
+        else:
+            chunks = []
+            for off in range(0, height, READ_CHUNK_ROWS):
+                part = pl.scan_parquet(tmp).select(name).slice(off, READ_CHUNK_ROWS).collect().to_series()
+                chunks.append(part.filter(mask.slice(off, READ_CHUNK_ROWS)))
+                del part
+            col = pl.concat(chunks)
+            del chunks
+        col = col.rechunk()
+        if col.len() and col.null_count() == col.len():
+            nulls.append(pl.lit(None, col.dtype).alias(name))
+        else:
+            series.append(col)
+    if not series:
+        rows = int(mask.sum()) if mask is not None else height
+        base = pl.DataFrame({"_h": pl.Series([None] * rows, dtype=pl.Null)})
+        return base.with_columns(nulls).select(names)
+    return pl.DataFrame(series).with_columns(nulls).select(names)
+
+
+def _split_from(
+    tmp: str, names: list[str], file_id: int, runs: bool
+) -> tuple["pl.DataFrame", "list[pl.DataFrame]"]:
+    import polars as pl
+
+    kinds: dict[str, str] = {}
+    for marker, kind in all_markers():
+        kinds.setdefault(marker, kind)
+    hot_markers = [m for m, k in kinds.items() if k in HOT_KINDS]
+    kept_markers = [m for m, k in kinds.items() if k in _KEPT_HOT]
+    # A narrow frame of every row: the marker, the line and the time parts.
+    narrow = _read_columns(tmp, ["marker", "n", *_TIME_PARTS], None)
+    is_hot = pl.col("marker").is_in(hot_markers).fill_null(False)
+    n_hot = int(narrow.select(is_hot.sum()).item())
+    if not runs or n_hot == 0 or n_hot < request_runs_min():
+        del narrow
+        return with_run_columns(finish(_read_columns(tmp, names, None))), []
+    timed = pl.col("mo").is_not_null() | pl.col("fdate").is_not_null() | pl.col("fb").is_not_null()
+    same = pl.lit(True)
+    for c in _TIME_PARTS:
+        same = same & pl.col(c).eq_missing(pl.col(c).shift(1))
+    cont = is_hot & is_hot.shift(1).fill_null(False) & timed & timed.shift(1).fill_null(False) & same.fill_null(False)
+    flags = narrow.select(
+        hot=is_hot,
+        start=is_hot & ~cont,
+        m_main=pl.col("marker").is_in([m for m in kept_markers if kinds[m] != "req_details"]).fill_null(False),
+        m_det=pl.col("marker").is_in([m for m in kept_markers if kinds[m] == "req_details"]).fill_null(False),
+        n=pl.col("n"),
+    )
+    del narrow
+    # Run id of every request row (runs are blocks of consecutive rows, numbered in order)
+    # and its rank in its run.
+    row = pl.int_range(pl.len(), dtype=pl.UInt32)
+    flags = flags.with_columns(
+        run=pl.col("start").cast(pl.UInt32).cum_sum(),  # 1-based here (0: before the first run)
+        rank=row - pl.when(pl.col("start")).then(row).forward_fill().fill_null(0),
+    )
+    # Runs are blocks of consecutive rows: their lengths are the run-length encoding of the
+    # request rows' run ids (no hash table over every row), their last lines gathered.
+    hot_runs = flags.get_column("run").filter(flags.get_column("hot"))
+    lengths = hot_runs.rle().struct.field("len").cast(pl.UInt32)
+    del hot_runs
+    first_pos = flags.get_column("start").arg_true().cast(pl.Int64)
+    per_run = pl.DataFrame({
+        "run": pl.int_range(1, lengths.len() + 1, dtype=pl.UInt32, eager=True),
+        "rq_count": lengths,
+        "n_last": flags.get_column("n").gather(first_pos + lengths.cast(pl.Int64) - 1),
+    })
+    flags = flags.drop("n")
+    keep = flags.select(~pl.col("hot") | pl.col("start")).to_series()
+    starts_kept = flags.get_column("start").filter(keep)
+    pos = starts_kept.arg_true()
+    height = starts_kept.len()
+    count = pl.Series("rq_count", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("rq_count"))
+    n_last = pl.Series("n_last", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("n_last"))
+    run_no = pl.Series("rq_run", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("run") - 1)
+    del per_run
+    # The records: the other rows and each run's first row, its request fields cleared.
+    raw = _read_columns(tmp, names, keep).with_columns(count, n_last, run_no)
+    not_run = pl.col("rq_count").is_null()
+    raw = raw.with_columns(pl.when(not_run).then(pl.col(c)).alias(c) for c in ("req_id", "max_tokens", "prompt_tokens"))
+    rec = finish(raw)
+    # The per-request rows (Received, Finished, Aborted, details; Added lines are counted only):
+    # two frames, read with a predicate on the spill file (no column of every row is held).
+    run_col = flags.get_column("run")
+    rank_col = flags.get_column("rank")
+    masks = [flags.get_column("m_main"), flags.get_column("m_det")]
+    del flags
+    out = []
+    main_markers = [m for m in kept_markers if kinds[m] != "req_details"]
+    det_markers = [m for m in kept_markers if kinds[m] == "req_details"]
+    for group, sel in zip((main_markers, det_markers), masks):
+        if not group or not sel.any():
+            continue
+        rows = (
+            pl.scan_parquet(tmp)
+            .filter(pl.col("marker").is_in(group))
+            .select(
+                pl.lit(file_id, pl.UInt16).alias("file_id"),
+                pl.col("marker").cast(pl.String).replace_strict(kinds, default=None, return_dtype=HOT_KIND_ENUM()).alias("kind"),
+                "n",
+                "req_id",
+                "max_tokens",
+                "prompt_tokens",
+            )
+            .collect(engine="streaming")  # the in-memory engine read whole columns before filtering
+        )
+        rows = rows.with_columns((run_col.filter(sel) - 1).alias("rq_run"), rank_col.filter(sel).alias("rq_rank"))
+        # A column null on every row (prompt_tokens of V1 Received lines, max_tokens of details
+        # lines) becomes a scalar; no rechunk (it would copy the ids).
+        nulls = [c for c in ("max_tokens", "prompt_tokens") if rows.get_column(c).null_count() == rows.height]
+        rows = rows.with_columns(pl.lit(None, pl.Int64).alias(c) for c in nulls)
+        out.append(rows.select(list(HOT_ROWS)))
+    return rec, out
+
+
+def reread_runs(path: str, file_id: int, runs: "pl.DataFrame", wraps: bool = True) -> "pl.DataFrame":
+    """The request lines of some runs, read again from the file (for explain's window rows).
+
+    ``runs``: records rows of runs (columns n, n_last, plus any columns to give each line,
+    e.g. time and source). Returns one row per request line of those runs, in line order:
+    the records columns of the line (as :func:`read` makes them) and the run's given columns.
+    """
+    import polars as pl
+
+    runs = runs.sort("n")
+    starts = runs.get_column("n").cast(pl.UInt32)
+    ends = runs.get_column("n_last").cast(pl.UInt32)
+    lf = scan(path, file_id, wraps)
+    hot_markers = [m for m, k in dict(reversed(all_markers())).items() if k in HOT_KINDS]
+    r = pl.lit(starts).search_sorted(pl.col("n"), side="right").cast(pl.Int64) - 1
+    lf = lf.with_columns(_r=r).filter(
+        (pl.col("_r") >= 0)
+        & (pl.col("n") <= pl.lit(ends).gather(pl.col("_r").clip(lower_bound=0)))
+        & pl.col("marker").is_in(hot_markers)
+    )
+    got = lf.collect()
+    idx = got.get_column("_r")
+    got = finish(got.drop("_r"))
+    assert got.height == idx.len()  # no request kind is verified: finish drops none of these rows
+    given = [c for c in runs.columns if c not in RECORD_SCHEMA and c not in RUN_KIND_COLUMNS]
+    extra = runs.select(given).with_row_index("_r").with_columns(pl.col("_r").cast(pl.Int64))
+    return got.with_columns(idx.alias("_r")).join(extra, on="_r", how="left", maintain_order="left").drop("_r")
+
 
 register_samples(KIND, SAMPLES)
