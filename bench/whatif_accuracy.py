@@ -101,7 +101,7 @@ def main() -> None:
     for wname, wl, base, cfgs in suites:
         confs = [replace(base, **c) for _, c in cfgs]
         real = replay_vllm_many(wl, confs, st, arrivals="step", python=py)
-        for (cname, _), cfg, rt in zip(cfgs, confs, real):
+        for (cname, _), cfg, rt in zip(cfgs, confs, real, strict=True):
             mt = replay(wl, cfg, StepClock(0.03, 0.0), arrivals="step")
             a, b = rt.preemptions, mt.preemptions
             err = (b - a) / a if a else (0.0 if b == 0 else 1.0)

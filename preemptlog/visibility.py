@@ -11,7 +11,7 @@ from .pressure import log_capability
 from .reconcile import PROM_COUNTER
 
 if TYPE_CHECKING:
-    from .result import Analysis
+    from .result import AnalysisView as Analysis
 
 
 def count_visibility(a: "Analysis") -> dict[str, Any]:
@@ -20,7 +20,8 @@ def count_visibility(a: "Analysis") -> dict[str, Any]:
     other source (markers, /metrics counter, block-table records) counted any; ``short`` (the
     headline's words) and ``reason`` say why, ``remedy`` what to add."""
     ev = a.events
-    if ev.height or (a.filters and a.filters.get("total")):
+    filters = getattr(a, "filters", None)  # a filtered view (view.apply_filters) counts what it hid
+    if ev.height or (filters and filters.get("total")):
         return {"count_visible": True, "reason": None, "remedy": None}
     recon = a.counters.get("reconciliation") or {}
     if any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])) or recon.get("quality") == "as recorded":

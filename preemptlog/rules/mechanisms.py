@@ -19,7 +19,6 @@ columns, the gate rules' ``[derived]`` values, thresholds, and the per-event val
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import expr as E
@@ -121,7 +120,7 @@ def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
 
     from .engine import sample_frame as gate_frame
 
-    base: pl.DataFrame = gate_frame({k: v for k, v in evidence.items() if k not in MECHANISM_EVIDENCE})  # type: ignore[assignment]
+    base: pl.DataFrame = gate_frame({k: v for k, v in evidence.items() if k not in MECHANISM_EVIDENCE})
     extra = {k: pl.Series(k, [evidence.get(k)], dtype=getattr(pl, t)) for k, (t, _) in MECHANISM_EVIDENCE.items()}
     return base.with_columns(list(extra.values()))
 

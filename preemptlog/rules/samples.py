@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import polars as pl
 
-from .engine import EVENT_TYPES, rule_flags, sample_frame
+from .engine import rule_flags, sample_frame  # noqa: F401 - sample_frame is also read from here (tests)
 from .mechanisms import run_samples as mechanism_samples
 from .model import RuleSet
 

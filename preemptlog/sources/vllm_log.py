@@ -757,7 +757,7 @@ def _split_from(
     out = []
     main_markers = [m for m in kept_markers if kinds[m] != "req_details"]
     det_markers = [m for m in kept_markers if kinds[m] == "req_details"]
-    for group, sel in zip((main_markers, det_markers), masks):
+    for group, sel in zip((main_markers, det_markers), masks, strict=True):
         if not group or not sel.any():
             continue
         rows = (

@@ -20,7 +20,7 @@ from .workload import (
 )
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import AnalysisView as Analysis
 
 ENGINES = ("model", "vllm")
 FIGURES = ["preemptions", "recomputed_tokens", "peak_running", "waiting_mean", "waiting_p95", "ttft_p50_s",
@@ -141,7 +141,7 @@ def whatif(analysis: Analysis, configs: list[dict[str, Any]], *, engine: str = "
     cal = calibration(seen, f0["preemptions"])
     status = cal["status"]
     scen = [Scenario("observed", {}, obs.config, [], f0, status)]
-    for (sets, cfg, notes), tr in zip(asked, traces[1:]):
+    for (sets, cfg, notes), tr in zip(asked, traces[1:], strict=True):
         scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
     if engine == "vllm":  # vLLM's own decisions: the count is exact, the calibration is about the step clock
         for s in scen:

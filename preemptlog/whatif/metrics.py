@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .engine_model import StepClock, Trace
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import AnalysisView as Analysis
 
 DEFAULT_STEP_S = 0.03
 # The observed configuration's replay is "calibrated" when its preemption count is within this
@@ -63,7 +63,7 @@ def step_time(analysis: Analysis) -> StepTime:
             n = len(xs)
             mx, my = sum(xs) / n, sum(ys) / n
             sxx = sum((x - mx) ** 2 for x in xs)
-            b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+            b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
             a = my - b * mx
             if b < 0 or a <= 0:
                 a, b = my, 0.0

@@ -30,7 +30,7 @@ from ..errors import PreemptlogError
 from .workload import SETTINGS, parse_value
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..result import AnalysisView as Analysis
 
 REPLAY_BUDGET_S = 3.0
 TOTAL_BUDGET_FIXES = 4  # all fix replays of one incident: at most this many budgets

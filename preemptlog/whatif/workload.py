@@ -32,7 +32,7 @@ from ..errors import ExitCode, PreemptlogError, UsageError
 if TYPE_CHECKING:
     import polars as pl
 
-    from ..analysis import Analysis
+    from ..result import AnalysisView as Analysis
 
 
 class NoWorkload(PreemptlogError):
