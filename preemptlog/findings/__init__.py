@@ -23,10 +23,9 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..result import AnalysisView as Analysis
 
 FINDINGS_VERSION = 1
@@ -54,8 +53,6 @@ class Findings:
 
 
 def compute(analysis: Analysis) -> Findings:
-    import polars as pl
-
     from . import capacity, mechanism, recompute, stall, thrash
 
     v = recompute.victims(analysis)

@@ -12,18 +12,15 @@ not evaluable, and one whose value changes nothing is dropped with why.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from .common import Cfg, cfg_number, cfg_text, frame, src_expr
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..result import AnalysisView as Analysis
 
 
 def _pool(a: Analysis) -> dict[str, Any] | None:
-    import polars as pl
-
     bs = cfg_number(a, "block_size")
     kv = cfg_number(a, "kv_cache_tokens")
     nb = cfg_number(a, "num_gpu_blocks")
@@ -49,8 +46,6 @@ def _pool(a: Analysis) -> dict[str, Any] | None:
 
 def _peak(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
     """The largest block demand at a failed allocation of a preempt record."""
-    import polars as pl
-
     bt = frame(a, "bt_events")
     if bt is None:
         return None
@@ -83,8 +78,6 @@ def _peak(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None:
-    import polars as pl
-
     pr = victims.filter(pl.col("prompt_tokens").is_not_null())
     if pr.height == 0:
         return None

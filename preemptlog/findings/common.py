@@ -5,17 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..result import AnalysisView as Analysis
 
 
 def src_expr(source: str = "source", line: str = "line") -> pl.Expr:
     """``file:line`` of a row (null when either is null)."""
-    import polars as pl
-
     return pl.concat_str([pl.col(source), pl.lit(":"), pl.col(line).cast(pl.String)])
 
 
@@ -71,8 +68,6 @@ def stats_intervals(a: Analysis) -> pl.DataFrame:
     """One row per stats line that closes a measured interval: ``t0`` (previous line of the same
     stream and engine), ``t1``, ``seconds``, ``prompt_tokens`` and ``gen_tokens`` (throughput x
     interval), ``src``. The first line of each series has no measured interval and is left out."""
-    import polars as pl
-
     st = a.stats
     empty = pl.DataFrame(
         schema={"t0": pl.Datetime("us", "UTC"), "t1": pl.Datetime("us", "UTC"), "seconds": pl.Float64,

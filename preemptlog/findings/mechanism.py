@@ -10,20 +10,17 @@ and not changed.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from .common import stats_intervals
 from .thrash import COMPLETE_KINDS
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..result import AnalysisView as Analysis
 
 
 def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     """``event_id`` + the mech_* columns."""
-    import polars as pl
-
     from ..rules.mechanisms import MECHANISM_EVIDENCE
 
     has_need = pl.col("p_needed").is_not_null() & pl.col("p_free").is_not_null()
@@ -72,8 +69,6 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
 def evaluate(a: Analysis, mech: pl.DataFrame) -> pl.DataFrame | None:
     """Per event: mechanism, mechanism_rule, mechanism_confidence, mechanism_evidence, mechanism_missing;
     None without a rule set (``--no-rules``)."""
-    import polars as pl
-
     from ..rules.mechanisms import active
     from ..rules.mechanisms import evaluate as run
     from ..rules.verdicts import event_frame

@@ -22,12 +22,11 @@ intervals (prompt + generation throughput x interval, common.stats_intervals).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from .common import frame, src_expr, stats_intervals
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..result import AnalysisView as Analysis
 
 NEAR_S = 2.0  # a log event and a preempt record of the same request this close are the same preemption
@@ -40,8 +39,6 @@ PREEMPT_COLS = {
 
 
 def _preempts(a: Analysis) -> pl.DataFrame | None:
-    import polars as pl
-
     bt = frame(a, "bt_events")
     if bt is None or "num_computed_tokens_lost" not in bt.columns:
         return None
@@ -68,8 +65,6 @@ def _preempts(a: Analysis) -> pl.DataFrame | None:
 
 def victims(a: Analysis) -> pl.DataFrame:
     """One row per event: the victim's preempt record, table and request facts (internal columns)."""
-    import polars as pl
-
     ev = a.events.select(
         "event_id", "time", "kind", "mode", "request_id", pl.col("engine").fill_null("0"), "source", "line"
     )
@@ -105,8 +100,6 @@ def victims(a: Analysis) -> pl.DataFrame:
 
 def _with_tables(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
     """The victim's table at the preemption step (computed tokens) and its latest table before."""
-    import polars as pl
-
     tb = frame(a, "bt_tables")
     cols = {"t_computed": pl.Int64, "t_computed_src": pl.String, "t_priority": pl.Int64, "t_tokens": pl.Int64,
             "t_tokens_src": pl.String}
@@ -149,8 +142,6 @@ def _with_tables(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
 
 def _with_prompts(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
     """The victim's prompt length: its request record (arrival), else its request line."""
-    import polars as pl
-
     parts = []
     br = frame(a, "bt_requests")
     if br is not None:
@@ -179,8 +170,6 @@ def _with_prompts(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
 def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     """``event_id, recompute_tokens, recompute_bound, recompute_basis, recompute_src, preempted_s,
     preempted_bound, resumed_src``."""
-    import polars as pl
-
     swap = pl.col("mode").fill_null("") == "SWAP"
     tokens = (
         pl.when(swap).then(pl.lit(0, pl.Int64))
@@ -220,8 +209,6 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
 
 def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     """``preempted_s``: preemption -> the victim's next allocation at a later step of its engine."""
-    import polars as pl
-
     parts = []
     bt = frame(a, "bt_events")
     if bt is not None:
@@ -274,8 +261,6 @@ def _f(v: Any) -> float:
 def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
     """The incident's recompute cost (dict) and per minute (frame: minute, preemptions, tokens,
     tokens_are_lower_bound, unknown, processed_tokens, share)."""
-    import polars as pl
-
     ev = a.events.select("event_id", "time").join(pe, on="event_id", how="left")
     n = ev.height
     known = ev.filter(pl.col("recompute_tokens").is_not_null())
@@ -333,8 +318,6 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
 
 
 def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
-    import polars as pl
-
     schema: dict[str, Any] = {"minute": pl.Datetime("us", "UTC"), "preemptions": pl.UInt32, "tokens": pl.Int64,
               "tokens_are_lower_bound": pl.Boolean, "unknown": pl.UInt32, "processed_tokens": pl.Float64,
               "share": pl.Float64}

@@ -14,6 +14,7 @@ The special case of a request that can never fit: a prompt longer than the KV ca
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from .common import cfg_number, frame, src_expr
 
@@ -25,8 +26,6 @@ MIN_LINES = 2
 
 
 def compute(a: Analysis) -> dict[str, Any]:
-    import polars as pl
-
     st = a.stats
     out: dict[str, Any] = {"spans": [], "never_fits": _never_fits(a)}
     if st.height == 0 or st.filter(pl.col("waiting").is_not_null() & pl.col("gen_tput").is_not_null()).height == 0:
@@ -76,8 +75,6 @@ def compute(a: Analysis) -> dict[str, Any]:
 
 
 def _never_fits(a: Analysis) -> dict[str, Any]:
-    import polars as pl
-
     kv = cfg_number(a, "kv_cache_tokens")
     conc = cfg_number(a, "max_concurrency")
     mml = cfg_number(a, "max_model_len")

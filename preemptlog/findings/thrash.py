@@ -15,12 +15,11 @@ most 4 times (quoted in issue 15).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from .common import frame, src_expr
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..result import AnalysisView as Analysis
 
 COMPLETE_KINDS = ("record", "marker")
@@ -35,8 +34,6 @@ TOP = 50
 
 
 def compute(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
-    import polars as pl
-
     ev = a.events.select("event_id", "time", "kind", "request_id", pl.col("engine").fill_null("0"), "source", "line")
     ev = ev.join(pe.select("event_id", "recompute_tokens", "recompute_bound"), on="event_id", how="left")
     with_id = ev.filter(pl.col("request_id").is_not_null())
@@ -107,8 +104,6 @@ def _num(v: Any) -> float:
 
 
 def _finished(a: Analysis) -> pl.DataFrame:
-    import polars as pl
-
     parts = []
     br = frame(a, "bt_requests")
     if br is not None:
@@ -127,8 +122,6 @@ def _finished(a: Analysis) -> pl.DataFrame:
 
 
 def _request_count(a: Analysis) -> tuple[int | None, str]:
-    import polars as pl
-
     br = frame(a, "bt_requests")
     if br is not None:
         n = br.filter(pl.col("phase") == "arrival").get_column("request_id").n_unique()
@@ -149,8 +142,6 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
     1 times: the "1" of the distribution is not separable from 0 (``0-1``). The increase between the
     first and the last scrape of each engine (requests finished in the bundle's window); one scrape
     only: since engine start."""
-    import polars as pl
-
     ps = frame(a, "prom_samples")
     if ps is None:
         return None

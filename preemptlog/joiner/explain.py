@@ -34,8 +34,6 @@ def _kv_string(cols: list[str]) -> "pl.Expr":
 def _with_run_lines(analysis: "AnalysisView", r: "pl.DataFrame") -> "pl.DataFrame":
     """Records of a window with each request-line run (sources/vllm_log.py, issue 18) replaced by
     its lines, read again from the file: the rows one record per line would have given."""
-    import polars as pl
-
     from ..sources import vllm_log
 
     if "rq_count" not in r.columns or r.get_column("rq_count").null_count() == r.height:

@@ -20,12 +20,11 @@ columns, the gate rules' ``[derived]`` values, thresholds, and the per-event val
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from . import expr as E
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from .model import RuleSet
 
 from .model import (  # the rule kind's schema lives with the gate rules' (rules/model.py)
@@ -52,8 +51,6 @@ def active(rs: RuleSet) -> list[MechanismRule]:
 
 def flags(frame: pl.DataFrame, rs: RuleSet, rules: list[MechanismRule]) -> pl.DataFrame:
     """``evaluable__<id>`` / ``fired__<id>`` per mechanism rule (nulls count as false)."""
-    import polars as pl
-
     from .engine import Compiler
 
     c = Compiler(rs, set(frame.columns))
@@ -76,8 +73,6 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
     """Per row: ``mechanism``, ``mechanism_rule``, ``mechanism_confidence``, ``mechanism_evidence``
     (the cited values with their lines), ``mechanism_missing`` (when unknown: the evidence the
     unevaluable rules lacked, i.e. what would tell)."""
-    import polars as pl
-
     from .engine import Compiler, _cite_structs
 
     rules = active(rs)
@@ -116,8 +111,6 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
 
 
 def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
-    import polars as pl
-
     from .engine import sample_frame as gate_frame
 
     base: pl.DataFrame = gate_frame({k: v for k, v in evidence.items() if k not in MECHANISM_EVIDENCE})

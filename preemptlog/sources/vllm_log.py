@@ -593,8 +593,6 @@ _KEPT_HOT = ("req_received", "req_finished", "req_aborted", "req_details")
 
 
 def HOT_KIND_ENUM() -> "pl.Enum":  # a dtype, named like one
-    import polars as pl
-
     return pl.Enum(list(HOT_KINDS))
 
 
@@ -610,8 +608,6 @@ def request_runs_min() -> int:
 
 def with_run_columns(df: "pl.DataFrame") -> "pl.DataFrame":
     """Records without runs: the run columns, null (a scalar each)."""
-    import polars as pl
-
     missing = [c for c in RUN_KIND_COLUMNS if c not in df.columns]
     return df.with_columns(pl.lit(None, getattr(pl, RUN_KIND_COLUMNS[c])).alias(c) for c in missing)
 
@@ -657,8 +653,6 @@ def _read_columns(tmp: str, names: list[str], mask: "pl.Series | None") -> "pl.D
     Memory: a column is read and filtered a slice of READ_CHUNK_ROWS rows at a time, so a
     column of every row (7 M request ids at 4 GB) is never held whole when most is dropped.
     """
-    import polars as pl
-
     height = pl.scan_parquet(tmp).select(pl.len()).collect().item()
     series, nulls = [], []
     for name in names:
@@ -689,8 +683,6 @@ def _read_columns(tmp: str, names: list[str], mask: "pl.Series | None") -> "pl.D
 def _split_from(
     tmp: str, names: list[str], file_id: int, runs: bool
 ) -> tuple["pl.DataFrame", "list[pl.DataFrame]"]:
-    import polars as pl
-
     kinds: dict[str, str] = {}
     for marker, kind in all_markers():
         kinds.setdefault(marker, kind)
@@ -789,8 +781,6 @@ def reread_runs(path: str, file_id: int, runs: "pl.DataFrame", wraps: bool = Tru
     e.g. time and source). Returns one row per request line of those runs, in line order:
     the records columns of the line (as :func:`read` makes them) and the run's given columns.
     """
-    import polars as pl
-
     runs = runs.sort("n")
     starts = runs.get_column("n").cast(pl.UInt32)
     ends = runs.get_column("n_last").cast(pl.UInt32)

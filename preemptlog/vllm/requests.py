@@ -54,8 +54,6 @@ def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple[
     ``seq`` plus its rank in the run, i.e. the values its own records row had. Memory: the
     two kinds of rows never share a frame, so no filter copies the (large) first one.
     """
-    import polars as pl
-
     from ..sources.vllm_log import HOT_KIND_ENUM
 
     main_kinds = [k for k, a in _ACTION.items() if a in _KEPT]
@@ -108,8 +106,6 @@ def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple[
 
 def _constants(df: "pl.DataFrame", names: tuple[str, ...]) -> "pl.DataFrame":
     """Columns with one value on every row (or none) stored as a scalar (memory, issue 18)."""
-    import polars as pl
-
     if df.height == 0:
         return df
     out = []

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from .engine_model import StepClock, Trace
 
@@ -45,8 +46,6 @@ class StepTime:
 
 
 def step_time(analysis: Analysis) -> StepTime:
-    import polars as pl
-
     st = analysis.stats
     if st is not None and st.height:
         pts = (
@@ -132,8 +131,6 @@ def figures(tr: Trace, st: StepTime) -> dict[str, Any]:
 
 def observed_count(analysis: Analysis) -> tuple[int | None, str]:
     """The incident's own preemption count, and where it comes from (None: not visible)."""
-    import polars as pl
-
     bt = analysis.frames.get("bt_events")
     if bt is not None and bt.height and "action" in bt.columns:
         n = bt.filter(pl.col("action") == "preempt").height

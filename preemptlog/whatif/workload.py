@@ -26,12 +26,11 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+import polars as pl
 
 from ..errors import ExitCode, PreemptlogError, UsageError
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ..result import AnalysisView as Analysis
 
 
@@ -74,8 +73,6 @@ class Workload:
 
 
 def _files(df: pl.DataFrame) -> str:
-    import polars as pl
-
     if "source" not in df.columns or df.height == 0:
         return "?"
     names = df.select(pl.col("source").drop_nulls().unique().sort()).get_column("source").to_list()
@@ -84,8 +81,6 @@ def _files(df: pl.DataFrame) -> str:
 
 def from_records(bt: pl.DataFrame) -> Workload | None:
     """The workload from ``bt_requests`` rows (None when no arrival record has a prompt length)."""
-    import polars as pl
-
     arr = (
         bt.filter((pl.col("phase") == "arrival") & pl.col("prompt_tokens").is_not_null())
         .sort("time", "step", maintain_order=True)
@@ -133,8 +128,6 @@ def from_records(bt: pl.DataFrame) -> Workload | None:
 
 def mean_prompt_from_stats(stats: pl.DataFrame, n_requests: int) -> tuple[float, str] | None:
     """Mean prompt length implied by the stats lines: sum(prompt throughput x interval) / requests."""
-    import polars as pl
-
     if stats is None or stats.height < 2 or n_requests <= 0:
         return None
     s = stats.filter(pl.col("time").is_not_null() & pl.col("prompt_tput").is_not_null()).sort("time")
@@ -153,8 +146,6 @@ def mean_prompt_from_stats(stats: pl.DataFrame, n_requests: int) -> tuple[float,
 
 def from_log(analysis: Analysis) -> Workload | None:
     """The workload from the log's request lines (None when there is no Received line)."""
-    import polars as pl
-
     req = analysis.requests
     if req is None or req.height == 0:
         return None
