@@ -2,7 +2,7 @@
 
 For each workload and configuration, the same requests go through
 ``preemptlog.whatif.engine_model.replay`` and through the real EngineCore + Scheduler
-(``preemptlog.whatif.vllm_driver``, one vLLM process per workload), with step arrivals; the
+(``preemptlog.capture.replay_driver``, one vLLM process per workload), with step arrivals; the
 table compares their preemption counts (and peak running). Prints a Markdown table (the one in
 docs/whatif.md) and a summary line.
 

@@ -134,9 +134,12 @@ def test_fixes_are_ranked_data_without_no_ops(tmp_path):
     assert "block_size" not in ids and "value in force" in dropped["block_size"]
     # speculative_config=None in the config line: the speculative budget has no premise.
     assert "spec_budget" not in ids and "off" in dropped["spec_budget"]
-    # inputs cite where the config values come from
-    kv = next(x for x in fixes if x["id"] == "kv_room")
+    # inputs cite where the config values come from; the lever computed from the incident's own
+    # KV pool and peak demand supersedes the guide's formula for the same option (one per option)
+    kv = next(x for x in fixes if x["id"] == "capacity_gpu_memory_utilization")
     assert any("demo/vllm.log:" in i for i in kv["inputs"])
+    assert "kv_room" not in ids and "superseded by capacity_gpu_memory_utilization" in dropped["kv_room"]
+    assert len([x for x in fixes if x["option"] == "--gpu-memory-utilization"]) == 1
     # per event: the same fixes as data, and as prose
     wide = invoke("analyze", DEMO, "--tz", "UTC", "-f", "ndjson", "-q", "--wide")
     row = json.loads(wide.stdout.splitlines()[0])

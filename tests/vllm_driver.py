@@ -265,7 +265,7 @@ def run(spec: dict) -> dict:
             current["in_schedule"] = False
         # Partial prefill chunks sample no token: the rule of the product driver (issue 16), so a
         # `whatif --engine vllm` replay of a capture made here reproduces it.
-        from preemptlog.whatif.vllm_driver import mark_partial
+        from preemptlog.capture.replay_driver import mark_partial  # importable without polars (the vLLM venv has none)
 
         return mark_partial(sched, out)
 

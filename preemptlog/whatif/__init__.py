@@ -2,7 +2,7 @@
 
 - :mod:`.workload`: the workload and the configuration in force, from the bundle;
 - :mod:`.engine_model`: a vLLM V1 scheduler model (pure Python);
-- :mod:`.engine_vllm` / :mod:`.vllm_driver`: the real vLLM EngineCore and Scheduler, driven by a
+- :mod:`.engine_vllm` / :mod:`preemptlog.capture.replay_driver`: the real vLLM EngineCore and Scheduler, driven by a
   fake executor in a subprocess of a vLLM venv;
 - :mod:`.metrics`: the step-time model, calibration and figures;
 - :mod:`.core`: the observed and the asked configurations side by side;

@@ -1,4 +1,4 @@
-"""The ``vllm`` engine: the real vLLM scheduler in a subprocess of a vLLM venv (vllm_driver.py)."""
+"""The ``vllm`` engine: the real vLLM scheduler in a subprocess of a vLLM venv (capture/replay_driver.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .engine_model import Trace
 from .metrics import StepTime
 from .workload import ReplayConfig, Workload
 
-DRIVER = Path(__file__).with_name("vllm_driver.py")
+DRIVER = Path(__file__).resolve().parent.parent / "capture" / "replay_driver.py"  # runs in the vLLM venv: capture/ imports no polars
 
 
 def check_python(python: str | None) -> str:

@@ -1,7 +1,7 @@
 """Drive a real vLLM (0.32) EngineCore + Scheduler with a fake executor: a product feature.
 
 Run inside a vLLM venv as a script (it imports nothing of preemptlog unless the plugin is
-loaded by vLLM itself): ``python .../preemptlog/whatif/vllm_driver.py SPEC.json OUT.json``.
+loaded by vLLM itself): ``python .../preemptlog/capture/replay_driver.py SPEC.json OUT.json``.
 ``preemptlog whatif --engine vllm`` writes the spec and reads the trace back
 (:mod:`preemptlog.whatif.engine_vllm`).
 
