@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..timebase import offset_for
 from .registry import SourceKind, register, register_samples
 
 if TYPE_CHECKING:
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
     from .registry import SourceOutput, TimeContext
 
 KIND = "prometheus"
+PLACED = "prom_placed"  # phase 2's per-file samples, between place and combine (sources.registry.CrossFile)
 
 # --------------------------------------------------------------------------
 # What is read. name -> (field, type, scale). Counters are exposed with
@@ -657,7 +657,13 @@ class PromParsed:
         return out
 
     def resolve(self, ctx: "TimeContext") -> "SourceOutput":
-        return _resolve(self, ctx)
+        return _combine(self, _place(self, ctx))
+
+    def place(self, ctx: "TimeContext") -> "SourceOutput":
+        return _place(self, ctx)
+
+    def combine(self, placed: "SourceOutput") -> "SourceOutput":
+        return _combine(self, placed)
 
 
 def parse(files: list["InputFile"]) -> PromParsed:
@@ -728,7 +734,9 @@ def _dtypes(schema: dict[str, str]) -> "Schema":
     return polars_schema(schema)
 
 
-def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
+def _place(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
+    """Each file's samples with their scrape times, on the file's own clock: frame ``prom_placed``
+    (the pipeline moves its clock, per file, before :func:`_combine`)."""
     from ..timebase import Assumption
     from .registry import SourceOutput
 
@@ -787,13 +795,11 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
             {"scrape": list(scrape_t), "_st": list(scrape_t.values())},
             schema={"scrape": pl.Int32, "_st": pl.Datetime("us", "UTC")},
         )
-        offset = offset_for(ctx.offsets, f.display, KIND)
         folder = str(PurePosixPath(f.display.replace("!", "/")).parent)
         s = s.join(st, on="scrape", how="left").with_columns(
             time=pl.coalesce(
                 pl.from_epoch(pl.col("ts_us"), time_unit="us").dt.replace_time_zone("UTC"), pl.col("_st")
-            )
-            + pl.duration(microseconds=int(round(offset * 1e6))),
+            ),
             source=pl.lit(f.display),
             stream=pl.lit(f.stream, pl.Int32),
             scope=pl.when(pl.col("instance").is_not_null())
@@ -808,8 +814,16 @@ def _resolve(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
         out.frames.update(_empty_frames())
         out.counters["prometheus"] = _facts(None, None, parsed)
         return out
+    out.frames[PLACED] = pl.concat(frames, how="vertical")
+    return out
 
-    s = pl.concat(frames, how="vertical")
+
+def _combine(parsed: PromParsed, out: "SourceOutput") -> "SourceOutput":
+    """Across files, on the common clock: ranks of one engine, counter increases (a series spans
+    files), events, series, config and the counter facts."""
+    if PLACED not in out.frames:
+        return out
+    s = out.frames.pop(PLACED)
     s = s.with_columns(
         engine=pl.col("engine").fill_null("0"),
         model_name=pl.col("model_name").fill_null(""),
