@@ -42,6 +42,7 @@ from pathlib import Path
 from . import sources
 from .errors import InputError, UsageError
 from .inputs import UNRECOGNISED, Bundle, InputFile
+from .salvage import _compression_damage
 from .textio import compression_of, read_head
 from .workspace import Workspace
 
@@ -684,85 +685,3 @@ def _assign_streams(files: list[InputFile]) -> None:
         for order, f in enumerate(members):
             f.stream = sid
             f.order = order
-
-
-def damaged_compression(f: InputFile) -> str | None:
-    """Why a compressed input cannot be fully decompressed (None when intact or not compressed)."""
-    return _compression_damage(f.path, f.compression)
-
-
-def _compression_damage(path: Path, compression: str | None) -> str | None:
-    from .textio import is_gzip_intact
-
-    if compression == "gzip":
-        return is_gzip_intact(path)
-    if compression == "zstd":
-        try:
-            import zstandard  # noqa: F401
-        except ImportError:
-            return None
-        return _zstd_frames(path, None)[1]
-    return None
-
-
-def salvage(f: InputFile, workspace: Workspace) -> str | None:
-    """Decompress what can be decompressed of a damaged .gz/.zst input into a workspace copy.
-
-    ``f.path`` then points at the copy (``f.compression`` becomes None) and the
-    warning text is returned; None when the file is intact or not compressed.
-    """
-    from .textio import salvage_gzip
-
-    problem = damaged_compression(f)
-    if problem is None:
-        return None
-    comp = f.compression
-    dest = workspace.new_file(Path(f.display).name + ".salvaged")
-    if comp == "gzip":
-        written, err = salvage_gzip(f.path, dest)
-    else:
-        written, err = _salvage_zstd(f.path, dest)
-    f.path, f.compression = dest, None
-    return f"damaged {comp} file: {err or problem}; read the first {written} bytes that decompressed"
-
-
-def _salvage_zstd(path: Path, dest: Path) -> tuple[int, str]:
-    with open(dest, "wb") as out:
-        written, error = _zstd_frames(path, out)
-    return written, error or "compressed stream ends early (truncated file)"
-
-
-def _zstd_frames(path: Path, out) -> tuple[int, str | None]:
-    """Decompress every zstd frame of ``path`` (into ``out`` when given): (bytes, error or None).
-
-    zstandard's stream reader stops quietly at a truncated frame, so frames are
-    walked one by one and a frame without its end is reported.
-    """
-    import zstandard
-
-    written = 0
-    with open(path, "rb") as raw:
-        dobj = zstandard.ZstdDecompressor().decompressobj()
-        pending = False  # inside a frame
-        while True:
-            chunk = raw.read(1 << 16)
-            if not chunk:
-                break
-            while chunk:
-                pending = True
-                try:
-                    data = dobj.decompress(chunk)
-                except zstandard.ZstdError as exc:
-                    return written, f"corrupt compressed data ({exc})"
-                if out is not None and data:
-                    out.write(data)
-                written += len(data)
-                if dobj.eof:
-                    pending = False
-                    chunk = dobj.unused_data
-                    dobj = zstandard.ZstdDecompressor().decompressobj()
-                else:
-                    chunk = b""
-        if pending:
-            return written, "compressed stream ends early (truncated file)"
-    return written, None

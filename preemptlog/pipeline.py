@@ -40,7 +40,7 @@ import polars as pl
 
 from . import events as ev
 from . import profile as _profile
-from .bundle import collect, parse_kind_overrides, salvage
+from .bundle import collect, parse_kind_overrides
 from .errors import InputError
 from .findings import compute as compute_findings
 from .inputs import Bundle, InputFile
@@ -48,13 +48,13 @@ from .joiner import evidence as joiner_evidence
 from .pressure import find_intervals
 from .reconcile import event_set
 from .result import Analysis, AnalyzeOptions
+from .salvage import decompressed_copy, salvage
 from .rules import load_rules
 from .rules.model import RuleSet
 from .rules.verdicts import verdicts as rule_verdicts
 from .servers import mixed_warning
 from .sources import CrossFile, SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
 from .summary import honesty_notes
-from .textio import salvage_gzip
 from .timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zone, offset_for, resolve, shift
 from .frames import with_source
 from .vllm import config as vconfig
@@ -553,16 +553,13 @@ def _scan_file(f: InputFile, ws: Workspace, debug: bool) -> tuple["pl.DataFrame 
         if debug and f.compression is None:
             raise
         if f.compression == "gzip":
-            dest = ws.new_file("salvage")
-            written, err = salvage_gzip(f.path, dest)
+            dest, written, err = decompressed_copy(f, ws, "salvage")
             try:
                 df = vllm_log.read(str(dest), f.file_id)
             except (OSError, pl.exceptions.PolarsError) as exc2:
                 return None, f"cannot read ({exc2})"
             return df, f"damaged gzip: {err or exc}; read the first {written} bytes that decompressed"
         if f.compression == "zstd":
-            from .bundle import salvage
-
             problem = salvage(f, ws)
             if problem:
                 try:
