@@ -18,7 +18,7 @@ from .walk import _Entry, _stat_reason
 
 def _is_text(head: bytes) -> bool:
     """Text, judged on what remains once NUL bytes are removed (a hole of NULs, as logrotate
-    copytruncate leaves, does not make a log binary; bundle.NulStrip counts and reports them)."""
+    copytruncate leaves, does not make a log binary; sniffing.NulStrip counts and reports them)."""
     sample = head[:8192].replace(b"\x00", b"")
     if not sample:
         return True
