@@ -43,10 +43,14 @@ from .sniffing import _describe
 from .walk import MAX_FILES, _archive_kind, _Entry, _spool_stdin, _stat_problem, _walk, _walk_unpacked
 from .workspace import Workspace
 
-# Re-exported: the names other modules and the tests import from ``bundle``.
+# Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
 from .rotation import rotation_key
+from .sniffing import _capped_lines, _is_text, _utf16_without_bom
 
-__all__ = ["InputFile", "MAX_FILES", "Workspace", "collect", "parse_kind_overrides", "rotation_key"]
+__all__ = [
+    "InputFile", "MAX_FILES", "Workspace", "_capped_lines", "_is_text", "_utf16_without_bom", "collect",
+    "parse_kind_overrides", "rotation_key",
+]
 
 
 def parse_kind_overrides(items: list[str] | None) -> dict[str, str]:
