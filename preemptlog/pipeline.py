@@ -16,9 +16,15 @@
 
 Stages return their notes and warnings (:class:`Report`) instead of appending to a shared
 object; :func:`run` puts them together in the order the outputs have always shown them.
-The clock offsets (``--offset KIND_OR_FILE=SECONDS``) of the other sources are applied by each
-source's phase 2 (before it derives anything from its times), on the value
-``timebase.offset_for`` gives (one rule: a file's offset beats its kind's).
+The clock offsets (``--offset KIND_OR_FILE=SECONDS``) are applied here, once, to every source's
+output (:func:`on_clock`): every time-typed column of every frame, per row by the file named in its
+``source`` (``timebase.offset_for``: a file's offset beats its kind's; ``timebase.shift``). The
+sources know nothing of offsets. The vLLM log records are moved before the record families
+read them (their frames derive from the moved times and are not moved again) and before the
+span the other sources date themselves by (``TimeContext.reference``) is taken. A source that
+derives something across files (Prometheus: a counter series spans files) is placed per file,
+moved, then combined (``sources.registry.CrossFile``). Not moved: the year anchors of phase 1
+(they only choose a year) and text quoted from a file (a capture session's times).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import polars as pl
 
 from . import events as ev
 from . import profile as _profile
-from .bundle import collect, parse_kind_overrides, salvage
+from .bundle import collect, parse_kind_overrides
 from .errors import InputError
 from .findings import compute as compute_findings
 from .inputs import Bundle, InputFile
@@ -42,14 +48,14 @@ from .joiner import evidence as joiner_evidence
 from .pressure import find_intervals
 from .reconcile import event_set
 from .result import Analysis, AnalyzeOptions
+from .salvage import decompressed_copy, salvage
 from .rules import load_rules
 from .rules.model import RuleSet
 from .rules.verdicts import verdicts as rule_verdicts
 from .servers import mixed_warning
-from .sources import SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
+from .sources import CrossFile, SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
 from .summary import honesty_notes
-from .textio import salvage_gzip
-from .timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zone, resolve
+from .timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zone, offset_for, resolve, shift
 from .frames import with_source
 from .vllm import config as vconfig
 from .vllm import preemptions
@@ -228,7 +234,7 @@ def one_clock(
     mixed = mixed_warning(records)
     if mixed:
         warnings.append(mixed)
-    records = _apply_offsets(records, options.offsets, vllm_log.KIND)
+    records = on_clock(records, options.offsets, vllm_log.KIND)
     assumptions = list(tres.assumptions)
     warnings.extend(tres.warnings)
     for key, sec in sorted(options.offsets.items()):
@@ -240,7 +246,6 @@ def one_clock(
         year=options.year,
         anchors=anchors + [(t, "vllm log") for t in ([reference[0]] if reference else [])],
         reference=reference,  # type: ignore[arg-type]  # polars scalars are typed as every literal
-        offsets=dict(options.offsets),
     )
     return records, ctx, Report(warnings=tuple(warnings), assumptions=tuple(assumptions))
 
@@ -261,8 +266,8 @@ def sources_stage(
     # Lines read only for their time (sources/linetimes.py) have served: drop them.
     records = records.filter(pl.col("kind") != linetimes.KIND)
     untimed_notes, untimed_counts = _untimed_report(records)
-    for _name, p in parsed:
-        outputs.append(p.resolve(ctx))
+    for name, p in parsed:
+        outputs.append(resolve_on_clock(p, name, ctx, options.offsets))
     prof.mark("families, phase 2")
 
     stats = vstats.parse(records)
@@ -493,15 +498,57 @@ def _drop_rotation_overlap(
     return (kept.drop("_ord", "_key") if dropped else records), dropped
 
 
-def _apply_offsets(df: "pl.DataFrame", offsets: dict[str, float], kind: str) -> "pl.DataFrame":
-    """Add a per-kind or per-file clock offset (seconds) to ``time``."""
+def on_clock(df: pl.DataFrame, offsets: dict[str, float], kind: str) -> pl.DataFrame:
+    """Every time-typed (Datetime) column of a source kind's frame moved by its file's ``--offset``.
+
+    The file is the row's ``source`` (rows without one take the kind's offset):
+    ``timebase.offset_for`` per file, ``timebase.shift`` per column.
+    """
     if not offsets or df.height == 0:
         return df
-    by_file = {k: v for k, v in offsets.items() if k != kind}
-    shift = pl.lit(offsets.get(kind, 0.0))
-    if by_file and "source" in df.columns:
-        shift = pl.col("source").replace_strict(by_file, default=offsets.get(kind, 0.0), return_dtype=pl.Float64)
-    return df.with_columns(pl.col("time") + pl.duration(microseconds=(shift * 1e6).cast(pl.Int64)))
+    cols = [c for c, t in df.schema.items() if isinstance(t, pl.Datetime)]
+    if not cols:
+        return df
+    default = offsets.get(kind, 0.0)
+    secs: float | pl.Expr = default
+    if "source" in df.columns:
+        files = df.get_column("source").unique()
+        per = {str(f): offset_for(offsets, str(f), kind) for f in files.drop_nulls().to_list()}
+        values = set(per.values()) | ({default} if files.null_count() else set())
+        if len(values) > 1:
+            secs = pl.col("source").replace_strict(per, default=default, return_dtype=pl.Float64)
+        elif values:
+            secs = values.pop()
+    for c in cols:
+        df = shift(df, secs, c)
+    return df
+
+
+def output_on_clock(out: SourceOutput, offsets: dict[str, float], kind: str) -> SourceOutput:
+    """A source's output with every frame, event frame and config row on the common clock (and
+    the frames it keeps sorted sorted again)."""
+    if not offsets:
+        return out
+    frames = {}
+    for name, df in out.frames.items():
+        moved = on_clock(df, offsets, kind)
+        if moved is not df and name in out.order:
+            moved = moved.sort(*out.order[name], maintain_order=True)
+        frames[name] = moved
+    return dataclasses.replace(
+        out,
+        frames=frames,
+        events=[on_clock(e, offsets, kind) for e in out.events],
+        config=on_clock(out.config, offsets, kind) if out.config is not None else None,
+    )
+
+
+def resolve_on_clock(parsed: Any, kind: str, ctx: TimeContext, offsets: dict[str, float]) -> SourceOutput:
+    """Phase 2 of a source kind, its output moved by the ``--offset`` of its files (once)."""
+    if isinstance(parsed, CrossFile):
+        return parsed.combine(output_on_clock(parsed.place(ctx), offsets, kind))
+    out: SourceOutput = parsed.resolve(ctx)
+    return output_on_clock(out, offsets, kind)
 
 
 def _scan_file(
@@ -524,16 +571,13 @@ def _scan_file(
         if debug and f.compression is None:
             raise
         if f.compression == "gzip":
-            dest = ws.new_file("salvage")
-            written, err = salvage_gzip(f.path, dest)
+            dest, written, err = decompressed_copy(f, ws, "salvage")
             try:
                 df = vllm_log.read(str(dest), f.file_id)
             except (OSError, pl.exceptions.PolarsError) as exc2:
                 return None, f"cannot read ({exc2})"
             return df, f"damaged gzip: {err or exc}; read the first {written} bytes that decompressed"
         if f.compression == "zstd":
-            from .bundle import salvage
-
             problem = salvage(f, ws)
             if problem:
                 try:

@@ -2,7 +2,7 @@
 
 Sources that can count the same preemptions:
 
-- the Prometheus counter ``vllm:num_preemptions_total`` (sources/prometheus.py):
+- the Prometheus counter ``vllm:num_preemptions_total`` (sources/prometheus/):
   exact in every version; increases between consecutive scrapes;
 - the log's V1 ``Preemptions: N`` fields (builds with the fix; kind ``interval``);
 - the log's V0 warnings (kind ``logged``, 1 in 50) and the counts reconstructed

@@ -82,39 +82,6 @@ def read_head(path: Path, limit: int = 65536) -> bytes:
     return "\n".join(df.get_column("line").to_list()).encode("utf-8")[:limit]
 
 
-def salvage_gzip(path: Path, dest: Path) -> tuple[int, str | None]:
-    """Decompress as much of a damaged gzip file as possible into ``dest``.
-
-    Returns (bytes written, error text or None). Handles multi-member files.
-    """
-    written = 0
-    error: str | None = None
-    with open(path, "rb") as src:
-        data = src.read()
-    pos = 0
-    with open(dest, "wb") as out:
-        while pos < len(data):
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            try:
-                chunk = d.decompress(data[pos:])
-                out.write(chunk)
-                written += len(chunk)
-                if not d.eof:
-                    error = "compressed stream ends early (truncated file)"
-                    tail = d.flush()
-                    out.write(tail)
-                    written += len(tail)
-                    break
-                consumed = len(data) - pos - len(d.unused_data)
-                pos += consumed
-                if not d.unused_data.startswith(GZIP_MAGIC):
-                    break
-            except zlib.error as exc:
-                error = f"corrupt compressed data ({exc})"
-                break
-    return written, error
-
-
 def scan_lines(path: Path | str) -> "pl.LazyFrame":
     """Lazy frame of (n, line) for a text file, plain, gzip or zstd."""
     # Bounded memory: the streaming CSV reader keeps a few chunks of raw lines

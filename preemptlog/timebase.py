@@ -318,14 +318,15 @@ def offset_for(offsets: dict[str, float], display: str, kind: str) -> float:
 
 
 def shift(df: "pl.DataFrame", seconds: "float | pl.Expr", column: str = "time") -> "pl.DataFrame":
-    """``column`` moved by ``seconds`` (a number or a Float64 expression): a clock offset."""
+    """``column`` moved by ``seconds`` (a number or a Float64 expression), to the nearest
+    microsecond: a clock offset (``--offset``, applied by pipeline.on_clock)."""
     if isinstance(seconds, (int, float)):
         if seconds == 0 or column not in df.columns:
             return df
         secs: pl.Expr = pl.lit(float(seconds))
     else:
         secs = seconds
-    return df.with_columns(pl.col(column) + pl.duration(microseconds=(secs * 1e6).cast(pl.Int64)))
+    return df.with_columns(pl.col(column) + pl.duration(microseconds=(secs * 1e6).round(0).cast(pl.Int64)))
 
 
 FALL_BACK_STEP_S = 60  # a wall clock stepping back by more than this inside the repeated hour is the fall-back

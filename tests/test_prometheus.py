@@ -1,4 +1,4 @@
-"""Prometheus /metrics scrapes and API answers (sources/prometheus.py, docs/prometheus.md).
+"""Prometheus /metrics scrapes and API answers (sources/prometheus/, docs/prometheus.md).
 
 Fixtures under fixtures/prometheus/ are hand-built in the shape vLLM's
 prometheus_client exposes (HELP/TYPE lines, ``_created`` series, labels

@@ -5,7 +5,7 @@ For each event at time ``t`` the window is ``[t - before, t + after]``
 the field guide's delayed preemption prints ``PREEMPTED`` 1 to 3 steps after
 the decision, so the scheduler and pool state of the K steps before the
 nearest step count too. Every source's clock can be shifted first with
-``--offset KIND_OR_FILE=±DURATION`` (applied by the sources).
+``--offset KIND_OR_FILE=±DURATION`` (applied once, by the pipeline: pipeline.on_clock).
 
 Outputs:
 

@@ -178,7 +178,8 @@ def write_large(sc, opts, fam: F.Family, start: datetime) -> dict:
 def _stream(
     out: _Out, sc, opts, fam: F.Family, lp: LargeParams, p: Params, rng, clock, hdr, out_dir: Path, size: int
 ) -> dict:
-    from .writers import WORDS, Startup
+    from .startup import Startup
+    from .writers import WORDS
 
     v1 = fam.engine == "V1"
     base_pid = 1000 + rng.randrange(60000)

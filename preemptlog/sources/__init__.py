@@ -26,6 +26,7 @@ import importlib
 
 from . import registry
 from .registry import (
+    CrossFile,
     Parsed,
     RecordFamily,
     SourceKind,
@@ -49,7 +50,7 @@ for _name in BUILTIN_MODULES:
 del _name
 
 __all__ = [
-    "BUILTIN_MODULES", "Parsed", "RecordFamily", "Sample", "SourceKind", "SourceOutput", "TimeContext", "families",
+    "BUILTIN_MODULES", "CrossFile", "Parsed", "RecordFamily", "Sample", "SourceKind", "SourceOutput", "TimeContext", "families",
     "kinds", "register", "register_family", "register_samples", "registry", "samples", "sniff",
 ]
 

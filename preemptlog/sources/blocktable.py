@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..frames import PolarsType
-from ..timebase import offset_for
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 from .hooks import BT_TEXT_SCHEMA
 
@@ -419,9 +418,6 @@ class BlockTableParsed:
                 out.assumptions.append(
                     Assumption("zone", ctx.tz, "block-table 'time' without an offset is local time in --tz", scope=f.display)
                 )
-            shift = offset_for(ctx.offsets, f.display, KIND)
-            if shift:
-                df = df.with_columns(pl.col("time") + pl.duration(microseconds=int(round(shift * 1e6))))
             df = df.with_row_index("_r").rename(
                 {"largest_free_run": "_rec_largest_free_run", "num_free_regions": "_rec_free_regions"}
             )
@@ -525,6 +521,7 @@ class BlockTableParsed:
             out.frames["bt_tables"] = pl.concat(tables).sort("time", "engine", "step", maintain_order=True)
             out.frames["bt_events"] = pl.concat(events).sort("time", "engine", "step", maintain_order=True)
             out.frames["bt_requests"] = pl.concat(requests).sort("time", "engine", "step", maintain_order=True)
+            out.order.update({k: ("time", "engine", "step") for k in ("bt_steps", "bt_tables", "bt_events", "bt_requests")})
         if config:
             out.config = pl.concat(config)
         out.counters["blocktable"] = counters

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..timebase import offset_for
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
@@ -276,9 +275,6 @@ class DmonParsed:
                 df = df.with_columns(
                     time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")
                 )
-            shift = offset_for(ctx.offsets, f.display, KIND)
-            if shift:
-                df = df.with_columns(pl.col("time") + pl.duration(microseconds=int(round(shift * 1e6))))
             metrics = [c for c in df.columns if c not in ("line", "gpu", "_date", "_time", "time", "time_precision")]
             frames.append(
                 df.select(

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..timebase import offset_for
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
@@ -176,10 +175,9 @@ class KvEventsParsed:
                     f"{f.display}: {facts['events_without_block_count']} KV event(s) have block hashes that are not "
                     "plain numbers or strings: they count as events, not as blocks"
                 )
-            shift = offset_for(ctx.offsets, f.display, KIND)
             frames.append(
                 df.select(
-                    pl.from_epoch(((pl.col("ts") + shift) * 1e6).round().cast(pl.Int64), time_unit="us")
+                    pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64), time_unit="us")
                     .dt.replace_time_zone("UTC")
                     .alias("time"),
                     pl.lit("us").alias("time_precision"),
@@ -195,6 +193,7 @@ class KvEventsParsed:
             )
         if frames:
             out.frames["kv_events"] = pl.concat(frames).sort("time", maintain_order=True)
+            out.order["kv_events"] = ("time",)
         out.counters["kvevents"] = [facts | {"file": f.display} for f, _, facts in self.items]
         return out
 

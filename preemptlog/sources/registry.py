@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import polars as pl
 
@@ -24,8 +24,7 @@ class TimeContext:
     tz: str
     year: int | None = None
     anchors: list[tuple[datetime, str]] = field(default_factory=list)
-    reference: tuple[datetime, datetime] | None = None  # UTC span of the vLLM logs
-    offsets: dict[str, float] = field(default_factory=dict)  # source kind or file -> seconds to add
+    reference: tuple[datetime, datetime] | None = None  # UTC span of the vLLM logs (on the common clock)
     now: datetime | None = None
 
 
@@ -41,12 +40,32 @@ class SourceOutput:
     notes: list[str] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
     partial: bool = False
+    # frame name -> the columns it is sorted by (time first): the pipeline sorts it again after
+    # it moved the frame's clock (--offset), as a per-file offset can change the order.
+    order: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Parsed(Protocol):
+    """Phase 1 of a source kind. Sources know nothing of ``--offset``: the pipeline moves every
+    time-typed column of what ``resolve`` returns, per file (the file named in ``source``).
+
+    A source that derives something *across files* from its times (Prometheus: a counter series
+    spans files) also has :class:`CrossFile`'s two methods: the pipeline then calls ``place``
+    (each file's rows on its own clock), moves the clocks, and calls ``combine``.
+    """
+
     def anchors(self) -> list[tuple[datetime, str]]: ...
 
     def resolve(self, ctx: TimeContext) -> SourceOutput: ...
+
+
+@runtime_checkable
+class CrossFile(Protocol):
+    """``resolve(ctx)`` is ``combine(place(ctx))``; the pipeline moves the clocks in between."""
+
+    def place(self, ctx: TimeContext) -> SourceOutput: ...
+
+    def combine(self, placed: SourceOutput) -> SourceOutput: ...
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,40 @@ Line shapes recognised in front of the message (any combination):
 - vLLM 0.32+ JSON lines (``asctime levelname name processName process message``);
 - other leading date shapes go to python-dateutil (see timebase.py).
 
-Records schema (declared in :data:`RECORD_SCHEMA`).
+Records schema (dtypes declared in :data:`RECORD_SCHEMA`; tests/test_record_schema.py checks
+that every column of the records frame has its line here). One line per column: name, dtype,
+meaning. Header fields are the raw text of the line's time, read into ``time`` by timebase.py.
+
+    file_id         UInt16   the input file (inputs.InputFile.file_id)
+    n               UInt32   line number in the file, 1-based
+    seg             UInt32   segment of the line split on a lone CR (tqdm/progress redraws), 0-based
+    kind            String   record kind: the marker's kind (MARKERS, EXTRA_MARKERS, families)
+    level           String   log level of the vLLM header (DEBUG..CRITICAL, JSON levelname)
+    proc            String   process prefix "Name pid=N[, ip=A]" (null on request lines)
+    compose         String   docker compose service prefix "svc-1  | " (null on request lines)
+    mo              Int8     month of the vLLM header time (MM-DD HH:MM:SS, no year)
+    dd              Int8     day of the vLLM header time
+    hh              Int8     hour of the vLLM header time
+    mi              Int8     minute of the vLLM header time
+    ss              Int8     second of the vLLM header time
+    hfrac           String   header fraction of a second, digits after "." or "," (0.10+ %f formats)
+    fdate           String   full date YYYY-MM-DD of a leading RFC 3339/ISO prefix (docker -t, kubectl)
+    ftime           String   HH:MM:SS of that full prefix
+    ffrac           String   fraction of a second of that full prefix, digits only
+    fzone           String   zone of that full prefix ("Z", "+02:00", "+0200"); null: local time
+    fb              String   fallback: another leading date shape, parsed by python-dateutil
+    text            String   the message text (null on hot request lines: their fields are extracted)
+    req_id          String   request id(s) of a request line (comma-joined for "request(s)")
+    max_tokens      Int64    max_tokens=N of a request line
+    prompt_tokens   Int64    length of prompt_token_ids of a request-details line
+
+Added after the read (timebase.resolve, frames.with_source, the pipeline):
+
+    stream          Int32    rotation group of the file (inputs.Bundle.streams)
+    seq             UInt32   order in the stream (file order, n, seg): sort by (time, stream, seq)
+    time            Datetime the record's UTC time on the common clock (--offset applied)
+    time_precision  String   how exact ``time`` is ("1s", "ms", "us", "inherited", "unknown", ...)
+    source          String   the file's display name (file:line provenance)
 """
 
 from __future__ import annotations

@@ -1,0 +1,403 @@
+"""Prometheus counters and series, across files on the common clock (phase 2's ``combine``): counter
+increases between consecutive samples, resets, interval events, the wide series, config rows, facts."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from .names import CONFIG_LABELS, CONFIG_SKIP_LABELS, COUNTER_FIELDS, CREATED, METRICS, PLACED, RAW_LIMIT
+
+if TYPE_CHECKING:
+    from ...frames import Schema
+    from ..registry import SourceOutput
+    from . import PromParsed
+
+
+PROM_SAMPLES_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "scope": "String",
+    "engine": "String",
+    "model_name": "String",
+    "metric": "String",
+    "field": "String",
+    "labels": "String",
+    "value": "Float64",
+    "source": "String",
+    "line": "UInt32",
+}
+
+
+PROM_SERIES_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "scope": "String",
+    "engine": "String",
+    "model_name": "String",
+    "running": "Float64",
+    "waiting": "Float64",
+    "waiting_capacity": "Float64",
+    "waiting_deferred": "Float64",
+    "swapped": "Float64",
+    "kv_usage": "Float64",  # percent
+    "cpu_kv_usage": "Float64",  # percent
+    "preemptions_total": "Float64",  # counter value (since engine start or last reset)
+    "preemptions": "Int64",  # increase since the previous scrape of the series
+    "prefix_hit_rate": "Float64",  # percent, hits/queries increase in the interval (V0: the gauge)
+    "finished_requests": "Float64",  # vllm:request_num_preemptions_count increase
+    "finished_preemptions": "Float64",  # vllm:request_num_preemptions_sum increase
+    "finished_preempted_requests": "Float64",  # count increase - bucket{le="0"} increase: preempted at least once
+    "source": "String",
+    "line": "UInt32",
+}
+
+
+PROM_PREEMPTIONS_SCHEMA = {
+    "scope": "String",
+    "engine": "String",
+    "model_name": "String",
+    "start": "Datetime(time_unit='us', time_zone='UTC')",  # previous sample (null for the first)
+    "end": "Datetime(time_unit='us', time_zone='UTC')",
+    "prev_value": "Float64",
+    "value": "Float64",
+    "increase": "Int64",  # null for the first sample of a series
+    "reset": "Boolean",
+    "source": "String",
+    "line": "UInt32",
+    "col": "UInt32",
+    "stream": "Int32",
+    "raw": "String",
+}
+
+
+def _dtypes(schema: dict[str, str]) -> "Schema":
+    from ...frames import polars_schema
+
+    return polars_schema(schema)
+
+
+def _combine(parsed: PromParsed, out: "SourceOutput") -> "SourceOutput":
+    """Across files, on the common clock: ranks of one engine, counter increases (a series spans
+    files), events, series, config and the counter facts."""
+    if PLACED not in out.frames:
+        return out
+    s = out.frames.pop(PLACED)
+    s = s.with_columns(
+        engine=pl.col("engine").fill_null("0"),
+        model_name=pl.col("model_name").fill_null(""),
+        field=pl.col("name").replace_strict(
+            {k: v[0] for k, v in METRICS.items()} | {k: "created" for k in CREATED}, default=None, return_dtype=pl.String
+        ),
+        value=pl.col("value")
+        * pl.col("name").replace_strict({k: v[2] for k, v in METRICS.items()}, default=1.0, return_dtype=pl.Float64),
+    )
+    # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
+    # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
+    # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
+    ranks = ["scope", "scrape_id", "engine", "model_name", "name", "reason", "le"]
+    before = s.height
+    s = s.sort("value", descending=True, nulls_last=True).unique(ranks, keep="first").sort("file_id", "n", "col", nulls_last=True)
+    if s.height < before:
+        out.notes.append(
+            f"Prometheus: {before - s.height} sample(s) of other ranks of the same engine (same metric, engine "
+            "and scrape, other labels) were not added: the largest value of each is used"
+        )
+    samples = s.filter(pl.col("field") != "created")
+
+    # ---- config from vllm:cache_config_info labels
+    out.config = _config_rows(samples)
+
+    # ---- counters: increases between consecutive samples of a series (a NaN or Inf counter
+    # sample is no count: left out, as the facts and events need whole numbers)
+    counters = _counter_pairs(
+        s.filter(~pl.col("field").is_in(list(COUNTER_FIELDS)) | pl.col("value").is_finite().fill_null(False))
+    )
+    pre = counters.filter(pl.col("field") == "preemptions")
+    prom_pre = pre.select(
+        "scope",
+        "engine",
+        "model_name",
+        pl.col("prev_time").alias("start"),
+        pl.col("time").alias("end"),
+        "prev_value",
+        "value",
+        "increase",
+        "reset",
+        "source",
+        pl.col("n").alias("line"),
+        "col",
+        "stream",
+        _raw_expr().alias("raw"),
+    ).cast(_dtypes(PROM_PREEMPTIONS_SCHEMA))
+    out.frames["prom_preemptions"] = prom_pre
+    made = counter_events(prom_pre)
+    out.events.append(made)
+    counted = prom_pre.filter(pl.col("increase") > 0).get_column("increase").sum() or 0
+    if counted > made.height:  # capped (vllm.preemptions.capped_count): implausible increases
+        out.warnings.append(
+            f"Prometheus counter increases add up to {counted} preemptions, implausibly many (a damaged value?): "
+            f"{made.height} events made from them"
+        )
+        out.partial = True
+
+    # ---- frames
+    out.frames["prom_samples"] = samples.select(
+        "time",
+        "scope",
+        "engine",
+        "model_name",
+        pl.col("name").alias("metric"),
+        "field",
+        "labels",
+        "value",
+        "source",
+        pl.col("n").alias("line"),
+    ).sort("scope", "engine", "time", "source", "line", nulls_last=False)
+    out.frames["prom_series"] = _series(samples, counters)
+    out.counters["prometheus"] = _facts(prom_pre, counters, parsed)
+    resets = prom_pre.filter(pl.col("reset")).height
+    if resets:
+        out.notes.append(
+            f"Prometheus: {resets} counter reset(s) of vllm:num_preemptions_total (engine restart): the increase "
+            "after a reset is the value since the restart; preemptions between the last scrape before a restart "
+            "and the restart are not visible."
+        )
+    return out
+
+
+def _raw_expr() -> "pl.Expr":
+    return pl.concat_str(
+        [pl.col("name"), pl.lit("{"), pl.col("labels"), pl.lit("} "), pl.col("value").cast(pl.String)]
+    ).str.slice(0, RAW_LIMIT)
+
+
+def _counter_pairs(s: "pl.DataFrame") -> "pl.DataFrame":
+    """One row per counter sample, with the previous sample of its series and the increase."""
+    created = (
+        s.filter(pl.col("field") == "created")
+        .with_columns(cfield=pl.col("name").replace_strict(CREATED, default=None, return_dtype=pl.List(pl.String)))
+        .explode("cfield")
+        .select(
+            "scope",
+            "scrape_id",
+            "engine",
+            "model_name",
+            pl.col("cfield").alias("field"),
+            pl.col("le").fill_null(""),
+            pl.col("value").alias("created"),
+        )
+        .unique(["scope", "scrape_id", "engine", "model_name", "field", "le"], keep="first")
+    )
+    c = s.filter(pl.col("field").is_in(list(COUNTER_FIELDS))).with_columns(le=pl.col("le").fill_null(""))
+    # The _created of a histogram family has no le: it dates every bucket.
+    c = c.join(
+        created.filter(pl.col("le") == "").drop("le"),
+        on=["scope", "scrape_id", "engine", "model_name", "field"],
+        how="left",
+    )
+    grp = ["scope", "field", "engine", "model_name", "le"]
+    c = c.sort([*grp, "time", "file_id", "n"], nulls_last=False).unique(
+        [*grp, "scrape_id"], keep="first", maintain_order=True
+    )
+    prev = pl.col("value").shift(1).over(grp)
+    prev_created = pl.col("created").shift(1).over(grp)
+    c = c.with_columns(
+        prev_value=prev,
+        prev_time=pl.col("time").shift(1).over(grp),
+        reset=(
+            (pl.col("value") < prev)
+            | ((pl.col("created") - prev_created).abs() > 1e-3).fill_null(False)
+        ).fill_null(False),
+    )
+    inc = (
+        pl.when(pl.col("prev_value").is_null())
+        .then(None)
+        .when(pl.col("reset"))
+        .then(pl.col("value"))
+        .otherwise(pl.col("value") - pl.col("prev_value"))
+    )
+    return c.with_columns(inc_f=inc, increase=inc.round(0).cast(pl.Int64, strict=False))  # NaN, inf: null
+
+
+def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
+    """``increase`` interval events per row of a ``prom_preemptions`` frame, spread evenly in (start, end].
+
+    Event k of n is at start + (end - start) * k / n (at ``end`` when the start
+    is unknown); ids ``<source>:<line>~i<k>`` (``<source>:<line>:<col>~i<k>`` for
+    JSON answers); ``cumulative`` is the counter value after the k-th one.
+    """
+    from ...events import spread_interval
+
+    p = pairs.filter(pl.col("increase") > 0)
+    if p.height == 0:
+        return p
+    from ...vllm.preemptions import capped_count
+
+    p = p.with_columns(_k=pl.int_ranges(1, capped_count(pl.col("increase")) + 1, dtype=pl.Int64)).explode("_k")
+    where = pl.concat_str(
+        [
+            pl.col("source"),
+            pl.lit(":"),
+            pl.col("line").cast(pl.String).fill_null("?"),
+            pl.when(pl.col("col").is_not_null()).then(pl.lit(":") + pl.col("col").cast(pl.String)).otherwise(pl.lit("")),
+        ]
+    )
+    base = (pl.col("value") - pl.col("increase")).round(0).cast(pl.Int64)
+    return p.with_columns(
+        event_id=pl.concat_str([where, pl.lit("~i"), pl.col("_k").cast(pl.String)]),
+        kind=pl.lit("interval"),
+        time=spread_interval(pl.col("start"), pl.col("end"), pl.col("_k"), pl.col("increase")),
+        time_precision=pl.lit("interval"),
+        interval_start=pl.col("start"),
+        interval_end=pl.col("end"),
+        request_id=pl.lit(None, pl.String),
+        mode=pl.lit(None, pl.String),
+        cumulative=base + pl.col("_k"),
+        seq=pl.col("line"),
+        _sub=pl.col("_k"),
+    )
+
+
+def _series(samples: "pl.DataFrame", counters: "pl.DataFrame") -> "pl.DataFrame":
+    keys = ["scope", "scrape_id", "engine", "model_name"]
+
+    def first(fld: str, extra: "pl.Expr | None" = None) -> "pl.Expr":
+        cond = pl.col("field") == fld
+        if extra is not None:
+            cond = cond & extra
+        return pl.col("value").filter(cond).first()
+
+    g = samples.filter(pl.col("field") != "cache_config").group_by(keys).agg(
+        pl.col("time").max(),
+        pl.col("source").first(),
+        pl.col("n").min().alias("line"),
+        first("running").alias("running"),
+        first("waiting").alias("waiting"),
+        first("waiting_by_reason", pl.col("reason") == "capacity").alias("waiting_capacity"),
+        first("waiting_by_reason", pl.col("reason") == "deferred").alias("waiting_deferred"),
+        first("swapped").alias("swapped"),
+        first("kv_usage").alias("kv_usage"),
+        first("cpu_kv_usage").alias("cpu_kv_usage"),
+        first("preemptions").alias("preemptions_total"),
+        first("prefix_hit_rate_gauge").alias("_hit_gauge"),
+    )
+    le0 = pl.col("le").cast(pl.Float64, strict=False) == 0.0
+    cin = counters.filter(
+        pl.col("field").is_in(["preemptions", "prefix_queries", "prefix_hits", "hist_count", "hist_sum"])
+        | ((pl.col("field") == "hist_bucket") & le0.fill_null(False))
+    )
+    ci = cin.group_by(keys).agg(
+        pl.col("increase").filter(pl.col("field") == "preemptions").first().alias("preemptions"),
+        pl.col("inc_f").filter(pl.col("field") == "prefix_queries").first().alias("_dq"),
+        pl.col("inc_f").filter(pl.col("field") == "prefix_hits").first().alias("_dh"),
+        pl.col("inc_f").filter(pl.col("field") == "hist_count").first().alias("finished_requests"),
+        pl.col("inc_f").filter(pl.col("field") == "hist_sum").first().alias("finished_preemptions"),
+        pl.col("inc_f").filter(pl.col("field") == "hist_bucket").first().alias("_d_le0"),
+    ).with_columns(finished_preempted_requests=pl.col("finished_requests") - pl.col("_d_le0"))
+    g = g.join(ci, on=keys, how="left").with_columns(
+        prefix_hit_rate=pl.coalesce(
+            pl.when(pl.col("_dq") > 0).then(pl.col("_dh") / pl.col("_dq") * 100.0), pl.col("_hit_gauge")
+        )
+    )
+    return (
+        g.select(list(PROM_SERIES_SCHEMA))
+        .cast(_dtypes(PROM_SERIES_SCHEMA))
+        .sort("scope", "engine", "time", "source", "line", nulls_last=False)
+    )
+
+
+def _config_rows(samples: "pl.DataFrame") -> "pl.DataFrame":
+    from ...vllm.config import CONFIG_SCHEMA
+
+    info = samples.filter(pl.col("field") == "cache_config").sort("time", "source", "n", nulls_last=True)
+    rows = []
+    seen: set[tuple[str, str]] = set()
+    for r in info.unique("labels", keep="first", maintain_order=True).iter_rows(named=True):
+        for m in re.finditer(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', r["labels"]):
+            key, value = m.group(1), m.group(2).replace('\\"', '"').replace("\\\\", "\\")
+            if key in CONFIG_SKIP_LABELS or value in ("None", ""):
+                continue
+            key = CONFIG_LABELS.get(key, key)
+            if (key, value) in seen:
+                continue
+            seen.add((key, value))
+            rows.append(
+                {
+                    "key": key,
+                    "value": value,
+                    "status": "seen",
+                    "time": r["time"],
+                    "source": r["source"],
+                    "line": r["n"],
+                    "note": f"label of vllm:cache_config_info (engine {r['engine']})",
+                }
+            )
+    return pl.DataFrame(rows, schema=_dtypes(CONFIG_SCHEMA))
+
+
+def _empty_frames() -> dict[str, Any]:
+    return {
+        "prom_samples": pl.DataFrame(schema=_dtypes(PROM_SAMPLES_SCHEMA)),
+        "prom_series": pl.DataFrame(schema=_dtypes(PROM_SERIES_SCHEMA)),
+        "prom_preemptions": pl.DataFrame(schema=_dtypes(PROM_PREEMPTIONS_SCHEMA)),
+    }
+
+
+def _facts(pre: "pl.DataFrame | None", counters: "pl.DataFrame | None", parsed: PromParsed) -> dict[str, Any]:
+    """Counter facts for reconcile.py and the summary (plain Python values)."""
+    facts: dict[str, Any] = {
+        "files": [fd.file.display for fd in parsed.files],
+        "scrapes": sum(fd.n_scrapes for fd in parsed.files),
+        "series": 0,
+        "increase": 0,
+        "resets": 0,
+        "window": None,
+        "counter_totals": [],
+        "histogram": None,
+    }
+    if pre is None or pre.height == 0:
+        return facts
+    grp = ["scope", "engine", "model_name"]
+    facts["series"] = pre.select(grp).unique().height
+    facts["increase"] = int(pre.get_column("increase").fill_null(0).sum())
+    facts["resets"] = pre.filter(pl.col("reset")).height
+    placed = pre.filter(pl.col("increase").is_not_null())
+    if placed.height:
+        facts["window"] = [placed.get_column("start").min(), placed.get_column("end").max()]
+    last = pre.group_by(grp, maintain_order=True).agg(
+        pl.col("value").last(),
+        pl.col("end").last().alias("time"),
+        pl.col("source").last(),
+        pl.col("line").last(),
+        pl.col("col").last(),
+        pl.len().alias("samples"),
+        pl.col("value").first().alias("first_value"),
+        pl.col("end").first().alias("first_time"),
+        pl.col("increase").fill_null(0).sum().alias("increase"),
+    )
+    facts["counter_totals"] = [
+        {
+            "scope": r["scope"],
+            "engine": r["engine"],
+            "model_name": r["model_name"] or None,
+            "value": int(round(r["value"])),
+            "time": r["time"],
+            "from": f"{r['source']}:{r['line']}" + (f":{r['col']}" if r["col"] is not None else ""),
+            "samples": r["samples"],
+            "first_value": int(round(r["first_value"])),
+            "first_time": r["first_time"],
+            "increase": int(r["increase"]),
+        }
+        for r in last.sort(grp).iter_rows(named=True)
+    ]
+    if counters is not None:
+        h = counters.filter(pl.col("field").is_in(["hist_sum", "hist_count"]))
+        if h.height:
+            facts["histogram"] = {
+                "finished_requests": float(h.filter(pl.col("field") == "hist_count").get_column("inc_f").fill_null(0).sum()),
+                "preemptions_of_finished_requests": float(
+                    h.filter(pl.col("field") == "hist_sum").get_column("inc_f").fill_null(0).sum()
+                ),
+            }
+    return facts

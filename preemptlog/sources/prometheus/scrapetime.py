@@ -1,0 +1,177 @@
+"""Prometheus scrape times: sample timestamps, separator lines, file names, the file mtime; phase 2's
+first step (each file's samples on its own clock, before the pipeline moves it: ``place``)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .names import PLACED
+from .counters import _empty_frames, _facts
+
+if TYPE_CHECKING:
+    from ..registry import SourceOutput, TimeContext
+    from . import PromParsed
+
+
+# Time in a file name.
+NAME_ISO_RE = re.compile(
+    r"(?<!\d)(\d{4})-?(\d\d)-?(\d\d)[T_ -]?(\d\d)[:\-_.]?(\d\d)[:\-_.]?(\d\d)(?:[.,](\d{1,6}))?(Z|[+-]\d\d:?\d\d)?(?!\d)"
+)
+
+
+NAME_EPOCH_RE = re.compile(r"(?<!\d)(1\d{9})(?:\d{3})?(?:\.(\d+))?(?!\d)")
+
+
+def _parse_time_text(text: str) -> tuple[datetime | None, bool]:
+    """(datetime, has_zone) from a separator or file-name time; naive means local time."""
+    text = text.strip()
+    if not text:
+        return None, False
+    m = re.fullmatch(r"(\d{10})(\d{3})?(?:\.(\d+))?", text)
+    if m:
+        sec = float(m.group(1) + (("." + m.group(3)) if m.group(3) and not m.group(2) else ""))
+        if m.group(2):
+            sec = int(m.group(1) + m.group(2)) / 1000.0
+        return datetime.fromtimestamp(sec, timezone.utc), True
+    try:
+        iso = text.replace(",", ".")
+        if iso.endswith("Z"):
+            iso = iso[:-1] + "+00:00"
+        dt = datetime.fromisoformat(iso)
+        return dt, dt.tzinfo is not None
+    except ValueError:
+        pass
+    import warnings
+
+    from dateutil import parser as dparser
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # unknown zone names (CEST...) -> local time in --tz
+            dt = dparser.parse(text)
+        return dt, dt.tzinfo is not None
+    except (ValueError, OverflowError, ArithmeticError):  # dateutil: decimal.InvalidOperation on huge digit runs
+        return None, False
+
+
+def _name_time(name: str) -> tuple[datetime | None, bool, str | None]:
+    base = PurePosixPath(name.replace("!", "/")).name
+    m = NAME_ISO_RE.search(base)
+    if m:
+        y, mo, d, hh, mi, ss, frac, zone = m.groups()
+        try:
+            dt = datetime(int(y), int(mo), int(d), int(hh), int(mi), int(ss), int((frac or "0").ljust(6, "0")[:6]))
+        except ValueError:
+            dt = None
+        if dt is not None and 1990 <= dt.year <= 2200:
+            if zone:
+                z = "+00:00" if zone == "Z" else zone if ":" in zone else zone[:3] + ":" + zone[3:]
+                try:
+                    dt = datetime.fromisoformat(dt.isoformat() + z)
+                except ValueError:  # an impossible offset (+27:00): the name carries no usable zone
+                    zone = None
+            return dt, zone is not None, m.group(0)
+    m = NAME_EPOCH_RE.search(base)
+    if m:
+        raw = m.group(0)
+        digits = raw.split(".")[0]
+        sec = int(digits) / 1000.0 if len(digits) == 13 else float(raw)
+        return datetime.fromtimestamp(sec, timezone.utc), True, raw
+    return None, False, None
+
+
+def _to_utc(dt: datetime, has_zone: bool, tz: str) -> datetime:
+    from ...timebase import zone_info
+
+    if has_zone:
+        return dt.astimezone(timezone.utc)
+    return dt.replace(tzinfo=zone_info(tz)).astimezone(timezone.utc)
+
+
+def _place(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
+    """Each file's samples with their scrape times, on the file's own clock: frame ``prom_placed``
+    (the pipeline moves its clock, per file, before :func:`_combine`)."""
+    from ...timebase import Assumption
+    from ..registry import SourceOutput
+
+    out = SourceOutput()
+    frames = []
+    for fd in parsed.files:
+        f = fd.file
+        out.warnings.extend(f"{f.display}: {w}" for w in fd.warnings)
+        if any("skipped" in w for w in fd.warnings):
+            out.partial = True  # input that was there but could not be read: exit 5, like every source
+        s = fd.samples
+        if s.height == 0:
+            out.warnings.append(f"{f.display}: no vLLM metrics (vllm:...) found")
+            continue
+        # Scrape times from the separators, the file name, the file mtime.
+        scrape_t: dict[int, datetime] = {}
+        used: dict[str, int] = {}
+        timed_scrapes = set(
+            s.filter(pl.col("ts_us").is_not_null()).get_column("scrape").unique().to_list()
+        )
+        if timed_scrapes:
+            used["sample timestamps" if fd.fmt == "text" else "the times in the JSON answer"] = len(timed_scrapes)
+        for sc, text in fd.sep_times.items():
+            if sc in timed_scrapes:
+                continue
+            dt, zoned = _parse_time_text(text)
+            if dt is not None:
+                scrape_t[sc] = _to_utc(dt, zoned, ctx.tz)
+                used["separator lines"] = used.get("separator lines", 0) + 1
+        untimed = [sc for sc in range(fd.n_scrapes) if sc not in timed_scrapes and sc not in scrape_t]
+        detail = ""
+        if untimed:
+            last = fd.n_scrapes - 1
+            ndt, nzoned, ntext = _name_time(f.display)
+            if fd.n_scrapes == 1 and ndt is not None:
+                scrape_t[0] = _to_utc(ndt, nzoned, ctx.tz)
+                used["the file name"] = 1
+                detail = f" ({ntext}{'' if nzoned else ', local time in ' + ctx.tz})"
+            elif last in untimed and f.mtime is not None:
+                scrape_t[last] = datetime.fromtimestamp(f.mtime, timezone.utc)
+                used["the file mtime"] = 1
+                detail = f" ({scrape_t[last].isoformat(timespec='seconds')})"
+            still = [sc for sc in untimed if sc not in scrape_t]
+            if still:
+                out.warnings.append(
+                    f"{f.display}: {len(still)} of {fd.n_scrapes} scrape(s) have no time (no sample timestamps, "
+                    "no separator time): their counter increases are counted but not placed in time; "
+                    "write '# scrape <ISO time>' before each scrape"
+                )
+        for what, k in used.items():
+            extra = detail if what in ("the file name", "the file mtime") else ""
+            out.assumptions.append(
+                Assumption("scrape time", what + extra, f"{k} of {fd.n_scrapes} scrape(s)", scope=f.display)
+            )
+        st = pl.DataFrame(
+            {"scrape": list(scrape_t), "_st": list(scrape_t.values())},
+            schema={"scrape": pl.Int32, "_st": pl.Datetime("us", "UTC")},
+        )
+        folder = str(PurePosixPath(f.display.replace("!", "/")).parent)
+        s = s.join(st, on="scrape", how="left").with_columns(
+            time=pl.coalesce(
+                pl.from_epoch(pl.col("ts_us"), time_unit="us").dt.replace_time_zone("UTC"), pl.col("_st")
+            ),
+            source=pl.lit(f.display),
+            stream=pl.lit(f.stream, pl.Int32),
+            scope=pl.when(pl.col("instance").is_not_null())
+            .then(pl.lit(folder + "|") + pl.col("instance"))
+            .otherwise(pl.lit(folder)),
+            scrape_id=pl.concat_str(
+                [pl.lit(f"{f.file_id}:"), pl.col("scrape").cast(pl.String)]
+            ),
+        ).drop("_st")
+        frames.append(s)
+    if not frames:
+        out.frames.update(_empty_frames())
+        out.counters["prometheus"] = _facts(None, None, parsed)
+        return out
+    out.frames[PLACED] = pl.concat(frames, how="vertical")
+    return out

@@ -1,0 +1,167 @@
+"""Prometheus text exposition and OpenMetrics: scrapes, separators and samples of one file (phase 1)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .names import CREATED, METRICS, NAME_PREFIX_RE, _FileData, _canonical_expr, _label, _sample_schema, _spellings, _ts_to_us
+
+if TYPE_CHECKING:
+    from ...inputs import InputFile
+
+
+# Line shapes of the text exposition (Rust regex, anchored).
+_LABELS = r'(?:[^"}]|"(?:[^"\\]|\\.)*")*'
+
+
+SAMPLE_RE = (
+    r"^(?P<name>" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+)(?:\{(?P<labels>" + _LABELS + r")\})?[ \t]+(?P<value>[^\s#]+)"
+    r"(?:[ \t]+(?P<ts>-?[0-9][0-9.eE+-]*))?[ \t]*(?:#.*)?$"
+)
+
+
+META_RE = r"^#[ \t]+(?:HELP|TYPE)[ \t]+(" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+)"
+
+
+# Separators between concatenated scrapes.
+# ``# Timestamp: <time>``: llm-d-benchmark's collect_metrics.sh header (before ``# Pod:``).
+SCRAPE_SEP_RE = r"^#[ \t]*(?:scrape(?:[_ ]?time)?|[Tt]imestamp)[ \t]*[:=]?[ \t]*(?P<t>.*)$"
+
+
+# The server a scrape came from, in a header line (llm-d-benchmark ``# Pod: <name>``).
+POD_RE = r"^#[ \t]*(?:Pod|Instance|Host):[ \t]*(\S+)"
+
+
+DASH_SEP_RE = r"^---+[ \t]*(?P<t>.*)$"
+
+
+BARE_TIME_RE = (
+    r"^(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"|\d{10}(?:\d{3})?(?:\.\d+)?"
+    r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?: [A-Z]{2,5})? \d{4})$"
+)
+
+
+def _parse_text(f: "InputFile") -> _FileData:
+    from ... import reflow
+
+    known = list(METRICS) + list(CREATED)
+    # Quoted, fenced or indented pastes read like plain scrapes (reflow.py).
+    line = pl.col("line").str.strip_chars("\r \t")
+    is_sample = line.str.starts_with("vllm") | line.str.starts_with("ray_vllm")
+    is_meta = line.str.starts_with("#") & line.str.contains(META_RE)
+    is_eof = line == "# EOF"
+    is_sep = line.str.contains(SCRAPE_SEP_RE) | line.str.starts_with("---") | line.str.contains(BARE_TIME_RE)
+    is_pod = line.str.starts_with("#") & line.str.contains(POD_RE)
+    lf = reflow.scan(f.path, join=False).with_columns(line=line)
+    # Literal pre-filter first (most lines of a /metrics page are other metrics and
+    # histogram buckets), regexes only on the survivors.
+    cheap = (is_sample & line.str.contains_any(_spellings(known))) | line.str.starts_with("#") | line.str.starts_with("---") | (
+        line.str.len_bytes() < 48
+    )
+    lf = lf.filter(cheap).filter(is_sample | is_meta | is_eof | is_sep | is_pod)
+    g = line.str.extract_groups(SAMPLE_RE)
+    kind = (
+        pl.when(is_sample)
+        .then(pl.lit("sample"))
+        .when(is_meta)
+        .then(pl.lit("meta"))
+        .when(is_eof)
+        .then(pl.lit("eof"))
+        .when(is_pod)
+        .then(pl.lit("pod"))
+        .otherwise(pl.lit("sep"))
+    )
+    sep_time = pl.coalesce(
+        line.str.extract(SCRAPE_SEP_RE, 1),
+        line.str.extract(DASH_SEP_RE, 1),
+        pl.when(line.str.contains(BARE_TIME_RE)).then(line),
+    ).str.strip_chars()
+    rows = (
+        lf.select(
+            pl.col("n"),
+            kind.alias("kind"),
+            g.alias("g"),
+            pl.when(is_meta).then(line.str.extract(META_RE, 1) + line.str.slice(2, 4)).alias("meta_key"),
+            pl.when(~is_sample & ~is_meta & ~is_pod).then(sep_time).alias("sep_time"),
+            pl.when(is_pod).then(line.str.extract(POD_RE, 1)).alias("pod"),
+        )
+        .unnest("g")
+        .with_columns(name=_canonical_expr(pl.col("name")))
+        .filter((pl.col("kind") != "sample") | pl.col("name").is_in(known))
+        # The label text as exposed identifies the series (prometheus_client always
+        # writes a series' labels in the same order).
+        .with_columns(labels=pl.col("labels").fill_null(""))
+        .collect()
+        .sort("n")
+    )
+    fd = _FileData(file=f, fmt="text", samples=pl.DataFrame(schema=_sample_schema()))
+    if rows.height == 0:
+        return fd
+    # Scrape numbering: explicit separators open a block; inside a block, the
+    # repeat of a HELP/TYPE line or of a series opens the next scrape.
+    rows = rows.with_columns(
+        blk=pl.col("kind").is_in(["sep", "eof"]).cast(pl.Int32).cum_sum(),
+        key=pl.when(pl.col("kind") == "sample")
+        .then(pl.concat_str([pl.col("name"), pl.lit("{"), pl.col("labels"), pl.lit("}")]))
+        .when(pl.col("kind") == "meta")
+        .then(pl.col("meta_key")),
+    )
+    rows = rows.with_columns(_pod=pl.col("pod").forward_fill())  # a "# Pod:" header names the scrapes below it
+    rows = rows.with_columns(
+        occ=pl.when(pl.col("key").is_not_null()).then(pl.int_range(pl.len()).over("blk", "key")).otherwise(0)
+    ).with_columns(rep=pl.col("occ").cum_max().over("blk"))
+    seps = (
+        rows.filter(pl.col("kind") == "sep")
+        .group_by("blk")
+        .agg(pl.col("sep_time").last())
+        .filter(pl.col("sep_time").is_not_null() & (pl.col("sep_time") != ""))
+    )
+    samples = rows.filter(pl.col("kind") == "sample").with_columns(
+        _sk=pl.col("blk").cast(pl.Int64) * 1_000_000 + pl.col("rep").cast(pl.Int64)
+    )
+    samples = samples.with_columns(scrape=(pl.col("_sk").rank("dense") - 1).cast(pl.Int32))
+    first_of_blk = samples.filter(pl.col("rep") == 0).group_by("blk").agg(pl.col("scrape").first())
+    sep_times = {
+        r["scrape"]: r["sep_time"]
+        for r in first_of_blk.join(seps, on="blk", how="inner").iter_rows(named=True)
+    }
+    value = pl.col("value").cast(pl.Float64, strict=False)
+    bad = samples.filter(value.is_null()).height
+    if bad:
+        fd.warnings.append(f"{bad} sample line(s) with an unreadable value were skipped")
+    out = samples.filter(value.is_not_null()).select(
+        pl.lit(f.file_id, pl.UInt16).alias("file_id"),
+        pl.col("n").cast(pl.UInt32),
+        pl.lit(None, pl.UInt32).alias("col"),
+        pl.col("scrape"),
+        pl.col("name"),
+        pl.col("labels"),
+        _label("engine").alias("engine"),
+        _label("model_name").alias("model_name"),
+        pl.coalesce(_label("instance"), _label("pod"), pl.col("_pod")).alias("instance"),
+        _label("reason").alias("reason"),
+        _label("le").alias("le"),
+        value.alias("value"),
+        _ts_to_us(pl.col("ts")).alias("ts_us"),
+    )
+    fd.samples = out
+    fd.sep_times = sep_times
+    fd.n_scrapes = int(out.get_column("scrape").max()) + 1 if out.height else 0  # type: ignore[arg-type]  # polars scalars are typed as every literal
+    return fd
+
+
+def _read_text(f: "InputFile") -> str:
+    import gzip
+
+    with open(f.path, "rb") as fh:
+        data = fh.read()
+    if f.compression == "gzip":
+        data = gzip.decompress(data)
+    elif f.compression == "zstd":
+        import zstandard
+
+        data = zstandard.ZstdDecompressor().stream_reader(data).read()
+    return data.decode("utf-8", "replace")
