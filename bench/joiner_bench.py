@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def frames(n_events: int, n_dmon: int, gpus: int = 8):
@@ -23,7 +23,7 @@ def frames(n_events: int, n_dmon: int, gpus: int = 8):
     from preemptlog.vllm.config import parse as cfg_parse
 
     utc = pl.Datetime("us", "UTC")
-    t0 = int(datetime(2026, 11, 30, tzinfo=timezone.utc).timestamp() * 1e6)
+    t0 = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp() * 1e6)
     samples = max(1, n_dmon // gpus)
     span = samples * 1_000_000
 
@@ -53,28 +53,43 @@ def frames(n_events: int, n_dmon: int, gpus: int = 8):
         source=pl.lit("dmon.txt"),
         line=(j + 3).cast(pl.UInt32),
     )
-    hook_steps = pl.select(
-        stream=pl.lit(0, pl.Int32),
-        seq=(i * 4).cast(pl.UInt32),
-        step=i + 1,
-        time=spread(n_events, 6),
-        time_precision=pl.lit("inherited"),
-        free_blocks=(i.hash(7) % 500).cast(pl.Int64),
-        pending=(i.hash(8) % 20).cast(pl.Int64),
-        running=(i.hash(9) % 64).cast(pl.Int64),
-        source=pl.lit("vllm.log"),
-        line=(i * 4 + 1).cast(pl.UInt32),
-    ).sort("time").with_columns(seq=(pl.int_range(pl.len()) * 4).cast(pl.UInt32), step=pl.int_range(1, pl.len() + 1))
+    hook_steps = (
+        pl.select(
+            stream=pl.lit(0, pl.Int32),
+            seq=(i * 4).cast(pl.UInt32),
+            step=i + 1,
+            time=spread(n_events, 6),
+            time_precision=pl.lit("inherited"),
+            free_blocks=(i.hash(7) % 500).cast(pl.Int64),
+            pending=(i.hash(8) % 20).cast(pl.Int64),
+            running=(i.hash(9) % 64).cast(pl.Int64),
+            source=pl.lit("vllm.log"),
+            line=(i * 4 + 1).cast(pl.UInt32),
+        )
+        .sort("time")
+        .with_columns(seq=(pl.int_range(pl.len()) * 4).cast(pl.UInt32), step=pl.int_range(1, pl.len() + 1))
+    )
     hook_pending = hook_steps.select(
-        "stream", (pl.col("seq") + 1).alias("seq"), "step", "time",
+        "stream",
+        (pl.col("seq") + 1).alias("seq"),
+        "step",
+        "time",
         pl.col("step").cast(pl.String).alias("request_id"),
-        pl.lit(128, pl.Int64).alias("prompt"), pl.lit(512, pl.Int64).alias("max_out"),
-        (pl.col("free_blocks") % 50 + 1).alias("blocks_needed"), "source", (pl.col("line") + 1).alias("line"),
+        pl.lit(128, pl.Int64).alias("prompt"),
+        pl.lit(512, pl.Int64).alias("max_out"),
+        (pl.col("free_blocks") % 50 + 1).alias("blocks_needed"),
+        "source",
+        (pl.col("line") + 1).alias("line"),
     )
     hook_batch = hook_steps.select(
-        "stream", (pl.col("seq") + 2).alias("seq"), "step", "time",
-        (pl.col("running") * 5.5).alias("variance"), pl.lit(256.0).alias("threshold"),
-        "source", (pl.col("line") + 2).alias("line"),
+        "stream",
+        (pl.col("seq") + 2).alias("seq"),
+        "step",
+        "time",
+        (pl.col("running") * 5.5).alias("variance"),
+        pl.lit(256.0).alias("threshold"),
+        "source",
+        (pl.col("line") + 2).alias("line"),
     )
     n_stats = max(1, span // 10_000_000)
     k = pl.int_range(n_stats, dtype=pl.Int64)
@@ -90,7 +105,12 @@ def frames(n_events: int, n_dmon: int, gpus: int = 8):
     )
     empty = scan_empty().with_columns(pl.lit(None, utc).alias("time"), pl.lit(None, pl.String).alias("source"))
     config = cfg_parse(empty)
-    return events, {"dmon": dmon, "hook_steps": hook_steps, "hook_pending": hook_pending, "hook_batch": hook_batch}, stats, config
+    return (
+        events,
+        {"dmon": dmon, "hook_steps": hook_steps, "hook_pending": hook_pending, "hook_batch": hook_batch},
+        stats,
+        config,
+    )
 
 
 def run(n_events: int = 1_000_000, n_dmon: int = 10_000_000, gpus: int = 8) -> dict:

@@ -23,7 +23,7 @@ import argparse
 import json
 import random
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 RATE = 18.0  # requests per second: 850 k requests over ~13 h
@@ -62,7 +62,7 @@ def generate(path: Path, size: int, seed: int = 1) -> dict:
     pid_api, pid_core = 1000 + rng.randrange(50000), 1000 + rng.randrange(50000)
     api = b"(APIServer pid=%d) " % pid_api
     core = b"(EngineCore_DP0 pid=%d) " % pid_core
-    start = datetime(2026, 11, 20, 8, 0, 0, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 20, 8, 0, 0, tzinfo=UTC)
     # Pre-rendered variants: (max_tokens, sampling params, prompt repr, token id list).
     variants = []
     for _ in range(64):
@@ -150,24 +150,57 @@ def generate(path: Path, size: int, seed: int = 1) -> dict:
             rid = b"chatcmpl-%016x%016x" % ((k * 0x9E3779B97F4A7C15 ^ salt) & ((1 << 64) - 1), rng.getrandbits(64))
             k += 1
             sp, prompt, ids = variants[rng.randrange(len(variants))]
-            add(api + b"INFO " + st + b" [entrypoints/logger.py:43] Received request " + rid + b": params: " + sp + b", lora_request: None.")
+            add(
+                api
+                + b"INFO "
+                + st
+                + b" [entrypoints/logger.py:43] Received request "
+                + rid
+                + b": params: "
+                + sp
+                + b", lora_request: None."
+            )
             if rng.random() < P_DETAILS:
                 add(
-                    api + b"DEBUG " + st + b" [entrypoints/logger.py:60] Request " + rid + b" details: prompt: "
-                    + prompt + b", prompt_token_ids: " + ids + b", prompt_embeds shape: None."
+                    api
+                    + b"DEBUG "
+                    + st
+                    + b" [entrypoints/logger.py:60] Request "
+                    + rid
+                    + b" details: prompt: "
+                    + prompt
+                    + b", prompt_token_ids: "
+                    + ids
+                    + b", prompt_embeds shape: None."
                 )
             if rng.random() < P_ADDED:
-                add(api + b"INFO " + st + b" [v1/engine/async_llm.py:366] Added request " + rid + b"-%08x." % rng.getrandbits(32))
+                add(
+                    api
+                    + b"INFO "
+                    + st
+                    + b" [v1/engine/async_llm.py:366] Added request "
+                    + rid
+                    + b"-%08x." % rng.getrandbits(32)
+                )
             running = max(0, running + (1 if rng.random() < 0.52 else -1))
             if rng.random() < P_ACCESS:
-                add(api + b'INFO:     10.0.%d.%d:%d - "POST /v1/chat/completions HTTP/1.1" 200 OK'
-                    % (rng.randrange(256), rng.randrange(256), 30000 + rng.randrange(30000)))
+                add(
+                    api
+                    + b'INFO:     10.0.%d.%d:%d - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+                    % (rng.randrange(256), rng.randrange(256), 30000 + rng.randrange(30000))
+                )
             if rng.random() < P_ABORT:
                 add(api + b"INFO " + st + b" [v1/engine/async_llm.py:499] Aborted request " + rid + b".")
             if rng.random() < P_PREEMPT:
                 preempted_since += 1
-                add(core + b"DEBUG " + st + b" [v1/core/sched/scheduler.py:612] Request " + rid
-                    + b" status: RequestStatus.PREEMPTED")
+                add(
+                    core
+                    + b"DEBUG "
+                    + st
+                    + b" [v1/core/sched/scheduler.py:612] Request "
+                    + rid
+                    + b" status: RequestStatus.PREEMPTED"
+                )
             if buf_size >= CHUNK:
                 flush()
         if buf and not full:

@@ -31,8 +31,18 @@ from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest
 
 def pressure(n: int = 24, priority: bool = False) -> Workload:
     """The capture tests' workload: one arrival every 2 steps, prompts 100-136, outputs 60-80."""
-    reqs = [WRequest(f"req-{i}", 0.0, 100 + (i % 5) * 9, 60 + (i % 3) * 10, 60 + (i % 3) * 10,
-                     priority=(i % 3) if priority else 0, arrival_step=2 * i) for i in range(n)]
+    reqs = [
+        WRequest(
+            f"req-{i}",
+            0.0,
+            100 + (i % 5) * 9,
+            60 + (i % 3) * 10,
+            60 + (i % 3) * 10,
+            priority=(i % 3) if priority else 0,
+            arrival_step=2 * i,
+        )
+        for i in range(n)
+    ]
     return Workload(reqs, "records", "bench")
 
 
@@ -48,8 +58,7 @@ def mixed(n: int = 160, seed: int = 1) -> Workload:
     return Workload(reqs, "records", "bench")
 
 
-BASE = ReplayConfig(num_gpu_blocks=64, block_size=16, max_num_seqs=16, max_num_batched_tokens=512,
-                    max_model_len=1008)
+BASE = ReplayConfig(num_gpu_blocks=64, block_size=16, max_num_seqs=16, max_num_batched_tokens=512, max_model_len=1008)
 CONFIGS = [
     ("A: 64 blocks", {}),
     ("48 blocks", {"num_gpu_blocks": 48}),
@@ -83,15 +92,18 @@ MIXED = [
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="only the pressure workload")
-    ap.add_argument("--write", metavar="MD", help="replace the table between the whatif-accuracy markers of MD "
-                    "(docs/whatif.md)")
+    ap.add_argument(
+        "--write", metavar="MD", help="replace the table between the whatif-accuracy markers of MD (docs/whatif.md)"
+    )
     args = ap.parse_args()
     py = os.environ.get("PREEMPTLOG_VLLM_PYTHON")
     if not py:
         sys.exit("set PREEMPTLOG_VLLM_PYTHON to a vLLM 0.32 venv's python (ci/vllm-venv)")
     st = StepTime(0.03, 0.0, "bench", True)
-    suites = [("pressure (24 req)", pressure(), BASE, CONFIGS), ("pressure, priorities (24 req)", pressure(priority=True),
-              BASE, CONFIGS[:1] + CONFIGS[5:6])]
+    suites = [
+        ("pressure (24 req)", pressure(), BASE, CONFIGS),
+        ("pressure, priorities (24 req)", pressure(priority=True), BASE, CONFIGS[:1] + CONFIGS[5:6]),
+    ]
     if not args.quick:
         suites.append(("mixed (160 req)", mixed(), MIXED_BASE, MIXED))
     head = "| workload | configuration | vLLM preemptions | model preemptions | error | vLLM peak running | model peak running |"
@@ -110,8 +122,11 @@ def main() -> None:
             lines.append(f"| {wname} | {cname} | {a} | {b} | {err:+.0%} | {max(rt.running)} | {max(mt.running)} |")
     n = len(errs)
     within = sum(e <= 0.15 for e in errs)
-    lines += ["", f"{n} configurations: {exact} exact, {within} within 15 %, mean |error| {sum(errs) / n:.1%}, "
-              f"max {max(errs):.0%}"]
+    lines += [
+        "",
+        f"{n} configurations: {exact} exact, {within} within 15 %, mean |error| {sum(errs) / n:.1%}, "
+        f"max {max(errs):.0%}",
+    ]
     table = "\n".join(lines)
     print(table)
     if args.write:
@@ -119,8 +134,10 @@ def main() -> None:
         text = doc.read_text()
         head, rest = text.split("<!-- whatif-accuracy: written by bench/whatif_accuracy.py -->\n", 1)
         _, tail = rest.split("<!-- /whatif-accuracy -->", 1)
-        doc.write_text(f"{head}<!-- whatif-accuracy: written by bench/whatif_accuracy.py -->\n{table}\n"
-                       f"<!-- /whatif-accuracy -->{tail}")
+        doc.write_text(
+            f"{head}<!-- whatif-accuracy: written by bench/whatif_accuracy.py -->\n{table}\n"
+            f"<!-- /whatif-accuracy -->{tail}"
+        )
 
 
 if __name__ == "__main__":

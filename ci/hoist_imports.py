@@ -73,7 +73,14 @@ def hoist(path: Path, keep_bodies: bool) -> bool:
             if ln.startswith(("def ", "class ", "@")):
                 break
         if idx is None:
-            last = max((k for k, ln in enumerate(lines) if ln.startswith(("import ", "from ")) and not ln.startswith("from .")), default=0)
+            last = max(
+                (
+                    k
+                    for k, ln in enumerate(lines)
+                    if ln.startswith(("import ", "from ")) and not ln.startswith("from .")
+                ),
+                default=0,
+            )
             idx = last + 1
             lines[idx:idx] = ["", stmt] if lines[last].startswith("from __future__") else [stmt]
         else:

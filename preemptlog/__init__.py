@@ -12,7 +12,7 @@ polars is imported lazily, so importing this package is cheap.
 
 __version__ = "0.1.0"
 
-__all__ = ["analyze", "AnalyzeOptions", "__version__"]
+__all__ = ["AnalyzeOptions", "__version__", "analyze"]
 
 
 def __getattr__(name):

@@ -16,7 +16,7 @@ from .pipeline import (  # noqa: F401 - moved to pipeline.py; importable from he
     SMALL_LOG_MIN_FILES,
     _scan_small_files,
 )
-from .profile import Profile  # noqa: F401 - moved to profile.py
+from .profile import Profile
 from .result import Analysis, AnalyzeOptions
 from .workspace import Workspace
 

@@ -88,9 +88,7 @@ def _env_number(name: str, default: float, *, sizes: bool = False) -> float:
     pattern = r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?" if sizes else r"(\d+(?:\.\d+)?)()"
     m = re.fullmatch(pattern, raw, re.I)
     if not m or float(m.group(1)) <= 0:
-        raise UsageError(
-            f"{name}={raw!r} is not a positive number", hint="e.g. 64G" if sizes else "e.g. 500"
-        )
+        raise UsageError(f"{name}={raw!r} is not a positive number", hint="e.g. 64G" if sizes else "e.g. 500")
     return float(m.group(1)) * _SUFFIX[m.group(2).upper()]
 
 
@@ -184,7 +182,7 @@ def _copy(src: BinaryIO, dest: Path, budget: _Budget) -> None:
     budget.done += 1
 
 
-def unpack(path: Path, workspace: "Workspace", warnings: list[str] | None = None) -> Path:
+def unpack(path: Path, workspace: Workspace, warnings: list[str] | None = None) -> Path:
     """Unpack an archive into a fresh folder inside the workspace; returns that folder.
 
     Damage after at least one member was unpacked is appended to ``warnings``
@@ -231,8 +229,14 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
     import zlib
 
     errors: list[type[BaseException]] = [
-        tarfile.TarError, zipfile.BadZipFile, EOFError, ValueError, zlib.error, lzma.LZMAError,
-        RuntimeError, NotImplementedError,  # zipfile: encrypted member, unknown compression method
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        EOFError,
+        ValueError,
+        zlib.error,
+        lzma.LZMAError,
+        RuntimeError,
+        NotImplementedError,  # zipfile: encrypted member, unknown compression method
     ]
     try:
         import zstandard
@@ -244,9 +248,8 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
 
 
 def _damaged(name: str, budget: _Budget, detail: str) -> str:
-    return (
-        f"archive {name} is damaged ({detail}): read the {budget.done} member(s) unpacked before the damage"
-        + (" and the start of the next one" if budget.members > budget.done else "")
+    return f"archive {name} is damaged ({detail}): read the {budget.done} member(s) unpacked before the damage" + (
+        " and the start of the next one" if budget.members > budget.done else ""
     )
 
 

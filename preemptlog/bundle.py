@@ -38,18 +38,23 @@ from pathlib import Path
 from . import sources
 from .errors import InputError, UsageError
 from .inputs import Bundle, InputFile
-from .rotation import _assign_streams
-from .sniffing import _describe
+
+# Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
+from .rotation import _assign_streams, rotation_key
+from .sniffing import _capped_lines, _describe, _is_text, _utf16_without_bom
 from .walk import MAX_FILES, _archive_kind, _Entry, _spool_stdin, _stat_problem, _walk, _walk_unpacked
 from .workspace import Workspace
 
-# Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
-from .rotation import rotation_key
-from .sniffing import _capped_lines, _is_text, _utf16_without_bom
-
 __all__ = [
-    "InputFile", "MAX_FILES", "Workspace", "_capped_lines", "_is_text", "_utf16_without_bom", "collect",
-    "parse_kind_overrides", "rotation_key",
+    "MAX_FILES",
+    "InputFile",
+    "Workspace",
+    "_capped_lines",
+    "_is_text",
+    "_utf16_without_bom",
+    "collect",
+    "parse_kind_overrides",
+    "rotation_key",
 ]
 
 
@@ -121,7 +126,9 @@ def collect(
             raise InputError(problems[0] + more)
         warnings.extend(f"{msg}: skipped" for msg in problems)
     if len(entries) > MAX_FILES:
-        raise InputError(f"too many files ({len(entries)}); the limit is {MAX_FILES}", hint="analyse the bundle in parts")
+        raise InputError(
+            f"too many files ({len(entries)}); the limit is {MAX_FILES}", hint="analyse the bundle in parts"
+        )
 
     # Files reached through a symbolic link are described last, so that a file
     # reached twice keeps its own name rather than the link's.
@@ -141,4 +148,3 @@ def collect(
         f.file_id = file_id
     _assign_streams(files)
     return Bundle(files=files, workdir=workspace, warnings=warnings, originals=originals)
-

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, BinaryIO
 import polars as pl
 
 if TYPE_CHECKING:
+    from .render import OutputFormat
     from .result import Analysis, AnalyzeOptions
     from .workspace import Workspace
-    from .render import OutputFormat
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Unit:
     paths: list[str] = field(default_factory=list)
 
 
-def units(paths: list[str], ws: "Workspace", kinds: list[str] | None = None, stdin=None) -> list[Unit]:
+def units(paths: list[str], ws: Workspace, kinds: list[str] | None = None, stdin=None) -> list[Unit]:
     """Split the command-line inputs into units (see the module docstring)."""
     if len(paths) > 1:
         return [Unit(p, [p]) for p in paths]
@@ -48,8 +48,11 @@ def units(paths: list[str], ws: "Workspace", kinds: list[str] | None = None, std
         entries = sorted(os.listdir(root))
         # Folder links are not followed (as in a bundle walk: bundle.py).
         subdirs = [
-            e for e in entries
-            if not e.startswith(".") and os.path.isdir(os.path.join(root, e)) and not os.path.islink(os.path.join(root, e))
+            e
+            for e in entries
+            if not e.startswith(".")
+            and os.path.isdir(os.path.join(root, e))
+            and not os.path.islink(os.path.join(root, e))
         ]
         if subdirs:
             out = [Unit(os.path.join(Path(root).name, d), [os.path.join(root, d)]) for d in subdirs]
@@ -62,7 +65,7 @@ def units(paths: list[str], ws: "Workspace", kinds: list[str] | None = None, std
     return _by_server(paths, ws, kinds, stdin)
 
 
-def _by_server(paths: list[str], ws: "Workspace", kinds: list[str] | None, stdin) -> list[Unit]:
+def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) -> list[Unit]:
     from .analysis import AnalyzeOptions, analyze
     from .servers import servers
     from .sources import vllm_log
@@ -77,7 +80,9 @@ def _by_server(paths: list[str], ws: "Workspace", kinds: list[str] | None, stdin
     started = set(srv.get_column("stream").to_list())
     for sid in srv.get_column("stream").unique(maintain_order=True).to_list():
         out.append(Unit(bundle.stream_name(sid), [str(f.path) for f in streams.get(sid, [])]))
-    rest_logs = [str(f.path) for sid, fs in streams.items() if sid not in started for f in fs if f.kind == vllm_log.KIND]
+    rest_logs = [
+        str(f.path) for sid, fs in streams.items() if sid not in started for f in fs if f.kind == vllm_log.KIND
+    ]
     if rest_logs:
         out.append(Unit("(logs without a server start)", rest_logs))
     others = [str(f.path) for fs in streams.values() for f in fs if f.kind != vllm_log.KIND]
@@ -86,7 +91,7 @@ def _by_server(paths: list[str], ws: "Workspace", kinds: list[str] | None, stdin
     return out
 
 
-def run_each(paths: list[str], options: "AnalyzeOptions", ws: "Workspace", stdin=None) -> list[tuple[str, "Analysis"]]:
+def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=None) -> list[tuple[str, Analysis]]:
     """Analyse every unit on its own: [(unit name, Analysis)]."""
     from .analysis import analyze
 
@@ -96,7 +101,7 @@ def run_each(paths: list[str], options: "AnalyzeOptions", ws: "Workspace", stdin
     return out
 
 
-def combined_rows(results: list[tuple[str, "Analysis"]]) -> "pl.DataFrame":
+def combined_rows(results: list[tuple[str, Analysis]]) -> pl.DataFrame:
     """Every unit's event rows (render.event_rows), ``server`` first."""
     from .render import event_rows
 
@@ -105,7 +110,9 @@ def combined_rows(results: list[tuple[str, "Analysis"]]) -> "pl.DataFrame":
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"server": pl.String})
 
 
-def write_each(results: list[tuple[str, "Analysis"]], fmt: "OutputFormat", out: BinaryIO, *, csv_safe: bool = False) -> None:
+def write_each(
+    results: list[tuple[str, Analysis]], fmt: OutputFormat, out: BinaryIO, *, csv_safe: bool = False
+) -> None:
     import json
 
     from .render import OutputFormat
@@ -136,7 +143,10 @@ def write_each(results: list[tuple[str, "Analysis"]], fmt: "OutputFormat", out: 
             df = df.with_columns([json_cell(c) for c in nested])
         if csv_safe:
             df = df.with_columns(
-                pl.when(pl.col(c).str.contains(FORMULA_START)).then(pl.concat_str([pl.lit("'"), pl.col(c)])).otherwise(pl.col(c)).alias(c)
+                pl.when(pl.col(c).str.contains(FORMULA_START))
+                .then(pl.concat_str([pl.lit("'"), pl.col(c)]))
+                .otherwise(pl.col(c))
+                .alias(c)
                 for c, t in df.schema.items()
                 if t == pl.String
             )
@@ -145,7 +155,7 @@ def write_each(results: list[tuple[str, "Analysis"]], fmt: "OutputFormat", out: 
         df.write_parquet(out)
 
 
-def _write_table(results: list[tuple[str, "Analysis"]], out: BinaryIO) -> None:
+def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
     import io
 
     from rich.console import Console
@@ -157,8 +167,14 @@ def _write_table(results: list[tuple[str, "Analysis"]], out: BinaryIO) -> None:
     wrapper = io.TextIOWrapper(out, encoding="utf-8", errors="replace", write_through=True)
     try:
         is_tty = hasattr(out, "isatty") and out.isatty()
-        console = Console(file=wrapper, width=None if is_tty else 200, force_terminal=is_tty,
-                          no_color=not is_tty or bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=False)
+        console = Console(
+            file=wrapper,
+            width=None if is_tty else 200,
+            force_terminal=is_tty,
+            no_color=not is_tty or bool(os.environ.get("NO_COLOR")),
+            highlight=False,
+            soft_wrap=False,
+        )
         per = Table(header_style="bold", expand=False)
         for name in ("server", "preemptions", "quality", "events", "warnings"):
             per.add_column(name, overflow="fold")
@@ -169,8 +185,9 @@ def _write_table(results: list[tuple[str, "Analysis"]], out: BinaryIO) -> None:
             summary = a.summary()
             rec = summary.get("reconciliation") or {}
             count = "not visible" if summary.get("count_visible") is False else rec.get("total", a.events.height)
-            per.add_row(text(name), text(count), text(rec.get("quality") or "-"),
-                        text(a.events.height), text(len(a.warnings)))
+            per.add_row(
+                text(name), text(count), text(rec.get("quality") or "-"), text(a.events.height), text(len(a.warnings))
+            )
             for r in display_rows(a).iter_rows(named=True):
                 time = r["time"] or "?"
                 if r["count"] > 1 and r["until"] and r["until"] != r["time"]:
@@ -179,8 +196,16 @@ def _write_table(results: list[tuple[str, "Analysis"]], out: BinaryIO) -> None:
                     verdict = f"{r['verdicts']} verdicts"
                 else:
                     verdict = (r["gate"] or "-") + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
-                events.add_row(text(name), text(time), text(r["event_id"]), text(r["kind"]), text(r["count"]),
-                               text(r["request_id"] or "-"), text(verdict), text(f"{r['source']}:{r['line']}"))
+                events.add_row(
+                    text(name),
+                    text(time),
+                    text(r["event_id"]),
+                    text(r["kind"]),
+                    text(r["count"]),
+                    text(r["request_id"] or "-"),
+                    text(verdict),
+                    text(f"{r['source']}:{r['line']}"),
+                )
         console.print(per)
         if events.row_count:
             console.print(events)

@@ -115,7 +115,9 @@ def score_bundle(path: str, *, rules_files: list[str] | None = None, sets: list[
                     sub_ok += int(ts == ps)
     notes = []
     if total and not matched:
-        notes.append("no event has a line of its own (reconstructed / interval counts only): gate accuracy not measurable")
+        notes.append(
+            "no event has a line of its own (reconstructed / interval counts only): gate accuracy not measurable"
+        )
     return BundleScore(
         bundle=str(path),
         scenario=scenario.get("scenario", "?"),

@@ -57,7 +57,7 @@ def polars_schema() -> dict[str, Any]:
     }
 
 
-def conform(df: "pl.DataFrame") -> "pl.DataFrame":
+def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Select and cast a partial event frame to the contract (plus ordering columns)."""
     schema = polars_schema()
     if "line" not in df.columns and "n" in df.columns:
@@ -71,7 +71,7 @@ def conform(df: "pl.DataFrame") -> "pl.DataFrame":
     return df.select(cols)
 
 
-def combine(parts: list["pl.DataFrame"]) -> "pl.DataFrame":
+def combine(parts: list[pl.DataFrame]) -> pl.DataFrame:
     frames = [conform(p) for p in parts if p is not None and p.height]
     if not frames:
         return pl.DataFrame(schema=polars_schema())
@@ -79,9 +79,12 @@ def combine(parts: list["pl.DataFrame"]) -> "pl.DataFrame":
     return out.sort(["time", "stream", "seq", "_sub"], nulls_last=True, maintain_order=True)
 
 
-def public(df: "pl.DataFrame") -> "pl.DataFrame":
+def public(df: pl.DataFrame) -> pl.DataFrame:
     """The contract columns only (drops internal ordering columns)."""
-    return df.select([c for c in EVENTS_SCHEMA if c in df.columns] + [c for c in df.columns if c not in EVENTS_SCHEMA and not c.startswith("_") and c not in ("stream", "seq")])
+    return df.select(
+        [c for c in EVENTS_SCHEMA if c in df.columns]
+        + [c for c in df.columns if c not in EVENTS_SCHEMA and not c.startswith("_") and c not in ("stream", "seq")]
+    )
 
 
 def spread_interval(start: pl.Expr, end: pl.Expr, k: pl.Expr, n: pl.Expr) -> pl.Expr:

@@ -46,10 +46,14 @@ def parse(items: list[str] | None) -> list[Condition]:
     out = []
     for item in items or []:
         m = _RE.match(item)
-        if not m or (m.group(1) in ("count", "rate") and m.group(2) is None) or (
-            m.group(1) in ("any", "unknown") and m.group(2)
+        if (
+            not m
+            or (m.group(1) in ("count", "rate") and m.group(2) is None)
+            or (m.group(1) in ("any", "unknown") and m.group(2))
         ):
-            raise UsageError(f"--fail-on {item!r} is not a condition", hint="use any, unknown, count>N or rate>X (e.g. rate>5%)")
+            raise UsageError(
+                f"--fail-on {item!r} is not a condition", hint="use any, unknown, count>N or rate>X (e.g. rate>5%)"
+            )
         what, op, raw = m.groups()
         value = None
         if raw is not None:

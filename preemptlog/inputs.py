@@ -47,10 +47,10 @@ class InputFile:
 @dataclass
 class Bundle:
     files: list[InputFile]
-    workdir: "Workspace"
+    workdir: Workspace
     warnings: list[str] = field(default_factory=list)  # damage or skipped input: the run is PARTIAL
     originals: list[Path] = field(default_factory=list)  # every file and archive read as given (never written)
-    _streams: "dict[int, list[InputFile]] | None" = field(default=None, repr=False, compare=False)
+    _streams: dict[int, list[InputFile]] | None = field(default=None, repr=False, compare=False)
 
     def of_kind(self, kind: str) -> list[InputFile]:
         return [f for f in self.files if f.kind == kind]

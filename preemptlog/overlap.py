@@ -34,7 +34,7 @@ import polars as pl
 DUP_S = 2.0
 
 
-def merge(events: "pl.DataFrame") -> tuple["pl.DataFrame", dict[str, Any]]:
+def merge(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, Any]]:
     facts: dict[str, Any] = {"markers_duplicating_warnings": 0, "count_events_replaced_by_lines": 0}
     if events.height == 0:
         return events, facts
@@ -53,7 +53,10 @@ def merge(events: "pl.DataFrame") -> tuple["pl.DataFrame", dict[str, Any]]:
             markers.select("_row", "stream", "request_id", "time", "seq")
             .join(
                 logged.select(
-                    "stream", "request_id", pl.col("time").alias("_lt"), pl.col("_row").alias("_lrow"),
+                    "stream",
+                    "request_id",
+                    pl.col("time").alias("_lt"),
+                    pl.col("_row").alias("_lrow"),
                     pl.col("seq").alias("_lseq"),
                 ),
                 on=["stream", "request_id"],
@@ -89,7 +92,7 @@ def merge(events: "pl.DataFrame") -> tuple["pl.DataFrame", dict[str, Any]]:
     return ev.filter(~pl.col("_row").is_in(list(drop))).drop("_row"), facts
 
 
-def _trim_counts(ev: "pl.DataFrame", markers: "pl.DataFrame") -> list[int]:
+def _trim_counts(ev: pl.DataFrame, markers: pl.DataFrame) -> list[int]:
     """Rows of reconstructed / interval events made redundant by marker lines."""
     out: list[int] = []
     for (stream,), grp in ev.filter(pl.col("stream").is_not_null()).group_by("stream"):
@@ -100,9 +103,9 @@ def _trim_counts(ev: "pl.DataFrame", markers: "pl.DataFrame") -> list[int]:
         lines = (
             grp.filter(pl.col("kind").is_in(["logged", "reconstructed", "interval"]))
             .with_columns(
-                _line_t=pl.when(pl.col("kind") == "reconstructed").then(pl.col("interval_end")).otherwise(
-                    pl.when(pl.col("kind") == "interval").then(pl.col("interval_end")).otherwise(pl.col("time"))
-                )
+                _line_t=pl.when(pl.col("kind") == "reconstructed")
+                .then(pl.col("interval_end"))
+                .otherwise(pl.when(pl.col("kind") == "interval").then(pl.col("interval_end")).otherwise(pl.col("time")))
             )
             .group_by("source", "line", maintain_order=True)
             .agg(

@@ -43,20 +43,20 @@ from . import profile as _profile
 from .bundle import collect, parse_kind_overrides
 from .errors import InputError
 from .findings import compute as compute_findings
+from .frames import with_source
 from .inputs import Bundle, InputFile
 from .joiner import evidence as joiner_evidence
 from .pressure import find_intervals
 from .reconcile import event_set
 from .result import Analysis, AnalyzeOptions
-from .salvage import decompressed_copy, salvage
 from .rules import load_rules
 from .rules.model import RuleSet
 from .rules.verdicts import verdicts as rule_verdicts
+from .salvage import decompressed_copy, salvage
 from .servers import mixed_warning
 from .sources import CrossFile, SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
 from .summary import honesty_notes
 from .timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zone, offset_for, resolve, shift
-from .frames import with_source
 from .vllm import config as vconfig
 from .vllm import preemptions
 from .vllm import requests as vrequests
@@ -250,9 +250,7 @@ def one_clock(
     return records, ctx, Report(warnings=tuple(warnings), assumptions=tuple(assumptions))
 
 
-def sources_stage(
-    bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: str, prof: Profile
-) -> SourceFrames:
+def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: str, prof: Profile) -> SourceFrames:
     """Every source read and put on one clock: the frames the later stages work on."""
     parsed, phase1 = parse_other_sources(bundle, ws, options.debug)
     other_anchors = [a for _, p in parsed for a in p.anchors()]
@@ -331,9 +329,7 @@ ExtraStage = Callable[[Draft], dict[str, Any]]
 AFTER_VERDICTS: list[ExtraStage] = []
 
 
-def run(
-    paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[bytes] | None = None
-) -> Analysis:
+def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[bytes] | None = None) -> Analysis:
     """bundle -> sources -> events -> pressure -> evidence -> verdicts -> Analysis (built once)."""
     prof = Profile()
     tz = check_zone(options.tz) if options.tz else local_zone()
@@ -372,8 +368,13 @@ def run(
     honesty = honesty_notes(draft)
 
     found, skew = joiner_evidence(
-        draft.events, draft.frames, draft.stats, draft.config,
-        before=options.before, after=options.after, lookback_steps=rules.lookback_steps,
+        draft.events,
+        draft.frames,
+        draft.stats,
+        draft.config,
+        before=options.before,
+        after=options.after,
+        lookback_steps=rules.lookback_steps,
     )
     draft = dataclasses.replace(draft, evidence=found)
     prof.mark("joiner")
@@ -414,7 +415,7 @@ def run(
 # ------------------------------------------------------------------ helpers (from analysis.py)
 
 
-def _with_line_times(records: "pl.DataFrame", files: list[InputFile]) -> "pl.DataFrame":
+def _with_line_times(records: pl.DataFrame, files: list[InputFile]) -> pl.DataFrame:
     """Add ``time_only`` rows (sources/linetimes.py) for files that have untimed records."""
     from .sources import linetimes
 
@@ -439,7 +440,7 @@ def _with_line_times(records: "pl.DataFrame", files: list[InputFile]) -> "pl.Dat
     return pl.concat([records, *extra], how="diagonal").sort("file_id", "n", "seg", maintain_order=True)
 
 
-def _untimed_report(records: "pl.DataFrame") -> tuple[list[str], dict[str, Any]]:
+def _untimed_report(records: pl.DataFrame) -> tuple[list[str], dict[str, Any]]:
     """How record times were found for lines without a timestamp of their own (notes, counters)."""
     if records.height == 0 or "time_precision" not in records.columns:
         return [], {"inherited_earlier": 0, "inherited_later": 0, "without_time": 0}
@@ -466,9 +467,7 @@ def _untimed_report(records: "pl.DataFrame") -> tuple[list[str], dict[str, Any]]
     return notes, out
 
 
-def _drop_rotation_overlap(
-    records: "pl.DataFrame", file_stream: dict[int, tuple[int, int]]
-) -> tuple["pl.DataFrame", int]:
+def _drop_rotation_overlap(records: pl.DataFrame, file_stream: dict[int, tuple[int, int]]) -> tuple[pl.DataFrame, int]:
     """Records of a later rotated file that repeat a record of an earlier file of the same stream.
 
     Two rotated parts can overlap (copytruncate, a copy taken twice): a line seen in
@@ -483,9 +482,24 @@ def _drop_rotation_overlap(
         schema={"file_id": pl.UInt16, "_ord": pl.Int32},
     )
     hot_key = pl.concat_str(
-        [pl.col(c).cast(pl.String).fill_null("") for c in
-         ("kind", "req_id", "mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac", "max_tokens",
-          "prompt_tokens")],
+        [
+            pl.col(c).cast(pl.String).fill_null("")
+            for c in (
+                "kind",
+                "req_id",
+                "mo",
+                "dd",
+                "hh",
+                "mi",
+                "ss",
+                "hfrac",
+                "fdate",
+                "ftime",
+                "ffrac",
+                "max_tokens",
+                "prompt_tokens",
+            )
+        ],
         separator="\x1f",
     )
     df = records.join(order, on="file_id", how="left").with_columns(
@@ -553,7 +567,7 @@ def resolve_on_clock(parsed: Any, kind: str, ctx: TimeContext, offsets: dict[str
 
 def _scan_file(
     f: InputFile, ws: Workspace, debug: bool, request_rows: list[pl.DataFrame] | None = None, runs: bool = False
-) -> tuple["pl.DataFrame | None", str | None]:
+) -> tuple[pl.DataFrame | None, str | None]:
     """Collect one file's records; salvage a damaged gzip; never raise on bad data.
 
     With ``runs``, request lines become runs (vllm_log.read_split) and their per-request rows
@@ -595,8 +609,12 @@ def _parse_guarded(kind: SourceKind, files: list[InputFile], ws: Workspace, debu
     read. Bugs show with --debug.
     """
 
-
-    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)  # EOFError: gzip.decompress
+    errors: tuple[type[BaseException], ...] = (
+        OSError,
+        EOFError,
+        zlib.error,
+        pl.exceptions.PolarsError,
+    )  # EOFError: gzip.decompress
     try:
         import zstandard
 
@@ -632,7 +650,9 @@ def _parse_guarded(kind: SourceKind, files: list[InputFile], ws: Workspace, debu
             for f, e in bad:
                 f.kind = "unreadable"
                 f.stream = -1
-                damage.append(f"{f.display}: cannot read ({str(e).splitlines()[0] if str(e) else type(e).__name__}): skipped")
+                damage.append(
+                    f"{f.display}: cannot read ({str(e).splitlines()[0] if str(e) else type(e).__name__}): skipped"
+                )
                 files.remove(f)
             if not files:
                 return parse([]), damage
@@ -643,7 +663,7 @@ SMALL_LOG_MIN_FILES = 16  # ... when there are at least this many of them
 SMALL_BATCH_BYTES = 64 << 20
 
 
-def _scan_small_files(files: list[InputFile], ws: Workspace) -> tuple[list["pl.DataFrame"], list[InputFile]]:
+def _scan_small_files(files: list[InputFile], ws: Workspace) -> tuple[list[pl.DataFrame], list[InputFile]]:
     """Records of many small plain logs from one pass over their concatenation: (frames, files left).
 
     polars costs a few milliseconds per query, so 3000 one-line logs took 15 s one by one. The

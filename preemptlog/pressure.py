@@ -96,7 +96,7 @@ class LogCapability:
         }
 
 
-def log_capability(a: "AnalysisView") -> LogCapability:
+def log_capability(a: AnalysisView) -> LogCapability:
     from .vllm.config import _version_tuple, in_force
 
     has_log = bool(a.records.height)
@@ -149,8 +149,12 @@ def log_capability(a: "AnalysisView") -> LogCapability:
                 "(vllm:num_preemptions_total)"
             )
         else:
-            cap.remedy = (V1_REMEDY_WITH_PLUGIN if vt >= (0, 11, 0) else "add /metrics scrapes "
-                          "(vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle")
+            cap.remedy = (
+                V1_REMEDY_WITH_PLUGIN
+                if vt >= (0, 11, 0)
+                else "add /metrics scrapes "
+                "(vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle"
+            )
     elif vt is not None:
         cap.counts = "none"
         cap.reason = (
@@ -193,12 +197,12 @@ def _schema() -> pl.Schema:
 
 
 def find_intervals(
-    stats: "pl.DataFrame | None",
-    prom_series: "pl.DataFrame | None" = None,
+    stats: pl.DataFrame | None,
+    prom_series: pl.DataFrame | None = None,
     *,
     ceiling: float = DEFAULT_CEILING,
     max_gap_s: float = MAX_GAP_S,
-) -> "pl.DataFrame":
+) -> pl.DataFrame:
     """Suspected pressure intervals in the log's stats and in scraped gauges (``PRESSURE_SCHEMA``).
 
     ``stats`` needs time, engine, running, waiting, kv_usage, source, line
@@ -207,7 +211,11 @@ def find_intervals(
     """
     parts = []
     if stats is not None and stats.height:
-        grp = pl.concat_str([pl.col("stream").cast(pl.String), pl.lit("|"), pl.col("engine")]) if "stream" in stats.columns else pl.col("engine")
+        grp = (
+            pl.concat_str([pl.col("stream").cast(pl.String), pl.lit("|"), pl.col("engine")])
+            if "stream" in stats.columns
+            else pl.col("engine")
+        )
         order = "seq" if "seq" in stats.columns else "line"
         parts.append(
             stats.select(
@@ -229,7 +237,9 @@ def find_intervals(
             parts.append(
                 ps.select(
                     pl.lit("prometheus").alias("series"),
-                    pl.concat_str([pl.col("scope"), pl.lit("|"), pl.col("engine"), pl.lit("|"), pl.col("model_name")]).alias("_grp"),
+                    pl.concat_str(
+                        [pl.col("scope"), pl.lit("|"), pl.col("engine"), pl.lit("|"), pl.col("model_name")]
+                    ).alias("_grp"),
                     "engine",
                     "time",
                     pl.col("line").cast(pl.Int64).alias("_order"),
@@ -247,6 +257,7 @@ def find_intervals(
         return pl.DataFrame(schema=_schema())
     g = ["series", "_grp"]
     s = s.sort([*g, "time", "_order"])
+
     def prev(c: str) -> pl.Expr:
         return pl.col(c).shift(1).over(g)
 
@@ -270,7 +281,9 @@ def find_intervals(
         & pl.col("_flag").shift(-1).over(g).fill_null(False)
     )
     s = s.with_columns(_in=pl.col("_flag") | pl.col("_bridge"))
-    new_run = pl.col("_in") & (~pl.col("_in").shift(1).over(g).fill_null(False) | (pl.col("_gap") > max_gap_s).fill_null(False))
+    new_run = pl.col("_in") & (
+        ~pl.col("_in").shift(1).over(g).fill_null(False) | (pl.col("_gap") > max_gap_s).fill_null(False)
+    )
     s = s.with_columns(_run=new_run.cast(pl.Int32).cum_sum().over(g))
     iv = s.filter(pl.col("_in"))
     if iv.height == 0:

@@ -50,5 +50,3 @@ class Profile:
             f"  rss {now} MB (peak {peak} MB)\n"
         )
         self._wall, self._cpu = wall, cpu
-
-

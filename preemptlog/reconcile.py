@@ -63,7 +63,7 @@ class EventSet:
     notes: tuple[str, ...] = ()
 
 
-def event_set(a: "AnalysisView", parts: list[pl.DataFrame]) -> EventSet:
+def event_set(a: AnalysisView, parts: list[pl.DataFrame]) -> EventSet:
     """The event set from every source's partial event frames: combined (events.combine), marker
     lines merged with the counts they repeat (overlap.merge), counts reconciled across sources and
     block-table preempt records used as events where they are the count (:func:`reconcile`).
@@ -90,11 +90,11 @@ def event_set(a: "AnalysisView", parts: list[pl.DataFrame]) -> EventSet:
     return EventSet(events=events, overlap=overlap, reconciliation=report, notes=tuple(notes + rec_notes))
 
 
-def _sources_of(a: "AnalysisView", kind: str) -> list[str]:
+def _sources_of(a: AnalysisView, kind: str) -> list[str]:
     return [f.display for f in a.bundle.of_kind(kind)]
 
 
-def per_request_records(frames: dict[str, "pl.DataFrame"]) -> dict[str, "pl.DataFrame"]:
+def per_request_records(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     """Block-table style preempt records found among the source frames (name -> rows)."""
     out = {}
     for name, df in frames.items():
@@ -112,7 +112,7 @@ def per_request_records(frames: dict[str, "pl.DataFrame"]) -> dict[str, "pl.Data
     return out
 
 
-def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", dict[str, Any], list[str]]:
+def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
     """The events of ``a`` with counts reconciled across sources: (events, report, notes)."""
     from .sources.prometheus import counter_events
     from .timebase import iso
@@ -163,7 +163,9 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
         kept = None
         if edge.height:
             kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz)
-            for e, k, n in edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows():
+            for e, k, n in (
+                edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows()
+            ):
                 dropped_by_engine.setdefault(e, {})[k] = dropped_by_engine.get(e, {}).get(k, 0) + n
             notes.extend(edge_notes)
         ev = ev.drop("_eng", "_w0", "_w1")
@@ -240,7 +242,9 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
         )
     stats = a.stats
     field_sum = (
-        int(stats.get_column("preemptions").fill_null(0).sum()) if stats.height and "preemptions" in stats.columns else 0
+        int(stats.get_column("preemptions").fill_null(0).sum())
+        if stats.height and "preemptions" in stats.columns
+        else 0
     )
     field_lines = stats.filter(pl.col("preemptions").is_not_null()).height if stats.height else 0
     if field_lines:
@@ -309,7 +313,11 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
     # ---------------- disagreements
     if timed.height:
         for e, kinds in sorted(dropped_by_engine.items()):
-            prom_e = int(timed.filter(pl.col("engine") == e).get_column("increase").sum()) if e != "all" else int(timed.get_column("increase").sum())
+            prom_e = (
+                int(timed.filter(pl.col("engine") == e).get_column("increase").sum())
+                if e != "all"
+                else int(timed.get_column("increase").sum())
+            )
             n_int = kinds.get("interval", 0)
             if n_int and n_int != prom_e:
                 disagreements.append(
@@ -319,9 +327,7 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
                 )
             n_rec = kinds.get("reconstructed", 0)
             if n_rec:
-                logged_e = ev.filter(
-                    ~is_prom & (pl.col("kind") == "logged") & (eng == e)
-                ).height if ev.height else 0
+                logged_e = ev.filter(~is_prom & (pl.col("kind") == "logged") & (eng == e)).height if ev.height else 0
                 if n_rec + logged_e > prom_e:
                     disagreements.append(
                         f"engine {e}: the V0 warnings account for {n_rec + logged_e} preemptions in the scrape window, "
@@ -334,9 +340,7 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
                 "check the clocks (--offset)"
             )
     for r in singles:
-        upto = ev.filter(
-            ~is_prom & (eng == r["engine"]) & (pl.col("time") <= r["time"])
-        ).height if ev.height else 0
+        upto = ev.filter(~is_prom & (eng == r["engine"]) & (pl.col("time") <= r["time"])).height if ev.height else 0
         if upto > r["value"]:
             disagreements.append(
                 f"engine {r['engine']}: the log counted {upto} preemption(s) up to {iso(r['time'], tz)}, more than the "
@@ -364,8 +368,11 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
             "block-table 'preempt' records (kind record, one per preemption with its request id) where they count "
             "the same preemptions as the interval counts ('Preemptions: N' fields, Prometheus increases) over the "
             "intervals those cover; the interval counts are the reconciliation; elsewhere "
-            + ("Prometheus counter increases are authoritative inside the scrape window" if timed.height
-               else "the log's own events stand")
+            + (
+                "Prometheus counter increases are authoritative inside the scrape window"
+                if timed.height
+                else "the log's own events stand"
+            )
         )
         quality = "exact" if not facts.get("resets") else "lower bound"
     elif timed.height:
@@ -425,8 +432,8 @@ def reconcile(a: "AnalysisView", cap: "LogCapability") -> tuple["pl.DataFrame", 
 
 
 def records_vs_counts(
-    frames: dict[str, "pl.DataFrame"], ev: "pl.DataFrame", tz: str
-) -> tuple["pl.DataFrame", int, dict[str, Any]]:
+    frames: dict[str, pl.DataFrame], ev: pl.DataFrame, tz: str
+) -> tuple[pl.DataFrame, int, dict[str, Any]]:
     """Block-table ``preempt`` records against interval counts: (events, records used as events, notes).
 
     Per engine (``N Engines Aggregated`` counts are engine ``all`` and cover every
@@ -462,10 +469,16 @@ def records_vs_counts(
         end = pl.coalesce("interval_end", "time")
         engines = iv.group_by("_eng").agg(
             # the first count of a log has no interval start: the span is open at its start
-            pl.when(pl.col("interval_start").is_null().any()).then(None).otherwise(pl.col("interval_start").min()).alias("_s"),
+            pl.when(pl.col("interval_start").is_null().any())
+            .then(None)
+            .otherwise(pl.col("interval_start").min())
+            .alias("_s"),
             # a line stamped to the whole second (vLLM's header) stands for that whole second
-            pl.when(end.dt.truncate("1s") == end).then(end + pl.duration(microseconds=999_999)).otherwise(end)
-            .max().alias("_e"),
+            pl.when(end.dt.truncate("1s") == end)
+            .then(end + pl.duration(microseconds=999_999))
+            .otherwise(end)
+            .max()
+            .alias("_e"),
             pl.len().alias("_n"),
         )
         for eng, s0, e0, n_int in engines.sort("_eng").iter_rows():
@@ -514,8 +527,8 @@ def records_vs_counts(
 
 
 def _straddling(
-    edge: "pl.DataFrame", rest: "pl.DataFrame", pairs: "pl.DataFrame", is_prom: "pl.Expr", tz: str
-) -> tuple["pl.DataFrame", list[str]]:
+    edge: pl.DataFrame, rest: pl.DataFrame, pairs: pl.DataFrame, is_prom: pl.Expr, tz: str
+) -> tuple[pl.DataFrame, list[str]]:
     """Events of log intervals that straddle an edge of the scrape window: the ones outside it.
 
     A log interval (s, e] of N events that overlaps the counter's window (w0, w1] shares its
@@ -536,7 +549,9 @@ def _straddling(
                 base[eng] = (end, value)
     kept = []
     notes = []
-    groups = edge.group_by("_eng", "source", "line", "interval_start", "interval_end", "_w0", "_w1", maintain_order=True)
+    groups = edge.group_by(
+        "_eng", "source", "line", "interval_start", "interval_end", "_w0", "_w1", maintain_order=True
+    )
     for (eng, src, line, s0, e0, w0, w1), g in groups:
         n = g.height
         span = (e0 - s0).total_seconds()
@@ -548,7 +563,9 @@ def _straddling(
                     ~is_prom & (pl.col("engine").fill_null("0") == eng) & (pl.col("time") <= s0)
                 ).height
                 out = max(0, min(n, int(round(first[1])) - before))
-                how = f"the counter read {int(round(first[1]))} at its first scrape, the log had counted {before} before"
+                how = (
+                    f"the counter read {int(round(first[1]))} at its first scrape, the log had counted {before} before"
+                )
             else:
                 out = int(round(n * (w0 - s0).total_seconds() / span)) if span > 0 else 0
                 how = "by the share of the interval before the first scrape"
@@ -574,16 +591,16 @@ def _straddling(
     return pl.concat(kept, how="vertical_relaxed").select(edge.columns), notes
 
 
-def _timed_pids(allp: "pl.DataFrame") -> list[int]:
+def _timed_pids(allp: pl.DataFrame) -> list[int]:
     ok = allp.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
     return ok.get_column("_pid").to_list()
 
 
-def _kind_counts(ev: "pl.DataFrame", cond: "pl.Expr") -> dict[str, int]:
+def _kind_counts(ev: pl.DataFrame, cond: pl.Expr) -> dict[str, int]:
     return {k: n for k, n in ev.filter(cond).group_by("kind").len().iter_rows()}
 
 
-def _span(df: "pl.DataFrame", tz: str) -> list[Any] | None:
+def _span(df: pl.DataFrame, tz: str) -> list[Any] | None:
     from .timebase import iso
 
     t = df.get_column("time").drop_nulls() if "time" in df.columns else None
@@ -592,7 +609,7 @@ def _span(df: "pl.DataFrame", tz: str) -> list[Any] | None:
     return [iso(t.min(), tz), iso(t.max(), tz)]  # type: ignore[arg-type]  # polars scalars are typed as every literal
 
 
-def _prom_note(facts: dict[str, Any], pairs: "pl.DataFrame") -> str:
+def _prom_note(facts: dict[str, Any], pairs: pl.DataFrame) -> str:
     parts = [f"{facts.get('scrapes', 0)} scrape(s), {facts.get('series', 0)} series"]
     base = pairs.filter(pl.col("increase").is_null())
     if base.height:
@@ -606,17 +623,21 @@ def _prom_note(facts: dict[str, Any], pairs: "pl.DataFrame") -> str:
         )
     untimed = pairs.filter(pl.col("increase").is_not_null() & (pl.col("start").is_null() | pl.col("end").is_null()))
     if untimed.height:
-        parts.append(f"{int(untimed.get_column('increase').sum())} counted in scrapes without a time (events without time)")
+        parts.append(
+            f"{int(untimed.get_column('increase').sum())} counted in scrapes without a time (events without time)"
+        )
     return "; ".join(parts)
 
 
-def _outside(ev: "pl.DataFrame", is_prom: "pl.Expr", timed: "pl.DataFrame") -> int:
+def _outside(ev: pl.DataFrame, is_prom: pl.Expr, timed: pl.DataFrame) -> int:
     """Log events of an engine that stand outside that engine's scrape window (kept, from the log's own count)."""
     if ev.height == 0:
         return 0
     win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
-    e = ev.filter(~is_prom).with_columns(_eng=pl.col("engine").fill_null("0")).join(
-        win, left_on="_eng", right_on="engine", how="left"
+    e = (
+        ev.filter(~is_prom)
+        .with_columns(_eng=pl.col("engine").fill_null("0"))
+        .join(win, left_on="_eng", right_on="engine", how="left")
     )
     return e.filter(
         pl.col("_w0").is_null() | (pl.col("time") <= pl.col("_w0")) | (pl.col("time") > pl.col("_w1"))

@@ -127,7 +127,9 @@ class Plan:
             parts.append("indentation removed")
         if self.widths:
             w = "/".join(str(x) for x in self.widths)
-            parts.append(f"lines hard-wrapped at {w} columns rejoined" + (f" ({self.pad}-space padding)" if self.pad else ""))
+            parts.append(
+                f"lines hard-wrapped at {w} columns rejoined" + (f" ({self.pad}-space padding)" if self.pad else "")
+            )
         if self.records:
             parts.append("records reflowed over several lines joined")
         return ", ".join(parts)
@@ -149,7 +151,7 @@ def _sample(path: Path | str) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
-def _strip(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+def _strip(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     line = pl.col("line")
     if plan.quote:
         line = line.str.replace(QUOTE_RE, "")
@@ -157,17 +159,19 @@ def _strip(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
         line = pl.when(line.str.contains(FENCE_RE)).then(pl.lit("")).otherwise(line)
     if plan.indent:
         bare = line.str.strip_chars_start(" \t")
-        line = pl.when(line.str.starts_with(" ") | line.str.starts_with("\t")).then(
-            pl.when(bare.str.head(160).str.contains(HEADER_START_RE)).then(bare).otherwise(line)
-        ).otherwise(line)
+        line = (
+            pl.when(line.str.starts_with(" ") | line.str.starts_with("\t"))
+            .then(pl.when(bare.str.head(160).str.contains(HEADER_START_RE)).then(bare).otherwise(line))
+            .otherwise(line)
+        )
     return lf.with_columns(line.alias("line"))
 
 
-def _headerless(line: "pl.Expr") -> "pl.Expr":
+def _headerless(line: pl.Expr) -> pl.Expr:
     return (line != "") & ~line.str.head(160).str.contains(HEADER_START_RE)
 
 
-def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
+def _continues(line: pl.Expr, prev: pl.Expr) -> pl.Expr:
     """``line`` can continue ``prev``: no header, not empty, and not a sibling of it
     (a repeated line, the next step of a progress bar: same first characters)."""
     # Two full-width chunks of one long line may start alike (a list of "false, false, ...");
@@ -186,14 +190,14 @@ def _continues(line: "pl.Expr", prev: "pl.Expr") -> "pl.Expr":
     return _headerless(line) & ~sibling.fill_null(False) & ~whole_json.fill_null(False) & text & ~tagged
 
 
-def _incomplete(line: "pl.Expr") -> "pl.Expr":
+def _incomplete(line: pl.Expr) -> pl.Expr:
     out = pl.lit(False)
     for marker, done in RECORDS:
         out = out | (line.str.contains(marker, literal=True) & ~line.str.contains(done))
     return out
 
 
-def _completes(line: "pl.Expr") -> "pl.Expr":
+def _completes(line: pl.Expr) -> pl.Expr:
     out = pl.lit(False)
     for _marker, done in RECORDS:
         out = out | line.str.contains(done)
@@ -238,12 +242,14 @@ def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
         df = _strip(df.lazy(), plan).collect()
     widths, pad = _wrap_widths(df) if wraps else ((), 0)
     if widths:
-        df = _join_wraps(df.lazy().with_columns(n=pl.int_range(pl.len(), dtype=pl.UInt32)), Plan(quote, fence, indent, widths, pad)).collect()
+        df = _join_wraps(
+            df.lazy().with_columns(n=pl.int_range(pl.len(), dtype=pl.UInt32)), Plan(quote, fence, indent, widths, pad)
+        ).collect()
     records = _any_record_join(df)
     return Plan(quote, fence, indent, widths, pad, records)
 
 
-def _any_record_join(df: "pl.DataFrame") -> bool:
+def _any_record_join(df: pl.DataFrame) -> bool:
     line = pl.col("line")
     markers = [m for m, _ in RECORDS]
     if not df.height or not df.select(line.str.contains_any(markers).any()).item():
@@ -253,7 +259,7 @@ def _any_record_join(df: "pl.DataFrame") -> bool:
     return bool(_record_joins(df.lazy()).select(pl.col("_join").any()).collect().item())
 
 
-def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
+def _wrap_widths(df: pl.DataFrame) -> tuple[tuple[int, ...], int]:
     line = pl.col("line")
     d = df.with_columns(_len=line.str.len_chars(), _next=line.shift(-1), _prevline=line.shift(1))
     total = d.height
@@ -314,24 +320,30 @@ def _wrap_widths(df: "pl.DataFrame") -> tuple[tuple[int, ...], int]:
         # common leads: a few false continuations (an indented original line) must not decide it.
         counts = padded.value_counts()
         floor = PAD_COMMON * padded.len()
-        common = counts.filter(pl.col("count") > floor).get_column(padded.name) if padded.len() >= MIN_SUPPORT else padded
+        common = (
+            counts.filter(pl.col("count") > floor).get_column(padded.name) if padded.len() >= MIN_SUPPORT else padded
+        )
         run = int((common if common.len() else padded).min())
         pad = run if run >= 2 else 0
     return tuple(ws), pad
 
 
-def _join_wraps(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+def _join_wraps(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     line = pl.col("line")
-    cont = pl.col("line").str.len_chars().shift(1).is_in(list(plan.widths)).fill_null(False) & _continues(line, line.shift(1))
+    cont = pl.col("line").str.len_chars().shift(1).is_in(list(plan.widths)).fill_null(False) & _continues(
+        line, line.shift(1)
+    )
     lf = lf.with_columns(_cont=cont)
     if plan.pad:
         lf = lf.with_columns(
-            line=pl.when(pl.col("_cont") & line.str.starts_with(" " * plan.pad)).then(line.str.slice(plan.pad)).otherwise(line)
+            line=pl.when(pl.col("_cont") & line.str.starts_with(" " * plan.pad))
+            .then(line.str.slice(plan.pad))
+            .otherwise(line)
         )
     return _glue(lf, "")
 
 
-def _glue(lf: "pl.LazyFrame", sep: str) -> "pl.LazyFrame":
+def _glue(lf: pl.LazyFrame, sep: str) -> pl.LazyFrame:
     """Join every ``_cont`` row to the row before it."""
     return (
         lf.with_columns(_g=(~pl.col("_cont")).cum_sum())
@@ -341,7 +353,7 @@ def _glue(lf: "pl.LazyFrame", sep: str) -> "pl.LazyFrame":
     )
 
 
-def _record_joins(lf: "pl.LazyFrame") -> "pl.LazyFrame":
+def _record_joins(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Adds ``_cont`` (this row completes the record above it) and ``_join`` (a record is joined here)."""
     line = pl.col("line")
     lf = lf.with_columns(_inc=_incomplete(line), _hl=_headerless(line), _done=_completes(line))
@@ -362,16 +374,18 @@ def _record_joins(lf: "pl.LazyFrame") -> "pl.LazyFrame":
     )
 
 
-def _join_records(lf: "pl.LazyFrame") -> "pl.LazyFrame":
+def _join_records(lf: pl.LazyFrame) -> pl.LazyFrame:
     lf = _record_joins(lf)
     # Reflowed text: each piece loses its line-break spaces, one space joins them.
     lf = lf.with_columns(
-        line=pl.when(pl.col("_cont") | pl.col("_join")).then(pl.col("line").str.strip_chars(" \t")).otherwise(pl.col("line"))
+        line=pl.when(pl.col("_cont") | pl.col("_join"))
+        .then(pl.col("line").str.strip_chars(" \t"))
+        .otherwise(pl.col("line"))
     )
     return _glue(lf, " ")
 
 
-def apply(lf: "pl.LazyFrame", plan: Plan) -> "pl.LazyFrame":
+def apply(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     """The repair stage on an (n, line) frame."""
     if not plan.needed:
         return lf
@@ -410,7 +424,7 @@ def plan(path: Path | str, join: bool = True, wraps: bool = True) -> Plan:
 _PLANS: dict[tuple, Plan] = {}
 
 
-def scan(path: Path | str, join: bool = True, wraps: bool = True) -> "pl.LazyFrame":
+def scan(path: Path | str, join: bool = True, wraps: bool = True) -> pl.LazyFrame:
     """Lazy (n, line) frame of a text file, repaired as its head says (see the module docstring).
 
     ``join=False``: prefixes only (sources whose records are single lines). ``wraps=False``:

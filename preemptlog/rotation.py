@@ -8,8 +8,6 @@ from pathlib import Path
 
 from .inputs import UNRECOGNISED, InputFile
 
-
-
 ROTATION_RE = re.compile(
     r"^(?P<base>.+?)(?:\.(?P<num>\d{1,4})|-(?P<date>\d{8}(?:\d{2}){0,3}))?(?P<comp>\.gz|\.zst|\.zstd)?$"
 )

@@ -33,7 +33,7 @@ START_SCHEMA = {
 VERSION_RE = r"(?:server version |LLM engine \(v)v?([0-9][\w.+-]*?)\)?(?:\s|$|,)"
 
 
-def starts(records: "pl.DataFrame") -> "pl.DataFrame":
+def starts(records: pl.DataFrame) -> pl.DataFrame:
     """Server starts in the records (see the module docstring)."""
     if records.height == 0 or "stream" not in records.columns:
         from .frames import empty_frame
@@ -56,18 +56,23 @@ def starts(records: "pl.DataFrame") -> "pl.DataFrame":
     )
 
 
-def servers(records: "pl.DataFrame") -> "pl.DataFrame":
+def servers(records: pl.DataFrame) -> pl.DataFrame:
     """One row per distinct server: stream, version, host (restarts in one stream are one server)."""
     s = starts(records)
     return (
         s.group_by("stream", pl.col("version").fill_null("?"), pl.col("host").fill_null(""), maintain_order=True)
-        .agg(pl.col("source").first(), pl.col("line").first(), pl.col("time").first(), pl.len().alias("starts"),
-             pl.col("process").drop_nulls().unique(maintain_order=True).alias("processes"))
+        .agg(
+            pl.col("source").first(),
+            pl.col("line").first(),
+            pl.col("time").first(),
+            pl.len().alias("starts"),
+            pl.col("process").drop_nulls().unique(maintain_order=True).alias("processes"),
+        )
         .sort("stream", "line")
     )
 
 
-def mixed_warning(records: "pl.DataFrame") -> str | None:
+def mixed_warning(records: pl.DataFrame) -> str | None:
     """A warning when the records hold more than one server, naming each; None for one incident."""
     srv = servers(records)
     if srv.height <= 1:

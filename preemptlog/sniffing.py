@@ -12,8 +12,8 @@ from . import sources
 from .inputs import UNRECOGNISED, InputFile
 from .salvage import _compression_damage
 from .textio import compression_of, read_head
-from .workspace import Workspace
 from .walk import _Entry, _stat_reason
+from .workspace import Workspace
 
 
 def _is_text(head: bytes) -> bool:
@@ -132,7 +132,7 @@ def _gzip_chunks(fh, first: bytes):
         data = fh.read(1 << 16)
 
 
-def _zstd_head(path: Path, nuls: "NulStrip | None" = None) -> bytes:
+def _zstd_head(path: Path, nuls: NulStrip | None = None) -> bytes:
     try:
         import zstandard
     except ImportError:
@@ -265,7 +265,9 @@ def _describe(
         return unreadable(_stat_reason(str(path), exc) + ": skipped")
     size, mtime = st.st_size, st.st_mtime
     if not stat.S_ISREG(st.st_mode):
-        return unreadable("not a regular file (FIFO, device or socket): skipped; pipe it to standard input (-) to read it", size)
+        return unreadable(
+            "not a regular file (FIFO, device or socket): skipped; pipe it to standard input (-) to read it", size
+        )
     key = (st.st_dev, st.st_ino)
     if key in seen:
         first = seen[key]

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .visibility import count_visibility  # noqa: F401 - also read from here (render/table.py)
-from .timebase import iso  # noqa: F401 - moved to timebase; callers import it from here
+from .timebase import iso
+from .visibility import count_visibility
 
 if TYPE_CHECKING:
     from .result import Analysis, AnalysisView
 
 
-def honesty_notes(a: "AnalysisView") -> list[str]:
+def honesty_notes(a: AnalysisView) -> list[str]:
     notes: list[str] = []
     kinds = a.events.get_column("kind").value_counts() if a.events.height else None
     counts = {r[0]: r[1] for r in kinds.iter_rows()} if kinds is not None else {}
@@ -42,7 +42,9 @@ def honesty_notes(a: "AnalysisView") -> list[str]:
     log_src = [f.display for f in a.bundle.of_kind("vllm-log")]
     prom_src = [f.display for f in a.bundle.of_kind("prometheus")]
     ev = a.events
-    log_interval = ev.filter((pl.col("kind") == "interval") & pl.col("source").is_in(log_src)).height if ev.height else 0
+    log_interval = (
+        ev.filter((pl.col("kind") == "interval") & pl.col("source").is_in(log_src)).height if ev.height else 0
+    )
     prom_events = ev.filter(pl.col("source").is_in(prom_src)).height if ev.height else 0
     if log_interval:
         notes.append(
@@ -78,9 +80,7 @@ def honesty_notes(a: "AnalysisView") -> list[str]:
             )
         else:
             why += (
-                " A count of 0 here means the log cannot show preemptions, not that none happened: "
-                + cap.remedy
-                + "."
+                " A count of 0 here means the log cannot show preemptions, not that none happened: " + cap.remedy + "."
             )
         piv = a.frames.get("pressure_intervals")
         if piv is not None and piv.height:
@@ -96,7 +96,7 @@ def honesty_notes(a: "AnalysisView") -> list[str]:
     return notes
 
 
-def _repeated_requests(a: "Analysis", ev: "pl.DataFrame") -> list[dict[str, Any]]:
+def _repeated_requests(a: Analysis, ev: pl.DataFrame) -> list[dict[str, Any]]:
     """Requests preempted more than once, a request being (stream, process, id).
 
     Log events take their process prefix (``Name pid=N``) from their record; events of other
@@ -130,7 +130,7 @@ def _repeated_requests(a: "Analysis", ev: "pl.DataFrame") -> list[dict[str, Any]
     return out
 
 
-def summarize(a: "Analysis") -> dict[str, Any]:
+def summarize(a: Analysis) -> dict[str, Any]:
     from .vllm.config import in_force
 
     ev = a.events
@@ -271,7 +271,7 @@ def summarize(a: "Analysis") -> dict[str, Any]:
     return out
 
 
-def _with_capacity_fixes(a: "Analysis", fixes: dict[str, Any]) -> dict[str, Any]:
+def _with_capacity_fixes(a: Analysis, fixes: dict[str, Any]) -> dict[str, Any]:
     """The capacity fixes (findings/capacity.py), replayed like the others and ranked with them.
 
     A lever computed from the incident's own pool and peak demand supersedes the guide's formula
@@ -289,11 +289,18 @@ def _with_capacity_fixes(a: "Analysis", fixes: dict[str, Any]) -> dict[str, Any]
     kept, superseded = [], []
     for x in fixes["fixes"]:
         if x["option"] in computed and x["id"] not in computed.values():
-            superseded.append({"id": x["id"], "why": f"superseded by {computed[x['option']]}, computed from the incident's KV pool and peak demand"})
+            superseded.append(
+                {
+                    "id": x["id"],
+                    "why": f"superseded by {computed[x['option']]}, computed from the incident's KV pool and peak demand",
+                }
+            )
         else:
             kept.append(x)
-    return {"fixes": ranked([*kept, *extra], verdict_key_counts(a.verdicts)),
-            "dropped": [*fixes["dropped"], *superseded, *no_gain, *(cap.get("dropped") or [])]}
+    return {
+        "fixes": ranked([*kept, *extra], verdict_key_counts(a.verdicts)),
+        "dropped": [*fixes["dropped"], *superseded, *no_gain, *(cap.get("dropped") or [])],
+    }
 
 
 def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:
@@ -315,8 +322,11 @@ def headline(s: dict[str, Any]) -> str:
     if not s["count_visible"]:
         nv = s["not_visible"] or {}
         reason = nv.get("short") or nv.get("reason") or ""
-        return f"Preemptions: not visible ({reason})" + (f": {nv['remedy']}" if nv.get("remedy") else "") + (
-            _findings_tail(s))
+        return (
+            f"Preemptions: not visible ({reason})"
+            + (f": {nv['remedy']}" if nv.get("remedy") else "")
+            + (_findings_tail(s))
+        )
     n = s["events"]
     if n == 0:
         return "0 preemptions" + _findings_tail(s)
@@ -337,9 +347,11 @@ def headline(s: dict[str, Any]) -> str:
         gates.append(part)
     k = s.get("by_kind") or {}
     estimated = bool(k.get("reconstructed") or k.get("interval"))
-    return f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'), estimated)}{per}" + (
-        ": " + ", ".join(gates) if gates else ""
-    ) + _findings_tail(s)
+    return (
+        f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'), estimated)}{per}"
+        + (": " + ", ".join(gates) if gates else "")
+        + _findings_tail(s)
+    )
 
 
 def _findings_tail(s: dict[str, Any]) -> str:
@@ -369,7 +381,7 @@ def fix_line(x: dict[str, Any]) -> str:
     return str(what + (f" ({x['expected_effect']}; addresses {n} event(s))" if n else f" ({x['expected_effect']})"))
 
 
-def pressure_rows(a: "Analysis") -> list[dict[str, Any]]:
+def pressure_rows(a: Analysis) -> list[dict[str, Any]]:
     """Suspected pressure intervals (pressure.py), with the counted events that fall in each, for comparison."""
     piv = a.frames.get("pressure_intervals")
     if piv is None or piv.height == 0:

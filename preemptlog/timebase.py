@@ -40,7 +40,7 @@ from __future__ import annotations
 import calendar
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Any, Literal
 
@@ -141,7 +141,7 @@ def fixed_offset(name: str) -> int | None:
     return (1 if m.group(1) == "+" else -1) * (int(m.group(2)) * 3600 + int(m.group(3)) * 60)
 
 
-def local_wall(expr: "pl.Expr", tz: str) -> "pl.Expr":
+def local_wall(expr: pl.Expr, tz: str) -> pl.Expr:
     """A UTC datetime expression as naive wall-clock time in ``tz``.
 
     Fixed offsets are applied as arithmetic: polars knows no zone for offsets with minutes
@@ -153,7 +153,7 @@ def local_wall(expr: "pl.Expr", tz: str) -> "pl.Expr":
     return expr.dt.convert_time_zone(tz).dt.replace_time_zone(None)
 
 
-def iso_text(expr: "pl.Expr", tz: str) -> "pl.Expr":
+def iso_text(expr: pl.Expr, tz: str) -> pl.Expr:
     """A UTC datetime expression as ISO 8601 text with ``tz``'s offset (``...T10:00:00+05:30``)."""
     off = fixed_offset(tz)
     if off is not None:
@@ -180,7 +180,7 @@ def _valid_zone(name: str) -> bool:
 
         ZoneInfo(name)
         return True
-    except Exception:  # noqa: BLE001 - any failure means "not a zone"
+    except Exception:
         return False
 
 
@@ -199,7 +199,7 @@ def zone_info(name: str) -> tzinfo:
     if off is not None:
         return timezone(timedelta(seconds=off))
     if name.upper() == "UTC":
-        return timezone.utc
+        return UTC
     from zoneinfo import ZoneInfo
 
     return ZoneInfo(name)
@@ -209,7 +209,7 @@ def zone_info(name: str) -> tzinfo:
 # python-dateutil fallback for leading date shapes the fast path does not know
 
 
-def parse_fallback(values: list[str]) -> "pl.DataFrame":
+def parse_fallback(values: list[str]) -> pl.DataFrame:
     """Parse unique fallback timestamp strings with dateutil.
 
     Returns columns fb, fb_year (null when the string has no year), fb_mo,
@@ -261,25 +261,18 @@ def parse_fallback(values: list[str]) -> "pl.DataFrame":
 # --------------------------------------------------------------------------
 
 
-def _leap_seconds_expr(mo: "pl.Expr", dd: "pl.Expr", hh: "pl.Expr", mi: "pl.Expr", ss: "pl.Expr") -> "pl.Expr":
-    cum = mo.cast(pl.Int64).replace_strict(
-        list(range(1, 13)), _CUM_DAYS_LEAP[1:], default=None, return_dtype=pl.Int64
-    )
-    return (
-        (cum + dd.cast(pl.Int64) - 1) * DAY
-        + hh.cast(pl.Int64) * 3600
-        + mi.cast(pl.Int64) * 60
-        + ss.cast(pl.Int64)
-    )
+def _leap_seconds_expr(mo: pl.Expr, dd: pl.Expr, hh: pl.Expr, mi: pl.Expr, ss: pl.Expr) -> pl.Expr:
+    cum = mo.cast(pl.Int64).replace_strict(list(range(1, 13)), _CUM_DAYS_LEAP[1:], default=None, return_dtype=pl.Int64)
+    return (cum + dd.cast(pl.Int64) - 1) * DAY + hh.cast(pl.Int64) * 3600 + mi.cast(pl.Int64) * 60 + ss.cast(pl.Int64)
 
 
-def _frac_us(col: "pl.Expr") -> "pl.Expr":
+def _frac_us(col: pl.Expr) -> pl.Expr:
     """Fraction digits ("123", "123456789") -> microseconds."""
     digits = col.str.slice(0, 6)
     return (digits.str.pad_end(6, "0")).cast(pl.Int64, strict=False).fill_null(0)
 
 
-def _precision(col: "pl.Expr") -> "pl.Expr":
+def _precision(col: pl.Expr) -> pl.Expr:
     n = col.str.len_chars()
     return (
         pl.when(n.is_null())
@@ -295,7 +288,7 @@ def _precision(col: "pl.Expr") -> "pl.Expr":
 Ambiguous = Literal["earliest", "latest", "raise", "null"]
 
 
-def localize(naive: "pl.Expr", tz: str, ambiguous: Ambiguous = "earliest") -> "pl.Expr":
+def localize(naive: pl.Expr, tz: str, ambiguous: Ambiguous = "earliest") -> pl.Expr:
     """Naive local datetimes in ``tz`` -> UTC. Gap times read as standard time."""
     off = fixed_offset(tz)
     if off is not None:  # a fixed offset has no gap and no fold: arithmetic (polars has no zone for +05:30)
@@ -317,7 +310,7 @@ def offset_for(offsets: dict[str, float], display: str, kind: str) -> float:
     return offsets.get(display, offsets.get(kind, 0.0))
 
 
-def shift(df: "pl.DataFrame", seconds: "float | pl.Expr", column: str = "time") -> "pl.DataFrame":
+def shift(df: pl.DataFrame, seconds: float | pl.Expr, column: str = "time") -> pl.DataFrame:
     """``column`` moved by ``seconds`` (a number or a Float64 expression), to the nearest
     microsecond: a clock offset (``--offset``, applied by pipeline.on_clock)."""
     if isinstance(seconds, (int, float)):
@@ -342,8 +335,8 @@ def fall_back_windows(tz: str, y0: int, y1: int) -> list[tuple[datetime, datetim
         return []
     z = zone_info(tz)
     out = []
-    t = datetime(max(y0, 1971) - 1, 12, 31, tzinfo=timezone.utc)
-    end = datetime(min(y1, 2200) + 1, 1, 2, tzinfo=timezone.utc)
+    t = datetime(max(y0, 1971) - 1, 12, 31, tzinfo=UTC)
+    end = datetime(min(y1, 2200) + 1, 1, 2, tzinfo=UTC)
     prev = t.astimezone(z).utcoffset()
     day, quarter = timedelta(days=1), timedelta(minutes=15)
     while t < end:
@@ -362,8 +355,8 @@ def fall_back_windows(tz: str, y0: int, y1: int) -> list[tuple[datetime, datetim
 
 
 def _later_in_second_pass(
-    df: "pl.DataFrame", naive_col: str, time_col: str, tz: str, over: str = "stream"
-) -> "pl.DataFrame":
+    df: pl.DataFrame, naive_col: str, time_col: str, tz: str, over: str = "stream"
+) -> pl.DataFrame:
     """Give the later instant to fall-back wall times read after the clock went back.
 
     ``time_col`` holds _localize's earlier instant for ``naive_col``. A wall time the fall-back
@@ -383,9 +376,11 @@ def _later_in_second_pass(
     naive = pl.col(naive_col)
     shift = pl.lit(None, pl.Int64)
     for lo, hi, d in windows:
-        shift = pl.when(naive.is_between(pl.lit(lo), pl.lit(hi), closed="left")).then(
-            pl.lit(int(d.total_seconds() * 1e6))
-        ).otherwise(shift)
+        shift = (
+            pl.when(naive.is_between(pl.lit(lo), pl.lit(hi), closed="left"))
+            .then(pl.lit(int(d.total_seconds() * 1e6)))
+            .otherwise(shift)
+        )
     df = df.with_columns(_fb_shift=shift)
     if df.get_column("_fb_shift").null_count() == df.height:
         return df.drop("_fb_shift")
@@ -402,17 +397,17 @@ def _later_in_second_pass(
     ).drop("_fb_shift")
 
 
-def _is_leap_expr(y: "pl.Expr") -> "pl.Expr":
+def _is_leap_expr(y: pl.Expr) -> pl.Expr:
     return ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
 
 
 def resolve(
-    records: "pl.DataFrame",
+    records: pl.DataFrame,
     streams: dict[int, StreamMeta],
     file_stream: dict[int, tuple[int, int]],
     opts: TimeOptions,
     bundle_anchors: list[tuple[datetime, str]] | None = None,
-) -> tuple["pl.DataFrame", TimeResult]:
+) -> tuple[pl.DataFrame, TimeResult]:
     """Add ``stream``, ``seq``, ``time`` (UTC) and ``time_precision`` to records.
 
     ``records`` needs: file_id, n, seg, mo, dd, hh, mi, ss, hfrac, fdate,
@@ -511,11 +506,7 @@ def resolve(
     fb_full_time = pl.when(pl.col("fb_offset_s").is_not_null()).then(fb_aware).otherwise(_localize(fb_naive, tz))
 
     df = df.with_columns(
-        pl.when(pl.col("fdate").is_not_null())
-        .then(full_time)
-        .when(fb_year_known)
-        .then(fb_full_time)
-        .alias("_tfull"),
+        pl.when(pl.col("fdate").is_not_null()).then(full_time).when(fb_year_known).then(fb_full_time).alias("_tfull"),
         pl.when(pl.col("fdate").is_not_null())
         .then(_precision(pl.col("ffrac")))
         .when(fb_year_known)
@@ -526,7 +517,9 @@ def resolve(
     # A full date outside 1970-2200 (year 0000 in a damaged line) is not a time.
     df = df.with_columns(_tfull=pl.when(pl.col("_tfull").dt.year().is_between(1970, 2200)).then(pl.col("_tfull")))
     df = df.with_columns(
-        _fnaive=pl.when(pl.col("fdate").is_not_null() & zone.is_null() & pl.col("_tfull").is_not_null()).then(full_naive)
+        _fnaive=pl.when(pl.col("fdate").is_not_null() & zone.is_null() & pl.col("_tfull").is_not_null()).then(
+            full_naive
+        )
     )
     df = _later_in_second_pass(df, "_fnaive", "_tfull", tz)
 
@@ -578,8 +571,12 @@ def resolve(
 
     # Anchors: full timestamps in the bundle, grouped by stream.
     anchors_by_stream: dict[int, tuple[datetime, str]] = {}
-    full_rows = df.filter(pl.col("_tfull").is_not_null()).group_by("stream", maintain_order=True).agg(  # issue 18: deterministic anchor order
-        pl.col("_tfull").first().alias("t"), pl.col("seq").first().alias("seq")
+    full_rows = (
+        df.filter(pl.col("_tfull").is_not_null())
+        .group_by("stream", maintain_order=True)
+        .agg(  # issue 18: deterministic anchor order
+            pl.col("_tfull").first().alias("t"), pl.col("seq").first().alias("seq")
+        )
     )
     for row in full_rows.iter_rows(named=True):
         anchors_by_stream[row["stream"]] = (row["t"], f"a full timestamp in {streams[row['stream']].name}")
@@ -631,14 +628,16 @@ def resolve(
                     ref = datetime.fromtimestamp(meta.mtime, zinfo).replace(tzinfo=None)
                     what = "file mtime"
                 else:
-                    now = opts.now or datetime.now(timezone.utc)
+                    now = opts.now or datetime.now(UTC)
                     ref = now.astimezone(zinfo).replace(tzinfo=None)
                     what = "the current date (no file metadata)"
                 y_end = ref.year
                 if _as_dt(y_end, last) > ref + timedelta(days=1):
                     y_end -= 1
                 y0 = y_end - k_last
-                source = f"{what} of {meta.name} ({ref.isoformat(sep=' ', timespec='seconds')}), anchored at its last line"
+                source = (
+                    f"{what} of {meta.name} ({ref.isoformat(sep=' ', timespec='seconds')}), anchored at its last line"
+                )
             if not fits(y0):
                 for step in range(1, 9):
                     cand = [y0 - step, y0 + step]
@@ -662,7 +661,10 @@ def resolve(
         df = df.with_columns(pl.lit(None, pl.Int32).alias("_year"))
 
     ok_date = ~((pl.col("_mo") == 2) & (pl.col("_dd") == 29) & ~_is_leap_expr(pl.col("_year"))) & (
-        pl.col("_dd") <= pl.col("_mo").cast(pl.Int64).replace_strict(
+        pl.col("_dd")
+        <= pl.col("_mo")
+        .cast(pl.Int64)
+        .replace_strict(
             list(range(1, 13)), [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], default=31, return_dtype=pl.Int64
         )
     )
@@ -682,8 +684,11 @@ def resolve(
     df = _later_in_second_pass(df, "_ylnaive", "_tyl", tz)
 
     time = pl.coalesce("_tfull", "_tyl")
-    prec = pl.when(pl.col("_tfull").is_not_null()).then(pl.col("_pfull")).when(pl.col("_tyl").is_not_null()).then(
-        pl.col("_yl_prec")
+    prec = (
+        pl.when(pl.col("_tfull").is_not_null())
+        .then(pl.col("_pfull"))
+        .when(pl.col("_tyl").is_not_null())
+        .then(pl.col("_yl_prec"))
     )
     df = df.with_columns(time=time, time_precision=prec)
     # Lines without a timestamp take the time of the nearest preceding timed line of the stream

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -77,7 +77,9 @@ def check_columns(wanted: list[str], available: list[str], *, what: str = "colum
                 hints.append(f"{c!r}: did you mean {near[0]!r}?")
         raise UsageError(
             f"--columns: unknown {what}(s) {', '.join(unknown)}",
-            hint=("; ".join(hints) + "; " if hints else "") + "available: " + ", ".join(available[:40])
+            hint=("; ".join(hints) + "; " if hints else "")
+            + "available: "
+            + ", ".join(available[:40])
             + (" ..." if len(available) > 40 else ""),
         )
     return wanted
@@ -177,9 +179,8 @@ def _iso(text: str, tz: str) -> datetime | None:
     return t
 
 
-def resolve_time(text: str, analysis: "Analysis", last: datetime | None) -> datetime:
+def resolve_time(text: str, analysis: Analysis, last: datetime | None) -> datetime:
     """An absolute instant for a --since/--until value (relative ones count back from ``last``)."""
-    from datetime import timezone
 
     from .timebase import zone_info
 
@@ -192,14 +193,15 @@ def resolve_time(text: str, analysis: "Analysis", last: datetime | None) -> date
         local = last.astimezone(zone_info(analysis.tz))
         parts = [float(x) for x in text.strip().split(":")]
         sec = parts[2] if len(parts) > 2 else 0.0
-        return local.replace(hour=int(parts[0]), minute=int(parts[1]), second=int(sec),
-                              microsecond=int(round((sec % 1) * 1e6))).astimezone(timezone.utc)
+        return local.replace(
+            hour=int(parts[0]), minute=int(parts[1]), second=int(sec), microsecond=int(round((sec % 1) * 1e6))
+        ).astimezone(UTC)
     t = _iso(text, analysis.tz)
     assert t is not None  # checked by make_filters
-    return t.astimezone(timezone.utc)
+    return t.astimezone(UTC)
 
 
-def _last_line_time(analysis: "Analysis") -> datetime | None:
+def _last_line_time(analysis: Analysis) -> datetime | None:
     rec = analysis.records
     if rec.height and "time" in rec.columns:
         t = rec.get_column("time").max()
@@ -209,7 +211,7 @@ def _last_line_time(analysis: "Analysis") -> datetime | None:
     return ev.get_column("time").max() if ev.height else None
 
 
-def apply_filters(analysis: "Analysis", f: Filters | None) -> "Analysis":
+def apply_filters(analysis: Analysis, f: Filters | None) -> Analysis:
     """A view of ``analysis`` holding only the events ``f`` keeps (verdicts and evidence follow)."""
     if f is None or not f.active():
         return analysis
@@ -233,8 +235,10 @@ def apply_filters(analysis: "Analysis", f: Filters | None) -> "Analysis":
     if f.kinds:
         cond &= pl.col("kind").is_in(f.kinds)
     if f.min_confidence:
-        rank = pl.col("confidence").fill_null("none").replace_strict(
-            {c: i for i, c in enumerate(CONFIDENCE)}, default=0, return_dtype=pl.Int8
+        rank = (
+            pl.col("confidence")
+            .fill_null("none")
+            .replace_strict({c: i for i, c in enumerate(CONFIDENCE)}, default=0, return_dtype=pl.Int8)
         )
         cond &= rank >= CONFIDENCE.index(f.min_confidence)
     ids = keep.filter(cond.fill_null(False)).get_column("event_id")
@@ -244,16 +248,14 @@ def apply_filters(analysis: "Analysis", f: Filters | None) -> "Analysis":
         events=kept,
         verdicts=v.filter(pl.col("event_id").is_in(ids.implode())) if v is not None else None,
         evidence=(
-            analysis.evidence.filter(pl.col("event_id").is_in(ids.implode()))
-            if analysis.evidence is not None
-            else None
+            analysis.evidence.filter(pl.col("event_id").is_in(ids.implode())) if analysis.evidence is not None else None
         ),
         filters={"text": f.text(), "kept": kept.height, "total": ev.height},
     )
     return view
 
 
-def with_columns(analysis: "Analysis", columns: list[str] | None) -> "Analysis":
+def with_columns(analysis: Analysis, columns: list[str] | None) -> Analysis:
     """A view of ``analysis`` whose event rows (render.event_rows) hold only ``columns``."""
     if columns is None:
         return analysis

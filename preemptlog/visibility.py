@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .result import AnalysisView as Analysis
 
 
-def count_visibility(a: "Analysis") -> dict[str, Any]:
+def count_visibility(a: Analysis) -> dict[str, Any]:
     """Can this bundle show how many preemptions happened? ``count_visible`` False (the events are
     not a count of zero) when the log is of a kind that never prints one (a stock V1 log) and no
     other source (markers, /metrics counter, block-table records) counted any; ``short`` (the
@@ -28,7 +28,11 @@ def count_visibility(a: "Analysis") -> dict[str, Any]:
         return {"count_visible": True, "reason": None, "remedy": None}
     cap = log_capability(a)
     if cap.has_log and cap.counts == "none":
-        log = f"vLLM {cap.version} {cap.family or ''} log".replace("  ", " ") if cap.version else f"{cap.family or 'this'} log"
+        log = (
+            f"vLLM {cap.version} {cap.family or ''} log".replace("  ", " ")
+            if cap.version
+            else f"{cap.family or 'this'} log"
+        )
         if cap.family == "V1" and "never print" in cap.reason:
             short = f"{log}: stock builds never print a preemption count"
         else:

@@ -45,8 +45,16 @@ def _stat_reason(p: str, exc: OSError) -> str:
 
 
 ARCHIVE_SUFFIXES = (
-    (".tar.gz", "tgz"), (".tgz", "tgz"), (".tar", "tar"), (".zip", "zip"), (".tar.zst", "tzst"),
-    (".tar.zstd", "tzst"), (".tzst", "tzst"), (".tar.bz2", "tbz2"), (".tbz2", "tbz2"), (".tar.xz", "txz"),
+    (".tar.gz", "tgz"),
+    (".tgz", "tgz"),
+    (".tar", "tar"),
+    (".zip", "zip"),
+    (".tar.zst", "tzst"),
+    (".tar.zstd", "tzst"),
+    (".tzst", "tzst"),
+    (".tar.bz2", "tbz2"),
+    (".tbz2", "tbz2"),
+    (".tar.xz", "txz"),
     (".txz", "txz"),
 )
 
@@ -122,10 +130,16 @@ def _walk(root: Path, warnings: list[str]) -> list[_Entry]:
             if os.path.islink(full):  # not descended into (no loops); outside targets are reported
                 target = os.path.realpath(full)
                 if not _inside(root_real, target):
-                    out.append(_Entry(Path(full), display_of(full), skip=(
-                        f"symbolic link to a folder outside the bundle ({target}): not followed; "
-                        "give it on the command line to read it"
-                    )))
+                    out.append(
+                        _Entry(
+                            Path(full),
+                            display_of(full),
+                            skip=(
+                                f"symbolic link to a folder outside the bundle ({target}): not followed; "
+                                "give it on the command line to read it"
+                            ),
+                        )
+                    )
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             entry = _Entry(Path(full), display_of(full))

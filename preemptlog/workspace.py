@@ -14,7 +14,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-_LIVE_WORKSPACES: "weakref.WeakSet[Workspace]" = weakref.WeakSet()
+_LIVE_WORKSPACES: weakref.WeakSet[Workspace] = weakref.WeakSet()
 
 
 @atexit.register
@@ -49,7 +49,7 @@ class Workspace:
             self._dir = None
             _LIVE_WORKSPACES.discard(self)
 
-    def __enter__(self) -> "Workspace":
+    def __enter__(self) -> Workspace:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -53,7 +53,6 @@ PROMPT_IDS_START = ", prompt_token_ids: ["
 PROMPT_IDS_END_RE = r"\](?:, prompt_embeds shape: [^,]*)?(?:, lora_request: |\.$)"
 
 
-
 # Record schema: column -> polars dtype name. Asserted by the tests.
 RECORD_SCHEMA = {
     "file_id": "UInt16",
@@ -87,7 +86,7 @@ def marker_regex(literals: list[str]) -> str:
     return "(?-u)(" + "|".join(pl.escape_regex(m) for m in literals) + ")"
 
 
-def scan(path: str, file_id: int) -> "pl.LazyFrame":
+def scan(path: str, file_id: int) -> pl.LazyFrame:
     """Lazy records frame for one log file (see RECORD_SCHEMA).
 
     Measured on a 1 GB V0 log (148 k lines, 99 k kept; request lines of
@@ -180,11 +179,9 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     after = pl.col("_tail").cast(pl.Binary).bin.slice(pl.col("_ids_len")).cast(pl.String)
     commas = pl.col("_tail").str.count_matches("(?-u),") - after.str.count_matches("(?-u),")
     ids_len = pl.col("_ids_len")
-    prompt_tokens = (
-        pl.when(ids_len == 0).then(pl.lit(0, pl.Int64)).when(ids_len > 0).then(commas.cast(pl.Int64) + 1)
-    )
+    prompt_tokens = pl.when(ids_len == 0).then(pl.lit(0, pl.Int64)).when(ids_len > 0).then(commas.cast(pl.Int64) + 1)
 
-    def i8(c: str) -> "pl.Expr":
+    def i8(c: str) -> pl.Expr:
         return pl.col(c).cast(pl.Int8, strict=False)
 
     return lf.select(
@@ -213,7 +210,7 @@ def scan(path: str, file_id: int) -> "pl.LazyFrame":
     )
 
 
-def finish(df: "pl.DataFrame") -> "pl.DataFrame":
+def finish(df: pl.DataFrame) -> pl.DataFrame:
     """Collected scan output -> records: marker -> kind, kinds confirmed by their regex."""
     import polars as pl
 
@@ -233,7 +230,7 @@ def finish(df: "pl.DataFrame") -> "pl.DataFrame":
     return compact(df)
 
 
-def compact(df: "pl.DataFrame") -> "pl.DataFrame":
+def compact(df: pl.DataFrame) -> pl.DataFrame:
     """One chunk per column, and all-null columns stored as a scalar.
 
     Memory: the streaming collect yields one chunk per morsel (3 000 at 4 GB),
@@ -250,12 +247,12 @@ def compact(df: "pl.DataFrame") -> "pl.DataFrame":
     return df.rechunk()
 
 
-def read(path: str, file_id: int) -> "pl.DataFrame":
+def read(path: str, file_id: int) -> pl.DataFrame:
     """Scan, collect and finish one log file."""
     return finish(collect(scan(path, file_id)))
 
 
-def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
+def collect(lf: pl.LazyFrame) -> pl.DataFrame:
     """Collect a scan through a temporary Arrow IPC file (streaming sink).
 
     Memory: ``collect()`` gathers one small chunk per morsel, and those
@@ -281,7 +278,7 @@ def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
         try:
             lf.sink_ipc(tmp)
             df = pl.read_ipc(tmp)
-        except Exception:  # noqa: BLE001 - any failure: the in-memory collect decides
+        except Exception:
             return lf.collect()
         return df
     finally:
@@ -292,7 +289,18 @@ def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
 
 
 # vllm/requests.parse before issue 18
-_REQUESTS_COLUMNS = ['time', 'stream', 'seq', 'action', 'request_id', 'internal_id', 'max_tokens', 'prompt_tokens', 'source', 'line']
+_REQUESTS_COLUMNS = [
+    "time",
+    "stream",
+    "seq",
+    "action",
+    "request_id",
+    "internal_id",
+    "max_tokens",
+    "prompt_tokens",
+    "source",
+    "line",
+]
 _ACTION = {
     "req_received": "received",
     "req_added": "added",
@@ -303,27 +311,29 @@ _ACTION = {
 _SUFFIX_RE = r"-[0-9A-Za-z]{8}$"
 
 
-def requests_parse(records: "pl.DataFrame") -> "pl.DataFrame":
+def requests_parse(records: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
     # Narrow first: an eager filter copies every column of the records frame
     # (measured +80 MB at 400 k records), and request lines are most of them.
     narrow = records.select("time", "stream", "seq", "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n")
-    rows = narrow.filter(pl.col("kind").is_in(list(_ACTION))).select(
-        "time",
-        "stream",
-        "seq",
-        pl.col("kind").replace_strict(_ACTION, return_dtype=pl.String).alias("action"),
-        pl.col("req_id").str.split(",").alias("request_id"),
-        "max_tokens",
-        "prompt_tokens",
-        "source",
-        pl.col("n").alias("line"),
-    ).explode("request_id")
-    rows = rows.with_columns(pl.col("request_id").str.strip_chars(" .:"))
-    received = (
-        rows.filter(pl.col("action") == "received").select(pl.col("request_id").alias("_base")).unique()
+    rows = (
+        narrow.filter(pl.col("kind").is_in(list(_ACTION)))
+        .select(
+            "time",
+            "stream",
+            "seq",
+            pl.col("kind").replace_strict(_ACTION, return_dtype=pl.String).alias("action"),
+            pl.col("req_id").str.split(",").alias("request_id"),
+            "max_tokens",
+            "prompt_tokens",
+            "source",
+            pl.col("n").alias("line"),
+        )
+        .explode("request_id")
     )
+    rows = rows.with_columns(pl.col("request_id").str.strip_chars(" .:"))
+    received = rows.filter(pl.col("action") == "received").select(pl.col("request_id").alias("_base")).unique()
     base = pl.col("request_id").str.replace(_SUFFIX_RE, "")
     rows = rows.with_columns(_base=pl.when(pl.col("action") != "received").then(base))
     rows = rows.join(received.with_columns(_known=pl.lit(True)), on="_base", how="left")

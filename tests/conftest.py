@@ -70,20 +70,26 @@ SLOW: dict[str, set[str]] = {
     "test_capture_vllm.py": {"*"},  # a real vLLM model run
     "test_header_property.py": {"test_noise_lines_do_not_change_events", "test_header_fields_recovered"},
     "test_fuzz_parsers.py": {
-        "test_vllm_log_survives_mutations", "test_cli_fuzz_documented_exit_codes_and_one_line_errors",
-        "test_vllm_noise_lines_change_nothing", "test_rotated_parts_read_as_the_whole",
+        "test_vllm_log_survives_mutations",
+        "test_cli_fuzz_documented_exit_codes_and_one_line_errors",
+        "test_vllm_noise_lines_change_nothing",
+        "test_rotated_parts_read_as_the_whole",
     },
     "test_views.py": {
-        "test_explain_is_paged_on_a_terminal", "test_table_taller_than_the_terminal_is_paged",
+        "test_explain_is_paged_on_a_terminal",
+        "test_table_taller_than_the_terminal_is_paged",
         "test_default_ndjson_and_csv_rows_are_compact_and_wide_is_full",
     },
     "test_bench.py": {"test_bench_quick_writes_its_table"},
     "test_evidence_rules.py": {
-        "test_a_second_engine_does_not_change_evidence", "test_unrelated_lines_do_not_change_evidence",
+        "test_a_second_engine_does_not_change_evidence",
+        "test_unrelated_lines_do_not_change_evidence",
         "test_which_lines_carry_timestamps_does_not_change_evidence",
     },
     "test_timebase.py": {
-        "test_new_year_reordering", "test_rollover_recovered_with_year", "test_rollover_recovered_from_mtime",
+        "test_new_year_reordering",
+        "test_rollover_recovered_with_year",
+        "test_rollover_recovered_from_mtime",
     },
     "test_capture_command.py": {
         "test_capture_scrapes_records_a_gap_and_analyze_reads_it",
@@ -91,8 +97,10 @@ SLOW: dict[str, set[str]] = {
     },
     "test_prometheus.py": {"test_property_events_total_equals_sum_of_increases"},
     "test_report.py": {
-        "test_browser_draws_the_plots_offline", "test_browser_page_fetches_nothing_even_without_its_csp",
-        "test_browser_first_screen_and_no_horizontal_overflow", "test_browser_probe_sees_requests",
+        "test_browser_draws_the_plots_offline",
+        "test_browser_page_fetches_nothing_even_without_its_csp",
+        "test_browser_first_screen_and_no_horizontal_overflow",
+        "test_browser_probe_sees_requests",
     },
 }
 

@@ -125,7 +125,11 @@ def _loaded_after(code: str) -> set[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
-        capture_output=True, text=True, env=env, cwd=ROOT, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=True,
     ).stdout
     return set(out.split())
 

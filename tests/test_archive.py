@@ -65,7 +65,9 @@ def _run(path: Path):
 # ---------------------------------------------------------------- accepted
 
 
-@pytest.mark.parametrize("mode,ext", [("w:gz", ".tar.gz"), ("w:gz", ".tgz"), ("w", ".tar"), ("w:bz2", ".tar.bz2"), ("w:xz", ".tar.xz")])
+@pytest.mark.parametrize(
+    "mode,ext", [("w:gz", ".tar.gz"), ("w:gz", ".tgz"), ("w", ".tar"), ("w:bz2", ".tar.bz2"), ("w:xz", ".tar.xz")]
+)
 def test_tar_bundles_are_read(tmp_path, mode, ext, private_tmp):
     p = _tar(tmp_path / f"b{ext}", [("incident/vllm.log", LOG), ("incident/notes.txt", b"hello\n")], mode)
     r = _run(p)
@@ -99,7 +101,10 @@ def test_archive_made_with_dot_root_member(tmp_path):
 
 
 def test_links_inside_the_archive_are_skipped_not_refused(tmp_path):
-    p = _tar(tmp_path / "b.tgz", [("logs/vllm.log", LOG), _link("logs/current.log", "vllm.log"), _link("hard.log", "logs/vllm.log", hard=True)])
+    p = _tar(
+        tmp_path / "b.tgz",
+        [("logs/vllm.log", LOG), _link("logs/current.log", "vllm.log"), _link("hard.log", "logs/vllm.log", hard=True)],
+    )
     r = _run(p)
     assert r.events.height == 101
     assert [f.display.split("!")[1] for f in r.bundle.files] == ["logs/vllm.log"]
@@ -133,9 +138,7 @@ def test_damaged_archive_before_any_member_is_an_error(tmp_path):
 # ---------------------------------------------------------------- refused
 
 
-@pytest.mark.parametrize(
-    "name", ["../evil.log", "a/../../evil.log", "/etc/evil.log", "C:\\evil.log", "..\\evil.log"]
-)
+@pytest.mark.parametrize("name", ["../evil.log", "a/../../evil.log", "/etc/evil.log", "C:\\evil.log", "..\\evil.log"])
 def test_member_paths_that_leave_the_folder_are_refused(tmp_path, name, private_tmp):
     p = _tar(tmp_path / "b.tgz", [("ok/vllm.log", LOG), (name, b"pwned\n")])
     with pytest.raises(ArchiveRefused, match=r"b\.tgz: member .* archive refused"):
@@ -173,7 +176,7 @@ def test_hard_link_leaving_the_archive_is_refused(tmp_path):
 
 def test_symlink_in_a_zip_is_refused(tmp_path):
     info = zipfile.ZipInfo("etc")
-    info.external_attr = (0o120777 << 16)
+    info.external_attr = 0o120777 << 16
     with zipfile.ZipFile(tmp_path / "b.zip", "w") as zf:
         zf.writestr(info, "/etc")
         zf.writestr("vllm.log", LOG)
@@ -306,8 +309,15 @@ def test_safe_name_refuses(name):
 
 @pytest.mark.parametrize(
     "member,target,escapes",
-    [("a/l", "b", False), ("a/l", "../b", False), ("a/l", "../../b", True), ("l", "/etc", True), ("l", "", True),
-     ("a/b/l", "../../x", False), ("l", "C:\\x", True)],
+    [
+        ("a/l", "b", False),
+        ("a/l", "../b", False),
+        ("a/l", "../../b", True),
+        ("l", "/etc", True),
+        ("l", "", True),
+        ("a/b/l", "../../x", False),
+        ("l", "C:\\x", True),
+    ],
 )
 def test_link_escapes(member, target, escapes):
     assert link_escapes(member, target) is escapes

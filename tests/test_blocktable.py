@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -52,8 +52,8 @@ def test_schema_examples_parse(tmp_path):
     ev = out.frames["bt_events"]
     # ts and ISO times in the schema's examples describe the same moment
     assert ev.get_column("time").to_list() == [
-        datetime(2026, 11, 30, 5, 10, 38, 200000, tzinfo=timezone.utc),
-        datetime(2026, 11, 30, 5, 10, 38, 300000, tzinfo=timezone.utc),
+        datetime(2026, 11, 30, 5, 10, 38, 200000, tzinfo=UTC),
+        datetime(2026, 11, 30, 5, 10, 38, 300000, tzinfo=UTC),
     ]
 
 
@@ -71,15 +71,18 @@ def test_free_runs_vectorised():
 
 
 def test_local_time_and_bad_lines_in_a_bundle(tmp_path):
-    p = write_lines(tmp_path / "bt.jsonl", [
-        '{"type": "step", "time": "2026-11-30 06:10:38", "step": 1, "num_free_blocks": 3, "free_regions": [[0, 3]]}',
-        '{"type": "event", "time": "2026-11-30T06:10:39", "step": 2, "request_id": "r", "action": "preempt"}',
-        "garbage",
-        "",
-    ])
+    p = write_lines(
+        tmp_path / "bt.jsonl",
+        [
+            '{"type": "step", "time": "2026-11-30 06:10:38", "step": 1, "num_free_blocks": 3, "free_regions": [[0, 3]]}',
+            '{"type": "event", "time": "2026-11-30T06:10:39", "step": 2, "request_id": "r", "action": "preempt"}',
+            "garbage",
+            "",
+        ],
+    )
     a = analyze([str(p)], AnalyzeOptions(tz="Europe/Berlin"))
     st = a.frames["bt_steps"]
-    assert st.get_column("time").to_list() == [datetime(2026, 11, 30, 5, 10, 38, tzinfo=timezone.utc)]
+    assert st.get_column("time").to_list() == [datetime(2026, 11, 30, 5, 10, 38, tzinfo=UTC)]
     assert any("1 of 3 line(s)" in w for w in a.warnings)
     # no vLLM log in the bundle: the preempt record is the event (kind record)
     assert a.events.select("event_id", "kind", "request_id").rows() == [(f"{p}:2", "record", "r")]
@@ -95,8 +98,11 @@ def test_preempt_records_are_evidence_when_the_log_counts(tmp_path):
 def test_schemas(tmp_path):
     p = write_lines(tmp_path / "bt.jsonl", [s for s, e in blocktable.SAMPLES if not e.get("_bad")])
     out = blocktable.BlockTableParsed([_file(p, "blocktable")]).resolve(TimeContext(tz="UTC"))
-    for name, schema in (("bt_steps", blocktable.BT_STEPS_SCHEMA), ("bt_tables", blocktable.BT_TABLES_SCHEMA),
-                         ("bt_events", blocktable.BT_EVENTS_SCHEMA)):
+    for name, schema in (
+        ("bt_steps", blocktable.BT_STEPS_SCHEMA),
+        ("bt_tables", blocktable.BT_TABLES_SCHEMA),
+        ("bt_events", blocktable.BT_EVENTS_SCHEMA),
+    ):
         assert {k: str(v) for k, v in out.frames[name].schema.items()} == schema, name
     assert out.config.row(0, named=True)["key"] == "block_size"
 
@@ -122,7 +128,7 @@ def test_kvevents_file_sniff_schema_and_rate(tmp_path):
     assert sniff("\n".join(lines))[0] == "kvevents"
     p = write_lines(tmp_path / "kv.jsonl", lines)
     parsed = kvevents.KvEventsParsed([_file(p, "kvevents")])
-    assert parsed.anchors()[0][0] == datetime(2026, 11, 30, 5, 10, 38, 100000, tzinfo=timezone.utc)
+    assert parsed.anchors()[0][0] == datetime(2026, 11, 30, 5, 10, 38, 100000, tzinfo=UTC)
     df = parsed.resolve(TimeContext(tz="UTC")).frames["kv_events"]
     assert {k: str(v) for k, v in df.schema.items()} == kvevents.KV_EVENTS_SCHEMA
     rate = kvevents.per_second(df)

@@ -19,8 +19,14 @@ from .conftest import FIXTURES, write_lines
 @pytest.mark.parametrize(
     "names,expected",
     [
-        (["vllm.log", "vllm.log.1", "vllm.log.2.gz", "vllm.log.10"], ["vllm.log.10", "vllm.log.2.gz", "vllm.log.1", "vllm.log"]),
-        (["vllm.log", "vllm.log-20261129.gz", "vllm.log-20261128"], ["vllm.log-20261128", "vllm.log-20261129.gz", "vllm.log"]),
+        (
+            ["vllm.log", "vllm.log.1", "vllm.log.2.gz", "vllm.log.10"],
+            ["vllm.log.10", "vllm.log.2.gz", "vllm.log.1", "vllm.log"],
+        ),
+        (
+            ["vllm.log", "vllm.log-20261129.gz", "vllm.log-20261128"],
+            ["vllm.log-20261128", "vllm.log-20261129.gz", "vllm.log"],
+        ),
     ],
 )
 def test_rotation_order(names, expected):
@@ -55,7 +61,9 @@ def test_mixed_bundle_equals_plain_concatenation(tmp_path):
     b = analyze([str(bundle)], AnalyzeOptions(tz="UTC", year=2025))
     assert a.events.height == 101
     assert a.events.select(cols).equals(b.events.select(cols))
-    assert a.stats.select("time", "running", "waiting", "kv_usage").equals(b.stats.select("time", "running", "waiting", "kv_usage"))
+    assert a.stats.select("time", "running", "waiting", "kv_usage").equals(
+        b.stats.select("time", "running", "waiting", "kv_usage")
+    )
     kinds = {f.display.split("/")[-1]: f.kind for f in b.bundle.files}
     assert kinds["notes.txt"] == "unknown" and kinds["core.bin"] == "binary"
     assert kinds["vllm.log.3.gz"] == "vllm-log"

@@ -34,7 +34,7 @@ class Server:
         outer = self
 
         class H(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 n = outer.hits
                 outer.hits += 1
                 if n in outer.fail:
@@ -65,8 +65,7 @@ class Server:
 
 
 def cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "preemptlog", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "preemptlog", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def manifest(d: Path) -> list[dict]:
@@ -107,7 +106,9 @@ def test_connection_refused_is_reported_one_line_each_and_exits_3(tmp_path):
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
     out = tmp_path / "x"
-    p = cli("capture", "--metrics", f"http://127.0.0.1:{port}/metrics", "--every", "1s", "--for", "4.5s", "-o", str(out))
+    p = cli(
+        "capture", "--metrics", f"http://127.0.0.1:{port}/metrics", "--every", "1s", "--for", "4.5s", "-o", str(out)
+    )
     assert p.returncode == 3, p.stderr
     assert "Traceback" not in p.stderr
     lines = [ln for ln in p.stderr.splitlines() if "Connection refused" in ln and "retrying" in ln]
@@ -130,8 +131,16 @@ def test_backoff_doubles_up_to_a_minute(monkeypatch, tmp_path):
 
     monkeypatch.setattr(scrape, "scrape_once", fail)
     said = []
-    cap = scrape.Capture(tmp_path, url="http://127.0.0.1:9/metrics", every=1.0, duration=200.0, log=None,
-                         say=said.append, clock=lambda: now[0], sleep=sleep)
+    cap = scrape.Capture(
+        tmp_path,
+        url="http://127.0.0.1:9/metrics",
+        every=1.0,
+        duration=200.0,
+        log=None,
+        say=said.append,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
     st = cap.run()
     assert attempts == [0, 2, 6, 14, 30, 62, 122, 182]
     assert st.gaps == 1 and st.failures == 8 and len(said) == 8
@@ -152,8 +161,12 @@ def test_log_following_copies_only_what_is_appended_and_survives_truncation(tmp_
     src.write_text("old line before the capture\n")
     out = tmp_path / "b"
     copy = out / "vllm.log"
-    proc = subprocess.Popen([sys.executable, "-m", "preemptlog", "capture", "--log", str(src), "--for", "120s",
-                             "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "preemptlog", "capture", "--log", str(src), "--for", "120s", "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert _wait_for(lambda: (out / "capture.jsonl").exists())  # the follower is at the end of the file
         with src.open("a") as fh:
@@ -171,8 +184,12 @@ def test_log_following_copies_only_what_is_appended_and_survives_truncation(tmp_
 def test_ctrl_c_stops_cleanly(tmp_path):
     out = tmp_path / "c"
     with Server() as srv:
-        proc = subprocess.Popen([sys.executable, "-m", "preemptlog", "capture", "--metrics", srv.url, "--every", "1s",
-                                 "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "preemptlog", "capture", "--metrics", srv.url, "--every", "1s", "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + 30
         while time.time() < deadline and not list(out.glob("metrics-*.prom")):
             time.sleep(0.1)
@@ -211,6 +228,7 @@ def test_capture_source_sniffs_and_reports(tmp_path):
     p = tmp_path / "capture.jsonl"
     p.write_text("\n".join(lines) + "\n")
     out = capture.CaptureParsed([InputFile(0, p, p.name, "capture", None, p.stat().st_size, None, None)]).resolve(
-        TimeContext(tz="UTC"))
+        TimeContext(tz="UTC")
+    )
     assert out.partial and len(out.warnings) == 1 and "2026-12-01T10:00:10" in out.warnings[0]
     assert len(out.notes) == 1 and "every 10.0 s" in out.notes[0]

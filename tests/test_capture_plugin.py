@@ -57,9 +57,19 @@ def test_register_without_vllm_logs_one_line_and_records_nothing(tmp_path):
 
 @pytest.mark.parametrize(
     "version,plan",
-    [("0.10.2", None), ("0.11.0", "inline"), ("0.11.2", "inline"), ("0.12.0", "method"), ("0.32.0", "method"),
-     ("0.32.1.dev3+g1234abc", "method"), ("0.33.0", "method"), ("0.34.0", None), ("1.0.0", None), ("dev", None),
-     ("", None)],
+    [
+        ("0.10.2", None),
+        ("0.11.0", "inline"),
+        ("0.11.2", "inline"),
+        ("0.12.0", "method"),
+        ("0.32.0", "method"),
+        ("0.32.1.dev3+g1234abc", "method"),
+        ("0.33.0", "method"),
+        ("0.34.0", None),
+        ("1.0.0", None),
+        ("dev", None),
+        ("", None),
+    ],
 )
 def test_version_guard(version, plan):
     assert plan_for(version) == plan
@@ -87,7 +97,7 @@ class Block:
 
 
 class FreeQueue:
-    def __init__(self, pool: "Pool") -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     def get_all_free_blocks(self):
@@ -276,12 +286,14 @@ def records(path: Path) -> list[dict]:
 def run_plugin(tmp_path, plan="method", **kw):
     Sched, KVM = make_classes()
     if plan == "inline":
+
         def preempt(self, victim):  # 0.11: inline, the only free() in schedule()
             self.kv_cache_manager.free(victim)
             victim.status = Status("PREEMPTED")
             victim.num_computed_tokens = 0
             victim.num_preemptions += 1
             self.waiting.insert(0, victim)
+
         Sched.preempt = preempt
         del Sched._preempt_request
     rec = Recorder(str(tmp_path / "rec-{pid}-{engine}.jsonl"), clock=lambda: 1796117811.5, **kw)
@@ -327,8 +339,9 @@ def test_the_records_parse_as_block_table_records(tmp_path):
     rec.flush()
     (path,) = tmp_path.glob("rec-*.jsonl")
     assert sniff(path.read_text()[:4000])[0] == "blocktable"
-    out = blocktable.BlockTableParsed([InputFile(0, path, path.name, "blocktable", None, path.stat().st_size,
-                                                 None, None)]).resolve(TimeContext(tz="UTC"))
+    out = blocktable.BlockTableParsed(
+        [InputFile(0, path, path.name, "blocktable", None, path.stat().st_size, None, None)]
+    ).resolve(TimeContext(tz="UTC"))
     assert not out.warnings, out.warnings
     n = len(records(path))
     frames = out.frames
@@ -475,8 +488,16 @@ def test_a_preemption_outside_schedule_has_no_failed_allocation(tmp_path):
 
 
 class _Coordinator:
-    def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, *, num_encoder_tokens=0,
-                                   apply_admission_cap=False, prefill_end=None):
+    def get_num_blocks_to_allocate(
+        self,
+        request_id,
+        num_tokens,
+        new_computed_blocks,
+        *,
+        num_encoder_tokens=0,
+        apply_admission_cap=False,
+        prefill_end=None,
+    ):
         if num_tokens < 0:
             raise ValueError("negative")
         return (request_id, num_tokens, new_computed_blocks, num_encoder_tokens, apply_admission_cap, prefill_end)
@@ -498,8 +519,20 @@ def test_same_signature_wrapper_stores_the_result_and_passes_everything_through(
     assert fast is not None
     assert inspect.signature(fast) == inspect.signature(orig)
     c = _Coordinator()
-    calls = [((c, "r", 5, []), {}), ((c,), {"request_id": "r", "num_tokens": 7, "new_computed_blocks": [1],
-                                           "num_encoder_tokens": 3, "prefill_end": 9, "apply_admission_cap": True})]
+    calls = [
+        ((c, "r", 5, []), {}),
+        (
+            (c,),
+            {
+                "request_id": "r",
+                "num_tokens": 7,
+                "new_computed_blocks": [1],
+                "num_encoder_tokens": 3,
+                "prefill_end": 9,
+                "apply_admission_cap": True,
+            },
+        ),
+    ]
     for args, kwargs in calls:
         out = fast(*args, **kwargs)
         assert out == orig(*args, **kwargs)

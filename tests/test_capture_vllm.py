@@ -25,8 +25,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "vllm_driver.py"
 PRESSURE = {"workload": "pressure", "requests": 24, "prompt": 100, "max_tokens": 60, "blocks": 64}
-PREFIX = {"workload": "prefix", "prefix_caching": True, "requests": 30, "prompt": 120, "shared_prefix": 80,
-          "blocks": 64}
+PREFIX = {
+    "workload": "prefix",
+    "prefix_caching": True,
+    "requests": 30,
+    "prompt": 120,
+    "shared_prefix": 80,
+    "blocks": 64,
+}
 
 
 def vllm_python() -> str | None:
@@ -55,11 +61,19 @@ def run_driver(name: str, spec: dict, env: dict, out: Path, timeout: float = 600
     (d / "blocker").write_text("a file, so blocker/... cannot be created\n")
     spec = {**spec, "log": str(d / "vllm.log")}
     full = {k: v for k, v in os.environ.items() if not k.startswith("PREEMPTLOG_")}
-    full.update({"PYTHONPATH": str(ROOT), "VLLM_PLUGINS": "preemptlog", "NO_COLOR": "1",
-                 "VLLM_LOGGING_COLOR": "0", "OMP_NUM_THREADS": "1"})
+    full.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "VLLM_PLUGINS": "preemptlog",
+            "NO_COLOR": "1",
+            "VLLM_LOGGING_COLOR": "0",
+            "OMP_NUM_THREADS": "1",
+        }
+    )
     full.update({k: v.replace("{dir}", str(d)) for k, v in env.items()})
-    p = subprocess.run([PY, str(DRIVER), json.dumps(spec)], capture_output=True, text=True, env=full,
-                       timeout=timeout, cwd=str(d))
+    p = subprocess.run(
+        [PY, str(DRIVER), json.dumps(spec)], capture_output=True, text=True, env=full, timeout=timeout, cwd=str(d)
+    )
     (d / "stdout.txt").write_text(p.stdout)
     (d / "stderr.txt").write_text(p.stderr)
     if p.returncode != 0:
@@ -76,8 +90,15 @@ def run_driver(name: str, spec: dict, env: dict, out: Path, timeout: float = 600
 RUNS = {
     "pressure": (PRESSURE, {"PREEMPTLOG_RECORD": "{dir}/records.jsonl"}),
     "pressure_off": (PRESSURE, {}),
-    "pressure_full": (PRESSURE, {"PREEMPTLOG_RECORD": "{dir}/records.jsonl", "PREEMPTLOG_FIX_STATS": "1",
-                                 "PREEMPTLOG_RECORD_EVENTS": "1", "PREEMPTLOG_RECORD_STEPS": "10"}),
+    "pressure_full": (
+        PRESSURE,
+        {
+            "PREEMPTLOG_RECORD": "{dir}/records.jsonl",
+            "PREEMPTLOG_FIX_STATS": "1",
+            "PREEMPTLOG_RECORD_EVENTS": "1",
+            "PREEMPTLOG_RECORD_STEPS": "10",
+        },
+    ),
     "prefix": (PREFIX, {"PREEMPTLOG_RECORD": "{dir}/records.jsonl", "PREEMPTLOG_FIX_STATS": "1"}),
     "prefix_off": (PREFIX, {}),
     "priority": ({**PRESSURE, "policy": "priority"}, {"PREEMPTLOG_RECORD": "{dir}/records.jsonl"}),
@@ -151,9 +172,16 @@ def test_prefix_caching_victims_show_shared_blocks(runs):
     assert all(r["blocks_freed"] == r["blocks_before"] for r in unshared)
 
 
-@pytest.mark.parametrize("plain,other", [("pressure_off", "pressure"), ("pressure_off", "pressure_full"),
-                                         ("prefix_off", "prefix"), ("pressure_off", "fault"),
-                                         ("pressure_off", "unwritable")])
+@pytest.mark.parametrize(
+    "plain,other",
+    [
+        ("pressure_off", "pressure"),
+        ("pressure_off", "pressure_full"),
+        ("prefix_off", "prefix"),
+        ("pressure_off", "fault"),
+        ("pressure_off", "unwritable"),
+    ],
+)
 def test_the_plugin_never_changes_a_scheduling_decision(runs, plain, other):
     a, b = runs[plain], runs[other]
     assert a["records"] is None  # no PREEMPTLOG_RECORD: no file
@@ -204,7 +232,9 @@ def test_lifecycle_records(runs):
         assert phases == ["arrival", "scheduled", "finish"], (rid, phases)
         arrival, _, fin = rs
         assert arrival["prompt_tokens"] >= PRESSURE["prompt"] and arrival["max_tokens"] >= PRESSURE["max_tokens"]
-        assert fin["output_tokens"] == arrival["max_tokens"] and fin["finish_reason"] == "length_capped"  # RequestStatus.FINISHED_LENGTH_CAPPED
+        assert (
+            fin["output_tokens"] == arrival["max_tokens"] and fin["finish_reason"] == "length_capped"
+        )  # RequestStatus.FINISHED_LENGTH_CAPPED
     n_pre = sum(r["num_preemptions"] for rs in by.values() for r in rs if r["phase"] == "finish")
     assert n_pre == len(preempts(res))
 
@@ -239,8 +269,24 @@ def test_an_unwritable_path_warns_once_and_vllm_runs_on(runs):
 
 
 def _analyze(paths: list[Path], *extra: str) -> tuple[list[dict], str]:
-    p = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", *map(str, paths), "-f", "ndjson", "--wide",
-                        "--tz", "UTC", *extra], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preemptlog",
+            "analyze",
+            *map(str, paths),
+            "-f",
+            "ndjson",
+            "--wide",
+            "--tz",
+            "UTC",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode in (0, 5), p.stderr
     return [json.loads(x) for x in p.stdout.splitlines() if x.strip()], p.stderr
 
@@ -296,7 +342,6 @@ def test_real_tiny_model_records_match_its_own_counter(tmp_path):
     assert all(r["blocks_needed"] > r["pool_free_blocks"] for r in pre)
 
 
-
 @pytest.mark.parametrize("name", ["pressure", "prefix", "priority"])
 def test_findings_recompute_per_record_is_the_victims_computed_tokens(runs, name, tmp_path):
     """Issue 15 on the real scheduler: the recompute cost of each record-backed event is the
@@ -316,8 +361,11 @@ def test_findings_recompute_per_record_is_the_victims_computed_tokens(runs, name
     assert pe.get_column("recompute_tokens").to_list() == [t["num_computed_tokens"] for t in tables]
     assert set(pe.get_column("recompute_bound")) == {"exact"}
     assert a.findings.recompute["tokens"] == sum(t["num_computed_tokens"] for t in tables)
-    finish = {r["request_id"]: r["num_preemptions"] for r in res["records"]
-              if r["type"] == "request" and r["phase"] == "finish" and r.get("num_preemptions")}
+    finish = {
+        r["request_id"]: r["num_preemptions"]
+        for r in res["records"]
+        if r["type"] == "request" and r["phase"] == "finish" and r.get("num_preemptions")
+    }
     th = a.findings.thrash
     assert th["evaluable"] and th["requests_preempted"] == len(finish)
     ranked = {r["request_id"]: r["preemptions"] for r in a.findings.thrash_table.to_dicts()}

@@ -67,7 +67,7 @@ def test_json_document():
 
 
 def test_csv_and_safe_csv(tmp_path):
-    p = write_lines(tmp_path / "v.log", ["INFO 05-02 10:00:00 [x.py:1] =HYPERLINK(\"http://x\") Req-1 PREEMPTED"])
+    p = write_lines(tmp_path / "v.log", ['INFO 05-02 10:00:00 [x.py:1] =HYPERLINK("http://x") Req-1 PREEMPTED'])
     plain = invoke("analyze", str(p), "--year", "2025", "-f", "csv", "-q", "--columns", "event_id,time,raw")
     safe = invoke("analyze", str(p), "--year", "2025", "-f", "csv", "-q", "--csv-safe", "--wide")
     assert plain.stdout.splitlines()[0].startswith("event_id,time,")
@@ -112,8 +112,14 @@ def test_usage_errors_exit_2(tmp_path):
 
 @pytest.mark.parametrize(
     "cond,code",
-    [("any", ExitCode.FAIL_ON), ("count>100", ExitCode.FAIL_ON), ("count>101", ExitCode.OK),
-     ("count>=101", ExitCode.FAIL_ON), ("rate>50%", ExitCode.FAIL_ON), ("rate>60", ExitCode.OK)],
+    [
+        ("any", ExitCode.FAIL_ON),
+        ("count>100", ExitCode.FAIL_ON),
+        ("count>101", ExitCode.OK),
+        ("count>=101", ExitCode.FAIL_ON),
+        ("rate>50%", ExitCode.FAIL_ON),
+        ("rate>60", ExitCode.OK),
+    ],
 )
 def test_fail_on(cond, code):
     r = invoke("analyze", V0, "--year", "2025", "-q", "--fail-on", cond, "-f", "ndjson")
@@ -151,6 +157,7 @@ def test_log_text_is_inert_in_the_table(tmp_path):
 
 # ---- real subprocesses with pipes ----
 
+
 def _env():
     env = dict(os.environ)
     env.pop("PREEMPTLOG_FORMAT", None)
@@ -179,7 +186,9 @@ def test_subprocess_closed_pipe_is_quiet(tmp_path):
 
 
 def test_subprocess_error_exit_code():
-    out = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", "/nope"], capture_output=True, text=True, env=_env())
+    out = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", "/nope"], capture_output=True, text=True, env=_env()
+    )
     assert out.returncode == ExitCode.INPUT
     assert out.stderr.startswith("preemptlog: error:")
     assert out.stdout == ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -37,22 +37,73 @@ def test_samples(i, tmp_path):
 
 
 CORPUS_EXPECT = {
-    "dmon-fullbot-s-u-jpg-ofa.txt": (10, ["gpu", "sm_pct", "mem_pct", "enc_pct", "dec_pct", "jpg_pct", "ofa_pct"],
-                                     {"sm_pct": 46.0, "mem_pct": 26.0, "dec_pct": 1.0}),
-    "dmon-kde-520-pucm-1gpu.txt": (6, ["gpu", "pwr_w", "gtemp_c", "mtemp_c", "sm_pct", "mem_pct", "enc_pct", "dec_pct",
-                                       "mclk_mhz", "pclk_mhz", "fb_mb", "bar1_mb"],
-                                   {"pwr_w": 11.0, "mtemp_c": None, "mclk_mhz": 405.0, "fb_mb": 418.0}),
-    "dmon-kde-525-misaligned-header.txt": (5, ["gpu", "pwr_w", "gtemp_c", "mtemp_c", "sm_pct", "mem_pct", "enc_pct",
-                                               "dec_pct", "mclk_mhz", "pclk_mhz", "fb_mb", "bar1_mb"],
-                                           {"pwr_w": 29.0, "gtemp_c": 49.0, "mclk_mhz": 4006.0, "pclk_mhz": 974.0,
-                                            "fb_mb": 387.0, "bar1_mb": 16.0}),
-    "dmon-kde-530-jpg-ofa-ccpm.txt": (5, ["gpu", "pwr_w", "gtemp_c", "mtemp_c", "sm_pct", "mem_pct", "enc_pct",
-                                          "dec_pct", "jpg_pct", "ofa_pct", "mclk_mhz", "pclk_mhz", "fb_mb", "bar1_mb",
-                                          "ccpm_mb"],
-                                      {"fb_mb": 874.0, "ccpm_mb": 0.0, "mem_pct": 13.0}),
-    "dmon-notes-pucet-DT-ecc-pci.txt": (3, ["gpu", "pwr_w", "sbecc_errs", "dbecc_errs", "pci_errs", "rxpci_mbps",
-                                            "txpci_mbps"],
-                                        {"pwr_w": 37.0, "pclk_mhz": 582.0, "sbecc_errs": None, "txpci_mbps": 1.0}),
+    "dmon-fullbot-s-u-jpg-ofa.txt": (
+        10,
+        ["gpu", "sm_pct", "mem_pct", "enc_pct", "dec_pct", "jpg_pct", "ofa_pct"],
+        {"sm_pct": 46.0, "mem_pct": 26.0, "dec_pct": 1.0},
+    ),
+    "dmon-kde-520-pucm-1gpu.txt": (
+        6,
+        [
+            "gpu",
+            "pwr_w",
+            "gtemp_c",
+            "mtemp_c",
+            "sm_pct",
+            "mem_pct",
+            "enc_pct",
+            "dec_pct",
+            "mclk_mhz",
+            "pclk_mhz",
+            "fb_mb",
+            "bar1_mb",
+        ],
+        {"pwr_w": 11.0, "mtemp_c": None, "mclk_mhz": 405.0, "fb_mb": 418.0},
+    ),
+    "dmon-kde-525-misaligned-header.txt": (
+        5,
+        [
+            "gpu",
+            "pwr_w",
+            "gtemp_c",
+            "mtemp_c",
+            "sm_pct",
+            "mem_pct",
+            "enc_pct",
+            "dec_pct",
+            "mclk_mhz",
+            "pclk_mhz",
+            "fb_mb",
+            "bar1_mb",
+        ],
+        {"pwr_w": 29.0, "gtemp_c": 49.0, "mclk_mhz": 4006.0, "pclk_mhz": 974.0, "fb_mb": 387.0, "bar1_mb": 16.0},
+    ),
+    "dmon-kde-530-jpg-ofa-ccpm.txt": (
+        5,
+        [
+            "gpu",
+            "pwr_w",
+            "gtemp_c",
+            "mtemp_c",
+            "sm_pct",
+            "mem_pct",
+            "enc_pct",
+            "dec_pct",
+            "jpg_pct",
+            "ofa_pct",
+            "mclk_mhz",
+            "pclk_mhz",
+            "fb_mb",
+            "bar1_mb",
+            "ccpm_mb",
+        ],
+        {"fb_mb": 874.0, "ccpm_mb": 0.0, "mem_pct": 13.0},
+    ),
+    "dmon-notes-pucet-DT-ecc-pci.txt": (
+        3,
+        ["gpu", "pwr_w", "sbecc_errs", "dbecc_errs", "pci_errs", "rxpci_mbps", "txpci_mbps"],
+        {"pwr_w": 37.0, "pclk_mhz": 582.0, "sbecc_errs": None, "txpci_mbps": 1.0},
+    ),
 }
 
 
@@ -80,8 +131,8 @@ def test_corpus_dt_is_timed_and_an_anchor(corpus):
     assert anchors and anchors[0][0].year == 2021
     df = parsed.resolve(TimeContext(tz="Europe/Berlin")).frames["dmon"]
     assert df.get_column("time").to_list()[:2] == [
-        datetime(2021, 1, 2, 18, 12, 31, tzinfo=timezone.utc),
-        datetime(2021, 1, 2, 18, 12, 33, tzinfo=timezone.utc),
+        datetime(2021, 1, 2, 18, 12, 31, tzinfo=UTC),
+        datetime(2021, 1, 2, 18, 12, 33, tzinfo=UTC),
     ]
     assert set(df.get_column("time_precision")) == {"1s"}
 
@@ -94,16 +145,16 @@ def test_corpus_untimed_is_said(corpus):
 
 def test_time_only_crosses_midnight_and_takes_the_log_date():
     path = FIXTURES / "sources" / "dmon-T-2gpu-midnight.txt"
-    ref = (datetime(2026, 11, 29, 23, 59, 55, tzinfo=timezone.utc), datetime(2026, 11, 30, 0, 0, 1, tzinfo=timezone.utc))
+    ref = (datetime(2026, 11, 29, 23, 59, 55, tzinfo=UTC), datetime(2026, 11, 30, 0, 0, 1, tzinfo=UTC))
     out = dmon.DmonParsed([_file(path)]).resolve(TimeContext(tz="UTC", reference=ref))
     df = out.frames["dmon"]
     assert df.get_column("time").to_list() == [
-        datetime(2026, 11, 29, 23, 59, 58, tzinfo=timezone.utc),
-        datetime(2026, 11, 29, 23, 59, 58, tzinfo=timezone.utc),
-        datetime(2026, 11, 29, 23, 59, 59, tzinfo=timezone.utc),
-        datetime(2026, 11, 29, 23, 59, 59, tzinfo=timezone.utc),
-        datetime(2026, 11, 30, 0, 0, 1, tzinfo=timezone.utc),
-        datetime(2026, 11, 30, 0, 0, 1, tzinfo=timezone.utc),
+        datetime(2026, 11, 29, 23, 59, 58, tzinfo=UTC),
+        datetime(2026, 11, 29, 23, 59, 58, tzinfo=UTC),
+        datetime(2026, 11, 29, 23, 59, 59, tzinfo=UTC),
+        datetime(2026, 11, 29, 23, 59, 59, tzinfo=UTC),
+        datetime(2026, 11, 30, 0, 0, 1, tzinfo=UTC),
+        datetime(2026, 11, 30, 0, 0, 1, tzinfo=UTC),
     ]
     assert df.get_column("gpu").to_list() == [0, 1, 0, 1, 0, 1]
     (a,) = out.assumptions
@@ -119,10 +170,12 @@ def test_time_only_without_anything_else_is_untimed():
 
 def test_bundle_with_log_dates_time_only_dmon_and_offset(tmp_path):
     src = FIXTURES / "sources"
-    a = analyze([str(src / "midnight.log"), str(src / "dmon-T-2gpu-midnight.txt")],
-                AnalyzeOptions(tz="UTC", year=2026, offsets={"dmon": -1.0}))
+    a = analyze(
+        [str(src / "midnight.log"), str(src / "dmon-T-2gpu-midnight.txt")],
+        AnalyzeOptions(tz="UTC", year=2026, offsets={"dmon": -1.0}),
+    )
     df = a.frames["dmon"]
-    assert df.get_column("time")[0] == datetime(2026, 11, 29, 23, 59, 57, tzinfo=timezone.utc)
+    assert df.get_column("time")[0] == datetime(2026, 11, 29, 23, 59, 57, tzinfo=UTC)
     assert any(x.topic == "dmon date" for x in a.assumptions)
     assert any(x.topic == "offset" and x.scope == "dmon" for x in a.assumptions)
 
@@ -138,10 +191,20 @@ def test_bad_rows_are_counted_not_fatal(tmp_path):
 
 # ---- property test: any selection, order, GPU count, header repetition ----
 
-METRICS = [("pwr", "W", "pwr_w"), ("gtemp", "C", "gtemp_c"), ("sm", "%", "sm_pct"), ("mem", "%", "mem_pct"),
-           ("enc", "%", "enc_pct"), ("jpg", "%", "jpg_pct"), ("mclk", "MHz", "mclk_mhz"), ("fb", "MB", "fb_mb"),
-           ("bar1", "MB", "bar1_mb"), ("ccpm", "MB", "ccpm_mb"), ("rxpci", "MB/s", "rxpci_mbps"),
-           ("sbecc", "errs", "sbecc_errs")]
+METRICS = [
+    ("pwr", "W", "pwr_w"),
+    ("gtemp", "C", "gtemp_c"),
+    ("sm", "%", "sm_pct"),
+    ("mem", "%", "mem_pct"),
+    ("enc", "%", "enc_pct"),
+    ("jpg", "%", "jpg_pct"),
+    ("mclk", "MHz", "mclk_mhz"),
+    ("fb", "MB", "fb_mb"),
+    ("bar1", "MB", "bar1_mb"),
+    ("ccpm", "MB", "ccpm_mb"),
+    ("rxpci", "MB/s", "rxpci_mbps"),
+    ("sbecc", "errs", "sbecc_errs"),
+]
 
 
 @settings(max_examples=40, deadline=None)
@@ -155,8 +218,15 @@ METRICS = [("pwr", "W", "pwr_w"), ("gtemp", "C", "gtemp_c"), ("sm", "%", "sm_pct
     data=st.data(),
 )
 def test_property_values_recovered(tmp_path_factory, cols, gpus, samples, repeat, date_cols, widths, data):
-    names = (["Date"] if "D" in date_cols else []) + (["Time"] if "T" in date_cols else []) + ["gpu"] + [c[0] for c in cols]
-    units = (["YYYYMMDD"] if "D" in date_cols else []) + (["HH:MM:SS"] if "T" in date_cols else []) + ["Idx"] + [c[1] for c in cols]
+    names = (
+        (["Date"] if "D" in date_cols else []) + (["Time"] if "T" in date_cols else []) + ["gpu"] + [c[0] for c in cols]
+    )
+    units = (
+        (["YYYYMMDD"] if "D" in date_cols else [])
+        + (["HH:MM:SS"] if "T" in date_cols else [])
+        + ["Idx"]
+        + [c[1] for c in cols]
+    )
     pad = " " * widths
     header = "#" + pad.join(f"{n:>6}" for n in names) + " \n#" + pad.join(f"{u:>6}" for u in units) + "\n"
     lines, expected = [], []

@@ -27,7 +27,12 @@ def test_eval_command_json(tmp_path):
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["total"]["gate_accuracy"] >= 0.95
-    assert set(doc["total"]["confusion"]) == {"G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict"}
+    assert set(doc["total"]["confusion"]) == {
+        "G1-kv-space",
+        "G2-batch-variance",
+        "G3-queue-overflow",
+        "G4-prefix-conflict",
+    }
 
 
 def test_eval_refuses_a_non_simulated_bundle(tmp_path):

@@ -13,15 +13,19 @@ from .conftest import write_lines
 
 def warn(ts: str, rid: str, n: int | None, mode: str = "RECOMPUTE") -> str:
     tail = f" total_num_cumulative_preemption={n}" if n is not None else " total_num_cumulative_pr"
-    return (f"WARNING 05-02 {ts} [scheduler.py:1775] Sequence group {rid} is preempted by PreemptionMode.{mode} "
-            f"mode because there is not enough KV cache space. This can affect the end-to-end performance.{tail}")
+    return (
+        f"WARNING 05-02 {ts} [scheduler.py:1775] Sequence group {rid} is preempted by PreemptionMode.{mode} "
+        f"mode because there is not enough KV cache space. This can affect the end-to-end performance.{tail}"
+    )
 
 
 def stats(ts: str, pre: int | None, engine: str = "000") -> str:
     p = f"Preemptions: {pre}, " if pre is not None else ""
-    return (f"(APIServer pid=1) INFO 05-02 {ts} [loggers.py:208] Engine {engine}: Avg prompt throughput: 0.0 tokens/s, "
-            f"Avg generation throughput: 1.0 tokens/s, Running: 5 reqs, Waiting: 2 reqs, {p}GPU KV cache usage: "
-            "99.0%, Prefix cache hit rate: 0.0%")
+    return (
+        f"(APIServer pid=1) INFO 05-02 {ts} [loggers.py:208] Engine {engine}: Avg prompt throughput: 0.0 tokens/s, "
+        f"Avg generation throughput: 1.0 tokens/s, Running: 5 reqs, Waiting: 2 reqs, {p}GPU KV cache usage: "
+        "99.0%, Prefix cache hit rate: 0.0%"
+    )
 
 
 def run(tmp_path, lines, name="v.log"):
@@ -54,8 +58,13 @@ def test_v0_counter_started_before_the_log(tmp_path):
 
 
 def test_v0_restart_and_duplicates(tmp_path):
-    lines = [warn("10:00:00", "a", 1), warn("10:00:00", "a", 1), warn("10:01:00", "b", 51),
-             warn("10:05:00", "c", 1), warn("10:06:00", "d", 51)]
+    lines = [
+        warn("10:00:00", "a", 1),
+        warn("10:00:00", "a", 1),
+        warn("10:01:00", "b", 51),
+        warn("10:05:00", "c", 1),
+        warn("10:06:00", "d", 51),
+    ]
     r = run(tmp_path, lines)
     assert r.events.height == 102
     assert r.counters["v0"]["duplicates"] == 1
@@ -86,8 +95,13 @@ def test_v0_counter_continues_across_rotated_files(tmp_path):
 
 
 def test_v1_interval_counts(tmp_path):
-    lines = [stats("10:00:00", None), stats("10:00:10", 3), stats("10:00:10", 2, "001"), stats("10:00:20", None),
-             stats("10:00:30", 1)]
+    lines = [
+        stats("10:00:00", None),
+        stats("10:00:10", 3),
+        stats("10:00:10", 2, "001"),
+        stats("10:00:20", None),
+        stats("10:00:30", 1),
+    ]
     ev = run(tmp_path, lines).events
     assert ev.height == 6
     assert (ev.get_column("kind") == "interval").all()
@@ -125,13 +139,21 @@ def test_marker_shapes_are_documented():
 
 
 def test_whole_word_only(tmp_path):
-    ev = run(tmp_path, ["INFO 05-02 10:00:00 [x.py:1] NOT_PREEMPTED_YET", "INFO 05-02 10:00:00 [x.py:1] PREEMPTEDX"]).events
+    ev = run(
+        tmp_path, ["INFO 05-02 10:00:00 [x.py:1] NOT_PREEMPTED_YET", "INFO 05-02 10:00:00 [x.py:1] PREEMPTEDX"]
+    ).events
     assert ev.height == 0
 
 
 def test_repeated_preemptions_in_summary(tmp_path):
-    r = run(tmp_path, ["INFO 05-02 10:00:00 [x.py:1] Req-7 PREEMPTED", "INFO 05-02 10:00:05 [x.py:1] Req-7 PREEMPTED",
-                       "INFO 05-02 10:00:06 [x.py:1] Req-8 PREEMPTED"])
+    r = run(
+        tmp_path,
+        [
+            "INFO 05-02 10:00:00 [x.py:1] Req-7 PREEMPTED",
+            "INFO 05-02 10:00:05 [x.py:1] Req-7 PREEMPTED",
+            "INFO 05-02 10:00:06 [x.py:1] Req-8 PREEMPTED",
+        ],
+    )
     assert r.summary()["requests_preempted_more_than_once"] == [
         {"request_id": "7", "count": 2, "source": str(tmp_path / "v.log"), "process": None}
     ]

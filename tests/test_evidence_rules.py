@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.rules.verdicts import decided_by
 from preemptlog.joiner import VALUE_COLUMNS
+from preemptlog.rules.verdicts import decided_by
 
 from .conftest import FIXTURES
 
@@ -130,8 +130,11 @@ def _untime(row: dict) -> dict:
 
 
 @SETTINGS
-@given(name=st.sampled_from(HOOK_SCENARIOS), fam=st.sampled_from(["v04", "v08", "apiserver", "iso", "json"]),
-       mask=st.lists(st.booleans(), min_size=12, max_size=12))
+@given(
+    name=st.sampled_from(HOOK_SCENARIOS),
+    fam=st.sampled_from(["v04", "v08", "apiserver", "iso", "json"]),
+    mask=st.lists(st.booleans(), min_size=12, max_size=12),
+)
 def test_which_lines_carry_timestamps_does_not_change_evidence(tmp_path_factory, name, fam, mask):
     sc = B.SCENARIOS[name]
     base = _run(_write(tmp_path_factory.mktemp("a"), [B.render(fam, r) for r in sc["lines"]], sc.get("blocktable")))
@@ -149,9 +152,11 @@ UNRELATED = [
 
 
 @SETTINGS
-@given(name=st.sampled_from(HOOK_SCENARIOS + ["r3-interval-reporting-line", "r5-v0-swap-upstream"]),
-       fam=st.sampled_from(list(B.FAMILIES)),
-       inserts=st.lists(st.tuples(st.integers(0, 20), st.integers(0, len(UNRELATED) - 1)), max_size=6))
+@given(
+    name=st.sampled_from(HOOK_SCENARIOS + ["r3-interval-reporting-line", "r5-v0-swap-upstream"]),
+    fam=st.sampled_from(list(B.FAMILIES)),
+    inserts=st.lists(st.tuples(st.integers(0, 20), st.integers(0, len(UNRELATED) - 1)), max_size=6),
+)
 def test_unrelated_lines_do_not_change_evidence(tmp_path_factory, name, fam, inserts):
     sc = B.SCENARIOS[name]
     base = _run(_write(tmp_path_factory.mktemp("a"), [B.render(fam, r) for r in sc["lines"]], sc.get("blocktable")))
@@ -166,9 +171,13 @@ def test_unrelated_lines_do_not_change_evidence(tmp_path_factory, name, fam, ins
 
 
 @SETTINGS
-@given(name=st.sampled_from(["r3-interval-reporting-line", "r7-fewer-records", "r5-v0-swap-upstream"]),
-       fam=st.sampled_from(list(B.FAMILIES)),
-       kv=st.floats(0, 100), waiting=st.integers(0, 500), pre=st.integers(0, 3))
+@given(
+    name=st.sampled_from(["r3-interval-reporting-line", "r7-fewer-records", "r5-v0-swap-upstream"]),
+    fam=st.sampled_from(list(B.FAMILIES)),
+    kv=st.floats(0, 100),
+    waiting=st.integers(0, 500),
+    pre=st.integers(0, 3),
+)
 def test_a_second_engine_does_not_change_evidence(tmp_path_factory, name, fam, kv, waiting, pre):
     sc = B.SCENARIOS[name]
     base = _run(_write(tmp_path_factory.mktemp("a"), [B.render(fam, r) for r in sc["lines"]], sc.get("blocktable")))
@@ -195,20 +204,31 @@ def test_cited_lines_belong_to_the_events_engine_and_step(name):
         ev = a.events.select("event_id", "engine").join(a.evidence, on="event_id")
         for r in ev.iter_rows(named=True):
             eng = r["engine"] or "0"
-            for col in ("stats_kv_usage_max", "stats_kv_usage_at", "stats_waiting_at", "stats_waiting_delta", "stats_running_at", "stats_running_delta"):
+            for col in (
+                "stats_kv_usage_max",
+                "stats_kv_usage_at",
+                "stats_waiting_at",
+                "stats_waiting_delta",
+                "stats_running_at",
+                "stats_running_delta",
+            ):
                 for src in (r[f"{col}_src"] or "").split("; "):
                     if src:
                         assert stats[src] == eng, (r["event_id"], col, src)
-            for col, step_col in (("lookback_short_free_blocks", "lookback_short_step"),
-                                  ("lookback_short_blocks_needed", "lookback_short_step"),
-                                  ("lookback_variance_threshold", "lookback_variance_step"),
-                                  ("lookback_max_pending", "lookback_max_pending_step"),
-                                  ("sched_free_blocks", "sched_step"), ("batch_variance", "sched_step")):
+            for col, step_col in (
+                ("lookback_short_free_blocks", "lookback_short_step"),
+                ("lookback_short_blocks_needed", "lookback_short_step"),
+                ("lookback_variance_threshold", "lookback_variance_step"),
+                ("lookback_max_pending", "lookback_max_pending_step"),
+                ("sched_free_blocks", "sched_step"),
+                ("batch_variance", "sched_step"),
+            ):
                 if r[f"{col}_src"]:
                     assert steps[r[f"{col}_src"]] == r[step_col], (r["event_id"], col)
 
 
 # --------------------------------------------------------------------------- reconciliation
+
 
 def test_interval_straddling_the_first_scrape_is_counted_once(tmp_path):
     """Issue 19 item 6: a log interval straddling the first /metrics scrape, counter 0 there."""
@@ -220,8 +240,10 @@ def test_interval_straddling_the_first_scrape_is_counted_once(tmp_path):
     (tmp_path / "vllm.log").write_text("\n".join(log) + "\n")
 
     def scrape(ts: int, value: int) -> str:
-        return (f"# scrape at {ts}\n# TYPE vllm:num_preemptions counter\n"
-                f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {value} {ts}000\n')
+        return (
+            f"# scrape at {ts}\n# TYPE vllm:num_preemptions counter\n"
+            f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {value} {ts}000\n'
+        )
 
     t0 = 1746090020  # 2025-05-01T09:00:20Z
     (tmp_path / "metrics.prom").write_text(scrape(t0, 0) + scrape(t0 + 20, 14))
@@ -234,6 +256,7 @@ def test_interval_straddling_the_first_scrape_is_counted_once(tmp_path):
 
 
 # --------------------------------------------------------------------------- rule 1 details
+
 
 def test_untimed_lines_say_where_their_time_came_from(tmp_path):
     lines = [
@@ -276,7 +299,19 @@ def test_explain_shows_the_deciding_step_and_lines_for_each_fired_gate():
     (d,) = [x for x in doc["decided_by"] if x["rule"] == "G1-capacity"]
     assert d["where"] == "scheduler step 1"
     assert d["lines"][:2] == ["v08/vllm.log:1", "v08/vllm.log:2"]
-    r = CliRunner().invoke(app, ["explain", "v08/vllm.log:2~i1", str(HW / "r3-interval-reporting-line" / "v08"),
-                                 "--year", "2025", "--tz", "UTC", "-f", "json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "explain",
+            "v08/vllm.log:2~i1",
+            str(HW / "r3-interval-reporting-line" / "v08"),
+            "--year",
+            "2025",
+            "--tz",
+            "UTC",
+            "-f",
+            "json",
+        ],
+    )
     (d,) = json.loads(r.stdout)["decided_by"]
     assert d["where"].startswith("interval 2025-05-01T10:00:00") and d["lines"] == ["v08/vllm.log:1", "v08/vllm.log:2"]

@@ -35,8 +35,26 @@ def test_explain_json():
 
 
 def test_explain_ndjson_and_window_options():
-    r = runner.invoke(app, ["explain", EVENT, JOINED, "--tz", "UTC", "--year", "2026", "-f", "ndjson",
-                            "--before", "1", "--after", "0", "--offset", "dmon=+60s"])
+    r = runner.invoke(
+        app,
+        [
+            "explain",
+            EVENT,
+            JOINED,
+            "--tz",
+            "UTC",
+            "--year",
+            "2026",
+            "-f",
+            "ndjson",
+            "--before",
+            "1",
+            "--after",
+            "0",
+            "--offset",
+            "dmon=+60s",
+        ],
+    )
     rows = [json.loads(x) for x in r.stdout.splitlines()]
     assert rows and all(-1.0 <= x["offset_s"] <= 0.0 for x in rows)
     assert not any(x["kind"] == "dmon" for x in rows)
@@ -44,9 +62,11 @@ def test_explain_ndjson_and_window_options():
 
 def test_explain_table_keeps_log_text_inert(tmp_path):
     p = tmp_path / "v.log"
-    p.write_text("INFO 11-30 05:10:30 [x.py:1] Received request [bold red]boom[/] \x1b[31mred\x1b[0m: params: "
-                 "SamplingParams(max_tokens=5), lora_request: None.\n"
-                 "WARNING 11-30 05:10:38 [scheduler.py:10] Req-1 PREEMPTED [link=http://x]click[/link] \x1b]0;t\x07\n")
+    p.write_text(
+        "INFO 11-30 05:10:30 [x.py:1] Received request [bold red]boom[/] \x1b[31mred\x1b[0m: params: "
+        "SamplingParams(max_tokens=5), lora_request: None.\n"
+        "WARNING 11-30 05:10:38 [scheduler.py:10] Req-1 PREEMPTED [link=http://x]click[/link] \x1b]0;t\x07\n"
+    )
     r = runner.invoke(app, ["explain", f"{p}:2", str(p), "--tz", "UTC", "--year", "2026", "-f", "table"])
     assert r.exit_code == 0, r.stderr
     assert "[link=http://x]click[/link]" in r.stdout
@@ -66,8 +86,27 @@ def test_bad_offset_is_a_usage_error():
 
 
 def test_analyze_ndjson_has_evidence_columns():
-    r = runner.invoke(app, ["analyze", JOINED, "--tz", "UTC", "--year", "2026", "-f", "ndjson", "-q", "--wide",
-                            "--before", "10", "--after", "2", "--lookback-steps", "3"])
+    r = runner.invoke(
+        app,
+        [
+            "analyze",
+            JOINED,
+            "--tz",
+            "UTC",
+            "--year",
+            "2026",
+            "-f",
+            "ndjson",
+            "-q",
+            "--wide",
+            "--before",
+            "10",
+            "--after",
+            "2",
+            "--lookback-steps",
+            "3",
+        ],
+    )
     rows = [json.loads(x) for x in r.stdout.splitlines()]
     assert [x["event_id"] for x in rows] == [EVENT, "joined/vllm.log:20"]
     assert list(rows[0])[0] == "event_id" and rows[0]["sched_free_blocks"] == 9

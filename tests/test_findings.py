@@ -49,7 +49,10 @@ def test_records_give_exact_recompute_per_preemption_and_time_preempted():
     assert {v["recompute_bound"] for v in by_line.values()} == {"exact"}
     assert by_line["7"]["recompute_src"] == "v1-records/records.jsonl:7"
     # preempted at step 40 (10:00:12), allocated again at step 50 (10:00:14, line 8)
-    assert by_line["7"]["preempted_s"] == pytest.approx(2.0) and by_line["7"]["resumed_src"] == "v1-records/records.jsonl:8"
+    assert (
+        by_line["7"]["preempted_s"] == pytest.approx(2.0)
+        and by_line["7"]["resumed_src"] == "v1-records/records.jsonl:8"
+    )
     assert by_line["7"]["preempted_bound"] == "exact"
     assert by_line["9"]["preempted_s"] == pytest.approx(3.0)
     assert by_line["11"]["preempted_s"] is None  # no later allocation in the records: unknown, not a guess
@@ -115,7 +118,9 @@ def test_thrash_distribution_from_vllms_histogram_in_scrapes():
     assert h["requests_finished"] == 60 and h["preemptions"] == 116  # the increase between the two scrapes
     assert h["distribution"] == {"0-1": 40, "2": 8, "3-5": 9, "6+": 3}
     assert h["requests_preempted_5_or_more"] == 6 and h["max_preemptions_per_request_at_most"] == 10
-    assert h["first_line"] == "scrapes-histogram/metrics.prom:15" and h["last_line"] == "scrapes-histogram/metrics.prom:31"
+    assert (
+        h["first_line"] == "scrapes-histogram/metrics.prom:15" and h["last_line"] == "scrapes-histogram/metrics.prom:31"
+    )
     assert "6 requests preempted 5+ times (vLLM's histogram)" in a.summary()["headline"]
     assert run("log-scrapes").findings.thrash["histogram"] is None  # scrapes without the histogram
 
@@ -173,7 +178,9 @@ def test_mechanism_per_event(name, mechanism, rule):
     if name == "priority":  # the later victim table shows "low" running again by then: an upper bound
         first = min(rows, key=lambda r: r["event_id"])
         assert first["preempted_bound"] == "at most" and first["preempted_s"] == pytest.approx(3.0)
-    assert rows and {r["mechanism"] for r in rows} == {mechanism}, [(r["mechanism"], r["mechanism_missing"]) for r in rows]
+    assert rows and {r["mechanism"] for r in rows} == {mechanism}, [
+        (r["mechanism"], r["mechanism_missing"]) for r in rows
+    ]
     assert {r["mechanism_rule"] for r in rows} == {rule}
     assert all(r["mechanism_evidence"] for r in rows)
     assert all(e["src"] for r in rows for e in r["mechanism_evidence"])
@@ -256,8 +263,14 @@ def test_capacity_fixes_join_the_ranked_fixes_in_the_summary():
 
 # ---------------------------------------------------------------- output
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "preemptlog", *args], check=False, capture_output=True, text=True, timeout=300,
-                          cwd=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "preemptlog", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(ROOT),
+    )
 
 
 def test_cli_json_has_a_findings_object_and_event_columns():
@@ -301,7 +314,7 @@ def test_report_has_the_recompute_panel_and_the_thrash_table(tmp_path):
     assert p.returncode in (0, 5), p.stderr
     t = out.read_text()
     i = t.index('<section id="findings">')
-    sec = t[i:t.index("</section>", i)]
+    sec = t[i : t.index("</section>", i)]
     assert '<svg id="recompute-chart"' in sec and '<table id="thrash-table">' in sec
     assert "v1-records/records.jsonl:7" in sec and "http" not in sec
     assert "--gpu-memory-utilization 0.8 -&gt; 0.83" in sec
@@ -351,7 +364,9 @@ def test_mechanism_rules_are_listed_and_can_be_switched_off():
     assert p.returncode == 0, p.stderr
     ids = [m["id"] for m in json.loads(p.stdout)["mechanisms"]]
     assert ids[0] == "M-prefix-cache-reset" and "M-kv-capacity" in ids
-    p = _cli("analyze", str(FIX / "spec"), "--tz", "UTC", "-f", "ndjson", "--set", "M-spec-decode-lookahead.enabled=false")
+    p = _cli(
+        "analyze", str(FIX / "spec"), "--tz", "UTC", "-f", "ndjson", "--set", "M-spec-decode-lookahead.enabled=false"
+    )
     assert p.returncode in (0, 5), p.stderr
     assert [json.loads(x)["mechanism"] for x in p.stdout.splitlines() if x.strip()] == ["kv-capacity"]
 
@@ -386,7 +401,8 @@ def test_recorded_real_scheduler_recompute_is_the_victims_computed_tokens():
     th = a.findings.thrash
     assert th["requests_preempted"] == sum(1 for n in finish.values() if n) and th["requests_known"] == len(finish)
     assert {r["request_id"]: r["preemptions"] for r in a.findings.thrash_table.to_dicts()} == {
-        k: v for k, v in finish.items() if v > 1}
+        k: v for k, v in finish.items() if v > 1
+    }
     assert set(pe.get_column("mechanism")) == {"kv-capacity"}
     doc = as_dict(a.findings, "UTC")
     text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n"

@@ -14,7 +14,7 @@ import os
 import random
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -71,8 +71,10 @@ def mutated(draw, pool: list[bytes]) -> bytes:
     return s
 
 
-noise = st.text(alphabet="abcdefghijklmnopqrstuvwxyz .,-", min_size=0, max_size=60).map(lambda t: "zz " + t).filter(
-    lambda t: not any(m in t for m in MARKERS)
+noise = (
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz .,-", min_size=0, max_size=60)
+    .map(lambda t: "zz " + t)
+    .filter(lambda t: not any(m in t for m in MARKERS))
 )
 
 
@@ -87,7 +89,7 @@ def _input(p: Path, kind: str) -> InputFile:
 
 
 def _ctx() -> TimeContext:
-    ref = (datetime(2026, 11, 30, 5, 0, tzinfo=timezone.utc), datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc))
+    ref = (datetime(2026, 11, 30, 5, 0, tzinfo=UTC), datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
     return TimeContext(tz="UTC", anchors=[(ref[0], "test")], reference=ref)
 
 
@@ -131,7 +133,11 @@ def test_vllm_log_survives_mutations(tmp_path_factory, lines):
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(
-    st.lists(st.sampled_from([s for s, e in vllm_log.SAMPLES + hooks.SAMPLES if not e.get("_dropped")]), min_size=1, max_size=12),
+    st.lists(
+        st.sampled_from([s for s, e in vllm_log.SAMPLES + hooks.SAMPLES if not e.get("_dropped")]),
+        min_size=1,
+        max_size=12,
+    ),
     st.lists(noise, min_size=1, max_size=12),
     st.data(),
 )
@@ -154,13 +160,15 @@ def test_vllm_noise_lines_change_nothing(tmp_path_factory, good, noise_lines, da
             assert a.frames[name].select(keep).equals(b.frames[name].select(keep)), name
 
 
-ROTATABLE = [FIXTURES / "golden" / "v0-unbracketed-0.6.log", FIXTURES / "golden" / "v1-patched-0.14.log",
-             FIXTURES / "golden" / "docker-compose-rfc3339.log"]
+ROTATABLE = [
+    FIXTURES / "golden" / "v0-unbracketed-0.6.log",
+    FIXTURES / "golden" / "v1-patched-0.14.log",
+    FIXTURES / "golden" / "docker-compose-rfc3339.log",
+]
 
 
 @FEW
-@given(st.sampled_from(ROTATABLE), st.lists(st.floats(0.05, 0.95), min_size=1, max_size=3, unique=True),
-       st.booleans())
+@given(st.sampled_from(ROTATABLE), st.lists(st.floats(0.05, 0.95), min_size=1, max_size=3, unique=True), st.booleans())
 def test_rotated_parts_read_as_the_whole(tmp_path_factory, src, cuts, compress):
     """vllm.log.N ... vllm.log.1, vllm.log (some gzipped) give the events of the unrotated log."""
     import gzip
@@ -182,7 +190,8 @@ def test_rotated_parts_read_as_the_whole(tmp_path_factory, src, cuts, compress):
     cols = ["time", "time_precision", "kind", "request_id", "mode", "engine", "cumulative"]
     assert rot.events.select(cols).equals(whole.events.select(cols))
     assert rot.stats.select("time", "running", "waiting", "kv_usage").equals(
-        whole.stats.select("time", "running", "waiting", "kv_usage"))
+        whole.stats.select("time", "running", "waiting", "kv_usage")
+    )
 
 
 # ---------------------------------------------------------------- JSON lines sources
@@ -314,8 +323,9 @@ def test_bench_fuzz_short_campaign(tmp_path):
     """Every bench/fuzz target, a few hundred inputs, in process: no crash, and the counts add up."""
     import argparse
 
-    args = argparse.Namespace(seed=12345, target=None, seconds=None, inputs=900, batch=None, timeout=60.0,
-                              crashes=str(tmp_path / "crashes"))
+    args = argparse.Namespace(
+        seed=12345, target=None, seconds=None, inputs=900, batch=None, timeout=60.0, crashes=str(tmp_path / "crashes")
+    )
     res = FUZZ.worker(args)
     assert res["tried"] == 900
     assert res["crashes"] == [], res["crashes"]
@@ -353,8 +363,12 @@ def test_cli_fuzz_documented_exit_codes_and_one_line_errors(tmp_path_factory, bl
     else:
         target = d / f"bundle{how}"
         FUZZ._repack(blob, target, how, rng)
-    p = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", str(target), "--tz", "UTC", "-q", "-f", "ndjson"],
-                       capture_output=True, timeout=120, env=dict(os.environ))
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", str(target), "--tz", "UTC", "-q", "-f", "ndjson"],
+        capture_output=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     err = p.stderr.decode("utf-8", "replace")
     assert p.returncode in {ExitCode.OK, ExitCode.INPUT, ExitCode.PARTIAL, ExitCode.FAIL_ON}, (p.returncode, err)
     assert "Traceback" not in err

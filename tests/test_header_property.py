@@ -17,8 +17,14 @@ ids = st.text(alphabet=string.ascii_lowercase + string.digits + "-", min_size=1,
     lambda s: s[0].isalnum() and s[-1].isalnum()
 )
 procs = st.sampled_from(
-    ["APIServer pid=4121", "EngineCore_DP0 pid=7", "VllmWorker rank=3 pid=771996", "Worker_TP1 pid=9",
-     "RayWorkerWrapper pid=581, ip=10.225.128.18", "VllmWorkerProcess pid=2311"]
+    [
+        "APIServer pid=4121",
+        "EngineCore_DP0 pid=7",
+        "VllmWorker rank=3 pid=771996",
+        "Worker_TP1 pid=9",
+        "RayWorkerWrapper pid=581, ip=10.225.128.18",
+        "VllmWorkerProcess pid=2311",
+    ]
 )
 prefixes = st.text(alphabet=string.ascii_letters + "_:", min_size=0, max_size=8)
 
@@ -44,11 +50,15 @@ def wrapped_lines(draw):
     rid = draw(ids)
     if kind == "v0_preempt":
         n = draw(st.integers(1, 5000))  # big counters are tested in test_events; keep examples fast
-        msg = (f"Sequence group {rid} is preempted by PreemptionMode.SWAP mode because there is not enough KV "
-               f"cache space. total_num_cumulative_preemption={n}")
+        msg = (
+            f"Sequence group {rid} is preempted by PreemptionMode.SWAP mode because there is not enough KV "
+            f"cache space. total_num_cumulative_preemption={n}"
+        )
     elif kind == "stats":
-        msg = ("Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, "
-               "Running: 3 reqs, Waiting: 4 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: 6.0%")
+        msg = (
+            "Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, "
+            "Running: 3 reqs, Waiting: 4 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: 6.0%"
+        )
     else:
         msg = f"Req-{rid} PREEMPTED"
     line = "".join(parts) + header + " " + msg
@@ -61,9 +71,18 @@ def wrapped_lines(draw):
         line = f"vllm-1  | {line}"
     if outer == "kubectl":
         line = f"[pod/vllm-0/vllm] {line}"
-    expected = {"kind": kind, "level": level, "mo": mo, "dd": dd, "hh": hh, "mi": mi, "ss": ss,
-                "proc": proc, "fdate": f"2024-{mo:02d}-{dd:02d}" if rfc else None,
-                "compose": "vllm-1" if "compose" in outer else None}
+    expected = {
+        "kind": kind,
+        "level": level,
+        "mo": mo,
+        "dd": dd,
+        "hh": hh,
+        "mi": mi,
+        "ss": ss,
+        "proc": proc,
+        "fdate": f"2024-{mo:02d}-{dd:02d}" if rfc else None,
+        "compose": "vllm-1" if "compose" in outer else None,
+    }
     return line, expected, rid
 
 
@@ -91,7 +110,7 @@ def test_noise_lines_do_not_change_events(tmp_path, cases, noise):
     clean = write_lines(tmp_path / "clean.log", lines)
     mixed_lines = []
     for i, ln in enumerate(lines):
-        mixed_lines.extend(noise[i % len(noise):][:1] if noise else [])
+        mixed_lines.extend(noise[i % len(noise) :][:1] if noise else [])
         mixed_lines.append(ln)
     mixed = write_lines(tmp_path / "mixed.log", mixed_lines + noise)
     cols = ["kind", "request_id", "mode", "cumulative", "time"]

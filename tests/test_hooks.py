@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 import pytest
@@ -15,7 +15,12 @@ from preemptlog.sources import hooks, vllm_log
 from .conftest import FIXTURES, write_lines
 
 OPTS = AnalyzeOptions(tz="UTC", year=2026)
-FRAME_OF = {"hook_sched": "hook_steps", "hook_pending": "hook_pending", "hook_batch": "hook_batch", "bt_text": "bt_text"}
+FRAME_OF = {
+    "hook_sched": "hook_steps",
+    "hook_pending": "hook_pending",
+    "hook_batch": "hook_batch",
+    "bt_text": "bt_text",
+}
 
 
 @pytest.mark.parametrize("i", range(len(hooks.SAMPLES)))
@@ -45,8 +50,8 @@ def test_samples(i, tmp_path):
 def test_steps_pending_batch_and_inherited_time():
     a = analyze([str(FIXTURES / "sources" / "hooks-bare.log")], OPTS)
     steps, pend, batch = a.frames["hook_steps"], a.frames["hook_pending"], a.frames["hook_batch"]
-    t30 = datetime(2026, 11, 30, 5, 10, 30, tzinfo=timezone.utc)
-    t33 = datetime(2026, 11, 30, 5, 10, 33, tzinfo=timezone.utc)
+    t30 = datetime(2026, 11, 30, 5, 10, 30, tzinfo=UTC)
+    t33 = datetime(2026, 11, 30, 5, 10, 33, tzinfo=UTC)
     assert steps.select("step", "free_blocks", "pending", "running", "line").rows() == [(1, 128, 17, 31, 2)]
     assert steps.select("time", "time_precision", "time_upper").rows() == [(t30, "inherited", t33)]
     assert pend.select("step", "request_id", "prompt", "max_out", "blocks_needed", "line").rows() == [
@@ -64,16 +69,23 @@ def test_step_counter_is_per_stream(tmp_path):
     a = analyze([str(tmp_path / "a.log"), str(tmp_path / "b.log"), "--"][:2], OPTS)
     steps = a.frames["hook_steps"].sort("source", "line")
     assert steps.select("source", "step").rows() == [
-        (str(tmp_path / "a.log"), 1), (str(tmp_path / "a.log"), 2), (str(tmp_path / "a.log"), 3),
-        (str(tmp_path / "b.log"), 1), (str(tmp_path / "b.log"), 2),
+        (str(tmp_path / "a.log"), 1),
+        (str(tmp_path / "a.log"), 2),
+        (str(tmp_path / "a.log"), 3),
+        (str(tmp_path / "b.log"), 1),
+        (str(tmp_path / "b.log"), 2),
     ]
 
 
 def test_schemas(tmp_path):
     write_lines(tmp_path / "x.log", [s for s, e in hooks.SAMPLES if not e.get("_dropped")])
     a = analyze([str(tmp_path / "x.log")], OPTS)
-    for name, schema in (("hook_steps", hooks.HOOK_STEPS_SCHEMA), ("hook_pending", hooks.HOOK_PENDING_SCHEMA),
-                         ("hook_batch", hooks.HOOK_BATCH_SCHEMA), ("bt_text", hooks.BT_TEXT_SCHEMA)):
+    for name, schema in (
+        ("hook_steps", hooks.HOOK_STEPS_SCHEMA),
+        ("hook_pending", hooks.HOOK_PENDING_SCHEMA),
+        ("hook_batch", hooks.HOOK_BATCH_SCHEMA),
+        ("bt_text", hooks.BT_TEXT_SCHEMA),
+    ):
         assert {k: str(v) for k, v in a.frames[name].schema.items()} == schema, name
 
 
@@ -88,11 +100,19 @@ def test_schemas(tmp_path):
     needed=st.integers(0, 10**5),
     variance=st.floats(0, 1e6, allow_nan=False).map(lambda x: round(x, 1)),
     threshold=st.integers(0, 100000),
-    prefix=st.sampled_from(["", "INFO 11-30 05:10:38 [hook.py:1] ", "2026-11-30T05:10:38.120Z ", "vllm-1  | ",
-                            "(EngineCore_DP0 pid=7) INFO 11-30 05:10:38 [hook.py:3] "]),
+    prefix=st.sampled_from(
+        [
+            "",
+            "INFO 11-30 05:10:38 [hook.py:1] ",
+            "2026-11-30T05:10:38.120Z ",
+            "vllm-1  | ",
+            "(EngineCore_DP0 pid=7) INFO 11-30 05:10:38 [hook.py:3] ",
+        ]
+    ),
 )
-def test_property_hook_values_recovered(tmp_path_factory, free, pending, running, rid, prompt, max_out, needed,
-                                        variance, threshold, prefix):
+def test_property_hook_values_recovered(
+    tmp_path_factory, free, pending, running, rid, prompt, max_out, needed, variance, threshold, prefix
+):
     lines = [
         f"{prefix}[SCHEDULER] Available blocks: {free}, Pending reqs: {pending}, Running reqs: {running}",
         f"{prefix}  Req-{rid}: prompt={prompt}, max_out={max_out}, blocks_needed={needed}",
@@ -110,15 +130,19 @@ def test_property_hook_values_recovered(tmp_path_factory, free, pending, running
 
 
 def test_bt_text_frame_lines(tmp_path):
-    p = write_lines(tmp_path / "x.log", [
-        "INFO 11-30 05:10:38 [executor.py:88] block_table extend req=r-1 8->12",
-        "block_table extend request_id=r-2 old=3 new=4",
-        "block_table extend (no numbers)",
-    ])
+    p = write_lines(
+        tmp_path / "x.log",
+        [
+            "INFO 11-30 05:10:38 [executor.py:88] block_table extend req=r-1 8->12",
+            "block_table extend request_id=r-2 old=3 new=4",
+            "block_table extend (no numbers)",
+        ],
+    )
     a = analyze([str(p)], OPTS)
     df = a.frames["bt_text"]
     assert df.select("request_id", "action", "blocks_before", "blocks_after", "line").rows() == [
-        ("r-1", "extend", 8, 12, 1), ("r-2", "extend", 3, 4, 2)
+        ("r-1", "extend", 8, 12, 1),
+        ("r-2", "extend", 3, 4, 2),
     ]
     assert df.get_column("time_precision").to_list() == ["1s", "inherited"]
     assert a.counters["bt_text"]["unparsed_lines"] == 1

@@ -70,8 +70,17 @@ EXPECT_A = {
     "stats_waiting_delta": (4, V + "18"),
     "stats_running_at": (31, V + "2"),
     "stats_running_delta": (-2, V + "18"),
-    **{n: (None, None) for n in ("prom_kv_usage_max", "prom_kv_usage_at", "prom_waiting_at", "prom_waiting_delta",
-                                  "prom_running_at", "prom_running_delta")},  # no /metrics scrapes in the bundle
+    **{
+        n: (None, None)
+        for n in (
+            "prom_kv_usage_max",
+            "prom_kv_usage_at",
+            "prom_waiting_at",
+            "prom_waiting_delta",
+            "prom_running_at",
+            "prom_running_delta",
+        )
+    },  # no /metrics scrapes in the bundle
     "dmon_fb_at_mb": (41000.0, DM + "10"),
     "dmon_fb_jump_mb": (6000.0, DM + "8"),
     "dmon_fb_jump_gpu": (1, DM + "8"),
@@ -185,8 +194,12 @@ def test_machine_formats_carry_evidence_after_event_columns(joined, tmp_path):
 def test_compute_without_events_and_untimed_event():
     empty = joiner.compute(pl.DataFrame(schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")}), {})
     assert empty.height == 0 and list(empty.columns) == list(joiner.EVIDENCE_SCHEMA)
-    one = joiner.compute(pl.DataFrame({"event_id": ["x"], "time": [None]},
-                                      schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")}), {})
+    one = joiner.compute(
+        pl.DataFrame(
+            {"event_id": ["x"], "time": [None]}, schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")}
+        ),
+        {},
+    )
     assert one.row(0, named=True)["event_id"] == "x" and one.row(0, named=True)["sched_step"] is None
 
 

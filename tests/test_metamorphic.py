@@ -15,7 +15,7 @@ import json
 import os
 import tarfile
 import zlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -31,7 +31,7 @@ from .conftest import FIXTURES, corpus2_dir, corpus_dir
 
 zstandard = pytest.importorskip("zstandard")
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2025, 5, 1, 9, 0, 0, tzinfo=UTC)
 FAMILIES = ("v04", "v08", "apiserver", "compose", "kubectl", "iso", "json")
 V1_STATS = (
@@ -70,14 +70,29 @@ def line(family: str, t: datetime, level: str, src: str, msg: str, *, pid: int =
         return f"{w.strftime('%Y-%m-%d %H:%M:%S')},{w.microsecond // 1000:03d} {level} {src}] {msg}"
     if family == "json":
         return json.dumps(
-            {"asctime": f"{w.strftime('%Y-%m-%d %H:%M:%S')},000", "levelname": level, "name": "vllm.engine",
-             "processName": "EngineCore", "process": pid, "message": msg}
+            {
+                "asctime": f"{w.strftime('%Y-%m-%d %H:%M:%S')},000",
+                "levelname": level,
+                "name": "vllm.engine",
+                "processName": "EngineCore",
+                "process": pid,
+                "message": msg,
+            }
         )
     raise AssertionError(family)
 
 
-def hand_log(family: str, engine: str = "v1", *, start: datetime = T0, steps: int = 18, pid: int = 4121,
-             banner: bool = True, tz=UTC, first_id: int = 0) -> list[str]:
+def hand_log(
+    family: str,
+    engine: str = "v1",
+    *,
+    start: datetime = T0,
+    steps: int = 18,
+    pid: int = 4121,
+    banner: bool = True,
+    tz=UTC,
+    first_id: int = 0,
+) -> list[str]:
     """A scheduler-like log: a start banner, requests, stats every 10 s, preemptions.
 
     ``v1``: stats with ``Preemptions: N`` and ``Req-<id> PREEMPTED`` markers; ``v0``: V0 stats and
@@ -95,8 +110,11 @@ def hand_log(family: str, engine: str = "v1", *, start: datetime = T0, steps: in
             out.append(line(family, t, "INFO", "loggers.py:123", V1_STATS.format(n=i % 3), pid=pid, tz=tz))
         else:
             if i % 3 == 2:
-                out.append(line(family, t, "WARNING", "scheduler.py:1057", V0_WARN.format(rid=rid, n=1 + 50 * k),
-                                pid=pid, tz=tz))
+                out.append(
+                    line(
+                        family, t, "WARNING", "scheduler.py:1057", V0_WARN.format(rid=rid, n=1 + 50 * k), pid=pid, tz=tz
+                    )
+                )
                 k += 1
             out.append(line(family, t, "INFO", "metrics.py:345", V0_STATS, pid=pid, tz=tz))
     return out
@@ -225,7 +243,7 @@ def _line_ends(data: bytes) -> list[int]:
 def _ids(r) -> set[tuple[int, str]]:
     """Events by (line, what the id says after the file name): the same in a prefix of the file."""
     df = r.events.select("line", "event_id", "source")
-    return {(ln, eid[len(src) + 1:]) for ln, eid, src in df.rows()}
+    return {(ln, eid[len(src) + 1 :]) for ln, eid, src in df.rows()}
 
 
 def _kept_ids(full, upto_line: int) -> set[tuple[int, str]]:
@@ -404,9 +422,13 @@ def test_non_hour_offset_in_every_output_format(tmp_path, tz_logs):
     p = tz_logs["v08"]
     for fmt in ("json", "ndjson", "csv", "table", "parquet"):
         out = tmp_path / f"o.{fmt}"
-        res = CliRunner().invoke(app, ["analyze", "--year", "2025", "--tz", "+05:45", "-f", fmt, "-o", str(out), str(p)])
+        res = CliRunner().invoke(
+            app, ["analyze", "--year", "2025", "--tz", "+05:45", "-f", fmt, "-o", str(out), str(p)]
+        )
         assert res.exit_code == 0, (fmt, res.output)
-    res = CliRunner().invoke(app, ["report", "--year", "2025", "--tz", "-03:30", "-o", str(tmp_path / "r.html"), str(p)])
+    res = CliRunner().invoke(
+        app, ["report", "--year", "2025", "--tz", "-03:30", "-o", str(tmp_path / "r.html"), str(p)]
+    )
     assert res.exit_code == 0, res.output
 
 
@@ -466,8 +488,9 @@ def test_exit_codes_of_the_relations(tmp_path, hand):
     from preemptlog.errors import ExitCode
 
     def code(*paths):
-        res = CliRunner().invoke(app, ["analyze", "--year", "2025", "--tz", "UTC", "-f", "ndjson",
-                                       *[str(p) for p in paths]])
+        res = CliRunner().invoke(
+            app, ["analyze", "--year", "2025", "--tz", "UTC", "-f", "ndjson", *[str(p) for p in paths]]
+        )
         return res.exit_code
 
     data = hand.read_bytes()
@@ -516,16 +539,19 @@ def test_log_plus_its_scrapes_equals_the_truth(tmp_path):
     """
     counts = [0, 14, 3, 0, 2, 5, 1, 4]  # the first of the 14 is placed at 09:00:19.71, before the scrape
     stats_t = [T0 + timedelta(seconds=19 + 10 * i) for i in range(len(counts))]
-    lines = [BANNER_LINE] + [line("apiserver", t, "INFO", "loggers.py:123", V1_STATS.format(n=n))
-                             for t, n in zip(stats_t, counts)]
+    lines = [BANNER_LINE] + [
+        line("apiserver", t, "INFO", "loggers.py:123", V1_STATS.format(n=n)) for t, n in zip(stats_t, counts)
+    ]
     scrapes = []
     ts = T0 + timedelta(seconds=20)
     while ts <= stats_t[-1] + timedelta(seconds=15):
         seen = sum(n for t, n in zip(stats_t, counts) if t <= ts)  # events happen just before their stats line
-        scrapes += [f"# scrape {ts.strftime('%Y-%m-%dT%H:%M:%SZ')}",
-                    "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
-                    "# TYPE vllm:num_preemptions_total counter",
-                    f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {float(seen)}']
+        scrapes += [
+            f"# scrape {ts.strftime('%Y-%m-%dT%H:%M:%SZ')}",
+            "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+            "# TYPE vllm:num_preemptions_total counter",
+            f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {float(seen)}',
+        ]
         ts += timedelta(seconds=15)
     write(tmp_path / "vllm.log", text(lines))
     write(tmp_path / "metrics.prom", text(scrapes))
@@ -681,14 +707,18 @@ def test_two_copies_of_a_real_log_double_requests_received(real_log, tmp_path):
 def test_same_sequence_group_on_two_ray_workers_is_two_requests(tmp_path):
     t = T0
     lines = [
-        f"(RayWorkerWrapper pid={pid}) " + line("v04", t + timedelta(seconds=i), "WARNING", "scheduler.py:1057",
-                                                 V0_WARN.format(rid=63, n=1 + 50 * (i // 2)))
+        f"(RayWorkerWrapper pid={pid}) "
+        + line(
+            "v04", t + timedelta(seconds=i), "WARNING", "scheduler.py:1057", V0_WARN.format(rid=63, n=1 + 50 * (i // 2))
+        )
         for i, pid in enumerate([11, 22, 11, 22])
     ]
     r = run([write(tmp_path / "v.log", text(lines))])
     rep = r.summary()["requests_preempted_more_than_once"]
-    assert [(x["request_id"], x["process"]) for x in rep] == [("63", "RayWorkerWrapper pid=11"),
-                                                              ("63", "RayWorkerWrapper pid=22")]
+    assert [(x["request_id"], x["process"]) for x in rep] == [
+        ("63", "RayWorkerWrapper pid=11"),
+        ("63", "RayWorkerWrapper pid=22"),
+    ]
     one = run([write(tmp_path / "w.log", text(lines[:1] + lines[2:3]))]).summary()["requests_preempted_more_than_once"]
     assert one[0]["request_id"] == "63" and one[0]["count"] == 2
 
@@ -696,13 +726,16 @@ def test_same_sequence_group_on_two_ray_workers_is_two_requests(tmp_path):
 # ---------------------------------------------------------------- 10. DST: intervals never inverted
 
 
-@pytest.mark.parametrize("zone,start", [
-    ("America/New_York", datetime(2025, 11, 2, 5, 0, tzinfo=UTC)),  # fall back at 06:00 UTC
-    ("Europe/Berlin", datetime(2025, 10, 26, 0, 0, tzinfo=UTC)),  # fall back at 01:00 UTC
-    ("America/New_York", datetime(2025, 3, 9, 6, 0, tzinfo=UTC)),  # spring forward at 07:00 UTC
-    ("Europe/Berlin", datetime(2025, 3, 30, 0, 30, tzinfo=UTC)),  # spring forward at 01:00 UTC
-    ("Australia/Lord_Howe", datetime(2025, 4, 5, 14, 0, tzinfo=UTC)),  # a half-hour fall back
-])
+@pytest.mark.parametrize(
+    "zone,start",
+    [
+        ("America/New_York", datetime(2025, 11, 2, 5, 0, tzinfo=UTC)),  # fall back at 06:00 UTC
+        ("Europe/Berlin", datetime(2025, 10, 26, 0, 0, tzinfo=UTC)),  # fall back at 01:00 UTC
+        ("America/New_York", datetime(2025, 3, 9, 6, 0, tzinfo=UTC)),  # spring forward at 07:00 UTC
+        ("Europe/Berlin", datetime(2025, 3, 30, 0, 30, tzinfo=UTC)),  # spring forward at 01:00 UTC
+        ("Australia/Lord_Howe", datetime(2025, 4, 5, 14, 0, tzinfo=UTC)),  # a half-hour fall back
+    ],
+)
 @pytest.mark.parametrize("family", ["v08", "apiserver", "v04", "iso", "json"])
 @pytest.mark.parametrize("engine", ["v1", "v0"])
 def test_dst_local_log_reads_back_the_true_instants(tmp_path, zone, start, family, engine):

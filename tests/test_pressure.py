@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -12,7 +12,7 @@ from preemptlog.pressure import find_intervals, log_capability
 
 from .conftest import FIXTURES, corpus_dir, write_lines
 
-T0 = datetime(2026, 3, 14, 10, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 14, 10, 0, 0, tzinfo=UTC)
 
 
 def stats_frame(rows: list[tuple[int, int, float]], step: int = 10, engine: str = "0") -> pl.DataFrame:
@@ -100,9 +100,7 @@ def _corpus_logs() -> list[str]:
 @pytest.mark.parametrize("name", _corpus_logs())
 def test_corpus_pressure_intervals(corpus, name):
     a = analyze([str(corpus / name)], AnalyzeOptions(tz="UTC"))
-    got = [
-        (r["start"][11:19], r["end"][11:19], r["peak_kv_usage"]) for r in a.summary()["pressure_intervals"]
-    ]
+    got = [(r["start"][11:19], r["end"][11:19], r["peak_kv_usage"]) for r in a.summary()["pressure_intervals"]]
     assert got == EXPECTED.get(name, [])  # every other corpus log is idle or uncongested
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.frames import schema_of
 from preemptlog.events import EVENTS_SCHEMA
+from preemptlog.frames import schema_of
 from preemptlog.render import event_rows
-from preemptlog.sources import sniff
 from preemptlog.sources import prometheus as prom
+from preemptlog.sources import sniff
 
 from .conftest import FIXTURES, write_lines
 
@@ -47,7 +47,7 @@ def increases(a, engine: str | None = None) -> list[int]:
 
 
 def utc(sec: float) -> datetime:
-    return datetime.fromtimestamp(sec, timezone.utc)
+    return datetime.fromtimestamp(sec, UTC)
 
 
 # --------------------------------------------------------------------------- sniffing
@@ -76,7 +76,9 @@ def test_vllm_log_still_sniffs_as_log():
 
 
 def test_metrics_page_whose_vllm_part_is_beyond_the_head():
-    head = "# HELP python_gc_objects_collected_total Objects collected\n# TYPE python_gc_objects_collected_total counter\n"
+    head = (
+        "# HELP python_gc_objects_collected_total Objects collected\n# TYPE python_gc_objects_collected_total counter\n"
+    )
     assert prom._sniff(head) == 55
     assert prom._sniff("INFO 03-14 10:00:00 [x.py:1] hello\n") == 0
 
@@ -85,7 +87,9 @@ def test_metrics_page_whose_vllm_part_is_beyond_the_head():
 
 
 GOLDEN_CASES = {
-    "stock-v1-metrics-only": ["fixtures/prometheus/stock-v1/" + p.name for p in sorted((PROM / "stock-v1").glob("*.prom"))],
+    "stock-v1-metrics-only": [
+        "fixtures/prometheus/stock-v1/" + p.name for p in sorted((PROM / "stock-v1").glob("*.prom"))
+    ],
     "concat-two-engines-reset": ["fixtures/prometheus/concat-two-engines-reset.prom"],
     "federate-help-repeat": ["fixtures/prometheus/federate-help-repeat.prom"],
     "openmetrics-eof": ["fixtures/prometheus/openmetrics-eof.txt"],
@@ -192,6 +196,7 @@ def test_created_change_is_a_reset_even_when_the_value_rises(tmp_path):
             "# TYPE vllm:num_preemptions_created gauge",
             f'vllm:num_preemptions_created{{engine="0",model_name="m"}} {created}',
         ]
+
     lines = scrape("2026-03-14T10:00:00Z", 5.0, 1.7e9) + scrape("2026-03-14T10:00:30Z", 9.0, 1.7000001e9)
     a = run([write_lines(tmp_path / "m.prom", lines)])
     assert increases(a) == [9]  # restarted and reached 9 since: 9, not 4
@@ -226,12 +231,17 @@ def test_openmetrics_eof_bare_date_lines_and_exemplars(in_root):
 
 def test_separators_dash_epoch_and_date_output(tmp_path):
     def block(v):
-        return ['# TYPE vllm:num_preemptions_total counter', f'vllm:num_preemptions_total{{engine="0"}} {v}']
+        return ["# TYPE vllm:num_preemptions_total counter", f'vllm:num_preemptions_total{{engine="0"}} {v}']
+
     lines = (
-        ["--- 2026-03-14T10:00:00Z"] + block(1)
-        + ["1773482410"] + block(4)
-        + ["Sat Mar 14 10:00:20 UTC 2026"] + block(4)
-        + ["# scrape: 2026-03-14 10:00:30"] + block(10)  # no zone: --tz (UTC here)
+        ["--- 2026-03-14T10:00:00Z"]
+        + block(1)
+        + ["1773482410"]
+        + block(4)
+        + ["Sat Mar 14 10:00:20 UTC 2026"]
+        + block(4)
+        + ["# scrape: 2026-03-14 10:00:30"]
+        + block(10)  # no zone: --tz (UTC here)
     )
     a = run([write_lines(tmp_path / "loop.txt", lines)])
     p = a.frames["prom_preemptions"].sort("end")
@@ -240,7 +250,10 @@ def test_separators_dash_epoch_and_date_output(tmp_path):
 
 
 def test_bare_samples_repeated_without_any_separator(tmp_path):
-    lines = [f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {v} {(E0 + 15 * i) * 1000}' for i, v in enumerate([0, 2, 2, 7])]
+    lines = [
+        f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {v} {(E0 + 15 * i) * 1000}'
+        for i, v in enumerate([0, 2, 2, 7])
+    ]
     a = run([write_lines(tmp_path / "bare.prom", lines)])
     assert increases(a) == [2, 0, 5]
 
@@ -261,7 +274,11 @@ def test_openmetrics_sample_timestamps_in_seconds(tmp_path):
 def test_untimed_scrapes_are_counted_but_not_placed(tmp_path):
     lines = []
     for v in (1, 4, 9):
-        lines += ["# HELP vllm:num_preemptions_total x", "# TYPE vllm:num_preemptions_total counter", f'vllm:num_preemptions_total{{engine="0"}} {v}']
+        lines += [
+            "# HELP vllm:num_preemptions_total x",
+            "# TYPE vllm:num_preemptions_total counter",
+            f'vllm:num_preemptions_total{{engine="0"}} {v}',
+        ]
     p = write_lines(tmp_path / "noname.prom", lines)
     os.utime(p, (E0 + 100, E0 + 100))
     a = run([p])
@@ -300,13 +317,16 @@ def test_unreadable_values_and_other_metrics_are_skipped(tmp_path):
     ]
     a = run([write_lines(tmp_path / "x.prom", lines)])
     assert increases(a) == [1]
-    assert set(a.frames["prom_samples"].get_column("metric").to_list()) == {"vllm:num_preemptions_total", "vllm:num_requests_waiting"}
+    assert set(a.frames["prom_samples"].get_column("metric").to_list()) == {
+        "vllm:num_preemptions_total",
+        "vllm:num_requests_waiting",
+    }
     assert any("unreadable value" in w for w in a.warnings)
 
 
 def test_label_values_with_commas_braces_and_quotes(tmp_path):
     lines = [
-        '# TYPE vllm:num_preemptions_total counter',
+        "# TYPE vllm:num_preemptions_total counter",
         'vllm:num_preemptions_total{model_name="org/m,v{2}",engine="3"} 1 1773482400000',
         'vllm:num_preemptions_total{model_name="org/m,v{2}",engine="3"} 4 1773482410000',
         'vllm:num_preemptions_total{model_name="say \\"hi\\"",engine="3"} 0 1773482400000',
@@ -343,7 +363,7 @@ def test_query_vector_single_reading_is_a_total_not_events(in_root):
     assert len(readings) == 1
     r = readings[0]
     assert (r["value"], r["samples"], r["engine"]) == (422, 1, "0")
-    assert r["time"] == datetime(2026, 3, 14, 10, 25, 0, 781000, tzinfo=timezone.utc)
+    assert r["time"] == datetime(2026, 3, 14, 10, 25, 0, 781000, tzinfo=UTC)
     assert r["from"] == "fixtures/prometheus/query-vector-total.json:1:216"  # compact JSON: one line
     rec = a.summary()["reconciliation"]
     assert rec["total"] == 0 and rec["quality"] == "counter reading only"
@@ -367,7 +387,7 @@ def test_json_without_metric_name_and_error_answers(tmp_path):
 def test_offset_shifts_scrape_times(in_root):
     a = run([REL / "openmetrics-eof.txt"], offsets={"prometheus": 2.5})
     ends = a.frames["prom_preemptions"].sort("end").get_column("end").to_list()
-    assert ends[0] == datetime(2026, 3, 14, 10, 15, 2, 500000, tzinfo=timezone.utc)
+    assert ends[0] == datetime(2026, 3, 14, 10, 15, 2, 500000, tzinfo=UTC)
 
 
 def test_scrape_times_anchor_the_year_of_a_yearless_log(in_root):
@@ -385,7 +405,7 @@ def _write_counter(path: Path, values: list[int], restarts: list[bool]) -> None:
     for i, (v, r) in enumerate(zip(values, restarts, strict=True)):
         if r:
             created += 1000.0
-        t = datetime.fromtimestamp(E0 + 15 * i, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        t = datetime.fromtimestamp(E0 + 15 * i, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         lines += [
             f"# scrape {t}",
             "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",

@@ -49,8 +49,14 @@ def test_canonical_names(name, canonical):
 
 @pytest.mark.parametrize(
     "path",
-    ["underscore-spelling.prom", "ray-serve-no-total.prom", "tp-ranks-dp-engines.prom", "gauges-only-no-counter.prom",
-     "query_range-several-series.json", "aiperf/server_metrics_export.jsonl"],
+    [
+        "underscore-spelling.prom",
+        "ray-serve-no-total.prom",
+        "tp-ranks-dp-engines.prom",
+        "gauges-only-no-counter.prom",
+        "query_range-several-series.json",
+        "aiperf/server_metrics_export.jsonl",
+    ],
 )
 def test_shapes_sniff_as_prometheus(path):
     kind, score = sniff((SHAPES / path).read_text()[:65536])
@@ -98,7 +104,9 @@ def test_aiperf_export_per_endpoint():
     assert inc == {"http://10.0.0.1:8000/metrics": [6, 1], "http://10.0.0.2:8000/metrics": [3]}
     assert a.events.height == 10
     # Endpoint B's two records are 60 s apart (AIPerf deduplicates identical scrapes): one interval, exact.
-    b = a.frames["prom_preemptions"].filter(pl.col("scope").str.ends_with("10.0.0.2:8000/metrics") & pl.col("increase").is_not_null())
+    b = a.frames["prom_preemptions"].filter(
+        pl.col("scope").str.ends_with("10.0.0.2:8000/metrics") & pl.col("increase").is_not_null()
+    )
     r = b.row(0, named=True)
     assert (r["end"] - r["start"]).total_seconds() == 60
     hist = a.counters["prometheus"]["histogram"]
@@ -110,7 +118,11 @@ def test_llm_d_benchmark_gzipped_scrape_logs_per_pod():
     inc = {inst: v for (inst, _), v in increases(a).items()}
     assert inc == {"qwen-decode-7d9f-abc": [3, 7], "qwen-decode-7d9f-xyz": [0, 2]}
     times = sorted(set(a.frames["prom_preemptions"].get_column("end").to_list()))
-    assert [t.isoformat() for t in times] == ["2026-03-14T10:00:00+00:00", "2026-03-14T10:00:15+00:00", "2026-03-14T10:00:30+00:00"]
+    assert [t.isoformat() for t in times] == [
+        "2026-03-14T10:00:00+00:00",
+        "2026-03-14T10:00:15+00:00",
+        "2026-03-14T10:00:30+00:00",
+    ]
 
 
 def test_query_range_several_series_per_metric():
@@ -125,7 +137,10 @@ def test_query_range_several_series_per_metric():
 def test_every_spelling_counts(spelling, suffix, tmp_path):
     lines = []
     for i, v in enumerate([2, 9]):
-        lines += [f"# scrape 2026-03-14T10:00:{15 * (i + 1):02d}Z", f'{spelling}num_preemptions{suffix}{{engine="0"}} {v}.0']
+        lines += [
+            f"# scrape 2026-03-14T10:00:{15 * (i + 1):02d}Z",
+            f'{spelling}num_preemptions{suffix}{{engine="0"}} {v}.0',
+        ]
     p = write_lines(tmp_path / "m.prom", lines)
     a = run(p)
     assert a.events.filter(pl.col("kind") == "interval").height == 7

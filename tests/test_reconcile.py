@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -12,7 +12,7 @@ from preemptlog.reconcile import PROM_COUNTER, per_request_records
 
 from .conftest import FIXTURES, write_lines
 
-T0 = datetime(2026, 3, 14, 10, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 14, 10, 0, 0, tzinfo=UTC)
 
 
 def hms(sec: int) -> str:
@@ -76,11 +76,12 @@ def test_stock_v1_log_and_scrapes(in_root):
     assert ev.height == counter_increase
     assert set(ev.get_column("source").str.contains("metrics-").to_list()) == {True}
     # every event lies in the interval of the scrape pair that produced it
-    joined = ev.join(
-        pairs.select("source", "line", "start", "end"), on=["source", "line"], how="left"
-    )
+    joined = ev.join(pairs.select("source", "line", "start", "end"), on=["source", "line"], how="left")
     assert (joined.get_column("interval_start") == joined.get_column("start")).all()
-    assert ((joined.get_column("time") > joined.get_column("start")) & (joined.get_column("time") <= joined.get_column("end"))).all()
+    assert (
+        (joined.get_column("time") > joined.get_column("start"))
+        & (joined.get_column("time") <= joined.get_column("end"))
+    ).all()
     s = a.summary()
     assert s["config"]["block_size"] == {
         "value": "16",
@@ -101,7 +102,10 @@ def test_stock_v1_log_and_scrapes(in_root):
 
 
 def test_patched_v1_log_and_scrapes_are_not_counted_twice(tmp_path):
-    log = [v1_stats(s, p) for s, p in [(10, None), (20, 3), (30, None), (40, 4), (50, None), (60, None), (80, None), (90, 2)]]
+    log = [
+        v1_stats(s, p)
+        for s, p in [(10, None), (20, 3), (30, None), (40, 4), (50, None), (60, None), (80, None), (90, 2)]
+    ]
     prom = scrapes([0, 0, 3, 7, 7])  # 10:00:00 .. 10:01:00
     a = run(tmp_path, log, prom)
     ev = a.events
@@ -161,14 +165,17 @@ def test_single_reading_compared_with_the_log(tmp_path):
     log = [v1_stats(s, p) for s, p in [(10, None), (20, 5), (30, 4)]]
     prom = [
         "# TYPE vllm:num_preemptions_total counter",
-        'vllm:num_preemptions_total{engine="0",model_name="m"} 6.0 ' + str(int((T0 + timedelta(seconds=40)).timestamp() * 1000)),
+        'vllm:num_preemptions_total{engine="0",model_name="m"} 6.0 '
+        + str(int((T0 + timedelta(seconds=40)).timestamp() * 1000)),
     ]
     a = run(tmp_path, log, prom)
     rec = a.summary()["reconciliation"]
     assert a.events.height == 9  # the log's own count: a single reading adds no events
     assert rec["single_readings"][0]["value"] == 6
     assert src(rec, "prometheus counter, single reading")["count"] == 6
-    assert any("counted 9 preemption(s) up to" in d and "counter's 6 since engine start" in d for d in rec["disagreements"])
+    assert any(
+        "counted 9 preemption(s) up to" in d and "counter's 6 since engine start" in d for d in rec["disagreements"]
+    )
 
 
 def test_two_engines_each_reconciled_on_its_own(tmp_path):
@@ -230,9 +237,19 @@ def test_records_within_the_second_of_a_whole_second_stats_line_are_the_events(t
     log = write_lines(tmp_path / "vllm.log", lines)
     base = (T0 + timedelta(seconds=10)).timestamp()
     recs = [
-        {"type": "event", "ts": base + frac, "step": 5 + i, "engine": "0", "request_id": f"req-{i}",
-         "action": "preempt", "blocks_before": 4, "blocks_after": 0, "blocks_needed": 3, "pool_free_blocks": 1,
-         "v": 2}
+        {
+            "type": "event",
+            "ts": base + frac,
+            "step": 5 + i,
+            "engine": "0",
+            "request_id": f"req-{i}",
+            "action": "preempt",
+            "blocks_before": 4,
+            "blocks_after": 0,
+            "blocks_needed": 3,
+            "pool_free_blocks": 1,
+            "v": 2,
+        }
         for i, frac in enumerate((0.3, 0.6))
     ]
     import json

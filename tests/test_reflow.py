@@ -134,8 +134,14 @@ def _family_lines(family: str) -> list[str]:
         h("INFO", 2, "gpu_executor.py:122") + " # GPU blocks: 25809, # CPU blocks: 4681",
     ]
     for i in range(5):
-        out.append(h("INFO", 10 + 2 * i, "metrics.py:351") + " " + V0_STATS.format(r=30 + i, p=900 - 100 * i, kv=90 + i))
-        out.append(h("WARNING", 11 + 2 * i, "scheduler.py:1077") + " " + V0_WARN.format(rid=f"cmpl-{i:04x}ab12-0", n=1 + 50 * i))
+        out.append(
+            h("INFO", 10 + 2 * i, "metrics.py:351") + " " + V0_STATS.format(r=30 + i, p=900 - 100 * i, kv=90 + i)
+        )
+        out.append(
+            h("WARNING", 11 + 2 * i, "scheduler.py:1077")
+            + " "
+            + V0_WARN.format(rid=f"cmpl-{i:04x}ab12-0", n=1 + 50 * i)
+        )
     return out
 
 
@@ -156,7 +162,10 @@ def test_hand_written_family_wrapped(family, width, pad, tmp_path):
 
 
 def test_v1_stats_wrapped_keep_engine_and_family(tmp_path):
-    lines = [f"(APIServer pid=7) INFO 09-03 04:4{i}:00 [loggers.py:123] " + V1_STATS.format(r=i, p=40 + i, kv=98.5) for i in range(6)]
+    lines = [
+        f"(APIServer pid=7) INFO 09-03 04:4{i}:00 [loggers.py:123] " + V1_STATS.format(r=i, p=40 + i, kv=98.5)
+        for i in range(6)
+    ]
     got = _analyze_lines(tmp_path, "w.log", hard_wrap(lines, 90))
     assert got.stats.get_column("waiting").to_list() == [40, 41, 42, 43, 44, 45]
     assert set(got.stats.get_column("family").to_list()) == {"v1"}
@@ -167,9 +176,13 @@ def test_value_alone_on_the_continuation_line_is_read(tmp_path):
     # The Ray capture of corpus2: "... num_gpu_blocks is:" / " 25809" (the value alone on the next line).
     lines = []
     for i in range(4):
-        lines.append(f"(EngineCore_0 pid=1257) INFO 09-03 04:36:4{i} [core.py:74] " + "x" * 90 + f" filler {i} " + "y" * 60)
-    cut = ("(APIServer pid=121) INFO 09-03 04:42:59 [loggers.py:142] Engine 000: vllm cache_config_info with "
-           "initialization after num_gpu_blocks is:")
+        lines.append(
+            f"(EngineCore_0 pid=1257) INFO 09-03 04:36:4{i} [core.py:74] " + "x" * 90 + f" filler {i} " + "y" * 60
+        )
+    cut = (
+        "(APIServer pid=121) INFO 09-03 04:42:59 [loggers.py:142] Engine 000: vllm cache_config_info with "
+        "initialization after num_gpu_blocks is:"
+    )
     lines.append(cut + " 25809")
     wrapped = hard_wrap(lines, len(cut))
     assert wrapped[-1] == " 25809"
@@ -290,8 +303,12 @@ def test_prometheus_quoted_and_indented(tmp_path):
         "# TYPE vllm:num_preemptions_total counter",
         'vllm:num_preemptions_total{engine="0",model_name="m"} 7.0',
     ]
-    lines = ["> # scrape 2026-03-14T10:00:00Z", *["> " + x for x in page], "> # scrape 2026-03-14T10:00:10Z",
-             *["    " + x.replace("7.0", "12.0") for x in page]]
+    lines = [
+        "> # scrape 2026-03-14T10:00:00Z",
+        *["> " + x for x in page],
+        "> # scrape 2026-03-14T10:00:10Z",
+        *["    " + x.replace("7.0", "12.0") for x in page],
+    ]
     got = _analyze_lines(tmp_path, "metrics.prom", lines)
     assert [f.kind for f in got.bundle.files] == ["prometheus"]
     assert got.events.filter(pl.col("kind") == "interval").height == 5

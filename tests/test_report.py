@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -44,7 +44,7 @@ def evil_bundle(tmp_path_factory) -> Path:
         "INFO 11-29 23:58:01 [api_server.py:1091] args: Namespace(model='<img src=x onerror=window.__xss=1>', "
         "served_model_name=None)\n"
         f"WARNING 11-29 23:58:10 [scheduler.py:10] Req-1 PREEMPTED {EVIL}\n"
-        "WARNING 11-29 23:58:12 [scheduler.py:10] request_id=7 PREEMPTED <img src=x onerror=\"window.__xss=1\">\n",
+        'WARNING 11-29 23:58:12 [scheduler.py:10] request_id=7 PREEMPTED <img src=x onerror="window.__xss=1">\n',
         encoding="utf-8",
     )
     return d
@@ -140,8 +140,24 @@ class _Page(HTMLParser):
             self.styles[-1] += data
 
 
-URL_ATTRS = {"src", "href", "action", "formaction", "data", "poster", "srcset", "xlink:href", "background", "manifest",
-             "ping", "codebase", "cite", "longdesc", "usemap", "icon"}
+URL_ATTRS = {
+    "src",
+    "href",
+    "action",
+    "formaction",
+    "data",
+    "poster",
+    "srcset",
+    "xlink:href",
+    "background",
+    "manifest",
+    "ping",
+    "codebase",
+    "cite",
+    "longdesc",
+    "usemap",
+    "icon",
+}
 
 
 def _parse(path: Path) -> tuple[str, _Page]:
@@ -244,14 +260,13 @@ def test_large_incident_is_aggregated(big_bundle, tmp_path):
 
 
 def test_envelope_keeps_the_peaks():
-    from datetime import timezone
 
     import polars as pl
 
     from preemptlog.report.series import envelope
 
     n = 100_000
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     df = pl.DataFrame(
         {"time": [t0 + timedelta(milliseconds=100 * i) for i in range(n)], "v": [50.0 + (i % 10) for i in range(n)]}
     ).with_columns(pl.when(pl.int_range(pl.len()) == 77_777).then(100.0).otherwise(pl.col("v")).alias("v"))
@@ -308,11 +323,24 @@ def _chromium(url: str, profile: Path, *, screenshot: Path | None = None, size: 
     """Load ``url`` with every network path closed; return the DOM after scripts ran."""
     profile.mkdir(parents=True, exist_ok=True)
     cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
-        "--disable-extensions", "--no-default-browser-check", f"--user-data-dir={profile}",
-        "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-        "--virtual-time-budget=10000", "--hide-scrollbars", f"--window-size={size}",
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-default-apps",
+        "--disable-extensions",
+        "--no-default-browser-check",
+        f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--proxy-server=http://127.0.0.1:9",
+        "--proxy-bypass-list=<-loopback>",
+        "--virtual-time-budget=10000",
+        "--hide-scrollbars",
+        f"--window-size={size}",
     ]
     if screenshot is not None:
         cmd.append(f"--screenshot={screenshot}")

@@ -48,8 +48,12 @@ def _busy_log(n_sec: int = 40, per_sec: int = 5) -> list[str]:
             out.append(f"(APIServer pid=7) INFO {_hdr(s)} [async_llm.py:366] Added request {rid}-0123abcd.")
             out.append(f'INFO:     127.0.0.1:5535{k} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
         if s % 7 == 3:
-            out.append(f"(EngineCore_DP0 pid=9) DEBUG {_hdr(s)} [core.py:1] Request chatcmpl-{s:03d}1 status: RequestStatus.PREEMPTED")
-            out.append(f"(APIServer pid=7) INFO {_hdr(s)} [async_llm.py:499] Aborted request chatcmpl-{s:03d}2-0123abcd.")
+            out.append(
+                f"(EngineCore_DP0 pid=9) DEBUG {_hdr(s)} [core.py:1] Request chatcmpl-{s:03d}1 status: RequestStatus.PREEMPTED"
+            )
+            out.append(
+                f"(APIServer pid=7) INFO {_hdr(s)} [async_llm.py:499] Aborted request chatcmpl-{s:03d}2-0123abcd."
+            )
         if s % 10 == 9:
             out.append(
                 f"(APIServer pid=7) INFO {_hdr(s)} [loggers.py:208] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
@@ -166,9 +170,10 @@ def test_runs_only_above_the_minimum(tmp_path: Path, monkeypatch: pytest.MonkeyP
     want = full.filter(hot & (pl.col("kind") != "req_added")).height
     assert n_rows == want
     # Run rows keep no request fields.
-    assert rec.filter(pl.col("rq_count").is_not_null()).get_column("req_id").null_count() == rec.get_column(
-        "rq_count"
-    ).is_not_null().sum()
+    assert (
+        rec.filter(pl.col("rq_count").is_not_null()).get_column("req_id").null_count()
+        == rec.get_column("rq_count").is_not_null().sum()
+    )
 
 
 def test_rotated_sets_keep_request_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

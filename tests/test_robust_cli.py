@@ -47,8 +47,9 @@ def no_trace(stderr: str) -> None:
 def test_reader_goes_away_exit_141_quietly(tmp_path, fmt):
     """`preemptlog analyze big.log | head -1`: the data stops quietly, exit 141, no trace."""
     log = big_log(tmp_path / "big.log")
-    p = subprocess.Popen(PY + ["analyze", str(log), "--tz", "UTC", "-f", fmt], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=env())
+    p = subprocess.Popen(
+        PY + ["analyze", str(log), "--tz", "UTC", "-f", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env()
+    )
     p.stdout.readline()
     p.stdout.close()  # like head -1 exiting
     _, err = p.communicate(timeout=60)
@@ -60,8 +61,12 @@ def test_stdout_and_stderr_on_one_closed_pipe(tmp_path):
     """`preemptlog analyze big.log 2>&1 | head -1`: the summary path meets the closed pipe too."""
     log = big_log(tmp_path / "big.log")
     for fmt in ("table",):
-        p = subprocess.Popen(PY + ["analyze", str(log), "--tz", "UTC", "-f", fmt], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, env=env())
+        p = subprocess.Popen(
+            PY + ["analyze", str(log), "--tz", "UTC", "-f", fmt],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env(),
+        )
         p.stdout.readline()
         p.stdout.close()
         p.wait(timeout=60)
@@ -95,7 +100,9 @@ def test_closed_standard_streams(tmp_path):
     p = subprocess.run(["sh", "-c", f"exec {base} 2>&-"], stdout=subprocess.PIPE, env=env())
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 5
     # stdin closed / empty with -
-    p = subprocess.run(["sh", "-c", f"exec {sys.executable} -m preemptlog analyze - <&-"], capture_output=True, env=env())
+    p = subprocess.run(
+        ["sh", "-c", f"exec {sys.executable} -m preemptlog analyze - <&-"], capture_output=True, env=env()
+    )
     assert p.returncode == ExitCode.INPUT and b"standard input is closed" in p.stderr
     p = subprocess.run(PY + ["analyze", "-"], stdin=subprocess.DEVNULL, capture_output=True, env=env())
     assert p.returncode == ExitCode.INPUT and b"<stdin> (empty)" in p.stderr
@@ -144,8 +151,9 @@ def test_interrupt_exits_130_and_leaves_nothing(tmp_path, long_log, sig):
     tmpdir.mkdir()
     out = tmp_path / "out" / "events.json"
     out.parent.mkdir()
-    p = subprocess.Popen(PY + ["analyze", str(long_log), "--tz", "UTC", "-o", str(out)], stderr=subprocess.PIPE,
-                         env=env(tmpdir))
+    p = subprocess.Popen(
+        PY + ["analyze", str(long_log), "--tz", "UTC", "-o", str(out)], stderr=subprocess.PIPE, env=env(tmpdir)
+    )
     _wait_until_reading(p, long_log)
     assert p.poll() is None, "the run ended before it could be interrupted"
     p.send_signal(sig)
@@ -207,8 +215,9 @@ def test_output_to_a_fifo_is_written_in_place(tmp_path):
 
     t = threading.Thread(target=reader, daemon=True)
     t.start()
-    p = subprocess.run(PY + ["analyze", str(log), "--tz", "UTC", "-q", "-f", "ndjson", "-o", str(fifo)], env=env(),
-                       timeout=60)
+    p = subprocess.run(
+        PY + ["analyze", str(log), "--tz", "UTC", "-q", "-f", "ndjson", "-o", str(fifo)], env=env(), timeout=60
+    )
     t.join(10)
     assert p.returncode == 0
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO
@@ -245,8 +254,10 @@ def test_inputs_are_untouched(tmp_path):
         os.utime(p, (old, old), follow_symlinks=False)
 
     def snap():
-        return {str(p): (p.lstat().st_mtime_ns, p.lstat().st_ctime_ns, p.lstat().st_size)
-                for p in [b, b / "sub", *b.rglob("*"), tmp_path / "b.tgz"]}
+        return {
+            str(p): (p.lstat().st_mtime_ns, p.lstat().st_ctime_ns, p.lstat().st_size)
+            for p in [b, b / "sub", *b.rglob("*"), tmp_path / "b.tgz"]
+        }
 
     before = snap()
     for target in (b, tmp_path / "b.tgz", b / "sub" / "vllm.log.1.gz"):

@@ -105,7 +105,11 @@ def test_crlf_and_lone_cr(tmp_path):
     b = run([tmp_path / "cr.log"])
     assert marker_ids(a) == marker_ids(b) == ["0", "1", "2"]
     assert a.events.get_column("raw").to_list() == lines  # no stray CR in the text
-    assert b.events.get_column("event_id").to_list() == [f"{tmp_path}/cr.log:1", f"{tmp_path}/cr.log:1.1", f"{tmp_path}/cr.log:1.2"]
+    assert b.events.get_column("event_id").to_list() == [
+        f"{tmp_path}/cr.log:1",
+        f"{tmp_path}/cr.log:1.1",
+        f"{tmp_path}/cr.log:1.2",
+    ]
 
 
 def test_ten_megabyte_line_hides_nothing(tmp_path):
@@ -162,8 +166,10 @@ def test_truncated_compressed_log_reads_what_is_there(tmp_path, name):
     assert r.requests.height >= 1  # the part before the damage was read
 
 
-@pytest.mark.parametrize("name,src", [("dmon.txt.gz", "dmon.txt"), ("blocktable.jsonl.gz", "blocktable.jsonl"),
-                                      ("kvevents.jsonl.gz", "kvevents.jsonl")])
+@pytest.mark.parametrize(
+    "name,src",
+    [("dmon.txt.gz", "dmon.txt"), ("blocktable.jsonl.gz", "blocktable.jsonl"), ("kvevents.jsonl.gz", "kvevents.jsonl")],
+)
 def test_truncated_gzip_of_another_source_does_not_sink_the_analysis(tmp_path, name, src):
     data = gzip.compress((FIXTURES / "joined" / src).read_bytes() * 50)
     (tmp_path / name).write_bytes(data[: len(data) // 2])
@@ -281,7 +287,7 @@ def test_fifo_never_blocks(tmp_path):
                 run([b / "pipe.log"])
             except InputError as exc:
                 box["e"] = exc
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             box["err"] = exc
 
     t = threading.Thread(target=go, daemon=True)
@@ -355,8 +361,10 @@ def test_timestamps_going_backwards_keep_every_event(tmp_path):
 def test_duplicated_lines(tmp_path):
     """An identical V0 warning counts once (it is the same counter value); identical marker lines
     are separate lines of the log and count as many times as they appear."""
-    v0 = ("WARNING 05-02 14:03:11 [scheduler.py:1775] Sequence group 7 is preempted by PreemptionMode.SWAP mode "
-          "because there is not enough KV cache space. total_num_cumulative_preemption=1")
+    v0 = (
+        "WARNING 05-02 14:03:11 [scheduler.py:1775] Sequence group 7 is preempted by PreemptionMode.SWAP mode "
+        "because there is not enough KV cache space. total_num_cumulative_preemption=1"
+    )
     r = run([write_lines(tmp_path / "x.log", [v0, v0, M.format(9), M.format(9)])])
     kinds = r.events.get_column("kind").to_list()
     assert kinds.count("logged") == 1
@@ -373,8 +381,10 @@ def test_rotated_files_overlapping_in_time(tmp_path):
     whole = run([GOLDEN])
     rot = run([tmp_path])
     cols = ["kind", "cumulative", "request_id"]
-    assert rot.events.filter(pl.col("kind") != "marker").select(cols).equals(
-        whole.events.filter(pl.col("kind") != "marker").select(cols)
+    assert (
+        rot.events.filter(pl.col("kind") != "marker")
+        .select(cols)
+        .equals(whole.events.filter(pl.col("kind") != "marker").select(cols))
     )
 
 
@@ -422,36 +432,56 @@ def test_rotation_overlap_of_stats_and_markers(tmp_path, name):
 def test_absurd_numbers_and_dates_found_by_the_fuzzer(tmp_path):
     """Values bench/fuzz found crashing (or, for the counter, exhausting memory): each is now
     a bad line, a null, or a bounded and reported count."""
-    v0 = ("WARNING 05-02 14:03:{:02d} [scheduler.py:1775] Sequence group {} is preempted by PreemptionMode.SWAP "
-          "mode because there is not enough KV cache space. total_num_cumulative_preemption={}")
-    write_lines(tmp_path / "vllm.log", [
-        v0.format(11, "a", 1),
-        v0.format(12, "b", 900_000_000_000),  # counter jump: was 9e11 events (killed by the OOM killer)
-        "INFO 02-30 00:00:00 [scheduler.py:10] Req-feb30 PREEMPTED",  # no 30 February
-        "0000-01-01T00:00:00Z block_table.extend(seq_id=7, 8 -> 12)",  # year 0
-        "WARNING 05-02 14:03:13 [hook.py:5] [BATCH] Current variance: 1e400 (threshold=256)",  # inf
-        "INFO 05-02 14:03:13 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation "
-        "throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 18446744073709551616.0%, "
-        "Prefix cache hit rate: 0.0%",
-        "INFO 05-02 14:03:14 [scheduler.py:10] Req-" + "\x1f" * 3 + "x PREEMPTED",
-    ])
+    v0 = (
+        "WARNING 05-02 14:03:{:02d} [scheduler.py:1775] Sequence group {} is preempted by PreemptionMode.SWAP "
+        "mode because there is not enough KV cache space. total_num_cumulative_preemption={}"
+    )
+    write_lines(
+        tmp_path / "vllm.log",
+        [
+            v0.format(11, "a", 1),
+            v0.format(12, "b", 900_000_000_000),  # counter jump: was 9e11 events (killed by the OOM killer)
+            "INFO 02-30 00:00:00 [scheduler.py:10] Req-feb30 PREEMPTED",  # no 30 February
+            "0000-01-01T00:00:00Z block_table.extend(seq_id=7, 8 -> 12)",  # year 0
+            "WARNING 05-02 14:03:13 [hook.py:5] [BATCH] Current variance: 1e400 (threshold=256)",  # inf
+            "INFO 05-02 14:03:13 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation "
+            "throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 18446744073709551616.0%, "
+            "Prefix cache hit rate: 0.0%",
+            "INFO 05-02 14:03:14 [scheduler.py:10] Req-" + "\x1f" * 3 + "x PREEMPTED",
+        ],
+    )
     (tmp_path / "vllm.log").write_bytes(b"a\x1fb\x1fc\n" + (tmp_path / "vllm.log").read_bytes())  # 0x1F x2 in line 1
-    write_lines(tmp_path / "kv.jsonl", ['[1e300, [["BlockStored", [1], null, [1], 16, null]]]',
-                                        '[1796015438.1, [["BlockRemoved", [77], "GPU"]], 0]'])
-    write_lines(tmp_path / "bt.jsonl", [
-        '{"type": "step", "ts": 1796015438.1, "step": 7, "num_free_blocks": 18446744073709551616}',
-        '{"type": "step", "time": "0000-01-01T00:00:00Z", "step": 8, "num_free_blocks": 1}',
-        '{"type": "step", "ts": 1e300, "step": 9, "num_free_blocks": 1}',
-        '{"type": "step", "ts": 1796015438.2, "step": 10, "num_free_blocks": 3}',
-    ])
-    write_lines(tmp_path / "metrics-1796015438.prom", [
-        "# TYPE vllm:num_preemptions_total counter",
-        'vllm:num_preemptions_total{engine="0"} NaN 1796015400000',
-        'vllm:num_preemptions_total{engine="0"} 3 1796015410000',
-        'vllm:num_preemptions_total{engine="0"} 1e300 1796015420000',
-    ])
-    write_lines(tmp_path / "dmon.txt", ["#Date Time gpu fb sm", "#YYYYMMDD HH:MM:SS Idx MB %",
-                                        "20260502 14:03:12 0 1e309 -1e300", "20260502 14:03:13 0 1000 50"])
+    write_lines(
+        tmp_path / "kv.jsonl",
+        ['[1e300, [["BlockStored", [1], null, [1], 16, null]]]', '[1796015438.1, [["BlockRemoved", [77], "GPU"]], 0]'],
+    )
+    write_lines(
+        tmp_path / "bt.jsonl",
+        [
+            '{"type": "step", "ts": 1796015438.1, "step": 7, "num_free_blocks": 18446744073709551616}',
+            '{"type": "step", "time": "0000-01-01T00:00:00Z", "step": 8, "num_free_blocks": 1}',
+            '{"type": "step", "ts": 1e300, "step": 9, "num_free_blocks": 1}',
+            '{"type": "step", "ts": 1796015438.2, "step": 10, "num_free_blocks": 3}',
+        ],
+    )
+    write_lines(
+        tmp_path / "metrics-1796015438.prom",
+        [
+            "# TYPE vllm:num_preemptions_total counter",
+            'vllm:num_preemptions_total{engine="0"} NaN 1796015400000',
+            'vllm:num_preemptions_total{engine="0"} 3 1796015410000',
+            'vllm:num_preemptions_total{engine="0"} 1e300 1796015420000',
+        ],
+    )
+    write_lines(
+        tmp_path / "dmon.txt",
+        [
+            "#Date Time gpu fb sm",
+            "#YYYYMMDD HH:MM:SS Idx MB %",
+            "20260502 14:03:12 0 1e309 -1e300",
+            "20260502 14:03:13 0 1000 50",
+        ],
+    )
     (tmp_path / "metrics-2026-05-02T14:03:15+27:00.prom").write_text('vllm:num_requests_running{engine="0"} 1\n')
     r = run([tmp_path], rules=True)
     kinds = r.events.get_column("kind").to_list()
@@ -461,4 +491,3 @@ def test_absurd_numbers_and_dates_found_by_the_fuzzer(tmp_path):
     assert r.frames["kv_events"].height == 1
     assert r.frames["bt_steps"].get_column("step").to_list() == [10]
     assert "feb30" in r.events.get_column("request_id").to_list()
-

@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 
 from preemptlog.errors import ExitCode, UsageError
-from preemptlog.rules import load_rules
 from preemptlog.rules import expr as E
+from preemptlog.rules import load_rules
 from preemptlog.rules.engine import evaluate
 from preemptlog.rules.model import RulesError
 from preemptlog.rules.samples import run_samples, sample_frame
@@ -181,7 +181,12 @@ def test_evidence_cites_values_thresholds_and_provenance():
 
 
 def test_assumed_default_lowers_confidence():
-    ev = {"sched_pending": 300, "bt_preempt_blocks_before": 0, "cfg_max_num_seqs": 256, "cfg_max_num_seqs_status": "default"}
+    ev = {
+        "sched_pending": 300,
+        "bt_preempt_blocks_before": 0,
+        "cfg_max_num_seqs": 256,
+        "cfg_max_num_seqs_status": "default",
+    }
     v = evaluate(sample_frame(ev), RS).row(0, named=True)
     assert v["gate"] == "G3-queue-overflow" and v["confidence"] == "low"
     assert any("assumed default" in n for n in v["notes"])

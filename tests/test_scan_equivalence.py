@@ -39,7 +39,9 @@ def _same(path: Path) -> None:
     got = vllm_log.read(str(path), 3)
     # Documented layout change (issue 18): request lines keep no level, process or compose prefix.
     hot = pl.col("kind").is_in(list(vllm_log.HOT_KINDS))
-    want = vllm_log.compact(want.with_columns(pl.when(~hot).then(pl.col(c)).alias(c) for c in ("level", "proc", "compose")))
+    want = vllm_log.compact(
+        want.with_columns(pl.when(~hot).then(pl.col(c)).alias(c) for c in ("level", "proc", "compose"))
+    )
     assert got.columns == want.columns
     for name in want.columns:
         assert_frame_equal(got.select(name), want.select(name), check_dtypes=True, categorical_as_str=True)
@@ -151,5 +153,8 @@ def test_requests_hand_written(tmp_path: Path) -> None:
     paired = got.filter(pl.col("internal_id") == "chatcmpl-ab-0123abcd")
     assert paired.get_column("request_id").to_list() == ["chatcmpl-ab"]
     assert paired.get_column("action").to_list() == ["aborted"]
-    assert got.filter(pl.col("request_id") == "chatcmpl-ab").get_column("prompt_tokens").to_list() == [3, 3]  # received, aborted
+    assert got.filter(pl.col("request_id") == "chatcmpl-ab").get_column("prompt_tokens").to_list() == [
+        3,
+        3,
+    ]  # received, aborted
     assert got.filter(pl.col("action") == "aborted").get_column("request_id").to_list()[:2] == ["a1", "b2"]

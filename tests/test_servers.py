@@ -22,8 +22,11 @@ def write(path, lines):
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_lines(path, lines)
 
-WARN = ("Sequence group {rid} is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache "
-        "space. total_num_cumulative_preemption={n}")
+
+WARN = (
+    "Sequence group {rid} is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache "
+    "space. total_num_cumulative_preemption={n}"
+)
 
 
 def v06_log(pid_note: str = "", n: int = 51) -> list[str]:
@@ -67,8 +70,10 @@ def test_restart_of_one_server_is_not_mixed(tmp_path):
 
 def test_one_server_with_other_sources_is_not_mixed(tmp_path):
     log = write_lines(tmp_path / "vllm.log", v010_log())
-    dmon = write_lines(tmp_path / "dmon.txt", ["#Date       Time        gpu    fb", "#YYYYMMDD   HH:MM:SS    Idx    MB",
-                                             " 20250903   04:40:00      0  1000"])
+    dmon = write_lines(
+        tmp_path / "dmon.txt",
+        ["#Date       Time        gpu    fb", "#YYYYMMDD   HH:MM:SS    Idx    MB", " 20250903   04:40:00      0  1000"],
+    )
     res = run(log, dmon)
     assert not any("vLLM servers" in w for w in res.warnings)
     assert {t.year for t in res.events.get_column("time").to_list()} == {2025}  # the dmon date meets the log
@@ -83,8 +88,10 @@ def test_two_hosts_of_one_version_are_two_servers(tmp_path):
 
 def test_unrelated_dmon_does_not_give_the_year(tmp_path):
     log = write_lines(tmp_path / "vllm.log", v010_log())
-    dmon = write_lines(tmp_path / "dmon.txt", ["#Date       Time        gpu    fb", "#YYYYMMDD   HH:MM:SS    Idx    MB",
-                                             " 20200305   19:12:31      0  1000"])
+    dmon = write_lines(
+        tmp_path / "dmon.txt",
+        ["#Date       Time        gpu    fb", "#YYYYMMDD   HH:MM:SS    Idx    MB", " 20200305   19:12:31      0  1000"],
+    )
     res = run(log, dmon)
     years = {t.year for t in res.events.get_column("time").to_list()}
     assert 2020 not in years

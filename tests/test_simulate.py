@@ -203,7 +203,9 @@ def test_v0_lines_follow_the_facts(tmp_path):
     # [BATCH] is printed where the variance gate judges a batch: never in a run with G2 off
     assert "[BATCH]" not in text
     g2, _ = run(tmp_path / "g2", "g2-variance", duration=20.0)
-    assert re.search(r"^\[BATCH\] Current variance: \d+\.\d \(threshold=256\)$", "\n".join(lines(g2 / "vllm.log")), re.MULTILINE)
+    assert re.search(
+        r"^\[BATCH\] Current variance: \d+\.\d \(threshold=256\)$", "\n".join(lines(g2 / "vllm.log")), re.MULTILINE
+    )
     ext = lines(out / "executor.log")
     assert ext and all(
         re.fullmatch(r"INFO \d\d-\d\d \d\d:\d\d:\d\d model_runner\.py:1532\] block_table extend req=\S+ \d+->\d+", x)

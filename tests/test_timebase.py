@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -61,7 +61,7 @@ def test_rollover_recovered_from_mtime(tmp_path, start, steps, lag):
     for g in steps:
         times.append(times[-1] + timedelta(seconds=g))
     path = write_lines(tmp_path / "v.log", _lines(times))
-    mtime = (times[-1] + timedelta(seconds=lag)).replace(tzinfo=timezone.utc).timestamp()
+    mtime = (times[-1] + timedelta(seconds=lag)).replace(tzinfo=UTC).timestamp()
     os.utime(path, (mtime, mtime))
     result = analyze([str(path)], AnalyzeOptions(tz="UTC"))
     assert _times_of(result) == times
@@ -88,7 +88,7 @@ def test_feb29_moves_inferred_year_to_leap_year(tmp_path):
     times = [datetime(2024, 2, 29, 10, 0, 0), datetime(2024, 2, 29, 10, 0, 5)]
     path = write_lines(tmp_path / "v.log", _lines(times))
     # mtime in 2025: plain inference would say 2025, which has no 29 February.
-    mtime = datetime(2025, 3, 1, tzinfo=timezone.utc).timestamp()
+    mtime = datetime(2025, 3, 1, tzinfo=UTC).timestamp()
     os.utime(path, (mtime, mtime))
     result = analyze([str(path)], AnalyzeOptions(tz="UTC"))
     assert _times_of(result) == times
@@ -107,9 +107,9 @@ def test_year_from_gzip_header_beats_file_mtime(tmp_path):
     raw = ("\n".join(_lines(times)) + "\n").encode()
     path = tmp_path / "v.log.gz"
     with open(path, "wb") as fh:
-        with gzip.GzipFile(fileobj=fh, mode="wb", mtime=int(datetime(2023, 6, 2, tzinfo=timezone.utc).timestamp())) as gz:
+        with gzip.GzipFile(fileobj=fh, mode="wb", mtime=int(datetime(2023, 6, 2, tzinfo=UTC).timestamp())) as gz:
             gz.write(raw)
-    os.utime(path, (0, datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()))
+    os.utime(path, (0, datetime(2026, 1, 1, tzinfo=UTC).timestamp()))
     result = analyze([str(path)], AnalyzeOptions(tz="UTC"))
     assert _times_of(result) == times
     assert "gzip header" in next(a for a in result.assumptions if a.topic == "year").source
@@ -121,11 +121,13 @@ def test_full_date_in_bundle_beats_mtime(tmp_path):
     plain = write_lines(tmp_path / "a" / "v.log" if False else tmp_path / "v.log", _lines(times))
     other = write_lines(
         tmp_path / "w.log",
-        ["2022-03-05T08:00:10.000Z INFO 03-05 08:00:10 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
-         "Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
-         "Prefix cache hit rate: 0.0%"],
+        [
+            "2022-03-05T08:00:10.000Z INFO 03-05 08:00:10 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+            "Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+            "Prefix cache hit rate: 0.0%"
+        ],
     )
-    os.utime(plain, (0, datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()))
+    os.utime(plain, (0, datetime(2026, 1, 1, tzinfo=UTC).timestamp()))
     result = analyze([str(plain), str(other)], AnalyzeOptions(tz="UTC"))
     assert _times_of(result) == times
 
@@ -135,7 +137,7 @@ def test_zone_conversion_and_offset_output(tmp_path):
     path = write_lines(tmp_path / "v.log", _lines(times))
     result = analyze([str(path)], AnalyzeOptions(tz="Europe/Berlin", year=2025))
     t = result.events.get_column("time")[0]
-    assert t == datetime(2025, 7, 1, 10, 0, 0, tzinfo=timezone.utc)
+    assert t == datetime(2025, 7, 1, 10, 0, 0, tzinfo=UTC)
     from preemptlog.summary import iso
 
     assert iso(t, "Europe/Berlin") == "2025-07-01T12:00:00+02:00"
@@ -146,7 +148,7 @@ def test_nonexistent_local_time_is_kept(tmp_path):
     times = [datetime(2025, 3, 30, 2, 30, 0)]
     path = write_lines(tmp_path / "v.log", _lines(times))
     result = analyze([str(path)], AnalyzeOptions(tz="Europe/Berlin", year=2025))
-    assert result.events.get_column("time")[0] == datetime(2025, 3, 30, 1, 30, tzinfo=timezone.utc)
+    assert result.events.get_column("time")[0] == datetime(2025, 3, 30, 1, 30, tzinfo=UTC)
 
 
 def test_line_order_kept_within_a_second(tmp_path):

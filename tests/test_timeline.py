@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-
 import io
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -18,7 +17,7 @@ from preemptlog.render.timeline import print_timeline
 
 from .conftest import FIXTURES
 
-T0 = datetime(2026, 11, 30, 5, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 5, 10, 0, tzinfo=UTC)
 # (second, gate, events): a 5 s incident is binned per second
 SPEC = [
     (0, "G1-kv-space", 6),
@@ -42,7 +41,9 @@ def _analysis(untimed: int = 0, kv: list[float] | None = KV) -> Analysis:
         ids.append(f"vllm.log:{900 + k}")
         times.append(None)
         gates.append("undetermined")
-    events = pl.DataFrame({"event_id": ids, "time": times}, schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")})
+    events = pl.DataFrame(
+        {"event_id": ids, "time": times}, schema={"event_id": pl.String, "time": pl.Datetime("us", "UTC")}
+    )
     stats = pl.DataFrame(
         {
             "time": [T0 + timedelta(seconds=m, milliseconds=500) for m in range(len(kv or []))],
@@ -130,9 +131,14 @@ def test_nothing_without_timed_events():
 
 def test_wide_incident_uses_wider_buckets():
     a = _analysis()
-    a = dataclasses.replace(a, events=a.events.with_columns(
-        pl.Series("time", [T0 + timedelta(minutes=7 * i) for i in range(a.events.height)], dtype=pl.Datetime("us", "UTC"))
-    ))
+    a = dataclasses.replace(
+        a,
+        events=a.events.with_columns(
+            pl.Series(
+                "time", [T0 + timedelta(minutes=7 * i) for i in range(a.events.height)], dtype=pl.Datetime("us", "UTC")
+            )
+        ),
+    )
     out = _render(a)
     assert "preemptions per 5 minutes by gate" in out
     width = max(len(line) for line in out.splitlines()[1:9])

@@ -105,7 +105,10 @@ def _env():
 def test_headline_first_on_a_non_terminal_stderr():
     out = subprocess.run(
         [sys.executable, "-m", "preemptlog", "analyze", DEMO, "--tz", "UTC"],
-        capture_output=True, text=True, env=_env(), cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
@@ -152,9 +155,18 @@ def test_spec_budget_kept_when_speculative_decoding_is_on(tmp_path):
     from preemptlog.rules.recommend import Measured, structured
 
     def m(**kw):
-        base = {k: Measured(None, f"{k} unknown") for k in (
-            "block_size", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "peak_rps",
-            "p95_latency_s", "avg_output_len")}
+        base = {
+            k: Measured(None, f"{k} unknown")
+            for k in (
+                "block_size",
+                "max_num_seqs",
+                "max_num_batched_tokens",
+                "gpu_memory_utilization",
+                "peak_rps",
+                "p95_latency_s",
+                "avg_output_len",
+            )
+        }
         base["max_model_len"] = Measured(4096, "max_model_len seen (v.log:2)")
         base.update(kw)
         return base
@@ -163,8 +175,12 @@ def test_spec_budget_kept_when_speculative_decoding_is_on(tmp_path):
     off, dropped = structured(m(speculative=Measured(False, "speculative_config None (v.log:2)")))
     assert any(x["id"] == "spec_budget" and x["suggested"] == 4404 for x in on)
     assert not any(x["id"] == "spec_budget" for x in off) and any(d["id"] == "spec_budget" for d in dropped)
-    same, dropped = structured(m(gpu_memory_utilization=Measured(0.95, "gpu_memory_utilization seen (v.log:2)"),
-                                 speculative=Measured(False, "x")))
+    same, dropped = structured(
+        m(
+            gpu_memory_utilization=Measured(0.95, "gpu_memory_utilization seen (v.log:2)"),
+            speculative=Measured(False, "x"),
+        )
+    )
     assert not any(x["id"] == "kv_room" for x in same) and any(d["id"] == "kv_room" for d in dropped)
 
 
@@ -220,8 +236,16 @@ def test_columns_on_the_table_and_no_header():
     assert lines[0].split()[:2] == ["vllm.log:140", "chatcmpl-fc8ef4388c448e97757734696953c40b"]
     assert lines[0].split()[2] == "logged" and "row(s)" not in r.stdout
     wide = invoke("analyze", DEMO, "--tz", "UTC", "-f", "table", "--wide")
-    assert wide.stdout.splitlines()[1].split() == ["time", "event", "kind", "n", "request", "mode", "verdict",
-                                                   "confidence"]
+    assert wide.stdout.splitlines()[1].split() == [
+        "time",
+        "event",
+        "kind",
+        "n",
+        "request",
+        "mode",
+        "verdict",
+        "confidence",
+    ]
     csv = invoke("analyze", DEMO, "--tz", "UTC", "-f", "csv", "-q", "--no-header", "--columns", "event_id,line")
     assert csv.stdout.splitlines()[0] == "demo/vllm.log:140,140"
 
@@ -249,15 +273,25 @@ def test_folded_rows_say_when_their_events_differ():
     from preemptlog.render.table import display_rows
 
     ids = ["v.log:9~r1", "v.log:9~r2", "v.log:9~r3", "v.log:12"]
-    events = pl.DataFrame({
-        "event_id": ids, "kind": ["reconstructed"] * 3 + ["logged"],
-        "time": [1, 2, 3, 4], "request_id": [None, None, None, "7"], "mode": [None] * 4,
-        "source": ["v.log"] * 4, "line": [9, 9, 9, 12],
-    })
-    verdicts = pl.DataFrame({
-        "event_id": ids, "gate": ["G1-kv-space", "undetermined", "undetermined", "G1-kv-space"],
-        "sub_kind": ["kv-exhausted", None, None, "kv-exhausted"], "confidence": ["low", "none", "none", "high"],
-    })
+    events = pl.DataFrame(
+        {
+            "event_id": ids,
+            "kind": ["reconstructed"] * 3 + ["logged"],
+            "time": [1, 2, 3, 4],
+            "request_id": [None, None, None, "7"],
+            "mode": [None] * 4,
+            "source": ["v.log"] * 4,
+            "line": [9, 9, 9, 12],
+        }
+    )
+    verdicts = pl.DataFrame(
+        {
+            "event_id": ids,
+            "gate": ["G1-kv-space", "undetermined", "undetermined", "G1-kv-space"],
+            "sub_kind": ["kv-exhausted", None, None, "kv-exhausted"],
+            "confidence": ["low", "none", "none", "high"],
+        }
+    )
     rows = display_rows(SimpleNamespace(events=events, verdicts=verdicts)).to_dicts()
     assert [(r["event_id"], r["count"], r["verdicts"]) for r in rows] == [("v.log:9~r*", 3, 2), ("v.log:12", 1, 1)]
 
@@ -280,8 +314,9 @@ def test_empty_result_keeps_the_compact_header(tmp_path):
 
 
 def _ids(*args) -> list[str]:
-    r = invoke("analyze", DEMO, "--tz", "UTC", "-f", "ndjson", "-q", "--columns", "event_id,time,gate,kind,confidence",
-               *args)
+    r = invoke(
+        "analyze", DEMO, "--tz", "UTC", "-f", "ndjson", "-q", "--columns", "event_id,time,gate,kind,confidence", *args
+    )
     assert r.exit_code == 0, r.stderr
     return [json.loads(x) for x in r.stdout.splitlines()]
 
@@ -351,8 +386,7 @@ def test_explain_takes_every_id_the_table_prints(tmp_path):
     _, by_base = _explain("vllm.log:9799", DEMO)  # the table's id (folder stripped)
     assert by_base["event"]["event_id"] == "demo/vllm.log:9799"
     # a V0 log: the table folds the reconstructed run into one `~r*` row
-    table = invoke("analyze", V0, "--year", "2025", "--tz", "UTC", "-f", "table", "--no-header",
-                   "--columns", "event")
+    table = invoke("analyze", V0, "--year", "2025", "--tz", "UTC", "-f", "table", "--no-header", "--columns", "event")
     folded = next(x.strip() for x in table.stdout.splitlines() if x.strip().endswith("~r*"))
     r, doc = _explain(folded, V0, "--year", "2025")
     assert r.exit_code == 0, r.stderr
@@ -362,15 +396,19 @@ def test_explain_takes_every_id_the_table_prints(tmp_path):
 
 def test_explain_takes_an_id_the_table_cut_in_the_middle(tmp_path):
     name = "vllm-server-with-a-rather-long-file-name.log"
-    p = write_lines(tmp_path / name, [
-        "INFO 05-02 10:00:00 [x.py:1] Req-1 PREEMPTED",
-        "INFO 05-02 10:00:01 [x.py:1] Req-2 PREEMPTED",
-    ])
+    p = write_lines(
+        tmp_path / name,
+        [
+            "INFO 05-02 10:00:00 [x.py:1] Req-1 PREEMPTED",
+            "INFO 05-02 10:00:01 [x.py:1] Req-2 PREEMPTED",
+        ],
+    )
     from preemptlog import AnalyzeOptions, analyze
     from preemptlog.render.table import render_table
 
-    shown = render_table(analyze([str(p)], AnalyzeOptions(year=2025, tz="UTC")), width=40, header=False,
-                         columns=["event", "request"])
+    shown = render_table(
+        analyze([str(p)], AnalyzeOptions(year=2025, tz="UTC")), width=40, header=False, columns=["event", "request"]
+    )
     cut = "vllm-server-with-a…file-name.log:2"
     assert "…" in shown.splitlines()[-1]  # the table did cut it
     r, doc = _explain(cut, str(p), "--year", "2025")
@@ -411,8 +449,15 @@ def _pty(args: list[str], cols: int, rows: int = 50, env: dict | None = None, ti
     e = _env() | {"COLUMNS": str(cols), "LINES": str(rows), "TERM": "xterm", "LANG": "C.UTF-8"}
     e.pop("LC_ALL", None)
     e |= env or {}
-    p = subprocess.Popen([sys.executable, "-m", "preemptlog", *args], stdin=slave, stdout=slave, stderr=slave,
-                         env=e, cwd=ROOT, close_fds=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "preemptlog", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=e,
+        cwd=ROOT,
+        close_fds=True,
+    )
     os.close(slave)
     out = b""
     while True:
@@ -463,12 +508,21 @@ def test_table_taller_than_the_terminal_is_paged(tmp_path):
     assert code == 0, out
     assert seen.exists() and seen.read_text().count("\n") > 226 and "vllm.log:140" in seen.read_text()
     assert "vllm.log:140" not in out  # went to the pager, not around it
-    short, _ = _pty(["analyze", DEMO, "--tz", "UTC", "-f", "table", "-q", "--gate", "G3"], 80, rows=30,
-                    env={"PAGER": pager + " && exit 9"})
+    short, _ = _pty(
+        ["analyze", DEMO, "--tz", "UTC", "-f", "table", "-q", "--gate", "G3"],
+        80,
+        rows=30,
+        env={"PAGER": pager + " && exit 9"},
+    )
     assert "vllm.log:" in short  # fits: printed directly
     # in a pipe: never paged
-    piped = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", DEMO, "--tz", "UTC", "-f", "table", "-q"],
-                           capture_output=True, text=True, env=_env() | {"PAGER": "false"}, cwd=ROOT)
+    piped = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", DEMO, "--tz", "UTC", "-f", "table", "-q"],
+        capture_output=True,
+        text=True,
+        env=_env() | {"PAGER": "false"},
+        cwd=ROOT,
+    )
     assert piped.returncode == 0 and piped.stdout.count("\n") > 226
 
 
@@ -486,14 +540,23 @@ def test_progress_only_on_a_terminal_and_not_with_quiet():
     assert code == 0 and "reading the" in out and " MB" in out
     quiet, _ = _pty(["analyze", DEMO, "--tz", "UTC", "-f", "ndjson", "-o", os.devnull, "-q"], 100, env=env)
     assert "reading the" not in quiet and quiet.strip() == ""
-    piped = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", DEMO, "--tz", "UTC", "-f", "ndjson"],
-                           capture_output=True, text=True, env=_env() | env, cwd=ROOT)
+    piped = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", DEMO, "--tz", "UTC", "-f", "ndjson"],
+        capture_output=True,
+        text=True,
+        env=_env() | env,
+        cwd=ROOT,
+    )
     assert "reading the" not in piped.stderr and "\x1b" not in piped.stderr
 
 
 def test_ascii_under_the_c_locale():
-    out, code = _pty(["analyze", DEMO, "--tz", "UTC", "-f", "table"], 100, rows=400,
-                     env={"LC_ALL": "C", "PAGER": "cat", "PREEMPTLOG_PROGRESS_AFTER": "0"})
+    out, code = _pty(
+        ["analyze", DEMO, "--tz", "UTC", "-f", "table"],
+        100,
+        rows=400,
+        env={"LC_ALL": "C", "PAGER": "cat", "PREEMPTLOG_PROGRESS_AFTER": "0"},
+    )
     assert code == 0
     assert out.isascii(), sorted({c for c in out if not c.isascii()})
     assert "Timeline:" in out and "|" in out  # the stderr timeline, in ASCII
@@ -507,8 +570,16 @@ def test_ascii_under_the_c_locale():
 
 def test_help_names_what_each_option_wants():
     r = invoke("analyze", "--help", env={"COLUMNS": "200"})
-    for text in ("--kind FILE=KIND", "--offset SOURCE=DURATION", "-o, --output FILE", "PATH", "--columns COL,COL",
-                 "--since TIME", "--wide", "--no-header"):
+    for text in (
+        "--kind FILE=KIND",
+        "--offset SOURCE=DURATION",
+        "-o, --output FILE",
+        "PATH",
+        "--columns COL,COL",
+        "--since TIME",
+        "--wide",
+        "--no-header",
+    ):
         assert text in r.stdout, text
     assert "<list[str]>" not in r.stdout and "<str>" not in r.stdout
     from preemptlog.commands import COMMANDS
@@ -553,7 +624,11 @@ def test_rules_check_ends_with_a_total_and_exits_7_on_a_failing_sample(tmp_path)
 
 
 def test_shell_completion_is_switched_on():
-    env = _env() | {"_PREEMPTLOG_COMPLETE": "complete_bash", "COMP_WORDS": "preemptlog analyze --min-c", "COMP_CWORD": "2"}
+    env = _env() | {
+        "_PREEMPTLOG_COMPLETE": "complete_bash",
+        "COMP_WORDS": "preemptlog analyze --min-c",
+        "COMP_CWORD": "2",
+    }
     script = Path(sys.executable).parent / "preemptlog"  # the console script: completion keys on its name
     if not script.exists():
         pytest.skip("the preemptlog console script is not installed next to this Python")
@@ -563,8 +638,11 @@ def test_shell_completion_is_switched_on():
 
 def test_every_terminal_table_is_ascii_under_the_c_locale():
     env = {"LC_ALL": "C"}
-    for args in (["rules", "-f", "table"], ["explain", "vllm.log:140", DEMO, "--tz", "UTC", "-f", "table", "--limit", "3"],
-                 ["analyze", DEMO, "--tz", "UTC", "-f", "table", "--gate", "G3"]):
+    for args in (
+        ["rules", "-f", "table"],
+        ["explain", "vllm.log:140", DEMO, "--tz", "UTC", "-f", "table", "--limit", "3"],
+        ["analyze", DEMO, "--tz", "UTC", "-f", "table", "--gate", "G3"],
+    ):
         r = invoke(*args, env=env)
         assert r.exit_code == 0, (args, r.stderr)
         assert r.stdout.isascii(), (args, sorted({c for c in r.stdout if not c.isascii()}))

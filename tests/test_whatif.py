@@ -20,8 +20,14 @@ from preemptlog.whatif.verify import setting_for
 from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest, parse_value
 
 
-def _log(n: int = 40, prompt_ids: bool = True, memory: bool = True, stats: bool = True, requests: bool = True,
-         preemptions: int = 0) -> str:
+def _log(
+    n: int = 40,
+    prompt_ids: bool = True,
+    memory: bool = True,
+    stats: bool = True,
+    requests: bool = True,
+    preemptions: int = 0,
+) -> str:
     h = "(APIServer pid=1) INFO 08-01 10:{m:02d}:{s:02d} [{f}] "
     e = "(EngineCore_DP0 pid=2) INFO 08-01 10:{m:02d}:{s:02d} [{f}] "
     out = [
@@ -38,19 +44,24 @@ def _log(n: int = 40, prompt_ids: bool = True, memory: bool = True, stats: bool 
     for i in range(n if requests else 0):
         p = 150 + (i % 4) * 40
         ids = f", prompt_token_ids: [{', '.join(str(100 + j) for j in range(p))}]" if prompt_ids else ""
-        out.append(h.format(m=t // 60, s=t % 60, f="logger.py:41") + f"Received request cmpl-{i:04d}: prompt: 'x', "
-                   f"params: SamplingParams(n=1, temperature=0.7, max_tokens={120 + (i % 3) * 30}, min_tokens=0){ids}, "
-                   "lora_request: None.")
+        out.append(
+            h.format(m=t // 60, s=t % 60, f="logger.py:41") + f"Received request cmpl-{i:04d}: prompt: 'x', "
+            f"params: SamplingParams(n=1, temperature=0.7, max_tokens={120 + (i % 3) * 30}, min_tokens=0){ids}, "
+            "lora_request: None."
+        )
         if i % 2:
             t += 1
     if stats:
         for k in range(6):
             s = 15 + k * 5
-            out.append(h.format(m=s // 60, s=s % 60, f="loggers.py:118") +
-                       f"Engine 000: Avg prompt throughput: {800 - k * 100:.1f} tokens/s, Avg generation throughput: "
-                       f"{200 + k * 10:.1f} tokens/s, Running: 8 reqs, Waiting: {12 - k} reqs, "
-                       + (f"Preemptions: {preemptions}, " if preemptions else "") + "GPU KV cache usage: 97.0%, "
-                       "Prefix cache hit rate: 0.0%")
+            out.append(
+                h.format(m=s // 60, s=s % 60, f="loggers.py:118")
+                + f"Engine 000: Avg prompt throughput: {800 - k * 100:.1f} tokens/s, Avg generation throughput: "
+                f"{200 + k * 10:.1f} tokens/s, Running: 8 reqs, Waiting: {12 - k} reqs, "
+                + (f"Preemptions: {preemptions}, " if preemptions else "")
+                + "GPU KV cache usage: 97.0%, "
+                "Prefix cache hit rate: 0.0%"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -62,8 +73,9 @@ def _bundle(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "preemptlog", "whatif", *args], check=False, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "preemptlog", "whatif", *args], check=False, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_log_only_bundle_replays_and_says_what_was_assumed(tmp_path):
@@ -109,15 +121,18 @@ def test_no_prompt_lengths_anywhere_is_refused(tmp_path):
     assert p.returncode == 8 and "prompt lengths are not in the bundle" in p.stderr
 
 
-@pytest.mark.parametrize("arg,msg", [
-    ("bogus=1", "not a replay setting"),
-    ("max_num_seqs=0", "not a positive integer"),
-    ("max_num_seqs=lots", "not a positive integer"),
-    ("gpu_memory_utilization=1.5", "not a number in (0, 1]"),
-    ("scheduling_policy=lifo", "one of fcfs,priority"),
-    ("enable_chunked_prefill=maybe", "true or false"),
-    ("novalue", "expects NAME=VALUE"),
-])
+@pytest.mark.parametrize(
+    "arg,msg",
+    [
+        ("bogus=1", "not a replay setting"),
+        ("max_num_seqs=0", "not a positive integer"),
+        ("max_num_seqs=lots", "not a positive integer"),
+        ("gpu_memory_utilization=1.5", "not a number in (0, 1]"),
+        ("scheduling_policy=lifo", "one of fcfs,priority"),
+        ("enable_chunked_prefill=maybe", "true or false"),
+        ("novalue", "expects NAME=VALUE"),
+    ],
+)
 def test_bad_settings_are_one_line_usage_errors(tmp_path, arg, msg):
     b = _bundle(tmp_path, "bad", _log(n=4))
     p = _cli(str(b), "--set", arg, "--tz", "UTC")
@@ -149,8 +164,14 @@ def test_every_format_and_a_sweep(tmp_path):
     csv = _cli(*args, "-f", "csv").stdout.splitlines()
     assert csv[0].startswith("scenario,engine,status,preemptions,recomputed_tokens,peak_running") and len(csv) == 4
     table = _cli(*args, "-f", "table").stdout
-    for label in ("preemptions", "recomputed tokens", "TTFT p95 (s)", "latency p95 (s)", "throughput (tok/s)",
-                  "num_gpu_blocks=200"):
+    for label in (
+        "preemptions",
+        "recomputed tokens",
+        "TTFT p95 (s)",
+        "latency p95 (s)",
+        "throughput (tok/s)",
+        "num_gpu_blocks=200",
+    ):
         assert label in table
     out = tmp_path / "w.parquet"
     assert _cli(*args, "-o", str(out)).returncode == 0 and out.stat().st_size > 0
@@ -161,15 +182,48 @@ def test_records_bundle_uses_steps_and_recorded_outputs(tmp_path):
     d.mkdir()
     lines = []
     for i in range(12):
-        lines.append({"type": "request", "ts": 1796000000.0 + i * 0.01, "step": 3 * i, "engine": "0",
-                      "request_id": f"r{i}", "phase": "arrival", "prompt_tokens": 40 + i, "max_tokens": 50,
-                      "priority": i % 2, "v": 2})
+        lines.append(
+            {
+                "type": "request",
+                "ts": 1796000000.0 + i * 0.01,
+                "step": 3 * i,
+                "engine": "0",
+                "request_id": f"r{i}",
+                "phase": "arrival",
+                "prompt_tokens": 40 + i,
+                "max_tokens": 50,
+                "priority": i % 2,
+                "v": 2,
+            }
+        )
         if i < 10:  # two requests without a finish record: max_tokens assumed
-            lines.append({"type": "request", "ts": 1796000001.0 + i * 0.01, "step": 100 + i, "engine": "0",
-                          "request_id": f"r{i}", "phase": "finish", "output_tokens": 20 + i,
-                          "finish_reason": "stop", "num_preemptions": 0, "v": 2})
-    lines.append({"type": "step", "ts": 1796000000.5, "step": 50, "engine": "0", "at": "periodic", "block_size": 16,
-                  "num_total_blocks": 30, "num_free_blocks": 3, "v": 2})
+            lines.append(
+                {
+                    "type": "request",
+                    "ts": 1796000001.0 + i * 0.01,
+                    "step": 100 + i,
+                    "engine": "0",
+                    "request_id": f"r{i}",
+                    "phase": "finish",
+                    "output_tokens": 20 + i,
+                    "finish_reason": "stop",
+                    "num_preemptions": 0,
+                    "v": 2,
+                }
+            )
+    lines.append(
+        {
+            "type": "step",
+            "ts": 1796000000.5,
+            "step": 50,
+            "engine": "0",
+            "at": "periodic",
+            "block_size": 16,
+            "num_total_blocks": 30,
+            "num_free_blocks": 3,
+            "v": 2,
+        }
+    )
     (d / "records.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     p = _cli(str(d), "--set", "num_gpu_blocks=200", "-f", "json", "--tz", "UTC")
     assert p.returncode == 0, p.stderr
@@ -214,14 +268,38 @@ def test_verify_fixes_attaches_replays_and_drops_no_gain(tmp_path):
     with Workspace() as ws:
         a = analyze([str(b)], AnalyzeOptions(tz="UTC"), workspace=ws)
         fixes = [
-            {"id": "more_blocks", "option": "--num-gpu-blocks-override", "current": 100, "suggested": 400,
-             "expected_effect": "more KV", "rank": 1},
-            {"id": "same_seqs", "option": "--max-num-seqs", "current": 8, "suggested": 8, "expected_effect": "x",
-             "rank": 2},
-            {"id": "traffic", "option": "client traffic", "current": None, "suggested": "split", "expected_effect": "y",
-             "rank": 3},
-            {"id": "cannot", "option": "--max-num-batched-tokens", "current": None, "suggested": "+120 tokens",
-             "expected_effect": "z", "rank": 4},
+            {
+                "id": "more_blocks",
+                "option": "--num-gpu-blocks-override",
+                "current": 100,
+                "suggested": 400,
+                "expected_effect": "more KV",
+                "rank": 1,
+            },
+            {
+                "id": "same_seqs",
+                "option": "--max-num-seqs",
+                "current": 8,
+                "suggested": 8,
+                "expected_effect": "x",
+                "rank": 2,
+            },
+            {
+                "id": "traffic",
+                "option": "client traffic",
+                "current": None,
+                "suggested": "split",
+                "expected_effect": "y",
+                "rank": 3,
+            },
+            {
+                "id": "cannot",
+                "option": "--max-num-batched-tokens",
+                "current": None,
+                "suggested": "+120 tokens",
+                "expected_effect": "z",
+                "rank": 4,
+            },
         ]
         base = v._baseline(a)
         assert base is not None
@@ -240,12 +318,19 @@ def test_verify_fixes_attaches_replays_and_drops_no_gain(tmp_path):
 
 def test_analyze_output_carries_the_replay(tmp_path):
     b = _bundle(tmp_path, "an", _log(preemptions=2))  # a fixed-stats build: 'Preemptions: 2' per line
-    p = subprocess.run([sys.executable, "-m", "preemptlog", "analyze", str(b), "-f", "json", "--tz", "UTC"], check=False,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", str(b), "-f", "json", "--tz", "UTC"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode in (0, 5), p.stderr
     s = json.loads(p.stdout)["summary"]
     assert s["events"] == 12
-    replayed = [x for x in (s["fixes"] or []) if x.get("replay")] + [x for x in s["fixes_dropped"] if "replay" in x["why"]]
+    replayed = [x for x in (s["fixes"] or []) if x.get("replay")] + [
+        x for x in s["fixes_dropped"] if "replay" in x["why"]
+    ]
     assert replayed, s["fixes"]
     for x in replayed:
         if "replay" in x and x["replay"]["status"] in ("calibrated", "uncalibrated"):
@@ -262,12 +347,15 @@ def test_idle_gaps_do_not_count_as_waiting_time():
     assert f["ttft_p95_s"] is not None and f["ttft_p95_s"] <= 0.011
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--engine", "vllm"], "--engine vllm needs a python with vLLM"),
-    (["--config", "max_num_seqs=4", "--sweep", "max_num_seqs=2,3"], "do not combine"),
-    (["--arrivals", "step"], "no scheduler steps"),
-    (["--vllm-python", "/nonexistent/python", "--engine", "vllm"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--engine", "vllm"], "--engine vllm needs a python with vLLM"),
+        (["--config", "max_num_seqs=4", "--sweep", "max_num_seqs=2,3"], "do not combine"),
+        (["--arrivals", "step"], "no scheduler steps"),
+        (["--vllm-python", "/nonexistent/python", "--engine", "vllm"], "no such file"),
+    ],
+)
 def test_engine_and_option_errors_are_usage_errors(tmp_path, monkeypatch, args, msg):
     monkeypatch.delenv("PREEMPTLOG_VLLM_PYTHON", raising=False)
     b = _bundle(tmp_path, "opts", _log(n=4))

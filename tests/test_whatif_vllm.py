@@ -53,8 +53,21 @@ def bundle(real, tmp_path_factory):
 
 
 def _whatif(bundle, engine: str) -> dict:
-    cmd = [sys.executable, "-m", "preemptlog", "whatif", str(bundle), *BASE, "--engine", engine, "-f", "json",
-           "--vllm-python", str(PY), *[x for k in ("B", "C", "D") for x in ("--config", ASKED[k])]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "preemptlog",
+        "whatif",
+        str(bundle),
+        *BASE,
+        "--engine",
+        engine,
+        "-f",
+        "json",
+        "--vllm-python",
+        str(PY),
+        *[x for k in ("B", "C", "D") for x in ("--config", ASKED[k])],
+    ]
     p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)

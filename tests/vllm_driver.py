@@ -102,7 +102,6 @@ def run(spec: dict) -> dict:
     if spec.get("mode") == "llm":
         return run_llm(spec)
     import torch
-
     from vllm.engine.arg_utils import EngineArgs
     from vllm.sampling_params import SamplingParams
     from vllm.v1.engine import EngineCoreRequest
@@ -163,8 +162,9 @@ def run(spec: dict) -> dict:
             ids = list(so.num_scheduled_tokens.keys())
             partial = getattr(so, "_preemptlog_partial", set())
             sampled = [[] if r in partial else [7] for r in ids]
-            out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                    sampled_token_ids=sampled)
+            out = ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
+            )
             if non_block:
                 f = Future()
                 f.set_result(out)
@@ -288,11 +288,21 @@ def run(spec: dict) -> dict:
         else:
             ids = [(i * 31 + j) % 900 + 3 for j in range(prompt + (i % 5) * 9)]
         sp = SamplingParams(max_tokens=max_tokens + (i % 3) * 10, ignore_eos=True, temperature=0.0)
-        reqs.append(EngineCoreRequest(
-            request_id=f"req-{i}", prompt_token_ids=ids, mm_features=None, sampling_params=sp,
-            pooling_params=None, arrival_time=time.time(), lora_request=None, cache_salt=None,
-            data_parallel_rank=None, external_req_id=f"req-{i}", priority=(i % 3) if spec.get("policy") == "priority" else 0,
-        ))
+        reqs.append(
+            EngineCoreRequest(
+                request_id=f"req-{i}",
+                prompt_token_ids=ids,
+                mm_features=None,
+                sampling_params=sp,
+                pooling_params=None,
+                arrival_time=time.time(),
+                lora_request=None,
+                cache_salt=None,
+                data_parallel_rank=None,
+                external_req_id=f"req-{i}",
+                priority=(i % 3) if spec.get("policy") == "priority" else 0,
+            )
+        )
     arrive_every = spec.get("arrive_every", 2)
     steps: list[dict] = []
     log_every = spec.get("log_every", 25)
@@ -317,10 +327,12 @@ def run(spec: dict) -> dict:
         outputs, _ = core.step()
         sched_time += time.thread_time() - ts0
         so = core.model_executor.last
-        steps.append({
-            "scheduled": sorted(so.num_scheduled_tokens.keys()),
-            "preempted": [f["request_id"] for f in freed[before:]],
-        })
+        steps.append(
+            {
+                "scheduled": sorted(so.num_scheduled_tokens.keys()),
+                "preempted": [f["request_id"] for f in freed[before:]],
+            }
+        )
         for eng, eco in outputs.items():
             its = IterationStats() if eco.outputs else None
             op.process_outputs(eco.outputs, engine_core_timestamp=eco.timestamp, iteration_stats=its)
@@ -330,7 +342,8 @@ def run(spec: dict) -> dict:
                 mgr.record(scheduler_stats=eco.scheduler_stats, iteration_stats=its, engine_idx=eng)
         step_no += 1
         if step_no in metrics_at:
-            from prometheus_client import REGISTRY as _R, generate_latest as _g
+            from prometheus_client import REGISTRY as _R
+            from prometheus_client import generate_latest as _g
 
             snapshots.append(_g(_R).decode())
         if step_no % log_every == 0:
@@ -363,8 +376,12 @@ def run(spec: dict) -> dict:
         "schedule_and_step_s": sched_time,
         "schedule_s": timing["schedule_s"],
         "num_steps": len(steps),
-        "recorder": None if rec is None else {
-            "on": rec.on, "preempts": rec.preempts, "bytes": rec.bytes_written(),
+        "recorder": None
+        if rec is None
+        else {
+            "on": rec.on,
+            "preempts": rec.preempts,
+            "bytes": rec.bytes_written(),
             "hooks_off": sorted(h.name for h in rec.hooks.values() if not h.on),
         },
         "metrics": metrics_text,

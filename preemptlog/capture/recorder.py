@@ -26,14 +26,17 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SCHEMA_VERSION = 2
 SUPPORTED = ((0, 11), (0, 33))  # inclusive, by (major, minor)
 MAX_REGIONS = 32  # free_regions are written when the free list has at most this many runs
 MAX_FREE_SCAN = 65536  # free lists longer than this are counted, not walked
 FLUSH_S = 1.0
-_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # built once: json.dumps(**kw) builds one per call
+_ENCODE = json.JSONEncoder(
+    separators=(",", ":"), default=str
+).encode  # built once: json.dumps(**kw) builds one per call
 
 
 def plugin_logger() -> logging.Logger:
@@ -59,10 +62,10 @@ def vllm_version() -> str:
         except metadata.PackageNotFoundError:
             continue
     try:  # a source checkout
-        import vllm  # noqa: PLC0415
+        import vllm
 
         return str(getattr(vllm, "__version__", ""))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ""
 
 
@@ -159,7 +162,7 @@ class Writer:
 class Hook:
     """One wrapped method's switch: the first exception inside it is logged and turns it off."""
 
-    __slots__ = ("name", "on", "log")
+    __slots__ = ("log", "name", "on")
 
     def __init__(self, name: str, log: logging.Logger) -> None:
         self.name = name
@@ -252,8 +255,7 @@ def _engine(sched: Any) -> str:
 def _state(sched: Any) -> dict[str, Any]:
     st = getattr(sched, "_preemptlog", None)
     if st is None:
-        st = {"engine": _engine(sched), "steps": 0, "scheduled": set(), "in_schedule": False,
-              "in_preempt": False}
+        st = {"engine": _engine(sched), "steps": 0, "scheduled": set(), "in_schedule": False, "in_preempt": False}
         sched._preemptlog = st
         kvm = getattr(sched, "kv_cache_manager", None)
         if kvm is not None:
@@ -346,7 +348,7 @@ def _status(req: Any) -> str:
 
 def _finish_reason(req: Any) -> str:
     name = _status(req)
-    return name[len("FINISHED_"):].lower() if name.startswith("FINISHED_") else name.lower()
+    return name[len("FINISHED_") :].lower() if name.startswith("FINISHED_") else name.lower()
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,13 +403,33 @@ def write_preempt(rec: Recorder, sched: Any, snap: dict[str, Any]) -> None:
     kvm = sched.kv_cache_manager
     eng, ts, step, rid = snap["engine"], snap["ts"], snap["step"], snap["rid"]
     pool = snap["pool"]
-    step_rec = {"type": "step", "ts": ts, "step": step, "engine": eng, "at": "preempt",
-                "block_size": _block_size(sched), **pool, "running": snap["running"], "waiting": snap["waiting"]}
+    step_rec = {
+        "type": "step",
+        "ts": ts,
+        "step": step,
+        "engine": eng,
+        "at": "preempt",
+        "block_size": _block_size(sched),
+        **pool,
+        "running": snap["running"],
+        "waiting": snap["waiting"],
+    }
     rec.emit(eng, {k: v for k, v in step_rec.items() if v is not None})
-    table = {"type": "table", "ts": ts, "step": step, "engine": eng, "request_id": rid, "block_ids": snap["blocks"],
-             "num_tokens": snap["num_tokens"], "num_prompt_tokens": snap["num_prompt_tokens"],
-             "num_output_tokens": snap["num_output_tokens"], "num_computed_tokens": snap["num_computed_tokens"],
-             "shared": snap["shared"], "priority": snap["priority"], "at": "preempt"}
+    table = {
+        "type": "table",
+        "ts": ts,
+        "step": step,
+        "engine": eng,
+        "request_id": rid,
+        "block_ids": snap["blocks"],
+        "num_tokens": snap["num_tokens"],
+        "num_prompt_tokens": snap["num_prompt_tokens"],
+        "num_output_tokens": snap["num_output_tokens"],
+        "num_computed_tokens": snap["num_computed_tokens"],
+        "shared": snap["shared"],
+        "priority": snap["priority"],
+        "at": "preempt",
+    }
     rec.emit(eng, {k: v for k, v in table.items() if v is not None})
     if rec.events and snap["shared"]:
         shared_ids = {s["block_id"] for s in snap["shared"]}
@@ -416,29 +438,52 @@ def write_preempt(rec: Recorder, sched: Any, snap: dict[str, Any]) -> None:
                 continue
             ob = request_blocks(kvm, other.request_id)
             if any(b.block_id in shared_ids for b in ob):
-                rec.emit(eng, {"type": "table", "ts": ts, "step": step, "engine": eng, "request_id": other.request_id,
-                               "block_ids": [b.block_id for b in ob], "num_tokens": getattr(other, "num_tokens", None),
-                               "shared": [{"block_id": b.block_id, "ref_count": b.ref_cnt} for b in ob if b.ref_cnt > 1],
-                               "at": "shares-victim-blocks"})
+                rec.emit(
+                    eng,
+                    {
+                        "type": "table",
+                        "ts": ts,
+                        "step": step,
+                        "engine": eng,
+                        "request_id": other.request_id,
+                        "block_ids": [b.block_id for b in ob],
+                        "num_tokens": getattr(other, "num_tokens", None),
+                        "shared": [{"block_id": b.block_id, "ref_count": b.ref_cnt} for b in ob if b.ref_cnt > 1],
+                        "at": "shares-victim-blocks",
+                    },
+                )
     fail = snap["fail"]
     free_after = None
     try:
         free_after = int(kvm.block_pool.get_num_free_blocks())
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     ev: dict[str, Any] = {
-        "type": "event", "ts": ts, "step": step, "engine": eng, "request_id": rid, "action": "preempt",
-        "blocks_before": len(snap["blocks"]), "blocks_after": 0,
-        "pool_free_blocks": pool["num_free_blocks"], "pool_largest_free_run": pool.get("largest_free_run"),
-        "running": snap["running"], "waiting": snap["waiting"], "policy": _policy(sched),
-        "num_computed_tokens_lost": snap["num_computed_tokens"], "priority": snap["priority"],
+        "type": "event",
+        "ts": ts,
+        "step": step,
+        "engine": eng,
+        "request_id": rid,
+        "action": "preempt",
+        "blocks_before": len(snap["blocks"]),
+        "blocks_after": 0,
+        "pool_free_blocks": pool["num_free_blocks"],
+        "pool_largest_free_run": pool.get("largest_free_run"),
+        "running": snap["running"],
+        "waiting": snap["waiting"],
+        "policy": _policy(sched),
+        "num_computed_tokens_lost": snap["num_computed_tokens"],
+        "priority": snap["priority"],
     }
     if free_after is not None:
         ev["blocks_freed"] = max(free_after - pool["num_free_blocks"], 0)
     if fail is not None:
         ev.update(
-            blocks_needed=fail["needed"], watermark_blocks=fail["watermark"], reserved_blocks=fail["reserved"],
-            trigger_request_id=fail["request_id"], trigger_new_tokens=fail["new_tokens"],
+            blocks_needed=fail["needed"],
+            watermark_blocks=fail["watermark"],
+            reserved_blocks=fail["reserved"],
+            trigger_request_id=fail["request_id"],
+            trigger_new_tokens=fail["new_tokens"],
             pool_free_blocks=fail["free"],
         )
         need = fail["needed"]
@@ -479,16 +524,31 @@ def note_failure(kvm: Any, args: tuple, kwargs: dict) -> None:
 def write_step(rec: Recorder, sched: Any, at: str) -> None:
     st = _state(sched)
     running, waiting = _counts(sched)
-    obj = {"type": "step", "ts": rec.clock(), "step": _step(sched, st), "engine": st["engine"], "at": at,
-           "block_size": _block_size(sched), **pool_snapshot(sched.kv_cache_manager), "running": running,
-           "waiting": waiting}
+    obj = {
+        "type": "step",
+        "ts": rec.clock(),
+        "step": _step(sched, st),
+        "engine": st["engine"],
+        "at": at,
+        "block_size": _block_size(sched),
+        **pool_snapshot(sched.kv_cache_manager),
+        "running": running,
+        "waiting": waiting,
+    }
     rec.emit(st["engine"], {k: v for k, v in obj.items() if v is not None})
 
 
 def write_request(rec: Recorder, sched: Any, phase: str, request: Any, **extra: Any) -> None:
     st = _state(sched)
-    obj = {"type": "request", "ts": rec.clock(), "step": _step(sched, st), "engine": st["engine"],
-           "request_id": request.request_id, "phase": phase, **extra}
+    obj = {
+        "type": "request",
+        "ts": rec.clock(),
+        "step": _step(sched, st),
+        "engine": st["engine"],
+        "request_id": request.request_id,
+        "phase": phase,
+        **extra,
+    }
     rec.emit(st["engine"], {k: v for k, v in obj.items() if v is not None})
 
 
@@ -537,7 +597,7 @@ def _same_signature_recorder(orig: Callable, attr: str, hook: Hook) -> Callable 
     )
     ns: dict[str, Any] = {"_orig": orig, "_hook": hook, **defaults}
     try:
-        exec(compile(src, f"<preemptlog wrapper of {orig.__qualname__}>", "exec"), ns)  # noqa: S102
+        exec(compile(src, f"<preemptlog wrapper of {orig.__qualname__}>", "exec"), ns)
     except SyntaxError:
         return None
     return ns[orig.__name__]
@@ -585,7 +645,7 @@ def install(
                     st["steps"] += 1
                     st["in_schedule"] = True
                     self.kv_cache_manager._preemptlog_fail = None
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_sched.fail(exc)
                     st = None
             try:
@@ -602,11 +662,16 @@ def install(
                         if rid is not None and rid not in seen:
                             seen.add(rid)
                             req = self.requests.get(rid) if hasattr(self, "requests") else None
-                            write_request(rec, self, "scheduled", req if req is not None else _Rid(rid),
-                                          num_computed_tokens=getattr(nr, "num_computed_tokens", None))
+                            write_request(
+                                rec,
+                                self,
+                                "scheduled",
+                                req if req is not None else _Rid(rid),
+                                num_computed_tokens=getattr(nr, "num_computed_tokens", None),
+                            )
                     if rec.every and st["steps"] % rec.every == 0:
                         write_step(rec, self, "periodic")
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_sched.fail(exc)
             return out
 
@@ -623,14 +688,14 @@ def install(
                 try:
                     req = args[0] if args else kwargs.get("request")
                     before = _num_blocks(self, req.request_id)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_alloc.fail(exc)
             out = orig(self, *args, **kwargs)
             if out is None:
                 if h_alloc.on and rec.on:
                     try:
                         note_failure(self, args, kwargs)
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         h_alloc.fail(exc)
             elif before is not None and rec.on and h_alloc.on:
                 try:
@@ -639,13 +704,21 @@ def install(
                     sched = getattr(self, "_preemptlog_sched", None)
                     if after != before and sched is not None:
                         st = _state(sched)
-                        rec.emit(st["engine"], {
-                            "type": "event", "ts": rec.clock(), "step": _step(sched, st), "engine": st["engine"],
-                            "request_id": req.request_id, "action": "allocate" if before == 0 else "extend",
-                            "blocks_before": before, "blocks_after": after,
-                            "pool_free_blocks": int(self.block_pool.get_num_free_blocks()),
-                        })
-                except Exception as exc:  # noqa: BLE001
+                        rec.emit(
+                            st["engine"],
+                            {
+                                "type": "event",
+                                "ts": rec.clock(),
+                                "step": _step(sched, st),
+                                "engine": st["engine"],
+                                "request_id": req.request_id,
+                                "action": "allocate" if before == 0 else "extend",
+                                "blocks_before": before,
+                                "blocks_after": after,
+                                "pool_free_blocks": int(self.block_pool.get_num_free_blocks()),
+                            },
+                        )
+                except Exception as exc:
                     h_alloc.fail(exc)
             return out
 
@@ -661,7 +734,7 @@ def install(
             if h_need.on:
                 try:
                     self._preemptlog_needed = out
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_need.fail(exc)
             return out
 
@@ -676,7 +749,7 @@ def install(
                     hint = None if st["in_schedule"] else "preempted outside schedule() (e.g. reset_prefix_cache)"
                     snap = preempt_records(rec, self, request, hint)
                     st["in_preempt"] = True
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_pre.fail(exc)
                     snap = None
             try:
@@ -687,7 +760,7 @@ def install(
             if snap is not None and rec.on and h_pre.on:
                 try:
                     write_preempt(rec, self, snap)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_pre.fail(exc)
             return out
 
@@ -707,7 +780,7 @@ def install(
                         snap = preempt_records(rec, sched, request)
                     elif rec.events and not st["in_preempt"]:
                         before = _num_blocks(self, request.request_id)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_free.fail(exc)
             out = orig(self, request, *args, **kwargs)
             if st is not None and rec.on and h_free.on:
@@ -715,10 +788,20 @@ def install(
                     if snap is not None:
                         write_preempt(rec, sched, snap)
                     elif before:
-                        rec.emit(st["engine"], {"type": "event", "ts": rec.clock(), "step": _step(sched, st),
-                                                "engine": st["engine"], "request_id": request.request_id,
-                                                "action": "free", "blocks_before": before, "blocks_after": 0})
-                except Exception as exc:  # noqa: BLE001
+                        rec.emit(
+                            st["engine"],
+                            {
+                                "type": "event",
+                                "ts": rec.clock(),
+                                "step": _step(sched, st),
+                                "engine": st["engine"],
+                                "request_id": request.request_id,
+                                "action": "free",
+                                "blocks_before": before,
+                                "blocks_after": 0,
+                            },
+                        )
+                except Exception as exc:
                     h_free.fail(exc)
             return out
 
@@ -731,18 +814,23 @@ def install(
                 try:
                     reqs = getattr(self, "requests", None)
                     new = reqs is None or request.request_id not in reqs
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     h_add.fail(exc)
             out = orig(self, request, *args, **kwargs)
             if new and rec.on and h_add.on:
                 try:
                     sp = getattr(request, "sampling_params", None)
-                    write_request(rec, self, "arrival", request,
-                                  prompt_tokens=getattr(request, "num_prompt_tokens", None),
-                                  max_tokens=getattr(request, "max_tokens", getattr(sp, "max_tokens", None)),
-                                  priority=getattr(request, "priority", None),
-                                  arrival_time=getattr(request, "arrival_time", None))
-                except Exception as exc:  # noqa: BLE001
+                    write_request(
+                        rec,
+                        self,
+                        "arrival",
+                        request,
+                        prompt_tokens=getattr(request, "num_prompt_tokens", None),
+                        max_tokens=getattr(request, "max_tokens", getattr(sp, "max_tokens", None)),
+                        priority=getattr(request, "priority", None),
+                        arrival_time=getattr(request, "arrival_time", None),
+                    )
+                except Exception as exc:
                     h_add.fail(exc)
             return out
 
@@ -754,11 +842,16 @@ def install(
                 try:
                     st = _state(self)
                     st["scheduled"].discard(request.request_id)
-                    write_request(rec, self, "finish", request,
-                                  output_tokens=getattr(request, "num_output_tokens", None),
-                                  finish_reason=_finish_reason(request),
-                                  num_preemptions=getattr(request, "num_preemptions", None))
-                except Exception as exc:  # noqa: BLE001
+                    write_request(
+                        rec,
+                        self,
+                        "finish",
+                        request,
+                        output_tokens=getattr(request, "num_output_tokens", None),
+                        finish_reason=_finish_reason(request),
+                        num_preemptions=getattr(request, "num_preemptions", None),
+                    )
+                except Exception as exc:
                     h_fin.fail(exc)
             return orig(self, request, *args, **kwargs)
 
@@ -786,13 +879,17 @@ class _Rid:
         self.request_id = rid
 
 
-def install_vllm(template: str, version: str, *, log: logging.Logger, events: bool = False, every: int = 0) -> Recorder | None:
+def install_vllm(
+    template: str, version: str, *, log: logging.Logger, events: bool = False, every: int = 0
+) -> Recorder | None:
     """Patch vLLM's own classes (called by register() when PREEMPTLOG_RECORD is set)."""
     plan = plan_for(version)
     if plan is None:
         log.warning(
             "preemptlog: vLLM %s is not a version this plugin knows (%d.%d-%d.%d); recording nothing",
-            version or "(unknown)", *SUPPORTED[0], *SUPPORTED[1],
+            version or "(unknown)",
+            *SUPPORTED[0],
+            *SUPPORTED[1],
         )
         return None
     import importlib
@@ -803,7 +900,10 @@ def install_vllm(template: str, version: str, *, log: logging.Logger, events: bo
     try:
         coord_mod = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
         base = coord_mod.KVCacheCoordinator
-        coords = (base, *[c for c in vars(coord_mod).values() if isinstance(c, type) and issubclass(c, base) and c is not base])
+        coords = (
+            base,
+            *[c for c in vars(coord_mod).values() if isinstance(c, type) and issubclass(c, base) and c is not base],
+        )
     except (ImportError, AttributeError):
         pass
 
@@ -811,8 +911,13 @@ def install_vllm(template: str, version: str, *, log: logging.Logger, events: bo
         return sched_mod.time.time()
 
     rec = Recorder(template, log=log, events=events, every=every, clock=clock, version=version)
-    done = install(rec, scheduler_cls=sched_mod.Scheduler, kv_manager_cls=kvm_mod.KVCacheManager,
-                   coordinator_classes=coords, plan=plan)
+    done = install(
+        rec,
+        scheduler_cls=sched_mod.Scheduler,
+        kv_manager_cls=kvm_mod.KVCacheManager,
+        coordinator_classes=coords,
+        plan=plan,
+    )
     _INSTALLED["recorder"] = rec
     log.info("preemptlog: recording preemptions to %s (vLLM %s; %s)", template, version, ", ".join(done))
     return rec
@@ -869,8 +974,10 @@ def fix_stats(cls: type, log: logging.Logger | None = None) -> bool:
 def install_stats_fix(version: str, *, log: logging.Logger) -> bool:
     v = parse_version(version)[:2]
     if len(v) < 2 or not (0, 11) <= v <= SUPPORTED[1]:
-        log.warning("preemptlog: PREEMPTLOG_FIX_STATS: vLLM %s is not a version this plugin knows; not applied",
-                    version or "(unknown)")
+        log.warning(
+            "preemptlog: PREEMPTLOG_FIX_STATS: vLLM %s is not a version this plugin knows; not applied",
+            version or "(unknown)",
+        )
         return False
     import importlib
 

@@ -35,10 +35,21 @@ from concurrent.futures import Future
 from typing import Any
 
 TINY_MODEL = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
-    "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 1, "vocab_size": 1024,
-    "max_position_embeddings": 1 << 17, "rms_norm_eps": 1e-5, "torch_dtype": "float32", "tie_word_embeddings": False,
-    "bos_token_id": 1, "eos_token_id": 2,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "num_hidden_layers": 1,
+    "vocab_size": 1024,
+    "max_position_embeddings": 1 << 17,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
 
 
@@ -88,8 +99,15 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
         def compile_or_warm_up_model(self) -> None:
             return None
 
-        def collective_rpc(self, method: Any, timeout: Any = None, args: Any = (), kwargs: Any = None,
-                           non_block: bool = False, **kw: Any) -> Any:
+        def collective_rpc(
+            self,
+            method: Any,
+            timeout: Any = None,
+            args: Any = (),
+            kwargs: Any = None,
+            non_block: bool = False,
+            **kw: Any,
+        ) -> Any:
             return done([None], non_block)
 
         def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
@@ -100,8 +118,11 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
             so = self.last
             ids = list(so.num_scheduled_tokens.keys())
             partial: set[str] = getattr(so, "_preemptlog_partial", set())
-            out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                    sampled_token_ids=[[] if r in partial else [7] for r in ids])
+            out = ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={r: i for i, r in enumerate(ids)},
+                sampled_token_ids=[[] if r in partial else [7] for r in ids],
+            )
             return done(out, non_block)
 
         def check_health(self) -> None:
@@ -172,11 +193,21 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("long_prefill_token_threshold"):
         kw["long_prefill_token_threshold"] = int(cfg["long_prefill_token_threshold"])
     args = EngineArgs(
-        model=model_dir(mml), skip_tokenizer_init=True, load_format="dummy", block_size=bs,
-        num_gpu_blocks_override=blocks, max_num_seqs=int(cfg["max_num_seqs"]), max_num_batched_tokens=mbt,
-        max_model_len=mml, enable_prefix_caching=bool(cfg.get("enable_prefix_caching", False)),
-        enable_chunked_prefill=chunked, scheduling_policy=str(cfg.get("scheduling_policy", "fcfs")),
-        enforce_eager=True, disable_log_stats=True, async_scheduling=False, **kw,
+        model=model_dir(mml),
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        block_size=bs,
+        num_gpu_blocks_override=blocks,
+        max_num_seqs=int(cfg["max_num_seqs"]),
+        max_num_batched_tokens=mbt,
+        max_model_len=mml,
+        enable_prefix_caching=bool(cfg.get("enable_prefix_caching", False)),
+        enable_chunked_prefill=chunked,
+        scheduling_policy=str(cfg.get("scheduling_policy", "fcfs")),
+        enforce_eager=True,
+        disable_log_stats=True,
+        async_scheduling=False,
+        **kw,
     )
     core = EngineCore(args.create_engine_config(), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
     sched = core.scheduler
@@ -201,17 +232,34 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     def core_request(i: int, r: dict[str, Any]) -> Any:
         sp = SamplingParams(max_tokens=int(r["output"]), ignore_eos=True, temperature=0.0)
         return EngineCoreRequest(
-            request_id=str(r["id"]), prompt_token_ids=token_ids(int(r.get("index", i)), int(r["prompt"])),
-            mm_features=None, sampling_params=sp, pooling_params=None, arrival_time=time.time(), lora_request=None,
-            cache_salt=None, data_parallel_rank=None, external_req_id=str(r["id"]), priority=int(r.get("priority", 0)),
+            request_id=str(r["id"]),
+            prompt_token_ids=token_ids(int(r.get("index", i)), int(r["prompt"])),
+            mm_features=None,
+            sampling_params=sp,
+            pooling_params=None,
+            arrival_time=time.time(),
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=None,
+            external_req_id=str(r["id"]),
+            priority=int(r.get("priority", 0)),
         )
 
     key = "arrival_step" if mode == "step" else "arrival_s"
     order = sorted(range(len(reqs)), key=lambda i: (float(reqs[i].get(key) or 0), i))
     pending = [(i, reqs[i]) for i in order]
-    trace: dict[str, Any] = {"step_tokens": [], "running": [], "waiting": [], "preempted": [], "arrival_step": {},
-                             "first_token_step": {}, "finish_step": {}, "recomputed_tokens": 0, "output_tokens": 0,
-                             "idle_before": {}}
+    trace: dict[str, Any] = {
+        "step_tokens": [],
+        "running": [],
+        "waiting": [],
+        "preempted": [],
+        "arrival_step": {},
+        "first_token_step": {},
+        "finish_step": {},
+        "recomputed_tokens": 0,
+        "output_tokens": 0,
+        "idle_before": {},
+    }
     now = 0.0
     pos = 0
     t0 = time.perf_counter()
@@ -251,9 +299,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         trace["preempted"].append([rid for rid, _ in lost[before:]])
         if spec.get("debug") and so is not None:
             trace.setdefault("scheduled", []).append(
-                {rid: [n, int(sched.requests[rid].num_computed_tokens) if rid in sched.requests else None,
-                       int(sched.requests[rid].num_tokens) if rid in sched.requests else None]
-                 for rid, n in so.num_scheduled_tokens.items()})
+                {
+                    rid: [
+                        n,
+                        int(sched.requests[rid].num_computed_tokens) if rid in sched.requests else None,
+                        int(sched.requests[rid].num_tokens) if rid in sched.requests else None,
+                    ]
+                    for rid, n in so.num_scheduled_tokens.items()
+                }
+            )
         trace["recomputed_tokens"] += sum(n for _, n in lost[before:])
         now += base_s + per_tok * tok
         for eco in outputs.values():

@@ -17,17 +17,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 MANIFEST = "capture.jsonl"
 POLL_S = 0.2
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -105,7 +105,7 @@ def scrape_once(url: str, timeout: float) -> bytes:
     import urllib.request
 
     req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4", "User-Agent": "preemptlog"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the user's URL
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         return resp.read()
 
 
@@ -152,7 +152,7 @@ class Capture:
 
         try:
             body = scrape_once(self.url, timeout=max(1.0, min(self.every, 10.0)))
-        except Exception as exc:  # noqa: BLE001 - every failure is a reported gap, never a traceback
+        except Exception as exc:
             self.stats.failures += 1
             why = describe_error(exc)
             if self.gap is None:
@@ -178,14 +178,29 @@ class Capture:
 
     def _close_gap(self, end: float) -> None:
         g = self.gap
-        self._manifest({"type": "gap", "start": iso(g["start"]), "end": iso(end), "url": self.url,
-                        "failures": g["failures"], "error": g.get("error")})
+        self._manifest(
+            {
+                "type": "gap",
+                "start": iso(g["start"]),
+                "end": iso(end),
+                "url": self.url,
+                "failures": g["failures"],
+                "error": g.get("error"),
+            }
+        )
         self.gap = None
 
     def run(self) -> Stats:
         t0 = self.clock()
-        self._manifest({"type": "start", "time": iso(t0), "url": self.url, "every_s": self.every,
-                        "log": str(self.follower.src) if self.follower else None})
+        self._manifest(
+            {
+                "type": "start",
+                "time": iso(t0),
+                "url": self.url,
+                "every_s": self.every,
+                "log": str(self.follower.src) if self.follower else None,
+            }
+        )
         nxt = t0
         stop_reason = "--for elapsed"
         try:
@@ -215,6 +230,15 @@ class Capture:
                 self.follower.close()
         if self.gap is not None:
             self._close_gap(end)
-        self._manifest({"type": "stop", "time": iso(end), "reason": stop_reason, "scrapes": self.stats.scrapes,
-                        "failures": self.stats.failures, "gaps": self.stats.gaps, "log_bytes": self.stats.log_bytes})
+        self._manifest(
+            {
+                "type": "stop",
+                "time": iso(end),
+                "reason": stop_reason,
+                "scrapes": self.stats.scrapes,
+                "failures": self.stats.failures,
+                "gaps": self.stats.gaps,
+                "log_bytes": self.stats.log_bytes,
+            }
+        )
         return self.stats

@@ -58,12 +58,12 @@ def register() -> None:
     if fix_stats:
         try:
             recorder.install_stats_fix(version, log=log)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("preemptlog: PREEMPTLOG_FIX_STATS not applied (%s: %s)", type(exc).__name__, exc)
     if record:
         try:
             recorder.install_vllm(record, version, log=log, events=_flag(ENV_EVENTS), every=_int(ENV_STEPS, log))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("preemptlog: recording not active (%s: %s)", type(exc).__name__, exc)
 
 

@@ -7,39 +7,38 @@ from typing import Annotated
 
 import typer
 
-from .runner import guarded, progress, stderr_console
 from ..errors import ExitCode
 from .common import (
-    analyze_options,
-    filters_from,
     AfterOpt,
-    ColumnsOpt,
-    GateOpt,
-    MinConfidenceOpt,
-    NoHeaderOpt,
-    RequestOpt,
-    SinceOpt,
-    UntilOpt,
-    WideOpt,
     BeforeOpt,
+    ColumnsOpt,
     CsvSafeOpt,
     DebugOpt,
     FailOnOpt,
     FormatOpt,
+    GateOpt,
     KindOpt,
     LookbackOpt,
-    RulesOpt,
-    SetOpt,
+    MinConfidenceOpt,
     NoColorOpt,
+    NoHeaderOpt,
     OffsetOpt,
     OutputOpt,
     PathsArg,
     QuietOpt,
+    RequestOpt,
+    RulesOpt,
+    SetOpt,
+    SinceOpt,
     TzOpt,
+    UntilOpt,
+    WideOpt,
     YearOpt,
+    analyze_options,
     default_format,
+    filters_from,
 )
-
+from .runner import guarded, progress, stderr_console
 
 EachOpt = Annotated[
     bool,
@@ -113,12 +112,12 @@ def analyze(
     def body() -> int:
         from .. import failon
         from ..analysis import analyze as run
-        from ..workspace import Workspace
         from ..outio import open_output
         from ..render import write
         from ..render.human import print_summary
         from ..render.safe import neutralise
         from ..view import apply_filters, output_columns, parse_columns, with_columns
+        from ..workspace import Workspace
 
         conditions = failon.parse(fail_on)
         overrides, filters = filters_from(
@@ -132,12 +131,31 @@ def analyze(
             raise UsageError(f"--format {fmt.value} is binary; use -o FILE or a pipe")
         with Workspace() as ws:
             options = analyze_options(
-                year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
-                lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
+                year=year,
+                tz=tz,
+                kind=overrides,
+                offset=offset,
+                before=before,
+                after=after,
+                lookback_steps=lookback_steps,
+                rules=rules,
+                set_=set_,
+                debug=debug,
             )
             if each:
-                return _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions,
-                             filters=filters, columns=output_columns(fmt.value, wanted, wide))
+                return _each(
+                    paths,
+                    options,
+                    ws,
+                    fmt,
+                    output,
+                    csv_safe,
+                    quiet,
+                    no_color,
+                    conditions,
+                    filters=filters,
+                    columns=output_columns(fmt.value, wanted, wide),
+                )
             with progress(quiet, no_color):
                 full = run(paths, options, workspace=ws)
             result = apply_filters(full, filters)
@@ -145,8 +163,16 @@ def analyze(
             with open_output(
                 output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
             ) as out:
-                write(data, fmt, out, csv_safe=csv_safe, table_columns=wanted, wide=wide, header=not no_header,
-                      no_color=no_color)
+                write(
+                    data,
+                    fmt,
+                    out,
+                    csv_safe=csv_safe,
+                    table_columns=wanted,
+                    wide=wide,
+                    header=not no_header,
+                    no_color=no_color,
+                )
             summary = result.summary()
             if not quiet:
                 from ..render.timeline import print_timeline
@@ -170,8 +196,7 @@ def analyze(
     guarded(debug, body)
 
 
-def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, filters=None,
-          columns=None) -> int:
+def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, filters=None, columns=None) -> int:
     """--each: every unit analysed on its own (each.py), one combined output, the worst exit code.
     Filters and the column choice apply to every unit, as without --each."""
     from .. import failon
@@ -197,5 +222,3 @@ def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions
     if any(a.partial for _, a in results):
         return ExitCode.PARTIAL
     return ExitCode.OK
-
-

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from .runner import _say, guarded
 from .common import DebugOpt, QuietOpt
+from .runner import _say, guarded
 
 
 def register(app: typer.Typer) -> None:
@@ -18,22 +18,39 @@ def register(app: typer.Typer) -> None:
 def capture(
     output: Annotated[
         Path,
-        typer.Option("--output", "-o", metavar="DIR", help="Folder to write the bundle into (created; existing files are kept)."),
+        typer.Option(
+            "--output", "-o", metavar="DIR", help="Folder to write the bundle into (created; existing files are kept)."
+        ),
     ],
     metrics: Annotated[
         str | None,
-        typer.Option("--metrics", metavar="URL", help="The server's /metrics URL, e.g. http://127.0.0.1:8000/metrics.",
-                     show_default=False),
+        typer.Option(
+            "--metrics",
+            metavar="URL",
+            help="The server's /metrics URL, e.g. http://127.0.0.1:8000/metrics.",
+            show_default=False,
+        ),
     ] = None,
-    every: Annotated[str, typer.Option("--every", metavar="DURATION", help="Time between scrapes (>= 1s), e.g. 10s, 500ms, 1m.")] = "10s",
+    every: Annotated[
+        str, typer.Option("--every", metavar="DURATION", help="Time between scrapes (>= 1s), e.g. 10s, 500ms, 1m.")
+    ] = "10s",
     for_: Annotated[
         str | None,
-        typer.Option("--for", metavar="DURATION", help="Stop after this long (e.g. 30m); default: until Ctrl-C.", show_default=False),
+        typer.Option(
+            "--for",
+            metavar="DURATION",
+            help="Stop after this long (e.g. 30m); default: until Ctrl-C.",
+            show_default=False,
+        ),
     ] = None,
     log: Annotated[
         Path | None,
-        typer.Option("--log", metavar="FILE", help="A log file to follow: what is appended to it is copied into the bundle.",
-                     show_default=False),
+        typer.Option(
+            "--log",
+            metavar="FILE",
+            help="A log file to follow: what is appended to it is copied into the bundle.",
+            show_default=False,
+        ),
     ] = None,
     quiet: QuietOpt = False,
     debug: DebugOpt = False,
@@ -86,14 +103,20 @@ def capture(
                 _say(line)
 
         what = [f"{metrics} every {step:g}s" if metrics else None, f"following {log}" if log else None]
-        say(f"preemptlog: capturing {', '.join(w for w in what if w)} into {output} "
-            f"({'for ' + for_ if for_ else 'Ctrl-C stops'})")
+        say(
+            f"preemptlog: capturing {', '.join(w for w in what if w)} into {output} "
+            f"({'for ' + for_ if for_ else 'Ctrl-C stops'})"
+        )
         stats = Capture(output, url=metrics, every=step, duration=limit, log=log, say=say).run()
-        say(f"preemptlog: capture: {stats.scrapes} scrape(s), {stats.failures} failed ({stats.gaps} gap(s)), "
-            f"{stats.log_bytes} byte(s) of log copied; next: preemptlog analyze {output}")
+        say(
+            f"preemptlog: capture: {stats.scrapes} scrape(s), {stats.failures} failed ({stats.gaps} gap(s)), "
+            f"{stats.log_bytes} byte(s) of log copied; next: preemptlog analyze {output}"
+        )
         if metrics and stats.scrapes == 0 and stats.log_bytes == 0:
-            raise InputError(f"{metrics}: no scrape succeeded ({stats.failures} attempt(s))",
-                             hint=f"the gaps are in {output}/capture.jsonl")
+            raise InputError(
+                f"{metrics}: no scrape succeeded ({stats.failures} attempt(s))",
+                hint=f"the gaps are in {output}/capture.jsonl",
+            )
         return int(ExitCode.PARTIAL if stats.failures else ExitCode.OK)
 
     guarded(debug, body)

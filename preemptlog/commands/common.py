@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from ..render import OutputFormat
 
-def default_format(output: Optional[str]) -> OutputFormat:
+
+def default_format(output: str | None) -> OutputFormat:
     env = os.environ.get("PREEMPTLOG_FORMAT")
     if env:
         try:
@@ -44,7 +45,7 @@ PathsArg = Annotated[
     ),
 ]
 FormatOpt = Annotated[
-    Optional[OutputFormat],
+    OutputFormat | None,
     typer.Option(
         "--format",
         "-f",
@@ -54,13 +55,16 @@ FormatOpt = Annotated[
     ),
 ]
 OutputOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
-        "--output", "-o", metavar="FILE", help="Write the data here (atomically) instead of standard output; - is stdout."
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="Write the data here (atomically) instead of standard output; - is stdout.",
     ),
 ]
 YearOpt = Annotated[
-    Optional[int],
+    int | None,
     typer.Option(
         "--year",
         metavar="YEAR",
@@ -71,11 +75,15 @@ YearOpt = Annotated[
     ),
 ]
 TzOpt = Annotated[
-    Optional[str],
-    typer.Option("--tz", metavar="ZONE", help="Zone of timestamps that carry none (IANA name or +HH:MM). Default: this machine's zone."),
+    str | None,
+    typer.Option(
+        "--tz",
+        metavar="ZONE",
+        help="Zone of timestamps that carry none (IANA name or +HH:MM). Default: this machine's zone.",
+    ),
 ]
 KindOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(
         "--kind",
         metavar="FILE=KIND|KIND",
@@ -84,7 +92,7 @@ KindOpt = Annotated[
     ),
 ]
 FailOnOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(
         "--fail-on",
         metavar="COND",
@@ -93,7 +101,12 @@ FailOnOpt = Annotated[
     ),
 ]
 QuietOpt = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No summary or progress on stderr (errors and warnings that set the exit code still show).")
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No summary or progress on stderr (errors and warnings that set the exit code still show).",
+    ),
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks for bug reports.")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour on stderr (also NO_COLOR=1).")]
@@ -103,7 +116,7 @@ CsvSafeOpt = Annotated[
 
 
 OffsetOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(
         "--offset",
         metavar="SOURCE=DURATION",
@@ -118,7 +131,7 @@ AfterOpt = Annotated[
     float, typer.Option("--after", metavar="SECONDS", min=0.0, help="Evidence window: seconds after each event.")
 ]
 LookbackOpt = Annotated[
-    Optional[int],
+    int | None,
     typer.Option(
         "--lookback-steps",
         metavar="STEPS",
@@ -128,7 +141,7 @@ LookbackOpt = Annotated[
     ),
 ]
 RulesOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(
         "--rules",
         metavar="FILE",
@@ -137,7 +150,7 @@ RulesOpt = Annotated[
     ),
 ]
 SetOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(
         "--set",
         metavar="NAME=VALUE",
@@ -147,7 +160,7 @@ SetOpt = Annotated[
 ]
 
 ColumnsOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--columns",
         metavar="COL,COL,...",
@@ -160,7 +173,7 @@ WideOpt = Annotated[
 ]
 NoHeaderOpt = Annotated[bool, typer.Option("--no-header", help="No header row (csv) or header lines (table).")]
 SinceOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--since",
         metavar="TIME",
@@ -168,16 +181,20 @@ SinceOpt = Annotated[
         "last line (-30m, -90s). Applied after the analysis.",
     ),
 ]
-UntilOpt = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Only events at or before TIME (as --since).")]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", metavar="TIME", help="Only events at or before TIME (as --since).")
+]
 GateOpt = Annotated[
-    Optional[list[str]],
-    typer.Option("--gate", metavar="GATE", help="Only events of this gate (G1-kv-space or G1, ..., undetermined). Repeatable."),
+    list[str] | None,
+    typer.Option(
+        "--gate", metavar="GATE", help="Only events of this gate (G1-kv-space or G1, ..., undetermined). Repeatable."
+    ),
 ]
 RequestOpt = Annotated[
-    Optional[list[str]], typer.Option("--request", metavar="REQUEST_ID", help="Only this request's events. Repeatable.")
+    list[str] | None, typer.Option("--request", metavar="REQUEST_ID", help="Only this request's events. Repeatable.")
 ]
 MinConfidenceOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--min-confidence", metavar="LEVEL", help="Only verdicts at least this confident: low, medium, high."),
 ]
 
@@ -205,7 +222,7 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2) or ""]
 
 
-def parse_offsets(items: Optional[list[str]]) -> dict[str, float]:
+def parse_offsets(items: list[str] | None) -> dict[str, float]:
     """``--offset KIND_OR_FILE=±DURATION`` pairs -> {kind or file: seconds}."""
     from ..errors import UsageError
 

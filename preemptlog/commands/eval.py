@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .runner import guarded
 from ..errors import ExitCode
 from .common import DebugOpt, RulesOpt, SetOpt
+from .runner import guarded
 
 
 class EvalFormat(str, Enum):
@@ -25,7 +25,7 @@ def eval_command(
     bundles: Annotated[list[str], typer.Argument(help="Bundles written by `preemptlog simulate`.", show_default=False)],
     rules: RulesOpt = None,
     set_: SetOpt = None,
-    format: Annotated[Optional[EvalFormat], typer.Option("--format", "-f", help="table or json.")] = None,
+    format: Annotated[EvalFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Score gate verdicts and event counts against simulated bundles (truth.jsonl).
@@ -69,8 +69,15 @@ def eval_command(
             rec = f"{s.recall_visible:.1%}" if s.recall_visible is not None else "-"
             sub = f"{s.sub_correct / s.sub_total:.1%}" if s.sub_total else "-"
             t.add_row(
-                text(s.scenario), text(s.family), text(s.truth_total), text(s.truth_visible), text(s.events),
-                text(rec), text(s.matched), text(acc), text(sub),
+                text(s.scenario),
+                text(s.family),
+                text(s.truth_total),
+                text(s.truth_visible),
+                text(s.events),
+                text(rec),
+                text(s.matched),
+                text(acc),
+                text(sub),
             )
         console.print(t)
         g = Table(title=text("per gate (matched events)"), header_style="bold", box=table_box())

@@ -5,33 +5,33 @@ from __future__ import annotations
 import dataclasses
 import json
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .runner import guarded
 from ..errors import ExitCode
 from .common import (
-    analyze_options,
-    filters_from,
-    GateOpt,
-    MinConfidenceOpt,
-    RequestOpt,
-    SinceOpt,
-    UntilOpt,
     AfterOpt,
     BeforeOpt,
     DebugOpt,
+    GateOpt,
     KindOpt,
     LookbackOpt,
-    RulesOpt,
-    SetOpt,
+    MinConfidenceOpt,
     NoColorOpt,
     OffsetOpt,
     OutputOpt,
+    RequestOpt,
+    RulesOpt,
+    SetOpt,
+    SinceOpt,
     TzOpt,
+    UntilOpt,
     YearOpt,
+    analyze_options,
+    filters_from,
 )
+from .runner import guarded
 
 
 class ExplainFormat(str, Enum):
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
 def explain(
     event_id: Annotated[
-        Optional[str],
+        str | None,
         typer.Argument(
             metavar="EVENT_ID",
             help="An event id as analyze prints it: the table's (vllm.log:1234, folded vllm.log:11~r*) or the "
@@ -55,7 +55,7 @@ def explain(
         ),
     ] = None,
     paths: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Argument(
             metavar="PATH",
             help="vLLM log files, incident bundle folders or archives (.tar.gz, .zip), or - for standard input.",
@@ -64,20 +64,28 @@ def explain(
     ] = None,
     request: RequestOpt = None,
     all_rows: Annotated[
-        bool, typer.Option("--all", help="The whole window from every source, not only the request's own lines "
-                           "and the decision steps the verdict cites.")
+        bool,
+        typer.Option(
+            "--all",
+            help="The whole window from every source, not only the request's own lines "
+            "and the decision steps the verdict cites.",
+        ),
     ] = False,
     limit: Annotated[
-        Optional[int], typer.Option("--limit", metavar="N", min=0, help="At most N window rows per event.")
+        int | None, typer.Option("--limit", metavar="N", min=0, help="At most N window rows per event.")
     ] = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
     gate: GateOpt = None,
     min_confidence: MinConfidenceOpt = None,
     format: Annotated[
-        Optional[ExplainFormat],
-        typer.Option("--format", "-f", help="table (default on a terminal), json or ndjson (one window row per line).",
-                     case_sensitive=False),
+        ExplainFormat | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table (default on a terminal), json or ndjson (one window row per line).",
+            case_sensitive=False,
+        ),
     ] = None,
     output: OutputOpt = None,
     before: BeforeOpt = 10.0,
@@ -108,15 +116,14 @@ def explain(
     """
 
     def body() -> int:
+        import os
         import sys
 
         from ..analysis import analyze as run
-        from ..workspace import Workspace
         from ..errors import UsageError
         from ..outio import open_output
         from ..view import apply_filters
-
-        import os
+        from ..workspace import Workspace
 
         ident, inputs = event_id, list(paths or [])
         if request and ident is not None and (ident == "-" or os.path.exists(ident)):
@@ -131,8 +138,16 @@ def explain(
         fmt = format or (ExplainFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ExplainFormat.json)
         with Workspace() as ws:
             options = analyze_options(
-                year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
-                lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
+                year=year,
+                tz=tz,
+                kind=overrides,
+                offset=offset,
+                before=before,
+                after=after,
+                lookback_steps=lookback_steps,
+                rules=rules,
+                set_=set_,
+                debug=debug,
             )
             from .runner import progress
 
@@ -146,7 +161,11 @@ def explain(
                 output, protect=result.bundle.originals, terminal_text=fmt is not ExplainFormat.table
             ) as out:
                 if fmt is ExplainFormat.json:
-                    doc = docs[0] if (len(docs) == 1 and not request) else {"request": list(request or []), "explanations": docs}
+                    doc = (
+                        docs[0]
+                        if (len(docs) == 1 and not request)
+                        else {"request": list(request or []), "explanations": docs}
+                    )
                     out.write(json.dumps(doc, indent=2, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
                 elif fmt is ExplainFormat.ndjson:
                     for d in docs:
@@ -248,8 +267,9 @@ def _did_you_mean(ev, given: str) -> str:
     return ("did you mean a line of " + ", ".join(close) + "? ") if close else ""
 
 
-def build(analysis, event_id: str, before: float, after: float, *, all_rows: bool = True,
-          limit: int | None = None) -> dict | None:
+def build(
+    analysis, event_id: str, before: float, after: float, *, all_rows: bool = True, limit: int | None = None
+) -> dict | None:
     """The explain document: event, evidence (non-null values with provenance), window rows.
 
     ``all_rows`` False keeps the request's own lines, the event's line and the rows the verdict and
@@ -265,8 +285,10 @@ def build(analysis, event_id: str, before: float, after: float, *, all_rows: boo
         return None
     saved = analysis.evidence
     # The event's own columns and verdict; its evidence is listed below, with where it came from.
-    event = event_rows(dataclasses.replace(analysis, evidence=None)).filter(pl.col("event_id") == event_id).row(
-        0, named=True
+    event = (
+        event_rows(dataclasses.replace(analysis, evidence=None))
+        .filter(pl.col("event_id") == event_id)
+        .row(0, named=True)
     )
     evidence = []
     if saved is not None and saved.height:
@@ -324,8 +346,14 @@ def write_table(docs: list[dict], out, *, no_color: bool = False) -> None:
     color = size is not None and not no_color and not os.environ.get("NO_COLOR")
     buf = io.StringIO()
     console = Console(
-        file=buf, width=size[0] if size else 200, force_terminal=color, no_color=not color,
-        color_system="standard" if color else None, highlight=False, soft_wrap=False, emoji=False,
+        file=buf,
+        width=size[0] if size else 200,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
     )
     for i, doc in enumerate(docs):
         if i:
@@ -353,14 +381,22 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
     console.print(head)
     run = doc.get("run")
     if run:
-        console.print(text(f"{run['given']} folds {run['events']} events ({run['first']} .. {run['last']}); "
-                           "this is the first, the others share its line and verdict"))
+        console.print(
+            text(
+                f"{run['given']} folds {run['events']} events ({run['first']} .. {run['last']}); "
+                "this is the first, the others share its line and verdict"
+            )
+        )
     print_verdict(console, doc.get("verdict") or {}, box_style=style)
     for d in doc.get("decided_by") or []:
         sub = f" / {d['sub_kind']}" if d.get("sub_kind") else ""
         model = "" if d.get("verdict_eligible") else " (on the guide's model only)"
-        console.print(text(f"  fired {d['gate']}{sub}{model}: rule {d['rule']} at {d['where']}; "
-                           f"lines {', '.join(d['lines']) or '-'}"))
+        console.print(
+            text(
+                f"  fired {d['gate']}{sub}{model}: rule {d['rule']} at {d['where']}; "
+                f"lines {', '.join(d['lines']) or '-'}"
+            )
+        )
     ev = Table(title=text("evidence"), header_style="bold", box=style)
     for name in ("name", "value", "status", "from"):
         ev.add_column(name, overflow="fold")
@@ -369,8 +405,11 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
     if doc["evidence"]:
         console.print(ev)
     w = doc["window_s"]
-    shown, scoped, total = len(doc["window"]), doc.get("window_rows_in_scope", len(doc["window"])), doc.get(
-        "window_rows_total", len(doc["window"]))
+    shown, scoped, total = (
+        len(doc["window"]),
+        doc.get("window_rows_in_scope", len(doc["window"])),
+        doc.get("window_rows_total", len(doc["window"])),
+    )
     scope = doc.get("scope", "all")
     title = f"window -{w['before']:g}s .. +{w['after']:g}s: {shown} of {total} row(s)"
     if scope != "all":
@@ -392,7 +431,9 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
         if shown < scoped:
             console.print(text(f"{scoped - shown} more row(s) in scope: raise --limit"))
     else:
-        console.print(text("no rows from any source in the window" + ("" if scope == "all" else " in scope (try --all)")))
+        console.print(
+            text("no rows from any source in the window" + ("" if scope == "all" else " in scope (try --all)"))
+        )
 
 
 def print_verdict(console, v: dict, *, box_style=None) -> None:

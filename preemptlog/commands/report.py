@@ -2,34 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .runner import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
-    analyze_options,
-    filters_from,
-    GateOpt,
-    MinConfidenceOpt,
-    RequestOpt,
-    SinceOpt,
-    UntilOpt,
     AfterOpt,
     BeforeOpt,
     DebugOpt,
+    GateOpt,
     KindOpt,
     LookbackOpt,
+    MinConfidenceOpt,
     NoColorOpt,
     OffsetOpt,
     PathsArg,
     QuietOpt,
+    RequestOpt,
     RulesOpt,
     SetOpt,
+    SinceOpt,
     TzOpt,
+    UntilOpt,
     YearOpt,
+    analyze_options,
+    filters_from,
 )
+from .runner import guarded, stderr_console
 
 
 def register(app: typer.Typer) -> None:
@@ -39,13 +39,17 @@ def register(app: typer.Typer) -> None:
 def report(
     paths: PathsArg,
     output: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
-            "--output", "-o", metavar="FILE",
+            "--output",
+            "-o",
+            metavar="FILE",
             help="Write the HTML here (atomically); - is stdout. Required on a terminal.",
         ),
     ] = None,
-    title: Annotated[Optional[str], typer.Option("--title", help="Page title. Default: preemptlog incident report.")] = None,
+    title: Annotated[
+        str | None, typer.Option("--title", help="Page title. Default: preemptlog incident report.")
+    ] = None,
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
@@ -87,12 +91,11 @@ def report(
         import sys
 
         from ..analysis import analyze as run
-        from ..workspace import Workspace
         from ..errors import UsageError
         from ..outio import open_output
-
-        from .runner import progress
         from ..view import apply_filters
+        from ..workspace import Workspace
+        from .runner import progress
 
         overrides, filters = filters_from(
             kind=kind, since=since, until=until, gate=gate, request=request, min_confidence=min_confidence
@@ -102,13 +105,19 @@ def report(
         try:
             import plotly  # noqa: F401
         except ImportError:
-            raise UsageError(
-                "preemptlog report needs the plotly package", hint="pip install 'plotly>=6'"
-            ) from None
+            raise UsageError("preemptlog report needs the plotly package", hint="pip install 'plotly>=6'") from None
         with Workspace() as ws:
             options = analyze_options(
-                year=year, tz=tz, kind=overrides, offset=offset, before=before, after=after,
-                lookback_steps=lookback_steps, rules=rules, set_=set_, debug=debug,
+                year=year,
+                tz=tz,
+                kind=overrides,
+                offset=offset,
+                before=before,
+                after=after,
+                lookback_steps=lookback_steps,
+                rules=rules,
+                set_=set_,
+                debug=debug,
             )
             with progress(quiet, no_color):
                 result = apply_filters(run(paths, options, workspace=ws), filters)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from .runner import guarded
 from ..errors import ExitCode
 from .common import DebugOpt, RulesOpt, SetOpt
+from .runner import guarded
 
 
 class RulesFormat(str, Enum):
@@ -24,8 +24,10 @@ def register(app: typer.Typer) -> None:
 def rules_command(
     rules: RulesOpt = None,
     set_: SetOpt = None,
-    format: Annotated[Optional[RulesFormat], typer.Option("--format", "-f", help="table or json.")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Run every rule's sample inputs; exit 7 if one fails.")] = False,
+    format: Annotated[RulesFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Run every rule's sample inputs; exit 7 if one fails.")
+    ] = False,
     evidence: Annotated[
         bool, typer.Option("--evidence", help="List the evidence names a rule condition may use.")
     ] = False,
@@ -80,12 +82,13 @@ def rules_command(
             _print(doc, evidence)
         failed = [r for r in results if not r.ok]
         for r in failed:
-            sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: "
-                             f"expected {r.expect}, got {r.got}\n")
+            sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: expected {r.expect}, got {r.got}\n")
         if check:
             rules_n = len({r.rule for r in results})
-            sys.stderr.write(f"{len(results) - len(failed)} of {len(results)} sample(s) of {rules_n} rule(s) passed"
-                             + (f", {len(failed)} failed\n" if failed else "\n"))
+            sys.stderr.write(
+                f"{len(results) - len(failed)} of {len(results)} sample(s) of {rules_n} rule(s) passed"
+                + (f", {len(failed)} failed\n" if failed else "\n")
+            )
         if failed:
             return ExitCode.CHECK_FAILED
         return ExitCode.OK

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def stderr_console(no_color: bool = False) -> "Console":
+def stderr_console(no_color: bool = False) -> Console:
     """The console for the human summary: stderr, no highlighting, no emoji codes (log text stays literal)."""
     from rich.console import Console
 
@@ -37,7 +37,7 @@ class _Progress:
     """A rich progress display on stderr, shown only once a run has taken a second (_progress_after):
     bytes of the vLLM logs read, then the stage being worked on (analysis.Profile tells it)."""
 
-    def __init__(self, console: "Console") -> None:
+    def __init__(self, console: Console) -> None:
         import threading
 
         self.console = console
@@ -64,8 +64,12 @@ class _Progress:
 
             bar = [BarColumn()] if unicode_ok() else []  # the C locale: no block characters
             self.bar = Progress(
-                TextColumn("{task.description}", markup=False), *bar, DownloadColumn(), TimeElapsedColumn(),
-                console=self.console, transient=True,
+                TextColumn("{task.description}", markup=False),
+                *bar,
+                DownloadColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
             )
             self.task = self.bar.add_task(self.label, total=self.total or None, completed=self.done)
             self.bar.start()
@@ -141,7 +145,7 @@ def _say(line: str) -> None:
         _silence(2)
 
 
-def _fail(message: str, code: ExitCode) -> "typer.Exit":
+def _fail(message: str, code: ExitCode) -> typer.Exit:
     from ..render.safe import neutralise
 
     _say(f"preemptlog: error: {neutralise(message)}")
@@ -187,7 +191,7 @@ def guarded(debug: bool, body: Callable[[], int]) -> None:
             f"I/O error: {exc.strerror or exc} (check the free space and permissions of TMPDIR and of -o)",
             ExitCode.INPUT,
         ) from None
-    except Exception as exc:  # noqa: BLE001 - the last resort; --debug shows it
+    except Exception as exc:
         if _is_broken_pipe(exc):
             _silence(1)
             raise typer.Exit(int(ExitCode.PIPE_CLOSED)) from None

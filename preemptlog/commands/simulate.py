@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from .runner import guarded, stderr_console
 from .common import DebugOpt, NoColorOpt, QuietOpt
+from .runner import guarded, stderr_console
 
 # Kept literal so that --help does not import the simulator (tests check it
 # matches preemptlog.simulate.families.FAMILIES).

@@ -8,7 +8,6 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from .runner import guarded, stderr_console
 from ..errors import ExitCode
 from .common import (
     DebugOpt,
@@ -20,6 +19,7 @@ from .common import (
     YearOpt,
     default_format,
 )
+from .runner import guarded, stderr_console
 
 
 class Engine(str, Enum):
@@ -39,46 +39,71 @@ def register(app: typer.Typer) -> None:
 def whatif_command(
     bundle: Annotated[
         list[str],
-        typer.Argument(help="The incident: vLLM logs, bundle folders or archives (as for analyze).", metavar="BUNDLE",
-                       show_default=False),
+        typer.Argument(
+            help="The incident: vLLM logs, bundle folders or archives (as for analyze).",
+            metavar="BUNDLE",
+            show_default=False,
+        ),
     ],
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", metavar="NAME=VALUE",
-                     help="A setting of the asked configuration (repeatable): num_gpu_blocks, gpu_memory_utilization, "
-                     "block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, "
-                     "scheduling_policy, watermark, long_prefill_token_threshold, max_model_len."),
+        typer.Option(
+            "--set",
+            metavar="NAME=VALUE",
+            help="A setting of the asked configuration (repeatable): num_gpu_blocks, gpu_memory_utilization, "
+            "block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, "
+            "scheduling_policy, watermark, long_prefill_token_threshold, max_model_len.",
+        ),
     ] = None,
     sweep: Annotated[
         list[str] | None,
-        typer.Option("--sweep", metavar="NAME=V1,V2,...",
-                     help="One configuration per value (on top of --set; several --sweep: every combination)."),
+        typer.Option(
+            "--sweep",
+            metavar="NAME=V1,V2,...",
+            help="One configuration per value (on top of --set; several --sweep: every combination).",
+        ),
     ] = None,
     config: Annotated[
         list[str] | None,
-        typer.Option("--config", metavar="NAME=VALUE[,NAME=VALUE...]",
-                     help="One asked configuration (repeatable; each on top of --set; not with --sweep)."),
+        typer.Option(
+            "--config",
+            metavar="NAME=VALUE[,NAME=VALUE...]",
+            help="One asked configuration (repeatable; each on top of --set; not with --sweep).",
+        ),
     ] = None,
     base: Annotated[
         list[str] | None,
-        typer.Option("--base", metavar="NAME=VALUE",
-                     help="A value of the observed configuration the bundle lacks or gets wrong (e.g. "
-                     "--base num_gpu_blocks=2048); it applies to every replay, the observed one too."),
+        typer.Option(
+            "--base",
+            metavar="NAME=VALUE",
+            help="A value of the observed configuration the bundle lacks or gets wrong (e.g. "
+            "--base num_gpu_blocks=2048); it applies to every replay, the observed one too.",
+        ),
     ] = None,
     engine: Annotated[
-        Engine, typer.Option("--engine", help="model: the V1 scheduler model (fast); vllm: the real vLLM scheduler "
-                             "with a fake executor (needs --vllm-python or PREEMPTLOG_VLLM_PYTHON).")
+        Engine,
+        typer.Option(
+            "--engine",
+            help="model: the V1 scheduler model (fast); vllm: the real vLLM scheduler "
+            "with a fake executor (needs --vllm-python or PREEMPTLOG_VLLM_PYTHON).",
+        ),
     ] = Engine.model,
     vllm_python: Annotated[
         str | None,
-        typer.Option("--vllm-python", metavar="PYTHON",
-                     help="The python of a venv with vLLM (0.32) installed; default env PREEMPTLOG_VLLM_PYTHON."),
+        typer.Option(
+            "--vllm-python",
+            metavar="PYTHON",
+            help="The python of a venv with vLLM (0.32) installed; default env PREEMPTLOG_VLLM_PYTHON.",
+        ),
     ] = None,
     arrivals: Annotated[
         Arrivals | None,
-        typer.Option("--arrivals", help="step: requests arrive at their recorded scheduler step (records only; "
-                     "the default with records); time: at their arrival time on the step clock (the default "
-                     "with request lines)."),
+        typer.Option(
+            "--arrivals",
+            help="step: requests arrive at their recorded scheduler step (records only; "
+            "the default with records); time: at their arrival time on the step clock (the default "
+            "with request lines).",
+        ),
     ] = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
@@ -135,14 +160,23 @@ def whatif_command(
         if engine is Engine.vllm and not py:
             from ..errors import UsageError
 
-            raise UsageError("--engine vllm needs a python with vLLM",
-                             hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)")
+            raise UsageError(
+                "--engine vllm needs a python with vLLM",
+                hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)",
+            )
         with Workspace() as ws:
             a = analyze(list(bundle), AnalyzeOptions(year=year, tz=tz), workspace=ws)
-            res = whatif(a, configs, engine=engine.value, arrivals=arrivals.value if arrivals else None,
-                         vllm_python=py, base_sets=base_sets)
-            with open_output(output, protect=a.bundle.originals,
-                             terminal_text=fmt.value in ("json", "ndjson", "csv")) as out:
+            res = whatif(
+                a,
+                configs,
+                engine=engine.value,
+                arrivals=arrivals.value if arrivals else None,
+                vllm_python=py,
+                base_sets=base_sets,
+            )
+            with open_output(
+                output, protect=a.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
+            ) as out:
                 _write(res, fmt.value, out, no_color)
         if not quiet:
             _summary(res, no_color)
@@ -172,10 +206,17 @@ def _write(res: Any, fmt: str, out: BinaryIO, no_color: bool) -> None:
 
 
 LABELS = [
-    ("preemptions", "preemptions"), ("recomputed_tokens", "recomputed tokens"), ("peak_running", "peak running"),
-    ("waiting_mean", "waiting, mean"), ("waiting_p95", "waiting, p95"), ("ttft_p50_s", "TTFT p50 (s)"),
-    ("ttft_p95_s", "TTFT p95 (s)"), ("latency_p50_s", "latency p50 (s)"), ("latency_p95_s", "latency p95 (s)"),
-    ("throughput_tok_s", "throughput (tok/s)"), ("unfinished", "unfinished requests"),
+    ("preemptions", "preemptions"),
+    ("recomputed_tokens", "recomputed tokens"),
+    ("peak_running", "peak running"),
+    ("waiting_mean", "waiting, mean"),
+    ("waiting_p95", "waiting, p95"),
+    ("ttft_p50_s", "TTFT p50 (s)"),
+    ("ttft_p95_s", "TTFT p95 (s)"),
+    ("latency_p50_s", "latency p50 (s)"),
+    ("latency_p95_s", "latency p95 (s)"),
+    ("throughput_tok_s", "throughput (tok/s)"),
+    ("unfinished", "unfinished requests"),
 ]
 
 
@@ -192,8 +233,11 @@ def _table(res: Any, out: BinaryIO, no_color: bool) -> None:
 
     buf = io.StringIO()
     console = Console(file=buf, highlight=False, no_color=True, width=200, emoji=False)
-    t = Table(header_style="bold", box=table_box(),  # type: ignore[no-untyped-call]
-              title=f"whatif ({res.engine} engine, {res.arrivals} arrivals)")
+    t = Table(
+        header_style="bold",
+        box=table_box(),  # type: ignore[no-untyped-call]
+        title=f"whatif ({res.engine} engine, {res.arrivals} arrivals)",
+    )
     t.add_column("")
     for s in res.scenarios:
         t.add_column(cell(s.name), justify="right")
@@ -212,9 +256,13 @@ def _summary(res: Any, no_color: bool) -> None:
     cal = res.calibration
     console.print(neutralise(f"workload: {len(w.requests)} request(s) from {w.source} ({w.where})"), markup=False)
     if cal.get("observed") is not None:
-        console.print(neutralise(
-            f"calibration: observed {cal['observed']} preemptions ({res.observed_source}), the replay of the observed "
-            f"configuration {cal['replayed']}: {cal['status']} (tolerance {cal['tolerance']})"), markup=False)
+        console.print(
+            neutralise(
+                f"calibration: observed {cal['observed']} preemptions ({res.observed_source}), the replay of the observed "
+                f"configuration {cal['replayed']}: {cal['status']} (tolerance {cal['tolerance']})"
+            ),
+            markup=False,
+        )
     else:
         console.print(neutralise(f"calibration: {cal['status']}, {cal['why']}"), markup=False)
     console.print(neutralise(f"step clock: {res.step.how}"), markup=False)

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 if TYPE_CHECKING:
@@ -30,9 +31,20 @@ if TYPE_CHECKING:
 
 FINDINGS_VERSION = 1
 # Per-event columns the formatters add beside the verdict (render.event_rows).
-EVENT_COLUMNS = ["mechanism", "mechanism_rule", "mechanism_confidence", "mechanism_evidence", "mechanism_missing",
-                 "recompute_tokens", "recompute_bound", "recompute_basis", "recompute_src", "preempted_s",
-                 "preempted_bound", "resumed_src"]
+EVENT_COLUMNS = [
+    "mechanism",
+    "mechanism_rule",
+    "mechanism_confidence",
+    "mechanism_evidence",
+    "mechanism_missing",
+    "recompute_tokens",
+    "recompute_bound",
+    "recompute_basis",
+    "recompute_src",
+    "preempted_s",
+    "preempted_bound",
+    "resumed_src",
+]
 
 
 @dataclass(frozen=True)
@@ -66,15 +78,23 @@ def compute(analysis: Analysis) -> Findings:
         pe = mech.join(pe, on="event_id", how="left")
     else:
         pe = pe.with_columns(
-            mechanism=pl.lit(None, pl.String), mechanism_rule=pl.lit(None, pl.String),
-            mechanism_confidence=pl.lit(None, pl.String), mechanism_evidence=pl.lit(None),
+            mechanism=pl.lit(None, pl.String),
+            mechanism_rule=pl.lit(None, pl.String),
+            mechanism_confidence=pl.lit(None, pl.String),
+            mechanism_evidence=pl.lit(None),
             mechanism_missing=pl.lit(None, pl.String),
         )
     pe = pe.select(["event_id", *EVENT_COLUMNS])
     cap = capacity.compute(analysis, v)
     return Findings(
-        per_event=pe, recompute=rc, recompute_per_minute=pm, thrash=th, thrash_table=table, stall=sl,
-        mechanisms=mechanism.counts(mech), capacity=cap,
+        per_event=pe,
+        recompute=rc,
+        recompute_per_minute=pm,
+        thrash=th,
+        thrash_table=table,
+        stall=sl,
+        mechanisms=mechanism.counts(mech),
+        capacity=cap,
     )
 
 
@@ -99,31 +119,40 @@ def headline_part(f: Findings) -> str:
         else:
             least = "at least " if rc.get("tokens_is_lower_bound") else ""
             share = rc.get("share_of_processed")
-            parts.append(f"{least}{_tokens(rc['tokens'])} tokens recomputed"
-                         + (f" ({_pct(share)} of processed)" if share is not None else ""))
+            parts.append(
+                f"{least}{_tokens(rc['tokens'])} tokens recomputed"
+                + (f" ({_pct(share)} of processed)" if share is not None else "")
+            )
     th = f.thrash
     hist = th.get("histogram") or {}
     if not th.get("evaluable") and hist.get("requests_preempted_more_than_once"):
         n5, n2 = hist.get("requests_preempted_5_or_more"), hist["requests_preempted_more_than_once"]
-        parts.append(f"{n5} request{'s' if n5 != 1 else ''} preempted 5+ times (vLLM's histogram)" if n5 else
-                     f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (vLLM's histogram)")
+        parts.append(
+            f"{n5} request{'s' if n5 != 1 else ''} preempted 5+ times (vLLM's histogram)"
+            if n5
+            else f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (vLLM's histogram)"
+        )
     if th.get("evaluable"):
         n5 = th.get("requests_preempted_5_or_more", 0)
         n2 = th.get("requests_preempted_more_than_once", 0)
         if n5:
             parts.append(f"{n5} request{'s' if n5 != 1 else ''} preempted 5+ times")
         elif n2:
-            parts.append(f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (max {th['max_preemptions_per_request']})")
+            parts.append(
+                f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (max {th['max_preemptions_per_request']})"
+            )
     sl = f.stall
     if sl.get("evaluable"):
         spans = sl.get("spans") or []
         if spans:
             longest = max(spans, key=lambda s: s["seconds"])
-            parts.append(f"stall {longest['seconds']:.0f} s ({longest['first_line']})"
-                         + (f" and {len(spans) - 1} more" if len(spans) > 1 else ""))
+            parts.append(
+                f"stall {longest['seconds']:.0f} s ({longest['first_line']})"
+                + (f" and {len(spans) - 1} more" if len(spans) > 1 else "")
+            )
         else:
             parts.append("no stall")
-    nf = (sl.get("never_fits") or {})
+    nf = sl.get("never_fits") or {}
     if nf.get("found"):
         parts.append(f"{len(nf['items'])} request(s)/limit(s) can never fit the KV cache")
     return "; ".join(parts)

@@ -12,6 +12,7 @@ not evaluable, and one whose value changes nothing is dropped with why.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from .common import Cfg, cfg_number, cfg_text, frame, src_expr
@@ -25,20 +26,35 @@ def _pool(a: Analysis) -> dict[str, Any] | None:
     kv = cfg_number(a, "kv_cache_tokens")
     nb = cfg_number(a, "num_gpu_blocks")
     if kv is not None and bs is not None:
-        return {"tokens": int(kv.value), "blocks": int(kv.value // bs.value), "block_size": int(bs.value),
-                "inputs": [kv.cite(), bs.cite()]}
+        return {
+            "tokens": int(kv.value),
+            "blocks": int(kv.value // bs.value),
+            "block_size": int(bs.value),
+            "inputs": [kv.cite(), bs.cite()],
+        }
     if nb is not None and bs is not None:
-        return {"tokens": int(nb.value * bs.value), "blocks": int(nb.value), "block_size": int(bs.value),
-                "inputs": [nb.cite(), bs.cite()]}
+        return {
+            "tokens": int(nb.value * bs.value),
+            "blocks": int(nb.value),
+            "block_size": int(bs.value),
+            "inputs": [nb.cite(), bs.cite()],
+        }
     st = frame(a, "bt_steps")
     if st is not None:
         row = st.filter(pl.col("num_total_blocks").is_not_null() & pl.col("block_size").is_not_null()).head(1)
         if row.height:
             r = row.with_columns(_src=src_expr()).row(0, named=True)
-            return {"tokens": int(r["num_total_blocks"] * r["block_size"]), "blocks": int(r["num_total_blocks"]),
-                    "block_size": int(r["block_size"]),
-                    "inputs": [(f"num_total_blocks={r['num_total_blocks']}, block_size={r['block_size']} "
-                               f"(block-table step record, {r['_src']})")]}
+            return {
+                "tokens": int(r["num_total_blocks"] * r["block_size"]),
+                "blocks": int(r["num_total_blocks"]),
+                "block_size": int(r["block_size"]),
+                "inputs": [
+                    (
+                        f"num_total_blocks={r['num_total_blocks']}, block_size={r['block_size']} "
+                        f"(block-table step record, {r['_src']})"
+                    )
+                ],
+            }
     if kv is not None:  # tokens only (V1 logs no block_size): the levers in blocks are not evaluable
         return {"tokens": int(kv.value), "blocks": None, "block_size": None, "inputs": [kv.cite()]}
     return None
@@ -50,12 +66,16 @@ def _peak(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
     if bt is None:
         return None
     p = bt.filter(
-        (pl.col("action") == "preempt") & pl.col("blocks_needed").is_not_null() & pl.col("pool_free_blocks").is_not_null()
+        (pl.col("action") == "preempt")
+        & pl.col("blocks_needed").is_not_null()
+        & pl.col("pool_free_blocks").is_not_null()
     )
     if p.height == 0:
         return None
     d = p.with_columns(
-        _demand=pl.lit(pool["blocks"]) - pl.col("pool_free_blocks") + pl.col("blocks_needed")
+        _demand=pl.lit(pool["blocks"])
+        - pl.col("pool_free_blocks")
+        + pl.col("blocks_needed")
         + pl.col("watermark_blocks").fill_null(0),
         _src=src_expr(),
     ).sort(["_demand", "time"], descending=[True, False])
@@ -91,13 +111,24 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
 
     pool = _pool(a)
     peak = _peak(a, pool) if pool is not None and pool["blocks"] else None
-    cfg: dict[str, Cfg | None] = {k: cfg_number(a, k) for k in (
-        "gpu_memory_utilization", "max_num_seqs", "max_model_len", "max_num_batched_tokens", "kv_cache_memory_gib",
-        "max_concurrency")}
+    cfg: dict[str, Cfg | None] = {
+        k: cfg_number(a, k)
+        for k in (
+            "gpu_memory_utilization",
+            "max_num_seqs",
+            "max_model_len",
+            "max_num_batched_tokens",
+            "kv_cache_memory_gib",
+            "max_concurrency",
+        )
+    }
     chunked = cfg_text(a, "enable_chunked_prefill")
     version = cfg_text(a, "vllm_version")
     inputs = {
-        "pool": pool, "peak": peak, "cfg": cfg, "victim_prompts": _victim_prompts(a, victims),
+        "pool": pool,
+        "peak": peak,
+        "cfg": cfg,
+        "victim_prompts": _victim_prompts(a, victims),
         "chunked_prefill": None if chunked is None or chunked[2] == "default" else chunked,
         "vllm_version": None if version is None or version[2] == "default" else version,
     }
@@ -109,11 +140,15 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
         "ratio": (peak["blocks"] / pool["blocks"]) if peak and pool and pool["blocks"] else None,
         "fixes": fixes,
         "dropped": dropped,
-        "not_evaluable": None if pool is not None else (
+        "not_evaluable": None
+        if pool is not None
+        else (
             "the KV pool is not in the bundle: the 'GPU KV cache size: N tokens' / '# GPU blocks' startup lines with "
             "block_size, or block-table step records with num_total_blocks and block_size"
         ),
-        "peak_not_evaluable": None if peak is not None else (
+        "peak_not_evaluable": None
+        if peak is not None
+        else (
             "no preempt record with blocks_needed and pool_free_blocks (the vLLM plugin's records) to measure the "
             "demand at a failed allocation"
         ),

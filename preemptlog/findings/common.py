@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 if TYPE_CHECKING:
@@ -70,8 +71,15 @@ def stats_intervals(a: Analysis) -> pl.DataFrame:
     interval), ``src``. The first line of each series has no measured interval and is left out."""
     st = a.stats
     empty = pl.DataFrame(
-        schema={"t0": pl.Datetime("us", "UTC"), "t1": pl.Datetime("us", "UTC"), "seconds": pl.Float64,
-                "prompt_tokens": pl.Float64, "gen_tokens": pl.Float64, "src": pl.String, "engine": pl.String}
+        schema={
+            "t0": pl.Datetime("us", "UTC"),
+            "t1": pl.Datetime("us", "UTC"),
+            "seconds": pl.Float64,
+            "prompt_tokens": pl.Float64,
+            "gen_tokens": pl.Float64,
+            "src": pl.String,
+            "engine": pl.String,
+        }
     )
     if st.height == 0:
         return empty

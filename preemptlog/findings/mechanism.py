@@ -10,6 +10,7 @@ and not changed.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from .common import stats_intervals
@@ -25,9 +26,11 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
 
     has_need = pl.col("p_needed").is_not_null() & pl.col("p_free").is_not_null()
     failed = (
-        pl.when(has_need).then(pl.col("p_needed") + pl.col("p_watermark").fill_null(0) > pl.col("p_free"))
+        pl.when(has_need)
+        .then(pl.col("p_needed") + pl.col("p_watermark").fill_null(0) > pl.col("p_free"))
         # V0: "... because there is not enough KV cache space"; its counter's reconstructed events are the same calls
-        .when(pl.col("kind").is_in(["logged", "reconstructed"])).then(pl.lit(True))
+        .when(pl.col("kind").is_in(["logged", "reconstructed"]))
+        .then(pl.lit(True))
     )
     no_fail = pl.when(pl.col("p_src").is_not_null()).then(pl.col("p_needed").is_null())
     df = v.with_columns(mech_alloc_failed=failed, mech_no_failed_alloc=no_fail)
@@ -38,11 +41,16 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     )
     complete = pl.col("kind").is_in(COMPLETE_KINDS) & pl.col("request_id").is_not_null()
     df = df.with_columns(_t=pl.col("time").dt.epoch("us").fill_null(0), _o=pl.int_range(pl.len()))
-    df = df.sort("_t", "_o").with_columns(
-        mech_request_preemptions=pl.when(complete).then(pl.len().over("request_id", complete)).cast(pl.Int64),
-        mech_request_index=pl.when(complete).then(pl.int_range(1, pl.len() + 1).over("request_id", complete)).cast(
-            pl.Int64),
-    ).sort("_o")
+    df = (
+        df.sort("_t", "_o")
+        .with_columns(
+            mech_request_preemptions=pl.when(complete).then(pl.len().over("request_id", complete)).cast(pl.Int64),
+            mech_request_index=pl.when(complete)
+            .then(pl.int_range(1, pl.len() + 1).over("request_id", complete))
+            .cast(pl.Int64),
+        )
+        .sort("_o")
+    )
     df = df.with_columns(
         mech_prompt_tokens=pl.col("prompt_tokens"),
         mech_policy=pl.col("p_policy"),
@@ -52,13 +60,21 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     a_stats = a.stats
     timed = df.filter(pl.col("time").is_not_null())
     if iv.height and timed.height and a_stats.height:
-        tput = a_stats.filter(pl.col("time").is_not_null()).select(
-            pl.col("time").alias("_st"), pl.col("prompt_tput").alias("mech_prompt_tput_at"),
-            pl.col("gen_tput").alias("mech_gen_tput_at"),
-        ).sort("_st")
-        near = timed.select("event_id", "time").sort("time").join_asof(
-            tput, left_on="time", right_on="_st", strategy="forward", tolerance="60s"
-        ).select("event_id", "mech_prompt_tput_at", "mech_gen_tput_at")
+        tput = (
+            a_stats.filter(pl.col("time").is_not_null())
+            .select(
+                pl.col("time").alias("_st"),
+                pl.col("prompt_tput").alias("mech_prompt_tput_at"),
+                pl.col("gen_tput").alias("mech_gen_tput_at"),
+            )
+            .sort("_st")
+        )
+        near = (
+            timed.select("event_id", "time")
+            .sort("time")
+            .join_asof(tput, left_on="time", right_on="_st", strategy="forward", tolerance="60s")
+            .select("event_id", "mech_prompt_tput_at", "mech_gen_tput_at")
+        )
         df = df.join(near, on="event_id", how="left")
     else:
         df = df.with_columns(mech_prompt_tput_at=pl.lit(None, pl.Float64), mech_gen_tput_at=pl.lit(None, pl.Float64))

@@ -22,6 +22,7 @@ intervals (prompt + generation throughput x interval, common.stats_intervals).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from .common import frame, src_expr, stats_intervals
@@ -32,8 +33,16 @@ if TYPE_CHECKING:
 NEAR_S = 2.0  # a log event and a preempt record of the same request this close are the same preemption
 
 PREEMPT_COLS = {
-    "p_step": "Int64", "p_engine": "String", "p_lost": "Int64", "p_needed": "Int64", "p_free": "Int64",
-    "p_watermark": "Int64", "p_running": "Int64", "p_policy": "String", "p_reason": "String", "p_src": "String",
+    "p_step": "Int64",
+    "p_engine": "String",
+    "p_lost": "Int64",
+    "p_needed": "Int64",
+    "p_free": "Int64",
+    "p_watermark": "Int64",
+    "p_running": "Int64",
+    "p_policy": "String",
+    "p_reason": "String",
+    "p_src": "String",
     "p_time": "Datetime",
 }
 
@@ -70,18 +79,27 @@ def victims(a: Analysis) -> pl.DataFrame:
     )
     p = _preempts(a)
     if p is not None and ev.height:
-        by_line = ev.filter(pl.col("kind") == "record").join(
-            p, left_on=["source", "line"], right_on=["_psource", "_pline"], how="inner"
-        ).drop("_prid")
-        rest = ev.filter((pl.col("kind") != "record") & pl.col("request_id").is_not_null() & pl.col("time").is_not_null())
+        by_line = (
+            ev.filter(pl.col("kind") == "record")
+            .join(p, left_on=["source", "line"], right_on=["_psource", "_pline"], how="inner")
+            .drop("_prid")
+        )
+        rest = ev.filter(
+            (pl.col("kind") != "record") & pl.col("request_id").is_not_null() & pl.col("time").is_not_null()
+        )
         near = None
         if rest.height:
             near = (
                 rest.sort("time")
                 .join_asof(
                     p.filter(pl.col("p_time").is_not_null()).sort("p_time"),
-                    left_on="time", right_on="p_time", by_left="request_id", by_right="_prid",
-                    strategy="nearest", tolerance=f"{int(NEAR_S * 1000)}ms", check_sortedness=False,
+                    left_on="time",
+                    right_on="p_time",
+                    by_left="request_id",
+                    by_right="_prid",
+                    strategy="nearest",
+                    tolerance=f"{int(NEAR_S * 1000)}ms",
+                    check_sortedness=False,
                 )
                 .drop("_psource", "_pline")
                 .filter(pl.col("p_src").is_not_null())
@@ -90,8 +108,10 @@ def victims(a: Analysis) -> pl.DataFrame:
         ev = ev.join(matched.select(["event_id", *PREEMPT_COLS]), on="event_id", how="left")
     else:
         ev = ev.with_columns(
-            [pl.lit(None, getattr(pl, t) if t != "Datetime" else pl.Datetime("us", "UTC")).alias(c)
-             for c, t in PREEMPT_COLS.items()]
+            [
+                pl.lit(None, getattr(pl, t) if t != "Datetime" else pl.Datetime("us", "UTC")).alias(c)
+                for c, t in PREEMPT_COLS.items()
+            ]
         )
     ev = _with_tables(a, ev)
     ev = _with_prompts(a, ev)
@@ -101,8 +121,13 @@ def victims(a: Analysis) -> pl.DataFrame:
 def _with_tables(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
     """The victim's table at the preemption step (computed tokens) and its latest table before."""
     tb = frame(a, "bt_tables")
-    cols = {"t_computed": pl.Int64, "t_computed_src": pl.String, "t_priority": pl.Int64, "t_tokens": pl.Int64,
-            "t_tokens_src": pl.String}
+    cols = {
+        "t_computed": pl.Int64,
+        "t_computed_src": pl.String,
+        "t_priority": pl.Int64,
+        "t_tokens": pl.Int64,
+        "t_tokens_src": pl.String,
+    }
     if tb is None or ev.height == 0:
         return ev.with_columns([pl.lit(None, t).alias(c) for c, t in cols.items()])
     tb = tb.with_columns(pl.col("engine").fill_null("0"), _src=src_expr())
@@ -115,25 +140,41 @@ def _with_tables(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
             pl.col("priority").last().alias("t_priority"),
         )
     )
-    ev = ev.join(at, left_on=["p_engine", "p_step", "request_id"], right_on=["engine", "step", "request_id"], how="left")
+    ev = ev.join(
+        at, left_on=["p_engine", "p_step", "request_id"], right_on=["engine", "step", "request_id"], how="left"
+    )
     ev = ev.with_columns(t_computed_src=pl.when(pl.col("t_computed").is_not_null()).then(pl.col("t_computed_src")))
     # The latest table of the request at or before the event (tokens held: prompt + generated so far).
     tt = tb.filter(pl.col("num_tokens").is_not_null() & pl.col("time").is_not_null()).select(
-        pl.col("request_id").alias("_trid"), pl.col("time").alias("_ttime"), pl.col("num_tokens").alias("t_tokens"),
+        pl.col("request_id").alias("_trid"),
+        pl.col("time").alias("_ttime"),
+        pl.col("num_tokens").alias("t_tokens"),
         pl.col("_src").alias("t_tokens_src"),
     )
     timed = ev.filter(pl.col("time").is_not_null() & pl.col("request_id").is_not_null())
     if tt.height and timed.height:
         window = f"{int(max(a.options.before, 0.001) * 1000)}ms"
         # A log line stamped to the second covers that whole second: a table later in it is before the event.
-        key = pl.col("time") + pl.when(pl.col("time_precision") == "1s").then(pl.duration(microseconds=999_999)).otherwise(
-            pl.duration(microseconds=0))
-        near = ev.filter(pl.col("time").is_not_null() & pl.col("request_id").is_not_null()).join(
-            a.events.select("event_id", "time_precision"), on="event_id", how="left"
-        ).select("event_id", key.alias("_key"), "request_id").sort("_key").join_asof(
-            tt.sort("_ttime"), left_on="_key", right_on="_ttime", by_left="request_id", by_right="_trid",
-            strategy="backward", tolerance=window, check_sortedness=False,
-        ).select("event_id", "t_tokens", "t_tokens_src")
+        key = pl.col("time") + pl.when(pl.col("time_precision") == "1s").then(
+            pl.duration(microseconds=999_999)
+        ).otherwise(pl.duration(microseconds=0))
+        near = (
+            ev.filter(pl.col("time").is_not_null() & pl.col("request_id").is_not_null())
+            .join(a.events.select("event_id", "time_precision"), on="event_id", how="left")
+            .select("event_id", key.alias("_key"), "request_id")
+            .sort("_key")
+            .join_asof(
+                tt.sort("_ttime"),
+                left_on="_key",
+                right_on="_ttime",
+                by_left="request_id",
+                by_right="_trid",
+                strategy="backward",
+                tolerance=window,
+                check_sortedness=False,
+            )
+            .select("event_id", "t_tokens", "t_tokens_src")
+        )
         ev = ev.join(near, on="event_id", how="left")
     else:
         ev = ev.with_columns(t_tokens=pl.lit(None, pl.Int64), t_tokens_src=pl.lit(None, pl.String))
@@ -146,8 +187,9 @@ def _with_prompts(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
     br = frame(a, "bt_requests")
     if br is not None:
         parts.append(
-            br.filter((pl.col("phase") == "arrival") & pl.col("prompt_tokens").is_not_null())
-            .select("request_id", "prompt_tokens", src_expr().alias("prompt_src"))
+            br.filter((pl.col("phase") == "arrival") & pl.col("prompt_tokens").is_not_null()).select(
+                "request_id", "prompt_tokens", src_expr().alias("prompt_src")
+            )
         )
     rq = a.requests
     if rq.height:
@@ -155,7 +197,9 @@ def _with_prompts(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
         rec = rq.filter((pl.col("action") == "received") & pl.col("prompt_tokens").is_not_null())
         parts.append(rec.select("request_id", "prompt_tokens", src_expr().alias("prompt_src")))
         if "internal_id" in rq.columns:
-            inner = rq.filter(pl.col("internal_id").is_not_null()).select("request_id", "internal_id").unique("internal_id")
+            inner = (
+                rq.filter(pl.col("internal_id").is_not_null()).select("request_id", "internal_id").unique("internal_id")
+            )
             parts.append(
                 rec.join(inner, on="request_id").select(
                     pl.col("internal_id").alias("request_id"), "prompt_tokens", src_expr().alias("prompt_src")
@@ -172,38 +216,62 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     preempted_bound, resumed_src``."""
     swap = pl.col("mode").fill_null("") == "SWAP"
     tokens = (
-        pl.when(swap).then(pl.lit(0, pl.Int64))
-        .when(pl.col("p_lost").is_not_null()).then(pl.col("p_lost"))
-        .when(pl.col("t_computed").is_not_null()).then(pl.col("t_computed"))
-        .when(pl.col("t_tokens").is_not_null()).then(pl.col("t_tokens"))
-        .when(pl.col("prompt_tokens").is_not_null()).then(pl.col("prompt_tokens"))
+        pl.when(swap)
+        .then(pl.lit(0, pl.Int64))
+        .when(pl.col("p_lost").is_not_null())
+        .then(pl.col("p_lost"))
+        .when(pl.col("t_computed").is_not_null())
+        .then(pl.col("t_computed"))
+        .when(pl.col("t_tokens").is_not_null())
+        .then(pl.col("t_tokens"))
+        .when(pl.col("prompt_tokens").is_not_null())
+        .then(pl.col("prompt_tokens"))
     )
     bound = (
-        pl.when(swap | pl.col("p_lost").is_not_null() | pl.col("t_computed").is_not_null()).then(pl.lit("exact"))
-        .when(pl.col("t_tokens").is_not_null() | pl.col("prompt_tokens").is_not_null()).then(pl.lit("lower"))
+        pl.when(swap | pl.col("p_lost").is_not_null() | pl.col("t_computed").is_not_null())
+        .then(pl.lit("exact"))
+        .when(pl.col("t_tokens").is_not_null() | pl.col("prompt_tokens").is_not_null())
+        .then(pl.lit("lower"))
     )
     basis = (
-        pl.when(swap).then(pl.lit("V0 SWAP mode: the blocks go to CPU memory and come back; nothing is recomputed"))
-        .when(pl.col("p_lost").is_not_null()).then(pl.lit("num_computed_tokens_lost of the victim's preempt record"))
-        .when(pl.col("t_computed").is_not_null()).then(pl.lit("num_computed_tokens of the victim's table at the preemption step"))
-        .when(pl.col("t_tokens").is_not_null()).then(pl.lit("num_tokens of the victim's latest table before the event (prompt + generated so far; at least)"))
-        .when(pl.col("prompt_tokens").is_not_null()).then(pl.lit("the victim's prompt length (at least; what it generated before is not in the bundle)"))
-        .when(pl.col("request_id").is_null()).then(pl.lit("unknown: the event names no request"))
+        pl.when(swap)
+        .then(pl.lit("V0 SWAP mode: the blocks go to CPU memory and come back; nothing is recomputed"))
+        .when(pl.col("p_lost").is_not_null())
+        .then(pl.lit("num_computed_tokens_lost of the victim's preempt record"))
+        .when(pl.col("t_computed").is_not_null())
+        .then(pl.lit("num_computed_tokens of the victim's table at the preemption step"))
+        .when(pl.col("t_tokens").is_not_null())
+        .then(pl.lit("num_tokens of the victim's latest table before the event (prompt + generated so far; at least)"))
+        .when(pl.col("prompt_tokens").is_not_null())
+        .then(pl.lit("the victim's prompt length (at least; what it generated before is not in the bundle)"))
+        .when(pl.col("request_id").is_null())
+        .then(pl.lit("unknown: the event names no request"))
         .otherwise(pl.lit("unknown: no tokens of this request in the bundle (block-table records or prompt_token_ids)"))
     )
     src = (
-        pl.when(swap).then(pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]))
-        .when(pl.col("p_lost").is_not_null()).then(pl.col("p_src"))
-        .when(pl.col("t_computed").is_not_null()).then(pl.col("t_computed_src"))
-        .when(pl.col("t_tokens").is_not_null()).then(pl.col("t_tokens_src"))
-        .when(pl.col("prompt_tokens").is_not_null()).then(pl.col("prompt_src"))
+        pl.when(swap)
+        .then(pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]))
+        .when(pl.col("p_lost").is_not_null())
+        .then(pl.col("p_src"))
+        .when(pl.col("t_computed").is_not_null())
+        .then(pl.col("t_computed_src"))
+        .when(pl.col("t_tokens").is_not_null())
+        .then(pl.col("t_tokens_src"))
+        .when(pl.col("prompt_tokens").is_not_null())
+        .then(pl.col("prompt_src"))
     )
     out = v.with_columns(
         recompute_tokens=tokens.cast(pl.Int64), recompute_bound=bound, recompute_basis=basis, recompute_src=src
     )
     return _with_resume(a, out).select(
-        "event_id", "recompute_tokens", "recompute_bound", "recompute_basis", "recompute_src", "preempted_s",
-        "preempted_bound", "resumed_src",
+        "event_id",
+        "recompute_tokens",
+        "recompute_bound",
+        "recompute_basis",
+        "recompute_src",
+        "preempted_s",
+        "preempted_bound",
+        "resumed_src",
     )
 
 
@@ -212,29 +280,59 @@ def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     parts = []
     bt = frame(a, "bt_events")
     if bt is not None:
-        parts.append(bt.filter(pl.col("action").is_in(["allocate", "swap_in"])).select(
-            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc"),
-            pl.lit("exact").alias("_rbound")))
+        parts.append(
+            bt.filter(pl.col("action").is_in(["allocate", "swap_in"])).select(
+                pl.col("engine").fill_null("0"),
+                "step",
+                "request_id",
+                "time",
+                src_expr().alias("_rsrc"),
+                pl.lit("exact").alias("_rbound"),
+            )
+        )
     tb = frame(a, "bt_tables")
     if tb is not None:
         # A table at a later step shows the request running again by then: an upper bound.
-        parts.append(tb.filter(pl.col("num_blocks") > 0).select(
-            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc"),
-            pl.lit("at most").alias("_rbound")))
+        parts.append(
+            tb.filter(pl.col("num_blocks") > 0).select(
+                pl.col("engine").fill_null("0"),
+                "step",
+                "request_id",
+                "time",
+                src_expr().alias("_rsrc"),
+                pl.lit("at most").alias("_rbound"),
+            )
+        )
     br = frame(a, "bt_requests")
     if br is not None:
-        parts.append(br.filter(pl.col("phase") == "scheduled").select(
-            pl.col("engine").fill_null("0"), "step", "request_id", "time", src_expr().alias("_rsrc"),
-            pl.lit("exact").alias("_rbound")))
+        parts.append(
+            br.filter(pl.col("phase") == "scheduled").select(
+                pl.col("engine").fill_null("0"),
+                "step",
+                "request_id",
+                "time",
+                src_expr().alias("_rsrc"),
+                pl.lit("exact").alias("_rbound"),
+            )
+        )
     known = v.filter(pl.col("p_step").is_not_null() & pl.col("p_time").is_not_null())
     if not parts or known.height == 0:
-        return v.with_columns(preempted_s=pl.lit(None, pl.Float64), preempted_bound=pl.lit(None, pl.String),
-                              resumed_src=pl.lit(None, pl.String))
+        return v.with_columns(
+            preempted_s=pl.lit(None, pl.Float64),
+            preempted_bound=pl.lit(None, pl.String),
+            resumed_src=pl.lit(None, pl.String),
+        )
     res = (
         pl.concat(parts, how="vertical_relaxed")
         .filter(pl.col("step").is_not_null() & pl.col("time").is_not_null())
-        .select(pl.col("engine").alias("_reng"), pl.col("request_id").alias("_rrid"), pl.col("step").alias("_rstep"),
-                pl.col("time").alias("_rtime"), "_rsrc", "_rbound")
+        .select(
+            pl.col("engine").alias("_reng"),
+            pl.col("request_id").alias("_rrid"),
+            pl.col("step").alias("_rstep"),
+            pl.col("time").alias("_rtime"),
+            "_rsrc",
+            "_rbound",
+        )
         .sort("_rbound", descending=True)  # "exact" before "at most" at the same step
         .unique(["_reng", "_rrid", "_rstep"], keep="first", maintain_order=True)
         .sort("_rstep")
@@ -242,8 +340,15 @@ def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     nxt = (
         known.select("event_id", "p_engine", "request_id", "p_time", (pl.col("p_step") + 1).alias("_key"))
         .sort("_key")
-        .join_asof(res, left_on="_key", right_on="_rstep", by_left=["p_engine", "request_id"],
-                   by_right=["_reng", "_rrid"], strategy="forward", check_sortedness=False)
+        .join_asof(
+            res,
+            left_on="_key",
+            right_on="_rstep",
+            by_left=["p_engine", "request_id"],
+            by_right=["_reng", "_rrid"],
+            strategy="forward",
+            check_sortedness=False,
+        )
         .select(
             "event_id",
             ((pl.col("_rtime") - pl.col("p_time")).dt.total_microseconds() / 1e6).alias("preempted_s"),
@@ -278,9 +383,13 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
         sel = iv.filter((pl.col("t1") >= lo) & (pl.col("t0") <= hi))
         if sel.height:
             processed = _f(sel.get_column("prompt_tokens").sum()) + _f(sel.get_column("gen_tokens").sum())
-            window = {"from": sel.get_column("t0").min(), "to": sel.get_column("t1").max(),
-                      "stats_lines": sel.height, "first_line": sel.get_column("src")[0],
-                      "last_line": sel.get_column("src")[-1]}
+            window = {
+                "from": sel.get_column("t0").min(),
+                "to": sel.get_column("t1").max(),
+                "stats_lines": sel.height,
+                "first_line": sel.get_column("src")[0],
+                "last_line": sel.get_column("src")[-1],
+            }
             # The share uses only the preemptions whose tokens are known (exact or at least).
             if total is not None and processed > 0:
                 share = total / processed
@@ -297,8 +406,9 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
         "processed_tokens": processed,
         "processed_window": window or None,
         "processed_basis": "prompt + generation throughput x interval of the stats lines whose intervals overlap the "
-        "events (counters are not read)" if processed is not None else
-        "unknown: no stats lines with throughput and a measured interval around the events",
+        "events (counters are not read)"
+        if processed is not None
+        else "unknown: no stats lines with throughput and a measured interval around the events",
         "share_of_processed": share,
         "preempted_seconds": {
             "measured": resumed.height,
@@ -307,9 +417,12 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
             "max": _f(resumed.get_column("preempted_s").max()) if resumed.height else None,
             "sum": _f(resumed.get_column("preempted_s").sum()) if resumed.height else None,
         },
-        "not_evaluable": None if known.height else (
-            "no preemption events" if n == 0 else
-            "no event's victim has tokens in the bundle: add block-table records (the vLLM plugin: "
+        "not_evaluable": None
+        if known.height
+        else (
+            "no preemption events"
+            if n == 0
+            else "no event's victim has tokens in the bundle: add block-table records (the vLLM plugin: "
             "num_computed_tokens_lost) or request lines with prompt_token_ids"
         ),
     }
@@ -318,9 +431,15 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
 
 
 def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
-    schema: dict[str, Any] = {"minute": pl.Datetime("us", "UTC"), "preemptions": pl.UInt32, "tokens": pl.Int64,
-              "tokens_are_lower_bound": pl.Boolean, "unknown": pl.UInt32, "processed_tokens": pl.Float64,
-              "share": pl.Float64}
+    schema: dict[str, Any] = {
+        "minute": pl.Datetime("us", "UTC"),
+        "preemptions": pl.UInt32,
+        "tokens": pl.Int64,
+        "tokens_are_lower_bound": pl.Boolean,
+        "unknown": pl.UInt32,
+        "processed_tokens": pl.Float64,
+        "share": pl.Float64,
+    }
     if timed.height == 0:
         return pl.DataFrame(schema=schema)
     pm = (
@@ -328,9 +447,12 @@ def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
         .group_by("minute")
         .agg(
             pl.len().alias("preemptions"),
-            pl.when(pl.col("recompute_tokens").is_not_null().any()).then(pl.col("recompute_tokens").sum()).alias("tokens"),
+            pl.when(pl.col("recompute_tokens").is_not_null().any())
+            .then(pl.col("recompute_tokens").sum())
+            .alias("tokens"),
             ((pl.col("recompute_bound") == "lower").any() | pl.col("recompute_tokens").is_null().any()).alias(
-                "tokens_are_lower_bound"),
+                "tokens_are_lower_bound"
+            ),
             pl.col("recompute_tokens").is_null().sum().cast(pl.UInt32).alias("unknown"),
         )
     )

@@ -14,12 +14,12 @@ The special case of a request that can never fit: a prompt longer than the KV ca
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from .common import cfg_number, frame, src_expr
 
 if TYPE_CHECKING:
-
     from ..result import AnalysisView as Analysis
 
 MIN_LINES = 2
@@ -29,8 +29,11 @@ def compute(a: Analysis) -> dict[str, Any]:
     st = a.stats
     out: dict[str, Any] = {"spans": [], "never_fits": _never_fits(a)}
     if st.height == 0 or st.filter(pl.col("waiting").is_not_null() & pl.col("gen_tput").is_not_null()).height == 0:
-        out.update(evaluable=False, found=False,
-                   not_evaluable="no stats lines with Waiting and generation throughput in the bundle")
+        out.update(
+            evaluable=False,
+            found=False,
+            not_evaluable="no stats lines with Waiting and generation throughput in the bundle",
+        )
         return out
     keys = ["stream", "engine"]
     df = (
@@ -45,7 +48,9 @@ def compute(a: Analysis) -> dict[str, Any]:
                 & ((pl.col("running") == 0) | (pl.col("running") == pl.col("_prev_run")))
             ).fill_null(False)
         )
-        .with_columns(_run=(pl.col("_stall") != pl.col("_stall").shift(1).over(keys)).fill_null(True).cum_sum().over(keys))
+        .with_columns(
+            _run=(pl.col("_stall") != pl.col("_stall").shift(1).over(keys)).fill_null(True).cum_sum().over(keys)
+        )
         .filter(pl.col("_stall"))
         .group_by([*keys, "_run"])
         .agg(
@@ -63,10 +68,15 @@ def compute(a: Analysis) -> dict[str, Any]:
     )
     spans = [
         {
-            "engine": r["engine"], "start": r["start"], "end": r["end"],
-            "seconds": (r["end"] - r["start"]).total_seconds(), "stats_lines": r["lines"],
-            "max_waiting": r["max_waiting"], "running": r["running"],
-            "first_line": r["first_line"], "last_line": r["last_line"],
+            "engine": r["engine"],
+            "start": r["start"],
+            "end": r["end"],
+            "seconds": (r["end"] - r["start"]).total_seconds(),
+            "stats_lines": r["lines"],
+            "max_waiting": r["max_waiting"],
+            "running": r["running"],
+            "first_line": r["first_line"],
+            "last_line": r["last_line"],
         }
         for r in df.iter_rows(named=True)
     ]
@@ -80,20 +90,27 @@ def _never_fits(a: Analysis) -> dict[str, Any]:
     mml = cfg_number(a, "max_model_len")
     items: list[dict[str, Any]] = []
     if conc is not None and conc.value < 1:
-        items.append({
-            "what": "max_model_len does not fit the KV cache",
-            "value": conc.value,
-            "text": f"Maximum concurrency {conc.value:g}x < 1: one request of max_model_len "
-            f"{int(mml.value) if mml else '?'} tokens does not fit the KV cache",
-            "inputs": [conc.cite()] + ([mml.cite()] if mml else []),
-        })
+        items.append(
+            {
+                "what": "max_model_len does not fit the KV cache",
+                "value": conc.value,
+                "text": f"Maximum concurrency {conc.value:g}x < 1: one request of max_model_len "
+                f"{int(mml.value) if mml else '?'} tokens does not fit the KV cache",
+                "inputs": [conc.cite()] + ([mml.cite()] if mml else []),
+            }
+        )
     prompts = []
     br = frame(a, "bt_requests")
     if br is not None:
-        prompts.append(br.filter(pl.col("phase") == "arrival").select("request_id", "prompt_tokens", src_expr().alias("src")))
+        prompts.append(
+            br.filter(pl.col("phase") == "arrival").select("request_id", "prompt_tokens", src_expr().alias("src"))
+        )
     if a.requests.height:
-        prompts.append(a.requests.filter(pl.col("action") == "received").select(
-            "request_id", "prompt_tokens", src_expr().alias("src")))
+        prompts.append(
+            a.requests.filter(pl.col("action") == "received").select(
+                "request_id", "prompt_tokens", src_expr().alias("src")
+            )
+        )
     if kv is not None and prompts:
         big = (
             pl.concat(prompts, how="vertical_relaxed")
@@ -102,19 +119,23 @@ def _never_fits(a: Analysis) -> dict[str, Any]:
             .sort("prompt_tokens", descending=True)
         )
         for r in big.head(20).iter_rows(named=True):
-            items.append({
-                "what": "prompt longer than the KV cache",
-                "request_id": r["request_id"],
-                "value": r["prompt_tokens"],
-                "text": f"request {r['request_id']}: prompt {r['prompt_tokens']} tokens > KV cache {int(kv.value)} tokens",
-                "inputs": [f"prompt_tokens {r['prompt_tokens']} ({r['src']})", kv.cite()],
-            })
+            items.append(
+                {
+                    "what": "prompt longer than the KV cache",
+                    "request_id": r["request_id"],
+                    "value": r["prompt_tokens"],
+                    "text": f"request {r['request_id']}: prompt {r['prompt_tokens']} tokens > KV cache {int(kv.value)} tokens",
+                    "inputs": [f"prompt_tokens {r['prompt_tokens']} ({r['src']})", kv.cite()],
+                }
+            )
     evaluable = conc is not None or (kv is not None and bool(prompts))
     return {
         "evaluable": evaluable,
         "found": bool(items),
         "items": items,
-        "not_evaluable": None if evaluable else (
+        "not_evaluable": None
+        if evaluable
+        else (
             "needs the KV cache size ('GPU KV cache size: N tokens' or # GPU blocks and block_size) with prompt "
             "lengths, or the 'Maximum concurrency for N tokens per request' line"
         ),

@@ -15,6 +15,7 @@ most 4 times (quoted in issue 15).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from .common import frame, src_expr
@@ -38,26 +39,42 @@ def compute(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame
     ev = ev.join(pe.select("event_id", "recompute_tokens", "recompute_bound"), on="event_id", how="left")
     with_id = ev.filter(pl.col("request_id").is_not_null())
     complete = with_id.filter(pl.col("kind").is_in(COMPLETE_KINDS))
-    schema: dict[str, Any] = {"request_id": pl.String, "preemptions": pl.UInt32, "tokens_recomputed": pl.Int64,
-              "tokens_is_lower_bound": pl.Boolean, "first": pl.Datetime("us", "UTC"), "last": pl.Datetime("us", "UTC"),
-              "finished": pl.String, "finished_src": pl.String, "first_src": pl.String}
+    schema: dict[str, Any] = {
+        "request_id": pl.String,
+        "preemptions": pl.UInt32,
+        "tokens_recomputed": pl.Int64,
+        "tokens_is_lower_bound": pl.Boolean,
+        "first": pl.Datetime("us", "UTC"),
+        "last": pl.Datetime("us", "UTC"),
+        "finished": pl.String,
+        "finished_src": pl.String,
+        "first_src": pl.String,
+    }
     hist = histogram(a)
     if complete.height == 0:
-        why = "no preemption events" if ev.height == 0 else (
-            "the events name no request, or come from sampled sources (V0 logs only every 50th preemption; V1 "
-            "stats and /metrics have no request id): add block-table records (the vLLM plugin) to count per request"
+        why = (
+            "no preemption events"
+            if ev.height == 0
+            else (
+                "the events name no request, or come from sampled sources (V0 logs only every 50th preemption; V1 "
+                "stats and /metrics have no request id): add block-table records (the vLLM plugin) to count per request"
+            )
         )
-        return ({"evaluable": False, "not_evaluable": why, "reference": REFERENCE, "histogram": hist},
-                pl.DataFrame(schema=schema))
+        return (
+            {"evaluable": False, "not_evaluable": why, "reference": REFERENCE, "histogram": hist},
+            pl.DataFrame(schema=schema),
+        )
     per = (
         complete.sort("time", nulls_last=True)
         .group_by("request_id")
         .agg(
             pl.len().alias("preemptions"),
-            pl.when(pl.col("recompute_tokens").is_not_null().any()).then(pl.col("recompute_tokens").sum()).alias(
-                "tokens_recomputed"),
+            pl.when(pl.col("recompute_tokens").is_not_null().any())
+            .then(pl.col("recompute_tokens").sum())
+            .alias("tokens_recomputed"),
             ((pl.col("recompute_bound") == "lower").any() | pl.col("recompute_tokens").is_null().any()).alias(
-                "tokens_is_lower_bound"),
+                "tokens_is_lower_bound"
+            ),
             pl.col("time").min().alias("first"),
             pl.col("time").max().alias("last"),
             src_expr().first().alias("first_src"),
@@ -67,8 +84,9 @@ def compute(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame
     per = per.join(fin, on="request_id", how="left").with_columns(
         finished=pl.when(pl.col("finished").is_not_null()).then(pl.col("finished")).otherwise(pl.lit("not seen"))
     )
-    ranked = per.sort(["preemptions", "tokens_recomputed", "request_id"], descending=[True, True, False],
-                      nulls_last=True)
+    ranked = per.sort(
+        ["preemptions", "tokens_recomputed", "request_id"], descending=[True, True, False], nulls_last=True
+    )
     counts = per.get_column("preemptions")
     dist = {
         "1": int((counts == 1).sum()),
@@ -107,15 +125,22 @@ def _finished(a: Analysis) -> pl.DataFrame:
     parts = []
     br = frame(a, "bt_requests")
     if br is not None:
-        parts.append(br.filter(pl.col("phase") == "finish").select(
-            "request_id",
-            pl.concat_str([pl.lit("finished ("), pl.col("finish_reason").fill_null("?"), pl.lit(")")]).alias("finished"),
-            src_expr().alias("finished_src"),
-        ))
+        parts.append(
+            br.filter(pl.col("phase") == "finish").select(
+                "request_id",
+                pl.concat_str([pl.lit("finished ("), pl.col("finish_reason").fill_null("?"), pl.lit(")")]).alias(
+                    "finished"
+                ),
+                src_expr().alias("finished_src"),
+            )
+        )
     rq = a.requests
     if rq.height:
-        parts.append(rq.filter(pl.col("action").is_in(["finished", "aborted"])).select(
-            "request_id", pl.col("action").alias("finished"), src_expr().alias("finished_src")))
+        parts.append(
+            rq.filter(pl.col("action").is_in(["finished", "aborted"])).select(
+                "request_id", pl.col("action").alias("finished"), src_expr().alias("finished_src")
+            )
+        )
     if not parts:
         return pl.DataFrame(schema={"request_id": pl.String, "finished": pl.String, "finished_src": pl.String})
     return pl.concat(parts, how="vertical_relaxed").unique("request_id", keep="first", maintain_order=True)
@@ -153,10 +178,16 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
     per = (
         h.sort("time")
         .group_by(keys, maintain_order=True)
-        .agg(pl.col("value").first().alias("v0"), pl.col("value").last().alias("v1"), pl.len().alias("scrapes"),
-             pl.col("_src").first().alias("first"), pl.col("_src").last().alias("last"))
+        .agg(
+            pl.col("value").first().alias("v0"),
+            pl.col("value").last().alias("v1"),
+            pl.len().alias("scrapes"),
+            pl.col("_src").first().alias("first"),
+            pl.col("_src").last().alias("last"),
+        )
         .with_columns(
-            inc=pl.when((pl.col("scrapes") > 1) & (pl.col("v1") >= pl.col("v0"))).then(pl.col("v1") - pl.col("v0"))
+            inc=pl.when((pl.col("scrapes") > 1) & (pl.col("v1") >= pl.col("v0")))
+            .then(pl.col("v1") - pl.col("v0"))
             .otherwise(pl.col("v1"))
         )
     )
@@ -188,8 +219,12 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
         "window": "increase between the first and the last scrape" if window else "since engine start (one scrape)",
         "requests_finished": int(count),
         "preemptions": int(total) if total is not None else None,
-        "distribution": None if None in (b1, b2, b5) else {
-            "0-1": int(b1 or 0), "2": int((b2 or 0) - (b1 or 0)), "3-5": int((b5 or 0) - (b2 or 0)),
+        "distribution": None
+        if None in (b1, b2, b5)
+        else {
+            "0-1": int(b1 or 0),
+            "2": int((b2 or 0) - (b1 or 0)),
+            "3-5": int((b5 or 0) - (b2 or 0)),
             "6+": int(count - (b5 or 0)),
         },
         "requests_preempted_more_than_once": int(count - b1) if b1 is not None else None,

@@ -115,8 +115,25 @@ def write_docs(path: str = SOURCES_DOC) -> bool:
 
 
 __all__ = [
-    "CONFIG_KEYS", "CONFLICT_S", "DECLARED", "DEFAULT_AFTER", "DEFAULT_BEFORE", "DEFAULT_LOOKBACK",
-    "EVIDENCE_SCHEMA", "LOOKBACK_STEP_COLUMNS", "RENAMED_IN_2", "VALUE_COLUMNS", "WINDOW_SCHEMA", "Evidence", "compute",
-    "docs_table", "engine_key", "evidence", "polars_schema", "record_events", "skew_notes", "window_rows",
+    "CONFIG_KEYS",
+    "CONFLICT_S",
+    "DECLARED",
+    "DEFAULT_AFTER",
+    "DEFAULT_BEFORE",
+    "DEFAULT_LOOKBACK",
+    "EVIDENCE_SCHEMA",
+    "LOOKBACK_STEP_COLUMNS",
+    "RENAMED_IN_2",
+    "VALUE_COLUMNS",
+    "WINDOW_SCHEMA",
+    "Evidence",
+    "compute",
+    "docs_table",
+    "engine_key",
+    "evidence",
+    "polars_schema",
+    "record_events",
+    "skew_notes",
+    "window_rows",
     "write_docs",
 ]

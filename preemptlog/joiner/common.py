@@ -19,7 +19,7 @@ DEFAULT_LOOKBACK = 3
 CONFLICT_S = 1.0  # G4: how close to the decision the other request's extension must be
 
 
-def src_expr(source: str = "source", line: str = "line") -> "pl.Expr":
+def src_expr(source: str = "source", line: str = "line") -> pl.Expr:
     """``file:line`` of a row (frames.provenance_expr)."""
     return provenance_expr(source, line)
 
@@ -28,7 +28,7 @@ def us(seconds: float) -> int:
     return int(round(seconds * 1_000_000))
 
 
-def frame_of(frames: dict[str, Any], name: str) -> "pl.DataFrame | None":
+def frame_of(frames: dict[str, Any], name: str) -> pl.DataFrame | None:
     df = frames.get(name)
     if df is None or df.height == 0:
         return None
@@ -38,8 +38,8 @@ def frame_of(frames: dict[str, Any], name: str) -> "pl.DataFrame | None":
 
 
 def asof(
-    left: "pl.DataFrame",
-    right: "pl.DataFrame",
+    left: pl.DataFrame,
+    right: pl.DataFrame,
     *,
     left_on: str,
     right_on: str,
@@ -47,7 +47,7 @@ def asof(
     strategy: str = "backward",
     tolerance: Any = None,
     allow_exact: bool = True,
-) -> "pl.DataFrame":
+) -> pl.DataFrame:
     """join_asof on explicitly sorted frames; keeps the left order and columns."""
     lsorted = left.sort(left_on, maintain_order=True)
     rsorted = right.sort(right_on, maintain_order=True)
@@ -68,9 +68,7 @@ def asof(
     )
 
 
-def window_max(
-    ev: "pl.DataFrame", series: "pl.DataFrame", key: str, width_us: int, by: str | None = None
-) -> "pl.DataFrame":
+def window_max(ev: pl.DataFrame, series: pl.DataFrame, key: str, width_us: int, by: str | None = None) -> pl.DataFrame:
     """Max of the Int64 ``key`` over series rows with time in [_hi - width, _hi], per event (_i, _max).
 
     A merged timeline: the events' window ends are inserted as rows with a
@@ -89,36 +87,34 @@ def window_max(
     return merged.filter(pl.col("_i").is_not_null()).select("_i", "_max")
 
 
-def engine_key(col: str = "engine") -> "pl.Expr":
+def engine_key(col: str = "engine") -> pl.Expr:
     """The engine an event or evidence row belongs to: its label, "0" when none (one engine)."""
     return pl.col(col).cast(pl.String).fill_null("0")
 
 
-def with_eng(df: "pl.DataFrame") -> "pl.DataFrame":
+def with_eng(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(_eng=engine_key("engine") if "engine" in df.columns else pl.lit("0"))
 
 
-def window_sum(
-    ev: "pl.DataFrame", series: "pl.DataFrame", cols: list[str]
-) -> tuple["pl.DataFrame", "pl.DataFrame"]:
+def window_sum(ev: pl.DataFrame, series: pl.DataFrame, cols: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Sums of ``cols`` over series rows with time in [_lo, _hi] (cumulative-sum differences).
 
     Returns (sums, the series sorted by time with its row number ``_r``): the sums frame has
     ``_i``, the sums and the _first/_last row numbers (``_r``) in the window, for provenance.
     """
-    s = series.sort("time").with_row_index("_r").with_columns(
-        [pl.col(c).fill_null(0).cum_sum().alias(f"_c_{c}") for c in cols]
+    s = (
+        series.sort("time")
+        .with_row_index("_r")
+        .with_columns([pl.col(c).fill_null(0).cum_sum().alias(f"_c_{c}") for c in cols])
     )
     keep = ["time", "_r"] + [f"_c_{c}" for c in cols]
     hi = asof(ev.select("_i", "_hi"), s.select(keep), left_on="_hi", right_on="time")
     lo = asof(ev.select("_i", "_lo"), s.select(keep), left_on="_lo", right_on="time", allow_exact=False)
-    first = asof(
-        ev.select("_i", "_lo"), s.select("time", "_r"), left_on="_lo", right_on="time", strategy="forward"
-    )
+    first = asof(ev.select("_i", "_lo"), s.select("time", "_r"), left_on="_lo", right_on="time", strategy="forward")
     out = hi.select("_i", pl.col("_r").alias("_last"), *[pl.col(f"_c_{c}").alias(f"_hi_{c}") for c in cols])
-    out = out.join(
-        lo.select("_i", *[pl.col(f"_c_{c}").alias(f"_lo_{c}") for c in cols]), on="_i", how="left"
-    ).join(first.select("_i", pl.col("_r").alias("_first")), on="_i", how="left")
+    out = out.join(lo.select("_i", *[pl.col(f"_c_{c}").alias(f"_lo_{c}") for c in cols]), on="_i", how="left").join(
+        first.select("_i", pl.col("_r").alias("_first")), on="_i", how="left"
+    )
     return out.with_columns(
         [(pl.col(f"_hi_{c}").fill_null(0) - pl.col(f"_lo_{c}").fill_null(0)).alias(c) for c in cols]
     ).with_columns(
@@ -127,7 +123,7 @@ def window_sum(
     ), s
 
 
-def rolling_lookback(df: "pl.DataFrame", group: list[str], value: str, k: int, how: str) -> "pl.DataFrame":
+def rolling_lookback(df: pl.DataFrame, group: list[str], value: str, k: int, how: str) -> pl.DataFrame:
     """Min/max of ``value`` over the current row and the k rows before it in ``group``,
     with the row index (``_row``) where it was reached: columns _lb_val, _lb_row, _lb_n."""
     big = 1 << 32

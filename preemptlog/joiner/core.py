@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import polars as pl
 
 from ..frames import provenance_expr
@@ -13,22 +12,21 @@ from .kv import section_kv
 from .pool import section_batch_len, section_pool
 from .prom import section_prom
 from .request import section_request
-from .schema import polars_schema
 from .sched import section_sched
+from .schema import polars_schema
 from .stats import section_stats
 
 
-
 def compute(
-    events: "pl.DataFrame",
-    frames: dict[str, "pl.DataFrame"],
-    stats: "pl.DataFrame | None" = None,
-    config: "pl.DataFrame | None" = None,
+    events: pl.DataFrame,
+    frames: dict[str, pl.DataFrame],
+    stats: pl.DataFrame | None = None,
+    config: pl.DataFrame | None = None,
     *,
     before: float = DEFAULT_BEFORE,
     after: float = DEFAULT_AFTER,
     lookback_steps: int = DEFAULT_LOOKBACK,
-) -> "pl.DataFrame":
+) -> pl.DataFrame:
     """The evidence frame for ``events`` (needs event_id, time; uses request_id, stream, seq, kind)."""
     schema = polars_schema()
     before_us, after_us = us(before), us(after)
@@ -37,24 +35,34 @@ def compute(
     if events.height == 0:
         return pl.DataFrame(schema=schema)
     base = events.with_row_index("_i")
-    for c, dt in (("request_id", pl.String), ("stream", pl.Int32), ("seq", pl.UInt32), ("kind", pl.String),
-                  ("engine", pl.String), ("interval_start", pl.Datetime("us", "UTC")),
-                  ("interval_end", pl.Datetime("us", "UTC"))):
+    for c, dt in (
+        ("request_id", pl.String),
+        ("stream", pl.Int32),
+        ("seq", pl.UInt32),
+        ("kind", pl.String),
+        ("engine", pl.String),
+        ("interval_start", pl.Datetime("us", "UTC")),
+        ("interval_end", pl.Datetime("us", "UTC")),
+    ):
         if c not in base.columns:
             base = base.with_columns(pl.lit(None, dt).alias(c))
-    ev = base.filter(pl.col("time").is_not_null()).select(
-        "_i",
-        "time",
-        "request_id",
-        "stream",
-        "seq",
-        "kind",
-        engine_key("engine").alias("_eng"),
-        pl.when(pl.col("kind") == "interval").then(pl.col("interval_end")).alias("_iend"),
-        pl.col("time").alias("_t"),
-        (pl.col("time") - pl.duration(microseconds=before_us)).alias("_lo"),
-        (pl.col("time") + pl.duration(microseconds=after_us)).alias("_hi"),
-    ).sort("_t")
+    ev = (
+        base.filter(pl.col("time").is_not_null())
+        .select(
+            "_i",
+            "time",
+            "request_id",
+            "stream",
+            "seq",
+            "kind",
+            engine_key("engine").alias("_eng"),
+            pl.when(pl.col("kind") == "interval").then(pl.col("interval_end")).alias("_iend"),
+            pl.col("time").alias("_t"),
+            (pl.col("time") - pl.duration(microseconds=before_us)).alias("_lo"),
+            (pl.col("time") + pl.duration(microseconds=after_us)).alias("_hi"),
+        )
+        .sort("_t")
+    )
     out = base.select("_i", "event_id")
     if ev.height:
         sections = [
@@ -92,7 +100,7 @@ def compute(
     return out.sort("_i").select(cols)
 
 
-def record_events(frames: dict[str, "pl.DataFrame"]) -> "pl.DataFrame | None":
+def record_events(frames: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
     """Block-table ``preempt`` records as partial event frames (kind ``record``)."""
     bt = frames.get("bt_events")
     if bt is None or bt.height == 0:
@@ -114,8 +122,13 @@ def record_events(frames: dict[str, "pl.DataFrame"]) -> "pl.DataFrame | None":
         "source",
         "line",
         pl.concat_str(
-            [pl.lit("block-table preempt step="), pl.col("step").cast(pl.String),
-             pl.when(pl.col("reason").is_not_null()).then(pl.concat_str([pl.lit(" reason="), pl.col("reason")])).otherwise(pl.lit(""))],
+            [
+                pl.lit("block-table preempt step="),
+                pl.col("step").cast(pl.String),
+                pl.when(pl.col("reason").is_not_null())
+                .then(pl.concat_str([pl.lit(" reason="), pl.col("reason")]))
+                .otherwise(pl.lit("")),
+            ],
         ).alias("raw"),
         pl.lit(None, pl.Int32).alias("stream"),
         pl.lit(None, pl.UInt32).alias("seq"),
@@ -123,7 +136,7 @@ def record_events(frames: dict[str, "pl.DataFrame"]) -> "pl.DataFrame | None":
     )
 
 
-def skew_notes(events: "pl.DataFrame", evidence: "pl.DataFrame") -> list[str]:
+def skew_notes(events: pl.DataFrame, evidence: pl.DataFrame) -> list[str]:
     """Clock skew estimates between sources that see the same moments (reported, never applied)."""
     notes = []
     if evidence.height and "bt_preempt_offset_s" in evidence.columns:
@@ -132,7 +145,9 @@ def skew_notes(events: "pl.DataFrame", evidence: "pl.DataFrame") -> list[str]:
         )
         if pairs.height:
             # A line stamped to the whole second happened on average 0.5 s after its stamp.
-            corrected = pl.col("bt_preempt_offset_s") - pl.when(pl.col("time_precision") == "1s").then(0.5).otherwise(0.0)
+            corrected = pl.col("bt_preempt_offset_s") - pl.when(pl.col("time_precision") == "1s").then(0.5).otherwise(
+                0.0
+            )
             med = pairs.select(corrected.median()).item()
             if med is not None:
                 notes.append(

@@ -38,7 +38,7 @@ class Evidence:
             raise ValueError(f"bad evidence declaration {self.name!r}")
 
 
-def cited(name: str, value: "pl.Expr", src: "pl.Expr", status: "pl.Expr | None" = None) -> list["pl.Expr"]:
+def cited(name: str, value: pl.Expr, src: pl.Expr, status: pl.Expr | None = None) -> list[pl.Expr]:
     """The value column, its ``_src`` (only where there is a value) and optionally ``_status``."""
     out = [value.alias(name), pl.when(value.is_not_null()).then(src).alias(f"{name}_src")]
     if status is not None:

@@ -10,20 +10,21 @@ from .common import asof, frame_of, window_max
 from .declare import Evidence, cited
 
 EVIDENCE = [
-    Evidence('dmon_fb_at_mb', 'Float64', 'dmon', 'bundle',
-             "frame-buffer use as of t, largest over the sample's GPUs"),
-    Evidence('dmon_fb_jump_mb', 'Float64', 'dmon', 'bundle',
-             "largest rise of one GPU's frame buffer between consecutive samples, in the window"),
-    Evidence('dmon_fb_jump_gpu', 'Int64', 'dmon', 'bundle',
-             'the GPU of that rise'),
-    Evidence('dmon_sm_at_pct', 'Float64', 'dmon', 'bundle',
-             'SM use as of t, largest over the GPUs'),
-    Evidence('dmon_mem_at_pct', 'Float64', 'dmon', 'bundle',
-             'memory-controller use as of t, largest over the GPUs'),
+    Evidence("dmon_fb_at_mb", "Float64", "dmon", "bundle", "frame-buffer use as of t, largest over the sample's GPUs"),
+    Evidence(
+        "dmon_fb_jump_mb",
+        "Float64",
+        "dmon",
+        "bundle",
+        "largest rise of one GPU's frame buffer between consecutive samples, in the window",
+    ),
+    Evidence("dmon_fb_jump_gpu", "Int64", "dmon", "bundle", "the GPU of that rise"),
+    Evidence("dmon_sm_at_pct", "Float64", "dmon", "bundle", "SM use as of t, largest over the GPUs"),
+    Evidence("dmon_mem_at_pct", "Float64", "dmon", "bundle", "memory-controller use as of t, largest over the GPUs"),
 ]
 
 
-def section_dmon(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, after_us: int) -> "pl.DataFrame | None":
+def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after_us: int) -> pl.DataFrame | None:
     dm = frame_of(frames, "dmon")
     if dm is None:
         return None
@@ -38,19 +39,25 @@ def section_dmon(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, aft
     row = pl.col("_row").cast(pl.Int64)
     # Values are encoded with their row (fixed point x10) so that max() also says where.
     dm = dm.with_columns(  # absurd values (inf, 1e300 in a damaged line) left out, not overflowed
-        [(pl.when(pl.col(c).abs() < 1e7).then(pl.col(c) * 10).round().cast(pl.Int64, strict=False) * big + row)
-         .alias(f"_e_{c}") for c in have]
+        [
+            (
+                pl.when(pl.col(c).abs() < 1e7).then(pl.col(c) * 10).round().cast(pl.Int64, strict=False) * big + row
+            ).alias(f"_e_{c}")
+            for c in have
+        ]
     )
     src_of = dm.select(pl.col("source"), pl.col("line").cast(pl.String), pl.col("gpu"))
 
-    def decode(col: str) -> tuple["pl.Expr", "pl.Expr"]:
+    def decode(col: str) -> tuple[pl.Expr, pl.Expr]:
         v = pl.col(col).floordiv(big)
         return v, (pl.col(col) - v * big)
 
-    def gather_src(df: "pl.DataFrame", rowcol: str) -> "pl.Series":
+    def gather_src(df: pl.DataFrame, rowcol: str) -> pl.Series:
         rows = df.get_column(rowcol).fill_null(0).cast(pl.UInt32)
         return pl.select(
-            pl.concat_str([src_of.get_column("source").gather(rows), pl.lit(":"), src_of.get_column("line").gather(rows)])
+            pl.concat_str(
+                [src_of.get_column("source").gather(rows), pl.lit(":"), src_of.get_column("line").gather(rows)]
+            )
         ).to_series()
 
     # The sample as of t: the largest value over the GPUs of that timestamp.

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..frames import PolarsType
-
 import polars as pl
 
+from ..frames import PolarsType
 from .common import src_expr, us
 
 if TYPE_CHECKING:
@@ -23,15 +22,18 @@ WINDOW_SCHEMA = {
 }
 
 
-def _kv_string(cols: list[str]) -> "pl.Expr":
+def _kv_string(cols: list[str]) -> pl.Expr:
     return pl.concat_str(
-        [pl.when(pl.col(c).is_not_null()).then(pl.concat_str([pl.lit(f"{c}="), pl.col(c).cast(pl.String)])) for c in cols],
+        [
+            pl.when(pl.col(c).is_not_null()).then(pl.concat_str([pl.lit(f"{c}="), pl.col(c).cast(pl.String)]))
+            for c in cols
+        ],
         separator=" ",
         ignore_nulls=True,
     )
 
 
-def _with_run_lines(analysis: "AnalysisView", r: "pl.DataFrame") -> "pl.DataFrame":
+def _with_run_lines(analysis: AnalysisView, r: pl.DataFrame) -> pl.DataFrame:
     """Records of a window with each request-line run (sources/vllm_log.py, issue 18) replaced by
     its lines, read again from the file: the rows one record per line would have given."""
     from ..sources import vllm_log
@@ -48,7 +50,7 @@ def _with_run_lines(analysis: "AnalysisView", r: "pl.DataFrame") -> "pl.DataFram
     return pl.concat(parts, how="vertical").sort("file_id", "n", "seg", maintain_order=True)
 
 
-def window_rows(analysis: "AnalysisView", event_id: str, before: float, after: float) -> "pl.DataFrame":
+def window_rows(analysis: AnalysisView, event_id: str, before: float, after: float) -> pl.DataFrame:
     """Every row of every source in one event's window, time-ordered (WINDOW_SCHEMA)."""
     from ..sources import vllm_log
 
@@ -71,7 +73,7 @@ def window_rows(analysis: "AnalysisView", event_id: str, before: float, after: f
     inwin = pl.col("time").is_between(lo, hi)
     parts = []
 
-    def add(df: "pl.DataFrame | None", kind: str, what: "pl.Expr", value: "pl.Expr", order: int) -> None:
+    def add(df: pl.DataFrame | None, kind: str, what: pl.Expr, value: pl.Expr, order: int) -> None:
         if df is None or df.height == 0 or "time" not in df.columns:
             return
         sub = df.filter(inwin)
@@ -101,14 +103,27 @@ def window_rows(analysis: "AnalysisView", event_id: str, before: float, after: f
         )
     f = analysis.frames
     for name, what_col, cols in (
-        ("bt_steps", "step", ["step", "free_blocks", "largest_free_run", "free_regions", "block_size", "running", "waiting"]),
+        (
+            "bt_steps",
+            "step",
+            ["step", "free_blocks", "largest_free_run", "free_regions", "block_size", "running", "waiting"],
+        ),
         ("bt_tables", "table", ["request_id", "step", "num_blocks", "num_tokens", "shared_blocks", "max_ref_count"]),
-        ("bt_events", "event", ["request_id", "action", "step", "blocks_before", "blocks_after", "blocks_needed", "reason"]),
+        (
+            "bt_events",
+            "event",
+            ["request_id", "action", "step", "blocks_before", "blocks_after", "blocks_needed", "reason"],
+        ),
     ):
         df = f.get(name)
         if df is not None:
-            add(df, "blocktable", pl.lit(what_col) if name != "bt_events" else pl.concat_str([pl.lit("event "), pl.col("action")]),
-                _kv_string([c for c in cols if c in df.columns]), 1)
+            add(
+                df,
+                "blocktable",
+                pl.lit(what_col) if name != "bt_events" else pl.concat_str([pl.lit("event "), pl.col("action")]),
+                _kv_string([c for c in cols if c in df.columns]),
+                1,
+            )
     kv = f.get("kv_events")
     if kv is not None:
         add(kv, "kvevents", pl.lit("batch"), _kv_string(["stored_blocks", "removed_blocks", "cleared", "dp_rank"]), 2)

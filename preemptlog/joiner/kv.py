@@ -10,16 +10,13 @@ from .common import frame_of, window_sum
 from .declare import Evidence, cited
 
 EVIDENCE = [
-    Evidence('kvev_stored_blocks', 'Int64', 'kvevents', 'window',
-             'BlockStored blocks summed over the window'),
-    Evidence('kvev_removed_blocks', 'Int64', 'kvevents', 'window',
-             'BlockRemoved blocks summed over the window'),
-    Evidence('kvev_cleared', 'Int64', 'kvevents', 'window',
-             'AllBlocksCleared events in the window'),
+    Evidence("kvev_stored_blocks", "Int64", "kvevents", "window", "BlockStored blocks summed over the window"),
+    Evidence("kvev_removed_blocks", "Int64", "kvevents", "window", "BlockRemoved blocks summed over the window"),
+    Evidence("kvev_cleared", "Int64", "kvevents", "window", "AllBlocksCleared events in the window"),
 ]
 
 
-def section_kv(ev: "pl.DataFrame", frames: dict[str, Any]) -> "pl.DataFrame | None":
+def section_kv(ev: pl.DataFrame, frames: dict[str, Any]) -> pl.DataFrame | None:
     kv = frame_of(frames, "kv_events")
     if kv is None:
         return None
@@ -37,7 +34,11 @@ def section_kv(ev: "pl.DataFrame", frames: dict[str, Any]) -> "pl.DataFrame | No
     src = pl.when(pl.col("_first").is_not_null()).then(
         pl.when(pl.col("_fs") == pl.col("_ls"))
         .then(pl.concat_str([pl.col("_fs"), pl.lit(":"), pl.col("_fl"), pl.lit("-"), pl.col("_ll")]))
-        .otherwise(pl.concat_str([pl.col("_fs"), pl.lit(":"), pl.col("_fl"), pl.lit(".."), pl.col("_ls"), pl.lit(":"), pl.col("_ll")]))
+        .otherwise(
+            pl.concat_str(
+                [pl.col("_fs"), pl.lit(":"), pl.col("_fl"), pl.lit(".."), pl.col("_ls"), pl.lit(":"), pl.col("_ll")]
+            )
+        )
     )
     # A quiet window sums to 0 with no line to cite (src null).
     return sums.select(

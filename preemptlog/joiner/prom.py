@@ -18,18 +18,33 @@ from .declare import Evidence
 
 P = "prometheus"
 EVIDENCE = [
-    Evidence("prom_kv_usage_max", "Float64", P, "engine",
-             "max KV cache usage gauge of the engine's scrapes in the window; for a counted interval, of its two scrapes"),
-    Evidence("prom_kv_usage_at", "Float64", P, "engine", "KV cache usage gauge as of t (counted interval: its end scrape)"),
-    Evidence("prom_waiting_at", "Int64", P, "engine", "waiting-requests gauge as of t (counted interval: the larger of its two scrapes)"),
+    Evidence(
+        "prom_kv_usage_max",
+        "Float64",
+        P,
+        "engine",
+        "max KV cache usage gauge of the engine's scrapes in the window; for a counted interval, of its two scrapes",
+    ),
+    Evidence(
+        "prom_kv_usage_at", "Float64", P, "engine", "KV cache usage gauge as of t (counted interval: its end scrape)"
+    ),
+    Evidence(
+        "prom_waiting_at",
+        "Int64",
+        P,
+        "engine",
+        "waiting-requests gauge as of t (counted interval: the larger of its two scrapes)",
+    ),
     Evidence("prom_waiting_delta", "Int64", P, "engine", "change of the waiting gauge, as for stats_waiting_delta"),
-    Evidence("prom_running_at", "Int64", P, "engine", "running-requests gauge as of t (counted interval: its end scrape)"),
+    Evidence(
+        "prom_running_at", "Int64", P, "engine", "running-requests gauge as of t (counted interval: its end scrape)"
+    ),
     Evidence("prom_running_delta", "Int64", P, "engine", "change of the running gauge, as for stats_running_delta"),
 ]
 _FROM_STATS = {e.name.replace("prom_", "stats_", 1): e.name for e in EVIDENCE}
 
 
-def section_prom(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, after_us: int) -> "pl.DataFrame | None":
+def section_prom(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after_us: int) -> pl.DataFrame | None:
     from .stats import section_stats
 
     ps = frame_of(frames, "prom_series")
@@ -38,14 +53,24 @@ def section_prom(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, aft
     ps = ps.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in ("kv_usage", "waiting", "running")))
     if ps.height == 0:
         return None
-    series = ps.sort("time", "source", "line").with_row_index("seq").select(
-        "time", "engine", "kv_usage",
-        pl.col("waiting").round().cast(pl.Int64, strict=False),
-        pl.col("running").round().cast(pl.Int64, strict=False),
-        pl.lit(0, pl.Int32).alias("stream"), pl.col("seq").cast(pl.UInt32), "source", "line",
+    series = (
+        ps.sort("time", "source", "line")
+        .with_row_index("seq")
+        .select(
+            "time",
+            "engine",
+            "kv_usage",
+            pl.col("waiting").round().cast(pl.Int64, strict=False),
+            pl.col("running").round().cast(pl.Int64, strict=False),
+            pl.lit(0, pl.Int32).alias("stream"),
+            pl.col("seq").cast(pl.UInt32),
+            "source",
+            "line",
+        )
     )
     out = section_stats(ev, series, before_us, after_us)
     if out is None:
         return None
-    return out.rename({c: c.replace(s, p, 1) for s, p in _FROM_STATS.items() for c in out.columns
-                       if c == s or c == f"{s}_src"})
+    return out.rename(
+        {c: c.replace(s, p, 1) for s, p in _FROM_STATS.items() for c in out.columns if c == s or c == f"{s}_src"}
+    )

@@ -10,38 +10,70 @@ from .common import CONFLICT_S, asof, frame_of, src_expr, us
 from .declare import Evidence, cited
 
 EVIDENCE = [
-    Evidence('req_blocks_before', 'Int64', 'blocktable or bt_text', 'request',
-             "the request's last `extend` in the window: blocks before"),
-    Evidence('req_blocks_after', 'Int64', 'blocktable or bt_text', 'request',
-             '... and after'),
-    Evidence('req_blocks_held', 'Int64', 'blocktable', 'request',
-             "blocks of the request's latest table at or before t + after"),
-    Evidence('req_num_tokens', 'Int64', 'blocktable', 'request',
-             'tokens of that table'),
-    Evidence('req_shared_blocks', 'Int64', 'blocktable', 'request',
-             'blocks of that table shared with ref_count > 1'),
-    Evidence('prefix_conflict_with', 'String', 'blocktable', 'request',
-             'another request holding one of those blocks and extending in the same step (G4)'),
-    Evidence('bt_preempt_offset_s', 'Float64', 'blocktable', 'request',
-             "the request's preempt record minus the event's time (clock skew evidence)"),
-    Evidence('bt_preempt_blocks_before', 'Int64', 'blocktable', 'request',
-             'blocks the request held, from its preempt record'),
-    Evidence('bt_preempt_blocks_needed', 'Int64', 'blocktable', 'request',
-             'blocks the failed allocation asked for (preempt record)'),
-    Evidence('bt_preempt_free_blocks', 'Int64', 'blocktable', 'request',
-             'free blocks the failed allocation saw'),
-    Evidence('bt_preempt_largest_free_run', 'Int64', 'blocktable', 'request',
-             'largest contiguous free run it saw'),
-    Evidence('bt_preempt_watermark_blocks', 'Int64', 'blocktable', 'request',
-             'watermark blocks kept back'),
-    Evidence('bt_preempt_waiting', 'Int64', 'blocktable', 'request',
-             'waiting requests at the decision'),
+    Evidence(
+        "req_blocks_before",
+        "Int64",
+        "blocktable or bt_text",
+        "request",
+        "the request's last `extend` in the window: blocks before",
+    ),
+    Evidence("req_blocks_after", "Int64", "blocktable or bt_text", "request", "... and after"),
+    Evidence(
+        "req_blocks_held",
+        "Int64",
+        "blocktable",
+        "request",
+        "blocks of the request's latest table at or before t + after",
+    ),
+    Evidence("req_num_tokens", "Int64", "blocktable", "request", "tokens of that table"),
+    Evidence("req_shared_blocks", "Int64", "blocktable", "request", "blocks of that table shared with ref_count > 1"),
+    Evidence(
+        "prefix_conflict_with",
+        "String",
+        "blocktable",
+        "request",
+        "another request holding one of those blocks and extending in the same step (G4)",
+    ),
+    Evidence(
+        "bt_preempt_offset_s",
+        "Float64",
+        "blocktable",
+        "request",
+        "the request's preempt record minus the event's time (clock skew evidence)",
+    ),
+    Evidence(
+        "bt_preempt_blocks_before", "Int64", "blocktable", "request", "blocks the request held, from its preempt record"
+    ),
+    Evidence(
+        "bt_preempt_blocks_needed",
+        "Int64",
+        "blocktable",
+        "request",
+        "blocks the failed allocation asked for (preempt record)",
+    ),
+    Evidence("bt_preempt_free_blocks", "Int64", "blocktable", "request", "free blocks the failed allocation saw"),
+    Evidence("bt_preempt_largest_free_run", "Int64", "blocktable", "request", "largest contiguous free run it saw"),
+    Evidence("bt_preempt_watermark_blocks", "Int64", "blocktable", "request", "watermark blocks kept back"),
+    Evidence("bt_preempt_waiting", "Int64", "blocktable", "request", "waiting requests at the decision"),
 ]
 
 
-def _extends(frames: dict[str, Any]) -> "pl.DataFrame | None":
-    cols = ["time", "step", "request_id", "action", "blocks_before", "blocks_after", "blocks_needed",
-            "pool_free_blocks", "pool_largest_free_run", "watermark_blocks", "waiting", "source", "line"]
+def _extends(frames: dict[str, Any]) -> pl.DataFrame | None:
+    cols = [
+        "time",
+        "step",
+        "request_id",
+        "action",
+        "blocks_before",
+        "blocks_after",
+        "blocks_needed",
+        "pool_free_blocks",
+        "pool_largest_free_run",
+        "watermark_blocks",
+        "waiting",
+        "source",
+        "line",
+    ]
     parts = []
     for name in ("bt_events", "bt_text"):
         df = frame_of(frames, name)
@@ -56,7 +88,7 @@ def _extends(frames: dict[str, Any]) -> "pl.DataFrame | None":
     return out.filter(pl.col("request_id").is_not_null())
 
 
-def section_request(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, after_us: int) -> "pl.DataFrame | None":
+def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after_us: int) -> pl.DataFrame | None:
     allev = _extends(frames)
     tables = frame_of(frames, "bt_tables")
     if allev is None and tables is None:
@@ -68,8 +100,14 @@ def section_request(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, 
     if allev is not None:
         ext: pl.DataFrame | None = allev.filter(pl.col("action") == "extend").with_columns(_xsrc=src_expr())
         assert ext is not None
-        j = asof(er, ext.select("time", "request_id", "blocks_before", "blocks_after", "_xsrc"),
-                  left_on="_hi", right_on="time", by=["request_id"], tolerance=tol)
+        j = asof(
+            er,
+            ext.select("time", "request_id", "blocks_before", "blocks_after", "_xsrc"),
+            left_on="_hi",
+            right_on="time",
+            by=["request_id"],
+            tolerance=tol,
+        )
         s = pl.when(pl.col("time").is_not_null()).then(pl.col("_xsrc"))
         out = out.join(
             j.select(
@@ -82,8 +120,18 @@ def section_request(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, 
         )
         pre = allev.filter(pl.col("action") == "preempt").with_columns(_psrc=src_expr())
         if pre.height:
-            pcols = ["time", "step", "request_id", "_psrc", "blocks_before", "blocks_needed",
-                     "pool_free_blocks", "pool_largest_free_run", "watermark_blocks", "waiting"]
+            pcols = [
+                "time",
+                "step",
+                "request_id",
+                "_psrc",
+                "blocks_before",
+                "blocks_needed",
+                "pool_free_blocks",
+                "pool_largest_free_run",
+                "watermark_blocks",
+                "waiting",
+            ]
             j = _match_preempts(er, pre.select(pcols), max(before_us, after_us))
             off = ((pl.col("time") - pl.col("_t")).dt.total_microseconds() / 1e6).round(6)
             keep = pl.col("time").is_not_null() & (pl.col("kind") != "record")
@@ -148,18 +196,24 @@ def section_request(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, 
         ext = allev.filter(pl.col("action").is_in(["extend", "allocate"])) if allev is not None else None
         if shared.height and ext is not None and ext.height:
             tx = (
-                tb.select(pl.col("request_id").alias("_other"), pl.col("time").alias("_tt"), pl.col("block_ids").alias("_b"))
+                tb.select(
+                    pl.col("request_id").alias("_other"), pl.col("time").alias("_tt"), pl.col("block_ids").alias("_b")
+                )
                 .explode("_b")
                 .join(shared.select("_b").unique(), on="_b", how="semi")
             )
             cand = (
                 shared.join(tx, on="_b", how="inner")
-                .filter((pl.col("_other") != pl.col("request_id")) & pl.col("_tt").is_between(pl.col("_lo"), pl.col("_hi")))
+                .filter(
+                    (pl.col("_other") != pl.col("request_id")) & pl.col("_tt").is_between(pl.col("_lo"), pl.col("_hi"))
+                )
                 .select("_i", "_lo", "_hi", "_other")
                 .unique()
             )
             x = ext.select(
-                pl.col("request_id").alias("_other"), pl.col("time").alias("_xt"), pl.col("step").alias("_xs"),
+                pl.col("request_id").alias("_other"),
+                pl.col("time").alias("_xt"),
+                pl.col("step").alias("_xs"),
                 src_expr().alias("_xsrc"),
             )
             # When the decision has a scheduler step, the other request's extension must be a
@@ -174,13 +228,16 @@ def section_request(ev: "pl.DataFrame", frames: dict[str, Any], before_us: int, 
                 )
                 .sort("_i", "_xt", "_other")
                 .group_by("_i", maintain_order=True)
-                .agg(pl.col("_other").first().alias("prefix_conflict_with"), pl.col("_xsrc").first().alias("prefix_conflict_with_src"))
+                .agg(
+                    pl.col("_other").first().alias("prefix_conflict_with"),
+                    pl.col("_xsrc").first().alias("prefix_conflict_with_src"),
+                )
             )
             out = out.join(hit, on="_i", how="left")
     return out
 
 
-def _match_preempts(er: "pl.DataFrame", pre: "pl.DataFrame", tol_us: int) -> "pl.DataFrame":
+def _match_preempts(er: pl.DataFrame, pre: pl.DataFrame, tol_us: int) -> pl.DataFrame:
     """Each event of a request gets one of that request's preempt records.
 
     When a request has as many preempt records as events, the k-th event (in
@@ -192,15 +249,16 @@ def _match_preempts(er: "pl.DataFrame", pre: "pl.DataFrame", tol_us: int) -> "pl
     nr = pre.group_by("request_id").len("_nr")
     er2 = er.join(ne, on="request_id", how="left").join(nr, on="request_id", how="left")
     same = pl.col("_ne") == pl.col("_nr")
-    ordinal_ev = er2.filter(same.fill_null(False)).sort("_t", "_i").with_columns(
-        _k=pl.int_range(pl.len()).over("request_id")
+    ordinal_ev = (
+        er2.filter(same.fill_null(False)).sort("_t", "_i").with_columns(_k=pl.int_range(pl.len()).over("request_id"))
     )
     ranked = pre.sort("time").with_columns(_k=pl.int_range(pl.len()).over("request_id"))
     ordinal = ordinal_ev.join(ranked, on=["request_id", "_k"], how="left").filter(
         ((pl.col("time") - pl.col("_t")).abs() <= pl.duration(microseconds=tol_us)).fill_null(False)
     )
     rest = er2.join(ordinal.select("_i"), on="_i", how="anti")
-    nearest = asof(rest, pre, left_on="_t", right_on="time", by=["request_id"], strategy="nearest",
-                    tolerance=f"{tol_us}us")
+    nearest = asof(
+        rest, pre, left_on="_t", right_on="time", by=["request_id"], strategy="nearest", tolerance=f"{tol_us}us"
+    )
     cols = list(er.columns) + [c for c in pre.columns if c not in er.columns]
     return pl.concat([ordinal.select(cols), nearest.select(cols)], how="vertical_relaxed")

@@ -10,54 +10,86 @@ from .common import asof, frame_of, rolling_lookback, src_expr
 from .declare import Evidence, cited
 
 EVIDENCE = [
-    Evidence('sched_step', 'Int64', 'vllm-log (hooks)', 'step',
-             'nearest [SCHEDULER] step at or before the event on the (time, stream, line) order, within `before`'),
-    Evidence('sched_free_blocks', 'Int64', 'vllm-log (hooks)', 'step',
-             "that step's free blocks"),
-    Evidence('sched_pending', 'Int64', 'vllm-log (hooks)', 'step',
-             "that step's pending requests"),
-    Evidence('sched_running', 'Int64', 'vllm-log (hooks)', 'step',
-             "that step's running requests"),
-    Evidence('sched_age_s', 'Float64', 'vllm-log (hooks)', 'step',
-             'seconds from that step to the event'),
-    Evidence('lookback_steps', 'Int64', 'vllm-log (hooks) or blocktable', 'step',
-             'steps in the look-back (the snapshot step and the K before it)'),
-    Evidence('lookback_min_free_blocks', 'Int64', 'vllm-log (hooks) or blocktable', 'step',
-             "min free blocks over the look-back (shown; never compared with another step's need)"),
-    Evidence('pending_count', 'Int64', 'vllm-log (hooks)', 'step',
-             "the snapshot step's `Req-` lines"),
-    Evidence('pending_max_blocks_needed', 'Int64', 'vllm-log (hooks)', 'step',
-             'largest blocks_needed of those lines'),
-    Evidence('pending_min_blocks_needed', 'Int64', 'vllm-log (hooks)', 'step',
-             'smallest blocks_needed of those lines'),
-    Evidence('pending_over_free', 'Int64', 'vllm-log (hooks)', 'step',
-             "how many of them need more blocks than the step's free blocks"),
-    Evidence('batch_variance', 'Float64', 'vllm-log (hooks)', 'step',
-             "the snapshot step's [BATCH] variance (the last line if several)"),
-    Evidence('batch_threshold', 'Float64', 'vllm-log (hooks)', 'step',
-             'the threshold printed on that line'),
-    Evidence('lookback_max_variance', 'Float64', 'vllm-log (hooks)', 'step',
-             'max variance over the look-back steps'),
-    Evidence('lookback_variance_step', 'Int64', 'vllm-log (hooks)', 'step',
-             'the step of that maximum'),
-    Evidence('lookback_variance_threshold', 'Float64', 'vllm-log (hooks)', 'step',
-             'the threshold printed on that same [BATCH] line'),
-    Evidence('lookback_compared_steps', 'Int64', 'vllm-log (hooks)', 'step',
-             'look-back steps with pending lines to compare (null: none)'),
-    Evidence('lookback_short_step', 'Int64', 'vllm-log (hooks)', 'step',
-             'latest look-back step whose own pending request needs more blocks than its own free blocks'),
-    Evidence('lookback_short_free_blocks', 'Int64', 'vllm-log (hooks)', 'step',
-             "that step's free blocks"),
-    Evidence('lookback_short_blocks_needed', 'Int64', 'vllm-log (hooks)', 'step',
-             "that step's largest blocks_needed (its `Req-` line)"),
-    Evidence('lookback_max_pending', 'Int64', 'vllm-log (hooks)', 'step',
-             'deepest pending queue of the look-back'),
-    Evidence('lookback_max_pending_step', 'Int64', 'vllm-log (hooks)', 'step',
-             'its step'),
+    Evidence(
+        "sched_step",
+        "Int64",
+        "vllm-log (hooks)",
+        "step",
+        "nearest [SCHEDULER] step at or before the event on the (time, stream, line) order, within `before`",
+    ),
+    Evidence("sched_free_blocks", "Int64", "vllm-log (hooks)", "step", "that step's free blocks"),
+    Evidence("sched_pending", "Int64", "vllm-log (hooks)", "step", "that step's pending requests"),
+    Evidence("sched_running", "Int64", "vllm-log (hooks)", "step", "that step's running requests"),
+    Evidence("sched_age_s", "Float64", "vllm-log (hooks)", "step", "seconds from that step to the event"),
+    Evidence(
+        "lookback_steps",
+        "Int64",
+        "vllm-log (hooks) or blocktable",
+        "step",
+        "steps in the look-back (the snapshot step and the K before it)",
+    ),
+    Evidence(
+        "lookback_min_free_blocks",
+        "Int64",
+        "vllm-log (hooks) or blocktable",
+        "step",
+        "min free blocks over the look-back (shown; never compared with another step's need)",
+    ),
+    Evidence("pending_count", "Int64", "vllm-log (hooks)", "step", "the snapshot step's `Req-` lines"),
+    Evidence("pending_max_blocks_needed", "Int64", "vllm-log (hooks)", "step", "largest blocks_needed of those lines"),
+    Evidence("pending_min_blocks_needed", "Int64", "vllm-log (hooks)", "step", "smallest blocks_needed of those lines"),
+    Evidence(
+        "pending_over_free",
+        "Int64",
+        "vllm-log (hooks)",
+        "step",
+        "how many of them need more blocks than the step's free blocks",
+    ),
+    Evidence(
+        "batch_variance",
+        "Float64",
+        "vllm-log (hooks)",
+        "step",
+        "the snapshot step's [BATCH] variance (the last line if several)",
+    ),
+    Evidence("batch_threshold", "Float64", "vllm-log (hooks)", "step", "the threshold printed on that line"),
+    Evidence("lookback_max_variance", "Float64", "vllm-log (hooks)", "step", "max variance over the look-back steps"),
+    Evidence("lookback_variance_step", "Int64", "vllm-log (hooks)", "step", "the step of that maximum"),
+    Evidence(
+        "lookback_variance_threshold",
+        "Float64",
+        "vllm-log (hooks)",
+        "step",
+        "the threshold printed on that same [BATCH] line",
+    ),
+    Evidence(
+        "lookback_compared_steps",
+        "Int64",
+        "vllm-log (hooks)",
+        "step",
+        "look-back steps with pending lines to compare (null: none)",
+    ),
+    Evidence(
+        "lookback_short_step",
+        "Int64",
+        "vllm-log (hooks)",
+        "step",
+        "latest look-back step whose own pending request needs more blocks than its own free blocks",
+    ),
+    Evidence("lookback_short_free_blocks", "Int64", "vllm-log (hooks)", "step", "that step's free blocks"),
+    Evidence(
+        "lookback_short_blocks_needed",
+        "Int64",
+        "vllm-log (hooks)",
+        "step",
+        "that step's largest blocks_needed (its `Req-` line)",
+    ),
+    Evidence("lookback_max_pending", "Int64", "vllm-log (hooks)", "step", "deepest pending queue of the look-back"),
+    Evidence("lookback_max_pending_step", "Int64", "vllm-log (hooks)", "step", "its step"),
 ]
 
 
-def section_sched(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us: int) -> "pl.DataFrame | None":
+def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: int) -> pl.DataFrame | None:
     steps = frame_of(frames, "hook_steps")
     if steps is None:
         return None
@@ -66,13 +98,17 @@ def section_sched(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us:
     pend = frames.get("hook_pending")
     if pend is not None and pend.height:
         p = pend.join(steps.select("stream", "step", "free_blocks"), on=["stream", "step"], how="inner")
-        pagg = p.sort("stream", "seq").group_by("stream", "step").agg(
-            pl.len().cast(pl.Int64).alias("pending_count"),
-            pl.col("blocks_needed").max().alias("pending_max_blocks_needed"),
-            pl.col("blocks_needed").min().alias("pending_min_blocks_needed"),
-            (pl.col("blocks_needed") > pl.col("free_blocks")).sum().cast(pl.Int64).alias("pending_over_free"),
-            src_expr().sort_by(pl.col("blocks_needed"), descending=True).first().alias("_pmax_src"),
-            src_expr().sort_by(pl.col("blocks_needed")).first().alias("_pmin_src"),
+        pagg = (
+            p.sort("stream", "seq")
+            .group_by("stream", "step")
+            .agg(
+                pl.len().cast(pl.Int64).alias("pending_count"),
+                pl.col("blocks_needed").max().alias("pending_max_blocks_needed"),
+                pl.col("blocks_needed").min().alias("pending_min_blocks_needed"),
+                (pl.col("blocks_needed") > pl.col("free_blocks")).sum().cast(pl.Int64).alias("pending_over_free"),
+                src_expr().sort_by(pl.col("blocks_needed"), descending=True).first().alias("_pmax_src"),
+                src_expr().sort_by(pl.col("blocks_needed")).first().alias("_pmin_src"),
+            )
         )
         steps = steps.join(pagg, on=["stream", "step"], how="left", maintain_order="left").with_columns(
             pl.col("pending_count").fill_null(0), pl.col("pending_over_free").fill_null(0)
@@ -89,10 +125,14 @@ def section_sched(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us:
     # Batch line per step (the last one).
     bat = frames.get("hook_batch")
     if bat is not None and bat.height:
-        bagg = bat.sort("stream", "seq").group_by("stream", "step").agg(
-            pl.col("variance").last().alias("batch_variance"),
-            pl.col("threshold").last().alias("batch_threshold"),
-            src_expr().last().alias("_bsrc"),
+        bagg = (
+            bat.sort("stream", "seq")
+            .group_by("stream", "step")
+            .agg(
+                pl.col("variance").last().alias("batch_variance"),
+                pl.col("threshold").last().alias("batch_threshold"),
+                src_expr().last().alias("_bsrc"),
+            )
         )
         steps = steps.join(bagg, on=["stream", "step"], how="left", maintain_order="left")
     else:
@@ -133,10 +173,20 @@ def section_sched(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us:
         steps = steps.with_columns(_lbv_src=pl.lit(None, pl.String))
 
     # Order events and steps on one (time, stream, line) timeline, then as-of on the ordinal.
-    e = ev.select(pl.col("time").alias("_t"), pl.col("stream").alias("_s"), pl.col("seq").alias("_q"),
-                  pl.lit(1, pl.Int8).alias("_isev"), pl.col("_i").cast(pl.Int64).alias("_id"))
-    s = steps.select(pl.col("time").alias("_t"), pl.col("stream").alias("_s"), pl.col("seq").alias("_q"),
-                     pl.lit(0, pl.Int8).alias("_isev"), pl.col("_row").cast(pl.Int64).alias("_id"))
+    e = ev.select(
+        pl.col("time").alias("_t"),
+        pl.col("stream").alias("_s"),
+        pl.col("seq").alias("_q"),
+        pl.lit(1, pl.Int8).alias("_isev"),
+        pl.col("_i").cast(pl.Int64).alias("_id"),
+    )
+    s = steps.select(
+        pl.col("time").alias("_t"),
+        pl.col("stream").alias("_s"),
+        pl.col("seq").alias("_q"),
+        pl.lit(0, pl.Int8).alias("_isev"),
+        pl.col("_row").cast(pl.Int64).alias("_id"),
+    )
     tl = pl.concat([e, s]).sort("_t", "_s", "_q", "_isev", nulls_last=True).with_row_index("_ord")
     e_o = tl.filter(pl.col("_isev") == 1).select(pl.col("_id").cast(pl.UInt32).alias("_i"), "_ord", "_t")
     s_o = tl.filter(pl.col("_isev") == 0).select(pl.col("_id").alias("_row"), pl.col("_ord").alias("_sord"))
@@ -145,7 +195,7 @@ def section_sched(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us:
     age_us = (pl.col("_t") - pl.col("time")).dt.total_microseconds()
     ok = pl.col("time").is_not_null() & (age_us <= before_us)
 
-    def v(expr: "pl.Expr") -> "pl.Expr":
+    def v(expr: pl.Expr) -> pl.Expr:
         return pl.when(ok).then(expr)
 
     step = pl.col("_ssrc")
@@ -171,13 +221,19 @@ def section_sched(ev: "pl.DataFrame", frames: dict[str, Any], k: int, before_us:
 
 # Per-step look-back evidence (rule 2 of issue 13): each step is compared with itself.
 LOOKBACK_VALUES = [
-    "lookback_compared_steps", "lookback_short_step", "lookback_short_free_blocks", "lookback_short_blocks_needed",
-    "lookback_variance_step", "lookback_variance_threshold", "lookback_max_pending", "lookback_max_pending_step",
+    "lookback_compared_steps",
+    "lookback_short_step",
+    "lookback_short_free_blocks",
+    "lookback_short_blocks_needed",
+    "lookback_variance_step",
+    "lookback_variance_threshold",
+    "lookback_max_pending",
+    "lookback_max_pending_step",
 ]
 LOOKBACK_STEP_COLUMNS = [n for c in LOOKBACK_VALUES for n in (c, f"{c}_src")]
 
 
-def _lookback_per_step(steps: "pl.DataFrame", k: int) -> "pl.DataFrame":
+def _lookback_per_step(steps: pl.DataFrame, k: int) -> pl.DataFrame:
     """Look-back evidence where every comparison stays inside one scheduler step.
 
     Over the snapshot step and the k steps before it (same stream, rows in step order):
@@ -201,7 +257,7 @@ def _lookback_per_step(steps: "pl.DataFrame", k: int) -> "pl.DataFrame":
     rows = steps.get_column("_short_row").fill_null(0).cast(pl.UInt32)
     ok = steps.get_column("_short_row").is_not_null()
 
-    def at(col: str) -> "pl.Series":
+    def at(col: str) -> pl.Series:
         return steps.get_column(col).gather(rows)
 
     out = steps.with_columns(

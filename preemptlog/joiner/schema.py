@@ -13,14 +13,20 @@ if TYPE_CHECKING:
 
 # Declaration order is the output column order.
 DECLARED: list[Evidence] = (
-    sched.EVIDENCE + request.EVIDENCE + pool.EVIDENCE + kv.EVIDENCE + stats.EVIDENCE + prom.EVIDENCE + dmon.EVIDENCE
+    sched.EVIDENCE
+    + request.EVIDENCE
+    + pool.EVIDENCE
+    + kv.EVIDENCE
+    + stats.EVIDENCE
+    + prom.EVIDENCE
+    + dmon.EVIDENCE
     + config.EVIDENCE
 )
 EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
 VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]
 
 
-def polars_schema() -> "Schema":
+def polars_schema() -> Schema:
     from ..frames import polars_schema as _polars_schema
 
     return _polars_schema(EVIDENCE_SCHEMA)

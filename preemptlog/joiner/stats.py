@@ -8,22 +8,48 @@ from .common import asof, src_expr, window_max, with_eng
 from .declare import Evidence, cited
 
 EVIDENCE = [
-    Evidence('stats_kv_usage_max', 'Float64', 'vllm-log (stats)', 'engine',
-             "max KV cache usage of the engine's lines in the window; for a counted interval, of its reporting line and the line before"),
-    Evidence('stats_kv_usage_at', 'Float64', 'vllm-log (stats)', 'engine',
-             'KV cache usage as of t (counted interval: its reporting line)'),
-    Evidence('stats_waiting_at', 'Int64', 'vllm-log (stats)', 'engine',
-             'waiting requests as of t (counted interval: the larger of its two lines)'),
-    Evidence('stats_waiting_delta', 'Int64', 'vllm-log (stats)', 'engine',
-             'change of waiting from t - before to t + after (counted interval: reporting minus previous line)'),
-    Evidence('stats_running_at', 'Int64', 'vllm-log (stats)', 'engine',
-             'running requests as of t (counted interval: its reporting line)'),
-    Evidence('stats_running_delta', 'Int64', 'vllm-log (stats)', 'engine',
-             'change of running, as for stats_waiting_delta'),
+    Evidence(
+        "stats_kv_usage_max",
+        "Float64",
+        "vllm-log (stats)",
+        "engine",
+        "max KV cache usage of the engine's lines in the window; for a counted interval, of its reporting line and the line before",
+    ),
+    Evidence(
+        "stats_kv_usage_at",
+        "Float64",
+        "vllm-log (stats)",
+        "engine",
+        "KV cache usage as of t (counted interval: its reporting line)",
+    ),
+    Evidence(
+        "stats_waiting_at",
+        "Int64",
+        "vllm-log (stats)",
+        "engine",
+        "waiting requests as of t (counted interval: the larger of its two lines)",
+    ),
+    Evidence(
+        "stats_waiting_delta",
+        "Int64",
+        "vllm-log (stats)",
+        "engine",
+        "change of waiting from t - before to t + after (counted interval: reporting minus previous line)",
+    ),
+    Evidence(
+        "stats_running_at",
+        "Int64",
+        "vllm-log (stats)",
+        "engine",
+        "running requests as of t (counted interval: its reporting line)",
+    ),
+    Evidence(
+        "stats_running_delta", "Int64", "vllm-log (stats)", "engine", "change of running, as for stats_waiting_delta"
+    ),
 ]
 
 
-def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: int, after_us: int) -> "pl.DataFrame | None":
+def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, after_us: int) -> pl.DataFrame | None:
     """Stats-line evidence, per engine (rule 4 of issue 13).
 
     An event only reads stats lines of its own engine (``Engine NNN``; ``N Engines
@@ -39,25 +65,48 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
     st = stats.filter(pl.col("time").is_not_null())
     if st.height == 0:
         return None
-    st = (
-        with_eng(st)
-        .sort("time", "stream", "seq")
-        .with_row_index("_row")
-        .with_columns(_ssrc=src_expr())
-    )
+    st = with_eng(st).sort("time", "stream", "seq").with_row_index("_row").with_columns(_ssrc=src_expr())
     tol = f"{before_us}us"
     by = ["_eng"]
-    at = asof(ev.select("_i", "_t", "_eng"), st.select("time", "_eng", "kv_usage", "waiting", "running", "_ssrc"),
-               left_on="_t", right_on="time", by=by, tolerance=tol)
-    hi = asof(ev.select("_i", "_hi", "_eng"), st.select("time", "_eng", "waiting", "running", "_ssrc"),
-               left_on="_hi", right_on="time", by=by, tolerance=tol)
-    lo = asof(ev.select("_i", "_lo", "_eng"), st.select("time", "_eng", "waiting", "running"),
-               left_on="_lo", right_on="time", by=by, tolerance=tol)
+    at = asof(
+        ev.select("_i", "_t", "_eng"),
+        st.select("time", "_eng", "kv_usage", "waiting", "running", "_ssrc"),
+        left_on="_t",
+        right_on="time",
+        by=by,
+        tolerance=tol,
+    )
+    hi = asof(
+        ev.select("_i", "_hi", "_eng"),
+        st.select("time", "_eng", "waiting", "running", "_ssrc"),
+        left_on="_hi",
+        right_on="time",
+        by=by,
+        tolerance=tol,
+    )
+    lo = asof(
+        ev.select("_i", "_lo", "_eng"),
+        st.select("time", "_eng", "waiting", "running"),
+        left_on="_lo",
+        right_on="time",
+        by=by,
+        tolerance=tol,
+    )
     # No stats line before the window: the change is counted from the first one inside it.
-    first = asof(ev.select("_i", "_lo", "_eng"), st.select("time", "_eng", "waiting", "running"),
-                  left_on="_lo", right_on="time", by=by, strategy="forward", tolerance=f"{before_us + after_us}us")
-    lo = lo.join(first.select("_i", pl.col("waiting").alias("_wf"), pl.col("running").alias("_rf"),
-                              pl.col("time").alias("_tf")), on="_i", how="left").with_columns(
+    first = asof(
+        ev.select("_i", "_lo", "_eng"),
+        st.select("time", "_eng", "waiting", "running"),
+        left_on="_lo",
+        right_on="time",
+        by=by,
+        strategy="forward",
+        tolerance=f"{before_us + after_us}us",
+    )
+    lo = lo.join(
+        first.select("_i", pl.col("waiting").alias("_wf"), pl.col("running").alias("_rf"), pl.col("time").alias("_tf")),
+        on="_i",
+        how="left",
+    ).with_columns(
         waiting=pl.when(pl.col("time").is_not_null()).then(pl.col("waiting")).otherwise(pl.col("_wf")),
         running=pl.when(pl.col("time").is_not_null()).then(pl.col("running")).otherwise(pl.col("_rf")),
     )
@@ -84,8 +133,13 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
     j = (
         ev.select("_i")
         .join(at.select("_i", "kv_usage", "waiting", "running", "_ssrc"), on="_i", how="left")
-        .join(hi.select("_i", pl.col("waiting").alias("_wh"), pl.col("running").alias("_rh"), pl.col("_ssrc").alias("_ssrc_h")),
-              on="_i", how="left")
+        .join(
+            hi.select(
+                "_i", pl.col("waiting").alias("_wh"), pl.col("running").alias("_rh"), pl.col("_ssrc").alias("_ssrc_h")
+            ),
+            on="_i",
+            how="left",
+        )
         .join(lo.select("_i", pl.col("waiting").alias("_wl"), pl.col("running").alias("_rl")), on="_i", how="left")
         .join(mx.select("_i", "stats_kv_usage_max", "stats_kv_usage_max_src"), on="_i", how="left")
     )
@@ -107,10 +161,25 @@ def section_stats(ev: "pl.DataFrame", stats: "pl.DataFrame | None", before_us: i
     st2 = st.sort("stream", "_eng", "seq").with_columns(
         **{f"_p_{c}": pl.col(c).shift(1).over("stream", "_eng") for c in ("kv_usage", "waiting", "running", "_ssrc")}
     )
-    r = asof(iv.select("_i", "_iend", "_eng"),
-              st2.select("time", "_eng", "kv_usage", "waiting", "running", "_ssrc",
-                         "_p_kv_usage", "_p_waiting", "_p_running", "_p__ssrc"),
-              left_on="_iend", right_on="time", by=by, tolerance=tol)
+    r = asof(
+        iv.select("_i", "_iend", "_eng"),
+        st2.select(
+            "time",
+            "_eng",
+            "kv_usage",
+            "waiting",
+            "running",
+            "_ssrc",
+            "_p_kv_usage",
+            "_p_waiting",
+            "_p_running",
+            "_p__ssrc",
+        ),
+        left_on="_iend",
+        right_on="time",
+        by=by,
+        tolerance=tol,
+    )
     both = pl.concat_str([pl.col("_p__ssrc"), pl.lit("; "), pl.col("_ssrc")], ignore_nulls=True)
 
     interval = r.select(

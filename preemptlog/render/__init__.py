@@ -37,7 +37,7 @@ class OutputFormat(str, Enum):
 
 
 def write(
-    analysis: "Analysis",
+    analysis: Analysis,
     fmt: OutputFormat,
     out: BinaryIO,
     *,
@@ -53,7 +53,9 @@ def write(
     if fmt is OutputFormat.table:
         from .table import write_table
 
-        write_table(analysis, out, width=console_width, columns=table_columns, wide=wide, header=header, no_color=no_color)
+        write_table(
+            analysis, out, width=console_width, columns=table_columns, wide=wide, header=header, no_color=no_color
+        )
     elif fmt is OutputFormat.json:
         from .jsonfmt import write_json
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 FORMULA_START = r"^[=+\-@\t\r]"
 
 
-def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False, header: bool = True) -> None:
+def write_csv(analysis: Analysis, out: BinaryIO, *, safe: bool = False, header: bool = True) -> None:
     df = event_rows(analysis)
     # Nested verdict columns (lists, structs) become JSON text in one cell.
     nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Struct))]
@@ -39,7 +39,7 @@ def write_csv(analysis: "Analysis", out: BinaryIO, *, safe: bool = False, header
     df.write_csv(out, include_header=header)
 
 
-def json_cell(col: str) -> "object":
+def json_cell(col: str) -> object:
     """A nested column as compact JSON text (polars' own encoder, no Python per row)."""
     wrapped = pl.struct(pl.col(col).alias("v")).struct.json_encode()
     return wrapped.str.slice(5, wrapped.str.len_chars() - 6).alias(col)

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..result import Analysis
 
 
-def print_summary(analysis: "Analysis", console: "Console") -> None:
+def print_summary(analysis: Analysis, console: Console) -> None:
     from ..summary import fix_line, top_fix
 
     s = analysis.summary()
@@ -44,7 +44,9 @@ def print_summary(analysis: "Analysis", console: "Console") -> None:
     rep = s["requests_preempted_more_than_once"]
     if rep:
         top = ", ".join(f"{r['request_id']} x{r['count']}" for r in rep[:5])
-        console.print(f"  preempted more than once: {markup(top)}" + (f" and {len(rep) - 5} more" if len(rep) > 5 else ""))
+        console.print(
+            f"  preempted more than once: {markup(top)}" + (f" and {len(rep) - 5} more" if len(rep) > 5 else "")
+        )
     st = s["stats"]
     if st["lines"]:
         console.print(
@@ -65,7 +67,9 @@ def print_summary(analysis: "Analysis", console: "Console") -> None:
         for r in piv:
             ev = r["evidence"]
             lines = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
-            counted = f"; {r['counted_events_in_interval']} counted event(s) in it" if r["counted_events_in_interval"] else ""
+            counted = (
+                f"; {r['counted_events_in_interval']} counted event(s) in it" if r["counted_events_in_interval"] else ""
+            )
             console.print(
                 markup(
                     f"    engine {r['engine']} {r['start']} to {r['end']} ({r['series']}): peak KV "
@@ -74,7 +78,7 @@ def print_summary(analysis: "Analysis", console: "Console") -> None:
                 )
             )
     for a in s["assumptions"]:
-        scope = f" ({markup(a['scope'])})" if a['scope'] != 'bundle' else ''
+        scope = f" ({markup(a['scope'])})" if a["scope"] != "bundle" else ""
         console.print(f"  assumed {markup(a['topic'])}{scope}: {markup(str(a['value']))} from {markup(a['source'])}")
     unknown = [f for f in s["inputs"] if f["kind"] in ("unknown", "binary", "empty", "unreadable")]
     if unknown:

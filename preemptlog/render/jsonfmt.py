@@ -9,7 +9,8 @@ The bytes are those of ``json.dumps(document, indent=2, ensure_ascii=False, defa
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import polars as pl
 
@@ -22,18 +23,18 @@ ROWS_PER_SLICE = 2000
 _PLACEHOLDER = "\x00preemptlog-events\x00"  # never produced by json.dumps of real data (NUL is escaped)
 
 
-def write_ndjson(analysis: "Analysis", out: BinaryIO) -> None:
+def write_ndjson(analysis: Analysis, out: BinaryIO) -> None:
     df = event_rows(analysis)
     if df.height:
         df.write_ndjson(out)
 
 
-def config_rows(analysis: "Analysis") -> list[dict]:
+def config_rows(analysis: Analysis) -> list[dict]:
     df = analysis.config.with_columns(iso_expr("time", analysis.tz))
     return df.to_dicts()
 
 
-def head(analysis: "Analysis") -> dict:
+def head(analysis: Analysis) -> dict:
     """The document without its events."""
     from .. import __version__
 
@@ -46,7 +47,7 @@ def head(analysis: "Analysis") -> dict:
     }
 
 
-def _findings(analysis: "Analysis") -> dict | None:
+def _findings(analysis: Analysis) -> dict | None:
     f = getattr(analysis, "findings", None)
     if f is None:
         return None
@@ -55,12 +56,12 @@ def _findings(analysis: "Analysis") -> dict | None:
     return as_dict(f, analysis.tz)
 
 
-def document(analysis: "Analysis") -> dict:
+def document(analysis: Analysis) -> dict:
     """The whole document in memory (small inputs, tests); write_json streams it."""
     return {**head(analysis), "events": event_rows(analysis).to_dicts()}
 
 
-def frame_rows(df: "pl.DataFrame", rows_per_slice: int = ROWS_PER_SLICE) -> Iterable[dict]:
+def frame_rows(df: pl.DataFrame, rows_per_slice: int = ROWS_PER_SLICE) -> Iterable[dict]:
     """The rows of a frame as dicts, a slice at a time (only one slice is ever materialised)."""
     for offset in range(0, df.height, rows_per_slice):
         yield from df.slice(offset, rows_per_slice).to_dicts()
@@ -90,5 +91,5 @@ def write_document(top: dict[str, Any], events: Iterable[dict], out: BinaryIO, *
     out.write(b"\n")
 
 
-def write_json(analysis: "Analysis", out: BinaryIO) -> None:
+def write_json(analysis: Analysis, out: BinaryIO) -> None:
     write_document(head(analysis), frame_rows(event_rows(analysis)), out)

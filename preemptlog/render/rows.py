@@ -15,13 +15,13 @@ SCHEMA_VERSION = 2  # 2: evidence named by its source (joiner.RENAMED_IN_2)
 TIME_COLUMNS = ("time", "interval_start", "interval_end")
 
 
-def iso_expr(col: str, tz: str) -> "pl.Expr":
+def iso_expr(col: str, tz: str) -> pl.Expr:
     from ..timebase import iso_text
 
     return iso_text(pl.col(col), tz).alias(col)
 
 
-def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFrame":
+def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
     """The public event columns; times as ISO 8601 strings (or typed, in the output zone)."""
     from ..events import public
 
@@ -51,13 +51,15 @@ def event_rows(analysis: "Analysis", *, text_times: bool = True) -> "pl.DataFram
 
     for c in df.columns:
         if c in TIME_COLUMNS or schema[c] == utc:
-            cols.append(iso_expr(c, analysis.tz) if text_times else pl.col(c).dt.convert_time_zone(typed_zone(analysis.tz)))
+            cols.append(
+                iso_expr(c, analysis.tz) if text_times else pl.col(c).dt.convert_time_zone(typed_zone(analysis.tz))
+            )
         else:
             cols.append(pl.col(c))
     return df.select(cols)
 
 
-def write_parquet(analysis: "Analysis", out: BinaryIO) -> None:
+def write_parquet(analysis: Analysis, out: BinaryIO) -> None:
     df = event_rows(analysis, text_times=False)
     meta = _findings_metadata(analysis)  # the incident's findings as file metadata
     if meta:
@@ -66,7 +68,7 @@ def write_parquet(analysis: "Analysis", out: BinaryIO) -> None:
         df.write_parquet(out)
 
 
-def _findings_metadata(analysis: "Analysis") -> dict[str, str] | None:
+def _findings_metadata(analysis: Analysis) -> dict[str, str] | None:
     """``preemptlog.findings``: the json document's ``findings`` object (docs/findings.md), as JSON text."""
     f = getattr(analysis, "findings", None)
     if f is None:

@@ -29,7 +29,7 @@ def neutralise_lines(text: str) -> str:
     return _CONTROL_KEEP_LINES.sub(_escape, text)
 
 
-def _escape(m: "re.Match[str]") -> str:
+def _escape(m: re.Match[str]) -> str:
     c = ord(m.group())
     return f"\\x{c:02x}" if c < 256 else f"\\u{c:04x}"
 
@@ -77,7 +77,7 @@ def markup(text: str | None) -> str:
     return escape(neutralise(text))
 
 
-def text(value) -> "object":
+def text(value) -> object:
     """A rich Text cell that shows ``value`` literally."""
     from rich.text import Text
 
@@ -105,10 +105,36 @@ def ascii_text(s: str) -> str:
 
 _ASCII = str.maketrans(
     {
-        "…": "..", "─": "-", "━": "-", "│": "|", "┃": "|", "└": "+", "┌": "+", "┐": "+", "┘": "+",
-        "├": "+", "┤": "+", "┬": "+", "┴": "+", "┼": "+", "█": "#", "▓": "%", "▒": "=", "░": ".",
-        "▁": "_", "▂": "_", "▃": ".", "▄": "-", "▅": "=", "▆": "=", "▇": "#", "Δ": "d", "→": "->", "≥": ">=",
-        "≤": "<=", "·": "-",
+        "…": "..",
+        "─": "-",
+        "━": "-",
+        "│": "|",
+        "┃": "|",
+        "└": "+",
+        "┌": "+",
+        "┐": "+",
+        "┘": "+",
+        "├": "+",
+        "┤": "+",
+        "┬": "+",
+        "┴": "+",
+        "┼": "+",
+        "█": "#",
+        "▓": "%",
+        "▒": "=",
+        "░": ".",
+        "▁": "_",
+        "▂": "_",
+        "▃": ".",
+        "▄": "-",
+        "▅": "=",
+        "▆": "=",
+        "▇": "#",
+        "Δ": "d",
+        "→": "->",
+        "≥": ">=",
+        "≤": "<=",
+        "·": "-",
     }
 )
 

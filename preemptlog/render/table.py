@@ -24,8 +24,15 @@ if TYPE_CHECKING:
 TABLE_COLUMNS = ("time", "event", "n", "request", "verdict", "confidence", "kind", "mode", "where")
 DEFAULT_COLUMNS = ("time", "event", "request", "verdict", "confidence")
 WIDE_COLUMNS = ("time", "event", "kind", "n", "request", "mode", "verdict", "confidence")
-ALIASES = {"event_id": "event", "request_id": "request", "gate": "verdict", "sub_kind": "verdict",
-           "source": "where", "line": "where", "count": "n"}
+ALIASES = {
+    "event_id": "event",
+    "request_id": "request",
+    "gate": "verdict",
+    "sub_kind": "verdict",
+    "source": "where",
+    "line": "where",
+    "count": "n",
+}
 SHORT_GATE = {
     "G1-kv-space": "G1",
     "G2-batch-variance": "G2-variance",
@@ -34,7 +41,7 @@ SHORT_GATE = {
 }
 
 
-def display_rows(analysis: "Analysis") -> "pl.DataFrame":
+def display_rows(analysis: Analysis) -> pl.DataFrame:
     """Events for display: each run of reconstructed/interval events from one line becomes one row.
 
     Columns: time, until (UTC datetimes), event_id (``~r*``/``~i*`` for a folded run), kind,
@@ -44,9 +51,13 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
     ev = analysis.events
     v = getattr(analysis, "verdicts", None)
     if v is not None and v.height and ev.height:
-        ev = ev.join(v.select("event_id", "gate", "sub_kind", "confidence"), on="event_id", how="left", maintain_order="left")
+        ev = ev.join(
+            v.select("event_id", "gate", "sub_kind", "confidence"), on="event_id", how="left", maintain_order="left"
+        )
     else:
-        ev = ev.with_columns(gate=pl.lit(None, pl.String), sub_kind=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String))
+        ev = ev.with_columns(
+            gate=pl.lit(None, pl.String), sub_kind=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String)
+        )
     grouped = ev.with_columns(
         _g=pl.when(pl.col("kind").is_in(["reconstructed", "interval"]))
         .then(pl.col("event_id").str.replace(r"~[ri]\d+$", ""))
@@ -66,7 +77,9 @@ def display_rows(analysis: "Analysis") -> "pl.DataFrame":
             pl.col("gate").first(),
             pl.col("sub_kind").first(),
             pl.col("confidence").first(),
-            pl.concat_str([pl.col("gate").fill_null("-"), pl.col("sub_kind").fill_null("-")]).n_unique().alias("verdicts"),
+            pl.concat_str([pl.col("gate").fill_null("-"), pl.col("sub_kind").fill_null("-")])
+            .n_unique()
+            .alias("verdicts"),
         )
         .with_columns(
             event_id=pl.when(pl.col("count") > 1)
@@ -95,7 +108,7 @@ def shorten(value: str, width: int, ellipsis: str = "…") -> str:
         return value
     keep = width - len(ellipsis)
     head = (keep + 1) // 2
-    return value[:head] + ellipsis + value[len(value) - (keep - head):]
+    return value[:head] + ellipsis + value[len(value) - (keep - head) :]
 
 
 GAP = 3  # between two columns: right padding, the divider, left padding
@@ -103,7 +116,9 @@ SHRINK = ("request", "verdict", "where", "event")  # cut in the middle, in this 
 MIN_WIDTH = {"request": 12, "event": 16, "where": 16, "verdict": 16}
 
 
-def _fit(names: list[str], labels: dict[str, str], body: list[dict[str, str]], width: int, req_w: int) -> dict[str, int]:
+def _fit(
+    names: list[str], labels: dict[str, str], body: list[dict[str, str]], width: int, req_w: int
+) -> dict[str, int]:
     """Column widths that fit ``width``: natural widths, the request id capped at ``req_w``, then the
     columns of SHRINK narrowed (never below MIN_WIDTH) until the row fits."""
     w = {n: max([len(labels[n])] + [len(c[n]) for c in body]) for n in names}
@@ -133,7 +148,7 @@ def resolve_columns(columns: list[str] | None, wide: bool) -> list[str]:
 
 
 def render_table(
-    analysis: "Analysis",
+    analysis: Analysis,
     *,
     width: int = 80,
     columns: list[str] | None = None,
@@ -154,13 +169,24 @@ def render_table(
     zone = zone_info(analysis.tz)
     buf = io.StringIO()
     console = Console(
-        file=buf, width=width, force_terminal=color, no_color=not color, color_system="standard" if color else None,
-        highlight=False, soft_wrap=False, legacy_windows=False, emoji=False,
+        file=buf,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        highlight=False,
+        soft_wrap=False,
+        legacy_windows=False,
+        emoji=False,
     )
     ell = "…" if unicode else ".."
     sources = rows.get_column("source").unique().to_list() if rows.height else []
     prefix = common_folder(sources)
-    times = [t.astimezone(zone) if t is not None else None for t in rows.get_column("time").to_list()] if rows.height else []
+    times = (
+        [t.astimezone(zone) if t is not None else None for t in rows.get_column("time").to_list()]
+        if rows.height
+        else []
+    )
     days = sorted({t.date().isoformat() for t in times if t is not None})
     multi_day = len(days) > 1
     full_gate = width >= 110 or wide
@@ -180,10 +206,10 @@ def render_table(
                 tcell += "+"  # a run: from this time on (the footnote says how it was placed)
         event = r["event_id"] or ""
         if prefix and event.startswith(prefix):
-            event = event[len(prefix):]
+            event = event[len(prefix) :]
         where = f"{r['source']}:{r['line']}"
         if prefix and where.startswith(prefix):
-            where = where[len(prefix):]
+            where = where[len(prefix) :]
         if fold:
             how = "from counter" if r["kind"] == "reconstructed" else "in interval"
             req = f"{r['count']} {how}"
@@ -199,8 +225,15 @@ def render_table(
             verdict = g + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
         conf = r["confidence"] if r["confidence"] not in (None, "none") and r["verdicts"] == 1 else "-"
         cells = {
-            "time": tcell, "event": event, "n": str(r["count"]), "request": req, "verdict": verdict,
-            "confidence": conf, "kind": r["kind"], "mode": r["mode"] or "-", "where": where,
+            "time": tcell,
+            "event": event,
+            "n": str(r["count"]),
+            "request": req,
+            "verdict": verdict,
+            "confidence": conf,
+            "kind": r["kind"],
+            "mode": r["mode"] or "-",
+            "where": where,
         }
         body.append({k: neutralise(v) for k, v in cells.items()})  # widths of what is shown (\x1b is 4 wide)
     labels = {n: n for n in names}
@@ -208,12 +241,23 @@ def render_table(
         labels["confidence"] = "conf"
     widths = _fit(names, labels, body, width, req_w)
     table = Table(
-        box=box.SIMPLE_HEAD if unicode else box.ASCII2, show_header=header, header_style="bold", expand=False,
-        show_edge=False, pad_edge=False, padding=(0, 1),
+        box=box.SIMPLE_HEAD if unicode else box.ASCII2,
+        show_header=header,
+        header_style="bold",
+        expand=False,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
     )
     for n in names:
-        table.add_column(labels[n], no_wrap=True, overflow="ellipsis", justify="right" if n == "n" else "left",
-                         min_width=widths[n], max_width=widths[n])
+        table.add_column(
+            labels[n],
+            no_wrap=True,
+            overflow="ellipsis",
+            justify="right" if n == "n" else "left",
+            min_width=widths[n],
+            max_width=widths[n],
+        )
     for cells in body:
         if cells["n"] != "1" and "request" in widths and len(cells["request"]) > widths["request"]:
             cells["request"] = f"{cells['n']} folded"
@@ -234,17 +278,19 @@ def render_table(
         else:
             console.print(text(f"preemptions not visible in this bundle ({nv['reason']}): {nv['remedy']}"))
     if header and folded:
-        console.print(text(
-            "rows ending ~r* / ~i* fold the events counted on one line (no request id; placed in the interval "
-            "before that line, a time ending + is the first of them; 'N verdicts' when they differ): "
-            "`preemptlog explain ID` takes the folded id; -f ndjson lists each event."
-        ))
+        console.print(
+            text(
+                "rows ending ~r* / ~i* fold the events counted on one line (no request id; placed in the interval "
+                "before that line, a time ending + is the first of them; 'N verdicts' when they differ): "
+                "`preemptlog explain ID` takes the folded id; -f ndjson lists each event."
+            )
+        )
     out = buf.getvalue()
     return out if unicode else ascii_text(out)
 
 
 def write_table(
-    analysis: "Analysis",
+    analysis: Analysis,
     out: BinaryIO,
     *,
     width: int | None = None,

@@ -31,15 +31,35 @@ GLYPHS = {
 }
 SPARK = "▁▂▃▄▅▆▇█"
 # Bucket widths in seconds: the timeline bins to the incident's span (seconds for a 27 s burst).
-BUCKET_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
-                  172800, 604800)
+BUCKET_SECONDS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
+)
 HEIGHT = 8  # rows of the histogram
 GUTTER = 8  # label column width
 MAX_COLUMNS = 120
 MAX_ENGINES = 4  # sparkline rows; more engines share one row (their maximum)
 
 
-def print_timeline(analysis: "Analysis", console: "Console") -> None:
+def print_timeline(analysis: Analysis, console: Console) -> None:
     """Print the timeline, or nothing when the console is not a terminal or there is nothing to draw."""
     if not console.is_terminal:
         return
@@ -79,7 +99,7 @@ def _label(t: datetime, seconds: int, multi_day: bool) -> str:
     return t.strftime("%H:%M:%S" if seconds < 60 else "%H:%M")
 
 
-def timeline_lines(analysis: "Analysis", *, width: int = 100) -> list:
+def timeline_lines(analysis: Analysis, *, width: int = 100) -> list:
     """The timeline as rich Text lines (empty when there is no timed event and no KV series)."""
     from rich.text import Text
 
@@ -208,7 +228,7 @@ def _allocate(present: list[tuple[str, int]], height: int) -> list[str]:
     return out
 
 
-def _gutter(label: str) -> "object":
+def _gutter(label: str) -> object:
     from rich.text import Text
 
     line = Text()
@@ -216,7 +236,7 @@ def _gutter(label: str) -> "object":
     return line
 
 
-def _kv_frame(analysis: "Analysis") -> "pl.DataFrame":
+def _kv_frame(analysis: Analysis) -> pl.DataFrame:
     """time, engine, kv_usage from the log's stats lines, else from /metrics gauges."""
     empty = pl.DataFrame(schema={"time": pl.Datetime("us", "UTC"), "engine": pl.String, "kv_usage": pl.Float64})
     st = analysis.stats
@@ -228,7 +248,7 @@ def _kv_frame(analysis: "Analysis") -> "pl.DataFrame":
     return empty
 
 
-def _spark_rows(kv: "pl.DataFrame", start, seconds: int, n: int) -> list[tuple[str, list[float | None]]]:
+def _spark_rows(kv: pl.DataFrame, start, seconds: int, n: int) -> list[tuple[str, list[float | None]]]:
     if kv.height == 0:
         return []
     engines = sorted({e for e in kv.get_column("engine").to_list()}, key=lambda e: (e is None, str(e)))
@@ -236,8 +256,11 @@ def _spark_rows(kv: "pl.DataFrame", start, seconds: int, n: int) -> list[tuple[s
         kv = kv.with_columns(engine=pl.lit("all"))
         engines = ["all"]
     col = ((pl.col("time") - pl.lit(start)).dt.total_seconds() // seconds).cast(pl.Int64).alias("_c")
-    agg = kv.with_columns(col).filter((pl.col("_c") >= 0) & (pl.col("_c") < n)).group_by("engine", "_c").agg(
-        pl.col("kv_usage").max()
+    agg = (
+        kv.with_columns(col)
+        .filter((pl.col("_c") >= 0) & (pl.col("_c") < n))
+        .group_by("engine", "_c")
+        .agg(pl.col("kv_usage").max())
     )
     rows = []
     for eng in engines:

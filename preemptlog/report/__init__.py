@@ -29,7 +29,7 @@ def plotly_js() -> str:
     return js.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
 
 
-def figure_html(analysis: "Analysis") -> str:
+def figure_html(analysis: Analysis) -> str:
     import plotly.io as pio
 
     from .figure import build_figure
@@ -53,7 +53,7 @@ def figure_html(analysis: "Analysis") -> str:
     )
 
 
-def render_html(analysis: "Analysis", *, title: str | None = None) -> str:
+def render_html(analysis: Analysis, *, title: str | None = None) -> str:
     from .page import page
 
     return page(analysis, figure_html(analysis), plotly_js(), title=title)

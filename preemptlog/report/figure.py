@@ -85,7 +85,7 @@ def _domains(panels: list[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def build_figure(data: PlotData) -> "go.Figure":
+def build_figure(data: PlotData) -> go.Figure:
     import plotly.graph_objects as go
 
     panels = ["events"] + [p for p in PANELS if p != "events" and p in data.panels()]
@@ -157,7 +157,18 @@ def build_figure(data: PlotData) -> "go.Figure":
     colorway_i = {}
     engine_dash: dict[str, str] = {}
     # No red, amber, purple or blue of the gates: a GPU line is never mistaken for a gate.
-    palette = ["#2ca02c", "#17becf", "#8c564b", "#e377c2", "#bcbd22", "#393b79", "#637939", "#7b4173", "#ad494a", "#3182bd"]
+    palette = [
+        "#2ca02c",
+        "#17becf",
+        "#8c564b",
+        "#e377c2",
+        "#bcbd22",
+        "#393b79",
+        "#637939",
+        "#7b4173",
+        "#ad494a",
+        "#3182bd",
+    ]
     for s in data.series:
         if s.panel not in axis:
             continue
@@ -216,7 +227,9 @@ def build_figure(data: PlotData) -> "go.Figure":
                 ]
                 # G1 on top, undetermined at the bottom.
                 ax.update(
-                    type="category", categoryorder="array", categoryarray=present or [UNDETERMINED],
+                    type="category",
+                    categoryorder="array",
+                    categoryarray=present or [UNDETERMINED],
                     autorange="reversed",
                 )
             else:
@@ -229,23 +242,40 @@ def build_figure(data: PlotData) -> "go.Figure":
         annotations.append(
             dict(
                 text=f"<b>{PANELS[p][0]}</b>",
-                xref="paper", yref="paper", x=0, y=domains[p][1], xanchor="left", yanchor="bottom",
-                showarrow=False, font=dict(size=12),
+                xref="paper",
+                yref="paper",
+                x=0,
+                y=domains[p][1],
+                xanchor="left",
+                yanchor="bottom",
+                showarrow=False,
+                font=dict(size=12),
             )
         )
     if data.untimed:
         annotations.append(
             dict(
                 text=f"{data.untimed} event(s) without a timestamp are not drawn",
-                xref="paper", yref="paper", x=1, y=domains["events"][1], xanchor="right", yanchor="bottom",
-                showarrow=False, font=dict(size=11, color="#a00"),
+                xref="paper",
+                yref="paper",
+                x=1,
+                y=domains["events"][1],
+                xanchor="right",
+                yanchor="bottom",
+                showarrow=False,
+                font=dict(size=11, color="#a00"),
             )
         )
     if not gates_present:
         annotations.append(
             dict(
-                text="no timed preemption event", xref="paper", yref="paper", x=0.5,
-                y=sum(domains["events"]) / 2, showarrow=False, font=dict(size=13, color="#777"),
+                text="no timed preemption event",
+                xref="paper",
+                yref="paper",
+                x=0.5,
+                y=sum(domains["events"]) / 2,
+                showarrow=False,
+                font=dict(size=13, color="#777"),
             )
         )
     target = "kv" if "kv" in axis else "events"
@@ -253,15 +283,29 @@ def build_figure(data: PlotData) -> "go.Figure":
     for start, end, label in data.pressure:
         shapes.append(
             dict(
-                type="rect", xref="x", yref=yref, x0=start, x1=end, y0=0, y1=1,
-                fillcolor="rgba(214,39,40,0.12)", line=dict(width=0), layer="below",
+                type="rect",
+                xref="x",
+                yref=yref,
+                x0=start,
+                x1=end,
+                y0=0,
+                y1=1,
+                fillcolor="rgba(214,39,40,0.12)",
+                line=dict(width=0),
+                layer="below",
                 name=esc(label),
             )
         )
     if "kv" in axis and data.kv_ceiling is not None:
         shapes.append(
             dict(
-                type="line", xref="x domain", yref=axis["kv"], x0=0, x1=1, y0=data.kv_ceiling, y1=data.kv_ceiling,
+                type="line",
+                xref="x domain",
+                yref=axis["kv"],
+                x0=0,
+                x1=1,
+                y0=data.kv_ceiling,
+                y1=data.kv_ceiling,
                 line=dict(color="#d62728", width=1, dash="dot"),
             )
         )
@@ -275,7 +319,8 @@ def _marker_text(r: dict) -> str:
     gate = r["gate"] + (f"/{r['sub_kind']}" if r.get("sub_kind") else "")
     parts = [
         f"<b>{esc(r['event_id'])}</b>",
-        f"{esc(r['kind'])} · {esc(gate)}" + (f" · rule {esc(r['rule'])} ({esc(r['confidence'])})" if r.get("rule") else ""),
+        f"{esc(r['kind'])} · {esc(gate)}"
+        + (f" · rule {esc(r['rule'])} ({esc(r['confidence'])})" if r.get("rule") else ""),
     ]
     if r.get("request_id"):
         parts.append(f"request {esc(r['request_id'])}")

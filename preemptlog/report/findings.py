@@ -23,11 +23,17 @@ def _bars(rows: list[dict[str, Any]]) -> str:
     top = max(max(r.get("tokens") or 0, r.get("processed_tokens") or 0) for r in vals) or 1
     n = len(rows)
     bw = max(2.0, (W - 2 * PAD) / max(n, 1) - 2)
-    out = [(f'<svg id="recompute-chart" width="{W}" height="{H + 24}" viewBox="0 0 {W} {H + 24}" role="img" '
-           'aria-label="tokens recomputed per minute">'),
-           ('<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-           '<rect width="3" height="6" fill="#c0504d"/></pattern></defs>'),
-           f'<line x1="{PAD}" y1="{H}" x2="{W - PAD}" y2="{H}" stroke="#999"/>']
+    out = [
+        (
+            f'<svg id="recompute-chart" width="{W}" height="{H + 24}" viewBox="0 0 {W} {H + 24}" role="img" '
+            'aria-label="tokens recomputed per minute">'
+        ),
+        (
+            '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+            '<rect width="3" height="6" fill="#c0504d"/></pattern></defs>'
+        ),
+        f'<line x1="{PAD}" y1="{H}" x2="{W - PAD}" y2="{H}" stroke="#999"/>',
+    ]
     for i, r in enumerate(rows):
         x = PAD + i * (bw + 2)
         tok = r.get("tokens")
@@ -36,18 +42,24 @@ def _bars(rows: list[dict[str, Any]]) -> str:
             fill = "url(#hatch)" if r.get("tokens_are_lower_bound") else "#c0504d"
             share = f", {r['share']:.0%} of processed" if r.get("share") is not None else ""
             least = "at least " if r.get("tokens_are_lower_bound") else ""
-            out.append(f'<rect x="{x:.1f}" y="{H - h:.1f}" width="{bw:.1f}" height="{h:.1f}" fill="{fill}">'
-                       f'<title>{e(r["minute"])}: {least}{e(tok)} tokens recomputed by {e(r["preemptions"])} '
-                       f'preemption(s){e(share)}</title></rect>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{H - h:.1f}" width="{bw:.1f}" height="{h:.1f}" fill="{fill}">'
+                f"<title>{e(r['minute'])}: {least}{e(tok)} tokens recomputed by {e(r['preemptions'])} "
+                f"preemption(s){e(share)}</title></rect>"
+            )
         proc = r.get("processed_tokens")
         if proc is not None:
             y = H - (H - 10) * proc / top
-            out.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x + bw:.1f}" y2="{y:.1f}" stroke="#1d2330" '
-                       f'stroke-width="2"><title>{e(r["minute"])}: {e(round(proc))} tokens processed</title></line>')
+            out.append(
+                f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x + bw:.1f}" y2="{y:.1f}" stroke="#1d2330" '
+                f'stroke-width="2"><title>{e(r["minute"])}: {e(round(proc))} tokens processed</title></line>'
+            )
     if rows:
         out.append(f'<text x="{PAD}" y="{H + 16}" font-size="11" fill="#5b6475">{e(rows[0]["minute"])}</text>')
-        out.append(f'<text x="{W - PAD}" y="{H + 16}" font-size="11" fill="#5b6475" text-anchor="end">'
-                   f'{e(rows[-1]["minute"])}</text>')
+        out.append(
+            f'<text x="{W - PAD}" y="{H + 16}" font-size="11" fill="#5b6475" text-anchor="end">'
+            f"{e(rows[-1]['minute'])}</text>"
+        )
     out.append(f'<text x="{PAD}" y="12" font-size="11" fill="#5b6475">max {e(round(top))} tokens per minute</text>')
     out.append("</svg>")
     return "".join(out)
@@ -68,22 +80,30 @@ def section(a: Analysis) -> str:
     if d["headline"]:
         out.append(f'<p class="headline">{e(d["headline"])}</p>')
     # Recompute over time.
-    out.append('<h3>Recompute cost over time</h3>')
+    out.append("<h3>Recompute cost over time</h3>")
     if rc.get("evaluable"):
         least = "at least " if rc.get("tokens_is_lower_bound") else ""
-        share = f" ({rc['share_of_processed']:.1%} of the {round(rc['processed_tokens'])} tokens processed in the " \
-            "same stats intervals)" if rc.get("share_of_processed") is not None else ""
+        share = (
+            f" ({rc['share_of_processed']:.1%} of the {round(rc['processed_tokens'])} tokens processed in the "
+            "same stats intervals)"
+            if rc.get("share_of_processed") is not None
+            else ""
+        )
         out.append(
             f"<p>{e(least)}{e(rc['tokens'])} tokens recomputed{e(share)}: {e(rc['preemptions_exact'])} exact, "
             f"{e(rc['preemptions_lower_bound'])} lower bound(s), {e(rc['preemptions_unknown'])} unknown.</p>"
         )
         ps = rc.get("preempted_seconds") or {}
         if ps.get("measured"):
-            out.append(f'<p class="muted">Time preempted (preempt to next allocation, {e(ps["measured"])} '
-                       f'victim(s)): median {e(round(ps["median"], 3))} s, max {e(round(ps["max"], 3))} s.</p>')
+            out.append(
+                f'<p class="muted">Time preempted (preempt to next allocation, {e(ps["measured"])} '
+                f"victim(s)): median {e(round(ps['median'], 3))} s, max {e(round(ps['max'], 3))} s.</p>"
+            )
         out.append(f'<div class="scroll">{_bars(rc.get("per_minute") or [])}</div>')
-        out.append('<p class="muted">Bars: tokens recomputed per minute (hatched: at least). Dark ticks: tokens '
-                   'processed in that minute (throughput x interval of the stats lines).</p>')
+        out.append(
+            '<p class="muted">Bars: tokens recomputed per minute (hatched: at least). Dark ticks: tokens '
+            "processed in that minute (throughput x interval of the stats lines).</p>"
+        )
     else:
         out.append(f'<p class="muted">Not evaluable: {e(rc.get("not_evaluable"))}.</p>')
     # Thrash.
@@ -110,8 +130,10 @@ def section(a: Analysis) -> str:
         )
         rows = th.get("ranking") or []
         if rows:
-            out.append('<table id="thrash-table"><tr><th>request</th><th>preemptions</th><th>tokens recomputed</th>'
-                       "<th>first</th><th>last</th><th>finished</th><th>first line</th></tr>")
+            out.append(
+                '<table id="thrash-table"><tr><th>request</th><th>preemptions</th><th>tokens recomputed</th>'
+                "<th>first</th><th>last</th><th>finished</th><th>first line</th></tr>"
+            )
             for r in rows[:50]:
                 tok = r["tokens_recomputed"]
                 tok_s = "unknown" if tok is None else (f">= {tok}" if r["tokens_is_lower_bound"] else str(tok))
@@ -140,17 +162,23 @@ def section(a: Analysis) -> str:
     if st.get("evaluable"):
         spans = st.get("spans") or []
         if spans:
-            out.append("<table><tr><th>engine</th><th>start</th><th>end</th><th>seconds</th><th>stats lines</th>"
-                       "<th>max waiting</th><th>lines</th></tr>")
+            out.append(
+                "<table><tr><th>engine</th><th>start</th><th>end</th><th>seconds</th><th>stats lines</th>"
+                "<th>max waiting</th><th>lines</th></tr>"
+            )
             for s in spans:
-                out.append(f'<tr><td>{e(s["engine"])}</td><td class="mono t">{e(s["start"])}</td>'
-                           f'<td class="mono t">{e(s["end"])}</td><td class="num">{e(s["seconds"])}</td>'
-                           f'<td class="num">{e(s["stats_lines"])}</td><td class="num">{e(s["max_waiting"])}</td>'
-                           f'<td class="mono">{e(s["first_line"])} .. {e(s["last_line"])}</td></tr>')
+                out.append(
+                    f'<tr><td>{e(s["engine"])}</td><td class="mono t">{e(s["start"])}</td>'
+                    f'<td class="mono t">{e(s["end"])}</td><td class="num">{e(s["seconds"])}</td>'
+                    f'<td class="num">{e(s["stats_lines"])}</td><td class="num">{e(s["max_waiting"])}</td>'
+                    f'<td class="mono">{e(s["first_line"])} .. {e(s["last_line"])}</td></tr>'
+                )
             out.append("</table>")
         else:
-            out.append("<p>No stall: no two stats lines in a row with requests waiting, no generation and Running 0 "
-                       "or flat.</p>")
+            out.append(
+                "<p>No stall: no two stats lines in a row with requests waiting, no generation and Running 0 "
+                "or flat.</p>"
+            )
     else:
         out.append(f'<p class="muted">Not evaluable: {e(st.get("not_evaluable"))}.</p>')
     nf = st.get("never_fits") or {}
@@ -167,15 +195,27 @@ def section(a: Analysis) -> str:
     pool = cap.get("pool")
     if pool:
         peak = cap.get("peak_demand")
-        out.append(f"<p>KV pool: {e(pool['tokens'])} tokens"
-                   + (f" ({e(pool['blocks'])} blocks of {e(pool['block_size'])})" if pool.get("blocks") else "")
-                   + f" — {e('; '.join(pool['inputs']))}.</p>")
-        out.append(f"<p>Peak demand: {e(peak['text'])}.</p>" if peak else
-                   f'<p class="muted">Peak demand not evaluable: {e(cap.get("peak_not_evaluable"))}.</p>')
+        out.append(
+            f"<p>KV pool: {e(pool['tokens'])} tokens"
+            + (f" ({e(pool['blocks'])} blocks of {e(pool['block_size'])})" if pool.get("blocks") else "")
+            + f" — {e('; '.join(pool['inputs']))}.</p>"
+        )
+        out.append(
+            f"<p>Peak demand: {e(peak['text'])}.</p>"
+            if peak
+            else f'<p class="muted">Peak demand not evaluable: {e(cap.get("peak_not_evaluable"))}.</p>'
+        )
         fixes = cap.get("fixes") or []
         if fixes:
-            out.append("<ol>" + "".join(f"<li>{e(fix_line(x))}<br><span class=\"muted\">{e(x['text'])}; inputs: "
-                                        f"{e('; '.join(x['inputs']))}</span></li>" for x in fixes) + "</ol>")
+            out.append(
+                "<ol>"
+                + "".join(
+                    f'<li>{e(fix_line(x))}<br><span class="muted">{e(x["text"])}; inputs: '
+                    f"{e('; '.join(x['inputs']))}</span></li>"
+                    for x in fixes
+                )
+                + "</ol>"
+            )
     else:
         out.append(f'<p class="muted">Not evaluable: {e(cap.get("not_evaluable"))}.</p>')
     out.append("</section>")

@@ -95,7 +95,7 @@ def kind_tag(kind: str | None) -> str:
     return f'<span class="kind{est}" title="{title}">{e(kind)}</span>'
 
 
-def page(analysis: "Analysis", figure_html: str, plotly_js: str, *, title: str | None = None) -> str:
+def page(analysis: Analysis, figure_html: str, plotly_js: str, *, title: str | None = None) -> str:
     from .. import __version__
 
     s = analysis.summary()
@@ -131,7 +131,7 @@ def page(analysis: "Analysis", figure_html: str, plotly_js: str, *, title: str |
     return "\n".join(parts) + "\n"
 
 
-def _findings_section(analysis: "Analysis") -> str:
+def _findings_section(analysis: Analysis) -> str:
     from .findings import section
 
     return section(analysis)
@@ -149,13 +149,16 @@ def _first_screen(s: dict) -> str:
     out.append('<div class="cols">')
     by_gate = {g: n for g, n in (s.get("by_gate") or {}).items() if n}
     if by_gate:
-        out.append('<div><h3>Events by gate and sub-kind</h3><table><tr><th>gate</th><th>sub-kind</th>'
-                   '<th>events</th></tr>')
+        out.append(
+            "<div><h3>Events by gate and sub-kind</h3><table><tr><th>gate</th><th>sub-kind</th><th>events</th></tr>"
+        )
         for g, n in sorted(by_gate.items(), key=lambda gn: -gn[1]):
             subs = (s.get("g1_sub_kinds") or {}) if g == "G1-kv-space" else {}
             if subs:
                 for k, m in sorted(subs.items(), key=lambda km: -km[1]):
-                    out.append(f'<tr><td>{chip(g)}</td><td>{e(k if k != "None" else "-")}</td><td class="num">{e(m)}</td></tr>')
+                    out.append(
+                        f'<tr><td>{chip(g)}</td><td>{e(k if k != "None" else "-")}</td><td class="num">{e(m)}</td></tr>'
+                    )
             else:
                 out.append(f'<tr><td>{chip(g)}</td><td>-</td><td class="num">{e(n)}</td></tr>')
         out.append("</table></div>")
@@ -190,15 +193,20 @@ def _tile(n: Any, label: str, extra: str = "") -> str:
     return f'<div class="tile"><div class="n">{e(n)}</div><div class="l">{e(label)}</div>{extra}</div>'
 
 
-def _tiles(s: dict, a: "Analysis") -> str:
+def _tiles(s: dict, a: Analysis) -> str:
     out = ['<section id="overview"><div class="grid">']
     kinds = ", ".join(f"{n} {k}" for k, n in s["by_kind"].items() if n) or "none"
     if s["count_visible"]:
         out.append(_tile(s["events"], "preemption event(s)", f'<div class="l">{e(kinds)}</div>'))
     else:
         nv = s.get("not_visible") or {}
-        out.append(_tile("not visible", "preemptions: this bundle cannot count them",
-                         f'<div class="l">{e(nv.get("remedy") or "")}</div>'))
+        out.append(
+            _tile(
+                "not visible",
+                "preemptions: this bundle cannot count them",
+                f'<div class="l">{e(nv.get("remedy") or "")}</div>',
+            )
+        )
     if s["preemption_rate"] is not None:
         out.append(_tile(f"{s['preemption_rate']:.4f}", f"per received request ({s['requests_received']} received)"))
     rec = s.get("reconciliation") or {}
@@ -228,7 +236,7 @@ def _tiles(s: dict, a: "Analysis") -> str:
     return "\n".join(out)
 
 
-def _summary(s: dict, a: "Analysis") -> str:
+def _summary(s: dict, a: Analysis) -> str:
     out = ['<section id="summary"><h2>Summary</h2>']
     rec = s.get("reconciliation") or {}
     if s.get("by_gate"):
@@ -246,29 +254,29 @@ def _summary(s: dict, a: "Analysis") -> str:
             out.append("<table><tr><th>source</th><th>count</th><th>in the events</th><th>note</th></tr>")
             for x in srcs:
                 out.append(
-                    f"<tr><td>{e(x['source'])}</td><td class=\"num\">{e(x['count'])}</td>"
-                    f"<td class=\"num\">{e(x.get('in_events') if x.get('in_events') is not None else '')}</td>"
+                    f'<tr><td>{e(x["source"])}</td><td class="num">{e(x["count"])}</td>'
+                    f'<td class="num">{e(x.get("in_events") if x.get("in_events") is not None else "")}</td>'
                     f"<td>{e(x.get('note'))}</td></tr>"
                 )
             out.append("</table>")
     piv = s.get("pressure_intervals") or []
     if piv:
         out.append(
-            f"<h3>Suspected pressure intervals ({len(piv)})</h3><p class=\"muted\">KV cache at or above "
+            f'<h3>Suspected pressure intervals ({len(piv)})</h3><p class="muted">KV cache at or above '
             f"{e(s.get('pressure_ceiling'))}% with requests waiting: evidence, not counted.</p>"
             "<table><tr><th>engine</th><th>series</th><th>start</th><th>end</th><th>peak KV %</th>"
             "<th>max waiting</th><th>running</th><th>counted events in it</th><th>evidence</th></tr>"
         )
         for i, r in enumerate(piv[:200]):
             if i == 10:
-                out.append(f'</table><details><summary>{min(len(piv), 200) - 10} more</summary><table>')
+                out.append(f"</table><details><summary>{min(len(piv), 200) - 10} more</summary><table>")
             ev = r.get("evidence") or []
             cited = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
             out.append(
-                f"<tr><td>{e(r['engine'])}</td><td>{e(r['series'])}</td><td class=\"mono t\">{e(r['start'])}</td>"
-                f"<td class=\"mono t\">{e(r['end'])}</td><td class=\"num\">{e(_num(r['peak_kv_usage']))}</td>"
-                f"<td class=\"num\">{e(r['max_waiting'])}</td><td>{e(r['max_running'])} → {e(r['min_running'])}</td>"
-                f"<td class=\"num\">{e(r.get('counted_events_in_interval'))}</td><td class=\"mono\">{e(cited)}</td></tr>"
+                f'<tr><td>{e(r["engine"])}</td><td>{e(r["series"])}</td><td class="mono t">{e(r["start"])}</td>'
+                f'<td class="mono t">{e(r["end"])}</td><td class="num">{e(_num(r["peak_kv_usage"]))}</td>'
+                f'<td class="num">{e(r["max_waiting"])}</td><td>{e(r["max_running"])} → {e(r["min_running"])}</td>'
+                f'<td class="num">{e(r.get("counted_events_in_interval"))}</td><td class="mono">{e(cited)}</td></tr>'
             )
         out.append("</table>" + ("</details>" if len(piv) > 10 else ""))
         if len(piv) > 200:
@@ -277,23 +285,29 @@ def _summary(s: dict, a: "Analysis") -> str:
     if rep:
         top = ", ".join(f"{r['request_id']} ×{r['count']}" for r in rep[:10])
         more = f" and {len(rep) - 10} more" if len(rep) > 10 else ""
-        out.append(f"<h3>Preempted more than once</h3><p class=\"mono\">{e(top)}{e(more)}</p>")
+        out.append(f'<h3>Preempted more than once</h3><p class="mono">{e(top)}{e(more)}</p>')
     if s["assumptions"]:
         out.append("<h3>Assumptions</h3><ul>")
         for x in s["assumptions"]:
             scope = f" ({x['scope']})" if x.get("scope") and x["scope"] != "bundle" else ""
-            out.append(f"<li>{e(x['topic'])}{e(scope)}: <b>{e(x['value'])}</b> <span class=\"muted\">from {e(x['source'])}</span></li>")
+            out.append(
+                f'<li>{e(x["topic"])}{e(scope)}: <b>{e(x["value"])}</b> <span class="muted">from {e(x["source"])}</span></li>'
+            )
         out.append("</ul>")
     if s.get("fixes"):
         out.append("<h3>Fixes, with their formulas and inputs</h3><ol>")
         for x in s["fixes"]:
             inputs = "; ".join(x.get("inputs") or [])
-            out.append(f"<li>{e(x['text'])}" + (f' <span class="muted">(inputs: {e(inputs)})</span>' if inputs else "")
-                       + "</li>")
+            out.append(
+                f"<li>{e(x['text'])}"
+                + (f' <span class="muted">(inputs: {e(inputs)})</span>' if inputs else "")
+                + "</li>"
+            )
         out.append("</ol>")
     if s.get("fixes_dropped"):
-        out.append('<p class="muted">Left out: ' + e("; ".join(f"{x['id']}: {x['why']}" for x in s["fixes_dropped"]))
-                   + "</p>")
+        out.append(
+            '<p class="muted">Left out: ' + e("; ".join(f"{x['id']}: {x['why']}" for x in s["fixes_dropped"])) + "</p>"
+        )
     if s["notes"]:
         out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{e(n)}</li>" for n in s["notes"]) + "</ul>")
     if s["warnings"]:
@@ -301,7 +315,9 @@ def _summary(s: dict, a: "Analysis") -> str:
     unknown = [f for f in s["inputs"] if f["kind"] in ("unknown", "binary", "empty", "unreadable")]
     out.append("<details><summary>Inputs</summary><table><tr><th>file</th><th>kind</th><th>size</th></tr>")
     for f in s["inputs"]:
-        out.append(f"<tr><td class=\"mono\">{e(f['file'])}</td><td>{e(f['kind'])}</td><td class=\"num\">{e(f['size'])}</td></tr>")
+        out.append(
+            f'<tr><td class="mono">{e(f["file"])}</td><td>{e(f["kind"])}</td><td class="num">{e(f["size"])}</td></tr>'
+        )
     out.append("</table></details>")
     if unknown:
         out.append(f'<p class="muted">{len(unknown)} input file(s) not recognised.</p>')
@@ -309,7 +325,7 @@ def _summary(s: dict, a: "Analysis") -> str:
     return "\n".join(out)
 
 
-def _span_seconds(a: "Analysis") -> float:
+def _span_seconds(a: Analysis) -> float:
     t = a.events.filter(pl.col("time").is_not_null()).get_column("time")
     if t.len() < 2:
         return 0.0
@@ -320,7 +336,7 @@ def _num(v: Any) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
-def _config(s: dict, a: "Analysis") -> str:
+def _config(s: dict, a: Analysis) -> str:
     out = [
         '<section id="config"><h2>Configuration in force</h2>',
         '<div class="scroll"><table><tr><th>key</th><th>value</th><th>status</th><th>from</th><th>note</th></tr>',
@@ -328,8 +344,8 @@ def _config(s: dict, a: "Analysis") -> str:
     for k, v in (s.get("config") or {}).items():
         status = v.get("status") or ""
         out.append(
-            f"<tr><td class=\"mono\">{e(k)}</td><td class=\"mono\">{e(v.get('value'))}</td>"
-            f"<td class=\"status-{e(status)}\">{e(status)}</td><td class=\"mono\">{e(v.get('from') or '')}</td>"
+            f'<tr><td class="mono">{e(k)}</td><td class="mono">{e(v.get("value"))}</td>'
+            f'<td class="status-{e(status)}">{e(status)}</td><td class="mono">{e(v.get("from") or "")}</td>'
             f"<td>{e(v.get('note') or '')}</td></tr>"
         )
     out.append("</table></div>")
@@ -343,22 +359,33 @@ def _config(s: dict, a: "Analysis") -> str:
         for r in rows.head(2000).iter_rows(named=True):
             src = f"{r['source']}:{r['line']}" if r.get("source") else ""
             out.append(
-                f"<tr><td class=\"mono\">{e(r['key'])}</td><td class=\"mono\">{e(r['value'])}</td><td>{e(r['status'])}</td>"
-                f"<td class=\"mono\">{e(r.get('time') or '')}</td><td class=\"mono\">{e(src)}</td><td>{e(r.get('note') or '')}</td></tr>"
+                f'<tr><td class="mono">{e(r["key"])}</td><td class="mono">{e(r["value"])}</td><td>{e(r["status"])}</td>'
+                f'<td class="mono">{e(r.get("time") or "")}</td><td class="mono">{e(src)}</td><td>{e(r.get("note") or "")}</td></tr>'
             )
         out.append("</table></details>")
     out.append("</section>")
     return "\n".join(out)
 
 
-def _event_frame(a: "Analysis") -> "pl.DataFrame":
+def _event_frame(a: Analysis) -> pl.DataFrame:
     """Events with their verdicts and ISO times, in time order."""
     from ..render import iso_expr
     from ..rules.verdicts import VERDICT_COLUMNS
 
     ev = a.events.select(
-        "event_id", "time", "time_precision", "interval_start", "interval_end", "kind", "request_id", "mode",
-        "engine", "cumulative", "source", "line", "raw",
+        "event_id",
+        "time",
+        "time_precision",
+        "interval_start",
+        "interval_end",
+        "kind",
+        "request_id",
+        "mode",
+        "engine",
+        "cumulative",
+        "source",
+        "line",
+        "raw",
     )
     if a.verdicts is not None and a.verdicts.height and ev.height:
         ev = ev.join(a.verdicts, on="event_id", how="left", maintain_order="left")
@@ -374,22 +401,27 @@ def _event_frame(a: "Analysis") -> "pl.DataFrame":
     )
 
 
-def _events(a: "Analysis", s: dict) -> str:
+def _events(a: Analysis, s: dict) -> str:
     ev = _event_frame(a)
     out = ['<section id="events">']
     if ev.height == 0 and not s["count_visible"]:
         nv = s.get("not_visible") or {}
-        out.append(f"<h2>Events</h2><p>Preemptions are not visible in this bundle ({e(nv.get('reason'))}): "
-                   f"{e(nv.get('remedy'))}. This is not a count of zero.</p></section>")
+        out.append(
+            f"<h2>Events</h2><p>Preemptions are not visible in this bundle ({e(nv.get('reason'))}): "
+            f"{e(nv.get('remedy'))}. This is not a count of zero.</p></section>"
+        )
         return "\n".join(out)
     if ev.height == 0:
-        out.append("<h2>Events</h2><p>No preemption event in this bundle (see the notes above for what the "
-                   "log can and cannot show).</p></section>")
+        out.append(
+            "<h2>Events</h2><p>No preemption event in this bundle (see the notes above for what the "
+            "log can and cannot show).</p></section>"
+        )
         return "\n".join(out)
     if ev.height <= MAX_CARDS:
         order = {g: i for i, g in enumerate(GATE_ORDER)}
         groups = (
-            ev.group_by("gate", "sub_kind", maintain_order=True).len()
+            ev.group_by("gate", "sub_kind", maintain_order=True)
+            .len()
             .with_columns(_o=pl.col("gate").replace_strict(order, default=len(order), return_dtype=pl.Int32))
             .sort(["_o", "len"], descending=[False, True])
         )
@@ -397,7 +429,9 @@ def _events(a: "Analysis", s: dict) -> str:
         for g in groups.iter_rows(named=True):
             sub = ev.filter((pl.col("gate") == g["gate"]) & pl.col("sub_kind").eq_missing(g["sub_kind"]))
             label = f" / {e(g['sub_kind'])}" if g["sub_kind"] else ""
-            out.append(f'<div class="group"><h3>{chip(g["gate"])}{label} · {sub.height} event(s)</h3><div class="cards">')
+            out.append(
+                f'<div class="group"><h3>{chip(g["gate"])}{label} · {sub.height} event(s)</h3><div class="cards">'
+            )
             for r in sub.iter_rows(named=True):
                 out.append(_event_card(r))
             out.append("</div></div>")
@@ -416,10 +450,13 @@ def _event_card(r: dict) -> str:
         f'<span class="id mono">{e(r["event_id"])}</span>',
         f'<span class="mono muted">{e(r["time"] or "no time")}</span>',
     ]
-    body = [f'<div class="card" style="border-left-color:{gate_color(gate)}">', '<div class="head">' + "".join(head) + "</div>"]
+    body = [
+        f'<div class="card" style="border-left-color:{gate_color(gate)}">',
+        '<div class="head">' + "".join(head) + "</div>",
+    ]
     facts = []
     if r.get("request_id"):
-        facts.append(f"request <b class=\"mono\">{e(r['request_id'])}</b>")
+        facts.append(f'request <b class="mono">{e(r["request_id"])}</b>')
     if r.get("mode"):
         facts.append(f"mode {e(r['mode'])}")
     if r.get("engine"):
@@ -428,7 +465,7 @@ def _event_card(r: dict) -> str:
         facts.append(f"cumulative {e(r['cumulative'])}")
     if r.get("interval_end"):
         facts.append(f"somewhere in {e(r.get('interval_start') or '?')} .. {e(r['interval_end'])}")
-    facts.append(f"<span class=\"mono\">{e(r['source'])}:{e(r['line'])}</span>")
+    facts.append(f'<span class="mono">{e(r["source"])}:{e(r["line"])}</span>')
     body.append("<div>" + " · ".join(facts) + "</div>")
     if r.get("raw"):
         body.append(f"<pre>{e(r['raw'])}</pre>")
@@ -441,19 +478,21 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
     out = []
     conf = r.get("confidence") or "none"
     rule = r.get("rule") or "-"
-    out.append(f"<div><b>Verdict</b>: {e(r.get('gate') or UNDETERMINED)}"
-               + (f" / {e(r['sub_kind'])}" if r.get("sub_kind") else "")
-               + f" <span class=\"muted\">(rule {e(rule)}, confidence {e(conf)})</span></div>")
+    out.append(
+        f"<div><b>Verdict</b>: {e(r.get('gate') or UNDETERMINED)}"
+        + (f" / {e(r['sub_kind'])}" if r.get("sub_kind") else "")
+        + f' <span class="muted">(rule {e(rule)}, confidence {e(conf)})</span></div>'
+    )
     fired = [g for g in (r.get("gates_fired") or []) if g != r.get("gate")]
     if fired:
-        out.append(f"<div class=\"muted\">Gates that also fired: {e(', '.join(fired))}</div>")
+        out.append(f'<div class="muted">Gates that also fired: {e(", ".join(fired))}</div>')
     cited = r.get("evidence") or []
     if cited:
         out.append("<h3>Evidence</h3><table><tr><th>name</th><th>value</th><th>threshold</th><th>from</th></tr>")
         for c in cited:
             out.append(
-                f"<tr><td class=\"mono\">{e(c.get('name'))}</td><td class=\"mono\">{e(c.get('value'))}</td>"
-                f"<td class=\"mono\">{e(c.get('threshold') or '')}</td><td class=\"mono\">{e(c.get('src') or '-')}</td></tr>"
+                f'<tr><td class="mono">{e(c.get("name"))}</td><td class="mono">{e(c.get("value"))}</td>'
+                f'<td class="mono">{e(c.get("threshold") or "")}</td><td class="mono">{e(c.get("src") or "-")}</td></tr>'
             )
         out.append("</table>")
     ne = r.get("not_evaluable") or []
@@ -461,7 +500,9 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
         out.append("<h3>Not evaluable</h3><ul>")
         for x in ne:
             missing = ", ".join(x.get("missing") or []) or "its evidence"
-            out.append(f"<li>{e(x.get('gate'))}: no {e(missing)} <span class=\"muted\">(needs {e(x.get('needs'))})</span></li>")
+            out.append(
+                f'<li>{e(x.get("gate"))}: no {e(missing)} <span class="muted">(needs {e(x.get("needs"))})</span></li>'
+            )
         out.append("</ul>")
     if factor_counts is not None:  # noqa: SIM102 - "the count is known" apart from "it is non-zero"
         if factor_counts:
@@ -473,7 +514,7 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
         label = "Contributing factors (example event)" if factor_counts is not None else "Contributing factors"
         out.append(f"<h3>{label}</h3><ul>")
         for f in facs:
-            src = f" <span class=\"mono muted\">[{e(f.get('src'))}]</span>" if f.get("src") else ""
+            src = f' <span class="mono muted">[{e(f.get("src"))}]</span>' if f.get("src") else ""
             out.append(f"<li><b>{e(f.get('factor'))}</b>: {e(f.get('detail'))}{src}</li>")
         out.append("</ul>")
     notes = r.get("notes") or []
@@ -485,7 +526,7 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
     return "\n".join(out)
 
 
-def _group_cards(ev: "pl.DataFrame") -> str:
+def _group_cards(ev: pl.DataFrame) -> str:
     keys = ["gate", "sub_kind", "rule", "kind"]
     ev = ev.sort("_t", nulls_last=True, maintain_order=True).with_row_index("_i")
     groups = (
@@ -498,8 +539,11 @@ def _group_cards(ev: "pl.DataFrame") -> str:
             pl.col("_i").first().alias("_rep"),
             pl.col("request_id").drop_nulls().n_unique().alias("requests"),
         )
-        .with_columns(_o=pl.col("gate").replace_strict({g: i for i, g in enumerate(GATE_ORDER)}, default=len(GATE_ORDER),
-                                                       return_dtype=pl.Int32))
+        .with_columns(
+            _o=pl.col("gate").replace_strict(
+                {g: i for i, g in enumerate(GATE_ORDER)}, default=len(GATE_ORDER), return_dtype=pl.Int32
+            )
+        )
         .sort(["_o", "count"], descending=[False, True], maintain_order=True)
     )
     factors = _count_factors(ev, keys)
@@ -521,14 +565,24 @@ def _group_cards(ev: "pl.DataFrame") -> str:
             f'<span class="id">{g["count"]} event(s)</span>',
             f'<span class="muted">rule {e(g["rule"] or "-")}</span>',
         ]
-        body = [f'<div class="card" style="border-left-color:{gate_color(gate)}">', '<div class="head">' + "".join(head) + "</div>"]
+        body = [
+            f'<div class="card" style="border-left-color:{gate_color(gate)}">',
+            '<div class="head">' + "".join(head) + "</div>",
+        ]
         span = f"{e(g['first'])} .. {e(g['last'])}" if g.get("first") else "no timestamps"
         body.append(f'<div class="mono muted">{span}</div>')
         if g["requests"]:
             body.append(f"<div>{g['requests']} distinct request(s)</div>")
         more = f" and {g['count'] - len(g['examples'])} more" if g["count"] > len(g["examples"]) else ""
-        body.append("<div>examples: " + ", ".join(f'<span class="mono">{e(x)}</span>' for x in g["examples"]) + e(more) + "</div>")
-        body.append(f"<div class=\"muted\">example event {e(rep['event_id'])} at <span class=\"mono\">{e(rep['source'])}:{e(rep['line'])}</span></div>")
+        body.append(
+            "<div>examples: "
+            + ", ".join(f'<span class="mono">{e(x)}</span>' for x in g["examples"])
+            + e(more)
+            + "</div>"
+        )
+        body.append(
+            f'<div class="muted">example event {e(rep["event_id"])} at <span class="mono">{e(rep["source"])}:{e(rep["line"])}</span></div>'
+        )
         if rep.get("raw"):
             body.append(f"<pre>{e(rep['raw'])}</pre>")
         fkey = tuple(g[k] for k in keys)
@@ -539,7 +593,7 @@ def _group_cards(ev: "pl.DataFrame") -> str:
     return "\n".join(out)
 
 
-def _count_factors(ev: "pl.DataFrame", keys: list[str]) -> dict[tuple, list[tuple[str, int]]]:
+def _count_factors(ev: pl.DataFrame, keys: list[str]) -> dict[tuple, list[tuple[str, int]]]:
     """Per group: how many events carry each contributing factor."""
     if ev.schema.get("contributing_factors") is None or not isinstance(ev.schema["contributing_factors"], pl.List):
         return {}
@@ -562,4 +616,4 @@ def _count_factors(ev: "pl.DataFrame", keys: list[str]) -> dict[tuple, list[tupl
     return out
 
 
-__all__ = ["page", "e", "GATE_COLORS", "MAX_CARDS"]
+__all__ = ["GATE_COLORS", "MAX_CARDS", "e", "page"]

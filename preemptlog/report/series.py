@@ -38,38 +38,59 @@ UNDETERMINED = "undetermined"
 ESTIMATED_KINDS = ("reconstructed", "interval")
 
 MARKER_COLUMNS = [
-    "event_id", "time", "kind", "gate", "sub_kind", "rule", "confidence",
-    "request_id", "engine", "source", "line", "raw", "interval_start", "interval_end",
+    "event_id",
+    "time",
+    "kind",
+    "gate",
+    "sub_kind",
+    "rule",
+    "confidence",
+    "request_id",
+    "engine",
+    "source",
+    "line",
+    "raw",
+    "interval_start",
+    "interval_end",
 ]
 
 
-def wall(col: str, tz: str) -> "pl.Expr":
+def wall(col: str, tz: str) -> pl.Expr:
     """A UTC datetime column as wall-clock text in ``tz`` (what the plot's x axis shows)."""
     from ..timebase import local_wall
 
     return local_wall(pl.col(col), tz).dt.strftime("%Y-%m-%d %H:%M:%S%.3f").alias(col)
 
 
-def events_with_verdicts(analysis: "Analysis") -> "pl.DataFrame":
+def events_with_verdicts(analysis: Analysis) -> pl.DataFrame:
     """Events with gate, sub_kind, rule and confidence (``undetermined`` when rules did not run)."""
     ev = analysis.events.select(
-        "event_id", "time", "time_precision", "interval_start", "interval_end", "kind",
-        "request_id", "engine", "source", "line", "raw",
+        "event_id",
+        "time",
+        "time_precision",
+        "interval_start",
+        "interval_end",
+        "kind",
+        "request_id",
+        "engine",
+        "source",
+        "line",
+        "raw",
     )
     v = analysis.verdicts
     if v is not None and v.height and ev.height:
         ev = ev.join(
-            v.select("event_id", "gate", "sub_kind", "rule", "confidence"), on="event_id", how="left",
+            v.select("event_id", "gate", "sub_kind", "rule", "confidence"),
+            on="event_id",
+            how="left",
             maintain_order="left",
         )
     else:
-        ev = ev.with_columns(
-            pl.lit(None, pl.String).alias(c) for c in ("gate", "sub_kind", "rule", "confidence")
-        )
+        ev = ev.with_columns(pl.lit(None, pl.String).alias(c) for c in ("gate", "sub_kind", "rule", "confidence"))
     return ev.with_columns(pl.col("gate").fill_null(UNDETERMINED))
 
 
-def envelope(df: "pl.DataFrame", value: str, tz: str, max_points: int = MAX_POINTS) -> "pl.DataFrame":
+def envelope(df: pl.DataFrame, value: str, tz: str, max_points: int = MAX_POINTS) -> pl.DataFrame:
     """``time``/``value`` of one series, at most ``max_points`` rows (min and max per bucket)."""
     d = (
         df.select(pl.col("time"), pl.col(value).cast(pl.Float64).alias("value"))
@@ -82,11 +103,15 @@ def envelope(df: "pl.DataFrame", value: str, tz: str, max_points: int = MAX_POIN
         span_us = int((t1 - t0).total_seconds() * 1e6)
         width = max(1, span_us // buckets + 1)
         b = (pl.col("time") - pl.lit(t0)).dt.total_microseconds() // width
-        g = d.with_columns(_b=b).group_by("_b").agg(
-            pl.col("time").get(pl.col("value").arg_min()).alias("t_lo"),
-            pl.col("value").min().alias("v_lo"),
-            pl.col("time").get(pl.col("value").arg_max()).alias("t_hi"),
-            pl.col("value").max().alias("v_hi"),
+        g = (
+            d.with_columns(_b=b)
+            .group_by("_b")
+            .agg(
+                pl.col("time").get(pl.col("value").arg_min()).alias("t_lo"),
+                pl.col("value").min().alias("v_lo"),
+                pl.col("time").get(pl.col("value").arg_max()).alias("t_hi"),
+                pl.col("value").max().alias("v_hi"),
+            )
         )
         d = (
             pl.concat(
@@ -108,7 +133,7 @@ class Series:
     panel: str
     name: str  # legend entry (log text: escaped by the figure)
     group: str  # legend group
-    points: "pl.DataFrame"  # time (String), value (Float64)
+    points: pl.DataFrame  # time (String), value (Float64)
     dash: str = "solid"
     color: str | None = None
 
@@ -117,8 +142,8 @@ class Series:
 class PlotData:
     tz: str
     series: list[Series] = field(default_factory=list)
-    markers: "pl.DataFrame | None" = None  # MARKER_COLUMNS, times as wall text
-    bins: "pl.DataFrame | None" = None  # time, gate, estimated, count
+    markers: pl.DataFrame | None = None  # MARKER_COLUMNS, times as wall text
+    bins: pl.DataFrame | None = None  # time, gate, estimated, count
     bin_seconds: int | None = None
     untimed: int = 0
     pressure: list[tuple[str, str, str]] = field(default_factory=list)  # (start, end, label)
@@ -133,7 +158,7 @@ class PlotData:
         return seen
 
 
-def _keyed(df: "pl.DataFrame", keys: list[str]) -> list[tuple[tuple, "pl.DataFrame"]]:
+def _keyed(df: pl.DataFrame, keys: list[str]) -> list[tuple[tuple, pl.DataFrame]]:
     if df.height == 0:
         return []
     keys = [k for k in keys if k in df.columns]
@@ -145,7 +170,7 @@ def _keyed(df: "pl.DataFrame", keys: list[str]) -> list[tuple[tuple, "pl.DataFra
     )
 
 
-def plot_data(analysis: "Analysis", *, max_points: int = MAX_POINTS, max_markers: int = MAX_MARKERS) -> PlotData:
+def plot_data(analysis: Analysis, *, max_points: int = MAX_POINTS, max_markers: int = MAX_MARKERS) -> PlotData:
     tz = analysis.tz
     out = PlotData(tz=tz, kv_ceiling=analysis.options.kv_ceiling)
 
@@ -164,7 +189,9 @@ def plot_data(analysis: "Analysis", *, max_points: int = MAX_POINTS, max_markers
                 ("swapped", "requests", "swapped"),
             ):
                 if part.get_column(col).drop_nulls().len():
-                    out.series.append(Series(panel, f"{label} ({who})", f"log {who}", envelope(part, col, tz, max_points)))
+                    out.series.append(
+                        Series(panel, f"{label} ({who})", f"log {who}", envelope(part, col, tz, max_points))
+                    )
 
     # Prometheus gauges, dashed.
     prom = analysis.frames.get("prom_series")
@@ -179,7 +206,13 @@ def plot_data(analysis: "Analysis", *, max_points: int = MAX_POINTS, max_markers
             ):
                 if col in part.columns and part.get_column(col).drop_nulls().len():
                     out.series.append(
-                        Series(panel, f"{label} (/metrics {who})", f"metrics {who}", envelope(part, col, tz, max_points), dash="dash")
+                        Series(
+                            panel,
+                            f"{label} (/metrics {who})",
+                            f"metrics {who}",
+                            envelope(part, col, tz, max_points),
+                            dash="dash",
+                        )
                     )
 
     # dmon, per GPU.
@@ -198,13 +231,26 @@ def plot_data(analysis: "Analysis", *, max_points: int = MAX_POINTS, max_markers
     if steps is not None and steps.height:
         for (engine,), part in _keyed(steps, ["engine"]):
             who = f"engine {engine if engine is not None else '?'}"
-            for col, label, dash in (("free_blocks", "free blocks", "solid"), ("largest_free_run", "largest free run", "dot")):
+            for col, label, dash in (
+                ("free_blocks", "free blocks", "solid"),
+                ("largest_free_run", "largest free run", "dot"),
+            ):
                 if part.get_column(col).drop_nulls().len():
-                    out.series.append(Series("blocks", f"{label} ({who})", f"blocks {who}", envelope(part, col, tz, max_points), dash=dash))
+                    out.series.append(
+                        Series(
+                            "blocks",
+                            f"{label} ({who})",
+                            f"blocks {who}",
+                            envelope(part, col, tz, max_points),
+                            dash=dash,
+                        )
+                    )
     else:
         hooks = analysis.frames.get("hook_steps")
         if hooks is not None and hooks.height and hooks.get_column("free_blocks").drop_nulls().len():
-            out.series.append(Series("blocks", "free blocks (hook lines)", "blocks", envelope(hooks, "free_blocks", tz, max_points)))
+            out.series.append(
+                Series("blocks", "free blocks (hook lines)", "blocks", envelope(hooks, "free_blocks", tz, max_points))
+            )
 
     # Pressure intervals (shaded on the KV panel).
     piv = analysis.frames.get("pressure_intervals")

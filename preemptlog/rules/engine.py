@@ -20,8 +20,8 @@ No Python runs per event: every rule becomes polars expressions over columns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -40,10 +40,10 @@ class Compiler:
         self.rs = rs
         self.columns = columns
         self.thresholds = rs.threshold_values()
-        self._derived: dict[str, "pl.Expr"] = {}
-        self._derived_src: dict[str, "pl.Expr"] = {}
+        self._derived: dict[str, pl.Expr] = {}
+        self._derived_src: dict[str, pl.Expr] = {}
 
-    def value(self, name: str) -> "pl.Expr":
+    def value(self, name: str) -> pl.Expr:
         if name in self.rs.derived:
             if name not in self._derived:
                 node = E.parse(self.rs.derived[name])
@@ -53,7 +53,7 @@ class Compiler:
             return pl.col(name)
         return pl.lit(None)
 
-    def src(self, name: str) -> "pl.Expr":
+    def src(self, name: str) -> pl.Expr:
         """Provenance of a name: its _src column, the event's file:line, or (derived) its inputs'."""
         if name in self.rs.derived:
             if name not in self._derived_src:
@@ -65,7 +65,7 @@ class Compiler:
             return provenance_expr()
         return pl.lit(None, pl.String)
 
-    def _src_of_node(self, node: E.Node) -> "pl.Expr":
+    def _src_of_node(self, node: E.Node) -> pl.Expr:
         # coalesce(a, b, ...): the provenance of the first value present.
         if isinstance(node, E.Call) and node.func == "coalesce":
             expr: Any = None  # a when/then chain
@@ -80,20 +80,26 @@ class Compiler:
         parts = [self.src(n) for n in sorted(used)]
         if not parts:
             return pl.lit(None, pl.String)
-        return pl.concat_list(parts).list.drop_nulls().list.unique(maintain_order=True).list.join("; ").replace("", None)
+        return (
+            pl.concat_list(parts).list.drop_nulls().list.unique(maintain_order=True).list.join("; ").replace("", None)
+        )
 
-    def expr(self, text: str) -> "pl.Expr":
+    def expr(self, text: str) -> pl.Expr:
         return E.compile_expr(E.parse(text), self.value, self.thresholds)
 
-    def present(self, name: str) -> "pl.Expr":
+    def present(self, name: str) -> pl.Expr:
         return self.value(name).is_not_null()
 
 
-def _cite_structs(c: Compiler, items: list[str], frame_schema: dict[str, Any]) -> "pl.Expr":
+def _cite_structs(c: Compiler, items: list[str], frame_schema: dict[str, Any]) -> pl.Expr:
     structs = []
     for item in items:
         node = E.parse(item)
-        if isinstance(node, E.Binary) and node.op in ("<", "<=", ">", ">=", "==", "!=") and isinstance(node.left, E.Name):
+        if (
+            isinstance(node, E.Binary)
+            and node.op in ("<", "<=", ">", ">=", "==", "!=")
+            and isinstance(node.left, E.Name)
+        ):
             name = node.left.name
             right = E.compile_expr(node.right, c.value, c.thresholds)
             rtext = item.split(node.op, 1)[1].strip()
@@ -129,16 +135,20 @@ def _cite_structs(c: Compiler, items: list[str], frame_schema: dict[str, Any]) -
     return lst.list.eval(pl.element().filter(pl.element().struct.field("value").is_not_null()))
 
 
-def _src_for(c: Compiler, node: E.Node) -> "pl.Expr":
+def _src_for(c: Compiler, node: E.Node) -> pl.Expr:
     return c._src_of_node(node)
 
 
-def _value_text(v: "pl.Expr") -> "pl.Expr":
+def _value_text(v: pl.Expr) -> pl.Expr:
     """Render any scalar as text: integers without '.0', floats rounded to 3 places."""
     f = v.cast(pl.Float64, strict=False)
-    num_text = pl.when(f % 1 == 0).then(f.cast(pl.Int64, strict=False).cast(pl.String)).otherwise(f.round(3).cast(pl.String))
-    return pl.when(f.is_not_null() & v.cast(pl.String, strict=False).str.contains(r"^-?[0-9.eE+]+$")).then(num_text).otherwise(
-        v.cast(pl.String, strict=False)
+    num_text = (
+        pl.when(f % 1 == 0).then(f.cast(pl.Int64, strict=False).cast(pl.String)).otherwise(f.round(3).cast(pl.String))
+    )
+    return (
+        pl.when(f.is_not_null() & v.cast(pl.String, strict=False).str.contains(r"^-?[0-9.eE+]+$"))
+        .then(num_text)
+        .otherwise(v.cast(pl.String, strict=False))
     )
 
 
@@ -164,7 +174,7 @@ def used_names(rs: RuleSet, extra: Sequence[str] = ()) -> set[str]:
     return names
 
 
-def rule_flags(frame: "pl.DataFrame", rs: RuleSet, rules: list[Rule] | None = None) -> "pl.DataFrame":
+def rule_flags(frame: pl.DataFrame, rs: RuleSet, rules: list[Rule] | None = None) -> pl.DataFrame:
     """Per rule: ``evaluable__<id>`` and ``fired__<id>`` boolean columns (nulls count as false)."""
     c = Compiler(rs, set(frame.columns))
     cols = []
@@ -187,7 +197,7 @@ def rule_flags(frame: "pl.DataFrame", rs: RuleSet, rules: list[Rule] | None = No
     return frame.with_columns(cols)
 
 
-def _eligible(r: Rule, c: Compiler) -> "pl.Expr":
+def _eligible(r: Rule, c: Compiler) -> pl.Expr:
     if not r.guide_only:
         return pl.lit(True)
     gm = pl.col("guide_model").fill_null(True) if "guide_model" in c.columns else pl.lit(True)
@@ -196,7 +206,7 @@ def _eligible(r: Rule, c: Compiler) -> "pl.Expr":
     return gm
 
 
-def _assumed(r: Rule, columns: "set[str] | list[str]") -> "pl.Expr":
+def _assumed(r: Rule, columns: set[str] | list[str]) -> pl.Expr:
     """True where the rule read one of its assumption-sensitive values from preemptlog's defaults."""
     assumed = pl.lit(False)
     for n in r.assumption_sensitive:
@@ -205,7 +215,7 @@ def _assumed(r: Rule, columns: "set[str] | list[str]") -> "pl.Expr":
     return assumed
 
 
-def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
+def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
     """Verdicts for every row of ``frame`` (events joined with evidence)."""
     rules = rs.active
     df = rule_flags(frame, rs, rules)
@@ -216,22 +226,23 @@ def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
     order = [(r, pl.col(f"counts__{r.id}") & ~_assumed(r, df.columns)) for r in rules]
     order += [(r, pl.col(f"counts__{r.id}") & _assumed(r, df.columns)) for r in rules if r.assumption_sensitive]
 
-    def chain(values: Callable[[Rule], "pl.Expr"], default: "pl.Expr") -> "pl.Expr":
+    def chain(values: Callable[[Rule], pl.Expr], default: pl.Expr) -> pl.Expr:
         expr: Any = None  # a when/then chain
         for r, cond in order:
             expr = pl.when(cond).then(values(r)) if expr is None else expr.when(cond).then(values(r))
         return default if expr is None else expr.otherwise(default)
 
-    def downgraded(r: Rule) -> "pl.Expr":
+    def downgraded(r: Rule) -> pl.Expr:
         return pl.when(_assumed(r, df.columns)).then(pl.lit(_DOWNGRADE[r.confidence])).otherwise(pl.lit(r.confidence))
 
-    def assumed_note(r: Rule) -> "pl.Expr":
+    def assumed_note(r: Rule) -> pl.Expr:
         parts = []
         for n in r.assumption_sensitive:
             if f"{n}_status" in df.columns:
                 parts.append(
-                    pl.when(pl.col(f"{n}_status") == "default")
-                    .then(pl.lit(f"{n} is not stated in the bundle; the verdict used preemptlog's assumed default"))
+                    pl.when(pl.col(f"{n}_status") == "default").then(
+                        pl.lit(f"{n} is not stated in the bundle; the verdict used preemptlog's assumed default")
+                    )
                 )
         return pl.concat_list(parts) if parts else pl.lit([], pl.List(pl.String))
 
@@ -257,7 +268,7 @@ def evaluate(frame: "pl.DataFrame", rs: RuleSet) -> "pl.DataFrame":
     return out
 
 
-def _guide_notes(rules: list[Rule]) -> "pl.Expr":
+def _guide_notes(rules: list[Rule]) -> pl.Expr:
     """Guide-only rules that fired on an upstream log: listed, never the verdict."""
     parts = [
         pl.when(pl.col(f"guide__{r.id}")).then(
@@ -273,7 +284,7 @@ def _guide_notes(rules: list[Rule]) -> "pl.Expr":
     return pl.concat_list(parts) if parts else pl.lit([], pl.List(pl.String))
 
 
-def _gates_fired(rules: list[Rule]) -> "pl.Expr":
+def _gates_fired(rules: list[Rule]) -> pl.Expr:
     parts = [pl.when(pl.col(f"counts__{r.id}")).then(pl.lit(r.gate)) for r in rules]
     if not parts:
         return pl.lit([], pl.List(pl.String))
@@ -282,7 +293,7 @@ def _gates_fired(rules: list[Rule]) -> "pl.Expr":
     return lst.list.sort()
 
 
-def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> "pl.Expr":
+def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> pl.Expr:
     items = []
     for gate in GATES:
         gr = [r for r in rules if r.gate == gate]
@@ -296,7 +307,11 @@ def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> "pl.Expr":
             for n in r.requires + r.requires_any:
                 if n not in missing_names:
                     missing_names.append(n)
-        missing = pl.concat_list([pl.when(~c.present(n)).then(pl.lit(n)) for n in missing_names]) if missing_names else pl.lit([], pl.List(pl.String))
+        missing = (
+            pl.concat_list([pl.when(~c.present(n)).then(pl.lit(n)) for n in missing_names])
+            if missing_names
+            else pl.lit([], pl.List(pl.String))
+        )
         item = pl.struct(
             pl.lit(gate).alias("gate"),
             missing.list.drop_nulls().alias("missing"),
@@ -319,7 +334,7 @@ ENGINE_COLUMNS = [
 ]
 
 
-def fired_rules(frame: "pl.DataFrame", rs: RuleSet) -> list[list[dict[str, Any]]]:
+def fired_rules(frame: pl.DataFrame, rs: RuleSet) -> list[list[dict[str, Any]]]:
     """Per row of ``frame``: every rule that fired, with its gate, the values it cited and their lines.
 
     Each item: ``{gate, sub_kind, rule, counts, evidence}``; ``counts`` is false for a
@@ -347,11 +362,17 @@ def fired_rules(frame: "pl.DataFrame", rs: RuleSet) -> list[list[dict[str, Any]]
 
 
 # The event columns a rule sample may give (rules/samples.py, rules/mechanisms.py).
-EVENT_TYPES = {"kind": "String", "mode": "String", "engine": "String", "request_id": "String",
-               "cumulative": "Int64", "time_precision": "String"}
+EVENT_TYPES = {
+    "kind": "String",
+    "mode": "String",
+    "engine": "String",
+    "request_id": "String",
+    "cumulative": "Int64",
+    "time_precision": "String",
+}
 
 
-def sample_frame(evidence: dict[str, Any]) -> "pl.DataFrame":
+def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
     """A one-row frame with every evidence and event column (null unless given)."""
     from ..frames import PolarsType, polars_dtype
     from ..joiner import polars_schema

@@ -26,8 +26,8 @@ treats a null condition as "not fired". ``present(x)`` is ``x is not null``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import polars as pl
 
@@ -119,7 +119,7 @@ def tokenize(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise ExprError(f"unexpected character {text[pos:pos + 1]!r} at position {pos}")
+            raise ExprError(f"unexpected character {text[pos : pos + 1]!r} at position {pos}")
         kind = m.lastgroup
         assert kind is not None
         tokens.append((kind, m.group(kind)))
@@ -285,9 +285,10 @@ def names(node: Node) -> tuple[set[str], set[str]]:
     return out, thr
 
 
-def compile_expr(node: Node, resolve_name: Callable[[str], "pl.Expr"], thresholds: dict[str, object]) -> "pl.Expr":
+def compile_expr(node: Node, resolve_name: Callable[[str], pl.Expr], thresholds: dict[str, object]) -> pl.Expr:
     """AST -> polars expression. ``resolve_name`` maps a name to a column/derived expression."""
-    def c(n: object) -> "pl.Expr":
+
+    def c(n: object) -> pl.Expr:
         if isinstance(n, Num):
             v = n.value
             return pl.lit(int(v) if v.is_integer() else v)

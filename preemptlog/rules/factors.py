@@ -57,19 +57,19 @@ FACTOR_INPUTS = [
 ]
 
 
-def _s(e: "pl.Expr") -> "pl.Expr":
+def _s(e: pl.Expr) -> pl.Expr:
     f = e.cast(pl.Float64, strict=False)
     return pl.when(f % 1 == 0).then(f.cast(pl.Int64).cast(pl.String)).otherwise(f.round(2).cast(pl.String))
 
 
-def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
+def factors(frame: pl.DataFrame, rs: RuleSet) -> pl.Expr:
     """An expression giving each event's list of contributing factors."""
     c = Compiler(rs, set(frame.columns))
     v, src = c.value, c.src
     reserve = float(rs.thresholds["spec_reserve"].value) if "spec_reserve" in rs.thresholds else 0.2
     items = []
 
-    def item(cond: "pl.Expr", name: str, detail: "pl.Expr", source: "pl.Expr") -> None:
+    def item(cond: pl.Expr, name: str, detail: pl.Expr, source: pl.Expr) -> None:
         items.append(
             pl.when(cond.fill_null(False)).then(
                 pl.struct(pl.lit(name).alias("factor"), detail.alias("detail"), source.cast(pl.String).alias("src"))
@@ -93,14 +93,22 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
         "no delayed_preemption setting)"
     )
 
-    def delayed(gate: str, at: "pl.Expr", held_then: "pl.Expr", held_now: "pl.Expr", what: "pl.Expr",
-                source: "pl.Expr") -> None:
+    def delayed(gate: str, at: pl.Expr, held_then: pl.Expr, held_now: pl.Expr, what: pl.Expr, source: pl.Expr) -> None:
         item(
             held_then & at.is_not_null() & (at < step) & ~held_now.fill_null(False),
             "delayed-preemption",
             pl.concat_str(
-                [pl.lit(f"{gate}: "), what, pl.lit(" at scheduler step "), _s(at), pl.lit(", "), _s(step - at),
-                 pl.lit(" step(s) before the line's own step "), _s(step), note]
+                [
+                    pl.lit(f"{gate}: "),
+                    what,
+                    pl.lit(" at scheduler step "),
+                    _s(at),
+                    pl.lit(", "),
+                    _s(step - at),
+                    pl.lit(" step(s) before the line's own step "),
+                    _s(step),
+                    note,
+                ]
             ),
             source,
         )
@@ -111,10 +119,18 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
         short_step,
         short_step.is_not_null(),
         v("pending_max_blocks_needed") > v("sched_free_blocks"),
-        pl.concat_str([pl.lit("a pending request needed "), _s(v("lookback_short_blocks_needed")),
-                       pl.lit(" blocks with "), _s(v("lookback_short_free_blocks")), pl.lit(" free")]),
-        pl.concat_str([src("lookback_short_free_blocks"), pl.lit("; "), src("lookback_short_blocks_needed")],
-                      ignore_nulls=True),
+        pl.concat_str(
+            [
+                pl.lit("a pending request needed "),
+                _s(v("lookback_short_blocks_needed")),
+                pl.lit(" blocks with "),
+                _s(v("lookback_short_free_blocks")),
+                pl.lit(" free"),
+            ]
+        ),
+        pl.concat_str(
+            [src("lookback_short_free_blocks"), pl.lit("; "), src("lookback_short_blocks_needed")], ignore_nulls=True
+        ),
     )
     var_thr = pl.coalesce(v("lookback_variance_threshold"), v("variance_limit"))
     delayed(
@@ -122,8 +138,9 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
         v("lookback_variance_step"),
         v("lookback_max_variance") > var_thr,
         v("batch_variance") > v("variance_limit"),
-        pl.concat_str([pl.lit("batch variance "), _s(v("lookback_max_variance")), pl.lit(" above its threshold "),
-                       _s(var_thr)]),
+        pl.concat_str(
+            [pl.lit("batch variance "), _s(v("lookback_max_variance")), pl.lit(" above its threshold "), _s(var_thr)]
+        ),
         src("lookback_max_variance"),
     )
     delayed(
@@ -131,8 +148,15 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
         v("lookback_max_pending_step"),
         v("lookback_max_pending") >= v("queue_limit"),
         v("queue_depth") >= v("queue_limit"),
-        pl.concat_str([pl.lit("the pending queue was "), _s(v("lookback_max_pending")), pl.lit(" (cap "),
-                       _s(v("queue_limit")), pl.lit(")")]),
+        pl.concat_str(
+            [
+                pl.lit("the pending queue was "),
+                _s(v("lookback_max_pending")),
+                pl.lit(" (cap "),
+                _s(v("queue_limit")),
+                pl.lit(")"),
+            ]
+        ),
         src("lookback_max_pending"),
     )
     bs = pl.coalesce(v("pool_block_size"), v("cfg_block_size"))
@@ -180,7 +204,11 @@ def factors(frame: "pl.DataFrame", rs: RuleSet) -> "pl.Expr":
     mnbt, util = v("cfg_max_num_batched_tokens"), v("cfg_gpu_memory_utilization")
     spec = pl.when(v("cfg_speculative") == True).then(pl.lit(1.0 - reserve)).otherwise(pl.lit(1.0))  # noqa: E712
     eff = mnbt * util * spec
-    seen_mnbt = (pl.col("cfg_max_num_batched_tokens_status") != "default") if "cfg_max_num_batched_tokens_status" in frame.columns else pl.lit(True)
+    seen_mnbt = (
+        (pl.col("cfg_max_num_batched_tokens_status") != "default")
+        if "cfg_max_num_batched_tokens_status" in frame.columns
+        else pl.lit(True)
+    )
     item(
         seen_mnbt & (eff < mnbt),
         "effective-budget",

@@ -20,6 +20,7 @@ columns, the gate rules' ``[derived]`` values, thresholds, and the per-event val
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from . import expr as E
@@ -33,15 +34,34 @@ from .model import (  # the rule kind's schema lives with the gate rules' (rules
     MECHANISMS,
     UNKNOWN,
     MechanismRule,
+)
+from .model import (
     build_mechanism as build,
+)
+from .model import (
     mechanism_known_names as known_names,
+)
+from .model import (
     merge_mechanisms as merge,
+)
+from .model import (
     validate_mechanisms as validate,
 )
 
 __all__ = [
-    "MECHANISMS", "MECHANISM_EVIDENCE", "MECH_FIELDS", "UNKNOWN", "MechanismRule",
-    "active", "build", "evaluate", "flags", "known_names", "merge", "run_samples", "validate",
+    "MECHANISMS",
+    "MECHANISM_EVIDENCE",
+    "MECH_FIELDS",
+    "UNKNOWN",
+    "MechanismRule",
+    "active",
+    "build",
+    "evaluate",
+    "flags",
+    "known_names",
+    "merge",
+    "run_samples",
+    "validate",
 ]
 
 
@@ -92,7 +112,8 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
             missing_parts.append(pl.when(~c.present(n)).then(pl.lit(f"{r.mechanism}: {n}")))
     missing = (
         pl.concat_list(missing_parts).list.drop_nulls().list.unique(maintain_order=True)
-        if missing_parts else pl.lit([], pl.List(pl.String))
+        if missing_parts
+        else pl.lit([], pl.List(pl.String))
     )
     any_fired = pl.lit(False)
     for r in rules:

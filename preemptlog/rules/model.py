@@ -24,7 +24,14 @@ from . import expr as E
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
 SUB_KINDS = ("capacity", "fragmentation", "kv-exhausted")
 CONFIDENCE = ("high", "medium", "low")
-TOP_FIELDS = {"version", "thresholds", "derived", "rule", "gates", "mechanism"}  # mechanism: issue 15 (rules/mechanisms.py)
+TOP_FIELDS = {
+    "version",
+    "thresholds",
+    "derived",
+    "rule",
+    "gates",
+    "mechanism",
+}  # mechanism: issue 15 (rules/mechanisms.py)
 RULE_FIELDS = {
     "id",
     "gate",
@@ -132,9 +139,19 @@ class RuleSet:
             ],
             # issue 15: the [[mechanism]] rules (rules/mechanisms.py)
             "mechanisms": [
-                {"id": m.id, "mechanism": m.mechanism, "priority": m.priority, "enabled": m.enabled,
-                 "confidence": m.confidence, "when": m.when, "requires": m.requires, "requires_any": m.requires_any,
-                 "description": m.description, "origin": m.origin, "samples": len(m.samples)}
+                {
+                    "id": m.id,
+                    "mechanism": m.mechanism,
+                    "priority": m.priority,
+                    "enabled": m.enabled,
+                    "confidence": m.confidence,
+                    "when": m.when,
+                    "requires": m.requires,
+                    "requires_any": m.requires_any,
+                    "description": m.description,
+                    "origin": m.origin,
+                    "samples": len(m.samples),
+                }
                 for m in sorted(self.mechanisms, key=lambda m: (m.priority, m.order))
             ],
         }
@@ -170,7 +187,9 @@ def _parse_toml(text: str, name: str) -> dict[str, Any]:
 def _check_keys(where: str, got: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(got) - allowed)
     if unknown:
-        raise RulesError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}", hint="allowed: " + ", ".join(sorted(allowed)))
+        raise RulesError(
+            f"{where}: unknown field(s) {', '.join(map(repr, unknown))}", hint="allowed: " + ", ".join(sorted(allowed))
+        )
 
 
 def _str_list(where: str, value: Any) -> list[str]:
@@ -334,8 +353,10 @@ def _check_expr(where: str, text: str, names_ok: set[str], rs: RuleSet) -> None:
         from ..joiner import RENAMED_IN_2
 
         renamed = [f"{b} is now {RENAMED_IN_2[b]}" for b in bad if b in RENAMED_IN_2]
-        hint = ("renamed in output schema 2 (evidence named by its source): " + ", ".join(renamed)) if renamed else (
-            "see `preemptlog rules --evidence`"
+        hint = (
+            ("renamed in output schema 2 (evidence named by its source): " + ", ".join(renamed))
+            if renamed
+            else ("see `preemptlog rules --evidence`")
         )
         raise RulesError(f"{where}: unknown name(s) {', '.join(bad)}", hint=hint)
     bad_t = sorted(thr - set(rs.thresholds))
@@ -362,7 +383,9 @@ def apply_set(rs: RuleSet, items: list[str] | None) -> None:
             rule.enabled = raw.lower() == "true"
             continue
         if key not in rs.thresholds:
-            raise RulesError(f"--set {item}: unknown threshold {key!r}", hint="known: " + ", ".join(sorted(rs.thresholds)))
+            raise RulesError(
+                f"--set {item}: unknown threshold {key!r}", hint="known: " + ", ".join(sorted(rs.thresholds))
+            )
         old = rs.thresholds[key].value
         value: Any
         try:
@@ -385,24 +408,45 @@ def load_rules(extra_files: list[str] | None = None, sets: list[str] | None = No
     validate(rs)
     return rs
 
+
 # ---------------------------------------------------------------- the [[mechanism]] rule kind
 # Which of vLLM's own mechanisms made a preemption: parsed and validated here with the gate
 # rules (one home for the rules file's schema); evaluated by rules/mechanisms.py.
 
 MECHANISMS = ("kv-capacity", "chunked-prefill-loop", "priority-churn", "prefix-cache-reset", "spec-decode-lookahead")
 UNKNOWN = "unknown"
-MECH_FIELDS = {"id", "mechanism", "priority", "confidence", "description", "requires", "requires_any", "when",
-               "cite", "enabled", "sample"}
+MECH_FIELDS = {
+    "id",
+    "mechanism",
+    "priority",
+    "confidence",
+    "description",
+    "requires",
+    "requires_any",
+    "when",
+    "cite",
+    "enabled",
+    "sample",
+}
 
 # Per-event values only the mechanism rules read (name -> polars dtype name, one line of doc).
 MECHANISM_EVIDENCE: dict[str, tuple[str, str]] = {
-    "mech_alloc_failed": ("Boolean", "a recorded allocation failed for lack of free blocks (preempt record: blocks needed + watermark > free), or V0's 'not enough KV cache space' warning (and the events reconstructed from its counter)"),
+    "mech_alloc_failed": (
+        "Boolean",
+        "a recorded allocation failed for lack of free blocks (preempt record: blocks needed + watermark > free), or V0's 'not enough KV cache space' warning (and the events reconstructed from its counter)",
+    ),
     "mech_no_failed_alloc": ("Boolean", "the preempt record saw no failed allocation (e.g. reset_prefix_cache)"),
     "mech_step_preempted": ("Int64", "preemptions recorded in the event's scheduler step (same engine)"),
     "mech_step_running": ("Int64", "running requests at the step, before its preemptions (preempt record 'running')"),
-    "mech_request_preemptions": ("Int64", "times the victim was preempted in the bundle (only from complete sources: records, markers)"),
+    "mech_request_preemptions": (
+        "Int64",
+        "times the victim was preempted in the bundle (only from complete sources: records, markers)",
+    ),
     "mech_request_index": ("Int64", "this preemption's number for its request (1 = first)"),
-    "mech_prompt_tokens": ("Int64", "the victim's prompt length (request record, or prompt_token_ids of its request line)"),
+    "mech_prompt_tokens": (
+        "Int64",
+        "the victim's prompt length (request record, or prompt_token_ids of its request line)",
+    ),
     "mech_policy": ("String", "the scheduling policy the preempt record names (fcfs | priority)"),
     "mech_victim_priority": ("Int64", "the victim's priority (preempt table record)"),
     "mech_prompt_tput_at": ("Float64", "prompt throughput (tokens/s) of the stats line whose interval holds the event"),
@@ -468,12 +512,19 @@ def build_mechanism(doc: Any, src: str, order: int) -> MechanismRule:
         if not isinstance(s.get("evidence", {}), dict):
             raise _err(f"{where} sample #{i + 1}: evidence must be a table")
     return MechanismRule(
-        id=rid, mechanism=mech, when=when, priority=prio, confidence=conf,
+        id=rid,
+        mechanism=mech,
+        when=when,
+        priority=prio,
+        confidence=conf,
         description=doc.get("description", ""),
         requires=_str_list(f"{where} requires", doc.get("requires", [])),
         requires_any=_str_list(f"{where} requires_any", doc.get("requires_any", [])),
         cite=_str_list(f"{where} cite", doc.get("cite", [])),
-        enabled=enabled, samples=samples, origin=src, order=order,
+        enabled=enabled,
+        samples=samples,
+        origin=src,
+        order=order,
     )
 
 

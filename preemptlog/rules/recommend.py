@@ -16,8 +16,9 @@ threshold, 10% of the longest running length (3.2.2); ``--swap-space 4`` (4.2).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -44,13 +45,13 @@ class Measured:
         return self.value is not None
 
 
-def _cfg(analysis: "AnalysisView") -> dict[str, dict[str, Any]]:
+def _cfg(analysis: AnalysisView) -> dict[str, dict[str, Any]]:
     from ..vllm.config import in_force
 
     return in_force(analysis.config)
 
 
-def measure(analysis: "AnalysisView") -> dict[str, Measured]:
+def measure(analysis: AnalysisView) -> dict[str, Measured]:
     out: dict[str, Measured] = {}
     req = analysis.requests
     rec = req.filter(pl.col("action") == "received") if req.height else req
@@ -77,7 +78,8 @@ def measure(analysis: "AnalysisView") -> dict[str, Measured]:
     mt = rec.filter(pl.col("max_tokens").is_not_null()).get_column("max_tokens") if rec.height else None
     if mt is not None and mt.len():
         out["avg_output_len"] = Measured(
-            round(float(mt.mean()), 1), f"mean max_tokens of {mt.len()} requests (an upper bound of the output length)"  # type: ignore[arg-type]  # polars scalars are typed as every literal
+            round(float(mt.mean()), 1),  # type: ignore[arg-type]  # polars scalars are typed as every literal
+            f"mean max_tokens of {mt.len()} requests (an upper bound of the output length)",
         )
     else:
         out["avg_output_len"] = Measured(None, f"output lengths are not in the bundle: {LOG_REQUESTS_HINT}")
@@ -92,7 +94,8 @@ def measure(analysis: "AnalysisView") -> dict[str, Measured]:
         )
         if lat.len() >= 5:
             out["p95_latency_s"] = Measured(
-                round(float(lat.quantile(0.95, "higher")), 2), f"p95 of {lat.len()} received -> finished/aborted times"  # type: ignore[arg-type]  # polars scalars are typed as every literal
+                round(float(lat.quantile(0.95, "higher")), 2),  # type: ignore[arg-type]  # polars scalars are typed as every literal
+                f"p95 of {lat.len()} received -> finished/aborted times",
             )
     if "p95_latency_s" not in out:
         out["p95_latency_s"] = Measured(None, f"latencies are not in the bundle: {LATENCY_HINT}")
@@ -114,7 +117,9 @@ def measure(analysis: "AnalysisView") -> dict[str, Measured]:
     out["max_num_batched_tokens"] = c("max_num_batched_tokens", int)
     out["gpu_memory_utilization"] = c("gpu_memory_utilization", float)
     out["max_model_len"] = c("max_model_len", int)
-    out["enable_chunked_prefill"] = c("enable_chunked_prefill", lambda v: str(v).strip().lower() in ("true", "1", "yes"))
+    out["enable_chunked_prefill"] = c(
+        "enable_chunked_prefill", lambda v: str(v).strip().lower() in ("true", "1", "yes")
+    )
     spec = cfg.get("speculative_config") or cfg.get("speculative_model")
     spec_where = f" ({spec['source']}:{spec['line']})" if spec is not None and spec.get("source") else ""
     out["speculative"] = Measured(
@@ -122,9 +127,15 @@ def measure(analysis: "AnalysisView") -> dict[str, Measured]:
         f"speculative_config {spec['value'] if spec is not None else 'not stated'} in the config line{spec_where}",
     )
     ev = analysis.evidence
-    if ev is not None and "bt_batch_max_len" in ev.columns and ev.get_column("bt_batch_max_len").null_count() < ev.height:
+    if (
+        ev is not None
+        and "bt_batch_max_len" in ev.columns
+        and ev.get_column("bt_batch_max_len").null_count() < ev.height
+    ):
         i = ev.get_column("bt_batch_max_len").arg_max()
-        where = ev.get_column("bt_batch_max_len_src")[i] if "bt_batch_max_len_src" in ev.columns and i is not None else None
+        where = (
+            ev.get_column("bt_batch_max_len_src")[i] if "bt_batch_max_len_src" in ev.columns and i is not None else None
+        )
         out["bt_batch_max_len"] = Measured(
             int(ev.get_column("bt_batch_max_len").max()),  # type: ignore[arg-type]  # polars scalars are typed as every literal
             "longest running length at an event" + (f" ({where})" if where else ""),
@@ -213,13 +224,23 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
     return out
 
 
-def _known(*ms: "Measured | None") -> list[str]:
+def _known(*ms: Measured | None) -> list[str]:
     """The inputs a fix used: what each known value is and where it came from."""
     return [m.how for m in ms if m is not None and m.known]
 
 
-def _fix(fid: str, option: str, current: Any, suggested: Any, inputs: list[str], effect: str, prose: str,
-         keys: list[str], *, missing: str | None = None) -> dict[str, Any]:
+def _fix(
+    fid: str,
+    option: str,
+    current: Any,
+    suggested: Any,
+    inputs: list[str],
+    effect: str,
+    prose: str,
+    keys: list[str],
+    *,
+    missing: str | None = None,
+) -> dict[str, Any]:
     return {
         "id": fid,
         "option": option,
@@ -248,107 +269,268 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
     p95, share = m.get("prompt_p95"), m.get("prompt_share_le_64")
     if p95 is not None and p95.known and share is not None:
         rec = 64 if share.value >= 0.95 else 32 if p95.value <= 128 else (bs.value if bs.known else 16)
-        item = _fix("block_size", "--block-size", bs.value, rec, _known(p95, share, bs),
-                    "fewer fragmentation preemptions: blocks sized to the prompts leave fewer partly used blocks",
-                    f["block_size"], ["G1-kv-space/fragmentation", "G1-kv-space/capacity"])
+        item = _fix(
+            "block_size",
+            "--block-size",
+            bs.value,
+            rec,
+            _known(p95, share, bs),
+            "fewer fragmentation preemptions: blocks sized to the prompts leave fewer partly used blocks",
+            f["block_size"],
+            ["G1-kv-space/fragmentation", "G1-kv-space/capacity"],
+        )
         if bs.known and rec == bs.value:
             dropped.append({"id": "block_size", "why": f"suggests block_size {rec}, the value in force ({bs.how})"})
         else:
             out.append(item)
     else:
-        out.append(_fix("block_size", "--block-size", bs.value, None, _known(bs), "sized to the prompt lengths",
-                        f["block_size"], ["G1-kv-space/fragmentation", "G1-kv-space/capacity"],
-                        missing=p95.how if p95 else LOG_REQUESTS_HINT))
+        out.append(
+            _fix(
+                "block_size",
+                "--block-size",
+                bs.value,
+                None,
+                _known(bs),
+                "sized to the prompt lengths",
+                f["block_size"],
+                ["G1-kv-space/fragmentation", "G1-kv-space/capacity"],
+                missing=p95.how if p95 else LOG_REQUESTS_HINT,
+            )
+        )
     rps, lat, mns = m["peak_rps"], m["p95_latency_s"], m["max_num_seqs"]
     keys_seqs = G1_KEYS + ["G3-queue-overflow"]
     if rps.known and lat.known:
         n = math.ceil(math.ceil(rps.value * lat.value) * 1.5)
-        item = _fix("max_num_seqs", "--max-num-seqs", mns.value, n, _known(rps, lat, mns),
-                    "the running set matches the arrival rate: no queue overflow, fewer sequences competing for KV",
-                    f["max_num_seqs"], keys_seqs)
+        item = _fix(
+            "max_num_seqs",
+            "--max-num-seqs",
+            mns.value,
+            n,
+            _known(rps, lat, mns),
+            "the running set matches the arrival rate: no queue overflow, fewer sequences competing for KV",
+            f["max_num_seqs"],
+            keys_seqs,
+        )
         if mns.known and n == mns.value:
             dropped.append({"id": "max_num_seqs", "why": f"suggests max_num_seqs {n}, the value in force ({mns.how})"})
         else:
             out.append(item)
     else:
         missing = "; ".join(x.how for x in (rps, lat) if not x.known)
-        out.append(_fix("max_num_seqs", "--max-num-seqs", mns.value, None, _known(rps, lat, mns),
-                        "the running set matches the arrival rate", f["max_num_seqs"], keys_seqs, missing=missing))
+        out.append(
+            _fix(
+                "max_num_seqs",
+                "--max-num-seqs",
+                mns.value,
+                None,
+                _known(rps, lat, mns),
+                "the running set matches the arrival rate",
+                f["max_num_seqs"],
+                keys_seqs,
+                missing=missing,
+            )
+        )
     out_len, mbt = m["avg_output_len"], m["max_num_batched_tokens"]
     if rps.known and out_len.known:
         buf = math.ceil(rps.value * out_len.value * 0.3)
-        out.append(_fix("budget_buffer", "--max-num-batched-tokens", mbt.value,
-                        (mbt.value + buf) if mbt.known else f"+{buf} tokens", _known(rps, out_len, mbt),
-                        f"a token budget buffer of {buf} tokens absorbs bursts of decode growth",
-                        f["budget_buffer"], keys_seqs))
+        out.append(
+            _fix(
+                "budget_buffer",
+                "--max-num-batched-tokens",
+                mbt.value,
+                (mbt.value + buf) if mbt.known else f"+{buf} tokens",
+                _known(rps, out_len, mbt),
+                f"a token budget buffer of {buf} tokens absorbs bursts of decode growth",
+                f["budget_buffer"],
+                keys_seqs,
+            )
+        )
     else:
         missing = "; ".join(x.how for x in (rps, out_len) if not x.known)
-        out.append(_fix("budget_buffer", "--max-num-batched-tokens", mbt.value, None, _known(rps, out_len, mbt),
-                        "a token budget buffer absorbs bursts of decode growth", f["budget_buffer"], keys_seqs,
-                        missing=missing))
+        out.append(
+            _fix(
+                "budget_buffer",
+                "--max-num-batched-tokens",
+                mbt.value,
+                None,
+                _known(rps, out_len, mbt),
+                "a token budget buffer absorbs bursts of decode growth",
+                f["budget_buffer"],
+                keys_seqs,
+                missing=missing,
+            )
+        )
     spec = m["speculative"]
     if spec.value:
         mml = m["max_model_len"]
         val = math.ceil(4096 + (int(mml.value) // 16) * 1.2) if mml.known else None
-        out.append(_fix("spec_budget", "--max-num-batched-tokens", mbt.value, val, _known(mml, spec),
-                        "room in the token budget for the draft tokens of speculative decoding", f["spec_budget"],
-                        G1_KEYS, missing=None if mml.known else "the draft model's max_model_len"))
+        out.append(
+            _fix(
+                "spec_budget",
+                "--max-num-batched-tokens",
+                mbt.value,
+                val,
+                _known(mml, spec),
+                "room in the token budget for the draft tokens of speculative decoding",
+                f["spec_budget"],
+                G1_KEYS,
+                missing=None if mml.known else "the draft model's max_model_len",
+            )
+        )
     else:
         why = "speculative decoding is off" if spec.value is False else "speculative decoding is not in the bundle"
         dropped.append({"id": "spec_budget", "why": f"{why} ({spec.how})"})
     bml = m.get("bt_batch_max_len")
     if bml is not None and bml.known:
-        out.append(_fix("dynamic_variance", "batch variance threshold (debug hook)", None, round(bml.value * 0.1, 1),
-                        _known(bml), "fewer batch-variance preemptions on long generation (guide 3.2.2: 41% -> 2.3%)",
-                        f["dynamic_variance"], ["G2-batch-variance"]))
+        out.append(
+            _fix(
+                "dynamic_variance",
+                "batch variance threshold (debug hook)",
+                None,
+                round(bml.value * 0.1, 1),
+                _known(bml),
+                "fewer batch-variance preemptions on long generation (guide 3.2.2: 41% -> 2.3%)",
+                f["dynamic_variance"],
+                ["G2-batch-variance"],
+            )
+        )
     else:
-        out.append(_fix("dynamic_variance", "batch variance threshold (debug hook)", None, None, [],
-                        "fewer batch-variance preemptions on long generation", f["dynamic_variance"],
-                        ["G2-batch-variance"], missing="running lengths (block-table table records)"))
-    out.append(_fix("traffic_shape", "client traffic", None, "split long documents; one narrow prompt band per batch",
-                    [], "lower batch variance", "shape traffic: split long documents, keep prompts of a batch in a "
-                    "narrow band (guide 5)", ["G2-batch-variance"]))
+        out.append(
+            _fix(
+                "dynamic_variance",
+                "batch variance threshold (debug hook)",
+                None,
+                None,
+                [],
+                "fewer batch-variance preemptions on long generation",
+                f["dynamic_variance"],
+                ["G2-batch-variance"],
+                missing="running lengths (block-table table records)",
+            )
+        )
+    out.append(
+        _fix(
+            "traffic_shape",
+            "client traffic",
+            None,
+            "split long documents; one narrow prompt band per batch",
+            [],
+            "lower batch variance",
+            "shape traffic: split long documents, keep prompts of a batch in a narrow band (guide 5)",
+            ["G2-batch-variance"],
+        )
+    )
     gmu = m["gpu_memory_utilization"]
     if gmu.known:
         nxt = min(0.95, round(float(gmu.value) + 0.05, 2))
         if nxt <= float(gmu.value):
             dropped.append({"id": "kv_room", "why": f"gpu_memory_utilization is already {gmu.value} ({gmu.how})"})
         else:
-            out.append(_fix("kv_room", "--gpu-memory-utilization", gmu.value, nxt, _known(gmu),
-                            "more KV cache blocks (or a larger tensor_parallel_size, or fewer concurrent sequences)",
-                            f["kv_room"], G1_KEYS))
+            out.append(
+                _fix(
+                    "kv_room",
+                    "--gpu-memory-utilization",
+                    gmu.value,
+                    nxt,
+                    _known(gmu),
+                    "more KV cache blocks (or a larger tensor_parallel_size, or fewer concurrent sequences)",
+                    f["kv_room"],
+                    G1_KEYS,
+                )
+            )
     else:
-        out.append(_fix("kv_room", "--gpu-memory-utilization", None, None, [], "more KV cache blocks", f["kv_room"],
-                        G1_KEYS, missing="gpu_memory_utilization is not in the bundle"))
+        out.append(
+            _fix(
+                "kv_room",
+                "--gpu-memory-utilization",
+                None,
+                None,
+                [],
+                "more KV cache blocks",
+                f["kv_room"],
+                G1_KEYS,
+                missing="gpu_memory_utilization is not in the bundle",
+            )
+        )
     if engine == "V1":
         dropped.append({"id": "swap_space", "why": "--swap-space is V0 only: the V1 engine does not swap"})
     else:
-        out.append(_fix("swap_space", "--swap-space", None, 4, [], "preempted sequences swap to CPU memory instead "
-                        "of recomputing (V0 only)", "--swap-space 4 (guide 4.2; V0 only: the V1 engine does not swap)",
-                        ["G1-kv-space/fragmentation"]))
-    out.append(_fix("prefix_ids", "client prefix ids", None, "one prefix id scheme", [],
-                    "identical histories share one prefix (guide 3.2.3: hit rate 63% -> 89%, preemptions -35%)",
-                    "one client-side prefix id scheme so identical histories share one prefix (guide 3.2.3: hit rate "
-                    "63% -> 89%, preemptions -35%)", ["G4-prefix-conflict"]))
+        out.append(
+            _fix(
+                "swap_space",
+                "--swap-space",
+                None,
+                4,
+                [],
+                "preempted sequences swap to CPU memory instead of recomputing (V0 only)",
+                "--swap-space 4 (guide 4.2; V0 only: the V1 engine does not swap)",
+                ["G1-kv-space/fragmentation"],
+            )
+        )
+    out.append(
+        _fix(
+            "prefix_ids",
+            "client prefix ids",
+            None,
+            "one prefix id scheme",
+            [],
+            "identical histories share one prefix (guide 3.2.3: hit rate 63% -> 89%, preemptions -35%)",
+            "one client-side prefix id scheme so identical histories share one prefix (guide 3.2.3: hit rate "
+            "63% -> 89%, preemptions -35%)",
+            ["G4-prefix-conflict"],
+        )
+    )
     cp = m.get("enable_chunked_prefill") or Measured(None, "enable_chunked_prefill not stated in the bundle")
     if cp.value is True:
         dropped.append({"id": "chunked_prefill", "why": f"chunked prefill is already on ({cp.how})"})
     else:
-        out.append(_fix("chunked_prefill", "--enable-chunked-prefill", cp.value, True, _known(cp),
-                        "long prefills no longer extend shared prefix blocks in one step",
-                        "--enable-chunked-prefill (guide 3.2.3; --max-prefix-cache-len does not exist in upstream vLLM)",
-                        ["G4-prefix-conflict"]))
-    out.append(_fix("add_evidence", "bundle", None, "debug hook lines, block-table records, dmon, /metrics", [],
-                    "the gates that could not be evaluated can be", "add the evidence the not-evaluable gates list "
-                    "(debug hook lines, block-table records, dmon, /metrics)", ["undetermined"]))
+        out.append(
+            _fix(
+                "chunked_prefill",
+                "--enable-chunked-prefill",
+                cp.value,
+                True,
+                _known(cp),
+                "long prefills no longer extend shared prefix blocks in one step",
+                "--enable-chunked-prefill (guide 3.2.3; --max-prefix-cache-len does not exist in upstream vLLM)",
+                ["G4-prefix-conflict"],
+            )
+        )
+    out.append(
+        _fix(
+            "add_evidence",
+            "bundle",
+            None,
+            "debug hook lines, block-table records, dmon, /metrics",
+            [],
+            "the gates that could not be evaluated can be",
+            "add the evidence the not-evaluable gates list (debug hook lines, block-table records, dmon, /metrics)",
+            ["undetermined"],
+        )
+    )
     return out, dropped
 
 
 # Among fixes addressing as many events: the most direct first (vLLM's own advice for KV space, then
 # the admission limits), as the guide orders them.
-TIE_ORDER = ["block_size", "capacity_gpu_memory_utilization", "kv_room", "capacity_max_num_seqs", "capacity_max_model_len",
-             "capacity_chunked_prefill_budget", "capacity_watermark", "swap_space", "max_num_seqs", "budget_buffer", "spec_budget", "dynamic_variance",
-             "traffic_shape", "prefix_ids", "chunked_prefill", "add_evidence"]
+TIE_ORDER = [
+    "block_size",
+    "capacity_gpu_memory_utilization",
+    "kv_room",
+    "capacity_max_num_seqs",
+    "capacity_max_model_len",
+    "capacity_chunked_prefill_budget",
+    "capacity_watermark",
+    "swap_space",
+    "max_num_seqs",
+    "budget_buffer",
+    "spec_budget",
+    "dynamic_variance",
+    "traffic_shape",
+    "prefix_ids",
+    "chunked_prefill",
+    "add_evidence",
+]
 
 
 def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str, Any]]:
@@ -357,14 +539,19 @@ def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str
     for x in fixes:
         x["events_addressed"] = sum(counts.get(k, 0) for k in x["addresses"])
     keep = [x for x in fixes if x["events_addressed"] > 0]
-    keep.sort(key=lambda x: (-x["events_addressed"], x["suggested"] is None, TIE_ORDER.index(x["id"])
-                             if x["id"] in TIE_ORDER else len(TIE_ORDER)))
+    keep.sort(
+        key=lambda x: (
+            -x["events_addressed"],
+            x["suggested"] is None,
+            TIE_ORDER.index(x["id"]) if x["id"] in TIE_ORDER else len(TIE_ORDER),
+        )
+    )
     for i, x in enumerate(keep, 1):
         x["rank"] = i
     return keep
 
 
-def verdict_key_counts(verdicts: "Any") -> dict[str, int]:
+def verdict_key_counts(verdicts: Any) -> dict[str, int]:
     """Events per verdict key (``gate`` or ``gate/sub_kind`` for G1) of a verdict frame."""
     if verdicts is None or verdicts.height == 0:
         return {}
@@ -376,11 +563,11 @@ def verdict_key_counts(verdicts: "Any") -> dict[str, int]:
     return {k: n for k, n in verdicts.select(key.alias("k")).group_by("k").len().iter_rows()}
 
 
-def engine_family(analysis: "AnalysisView") -> str | None:
+def engine_family(analysis: AnalysisView) -> str | None:
     return (_cfg(analysis).get("engine") or {}).get("value")
 
 
-def incident_fixes(analysis: "AnalysisView", verdicts: "Any" = None) -> dict[str, Any]:
+def incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, Any]:
     """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``)."""
     fixes, dropped = structured(measure(analysis), engine_family(analysis))
     counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
@@ -390,7 +577,7 @@ def incident_fixes(analysis: "AnalysisView", verdicts: "Any" = None) -> dict[str
     return {"fixes": kept, "dropped": dropped + no_gain}
 
 
-def by_gate(analysis: "AnalysisView", verdicts: "Any" = None) -> dict[str, list[dict[str, Any]]]:
+def by_gate(analysis: AnalysisView, verdicts: Any = None) -> dict[str, list[dict[str, Any]]]:
     """Ranked fixes per verdict key (``gate`` or ``gate/sub_kind``)."""
     fx = incident_fixes(analysis, verdicts)["fixes"]
     keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
@@ -421,98 +608,185 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     peak_in = [f"peak demand {peak['blocks']} blocks = {peak['tokens']} tokens: {peak['text']}"] if peak else []
     # gpu_memory_utilization that holds the peak.
     if peak is None or gmu is None:
-        dropped.append({"id": "capacity_gpu_memory_utilization",
-                        "why": "needs " + " and ".join(x for x, ok in (
-                            ("the peak demand (preempt records with blocks_needed)", peak is not None),
-                            ("gpu_memory_utilization stated in the bundle", gmu is not None)) if not ok)})
+        dropped.append(
+            {
+                "id": "capacity_gpu_memory_utilization",
+                "why": "needs "
+                + " and ".join(
+                    x
+                    for x, ok in (
+                        ("the peak demand (preempt records with blocks_needed)", peak is not None),
+                        ("gpu_memory_utilization stated in the bundle", gmu is not None),
+                    )
+                    if not ok
+                ),
+            }
+        )
     elif ratio is not None and ratio > 1:
         need = math.ceil(gmu.value * ratio * 100) / 100
         extra = f"; the KV cache needs +{kvgib.value * (ratio - 1):.2f} GiB ({kvgib.cite()})" if kvgib else ""
         if need > 0.98:
-            dropped.append({"id": "capacity_gpu_memory_utilization",
-                            "why": f"holding the peak needs gpu_memory_utilization about {need} (> 0.98): not "
-                            "reachable on this GPU; more GPUs (tensor_parallel_size) or fewer sequences"})
+            dropped.append(
+                {
+                    "id": "capacity_gpu_memory_utilization",
+                    "why": f"holding the peak needs gpu_memory_utilization about {need} (> 0.98): not "
+                    "reachable on this GPU; more GPUs (tensor_parallel_size) or fewer sequences",
+                }
+            )
         else:
-            out.append(_fix(
-                "capacity_gpu_memory_utilization", "--gpu-memory-utilization", gmu.value, need,
-                [gmu.cite(), *pin, *peak_in],
-                f"a KV pool of about {math.ceil(pool['blocks'] * ratio)} blocks holds the peak demand "
-                f"({ratio:.2f}x the pool){extra} (an upper bound: only the KV share of the budget must grow)",
-                f"gpu_memory_utilization {gmu.value:g} -> {need} = {gmu.value:g} x peak {peak['blocks']} / pool "
-                f"{pool['blocks']} blocks", G1_KEYS))
+            out.append(
+                _fix(
+                    "capacity_gpu_memory_utilization",
+                    "--gpu-memory-utilization",
+                    gmu.value,
+                    need,
+                    [gmu.cite(), *pin, *peak_in],
+                    f"a KV pool of about {math.ceil(pool['blocks'] * ratio)} blocks holds the peak demand "
+                    f"({ratio:.2f}x the pool){extra} (an upper bound: only the KV share of the budget must grow)",
+                    f"gpu_memory_utilization {gmu.value:g} -> {need} = {gmu.value:g} x peak {peak['blocks']} / pool "
+                    f"{pool['blocks']} blocks",
+                    G1_KEYS,
+                )
+            )
     else:
         dropped.append({"id": "capacity_gpu_memory_utilization", "why": "the peak demand fits the pool"})
     # max_num_seqs that keeps the peak within the pool.
     if peak is None or not peak.get("running"):
-        dropped.append({"id": "capacity_max_num_seqs",
-                        "why": "needs the peak demand and the running count at it (preempt records)"})
+        dropped.append(
+            {
+                "id": "capacity_max_num_seqs",
+                "why": "needs the peak demand and the running count at it (preempt records)",
+            }
+        )
     else:
         per_req = peak["blocks"] / peak["running"]
         fit = int(pool["blocks"] // per_req) if per_req > 0 else None
         if fit is None or fit < 1 or fit >= peak["running"] or (mns is not None and fit >= mns.value):
-            dropped.append({"id": "capacity_max_num_seqs", "why": f"max_num_seqs {fit} would not lower the running "
-                            f"count {peak['running']} at the peak" + (f" or the limit {mns.cite()}" if mns else "")})
+            dropped.append(
+                {
+                    "id": "capacity_max_num_seqs",
+                    "why": f"max_num_seqs {fit} would not lower the running "
+                    f"count {peak['running']} at the peak" + (f" or the limit {mns.cite()}" if mns else ""),
+                }
+            )
         else:
-            out.append(_fix(
-                "capacity_max_num_seqs", "--max-num-seqs", int(mns.value) if mns else None, fit,
-                ([mns.cite()] if mns else []) + pin + peak_in + [f"running {peak['running']} at the peak ({peak['src']})"],
-                f"at {per_req:.1f} blocks per running request, {fit} requests fit the pool of {pool['blocks']} blocks: "
-                "fewer preemptions, more waiting",
-                f"max_num_seqs {fit} = floor(pool {pool['blocks']} / (peak {peak['blocks']} blocks / {peak['running']} running))",
-                G1_KEYS + ["G3-queue-overflow"]))
+            out.append(
+                _fix(
+                    "capacity_max_num_seqs",
+                    "--max-num-seqs",
+                    int(mns.value) if mns else None,
+                    fit,
+                    ([mns.cite()] if mns else [])
+                    + pin
+                    + peak_in
+                    + [f"running {peak['running']} at the peak ({peak['src']})"],
+                    f"at {per_req:.1f} blocks per running request, {fit} requests fit the pool of {pool['blocks']} blocks: "
+                    "fewer preemptions, more waiting",
+                    f"max_num_seqs {fit} = floor(pool {pool['blocks']} / (peak {peak['blocks']} blocks / {peak['running']} running))",
+                    G1_KEYS + ["G3-queue-overflow"],
+                )
+            )
     # max_model_len that fits the pool.
     conc = cfg.get("max_concurrency")
     if mml is None:
         dropped.append({"id": "capacity_max_model_len", "why": "max_model_len is not stated in the bundle"})
     elif mml.value > pool["tokens"] or (conc is not None and conc.value < 1):
         fit_len = (pool["tokens"] // pool["block_size"]) * pool["block_size"] if pool["block_size"] else pool["tokens"]
-        out.append(_fix(
-            "capacity_max_model_len", "--max-model-len", int(mml.value), fit_len,
-            [mml.cite(), *pin] + ([conc.cite()] if conc else []),
-            f"a request of max_model_len fits the KV pool of {pool['tokens']} tokens (now it never can)",
-            f"max_model_len {int(mml.value)} -> {fit_len}: the KV pool holds {pool['tokens']} tokens", G1_KEYS))
+        out.append(
+            _fix(
+                "capacity_max_model_len",
+                "--max-model-len",
+                int(mml.value),
+                fit_len,
+                [mml.cite(), *pin] + ([conc.cite()] if conc else []),
+                f"a request of max_model_len fits the KV pool of {pool['tokens']} tokens (now it never can)",
+                f"max_model_len {int(mml.value)} -> {fit_len}: the KV pool holds {pool['tokens']} tokens",
+                G1_KEYS,
+            )
+        )
     else:
-        dropped.append({"id": "capacity_max_model_len",
-                        "why": f"max_model_len {int(mml.value)} already fits the pool of {pool['tokens']} tokens"})
+        dropped.append(
+            {
+                "id": "capacity_max_model_len",
+                "why": f"max_model_len {int(mml.value)} already fits the pool of {pool['tokens']} tokens",
+            }
+        )
     # chunked-prefill budget against the victims' prompts.
     vp, cp = c.get("victim_prompts"), c.get("chunked_prefill")
     if mbt is None or vp is None:
-        lack = [x for x, ok in (("max_num_batched_tokens (the 'Chunked prefill is enabled' line)", mbt is not None),
-                                ("the victims' prompt lengths (request records or prompt_token_ids)", vp is not None))
-                if not ok]
+        lack = [
+            x
+            for x, ok in (
+                ("max_num_batched_tokens (the 'Chunked prefill is enabled' line)", mbt is not None),
+                ("the victims' prompt lengths (request records or prompt_token_ids)", vp is not None),
+            )
+            if not ok
+        ]
         dropped.append({"id": "capacity_chunked_prefill_budget", "why": "needs " + " and ".join(lack)})
     elif vp["max"] > mbt.value and vp["max"] <= pool["tokens"]:
         chunks = math.ceil(vp["max"] / mbt.value)
-        out.append(_fix(
-            "capacity_chunked_prefill_budget", "--max-num-batched-tokens", int(mbt.value), vp["max"],
-            [mbt.cite(), f"longest victim prompt {vp['max']} tokens ({vp['src']})"]
-            + ([f"enable_chunked_prefill={cp[0]} ({cp[2]}, {cp[1]})"] if cp else []) + pin,
-            f"the longest victim prompt prefills in one step instead of {chunks} chunks, so it cannot be preempted "
-            "between its chunks (costs a larger per-step activation budget)",
-            f"max_num_batched_tokens {int(mbt.value)} -> {vp['max']}: victim prompts of up to {vp['max']} tokens "
-            f"take {chunks} chunks now", G1_KEYS))
+        out.append(
+            _fix(
+                "capacity_chunked_prefill_budget",
+                "--max-num-batched-tokens",
+                int(mbt.value),
+                vp["max"],
+                [mbt.cite(), f"longest victim prompt {vp['max']} tokens ({vp['src']})"]
+                + ([f"enable_chunked_prefill={cp[0]} ({cp[2]}, {cp[1]})"] if cp else [])
+                + pin,
+                f"the longest victim prompt prefills in one step instead of {chunks} chunks, so it cannot be preempted "
+                "between its chunks (costs a larger per-step activation budget)",
+                f"max_num_batched_tokens {int(mbt.value)} -> {vp['max']}: victim prompts of up to {vp['max']} tokens "
+                f"take {chunks} chunks now",
+                G1_KEYS,
+            )
+        )
     else:
-        dropped.append({"id": "capacity_chunked_prefill_budget",
-                        "why": f"every victim prompt fits max_num_batched_tokens {int(mbt.value)}"
-                        if vp["max"] <= mbt.value else "the longest victim prompt exceeds the KV pool"})
+        dropped.append(
+            {
+                "id": "capacity_chunked_prefill_budget",
+                "why": f"every victim prompt fits max_num_batched_tokens {int(mbt.value)}"
+                if vp["max"] <= mbt.value
+                else "the longest victim prompt exceeds the KV pool",
+            }
+        )
     # watermark (V1 --watermark, 0.24+): keep room for running requests' growth when admitting.
     ver = c.get("vllm_version")
     if peak is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24):
-        dropped.append({"id": "capacity_watermark",
-                        "why": "needs the vLLM version (>= 0.24, where V1 has --watermark) and preempt records"})
+        dropped.append(
+            {
+                "id": "capacity_watermark",
+                "why": "needs the vLLM version (>= 0.24, where V1 has --watermark) and preempt records",
+            }
+        )
     else:
         cur = (peak.get("watermark_blocks") or 0) / pool["blocks"]
         sug = math.ceil(peak["blocks_needed_max"] / pool["blocks"] * 100) / 100
         if sug <= cur:
-            dropped.append({"id": "capacity_watermark", "why": f"the watermark {cur:.2f} already covers the largest "
-                            f"failed allocation ({peak['blocks_needed_max']} blocks)"})
+            dropped.append(
+                {
+                    "id": "capacity_watermark",
+                    "why": f"the watermark {cur:.2f} already covers the largest "
+                    f"failed allocation ({peak['blocks_needed_max']} blocks)",
+                }
+            )
         else:
-            out.append(_fix(
-                "capacity_watermark", "--watermark", round(cur, 4), sug,
-                [f"vllm_version {ver[0]} ({ver[1]})", *pin,
-                 f"recorded watermark_blocks {peak.get('watermark_blocks') or 0} ({peak['src']})",
-                 f"largest failed allocation {peak['blocks_needed_max']} blocks ({peak['records']} preempt records)"],
-                "admission keeps room for the largest allocation that failed, so running requests can grow",
-                f"watermark {cur:.2f} -> {sug} = largest failed allocation {peak['blocks_needed_max']} / pool "
-                f"{pool['blocks']} blocks", G1_KEYS))
+            out.append(
+                _fix(
+                    "capacity_watermark",
+                    "--watermark",
+                    round(cur, 4),
+                    sug,
+                    [
+                        f"vllm_version {ver[0]} ({ver[1]})",
+                        *pin,
+                        f"recorded watermark_blocks {peak.get('watermark_blocks') or 0} ({peak['src']})",
+                        f"largest failed allocation {peak['blocks_needed_max']} blocks ({peak['records']} preempt records)",
+                    ],
+                    "admission keeps room for the largest allocation that failed, so running requests can grow",
+                    f"watermark {cur:.2f} -> {sug} = largest failed allocation {peak['blocks_needed_max']} / pool "
+                    f"{pool['blocks']} blocks",
+                    G1_KEYS,
+                )
+            )
     return out, dropped

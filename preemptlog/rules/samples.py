@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-from .engine import rule_flags, sample_frame  # noqa: F401 - sample_frame is also read from here (tests)
+from .engine import rule_flags, sample_frame
 from .mechanisms import run_samples as mechanism_samples
 from .model import RuleSet
-
 
 
 @dataclass

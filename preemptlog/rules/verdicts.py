@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 VERDICT_COLUMNS = [*ENGINE_COLUMNS, "contributing_factors", "recommendations", "fixes"]
 
 
-def _fix_fields() -> "dict[str, PolarsType]":
+def _fix_fields() -> dict[str, PolarsType]:
     return {
         "rank": pl.Int64,
         "option": pl.String,
@@ -49,7 +49,7 @@ def fix_cell(x: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def event_frame(analysis: "AnalysisView") -> "pl.DataFrame":
+def event_frame(analysis: AnalysisView) -> pl.DataFrame:
     """Events with their evidence columns and per-request preemption counts."""
     ev = analysis.events.select(
         "event_id", "kind", "mode", "engine", "request_id", "cumulative", "time_precision", "source", "line"
@@ -57,12 +57,15 @@ def event_frame(analysis: "AnalysisView") -> "pl.DataFrame":
     if analysis.evidence is not None and analysis.evidence.height:
         ev = ev.join(analysis.evidence, on="event_id", how="left")
     counts = (
-        ev.filter(pl.col("request_id").is_not_null()).group_by("request_id").len().rename({"len": "_request_preemptions"})
+        ev.filter(pl.col("request_id").is_not_null())
+        .group_by("request_id")
+        .len()
+        .rename({"len": "_request_preemptions"})
     )
     return ev.join(counts, on="request_id", how="left").with_columns(guide_model=pl.lit(guide_model(analysis)))
 
 
-def guide_model(analysis: "AnalysisView") -> bool:
+def guide_model(analysis: AnalysisView) -> bool:
     """Does the bundle show the field guide's patched scheduler?
 
     True when it holds debug-hook lines ([SCHEDULER], Req-, [BATCH]) or PREEMPTED marker
@@ -78,7 +81,7 @@ def guide_model(analysis: "AnalysisView") -> bool:
     return bool(ev.height and ev.filter(pl.col("kind") == "marker").height)
 
 
-def verdicts(analysis: "AnalysisView", rs: RuleSet) -> "pl.DataFrame":
+def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
     frame = event_frame(analysis)
     if frame.height == 0:
         return pl.DataFrame(schema={"event_id": pl.String} | {c: pl.String for c in VERDICT_COLUMNS})
@@ -93,22 +96,21 @@ def verdicts(analysis: "AnalysisView", rs: RuleSet) -> "pl.DataFrame":
         c
         for c in frame.columns
         if c != "event_id"
-        and (c in used or c.removesuffix("_src") in used or c.removesuffix("_status") in used
-             or c in ("source", "line", "_request_preemptions"))
+        and (
+            c in used
+            or c.removesuffix("_src") in used
+            or c.removesuffix("_status") in used
+            or c in ("source", "line", "_request_preemptions")
+        )
     ]
-    groups = frame.select(["event_id"] + inputs).group_by(inputs, maintain_order=True).agg(
-        pl.col("event_id").alias("_ids")
+    groups = (
+        frame.select(["event_id"] + inputs).group_by(inputs, maintain_order=True).agg(pl.col("event_id").alias("_ids"))
     )
     groups = groups.with_row_index("_g").with_columns(event_id=pl.col("_g").cast(pl.String))
     unique = groups.drop("_ids")
     v = evaluate(unique, rs)
     v = v.with_columns(unique.select(factors(unique, rs).alias("contributing_factors")))
-    v = (
-        v.drop("event_id")
-        .with_columns(groups.get_column("_ids"))
-        .explode("_ids")
-        .rename({"_ids": "event_id"})
-    )
+    v = v.drop("event_id").with_columns(groups.get_column("_ids")).explode("_ids").rename({"_ids": "event_id"})
     v = frame.select("event_id").join(v, on="event_id", how="left", maintain_order="left")
     recs = by_gate(analysis, v)
     key = (
@@ -132,7 +134,7 @@ def verdicts(analysis: "AnalysisView", rs: RuleSet) -> "pl.DataFrame":
 DECIDING_STEPS = ("lookback_short_step", "lookback_variance_step", "lookback_max_pending_step")
 
 
-def decided_by(analysis: "AnalysisView", event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
+def decided_by(analysis: AnalysisView, event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
     """For each fired gate: the rule, the scheduler step(s) or the interval, and the lines that decided it."""
     from .engine import fired_rules
 

@@ -29,10 +29,10 @@ from .registry import (
     CrossFile,
     Parsed,
     RecordFamily,
+    Sample,
     SourceKind,
     SourceOutput,
     TimeContext,
-    Sample,
     families,
     kinds,
     register,
@@ -50,8 +50,22 @@ for _name in BUILTIN_MODULES:
 del _name
 
 __all__ = [
-    "BUILTIN_MODULES", "CrossFile", "Parsed", "RecordFamily", "Sample", "SourceKind", "SourceOutput", "TimeContext", "families",
-    "kinds", "register", "register_family", "register_samples", "registry", "samples", "sniff",
+    "BUILTIN_MODULES",
+    "CrossFile",
+    "Parsed",
+    "RecordFamily",
+    "Sample",
+    "SourceKind",
+    "SourceOutput",
+    "TimeContext",
+    "families",
+    "kinds",
+    "register",
+    "register_family",
+    "register_samples",
+    "registry",
+    "samples",
+    "sniff",
 ]
 
 

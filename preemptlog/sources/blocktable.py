@@ -43,14 +43,14 @@ preemption events (kind ``record``).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..frames import PolarsType
-from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 from .hooks import BT_TEXT_SCHEMA
+from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
     from ..inputs import InputFile
@@ -129,12 +129,10 @@ BT_REQUESTS_SCHEMA = {
     "line": "UInt32",
 }
 
-ISO_RE = (
-    r"^\s*(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d{1,9}))?\s*(?P<z>Z|z|[+-]\d\d:?\d\d)?\s*$"
-)
+ISO_RE = r"^\s*(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d{1,9}))?\s*(?P<z>Z|z|[+-]\d\d:?\d\d)?\s*$"
 
 
-def _record_dtype() -> "pl.DataType":
+def _record_dtype() -> pl.DataType:
     return pl.Struct(
         {
             "type": pl.String,
@@ -230,7 +228,7 @@ def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict[str, Any]], in
     return out, bad
 
 
-def _coerce(v: Any, dtype: "PolarsType") -> Any:
+def _coerce(v: Any, dtype: PolarsType) -> Any:
     if dtype == pl.String:
         if isinstance(v, (str, int)) and not isinstance(v, bool):
             return str(v)
@@ -254,7 +252,7 @@ def _coerce(v: Any, dtype: "PolarsType") -> Any:
     raise TypeError
 
 
-def read_file(path: str) -> tuple["pl.DataFrame", int]:
+def read_file(path: str) -> tuple[pl.DataFrame, int]:
     """Decode one JSONL file: (rows with the record fields and ``n``, bad line count)."""
     from ..textio import scan_lines
 
@@ -271,13 +269,13 @@ def read_file(path: str) -> tuple["pl.DataFrame", int]:
     return df, bad
 
 
-def _valid_expr() -> "pl.Expr":
+def _valid_expr() -> pl.Expr:
     c = pl.col
     has_time = c("time").is_not_null() | c("ts").is_not_null()
     step_ok = (c("type") == "step") & c("step").is_not_null() & c("num_free_blocks").is_not_null()
-    table_ok = (c("type") == "table") & c("step").is_not_null() & c("request_id").is_not_null() & c(
-        "block_ids"
-    ).is_not_null()
+    table_ok = (
+        (c("type") == "table") & c("step").is_not_null() & c("request_id").is_not_null() & c("block_ids").is_not_null()
+    )
     event_ok = (
         (c("type") == "event")
         & c("step").is_not_null()
@@ -293,32 +291,38 @@ def _valid_expr() -> "pl.Expr":
     return (has_time & (step_ok | table_ok | event_ok | request_ok)).fill_null(False)
 
 
-def _time_parts(df: "pl.DataFrame") -> "pl.DataFrame":
+def _time_parts(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(iso=pl.col("time").str.extract_groups(ISO_RE)).unnest("iso")
 
 
-def _exact_time() -> "pl.Expr":
+def _exact_time() -> pl.Expr:
     """UTC time for rows whose time is exact (``ts``, or ISO with an offset); null otherwise."""
     naive = pl.concat_str([pl.col("d"), pl.lit(" "), pl.col("t")]).str.to_datetime(
         "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
-    ) + pl.duration(microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0))
+    ) + pl.duration(
+        microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+    )
     z = pl.col("z").str.to_uppercase()
     sign = pl.when(z.str.starts_with("-")).then(-1).otherwise(1)
     hh = z.str.slice(1, 2).cast(pl.Int64, strict=False)
     mm = z.str.replace(":", "", literal=True).str.slice(3, 2).cast(pl.Int64, strict=False)
     off = pl.when(z == "Z").then(0).otherwise(sign * (hh * 3600 + mm * 60))
     from_iso = (naive - pl.duration(seconds=off)).dt.replace_time_zone("UTC")
-    from_ts = pl.from_epoch((pl.col("ts") * 1e6).round().cast(pl.Int64, strict=False), time_unit="us").dt.replace_time_zone("UTC")
+    from_ts = pl.from_epoch(
+        (pl.col("ts") * 1e6).round().cast(pl.Int64, strict=False), time_unit="us"
+    ).dt.replace_time_zone("UTC")
     return pl.when(pl.col("ts").is_not_null()).then(from_ts).when(pl.col("z").is_not_null()).then(from_iso)
 
 
-def _naive_time() -> "pl.Expr":
+def _naive_time() -> pl.Expr:
     return pl.concat_str([pl.col("d"), pl.lit(" "), pl.col("t")]).str.to_datetime(
         "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False
-    ) + pl.duration(microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0))
+    ) + pl.duration(
+        microseconds=pl.col("f").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+    )
 
 
-def free_runs(df: "pl.DataFrame") -> "pl.DataFrame":
+def free_runs(df: pl.DataFrame) -> pl.DataFrame:
     """``largest_free_run`` and ``free_regions`` per step row (needs ``_r``, ``free_regions``, ``free_block_ids``)."""
     lens = pl.col("free_regions").list.eval(pl.element().list.get(1, null_on_oob=True))
     out = df.with_columns(
@@ -350,15 +354,13 @@ def free_runs(df: "pl.DataFrame") -> "pl.DataFrame":
         largest_free_run=pl.coalesce(
             "_reg_max", "_ids_max", pl.when(empty_ids | (pl.col("free_regions").list.len() == 0)).then(pl.lit(0))
         ).cast(pl.Int64),
-        free_regions_n=pl.coalesce(
-            "_reg_n", "_ids_n", pl.when(empty_ids).then(pl.lit(0))
-        ).cast(pl.Int64),
+        free_regions_n=pl.coalesce("_reg_n", "_ids_n", pl.when(empty_ids).then(pl.lit(0))).cast(pl.Int64),
     ).drop("_reg_max", "_reg_n", "_ids_max", "_ids_n")
 
 
 class BlockTableParsed:
-    def __init__(self, files: list["InputFile"]) -> None:
-        self.items: list[tuple["InputFile", "pl.DataFrame", int, int]] = []
+    def __init__(self, files: list[InputFile]) -> None:
+        self.items: list[tuple[InputFile, pl.DataFrame, int, int]] = []
         for f in files:
             df, bad = read_file(str(f.path))
             total = df.height + bad
@@ -384,7 +386,7 @@ class BlockTableParsed:
                 naive = df.select(_naive_time().min()).item()
                 if naive is None:
                     continue
-                t = naive.replace(tzinfo=timezone.utc)  # local read as UTC: enough to choose a year
+                t = naive.replace(tzinfo=UTC)  # local read as UTC: enough to choose a year
             out.append((t, f"block-table records in {f.display}"))
         _ = pl
         return out  # type: ignore[return-value]  # polars scalars are typed as every literal
@@ -416,7 +418,9 @@ class BlockTableParsed:
             )
             if df.filter(pl.col("_exact").is_null()).height:
                 out.assumptions.append(
-                    Assumption("zone", ctx.tz, "block-table 'time' without an offset is local time in --tz", scope=f.display)
+                    Assumption(
+                        "zone", ctx.tz, "block-table 'time' without an offset is local time in --tz", scope=f.display
+                    )
                 )
             df = df.with_row_index("_r").rename(
                 {"largest_free_run": "_rec_largest_free_run", "num_free_regions": "_rec_free_regions"}
@@ -472,7 +476,10 @@ class BlockTableParsed:
                     pl.col("block_ids").list.len().cast(pl.Int64).alias("num_blocks"),
                     "num_tokens",
                     shared_hi.list.len().cast(pl.Int64).fill_null(0).alias("shared_blocks"),
-                    pl.col("shared").list.eval(pl.element().struct.field("ref_count")).list.max().alias("max_ref_count"),
+                    pl.col("shared")
+                    .list.eval(pl.element().struct.field("ref_count"))
+                    .list.max()
+                    .alias("max_ref_count"),
                     shared_hi.fill_null([]).alias("shared_block_ids"),
                     "block_ids",
                     "prefix_id",
@@ -511,24 +518,22 @@ class BlockTableParsed:
                     "line",
                 )
             )
-            requests.append(
-                df.filter(pl.col("type") == "request").select(
-                    [pl.col(k) for k in BT_REQUESTS_SCHEMA]
-                )
-            )
+            requests.append(df.filter(pl.col("type") == "request").select([pl.col(k) for k in BT_REQUESTS_SCHEMA]))
         if steps:
             out.frames["bt_steps"] = pl.concat(steps).sort("time", "engine", "step", maintain_order=True)
             out.frames["bt_tables"] = pl.concat(tables).sort("time", "engine", "step", maintain_order=True)
             out.frames["bt_events"] = pl.concat(events).sort("time", "engine", "step", maintain_order=True)
             out.frames["bt_requests"] = pl.concat(requests).sort("time", "engine", "step", maintain_order=True)
-            out.order.update({k: ("time", "engine", "step") for k in ("bt_steps", "bt_tables", "bt_events", "bt_requests")})
+            out.order.update(
+                {k: ("time", "engine", "step") for k in ("bt_steps", "bt_tables", "bt_events", "bt_requests")}
+            )
         if config:
             out.config = pl.concat(config)
         out.counters["blocktable"] = counters
         return out
 
 
-def _parse(files: list["InputFile"]) -> BlockTableParsed:
+def _parse(files: list[InputFile]) -> BlockTableParsed:
     return BlockTableParsed(files)
 
 
@@ -560,8 +565,14 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         '{"type": "table", "time": "2026-11-30T05:10:38.100Z", "step": 1200, "request_id": "req-42", '
         '"block_ids": [3, 4, 9, 10, 11, 12, 30, 31], "num_tokens": 128, "shared": [{"block_id": 3, "ref_count": 2}, '
         '{"block_id": 4, "ref_count": 1}]}',
-        {"frame": "bt_tables", "request_id": "req-42", "num_blocks": 8, "shared_blocks": 1, "shared_block_ids": [3],
-         "max_ref_count": 2},
+        {
+            "frame": "bt_tables",
+            "request_id": "req-42",
+            "num_blocks": 8,
+            "shared_blocks": 1,
+            "shared_block_ids": [3],
+            "max_ref_count": 2,
+        },
     ),
     (
         '{"type": "event", "ts": 1796015438.2, "step": 1201, "request_id": "req-42", "action": "extend", '
@@ -590,8 +601,17 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         '"blocks_before":8,"blocks_after":0,"pool_free_blocks":0,"running":7,"waiting":9,"policy":"fcfs",'
         '"num_computed_tokens_lost":127,"blocks_freed":8,"blocks_needed":1,"watermark_blocks":0,"reserved_blocks":0,'
         '"trigger_request_id":"req-2","reason":"allocation failed: req-2 needed 1 block(s), 0 free","v":2}',
-        {"frame": "bt_events", "action": "preempt", "blocks_needed": 1, "pool_free_blocks": 0, "running": 7,
-         "trigger_request_id": "req-2", "policy": "fcfs", "blocks_freed": 8, "num_computed_tokens_lost": 127},
+        {
+            "frame": "bt_events",
+            "action": "preempt",
+            "blocks_needed": 1,
+            "pool_free_blocks": 0,
+            "running": 7,
+            "trigger_request_id": "req-2",
+            "policy": "fcfs",
+            "blocks_freed": 8,
+            "num_computed_tokens_lost": 127,
+        },
     ),
     (
         '{"type":"request","ts":1796117811.09,"step":0,"engine":"0","request_id":"req-0","phase":"arrival",'
@@ -601,8 +621,14 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         '{"type":"request","time":"2026-12-01T09:36:51.5Z","step":90,"request_id":"req-0","phase":"finish",'
         '"output_tokens":60,"finish_reason":"length","num_preemptions":2}',
-        {"frame": "bt_requests", "phase": "finish", "output_tokens": 60, "finish_reason": "length",
-         "num_preemptions": 2, "engine": "0"},
+        {
+            "frame": "bt_requests",
+            "phase": "finish",
+            "output_tokens": 60,
+            "finish_reason": "length",
+            "num_preemptions": 2,
+            "engine": "0",
+        },
     ),
     ('{"type": "request", "ts": 1.0, "step": 1, "request_id": "r", "phase": "teleported"}', {"_bad": True}),
     ('{"type": "step", "step": 1, "num_free_blocks": 3}', {"_bad": True}),  # no time

@@ -30,8 +30,8 @@ def _sniff(head: str) -> int:
 
 
 class CaptureParsed:
-    def __init__(self, files: list["InputFile"]) -> None:
-        self.items: list[tuple["InputFile", list[dict[str, Any]], int]] = []
+    def __init__(self, files: list[InputFile]) -> None:
+        self.items: list[tuple[InputFile, list[dict[str, Any]], int]] = []
         for f in files:
             rows, bad = [], 0
             with open(f.path, encoding="utf-8", errors="replace") as fh:
@@ -73,8 +73,9 @@ class CaptureParsed:
                 what = f"{start.get('url')} every {start.get('every_s')} s" if start.get("url") else "no /metrics"
                 if start.get("log"):
                     what += f", following {start['log']}"
-                span = f"from {start.get('time')}" + (f" to {stop.get('time')}" if stop else " (no stop record: "
-                                                       "still running or killed)")
+                span = f"from {start.get('time')}" + (
+                    f" to {stop.get('time')}" if stop else " (no stop record: still running or killed)"
+                )
                 counts = f": {stop.get('scrapes')} scrape(s), {stop.get('failures')} failed" if stop else ""
                 out.notes.append(f"capture session ({f.display}): {what} {span}{counts}")
             for n, g in enumerate(gaps, 1):
@@ -90,19 +91,26 @@ class CaptureParsed:
         return out
 
 
-def _parse(files: list["InputFile"]) -> CaptureParsed:
+def _parse(files: list[InputFile]) -> CaptureParsed:
     return CaptureParsed(files)
 
 
-register(SourceKind(name=KIND, description="preemptlog capture session log (capture.jsonl)", sniff=_sniff,
-                    parse=_parse))
+register(
+    SourceKind(name=KIND, description="preemptlog capture session log (capture.jsonl)", sniff=_sniff, parse=_parse)
+)
 
 SAMPLES: list[tuple[str, dict[str, Any]]] = [
-    ('{"preemptlog_capture": 1, "type": "start", "time": "2026-12-01T10:00:00.000+00:00", '
-     '"url": "http://127.0.0.1:8000/metrics", "every_s": 10.0, "log": null}', {"notes": 1}),
-    ('{"preemptlog_capture": 1, "type": "gap", "start": "2026-12-01T10:00:10.000+00:00", '
-     '"end": "2026-12-01T10:00:40.000+00:00", "url": "http://127.0.0.1:8000/metrics", "failures": 2, '
-     '"error": "Connection refused"}', {"warnings": 1}),
+    (
+        '{"preemptlog_capture": 1, "type": "start", "time": "2026-12-01T10:00:00.000+00:00", '
+        '"url": "http://127.0.0.1:8000/metrics", "every_s": 10.0, "log": null}',
+        {"notes": 1},
+    ),
+    (
+        '{"preemptlog_capture": 1, "type": "gap", "start": "2026-12-01T10:00:10.000+00:00", '
+        '"end": "2026-12-01T10:00:40.000+00:00", "url": "http://127.0.0.1:8000/metrics", "failures": 2, '
+        '"error": "Connection refused"}',
+        {"warnings": 1},
+    ),
 ]
 
 register_samples(KIND, SAMPLES)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -137,8 +137,8 @@ def _tokens(row: str) -> list[str]:
 
 @dataclass
 class _FileData:
-    file: "InputFile"
-    df: "pl.DataFrame"  # gpu, metrics, _date, _time, line
+    file: InputFile
+    df: pl.DataFrame  # gpu, metrics, _date, _time, line
     has_date: bool
     has_time: bool
     bad_rows: int
@@ -146,7 +146,7 @@ class _FileData:
     metrics: list[str] = field(default_factory=list)
 
 
-def read_file(path: str, display: str) -> tuple["pl.DataFrame", dict[str, Any]]:
+def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
     from .. import reflow
 
@@ -201,9 +201,7 @@ def read_file(path: str, display: str) -> tuple["pl.DataFrame", dict[str, Any]]:
             elif c == "gpu":
                 exprs.append(tok.cast(pl.Int32, strict=False).alias(c))
             else:
-                exprs.append(
-                    pl.when(tok == "-").then(None).otherwise(tok).cast(pl.Float64, strict=False).alias(c)
-                )
+                exprs.append(pl.when(tok == "-").then(None).otherwise(tok).cast(pl.Float64, strict=False).alias(c))
         parts.append(ok.select(pl.col("line"), *exprs))
     if parts:
         df = pl.concat(parts, how="diagonal_relaxed").sort("line")
@@ -212,20 +210,25 @@ def read_file(path: str, display: str) -> tuple["pl.DataFrame", dict[str, Any]]:
     for c, dt in (("gpu", pl.Int32), ("_date", pl.String), ("_time", pl.String)):
         if c not in df.columns:
             df = df.with_columns(pl.lit(None, dt).alias(c))
-    facts = {"file": display, "rows": df.height, "bad_rows": bad, "headerless_rows": headerless,
-             "layouts": len(layouts)}
+    facts = {
+        "file": display,
+        "rows": df.height,
+        "bad_rows": bad,
+        "headerless_rows": headerless,
+        "layouts": len(layouts),
+    }
     return df, facts
 
 
-def _naive_expr() -> "pl.Expr":
+def _naive_expr() -> pl.Expr:
     return pl.concat_str([pl.col("_date"), pl.lit(" "), pl.col("_time")]).str.to_datetime(
         "%Y%m%d %H:%M:%S", time_unit="us", strict=False
     )
 
 
 class DmonParsed:
-    def __init__(self, files: list["InputFile"]) -> None:
-        self.items: list[tuple["InputFile", "pl.DataFrame", dict[str, Any]]] = []
+    def __init__(self, files: list[InputFile]) -> None:
+        self.items: list[tuple[InputFile, pl.DataFrame, dict[str, Any]]] = []
         for f in files:
             df, facts = read_file(str(f.path), f.display)
             self.items.append((f, df, facts))
@@ -238,7 +241,7 @@ class DmonParsed:
                 t = full.select(_naive_expr().min()).item()
                 if t is not None:
                     # Local time read as UTC: good to within a day, enough to choose a year.
-                    out.append((t.replace(tzinfo=timezone.utc), f"dmon -o DT date in {f.display}"))
+                    out.append((t.replace(tzinfo=UTC), f"dmon -o DT date in {f.display}"))
         return out
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
@@ -272,9 +275,7 @@ class DmonParsed:
             else:
                 what = "only the date (-o D)" if has_date else "no date or time columns (run dmon with -o DT)"
                 out.notes.append(f"{f.display}: dmon capture has {what}: its {df.height} samples are untimed")
-                df = df.with_columns(
-                    time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")
-                )
+                df = df.with_columns(time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown"))
             metrics = [c for c in df.columns if c not in ("line", "gpu", "_date", "_time", "time", "time_precision")]
             frames.append(
                 df.select(
@@ -292,7 +293,7 @@ class DmonParsed:
         return out
 
 
-def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str) -> "tuple[pl.DataFrame, Assumption | None]":
+def _date_for_time_only(df: pl.DataFrame, ctx: TimeContext, display: str) -> tuple[pl.DataFrame, Assumption | None]:
     """Give a time-only capture its dates. Returns (frame with time, Assumption | None)."""
     from ..timebase import Assumption, localize, zone_info
 
@@ -302,9 +303,7 @@ def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str) -> "
         + pl.col("_time").str.slice(6, 2).cast(pl.Int64, strict=False)
     )
     df = df.with_columns(_secs=secs)
-    df = df.with_columns(
-        _day=(pl.col("_secs").diff() < -MIDNIGHT_BACKSTEP).fill_null(False).cast(pl.Int32).cum_sum()
-    )
+    df = df.with_columns(_day=(pl.col("_secs").diff() < -MIDNIGHT_BACKSTEP).fill_null(False).cast(pl.Int32).cum_sum())
     zinfo = zone_info(ctx.tz)
     if ctx.reference is not None:
         ref0, ref1 = ctx.reference
@@ -313,9 +312,9 @@ def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str) -> "
         full = [a for a, _ in ctx.anchors]
         if not full:
             return (
-                df.with_columns(
-                    time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")
-                ).drop("_secs", "_day"),
+                df.with_columns(time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")).drop(
+                    "_secs", "_day"
+                ),
                 None,
             )
         ref0, ref1 = min(full), max(full)
@@ -350,7 +349,7 @@ def _date_for_time_only(df: "pl.DataFrame", ctx: TimeContext, display: str) -> "
     return df, Assumption("dmon date", span, f"dmon -o T has no date; chose the day closest to {basis}", scope=display)
 
 
-def _parse(files: list["InputFile"]) -> DmonParsed:
+def _parse(files: list[InputFile]) -> DmonParsed:
     return DmonParsed(files)
 
 

@@ -61,7 +61,9 @@ PENDING_RE = (
     r"\bReq-(?P<rid>[^\s:,]+):\s*prompt=(?P<prompt>\d+),\s*max_out=(?P<max_out>\d+),\s*"
     r"blocks_needed=(?P<blocks_needed>\d+)"
 )
-BATCH_RE = r"\[BATCH\] Current variance:\s*(?P<variance>-?[\d.]+(?:[eE][+-]?\d+)?)\s*\(threshold=(?P<threshold>-?[\d.]+)\)"
+BATCH_RE = (
+    r"\[BATCH\] Current variance:\s*(?P<variance>-?[\d.]+(?:[eE][+-]?\d+)?)\s*\(threshold=(?P<threshold>-?[\d.]+)\)"
+)
 BT_KEY_RE = r"\b(?:request_id|req_id|seq_id|req)\s*[=:]\s*['\"]?(?P<rid>[A-Za-z0-9_.:\-]*[A-Za-z0-9_])"
 BT_ARROW_RE = r"(?P<a>\d+)\s*(?:->|→)\s*(?P<b>\d+)"
 BT_OLDNEW_RE = r"\bold(?:_blocks)?\s*[=:]\s*(?P<a>\d+)\b.*?\bnew(?:_blocks)?\s*[=:]\s*(?P<b>\d+)"
@@ -130,13 +132,13 @@ BT_TEXT_SCHEMA = {
 }
 
 
-def polars_schema(schema: dict[str, str]) -> "Schema":
+def polars_schema(schema: dict[str, str]) -> Schema:
     from ..frames import polars_schema as _polars_schema
 
     return _polars_schema(schema)
 
 
-def _with_time_upper(rows: "pl.DataFrame") -> "pl.DataFrame":
+def _with_time_upper(rows: pl.DataFrame) -> pl.DataFrame:
     timed = pl.when(~pl.col("time_precision").str.starts_with("inherited")).then(pl.col("time"))
     return rows.with_columns(
         time_upper=pl.when(pl.col("time_precision") == "inherited")
@@ -145,7 +147,7 @@ def _with_time_upper(rows: "pl.DataFrame") -> "pl.DataFrame":
     )
 
 
-def _marker_events(rows: "pl.DataFrame") -> list["pl.DataFrame"]:
+def _marker_events(rows: pl.DataFrame) -> list[pl.DataFrame]:
     """Family lines that also carry the word PREEMPTED are marker events too."""
     from ..vllm.preemptions import marker_events
 
@@ -155,7 +157,7 @@ def _marker_events(rows: "pl.DataFrame") -> list["pl.DataFrame"]:
     return [marker_events(pre.with_columns(kind=pl.lit("marker")))]
 
 
-def hooks_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutput:
+def hooks_from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
     out = SourceOutput()
     kinds = [k for _, k in HOOK_MARKERS]
     rows = records.filter(pl.col("kind").is_in(kinds)) if records.height else records
@@ -207,7 +209,9 @@ def hooks_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutpu
     batch = bat.filter(pl.col("variance").is_not_null()).select(list(HOOK_BATCH_SCHEMA))
     batch = batch.cast(polars_schema(HOOK_BATCH_SCHEMA))
 
-    out.frames.update(hook_steps=steps.filter(pl.col("free_blocks").is_not_null()), hook_pending=pending, hook_batch=batch)
+    out.frames.update(
+        hook_steps=steps.filter(pl.col("free_blocks").is_not_null()), hook_pending=pending, hook_batch=batch
+    )
     out.events.extend(_marker_events(rows))
     inherited = rows.filter(pl.col("time_precision").str.starts_with("inherited")).height
     out.counters["hooks"] = {
@@ -228,7 +232,7 @@ def hooks_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutpu
     return out
 
 
-def bt_text_from_records(records: "pl.DataFrame", ctx: TimeContext) -> SourceOutput:
+def bt_text_from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
     out = SourceOutput()
     rows = records.filter(pl.col("kind") == "bt_text") if records.height else records
     if rows.height == 0:
@@ -281,32 +285,55 @@ register_family(
 # the line; the other keys are fields of the family frame row (or "event": the
 # marker event's request id).
 SAMPLES: list[tuple[str, dict[str, Any]]] = [
-    ("[SCHEDULER] Available blocks: 128, Pending reqs: 17, Running reqs: 31",
-     {"kind": "hook_sched", "free_blocks": 128, "pending": 17, "running": 31}),
-    ("INFO 11-30 05:10:38 [scheduler_debug.py:12] [SCHEDULER] Available blocks: 5, Pending reqs: 2, Running reqs: 4",
-     {"kind": "hook_sched", "free_blocks": 5, "pending": 2, "running": 4}),
-    ("2026-11-30T05:10:38.120Z [SCHEDULER] Available blocks: 0, Pending reqs: 0, Running reqs: 1",
-     {"kind": "hook_sched", "free_blocks": 0, "pending": 0, "running": 1}),
-    ("vllm-1  | [SCHEDULER] Available blocks: 64, Pending reqs: 3, Running reqs: 8",
-     {"kind": "hook_sched", "free_blocks": 64}),
-    ("  Req-42: prompt=128, max_out=512, blocks_needed=40",
-     {"kind": "hook_pending", "request_id": "42", "prompt": 128, "max_out": 512, "blocks_needed": 40}),
-    ("  Req-chatcmpl-a1b2: prompt=23, max_out=10, blocks_needed=3",
-     {"kind": "hook_pending", "request_id": "chatcmpl-a1b2", "prompt": 23, "max_out": 10, "blocks_needed": 3}),
-    ("(EngineCore_DP0 pid=7) INFO 11-30 05:10:38 [hook.py:3]   Req-9: prompt=1024, max_out=64, blocks_needed=68",
-     {"kind": "hook_pending", "request_id": "9", "blocks_needed": 68}),
-    ("[BATCH] Current variance: 318.0 (threshold=256)",
-     {"kind": "hook_batch", "variance": 318.0, "threshold": 256.0}),
-    ("WARNING 11-30 05:10:38 [hook.py:5] [BATCH] Current variance: 42.5 (threshold=256)",
-     {"kind": "hook_batch", "variance": 42.5, "threshold": 256.0}),
-    ("block_table extend req=req-42 8->12",
-     {"kind": "bt_text", "request_id": "req-42", "blocks_before": 8, "blocks_after": 12}),
-    ("INFO 11-30 05:10:38 [executor.py:88] block_table extend request_id=req-42 old=8 new=12",
-     {"kind": "bt_text", "request_id": "req-42", "blocks_before": 8, "blocks_after": 12}),
-    ("2026-11-30T05:10:38.120Z block_table.extend(seq_id=7, 8 -> 12)",
-     {"kind": "bt_text", "request_id": "7", "blocks_before": 8, "blocks_after": 12}),
-    ("DEBUG 11-30 05:10:38 [worker.py:1] block_table: extend req_id: cmpl-3 old_blocks=3 new_blocks=4",
-     {"kind": "bt_text", "request_id": "cmpl-3", "blocks_before": 3, "blocks_after": 4}),
+    (
+        "[SCHEDULER] Available blocks: 128, Pending reqs: 17, Running reqs: 31",
+        {"kind": "hook_sched", "free_blocks": 128, "pending": 17, "running": 31},
+    ),
+    (
+        "INFO 11-30 05:10:38 [scheduler_debug.py:12] [SCHEDULER] Available blocks: 5, Pending reqs: 2, Running reqs: 4",
+        {"kind": "hook_sched", "free_blocks": 5, "pending": 2, "running": 4},
+    ),
+    (
+        "2026-11-30T05:10:38.120Z [SCHEDULER] Available blocks: 0, Pending reqs: 0, Running reqs: 1",
+        {"kind": "hook_sched", "free_blocks": 0, "pending": 0, "running": 1},
+    ),
+    (
+        "vllm-1  | [SCHEDULER] Available blocks: 64, Pending reqs: 3, Running reqs: 8",
+        {"kind": "hook_sched", "free_blocks": 64},
+    ),
+    (
+        "  Req-42: prompt=128, max_out=512, blocks_needed=40",
+        {"kind": "hook_pending", "request_id": "42", "prompt": 128, "max_out": 512, "blocks_needed": 40},
+    ),
+    (
+        "  Req-chatcmpl-a1b2: prompt=23, max_out=10, blocks_needed=3",
+        {"kind": "hook_pending", "request_id": "chatcmpl-a1b2", "prompt": 23, "max_out": 10, "blocks_needed": 3},
+    ),
+    (
+        "(EngineCore_DP0 pid=7) INFO 11-30 05:10:38 [hook.py:3]   Req-9: prompt=1024, max_out=64, blocks_needed=68",
+        {"kind": "hook_pending", "request_id": "9", "blocks_needed": 68},
+    ),
+    ("[BATCH] Current variance: 318.0 (threshold=256)", {"kind": "hook_batch", "variance": 318.0, "threshold": 256.0}),
+    (
+        "WARNING 11-30 05:10:38 [hook.py:5] [BATCH] Current variance: 42.5 (threshold=256)",
+        {"kind": "hook_batch", "variance": 42.5, "threshold": 256.0},
+    ),
+    (
+        "block_table extend req=req-42 8->12",
+        {"kind": "bt_text", "request_id": "req-42", "blocks_before": 8, "blocks_after": 12},
+    ),
+    (
+        "INFO 11-30 05:10:38 [executor.py:88] block_table extend request_id=req-42 old=8 new=12",
+        {"kind": "bt_text", "request_id": "req-42", "blocks_before": 8, "blocks_after": 12},
+    ),
+    (
+        "2026-11-30T05:10:38.120Z block_table.extend(seq_id=7, 8 -> 12)",
+        {"kind": "bt_text", "request_id": "7", "blocks_before": 8, "blocks_after": 12},
+    ),
+    (
+        "DEBUG 11-30 05:10:38 [worker.py:1] block_table: extend req_id: cmpl-3 old_blocks=3 new_blocks=4",
+        {"kind": "bt_text", "request_id": "cmpl-3", "blocks_before": 3, "blocks_after": 4},
+    ),
     # Not hook shapes: stay what the vLLM pass says they are.
     ("  Req-77 PREEMPTED (blocks_needed=12)", {"kind": "marker", "event": "77"}),
     ("INFO 11-30 05:10:39 [scheduler.py:10] Req-77 PREEMPTED", {"kind": "marker", "event": "77"}),

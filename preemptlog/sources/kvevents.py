@@ -26,7 +26,7 @@ Frame ``kv_events`` (:data:`KV_EVENTS_SCHEMA`), one row per batch line.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -76,12 +76,12 @@ def _sniff(head: str) -> int:
     return 30 if hits else 0
 
 
-def _count_list(inner: "pl.Expr") -> "pl.Expr":
+def _count_list(inner: pl.Expr) -> pl.Expr:
     s = inner.str.strip_chars()
     return pl.when(s == "").then(0).otherwise(s.str.count_matches(",", literal=True) + 1).cast(pl.Int64)
 
 
-def read_file(path: str) -> tuple["pl.DataFrame", dict[str, Any]]:
+def read_file(path: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """One row per batch line: ts, dp_rank, per-type event and block counts, n."""
     from ..textio import scan_lines
 
@@ -102,7 +102,9 @@ def read_file(path: str) -> tuple["pl.DataFrame", dict[str, Any]]:
         removed_events=line.str.count_matches(r'"BlockRemoved"').cast(pl.Int64),
         cleared=line.str.count_matches(r'"AllBlocksCleared"').cast(pl.Int64),
         _ev=pl.when(is_dict).then(line.str.extract_all(DICT_EVENT_RE)).otherwise(line.str.extract_all(ARRAY_EVENT_RE)),
-        _valid=pl.when(is_dict).then(line.str.contains(r'"events"\s*:\s*\[')).otherwise(line.str.contains(ARRAY_HEAD_RE)),
+        _valid=pl.when(is_dict)
+        .then(line.str.contains(r'"events"\s*:\s*\['))
+        .otherwise(line.str.contains(ARRAY_HEAD_RE)),
     )
     df = lf.drop("line").collect()
     total = df.height
@@ -141,14 +143,13 @@ def read_file(path: str) -> tuple["pl.DataFrame", dict[str, Any]]:
 
 
 class KvEventsParsed:
-    def __init__(self, files: list["InputFile"]) -> None:
+    def __init__(self, files: list[InputFile]) -> None:
         self.items = []
         for f in files:
             df, facts = read_file(str(f.path))
             self.items.append((f, df, facts))
 
     def anchors(self) -> list[tuple[datetime, str]]:
-        from datetime import timezone
 
         out = []
         for f, df, _ in self.items:
@@ -156,7 +157,7 @@ class KvEventsParsed:
                 ts = df.get_column("ts").min()
                 if ts is not None:
                     try:
-                        out.append((datetime.fromtimestamp(ts, timezone.utc), f"KV cache events in {f.display}"))  # type: ignore[arg-type]  # polars scalars are typed as every literal
+                        out.append((datetime.fromtimestamp(ts, UTC), f"KV cache events in {f.display}"))  # type: ignore[arg-type]  # polars scalars are typed as every literal
                     except (OverflowError, OSError, ValueError):
                         pass
         return out
@@ -198,7 +199,7 @@ class KvEventsParsed:
         return out
 
 
-def per_second(kv: "pl.DataFrame") -> "pl.DataFrame":
+def per_second(kv: pl.DataFrame) -> pl.DataFrame:
     """Stored / removed blocks and clears per second (pool-level rate)."""
     return (
         kv.filter(pl.col("time").is_not_null())
@@ -212,7 +213,7 @@ def per_second(kv: "pl.DataFrame") -> "pl.DataFrame":
     )
 
 
-def _parse(files: list["InputFile"]) -> KvEventsParsed:
+def _parse(files: list[InputFile]) -> KvEventsParsed:
     return KvEventsParsed(files)
 
 
@@ -232,7 +233,7 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         {"stored_events": 1, "stored_blocks": 2, "removed_events": 1, "removed_blocks": 1, "cleared": 0, "dp_rank": 0},
     ),
     ('[1796015439.0, [["AllBlocksCleared"]]]', {"cleared": 1, "stored_blocks": 0, "dp_rank": None}),
-    ('[1796015439.5, []]', {"stored_events": 0, "cleared": 0}),
+    ("[1796015439.5, []]", {"stored_events": 0, "cleared": 0}),
     (
         '[1796015440, [["BlockStored", [1], null, [5], 16, null], ["BlockStored", [2, 3, 4], 1, [6], 16, null]]]',
         {"stored_events": 2, "stored_blocks": 4},

@@ -31,12 +31,12 @@ HAS_TS_RE = (
 )
 
 
-def untimed(records: "pl.DataFrame") -> "pl.Expr":
+def untimed(records: pl.DataFrame) -> pl.Expr:
     """Records whose own line carries no timestamp the timebase could read."""
     return pl.col("mo").is_null() & pl.col("fdate").is_null() & pl.col("fb").is_null()
 
 
-def time_lines(path: str, file_id: int, records: "pl.DataFrame") -> "pl.DataFrame | None":
+def time_lines(path: str, file_id: int, records: pl.DataFrame) -> pl.DataFrame | None:
     """Records of kind ``time_only`` for one file's untimed records (see the module doc).
 
     ``records`` are the file's records (columns n, mo, fdate, fb). Returns None
@@ -51,9 +51,11 @@ def time_lines(path: str, file_id: int, records: "pl.DataFrame") -> "pl.DataFram
         # to ``n_last``, all timed: its last line bounds a gap like its first.
         ends = records.filter(pl.col("n_last").is_not_null() & (pl.col("n_last") != pl.col("n")))
         if ends.height:
-            per_line = pl.concat(
-                [per_line, ends.select(pl.col("n_last").alias("n"), pl.lit(False).alias("_u"))]
-            ).group_by("n").agg(pl.col("_u").all())
+            per_line = (
+                pl.concat([per_line, ends.select(pl.col("n_last").alias("n"), pl.lit(False).alias("_u"))])
+                .group_by("n")
+                .agg(pl.col("_u").all())
+            )
     per_line = per_line.sort("n")
     if per_line.height == 0 or not per_line.get_column("_u").any():
         return None
@@ -68,10 +70,16 @@ def time_lines(path: str, file_id: int, records: "pl.DataFrame") -> "pl.DataFram
     lf = lf.with_columns(_g=pl.lit(breaks).search_sorted(pl.col("n"), side="left"))
     lf = lf.filter(~pl.col("n").is_in(breaks.implode()))
     lf = lf.filter(pl.lit(want_last).gather(pl.col("_g")) | pl.lit(want_first).gather(pl.col("_g")))
-    picked = lf.group_by("_g").agg(
-        pl.col("n").first().alias("_n0"), pl.col("head").first().alias("_h0"),
-        pl.col("n").last().alias("_n1"), pl.col("head").last().alias("_h1"),
-    ).collect()
+    picked = (
+        lf.group_by("_g")
+        .agg(
+            pl.col("n").first().alias("_n0"),
+            pl.col("head").first().alias("_h0"),
+            pl.col("n").last().alias("_n1"),
+            pl.col("head").last().alias("_h1"),
+        )
+        .collect()
+    )
     if picked.height == 0:
         return None
     g = picked.get_column("_g")
@@ -80,16 +88,24 @@ def time_lines(path: str, file_id: int, records: "pl.DataFrame") -> "pl.DataFram
     rows = pl.concat([firsts, lasts]).unique("n").sort("n")
     head = pl.col("head").str.replace_all(ANSI_RE, "")
     is_json = head.str.starts_with("{")
-    j = pl.when(is_json).then(head).str.extract_groups(
-        r"\"asctime\":\s*\"(?P<jdate>\d{4}-\d\d-\d\d)[T ](?P<jtime>\d\d:\d\d:\d\d)(?:[.,](?P<jfrac>\d+))?"
-        r"(?P<jzone>Z|[+-]\d\d:?\d\d)?"
+    j = (
+        pl.when(is_json)
+        .then(head)
+        .str.extract_groups(
+            r"\"asctime\":\s*\"(?P<jdate>\d{4}-\d\d-\d\d)[T ](?P<jtime>\d\d:\d\d:\d\d)(?:[.,](?P<jfrac>\d+))?"
+            r"(?P<jzone>Z|[+-]\d\d:?\d\d)?"
+        )
     )
-    out = rows.with_columns(head=head).with_columns(
-        hdr=pl.col("head").str.extract_groups(VLLM_HEADER_RE),
-        full=pl.col("head").str.extract_groups(FULL_TS_RE),
-        j=j,
-        fb=pl.col("head").str.extract(FALLBACK_TS_RE, 1),
-    ).unnest("hdr", "full", "j")
+    out = (
+        rows.with_columns(head=head)
+        .with_columns(
+            hdr=pl.col("head").str.extract_groups(VLLM_HEADER_RE),
+            full=pl.col("head").str.extract_groups(FULL_TS_RE),
+            j=j,
+            fb=pl.col("head").str.extract(FALLBACK_TS_RE, 1),
+        )
+        .unnest("hdr", "full", "j")
+    )
     i8 = {c: pl.col(c).cast(pl.Int8, strict=False) for c in ("mo", "dd", "hh", "mi", "ss")}
     out = out.select(
         pl.lit(file_id, pl.UInt16).alias("file_id"),
@@ -106,5 +122,9 @@ def time_lines(path: str, file_id: int, records: "pl.DataFrame") -> "pl.DataFram
     )
     cols = []
     for name, dtype in RECORD_SCHEMA.items():
-        cols.append(pl.col(name).cast(getattr(pl, dtype)) if name in out.columns else pl.lit(None, getattr(pl, dtype)).alias(name))
+        cols.append(
+            pl.col(name).cast(getattr(pl, dtype))
+            if name in out.columns
+            else pl.lit(None, getattr(pl, dtype)).alias(name)
+        )
     return out.select(cols)

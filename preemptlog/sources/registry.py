@@ -32,10 +32,10 @@ class TimeContext:
 class SourceOutput:
     """What a source contributes to an Analysis."""
 
-    frames: dict[str, "pl.DataFrame"] = field(default_factory=dict)
-    events: list["pl.DataFrame"] = field(default_factory=list)  # partial event frames (events.conform)
-    config: "pl.DataFrame | None" = None  # rows in vllm.config.CONFIG_SCHEMA
-    assumptions: list["Assumption"] = field(default_factory=list)
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    events: list[pl.DataFrame] = field(default_factory=list)  # partial event frames (events.conform)
+    config: pl.DataFrame | None = None  # rows in vllm.config.CONFIG_SCHEMA
+    assumptions: list[Assumption] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
@@ -73,7 +73,7 @@ class SourceKind:
     name: str
     description: str
     sniff: Callable[[str], int]
-    parse: Callable[[list["InputFile"]], Parsed] | None = None
+    parse: Callable[[list[InputFile]], Parsed] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class RecordFamily:
 
     name: str
     markers: list[tuple[str, str]]  # (literal marker, record kind)
-    from_records: Callable[["pl.DataFrame", TimeContext], SourceOutput]
+    from_records: Callable[[pl.DataFrame, TimeContext], SourceOutput]
     verify: dict[str, str] = field(default_factory=dict)  # record kind -> confirming regex
 
 

@@ -231,7 +231,7 @@ def marker_regex(literals: list[str]) -> str:
     return "(?-u)(" + "|".join(pl.escape_regex(m) for m in literals) + ")"
 
 
-def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
+def scan(path: str, file_id: int, wraps: bool = True) -> pl.LazyFrame:
     """Lazy records frame for one log file (see RECORD_SCHEMA).
 
     Measured on a 1 GB V0 log (148 k lines, 99 k kept; request lines of
@@ -277,7 +277,9 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
     # byte (a literal find; most logs have none).
     lf = lf.with_columns(head=pl.col("line").str.head(HEAD_CHARS), _hot=pl.col("marker").is_in(hot_markers))
     has_esc = pl.col("head").str.contains("\x1b", literal=True)
-    lf = lf.with_columns(head=pl.when(has_esc).then(pl.col("head").str.replace_all(ANSI_RE, "")).otherwise(pl.col("head")))
+    lf = lf.with_columns(
+        head=pl.when(has_esc).then(pl.col("head").str.replace_all(ANSI_RE, "")).otherwise(pl.col("head"))
+    )
     is_json = pl.col("head").str.starts_with("{")
     json_line = pl.when(is_json).then(pl.col("line"))
     lf = lf.with_columns(
@@ -324,11 +326,9 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
     after = pl.col("_tail").cast(pl.Binary).bin.slice(pl.col("_ids_len")).cast(pl.String)
     commas = pl.col("_tail").str.count_matches("(?-u),") - after.str.count_matches("(?-u),")
     ids_len = pl.col("_ids_len")
-    prompt_tokens = (
-        pl.when(ids_len == 0).then(pl.lit(0, pl.Int64)).when(ids_len > 0).then(commas.cast(pl.Int64) + 1)
-    )
+    prompt_tokens = pl.when(ids_len == 0).then(pl.lit(0, pl.Int64)).when(ids_len > 0).then(commas.cast(pl.Int64) + 1)
 
-    def i8(c: str) -> "pl.Expr":
+    def i8(c: str) -> pl.Expr:
         return pl.col(c).cast(pl.Int8, strict=False)
 
     return lf.select(
@@ -359,7 +359,7 @@ def scan(path: str, file_id: int, wraps: bool = True) -> "pl.LazyFrame":
     )
 
 
-def finish(df: "pl.DataFrame") -> "pl.DataFrame":
+def finish(df: pl.DataFrame) -> pl.DataFrame:
     """Collected scan output -> records: marker -> kind, kinds confirmed by their regex."""
     kinds: dict[str, str] = {}
     for marker, kind in all_markers():
@@ -380,7 +380,7 @@ def finish(df: "pl.DataFrame") -> "pl.DataFrame":
     return compact(df)
 
 
-def compact(df: "pl.DataFrame") -> "pl.DataFrame":
+def compact(df: pl.DataFrame) -> pl.DataFrame:
     """One chunk per column, and all-null columns stored as a scalar.
 
     Memory: the streaming collect yields one chunk per morsel (3 000 at 4 GB),
@@ -395,12 +395,12 @@ def compact(df: "pl.DataFrame") -> "pl.DataFrame":
     return df.rechunk()
 
 
-def read(path: str, file_id: int, wraps: bool = True) -> "pl.DataFrame":
+def read(path: str, file_id: int, wraps: bool = True) -> pl.DataFrame:
     """Scan, collect and finish one log file."""
     return finish(collect(scan(path, file_id, wraps)))
 
 
-def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
+def collect(lf: pl.LazyFrame) -> pl.DataFrame:
     """Collect a scan through a temporary Parquet file (streaming sink), column by column.
 
     Memory: ``collect()`` gathers one small chunk per morsel, and those
@@ -440,7 +440,7 @@ def collect(lf: "pl.LazyFrame") -> "pl.DataFrame":
             if not series:
                 return compact(pl.read_parquet(tmp))
             return pl.DataFrame(series).with_columns(nulls).select(names)
-        except Exception:  # noqa: BLE001 - any failure: the in-memory collect decides
+        except Exception:
             return compact(lf.collect())
     finally:
         try:
@@ -498,7 +498,7 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         '{"asctime": "2026-03-01 10:00:00,500", "levelname": "INFO", "name": "vllm.v1.metrics.loggers", '
         '"processName": "APIServer", "process": 77, "message": "Engine 000: Avg prompt throughput: 0.0 '
-        'tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 3 reqs, Waiting: 9 reqs, '
+        "tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 3 reqs, Waiting: 9 reqs, "
         'Preemptions: 2, GPU KV cache usage: 99.0%, Prefix cache hit rate: 0.0%"}',
         {"kind": "stats", "level": "INFO", "fdate": "2026-03-01", "proc": "APIServer pid=77"},
     ),
@@ -576,11 +576,11 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         {"kind": "v0_preempt", "fb": "Nov 30 05:10:38", "mo": None},
     ),
     ("INFO 05-04 05:25:03 [x.py:1] UNPREEMPTED_QUEUE size 3", {"_dropped": True}),
-    ("INFO:     127.0.0.1:55352 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK", {"_dropped": True}),
+    ('INFO:     127.0.0.1:55352 - "POST /v1/chat/completions HTTP/1.1" 200 OK', {"_dropped": True}),
 ]
 
 
-def scan_empty() -> "pl.DataFrame":
+def scan_empty() -> pl.DataFrame:
     """An empty records frame with the declared schema."""
     return pl.DataFrame(schema={k: getattr(pl, v) for k, v in RECORD_SCHEMA.items()})
 
@@ -625,7 +625,7 @@ _TIME_PARTS = ("mo", "dd", "hh", "mi", "ss", "hfrac", "fdate", "ftime", "ffrac",
 _KEPT_HOT = ("req_received", "req_finished", "req_aborted", "req_details")
 
 
-def HOT_KIND_ENUM() -> "pl.Enum":  # a dtype, named like one
+def HOT_KIND_ENUM() -> pl.Enum:  # a dtype, named like one
     return pl.Enum(list(HOT_KINDS))
 
 
@@ -639,7 +639,7 @@ def request_runs_min() -> int:
         return REQUEST_RUNS_MIN
 
 
-def with_run_columns(df: "pl.DataFrame") -> "pl.DataFrame":
+def with_run_columns(df: pl.DataFrame) -> pl.DataFrame:
     """Records without runs: the run columns, null (a scalar each)."""
     missing = [c for c in RUN_KIND_COLUMNS if c not in df.columns]
     return df.with_columns(pl.lit(None, getattr(pl, RUN_KIND_COLUMNS[c])).alias(c) for c in missing)
@@ -647,7 +647,7 @@ def with_run_columns(df: "pl.DataFrame") -> "pl.DataFrame":
 
 def read_split(
     path: str, file_id: int, wraps: bool = True, runs: bool = True
-) -> tuple["pl.DataFrame", "list[pl.DataFrame]"]:
+) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     """Records of one file with request lines as runs, and the per-request rows (HOT_ROWS).
 
     Without runs (``runs`` False, or fewer request lines than :func:`request_runs_min`)
@@ -667,7 +667,7 @@ def read_split(
     try:
         try:
             lf.sink_parquet(tmp, compression="lz4", statistics=False)
-        except Exception:  # noqa: BLE001 - as collect(): the in-memory collect decides
+        except Exception:
             return with_run_columns(finish(compact(lf.collect()))), []
         return _split_from(tmp, lf.collect_schema().names(), file_id, runs)
     finally:
@@ -680,7 +680,7 @@ def read_split(
 READ_CHUNK_ROWS = 1 << 20
 
 
-def _read_columns(tmp: str, names: list[str], mask: "pl.Series | None") -> "pl.DataFrame":
+def _read_columns(tmp: str, names: list[str], mask: pl.Series | None) -> pl.DataFrame:
     """The spill file's columns one at a time (rows where ``mask``), all-null ones as scalars.
 
     Memory: a column is read and filtered a slice of READ_CHUNK_ROWS rows at a time, so a
@@ -713,9 +713,7 @@ def _read_columns(tmp: str, names: list[str], mask: "pl.Series | None") -> "pl.D
     return pl.DataFrame(series).with_columns(nulls).select(names)
 
 
-def _split_from(
-    tmp: str, names: list[str], file_id: int, runs: bool
-) -> tuple["pl.DataFrame", "list[pl.DataFrame]"]:
+def _split_from(tmp: str, names: list[str], file_id: int, runs: bool) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     kinds: dict[str, str] = {}
     for marker, kind in all_markers():
         kinds.setdefault(marker, kind)
@@ -754,11 +752,13 @@ def _split_from(
     lengths = hot_runs.rle().struct.field("len").cast(pl.UInt32)
     del hot_runs
     first_pos = flags.get_column("start").arg_true().cast(pl.Int64)
-    per_run = pl.DataFrame({
-        "run": pl.int_range(1, lengths.len() + 1, dtype=pl.UInt32, eager=True),
-        "rq_count": lengths,
-        "n_last": flags.get_column("n").gather(first_pos + lengths.cast(pl.Int64) - 1),
-    })
+    per_run = pl.DataFrame(
+        {
+            "run": pl.int_range(1, lengths.len() + 1, dtype=pl.UInt32, eager=True),
+            "rq_count": lengths,
+            "n_last": flags.get_column("n").gather(first_pos + lengths.cast(pl.Int64) - 1),
+        }
+    )
     flags = flags.drop("n")
     keep = flags.select(~pl.col("hot") | pl.col("start")).to_series()
     starts_kept = flags.get_column("start").filter(keep)
@@ -790,7 +790,10 @@ def _split_from(
             .filter(pl.col("marker").is_in(group))
             .select(
                 pl.lit(file_id, pl.UInt16).alias("file_id"),
-                pl.col("marker").cast(pl.String).replace_strict(kinds, default=None, return_dtype=HOT_KIND_ENUM()).alias("kind"),
+                pl.col("marker")
+                .cast(pl.String)
+                .replace_strict(kinds, default=None, return_dtype=HOT_KIND_ENUM())
+                .alias("kind"),
                 "n",
                 "req_id",
                 "max_tokens",
@@ -807,7 +810,7 @@ def _split_from(
     return rec, out
 
 
-def reread_runs(path: str, file_id: int, runs: "pl.DataFrame", wraps: bool = True) -> "pl.DataFrame":
+def reread_runs(path: str, file_id: int, runs: pl.DataFrame, wraps: bool = True) -> pl.DataFrame:
     """The request lines of some runs, read again from the file (for explain's window rows).
 
     ``runs``: records rows of runs (columns n, n_last, plus any columns to give each line,

@@ -127,8 +127,8 @@ _NUMERIC = {
 
 
 def parse(
-    records: "pl.DataFrame", stats: "pl.DataFrame | None" = None, extra: "list[pl.DataFrame] | None" = None
-) -> "pl.DataFrame":
+    records: pl.DataFrame, stats: pl.DataFrame | None = None, extra: list[pl.DataFrame] | None = None
+) -> pl.DataFrame:
     """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults."""
     cfg = records.filter(pl.col("kind").str.starts_with("cfg_")).select("kind", "text", "time", "source", "n")
     parts = []
@@ -160,12 +160,16 @@ def parse(
     }
     seen = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
     # _arg values end with their delimiter; speculative_config's own regex keeps its closing bracket.
-    closed = pl.when(pl.col("key") == "speculative_config").then(pl.col("value")).otherwise(
-        pl.col("value").str.replace(r"[,)}\s]$", "")
+    closed = (
+        pl.when(pl.col("key") == "speculative_config")
+        .then(pl.col("value"))
+        .otherwise(pl.col("value").str.replace(r"[,)}\s]$", ""))
     )
     value = closed.str.strip_chars("'\"")
     seen = seen.with_columns(
-        value=pl.when(pl.col("key").is_in(list(_NUMERIC))).then(value.str.replace_all(",", "", literal=True)).otherwise(value)
+        value=pl.when(pl.col("key").is_in(list(_NUMERIC)))
+        .then(value.str.replace_all(",", "", literal=True))
+        .otherwise(value)
     ).with_columns(
         value=pl.when(pl.col("value") == "Chunked prefill is enabled").then(pl.lit("True")).otherwise(pl.col("value"))
     )
@@ -187,14 +191,14 @@ def parse(
     return out
 
 
-def _last(seen: "pl.DataFrame", key: str):
+def _last(seen: pl.DataFrame, key: str):
     sub = seen.filter(pl.col("key") == key)
     if sub.height == 0:
         return None
     return sub.row(sub.height - 1, named=True)
 
 
-def _derive(seen: "pl.DataFrame", stats: "pl.DataFrame | None") -> "pl.DataFrame":
+def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None) -> pl.DataFrame:
     rows = []
 
     def add(key: str, value: str, basis: list[dict | None], note: str) -> None:
@@ -286,7 +290,7 @@ def _version_tuple(text: str) -> tuple[int, ...] | None:
     return tuple(int(g) if g else 0 for g in m.groups())
 
 
-def in_force(config: "pl.DataFrame") -> dict[str, dict]:
+def in_force(config: pl.DataFrame) -> dict[str, dict]:
     """Last value per key (seen > derived > default), with its provenance."""
     out: dict[str, dict] = {}
     rank = {"default": 0, "derived": 1, "seen": 2}

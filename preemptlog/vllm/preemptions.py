@@ -37,12 +37,14 @@ MAX_EVENTS_PER_COUNT = 100_000
 MAX_EVENTS_FROM_COUNTS = 1_000_000
 
 
-def capped_count(count: "pl.Expr") -> "pl.Expr":
+def capped_count(count: pl.Expr) -> pl.Expr:
     """Events to make from each count, in row order: at most MAX_EVENTS_PER_COUNT each and
     MAX_EVENTS_FROM_COUNTS in all."""
     n = count.clip(lower_bound=0, upper_bound=MAX_EVENTS_PER_COUNT).fill_null(0)
     room = (MAX_EVENTS_FROM_COUNTS - (n.cum_sum() - n)).clip(lower_bound=0)
     return pl.min_horizontal(n, room)
+
+
 MARKER_ID_RES = [
     r"\bReq-([A-Za-z0-9_.\-]*[A-Za-z0-9])",
     r"\brequest_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",
@@ -57,7 +59,7 @@ MARKER_ID_RES = [
 START_RE = r"vLLM API server version |Initializing an? (?:V1 )?LLM engine"
 
 
-def server_runs(records: "pl.DataFrame") -> "pl.DataFrame":
+def server_runs(records: pl.DataFrame) -> pl.DataFrame:
     """Per record (``seq``): which server run of its stream and compose service it belongs to.
 
     Columns: seq, _srun (starts counted so far), _proc (process prefix, "" when none), _compose.
@@ -77,30 +79,30 @@ def server_runs(records: "pl.DataFrame") -> "pl.DataFrame":
     return r.select("seq", "_srun", "_proc", "_compose")
 
 
-def _not_after(start: "pl.Expr", end: "pl.Expr") -> "pl.Expr":
+def _not_after(start: pl.Expr, end: pl.Expr) -> pl.Expr:
     """An interval start never after its end (a clock that went back): clipped to the end."""
     return pl.when(start > end).then(end).otherwise(start)
 
 
-def _event_id(suffix: "pl.Expr | None" = None) -> "pl.Expr":
+def _event_id(suffix: pl.Expr | None = None) -> pl.Expr:
     parts = [
         pl.col("source"),
         pl.lit(":"),
         pl.col("n").cast(pl.String),
-        pl.when(pl.col("seg") > 0).then(pl.concat_str([pl.lit("."), pl.col("seg").cast(pl.String)])).otherwise(
-            pl.lit("")
-        ),
+        pl.when(pl.col("seg") > 0)
+        .then(pl.concat_str([pl.lit("."), pl.col("seg").cast(pl.String)]))
+        .otherwise(pl.lit("")),
     ]
     if suffix is not None:
         parts.append(suffix)
     return pl.concat_str(parts)
 
 
-def _raw() -> "pl.Expr":
+def _raw() -> pl.Expr:
     return pl.col("text").str.strip_chars().str.slice(0, RAW_LIMIT)
 
 
-def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "pl.DataFrame", dict]:
+def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """V0 warnings -> (logged events, reconstructed events, counter facts)."""
     t = pl.col("text")
     v0 = (
@@ -189,7 +191,7 @@ def logged_and_reconstructed(records: "pl.DataFrame") -> tuple["pl.DataFrame", "
     return logged, recon, facts
 
 
-def interval_events(stats: "pl.DataFrame", records: "pl.DataFrame") -> "pl.DataFrame":
+def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
     """V1 ``Preemptions: N`` -> N interval events per stats line."""
     # One interval chain per engine of one process of one server run: the first stats line after a
     # restart has no interval start (like the first of a log), never one across the downtime.
@@ -217,21 +219,18 @@ def interval_events(stats: "pl.DataFrame", records: "pl.DataFrame") -> "pl.DataF
     )
 
 
-def marker_events(records: "pl.DataFrame") -> "pl.DataFrame":
+def marker_events(records: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
     rid = pl.coalesce([t.str.extract(rx, 1) for rx in MARKER_ID_RES])
-    return (
-        records.filter(pl.col("kind") == "marker")
-        .with_columns(
-            event_id=_event_id(),
-            kind=pl.lit("marker"),
-            interval_start=pl.lit(None, pl.Datetime("us", "UTC")),
-            interval_end=pl.lit(None, pl.Datetime("us", "UTC")),
-            request_id=rid,
-            mode=t.str.extract(r"\b(RECOMPUTE|SWAP)\b", 1),
-            engine=t.str.extract(r"Engine (\d+)", 1).cast(pl.Int64, strict=False).cast(pl.String),
-            cumulative=pl.lit(None, pl.Int64),
-            raw=_raw(),
-            _sub=pl.lit(0, pl.Int64),
-        )
+    return records.filter(pl.col("kind") == "marker").with_columns(
+        event_id=_event_id(),
+        kind=pl.lit("marker"),
+        interval_start=pl.lit(None, pl.Datetime("us", "UTC")),
+        interval_end=pl.lit(None, pl.Datetime("us", "UTC")),
+        request_id=rid,
+        mode=t.str.extract(r"\b(RECOMPUTE|SWAP)\b", 1),
+        engine=t.str.extract(r"Engine (\d+)", 1).cast(pl.Int64, strict=False).cast(pl.String),
+        cumulative=pl.lit(None, pl.Int64),
+        raw=_raw(),
+        _sub=pl.lit(0, pl.Int64),
     )

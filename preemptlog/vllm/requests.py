@@ -45,7 +45,7 @@ _SUFFIX_RE = r"-[0-9A-Za-z]{8}$"
 _COLS = ["time", "stream", "seq", "kind", "req_id", "max_tokens", "prompt_tokens", "source", "n"]
 
 
-def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple["pl.DataFrame", "pl.DataFrame"]:
+def _frames(records: pl.DataFrame, hot: list[pl.DataFrame] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(Received / Finished / Aborted rows, details rows), columns ``_COLS``, each in line order.
 
     Files read with request-line runs (sources/vllm_log.py, issue 18) give their request lines
@@ -90,7 +90,7 @@ def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple[
         del h
         (dets if part.get_column("kind")[0] in det_kinds else mains).append(part)
 
-    def merged(own_part: "pl.DataFrame", parts: list["pl.DataFrame"]) -> "pl.DataFrame":
+    def merged(own_part: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFrame:
         if own_part.height:
             parts = [own_part.with_columns(pl.col("kind").cast(HOT_KIND_ENUM())), *parts]
         if not parts:
@@ -104,7 +104,7 @@ def _frames(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None") -> tuple[
     return merged(own_main, mains), merged(own_det, dets)
 
 
-def _constants(df: "pl.DataFrame", names: tuple[str, ...]) -> "pl.DataFrame":
+def _constants(df: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
     """Columns with one value on every row (or none) stored as a scalar (memory, issue 18)."""
     if df.height == 0:
         return df
@@ -118,7 +118,7 @@ def _constants(df: "pl.DataFrame", names: tuple[str, ...]) -> "pl.DataFrame":
     return df.with_columns(out) if out else df
 
 
-def parse(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None" = None) -> "pl.DataFrame":
+def parse(records: pl.DataFrame, hot: list[pl.DataFrame] | None = None) -> pl.DataFrame:
     """Request rows, one per request id per line, in line order.
 
     Memory and time (issue 18; a request-heavy 1 GB V1 log has 1.75 M request
@@ -133,7 +133,7 @@ def parse(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None" = None) -> "
     # (measured +80 MB at 400 k records), and request lines are most of them.
     main, det = _frames(records, hot)
 
-    def prepared(narrow: "pl.DataFrame") -> "pl.DataFrame":
+    def prepared(narrow: pl.DataFrame) -> pl.DataFrame:
         rows = narrow.select(
             "time",
             "stream",
@@ -171,9 +171,11 @@ def parse(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None" = None) -> "
         recv = main.filter(pl.col("action") == "received").get_column("request_id")
         seen = recv.filter(recv.is_in(wanted.implode())).unique()
 
-    def paired_ids(rows: "pl.DataFrame", name: str) -> "pl.DataFrame":
+    def paired_ids(rows: pl.DataFrame, name: str) -> pl.DataFrame:
         b = bases.get(name)
-        paired = (b.is_in(seen.implode()) & (b != rows.get_column("request_id"))).fill_null(False) if b is not None else None
+        paired = (
+            (b.is_in(seen.implode()) & (b != rows.get_column("request_id"))).fill_null(False) if b is not None else None
+        )
         if paired is not None and paired.any():
             return rows.with_columns(
                 internal_id=pl.when(paired).then(pl.col("request_id")),
@@ -192,7 +194,11 @@ def parse(records: "pl.DataFrame", hot: "list[pl.DataFrame] | None" = None) -> "
     )
     del det
     if details.height:
-        pt = rows.select("request_id").join(details, on="request_id", how="left", maintain_order="left").get_column("_pt")
+        pt = (
+            rows.select("request_id")
+            .join(details, on="request_id", how="left", maintain_order="left")
+            .get_column("_pt")
+        )
         rows = rows.with_columns(prompt_tokens=pl.coalesce(pl.col("prompt_tokens"), pt))
     rows = rows.select(list(REQUESTS_SCHEMA)).with_columns(pl.col("action").cast(pl.Categorical))
     return _constants(rows, ("stream", "internal_id", "source"))

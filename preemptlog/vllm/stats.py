@@ -35,11 +35,11 @@ STATS_SCHEMA = {
 }
 
 
-def _num(text: "pl.Expr", rx: str, dtype) -> "pl.Expr":
+def _num(text: pl.Expr, rx: str, dtype) -> pl.Expr:
     return text.str.extract(rx, 1).str.replace_all(",", "", literal=True).cast(dtype, strict=False)
 
 
-def parse(records: "pl.DataFrame") -> "pl.DataFrame":
+def parse(records: pl.DataFrame) -> pl.DataFrame:
     rows = records.filter(pl.col("kind") == "stats")
     t = pl.col("text")
     engine = (
@@ -84,10 +84,12 @@ def parse(records: "pl.DataFrame") -> "pl.DataFrame":
             strategy="backward",
             check_sortedness=False,
         )
-        joined = joined.filter(pl.col("_stats_seq").is_not_null()).group_by("_stats_seq").agg(
-            pl.col("_gpu_hit").first()
+        joined = (
+            joined.filter(pl.col("_stats_seq").is_not_null()).group_by("_stats_seq").agg(pl.col("_gpu_hit").first())
         )
-        stats = stats.join(joined, left_on="seq", right_on="_stats_seq", how="left").with_columns(
-            prefix_hit=pl.coalesce("prefix_hit", "_gpu_hit")
-        ).drop("_gpu_hit")
+        stats = (
+            stats.join(joined, left_on="seq", right_on="_stats_seq", how="left")
+            .with_columns(prefix_hit=pl.coalesce("prefix_hit", "_gpu_hit"))
+            .drop("_gpu_hit")
+        )
     return stats.sort("seq")

@@ -23,8 +23,18 @@ if TYPE_CHECKING:
     from ..result import AnalysisView as Analysis
 
 ENGINES = ("model", "vllm")
-FIGURES = ["preemptions", "recomputed_tokens", "peak_running", "waiting_mean", "waiting_p95", "ttft_p50_s",
-           "ttft_p95_s", "latency_p50_s", "latency_p95_s", "throughput_tok_s"]
+FIGURES = [
+    "preemptions",
+    "recomputed_tokens",
+    "peak_running",
+    "waiting_mean",
+    "waiting_p95",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "latency_p50_s",
+    "latency_p95_s",
+    "throughput_tok_s",
+]
 
 
 @dataclass
@@ -62,8 +72,12 @@ class WhatIf:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "workload": {"source": self.workload.source, "files": self.workload.where,
-                         "requests": len(self.workload.requests), "assumptions": self.workload.assumptions},
+            "workload": {
+                "source": self.workload.source,
+                "files": self.workload.where,
+                "requests": len(self.workload.requests),
+                "assumptions": self.workload.assumptions,
+            },
             "config_assumptions": self.observed.assumptions,
             "config_provenance": self.observed.provenance,
             "step_time": {"base_s": self.step.base_s, "per_token_s": self.step.per_token_s, "how": self.step.how},
@@ -103,8 +117,16 @@ def _name(sets: dict[str, Any]) -> str:
     return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sets.items())
 
 
-def run_one(workload: Workload, cfg: ReplayConfig, st: StepTime, engine: str, arrivals: str, *,
-            vllm_python: str | None = None, deadline_s: float | None = None) -> engine_model.Trace:
+def run_one(
+    workload: Workload,
+    cfg: ReplayConfig,
+    st: StepTime,
+    engine: str,
+    arrivals: str,
+    *,
+    vllm_python: str | None = None,
+    deadline_s: float | None = None,
+) -> engine_model.Trace:
     if engine == "model":
         return engine_model.replay(workload, cfg, st.clock(), arrivals=arrivals, deadline_s=deadline_s)
     from .engine_vllm import replay_vllm
@@ -116,9 +138,15 @@ def prepare(analysis: Analysis) -> tuple[Workload, Observed, StepTime]:
     return build_workload(analysis), observed_config(analysis), step_time(analysis)
 
 
-def whatif(analysis: Analysis, configs: list[dict[str, Any]], *, engine: str = "model",
-           arrivals: str | None = None, vllm_python: str | None = None,
-           base_sets: dict[str, Any] | None = None) -> WhatIf:
+def whatif(
+    analysis: Analysis,
+    configs: list[dict[str, Any]],
+    *,
+    engine: str = "model",
+    arrivals: str | None = None,
+    vllm_python: str | None = None,
+    base_sets: dict[str, Any] | None = None,
+) -> WhatIf:
     """Replay the observed configuration (with ``base_sets``: settings the bundle lacks, e.g.
     num_gpu_blocks) and each of ``configs``."""
     if engine not in ENGINES:
@@ -126,8 +154,9 @@ def whatif(analysis: Analysis, configs: list[dict[str, Any]], *, engine: str = "
     wl, obs, st = prepare_with(analysis, base_sets or {})
     arr = arrivals or ("step" if wl.has_steps else "time")
     if arr == "step" and not wl.has_steps:
-        raise UsageError("--arrivals step: the workload has no scheduler steps (log request lines)",
-                         hint="use --arrivals time")
+        raise UsageError(
+            "--arrivals step: the workload has no scheduler steps (log request lines)", hint="use --arrivals time"
+        )
     seen, src = observed_count(analysis)
     asked = [(sets, *apply_settings(obs, sets)) for sets in configs]
     cfgs = [obs.config] + [c for _, c, _ in asked]
@@ -163,8 +192,12 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
         from ..vllm.config import in_force
 
         bs = in_force(analysis.config).get("block_size", {}).get("value") or 16
-        obs = Observed(ReplayConfig(num_gpu_blocks=int(base_sets["num_gpu_blocks"]), block_size=int(bs)),
-                       {"num_gpu_blocks": "--base num_gpu_blocks"}, {}, ["the KV pool size given on the command line"])
+        obs = Observed(
+            ReplayConfig(num_gpu_blocks=int(base_sets["num_gpu_blocks"]), block_size=int(bs)),
+            {"num_gpu_blocks": "--base num_gpu_blocks"},
+            {},
+            ["the KV pool size given on the command line"],
+        )
     if base_sets:
         kept = [a for a in obs.assumptions if not any(a.startswith(k + " ") for k in base_sets)]
         prov = {**obs.provenance, **{k: "given with --base" for k in base_sets}}

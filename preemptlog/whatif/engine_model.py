@@ -87,8 +87,15 @@ class StepClock:
         return self.base_s + self.per_token_s * tokens
 
 
-def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals: str = "step",
-           max_steps: int = 2_000_000, deadline_s: float | None = None) -> Trace:
+def replay(
+    workload: Workload,
+    cfg: ReplayConfig,
+    clock: StepClock,
+    *,
+    arrivals: str = "step",
+    max_steps: int = 2_000_000,
+    deadline_s: float | None = None,
+) -> Trace:
     """Run the workload through the V1 scheduler model. ``arrivals``: ``step`` (each request is
     added when the scheduler reaches its recorded arrival step) or ``time`` (its arrival time on
     the step clock). ``deadline_s``: wall-clock budget; TimeoutError past it."""
@@ -106,8 +113,10 @@ def replay(workload: Workload, cfg: ReplayConfig, clock: StepClock, *, arrivals:
         keys = [r.arrival_s for r in workload.requests]
     order = sorted(range(len(keys)), key=lambda i: (keys[i], i))
     rank = {i: k for k, i in enumerate(order)}  # arrival order: vLLM's arrival_time is the time it was added
-    reqs = [_Req(r.request_id, r.prompt_tokens, max(1, r.output_tokens), r.priority, float(rank[i]), i)
-            for i, r in enumerate(workload.requests)]
+    reqs = [
+        _Req(r.request_id, r.prompt_tokens, max(1, r.output_tokens), r.priority, float(rank[i]), i)
+        for i, r in enumerate(workload.requests)
+    ]
     pending = deque((keys[i], reqs[i]) for i in order)
     running: list[_Req] = []
     waiting_q: deque[_Req] = deque()  # fcfs

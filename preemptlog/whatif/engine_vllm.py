@@ -13,33 +13,54 @@ from .engine_model import Trace
 from .metrics import StepTime
 from .workload import ReplayConfig, Workload
 
-DRIVER = Path(__file__).resolve().parent.parent / "capture" / "replay_driver.py"  # runs in the vLLM venv: capture/ imports no polars
+DRIVER = (
+    Path(__file__).resolve().parent.parent / "capture" / "replay_driver.py"
+)  # runs in the vLLM venv: capture/ imports no polars
 
 
 def check_python(python: str | None) -> str:
     py = python or os.environ.get("PREEMPTLOG_VLLM_PYTHON")
     if not py:
-        raise UsageError("--engine vllm needs a python with vLLM",
-                         hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)")
+        raise UsageError(
+            "--engine vllm needs a python with vLLM",
+            hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)",
+        )
     if not Path(py).exists():
         raise UsageError(f"--vllm-python {py}: no such file")
     return py
 
 
-def replay_vllm(workload: Workload, cfg: ReplayConfig, st: StepTime, *, arrivals: str, python: str | None,
-                timeout: float = 1800.0) -> Trace:
+def replay_vllm(
+    workload: Workload, cfg: ReplayConfig, st: StepTime, *, arrivals: str, python: str | None, timeout: float = 1800.0
+) -> Trace:
     return replay_vllm_many(workload, [cfg], st, arrivals=arrivals, python=python, timeout=timeout)[0]
 
 
-def replay_vllm_many(workload: Workload, cfgs: list[ReplayConfig], st: StepTime, *, arrivals: str,
-                     python: str | None, timeout: float = 1800.0) -> list[Trace]:
+def replay_vllm_many(
+    workload: Workload,
+    cfgs: list[ReplayConfig],
+    st: StepTime,
+    *,
+    arrivals: str,
+    python: str | None,
+    timeout: float = 1800.0,
+) -> list[Trace]:
     """Every configuration in one vLLM process (vLLM is imported once: ~10 s saved per config)."""
     py = check_python(python)
     spec = {
         "configs": [c.as_dict() for c in cfgs],
-        "requests": [{"id": r.request_id, "index": _index(r.request_id, i), "prompt": r.prompt_tokens,
-                      "output": r.output_tokens, "priority": r.priority, "arrival_step": r.arrival_step,
-                      "arrival_s": r.arrival_s} for i, r in enumerate(workload.requests)],
+        "requests": [
+            {
+                "id": r.request_id,
+                "index": _index(r.request_id, i),
+                "prompt": r.prompt_tokens,
+                "output": r.output_tokens,
+                "priority": r.priority,
+                "arrival_step": r.arrival_step,
+                "arrival_s": r.arrival_s,
+            }
+            for i, r in enumerate(workload.requests)
+        ],
         "arrivals": arrivals,
         "step_time": [st.base_s, st.per_token_s],
     }
@@ -47,18 +68,33 @@ def replay_vllm_many(workload: Workload, cfgs: list[ReplayConfig], st: StepTime,
         sp, op = Path(d) / "spec.json", Path(d) / "trace.json"
         sp.write_text(json.dumps(spec))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREEMPTLOG_")}
-        env.update({"VLLM_PLUGINS": "", "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), "NO_COLOR": "1",
-                    "VLLM_LOGGING_LEVEL": "WARNING"})
+        env.update(
+            {
+                "VLLM_PLUGINS": "",
+                "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
+                "NO_COLOR": "1",
+                "VLLM_LOGGING_LEVEL": "WARNING",
+            }
+        )
         env.pop("PYTHONPATH", None)
         try:
-            p = subprocess.run([py, str(DRIVER), str(sp), str(op)], check=False, capture_output=True, text=True, env=env,
-                               timeout=timeout, cwd=d)
+            p = subprocess.run(
+                [py, str(DRIVER), str(sp), str(op)],
+                check=False,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+                cwd=d,
+            )
         except subprocess.TimeoutExpired:
             raise PreemptlogError(f"the vLLM replay took more than {timeout:g} s") from None
         if p.returncode != 0 or not op.exists():
             tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])[-400:]
-            err = UsageError(f"the vLLM replay failed (exit {p.returncode}): {tail}",
-                             hint=f"check that {py} has vLLM 0.32 (ci/vllm-venv)")
+            err = UsageError(
+                f"the vLLM replay failed (exit {p.returncode}): {tail}",
+                hint=f"check that {py} has vLLM 0.32 (ci/vllm-venv)",
+            )
             raise err
         out = json.loads(op.read_text())
     return [_trace(raw) for raw in out["traces"]]
@@ -66,9 +102,17 @@ def replay_vllm_many(workload: Workload, cfgs: list[ReplayConfig], st: StepTime,
 
 def _trace(raw: dict) -> Trace:  # type: ignore[type-arg]
     tr = Trace(engine="vllm")
-    tr.step_tokens, tr.running, tr.waiting, tr.preempted = (raw["step_tokens"], raw["running"], raw["waiting"],
-                                                            raw["preempted"])
-    tr.arrival_step, tr.first_token_step, tr.finish_step = raw["arrival_step"], raw["first_token_step"], raw["finish_step"]
+    tr.step_tokens, tr.running, tr.waiting, tr.preempted = (
+        raw["step_tokens"],
+        raw["running"],
+        raw["waiting"],
+        raw["preempted"],
+    )
+    tr.arrival_step, tr.first_token_step, tr.finish_step = (
+        raw["arrival_step"],
+        raw["first_token_step"],
+        raw["finish_step"],
+    )
     tr.recomputed_tokens, tr.output_tokens = int(raw["recomputed_tokens"]), int(raw["output_tokens"])
     tr.idle_before = {int(k): float(v) for k, v in raw["idle_before"].items()}
     tr.unfinished, tr.wall_s = int(raw["unfinished"]), float(raw["wall_s"])

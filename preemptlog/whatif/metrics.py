@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from .engine_model import StepClock, Trace
@@ -48,13 +49,11 @@ class StepTime:
 def step_time(analysis: Analysis) -> StepTime:
     st = analysis.stats
     if st is not None and st.height:
-        pts = (
-            st.filter((pl.col("gen_tput") > 0) & (pl.col("running") > 0))
-            .select(
-                (pl.col("running") / pl.col("gen_tput")).alias("s"),
-                ((pl.col("prompt_tput").fill_null(0.0) + pl.col("gen_tput")) * pl.col("running") / pl.col("gen_tput"))
-                .alias("tok"),
-            )
+        pts = st.filter((pl.col("gen_tput") > 0) & (pl.col("running") > 0)).select(
+            (pl.col("running") / pl.col("gen_tput")).alias("s"),
+            (
+                (pl.col("prompt_tput").fill_null(0.0) + pl.col("gen_tput")) * pl.col("running") / pl.col("gen_tput")
+            ).alias("tok"),
         )
         if pts.height:
             xs = pts.get_column("tok").to_list()
@@ -67,8 +66,12 @@ def step_time(analysis: Analysis) -> StepTime:
             if b < 0 or a <= 0:
                 a, b = my, 0.0
             src = ", ".join(sorted({str(s) for s in st.get_column("source").drop_nulls().unique().to_list()})[:3])
-            return StepTime(a, b, f"fitted on {n} stats line(s) of {src}: step = {a * 1000:.2f} ms + "
-                            f"{b * 1e6:.2f} us x scheduled tokens", True)
+            return StepTime(
+                a,
+                b,
+                f"fitted on {n} stats line(s) of {src}: step = {a * 1000:.2f} ms + {b * 1e6:.2f} us x scheduled tokens",
+                True,
+            )
     bt = analysis.frames.get("bt_requests")
     if bt is not None and bt.height >= 2:
         span = bt.filter(pl.col("time").is_not_null() & pl.col("step").is_not_null()).select(
@@ -78,10 +81,15 @@ def step_time(analysis: Analysis) -> StepTime:
         secs, ksteps = span.row(0) if span.height else (None, None)
         if secs and ksteps and secs > 0 and ksteps > 0:
             sec = float(secs) / float(ksteps)
-            return StepTime(sec, 0.0, f"block-table records: {secs:.3f} s over {ksteps} steps = {sec * 1000:.3f} ms "
-                            "per step (constant)", True)
-    return StepTime(DEFAULT_STEP_S, 0.0, f"no stats lines or timed records: {DEFAULT_STEP_S * 1000:g} ms per step assumed",
-                    False)
+            return StepTime(
+                sec,
+                0.0,
+                f"block-table records: {secs:.3f} s over {ksteps} steps = {sec * 1000:.3f} ms per step (constant)",
+                True,
+            )
+    return StepTime(
+        DEFAULT_STEP_S, 0.0, f"no stats lines or timed records: {DEFAULT_STEP_S * 1000:g} ms per step assumed", False
+    )
 
 
 def _q(xs: list[float], q: float) -> float | None:
@@ -103,8 +111,9 @@ def figures(tr: Trace, st: StepTime) -> dict[str, Any]:
     def t_start(step: int) -> float:  # time a request added before step `step+1` arrived (after any idle gap)
         return (ends[step - 1] if 0 < step <= len(ends) else 0.0) + tr.idle_before.get(step + 1, 0.0)
 
-    ttft = [t_end(tr.first_token_step[r]) - t_start(tr.arrival_step[r]) for r in tr.first_token_step
-            if r in tr.arrival_step]
+    ttft = [
+        t_end(tr.first_token_step[r]) - t_start(tr.arrival_step[r]) for r in tr.first_token_step if r in tr.arrival_step
+    ]
     lat = [t_end(tr.finish_step[r]) - t_start(tr.arrival_step[r]) for r in tr.finish_step if r in tr.arrival_step]
     span = (t_end(max(tr.finish_step.values())) - t_start(min(tr.arrival_step.values()))) if tr.finish_step else 0.0
     w = [float(x) for x in tr.waiting]
@@ -146,11 +155,20 @@ def observed_count(analysis: Analysis) -> tuple[int | None, str]:
 
 def calibration(observed: int | None, replayed: int) -> dict[str, Any]:
     if observed is None:
-        return {"status": "uncalibrated", "observed": None, "replayed": replayed,
-                "why": "the bundle does not show the incident's preemption count"}
+        return {
+            "status": "uncalibrated",
+            "observed": None,
+            "replayed": replayed,
+            "why": "the bundle does not show the incident's preemption count",
+        }
     err = replayed - observed
     rel = abs(err) / observed if observed else (0.0 if replayed == 0 else math.inf)
     ok = abs(err) <= CALIBRATION_ABS or rel <= CALIBRATION_TOL
-    return {"status": "calibrated" if ok else "uncalibrated", "observed": observed, "replayed": replayed,
-            "error": err, "relative_error": None if math.isinf(rel) else round(rel, 3),
-            "tolerance": f"{CALIBRATION_TOL:.0%} or {CALIBRATION_ABS} preemptions"}
+    return {
+        "status": "calibrated" if ok else "uncalibrated",
+        "observed": observed,
+        "replayed": replayed,
+        "error": err,
+        "relative_error": None if math.isinf(rel) else round(rel, 3),
+        "tolerance": f"{CALIBRATION_TOL:.0%} or {CALIBRATION_ABS} preemptions",
+    }

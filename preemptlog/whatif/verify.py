@@ -125,7 +125,9 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             kept.append(x)
             continue
         try:
-            value = parse_value(key, str(x["suggested"]).lower() if isinstance(x["suggested"], bool) else str(x["suggested"]))
+            value = parse_value(
+                key, str(x["suggested"]).lower() if isinstance(x["suggested"], bool) else str(x["suggested"])
+            )
         except PreemptlogError:
             kept.append(x)  # e.g. "+120 tokens": not a value to replay
             continue
@@ -134,8 +136,11 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             kept.append(x)
             continue
         if time.perf_counter() > t_end:
-            x["replay"] = {"status": "skipped", "setting": f"{key}={value}",
-                           "why": f"the fix replays of this incident passed {TOTAL_BUDGET_FIXES * _budget():g} s"}
+            x["replay"] = {
+                "status": "skipped",
+                "setting": f"{key}={value}",
+                "why": f"the fix replays of this incident passed {TOTAL_BUDGET_FIXES * _budget():g} s",
+            }
             kept.append(x)
             continue
         ck = (*_key(analysis), f"{key}={value}")
@@ -148,8 +153,11 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
                 f1 = figures(tr, st)
                 _FIX_CACHE[ck] = (f1, notes)
         except TimeoutError:
-            x["replay"] = {"status": "skipped", "setting": f"{key}={value}",
-                           "why": f"the replay passed its {_budget():g} s budget"}
+            x["replay"] = {
+                "status": "skipped",
+                "setting": f"{key}={value}",
+                "why": f"the replay passed its {_budget():g} s budget",
+            }
             kept.append(x)
             continue
         except PreemptlogError as exc:
@@ -157,23 +165,42 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             kept.append(x)
             continue
         status = cal["status"]
-        text = (f"{f0['preemptions']} -> {f1['preemptions']} preemptions, p95 latency "
-                f"{_fmt_s(f0['latency_p95_s'])} -> {_fmt_s(f1['latency_p95_s'])}")
+        text = (
+            f"{f0['preemptions']} -> {f1['preemptions']} preemptions, p95 latency "
+            f"{_fmt_s(f0['latency_p95_s'])} -> {_fmt_s(f1['latency_p95_s'])}"
+        )
         lat0, lat1 = f0.get("latency_p95_s"), f1.get("latency_p95_s")
         gain = f1["preemptions"] < f0["preemptions"] or (
             f1["preemptions"] == f0["preemptions"] and lat0 and lat1 is not None and lat1 <= lat0 * (1 - LATENCY_GAIN)
         )
-        x["replay"] = {"status": status, "setting": f"{key}={value}", "engine": "model", "arrivals": arr,
-                       "observed": {k: f0[k] for k in ("preemptions", "latency_p95_s", "ttft_p95_s", "throughput_tok_s")},
-                       "fixed": {k: f1[k] for k in ("preemptions", "latency_p95_s", "ttft_p95_s", "throughput_tok_s")},
-                       "calibration": cal, "notes": notes, "workload": wl.source, "gain": bool(gain)}
+        x["replay"] = {
+            "status": status,
+            "setting": f"{key}={value}",
+            "engine": "model",
+            "arrivals": arr,
+            "observed": {k: f0[k] for k in ("preemptions", "latency_p95_s", "ttft_p95_s", "throughput_tok_s")},
+            "fixed": {k: f1[k] for k in ("preemptions", "latency_p95_s", "ttft_p95_s", "throughput_tok_s")},
+            "calibration": cal,
+            "notes": notes,
+            "workload": wl.source,
+            "gain": bool(gain),
+        }
         if status == "calibrated" and not gain:
-            dropped.append({"id": str(x.get("id")), "why": f"no gain in a replay of the incident's workload "
-                            f"({key}={value}): {text}"})
+            dropped.append(
+                {
+                    "id": str(x.get("id")),
+                    "why": f"no gain in a replay of the incident's workload ({key}={value}): {text}",
+                }
+            )
             continue
-        word = "verified by replay" if status == "calibrated" else (
-            f"uncalibrated replay (the model's {cal['replayed']} vs the incident's "
-            f"{cal['observed'] if cal['observed'] is not None else 'unknown count of'} preemptions)")
+        word = (
+            "verified by replay"
+            if status == "calibrated"
+            else (
+                f"uncalibrated replay (the model's {cal['replayed']} vs the incident's "
+                f"{cal['observed'] if cal['observed'] is not None else 'unknown count of'} preemptions)"
+            )
+        )
         x["verified"] = f"{word}: {text}"
         x["expected_effect"] = f"{x.get('expected_effect')}; {x['verified']}"
         if x.get("text"):

@@ -26,6 +26,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
 import polars as pl
 
 from ..errors import ExitCode, PreemptlogError, UsageError
@@ -66,8 +67,15 @@ class Workload:
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [
-            {"id": r.request_id, "arrival_s": r.arrival_s, "arrival_step": r.arrival_step, "prompt": r.prompt_tokens,
-             "max_tokens": r.max_tokens, "output": r.output_tokens, "priority": r.priority}
+            {
+                "id": r.request_id,
+                "arrival_s": r.arrival_s,
+                "arrival_step": r.arrival_step,
+                "prompt": r.prompt_tokens,
+                "max_tokens": r.max_tokens,
+                "output": r.output_tokens,
+                "priority": r.priority,
+            }
             for r in self.requests
         ]
 
@@ -118,11 +126,17 @@ def from_records(bt: pl.DataFrame) -> Workload | None:
     for r in rows.iter_rows(named=True):
         mt = int(r["max_tokens"]) if r["max_tokens"] is not None else fill_max
         out = int(r["_out"]) if r["_out"] is not None else mt
-        reqs.append(WRequest(
-            request_id=str(r["request_id"]), arrival_s=float(r["_t"]), prompt_tokens=max(1, int(r["prompt_tokens"])),
-            max_tokens=mt, output_tokens=max(1, out), priority=int(r["priority"] or 0),
-            arrival_step=int(r["step"]) if steps_ok else None,
-        ))
+        reqs.append(
+            WRequest(
+                request_id=str(r["request_id"]),
+                arrival_s=float(r["_t"]),
+                prompt_tokens=max(1, int(r["prompt_tokens"])),
+                max_tokens=mt,
+                output_tokens=max(1, out),
+                priority=int(r["priority"] or 0),
+                arrival_step=int(r["step"]) if steps_ok else None,
+            )
+        )
     return Workload(reqs, "records", _files(arr), assumptions)
 
 
@@ -219,6 +233,7 @@ def build_workload(analysis: Analysis) -> Workload:
 
 # ------------------------------------------------------------------------------------------ config
 
+
 @dataclass(frozen=True)
 class ReplayConfig:
     """The scheduler settings a replay uses (vLLM names)."""
@@ -253,8 +268,13 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "watermark": ("float", "fraction of blocks kept free when admitting a waiting request (0.32+)"),
     "long_prefill_token_threshold": ("int", "cap on one request's prefill tokens per step (0: off)"),
     "max_model_len": ("int", "longest request (prompt + output), tokens"),
-    "reserve_full_isl": ("bool", ("admit a request only when its whole known sequence fits (vLLM "
-                         "scheduler_reserve_full_isl, on by default in 0.32)")),
+    "reserve_full_isl": (
+        "bool",
+        (
+            "admit a request only when its whole known sequence fits (vLLM "
+            "scheduler_reserve_full_isl, on by default in 0.32)"
+        ),
+    ),
 }
 
 
@@ -288,8 +308,11 @@ def parse_value(key: str, text: str) -> Any:
             return t.lower()
         raise ValueError
     except ValueError:
-        want = {"int": "a positive integer", "float": "a number in (0, 1]" if key != "watermark" else "a number in [0, 1)",
-                "bool": "true or false"}.get(kind, "one of " + kind.split(":", 1)[-1])
+        want = {
+            "int": "a positive integer",
+            "float": "a number in (0, 1]" if key != "watermark" else "a number in [0, 1)",
+            "bool": "true or false",
+        }.get(kind, "one of " + kind.split(":", 1)[-1])
         raise UsageError(f"--set {key}={text!r}: not {want}") from None
 
 
@@ -346,7 +369,11 @@ def observed_config(analysis: Analysis) -> Observed:
         row = cfg.get(key)
         if row is None:
             return None
-        prov[key] = f"{row['status']} ({row['source']}:{row['line']})" if row.get("source") else f"{row['status']}: {row.get('note') or ''}"
+        prov[key] = (
+            f"{row['status']} ({row['source']}:{row['line']})"
+            if row.get("source")
+            else f"{row['status']}: {row.get('note') or ''}"
+        )
         return row["value"]
 
     def as_int(v: Any) -> int | None:
@@ -392,8 +419,12 @@ def observed_config(analysis: Analysis) -> Observed:
     apc = as_bool(get("enable_prefix_caching")) or False
     pol = str(get("scheduling_policy") or "fcfs").strip("'\"").lower()
     ev = analysis.frames.get("bt_events")
-    if (prov.get("scheduling_policy", "default").startswith("default") and ev is not None and ev.height
-            and "policy" in ev.columns):
+    if (
+        prov.get("scheduling_policy", "default").startswith("default")
+        and ev is not None
+        and ev.height
+        and "policy" in ev.columns
+    ):
         seen = ev.get_column("policy").drop_nulls()
         if seen.len():
             pol = str(seen[-1])
@@ -409,9 +440,17 @@ def observed_config(analysis: Analysis) -> Observed:
     for k in ("block_size", "max_num_seqs"):
         if k in prov and prov[k].startswith("default"):
             assumptions.append(f"{k} not in the bundle: taken as the default ({prov[k]})")
-    conf = ReplayConfig(num_gpu_blocks=blocks, block_size=bs, max_num_seqs=mns, max_num_batched_tokens=mbt,
-                        enable_chunked_prefill=chunked, enable_prefix_caching=apc, scheduling_policy=pol,
-                        max_model_len=mml, gpu_memory_utilization=gmu)
+    conf = ReplayConfig(
+        num_gpu_blocks=blocks,
+        block_size=bs,
+        max_num_seqs=mns,
+        max_num_batched_tokens=mbt,
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=apc,
+        scheduling_policy=pol,
+        max_model_len=mml,
+        gpu_memory_utilization=gmu,
+    )
     return Observed(conf, prov, memory_lines(analysis), assumptions)
 
 
@@ -426,8 +465,10 @@ def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
     c = obs.config
     old = c.gpu_memory_utilization
     if old is None:
-        raise NoWorkload("gpu_memory_utilization in force is not in the bundle: cannot rescale the KV pool",
-                         hint="give num_gpu_blocks instead")
+        raise NoWorkload(
+            "gpu_memory_utilization in force is not in the bundle: cannot rescale the KV pool",
+            hint="give num_gpu_blocks instead",
+        )
     kv = obs.memory.get("kv_gib")
     if kv is None:
         raise NoWorkload(
@@ -440,8 +481,10 @@ def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
         tot, tot_how = total[0], f"total GPU memory {total[0]:g} GiB ({total[1]})"
     elif weights is not None:
         tot = (kv[0] + weights[0]) / old
-        tot_how = (f"total GPU memory estimated as (KV {kv[0]:g} + weights {weights[0]:g} GiB ({weights[1]})) / "
-                   f"{old:g} = {tot:.2f} GiB (a lower bound: activations left out)")
+        tot_how = (
+            f"total GPU memory estimated as (KV {kv[0]:g} + weights {weights[0]:g} GiB ({weights[1]})) / "
+            f"{old:g} = {tot:.2f} GiB (a lower bound: activations left out)"
+        )
     else:
         raise NoWorkload(
             "neither total GPU memory nor model weights memory is in the log: cannot rescale the KV pool",
@@ -451,8 +494,10 @@ def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
     if kv_new <= 0:
         raise UsageError(f"--set gpu_memory_utilization={gmu_new}: leaves no KV cache memory ({kv_new:.2f} GiB)")
     blocks = math.floor(c.num_gpu_blocks * kv_new / kv[0])
-    how = (f"KV {kv[0]:g} GiB ({kv[1]}) + ({gmu_new:g} - {old:g}) x {tot_how} = {kv_new:.2f} GiB; "
-           f"blocks = floor({c.num_gpu_blocks} x {kv_new:.2f} / {kv[0]:g}) = {blocks}")
+    how = (
+        f"KV {kv[0]:g} GiB ({kv[1]}) + ({gmu_new:g} - {old:g}) x {tot_how} = {kv_new:.2f} GiB; "
+        f"blocks = floor({c.num_gpu_blocks} x {kv_new:.2f} / {kv[0]:g}) = {blocks}"
+    )
     return blocks, how
 
 
@@ -467,8 +512,10 @@ def apply_settings(obs: Observed, sets: dict[str, Any]) -> tuple[ReplayConfig, l
     if "block_size" in sets and "num_gpu_blocks" not in sets:
         bs = int(sets["block_size"])
         blocks = (c.num_gpu_blocks * c.block_size) // bs
-        notes.append(f"block_size {c.block_size} -> {bs}: the pool keeps its {c.num_gpu_blocks * c.block_size} tokens "
-                     f"= {blocks} blocks")
+        notes.append(
+            f"block_size {c.block_size} -> {bs}: the pool keeps its {c.num_gpu_blocks * c.block_size} tokens "
+            f"= {blocks} blocks"
+        )
         c = replace(c, num_gpu_blocks=blocks)
     rest = {k: v for k, v in sets.items() if k != "gpu_memory_utilization" or "num_gpu_blocks" in sets}
     c = replace(c, **rest)

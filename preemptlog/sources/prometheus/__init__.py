@@ -54,27 +54,32 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..registry import SourceKind, register, register_samples
-from .counters import _combine
-from .jsonapi import _is_json, _parse_json
-from .names import KIND, NAME_PREFIX_RE, _FileData
-from .scrapetime import _name_time, _parse_time_text, _place
-from .text import _parse_text
 
 # Re-exported: the names other modules and the tests import from ``sources.prometheus``.
-from .counters import PROM_PREEMPTIONS_SCHEMA, PROM_SAMPLES_SCHEMA, PROM_SERIES_SCHEMA, counter_events
-from .names import canonical_name
+from .counters import PROM_PREEMPTIONS_SCHEMA, PROM_SAMPLES_SCHEMA, PROM_SERIES_SCHEMA, _combine, counter_events
+from .jsonapi import _is_json, _parse_json
+from .names import KIND, NAME_PREFIX_RE, _FileData, canonical_name
+from .scrapetime import _name_time, _parse_time_text, _place
+from .text import _parse_text
 
 if TYPE_CHECKING:
     from ...inputs import InputFile
     from ..registry import SourceOutput, TimeContext
 
 __all__ = [
-    "KIND", "PROM_PREEMPTIONS_SCHEMA", "PROM_SAMPLES_SCHEMA", "PROM_SERIES_SCHEMA", "SAMPLES", "PromParsed",
-    "canonical_name", "counter_events", "parse",
+    "KIND",
+    "PROM_PREEMPTIONS_SCHEMA",
+    "PROM_SAMPLES_SCHEMA",
+    "PROM_SERIES_SCHEMA",
+    "SAMPLES",
+    "PromParsed",
+    "canonical_name",
+    "counter_events",
+    "parse",
 ]
 
 
@@ -87,7 +92,11 @@ def _sniff(head: str) -> int:
         return 90 if "vllm" in head else 60
     if stripped.startswith("{") and '"timestamp_ns"' in head and '"metrics"' in head:
         return 90 if "vllm" in head else 60  # AIPerf server_metrics_export.jsonl
-    if re.search(r"^" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+(?:\{[^\n]*\})?[ \t]+[-+0-9.eENaIinf]+[ \t]*(?:[-0-9.eE+]+)?[ \t]*$", head, re.M):
+    if re.search(
+        r"^" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+(?:\{[^\n]*\})?[ \t]+[-+0-9.eENaIinf]+[ \t]*(?:[-0-9.eE+]+)?[ \t]*$",
+        head,
+        re.M,
+    ):
         return 85
     if re.search(r"^# HELP [A-Za-z_:][\w:]* ", head, re.M) and re.search(r"^# TYPE [A-Za-z_:][\w:]* ", head, re.M):
         return 55  # a /metrics page whose vllm: part lies beyond the sniffed head
@@ -105,30 +114,30 @@ class PromParsed:
             s = fd.samples
             if s.height and s.get_column("ts_us").null_count() < s.height:
                 us = int(s.get_column("ts_us").min())  # type: ignore[arg-type]  # polars scalars are typed as every literal
-                out.append((datetime.fromtimestamp(us / 1e6, timezone.utc), f"a Prometheus sample time in {fd.file.display}"))
+                out.append((datetime.fromtimestamp(us / 1e6, UTC), f"a Prometheus sample time in {fd.file.display}"))
                 continue
             for t in fd.sep_times.values():
                 dt, zoned = _parse_time_text(t)
                 if dt is not None and zoned:
-                    out.append((dt.astimezone(timezone.utc), f"a scrape separator time in {fd.file.display}"))
+                    out.append((dt.astimezone(UTC), f"a scrape separator time in {fd.file.display}"))
                     break
             else:
                 dt, zoned, _ = _name_time(fd.file.display)
                 if dt is not None and zoned:
-                    out.append((dt.astimezone(timezone.utc), f"the file name of {fd.file.display}"))
+                    out.append((dt.astimezone(UTC), f"the file name of {fd.file.display}"))
         return out
 
-    def resolve(self, ctx: "TimeContext") -> "SourceOutput":
+    def resolve(self, ctx: TimeContext) -> SourceOutput:
         return _combine(self, _place(self, ctx))
 
-    def place(self, ctx: "TimeContext") -> "SourceOutput":
+    def place(self, ctx: TimeContext) -> SourceOutput:
         return _place(self, ctx)
 
-    def combine(self, placed: "SourceOutput") -> "SourceOutput":
+    def combine(self, placed: SourceOutput) -> SourceOutput:
         return _combine(self, placed)
 
 
-def parse(files: list["InputFile"]) -> PromParsed:
+def parse(files: list[InputFile]) -> PromParsed:
     out = []
     for f in files:
         fd = _parse_json(f) if _is_json(f) else _parse_text(f)

@@ -71,13 +71,13 @@ PROM_PREEMPTIONS_SCHEMA = {
 }
 
 
-def _dtypes(schema: dict[str, str]) -> "Schema":
+def _dtypes(schema: dict[str, str]) -> Schema:
     from ...frames import polars_schema
 
     return polars_schema(schema)
 
 
-def _combine(parsed: PromParsed, out: "SourceOutput") -> "SourceOutput":
+def _combine(parsed: PromParsed, out: SourceOutput) -> SourceOutput:
     """Across files, on the common clock: ranks of one engine, counter increases (a series spans
     files), events, series, config and the counter facts."""
     if PLACED not in out.frames:
@@ -87,7 +87,9 @@ def _combine(parsed: PromParsed, out: "SourceOutput") -> "SourceOutput":
         engine=pl.col("engine").fill_null("0"),
         model_name=pl.col("model_name").fill_null(""),
         field=pl.col("name").replace_strict(
-            {k: v[0] for k, v in METRICS.items()} | {k: "created" for k in CREATED}, default=None, return_dtype=pl.String
+            {k: v[0] for k, v in METRICS.items()} | {k: "created" for k in CREATED},
+            default=None,
+            return_dtype=pl.String,
         ),
         value=pl.col("value")
         * pl.col("name").replace_strict({k: v[2] for k, v in METRICS.items()}, default=1.0, return_dtype=pl.Float64),
@@ -97,7 +99,11 @@ def _combine(parsed: PromParsed, out: "SourceOutput") -> "SourceOutput":
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
     ranks = ["scope", "scrape_id", "engine", "model_name", "name", "reason", "le"]
     before = s.height
-    s = s.sort("value", descending=True, nulls_last=True).unique(ranks, keep="first").sort("file_id", "n", "col", nulls_last=True)
+    s = (
+        s.sort("value", descending=True, nulls_last=True)
+        .unique(ranks, keep="first")
+        .sort("file_id", "n", "col", nulls_last=True)
+    )
     if s.height < before:
         out.notes.append(
             f"Prometheus: {before - s.height} sample(s) of other ranks of the same engine (same metric, engine "
@@ -166,13 +172,13 @@ def _combine(parsed: PromParsed, out: "SourceOutput") -> "SourceOutput":
     return out
 
 
-def _raw_expr() -> "pl.Expr":
+def _raw_expr() -> pl.Expr:
     return pl.concat_str(
         [pl.col("name"), pl.lit("{"), pl.col("labels"), pl.lit("} "), pl.col("value").cast(pl.String)]
     ).str.slice(0, RAW_LIMIT)
 
 
-def _counter_pairs(s: "pl.DataFrame") -> "pl.DataFrame":
+def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
     """One row per counter sample, with the previous sample of its series and the increase."""
     created = (
         s.filter(pl.col("field") == "created")
@@ -205,10 +211,9 @@ def _counter_pairs(s: "pl.DataFrame") -> "pl.DataFrame":
     c = c.with_columns(
         prev_value=prev,
         prev_time=pl.col("time").shift(1).over(grp),
-        reset=(
-            (pl.col("value") < prev)
-            | ((pl.col("created") - prev_created).abs() > 1e-3).fill_null(False)
-        ).fill_null(False),
+        reset=((pl.col("value") < prev) | ((pl.col("created") - prev_created).abs() > 1e-3).fill_null(False)).fill_null(
+            False
+        ),
     )
     inc = (
         pl.when(pl.col("prev_value").is_null())
@@ -220,7 +225,7 @@ def _counter_pairs(s: "pl.DataFrame") -> "pl.DataFrame":
     return c.with_columns(inc_f=inc, increase=inc.round(0).cast(pl.Int64, strict=False))  # NaN, inf: null
 
 
-def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
+def counter_events(pairs: pl.DataFrame) -> pl.DataFrame:
     """``increase`` interval events per row of a ``prom_preemptions`` frame, spread evenly in (start, end].
 
     Event k of n is at start + (end - start) * k / n (at ``end`` when the start
@@ -240,7 +245,9 @@ def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
             pl.col("source"),
             pl.lit(":"),
             pl.col("line").cast(pl.String).fill_null("?"),
-            pl.when(pl.col("col").is_not_null()).then(pl.lit(":") + pl.col("col").cast(pl.String)).otherwise(pl.lit("")),
+            pl.when(pl.col("col").is_not_null())
+            .then(pl.lit(":") + pl.col("col").cast(pl.String))
+            .otherwise(pl.lit("")),
         ]
     )
     base = (pl.col("value") - pl.col("increase")).round(0).cast(pl.Int64)
@@ -259,42 +266,50 @@ def counter_events(pairs: "pl.DataFrame") -> "pl.DataFrame":
     )
 
 
-def _series(samples: "pl.DataFrame", counters: "pl.DataFrame") -> "pl.DataFrame":
+def _series(samples: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
     keys = ["scope", "scrape_id", "engine", "model_name"]
 
-    def first(fld: str, extra: "pl.Expr | None" = None) -> "pl.Expr":
+    def first(fld: str, extra: pl.Expr | None = None) -> pl.Expr:
         cond = pl.col("field") == fld
         if extra is not None:
             cond = cond & extra
         return pl.col("value").filter(cond).first()
 
-    g = samples.filter(pl.col("field") != "cache_config").group_by(keys).agg(
-        pl.col("time").max(),
-        pl.col("source").first(),
-        pl.col("n").min().alias("line"),
-        first("running").alias("running"),
-        first("waiting").alias("waiting"),
-        first("waiting_by_reason", pl.col("reason") == "capacity").alias("waiting_capacity"),
-        first("waiting_by_reason", pl.col("reason") == "deferred").alias("waiting_deferred"),
-        first("swapped").alias("swapped"),
-        first("kv_usage").alias("kv_usage"),
-        first("cpu_kv_usage").alias("cpu_kv_usage"),
-        first("preemptions").alias("preemptions_total"),
-        first("prefix_hit_rate_gauge").alias("_hit_gauge"),
+    g = (
+        samples.filter(pl.col("field") != "cache_config")
+        .group_by(keys)
+        .agg(
+            pl.col("time").max(),
+            pl.col("source").first(),
+            pl.col("n").min().alias("line"),
+            first("running").alias("running"),
+            first("waiting").alias("waiting"),
+            first("waiting_by_reason", pl.col("reason") == "capacity").alias("waiting_capacity"),
+            first("waiting_by_reason", pl.col("reason") == "deferred").alias("waiting_deferred"),
+            first("swapped").alias("swapped"),
+            first("kv_usage").alias("kv_usage"),
+            first("cpu_kv_usage").alias("cpu_kv_usage"),
+            first("preemptions").alias("preemptions_total"),
+            first("prefix_hit_rate_gauge").alias("_hit_gauge"),
+        )
     )
     le0 = pl.col("le").cast(pl.Float64, strict=False) == 0.0
     cin = counters.filter(
         pl.col("field").is_in(["preemptions", "prefix_queries", "prefix_hits", "hist_count", "hist_sum"])
         | ((pl.col("field") == "hist_bucket") & le0.fill_null(False))
     )
-    ci = cin.group_by(keys).agg(
-        pl.col("increase").filter(pl.col("field") == "preemptions").first().alias("preemptions"),
-        pl.col("inc_f").filter(pl.col("field") == "prefix_queries").first().alias("_dq"),
-        pl.col("inc_f").filter(pl.col("field") == "prefix_hits").first().alias("_dh"),
-        pl.col("inc_f").filter(pl.col("field") == "hist_count").first().alias("finished_requests"),
-        pl.col("inc_f").filter(pl.col("field") == "hist_sum").first().alias("finished_preemptions"),
-        pl.col("inc_f").filter(pl.col("field") == "hist_bucket").first().alias("_d_le0"),
-    ).with_columns(finished_preempted_requests=pl.col("finished_requests") - pl.col("_d_le0"))
+    ci = (
+        cin.group_by(keys)
+        .agg(
+            pl.col("increase").filter(pl.col("field") == "preemptions").first().alias("preemptions"),
+            pl.col("inc_f").filter(pl.col("field") == "prefix_queries").first().alias("_dq"),
+            pl.col("inc_f").filter(pl.col("field") == "prefix_hits").first().alias("_dh"),
+            pl.col("inc_f").filter(pl.col("field") == "hist_count").first().alias("finished_requests"),
+            pl.col("inc_f").filter(pl.col("field") == "hist_sum").first().alias("finished_preemptions"),
+            pl.col("inc_f").filter(pl.col("field") == "hist_bucket").first().alias("_d_le0"),
+        )
+        .with_columns(finished_preempted_requests=pl.col("finished_requests") - pl.col("_d_le0"))
+    )
     g = g.join(ci, on=keys, how="left").with_columns(
         prefix_hit_rate=pl.coalesce(
             pl.when(pl.col("_dq") > 0).then(pl.col("_dh") / pl.col("_dq") * 100.0), pl.col("_hit_gauge")
@@ -307,7 +322,7 @@ def _series(samples: "pl.DataFrame", counters: "pl.DataFrame") -> "pl.DataFrame"
     )
 
 
-def _config_rows(samples: "pl.DataFrame") -> "pl.DataFrame":
+def _config_rows(samples: pl.DataFrame) -> pl.DataFrame:
     from ...vllm.config import CONFIG_SCHEMA
 
     info = samples.filter(pl.col("field") == "cache_config").sort("time", "source", "n", nulls_last=True)
@@ -344,7 +359,7 @@ def _empty_frames() -> dict[str, Any]:
     }
 
 
-def _facts(pre: "pl.DataFrame | None", counters: "pl.DataFrame | None", parsed: PromParsed) -> dict[str, Any]:
+def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: PromParsed) -> dict[str, Any]:
     """Counter facts for reconcile.py and the summary (plain Python values)."""
     facts: dict[str, Any] = {
         "files": [fd.file.display for fd in parsed.files],
@@ -395,7 +410,9 @@ def _facts(pre: "pl.DataFrame | None", counters: "pl.DataFrame | None", parsed: 
         h = counters.filter(pl.col("field").is_in(["hist_sum", "hist_count"]))
         if h.height:
             facts["histogram"] = {
-                "finished_requests": float(h.filter(pl.col("field") == "hist_count").get_column("inc_f").fill_null(0).sum()),
+                "finished_requests": float(
+                    h.filter(pl.col("field") == "hist_count").get_column("inc_f").fill_null(0).sum()
+                ),
                 "preemptions_of_finished_requests": float(
                     h.filter(pl.col("field") == "hist_sum").get_column("inc_f").fill_null(0).sum()
                 ),

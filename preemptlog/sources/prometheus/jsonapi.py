@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 JSON_PAIR_RE = re.compile(r'\[\s*(-?[0-9][0-9.eE+-]*)\s*,\s*"([^"]*)"\s*\]')
 
 
-def _parse_json(f: "InputFile") -> _FileData:
+def _parse_json(f: InputFile) -> _FileData:
     import json
     from bisect import bisect_right
 
@@ -56,7 +56,9 @@ def _parse_json(f: "InputFile") -> _FileData:
         if not isinstance(d, dict):
             continue
         if d.get("status") not in (None, "success"):
-            fd.warnings.append(f"Prometheus answered {d.get('status')}: {d.get('errorType', '')} {d.get('error', '')}".strip())
+            fd.warnings.append(
+                f"Prometheus answered {d.get('status')}: {d.get('errorType', '')} {d.get('error', '')}".strip()
+            )
         data = d.get("data") if isinstance(d.get("data"), dict) else d
         rtype = data.get("resultType")  # type: ignore[union-attr]  # polars scalars are typed as every literal
         result = data.get("result")  # type: ignore[union-attr]  # polars scalars are typed as every literal
@@ -73,8 +75,10 @@ def _parse_json(f: "InputFile") -> _FileData:
             metric = series.get("metric") or {}
             values = series.get("values") if rtype == "matrix" else ([series["value"]] if "value" in series else [])
             values = values or []
-            if not isinstance(metric, dict) or not isinstance(values, list) or not all(
-                isinstance(v, (list, tuple)) and len(v) >= 2 for v in values
+            if (
+                not isinstance(metric, dict)
+                or not isinstance(values, list)
+                or not all(isinstance(v, (list, tuple)) and len(v) >= 2 for v in values)
             ):
                 malformed += 1
                 continue
@@ -87,17 +91,21 @@ def _parse_json(f: "InputFile") -> _FileData:
                 continue
             if name not in METRICS and name not in CREATED:
                 continue
-            labels = ",".join(
-                f'{k}="{v!s}"' for k, v in sorted(metric.items()) if k != "__name__"
-            )
+            labels = ",".join(f'{k}="{v!s}"' for k, v in sorted(metric.items()) if k != "__name__")
             positions = pairs[start:ordinal] if len(pairs) >= ordinal else []
             parts.append(
                 {
                     "name": name,
                     "labels": labels,
-                    **{k: (None if metric.get(k) is None else str(metric.get(k)))  # labels are strings
-                       for k in ("engine", "model_name", "instance", "reason", "le")},
-                    **({"instance": str(metric["pod"])} if metric.get("instance") is None and metric.get("pod") is not None else {}),
+                    **{
+                        k: (None if metric.get(k) is None else str(metric.get(k)))  # labels are strings
+                        for k in ("engine", "model_name", "instance", "reason", "le")
+                    },
+                    **(
+                        {"instance": str(metric["pod"])}
+                        if metric.get("instance") is None and metric.get("pod") is not None
+                        else {}
+                    ),
                     "t": [v[0] for v in values],
                     "v": [v[1] for v in values],
                     "n": [p[0] for p in positions] if positions else [None] * len(values),
@@ -129,7 +137,10 @@ def _parse_json(f: "InputFile") -> _FileData:
                 },
                 schema={"n": pl.UInt32, "col": pl.UInt32, "t": pl.Float64, "v": pl.String},
             ).with_columns(
-                *[pl.lit(p[c], pl.String).alias(c) for c in ("name", "labels", "engine", "model_name", "instance", "reason", "le")]
+                *[
+                    pl.lit(p[c], pl.String).alias(c)
+                    for c in ("name", "labels", "engine", "model_name", "instance", "reason", "le")
+                ]
             )
             if k
             else None
@@ -199,9 +210,15 @@ def _aiperf_parts(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, A
                         part = series[(nm, text, inst)] = {
                             "name": nm,
                             "labels": text,
-                            **{c: (None if lab.get(c) is None else str(lab.get(c))) for c in ("engine", "model_name", "reason", "le")},
+                            **{
+                                c: (None if lab.get(c) is None else str(lab.get(c)))
+                                for c in ("engine", "model_name", "reason", "le")
+                            },
                             "instance": None if inst is None else str(inst),
-                            "t": [], "v": [], "n": [], "col": [],
+                            "t": [],
+                            "v": [],
+                            "n": [],
+                            "col": [],
                         }
                     part["t"].append(t / 1e9)
                     part["v"].append(v)
@@ -218,7 +235,7 @@ def _float_or_none(x: Any) -> float | None:
     return v if v == v and abs(v) != float("inf") else None
 
 
-def _is_json(f: "InputFile") -> bool:
+def _is_json(f: InputFile) -> bool:
     from ...textio import read_head
 
     try:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-
 if TYPE_CHECKING:
     from ...inputs import InputFile
 
@@ -82,7 +81,7 @@ def canonical_name(name: str) -> str:
     return name
 
 
-def _canonical_expr(col: "pl.Expr") -> "pl.Expr":
+def _canonical_expr(col: pl.Expr) -> pl.Expr:
     return col.str.replace(r"^ray_", "").str.replace(r"^vllm_", "vllm:")
 
 
@@ -96,9 +95,9 @@ RAW_LIMIT = 500
 
 @dataclass
 class _FileData:
-    file: "InputFile"
+    file: InputFile
     fmt: str  # "text" | "json"
-    samples: "pl.DataFrame"  # see _SAMPLE_COLUMNS
+    samples: pl.DataFrame  # see _SAMPLE_COLUMNS
     sep_times: dict[int, str] = field(default_factory=dict)  # scrape -> separator time text
     n_scrapes: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -122,11 +121,11 @@ def _sample_schema() -> dict[str, Any]:
     }
 
 
-def _label(name: str) -> "pl.Expr":
-    return pl.col("labels").str.extract(r'(?:^|,)\s*' + name + r'\s*=\s*"((?:[^"\\]|\\.)*)"', 1)
+def _label(name: str) -> pl.Expr:
+    return pl.col("labels").str.extract(r"(?:^|,)\s*" + name + r'\s*=\s*"((?:[^"\\]|\\.)*)"', 1)
 
 
-def _ts_to_us(col: "pl.Expr") -> "pl.Expr":
+def _ts_to_us(col: pl.Expr) -> pl.Expr:
     """Epoch timestamp -> microseconds: ms when above 1e11 (Prometheus text), else seconds."""
     t = col.cast(pl.Float64, strict=False)
     us = pl.when(t.abs() > 1e11).then(t * 1000.0).otherwise(t * 1e6).round(0).cast(pl.Int64, strict=False)

@@ -4,14 +4,14 @@ first step (each file's samples on its own clock, before the pipeline moves it: 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .names import PLACED
 from .counters import _empty_frames, _facts
+from .names import PLACED
 
 if TYPE_CHECKING:
     from ..registry import SourceOutput, TimeContext
@@ -37,7 +37,7 @@ def _parse_time_text(text: str) -> tuple[datetime | None, bool]:
         sec = float(m.group(1) + (("." + m.group(3)) if m.group(3) and not m.group(2) else ""))
         if m.group(2):
             sec = int(m.group(1) + m.group(2)) / 1000.0
-        return datetime.fromtimestamp(sec, timezone.utc), True
+        return datetime.fromtimestamp(sec, UTC), True
     try:
         iso = text.replace(",", ".")
         if iso.endswith("Z"):
@@ -81,7 +81,7 @@ def _name_time(name: str) -> tuple[datetime | None, bool, str | None]:
         raw = m.group(0)
         digits = raw.split(".")[0]
         sec = int(digits) / 1000.0 if len(digits) == 13 else float(raw)
-        return datetime.fromtimestamp(sec, timezone.utc), True, raw
+        return datetime.fromtimestamp(sec, UTC), True, raw
     return None, False, None
 
 
@@ -89,11 +89,11 @@ def _to_utc(dt: datetime, has_zone: bool, tz: str) -> datetime:
     from ...timebase import zone_info
 
     if has_zone:
-        return dt.astimezone(timezone.utc)
-    return dt.replace(tzinfo=zone_info(tz)).astimezone(timezone.utc)
+        return dt.astimezone(UTC)
+    return dt.replace(tzinfo=zone_info(tz)).astimezone(UTC)
 
 
-def _place(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
+def _place(parsed: PromParsed, ctx: TimeContext) -> SourceOutput:
     """Each file's samples with their scrape times, on the file's own clock: frame ``prom_placed``
     (the pipeline moves its clock, per file, before :func:`_combine`)."""
     from ...timebase import Assumption
@@ -113,9 +113,7 @@ def _place(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
         # Scrape times from the separators, the file name, the file mtime.
         scrape_t: dict[int, datetime] = {}
         used: dict[str, int] = {}
-        timed_scrapes = set(
-            s.filter(pl.col("ts_us").is_not_null()).get_column("scrape").unique().to_list()
-        )
+        timed_scrapes = set(s.filter(pl.col("ts_us").is_not_null()).get_column("scrape").unique().to_list())
         if timed_scrapes:
             used["sample timestamps" if fd.fmt == "text" else "the times in the JSON answer"] = len(timed_scrapes)
         for sc, text in fd.sep_times.items():
@@ -135,7 +133,7 @@ def _place(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
                 used["the file name"] = 1
                 detail = f" ({ntext}{'' if nzoned else ', local time in ' + ctx.tz})"
             elif last in untimed and f.mtime is not None:
-                scrape_t[last] = datetime.fromtimestamp(f.mtime, timezone.utc)
+                scrape_t[last] = datetime.fromtimestamp(f.mtime, UTC)
                 used["the file mtime"] = 1
                 detail = f" ({scrape_t[last].isoformat(timespec='seconds')})"
             still = [sc for sc in untimed if sc not in scrape_t]
@@ -155,19 +153,21 @@ def _place(parsed: PromParsed, ctx: "TimeContext") -> "SourceOutput":
             schema={"scrape": pl.Int32, "_st": pl.Datetime("us", "UTC")},
         )
         folder = str(PurePosixPath(f.display.replace("!", "/")).parent)
-        s = s.join(st, on="scrape", how="left").with_columns(
-            time=pl.coalesce(
-                pl.from_epoch(pl.col("ts_us"), time_unit="us").dt.replace_time_zone("UTC"), pl.col("_st")
-            ),
-            source=pl.lit(f.display),
-            stream=pl.lit(f.stream, pl.Int32),
-            scope=pl.when(pl.col("instance").is_not_null())
-            .then(pl.lit(folder + "|") + pl.col("instance"))
-            .otherwise(pl.lit(folder)),
-            scrape_id=pl.concat_str(
-                [pl.lit(f"{f.file_id}:"), pl.col("scrape").cast(pl.String)]
-            ),
-        ).drop("_st")
+        s = (
+            s.join(st, on="scrape", how="left")
+            .with_columns(
+                time=pl.coalesce(
+                    pl.from_epoch(pl.col("ts_us"), time_unit="us").dt.replace_time_zone("UTC"), pl.col("_st")
+                ),
+                source=pl.lit(f.display),
+                stream=pl.lit(f.stream, pl.Int32),
+                scope=pl.when(pl.col("instance").is_not_null())
+                .then(pl.lit(folder + "|") + pl.col("instance"))
+                .otherwise(pl.lit(folder)),
+                scrape_id=pl.concat_str([pl.lit(f"{f.file_id}:"), pl.col("scrape").cast(pl.String)]),
+            )
+            .drop("_st")
+        )
         frames.append(s)
     if not frames:
         out.frames.update(_empty_frames())

@@ -6,7 +6,17 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .names import CREATED, METRICS, NAME_PREFIX_RE, _FileData, _canonical_expr, _label, _sample_schema, _spellings, _ts_to_us
+from .names import (
+    CREATED,
+    METRICS,
+    NAME_PREFIX_RE,
+    _canonical_expr,
+    _FileData,
+    _label,
+    _sample_schema,
+    _spellings,
+    _ts_to_us,
+)
 
 if TYPE_CHECKING:
     from ...inputs import InputFile
@@ -44,7 +54,7 @@ BARE_TIME_RE = (
 )
 
 
-def _parse_text(f: "InputFile") -> _FileData:
+def _parse_text(f: InputFile) -> _FileData:
     from ... import reflow
 
     known = list(METRICS) + list(CREATED)
@@ -58,8 +68,11 @@ def _parse_text(f: "InputFile") -> _FileData:
     lf = reflow.scan(f.path, join=False).with_columns(line=line)
     # Literal pre-filter first (most lines of a /metrics page are other metrics and
     # histogram buckets), regexes only on the survivors.
-    cheap = (is_sample & line.str.contains_any(_spellings(known))) | line.str.starts_with("#") | line.str.starts_with("---") | (
-        line.str.len_bytes() < 48
+    cheap = (
+        (is_sample & line.str.contains_any(_spellings(known)))
+        | line.str.starts_with("#")
+        | line.str.starts_with("---")
+        | (line.str.len_bytes() < 48)
     )
     lf = lf.filter(cheap).filter(is_sample | is_meta | is_eof | is_sep | is_pod)
     g = line.str.extract_groups(SAMPLE_RE)
@@ -125,8 +138,7 @@ def _parse_text(f: "InputFile") -> _FileData:
     samples = samples.with_columns(scrape=(pl.col("_sk").rank("dense") - 1).cast(pl.Int32))
     first_of_blk = samples.filter(pl.col("rep") == 0).group_by("blk").agg(pl.col("scrape").first())
     sep_times = {
-        r["scrape"]: r["sep_time"]
-        for r in first_of_blk.join(seps, on="blk", how="inner").iter_rows(named=True)
+        r["scrape"]: r["sep_time"] for r in first_of_blk.join(seps, on="blk", how="inner").iter_rows(named=True)
     }
     value = pl.col("value").cast(pl.Float64, strict=False)
     bad = samples.filter(value.is_null()).height
@@ -153,7 +165,7 @@ def _parse_text(f: "InputFile") -> _FileData:
     return fd
 
 
-def _read_text(f: "InputFile") -> str:
+def _read_text(f: InputFile) -> str:
     import gzip
 
     with open(f.path, "rb") as fh:
