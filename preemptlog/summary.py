@@ -265,7 +265,7 @@ def summarize(a: Analysis) -> dict[str, Any]:
     }
     if not visible["count_visible"]:
         out["preemption_rate"] = None  # no count, so no rate (0 / received would read as "none happened")
-    f = getattr(a, "findings", None)  # issue 15: recompute cost, thrash, stall
+    f = getattr(a, "findings", None)  # recompute cost, thrash, stall
     out["findings_headline"] = f.top() if f is not None else None
     out["headline"] = headline(out)
     return out

@@ -574,7 +574,7 @@ def resolve(
     full_rows = (
         df.filter(pl.col("_tfull").is_not_null())
         .group_by("stream", maintain_order=True)
-        .agg(  # issue 18: deterministic anchor order
+        .agg(  # deterministic anchor order
             pl.col("_tfull").first().alias("t"), pl.col("seq").first().alias("seq")
         )
     )

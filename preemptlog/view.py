@@ -48,7 +48,7 @@ COMPACT_COLUMNS = [
     "sub_kind",
     "rule",
     "confidence",
-    "mechanism",  # issue 15: vLLM's own mechanism, beside the gate
+    "mechanism",  # vLLM's own mechanism, beside the gate
 ]
 
 

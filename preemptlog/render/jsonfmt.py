@@ -43,7 +43,7 @@ def head(analysis: Analysis) -> dict:
         "schema_version": SCHEMA_VERSION,
         "summary": analysis.summary(),
         "config": config_rows(analysis),
-        "findings": _findings(analysis),  # issue 15 (docs/findings.md)
+        "findings": _findings(analysis),  # docs/findings.md
     }
 
 

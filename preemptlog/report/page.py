@@ -123,7 +123,7 @@ def page(analysis: Analysis, figure_html: str, plotly_js: str, *, title: str | N
         f'<div id="timeline">{figure_html}</div>',
         "</section>",
         _summary(s, analysis),
-        _findings_section(analysis),  # issue 15: recompute over time, thrash table (report/findings.py)
+        _findings_section(analysis),  # recompute over time, thrash table (report/findings.py)
         _config(s, analysis),
         _events(analysis, s),
         "</main></body></html>",

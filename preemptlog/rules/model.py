@@ -102,7 +102,7 @@ class RuleSet:
     derived: dict[str, str]
     gates_help: dict[str, str]
     files: list[str] = field(default_factory=list)
-    mechanisms: list[Any] = field(default_factory=list)  # issue 15: rules.mechanisms.MechanismRule
+    mechanisms: list[Any] = field(default_factory=list)  # rules.mechanisms.MechanismRule
 
     @property
     def active(self) -> list[Rule]:
@@ -137,7 +137,7 @@ class RuleSet:
                 }
                 for r in sorted(self.rules, key=lambda r: (r.priority, r.order))
             ],
-            # issue 15: the [[mechanism]] rules (rules/mechanisms.py)
+            # the [[mechanism]] rules (rules/mechanisms.py)
             "mechanisms": [
                 {
                     "id": m.id,
@@ -374,7 +374,7 @@ def apply_set(rs: RuleSet, items: list[str] | None) -> None:
         if key.endswith(".enabled"):
             rid = key[: -len(".enabled")]
             rule = next((r for r in rs.rules if r.id == rid), None)
-            if rule is None:  # issue 15: a mechanism rule may be switched off the same way
+            if rule is None:  # a mechanism rule may be switched off the same way
                 rule = next((m for m in rs.mechanisms if m.id == rid), None)
             if rule is None:
                 raise RulesError(f"--set {item}: no rule {rid!r}")

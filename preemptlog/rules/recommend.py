@@ -571,7 +571,7 @@ def incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, An
     """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``)."""
     fixes, dropped = structured(measure(analysis), engine_family(analysis))
     counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
-    from ..whatif.verify import verify_fixes  # issue 16: each fix replayed on the incident's workload
+    from ..whatif.verify import verify_fixes  # each fix replayed on the incident's workload
 
     kept, no_gain = verify_fixes(analysis, ranked(fixes, counts))
     return {"fixes": kept, "dropped": dropped + no_gain}

@@ -22,7 +22,7 @@ REQUESTS_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",
     "stream": "Int32",
     "seq": "UInt32",
-    "action": "Categorical",  # issue 18: 4 bytes a row (a String cost 16); compares with strings as before
+    "action": "Categorical",  # 4 bytes a row (a String cost 16); compares with strings as before
     "request_id": "String",
     "internal_id": "String",
     "max_tokens": "Int64",
