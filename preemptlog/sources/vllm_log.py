@@ -52,6 +52,9 @@ Added after the read (timebase.resolve, frames.with_source, the pipeline):
     time            Datetime the record's UTC time on the common clock (--offset applied)
     time_precision  String   how exact ``time`` is ("1s", "ms", "us", "inherited", "unknown", ...)
     source          String   the file's display name (file:line provenance)
+    rq_count        UInt32   a run of request lines (see "Request lines as runs" below): its lines; null otherwise
+    n_last          UInt32   the run's last line number
+    rq_run          UInt32   the run's number in its file
 """
 
 from __future__ import annotations
