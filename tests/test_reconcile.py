@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -259,3 +260,45 @@ def test_records_within_the_second_of_a_whole_second_stats_line_are_the_events(t
     kinds = r.events.get_column("kind").to_list()
     assert kinds == ["record", "record"], (kinds, r.notes)
     assert sorted(r.events.get_column("request_id").to_list()) == ["req-0", "req-1"]
+
+
+def _preempt_records(path: Path, times: list[float]) -> Path:
+    import json
+
+    recs = [
+        {"type": "event", "ts": t, "step": 5 + i, "engine": "0", "request_id": f"req-{i}", "action": "preempt",
+         "blocks_before": 4, "blocks_after": 0, "blocks_needed": 3, "pool_free_blocks": 1, "v": 2}
+        for i, t in enumerate(times)
+    ]
+    return write_lines(path, [json.dumps(r) for r in recs])
+
+
+@pytest.mark.parametrize(
+    ("after", "expect"),
+    [
+        # two of the three counted preemptions are stamped after the count's line (the records'
+        # clock behind the log's): the three records are the events, not 3 counts + 2 records
+        ((12.5, 13.0), ["record"] * 3),
+        # more records after the last count than the shortfall: the records are the events and
+        # the later ones are preemptions the log had not counted yet
+        ((12.5, 13.0, 14.0), ["record"] * 4),
+    ],
+)
+def test_records_stamped_after_the_last_count_are_not_counted_twice(tmp_path, after, expect):
+    log = write_lines(tmp_path / "vllm.log", [v1_stats(0, None), v1_stats(10, 3)])
+    base = T0.timestamp()
+    bt = _preempt_records(tmp_path / "records.jsonl", [base + 4.0] + [base + x for x in after])
+    r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
+    assert r.events.get_column("kind").to_list() == expect, r.notes
+    assert any("make up the interval counts" in n for n in r.notes), r.notes
+
+
+def test_records_fewer_than_the_count_even_with_later_ones_keep_the_count(tmp_path):
+    # 3 counted, 1 record inside the span and 1 after it: the records cannot be the count's
+    # preemptions, so the counts stay (3 interval events) and the later record is evidence.
+    log = write_lines(tmp_path / "vllm.log", [v1_stats(0, None), v1_stats(10, 3)])
+    base = T0.timestamp()
+    bt = _preempt_records(tmp_path / "records.jsonl", [base + 4.0, base + 12.5])
+    r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
+    kinds = r.events.get_column("kind").to_list()
+    assert kinds.count("interval") == 3, (kinds, r.notes)
