@@ -266,8 +266,19 @@ def _preempt_records(path: Path, times: list[float]) -> Path:
     import json
 
     recs = [
-        {"type": "event", "ts": t, "step": 5 + i, "engine": "0", "request_id": f"req-{i}", "action": "preempt",
-         "blocks_before": 4, "blocks_after": 0, "blocks_needed": 3, "pool_free_blocks": 1, "v": 2}
+        {
+            "type": "event",
+            "ts": t,
+            "step": 5 + i,
+            "engine": "0",
+            "request_id": f"req-{i}",
+            "action": "preempt",
+            "blocks_before": 4,
+            "blocks_after": 0,
+            "blocks_needed": 3,
+            "pool_free_blocks": 1,
+            "v": 2,
+        }
         for i, t in enumerate(times)
     ]
     return write_lines(path, [json.dumps(r) for r in recs])
