@@ -277,44 +277,27 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
 
 def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     """``preempted_s``: preemption -> the victim's next allocation at a later step of its engine."""
+    # (frame, the rows that show the victim running again, how exact that is)
+    sources = [
+        ("bt_events", pl.col("action").is_in(["allocate", "swap_in"]), "exact"),
+        # a table at a later step shows the request running again by then: an upper bound
+        ("bt_tables", pl.col("num_blocks") > 0, "at most"),
+        ("bt_requests", pl.col("phase") == "scheduled", "exact"),
+    ]
     parts = []
-    bt = frame(a, "bt_events")
-    if bt is not None:
-        parts.append(
-            bt.filter(pl.col("action").is_in(["allocate", "swap_in"])).select(
-                pl.col("engine").fill_null("0"),
-                "step",
-                "request_id",
-                "time",
-                src_expr().alias("_rsrc"),
-                pl.lit("exact").alias("_rbound"),
+    for name, running_again, bound in sources:
+        df = frame(a, name)
+        if df is not None:
+            parts.append(
+                df.filter(running_again).select(
+                    pl.col("engine").fill_null("0"),
+                    "step",
+                    "request_id",
+                    "time",
+                    src_expr().alias("_rsrc"),
+                    pl.lit(bound).alias("_rbound"),
+                )
             )
-        )
-    tb = frame(a, "bt_tables")
-    if tb is not None:
-        # A table at a later step shows the request running again by then: an upper bound.
-        parts.append(
-            tb.filter(pl.col("num_blocks") > 0).select(
-                pl.col("engine").fill_null("0"),
-                "step",
-                "request_id",
-                "time",
-                src_expr().alias("_rsrc"),
-                pl.lit("at most").alias("_rbound"),
-            )
-        )
-    br = frame(a, "bt_requests")
-    if br is not None:
-        parts.append(
-            br.filter(pl.col("phase") == "scheduled").select(
-                pl.col("engine").fill_null("0"),
-                "step",
-                "request_id",
-                "time",
-                src_expr().alias("_rsrc"),
-                pl.lit("exact").alias("_rbound"),
-            )
-        )
     known = v.filter(pl.col("p_step").is_not_null() & pl.col("p_time").is_not_null())
     if not parts or known.height == 0:
         return v.with_columns(

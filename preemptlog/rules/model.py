@@ -198,6 +198,22 @@ def _str_list(where: str, value: Any) -> list[str]:
     return list(value)
 
 
+def _samples(where: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A rule's ``[[...sample]]`` tables, checked (gate and mechanism rules alike)."""
+    samples = doc.get("sample", [])
+    if not isinstance(samples, list):
+        raise RulesError(f"{where}: sample must be an array of tables")
+    for i, s in enumerate(samples):
+        if not isinstance(s, dict):
+            raise RulesError(f"{where}: sample #{i + 1} must be a table")
+        _check_keys(f"{where} sample #{i + 1}", s, SAMPLE_FIELDS)
+        if s.get("expect") not in EXPECT:
+            raise RulesError(f"{where} sample #{i + 1}: expect must be one of {', '.join(EXPECT)}")
+        if not isinstance(s.get("evidence", {}), dict):
+            raise RulesError(f"{where} sample #{i + 1}: evidence must be a table")
+    return samples
+
+
 def _build_rule(doc: dict[str, Any], src: str, order: int) -> Rule:
     if not isinstance(doc, dict):
         raise RulesError(f"{src}: every [[rule]] must be a table")
@@ -233,17 +249,7 @@ def _build_rule(doc: dict[str, Any], src: str, order: int) -> Rule:
     upstream_when = doc.get("upstream_when", "")
     if not isinstance(upstream_when, str):
         raise RulesError(f"{where}: upstream_when must be a condition string")
-    samples = doc.get("sample", [])
-    if not isinstance(samples, list):
-        raise RulesError(f"{where}: sample must be an array of tables")
-    for i, s in enumerate(samples):
-        if not isinstance(s, dict):
-            raise RulesError(f"{where}: sample #{i + 1} must be a table")
-        _check_keys(f"{where} sample #{i + 1}", s, SAMPLE_FIELDS)
-        if s.get("expect") not in EXPECT:
-            raise RulesError(f"{where} sample #{i + 1}: expect must be one of {', '.join(EXPECT)}")
-        if not isinstance(s.get("evidence", {}), dict):
-            raise RulesError(f"{where} sample #{i + 1}: evidence must be a table")
+    samples = _samples(where, doc)
     for key in ("description", "upstream_note"):
         if key in doc and not isinstance(doc[key], str):
             raise RulesError(f"{where}: {key} must be a string")
@@ -500,17 +506,7 @@ def build_mechanism(doc: Any, src: str, order: int) -> MechanismRule:
         raise _err(f"{where}: enabled must be true or false")
     if "description" in doc and not isinstance(doc["description"], str):
         raise _err(f"{where}: description must be a string")
-    samples = doc.get("sample", [])
-    if not isinstance(samples, list):
-        raise _err(f"{where}: sample must be an array of tables")
-    for i, s in enumerate(samples):
-        if not isinstance(s, dict):
-            raise _err(f"{where}: sample #{i + 1} must be a table")
-        _check_keys(f"{where} sample #{i + 1}", s, SAMPLE_FIELDS)
-        if s.get("expect") not in EXPECT:
-            raise _err(f"{where} sample #{i + 1}: expect must be one of {', '.join(EXPECT)}")
-        if not isinstance(s.get("evidence", {}), dict):
-            raise _err(f"{where} sample #{i + 1}: evidence must be a table")
+    samples = _samples(where, doc)
     return MechanismRule(
         id=rid,
         mechanism=mech,
