@@ -377,3 +377,26 @@ def test_a_replay_past_its_budget_is_skipped_with_a_note(tmp_path, monkeypatch):
         kept, dropped = v.verify_fixes(a, [fix])
     assert dropped == [] and kept[0]["replay"]["status"] == "skipped" and "passed" in kept[0]["replay"]["why"]
     assert "verified" not in kept[0]
+
+
+@pytest.mark.parametrize("source", ["log", "records"])
+def test_analyze_does_not_replay_an_incident_above_the_request_bound(tmp_path, monkeypatch, source):
+    """The fix replays of analyze are bounded before any work: above REPLAY_MAX_REQUESTS requests the
+    workload is not built and each replayable fix says why (counted from request lines or records)."""
+    from preemptlog.analysis import AnalyzeOptions, analyze
+    from preemptlog.bundle import Workspace
+    from preemptlog.whatif import verify as v
+
+    capture = Path(__file__).resolve().parent.parent / "fixtures" / "findings" / "capture-pressure"
+    b = _bundle(tmp_path, "big", _log(n=40)) if source == "log" else capture
+    built: list[object] = []
+    with Workspace() as ws:
+        a = analyze([str(b)], AnalyzeOptions(tz="UTC"), workspace=ws)
+        n = v._request_count(a)
+        assert n > 0
+        monkeypatch.setattr(v, "_baseline", lambda a: built.append(a))
+        monkeypatch.setattr(v, "REPLAY_MAX_REQUESTS", n - 1)
+        fix = {"id": "f", "option": "--max-num-seqs", "current": 8, "suggested": 4, "expected_effect": "e"}
+        kept, dropped = v.verify_fixes(a, [fix])
+    assert built == [] and dropped == []
+    assert kept[0]["replay"]["status"] == "skipped" and f"{n} requests" in kept[0]["replay"]["why"]

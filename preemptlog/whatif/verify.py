@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from ..errors import PreemptlogError
 from .workload import SETTINGS, parse_value
 
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from ..result import AnalysisView as Analysis
 
 REPLAY_BUDGET_S = 3.0
+# The fix replays of analyze/report are bounded before any work: a workload above this many
+# requests (the issue's bound is "a few seconds per fix on a 10,000-request incident") is not
+# rebuilt, and each fix says so. `preemptlog whatif` has no such bound.
+REPLAY_MAX_REQUESTS = 20_000
 TOTAL_BUDGET_FIXES = 4  # all fix replays of one incident: at most this many budgets
 LATENCY_GAIN = 0.05
 ALIASES = {"num_gpu_blocks_override": "num_gpu_blocks", "no_enable_chunked_prefill": "enable_chunked_prefill"}
@@ -97,6 +103,15 @@ def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
     return out
 
 
+def _request_count(analysis: Analysis) -> int:
+    """Requests the workload would hold (request records, or received request lines): counted, not built."""
+    bt = analysis.frames.get("bt_requests")
+    n_bt = bt.select(pl.col("request_id").n_unique()).item() if bt is not None and bt.height else 0
+    req = analysis.requests
+    n_log = req.filter(pl.col("action") == "received").height if req.height else 0
+    return int(max(n_bt, n_log))
+
+
 def _key(analysis: Analysis) -> tuple[int, int]:
     """The incident: its request and config frames (verdicts and the summary see the same ones)."""
     return (id(analysis.requests), id(analysis.config))
@@ -106,6 +121,16 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
     """(the fixes kept, with ``replay`` data; the ones the replay dropped, with why)."""
     replayable = [(x, setting_for(str(x.get("option") or ""))) for x in fixes]
     if not any(k is not None and x.get("suggested") is not None for x, k in replayable):
+        return fixes, []
+    n = _request_count(analysis)
+    if n > REPLAY_MAX_REQUESTS:
+        why = (
+            f"the incident has {n} requests, more than the {REPLAY_MAX_REQUESTS} that analyze replays "
+            "(preemptlog whatif replays it without this bound)"
+        )
+        for x, key in replayable:
+            if key is not None and x.get("suggested") is not None:
+                x["replay"] = {"status": "skipped", "setting": f"{key}={x['suggested']}", "why": why}
         return fixes, []
     base = _baseline(analysis)
     if base is None:
