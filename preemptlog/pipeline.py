@@ -47,7 +47,7 @@ from .frames import with_source
 from .inputs import Bundle, InputFile
 from .joiner import evidence as joiner_evidence
 from .pressure import find_intervals
-from .reconcile import event_set
+from .reconcile import event_set, per_request_records
 from .result import Analysis, AnalyzeOptions
 from .rules import load_rules
 from .rules.model import RuleSet
@@ -93,6 +93,7 @@ class SourceFrames:
     stats: pl.DataFrame
     config: pl.DataFrame
     requests: pl.DataFrame
+    request_stats: vrequests.RequestStats
     event_parts: tuple[pl.DataFrame, ...]  # partial event frames (events.conform), not yet one set
     frames: dict[str, pl.DataFrame]  # per-source frames: bt_*, prom_*, kv_events, dmon, hook_*
     counters: dict[str, Any]
@@ -108,6 +109,7 @@ class Draft:
     stats: pl.DataFrame
     config: pl.DataFrame
     requests: pl.DataFrame
+    request_stats: vrequests.RequestStats
     records: pl.DataFrame
     tz: str
     frames: dict[str, pl.DataFrame]
@@ -165,12 +167,14 @@ def parse_other_sources(bundle: Bundle, ws: Workspace, debug: bool) -> tuple[lis
 
 
 def read_logs(
-    bundle: Bundle, ws: Workspace, debug: bool, prof: Profile
-) -> tuple[pl.DataFrame, list[pl.DataFrame], Report]:
+    bundle: Bundle, ws: Workspace, debug: bool, prof: Profile, keep_request_rows: bool = False
+) -> tuple[pl.DataFrame, list[vllm_log.HotRows], Report]:
     """The records of every vLLM log (one pass per file; many small files in one pass), with
     the line-time rows for untimed records, and the per-request rows of files whose request
     lines were read as runs (sources/vllm_log.py ``read_split``; not in rotated sets, whose
-    overlap check compares request lines one by one). A damaged file is read as far as it
+    overlap check compares request lines one by one); unless ``keep_request_rows``, the rows of a
+    file with many Received lines stay in its spill file in ``ws`` (folded: vllm/requests.py
+    ``parse_with_stats``). A damaged file is read as far as it
     goes (the problem is added to its InputFile's warnings and the run is partial)."""
     frames, log_files = _scan_small_files(bundle.of_kind(vllm_log.KIND), ws)
     batched = bool(frames)
@@ -179,10 +183,11 @@ def read_logs(
     repaired: list[str] = []
     partial = False
     prof.files(sum(f.size or 0 for f in log_files))
-    request_rows: list[pl.DataFrame] = []
+    request_rows: list[vllm_log.HotRows] = []
     rotated = {sid for sid, members in bundle.streams().items() if len(members) > 1}
+    spill_dir = None if keep_request_rows else str(ws.path)
     for f in log_files:
-        df, problem = _scan_file(f, ws, debug, request_rows, runs=f.stream not in rotated)
+        df, problem = _scan_file(f, ws, debug, request_rows, runs=f.stream not in rotated, spill_dir=spill_dir)
         prof.file_done(f.size or 0, f.display)
         fix = reflow.plan(f.path)
         if fix.needed:
@@ -255,7 +260,7 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     parsed, phase1 = parse_other_sources(bundle, ws, options.debug)
     other_anchors = [a for _, p in parsed for a in p.anchors()]
     prof.mark("other sources, phase 1")
-    records, request_rows, logs = read_logs(bundle, ws, options.debug, prof)
+    records, request_rows, logs = read_logs(bundle, ws, options.debug, prof, options.keep_request_rows)
     prof.mark(f"vllm logs ({records.height} rec)")
     records, ctx, clock = one_clock(records, bundle, options, tz, other_anchors)
     prof.mark("timebase")
@@ -273,8 +278,6 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     extra_config = [o.config for o in outputs if o.config is not None and o.config.height]
     config = vconfig.parse(records, stats, extra=extra_config)
     prof.mark("config")
-    reqs = vrequests.parse(records, request_rows)
-    prof.mark("requests")
     logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
     interval = preemptions.interval_events(stats, records)
     warnings = list(phase1.warnings) + list(clock.warnings)
@@ -288,6 +291,15 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         partial = True
     markers = preemptions.marker_events(records)
     parts = [logged, recon, interval, markers] + [e for o in outputs for e in o.events]
+    frames_so_far = {k: v for o in outputs for k, v in o.frames.items()}
+    reqs, req_stats = vrequests.parse_with_stats(
+        records,
+        request_rows,
+        needed_ids=named_request_ids(parts, frames_so_far),
+        kv_min=vconfig.smallest_kv_tokens(config),
+    )
+    del request_rows
+    prof.mark("requests")
 
     frames: dict[str, pl.DataFrame] = {}
     notes: list[str] = list(untimed_notes) + list(logs.notes)
@@ -307,11 +319,22 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         stats=stats,
         config=config,
         requests=reqs,
+        request_stats=req_stats,
         event_parts=tuple(parts),
         frames=frames,
         counters=counters,
         report=Report(warnings=tuple(warnings), notes=tuple(notes), assumptions=tuple(assumptions), partial=partial),
     )
+
+
+def named_request_ids(parts: list[pl.DataFrame], frames: dict[str, pl.DataFrame]) -> list[str]:
+    """The request ids the events can name: the partial event frames' and the preempt records'
+    (reconcile.per_request_records: the events where they are the count)."""
+    cols = [p.get_column("request_id") for p in parts if "request_id" in p.columns and p.height]
+    cols += [df.get_column("request_id") for df in per_request_records(frames).values() if df.height]
+    if not cols:
+        return []
+    return pl.concat([c.cast(pl.String) for c in cols]).drop_nulls().unique().to_list()
 
 
 def bundle_report(bundle: Bundle) -> Report:
@@ -346,6 +369,7 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
         stats=src.stats,
         config=src.config,
         requests=src.requests,
+        request_stats=src.request_stats,
         records=src.records,
         tz=tz,
         frames=dict(src.frames),
@@ -395,6 +419,7 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
         stats=draft.stats,
         config=draft.config,
         requests=draft.requests,
+        request_stats=draft.request_stats,
         records=draft.records,
         tz=tz,
         frames=draft.frames,
@@ -566,7 +591,12 @@ def resolve_on_clock(parsed: Any, kind: str, ctx: TimeContext, offsets: dict[str
 
 
 def _scan_file(
-    f: InputFile, ws: Workspace, debug: bool, request_rows: list[pl.DataFrame] | None = None, runs: bool = False
+    f: InputFile,
+    ws: Workspace,
+    debug: bool,
+    request_rows: list[vllm_log.HotRows] | None = None,
+    runs: bool = False,
+    spill_dir: str | None = None,
 ) -> tuple[pl.DataFrame | None, str | None]:
     """Collect one file's records; salvage a damaged gzip; never raise on bad data.
 
@@ -577,7 +607,7 @@ def _scan_file(
 
     try:
         if runs and request_rows is not None:
-            rec, rows = vllm_log.read_split(str(f.path), f.file_id)
+            rec, rows = vllm_log.read_split(str(f.path), f.file_id, spill_dir=spill_dir)
             request_rows.extend(rows)
             return rec, None
         return vllm_log.read(str(f.path), f.file_id), None

@@ -33,6 +33,7 @@ class AnalyzeOptions:
     rules_files: list[str] = field(default_factory=list)  # --rules overlays
     sets: list[str] = field(default_factory=list)  # --set name=value
     rules: bool = True  # evaluate the rules (verdicts)
+    keep_request_rows: bool = False  # a row per request line even in large logs (whatif's workload)
 
 
 class AnalysisView(Protocol):
@@ -48,6 +49,8 @@ class AnalysisView(Protocol):
     def config(self) -> pl.DataFrame: ...
     @property
     def requests(self) -> pl.DataFrame: ...
+    @property
+    def request_stats(self) -> Any: ...  # vllm.requests.RequestStats (see vllm.requests.stats_of)
     @property
     def records(self) -> pl.DataFrame: ...
     @property
@@ -92,6 +95,7 @@ class Analysis:
     filters: dict[str, Any] | None = None  # view.apply_filters: what was filtered out after the analysis
     columns: list[str] | None = None  # view.with_columns: the event columns the formatters write
     findings: Findings | None = None  # findings.compute: a pure function of the analysis up to the verdicts
+    request_stats: Any = None  # vllm.requests.RequestStats: counts of every request line (None: made from requests)
 
     def summary(self) -> dict[str, Any]:
         from .summary import summarize

@@ -9,6 +9,7 @@ import polars as pl
 
 from .timebase import iso
 from .visibility import count_visibility
+from .vllm.requests import stats_of
 
 if TYPE_CHECKING:
     from .result import Analysis, AnalysisView
@@ -141,11 +142,7 @@ def summarize(a: Analysis) -> dict[str, Any]:
             by_kind[k] = n
     # A request is (server, id): two servers (or two copies of one log) reuse ids, so ids are
     # counted per stream; within a stream, per process (two Ray workers' sequence group 63 are two).
-    received = (
-        a.requests.filter(pl.col("action") == "received").select(pl.struct("stream", "request_id").n_unique()).item()
-        if a.requests.height
-        else 0
-    )
+    received = stats_of(a).distinct
     total = ev.height
     rate = (total / received) if received else None
     repeated = _repeated_requests(a, ev)

@@ -164,9 +164,13 @@ def test_runs_only_above_the_minimum(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert rec.height < full.height
     assert int(rec.get_column("rq_count").fill_null(1).sum()) == full.height
     # The per-request frames: Received/Finished/Aborted lines, then details lines; Added lines only counted.
-    kinds = [set(r.get_column("kind").cast(pl.String)) for r in rows]
+    frames = [r.rows.collect() for r in rows]
+    assert not any(r.folded for r in rows)  # no spill_dir: in memory
+    kinds = [set(f.get_column("kind").cast(pl.String)) for f in frames]
     assert kinds == [{"req_received", "req_aborted"}, {"req_details"}]
-    n_rows = sum(r.height for r in rows)
+    assert [r.height for r in rows] == [f.height for f in frames]
+    assert [r.details for r in rows] == [False, True]
+    n_rows = sum(f.height for f in frames)
     want = full.filter(hot & (pl.col("kind") != "req_added")).height
     assert n_rows == want
     # Run rows keep no request fields.

@@ -165,7 +165,7 @@ def whatif_command(
                 hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)",
             )
         with Workspace() as ws:
-            a = analyze(list(bundle), AnalyzeOptions(year=year, tz=tz), workspace=ws)
+            a = analyze(list(bundle), AnalyzeOptions(year=year, tz=tz, keep_request_rows=True), workspace=ws)
             res = whatif(
                 a,
                 configs,

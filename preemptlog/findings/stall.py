@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..vllm.requests import stats_of
 from .common import cfg_number, frame, src_expr
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def _never_fits(a: Analysis) -> dict[str, Any]:
         prompts.append(
             br.filter(pl.col("phase") == "arrival").select("request_id", "prompt_tokens", src_expr().alias("src"))
         )
-    if a.requests.height:
+    if stats_of(a).rows:  # the frame holds every row the filter below can keep (vllm/requests.py)
         prompts.append(
             a.requests.filter(pl.col("action") == "received").select(
                 "request_id", "prompt_tokens", src_expr().alias("src")

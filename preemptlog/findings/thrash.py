@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..vllm.requests import stats_of
 from .common import frame, src_expr
 
 if TYPE_CHECKING:
@@ -152,11 +153,9 @@ def _request_count(a: Analysis) -> tuple[int | None, str]:
         n = br.filter(pl.col("phase") == "arrival").get_column("request_id").n_unique()
         if n:
             return n, "arrival request records"
-    rq = a.requests
-    if rq.height:
-        n = rq.filter(pl.col("action") == "received").select(pl.struct("stream", "request_id").n_unique()).item()
-        if n:
-            return int(n), "Received request lines"
+    n = stats_of(a).distinct
+    if n:
+        return int(n), "Received request lines"
     return None, "unknown: no request lines or request records in the bundle"
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..vllm.requests import stats_of
+
 if TYPE_CHECKING:
     from ..result import AnalysisView
 
@@ -54,32 +56,28 @@ def _cfg(analysis: AnalysisView) -> dict[str, dict[str, Any]]:
 def measure(analysis: AnalysisView) -> dict[str, Measured]:
     out: dict[str, Measured] = {}
     req = analysis.requests
+    st = stats_of(analysis)  # counts of every request line (the frame may hold only named rows)
     rec = req.filter(pl.col("action") == "received") if req.height else req
-    src = ", ".join(sorted(rec.get_column("source").unique().to_list()))[:200] if rec.height else ""
-    pt = rec.filter(pl.col("prompt_tokens").is_not_null()).get_column("prompt_tokens") if rec.height else None
-    if pt is not None and pt.len() >= 20:
-        out["prompt_n"] = Measured(pt.len(), f"{pt.len()} prompts with prompt_token_ids in {src}")
-        out["prompt_p95"] = Measured(int(pt.quantile(0.95, "higher")), f"p95 of {pt.len()} prompt lengths ({src})")  # type: ignore[arg-type]  # polars scalars are typed as every literal
-        out["prompt_share_le_64"] = Measured(float((pt <= 64).mean()), f"share of {pt.len()} prompts <= 64 tokens")  # type: ignore[arg-type]  # polars scalars are typed as every literal
+    src = ", ".join(st.sources)[:200]
+    n_pt = st.prompt_n
+    if n_pt >= 20:
+        out["prompt_n"] = Measured(n_pt, f"{n_pt} prompts with prompt_token_ids in {src}")
+        out["prompt_p95"] = Measured(st.prompt_quantile_higher(0.95), f"p95 of {n_pt} prompt lengths ({src})")
+        out["prompt_share_le_64"] = Measured(st.prompt_share_le(64), f"share of {n_pt} prompts <= 64 tokens")
     else:
         out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {LOG_REQUESTS_HINT}")
-    if rec.height >= 2 and rec.get_column("time").null_count() < rec.height:
-        per10 = (
-            rec.filter(pl.col("time").is_not_null())
-            .sort("time")
-            .group_by_dynamic("time", every="10s")
-            .agg(pl.len().alias("n"))
-            .get_column("n")
+    peak = st.peak_per_10s()
+    if st.received >= 2 and st.timed and peak is not None:
+        out["peak_rps"] = Measured(
+            round(float(peak) / 10.0, 2), f"busiest 10 s of {st.received} received requests ({src})"
         )
-        peak = float(per10.max()) / 10.0  # type: ignore[arg-type]  # polars scalars are typed as every literal
-        out["peak_rps"] = Measured(round(peak, 2), f"busiest 10 s of {rec.height} received requests ({src})")
     else:
         out["peak_rps"] = Measured(None, f"request arrivals are not in the bundle: {LOG_REQUESTS_HINT}")
-    mt = rec.filter(pl.col("max_tokens").is_not_null()).get_column("max_tokens") if rec.height else None
-    if mt is not None and mt.len():
+    mean = st.max_tokens_mean()
+    if mean is not None:
         out["avg_output_len"] = Measured(
-            round(float(mt.mean()), 1),  # type: ignore[arg-type]  # polars scalars are typed as every literal
-            f"mean max_tokens of {mt.len()} requests (an upper bound of the output length)",
+            round(mean, 1),
+            f"mean max_tokens of {st.max_tokens_n} requests (an upper bound of the output length)",
         )
     else:
         out["avg_output_len"] = Measured(None, f"output lengths are not in the bundle: {LOG_REQUESTS_HINT}")

@@ -59,6 +59,7 @@ Added after the read (timebase.resolve, frames.with_source, the pipeline):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -648,36 +649,142 @@ def with_run_columns(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.lit(None, getattr(pl, RUN_KIND_COLUMNS[c])).alias(c) for c in missing)
 
 
+@dataclass(frozen=True)
+class HotRows:
+    """One file's per-request rows (:data:`HOT_ROWS` columns), in memory or left in its spill file.
+
+    ``folded``: the rows stay in the file's Parquet spill (``read_split(spill_dir=...)``, a file
+    with at least :func:`request_fold_min` Received lines) and ``rows`` scans it; vllm/requests.py
+    folds them into counts and reads back only the rows the analysis names. Otherwise ``rows``
+    is a frame in memory (``.lazy()``).
+    """
+
+    file_id: int
+    details: bool  # details lines; else Received / Finished / Aborted lines
+    rows: pl.LazyFrame
+    height: int
+    received: int  # Received request lines among the rows
+    folded: bool
+    spill: str | None = None  # the spill file (folded)
+    starts: pl.Series | None = None  # spill row of each run's first row (folded)
+    runs_received: pl.Series | None = None  # Received rows of each run (folded)
+
+    def of_kinds(self, kinds: list[str], rows: pl.Series | None = None) -> pl.LazyFrame:
+        """A folded file's rows of some kinds, with their spill row ``_row`` instead of
+        ``rq_run``/``rq_rank`` (:meth:`locate` adds those to the few rows read back). The
+        filter is on the marker column, so the other rows' columns are not decoded; there is
+        no run lookup (a Series literal in the query made the streaming engine read whole
+        columns)."""
+        assert self.spill is not None
+        markers = [m for m, k in _kind_of_marker().items() if k in kinds]
+        keep = pl.col("marker").is_in(markers)
+        if rows is not None:  # only these spill rows (``rows``: their ``_row``)
+            keep = keep & pl.col("_row").is_in(rows.implode())
+        return (
+            pl.scan_parquet(self.spill)
+            .with_row_index("_row")
+            .filter(keep)
+            .select(
+                pl.lit(self.file_id, pl.UInt16).alias("file_id"),
+                _hot_kind(markers, _kind_of_marker()).alias("kind"),
+                "n",
+                "_row",
+                "req_id",
+                "max_tokens",
+                "prompt_tokens",
+            )
+        )
+
+    def locate(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """``rq_run`` and ``rq_rank`` of rows read by :meth:`of_kinds` (by their ``_row``)."""
+        assert self.starts is not None
+        run = self.starts.search_sorted(rows.get_column("_row"), side="right").cast(pl.Int64) - 1
+        rank = rows.get_column("_row").cast(pl.Int64) - self.starts.gather(run).cast(pl.Int64)
+        return rows.with_columns(rq_run=run.cast(pl.UInt32), rq_rank=rank.cast(pl.UInt32))
+
+
+def _kind_of_marker() -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    for marker, kind in all_markers():
+        kinds.setdefault(marker, kind)
+    return kinds
+
+
+def _hot_query(tmp: str, file_id: int, markers: list[str], starts: pl.Series) -> pl.LazyFrame:
+    """HOT_ROWS of the spill rows with one of ``markers``: a row's run is the last run that
+    starts at or before it, its rank its distance to that start."""
+    run_at = pl.lit(starts).search_sorted(pl.col("_row"), side="right").cast(pl.Int64) - 1
+    return (
+        pl.scan_parquet(tmp)
+        .with_row_index("_row")
+        .filter(pl.col("marker").is_in(markers))
+        .with_columns(_r=run_at)
+        .select(
+            pl.lit(file_id, pl.UInt16).alias("file_id"),
+            _hot_kind(markers, _kind_of_marker()).alias("kind"),
+            "n",
+            pl.col("_r").cast(pl.UInt32).alias("rq_run"),
+            (pl.col("_row") - pl.lit(starts).gather(pl.col("_r"))).cast(pl.UInt32).alias("rq_rank"),
+            "req_id",
+            "max_tokens",
+            "prompt_tokens",
+        )
+    )
+
+
+REQUEST_FOLD_MIN = 20_000  # Received lines in a file read with runs; env PREEMPTLOG_REQUEST_FOLD_MIN overrides
+
+
+def request_fold_min() -> int:
+    """Files with at least this many Received lines keep their request rows in the spill file:
+    above the what-if replay's bound (whatif/verify.py) analyze needs only counts and the rows it
+    names (vllm/requests.py)."""
+    import os
+
+    raw = os.environ.get("PREEMPTLOG_REQUEST_FOLD_MIN", "").strip()
+    try:
+        return int(raw) if raw else REQUEST_FOLD_MIN
+    except ValueError:
+        return REQUEST_FOLD_MIN
+
+
 def read_split(
-    path: str, file_id: int, wraps: bool = True, runs: bool = True
-) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    path: str, file_id: int, wraps: bool = True, runs: bool = True, spill_dir: str | None = None
+) -> tuple[pl.DataFrame, list[HotRows]]:
     """Records of one file with request lines as runs, and the per-request rows (HOT_ROWS).
 
     Without runs (``runs`` False, or fewer request lines than :func:`request_runs_min`)
-    this is :func:`read` with null run columns and no per-request frames. Otherwise the
-    second item holds one HOT_ROWS frame of Received / Finished / Aborted lines and one of
-    details lines (when the file has any).
+    this is :func:`read` with null run columns and no per-request rows. Otherwise the
+    second item holds one :class:`HotRows` of Received / Finished / Aborted lines and one of
+    details lines (when the file has any). With ``spill_dir`` (a private folder that
+    outlives the call, e.g. the analysis' workspace), a file with many Received lines
+    keeps its spill file there and its rows are ``folded`` (scanned, not read).
     """
     import os
     import tempfile
 
     lf = scan(path, file_id, wraps)
     try:
-        fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet")
+        fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet", dir=spill_dir)
         os.close(fd)
     except OSError:
         return with_run_columns(finish(collect(lf))), []
+    kept = False
     try:
         try:
             lf.sink_parquet(tmp, compression="lz4", statistics=False)
         except Exception:
             return with_run_columns(finish(compact(lf.collect()))), []
-        return _split_from(tmp, lf.collect_schema().names(), file_id, runs)
+        fold = spill_dir is not None
+        rec, hot = _split_from(tmp, lf.collect_schema().names(), file_id, runs, fold)
+        kept = any(h.folded for h in hot)
+        return rec, hot
     finally:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if not kept:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 READ_CHUNK_ROWS = 1 << 20
@@ -716,100 +823,190 @@ def _read_columns(tmp: str, names: list[str], mask: pl.Series | None) -> pl.Data
     return pl.DataFrame(series).with_columns(nulls).select(names)
 
 
-def _split_from(tmp: str, names: list[str], file_id: int, runs: bool) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
-    kinds: dict[str, str] = {}
-    for marker, kind in all_markers():
-        kinds.setdefault(marker, kind)
+@dataclass(frozen=True)
+class _RunFlags:
+    """Per spill row (bit columns) and per run, from :func:`_run_flags`."""
+
+    hot: pl.Series  # a request row
+    start: pl.Series  # the first row of a run
+    starts: pl.Series  # UInt32: spill row of each run's first row, in order
+    rq_count: pl.Series  # UInt32: rows of each run
+    n_last: pl.Series  # UInt32: line number of each run's last row
+    rq_recv: pl.Series  # UInt32: Received rows of each run
+    n_hot: int
+    n_received: int
+    n_main: int
+    n_det: int
+
+
+def _run_flags(tmp: str, kinds: dict[str, str]) -> _RunFlags:
+    """Runs of request rows, found a slice of READ_CHUNK_ROWS spill rows at a time.
+
+    A run is a maximal block of consecutive request rows with equal time parts (timed ones:
+    an untimed request row is a run of one). Memory: only bit columns of every row and
+    per-run columns are kept; a narrow frame of every row (marker, line, 11 time parts) was
+    ~224 MB at 4 GB of a request-heavy log.
+    """
     hot_markers = [m for m, k in kinds.items() if k in HOT_KINDS]
-    kept_markers = [m for m, k in kinds.items() if k in _KEPT_HOT]
-    # A narrow frame of every row: the marker, the line and the time parts.
-    narrow = _read_columns(tmp, ["marker", "n", *_TIME_PARTS], None)
+    main_markers = [m for m, k in kinds.items() if k in _KEPT_HOT and k != "req_details"]
+    det_markers = [m for m, k in kinds.items() if k == "req_details"]
+    recv_markers = [m for m, k in kinds.items() if k == "req_received"]
     is_hot = pl.col("marker").is_in(hot_markers).fill_null(False)
-    n_hot = int(narrow.select(is_hot.sum()).item())
-    if not runs or n_hot == 0 or n_hot < request_runs_min():
-        del narrow
-        return with_run_columns(finish(_read_columns(tmp, names, None))), []
     timed = pl.col("mo").is_not_null() | pl.col("fdate").is_not_null() | pl.col("fb").is_not_null()
     same = pl.lit(True)
     for c in _TIME_PARTS:
         same = same & pl.col(c).eq_missing(pl.col(c).shift(1))
     cont = is_hot & is_hot.shift(1).fill_null(False) & timed & timed.shift(1).fill_null(False) & same.fill_null(False)
-    flags = narrow.select(
-        hot=is_hot,
-        start=is_hot & ~cont,
-        m_main=pl.col("marker").is_in([m for m in kept_markers if kinds[m] != "req_details"]).fill_null(False),
-        m_det=pl.col("marker").is_in([m for m in kept_markers if kinds[m] == "req_details"]).fill_null(False),
-        n=pl.col("n"),
+    height = pl.scan_parquet(tmp).select(pl.len()).collect().item()
+    hots, conts, n_lasts, recv_before = [], [], [], []
+    counts = {"hot": 0, "recv": 0, "main": 0, "det": 0}
+    carry = 0  # Received rows before the slice
+    prev: pl.DataFrame | None = None
+    for off in range(0, max(height, 1), READ_CHUNK_ROWS):
+        part = pl.scan_parquet(tmp).select("marker", "n", *_TIME_PARTS).slice(off, READ_CHUNK_ROWS).collect()
+        ext = part if prev is None else pl.concat([prev, part], how="vertical")
+        f = ext.select(
+            hot=is_hot,
+            cont=cont,
+            recv=pl.col("marker").is_in(recv_markers).fill_null(False),
+            main=pl.col("marker").is_in(main_markers).fill_null(False),
+            det=pl.col("marker").is_in(det_markers).fill_null(False),
+            n=pl.col("n"),
+        )
+        if prev is not None:
+            f = f.slice(1)
+        # Received rows up to and including each row (to count them per run)
+        f = f.with_columns(_c=pl.col("recv").cast(pl.UInt32).cum_sum() + carry)
+        if f.height:
+            carry = int(f.get_column("_c")[-1])
+        recv_before.append(
+            f.filter(pl.col("hot") & ~pl.col("cont")).select(pl.col("_c") - pl.col("recv").cast(pl.UInt32))
+        )
+        for key, col in (("hot", "hot"), ("recv", "recv"), ("main", "main"), ("det", "det")):
+            counts[key] += int(f.get_column(col).sum())
+        hots.append(f.get_column("hot"))
+        conts.append(f.get_column("cont"))
+        # A run's last row: a request row whose next row does not continue it (for a slice's
+        # last row the next slice decides: it is a candidate, checked against ``end`` below).
+        n_lasts.append(
+            f.with_row_index("_i", offset=off)
+            .filter(pl.col("hot") & ~pl.col("cont").shift(-1).fill_null(False))
+            .select("_i", "n", "_c")
+        )
+        prev = part.tail(1)
+        del part, ext, f
+    hot = pl.concat(hots).rechunk() if hots else pl.Series("hot", [], dtype=pl.Boolean)
+    cont_s = pl.concat(conts).rechunk() if conts else pl.Series("cont", [], dtype=pl.Boolean)
+    del hots, conts
+    start = hot & ~cont_s
+    end = hot & ~cont_s.shift(-1).fill_null(False)
+    del cont_s
+    starts = start.arg_true().cast(pl.UInt32)
+    ends = end.arg_true().cast(pl.UInt32)
+    empty = pl.DataFrame(schema={"_i": pl.UInt32, "n": pl.UInt32, "_c": pl.UInt32})
+    cand = pl.concat(n_lasts) if n_lasts else empty
+    del n_lasts
+    cand = cand.filter(end.gather(cand.get_column("_i")))
+    n_last = cand.get_column("n").cast(pl.UInt32)
+    before = pl.concat(recv_before).to_series() if recv_before else pl.Series([], dtype=pl.UInt32)
+    rq_recv = (cand.get_column("_c") - before).cast(pl.UInt32)
+    return _RunFlags(
+        hot=hot,
+        start=start,
+        starts=starts,
+        rq_count=(ends - starts + 1).cast(pl.UInt32).alias("rq_count"),
+        n_last=n_last.alias("n_last"),
+        rq_recv=rq_recv.alias("rq_recv"),
+        n_hot=counts["hot"],
+        n_received=counts["recv"],
+        n_main=counts["main"],
+        n_det=counts["det"],
     )
-    del narrow
-    # Run id of every request row (runs are blocks of consecutive rows, numbered in order)
-    # and its rank in its run.
-    row = pl.int_range(pl.len(), dtype=pl.UInt32)
-    flags = flags.with_columns(
-        run=pl.col("start").cast(pl.UInt32).cum_sum(),  # 1-based here (0: before the first run)
-        rank=row - pl.when(pl.col("start")).then(row).forward_fill().fill_null(0),
-    )
-    # Runs are blocks of consecutive rows: their lengths are the run-length encoding of the
-    # request rows' run ids (no hash table over every row), their last lines gathered.
-    hot_runs = flags.get_column("run").filter(flags.get_column("hot"))
-    lengths = hot_runs.rle().struct.field("len").cast(pl.UInt32)
-    del hot_runs
-    first_pos = flags.get_column("start").arg_true().cast(pl.Int64)
-    per_run = pl.DataFrame(
-        {
-            "run": pl.int_range(1, lengths.len() + 1, dtype=pl.UInt32, eager=True),
-            "rq_count": lengths,
-            "n_last": flags.get_column("n").gather(first_pos + lengths.cast(pl.Int64) - 1),
-        }
-    )
-    flags = flags.drop("n")
-    keep = flags.select(~pl.col("hot") | pl.col("start")).to_series()
-    starts_kept = flags.get_column("start").filter(keep)
+
+
+def _hot_kind(markers: list[str], kinds: dict[str, str]) -> pl.Expr:
+    """The request kind (HOT_KIND_ENUM) of a row with one of ``markers``: a when/then chain
+    (``replace_strict`` makes the streaming engine fall back to the in-memory one, which reads
+    whole columns of the spill file)."""
+    expr: Any = None
+    for kind in dict.fromkeys(kinds[m] for m in markers):
+        cond = pl.col("marker").is_in([m for m in markers if kinds[m] == kind])
+        lit = pl.lit(kind, HOT_KIND_ENUM())
+        expr = pl.when(cond).then(lit) if expr is None else expr.when(cond).then(lit)
+    out: pl.Expr = expr.otherwise(pl.lit(None, HOT_KIND_ENUM()))
+    return out
+
+
+def _split_from(tmp: str, names: list[str], file_id: int, runs: bool, fold: bool) -> tuple[pl.DataFrame, list[HotRows]]:
+    kinds: dict[str, str] = {}
+    for marker, kind in all_markers():
+        kinds.setdefault(marker, kind)
+    kept_markers = [m for m, k in kinds.items() if k in _KEPT_HOT]
+    if not runs:
+        return with_run_columns(finish(_read_columns(tmp, names, None))), []
+    flags = _run_flags(tmp, kinds)
+    if flags.n_hot == 0 or flags.n_hot < request_runs_min():
+        return with_run_columns(finish(_read_columns(tmp, names, None))), []
+    keep = ~flags.hot | flags.start
+    starts_kept = flags.start.filter(keep)
     pos = starts_kept.arg_true()
     height = starts_kept.len()
-    count = pl.Series("rq_count", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("rq_count"))
-    n_last = pl.Series("n_last", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("n_last"))
-    run_no = pl.Series("rq_run", [None] * height, dtype=pl.UInt32).scatter(pos, per_run.get_column("run") - 1)
-    del per_run
-    # The records: the other rows and each run's first row, its request fields cleared.
-    raw = _read_columns(tmp, names, keep).with_columns(count, n_last, run_no)
+    n_runs = flags.starts.len()
+    count = pl.Series("rq_count", [None] * height, dtype=pl.UInt32).scatter(pos, flags.rq_count)
+    n_last = pl.Series("n_last", [None] * height, dtype=pl.UInt32).scatter(pos, flags.n_last)
+    run_no = pl.Series("rq_run", [None] * height, dtype=pl.UInt32).scatter(
+        pos, pl.int_range(n_runs, dtype=pl.UInt32, eager=True)
+    )
+    del starts_kept, pos
+    # The records: the other rows and each run's first row, its request fields cleared. One
+    # streaming query (the rows kept: not a request row, or a run's first row); reading each
+    # column a slice at a time held ~220 MB more at 4 GB.
+    hot_markers = [m for m, k in kinds.items() if k in HOT_KINDS]
+    raw = (
+        pl.scan_parquet(tmp)
+        .with_row_index("_row")
+        .filter(~pl.col("marker").is_in(hot_markers).fill_null(False) | pl.col("_row").is_in(flags.starts.implode()))
+        .drop("_row")
+        .collect(engine="streaming")
+    )
+    assert raw.height == height
+    raw = compact(raw).with_columns(count, n_last, run_no)
+    del keep
     not_run = pl.col("rq_count").is_null()
     raw = raw.with_columns(pl.when(not_run).then(pl.col(c)).alias(c) for c in ("req_id", "max_tokens", "prompt_tokens"))
     rec = finish(raw)
     # The per-request rows (Received, Finished, Aborted, details; Added lines are counted only):
-    # two frames, read with a predicate on the spill file (no column of every row is held).
-    run_col = flags.get_column("run")
-    rank_col = flags.get_column("rank")
-    masks = [flags.get_column("m_main"), flags.get_column("m_det")]
-    del flags
+    # two queries with a predicate on the spill file (no column of every row is held).
+    folded = fold and flags.n_received >= request_fold_min()
     out = []
     main_markers = [m for m in kept_markers if kinds[m] != "req_details"]
     det_markers = [m for m in kept_markers if kinds[m] == "req_details"]
-    for group, sel in zip((main_markers, det_markers), masks, strict=True):
-        if not group or not sel.any():
+    for group, n_rows, is_det in ((main_markers, flags.n_main, False), (det_markers, flags.n_det, True)):
+        if not group or n_rows == 0:
             continue
-        rows = (
-            pl.scan_parquet(tmp)
-            .filter(pl.col("marker").is_in(group))
-            .select(
-                pl.lit(file_id, pl.UInt16).alias("file_id"),
-                pl.col("marker")
-                .cast(pl.String)
-                .replace_strict(kinds, default=None, return_dtype=HOT_KIND_ENUM())
-                .alias("kind"),
-                "n",
-                "req_id",
-                "max_tokens",
-                "prompt_tokens",
+        lf = _hot_query(tmp, file_id, group, flags.starts)
+        received = 0 if is_det else flags.n_received
+        if folded:
+            out.append(
+                HotRows(
+                    file_id,
+                    is_det,
+                    lf,
+                    n_rows,
+                    received,
+                    True,
+                    spill=tmp,
+                    starts=flags.starts,
+                    runs_received=None if is_det else flags.rq_recv,
+                )
             )
-            .collect(engine="streaming")  # the in-memory engine read whole columns before filtering
-        )
-        rows = rows.with_columns((run_col.filter(sel) - 1).alias("rq_run"), rank_col.filter(sel).alias("rq_rank"))
+            continue
+        rows = lf.collect(engine="streaming")  # the in-memory engine read whole columns before filtering
         # A column null on every row (prompt_tokens of V1 Received lines, max_tokens of details
         # lines) becomes a scalar; no rechunk (it would copy the ids).
         nulls = [c for c in ("max_tokens", "prompt_tokens") if rows.get_column(c).null_count() == rows.height]
         rows = rows.with_columns(pl.lit(None, pl.Int64).alias(c) for c in nulls)
-        out.append(rows.select(list(HOT_ROWS)))
+        out.append(HotRows(file_id, is_det, rows.select(list(HOT_ROWS)).lazy(), rows.height, received, False))
     return rec, out
 
 

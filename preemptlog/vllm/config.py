@@ -290,6 +290,20 @@ def _version_tuple(text: str) -> tuple[int, ...] | None:
     return tuple(int(g) if g else 0 for g in m.groups())
 
 
+def smallest_kv_tokens(config: pl.DataFrame) -> float | None:
+    """The smallest KV cache size in tokens that the config frame holds (seen or derived): the
+    request rows with longer prompts are kept for the never-fits finding (vllm/requests.py)."""
+    if config.height == 0:
+        return None
+    vals = []
+    for v in config.filter((pl.col("key") == "kv_cache_tokens") & (pl.col("status") != "default")).get_column("value"):
+        try:
+            vals.append(float(str(v).replace(",", "").rstrip("x")))
+        except (TypeError, ValueError):
+            continue
+    return min(vals) if vals else None
+
+
 def in_force(config: pl.DataFrame) -> dict[str, dict]:
     """Last value per key (seen > derived > default), with its provenance."""
     out: dict[str, dict] = {}

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..errors import PreemptlogError
+from ..vllm.requests import stats_of
 from .workload import SETTINGS, parse_value
 
 if TYPE_CHECKING:
@@ -107,8 +108,7 @@ def _request_count(analysis: Analysis) -> int:
     """Requests the workload would hold (request records, or received request lines): counted, not built."""
     bt = analysis.frames.get("bt_requests")
     n_bt = bt.select(pl.col("request_id").n_unique()).item() if bt is not None and bt.height else 0
-    req = analysis.requests
-    n_log = req.filter(pl.col("action") == "received").height if req.height else 0
+    n_log = stats_of(analysis).received
     return int(max(n_bt, n_log))
 
 
@@ -123,10 +123,14 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
     if not any(k is not None and x.get("suggested") is not None for x, k in replayable):
         return fixes, []
     n = _request_count(analysis)
-    if n > REPLAY_MAX_REQUESTS:
+    folded = stats_of(analysis).folded
+    if n > REPLAY_MAX_REQUESTS or folded:
         why = (
             f"the incident has {n} requests, more than the {REPLAY_MAX_REQUESTS} that analyze replays "
             "(preemptlog whatif replays it without this bound)"
+            if n > REPLAY_MAX_REQUESTS
+            else "the request lines of this log were folded into counts (PREEMPTLOG_REQUEST_FOLD_MIN): "
+            "preemptlog whatif replays it"
         )
         for x, key in replayable:
             if key is not None and x.get("suggested") is not None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..errors import ExitCode, PreemptlogError, UsageError
+from ..vllm.requests import stats_of
 
 if TYPE_CHECKING:
     from ..result import AnalysisView as Analysis
@@ -163,6 +164,11 @@ def from_log(analysis: Analysis) -> Workload | None:
     req = analysis.requests
     if req is None or req.height == 0:
         return None
+    if stats_of(analysis).folded:  # a frame of the named rows only: not a workload
+        raise NoWorkload(
+            "the request lines were folded into counts (a large log): the workload needs a row per request",
+            hint="analyse with AnalyzeOptions(keep_request_rows=True), as preemptlog whatif does",
+        )
     rec = (
         req.filter((pl.col("action") == "received") & pl.col("time").is_not_null())
         .sort("time", "seq", maintain_order=True)

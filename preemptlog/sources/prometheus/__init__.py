@@ -116,7 +116,7 @@ class PromParsed:
                 us = int(s.get_column("ts_us").min())  # type: ignore[arg-type]  # polars scalars are typed as every literal
                 out.append((datetime.fromtimestamp(us / 1e6, UTC), f"a Prometheus sample time in {fd.file.display}"))
                 continue
-            for t in fd.sep_times.values():
+            for _, t in sorted(fd.sep_times.items()):  # the first scrape's (the dict is built in hash order)
                 dt, zoned = _parse_time_text(t)
                 if dt is not None and zoned:
                     out.append((dt.astimezone(UTC), f"a scrape separator time in {fd.file.display}"))
