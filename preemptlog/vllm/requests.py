@@ -548,12 +548,10 @@ class _Passes:
             h = next(x for x in self.folded if x.file_id == fid)
             mine = h.locate(mine)
             at = mine.get_column("rq_run")
-            parts.append(
-                mine.with_columns(
-                    rf.get_column("time").gather(at).alias("time"),
-                    (rf.get_column("seq").gather(at) + mine.get_column("rq_rank")).alias("seq"),
-                ).drop("rq_run", "rq_rank")
-            )
+            cols = [rf.get_column("time").gather(at).alias("time")]
+            if "seq" in rows.columns:
+                cols.append((rf.get_column("seq").gather(at) + mine.get_column("rq_rank")).alias("seq"))
+            parts.append(mine.with_columns(cols).drop("rq_run", "rq_rank"))
         return pl.concat(parts, how="vertical")
 
     def arrivals(self, rk: pl.LazyFrame, extra: pl.DataFrame) -> tuple[pl.DataFrame, int]:
