@@ -12,6 +12,13 @@ their request. ``request_id`` is the external id (as received); an id
 Received line; 0.11.1+ on the DEBUG ``Request X details`` line; a
 ``--max-log-len`` cut makes it a lower bound); no vLLM version logs a prompt
 length number.
+
+Large logs (issue 18): a file with many Received lines is *folded*
+(:func:`parse_with_stats`): its request rows stay in its spill file, the counts the
+analysis reads of every request line (:class:`RequestStats`: distinct requests, arrivals
+per 10 s, the prompt-length and max_tokens distributions, the sources) are made in the
+stream, and the frame holds only the rows the analysis names by id. Readers take the
+counts from :func:`stats_of`, never from the frame's height.
 """
 
 from __future__ import annotations
