@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from . import __version__
+from .commands.coercion import install as install_plain_coercion
 from .commands.runner import (  # guarded, progress, stderr_console: what commands imported from here
     _is_broken_pipe,
     _say,
@@ -49,6 +50,7 @@ def _arguments_show_their_metavar() -> None:
 
 
 _arguments_show_their_metavar()
+install_plain_coercion()  # option values without importing pydantic where certain (commands/coercion.py)
 
 app = typer.Typer(
     name="preemptlog",
