@@ -20,15 +20,17 @@ from .commands.coercion import install as install_plain_coercion
 from .commands.runner import (  # guarded, progress, stderr_console: what commands imported from here
     _is_broken_pipe,
     _say,
-    own_process,
     _silence,
     guarded,
+    own_process,
     progress,
     stderr_console,
 )
 from .errors import ExitCode
 
 __all__ = ["app", "guarded", "main", "progress", "stderr_console"]
+
+app: typer.Typer  # made on first use: see __getattr__ below
 
 
 def _arguments_show_their_metavar() -> None:
@@ -55,6 +57,7 @@ def _arguments_show_their_metavar() -> None:
 
 _arguments_show_their_metavar()
 install_plain_coercion()  # option values without importing pydantic where certain (commands/coercion.py)
+
 
 def _version(value: bool) -> None:
     if value:

@@ -283,7 +283,8 @@ def _with_capacity_fixes(a: Analysis, fixes: dict[str, Any]) -> dict[str, Any]:
         return fixes
     from .rules.recommend import ranked, verdict_key_counts
 
-    extra, no_gain = [dict(x) for x in cap.get("fixes") or []], []
+    extra: list[dict[str, Any]] = [dict(x) for x in cap.get("fixes") or []]
+    no_gain: list[dict[str, str]] = []
     if extra:  # none to replay: whatif is not even imported (issue 18)
         from .whatif.verify import verify_fixes
 

@@ -158,7 +158,7 @@ def install() -> bool:
         original = build_runtime_param
 
         @dataclass(frozen=True)
-        class PlainRuntimeParam(RuntimeParam):  # type: ignore[misc]
+        class PlainRuntimeParam(RuntimeParam):
             descriptor: Any = None
             plain: Any = None
             normal: list[Any] = field(default_factory=list)  # typer's own, built on first need
@@ -190,7 +190,7 @@ def install() -> bool:
                 pass
             return original(descriptor)
 
-        typer_core.build_runtime_param = build  # type: ignore[assignment]
+        typer_core.build_runtime_param = build
     except Exception:  # pragma: no cover - another typer: leave it as shipped
         return False
     _state["installed"] = True
