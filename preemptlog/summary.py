@@ -285,7 +285,7 @@ def _with_capacity_fixes(a: Analysis, fixes: dict[str, Any]) -> dict[str, Any]:
 
     extra: list[dict[str, Any]] = [dict(x) for x in cap.get("fixes") or []]
     no_gain: list[dict[str, str]] = []
-    if extra:  # none to replay: whatif is not even imported (issue 18)
+    if extra:  # none to replay: whatif is not even imported (start-up time)
         from .whatif.verify import verify_fixes
 
         extra, no_gain = verify_fixes(a, extra)

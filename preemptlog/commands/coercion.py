@@ -1,4 +1,4 @@
-"""Option values without pydantic where the answer is certain (start-up time, issue 18).
+"""Option values without pydantic where the answer is certain (start-up time).
 
 typer 0.29 converts every option value through a pydantic ``TypeAdapter``, built the first
 time the parameter is processed -- also for an option left at its default. Importing pydantic

@@ -32,7 +32,7 @@ def own_process(value: bool) -> None:
 def imports_done() -> None:
     """A command's heavy imports (polars, the pipeline) are done: when preemptlog is the whole
     process, move their objects out of the collector's sight (gc.freeze), so the collections
-    during the run walk only what the run makes (start-up time, issue 18). Under a test runner
+    during the run walk only what the run makes (start-up time). Under a test runner
     that calls the app in its own process nothing changes."""
     if _OWN_PROCESS:
         import gc

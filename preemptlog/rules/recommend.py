@@ -572,7 +572,7 @@ def incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, An
     fixes, dropped = structured(measure(analysis), engine_family(analysis))
     counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
     candidates = ranked(fixes, counts)
-    if not candidates:  # nothing to replay (no events): whatif is not even imported (issue 18)
+    if not candidates:  # nothing to replay (no events): whatif is not even imported (start-up time)
         return {"fixes": candidates, "dropped": list(dropped)}
     from ..whatif.verify import verify_fixes  # each fix replayed on the incident's workload
 
