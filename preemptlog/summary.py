@@ -279,9 +279,13 @@ def _with_capacity_fixes(a: Analysis, fixes: dict[str, Any]) -> dict[str, Any]:
     if not cap.get("fixes") and not cap.get("dropped"):
         return fixes
     from .rules.recommend import ranked, verdict_key_counts
-    from .whatif.verify import verify_fixes
 
-    extra, no_gain = verify_fixes(a, [dict(x) for x in cap.get("fixes") or []])
+    extra: list[dict[str, Any]] = [dict(x) for x in cap.get("fixes") or []]
+    no_gain: list[dict[str, str]] = []
+    if extra:  # none to replay: whatif is not even imported (start-up time)
+        from .whatif.verify import verify_fixes
+
+        extra, no_gain = verify_fixes(a, extra)
     computed = {x["option"]: x["id"] for x in extra if x.get("suggested") is not None}
     kept, superseded = [], []
     for x in fixes["fixes"]:

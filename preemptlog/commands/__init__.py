@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 
 import typer
 
@@ -11,7 +12,8 @@ import typer
 COMMANDS = ["analyze", "explain", "report", "whatif", "capture", "simulate", "rules", "eval"]
 
 
-def register_all(app: typer.Typer) -> None:
-    for name in COMMANDS:
+def register_all(app: typer.Typer, names: Iterable[str] = COMMANDS) -> None:
+    """Register these commands (all by default) on the app, in the given order."""
+    for name in names:
         module = importlib.import_module(f"{__name__}.{name}")
         module.register(app)

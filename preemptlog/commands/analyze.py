@@ -38,7 +38,7 @@ from .common import (
     default_format,
     filters_from,
 )
-from .runner import guarded, progress, stderr_console
+from .runner import guarded, imports_done, progress, stderr_console
 
 EachOpt = Annotated[
     bool,
@@ -119,6 +119,7 @@ def analyze(
         from ..view import apply_filters, output_columns, parse_columns, with_columns
         from ..workspace import Workspace
 
+        imports_done()
         conditions = failon.parse(fail_on)
         overrides, filters = filters_from(
             kind=kind, since=since, until=until, gate=gate, request=request, min_confidence=min_confidence

@@ -20,6 +20,26 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+_OWN_PROCESS = False
+
+
+def own_process(value: bool) -> None:
+    """cli.main() runs the whole process: imports_done() may then tune the garbage collector."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = value
+
+
+def imports_done() -> None:
+    """A command's heavy imports (polars, the pipeline) are done: when preemptlog is the whole
+    process, move their objects out of the collector's sight (gc.freeze), so the collections
+    during the run walk only what the run makes (start-up time). Under a test runner
+    that calls the app in its own process nothing changes."""
+    if _OWN_PROCESS:
+        import gc
+
+        gc.freeze()
+
+
 def stderr_console(no_color: bool = False) -> Console:
     """The console for the human summary: stderr, no highlighting, no emoji codes (log text stays literal)."""
     from rich.console import Console
@@ -236,16 +256,30 @@ _RICH_PATCHED = False
 
 def _quiet_broken_pipes() -> None:
     """rich answers a broken pipe with SystemExit(1); make it a BrokenPipeError on stdout
-    (-> exit 141) and a silent no-op on stderr (the exit code is kept)."""
+    (-> exit 141) and a silent no-op on stderr (the exit code is kept).
+
+    rich is imported only by the outputs that use it (the summary, the table, progress):
+    when it is not loaded yet, the patch is applied the moment ``rich.console`` is imported
+    (_PatchRichOnImport), so ``analyze -q -f ndjson`` does not pay for rich (~15 ms)."""
     global _RICH_PATCHED
     if _RICH_PATCHED:
         return
     _RICH_PATCHED = True
-    try:
-        from rich.console import Console
-    except ImportError:  # pragma: no cover
+    module = sys.modules.get("rich.console")
+    if module is not None:
+        _patch_console(module)
         return
+    try:
+        sys.meta_path.insert(0, _PatchRichOnImport())
+    except Exception:  # pragma: no cover - an unusual import system: patch now
+        try:
+            import rich.console
+        except ImportError:
+            return
+        _patch_console(rich.console)
 
+
+def _patch_console(module: Any) -> None:
     def on_broken_pipe(self: Any) -> None:
         if getattr(self, "stderr", False) or getattr(self, "file", None) is sys.__stderr__:
             _silence(2)
@@ -254,7 +288,41 @@ def _quiet_broken_pipes() -> None:
         _silence(1)
         raise BrokenPipeError(32, "Broken pipe")
 
-    Console.on_broken_pipe = on_broken_pipe
+    module.Console.on_broken_pipe = on_broken_pipe
+
+
+class _PatchRichOnImport:
+    """A meta-path finder that steps aside after one use: it finds ``rich.console`` through the
+    other finders and patches the module right after it has run (_patch_console)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "rich.console":
+            return None
+        import importlib.util
+
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        spec.loader = _PatchingLoader(loader)
+        return spec
+
+
+class _PatchingLoader:
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        _patch_console(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
+        return getattr(self.loader, name)
 
 
 class _ClosedStdout:

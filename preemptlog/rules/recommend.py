@@ -569,9 +569,12 @@ def incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, An
     """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``)."""
     fixes, dropped = structured(measure(analysis), engine_family(analysis))
     counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
+    candidates = ranked(fixes, counts)
+    if not candidates:  # nothing to replay (no events): whatif is not even imported (start-up time)
+        return {"fixes": candidates, "dropped": list(dropped)}
     from ..whatif.verify import verify_fixes  # each fix replayed on the incident's workload
 
-    kept, no_gain = verify_fixes(analysis, ranked(fixes, counts))
+    kept, no_gain = verify_fixes(analysis, candidates)
     return {"fixes": kept, "dropped": dropped + no_gain}
 
 
