@@ -43,7 +43,8 @@ def test_bench_quick_writes_its_table(tmp_path):
         "analyze 16M long-line V0 log",
         "analyze 4M long-line log as .gz",
         "preemptlog --help",
-        "analyze 1M log (end to end)",
+        "analyze 1M V0 log (end to end)",
+        "analyze 1M request-heavy V1 log (end to end)",
         "floor: line reader alone",
         "joiner",
     ):

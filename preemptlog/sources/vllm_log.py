@@ -732,6 +732,8 @@ def _hot_query(tmp: str, file_id: int, markers: list[str], starts: pl.Series) ->
     )
 
 
+SMALL_COLLECT_BYTES = 16 << 20  # files up to this size may be collected in memory (read_split)
+MIN_REQUEST_LINE_BYTES = 24  # "Added request X." with the shortest header: no request line is shorter
 REQUEST_FOLD_MIN = 20_000  # Received lines in a file read with runs; env PREEMPTLOG_REQUEST_FOLD_MIN overrides
 
 
@@ -764,6 +766,14 @@ def read_split(
     import tempfile
 
     lf = scan(path, file_id, wraps)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = None
+    if size is not None and size <= SMALL_COLLECT_BYTES and size // MIN_REQUEST_LINE_BYTES < request_runs_min():
+        # Too small to hold enough request lines for runs: collected in memory (the spill file
+        # costs ~30 ms of fixed time and saves nothing at this size).
+        return with_run_columns(finish(compact(lf.collect(engine="streaming")))), []
     try:
         fd, tmp = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet", dir=spill_dir)
         os.close(fd)
