@@ -82,6 +82,33 @@ def read_head(path: Path, limit: int = 65536) -> bytes:
     return "\n".join(df.get_column("line").to_list()).encode("utf-8")[:limit]
 
 
+_ALIASES: dict[str, str] = {}
+
+
+def polars_path(path: Path | str) -> str:
+    """A path polars can open: the path itself, or (for a file name that is not valid UTF-8,
+    which polars rejects) a symlink to it with an ASCII name in a private folder removed at exit."""
+    s = str(path)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        pass
+    alias = _ALIASES.get(s)
+    if alias is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="preemptlog-names-")
+        atexit.register(shutil.rmtree, folder, True)
+        suffix = "".join(c for c in "".join(Path(s).suffixes[-2:]) if c.isascii() and (c.isalnum() or c == "."))
+        alias = os.path.join(folder, "input" + suffix)
+        os.symlink(os.path.abspath(s), alias)
+        _ALIASES[s] = alias
+    return alias
+
+
 def scan_lines(path: Path | str) -> pl.LazyFrame:
     """Lazy frame of (n, line) for a text file, plain, gzip or zstd."""
     # Bounded memory: the streaming CSV reader keeps a few chunks of raw lines
@@ -91,7 +118,7 @@ def scan_lines(path: Path | str) -> pl.LazyFrame:
     if not os.environ.get(CSV_CHUNK_ENV):
         os.environ[CSV_CHUNK_ENV] = str(CSV_CHUNK_BYTES)
     lf = pl.scan_csv(
-        path,
+        polars_path(path),
         has_header=False,
         separator=_SEP,
         quote_char=None,

@@ -24,9 +24,22 @@ class _Entry:
     skip: str | None = None  # why it is not read (it becomes an "unreadable" file with this warning)
     original: bool = True  # a file of the user's (not a temporary copy)
 
+    def __post_init__(self) -> None:
+        self.display = printable_name(self.display)
+
+
+def printable_name(name: str) -> str:
+    """A file name for outputs: bytes that are not UTF-8 (kept by Python as surrogates, which no
+    output can encode) shown as ``\\xNN``."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
 
 def _stat_problem(p: str, exc: OSError) -> str:
-    return f"{p}: {_stat_reason(p, exc)}"
+    return f"{printable_name(p)}: {printable_name(_stat_reason(p, exc))}"
 
 
 def _stat_reason(p: str, exc: OSError) -> str:
