@@ -66,52 +66,31 @@ def _leaf(annotation: Any, info: Any, choose: Callable[..., Any]) -> Leaf | None
                 raise _Slow from None
 
         return choice
-    if annotation is int:
+    if annotation is int or annotation is float:
+        pattern = _INT if annotation is int else _FLOAT
 
-        def integer(value: Any, ctx: Any) -> Any:
-            if type(value) is int:
-                number = value
-            elif type(value) is str and _INT.fullmatch(value):
-                number = int(value)
+        def number(value: Any, ctx: Any) -> Any:
+            if type(value) is annotation:
+                parsed = value
+            elif type(value) is str and pattern.fullmatch(value):
+                parsed = annotation(value)
             else:
                 raise _Slow
-            if not _in_range(number, lo, hi):
+            if not _in_range(parsed, lo, hi):  # also NaN
                 raise _Slow
-            return number
+            return parsed
 
-        return integer
-    if annotation is float:
-
-        def real(value: Any, ctx: Any) -> Any:
-            if type(value) is float:
-                number = value
-            elif type(value) is str and _FLOAT.fullmatch(value):
-                number = float(value)
-            else:
-                raise _Slow
-            if not _in_range(number, lo, hi):  # also NaN
-                raise _Slow
-            return number
-
-        return real
+        return number
     if lo is not None or hi is not None:
         return None
-    if annotation is bool:
+    if annotation is bool or annotation is str:
 
-        def boolean(value: Any, ctx: Any) -> Any:
-            if type(value) is not bool:
+        def as_is(value: Any, ctx: Any) -> Any:
+            if type(value) is not annotation:
                 raise _Slow
             return value
 
-        return boolean
-    if annotation is str:
-
-        def text(value: Any, ctx: Any) -> Any:
-            if type(value) is not str:
-                raise _Slow
-            return value
-
-        return text
+        return as_is
     return None
 
 

@@ -657,13 +657,12 @@ def _folded(
         arrivals, timed = ps.arrivals(rk, extra)
         stats, big, n_multi_recv = _folded_counts(rk, pl.scan_parquet(side_d), done.height, kv_min, arrivals, timed)
         # The rows the analysis names: keys of the ids (and of their external id when one is internal).
-        named = pl.DataFrame(
-            {
-                "request_id": pl.Series(
-                    [*needed_ids, *done.get_column("request_id").drop_nulls().to_list()], dtype=pl.String
-                )
-            }
-        )
+        named = pl.concat(
+            [
+                pl.Series("request_id", list(needed_ids), dtype=pl.String),
+                done.get_column("request_id").cast(pl.String).drop_nulls(),
+            ]
+        ).to_frame()
         named = pl.concat([named, named.select(pl.col("request_id").str.replace(_SUFFIX_RE, ""))]).unique()
         want = pl.concat([named.select(_keys("request_id", "_k1", "_k2")), big]).unique()
         k1s = want.get_column("_k1").implode()
