@@ -1,0 +1,157 @@
+"""What a serving engine's own scheduler code can and cannot do: the one declared table.
+
+Each row is a fact read from the engine's released source (the file is cited, with the lines of
+the version named): a way a preemption (vLLM) or retraction (SGLang) can be triggered, the
+versions and scheduling policy it holds for, how the victim is chosen, and what it settles for an
+event of a stock (upstream) build: the gate, its sub-kind and the mechanism. The facts are
+evidence like a log line (README "Why: vLLM's own code"): an event from a stock upstream log
+whose engine, version and policy the bundle shows gets its cause from here, unless the bundle
+shows another trigger the table names.
+
+The field guide's four gates describe a patched scheduler; a gate no row of an engine settles
+cannot trigger a preemption in that engine's upstream code (``not_in_upstream``).
+
+Rows are data (no logic per row); :func:`applicable` picks the rows that hold for an engine,
+generation, version and policy; tests/test_engine_facts.py checks the table's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VLLM = "vllm"
+SGLANG = "sglang"
+
+Version = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CodeFact:
+    """One trigger of a preemption in one engine's upstream code."""
+
+    id: str
+    engine: str  # VLLM | SGLANG
+    generation: str | None  # "V0" | "V1" (vLLM's engines); None where the engine has one
+    since: Version | None  # first release with the behaviour (None: every release read)
+    until: Version | None  # last release with it (None: up to the newest read)
+    policy: str | None  # the scheduling policy it needs ("fcfs", "priority"); None: any
+    trigger: str  # what triggers it, in the engine's words
+    victim: str  # how the victim is chosen
+    gate: str  # the gate it settles for an event it explains
+    sub_kind: str | None
+    mechanism: str  # the mechanism name (rules/default.toml [[mechanism]] vocabulary)
+    kv_pressure: bool  # is it KV-space pressure (a failed allocation) or something else
+    shows_as: str  # what a bundle shows when this trigger (not the default one) happened
+    source: str  # the engine's source file, with the version and lines read
+
+    def holds(self, engine: str, generation: str | None, version: Version | None, policy: str | None) -> bool:
+        if engine != self.engine:
+            return False
+        if self.generation is not None and generation is not None and generation != self.generation:
+            return False
+        if version is not None:
+            if self.since is not None and version < self.since:
+                return False
+            if self.until is not None and version > self.until:
+                return False
+        return self.policy is None or policy == self.policy
+
+
+NEWEST_VLLM_READ = (0, 33, 0)
+
+TABLE: tuple[CodeFact, ...] = (
+    CodeFact(
+        id="vllm-v1-alloc-failed",
+        engine=VLLM,
+        generation="V1",
+        since=(0, 6, 4),
+        until=None,
+        policy=None,
+        trigger="a KV-block allocation failed for a running request in the running loop "
+        "(kv_cache_manager.allocate_slots returned None: more blocks needed than free)",
+        victim="the last running request (FCFS: self.running.pop()); under --scheduling-policy priority "
+        "(0.9.2+) the running request with the largest (priority, arrival_time)",
+        gate="G1-kv-space",
+        sub_kind="capacity",
+        mechanism="kv-capacity",
+        kv_pressure=True,
+        shows_as="KV cache usage at the ceiling with requests waiting",
+        source="vllm/v1/core/sched/scheduler.py Scheduler.schedule (0.9.2: 248-283; 0.33.0: 912-990); "
+        "vllm/v1/core/kv_cache_manager.py allocate_slots (0.9.2: 264)",
+    ),
+    CodeFact(
+        id="vllm-v1-reset-prefix-cache",
+        engine=VLLM,
+        generation="V1",
+        since=(0, 12, 0),
+        until=None,
+        policy=None,
+        trigger="reset_prefix_cache(reset_running_requests=True) preempts every running request "
+        "(e.g. an RL weight sync)",
+        victim="every running request",
+        gate="G1-kv-space",
+        sub_kind="cache-reset",
+        mechanism="prefix-cache-reset",
+        kv_pressure=False,
+        shows_as="every running request preempted in one step without a failed allocation, or the KV "
+        "events' AllBlocksCleared",
+        source="vllm/v1/core/sched/scheduler.py reset_prefix_cache / _preempt_request (0.33.0: 1799-1843)",
+    ),
+    CodeFact(
+        id="vllm-v0-can-append-slots",
+        engine=VLLM,
+        generation="V0",
+        since=(0, 4, 0),
+        until=(0, 10, 2),
+        policy=None,
+        trigger="_can_append_slots failed for a running sequence group: not enough free KV blocks for its "
+        "next tokens ('because there is not enough KV cache space')",
+        victim="the last, lowest-priority running group (running_queue.pop()); the group itself if none is left",
+        gate="G1-kv-space",
+        sub_kind="capacity",
+        mechanism="kv-capacity",
+        kv_pressure=True,
+        shows_as="the V0 warning 'is preempted by PreemptionMode... because there is not enough KV cache space'",
+        source="vllm/core/scheduler.py _schedule_running (0.10.2: 640-760, the loop at 729), _preempt (1750-1793)",
+    ),
+    CodeFact(
+        id="vllm-v0-priority-preemption",
+        engine=VLLM,
+        generation="V0",
+        since=(0, 6, 3),
+        until=(0, 10, 2),
+        policy="priority",
+        trigger="_schedule_priority_preemption: the head waiting group cannot be allocated, or the budget "
+        "(tokens, max_num_seqs) cannot fit it, so lower-priority running groups are preempted "
+        "(non-chunked path only)",
+        victim="running groups of lower priority than the head waiting group, lowest first",
+        gate="G3-queue-overflow",
+        sub_kind=None,
+        mechanism="priority-churn",
+        kv_pressure=False,
+        shows_as="--scheduling-policy priority with chunked prefill off, requests waiting",
+        source="vllm/core/scheduler.py _schedule_priority_preemption (0.10.2: 959-1025)",
+    ),
+)
+
+
+def applicable(
+    engine: str, generation: str | None, version: Version | None, policy: str | None
+) -> tuple[CodeFact, ...]:
+    """The rows that hold for this engine, generation, version and policy (table order)."""
+    return tuple(f for f in TABLE if f.holds(engine, generation, version, policy))
+
+
+def default_trigger(
+    engine: str, generation: str | None, version: Version | None, policy: str | None
+) -> CodeFact | None:
+    """The trigger an event is put down to when the bundle shows no other: the first KV-pressure row."""
+    for f in applicable(engine, generation, version, policy):
+        if f.kv_pressure:
+            return f
+    return None
+
+
+def gates_settled(engine: str, generation: str | None, version: Version | None, policy: str | None) -> set[str]:
+    """The gates some trigger of this engine's upstream code can produce; the others are not in it."""
+    return {f.gate for f in applicable(engine, generation, version, policy)}
