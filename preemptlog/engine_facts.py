@@ -76,8 +76,8 @@ TABLE: tuple[CodeFact, ...] = (
         mechanism="kv-capacity",
         kv_pressure=True,
         shows_as="KV cache usage at the ceiling with requests waiting",
-        source="vllm/v1/core/sched/scheduler.py Scheduler.schedule (0.9.2: 248-283; 0.33.0: 912-990); "
-        "vllm/v1/core/kv_cache_manager.py allocate_slots (0.9.2: 264)",
+        source="vllm/v1/core/sched/scheduler.py Scheduler.schedule (0.9.2 lines 248-283, 0.33.0 lines 912-990), "
+        "vllm/v1/core/kv_cache_manager.py allocate_slots (0.9.2 line 264)",
     ),
     CodeFact(
         id="vllm-v1-reset-prefix-cache",
@@ -95,7 +95,7 @@ TABLE: tuple[CodeFact, ...] = (
         kv_pressure=False,
         shows_as="every running request preempted in one step without a failed allocation, or the KV "
         "events' AllBlocksCleared",
-        source="vllm/v1/core/sched/scheduler.py reset_prefix_cache / _preempt_request (0.33.0: 1799-1843)",
+        source="vllm/v1/core/sched/scheduler.py reset_prefix_cache and _preempt_request (0.33.0 lines 1799-1843)",
     ),
     CodeFact(
         id="vllm-v0-can-append-slots",
@@ -112,7 +112,7 @@ TABLE: tuple[CodeFact, ...] = (
         mechanism="kv-capacity",
         kv_pressure=True,
         shows_as="the V0 warning 'is preempted by PreemptionMode... because there is not enough KV cache space'",
-        source="vllm/core/scheduler.py _schedule_running (0.10.2: 640-760, the loop at 729), _preempt (1750-1793)",
+        source="vllm/core/scheduler.py _schedule_running (0.10.2 lines 640-760, the loop at 729), _preempt (lines 1750-1793)",
     ),
     CodeFact(
         id="vllm-v0-priority-preemption",
@@ -130,7 +130,7 @@ TABLE: tuple[CodeFact, ...] = (
         mechanism="priority-churn",
         kv_pressure=False,
         shows_as="--scheduling-policy priority with chunked prefill off, requests waiting",
-        source="vllm/core/scheduler.py _schedule_priority_preemption (0.10.2: 959-1025)",
+        source="vllm/core/scheduler.py _schedule_priority_preemption (0.10.2 lines 959-1025)",
     ),
 )
 

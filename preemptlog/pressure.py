@@ -135,13 +135,27 @@ def log_capability(a: AnalysisView) -> LogCapability:
             cap.remedy = "add /metrics scrapes (vllm:num_preemptions_total) for the exact count"
         return cap
     if family != "V1":
-        cap.counts = "unknown"
-        cap.reason = "no stats or engine line tells the engine family"
+        # Never a confident 0 from a log that cannot show one: a log that does not say which engine
+        # wrote it, with no preemption line and no preemption count, cannot show a count.
+        cap.counts = "none"
+        cap.reason = (
+            "this log shows no preemption line, no stats line with a preemption count, and no line that tells "
+            "which vLLM engine (V0 or V1) wrote it"
+        )
+        cap.remedy = (
+            "add the log from the server's start (its version and engine lines) and /metrics scrapes "
+            "(vllm:num_preemptions_total; `preemptlog capture --metrics URL`)"
+        )
         return cap
+    no_stats = (
+        " This log has no stats line at all, the only line in which a V1 build can print a preemption count."
+        if not stats.height
+        else ""
+    )
     # V1
     if vt is not None and vt < (0, 11, 1):
         cap.counts = "none"
-        cap.reason = f"{vname} (V1) has no preemption field in its stats line and logs no preemption line"
+        cap.reason = f"{vname} (V1) has no preemption field in its stats line and logs no preemption line" + no_stats
         if vt < (0, 8, 0):
             cap.prometheus_metric = False
             cap.remedy = (
@@ -160,6 +174,7 @@ def log_capability(a: AnalysisView) -> LogCapability:
         cap.reason = (
             f"{vname} (V1) logs no preemption line, and its 'Preemptions: N' stats field exists in the code but "
             "stock builds never print it (the counter is reset before it is tested; fix: vllm-project/vllm PR #38452)"
+            + no_stats
         )
         cap.remedy = V1_REMEDY_WITH_PLUGIN
     else:
@@ -167,7 +182,7 @@ def log_capability(a: AnalysisView) -> LogCapability:
         cap.reason = (
             "this V1-engine log (version not in the log) logs no preemption line; its stats line has no "
             "'Preemptions: N' field (absent before 0.11.1, never printed by stock 0.11.1-0.33.0 builds: "
-            "vllm-project/vllm PR #38452)"
+            "vllm-project/vllm PR #38452)" + no_stats
         )
         cap.remedy = V1_REMEDY_WITH_PLUGIN
     return cap

@@ -28,9 +28,14 @@ Rule (per engine label; events with no engine count as engine 0):
 So ``total`` (= the events frame's height) never holds the same preemption
 twice. (When nothing else counted any preemption, :func:`records_vs_counts`, the last step
 of :func:`event_set`, turns block-table ``preempt`` records into events of kind ``record``;
-``total`` counts them.) A single Prometheus reading is a counter fact (value since engine start
-or the last reset, at its time), never events; it is compared with what the
-log counted up to that time. Disagreements are listed, not resolved away.
+``total`` counts them.) A counter's first reading (a single ``curl /metrics`` taken after the
+incident, or the first of a scrape series) counts the preemptions since the engine started
+(:func:`since_start`): when the bundle's log shows that start before the reading, what the log's
+own events do not already hold of that count becomes events not placed in time (``time`` null,
+``time_precision`` ``unplaced``, the interval from the start to the reading), so the count is
+exact; without the start, the reading still counts (since the engine's last start, which is not
+in the bundle). A reading that repeats the last reading of the same counter in another folder is
+counted once. Disagreements are listed, not resolved away.
 """
 
 from __future__ import annotations
@@ -214,17 +219,30 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     prom_in_events = ev.filter(is_prom).height if ev.height else 0
     facts = a.counters.get("prometheus") or {}
     readings = facts.get("counter_totals") or []
-    singles = [r for r in readings if r["samples"] == 1]
+    ev, since = since_start(a, ev, pairs, is_prom, tz)
+    notes.extend(since.notes)
+    disagreements.extend(since.disagreements)
+    singles = [r for r in readings if r["samples"] == 1 and r["from"] not in since.repeats]
     for r in singles:
+        made = since.made.get(r["from"], 0)
+        start = since.starts.get(r["from"])
         sources.append(
             {
                 "source": PROM_SINGLE,
                 "count": r["value"],
-                "window": [None, iso(r["time"], tz)],
-                "exact": True,
-                "in_events": 0,
-                "note": f"engine {r['engine']}: preemptions since engine start (or the last reset) at "
-                f"{iso(r['time'], tz)} ({r['from']}); a total without timing, not events",
+                "window": [iso(start[0], tz) if start else None, iso(r["time"], tz)],
+                "exact": start is not None,
+                "in_events": made,
+                "note": f"engine {r['engine']}: {r['value']} preemption(s) since "
+                + (f"the engine's start at {start[1]}" if start else "the engine's last start (not in the bundle)")
+                + f", by the reading at {iso(r['time'], tz)} ({r['from']}); "
+                + (
+                    f"{made} not already in the log's events, not placed in time"
+                    if made
+                    else "all of them already in the log's events"
+                    if r["value"]
+                    else "none"
+                ),
             }
         )
     if pairs.height and pairs.get_column("increase").is_not_null().any():
@@ -388,13 +406,19 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     elif v0.get("logged_lines"):
         rule = "V0 counter deltas: warnings plus reconstructed counts"
         quality = "lower bound"
-    elif singles and not total:
+    elif singles:
         what = ", ".join(f"engine {r['engine']}: {r['value']} at {iso(r['time'], tz)}" for r in singles)
+        known = all(r["from"] in since.starts for r in singles)
         rule = (
-            "nothing placed in time: the only count is a single Prometheus reading per series, preemptions since "
-            f"engine start ({what}); a total without timing, reported but not turned into events"
+            f"one /metrics reading per engine counts the preemptions since the engine started ({what}); "
+            + (
+                "the log shows that start, so the count is exact; "
+                if known
+                else "the start is not in the bundle, so earlier runs are not in it; "
+            )
+            + "what the log's own events do not hold of it is not placed in time"
         )
-        quality = "counter reading only"
+        quality = "exact" if known else "lower bound"
     elif cap.has_log and cap.counts == "none":
         rule = "none: " + cap.reason
         quality = "unknown"
@@ -422,13 +446,195 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             for r in readings
         ],
         "single_readings": [
-            {"engine": r["engine"], "value": r["value"], "time": iso(r["time"], tz), "from": r["from"]} for r in singles
+            {
+                "engine": r["engine"],
+                "value": r["value"],
+                "time": iso(r["time"], tz),
+                "from": r["from"],
+                "engine_start": since.starts[r["from"]][1] if r["from"] in since.starts else None,
+                "in_events": since.made.get(r["from"], 0),
+            }
+            for r in singles
         ],
+        "repeated_readings": sorted(since.repeats),
         "log_events_outside_scrape_window": _outside(ev, is_prom, timed) if timed.height else None,
         "disagreements": disagreements,
         "log": cap.as_dict() if cap.has_log else None,
     }
     return ev, report, notes
+
+
+@dataclass(frozen=True)
+class SinceStart:
+    """What :func:`since_start` made of the counters' first readings."""
+
+    made: dict[str, int]  # reading (file:line) -> events made from it
+    starts: dict[str, tuple[Any, str]]  # reading -> (time, file:line) of the engine start before it
+    repeats: frozenset[str]  # readings that repeat another folder's reading of the same counter
+    notes: tuple[str, ...]
+    disagreements: tuple[str, ...]
+
+
+UNPLACED = "unplaced"
+
+
+def since_start(
+    a: AnalysisView, ev: pl.DataFrame, pairs: pl.DataFrame, is_prom: pl.Expr, tz: str
+) -> tuple[pl.DataFrame, SinceStart]:
+    """The preemptions a counter's first reading counts since the engine started: (events, report).
+
+    ``vllm:num_preemptions_total`` counts from the engine's start (vLLM's PrometheusStatLogger is
+    made with the engine). So a series' first reading N, at time T, is N preemptions in (start, T].
+    What the bundle's own events of that engine already hold up to T (log lines, records: n) is
+    taken off, and the rest, max(0, N - n), are events of kind ``interval`` with no time
+    (``time_precision`` ``unplaced``, ``interval_start`` the start, ``interval_end`` T): counted,
+    not placed. The start is the last server start the log shows at or before T (servers.starts);
+    without one, a reading that is its series' only one still counts (since the engine's last
+    start, not in the bundle: earlier runs are not in it), and the first reading of a scrape
+    series adds nothing (as before: the scrapes' increases are the count).
+
+    A series with one reading and another series of the same counter (engine and model) in another
+    folder, e.g. a final ``curl /metrics`` beside a ``scrapes/`` folder: compared with that series'
+    reading at or before it; the same value is the same count (counted once), a larger one adds
+    the difference in between (placed like a scrape interval), a smaller one is a disagreement.
+    """
+    from .servers import starts as server_starts
+    from .sources.prometheus import counter_events
+    from .timebase import iso
+
+    empty = SinceStart({}, {}, frozenset(), (), ())
+    if pairs.height == 0 or "increase" not in pairs.columns:
+        return ev, empty
+    firsts = pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+    if firsts.height == 0:
+        return ev, empty
+    key = ["scope", "engine", "model_name"]
+    size = pairs.group_by(key).len().rename({"len": "_samples"})
+    firsts = firsts.join(size, on=key, how="left")
+    st = server_starts(a.records).filter(pl.col("time").is_not_null()).sort("time")
+    made: dict[str, int] = {}
+    starts: dict[str, tuple[Any, str]] = {}
+    repeats: set[str] = set()
+    notes: list[str] = []
+    disagreements: list[str] = []
+    new: list[pl.DataFrame] = []
+    eng = pl.col("engine").fill_null("0")
+    own = ev.filter(~is_prom) if ev.height else ev
+    for r in firsts.sort("end").iter_rows(named=True):
+        where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
+        if r["engine"] == "all":
+            continue
+        if r["_samples"] == 1:
+            other = pairs.filter(
+                (pl.col("scope") != r["scope"])
+                & (pl.col("engine") == r["engine"])
+                & (pl.col("model_name") == r["model_name"])
+                & pl.col("end").is_not_null()
+            )
+            if other.height:
+                prior = other.filter(pl.col("end") <= r["end"] + _SAME_SECOND).sort("end").tail(1)
+                if prior.height == 0:
+                    notes.append(
+                        f"{where}: a reading of engine {r['engine']}'s counter taken before the scrapes of the same "
+                        "counter in another folder: compared, not added"
+                    )
+                    repeats.add(where)
+                    continue
+                p = prior.row(0, named=True)
+                d = int(round(r["value"] - p["value"]))
+                pw = f"{p['source']}:{p['line']}"
+                repeats.add(where)
+                if d == 0:
+                    notes.append(
+                        f"{where} repeats the reading of the same counter (engine {r['engine']}, "
+                        f"{int(round(r['value']))}) at {pw}: counted once"
+                    )
+                elif d > 0:
+                    notes.append(
+                        f"{where} reads engine {r['engine']}'s counter {d} higher than {pw}: {d} preemption(s) "
+                        "between the two readings"
+                    )
+                    new.append(
+                        counter_events(
+                            pl.DataFrame([{**{k: r[k] for k in pairs.columns}}], schema=pairs.schema).with_columns(
+                                start=pl.lit(p["end"]).cast(pairs.schema["start"]),
+                                prev_value=pl.lit(p["value"]),
+                                increase=pl.lit(d, pl.Int64),
+                            )
+                        )
+                    )
+                    made[where] = d
+                else:
+                    disagreements.append(
+                        f"{where} reads engine {r['engine']}'s counter at {int(round(r['value']))}, lower than "
+                        f"{int(round(p['value']))} at {pw}: a restart between them or another server's counter; not added"
+                    )
+                continue
+        before = st.filter(pl.col("time") <= r["end"] + _SAME_SECOND)
+        start = before.row(before.height - 1, named=True) if before.height else None
+        if start is None and r["_samples"] > 1:
+            continue  # a scrape series without the engine's start: its increases are the count
+        lo = start["time"] if start is not None else None
+        if start is not None:
+            starts[where] = (lo, f"{start['source']}:{start['line']}")
+        end_t = pl.coalesce("interval_end", "time")
+        in_span = (eng == r["engine"]) & (end_t <= r["end"] + _SAME_SECOND)
+        if lo is not None:
+            in_span = in_span & (end_t > lo)
+        n_own = own.filter(in_span).height if own.height else 0
+        n = int(round(r["value"]))
+        rest = n - n_own
+        if rest < 0 and r["_samples"] == 1:
+            disagreements.append(
+                f"engine {r['engine']}: the log counted {n_own} preemption(s) up to {iso(r['end'], tz)}, more than the "
+                f"counter's {n} since engine start ({where}): another engine or server, or a clock offset"
+            )
+        if rest <= 0:
+            continue
+        made[where] = rest
+        new.append(_unplaced(r, where, rest, lo, n_own))
+        span = (
+            f"between the engine's start at {iso(lo, tz)} ({start['source']}:{start['line']})"
+            if start is not None
+            else "since the engine's last start (not in the bundle: earlier runs are not in this count)"
+        )
+        notes.append(
+            f"{rest} preemption(s) of engine {r['engine']} counted by vllm:num_preemptions_total {span} and "
+            f"{iso(r['end'], tz)} ({where}), not in the log's own events: counted, not placed in time"
+            + ("" if not n_own else f" ({n_own} of the reading's {n} are the log's own events)")
+        )
+    if new:
+        ev = ev_mod.combine([ev, *new])
+    return ev, SinceStart(made, starts, frozenset(repeats), tuple(notes), tuple(disagreements))
+
+
+_SAME_SECOND = pl.duration(microseconds=999_999)
+
+
+def _unplaced(r: dict[str, Any], where: str, n: int, start: Any, base: int) -> pl.DataFrame:
+    """``n`` interval events of one reading, not placed in time: ids ``<reading>~i<k>``."""
+    k = list(range(1, n + 1))
+    dt = pl.Datetime("us", "UTC")
+    return pl.DataFrame(
+        {
+            "event_id": [f"{where}~i{i}" for i in k],
+            "time": pl.Series([None] * n, dtype=dt),
+            "time_precision": [UNPLACED] * n,
+            "interval_start": pl.Series([start] * n, dtype=dt),
+            "interval_end": pl.Series([r["end"]] * n, dtype=dt),
+            "kind": ["interval"] * n,
+            "request_id": pl.Series([None] * n, dtype=pl.String),
+            "mode": pl.Series([None] * n, dtype=pl.String),
+            "engine": [r["engine"]] * n,
+            "cumulative": [base + i for i in k],
+            "source": [r["source"]] * n,
+            "line": pl.Series([r["line"]] * n, dtype=pl.UInt32),
+            "raw": [r.get("raw")] * n,
+            "stream": pl.Series([r.get("stream")] * n, dtype=pl.Int32),
+            "seq": pl.Series([r["line"]] * n, dtype=pl.UInt32),
+            "_sub": k,
+        }
+    )
 
 
 def records_vs_counts(

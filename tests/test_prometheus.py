@@ -356,9 +356,14 @@ def test_query_range_matrix_two_engines_with_reset(in_root):
     assert s.get_column("kv_usage").to_list()[3] == pytest.approx(100.0)
 
 
-def test_query_vector_single_reading_is_a_total_not_events(in_root):
+def test_query_vector_single_reading_counts_since_engine_start(in_root):
+    """One reading and no log: vLLM's counter since the engine's last start counts (issue 30), as
+    events not placed in time; the start is not in the bundle, so the count is a lower bound."""
     a = run([REL / "query-vector-total.json"])
-    assert a.events.height == 0
+    assert a.events.height == 422
+    assert a.events.get_column("time").null_count() == 422
+    assert set(a.events.get_column("time_precision").to_list()) == {"unplaced"}
+    assert a.events.get_column("interval_start").null_count() == 422
     readings = a.counters["prometheus"]["counter_totals"]
     assert len(readings) == 1
     r = readings[0]
@@ -366,10 +371,18 @@ def test_query_vector_single_reading_is_a_total_not_events(in_root):
     assert r["time"] == datetime(2026, 3, 14, 10, 25, 0, 781000, tzinfo=UTC)
     assert r["from"] == "fixtures/prometheus/query-vector-total.json:1:216"  # compact JSON: one line
     rec = a.summary()["reconciliation"]
-    assert rec["total"] == 0 and rec["quality"] == "counter reading only"
+    assert rec["total"] == 422 and rec["quality"] == "lower bound"
     assert rec["single_readings"] == [
-        {"engine": "0", "value": 422, "time": "2026-03-14T10:25:00.781+00:00", "from": r["from"]}
+        {
+            "engine": "0",
+            "value": 422,
+            "time": "2026-03-14T10:25:00.781+00:00",
+            "from": r["from"],
+            "engine_start": None,
+            "in_events": 422,
+        }
     ]
+    assert a.summary()["events"] == 422
 
 
 def test_json_without_metric_name_and_error_answers(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..frames import provenance_expr
+from .code import section_code
 from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key, us
 from .config import section_config
 from .dmon import section_dmon
@@ -79,6 +80,16 @@ def compute(
         for sec in sections:
             if sec is not None:
                 out = out.join(sec, on="_i", how="left", maintain_order="left")
+    # What the engine's own code can do, for every event (timed or not: a count not placed in
+    # time still has an engine and an interval).
+    code = section_code(
+        base.with_columns(_eng=engine_key("engine")), config, frames, stats, before_us, after_us
+    )
+    if code is not None:
+        out = out.join(code, on="_i", how="left", maintain_order="left")
+    untimed = base.filter(pl.col("time").is_null()).select("_i")
+    if untimed.height and config is not None and config.height:
+        out = _bundle_config(out, untimed, config)
     # lookback_min_free_blocks: hook steps first, else block-table steps.
     h = [c for c in ("_h_lbmin", "_b_lbmin") if c in out.columns]
     if h:
@@ -98,6 +109,19 @@ def compute(
         else:
             cols.append(pl.lit(None, dtype).alias(name))
     return out.sort("_i").select(cols)
+
+
+def _bundle_config(out: pl.DataFrame, untimed: pl.DataFrame, config: pl.DataFrame) -> pl.DataFrame:
+    """Events without a time take the configuration in force at the end of the bundle."""
+    dt = pl.Datetime("us", "UTC")
+    last = config.get_column("time").max() if "time" in config.columns else None
+    sec = section_config(untimed.with_columns(_t=pl.lit(last, dt)), config)
+    if sec is None or sec.height == 0:
+        return out
+    cols = [c for c in sec.columns if c != "_i" and c in out.columns]
+    if not cols:
+        return out.join(sec, on="_i", how="left", maintain_order="left")
+    return out.update(sec.select("_i", *cols), on="_i", how="left")
 
 
 def record_events(frames: dict[str, pl.DataFrame]) -> pl.DataFrame | None:

@@ -198,6 +198,9 @@ def rule_flags(frame: pl.DataFrame, rs: RuleSet, rules: list[Rule] | None = None
 
 
 def _eligible(r: Rule, c: Compiler) -> pl.Expr:
+    if r.upstream_only:
+        # upstream vLLM's own code: on a bundle of the guide's patched scheduler the guide's gates judge
+        return ~pl.col("guide_model").fill_null(False) if "guide_model" in c.columns else pl.lit(True)
     if not r.guide_only:
         return pl.lit(True)
     gm = pl.col("guide_model").fill_null(True) if "guide_model" in c.columns else pl.lit(True)
@@ -254,6 +257,7 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
         chain(downgraded, pl.lit("none")).alias("confidence"),
         _gates_fired(rules).alias("gates_fired"),
         _not_evaluable(rules, rs, c).alias("not_evaluable"),
+        _not_in_upstream(rules, c).alias("not_in_upstream"),
         chain(lambda r: _cite_structs(c, r.cite, df.schema), pl.lit(None)).alias("evidence"),
         chain(
             lambda r: pl.concat_list(
@@ -293,6 +297,27 @@ def _gates_fired(rules: list[Rule]) -> pl.Expr:
     return lst.list.sort()
 
 
+def _upstream_excludes(gate: str, c: Compiler) -> pl.Expr:
+    """True where the event is upstream vLLM's and its engine's code cannot produce ``gate``
+    (joiner/code.py ``code_not_gates``): the gate is "not in upstream", never "not evaluable"."""
+    if "code_not_gates" not in c.columns:
+        return pl.lit(False)
+    upstream = ~pl.col("guide_model").fill_null(False) if "guide_model" in c.columns else pl.lit(True)
+    return (upstream & pl.col("code_not_gates").str.contains(gate, literal=True)).fill_null(False)
+
+
+def _not_in_upstream(rules: list[Rule], c: Compiler) -> pl.Expr:
+    """Per event: the gates its engine's upstream code cannot produce, each with why (``{gate, why}``)."""
+    items = []
+    for gate in GATES:
+        note = next((r.upstream_note for r in rules if r.gate == gate and r.guide_only and r.upstream_note), "")
+        engine = pl.col("code_engine") if "code_engine" in c.columns else pl.lit("upstream vLLM")
+        why = pl.concat_str([pl.lit("not in "), engine.fill_null("upstream vLLM"), pl.lit(f": {note}" if note else "")])
+        item = pl.struct(pl.lit(gate).alias("gate"), why.alias("why"))
+        items.append(pl.when(_upstream_excludes(gate, c)).then(item))
+    return pl.concat_list(items).list.drop_nulls()
+
+
 def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> pl.Expr:
     items = []
     for gate in GATES:
@@ -317,7 +342,7 @@ def _not_evaluable(rules: list[Rule], rs: RuleSet, c: Compiler) -> pl.Expr:
             missing.list.drop_nulls().alias("missing"),
             pl.lit(rs.gates_help.get(gate, "")).alias("needs"),
         )
-        items.append(pl.when(~any_eval).then(item))
+        items.append(pl.when(~any_eval & ~_upstream_excludes(gate, c)).then(item))
     return pl.concat_list(items).list.drop_nulls()
 
 
@@ -329,6 +354,7 @@ ENGINE_COLUMNS = [
     "confidence",
     "gates_fired",
     "not_evaluable",
+    "not_in_upstream",
     "evidence",
     "notes",
 ]
@@ -381,6 +407,7 @@ def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
     for name, t in EVENT_TYPES.items():
         schema[name] = polars_dtype(t)
     schema["event_id"] = pl.String
+    schema["guide_model"] = pl.Boolean  # model.BUNDLE_NAMES
     schema["source"] = pl.String
     schema["line"] = pl.UInt32
     row: dict[str, Any] = {k: None for k in schema}

@@ -22,7 +22,7 @@ from ..errors import UsageError
 from . import expr as E
 
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
-SUB_KINDS = ("capacity", "fragmentation", "kv-exhausted")
+SUB_KINDS = ("capacity", "fragmentation", "kv-exhausted", "cache-reset")
 CONFIDENCE = ("high", "medium", "low")
 TOP_FIELDS = {
     "version",
@@ -49,6 +49,7 @@ RULE_FIELDS = {
     "only_when_fired",
     "guide_only",
     "upstream_when",
+    "upstream_only",
     "sample",
 }
 SAMPLE_FIELDS = {"evidence", "expect"}
@@ -90,6 +91,7 @@ class Rule:
     only_when_fired: bool = False  # makes its gate "evaluable" only when it fires (a statement, not a test)
     guide_only: bool = False  # a mechanism of the guide's patched scheduler, not of upstream vLLM
     upstream_when: str = ""  # condition under which a guide_only rule also applies to upstream vLLM
+    upstream_only: bool = False  # upstream vLLM's own code (engine_facts.py): never on the guide's model
     samples: list[dict[str, Any]] = field(default_factory=list)
     origin: str = "default.toml"
     order: int = 0
@@ -249,6 +251,11 @@ def _build_rule(doc: dict[str, Any], src: str, order: int) -> Rule:
     upstream_when = doc.get("upstream_when", "")
     if not isinstance(upstream_when, str):
         raise RulesError(f"{where}: upstream_when must be a condition string")
+    upstream_only = doc.get("upstream_only", False)
+    if not isinstance(upstream_only, bool):
+        raise RulesError(f"{where}: upstream_only must be true or false")
+    if upstream_only and guide_only:
+        raise RulesError(f"{where}: a rule cannot be both guide_only and upstream_only")
     samples = _samples(where, doc)
     for key in ("description", "upstream_note"):
         if key in doc and not isinstance(doc[key], str):
@@ -270,6 +277,7 @@ def _build_rule(doc: dict[str, Any], src: str, order: int) -> Rule:
         only_when_fired=owf,
         guide_only=guide_only,
         upstream_when=upstream_when,
+        upstream_only=upstream_only,
         samples=samples,
         origin=src,
         order=order,

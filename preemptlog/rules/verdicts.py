@@ -100,7 +100,7 @@ def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
             c in used
             or c.removesuffix("_src") in used
             or c.removesuffix("_status") in used
-            or c in ("source", "line", "_request_preemptions")
+            or c in ("source", "line", "_request_preemptions", "code_not_gates", "code_engine", "guide_model")
         )
     ]
     groups = (

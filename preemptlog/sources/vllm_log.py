@@ -99,6 +99,7 @@ MARKERS: list[tuple[str, str]] = [
     ("num_gpu_blocks is: ", "cfg_num_gpu_blocks"),
     ("max_num_seqs to ", "cfg_max_num_seqs"),
     ("Available KV cache memory: ", "cfg_kv_memory"),
+    ("num_gpu_blocks_override=", "cfg_override"),
     # memory lines for `whatif` (the KV pool under another gpu_memory_utilization, issue 16)
     ("Model loading took ", "cfg_weights"),
     ("Loading model weights took ", "cfg_weights"),
@@ -573,6 +574,12 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         "INFO 09-03 16:28:17 [scheduler.py:222] Chunked prefill is enabled with max_num_batched_tokens=2048.",
         {"kind": "cfg_chunked"},
+    ),
+    (
+        # vLLM 0.32 (kv_cache_utils.py): the pool pinned by --num-gpu-blocks-override
+        "(EngineCore pid=5521) INFO 12-02 00:39:10 [kv_cache_utils.py:2619] Overriding num_gpu_blocks=8192 with "
+        "num_gpu_blocks_override=64",
+        {"kind": "cfg_override", "proc": "EngineCore pid=5521"},
     ),
     (
         "Nov 30 05:10:38 gpu-host vllm[1234]: Sequence group 5 is preempted by PreemptionMode.RECOMPUTE mode "

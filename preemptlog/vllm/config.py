@@ -73,6 +73,9 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_num_gpu_blocks", "num_gpu_blocks", r"num_gpu_blocks is: (\d+)"),
     ("cfg_max_num_seqs", "max_num_seqs", r"max_num_seqs to (\d+)"),
     ("cfg_kv_memory", "kv_cache_memory_gib", r"Available KV cache memory: ([\d.]+) GiB"),
+    # V1 0.9+ (kv_cache_utils.py): "Overriding num_gpu_blocks=8192 with num_gpu_blocks_override=64"
+    ("cfg_override", "num_gpu_blocks_override", r"with num_gpu_blocks_override=(\d+)"),
+    ("cfg_override", "num_gpu_blocks", r"with num_gpu_blocks_override=(\d+)"),
     # memory lines (issue 16, `whatif`): V1 gpu_model_runner / V0 model_runner and the V0 profiling line
     ("cfg_weights", "model_weights_gib", r"(?:Model loading took|Loading model weights took) ([\d.]+) ?Gi?B"),
     ("cfg_total_mem", "total_gpu_memory_gib", r"total_gpu_memory \(([\d.]+) ?GiB\)"),
@@ -123,6 +126,7 @@ _NUMERIC = {
     "max_num_seqs",
     "max_num_batched_tokens",
     "block_size",
+    "num_gpu_blocks_override",
 }
 
 
@@ -178,7 +182,7 @@ def parse(
     for more in extra or []:
         seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
     seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True)
-    derived = _derive(seen, stats)
+    derived = _derive(seen, stats, records)
     out = pl.concat([seen, derived], how="vertical")
     have = set(out.get_column("key").to_list())
     defaults = [
@@ -198,7 +202,50 @@ def _last(seen: pl.DataFrame, key: str):
     return sub.row(sub.height - 1, named=True)
 
 
-def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None) -> pl.DataFrame:
+# Lines only one engine generation writes (vllm-facts.md sections 1b, 2a, 4): the process names
+# of V1's engine core and workers, V1's "KV cache size: N tokens" line; V0's worker processes,
+# its preemption warning and its "# GPU blocks: N, # CPU blocks: M" line.
+V1_PROC_RE = (
+    r"^(?:EngineCore|DPEngineCoreActor|VllmWorker rank=|VllmWorker(?: (?:PP\d+_)?TP\d+)? pid=|Worker(?:_[A-Z]+\d+)* pid=)"
+)
+V0_PROC_RE = r"^VllmWorkerProcess pid="
+
+
+def _generation_marks(records: pl.DataFrame | None) -> dict[str, dict | None]:
+    """The first line of the records that only a V1 (or only a V0) engine writes, per generation."""
+    out: dict[str, dict | None] = {"V1": None, "V0": None}
+    if records is None or records.height == 0 or "source" not in records.columns:
+        return out
+    proc = pl.col("proc").fill_null("")
+    text = pl.col("text").fill_null("")
+    marks = {
+        "V1": (pl.col("kind") == "cfg_kv_size") | proc.str.contains(V1_PROC_RE),
+        "V0": (pl.col("kind") == "v0_preempt")
+        | proc.str.contains(V0_PROC_RE)
+        | ((pl.col("kind") == "cfg_blocks") & text.str.contains("# CPU blocks", literal=True)),
+    }
+    for gen, cond in marks.items():
+        hit = records.filter(cond).head(1)
+        if hit.height:
+            r = hit.row(0, named=True)
+            what = (
+                f"process {r['proc']}"
+                if r.get("proc") and re_match(V1_PROC_RE if gen == "V1" else V0_PROC_RE, r["proc"])
+                else {"cfg_kv_size": "the 'KV cache size: N tokens' line", "v0_preempt": "a V0 preemption warning"}.get(
+                    r["kind"], "the '# GPU blocks: N, # CPU blocks: M' line"
+                )
+            )
+            out[gen] = {"time": r["time"], "source": r["source"], "line": r["n"], "what": what}
+    return out
+
+
+def re_match(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFrame | None = None) -> pl.DataFrame:
     rows = []
 
     def add(key: str, value: str, basis: list[dict | None], note: str) -> None:
@@ -269,6 +316,16 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None) -> pl.DataFrame:
                 v = _version_tuple(ver["value"])
                 if v and v >= (0, 11, 0):
                     add("engine", "V1", [ver], "vLLM >= 0.11 has only the V1 engine")
+                    fam = "V1"
+                elif v and v < (0, 6, 4):
+                    add("engine", "V0", [ver], "vLLM before 0.6.4 has only the V0 engine")
+                    fam = "V0"
+        if fam is None:
+            marks = _generation_marks(records)
+            if marks["V1"] and not marks["V0"]:
+                add("engine", "V1", [marks["V1"]], f"{marks['V1']['what']}: written only by vLLM's V1 engine")
+            elif marks["V0"] and not marks["V1"]:
+                add("engine", "V0", [marks["V0"]], f"{marks['V0']['what']}: written only by vLLM's V0 engine")
     schema = {
         "key": pl.String,
         "value": pl.String,

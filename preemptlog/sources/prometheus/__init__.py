@@ -186,7 +186,8 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         '{"status":"success","data":{"resultType":"vector","result":[{"metric":{"__name__":'
         '"vllm:num_preemptions_total","engine":"0","model_name":"m"},"value":[1773483900.781,"422"]}]}}\n',
-        {"frame": "prom_preemptions", "engine": "0", "value": 422.0, "_events": 0},
+        # one reading: the preemptions since the engine's last start (reconcile.since_start), not placed in time
+        {"frame": "prom_preemptions", "engine": "0", "value": 422.0, "_events": 422},
     ),
 ]
 

@@ -1,0 +1,274 @@
+"""What the event's engine can do by its own code, and what its engine and interval show of it.
+
+vLLM's scheduler code is evidence like a log line (preemptlog/engine_facts.py, each fact citing the
+upstream source file): for an event of an engine whose generation, version and scheduling policy
+the bundle shows, ``code_trigger`` is what triggers a preemption in that code (V1: a failed
+KV-block allocation for a running request), ``code_not_gates`` the field guide's gates that code
+cannot produce, ``code_reset`` whether it has ``reset_prefix_cache(reset_running_requests=True)``.
+Corroboration is the event's own engine and interval (a counted interval: its interval; a line:
+its window): ``up_pressure`` a suspected pressure interval (pressure.py) of that engine overlapping
+it; ``up_kv_max_before`` the largest KV cache usage the engine showed from the log's start up to
+its end (a pool that never came near the ceiling contradicts a failed allocation).
+
+The code facts are the bundle's configuration in force (vllm/config.py in_force): one value for
+every event. Computed for every event, with or without a time (a count not placed in time still
+has an engine and an interval).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from .. import engine_facts as F
+from .declare import Evidence, cited
+
+SOURCE = "engine code (engine_facts.py), vllm-log (config)"
+EVIDENCE = [
+    Evidence(
+        "code_trigger",
+        "String",
+        SOURCE,
+        "engine",
+        "what triggers a preemption in the upstream code of the event's engine, generation, version and policy",
+    ),
+    Evidence("code_kv", "Boolean", SOURCE, "engine", "that trigger is a failed KV-block allocation (KV space)"),
+    Evidence(
+        "code_reset",
+        "Boolean",
+        SOURCE,
+        "engine",
+        "the engine's code also preempts every running request on reset_prefix_cache (vLLM V1 0.12+)",
+    ),
+    Evidence("code_engine", "String", SOURCE, "engine", "the engine as the code facts read it, e.g. vLLM V1 0.32.0"),
+    Evidence(
+        "code_not_gates",
+        "String",
+        SOURCE,
+        "engine",
+        "the field guide's gates the engine's upstream code cannot produce, comma-joined",
+    ),
+    Evidence(
+        "up_pressure",
+        "String",
+        "vllm-log (stats), prometheus (pressure intervals)",
+        "engine",
+        "a suspected KV pressure interval of the event's engine overlapping its interval (or window)",
+    ),
+    Evidence(
+        "up_failed_allocs",
+        "Int64",
+        "blocktable (preempt records)",
+        "engine",
+        "preempt records of the event's engine in its interval (or window) whose allocation failed: needed > free",
+    ),
+    Evidence(
+        "up_kv_max_before",
+        "Float64",
+        "vllm-log (stats), prometheus",
+        "engine",
+        "largest KV cache usage of the event's engine from the first sample up to the end of its interval (or window)",
+    ),
+]
+
+GUIDE_GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
+
+
+def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
+    """The code facts of the bundle's engine (None: not a vLLM log the facts can read)."""
+    from ..vllm.config import _version_tuple, in_force
+
+    cfg = in_force(config) if config is not None and config.height else {}
+    gen_row = cfg.get("engine")
+    gen = gen_row["value"] if gen_row and gen_row["status"] != "default" else None
+    ver_row = cfg.get("vllm_version")
+    ver_text = ver_row["value"] if ver_row and ver_row["status"] != "default" else None
+    ver = _version_tuple(ver_text) if ver_text else None
+    pol_row = cfg.get("scheduling_policy")
+    policy = str(pol_row["value"]).strip("'\"").lower() if pol_row else "fcfs"
+    if gen is None and ver is None:
+        return None  # nothing says this is a vLLM engine the facts cover
+
+    facts = F.applicable(F.VLLM, gen, ver, policy)
+    kv = [f for f in facts if f.kv_pressure]
+    if not kv:
+        return None
+    if gen is None and len({f.generation for f in kv}) > 1:
+        trigger = (
+            "a running request could not get the KV blocks its next tokens need (V0 _can_append_slots and V1 "
+            "allocate_slots alike; the log does not say which engine generation)"
+        )
+        code_src = " and ".join(f.source for f in kv)
+    else:
+        trigger = kv[0].trigger
+        code_src = kv[0].source
+    label = "vLLM" + (f" {gen}" if gen else "") + (f" {ver_text}" if ver_text else "") + f" ({policy})"
+    # Where the engine, version and policy were read: the bundle's lines (file:line), one per line.
+    lines = list(dict.fromkeys(f"{r['source']}:{r['line']}" for r in (gen_row, ver_row, pol_row) if r and r.get("source")))
+    engine_src = "; ".join(lines) or None
+    settled = F.gates_settled(F.VLLM, gen, ver, policy)
+    reset = any(f.mechanism == "prefix-cache-reset" for f in facts)
+    # The guide's G4 (a shared-prefix conflict) is not the reset; the reset is its own trigger.
+    not_gates = [g for g in GUIDE_GATES if g not in settled or g == "G4-prefix-conflict"]
+    return {
+        "trigger": trigger,
+        "src": f"vLLM source: {code_src}",
+        "engine_src": engine_src,
+        "kv": True,
+        "reset": reset,
+        "label": label,
+        "not_gates": ",".join(not_gates),
+    }
+
+
+def section_code(
+    events: pl.DataFrame,
+    config: pl.DataFrame | None,
+    frames: dict[str, pl.DataFrame],
+    stats: pl.DataFrame | None,
+    before_us: int,
+    after_us: int,
+) -> pl.DataFrame | None:
+    """``events`` needs _i, time, kind, interval_start, interval_end, _eng (every event, timed or not)."""
+    facts = bundle_facts(config)
+    span = events.select(
+        "_i",
+        "_eng",
+        pl.when(pl.col("time").is_not_null() & (pl.col("kind") != "interval"))
+        .then(pl.col("time") - pl.duration(microseconds=before_us))
+        .otherwise(pl.col("interval_start"))
+        .alias("_slo"),
+        pl.when(pl.col("time").is_not_null() & (pl.col("kind") != "interval"))
+        .then(pl.col("time") + pl.duration(microseconds=after_us))
+        .otherwise(pl.coalesce("interval_end", "time"))
+        .alias("_shi"),
+    )
+    out = span.select("_i")
+    if facts is not None:
+        src = pl.lit(facts["src"])
+        esrc = pl.lit(facts["engine_src"], pl.String)
+        out = out.with_columns(
+            *cited("code_trigger", pl.lit(facts["trigger"]), src),
+            *cited("code_kv", pl.lit(facts["kv"]), src),
+            *cited("code_reset", pl.lit(facts["reset"]), src),
+            *cited("code_engine", pl.lit(facts["label"]), esrc),
+            *cited("code_not_gates", pl.lit(facts["not_gates"]), src),
+        )
+    pressure = _pressure(span, frames.get("pressure_intervals"))
+    if pressure is not None:
+        out = out.join(pressure, on="_i", how="left")
+    failed = _failed_allocations(span, frames.get("bt_events"))
+    if failed is not None:
+        out = out.join(failed, on="_i", how="left")
+    kv_before = _kv_max_before(span, stats, frames.get("prom_series"))
+    if kv_before is not None:
+        out = out.join(kv_before, on="_i", how="left")
+    return out if out.width > 1 else None
+
+
+def _pressure(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The strongest pressure interval of the event's engine overlapping its span."""
+    if piv is None or piv.height == 0:
+        return None
+    from ..timebase import iso
+
+    p = piv.with_row_index("_p").with_columns(
+        _plo=pl.coalesce("since", "start"),
+        _peng=pl.col("engine").cast(pl.String).fill_null("0"),
+    )
+    spans = span.group_by("_eng", "_slo", "_shi").agg(pl.col("_i"))
+    hits = (
+        spans.join(p, how="cross")
+        .filter(
+            ((pl.col("_peng") == pl.col("_eng")) | (pl.col("_peng") == "all") | (pl.col("_eng") == "all"))
+            & (pl.col("_slo").is_null() | (pl.col("end") >= pl.col("_slo")))
+            & (pl.col("_shi").is_null() | (pl.col("_plo") <= pl.col("_shi")))
+        )
+        .sort("peak_kv_usage", "max_waiting", descending=True, nulls_last=True)
+        .unique(["_eng", "_slo", "_shi"], keep="first", maintain_order=True)
+    )
+    if hits.height == 0:
+        return None
+    rows = []
+    for r in hits.iter_rows(named=True):
+        text = (
+            f"{iso(r['start'], 'UTC')[11:19]}-{iso(r['end'], 'UTC')[11:19]} UTC: peak KV {r['peak_kv_usage']:.1f}%, up "
+            f"to {r['max_waiting']} waiting, running {r['max_running']}->{r['min_running']}"
+        )
+        ev = list(r["evidence"] or [])
+        src = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
+        for i in r["_i"]:
+            rows.append({"_i": i, "up_pressure": text, "up_pressure_src": src or None})
+    return pl.DataFrame(rows, schema={"_i": pl.UInt32, "up_pressure": pl.String, "up_pressure_src": pl.String})
+
+
+def _kv_max_before(
+    span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.DataFrame | None
+) -> pl.DataFrame | None:
+    """Running maximum of the engine's KV usage samples, as of the end of the event's span."""
+    from .common import asof, src_expr
+
+    parts = []
+    if stats is not None and stats.height:
+        parts.append(stats.select("time", _eng(stats), "kv_usage", src_expr().alias("_src")))
+    if prom is not None and prom.height and "kv_usage" in prom.columns:
+        parts.append(prom.select("time", _eng(prom), "kv_usage", src_expr().alias("_src")))
+    if not parts:
+        return None
+    s = pl.concat(parts).filter(pl.col("time").is_not_null() & pl.col("kv_usage").is_not_null()).sort("time")
+    if s.height == 0:
+        return None
+    # The running max and the line it was reached at, per engine.
+    s = s.with_columns(_max=pl.col("kv_usage").cum_max().over("_eng"))
+    s = s.with_columns(
+        _msrc=pl.when(pl.col("kv_usage") == pl.col("_max")).then(pl.col("_src")).forward_fill().over("_eng")
+    )
+    left = span.filter(pl.col("_shi").is_not_null()).select("_i", "_eng", "_shi")
+    if left.height == 0:
+        return None
+    j = asof(left, s.select("time", "_eng", "_max", "_msrc"), left_on="_shi", right_on="time", by=["_eng"])
+    return j.select("_i", *cited("up_kv_max_before", pl.col("_max"), pl.col("_msrc")))
+
+
+def _eng(df: pl.DataFrame) -> pl.Expr:
+    from .common import engine_key
+
+    return (engine_key("engine") if "engine" in df.columns else pl.lit("0")).alias("_eng")
+
+
+def _failed_allocations(span: pl.DataFrame, bt: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Preempt records of the event's engine inside its span that show a failed allocation."""
+    if bt is None or bt.height == 0 or not {"action", "blocks_needed", "pool_free_blocks"} <= set(bt.columns):
+        return None
+    from .common import src_expr
+
+    rec = bt.filter(
+        (pl.col("action") == "preempt")
+        & pl.col("time").is_not_null()
+        & (
+            pl.col("blocks_needed")
+            + (pl.col("watermark_blocks").fill_null(0) if "watermark_blocks" in bt.columns else pl.lit(0))
+            > pl.col("pool_free_blocks")
+        ).fill_null(False)
+    ).select("time", _eng(bt).alias("_reng"), src_expr().alias("_src"))
+    if rec.height == 0:
+        return None
+    spans = span.filter(pl.col("_shi").is_not_null()).group_by("_eng", "_slo", "_shi").agg(pl.col("_i"))
+    hits = (
+        spans.join(rec, how="cross")
+        .filter(
+            ((pl.col("_reng") == pl.col("_eng")) | (pl.col("_eng") == "all"))
+            & (pl.col("_slo").is_null() | (pl.col("time") >= pl.col("_slo")))
+            & (pl.col("time") <= pl.col("_shi"))
+        )
+        .group_by("_eng", "_slo", "_shi")
+        .agg(pl.len().alias("_n"), pl.col("_src").first().alias("_first"), pl.col("_src").last().alias("_last"))
+    )
+    if hits.height == 0:
+        return None
+    j = spans.join(hits, on=["_eng", "_slo", "_shi"], how="inner").explode("_i")
+    src = pl.when(pl.col("_first") == pl.col("_last")).then(pl.col("_first")).otherwise(
+        pl.concat_str([pl.col("_first"), pl.lit(" .. "), pl.col("_last")])
+    )
+    return j.select(pl.col("_i").cast(pl.UInt32), *cited("up_failed_allocs", pl.col("_n").cast(pl.Int64), src))
