@@ -419,7 +419,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             + "what the log's own events do not hold of it is not placed in time"
         )
         quality = "exact" if known else "lower bound"
-    elif cap.has_log and cap.counts == "none":
+    elif cap.has_log and cap.counts == "none" and not total:
         rule = "none: " + cap.reason
         quality = "unknown"
     elif orig_kinds.get("marker"):

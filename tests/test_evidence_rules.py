@@ -100,7 +100,8 @@ def test_handwritten_verdicts(name, fam):
 
 B = _build_module()
 TIME_DERIVED = {"sched_age_s", "bt_preempt_offset_s"}  # depend on where a time comes from, by definition
-VALUES = [c for c in VALUE_COLUMNS if c not in TIME_DERIVED and not c.startswith("cfg_")]
+# Configuration and the engine's code facts (joiner/code.py) come from the bundle's config lines, not from times.
+VALUES = [c for c in VALUE_COLUMNS if c not in TIME_DERIVED and not c.startswith(("cfg_", "code_"))]
 
 
 def _values(a) -> list[dict]:
@@ -313,5 +314,10 @@ def test_explain_shows_the_deciding_step_and_lines_for_each_fired_gate():
             "json",
         ],
     )
-    (d,) = json.loads(r.stdout)["decided_by"]
-    assert d["where"].startswith("interval 2025-05-01T10:00:00") and d["lines"] == ["v08/vllm.log:1", "v08/vllm.log:2"]
+    doc = json.loads(r.stdout)
+    assert doc["verdict"]["rule"] == "G1-capacity-vllm-code-corroborated"
+    (d,) = [x for x in doc["decided_by"] if x["rule"] == "G1-capacity-vllm-code-corroborated"]
+    assert d["where"].startswith("interval 2025-05-01T10:00:00")
+    # the interval's own two stats lines, and vLLM's scheduler source the verdict rests on
+    assert [x for x in d["lines"] if x.startswith("v08/")] == ["v08/vllm.log:1", "v08/vllm.log:2"]
+    assert any(x.startswith("vLLM source: vllm/v1/core/sched/scheduler.py") for x in d["lines"])

@@ -7,13 +7,17 @@ import importlib.util
 import polars as pl
 import pytest
 
-from preemptlog import joiner
+from preemptlog import engine_facts, joiner
 from preemptlog.analysis import AnalyzeOptions, analyze
 
 from .conftest import FIXTURES, ROOT
 
 B = "joined/"
 V, BT, KV, DM = B + "vllm.log:", B + "blocktable.jsonl:", B + "kvevents.jsonl:", B + "dmon.txt:"
+_V1 = next(f for f in engine_facts.TABLE if f.id == "vllm-v1-alloc-failed")
+_RESET = next(f for f in engine_facts.TABLE if f.id == "vllm-v1-reset-prefix-cache")
+CODE_V1, CODE_V1_SRC = _V1.trigger, "vLLM source: " + _V1.source
+CODE_RESET_SRC = "vLLM source: " + _RESET.source
 
 # Event A: "Req-42 PREEMPTED" at 05:10:38; window [05:10:28, 05:10:40].
 EXPECT_A = {
@@ -96,8 +100,18 @@ EXPECT_A = {
     "cfg_enable_chunked_prefill": (None, None, None),
     "cfg_speculative": (None, None, None),
     "cfg_scheduling_policy": ("fcfs", None, "default"),
+    # vLLM's own code (joiner/code.py): the engine is V1 by its stats line format (line 2), no version
+    "code_trigger": (CODE_V1, CODE_V1_SRC),
+    "code_kv": (True, CODE_V1_SRC),
+    "code_reset": (True, CODE_RESET_SRC),  # no version in the log: the 0.12+ reset cannot be ruled out
+    "code_engine": ("vLLM V1 (fcfs)", V + "2"),
+    "code_not_gates": ("G2-batch-variance,G3-queue-overflow,G4-prefix-conflict", CODE_V1_SRC),
+    # the stats lines at 05:10:30 and 05:10:40 (KV 95 % and 99.5 % with requests waiting) bracket the event
+    "up_pressure": ("05:10:30-05:10:40 UTC: peak KV 99.5%, up to 14 waiting, running 31->29", V + "2, " + V + "18"),
+    "up_failed_allocs": (None, None),  # the preempt record states no failed allocation
+    "up_kv_max_before": (99.5, V + "18"),
 }
-# Event B: "Req-7 PREEMPTED" at 05:11:31: only stats, KV events (quiet) and config reach it.
+# Event B: "Req-7 PREEMPTED" at 05:11:31: only stats, KV events (quiet), config and the code facts reach it.
 EXPECT_B = {name: (None, None) for name in joiner.VALUE_COLUMNS}
 EXPECT_B.update(
     {
@@ -110,7 +124,8 @@ EXPECT_B.update(
         "stats_waiting_delta": (0, V + "19"),
         "stats_running_at": (30, V + "19"),
         "stats_running_delta": (0, V + "19"),
-        **{k: v for k, v in EXPECT_A.items() if k.startswith("cfg_")},
+        **{k: v for k, v in EXPECT_A.items() if k.startswith(("cfg_", "code_"))},
+        "up_kv_max_before": (99.5, V + "18"),  # the engine's pool was at 99.5 % before (line 18)
     }
 )
 

@@ -258,7 +258,7 @@ def test_folded_rows_of_one_interval_share_the_interval_verdict():
     # The events of one counted interval are judged by the line that reports it (and the engine's
     # line before): one verdict for the whole fold.
     assert "3 in interval" in rows["v1-patched-0.14.log:15~i*"]
-    assert "G1-kv-space/kv-exhausted" in rows["v1-patched-0.14.log:15~i*"]
+    assert "G1-kv-space/capacity" in rows["v1-patched-0.14.log:15~i*"]
     assert "verdicts" not in rows["v1-patched-0.14.log:15~i*"]
     nd = invoke("analyze", log, "--year", "2026", "--tz", "UTC", "-f", "ndjson", "-q")
     ids = [json.loads(x)["event_id"] for x in nd.stdout.splitlines() if ":15~i" in x]

@@ -105,10 +105,13 @@ def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
         code_src = kv[0].source
     label = "vLLM" + (f" {gen}" if gen else "") + (f" {ver_text}" if ver_text else "") + f" ({policy})"
     # Where the engine, version and policy were read: the bundle's lines (file:line), one per line.
-    lines = list(dict.fromkeys(f"{r['source']}:{r['line']}" for r in (gen_row, ver_row, pol_row) if r and r.get("source")))
+    lines = list(
+        dict.fromkeys(f"{r['source']}:{r['line']}" for r in (gen_row, ver_row, pol_row) if r and r.get("source"))
+    )
     engine_src = "; ".join(lines) or None
     settled = F.gates_settled(F.VLLM, gen, ver, policy)
-    reset = any(f.mechanism == "prefix-cache-reset" for f in facts)
+    resets = [f for f in facts if f.mechanism == "prefix-cache-reset"]
+    reset = bool(resets)
     # The guide's G4 (a shared-prefix conflict) is not the reset; the reset is its own trigger.
     not_gates = [g for g in GUIDE_GATES if g not in settled or g == "G4-prefix-conflict"]
     return {
@@ -117,6 +120,7 @@ def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
         "engine_src": engine_src,
         "kv": True,
         "reset": reset,
+        "reset_src": f"vLLM source: {resets[0].source}" if resets else f"vLLM source: {code_src}",
         "label": label,
         "not_gates": ",".join(not_gates),
     }
@@ -151,7 +155,7 @@ def section_code(
         out = out.with_columns(
             *cited("code_trigger", pl.lit(facts["trigger"]), src),
             *cited("code_kv", pl.lit(facts["kv"]), src),
-            *cited("code_reset", pl.lit(facts["reset"]), src),
+            *cited("code_reset", pl.lit(facts["reset"]), pl.lit(facts["reset_src"])),
             *cited("code_engine", pl.lit(facts["label"]), esrc),
             *cited("code_not_gates", pl.lit(facts["not_gates"]), src),
         )
@@ -203,9 +207,7 @@ def _pressure(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFrame | No
     return pl.DataFrame(rows, schema={"_i": pl.UInt32, "up_pressure": pl.String, "up_pressure_src": pl.String})
 
 
-def _kv_max_before(
-    span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.DataFrame | None
-) -> pl.DataFrame | None:
+def _kv_max_before(span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.DataFrame | None) -> pl.DataFrame | None:
     """Running maximum of the engine's KV usage samples, as of the end of the event's span."""
     from .common import asof, src_expr
 
@@ -263,12 +265,14 @@ def _failed_allocations(span: pl.DataFrame, bt: pl.DataFrame | None) -> pl.DataF
             & (pl.col("time") <= pl.col("_shi"))
         )
         .group_by("_eng", "_slo", "_shi")
-        .agg(pl.len().alias("_n"), pl.col("_src").first().alias("_first"), pl.col("_src").last().alias("_last"))
+        .agg(pl.len().alias("_n"), pl.col("_src").head(4).str.join("; ").alias("_srcs"))
     )
     if hits.height == 0:
         return None
     j = spans.join(hits, on=["_eng", "_slo", "_shi"], how="inner").explode("_i")
-    src = pl.when(pl.col("_first") == pl.col("_last")).then(pl.col("_first")).otherwise(
-        pl.concat_str([pl.col("_first"), pl.lit(" .. "), pl.col("_last")])
+    src = (
+        pl.when(pl.col("_n") > 4)
+        .then(pl.concat_str([pl.col("_srcs"), pl.lit(" (+"), (pl.col("_n") - 4).cast(pl.String), pl.lit(" more)")]))
+        .otherwise(pl.col("_srcs"))
     )
     return j.select(pl.col("_i").cast(pl.UInt32), *cited("up_failed_allocs", pl.col("_n").cast(pl.Int64), src))

@@ -82,9 +82,7 @@ def compute(
                 out = out.join(sec, on="_i", how="left", maintain_order="left")
     # What the engine's own code can do, for every event (timed or not: a count not placed in
     # time still has an engine and an interval).
-    code = section_code(
-        base.with_columns(_eng=engine_key("engine")), config, frames, stats, before_us, after_us
-    )
+    code = section_code(base.with_columns(_eng=engine_key("engine")), config, frames, stats, before_us, after_us)
     if code is not None:
         out = out.join(code, on="_i", how="left", maintain_order="left")
     untimed = base.filter(pl.col("time").is_null()).select("_i")

@@ -205,9 +205,7 @@ def _last(seen: pl.DataFrame, key: str):
 # Lines only one engine generation writes (vllm-facts.md sections 1b, 2a, 4): the process names
 # of V1's engine core and workers, V1's "KV cache size: N tokens" line; V0's worker processes,
 # its preemption warning and its "# GPU blocks: N, # CPU blocks: M" line.
-V1_PROC_RE = (
-    r"^(?:EngineCore|DPEngineCoreActor|VllmWorker rank=|VllmWorker(?: (?:PP\d+_)?TP\d+)? pid=|Worker(?:_[A-Z]+\d+)* pid=)"
-)
+V1_PROC_RE = r"^(?:EngineCore|DPEngineCoreActor|VllmWorker rank=|VllmWorker(?: (?:PP\d+_)?TP\d+)? pid=|Worker(?:_[A-Z]+\d+)* pid=)"
 V0_PROC_RE = r"^VllmWorkerProcess pid="
 
 
