@@ -197,7 +197,7 @@ def _pressure(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFrame | No
     rows = []
     for r in hits.iter_rows(named=True):
         text = (
-            f"{iso(r['start'], 'UTC')[11:19]}-{iso(r['end'], 'UTC')[11:19]} UTC: peak KV {r['peak_kv_usage']:.1f}%, up "
+            f"{(iso(r['start'], 'UTC') or '')[11:19]}-{(iso(r['end'], 'UTC') or '')[11:19]} UTC: peak KV {r['peak_kv_usage']:.1f}%, up "
             f"to {r['max_waiting']} waiting, running {r['max_running']}->{r['min_running']}"
         )
         ev = list(r["evidence"] or [])
