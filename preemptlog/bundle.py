@@ -117,7 +117,9 @@ def collect(
                 entries.append(_Entry(path, p))
                 continue
             originals.append(path)
-            entries.extend(_Entry(member, display, original=False) for member, display in _walk_unpacked(root, p))
+            entries.extend(
+                _Entry(member, display, original=False, in_bundle=True) for member, display in _walk_unpacked(root, p)
+            )
         else:
             entries.append(_Entry(path, p))
     if problems:

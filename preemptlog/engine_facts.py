@@ -89,7 +89,7 @@ TABLE: tuple[CodeFact, ...] = (
         trigger="reset_prefix_cache(reset_running_requests=True) preempts every running request "
         "(e.g. an RL weight sync)",
         victim="every running request",
-        gate="G1-kv-space",
+        gate="G4-prefix-conflict",
         sub_kind="cache-reset",
         mechanism="prefix-cache-reset",
         kv_pressure=False,
@@ -155,3 +155,54 @@ def default_trigger(
 def gates_settled(engine: str, generation: str | None, version: Version | None, policy: str | None) -> set[str]:
     """The gates some trigger of this engine's upstream code can produce; the others are not in it."""
     return {f.gate for f in applicable(engine, generation, version, policy)}
+
+
+DOC_BEGIN = "<!-- engine-facts: generated from preemptlog/engine_facts.py (python -m preemptlog.engine_facts) -->"
+DOC_END = "<!-- /engine-facts -->"
+
+
+def _versions(f: CodeFact) -> str:
+    def v(t: Version | None) -> str:
+        return ".".join(str(x) for x in t) if t else ""
+
+    if f.since and f.until:
+        return f"{v(f.since)}-{v(f.until)}"
+    if f.since:
+        return f"{v(f.since)}+"
+    return f"up to {v(f.until)}" if f.until else "all"
+
+
+def markdown_table() -> str:
+    """The README's table of the facts (between :data:`DOC_BEGIN` and :data:`DOC_END`)."""
+    rows = [
+        DOC_BEGIN,
+        "| engine | versions | policy | what triggers a preemption | victim | settles | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in TABLE:
+        eng = {"vllm": "vLLM", "sglang": "SGLang"}.get(f.engine, f.engine) + (f" {f.generation}" if f.generation else "")
+        settles = f"`{f.gate}`" + (f" / `{f.sub_kind}`" if f.sub_kind else "") + f", mechanism `{f.mechanism}`"
+        rows.append(
+            f"| {eng} | {_versions(f)} | {f.policy or 'any'} | {f.trigger} | {f.victim} | {settles} | `{f.source}` |"
+        )
+    rows.append(DOC_END)
+    return "\n".join(rows)
+
+
+def write_docs(path: str = "README.md") -> bool:
+    """Rewrite the table between the markers of ``path``; True when the file changed."""
+    from pathlib import Path
+
+    p = Path(path)
+    text = p.read_text()
+    head, _, rest = text.partition(DOC_BEGIN)
+    _, _, tail = rest.partition(DOC_END)
+    new = head + markdown_table() + tail
+    if new != text:
+        p.write_text(new)
+        return True
+    return False
+
+
+if __name__ == "__main__":
+    write_docs()

@@ -81,4 +81,4 @@ class Bundle:
         return f"{files[-1].display} (+{len(files) - 1} rotated)"
 
 
-UNRECOGNISED = ("unknown", "binary", "empty", "unreadable")
+UNRECOGNISED = ("unknown", "binary", "empty", "unreadable", "document")

@@ -43,6 +43,8 @@ from . import profile as _profile
 from .bundle import collect, parse_kind_overrides
 from .errors import InputError
 from .findings import compute as compute_findings
+from .fixes import attach as attach_fixes
+from .fixes import plan as plan_fixes
 from .frames import with_source
 from .inputs import Bundle, InputFile
 from .joiner import evidence as joiner_evidence
@@ -408,6 +410,9 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
         prof.mark("verdicts")
     found_beyond = compute_findings(draft)  # the findings beyond the gates (findings/): read-only
     prof.mark("findings")
+    fix_plan = plan_fixes(draft, found_beyond)  # the changes to make: one list for every output
+    draft = dataclasses.replace(draft, verdicts=attach_fixes(draft.verdicts, fix_plan))
+    prof.mark("fixes")
     extra: dict[str, Any] = {}
     for stage in AFTER_VERDICTS:  # further stages over the verdicts plug in here
         extra.update(stage(dataclasses.replace(draft)))
@@ -433,6 +438,7 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
         verdicts=draft.verdicts,
         ruleset=draft.ruleset,
         findings=found_beyond,
+        fixes=fix_plan,
         **extra,
     )
 

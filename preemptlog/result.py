@@ -96,6 +96,7 @@ class Analysis:
     columns: list[str] | None = None  # view.with_columns: the event columns the formatters write
     findings: Findings | None = None  # findings.compute: a pure function of the analysis up to the verdicts
     request_stats: Any = None  # vllm.requests.RequestStats: counts of every request line (None: made from requests)
+    fixes: dict[str, Any] | None = None  # fixes.plan: the changes to make, what to add to know more, what was dropped
 
     def summary(self) -> dict[str, Any]:
         from .summary import summarize

@@ -4,6 +4,7 @@ other encodings, a cut last line; what kind a file is (moved from bundle.py)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import zlib
 from pathlib import Path
@@ -243,6 +244,40 @@ def _last_line_cut(fh, size: int) -> bool:
     return not _json_value(lines[idx])
 
 
+# Documents in a bundle (README, NOTES, SOURCES, Markdown, prose): read by people, not logs.
+DOC_SUFFIXES = (".md", ".markdown", ".mdown", ".rst", ".adoc", ".asciidoc", ".org", ".html", ".htm", ".pdf", ".docx")
+DOC_NAMES = re.compile(
+    r"(?i)^(?:readme|notes?|sources?|changelog|changes|license|licence|copying|todo|authors|contributing|summary|"
+    r"postmortem|post-mortem|incident|report|timeline)(?:[._-][^/]*)?$"
+)
+# A line a log, a dump or a table can hold: a timestamp, a level, a bracketed or JSON opening, a
+# metric sample, a dmon row, a key=value run.
+_LOG_LIKE = re.compile(
+    r"^\s*(?:\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:|[A-Z][a-z]{2} +\d{1,2} \d\d:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|"
+    r"\[|\{|\(|#|[\w:]+(?:\{[^}]*\})? -?[\d.eE+]+(?: \d+)?$|\d+(?:\s+[-\d.]+){2,})"
+)
+_WORDS = re.compile(r"[A-Za-z][A-Za-z'’-]+")
+
+
+def is_document(display: str, head: str) -> bool:
+    """A document, not a log: by its name (README, NOTES, SOURCES, *.md, ...), or a *.txt that is
+    mostly prose (most lines are sentences of words, few look like log or table lines)."""
+    name = display.replace("\\", "/").rsplit("/", 1)[-1]
+    for comp in (".gz", ".zst", ".bz2", ".xz"):
+        name = name.removesuffix(comp)
+    low = name.lower()
+    if low.endswith(DOC_SUFFIXES) or DOC_NAMES.match(name):
+        return True
+    if not low.endswith(".txt"):
+        return False
+    lines = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("```")]
+    if len(lines) < 3:
+        return False
+    log_like = sum(1 for ln in lines if _LOG_LIKE.match(ln))
+    prose = sum(1 for ln in lines if not _LOG_LIKE.match(ln) and len(_WORDS.findall(ln)) >= 6)
+    return prose >= 0.5 * len(lines) and log_like <= 0.25 * len(lines)
+
+
 def _describe(
     file_id: int,
     e: _Entry,
@@ -338,6 +373,8 @@ def _describe(
         kind = "empty"
     elif not _is_text(head if head.strip() else tail):
         kind = "binary"
+    elif e.in_bundle and is_document(display, head.decode("utf-8", "replace")):
+        kind = "document"  # a note about the incident, not a log: its quoted lines add no events
     else:
         kind, score = sources.sniff(head.decode("utf-8", "replace")) if head.strip() else ("unknown", 0)
         if kind == "unknown" and tail.strip() and _is_text(tail):

@@ -46,7 +46,12 @@ def honesty_notes(a: AnalysisView) -> list[str]:
     log_interval = (
         ev.filter((pl.col("kind") == "interval") & pl.col("source").is_in(log_src)).height if ev.height else 0
     )
-    prom_events = ev.filter(pl.col("source").is_in(prom_src)).height if ev.height else 0
+    unplaced = (
+        ev.filter(pl.col("source").is_in(prom_src) & (pl.col("time_precision") == "unplaced")).height
+        if ev.height
+        else 0
+    )
+    prom_events = (ev.filter(pl.col("source").is_in(prom_src)).height if ev.height else 0) - unplaced
     if log_interval:
         notes.append(
             "V1 'Preemptions: N' counts are per stats interval and lag: a preempted request is counted when it "
@@ -58,6 +63,12 @@ def honesty_notes(a: AnalysisView) -> list[str]:
             "between two scrapes is spread evenly over that interval (no request id); V1 counts a preemption when "
             "the request runs again."
         )
+    if unplaced:
+        notes.append(
+            f"{unplaced} event(s) are preemptions vllm:num_preemptions_total counted since the engine started and no "
+            "other source places: counted, not placed in time (no request id); the pressure intervals are where "
+            "they can have happened."
+        )
     from .pressure import log_capability
 
     cap = log_capability(a)
@@ -67,7 +78,7 @@ def honesty_notes(a: AnalysisView) -> list[str]:
         singles = recon.get("single_readings") or []
         from .reconcile import PROM_COUNTER
 
-        if prom_events or any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])):
+        if prom_events or unplaced or any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])):
             why += " The count here comes from the Prometheus counter in the bundle, not from the log."
         elif recon.get("quality") == "as recorded":
             why += " The count here comes from the block-table 'preempt' records in the bundle, not from the log."
@@ -149,10 +160,13 @@ def summarize(a: Analysis) -> dict[str, Any]:
     gates = ["G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
     v = a.verdicts
     if v is not None and v.height and ev.height:
-        ev = ev.join(v.select("event_id", "gate", "sub_kind", "confidence"), on="event_id", how="left")
+        ev = ev.join(v.select("event_id", "gate", "sub_kind", "confidence", "rule"), on="event_id", how="left")
     else:
         ev = ev.with_columns(
-            gate=pl.lit(None, pl.String), sub_kind=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String)
+            gate=pl.lit(None, pl.String),
+            sub_kind=pl.lit(None, pl.String),
+            confidence=pl.lit(None, pl.String),
+            rule=pl.lit(None, pl.String),
         )
     by_gate: dict[str, Any] = {}
     if v is not None:
@@ -219,10 +233,7 @@ def summarize(a: Analysis) -> dict[str, Any]:
             "thresholds": {t.name: {"value": t.value, "origin": t.origin} for t in a.ruleset.thresholds.values()},
             "active": [r.id for r in a.ruleset.active],
         }
-        from .rules.recommend import incident_fixes
-
-        fixes = incident_fixes(a)
-        fixes = _with_capacity_fixes(a, fixes)
+        fixes = a.fixes or {"changes": [], "to_know_more": [], "dropped": []}
     visible = count_visibility(a)
     out = {
         "count_visible": visible["count_visible"],
@@ -250,7 +261,8 @@ def summarize(a: Analysis) -> dict[str, Any]:
         "reconciliation": a.counters.get("reconciliation"),
         "pressure_intervals": pressure_rows(a),
         "rules": rules_info,
-        "fixes": fixes["fixes"] if fixes else None,
+        "fixes": fixes["changes"] if fixes else None,
+        "to_know_more": fixes["to_know_more"] if fixes else None,
         "fixes_dropped": fixes["dropped"] if fixes else None,
         "pressure_ceiling": a.options.kv_ceiling,
         "inputs": [f.as_dict() for f in a.bundle.files],
@@ -260,47 +272,82 @@ def summarize(a: Analysis) -> dict[str, Any]:
         "timezone": tz,
         "filters": getattr(a, "filters", None),
     }
+    out["cause"] = cause(a, ev, out["pressure_intervals"])
     if not visible["count_visible"]:
         out["preemption_rate"] = None  # no count, so no rate (0 / received would read as "none happened")
+        if visible.get("remedy") and out["to_know_more"] is not None:
+            out["to_know_more"] = [
+                {
+                    "add": visible["remedy"].removeprefix("add ").removeprefix("Add "),
+                    "settles": "how many preemptions happened (the count)",
+                },
+                *out["to_know_more"],
+            ]
     f = getattr(a, "findings", None)  # recompute cost, thrash, stall
     out["findings_headline"] = f.top() if f is not None else None
     out["headline"] = headline(out)
+    out["to_know_more_line"] = to_know_more_line(out)
     return out
 
 
-def _with_capacity_fixes(a: Analysis, fixes: dict[str, Any]) -> dict[str, Any]:
-    """The capacity fixes (findings/capacity.py), replayed like the others and ranked with them.
+# The field guide's gates, spelled out where a person reads them (one spelling everywhere).
+GATE_WORDS = {
+    "G1-kv-space": "KV space",
+    "G2-batch-variance": "batch variance",
+    "G3-queue-overflow": "queue overflow",
+    "G4-prefix-conflict": "prefix conflict",
+    "undetermined": "undetermined",
+}
+# What upstream vLLM's own code says, per engine generation (engine_facts.py), for the headline.
+CODE_SENTENCE = {
+    "V1": "vLLM V1 preempts a running request only when a KV-block allocation fails",
+    "V0": "vLLM V0 preempts a running sequence only when it cannot get KV blocks ('not enough KV cache space')",
+    None: "vLLM preempts a running request only when it cannot get KV blocks",
+}
 
-    A lever computed from the incident's own pool and peak demand supersedes the guide's formula
-    fix for the same option (one suggestion per option): the formula fix goes to the dropped list,
-    with the computed fix named as the why."""
-    f = getattr(a, "findings", None)
-    cap = (f.capacity if f is not None else None) or {}
-    if not cap.get("fixes") and not cap.get("dropped"):
-        return fixes
-    from .rules.recommend import ranked, verdict_key_counts
 
-    extra: list[dict[str, Any]] = [dict(x) for x in cap.get("fixes") or []]
-    no_gain: list[dict[str, str]] = []
-    if extra:  # none to replay: whatif is not even imported (start-up time)
-        from .whatif.verify import verify_fixes
+def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict[str, Any]:
+    """The incident's cause in vLLM's terms (the headline's words; ``summary.cause`` in the JSON)."""
+    from .rules.verdicts import guide_model
+    from .vllm.config import in_force
 
-        extra, no_gain = verify_fixes(a, extra)
-    computed = {x["option"]: x["id"] for x in extra if x.get("suggested") is not None}
-    kept, superseded = [], []
-    for x in fixes["fixes"]:
-        if x["option"] in computed and x["id"] not in computed.values():
-            superseded.append(
-                {
-                    "id": x["id"],
-                    "why": f"superseded by {computed[x['option']]}, computed from the incident's KV pool and peak demand",
-                }
-            )
-        else:
-            kept.append(x)
+    cfg = in_force(a.config)
+    gen = (cfg.get("engine") or {}).get("value") if (cfg.get("engine") or {}).get("status") != "default" else None
+    ver_row = cfg.get("vllm_version")
+    version = ver_row["value"] if ver_row and ver_row.get("status") != "default" else None
+    rules: dict[str, int] = {}
+    if ev.height and "rule" in ev.columns:
+        rules = {str(r): n for r, n in ev.group_by("rule").len().iter_rows() if r is not None}
+    unplaced = ev.filter(pl.col("time_precision") == "unplaced") if ev.height else ev
+    engines = sorted({str(e) for e in ev.get_column("engine").fill_null("0").to_list()}) if ev.height else []
+    spans = [p for p in pressure if p.get("start") and p.get("end")]
+    peak = max((p["peak_kv_usage"] for p in spans if p.get("peak_kv_usage") is not None), default=None)
+    waiting = max((p["max_waiting"] for p in spans if p.get("max_waiting") is not None), default=None)
     return {
-        "fixes": ranked([*kept, *extra], verdict_key_counts(a.verdicts)),
-        "dropped": [*fixes["dropped"], *superseded, *no_gain, *(cap.get("dropped") or [])],
+        "upstream": not guide_model(a),
+        "engine": "vLLM",
+        "generation": gen,
+        "version": version,
+        "code": CODE_SENTENCE.get(gen, CODE_SENTENCE[None]),
+        "by_rule": rules,
+        "contradicted": sum(n for r, n in rules.items() if r.endswith("-contradicted")),
+        "cache_reset": rules.get("G4-cache-reset", 0),
+        "engines": engines,
+        "unplaced": unplaced.height,
+        "unplaced_span": [
+            iso(unplaced.get_column("interval_start").min(), a.tz),  # type: ignore[arg-type]  # polars scalars
+            iso(unplaced.get_column("interval_end").max(), a.tz),  # type: ignore[arg-type]  # polars scalars
+        ]
+        if unplaced.height
+        else None,
+        "pressure": {
+            "spans": len(spans),
+            "first": [spans[0]["start"], spans[0]["end"]] if spans else None,
+            "peak_kv_usage": peak,
+            "max_waiting": waiting,
+        }
+        if spans
+        else None,
     }
 
 
@@ -318,41 +365,92 @@ def _span_text(first: str | None, last: str | None, estimated: bool = False) -> 
     return f" in {s / 3600:.1f} h"
 
 
+def _hms(t: str | None) -> str:
+    return t[11:19] if t and len(t) >= 19 else (t or "?")
+
+
+def _pressure_words(c: dict[str, Any]) -> str:
+    """``usage 100 %, up to 56 waiting, 09:02:29-09:03:09 and 3 more spans`` (pressure intervals)."""
+    p = c.get("pressure")
+    if not p:
+        return ""
+    parts = []
+    if p.get("peak_kv_usage") is not None:
+        parts.append(f"usage {p['peak_kv_usage']:g} %")
+    if p.get("max_waiting"):
+        parts.append(f"up to {p['max_waiting']} waiting")
+    first = p.get("first")
+    if first:
+        more = p["spans"] - 1
+        parts.append(
+            f"{_hms(first[0])}-{_hms(first[1])}" + (f" and {more} more span{'s' if more > 1 else ''}" if more else "")
+        )
+    return ", ".join(parts)
+
+
 def headline(s: dict[str, Any]) -> str:
-    """The first line of the summary: what happened and why (plain text, no markup)."""
+    """The first line of the summary: how many, and why in vLLM's words (plain text, no markup)."""
+    c = s.get("cause") or {}
     if not s["count_visible"]:
         nv = s["not_visible"] or {}
         reason = nv.get("short") or nv.get("reason") or ""
+        pw = _pressure_words(c)
         return (
             f"Preemptions: not visible ({reason})"
-            + (f": {nv['remedy']}" if nv.get("remedy") else "")
-            + (_findings_tail(s))
+            + (
+                f"; KV cache at the ceiling with requests waiting ({pw}): where preemptions can have happened"
+                if pw
+                else ""
+            )
+            + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
         )
     n = s["events"]
     if n == 0:
-        return "0 preemptions" + _findings_tail(s)
+        rec = s.get("reconciliation") or {}
+        how = rec.get("quality")
+        return "0 preemptions" + (f" ({how})" if how and how != "unknown" else "")
+    word = "preemption" if n == 1 else "preemptions"
+    k = s.get("by_kind") or {}
+    estimated = bool(k.get("reconstructed") or k.get("interval"))
+    span = _span_text(s.get("first_event"), s.get("last_event"), estimated)
+    if c.get("unplaced") and c.get("unplaced_span"):
+        lo, hi = c["unplaced_span"]
+        since = f" since the engine started at {_hms(lo)}" if lo else " since the engine started"
+        span = (span + "," if span else "") + since + f" (vLLM's counter at {_hms(hi)})"
+    engines = c.get("engines") or []
+    where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
+    by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}
+    g1 = by_gate.get("G1-kv-space", 0)
+    if c.get("upstream") and g1 + c.get("cache_reset", 0) >= n - by_gate.get("undetermined", 0) and g1:
+        pw = _pressure_words(c)
+        what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
+        parts = [what, c.get("code") or CODE_SENTENCE[None]]
+        if c.get("cache_reset"):
+            parts.append(f"{c['cache_reset']} by a prefix cache reset (reset_prefix_cache)")
+        if c.get("contradicted"):
+            parts.append(f"{c['contradicted']} contradicted by the bundle (low confidence: see explain)")
+        return f"{n} {word}{span}{where}: " + "; ".join(parts)
     rate = s.get("preemption_rate")
     per = f" ({rate:.2f} per received request)" if rate is not None else ""
-    word = "preemption" if n == 1 else "preemptions"
     gates = []
     subs = s.get("g1_sub_kinds") or {}
-    for g, k in sorted((s.get("by_gate") or {}).items(), key=lambda gk: (-gk[1], gk[0])):
-        if not k:
-            continue
-        short = g.split("-")[0] if g != "undetermined" else g
-        part = f"{short} {k}"
+    for g, cnt in sorted(by_gate.items(), key=lambda gk: (-gk[1], gk[0])):
+        short = g.split("-")[0] if g != "undetermined" else ""
+        part = f"{short} {GATE_WORDS.get(g, g)} {cnt}".strip()
         if g == "G1-kv-space" and subs:
             top = sorted(((v, sk) for sk, v in subs.items() if sk != "None"), reverse=True)
             if top:
                 part += " (" + ", ".join(f"{sk} {v}" for v, sk in top) + ")"
         gates.append(part)
-    k = s.get("by_kind") or {}
-    estimated = bool(k.get("reconstructed") or k.get("interval"))
-    return (
-        f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'), estimated)}{per}"
-        + (": " + ", ".join(gates) if gates else "")
-        + _findings_tail(s)
-    )
+    return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "")
+
+
+def to_know_more_line(s: dict[str, Any]) -> str | None:
+    """``To know more, add: X (settles Y); ...``: the evidence that would settle more, never a fix."""
+    items = s.get("to_know_more") or []
+    if not items:
+        return None
+    return "To know more, add: " + "; ".join(f"{x['add']} (would settle {x['settles']})" for x in items)
 
 
 def _findings_tail(s: dict[str, Any]) -> str:
@@ -370,16 +468,24 @@ def top_fix(s: dict[str, Any]) -> str | None:
 
 
 def fix_line(x: dict[str, Any]) -> str:
+    """``option current -> suggested (effect; verification; addresses N events)``; a current value that
+    is not seen in the bundle says where it comes from (``assumed (vLLM 0.32.0 default)``)."""
+    cur_from = x.get("current_from")
+    cur = f"{x['current']}" + (f" {cur_from}" if cur_from and not cur_from.startswith("seen") else "")
     if x["suggested"] is True:
         what = x["option"]
     elif x["suggested"] is None:
         what = f"{x['option']}: cannot compute, {x.get('missing') or 'an input is missing'}"
     elif x["current"] is not None:
-        what = f"{x['option']} {x['current']} -> {x['suggested']}"
+        what = f"{x['option']} {cur} -> {x['suggested']}"
     else:
         what = f"{x['option']} {x['suggested']}" if x["option"].startswith("--") else f"{x['option']}: {x['suggested']}"
+    effect = str(x.get("expected_effect") or "")
+    if x.get("status") == "not verified" and not x.get("verified"):
+        rp = x.get("replay") or {}
+        effect += f"; not verified ({rp['why']})" if rp.get("why") else "; not verified (no workload to replay)"
     n = x.get("events_addressed")
-    return str(what + (f" ({x['expected_effect']}; addresses {n} event(s))" if n else f" ({x['expected_effect']})"))
+    return str(what + (f" ({effect}; addresses {n} event(s))" if n else f" ({effect})"))
 
 
 def pressure_rows(a: Analysis) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .pressure import log_capability
-from .reconcile import PROM_COUNTER
+from .reconcile import PROM_COUNTER, PROM_SINGLE
 
 if TYPE_CHECKING:
     from .result import AnalysisView as Analysis
@@ -24,7 +24,9 @@ def count_visibility(a: Analysis) -> dict[str, Any]:
     if ev.height or (filters and filters.get("total")):
         return {"count_visible": True, "reason": None, "remedy": None}
     recon = a.counters.get("reconciliation") or {}
-    if any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])) or recon.get("quality") == "as recorded":
+    # vLLM's own counter in the bundle (scrapes, or one reading since the engine start) counts, 0 included.
+    counters = (PROM_COUNTER, PROM_SINGLE)
+    if any(x.get("source") in counters for x in recon.get("sources", [])) or recon.get("quality") == "as recorded":
         return {"count_visible": True, "reason": None, "remedy": None}
     cap = log_capability(a)
     if cap.has_log and cap.counts == "none":

@@ -23,6 +23,7 @@ class _Entry:
     is_stdin: bool = False
     skip: str | None = None  # why it is not read (it becomes an "unreadable" file with this warning)
     original: bool = True  # a file of the user's (not a temporary copy)
+    in_bundle: bool = False  # found inside a folder or archive (not named on the command line)
 
     def __post_init__(self) -> None:
         self.display = printable_name(self.display)
@@ -155,7 +156,7 @@ def _walk(root: Path, warnings: list[str]) -> list[_Entry]:
                     )
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            entry = _Entry(Path(full), display_of(full))
+            entry = _Entry(Path(full), display_of(full), in_bundle=True)
             if os.path.islink(full):
                 target = os.path.realpath(full)
                 if not os.path.exists(full):

@@ -35,4 +35,13 @@ def test_cache_reset_only_from_0_12():
 def test_v0_priority_preemption_needs_the_priority_policy():
     assert "G3-queue-overflow" not in F.gates_settled(F.VLLM, "V0", (0, 9, 0), "fcfs")
     assert "G3-queue-overflow" in F.gates_settled(F.VLLM, "V0", (0, 9, 0), "priority")
-    assert F.gates_settled(F.VLLM, "V1", (0, 32, 0), "priority") == {"G1-kv-space"}
+    # 0.12+: the cache reset (G4 cache-reset); never the guide's G2 or G3
+    assert F.gates_settled(F.VLLM, "V1", (0, 32, 0), "priority") == {"G1-kv-space", "G4-prefix-conflict"}
+    assert F.gates_settled(F.VLLM, "V1", (0, 11, 1), "fcfs") == {"G1-kv-space"}
+
+
+def test_the_readme_table_is_generated_from_the_facts():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert F.markdown_table() in readme, "README table is stale: python -m preemptlog.engine_facts"

@@ -83,7 +83,7 @@ def test_counts_without_request_ids_leave_the_cost_unknown():
     f = run("log-scrapes").findings
     assert f.recompute["preemptions"] == 9 and f.recompute["tokens"] is None
     assert f.recompute["not_evaluable"]
-    assert "tokens recomputed unknown" in run("log-scrapes").summary()["headline"]
+    assert "tokens recomputed unknown" in run("log-scrapes").summary()["findings_headline"]
 
 
 def test_per_minute_totals_carry_the_processed_tokens():
@@ -121,7 +121,7 @@ def test_thrash_distribution_from_vllms_histogram_in_scrapes():
     assert (
         h["first_line"] == "scrapes-histogram/metrics.prom:15" and h["last_line"] == "scrapes-histogram/metrics.prom:31"
     )
-    assert "6 requests preempted 5+ times (vLLM's histogram)" in a.summary()["headline"]
+    assert "6 requests preempted 5+ times (vLLM's histogram)" in a.summary()["findings_headline"]
     assert run("log-scrapes").findings.thrash["histogram"] is None  # scrapes without the histogram
 
 
@@ -138,19 +138,19 @@ def test_stall_span_with_its_lines():
     (span,) = st["spans"]
     assert span["stats_lines"] == 3 and span["seconds"] == 20.0
     assert span["first_line"] == "v1-stall/vllm.log:2" and span["last_line"] == "v1-stall/vllm.log:4"
-    assert "stall 20 s" in run("v1-stall").summary()["headline"]
+    assert "stall 20 s" in run("v1-stall").summary()["findings_headline"]
 
 
 def test_no_stall_while_generating_or_for_one_line():
     st = run("v1-busy").findings.stall
     assert st["evaluable"] and st["spans"] == [] and not st["found"]
-    assert "no stall" in run("v1-busy").summary()["headline"]
+    assert "no stall" in run("v1-busy").summary()["findings_headline"]
 
 
 def test_stall_not_evaluable_without_stats_lines():
     st = run("prefix-reset").findings.stall
     assert st["evaluable"] is False and st["not_evaluable"]
-    assert "stall" not in run("prefix-reset").summary()["headline"]
+    assert "stall" not in run("prefix-reset").summary()["findings_headline"]
 
 
 def test_never_fits_from_maximum_concurrency():
@@ -284,8 +284,8 @@ def test_cli_json_has_a_findings_object_and_event_columns():
     assert f["mechanisms"] == {"kv-capacity": 4}
     for e in doc["events"]:
         assert set(EVENT_COLUMNS) <= set(e)
-    assert "489 tokens recomputed (49% of processed)" in doc["summary"]["headline"]
-    assert "1 request preempted more than once" in doc["summary"]["headline"]
+    assert "489 tokens recomputed (49% of processed)" in doc["summary"]["findings_headline"]
+    assert "1 request preempted more than once" in doc["summary"]["findings_headline"]
 
 
 def test_cli_ndjson_compact_has_the_mechanism_beside_the_gate():

@@ -113,11 +113,15 @@ def test_headline_first_on_a_non_terminal_stderr():
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
     assert lines[0] == (
-        "226 preemptions in 27 s (1.07 per received request): G1 160 (fragmentation 156, capacity 4), "
-        "G2 44, G4 21, G3 1; at least 135 k tokens recomputed (71% of processed); 16 requests preempted 5+ times; "
-        "no stall"  # issue 15: the findings tail
+        "226 preemptions in 27 s (1.07 per received request): G1 KV space 160 (fragmentation 156, capacity 4), "
+        "G2 batch variance 44, G4 prefix conflict 21, G3 queue overflow 1"  # the gates spelled out
     )
     assert lines[1].startswith("Top fix: ")
+    # the cost of the incident (findings) on a line of its own, after the change to make
+    assert any(
+        ln.strip() == "cost: at least 135 k tokens recomputed (71% of processed); 16 requests preempted 5+ times; no stall"
+        for ln in lines[2:5]
+    ), lines[:5]
     assert "Timeline" not in out.stderr  # the chart is for terminals
 
 
@@ -126,11 +130,17 @@ def test_fixes_are_ranked_data_without_no_ops(tmp_path):
     s = json.loads(r.stdout)["summary"]
     fixes = s["fixes"]
     assert [x["rank"] for x in fixes] == list(range(1, len(fixes) + 1))
-    counts = [x["events_addressed"] for x in fixes]
-    assert counts == sorted(counts, reverse=True) and counts[0] > 0
+    # verified changes first; a change its own replay shows no gain for after the others; then by events
+    key = [
+        (x["status"] != "verified", (x.get("replay") or {}).get("gain") is False, -x["events_addressed"])
+        for x in fixes
+    ]
+    assert key == sorted(key) and fixes[0]["events_addressed"] > 0
     for x in fixes:
-        assert {"option", "current", "suggested", "inputs", "expected_effect", "rank"} <= set(x)
-        assert x["current"] is None or x["suggested"] is None or str(x["current"]) != str(x["suggested"])
+        assert {"option", "current", "suggested", "inputs", "expected_effect", "rank", "status"} <= set(x)
+        assert x["suggested"] is not None  # a change to make; "cannot compute" is a to-know-more item
+        assert x["current"] is None or str(x["current"]) != str(x["suggested"])
+    assert s["to_know_more"] and all({"add", "settles"} <= set(x) for x in s["to_know_more"])
     ids = {x["id"] for x in fixes}
     dropped = {x["id"]: x["why"] for x in s["fixes_dropped"]}
     # The demo runs block_size 16 and the formula says 16: a no-op, dropped with why.

@@ -15,7 +15,9 @@ Ground truth reported next to the plugin's records (the test compares them):
 
 Spec keys: workload (pressure | prefix), blocks, block_size, requests, prompt, max_tokens,
 max_num_seqs, prefix_caching, log (path), log_every, wall (seconds between steps, optional),
-fault (a hook name whose plugin helper raises), policy (fcfs | priority).
+fault (a hook name whose plugin helper raises), policy (fcfs | priority), metrics (return the
+final /metrics text), metrics_at (steps after which /metrics is read: ``metrics_snapshots``, each
+``{"time": epoch seconds, "text": ...}``).
 """
 
 from __future__ import annotations
@@ -312,7 +314,7 @@ def run(spec: dict) -> dict:
     pending = list(reqs)
     sched_time = 0.0
     metrics_at = set(spec.get("metrics_at", ()))
-    snapshots: list[str] = []
+    snapshots: list[dict] = []
     while pending or sched.has_requests():
         if pending and step_no % arrive_every == 0:
             r = pending.pop(0)
@@ -345,7 +347,7 @@ def run(spec: dict) -> dict:
             from prometheus_client import REGISTRY as _R
             from prometheus_client import generate_latest as _g
 
-            snapshots.append(_g(_R).decode())
+            snapshots.append({"time": time.time(), "text": _g(_R).decode()})
         if step_no % log_every == 0:
             mgr.log()
         if wall:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .common import Cfg, cfg_number, cfg_text, frame, src_expr
+from .common import Cfg, cfg_default, cfg_number, cfg_text, frame, src_expr
 
 if TYPE_CHECKING:
     from ..result import AnalysisView as Analysis
@@ -97,6 +97,92 @@ def _peak(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def request_tokens(a: Analysis) -> dict[str, Any] | None:
+    """Tokens of an average request at its end (prompt + output) and where they come from: vLLM's
+    own per-request histograms in /metrics (sum / count since engine start, the latest scrape), else
+    the log's request lines (mean prompt_token_ids length + mean max_tokens, an upper bound)."""
+    ps = frame(a, "prom_samples")
+    if ps is not None:
+        want = ["req_prompt_sum", "req_prompt_count", "req_gen_sum", "req_gen_count"]
+        h = ps.filter(pl.col("field").is_in(want) & pl.col("value").is_finite())
+        if h.height:
+            last = (
+                h.sort("time", nulls_last=False)
+                .group_by("field")
+                .agg(pl.col("value").last(), src_expr().last().alias("_src"))
+            )
+            v = {f: (x, src) for f, x, src in last.iter_rows()}
+            if all(k in v for k in want) and v["req_prompt_count"][0] > 0 and v["req_gen_count"][0] > 0:
+                p = v["req_prompt_sum"][0] / v["req_prompt_count"][0]
+                g = v["req_gen_sum"][0] / v["req_gen_count"][0]
+                return {
+                    "tokens": p + g,
+                    "prompt": p,
+                    "output": g,
+                    "requests": int(v["req_prompt_count"][0]),
+                    "src": v["req_prompt_sum"][1],
+                    "how": f"mean prompt {p:.0f} + mean output {g:.0f} tokens of {int(v['req_prompt_count'][0])} "
+                    f"finished request(s) (vllm:request_prompt_tokens and vllm:request_generation_tokens, "
+                    f"{v['req_prompt_sum'][1]})",
+                }
+    from ..vllm.requests import stats_of
+
+    st = stats_of(a)
+    if st.prompt_n >= 5 and st.max_tokens_mean() is not None:
+        pr = st.prompts
+        p = float(pr.select((pl.col("prompt_tokens") * pl.col("n")).sum() / pl.col("n").sum()).item())
+        g = float(st.max_tokens_mean() or 0)
+        src = ", ".join(st.sources)[:120]
+        return {
+            "tokens": p + g,
+            "prompt": p,
+            "output": g,
+            "requests": st.prompt_n,
+            "src": src,
+            "how": f"mean prompt {p:.0f} + mean max_tokens {g:.0f} tokens of {st.prompt_n} request line(s) ({src}; "
+            "max_tokens is an upper bound of the output)",
+        }
+    return None
+
+
+def _peak_estimated(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
+    """No preempt record measures the demand: estimate it from what a stock bundle holds. The
+    running count at the engine's pressure samples (KV cache at the ceiling with requests waiting:
+    pressure.py), times the blocks an average request needs at its end (:func:`request_tokens`).
+    An estimate (labelled so): requests differ in length and a running request has not yet grown
+    to its end, so the lever values computed from it are a first step, checked by the next run."""
+    piv = frame(a, "pressure_intervals")
+    req = request_tokens(a)
+    if piv is None or req is None or not pool.get("block_size"):
+        return None
+    top = piv.filter(pl.col("max_running").is_not_null()).sort("max_running", descending=True).head(1)
+    if top.height == 0:
+        return None
+    r = top.row(0, named=True)
+    running = int(r["max_running"])
+    per_req = -(-int(round(req["tokens"])) // pool["block_size"])  # ceil: whole blocks
+    demand = running * per_req
+    if running < 1 or demand <= pool["blocks"]:
+        return None
+    ev = list(r["evidence"] or [])
+    where = ", ".join(ev[:2]) + (f" (+{len(ev) - 2} more)" if len(ev) > 2 else "")
+    return {
+        "blocks": demand,
+        "tokens": demand * pool["block_size"],
+        "running": running,
+        "at": r["start"],
+        "src": where,
+        "blocks_needed_max": None,
+        "watermark_blocks": None,
+        "records": 0,
+        "estimated": True,
+        "per_request_blocks": per_req,
+        "request_tokens": req,
+        "text": f"estimated: {running} running at the KV ceiling ({where}) x {per_req} blocks per request "
+        f"({req['how']}) = {demand} blocks",
+    }
+
+
 def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None:
     pr = victims.filter(pl.col("prompt_tokens").is_not_null())
     if pr.height == 0:
@@ -111,6 +197,8 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
 
     pool = _pool(a)
     peak = _peak(a, pool) if pool is not None and pool["blocks"] else None
+    if peak is None and pool is not None and pool["blocks"]:
+        peak = _peak_estimated(a, pool)
     cfg: dict[str, Cfg | None] = {
         k: cfg_number(a, k)
         for k in (
@@ -120,8 +208,14 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
             "max_num_batched_tokens",
             "kv_cache_memory_gib",
             "max_concurrency",
+            "num_gpu_blocks_override",
         )
     }
+    # vLLM's own default for the bundle's version stands in for a value the log does not print,
+    # labelled as assumed (never preemptlog's own guess: without the version there is none).
+    for k in ("gpu_memory_utilization", "max_num_seqs"):
+        if cfg[k] is None:
+            cfg[k] = cfg_default(a, k)
     chunked = cfg_text(a, "enable_chunked_prefill")
     version = cfg_text(a, "vllm_version")
     inputs = {

@@ -54,6 +54,22 @@ def cfg_number(a: Analysis, key: str) -> Cfg | None:
     return Cfg(key, val, str(row["status"]), src)
 
 
+def cfg_default(a: Analysis, key: str) -> Cfg | None:
+    """vLLM's default for the bundle's own version (vllm/config.py VERSION_DEFAULTS), as an assumed
+    value: None when the version is not in the bundle (then the default is not known)."""
+    from ..vllm.config import in_force
+
+    cfg = in_force(a.config)
+    row, ver = cfg.get(key), cfg.get("vllm_version")
+    if row is None or row.get("status") != "default" or ver is None or ver.get("status") == "default":
+        return None
+    try:
+        val = float(str(row["value"]))
+    except (TypeError, ValueError):
+        return None
+    return Cfg(key, val, "assumed", f"vLLM {ver['value']} default")
+
+
 def cfg_text(a: Analysis, key: str) -> tuple[str, str | None, str] | None:
     """(value, file:line, status) of a configuration key, defaults included (callers decide)."""
     from ..vllm.config import in_force

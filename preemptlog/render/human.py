@@ -20,6 +20,10 @@ def print_summary(analysis: Analysis, console: Console) -> None:
     top = top_fix(s)
     if top:
         console.print(f"Top fix: {markup(top)}")
+    if s.get("to_know_more_line"):
+        console.print(markup(s["to_know_more_line"]))
+    if s.get("findings_headline"):
+        console.print(f"  cost: {markup(s['findings_headline'])}")
     f = s.get("filters")
     if f:
         console.print(f"  filtered ({markup(f['text'])}): {f['kept']} of {f['total']} event(s) shown")
@@ -39,8 +43,11 @@ def print_summary(analysis: Analysis, console: Console) -> None:
         )
     if s["first_event"]:
         console.print(f"  events from {markup(s['first_event'])} to {markup(s['last_event'])}")
-    if s["events_without_time"]:
-        console.print(f"  {s['events_without_time']} event(s) have no timestamp in the log")
+    unplaced = (s.get("cause") or {}).get("unplaced") or 0
+    if s["events_without_time"] - unplaced > 0:
+        console.print(f"  {s['events_without_time'] - unplaced} event(s) have no timestamp in the log")
+    if unplaced:
+        console.print(f"  {unplaced} event(s) counted by vLLM since the engine started, not placed in time")
     rep = s["requests_preempted_more_than_once"]
     if rep:
         top = ", ".join(f"{r['request_id']} x{r['count']}" for r in rep[:5])
@@ -80,6 +87,13 @@ def print_summary(analysis: Analysis, console: Console) -> None:
     for a in s["assumptions"]:
         scope = f" ({markup(a['scope'])})" if a["scope"] != "bundle" else ""
         console.print(f"  assumed {markup(a['topic'])}{scope}: {markup(str(a['value']))} from {markup(a['source'])}")
+    docs = [f["file"] for f in s["inputs"] if f["kind"] == "document"]
+    if docs:
+        more = f" and {len(docs) - 8} more" if len(docs) > 8 else ""
+        console.print(
+            f"  not read: {markup(', '.join(docs[:8]))}{more} (a document, not a log: the lines it quotes add no "
+            "events; --kind FILE=vllm-log reads one)"
+        )
     unknown = [f for f in s["inputs"] if f["kind"] in ("unknown", "binary", "empty", "unreadable")]
     if unknown:
         names = ", ".join(f"{f['file']} ({f['kind']})" for f in unknown[:8])

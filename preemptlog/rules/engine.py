@@ -314,7 +314,11 @@ def _not_in_upstream(rules: list[Rule], c: Compiler) -> pl.Expr:
         engine = pl.col("code_engine") if "code_engine" in c.columns else pl.lit("upstream vLLM")
         why = pl.concat_str([pl.lit("not in "), engine.fill_null("upstream vLLM"), pl.lit(f": {note}" if note else "")])
         item = pl.struct(pl.lit(gate).alias("gate"), why.alias("why"))
-        items.append(pl.when(_upstream_excludes(gate, c)).then(item))
+        fired = pl.lit(False)
+        for r in rules:
+            if r.gate == gate:
+                fired = fired | pl.col(f"counts__{r.id}")
+        items.append(pl.when(_upstream_excludes(gate, c) & ~fired).then(item))
     return pl.concat_list(items).list.drop_nulls()
 
 

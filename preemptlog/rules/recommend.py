@@ -2,8 +2,9 @@
 
 Every recommendation names the inputs it used and where they came from; where
 an input is not in the bundle it says which vLLM option would log it, instead
-of guessing. Inputs are measured once per incident (:func:`measure`), then
-each gate (and G1 sub-kind) gets its list (:func:`by_gate`).
+of guessing. Inputs are measured once per incident (:func:`measure`); the
+incident's one list of changes is made from these and the capacity levers by
+preemptlog/fixes.py (a pipeline stage after the findings).
 
 Formulas (field guide): block_size from the prompt-length distribution (3.2.1:
 64 when about 95% of prompts are <= 64 tokens); ``max_num_seqs =
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ..result import AnalysisView
 
 LOG_REQUESTS_HINT = (
-    "log requests (--enable-log-requests from vLLM 0.10.1; on by default before) and, from 0.11.1, "
+    "log requests (--enable-log-requests from vLLM 0.10.1, on by default before) and, from 0.11.1, "
     "DEBUG logging for prompt_token_ids"
 )
 LATENCY_HINT = (
@@ -107,8 +108,9 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
             val = cast(row["value"])
         except (TypeError, ValueError, OverflowError):  # not a number: unknown, not a string to compute with
             return Measured(None, f"{key} is not a number in the bundle ({str(row['value'])[:40]!r})")
-        where = f"{row['source']}:{row['line']}" if row.get("source") else "preemptlog default"
-        return Measured(val, f"{key} {row['status']} ({where})")
+        if row.get("source"):
+            return Measured(val, f"{key} {row['status']} ({row['source']}:{row['line']})")
+        return Measured(val, f"{key} {row.get('note') or 'assumed: vLLM default'}")
 
     out["block_size"] = c("block_size", int)
     out["max_num_seqs"] = c("max_num_seqs", int)
@@ -514,6 +516,7 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
 TIE_ORDER = [
     "block_size",
     "capacity_gpu_memory_utilization",
+    "capacity_num_gpu_blocks_override",
     "kv_room",
     "capacity_max_num_seqs",
     "capacity_max_model_len",
@@ -565,26 +568,6 @@ def engine_family(analysis: AnalysisView) -> str | None:
     return (_cfg(analysis).get("engine") or {}).get("value")
 
 
-def incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, Any]:
-    """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``)."""
-    fixes, dropped = structured(measure(analysis), engine_family(analysis))
-    counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
-    candidates = ranked(fixes, counts)
-    if not candidates:  # nothing to replay (no events): whatif is not even imported (start-up time)
-        return {"fixes": candidates, "dropped": list(dropped)}
-    from ..whatif.verify import verify_fixes  # each fix replayed on the incident's workload
-
-    kept, no_gain = verify_fixes(analysis, candidates)
-    return {"fixes": kept, "dropped": dropped + no_gain}
-
-
-def by_gate(analysis: AnalysisView, verdicts: Any = None) -> dict[str, list[dict[str, Any]]]:
-    """Ranked fixes per verdict key (``gate`` or ``gate/sub_kind``)."""
-    fx = incident_fixes(analysis, verdicts)["fixes"]
-    keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
-    return {k: [x for x in fx if k in x["addresses"]] for k in keys}
-
-
 # ---------------------------------------------------------------- issue 15: capacity arithmetic
 def _ver(text: str) -> tuple[int, ...]:
     import re
@@ -605,10 +588,43 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     pin = list(pool["inputs"])
     gmu, mns, mml = cfg.get("gpu_memory_utilization"), cfg.get("max_num_seqs"), cfg.get("max_model_len")
     mbt, kvgib = cfg.get("max_num_batched_tokens"), cfg.get("kv_cache_memory_gib")
+    override = cfg.get("num_gpu_blocks_override")
     ratio = peak["blocks"] / pool["blocks"] if peak and pool["blocks"] else None
     peak_in = [f"peak demand {peak['blocks']} blocks = {peak['tokens']} tokens: {peak['text']}"] if peak else []
+    estimated = " (an estimate: the next run checks it)" if peak and peak.get("estimated") else ""
+    # The lever that moves the pool: --num-gpu-blocks-override pins it, whatever the memory share.
+    if override is not None:
+        dropped.append(
+            {
+                "id": "capacity_gpu_memory_utilization",
+                "why": f"the pool is pinned by --num-gpu-blocks-override ({override.cite()}): "
+                "gpu_memory_utilization does not change it",
+            }
+        )
+        if peak is None:
+            dropped.append({"id": "capacity_num_gpu_blocks_override", "why": "needs the peak demand"})
+        elif ratio is not None and ratio > 1:
+            need = int(math.ceil(override.value * ratio))
+            out.append(
+                _fix(
+                    "capacity_num_gpu_blocks_override",
+                    "--num-gpu-blocks-override",
+                    int(override.value),
+                    need,
+                    [override.cite(), *pin, *peak_in],
+                    f"a KV pool of {need} blocks holds the peak demand ({ratio:.2f}x the pool){estimated}; the "
+                    "GPU must have the memory for it",
+                    f"num_gpu_blocks_override {int(override.value)} -> {need} = the pool {pool['blocks']} blocks x "
+                    f"peak {peak['blocks']} / {pool['blocks']}",
+                    G1_KEYS,
+                )
+            )
+        else:
+            dropped.append({"id": "capacity_num_gpu_blocks_override", "why": "the peak demand fits the pool"})
     # gpu_memory_utilization that holds the peak.
-    if peak is None or gmu is None:
+    if override is not None:
+        pass
+    elif peak is None or gmu is None:
         dropped.append(
             {
                 "id": "capacity_gpu_memory_utilization",
@@ -643,7 +659,8 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
                     need,
                     [gmu.cite(), *pin, *peak_in],
                     f"a KV pool of about {math.ceil(pool['blocks'] * ratio)} blocks holds the peak demand "
-                    f"({ratio:.2f}x the pool){extra} (an upper bound: only the KV share of the budget must grow)",
+                    f"({ratio:.2f}x the pool){extra} (an upper bound: only the KV share of the budget must grow)"
+                    + estimated,
                     f"gpu_memory_utilization {gmu.value:g} -> {need} = {gmu.value:g} x peak {peak['blocks']} / pool "
                     f"{pool['blocks']} blocks",
                     G1_KEYS,
@@ -682,7 +699,7 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
                     + peak_in
                     + [f"running {peak['running']} at the peak ({peak['src']})"],
                     f"at {per_req:.1f} blocks per running request, {fit} requests fit the pool of {pool['blocks']} blocks: "
-                    "fewer preemptions, more waiting",
+                    "fewer preemptions, more waiting" + estimated,
                     f"max_num_seqs {fit} = floor(pool {pool['blocks']} / (peak {peak['blocks']} blocks / {peak['running']} running))",
                     G1_KEYS + ["G3-queue-overflow"],
                 )
@@ -753,7 +770,7 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         )
     # watermark (V1 --watermark, 0.24+): keep room for running requests' growth when admitting.
     ver = c.get("vllm_version")
-    if peak is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24):
+    if peak is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24) or not peak.get("blocks_needed_max"):
         dropped.append(
             {
                 "id": "capacity_watermark",

@@ -16,7 +16,6 @@ from ..frames import PolarsType
 from .engine import ENGINE_COLUMNS, evaluate
 from .factors import factors
 from .model import RuleSet
-from .recommend import by_gate
 
 if TYPE_CHECKING:
     from ..result import AnalysisView
@@ -29,20 +28,29 @@ def _fix_fields() -> dict[str, PolarsType]:
         "rank": pl.Int64,
         "option": pl.String,
         "current": pl.String,
+        "current_from": pl.String,
         "suggested": pl.String,
+        "status": pl.String,
         "expected_effect": pl.String,
         "inputs": pl.List(pl.String),
         "missing": pl.String,
     }
 
 
+def fix_type() -> pl.DataType:
+    """The per-event ``fixes`` column's type: a list of fix structs."""
+    return pl.List(pl.Struct(_fix_fields()))
+
+
 def fix_cell(x: dict[str, Any]) -> dict[str, Any]:
-    """One ranked fix (rules.recommend.structured) as a per-event struct; values as text."""
+    """One ranked change (fixes.plan) as a per-event struct; values as text."""
     return {
         "rank": x.get("rank"),
         "option": x["option"],
         "current": None if x["current"] is None else str(x["current"]),
+        "current_from": x.get("current_from"),
         "suggested": None if x["suggested"] is None else str(x["suggested"]),
+        "status": x.get("status"),
         "expected_effect": x["expected_effect"],
         "inputs": list(x["inputs"]),
         "missing": x.get("missing"),
@@ -112,22 +120,9 @@ def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
     v = v.with_columns(unique.select(factors(unique, rs).alias("contributing_factors")))
     v = v.drop("event_id").with_columns(groups.get_column("_ids")).explode("_ids").rename({"_ids": "event_id"})
     v = frame.select("event_id").join(v, on="event_id", how="left", maintain_order="left")
-    recs = by_gate(analysis, v)
-    key = (
-        pl.when(pl.col("gate") == "G1-kv-space")
-        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
-        .otherwise(pl.col("gate"))
-    )
-    fix_type = pl.List(pl.Struct(_fix_fields()))
-    lookup = pl.DataFrame(
-        {
-            "_key": list(recs.keys()),
-            "recommendations": [[x["text"] for x in fx] for fx in recs.values()],
-            "fixes": [[fix_cell(x) for x in fx] for fx in recs.values()],
-        },
-        schema={"_key": pl.String, "recommendations": pl.List(pl.String), "fixes": fix_type},
-    )
-    v = v.with_columns(_key=key).join(lookup, on="_key", how="left").drop("_key")
+    # The changes to make come later, from the whole incident (fixes.plan, after the findings);
+    # fixes.attach fills these two columns.
+    v = v.with_columns(recommendations=pl.lit([], pl.List(pl.String)), fixes=pl.lit([], fix_type()))
     return v.select(["event_id"] + VERDICT_COLUMNS)
 
 

@@ -107,13 +107,55 @@ ARG_KEYS = [
 for _k in ARG_KEYS:
     EXTRACTORS.append(("cfg_args", _k, _arg(_k)))
 
-# vLLM defaults used when the log is silent. (key, value, note)
-DEFAULTS: list[tuple[str, str, str]] = [
-    ("block_size", "16", "vLLM default for CUDA; not printed by vLLM unless set on the command line"),
-    ("max_num_seqs", "256", "the field guide's default; vLLM's default depends on version and usage context"),
-    ("gpu_memory_utilization", "0.9", "vLLM default; not printed unless set"),
-    ("scheduling_policy", "fcfs", "vLLM default"),
-]
+# vLLM's own defaults, used when the log is silent: (key, first version, value, where vLLM sets it),
+# newest first; read from the released wheels' source (gpu_memory_utilization: 0.9 in 0.4-0.19.1,
+# 0.92 from 0.20.0 through 0.32.0). A default row's note says "assumed: vLLM X.Y default (file)".
+VERSION_DEFAULTS: dict[str, list[tuple[tuple[int, ...] | None, str, str]]] = {
+    "gpu_memory_utilization": [
+        ((0, 20, 0), "0.92", "vllm/config/cache.py CacheConfig.gpu_memory_utilization"),
+        (None, "0.9", "vllm/config/cache.py (vllm/config.py before 0.10) CacheConfig.gpu_memory_utilization"),
+    ],
+    "block_size": [
+        (
+            None,
+            "16",
+            "vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, on CUDA (an attention backend may pick another)",
+        ),
+    ],
+    "max_num_seqs": [
+        (
+            (0, 8, 0),
+            "256",
+            "vllm/engine/arg_utils.py _set_default_args: 256 on most GPUs, 1024 on H100/H200/B200-class, "
+            "128 x world size on CPU",
+        ),
+        (None, "256", "vllm/config.py SchedulerConfig.max_num_seqs"),
+    ],
+    "scheduling_policy": [(None, "fcfs", "vllm/config/scheduler.py SchedulerConfig.policy")],
+}
+
+
+def default_rows(version: str | None) -> list[tuple[str, str, str]]:
+    """(key, value, note) of vLLM's defaults for ``version`` (None: not in the bundle)."""
+    vt = _version_tuple(version) if version else None
+    out = []
+    for key, rows in VERSION_DEFAULTS.items():
+        chosen = next((r for r in rows if vt is not None and r[0] is not None and vt >= r[0]), None)
+        if chosen is None:
+            chosen = rows[-1] if vt is not None else rows[0] if len(rows) == 1 else None
+        if chosen is None:  # the version is not in the bundle and the default changed between versions
+            newest, oldest = rows[0], rows[-1]
+            since = ".".join(str(x) for x in newest[0] or ())
+            note = (
+                f"assumed: vLLM's default ({oldest[1]} before {since}, {newest[1]} from {since}; the version is not in "
+                f"the bundle; {oldest[2]})"
+            )
+            out.append((key, oldest[1], note))
+            continue
+        label = f"vLLM {version} default" if version else "vLLM default"
+        out.append((key, chosen[1], f"assumed: {label} ({chosen[2]})"))
+    return out
+
 
 _NONE_MEANINGFUL = {"speculative_config", "speculative_model", "quantization"}
 
@@ -185,9 +227,10 @@ def parse(
     derived = _derive(seen, stats, records)
     out = pl.concat([seen, derived], how="vertical")
     have = set(out.get_column("key").to_list())
+    ver = _last(seen, "vllm_version")
     defaults = [
         {"key": k, "value": v, "status": "default", "time": None, "source": None, "line": None, "note": note}
-        for k, v, note in DEFAULTS
+        for k, v, note in default_rows(ver["value"] if ver else None)
         if k not in have
     ]
     if defaults:

@@ -1,6 +1,6 @@
 """Verified fixes: replay each recommended fix against the incident's own workload.
 
-:func:`verify_fixes` is called by ``rules.recommend.incident_fixes`` (so ``analyze``, ``report``
+:func:`verify_fixes` is called by ``fixes.plan``, once per incident (so ``analyze``, ``report``
 and ``explain`` show the same fixes). For every fix whose ``option`` names a replay setting
 (``--max-num-seqs`` -> ``max_num_seqs``, ``--gpu-memory-utilization``, ``--block-size``,
 ``--max-num-batched-tokens``, ``--enable-chunked-prefill``, ``--num-gpu-blocks-override`` ->

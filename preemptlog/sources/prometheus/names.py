@@ -40,6 +40,12 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "vllm:request_num_preemptions_sum": ("hist_sum", "counter", 1.0),
     "vllm:request_num_preemptions_bucket": ("hist_bucket", "counter", 1.0),
     "vllm:cache_config_info": ("cache_config", "info", 1.0),
+    # Tokens per finished request (histogram sum / count since engine start): the size of a request
+    # for the capacity estimate of a stock bundle (findings/capacity.py). Read as the latest value.
+    "vllm:request_prompt_tokens_sum": ("req_prompt_sum", "gauge", 1.0),
+    "vllm:request_prompt_tokens_count": ("req_prompt_count", "gauge", 1.0),
+    "vllm:request_generation_tokens_sum": ("req_gen_sum", "gauge", 1.0),
+    "vllm:request_generation_tokens_count": ("req_gen_count", "gauge", 1.0),
 }
 
 
