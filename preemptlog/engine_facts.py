@@ -180,7 +180,9 @@ def markdown_table() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for f in TABLE:
-        eng = {"vllm": "vLLM", "sglang": "SGLang"}.get(f.engine, f.engine) + (f" {f.generation}" if f.generation else "")
+        eng = {"vllm": "vLLM", "sglang": "SGLang"}.get(f.engine, f.engine) + (
+            f" {f.generation}" if f.generation else ""
+        )
         settles = f"`{f.gate}`" + (f" / `{f.sub_kind}`" if f.sub_kind else "") + f", mechanism `{f.mechanism}`"
         rows.append(
             f"| {eng} | {_versions(f)} | {f.policy or 'any'} | {f.trigger} | {f.victim} | {settles} | `{f.source}` |"

@@ -57,7 +57,12 @@ def run(path: Path):
 
 STOCK = [
     B.log("10:00:00", "INFO", "core.py:133", START_V1),
-    B.log("10:00:01", "INFO", "kv_cache_utils.py:2327", "GPU KV cache size: 1,024 tokens, Maximum concurrency for 2,048 tokens per request: 0.50x"),
+    B.log(
+        "10:00:01",
+        "INFO",
+        "kv_cache_utils.py:2327",
+        "GPU KV cache size: 1,024 tokens, Maximum concurrency for 2,048 tokens per request: 0.50x",
+    ),
     stats("10:00:10", 6, 0, 60.0),
     stats("10:00:20", 7, 12, 100.0),
     stats("10:00:30", 5, 9, 98.4),
@@ -168,7 +173,10 @@ def test_a_log_that_cannot_show_a_count_is_not_visible(tmp_path, fam, rows):
 
 
 def test_the_public_logs_without_a_stats_line_are_not_visible(corpus, corpus2):
-    for path in (corpus / "vllm-v0100-vllmworker-rank-ansi.log", corpus2 / "vllm-v0120-verl-nested-ray-numpreempted.log"):
+    for path in (
+        corpus / "vllm-v0100-vllmworker-rank-ansi.log",
+        corpus2 / "vllm-v0120-verl-nested-ray-numpreempted.log",
+    ):
         a = analyze([str(path)], AnalyzeOptions(tz="UTC", year=2025))
         s = a.summary()
         assert s["count_visible"] is False, path.name
@@ -194,7 +202,9 @@ def test_a_v0_log_is_visible_by_its_sampled_warnings(tmp_path):
 def test_documents_in_a_bundle_are_not_read_and_their_quotes_add_no_events(tmp_path, fam):
     rows = [STOCK[0], stats("10:00:10", 6, 0, 60.0), stats("10:00:20", 7, 12, 100.0, 3)]
     quoted = "\n".join(B.render(fam, r) for r in rows[1:])
-    notes = f"# What happened\n\nThe server preempted. The stats lines said:\n\n```\n{quoted}\n```\n\nWe think it was KV.\n"
+    notes = (
+        f"# What happened\n\nThe server preempted. The stats lines said:\n\n```\n{quoted}\n```\n\nWe think it was KV.\n"
+    )
     prose = (
         "The on-call engineer copied these logs from the node on Tuesday morning after the alert fired.\n"
         "The server was restarted once, at about ten, and the queue drained within a few minutes.\n"
@@ -247,7 +257,10 @@ def test_a_cache_reset_in_the_kv_events_is_not_kv_pressure(tmp_path):
     rows = [STOCK[0], stats("10:00:10", 6, 0, 60.0), stats("10:00:20", 0, 6, 10.0, 1)]
     kv = "\n".join(  # KV cache events (vLLM's KVEventBatch as JSON lines): 10:00:12 and 10:00:15
         json.dumps(x)
-        for x in ([1746093612.0, [["BlockStored", [1, 2], None, [1, 2, 3], 16, None]]], [1746093615.0, [["AllBlocksCleared"]]])
+        for x in (
+            [1746093612.0, [["BlockStored", [1, 2], None, [1, 2, 3], 16, None]]],
+            [1746093615.0, [["AllBlocksCleared"]]],
+        )
     )
     a = run(write(tmp_path, "v08", rows, **{"kvevents.jsonl": kv + "\n"}))
     v = a.verdicts

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_capture_vllm import PRESSURE, PREFIX, PY, run_driver
+from .test_capture_vllm import PREFIX, PRESSURE, PY, run_driver
 
 pytestmark = pytest.mark.skipif(
     PY is None,
@@ -88,7 +88,11 @@ def check_answer(doc: dict, counter: int) -> None:
         assert e["gate"] == "G1-kv-space" and e["sub_kind"] == "capacity", (e["event_id"], e["gate"], e["rule"])
         assert e["confidence"] in ("medium", "high"), (e["event_id"], e["rule"], e["confidence"])
         assert e["not_evaluable"] == [], e["not_evaluable"]
-        assert {x["gate"] for x in e["not_in_upstream"]} == {"G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict"}
+        assert {x["gate"] for x in e["not_in_upstream"]} == {
+            "G2-batch-variance",
+            "G3-queue-overflow",
+            "G4-prefix-conflict",
+        }
     for x in s["fixes"] or []:  # changes to make: a computed value for a real option
         assert x["suggested"] is not None and x["option"].startswith("--"), x
         assert x["id"] != "add_evidence"

@@ -119,7 +119,8 @@ def test_headline_first_on_a_non_terminal_stderr():
     assert lines[1].startswith("Top fix: ")
     # the cost of the incident (findings) on a line of its own, after the change to make
     assert any(
-        ln.strip() == "cost: at least 135 k tokens recomputed (71% of processed); 16 requests preempted 5+ times; no stall"
+        ln.strip()
+        == "cost: at least 135 k tokens recomputed (71% of processed); 16 requests preempted 5+ times; no stall"
         for ln in lines[2:5]
     ), lines[:5]
     assert "Timeline" not in out.stderr  # the chart is for terminals
@@ -132,8 +133,7 @@ def test_fixes_are_ranked_data_without_no_ops(tmp_path):
     assert [x["rank"] for x in fixes] == list(range(1, len(fixes) + 1))
     # verified changes first; a change its own replay shows no gain for after the others; then by events
     key = [
-        (x["status"] != "verified", (x.get("replay") or {}).get("gain") is False, -x["events_addressed"])
-        for x in fixes
+        (x["status"] != "verified", (x.get("replay") or {}).get("gain") is False, -x["events_addressed"]) for x in fixes
     ]
     assert key == sorted(key) and fixes[0]["events_addressed"] > 0
     for x in fixes:
