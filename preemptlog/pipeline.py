@@ -62,6 +62,7 @@ from .timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zon
 from .vllm import config as vconfig
 from .vllm import preemptions
 from .vllm import requests as vrequests
+from .vllm import runs as vruns
 from .vllm import stats as vstats
 from .workspace import Workspace
 
@@ -307,6 +308,8 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     notes: list[str] = list(untimed_notes) + list(logs.notes)
     counters: dict[str, Any] = {"v0": v0facts, "line_times": untimed_counts}
     assumptions = list(clock.assumptions)
+    # Which server run each log line belongs to (a restart resets the configuration: vllm/runs.py).
+    frames["server_runs"] = vruns.runs_table(records)
     for o in outputs:
         frames.update(o.frames)
         assumptions.extend(o.assumptions)

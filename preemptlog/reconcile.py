@@ -425,6 +425,15 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     elif orig_kinds.get("marker"):
         rule = "lines marked PREEMPTED"
         quality = "lower bound"
+    elif not total and cap.family == "V0" and cap.counts == "sampled":
+        # V0 logs the 1st preemption of a run (total_num_cumulative_preemption=1): read from every
+        # run's start banner, a log without the warning had none; else up to 49 went unlogged.
+        if _read_from_start(a):
+            rule = "V0 logs the first preemption of every server run: no warning since the start banner, none"
+            quality = "exact"
+        else:
+            rule = "V0 warnings (1 in 50): none in this log, which does not begin at a start banner"
+            quality = "lower bound"
     else:
         rule = "events found in the inputs"
         quality = "unknown" if not total else "lower bound"
@@ -635,6 +644,16 @@ def _unplaced(r: dict[str, Any], where: str, n: int, start: Any, base: int) -> p
             "_sub": k,
         }
     )
+
+
+def _read_from_start(a: AnalysisView) -> bool:
+    """Every vLLM log stream of the bundle begins at a server start banner (vllm/runs.py: no run 0)."""
+    runs = a.frames.get("server_runs")
+    if runs is None or runs.height == 0 or not a.records.height:
+        return False
+    streams = set(a.records.get_column("stream").unique().to_list())
+    begun = set(runs.filter(pl.col("stream_run") == 1).get_column("stream").to_list())
+    return streams <= begun and not runs.filter(pl.col("stream_run") == 0).height
 
 
 def records_vs_counts(

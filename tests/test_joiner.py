@@ -58,6 +58,9 @@ EXPECT_A = {
     "bt_preempt_largest_free_run": (None, None),
     "bt_preempt_watermark_blocks": (None, None),
     "bt_preempt_waiting": (None, None),
+    # Its records of running before the event: the text extend line, its table and its extend record.
+    "req_run_records": (3, BT + "3"),
+    "req_pending_step": (None, None),  # not among the pending requests of a look-back step
     "bt_batch_max_len": (40, BT + "5"),  # longest table of the nearest step (1202)
     "pool_free_blocks": (9, BT + "7"),
     "pool_largest_free_run": (4, BT + "7"),
@@ -65,6 +68,14 @@ EXPECT_A = {
     "pool_block_size": (16, BT + "7"),
     "pool_total_blocks": (256, BT + "7"),
     "lookback_min_largest_free_run": (4, BT + "7"),
+    # The snapshot of the decision: the latest at or before the preempt record's step 1203.
+    "pool_step": (1202, BT + "7"),
+    "pool_waiting": (None, None),
+    # Steps 1201 (an extend of 4 with 12 free) and 1202 (of 1 with 9 free): no shortage at either.
+    "pool_compared_steps": (2, BT + "7"),
+    "pool_short_step": (None, None),
+    "pool_short_free_blocks": (None, None),
+    "pool_short_blocks_needed": (None, None),
     "kvev_stored_blocks": (3, KV + "1-2"),
     "kvev_removed_blocks": (3, KV + "1-2"),
     "kvev_cleared": (0, KV + "1-2"),

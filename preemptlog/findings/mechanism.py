@@ -58,21 +58,42 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     )
     iv = stats_intervals(a)
     a_stats = a.stats
-    timed = df.filter(pl.col("time").is_not_null())
+    # An event spread in a counted interval is read at the interval's end, as every event of it.
+    spread = a.events.select(
+        "event_id",
+        pl.when((pl.col("time_precision") == "interval") & pl.col("interval_end").is_not_null())
+        .then(pl.col("interval_end"))
+        .alias("_iend"),
+    )
+    timed = (
+        df.join(spread, on="event_id", how="left")
+        .with_columns(time=pl.coalesce("_iend", "time"))
+        .filter(pl.col("time").is_not_null())
+    )
     if iv.height and timed.height and a_stats.height:
+        # The event's own engine's stats line (another engine's never explains it).
         tput = (
             a_stats.filter(pl.col("time").is_not_null())
             .select(
                 pl.col("time").alias("_st"),
+                pl.col("engine").fill_null("0").alias("_eng"),
                 pl.col("prompt_tput").alias("mech_prompt_tput_at"),
                 pl.col("gen_tput").alias("mech_gen_tput_at"),
             )
             .sort("_st")
         )
         near = (
-            timed.select("event_id", "time")
+            timed.select("event_id", "time", pl.col("engine").fill_null("0").alias("_eng"))
             .sort("time")
-            .join_asof(tput, left_on="time", right_on="_st", strategy="forward", tolerance="60s")
+            .join_asof(
+                tput,
+                left_on="time",
+                right_on="_st",
+                by="_eng",
+                strategy="forward",
+                tolerance="60s",
+                check_sortedness=False,
+            )
             .select("event_id", "mech_prompt_tput_at", "mech_gen_tput_at")
         )
         df = df.join(near, on="event_id", how="left")

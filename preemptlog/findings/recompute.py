@@ -92,11 +92,12 @@ def victims(a: Analysis) -> pl.DataFrame:
             near = (
                 rest.sort("time")
                 .join_asof(
-                    p.filter(pl.col("p_time").is_not_null()).sort("p_time"),
+                    # the same request of the same engine (a record of another engine never matches)
+                    p.filter(pl.col("p_time").is_not_null()).with_columns(_peng=pl.col("p_engine")).sort("p_time"),
                     left_on="time",
                     right_on="p_time",
-                    by_left="request_id",
-                    by_right="_prid",
+                    by_left=["request_id", "engine"],
+                    by_right=["_prid", "_peng"],
                     strategy="nearest",
                     tolerance=f"{int(NEAR_S * 1000)}ms",
                     check_sortedness=False,

@@ -23,7 +23,14 @@ Outputs:
 Definitions (all per event; "as of t" = the last row at or before ``t`` and no
 earlier than ``t - before``):
 
-- ``sched_*``: the nearest [SCHEDULER] step at or before the event. Rows are
+An event spread in a counted interval (``time_precision`` ``interval``: V1 ``Preemptions: N``,
+V0 counter jumps, Prometheus increases) is read at the interval's end with the interval
+``[interval_start, interval_end]`` as its window: every event of one interval gets the same
+evidence. Every lookup stays in the event's engine (its label, from ``Engine NNN`` or the
+process prefix; none: "0") and, for configuration and hook look-backs, its server run
+(vllm/runs.py: a restart resets both).
+
+- ``sched_*``: the nearest [SCHEDULER] step of the event's engine at or before the event. Rows are
   ordered by (time, stream, line), so a step printed after the PREEMPTED line
   in the same second of the same file does not count. Taken only when the step
   is within ``before`` seconds.
@@ -50,8 +57,12 @@ earlier than ``t - before``):
   moment (``free_blocks``, ``largest_free_run``, ``watermark_blocks``).
 - ``bt_batch_max_len``: the longest running request (``num_tokens``) in the
   nearest block-table step at or before t (the guide's dynamic G2 threshold).
-- ``pool_*``: the block-table step snapshot as of t.
-- ``kv_*_blocks`` / ``kvev_cleared``: sums over the window of the KV cache events.
+- ``pool_*``: the block-table step snapshot of the decision: the latest at or before the step of
+  the request's preempt record, else as of t; ``pool_short_*`` the block-table look-back, each
+  step's largest need (extend, allocate, preempt record) against its own free blocks.
+- ``req_pending_step`` / ``req_run_records``: what says the request held no blocks (listed pending
+  at a look-back step; no record of it running where the records cover the event).
+- ``kvev_*_blocks`` / ``kvev_cleared``: sums over the window of the engine's KV cache events (``data_parallel_rank``).
 - ``stats_kv_usage_max``: max GPU KV usage (stats lines) in the window;
   ``*_at`` as of t; ``*_delta`` = value as of ``t + after`` minus value as of
   ``t - before`` (or, when no stats line precedes the window, the first one in
@@ -60,9 +71,10 @@ earlier than ``t - before``):
   largest value over the GPUs of that sample; ``dmon_fb_jump_mb``: the largest rise
   of one GPU's frame-buffer use between two consecutive samples, for a rise
   sampled in the window, with ``dmon_fb_jump_gpu``.
-- ``cfg_*``: the last seen/derived value at or before t; when the log states
-  it only later (or never), the value in force for the whole bundle (last
-  seen, else derived, else preemptlog's default).
+- ``cfg_*``: the last seen/derived value of the event's server run at or before t; when
+  the run states it only later (or never), the run's value in force, else the bundle's
+  (other sources), else preemptlog's default; never another run's. Events of a log
+  without start banners read the whole bundle's.
 
 Every lookup is a sorted as-of join, a rolling aggregate over a merged
 timeline, or a cumulative-sum difference: no Python loop per event.

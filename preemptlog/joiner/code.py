@@ -134,16 +134,25 @@ def section_code(
     before_us: int,
     after_us: int,
 ) -> pl.DataFrame | None:
-    """``events`` needs _i, time, kind, interval_start, interval_end, _eng (every event, timed or not)."""
+    """``events`` needs _i, time, kind, time_precision, interval_start, interval_end, _eng (every event,
+    timed or not)."""
     facts = bundle_facts(config)
+    # A count (an interval, or events spread in one: time_precision "interval" or "unplaced") is
+    # judged by its interval, every event of it alike; a line by the window around its time.
+    counted = (pl.col("kind") == "interval") | (
+        pl.col("time_precision").is_in(["interval", "unplaced"]) & pl.col("interval_end").is_not_null()
+        if "time_precision" in events.columns
+        else pl.lit(False)
+    )
+    point = pl.col("time").is_not_null() & ~counted
     span = events.select(
         "_i",
         "_eng",
-        pl.when(pl.col("time").is_not_null() & (pl.col("kind") != "interval"))
+        pl.when(point)
         .then(pl.col("time") - pl.duration(microseconds=before_us))
         .otherwise(pl.col("interval_start"))
         .alias("_slo"),
-        pl.when(pl.col("time").is_not_null() & (pl.col("kind") != "interval"))
+        pl.when(point)
         .then(pl.col("time") + pl.duration(microseconds=after_us))
         .otherwise(pl.coalesce("interval_end", "time"))
         .alias("_shi"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from .common import asof, src_expr
@@ -135,47 +137,163 @@ def _cast_cfg(expr: pl.Expr, dtype: str) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False)
 
 
-def section_config(ev: pl.DataFrame, config: pl.DataFrame | None) -> pl.DataFrame | None:
+def event_runs(ev: pl.DataFrame, runs: pl.DataFrame | None) -> pl.DataFrame:
+    """Per event (``_i``): the server run it belongs to (``_run``; vllm/runs.py), null when none can
+    be told. A log event is in the run of its line's stream; an event of another source (a
+    block-table record, a counter increase) in the run of its time, when one log stream has runs."""
+    if runs is None or runs.height == 0:
+        return ev.select("_i", pl.lit(None, pl.Int32).alias("_run"))
+    by_line = asof(
+        ev.filter(pl.col("stream").is_not_null() & pl.col("seq").is_not_null()).select("_i", "stream", "seq"),
+        runs.select("stream", "first_seq", "run"),
+        left_on="seq",
+        right_on="first_seq",
+        by=["stream"],
+    ).select("_i", pl.col("run").alias("_run"))
+    out = ev.select("_i").join(by_line, on="_i", how="left")
+    if runs.get_column("stream").n_unique() == 1:
+        starts = runs.filter((pl.col("stream_run") > 0) & pl.col("start").is_not_null()).select("start", "run")
+        if starts.height:
+            by_time = asof(ev.select("_i", "_t"), starts, left_on="_t", right_on="start").select(
+                "_i", pl.col("run").alias("_trun")
+            )
+            out = out.join(by_time, on="_i", how="left").with_columns(_run=pl.coalesce("_run", "_trun")).drop("_trun")
+    return out
+
+
+_RANK = {"default": 0, "derived": 1, "seen": 2}
+
+
+def _forced(rows: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The value in force per group (``vllm.config.in_force``'s order: seen > derived > default, last)."""
+    return (
+        rows.with_columns(_rk=pl.col("status").replace_strict(_RANK, default=0, return_dtype=pl.Int8))
+        .with_row_index("_o")
+        .sort("_rk", "_o")
+        .group_by(by, maintain_order=True)
+        .agg(pl.col("value").last(), pl.col("_csrc").last(), pl.col("status").last())
+    )
+
+
+def section_config(
+    ev: pl.DataFrame, config: pl.DataFrame | None, runs: pl.DataFrame | None = None
+) -> pl.DataFrame | None:
+    """The configuration in force at each event. A server run has its own (issue 25): an event of a
+    run reads the values of its run (at or before t, else stated later in the run) and those of
+    sources that belong to the whole bundle, else the default; never another run's. An event in
+    no run reads the whole bundle's."""
     from ..vllm.config import in_force
 
     if config is None or config.height == 0:
         return None
     cfg = _config_rows(config).with_columns(_csrc=pl.when(pl.col("source").is_not_null()).then(src_expr()))
+    if "run" not in cfg.columns:
+        cfg = cfg.with_columns(run=pl.lit(None, pl.Int32))
     forced = in_force(cfg)
+    # Outside any run: the bundle's values (another run's never reach an event of a run).
+    forced_free = in_force(cfg.filter(pl.col("run").is_null()))
+    evr = ev.select("_i", "_t").join(event_runs(ev, runs), on="_i", how="left")
+    scoped = evr.get_column("_run").is_not_null().any()
     out = ev.select("_i")
     dtypes = {e.name: e.dtype for e in EVIDENCE}
     for col, key in CONFIG_KEYS.items():
-        rows = cfg.filter((pl.col("key") == key) & (pl.col("status") != "default") & pl.col("time").is_not_null())
-        fb = forced.get(key)
-        fb_val = fb["value"] if fb else None
-        fb_src = f"{fb['source']}:{fb['line']}" if fb and fb.get("source") else None
-        fb_status = fb["status"] if fb else None
-        if rows.height:
-            j = asof(
-                ev.select("_i", "_t"), rows.select("time", "value", "status", "_csrc"), left_on="_t", right_on="time"
-            )
-            j = j.select(
-                "_i",
-                pl.when(pl.col("time").is_not_null())
-                .then(pl.col("value"))
-                .otherwise(pl.lit(fb_val, pl.String))
-                .alias("_v"),
-                pl.when(pl.col("time").is_not_null())
-                .then(pl.col("_csrc"))
-                .otherwise(pl.lit(fb_src, pl.String))
-                .alias("_s"),
-                pl.when(pl.col("time").is_not_null())
-                .then(pl.col("status"))
-                .otherwise(pl.lit(fb_status, pl.String))
-                .alias("_st"),
-            )
-        else:
-            j = ev.select(
-                "_i",
-                pl.lit(fb_val, pl.String).alias("_v"),
-                pl.lit(fb_src, pl.String).alias("_s"),
-                pl.lit(fb_status, pl.String).alias("_st"),
-            )
+        stated = cfg.filter((pl.col("key") == key) & (pl.col("status") != "default") & pl.col("time").is_not_null())
+        j = _values_for(evr, stated, forced.get(key), forced_free.get(key), key, cfg, scoped)
         j = j.select("_i", *cited(col, _cast_cfg(pl.col("_v"), dtypes[col]), pl.col("_s"), pl.col("_st")))
         out = out.join(j, on="_i", how="left")
     return out
+
+
+def _lit_row(row: dict[str, Any] | None) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    val = row["value"] if row else None
+    src = f"{row['source']}:{row['line']}" if row and row.get("source") else None
+    status = row["status"] if row else None
+    return pl.lit(val, pl.String), pl.lit(src, pl.String), pl.lit(status, pl.String)
+
+
+def _values_for(
+    evr: pl.DataFrame,
+    stated: pl.DataFrame,
+    fb: dict[str, Any] | None,
+    fb_free: dict[str, Any] | None,
+    key: str,
+    cfg: pl.DataFrame,
+    scoped: bool,
+) -> pl.DataFrame:
+    """Per event: ``_v``, ``_s``, ``_st`` of one key."""
+    fv, fs, fst = _lit_row(fb)
+    free_v, free_s, free_st = _lit_row(fb_free)
+    cols = ["time", "value", "status", "_csrc"]
+    in_run = pl.col("_run").is_not_null()
+    if stated.height == 0:
+        return evr.select(
+            "_i",
+            pl.when(in_run).then(free_v).otherwise(fv).alias("_v"),
+            pl.when(in_run).then(free_s).otherwise(fs).alias("_s"),
+            pl.when(in_run).then(free_st).otherwise(fst).alias("_st"),
+        )
+    # An event in no run: the last value at or before t over the whole bundle, else the bundle's.
+    anyrun = asof(evr.select("_i", "_t"), stated.select(cols), left_on="_t", right_on="time")
+    anyrun = anyrun.select(
+        "_i",
+        pl.when(pl.col("time").is_not_null()).then(pl.col("value")).otherwise(fv).alias("_v0"),
+        pl.when(pl.col("time").is_not_null()).then(pl.col("_csrc")).otherwise(fs).alias("_s0"),
+        pl.when(pl.col("time").is_not_null()).then(pl.col("status")).otherwise(fst).alias("_st0"),
+    )
+    out = evr.join(anyrun, on="_i", how="left")
+    if not scoped:
+        return out.select("_i", pl.col("_v0").alias("_v"), pl.col("_s0").alias("_s"), pl.col("_st0").alias("_st"))
+    # An event of a run: its run's last value at or before t, or the bundle's own sources'
+    # (whichever is later), else the run's value in force, else the bundle's own, else default.
+    mine = stated.filter(pl.col("run").is_not_null()).rename({"run": "_run"})
+    free = stated.filter(pl.col("run").is_null())
+    r = asof(
+        out.filter(in_run).select("_i", "_t", "_run"),
+        mine.select("_run", *cols),
+        left_on="_t",
+        right_on="time",
+        by=["_run"],
+    ).select(
+        "_i",
+        pl.col("time").alias("_tr"),
+        pl.col("value").alias("_vr"),
+        pl.col("_csrc").alias("_sr"),
+        pl.col("status").alias("_str"),
+    )
+    f = asof(out.filter(in_run).select("_i", "_t"), free.select(cols), left_on="_t", right_on="time").select(
+        "_i",
+        pl.col("time").alias("_tf"),
+        pl.col("value").alias("_vf"),
+        pl.col("_csrc").alias("_sf"),
+        pl.col("status").alias("_stf"),
+    )
+    later = cfg.filter((pl.col("key") == key) & pl.col("run").is_not_null())
+    run_forced = (
+        _forced(later.rename({"run": "_run"}), ["_run"]).rename({"value": "_vl", "_csrc": "_sl", "status": "_stl"})
+        if later.height
+        else pl.DataFrame(schema={"_run": pl.Int32, "_vl": pl.String, "_sl": pl.String, "_stl": pl.String})
+    )
+    out = out.join(r, on="_i", how="left").join(f, on="_i", how="left").join(run_forced, on="_run", how="left")
+    use_r = pl.col("_tr").is_not_null() & (pl.col("_tf").is_null() | (pl.col("_tr") >= pl.col("_tf")))
+    use_f = pl.col("_tf").is_not_null()
+    use_l = pl.col("_vl").is_not_null()
+
+    def pick(a: str, b: str, c: str, d: pl.Expr, z: str) -> pl.Expr:
+        return (
+            pl.when(~in_run)
+            .then(pl.col(z))
+            .when(use_r)
+            .then(pl.col(a))
+            .when(use_f)
+            .then(pl.col(b))
+            .when(use_l)
+            .then(pl.col(c))
+            .otherwise(d)
+        )
+
+    return out.select(
+        "_i",
+        pick("_vr", "_vf", "_vl", free_v, "_v0").alias("_v"),
+        pick("_sr", "_sf", "_sl", free_s, "_s0").alias("_s"),
+        pick("_str", "_stf", "_stl", free_st, "_st0").alias("_st"),
+    )

@@ -12,10 +12,14 @@ from .dmon import section_dmon
 from .kv import section_kv
 from .pool import section_batch_len, section_pool
 from .prom import section_prom
-from .request import section_request
+from .request import decision_steps, section_request
 from .sched import section_sched
 from .schema import polars_schema
 from .stats import section_stats
+
+# The events of one counted interval (a V1 ``Preemptions: N`` line, a V0 counter jump, a
+# Prometheus increase) share one set of evidence: they differ only in their spread position.
+INTERVAL_KEY = ["_eng", "kind", "interval_start", "interval_end", "stream", "seq"]
 
 
 def compute(
@@ -28,7 +32,15 @@ def compute(
     after: float = DEFAULT_AFTER,
     lookback_steps: int = DEFAULT_LOOKBACK,
 ) -> pl.DataFrame:
-    """The evidence frame for ``events`` (needs event_id, time; uses request_id, stream, seq, kind)."""
+    """The evidence frame for ``events`` (needs event_id, time; uses request_id, stream, seq, kind).
+
+    An event whose time is a spread position in a counted interval (``time_precision``
+    ``interval``: kinds ``reconstructed`` and ``interval``) is joined by its interval, not by a
+    window around that position: as of the interval's end, windows over ``[interval_start,
+    interval_end]`` (the end's whole second when it is stamped to the second; ``before`` ahead of the
+    end when the start is unknown). Every event of one interval gets the same evidence.
+    ``frames["server_runs"]`` (vllm/runs.py) scopes the configuration to each event's server run.
+    """
     schema = polars_schema()
     before_us, after_us = us(before), us(after)
     if before_us < 0 or after_us < 0 or lookback_steps < 0:
@@ -42,28 +54,13 @@ def compute(
         ("seq", pl.UInt32),
         ("kind", pl.String),
         ("engine", pl.String),
+        ("time_precision", pl.String),
         ("interval_start", pl.Datetime("us", "UTC")),
         ("interval_end", pl.Datetime("us", "UTC")),
     ):
         if c not in base.columns:
             base = base.with_columns(pl.lit(None, dt).alias(c))
-    ev = (
-        base.filter(pl.col("time").is_not_null())
-        .select(
-            "_i",
-            "time",
-            "request_id",
-            "stream",
-            "seq",
-            "kind",
-            engine_key("engine").alias("_eng"),
-            pl.when(pl.col("kind") == "interval").then(pl.col("interval_end")).alias("_iend"),
-            pl.col("time").alias("_t"),
-            (pl.col("time") - pl.duration(microseconds=before_us)).alias("_lo"),
-            (pl.col("time") + pl.duration(microseconds=after_us)).alias("_hi"),
-        )
-        .sort("_t")
-    )
+    ev, members = _joined_events(base, frames, before_us, after_us)
     out = base.select("_i", "event_id")
     if ev.height:
         sections = [
@@ -75,11 +72,12 @@ def compute(
             section_stats(ev, stats, before_us, after_us),
             section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
-            section_config(ev, config),
+            section_config(ev, config, frames.get("server_runs")),
         ]
         for sec in sections:
             if sec is not None:
                 out = out.join(sec, on="_i", how="left", maintain_order="left")
+        out = _shared_by_interval(out, members)
     # What the engine's own code can do, for every event (timed or not: a count not placed in
     # time still has an engine and an interval).
     code = section_code(base.with_columns(_eng=engine_key("engine")), config, frames, stats, before_us, after_us)
@@ -120,6 +118,55 @@ def _bundle_config(out: pl.DataFrame, untimed: pl.DataFrame, config: pl.DataFram
     if not cols:
         return out.join(sec, on="_i", how="left", maintain_order="left")
     return out.update(sec.select("_i", *cols), on="_i", how="left")
+
+
+def _joined_events(
+    base: pl.DataFrame, frames: dict[str, pl.DataFrame], before_us: int, after_us: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The timed events as the sections read them (``_t``, the window ``[_lo, _hi]``, ``_eng``,
+    ``_iend``, the decision ``_dt``/``_ds`` of the request's preempt record), one representative per
+    counted interval; and each event's representative (``_i``, ``_rep``)."""
+    spread = (pl.col("time_precision") == "interval") & pl.col("interval_end").is_not_null()
+    end = pl.col("interval_end")
+    end_ceil = pl.when(end.dt.truncate("1s") == end).then(end + pl.duration(microseconds=999_999)).otherwise(end)
+    t = pl.when(spread).then(end).otherwise(pl.col("time"))
+    lo = pl.when(spread).then(pl.coalesce("interval_start", end - pl.duration(microseconds=before_us)))
+    ev = (
+        base.filter(pl.col("time").is_not_null())
+        .select(
+            "_i",
+            t.alias("time"),
+            "request_id",
+            "stream",
+            "seq",
+            "kind",
+            "interval_start",
+            "interval_end",
+            engine_key("engine").alias("_eng"),
+            pl.when(spread).then(end).alias("_iend"),
+            t.alias("_t"),
+            lo.otherwise(pl.col("time") - pl.duration(microseconds=before_us)).alias("_lo"),
+            pl.when(spread).then(end_ceil).otherwise(pl.col("time") + pl.duration(microseconds=after_us)).alias("_hi"),
+        )
+        .sort("_t")
+    )
+    rep = pl.when(pl.col("_iend").is_not_null()).then(pl.col("_i").first().over(INTERVAL_KEY))
+    ev = ev.with_columns(_rep=pl.coalesce(rep, pl.col("_i")))
+    members = ev.select("_i", "_rep")
+    ev = ev.filter(pl.col("_rep") == pl.col("_i")).drop("_rep")
+    dec = decision_steps(ev, frames, before_us, after_us)
+    if dec is None:
+        return ev.with_columns(_dt=pl.lit(None, pl.Datetime("us", "UTC")), _ds=pl.lit(None, pl.Int64)), members
+    return ev.join(dec, on="_i", how="left", maintain_order="left"), members
+
+
+def _shared_by_interval(out: pl.DataFrame, members: pl.DataFrame) -> pl.DataFrame:
+    """Every event of a counted interval gets its representative's evidence."""
+    if members.filter(pl.col("_rep") != pl.col("_i")).height == 0:
+        return out
+    vals = out.drop("event_id").rename({"_i": "_rep"})
+    shared = members.join(vals, on="_rep", how="inner").drop("_rep")
+    return out.select("_i", "event_id").join(shared, on="_i", how="left", maintain_order="left")
 
 
 def record_events(frames: dict[str, pl.DataFrame]) -> pl.DataFrame | None:

@@ -17,8 +17,24 @@ EVIDENCE = [
 
 
 def section_kv(ev: pl.DataFrame, frames: dict[str, Any]) -> pl.DataFrame | None:
+    """Per engine: an event sums its own engine's KV events (``data_parallel_rank``; none: engine
+    "0"); an ``N Engines Aggregated`` count (engine ``all``) every engine's."""
     kv = frame_of(frames, "kv_events")
     if kv is None:
+        return None
+    kv = kv.with_columns(
+        _eng=pl.col("dp_rank").cast(pl.String).fill_null("0") if "dp_rank" in kv.columns else pl.lit("0")
+    )
+    parts = []
+    for (eng,), mine in kv.group_by("_eng", maintain_order=True):
+        parts.append(_sums(ev.filter(pl.col("_eng") == eng), mine))
+    parts.append(_sums(ev.filter(pl.col("_eng") == "all"), kv))
+    found = [p for p in parts if p is not None]
+    return pl.concat(found, how="vertical_relaxed") if found else None
+
+
+def _sums(ev: pl.DataFrame, kv: pl.DataFrame) -> pl.DataFrame | None:
+    if ev.height == 0:
         return None
     cols = ["stored_blocks", "removed_blocks", "cleared"]
     sums, s = window_sum(ev, kv, cols)

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from .common import CONFLICT_S, asof, frame_of, src_expr, us
+from .common import CONFLICT_S, asof, frame_of, src_expr, us, with_eng
 from .declare import Evidence, cited
 
 EVIDENCE = [
@@ -55,12 +55,26 @@ EVIDENCE = [
     Evidence("bt_preempt_largest_free_run", "Int64", "blocktable", "request", "largest contiguous free run it saw"),
     Evidence("bt_preempt_watermark_blocks", "Int64", "blocktable", "request", "watermark blocks kept back"),
     Evidence("bt_preempt_waiting", "Int64", "blocktable", "request", "waiting requests at the decision"),
+    Evidence(
+        "req_run_records",
+        "Int64",
+        "blocktable or bt_text",
+        "request",
+        "the request's records of running before the event (allocate, extend, swap_in, table, scheduled; "
+        "text extend lines) since its last free/preempt; null when no such record of any request of the engine "
+        "falls in the event's window",
+    ),
 ]
+# A request's own records of one engine: a request id is matched within its engine.
+RQ = ["request_id", "_eng"]
+RUN_ACTIONS = ("allocate", "extend", "swap_in")
+END_ACTIONS = ("free", "preempt", "swap_out")
 
 
 def _extends(frames: dict[str, Any]) -> pl.DataFrame | None:
     cols = [
         "time",
+        "engine",
         "step",
         "request_id",
         "action",
@@ -85,7 +99,7 @@ def _extends(frames: dict[str, Any]) -> pl.DataFrame | None:
     for c in cols:
         if c not in out.columns:
             out = out.with_columns(pl.lit(None, pl.Int64).alias(c))
-    return out.filter(pl.col("request_id").is_not_null())
+    return with_eng(out.filter(pl.col("request_id").is_not_null()))
 
 
 def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after_us: int) -> pl.DataFrame | None:
@@ -93,7 +107,7 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
     tables = frame_of(frames, "bt_tables")
     if allev is None and tables is None:
         return None
-    er = ev.filter(pl.col("request_id").is_not_null()).select("_i", "_t", "_lo", "_hi", "request_id", "kind")
+    er = ev.filter(pl.col("request_id").is_not_null()).select("_i", "_t", "_lo", "_hi", "request_id", "kind", "_eng")
     out = ev.select("_i")
     decision = None
     tol = f"{before_us + after_us}us"
@@ -102,10 +116,10 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
         assert ext is not None
         j = asof(
             er,
-            ext.select("time", "request_id", "blocks_before", "blocks_after", "_xsrc"),
+            ext.select("time", *RQ, "blocks_before", "blocks_after", "_xsrc"),
             left_on="_hi",
             right_on="time",
-            by=["request_id"],
+            by=RQ,
             tolerance=tol,
         )
         s = pl.when(pl.col("time").is_not_null()).then(pl.col("_xsrc"))
@@ -123,7 +137,7 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
             pcols = [
                 "time",
                 "step",
-                "request_id",
+                *RQ,
                 "_psrc",
                 "blocks_before",
                 "blocks_needed",
@@ -160,13 +174,13 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
                 how="left",
             )
     if tables is not None:
-        tb = tables.with_columns(_tsrc=src_expr())
+        tb = with_eng(tables).with_columns(_tsrc=src_expr())
         j = asof(
             er,
-            tb.select("time", "request_id", "num_blocks", "num_tokens", "shared_blocks", "shared_block_ids", "_tsrc"),
+            tb.select("time", *RQ, "num_blocks", "num_tokens", "shared_blocks", "shared_block_ids", "_tsrc"),
             left_on="_hi",
             right_on="time",
-            by=["request_id"],
+            by=RQ,
             tolerance=tol,
         )
         s = pl.when(pl.col("time").is_not_null()).then(pl.col("_tsrc"))
@@ -183,8 +197,9 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
         # G4: another request holding one of those shared blocks, extending (or allocating)
         # within CONFLICT_S seconds of the decision (the preempt record's time, else the event's).
         c_us = us(CONFLICT_S)
+        # Block ids are an engine's own: the other request is of the same engine.
         shared = j.filter(pl.col("shared_blocks") > 0).select(
-            "_i", "_t", "request_id", pl.col("shared_block_ids").alias("_b")
+            "_i", "_t", "request_id", "_eng", pl.col("shared_block_ids").alias("_b")
         )
         if decision is not None:
             shared = shared.join(decision, on="_i", how="left").with_columns(_dt=pl.coalesce("_dt", "_t"))
@@ -197,21 +212,25 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
         if shared.height and ext is not None and ext.height:
             tx = (
                 tb.select(
-                    pl.col("request_id").alias("_other"), pl.col("time").alias("_tt"), pl.col("block_ids").alias("_b")
+                    pl.col("request_id").alias("_other"),
+                    "_eng",
+                    pl.col("time").alias("_tt"),
+                    pl.col("block_ids").alias("_b"),
                 )
                 .explode("_b")
-                .join(shared.select("_b").unique(), on="_b", how="semi")
+                .join(shared.select("_b", "_eng").unique(), on=["_b", "_eng"], how="semi")
             )
             cand = (
-                shared.join(tx, on="_b", how="inner")
+                shared.join(tx, on=["_b", "_eng"], how="inner")
                 .filter(
                     (pl.col("_other") != pl.col("request_id")) & pl.col("_tt").is_between(pl.col("_lo"), pl.col("_hi"))
                 )
-                .select("_i", "_lo", "_hi", "_other")
+                .select("_i", "_lo", "_hi", "_other", "_eng")
                 .unique()
             )
             x = ext.select(
                 pl.col("request_id").alias("_other"),
+                "_eng",
                 pl.col("time").alias("_xt"),
                 pl.col("step").alias("_xs"),
                 src_expr().alias("_xsrc"),
@@ -220,7 +239,7 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
             # record of the same step or the one before; else (no steps) within the time window.
             hit = (
                 cand.join(shared.select("_i", "_ds").unique(), on="_i", how="left")
-                .join(x, on="_other", how="inner")
+                .join(x, on=["_other", "_eng"], how="inner")
                 .filter(
                     pl.when(pl.col("_ds").is_not_null())
                     .then(pl.col("_xs").is_between(pl.col("_ds") - 1, pl.col("_ds")).fill_null(False))
@@ -234,7 +253,106 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
                 )
             )
             out = out.join(hit, on="_i", how="left")
+    run = _run_records(er, frames)
+    if run is not None:
+        out = out.join(run, on="_i", how="left")
     return out
+
+
+def _lifecycle(frames: dict[str, Any]) -> pl.DataFrame | None:
+    """Every per-request record of running (``_run`` true) or of leaving the blocks behind (false):
+    block-table allocate/extend/swap_in and free/preempt/swap_out events, tables, request
+    records (scheduled / finish) and text ``block_table extend`` lines; with ``_eng`` and ``_src``."""
+    parts = []
+    for name in ("bt_events", "bt_text"):
+        df = frame_of(frames, name)
+        if df is not None:
+            act = pl.col("action")
+            parts.append(
+                df.filter(act.is_in([*RUN_ACTIONS, *END_ACTIONS])).select(
+                    "time", "request_id", "engine", "source", "line", act.is_in(list(RUN_ACTIONS)).alias("_run")
+                )
+            )
+    tb = frame_of(frames, "bt_tables")
+    if tb is not None:
+        parts.append(tb.select("time", "request_id", "engine", "source", "line", pl.lit(True).alias("_run")))
+    rq = frame_of(frames, "bt_requests")
+    if rq is not None:
+        phase = pl.col("phase")
+        parts.append(
+            rq.filter(phase.is_in(["scheduled", "finish"])).select(
+                "time", "request_id", "engine", "source", "line", (phase == "scheduled").alias("_run")
+            )
+        )
+    if not parts:
+        return None
+    out = pl.concat([p.cast({"line": pl.UInt32}) for p in parts], how="vertical_relaxed")
+    out = with_eng(out.filter(pl.col("request_id").is_not_null())).with_columns(_src=src_expr())
+    return out if out.height else None
+
+
+def _run_records(er: pl.DataFrame, frames: dict[str, Any]) -> pl.DataFrame | None:
+    """``req_run_records``: the request's records of running up to ``t + after``, counted since its
+    last free/preempt record before ``t - before`` (a request preempted earlier and queued
+    again starts over), on its engine. Null when no record of running of any request of the
+    engine falls in the event's window: the records do not cover the time of the event, so their
+    silence about the request says nothing. Cited: the request's latest record of running, or
+    (none) the span of the engine's records up to the event's window."""
+    life = _lifecycle(frames)
+    if life is None or er.height == 0:
+        return None
+    run = life.filter(pl.col("_run")).sort("time")
+    if run.height == 0:
+        return None
+    run = run.with_columns(_c=pl.int_range(1, pl.len() + 1).over(RQ))
+    ends = life.filter(~pl.col("_run")).select("time", *RQ).sort("time").rename({"time": "_end"})
+    hi = asof(er, run.select("time", *RQ, "_c", "_src"), left_on="_hi", right_on="time", by=RQ)
+    hi = hi.select("_i", pl.col("_c").fill_null(0).alias("_c_hi"), pl.col("_src").alias("_own"))
+    if ends.height:
+        last_end = asof(er, ends, left_on="_lo", right_on="_end", by=RQ, allow_exact=False).select("_i", *RQ, "_end")
+        base = asof(
+            last_end.filter(pl.col("_end").is_not_null()),
+            run.select("time", *RQ, "_c"),
+            left_on="_end",
+            right_on="time",
+            by=RQ,
+        ).select("_i", pl.col("_c").fill_null(0).alias("_c_lo"))
+        hi = hi.join(base, on="_i", how="left")
+    else:
+        hi = hi.with_columns(_c_lo=pl.lit(None, pl.Int64))
+    # Coverage: the engine's records of running (any request) reach the event's window; where they start.
+    eng = run.select("time", "_eng", "_src", "source", "line")
+    first = eng.group_by("_eng").agg(pl.col("_src").first().alias("_first"), pl.col("source").first().alias("_ff"))
+    cov = asof(er.select("_i", "_lo", "_hi", "_eng"), eng, left_on="_hi", right_on="time", by=["_eng"])
+    cov = cov.join(first, on="_eng", how="left").select(
+        "_i",
+        pl.when(pl.col("time").is_null() | (pl.col("time") < pl.col("_lo")))
+        .then(None)
+        .when(pl.col("source") == pl.col("_ff"))
+        .then(pl.concat_str([pl.col("_first"), pl.lit("-"), pl.col("line").cast(pl.String)]))
+        .otherwise(pl.concat_str([pl.col("_first"), pl.lit("; "), pl.col("_src")]))
+        .alias("_cov"),
+    )
+    j = hi.join(cov, on="_i", how="left")
+    n = pl.col("_c_hi") - pl.col("_c_lo").fill_null(0)
+    value = pl.when(pl.col("_cov").is_not_null() | (n > 0)).then(n)
+    src = pl.when(n > 0).then(pl.col("_own")).otherwise(pl.col("_cov"))
+    return j.select("_i", *cited("req_run_records", value, src))
+
+
+def decision_steps(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after_us: int) -> pl.DataFrame | None:
+    """Per event with a matched preempt record of its request (:func:`_match_preempts`): the
+    record's time ``_dt`` and scheduler step ``_ds`` (the decision; the pool snapshot is matched to
+    it, joiner/pool.py)."""
+    allev = _extends(frames)
+    if allev is None:
+        return None
+    pre = allev.filter((pl.col("action") == "preempt") & pl.col("step").is_not_null())
+    er = ev.filter(pl.col("request_id").is_not_null()).select("_i", "_t", "_lo", "_hi", "request_id", "kind", "_eng")
+    if pre.height == 0 or er.height == 0:
+        return None
+    j = _match_preempts(er, pre.select("time", "step", *RQ), max(before_us, after_us))
+    return j.filter(pl.col("time").is_not_null()).select("_i", pl.col("time").alias("_dt"), pl.col("step").alias("_ds"))
 
 
 def _match_preempts(er: pl.DataFrame, pre: pl.DataFrame, tol_us: int) -> pl.DataFrame:
@@ -245,20 +363,16 @@ def _match_preempts(er: pl.DataFrame, pre: pl.DataFrame, tol_us: int) -> pl.Data
     times within one second of a second-resolution log would otherwise map every
     line to the same record. Otherwise the nearest record within the tolerance.
     """
-    ne = er.group_by("request_id").len("_ne")
-    nr = pre.group_by("request_id").len("_nr")
-    er2 = er.join(ne, on="request_id", how="left").join(nr, on="request_id", how="left")
+    ne = er.group_by(RQ).len("_ne")
+    nr = pre.group_by(RQ).len("_nr")
+    er2 = er.join(ne, on=RQ, how="left").join(nr, on=RQ, how="left")
     same = pl.col("_ne") == pl.col("_nr")
-    ordinal_ev = (
-        er2.filter(same.fill_null(False)).sort("_t", "_i").with_columns(_k=pl.int_range(pl.len()).over("request_id"))
-    )
-    ranked = pre.sort("time").with_columns(_k=pl.int_range(pl.len()).over("request_id"))
-    ordinal = ordinal_ev.join(ranked, on=["request_id", "_k"], how="left").filter(
+    ordinal_ev = er2.filter(same.fill_null(False)).sort("_t", "_i").with_columns(_k=pl.int_range(pl.len()).over(RQ))
+    ranked = pre.sort("time").with_columns(_k=pl.int_range(pl.len()).over(RQ))
+    ordinal = ordinal_ev.join(ranked, on=[*RQ, "_k"], how="left").filter(
         ((pl.col("time") - pl.col("_t")).abs() <= pl.duration(microseconds=tol_us)).fill_null(False)
     )
     rest = er2.join(ordinal.select("_i"), on="_i", how="anti")
-    nearest = asof(
-        rest, pre, left_on="_t", right_on="time", by=["request_id"], strategy="nearest", tolerance=f"{tol_us}us"
-    )
+    nearest = asof(rest, pre, left_on="_t", right_on="time", by=RQ, strategy="nearest", tolerance=f"{tol_us}us")
     cols = list(er.columns) + [c for c in pre.columns if c not in er.columns]
     return pl.concat([ordinal.select(cols), nearest.select(cols)], how="vertical_relaxed")

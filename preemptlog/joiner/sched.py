@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from .common import asof, frame_of, rolling_lookback, src_expr
+from .common import asof, frame_of, rolling_lookback, src_expr, with_eng
 from .declare import Evidence, cited
 
 EVIDENCE = [
@@ -86,21 +86,51 @@ EVIDENCE = [
     ),
     Evidence("lookback_max_pending", "Int64", "vllm-log (hooks)", "step", "deepest pending queue of the look-back"),
     Evidence("lookback_max_pending_step", "Int64", "vllm-log (hooks)", "step", "its step"),
+    Evidence(
+        "req_pending_step",
+        "Int64",
+        "vllm-log (hooks)",
+        "request",
+        "latest look-back step whose `Req-` lines list the event's request as pending (it held no blocks)",
+    ),
 ]
+
+
+# One scheduler's steps: a stream (log file and its rotated siblings), an engine and a server
+# run (a restart starts the look-back over: vllm/runs.py).
+LANE = ["stream", "_eng", "_run"]
+STEP_KEY = ["stream", "_eng", "step"]
+
+
+def _with_run(steps: pl.DataFrame, runs: pl.DataFrame | None) -> pl.DataFrame:
+    """``_run``: the server run of each step's line (-1 where the stream has no runs)."""
+    if runs is None or runs.height == 0:
+        return steps.with_columns(_run=pl.lit(-1, pl.Int32))
+    j = asof(
+        steps.with_row_index("_k"),
+        runs.select("stream", "first_seq", "run"),
+        left_on="seq",
+        right_on="first_seq",
+        by=["stream"],
+    )
+    return j.sort("_k").select(*steps.columns, pl.col("run").fill_null(-1).cast(pl.Int32).alias("_run"))
 
 
 def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: int) -> pl.DataFrame | None:
     steps = frame_of(frames, "hook_steps")
     if steps is None:
         return None
+    # Steps are numbered per engine (sources/hooks.py): every join below keys on (stream, engine, step).
+    steps = _with_run(with_eng(steps), frames.get("server_runs"))
     steps = steps.sort("stream", "seq").with_row_index("_row").with_columns(_ssrc=src_expr())
     # Pending lines per step.
     pend = frames.get("hook_pending")
     if pend is not None and pend.height:
-        p = pend.join(steps.select("stream", "step", "free_blocks"), on=["stream", "step"], how="inner")
+        pend = with_eng(pend)
+        p = pend.join(steps.select("stream", "_eng", "step", "free_blocks"), on=STEP_KEY, how="inner")
         pagg = (
             p.sort("stream", "seq")
-            .group_by("stream", "step")
+            .group_by(*STEP_KEY)
             .agg(
                 pl.len().cast(pl.Int64).alias("pending_count"),
                 pl.col("blocks_needed").max().alias("pending_max_blocks_needed"),
@@ -110,7 +140,7 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
                 src_expr().sort_by(pl.col("blocks_needed")).first().alias("_pmin_src"),
             )
         )
-        steps = steps.join(pagg, on=["stream", "step"], how="left", maintain_order="left").with_columns(
+        steps = steps.join(pagg, on=STEP_KEY, how="left", maintain_order="left").with_columns(
             pl.col("pending_count").fill_null(0), pl.col("pending_over_free").fill_null(0)
         )
     else:
@@ -126,15 +156,16 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
     bat = frames.get("hook_batch")
     if bat is not None and bat.height:
         bagg = (
-            bat.sort("stream", "seq")
-            .group_by("stream", "step")
+            with_eng(bat)
+            .sort("stream", "seq")
+            .group_by(*STEP_KEY)
             .agg(
                 pl.col("variance").last().alias("batch_variance"),
                 pl.col("threshold").last().alias("batch_threshold"),
                 src_expr().last().alias("_bsrc"),
             )
         )
-        steps = steps.join(bagg, on=["stream", "step"], how="left", maintain_order="left")
+        steps = steps.join(bagg, on=STEP_KEY, how="left", maintain_order="left")
     else:
         steps = steps.with_columns(
             batch_variance=pl.lit(None, pl.Float64),
@@ -142,7 +173,7 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
             _bsrc=pl.lit(None, pl.String),
         )
     # Look-back over K steps (rows are in step order within a stream).
-    steps = rolling_lookback(steps, ["stream"], "free_blocks", k, "min").rename(
+    steps = rolling_lookback(steps, LANE, "free_blocks", k, "min").rename(
         {"_lb_val": "lookback_min_free_blocks", "_lb_row": "_lbf_row", "_lb_n": "lookback_steps"}
     )
     # Variance look-back (scaled to keep one decimal... use x1000 fixed point).
@@ -153,7 +184,7 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
     has_var = steps.get_column("_var_fx").is_not_null().any()
     if has_var:
         steps = rolling_lookback(
-            steps.with_columns(_var_fx=pl.col("_var_fx").fill_null(-(1 << 28))), ["stream"], "_var_fx", k, "max"
+            steps.with_columns(_var_fx=pl.col("_var_fx").fill_null(-(1 << 28))), LANE, "_var_fx", k, "max"
         )
         steps = steps.with_columns(
             lookback_max_variance=pl.when(pl.col("_lb_val") > -(1 << 28)).then(pl.col("_lb_val") / 1000.0),
@@ -179,6 +210,7 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
         pl.col("seq").alias("_q"),
         pl.lit(1, pl.Int8).alias("_isev"),
         pl.col("_i").cast(pl.Int64).alias("_id"),
+        "_eng",
     )
     s = steps.select(
         pl.col("time").alias("_t"),
@@ -186,12 +218,14 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
         pl.col("seq").alias("_q"),
         pl.lit(0, pl.Int8).alias("_isev"),
         pl.col("_row").cast(pl.Int64).alias("_id"),
+        "_eng",
     )
     tl = pl.concat([e, s]).sort("_t", "_s", "_q", "_isev", nulls_last=True).with_row_index("_ord")
-    e_o = tl.filter(pl.col("_isev") == 1).select(pl.col("_id").cast(pl.UInt32).alias("_i"), "_ord", "_t")
+    e_o = tl.filter(pl.col("_isev") == 1).select(pl.col("_id").cast(pl.UInt32).alias("_i"), "_ord", "_t", "_eng")
     s_o = tl.filter(pl.col("_isev") == 0).select(pl.col("_id").alias("_row"), pl.col("_ord").alias("_sord"))
     steps = steps.with_columns(pl.col("_row").cast(pl.Int64)).join(s_o, on="_row", how="left")
-    j = asof(e_o, steps, left_on="_ord", right_on="_sord")
+    # Only the event's own engine's steps (a step of another engine never explains it).
+    j = asof(e_o, steps, left_on="_ord", right_on="_sord", by=["_eng"])
     age_us = (pl.col("_t") - pl.col("time")).dt.total_microseconds()
     ok = pl.col("time").is_not_null() & (age_us <= before_us)
 
@@ -199,7 +233,7 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
         return pl.when(ok).then(expr)
 
     step = pl.col("_ssrc")
-    return j.select(
+    out = j.select(
         "_i",
         *cited("sched_step", v(pl.col("step")), step),
         *cited("sched_free_blocks", v(pl.col("free_blocks")), step),
@@ -217,6 +251,28 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
         *cited("lookback_max_variance", v(pl.col("lookback_max_variance")), pl.col("_lbv_src")),
         *[e for c in LOOKBACK_VALUES for e in cited(c, v(pl.col(c)), pl.col(f"{c}_src"))],
     )
+    # The event's request listed among the pending requests of a look-back step: it was
+    # waiting at the decision, holding no KV blocks (G3's "blocks held", issue 25).
+    out = out.with_columns(req_pending_step=pl.lit(None, pl.Int64), req_pending_step_src=pl.lit(None, pl.String))
+    mine = ev.filter(pl.col("request_id").is_not_null()).select("_i", "request_id")
+    if pend is not None and pend.height and mine.height:
+        snap = j.filter(ok).select("_i", "stream", "_eng", "_run", pl.col("step").alias("_snap"))
+        listed = pend.select(*STEP_KEY, "request_id", src_expr().alias("_rsrc")).join(
+            steps.select(*STEP_KEY, "_run"), on=STEP_KEY, how="inner"
+        )
+        hit = (
+            snap.join(mine, on="_i", how="inner")
+            .join(listed, on=[*LANE, "request_id"], how="inner")
+            .filter(pl.col("step").is_between(pl.col("_snap") - k, pl.col("_snap")))
+            .sort("_i", "step")
+            .group_by("_i", maintain_order=True)
+            .agg(pl.col("step").last(), pl.col("_rsrc").last())
+        )
+        if hit.height:
+            out = out.drop("req_pending_step", "req_pending_step_src").join(
+                hit.select("_i", *cited("req_pending_step", pl.col("step"), pl.col("_rsrc"))), on="_i", how="left"
+            )
+    return out
 
 
 # Per-step look-back evidence (rule 2 of issue 13): each step is compared with itself.
@@ -251,8 +307,8 @@ def _lookback_per_step(steps: pl.DataFrame, k: int) -> pl.DataFrame:
     has_p = pl.col("pending_max_blocks_needed").is_not_null()
     short = (pl.col("pending_max_blocks_needed") > pl.col("free_blocks")).fill_null(False)
     steps = steps.with_columns(
-        _short_row=pl.when(short).then(row).rolling_max(k + 1, min_samples=1).over("stream"),
-        _cmp_n=has_p.cast(pl.Int64).rolling_sum(k + 1, min_samples=1).over("stream"),
+        _short_row=pl.when(short).then(row).rolling_max(k + 1, min_samples=1).over(LANE),
+        _cmp_n=has_p.cast(pl.Int64).rolling_sum(k + 1, min_samples=1).over(LANE),
     )
     rows = steps.get_column("_short_row").fill_null(0).cast(pl.UInt32)
     ok = steps.get_column("_short_row").is_not_null()
@@ -284,7 +340,7 @@ def _lookback_per_step(steps: pl.DataFrame, k: int) -> pl.DataFrame:
             pl.col("lookback_variance_threshold_src")
         )
     )
-    tmp = rolling_lookback(out.with_columns(_pend=pl.col("pending")), ["stream"], "_pend", k, "max")
+    tmp = rolling_lookback(out.with_columns(_pend=pl.col("pending")), LANE, "_pend", k, "max")
     prow = tmp.get_column("_lb_row")
     pok = tmp.get_column("_lb_val").is_not_null()
     pr = prow.fill_null(0).cast(pl.UInt32)

@@ -13,7 +13,8 @@ EVIDENCE = [
         "Float64",
         "vllm-log (stats)",
         "engine",
-        "max KV cache usage of the engine's lines in the window; for a counted interval, of its reporting line and the line before",
+        "max KV cache usage of the engine's lines in the window; for a counted interval, of its lines in the interval "
+        "(a `Preemptions: N` line and the line before)",
     ),
     Evidence(
         "stats_kv_usage_at",
@@ -27,14 +28,14 @@ EVIDENCE = [
         "Int64",
         "vllm-log (stats)",
         "engine",
-        "waiting requests as of t (counted interval: the larger of its two lines)",
+        "waiting requests as of t (counted interval: the largest of its lines)",
     ),
     Evidence(
         "stats_waiting_delta",
         "Int64",
         "vllm-log (stats)",
         "engine",
-        "change of waiting from t - before to t + after (counted interval: reporting minus previous line)",
+        "change of waiting from t - before to t + after (counted interval: reporting minus first line)",
     ),
     Evidence(
         "stats_running_at",
@@ -54,11 +55,10 @@ def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, 
 
     An event only reads stats lines of its own engine (``Engine NNN``; ``N Engines
     Aggregated`` lines are engine ``all``; a line or event without one is engine "0").
-    A counted interval event (kind ``interval``) is judged by the interval itself
-    (rule 3): the line that reports it (the engine's last line at or before the
-    interval's end) and the engine's line before that one, both cited; ``stats_kv_usage_max``
-    and ``stats_waiting_at`` are the larger of the two, ``*_at`` otherwise the reporting
-    line's, ``*_delta`` reporting minus previous.
+    An event spread in a counted interval (``_iend``: a ``Preemptions: N`` line, a V0 counter
+    jump, a Prometheus increase) is judged by the interval itself (rule 3 of issue 13, issue 25):
+    the engine's lines in ``[interval_start, interval_end]`` (for ``Preemptions: N``, the line
+    that reports it and the engine's line before it), both ends cited (:func:`_interval_lines`).
     """
     if stats is None or stats.height == 0:
         return None
@@ -157,39 +157,70 @@ def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, 
     iv = ev.filter(pl.col("_iend").is_not_null())
     if iv.height == 0:
         return window
-    # Counted intervals: the reporting line and the engine's line before it.
-    st2 = st.sort("stream", "_eng", "seq").with_columns(
-        **{f"_p_{c}": pl.col(c).shift(1).over("stream", "_eng") for c in ("kv_usage", "waiting", "running", "_ssrc")}
-    )
-    r = asof(
-        iv.select("_i", "_iend", "_eng"),
-        st2.select(
-            "time",
-            "_eng",
-            "kv_usage",
-            "waiting",
-            "running",
-            "_ssrc",
-            "_p_kv_usage",
-            "_p_waiting",
-            "_p_running",
-            "_p__ssrc",
-        ),
-        left_on="_iend",
-        right_on="time",
-        by=by,
-        tolerance=tol,
-    )
-    both = pl.concat_str([pl.col("_p__ssrc"), pl.lit("; "), pl.col("_ssrc")], ignore_nulls=True)
-
-    interval = r.select(
-        "_i",
-        *cited("stats_kv_usage_max", pl.max_horizontal("_p_kv_usage", "kv_usage"), both),
-        *cited("stats_kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
-        *cited("stats_waiting_at", pl.max_horizontal("_p_waiting", "waiting"), both),
-        *cited("stats_waiting_delta", pl.col("waiting") - pl.col("_p_waiting"), both),
-        *cited("stats_running_at", pl.col("running"), pl.col("_ssrc")),
-        *cited("stats_running_delta", pl.col("running") - pl.col("_p_running"), both),
-    )
+    interval = _interval_lines(iv, st, before_us)
     interval = interval.select(window.columns).cast(window.schema)
     return pl.concat([window.join(interval.select("_i"), on="_i", how="anti"), interval], how="vertical")
+
+
+def _interval_lines(iv: pl.DataFrame, st: pl.DataFrame, before_us: int) -> pl.DataFrame:
+    """A counted interval judged by its own lines (rule 3 of issue 13): the engine's stats lines
+    in ``[_lo, _iend]`` (for a ``Preemptions: N`` line, the previous line and the reporting one),
+    else the reporting line alone (the last at or before the end, at most ``before`` ahead of the start). Maxima over
+    them, ``*_at`` of the reporting line, ``*_delta`` reporting minus first; cited first and last."""
+    lines = (
+        st.sort("_eng", "time", "seq")
+        .with_row_index("_r")
+        .select("_r", "time", "_eng", "kv_usage", "waiting", "running", "_ssrc")
+    )
+    first = asof(
+        iv.select("_i", "_lo", "_eng"),
+        lines.select("time", "_eng", "_r"),
+        left_on="_lo",
+        right_on="time",
+        by=["_eng"],
+        strategy="forward",
+    )
+    last = asof(
+        iv.select("_i", "_lo", "_iend", "_eng"),
+        lines.select("time", "_eng", "_r"),
+        left_on="_iend",
+        right_on="time",
+        by=["_eng"],
+    )
+    # The reporting line is in the interval, or at most `before` ahead of its start.
+    last = last.filter(pl.col("time") >= pl.col("_lo") - pl.duration(microseconds=before_us))
+    rng = (
+        last.select("_i", pl.col("_r").alias("_b"))
+        .join(first.select("_i", pl.col("_r").alias("_a")), on="_i", how="left")
+        .filter(pl.col("_b").is_not_null())
+        .with_columns(_a=pl.min_horizontal(pl.col("_a").fill_null(pl.col("_b")), pl.col("_b")))
+        .with_columns(_r=pl.int_ranges("_a", pl.col("_b") + 1, dtype=pl.UInt32))
+        .explode("_r")
+        .join(lines, on="_r", how="left")
+        .sort("_i", "_r")
+    )
+    both = pl.concat_str([pl.col("_ssrc").first(), pl.lit("; "), pl.col("_ssrc").last()])
+    one = pl.len() == 1
+    src2 = pl.when(one).then(pl.col("_ssrc").last()).otherwise(both)
+    kv = pl.col("kv_usage")
+    agg = rng.group_by("_i").agg(
+        kv.max().alias("_kv_max"),
+        pl.col("_ssrc").sort_by(kv.fill_null(-1.0), descending=True).first().alias("_kv_src"),
+        kv.last().alias("_kv_at"),
+        pl.col("waiting").max().alias("_w_max"),
+        (pl.col("waiting").last() - pl.col("waiting").first()).alias("_w_d"),
+        pl.col("running").last().alias("_r_at"),
+        (pl.col("running").last() - pl.col("running").first()).alias("_r_d"),
+        pl.col("_ssrc").last().alias("_last_src"),
+        src2.alias("_both"),
+    )
+    out = iv.select("_i").join(agg, on="_i", how="left")
+    return out.select(
+        "_i",
+        *cited("stats_kv_usage_max", pl.col("_kv_max"), pl.col("_both")),
+        *cited("stats_kv_usage_at", pl.col("_kv_at"), pl.col("_last_src")),
+        *cited("stats_waiting_at", pl.col("_w_max"), pl.col("_both")),
+        *cited("stats_waiting_delta", pl.when(pl.len() > 0).then(pl.col("_w_d")), pl.col("_both")),
+        *cited("stats_running_at", pl.col("_r_at"), pl.col("_last_src")),
+        *cited("stats_running_delta", pl.col("_r_d"), pl.col("_both")),
+    )

@@ -36,6 +36,10 @@ FACTOR_INPUTS = [
     "lookback_short_step",
     "lookback_short_free_blocks",
     "lookback_short_blocks_needed",
+    "pool_step",
+    "pool_short_step",
+    "pool_short_free_blocks",
+    "pool_short_blocks_needed",
     "batch_variance",
     "variance_limit",
     "lookback_max_variance",
@@ -93,20 +97,29 @@ def factors(frame: pl.DataFrame, rs: RuleSet) -> pl.Expr:
         "no delayed_preemption setting)"
     )
 
-    def delayed(gate: str, at: pl.Expr, held_then: pl.Expr, held_now: pl.Expr, what: pl.Expr, source: pl.Expr) -> None:
+    def delayed(
+        gate: str,
+        at: pl.Expr,
+        held_then: pl.Expr,
+        held_now: pl.Expr,
+        what: pl.Expr,
+        source: pl.Expr,
+        own: pl.Expr = step,
+        where: str = "scheduler step",
+    ) -> None:
         item(
-            held_then & at.is_not_null() & (at < step) & ~held_now.fill_null(False),
+            held_then & at.is_not_null() & (at < own) & ~held_now.fill_null(False),
             "delayed-preemption",
             pl.concat_str(
                 [
                     pl.lit(f"{gate}: "),
                     what,
-                    pl.lit(" at scheduler step "),
+                    pl.lit(f" at {where} "),
                     _s(at),
                     pl.lit(", "),
-                    _s(step - at),
+                    _s(own - at),
                     pl.lit(" step(s) before the line's own step "),
-                    _s(step),
+                    _s(own),
                     note,
                 ]
             ),
@@ -131,6 +144,29 @@ def factors(frame: pl.DataFrame, rs: RuleSet) -> pl.Expr:
         pl.concat_str(
             [src("lookback_short_free_blocks"), pl.lit("; "), src("lookback_short_blocks_needed")], ignore_nulls=True
         ),
+    )
+    # The same over the block-table step snapshots (when no hook step showed a shortage): a
+    # record of an earlier step asked for more blocks than that step had free.
+    pool_short = v("pool_short_step")
+    delayed(
+        "G1-kv-space",
+        pool_short,
+        pool_short.is_not_null() & short_step.is_null(),
+        pool_short == v("pool_step"),
+        pl.concat_str(
+            [
+                pl.lit("a record asked for "),
+                _s(v("pool_short_blocks_needed")),
+                pl.lit(" blocks with "),
+                _s(v("pool_short_free_blocks")),
+                pl.lit(" free"),
+            ]
+        ),
+        pl.concat_str(
+            [src("pool_short_free_blocks"), pl.lit("; "), src("pool_short_blocks_needed")], ignore_nulls=True
+        ),
+        own=v("pool_step"),
+        where="block-table step",
     )
     var_thr = pl.coalesce(v("lookback_variance_threshold"), v("variance_limit"))
     delayed(

@@ -77,16 +77,23 @@ def guide_model(analysis: AnalysisView) -> bool:
     """Does the bundle show the field guide's patched scheduler?
 
     True when it holds debug-hook lines ([SCHEDULER], Req-, [BATCH]) or PREEMPTED marker
-    lines (which upstream vLLM never prints). Otherwise the log is upstream vLLM's, and
-    the guide-only gates (contiguity, batch variance, queue overflow, prefix conflict)
-    cannot give the verdict (issue 13, rule 5).
+    lines (which upstream vLLM never prints), or when its events are block-table preempt
+    records (kind ``record``) not written by preemptlog's vLLM plugin (format 2 records come
+    from upstream vLLM's scheduler; others from a scheduler instrumented as the guide's).
+    Otherwise the log is upstream vLLM's, and the guide-only gates (contiguity, batch
+    variance, queue overflow, prefix conflict) cannot give the verdict (issue 13, rule 5).
     """
     for name in ("hook_steps", "hook_pending", "hook_batch"):
         df = analysis.frames.get(name)
         if df is not None and df.height:
             return True
     ev = analysis.events
-    return bool(ev.height and ev.filter(pl.col("kind") == "marker").height)
+    if not ev.height:
+        return False
+    if ev.filter(pl.col("kind") == "marker").height:
+        return True
+    guide_files = [c["file"] for c in analysis.counters.get("blocktable") or [] if c.get("format", 1) != 2]
+    return bool(guide_files and ev.filter((pl.col("kind") == "record") & pl.col("source").is_in(guide_files)).height)
 
 
 def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
@@ -126,7 +133,7 @@ def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
     return v.select(["event_id"] + VERDICT_COLUMNS)
 
 
-DECIDING_STEPS = ("lookback_short_step", "lookback_variance_step", "lookback_max_pending_step")
+DECIDING_STEPS = ("lookback_short_step", "pool_short_step", "lookback_variance_step", "lookback_max_pending_step")
 
 
 def decided_by(analysis: AnalysisView, event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -144,7 +151,7 @@ def decided_by(analysis: AnalysisView, event_id: str, event: dict[str, Any]) -> 
         # The step a look-back comparison crossed at decides; else the event's own snapshot step.
         by_name = {c["name"]: c["value"] for c in cited if c.get("value") is not None}
         steps = [by_name[n] for n in DECIDING_STEPS if n in by_name] or (
-            [by_name["sched_step"]] if "sched_step" in by_name else []
+            [by_name[n] for n in ("sched_step", "pool_step") if n in by_name][:1]
         )
         steps = list(dict.fromkeys(steps))
         lines: list[str] = []

@@ -176,6 +176,7 @@ def _record_dtype() -> pl.DataType:
             "output_tokens": pl.Int64,
             "finish_reason": pl.String,
             "num_preemptions": pl.Int64,
+            "v": pl.Int64,  # format version: 2 = preemptlog's vLLM plugin (upstream vLLM's scheduler)
         }
     )
 
@@ -398,7 +399,10 @@ class BlockTableParsed:
         steps, tables, events, requests, config = [], [], [], [], []
         counters = []
         for f, df, bad, total in self.items:
-            counters.append({"file": f.display, "records": df.height, "bad_lines": bad})
+            # Format 2 is written by preemptlog's vLLM plugin, from upstream vLLM's own scheduler;
+            # other records come from an instrumented scheduler (the field guide's).
+            plugin = bool(df.height and df.get_column("v").eq(2).any())
+            counters.append({"file": f.display, "records": df.height, "bad_lines": bad, "format": 2 if plugin else 1})
             if bad:
                 out.warnings.append(
                     f"{f.display}: {bad} of {total} line(s) are not block-table records (bad JSON, wrong types, "

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
+from .vllm_log import engine_of_proc
 
 if TYPE_CHECKING:
     from ..frames import Schema
@@ -87,6 +88,7 @@ HOOK_STEPS_SCHEMA = {
     "pending": "Int64",
     "running": "Int64",
     "proc": "String",
+    "engine": "String",
     "source": "String",
     "line": "UInt32",
 }
@@ -100,6 +102,7 @@ HOOK_PENDING_SCHEMA = {
     "prompt": "Int64",
     "max_out": "Int64",
     "blocks_needed": "Int64",
+    "engine": "String",
     "source": "String",
     "line": "UInt32",
 }
@@ -111,6 +114,7 @@ HOOK_BATCH_SCHEMA = {
     "time_precision": "String",
     "variance": "Float64",
     "threshold": "Float64",
+    "engine": "String",
     "source": "String",
     "line": "UInt32",
 }
@@ -168,8 +172,11 @@ def hooks_from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
     # comes from every record of the stream (not only hook lines).
     allrec = _with_time_upper(records.select("stream", "seq", "time", "time_precision").sort("stream", "seq"))
     rows = rows.join(allrec.select("stream", "seq", "time_upper"), on=["stream", "seq"], how="left")
+    # Each engine's scheduler prints its own steps (a data-parallel log interleaves them): the
+    # engine comes from the line's process prefix (EngineCore_DPn...), steps count per engine.
+    rows = rows.with_columns(engine=engine_of_proc(pl.col("proc")))
     rows = rows.sort("stream", "seq").with_columns(
-        step=(pl.col("kind") == "hook_sched").cast(pl.Int64).cum_sum().over("stream")
+        step=(pl.col("kind") == "hook_sched").cast(pl.Int64).cum_sum().over("stream", pl.col("engine").fill_null("0"))
     )
     t = pl.col("text")
     sched = rows.filter(pl.col("kind") == "hook_sched").with_columns(
@@ -248,7 +255,7 @@ def bt_text_from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutpu
     )
     ok = pl.col("_is_extend") & pl.col("blocks_after").is_not_null()
     good = parsed.filter(ok).with_columns(
-        engine=pl.lit(None, pl.String),
+        engine=engine_of_proc(pl.col("proc")),
         step=pl.lit(None, pl.Int64),
         action=pl.lit("extend"),
         blocks_needed=pl.lit(None, pl.Int64),
@@ -313,6 +320,15 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         "(EngineCore_DP0 pid=7) INFO 11-30 05:10:38 [hook.py:3]   Req-9: prompt=1024, max_out=64, blocks_needed=68",
         {"kind": "hook_pending", "request_id": "9", "blocks_needed": 68},
     ),
+    # The engine of a data-parallel log's hook line: its process prefix (steps count per engine).
+    (
+        "(EngineCore_DP1 pid=11) [SCHEDULER] Available blocks: 870, Pending reqs: 1, Running reqs: 12",
+        {"kind": "hook_sched", "free_blocks": 870, "engine": "1", "step": 1},
+    ),
+    (
+        "(DPEngineCoreActor_DP2 pid=12) INFO 11-30 05:10:38 [hook.py:3]   Req-9: prompt=8, max_out=8, blocks_needed=1",
+        {"kind": "hook_pending", "request_id": "9", "engine": "2"},
+    ),
     ("[BATCH] Current variance: 318.0 (threshold=256)", {"kind": "hook_batch", "variance": 318.0, "threshold": 256.0}),
     (
         "WARNING 11-30 05:10:38 [hook.py:5] [BATCH] Current variance: 42.5 (threshold=256)",
@@ -329,6 +345,10 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         "2026-11-30T05:10:38.120Z block_table.extend(seq_id=7, 8 -> 12)",
         {"kind": "bt_text", "request_id": "7", "blocks_before": 8, "blocks_after": 12},
+    ),
+    (
+        "(Worker_DP1_TP0 pid=21) INFO 11-30 05:10:38 [executor.py:88] block_table extend req=r7 8->12",
+        {"kind": "bt_text", "request_id": "r7", "blocks_after": 12, "engine": "1"},
     ),
     (
         "DEBUG 11-30 05:10:38 [worker.py:1] block_table: extend req_id: cmpl-3 old_blocks=3 new_blocks=4",

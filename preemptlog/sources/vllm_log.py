@@ -149,6 +149,22 @@ FALLBACK_TS_RE = (
 )
 PROC_RE = r"\(([A-Za-z_][^()]*?pid=\d+(?:,\s*ip=[0-9A-Fa-f.:]+)?)\)"
 COMPOSE_RE = r"^([A-Za-z0-9][\w.-]*)\s+\|\s"
+# The engine a process prefix names (facts page 1b): the data-parallel rank of
+# ``EngineCore_DPn``, ``DPEngineCoreActor_DPn``, ``DPn`` and worker ranks ``Worker_DPn_TPm``;
+# ``EngineCore_n`` (0.8.5-0.10.1); the one engine of a process without a DP index
+# (``EngineCore`` 0.18+, ``Worker_TPm``, ``VllmWorker``, ``VllmWorkerProcess``). Other
+# processes (``APIServer``, Ray's actor wrappers) name no engine.
+PROC_DP_RE = r"^(?:[A-Za-z]\w*_)?DP(\d+)(?:_|\s|$)"
+PROC_ENGINE_INDEX_RE = r"^EngineCore_(\d+)(?:\s|$)"
+PROC_ONE_ENGINE_RE = r"^(?:EngineCore|Worker|VllmWorker|VllmWorkerProcess)(?:[_\s]|$)"
+
+
+def engine_of_proc(proc: pl.Expr) -> pl.Expr:
+    """The engine label ("0", "1", ...) a process prefix ``Name pid=N`` names; null when it names none."""
+    index = pl.coalesce(proc.str.extract(PROC_DP_RE, 1), proc.str.extract(PROC_ENGINE_INDEX_RE, 1))
+    label = index.cast(pl.Int64, strict=False).cast(pl.String)
+    return pl.when(label.is_not_null()).then(label).when(proc.str.contains(PROC_ONE_ENGINE_RE)).then(pl.lit("0"))
+
 
 # Hot-kind field extraction.
 REQ_ID_RE = r"(?:(?:Received|Added|Finished|Aborted) request(?:\(s\))?|Request) ([^\s:,]+(?:,[^\s:,]+)*)"

@@ -10,7 +10,8 @@ version line, ``Using max model len N``, DEBUG ``num_gpu_blocks is: N`` and
 
 Frame (``CONFIG_SCHEMA``), long format, one row per value seen:
 key, value (text as logged), status (``seen`` | ``derived`` | ``default``),
-time, source, line, note.
+time, source, line, note, run (the server run of the log line: vllm/runs.py; null for
+other sources and defaults, which are the bundle's).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ CONFIG_SCHEMA = {
     "source": "String",
     "line": "UInt32",
     "note": "String",
+    "run": "Int32",
 }
 
 _VAL = r"""(?:'[^']*'|"[^"]*"|[^'",)}\s][^,)}\s]*)"""
@@ -176,7 +178,13 @@ def parse(
     records: pl.DataFrame, stats: pl.DataFrame | None = None, extra: list[pl.DataFrame] | None = None
 ) -> pl.DataFrame:
     """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults."""
-    cfg = records.filter(pl.col("kind").str.starts_with("cfg_")).select("kind", "text", "time", "source", "n")
+    from .runs import record_runs
+
+    cfg = records.filter(pl.col("kind").str.starts_with("cfg_"))
+    # Each value belongs to the server run of its line (a restart resets the configuration).
+    runs = record_runs(records)
+    cfg = cfg.join(runs, on="seq", how="left") if "seq" in cfg.columns else cfg.with_columns(run=pl.lit(None, pl.Int32))
+    cfg = cfg.select("kind", "text", "time", "source", "n", "run")
     parts = []
     if cfg.height:
         for kind in cfg.get_column("kind").unique().to_list():
@@ -193,6 +201,7 @@ def parse(
                         "source",
                         pl.col("n").alias("line"),
                         pl.lit(None, pl.String).alias("note"),
+                        "run",
                     ).filter(pl.col("value").is_not_null())
                 )
     schema = {
@@ -203,6 +212,7 @@ def parse(
         "source": pl.String,
         "line": pl.UInt32,
         "note": pl.String,
+        "run": pl.Int32,
     }
     seen = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
     # _arg values end with their delimiter; speculative_config's own regex keeps its closing bracket.
@@ -222,19 +232,39 @@ def parse(
     # A logged None means "not set" (vLLM picks a default), except where None is the setting itself.
     seen = seen.filter((pl.col("value") != "None") | pl.col("key").is_in(list(_NONE_MEANINGFUL)))
     for more in extra or []:
+        if "run" not in more.columns:  # other sources' values are the bundle's
+            more = more.with_columns(run=pl.lit(None, pl.Int32))
         seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
     seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True)
     derived = _derive(seen, stats, records)
     out = pl.concat([seen, derived], how="vertical")
-    have = set(out.get_column("key").to_list())
+    have = _stated_in_every_run(out, set(runs.get_column("run").unique().to_list()))
     ver = _last(seen, "vllm_version")
     defaults = [
-        {"key": k, "value": v, "status": "default", "time": None, "source": None, "line": None, "note": note}
+        {
+            "key": k,
+            "value": v,
+            "status": "default",
+            "time": None,
+            "source": None,
+            "line": None,
+            "note": note,
+            "run": None,
+        }
         for k, v, note in default_rows(ver["value"] if ver else None)
         if k not in have
     ]
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=schema)], how="vertical")
+    return out
+
+
+def _stated_in_every_run(rows: pl.DataFrame, run_ids: set[int]) -> set[str]:
+    """Keys with a value for every server run: one of the bundle's (no run), or one in each run."""
+    out = set()
+    for key, runs in rows.group_by("key").agg(pl.col("run")).iter_rows():
+        if None in runs or set(runs) >= run_ids:
+            out.add(key)
     return out
 
 
@@ -300,6 +330,7 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
                 "source": src["source"] if src else None,
                 "line": src["line"] if src else None,
                 "note": note,
+                "run": src.get("run") if src else None,
             }
         )
 
@@ -375,6 +406,7 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
         "source": pl.String,
         "line": pl.UInt32,
         "note": pl.String,
+        "run": pl.Int32,
     }
     return pl.DataFrame(rows, schema=schema)
 

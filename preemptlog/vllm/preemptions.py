@@ -28,6 +28,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..events import spread_interval as _between  # moved to events.py
+from ..sources.vllm_log import engine_of_proc
 
 RAW_LIMIT = 2000
 # Events made from counts (V0 counter jumps, V1 "Preemptions: N", Prometheus increases) are capped,
@@ -229,7 +230,11 @@ def marker_events(records: pl.DataFrame) -> pl.DataFrame:
         interval_end=pl.lit(None, pl.Datetime("us", "UTC")),
         request_id=rid,
         mode=t.str.extract(r"\b(RECOMPUTE|SWAP)\b", 1),
-        engine=t.str.extract(r"Engine (\d+)", 1).cast(pl.Int64, strict=False).cast(pl.String),
+        # "Engine 00n" in the text, else the engine of the line's process prefix (EngineCore_DPn ...).
+        engine=pl.coalesce(
+            t.str.extract(r"Engine (\d+)", 1).cast(pl.Int64, strict=False).cast(pl.String),
+            engine_of_proc(pl.col("proc")),
+        ),
         cumulative=pl.lit(None, pl.Int64),
         raw=_raw(),
         _sub=pl.lit(0, pl.Int64),
