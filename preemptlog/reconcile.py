@@ -323,8 +323,9 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "window": None,
                 "exact": False,
                 "in_events": 0,
-                "note": f"preemptions of the {int(hist['finished_requests'])} request(s) that finished between "
-                "scrapes; requests still running or waiting are not in it (a cross-check, not added)",
+                "note": f"preemptions of the {int(hist['finished_requests'])} request(s) that finished "
+                + ("since the engine started" if hist.get("since_engine_start") else "between scrapes")
+                + "; requests still running or waiting are not in it (a cross-check, not added)",
             }
         )
 

@@ -173,6 +173,13 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
     if h.height == 0:
         return None
     h = h.with_columns(le=pl.col("labels").str.extract(r'le="([^"]+)"').fill_null(""), _src=src_expr())
+    # One histogram read from two places (a final `curl /metrics` beside a scrapes/ folder) is one:
+    # an engine's one-scrape scope is dropped when another scope of that engine has a series.
+    n_scrapes = h.group_by("scope", "engine").agg(pl.col("time").n_unique().alias("_n"))
+    multi = n_scrapes.filter(pl.col("_n") > 1).get_column("engine").unique()
+    single = n_scrapes.filter((pl.col("_n") == 1) & pl.col("engine").is_in(multi.implode()))
+    if single.height:
+        h = h.join(single.select("scope", "engine"), on=["scope", "engine"], how="anti")
     keys = ["scope", "engine", "field", "le"]
     per = (
         h.sort("time")

@@ -409,12 +409,20 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
     if counters is not None:
         h = counters.filter(pl.col("field").is_in(["hist_sum", "hist_count"]))
         if h.height:
+            # A series read once counts since the engine's start (its value); a series read more than
+            # once, its increases. An engine's one-reading series beside its multi-reading one (a final
+            # `curl /metrics` next to the scrapes) is the same histogram: left out.
+            grp = ["scope", "engine", "model_name", "field"]
+            h = h.with_columns(_n=pl.len().over(grp))
+            multi = set(h.filter(pl.col("_n") > 1).get_column("engine").to_list())
+            h = h.filter((pl.col("_n") > 1) | ~pl.col("engine").is_in(list(multi)))
+            val = pl.when(pl.col("_n") == 1).then(pl.col("value")).otherwise(pl.col("inc_f")).fill_null(0)
+            since_start = bool(h.filter(pl.col("_n") == 1).height)
             facts["histogram"] = {
-                "finished_requests": float(
-                    h.filter(pl.col("field") == "hist_count").get_column("inc_f").fill_null(0).sum()
-                ),
+                "finished_requests": float(h.filter(pl.col("field") == "hist_count").select(val.sum()).item()),
                 "preemptions_of_finished_requests": float(
-                    h.filter(pl.col("field") == "hist_sum").get_column("inc_f").fill_null(0).sum()
+                    h.filter(pl.col("field") == "hist_sum").select(val.sum()).item()
                 ),
+                "since_engine_start": since_start,
             }
     return facts
