@@ -216,7 +216,7 @@ def test_federate_help_repeat_and_ms_timestamps(in_root):
     # finished in the interval minus those in the le="0.0" bucket: preempted at least once
     assert s.get_column("finished_preempted_requests").to_list()[1:] == [4.0, 4.0]
     hist = a.counters["prometheus"]["histogram"]
-    assert hist == {"finished_requests": 23.0, "preemptions_of_finished_requests": 14.0}
+    assert hist == {"finished_requests": 23.0, "preemptions_of_finished_requests": 14.0, "since_engine_start": False}
 
 
 def test_openmetrics_eof_bare_date_lines_and_exemplars(in_root):

@@ -110,7 +110,7 @@ def test_aiperf_export_per_endpoint():
     r = b.row(0, named=True)
     assert (r["end"] - r["start"]).total_seconds() == 60
     hist = a.counters["prometheus"]["histogram"]
-    assert hist == {"finished_requests": 6.0, "preemptions_of_finished_requests": 9.0}
+    assert hist == {"finished_requests": 6.0, "preemptions_of_finished_requests": 9.0, "since_engine_start": False}
 
 
 def test_llm_d_benchmark_gzipped_scrape_logs_per_pod():
