@@ -14,6 +14,7 @@ from .prom import section_prom
 from .request import section_request
 from .sched import section_sched
 from .schema import polars_schema
+from .sglang import section_sglang
 from .stats import section_stats
 
 
@@ -75,6 +76,7 @@ def compute(
             section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
             section_config(ev, config),
+            section_sglang(ev, frames, config),
         ]
         for sec in sections:
             if sec is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import config, dmon, kv, pool, prom, request, sched, stats
+from . import config, dmon, kv, pool, prom, request, sched, sglang, stats
 from .declare import Evidence, schema
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ DECLARED: list[Evidence] = (
     + prom.EVIDENCE
     + dmon.EVIDENCE
     + config.EVIDENCE
+    + sglang.EVIDENCE
 )
 EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
 VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]

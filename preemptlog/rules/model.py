@@ -54,7 +54,7 @@ RULE_FIELDS = {
 SAMPLE_FIELDS = {"evidence", "expect"}
 EXPECT = ("fired", "not-fired", "not-evaluable")
 # Event columns a rule may read besides the evidence frame.
-EVENT_NAMES = {"kind", "mode", "engine", "request_id", "cumulative", "time_precision"}
+EVENT_NAMES = {"kind", "mode", "engine", "engine_kind", "request_id", "cumulative", "time_precision"}
 # Bundle facts a rule may read: whether the bundle shows the guide's patched scheduler
 # (debug-hook lines or PREEMPTED marker lines), set per event by rules.verdicts.
 BUNDLE_NAMES = {"guide_model"}
@@ -420,6 +420,10 @@ def load_rules(extra_files: list[str] | None = None, sets: list[str] | None = No
 # rules (one home for the rules file's schema); evaluated by rules/mechanisms.py.
 
 MECHANISMS = ("kv-capacity", "chunked-prefill-loop", "priority-churn", "prefix-cache-reset", "spec-decode-lookahead")
+# SGLang's (issue 29): its new-token ratio decayed to the floor before the retraction, a hybrid
+# (SWA / mamba) pool, and a retraction forced by SGLANG_TEST_RETRACT.
+SGLANG_MECHANISMS = ("ratio-over-admission", "hybrid-pool", "test-retraction")
+MECHANISMS = MECHANISMS + SGLANG_MECHANISMS
 UNKNOWN = "unknown"
 MECH_FIELDS = {
     "id",

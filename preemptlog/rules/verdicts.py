@@ -52,7 +52,16 @@ def fix_cell(x: dict[str, Any]) -> dict[str, Any]:
 def event_frame(analysis: AnalysisView) -> pl.DataFrame:
     """Events with their evidence columns and per-request preemption counts."""
     ev = analysis.events.select(
-        "event_id", "kind", "mode", "engine", "request_id", "cumulative", "time_precision", "source", "line"
+        "event_id",
+        "kind",
+        "mode",
+        "engine",
+        "engine_kind",
+        "request_id",
+        "cumulative",
+        "time_precision",
+        "source",
+        "line",
     )
     if analysis.evidence is not None and analysis.evidence.height:
         ev = ev.join(analysis.evidence, on="event_id", how="left")
