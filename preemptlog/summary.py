@@ -264,8 +264,18 @@ def summarize(a: Analysis) -> dict[str, Any]:
         out["preemption_rate"] = None  # no count, so no rate (0 / received would read as "none happened")
     f = getattr(a, "findings", None)  # recompute cost, thrash, stall
     out["findings_headline"] = f.top() if f is not None else None
+    out.update(_engines(a, f))
     out["headline"] = headline(out)
     return out
+
+
+def _engines(a: Analysis, f: Any) -> dict[str, Any]:
+    """``engine_kind`` (vllm | sglang | sglang+vllm), ``engine_kinds`` (events per engine) and SGLang's
+    own section (sglang/summary.py)."""
+    from .sglang import summary as sgl
+
+    kinds = sgl.engine_kinds(a)
+    return {"engine_kind": sgl.engine_kind(kinds), "engine_kinds": kinds, "sglang": sgl.section(a, f)}
 
 
 def _with_capacity_fixes(a: Analysis, fixes: dict[str, Any]) -> dict[str, Any]:
@@ -328,12 +338,15 @@ def headline(s: dict[str, Any]) -> str:
             + (f": {nv['remedy']}" if nv.get("remedy") else "")
             + (_findings_tail(s))
         )
+    from .sglang.summary import headline_words, noun
+
     n = s["events"]
+    kinds = s.get("engine_kinds") or {"vllm": n}
     if n == 0:
-        return "0 preemptions" + _findings_tail(s)
+        return "0 " + noun(kinds, 0) + _findings_tail(s)
     rate = s.get("preemption_rate")
     per = f" ({rate:.2f} per received request)" if rate is not None else ""
-    word = "preemption" if n == 1 else "preemptions"
+    word = noun(kinds, n)  # SGLang's retractions in SGLang's word
     gates = []
     subs = s.get("g1_sub_kinds") or {}
     for g, k in sorted((s.get("by_gate") or {}).items(), key=lambda gk: (-gk[1], gk[0])):
@@ -351,6 +364,7 @@ def headline(s: dict[str, Any]) -> str:
     return (
         f"{n} {word}{_span_text(s.get('first_event'), s.get('last_event'), estimated)}{per}"
         + (": " + ", ".join(gates) if gates else "")
+        + headline_words(s)
         + _findings_tail(s)
     )
 

@@ -566,7 +566,28 @@ def engine_family(analysis: AnalysisView) -> str | None:
 
 
 def incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, Any]:
-    """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``)."""
+    """The incident's ranked fixes and the dropped ones (summary ``fixes`` / ``fixes_dropped``).
+
+    The one dispatch point by engine: vLLM's events get vLLM's fixes (below), SGLang's events
+    SGLang's (rules/sglang_fixes.py); a bundle holding both gets both, ranked together."""
+    from . import sglang_fixes
+
+    v = analysis.verdicts if verdicts is None else verdicts
+    vllm_v, sglang_v = sglang_fixes.split(analysis, v)
+    if sglang_v is None:
+        return _vllm_incident_fixes(analysis, verdicts)
+    sgl = sglang_fixes.incident_fixes(analysis, sglang_v)
+    if vllm_v is None or vllm_v.height == 0:
+        return sgl
+    vl = _vllm_incident_fixes(analysis, vllm_v)
+    both = sorted([*vl["fixes"], *sgl["fixes"]], key=lambda x: (-x["events_addressed"], x["suggested"] is None))
+    for i, x in enumerate(both, 1):
+        x["rank"] = i
+    return {"fixes": both, "dropped": [*vl["dropped"], *sgl["dropped"]]}
+
+
+def _vllm_incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, Any]:
+    """vLLM's ranked fixes (the field guide's formulas, replayed by the what-if model) and the dropped ones."""
     fixes, dropped = structured(measure(analysis), engine_family(analysis))
     counts = verdict_key_counts(analysis.verdicts if verdicts is None else verdicts)
     candidates = ranked(fixes, counts)
@@ -582,7 +603,12 @@ def by_gate(analysis: AnalysisView, verdicts: Any = None) -> dict[str, list[dict
     """Ranked fixes per verdict key (``gate`` or ``gate/sub_kind``)."""
     fx = incident_fixes(analysis, verdicts)["fixes"]
     keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
-    return {k: [x for x in fx if k in x["addresses"]] for k in keys}
+    out = {k: [x for x in fx if k in x["addresses"] and x.get("engine_kind", "vllm") == "vllm"] for k in keys}
+    # SGLang's events look their fixes up under "sglang:<key>" (rules/verdicts.py)
+    out.update(
+        {"sglang:" + k: [x for x in fx if k in x["addresses"] and x.get("engine_kind") == "sglang"] for k in keys}
+    )
+    return out
 
 
 # ---------------------------------------------------------------- issue 15: capacity arithmetic

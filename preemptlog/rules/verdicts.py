@@ -120,13 +120,14 @@ def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
     v = evaluate(unique, rs)
     v = v.with_columns(unique.select(factors(unique, rs).alias("contributing_factors")))
     v = v.drop("event_id").with_columns(groups.get_column("_ids")).explode("_ids").rename({"_ids": "event_id"})
-    v = frame.select("event_id").join(v, on="event_id", how="left", maintain_order="left")
+    v = frame.select("event_id", "engine_kind").join(v, on="event_id", how="left", maintain_order="left")
     recs = by_gate(analysis, v)
     key = (
         pl.when(pl.col("gate") == "G1-kv-space")
         .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
         .otherwise(pl.col("gate"))
     )
+    key = pl.when(pl.col("engine_kind") == "sglang").then(pl.lit("sglang:") + key).otherwise(key)  # its own fixes
     fix_type = pl.List(pl.Struct(_fix_fields()))
     lookup = pl.DataFrame(
         {

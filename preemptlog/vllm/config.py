@@ -183,11 +183,26 @@ def parse(
     have = set(out.get_column("key").to_list())
     defaults = [
         {"key": k, "value": v, "status": "default", "time": None, "source": None, "line": None, "note": note}
-        for k, v, note in DEFAULTS
+        for k, v, note in defaults_for(records, seen)
         if k not in have
     ]
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=schema)], how="vertical")
+    return out
+
+
+def defaults_for(records: pl.DataFrame, seen: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """The defaults of the engines the bundle shows: vLLM's unless every log line is SGLang's (an
+    SGLang-only bundle is not given vLLM's block_size or max_num_seqs), SGLang's where it has SGLang lines."""
+    sglang = (
+        bool(seen.height) and seen.filter((pl.col("key") == "engine_kind") & (pl.col("value") == "sglang")).height > 0
+    )
+    vllm = not sglang or (records.height > 0 and records.filter(~pl.col("kind").str.starts_with("sgl_")).height > 0)
+    out = list(DEFAULTS) if vllm else []
+    if sglang:
+        from ..sglang.knobs import DEFAULTS as SGLANG_DEFAULTS
+
+        out += SGLANG_DEFAULTS
     return out
 
 
