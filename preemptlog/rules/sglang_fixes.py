@@ -128,7 +128,7 @@ def _conservativeness(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[st
         f"{knobs.ratio_floor(sugg):.4f}, start {knobs.ratio_init(c):.2f} -> {knobs.ratio_init(sugg):.2f} "
         "(SGLang's docs: frequent retractions -> about 1.3)"
     )
-    current = got[0] if got else f"{c:g}"
+    current = got[0] if got else str(c)
     return _fix(
         "sglang_schedule_conservativeness", "--schedule-conservativeness", current, f"{sugg:g}", inputs, effect
     ), None

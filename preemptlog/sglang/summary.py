@@ -61,10 +61,10 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
     ret = ret if ret is not None else pl.DataFrame()
     ev = a.events.filter(pl.col("engine_kind") == SGLANG) if a.events.height else a.events
     timed = ev.filter(pl.col("time").is_not_null()) if ev.height else ev
-    per_minute = None
+    per_minute, span = None, None
     if timed.height > 1:
         span = (timed.get_column("time").max() - timed.get_column("time").min()).total_seconds()  # type: ignore[operator]
-        per_minute = round(timed.height / max(span / 60.0, 1.0), 2)
+        per_minute = round(timed.height / max(span / 60.0, 1.0), 2)  # a burst under a minute: its count
     mech: dict[str, int] = {}
     pe = getattr(findings, "per_event", None)
     if pe is not None and pe.height and ev.height:
@@ -80,6 +80,7 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
         "allocation_errors_not_counted": facts.get("alloc_errors", 0),
         "version_family": wordings,
         "per_minute": per_minute,
+        "span_s": span,
         "docs_ok_per_minute": knobs.DOCS_OK_PER_MINUTE,
         "mechanisms": mech,
         "ratio_at_floor": mech.get("ratio-over-admission", 0),
@@ -98,7 +99,8 @@ def headline_words(s: dict[str, Any]) -> str:
     pm = sg.get("per_minute")
     if pm is not None:
         ok = "more often than" if pm > sg["docs_ok_per_minute"] else "within"
-        parts.append(f"{pm:g} per minute ({ok} its docs' ~1 per minute)")
+        rate = f"{sg['retractions']} within a minute" if (sg.get("span_s") or 0) < 60 else f"{pm:g} per minute"
+        parts.append(f"{rate} ({ok} its docs' 'about once a minute is okay')")
     if sg.get("ratio_at_floor"):
         parts.append(f"the new-token ratio at its floor before {sg['ratio_at_floor']}")
     return "; " + ", ".join(parts)
