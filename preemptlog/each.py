@@ -174,7 +174,7 @@ def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
             soft_wrap=False,
         )
         per = Table(header_style="bold", expand=False)
-        for name in ("server", "preemptions", "quality", "events", "warnings"):
+        for name in ("server", "engine", "preemptions", "quality", "events", "warnings"):
             per.add_column(name, overflow="fold")
         events = Table(header_style="bold", expand=False)
         for name in ("server", "time", "event", "kind", "n", "request", "verdict", "source:line"):
@@ -184,7 +184,12 @@ def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
             rec = summary.get("reconciliation") or {}
             count = "not visible" if summary.get("count_visible") is False else rec.get("total", a.events.height)
             per.add_row(
-                text(name), text(count), text(rec.get("quality") or "-"), text(a.events.height), text(len(a.warnings))
+                text(name),
+                text(summary.get("engine_kind") or "vllm"),
+                text(count),
+                text(rec.get("quality") or "-"),
+                text(a.events.height),
+                text(len(a.warnings)),
             )
             for r in display_rows(a).iter_rows(named=True):
                 time = r["time"] or "?"

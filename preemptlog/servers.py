@@ -44,7 +44,12 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
     is_sglang = pl.col("kind") == "sgl_args"  # SGLang's server_args line (it prints no version)
     is_version = (pl.col("kind") == "cfg_version") | is_sglang
     is_engine = (pl.col("kind") == "cfg_engine") & t.str.contains(r"Initializing an? (?:V[01] )?LLM engine \(v")
-    rows = records.filter(is_version | is_engine).with_columns(_ver=is_version, _sgl=is_sglang)
+    # An SGLang stream without a server_args line (a log cut after start-up) still is a server of its own: its
+    # first SGLang line stands for the start (another engine's log is never the same server).
+    sgl_line = pl.col("kind").str.starts_with("sgl_").fill_null(False)
+    first_sgl = sgl_line & (pl.int_range(pl.len()).over("stream", sgl_line) == 0) & ~is_sglang.any().over("stream")
+    r = records.sort("stream", "seq") if "seq" in records.columns else records
+    rows = r.filter(is_version | is_engine | first_sgl).with_columns(_ver=is_version | sgl_line, _sgl=sgl_line)
     # A stream's engine-init lines are starts only when it has no version line.
     rows = rows.filter(pl.col("_ver") | ~pl.col("_ver").any().over("stream"))
     return rows.select(

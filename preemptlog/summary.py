@@ -308,8 +308,15 @@ def _with_capacity_fixes(a: Analysis, fixes: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             kept.append(x)
+    from .rules.recommend import merge_ranked
+    from .rules.sglang_fixes import split
+
+    # The capacity levers are vLLM's: ranked over vLLM's events only; SGLang's fixes keep their ranks.
+    sgl = [x for x in kept if x.get("engine_kind") == "sglang"]
+    kept = [x for x in kept if x.get("engine_kind") != "sglang"]
+    vllm_verdicts = split(a, a.verdicts)[0]
     return {
-        "fixes": ranked([*kept, *extra], verdict_key_counts(a.verdicts)),
+        "fixes": merge_ranked(ranked([*kept, *extra], verdict_key_counts(vllm_verdicts)), sgl),
         "dropped": [*fixes["dropped"], *superseded, *no_gain, *(cap.get("dropped") or [])],
     }
 

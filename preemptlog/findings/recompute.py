@@ -75,7 +75,15 @@ def _preempts(a: Analysis) -> pl.DataFrame | None:
 def victims(a: Analysis) -> pl.DataFrame:
     """One row per event: the victim's preempt record, table and request facts (internal columns)."""
     ev = a.events.select(
-        "event_id", "time", "kind", "mode", "request_id", pl.col("engine").fill_null("0"), "source", "line"
+        "event_id",
+        "time",
+        "kind",
+        "mode",
+        "request_id",
+        pl.col("engine").fill_null("0"),
+        pl.col("engine_kind") if "engine_kind" in a.events.columns else pl.lit("vllm").alias("engine_kind"),
+        "source",
+        "line",
     )
     p = _preempts(a)
     if p is not None and ev.height:
@@ -284,6 +292,13 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         )
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.lit("the victim's prompt length (at least; what it generated before is not in the bundle)"))
+        .when(pl.col("engine_kind") == "sglang")
+        .then(
+            pl.lit(
+                "unknown: SGLang's retraction line names no request and prints #new_tokens_gained only from 0.5.10 "
+                "(/metrics sglang:num_retracted_{input,output}_tokens_total give the incident's total)"
+            )
+        )
         .when(pl.col("request_id").is_null())
         .then(pl.lit("unknown: the event names no request"))
         .otherwise(pl.lit("unknown: no tokens of this request in the bundle (block-table records or prompt_token_ids)"))

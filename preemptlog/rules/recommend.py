@@ -576,14 +576,20 @@ def incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, An
     vllm_v, sglang_v = sglang_fixes.split(analysis, v)
     if sglang_v is None:
         return _vllm_incident_fixes(analysis, verdicts)
-    sgl = sglang_fixes.incident_fixes(analysis, sglang_v)
+    fixes, dropped = sglang_fixes.candidates(analysis)
+    sgl = {"fixes": ranked(fixes, verdict_key_counts(sglang_v)), "dropped": dropped}
     if vllm_v is None or vllm_v.height == 0:
         return sgl
     vl = _vllm_incident_fixes(analysis, vllm_v)
-    both = sorted([*vl["fixes"], *sgl["fixes"]], key=lambda x: (-x["events_addressed"], x["suggested"] is None))
+    return {"fixes": merge_ranked(vl["fixes"], sgl["fixes"]), "dropped": [*vl["dropped"], *sgl["dropped"]]}
+
+
+def merge_ranked(*lists: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fixes ranked per engine, merged into one ranking (by events addressed; computable first)."""
+    both = sorted((x for xs in lists for x in xs), key=lambda x: (-x["events_addressed"], x["suggested"] is None))
     for i, x in enumerate(both, 1):
         x["rank"] = i
-    return {"fixes": both, "dropped": [*vl["dropped"], *sgl["dropped"]]}
+    return both
 
 
 def _vllm_incident_fixes(analysis: AnalysisView, verdicts: Any = None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """SGLang's fixes: its own flags, with SGLang's defaults, computed from the incident's numbers.
 
-Called from the one dispatch point in rules/recommend.py (``incident_fixes``): SGLang's events
-get these, vLLM's events vLLM's. Same dict shape as recommend's fixes (``option``, ``current``,
+Called from the one dispatch point in rules/recommend.py (``incident_fixes``, which ranks them
+over SGLang's events): SGLang's events get these, vLLM's events vLLM's. Same dict shape as recommend's fixes (``option``, ``current``,
 ``suggested``, ``inputs``, ``expected_effect``, ``addresses``...), plus ``engine_kind``. They are
 not replayed: the what-if model is vLLM's scheduler (whatif/); ``replay`` says so.
 
@@ -317,10 +317,8 @@ def _retraction_policy(analysis: AnalysisView) -> tuple[dict[str, Any] | None, d
     ), None
 
 
-def incident_fixes(analysis: AnalysisView, verdicts: Any) -> dict[str, Any]:
-    """SGLang's ranked fixes for its events (``verdicts``: the SGLang rows) and the dropped ones."""
-    from .recommend import ranked, verdict_key_counts
-
+def candidates(analysis: AnalysisView) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """SGLang's fixes for its events (unranked: recommend.incident_fixes ranks them) and the dropped ones."""
     ev = _events(analysis)
     fixes: list[dict[str, Any]] = []
     dropped: list[dict[str, str]] = []
@@ -337,4 +335,4 @@ def incident_fixes(analysis: AnalysisView, verdicts: Any) -> dict[str, Any]:
                 fixes.append(fix)
             if why is not None:
                 dropped.append(why)
-    return {"fixes": ranked(fixes, verdict_key_counts(verdicts)), "dropped": dropped}
+    return fixes, dropped

@@ -169,7 +169,7 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
         "[gpu_id=0] Decode batch. #running-req: 12, #token: 3000, token usage: 0.95, gen throughput (token/s): "
         "500.00, #queue-req: 3",
-        {"frame": "sgl_batches", "running": 12, "tp": None, "_events": 0},
+        {"frame": "sgl_batches", "running": 12, "engine": "0", "_events": 0},
     ),
     # C 0.5.23 metrics_reporter.py:754 (prefill line with input throughput)
     (
