@@ -76,11 +76,14 @@ def compute(
             section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
             section_config(ev, config),
-            section_sglang(ev, frames, config),
         ]
         for sec in sections:
             if sec is not None:
                 out = out.join(sec, on="_i", how="left", maintain_order="left")
+    # SGLang's evidence is the event's own line (not a time window): untimed events (0.1-0.2 print no time) get it too.
+    sgl = section_sglang(base.select("_i", "stream", "seq"), frames, config)
+    if sgl is not None:
+        out = out.join(sgl, on="_i", how="left", maintain_order="left")
     # lookback_min_free_blocks: hook steps first, else block-table steps.
     h = [c for c in ("_h_lbmin", "_b_lbmin") if c in out.columns]
     if h:

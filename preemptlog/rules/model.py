@@ -419,7 +419,13 @@ def load_rules(extra_files: list[str] | None = None, sets: list[str] | None = No
 # Which of vLLM's own mechanisms made a preemption: parsed and validated here with the gate
 # rules (one home for the rules file's schema); evaluated by rules/mechanisms.py.
 
-MECHANISMS = ("kv-capacity", "chunked-prefill-loop", "priority-churn", "prefix-cache-reset", "spec-decode-lookahead")
+MECHANISMS: tuple[str, ...] = (
+    "kv-capacity",
+    "chunked-prefill-loop",
+    "priority-churn",
+    "prefix-cache-reset",
+    "spec-decode-lookahead",
+)
 # SGLang's (issue 29): its new-token ratio decayed to the floor before the retraction, a hybrid
 # (SWA / mamba) pool, and a retraction forced by SGLANG_TEST_RETRACT.
 SGLANG_MECHANISMS = ("ratio-over-admission", "hybrid-pool", "test-retraction")

@@ -89,7 +89,7 @@ def _per_minute(ev: pl.DataFrame) -> tuple[float | None, float]:
     t = ev.filter(pl.col("time").is_not_null()).get_column("time")
     if t.len() < 2:
         return None, 0.0
-    span = (t.max() - t.min()).total_seconds()  # type: ignore[operator]
+    span = float(ev.select((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds()).item()) / 1e6
     return t.len() / max(span / 60.0, 1.0), span
 
 
@@ -120,12 +120,14 @@ def _conservativeness(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[st
         else math.ceil(knobs.MAX_USEFUL_CONSERVATIVENESS * 100) / 100
     )
     at_floor = _at_floor(analysis, ev)
+    ret = analysis.frames.get("sgl_retractions")
+    old = ret is not None and ret.height > 0 and set(ret.get_column("wording").drop_nulls().to_list()) == {"0.1-0.2"}
     inputs = [how, f"{n} retraction(s)" + (f", {pm:.1f} per minute" if pm is not None else "")]
     if at_floor:
         inputs.append(f"the new-token ratio at its floor before {at_floor[0]} of them (first {at_floor[1]})")
     effect = (
-        f"admission reserves more per running request: new-token ratio floor {knobs.ratio_floor(c):.4f} -> "
-        f"{knobs.ratio_floor(sugg):.4f}, start {knobs.ratio_init(c):.2f} -> {knobs.ratio_init(sugg):.2f} "
+        f"admission reserves more per running request: new-token ratio floor {knobs.ratio_floor(c, old):.4f} -> "
+        f"{knobs.ratio_floor(sugg, old):.4f}, start {knobs.ratio_init(c):.2f} -> {knobs.ratio_init(sugg):.2f} "
         "(SGLang's docs: frequent retractions -> about 1.3)"
     )
     current = got[0] if got else str(c)
@@ -304,6 +306,7 @@ def _retraction_policy(analysis: AnalysisView) -> tuple[dict[str, Any] | None, d
         }
     if pol is not None and pol[0] == "priority":
         return None, None
+    assert prio is not None
     inputs = [f"enable_priority_scheduling=True ({prio[1]})"] + (
         [f"retraction_policy={pol[0]} ({pol[2]})"] if pol else []
     )

@@ -63,7 +63,7 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
     timed = ev.filter(pl.col("time").is_not_null()) if ev.height else ev
     per_minute, span = None, None
     if timed.height > 1:
-        span = (timed.get_column("time").max() - timed.get_column("time").min()).total_seconds()  # type: ignore[operator]
+        span = float(timed.select((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds()).item()) / 1e6
         per_minute = round(timed.height / max(span / 60.0, 1.0), 2)  # a burst under a minute: its count
     mech: dict[str, int] = {}
     pe = getattr(findings, "per_event", None)
@@ -94,7 +94,13 @@ def headline_words(s: dict[str, Any]) -> str:
     if not sg.get("retractions"):
         return ""
     fams = sg.get("version_family") or {}
-    said = "'Decode out of memory happened'" if set(fams) <= {"0.1-0.2", "0.3.0-0.4.6"} else "'KV cache pool is full'"
+    said = (
+        "'decode out of memory happened'"
+        if set(fams) == {"0.1-0.2"}
+        else "'Decode out of memory happened'"
+        if set(fams) <= {"0.1-0.2", "0.3.0-0.4.6"}
+        else "'KV cache pool is full'"
+    )
     parts = [f"SGLang: {said} on {sg['retraction_lines']} line(s)"]
     pm = sg.get("per_minute")
     if pm is not None:
