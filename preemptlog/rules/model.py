@@ -443,7 +443,9 @@ MECH_FIELDS = {
     "cite",
     "enabled",
     "sample",
+    "engine",  # the engine_kind it applies to (vllm | sglang); other engines' events skip it
 }
+ENGINE_KINDS = ("vllm", "sglang")
 
 # Per-event values only the mechanism rules read (name -> polars dtype name, one line of doc).
 MECHANISM_EVIDENCE: dict[str, tuple[str, str]] = {
@@ -485,6 +487,7 @@ class MechanismRule:
     samples: list[dict[str, Any]] = field(default_factory=list)
     origin: str = "default.toml"
     order: int = 0
+    engine: str | None = None  # only events of this engine_kind (None: every engine's)
 
 
 def _err(msg: str, hint: str | None = None) -> Exception:
@@ -517,7 +520,11 @@ def build_mechanism(doc: Any, src: str, order: int) -> MechanismRule:
     if "description" in doc and not isinstance(doc["description"], str):
         raise _err(f"{where}: description must be a string")
     samples = _samples(where, doc)
+    engine = doc.get("engine")
+    if engine is not None and engine not in ENGINE_KINDS:
+        raise _err(f"{where}: engine must be one of {', '.join(ENGINE_KINDS)}")
     return MechanismRule(
+        engine=engine,
         id=rid,
         mechanism=mech,
         when=when,

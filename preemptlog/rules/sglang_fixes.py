@@ -164,7 +164,15 @@ def _running_after(analysis: AnalysisView, ev: pl.DataFrame) -> pl.DataFrame:
     ).sort("_t")
     return (
         timed.sort("time")
-        .join_asof(s, left_on="time", right_on="_t", by="engine", strategy="forward", allow_exact_matches=False)
+        .join_asof(
+            s,
+            left_on="time",
+            right_on="_t",
+            by="engine",
+            strategy="forward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
         .filter(pl.col("running").is_not_null())
     )
 
@@ -275,7 +283,13 @@ def _chunked_prefill(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str
     near = (
         timed.sort("time")
         .join_asof(
-            p, left_on="time", right_on="_t", by="engine", strategy="backward", tolerance=f"{int(PREFILL_WINDOW_S)}s"
+            p,
+            left_on="time",
+            right_on="_t",
+            by="engine",
+            strategy="backward",
+            tolerance=f"{int(PREFILL_WINDOW_S)}s",
+            check_sortedness=False,
         )
         .filter(pl.col("new_tokens") >= chunk.value / 2)
     )
