@@ -52,11 +52,20 @@ def honesty_notes(a: AnalysisView) -> list[str]:
             "V1 'Preemptions: N' counts are per stats interval and lag: a preempted request is counted when it "
             "produces output again, so the interval can be later than the preemption."
         )
-    if prom_events:
+    prom_sgl = (
+        ev.filter(pl.col("source").is_in(prom_src) & (pl.col("engine_kind") == "sglang")).height if ev.height else 0
+    )
+    if prom_events - prom_sgl:
         notes.append(
-            f"{prom_events} event(s) come from the Prometheus counter vllm:num_preemptions_total: each increase "
-            "between two scrapes is spread evenly over that interval (no request id); V1 counts a preemption when "
-            "the request runs again."
+            f"{prom_events - prom_sgl} event(s) come from the Prometheus counter vllm:num_preemptions_total: each "
+            "increase between two scrapes is spread evenly over that interval (no request id); V1 counts a "
+            "preemption when the request runs again."
+        )
+    if prom_sgl:  # SGLang's counter counts a retraction when it happens (scheduler update_running_batch)
+        notes.append(
+            f"{prom_sgl} event(s) come from SGLang's retraction counter (sglang:num_retracted_requests_total, or "
+            "0.4.10-0.5.1's sglang:total_retracted_reqs): each increase between two scrapes is spread evenly over "
+            "that interval (no request id)."
         )
     from .pressure import log_capability
 
