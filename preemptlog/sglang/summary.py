@@ -38,6 +38,16 @@ def engine_kinds(a: AnalysisView) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def sglang_only_log(a: AnalysisView) -> bool:
+    """Are the bundle's log lines SGLang's only (so the log can count every retraction, 0 included)?"""
+    rec = a.records
+    if rec.height == 0:
+        return False
+    kinds = rec.get_column("kind")
+    sgl = kinds.str.starts_with("sgl_")
+    return bool(sgl.any()) and bool((sgl | (kinds == "time_only")).all())
+
+
 def engine_kind(kinds: dict[str, int]) -> str:
     return "+".join(sorted(kinds))
 
