@@ -415,6 +415,8 @@ def test_analyze_table_explain_and_report_carry_the_engine(tmp_path):
     head, first = r.stdout.splitlines()[:2]
     assert "engine_kind" in head.split(",") and ",sglang," in first
     assert r.stderr.splitlines()[0].startswith("3 retractions")
+    r = _cli("analyze", str(log), "--tz", "UTC", "-f", "table")
+    assert r.returncode == 0 and "3 event(s) (SGLang retractions)" in r.stdout.splitlines()[0]
     ev = f"{log}:8"
     r = _cli("explain", ev, str(log), "--tz", "UTC", "-f", "json")
     assert r.returncode == 0, r.stderr
