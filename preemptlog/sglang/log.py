@@ -47,7 +47,6 @@ from typing import Any
 import polars as pl
 
 from ..frames import polars_schema
-from . import knobs
 
 ENGINE_KIND = "sglang"
 
@@ -507,8 +506,3 @@ def from_records(records: pl.DataFrame) -> dict[str, Any]:
         "notes": notes,
         "counters": {"sglang": {**facts, "alloc_errors": alloc, "batch_lines_collapsed": collapsed_stats}},
     }
-
-
-def retraction_floor(ratio_floor_c: float, wording: str | None) -> float:
-    """The new-token ratio's floor for a conservativeness, by the line's version family."""
-    return knobs.ratio_floor(ratio_floor_c, old=wording == "0.1-0.2")
