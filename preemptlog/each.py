@@ -7,7 +7,7 @@ one combined output names the unit of every row in a ``server`` column:
 - several inputs on the command line: each input is a unit;
 - one folder with subfolders: each subfolder is a unit (files directly in the
   folder form one more unit, named after the folder);
-- otherwise (one folder of files, one file, one archive): each vLLM log
+- otherwise (one folder of files, one file, one archive): each vLLM or SGLang log
   stream (a log and its rotated parts) holding a server start is a unit, the
   log streams without a start form one more, and the files of other kinds
   (dmon, /metrics, block-table records) one more: they cannot be told apart
@@ -68,7 +68,7 @@ def units(paths: list[str], ws: Workspace, kinds: list[str] | None = None, stdin
 def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) -> list[Unit]:
     from .analysis import AnalyzeOptions, analyze
     from .servers import servers
-    from .sources import vllm_log
+    from .sources import LOG_KINDS
 
     first = analyze(paths, AnalyzeOptions(kinds=kinds, rules=False), workspace=ws, stdin=stdin)
     bundle = first.bundle
@@ -80,12 +80,10 @@ def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) 
     started = set(srv.get_column("stream").to_list())
     for sid in srv.get_column("stream").unique(maintain_order=True).to_list():
         out.append(Unit(bundle.stream_name(sid), [str(f.path) for f in streams.get(sid, [])]))
-    rest_logs = [
-        str(f.path) for sid, fs in streams.items() if sid not in started for f in fs if f.kind == vllm_log.KIND
-    ]
+    rest_logs = [str(f.path) for sid, fs in streams.items() if sid not in started for f in fs if f.kind in LOG_KINDS]
     if rest_logs:
         out.append(Unit("(logs without a server start)", rest_logs))
-    others = [str(f.path) for fs in streams.values() for f in fs if f.kind != vllm_log.KIND]
+    others = [str(f.path) for fs in streams.values() for f in fs if f.kind not in LOG_KINDS]
     if others:
         out.append(Unit("(other sources)", others))
     return out
@@ -176,7 +174,7 @@ def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
             soft_wrap=False,
         )
         per = Table(header_style="bold", expand=False)
-        for name in ("server", "preemptions", "quality", "events", "warnings"):
+        for name in ("server", "engine", "preemptions", "quality", "events", "warnings"):
             per.add_column(name, overflow="fold")
         events = Table(header_style="bold", expand=False)
         for name in ("server", "time", "event", "kind", "n", "request", "verdict", "source:line"):
@@ -186,7 +184,12 @@ def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
             rec = summary.get("reconciliation") or {}
             count = "not visible" if summary.get("count_visible") is False else rec.get("total", a.events.height)
             per.add_row(
-                text(name), text(count), text(rec.get("quality") or "-"), text(a.events.height), text(len(a.warnings))
+                text(name),
+                text(summary.get("engine_kind") or "vllm"),
+                text(count),
+                text(rec.get("quality") or "-"),
+                text(a.events.height),
+                text(len(a.warnings)),
             )
             for r in display_rows(a).iter_rows(named=True):
                 time = r["time"] or "?"

@@ -58,6 +58,7 @@ class CodeFact:
 
 
 NEWEST_VLLM_READ = (0, 33, 0)
+NEWEST_SGLANG_READ = (0, 5, 23)
 
 TABLE: tuple[CodeFact, ...] = (
     CodeFact(
@@ -131,6 +132,54 @@ TABLE: tuple[CodeFact, ...] = (
         kv_pressure=False,
         shows_as="--scheduling-policy priority with chunked prefill off, requests waiting",
         source="vllm/core/scheduler.py _schedule_priority_preemption (0.10.2 lines 959-1025)",
+    ),
+    # SGLang (issue 29): a retraction is SGLang's preemption (the policy row first: default_trigger takes the
+    # first that holds). Read in the released wheels 0.2.0, 0.3.6,
+    # 0.4.6, 0.4.10, 0.5.5, 0.5.10, 0.5.15 and 0.5.23 (sglang-facts.md lists 0.1.14 too).
+    CodeFact(
+        id="sglang-retract-priority-policy",
+        engine=SGLANG,
+        generation=None,
+        since=(0, 5, 23),  # absent in 0.5.15; the releases between were not read
+        until=None,
+        policy="priority",
+        trigger="the same failed check_decode_mem, under --retraction-policy priority (needs "
+        "--enable-priority-scheduling)",
+        victim="the lowest-priority running request first (the direction of --schedule-low-priority-values-first), "
+        "then the length order",
+        gate="G1-kv-space",
+        sub_kind="capacity",
+        mechanism="kv-capacity",
+        kv_pressure=True,
+        shows_as="retraction_policy='priority' in the server_args line",
+        source="python/sglang/srt/managers/schedule_batch.py _get_decode_retraction_order (0.5.23: 3542-3580); "
+        "arg_groups/fields/schedule.py retraction_policy (0.5.23: 126)",
+    ),
+    CodeFact(
+        id="sglang-retract-decode-mem",
+        engine=SGLANG,
+        generation=None,
+        since=None,
+        until=None,
+        policy=None,
+        trigger="check_decode_mem failed in update_running_batch: after evicting the radix cache, the KV pool "
+        "cannot hold the next decode step of the running batch ('KV cache pool is full. Retract requests.'; "
+        "'Decode out of memory happened' before 0.4.7)",
+        victim="retract_decode sorts the running batch by (len(output_ids), -len(origin_input_ids)) and retracts "
+        "from the end until the step fits: the request with the fewest generated tokens first, the longer "
+        "prompt on ties (--retraction-policy length, the default); with speculative decoding (0.4.x-0.5.10) no "
+        "sort, the batch's last requests; the last request is kept (0.5.10+: aborted if even it cannot fit)",
+        gate="G1-kv-space",
+        sub_kind="capacity",
+        mechanism="kv-capacity",
+        kv_pressure=True,
+        shows_as="the retraction line itself, every retraction ('Testing retraction.' when SGLANG_TEST_RETRACT forces "
+        "one, 0.5.10+)",
+        source="python/sglang/srt/managers/scheduler.py update_running_batch (0.3.6: 871-896, log 888; 0.4.6: "
+        "1317-1343; 0.4.10: 1608-1637; 0.5.5: 1892-1927; 0.5.10: 2547-2613; 0.5.15: 3041-3119; 0.5.23: "
+        "4459-4542, log 4537); schedule_batch.py retract_decode (0.4.6: 1233; 0.5.10: 1950; 0.5.23: 3451, "
+        "order 3542); 0.2.0: managers/controller/tp_worker.py forward_decode_batch 535-553, "
+        "infer_batch.py retract_decode 433",
     ),
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+VLLM, SGLANG = "vllm", "sglang"  # engine_kind values (engine_facts.VLLM / SGLANG)
 EVENT_KINDS = ("logged", "reconstructed", "interval", "marker", "record")
 
 EVENTS_SCHEMA = {
@@ -26,6 +27,7 @@ EVENTS_SCHEMA = {
     "request_id": "String",
     "mode": "String",
     "engine": "String",
+    "engine_kind": "String",
     "cumulative": "Int64",
     "source": "String",
     "line": "UInt32",
@@ -47,6 +49,7 @@ def polars_schema() -> dict[str, Any]:
         "request_id": pl.String,
         "mode": pl.String,
         "engine": pl.String,
+        "engine_kind": pl.String,
         "cumulative": pl.Int64,
         "source": pl.String,
         "line": pl.UInt32,
@@ -58,14 +61,20 @@ def polars_schema() -> dict[str, Any]:
 
 
 def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Select and cast a partial event frame to the contract (plus ordering columns)."""
+    """Select and cast a partial event frame to the contract (plus ordering columns).
+
+    ``engine_kind`` (the serving engine: ``vllm`` | ``sglang``) is ``vllm`` where a source does
+    not say (every source but SGLang's log and SGLang's /metrics names is vLLM's)."""
     schema = polars_schema()
     if "line" not in df.columns and "n" in df.columns:
         df = df.with_columns(pl.col("n").alias("line"))
     cols = []
     for name, dtype in schema.items():
         if name in df.columns:
-            cols.append(pl.col(name).cast(dtype))
+            expr = pl.col(name).cast(dtype)
+            cols.append(expr.fill_null(VLLM).alias(name) if name == "engine_kind" else expr)
+        elif name == "engine_kind":
+            cols.append(pl.lit(VLLM, dtype).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
     return df.select(cols)

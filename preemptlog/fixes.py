@@ -54,6 +54,18 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
     """``{"changes": [...], "to_know_more": [...], "dropped": [...]}`` for the incident."""
     if a.ruleset is None:
         return {"changes": [], "to_know_more": [], "dropped": []}
+    from .rules import sglang_fixes
+
+    vllm_v, sglang_v = sglang_fixes.split(a, a.verdicts)  # each engine's events get its own changes
+    sgl_changes: list[dict[str, Any]] = []
+    sgl_dropped: list[dict[str, str]] = []
+    if sglang_v is not None:
+        found, sgl_dropped = sglang_fixes.candidates(a)
+        sgl_changes = [x for x in ranked(found, verdict_key_counts(sglang_v)) if _is_change(x)]
+        for x in sgl_changes:  # the what-if model is vLLM's scheduler: SGLang's changes are not replayed
+            x["replay"] = {"status": "not replayed", "why": "the what-if model replays vLLM's scheduler, not SGLang's"}
+        if vllm_v is None or vllm_v.height == 0:
+            return _ranked(a, sgl_changes, [], sgl_dropped)
     formula, dropped = structured(measure(a), engine_family(a))
     cap = (findings.capacity if findings is not None else None) or {}
     computed = [dict(x) for x in cap.get("fixes") or []]
@@ -80,7 +92,7 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
             )
         else:
             candidates.append(x)
-    counts = verdict_key_counts(a.verdicts)
+    counts = verdict_key_counts(vllm_v if vllm_v is not None else a.verdicts)
     addressing = ranked(candidates, counts)  # only fixes that address some of the incident's events
     changes = [x for x in addressing if _is_change(x)]
     know = [x for x in addressing if not _is_change(x)]
@@ -89,9 +101,16 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
 
         changes, no_gain = verify_fixes(a, changes)
         dropped.extend(no_gain)
+    return _ranked(a, [*changes, *sgl_changes], know, [*dropped, *sgl_dropped])
+
+
+def _ranked(
+    a: AnalysisView, changes: list[dict[str, Any]], know: list[dict[str, Any]], dropped: list[dict[str, str]]
+) -> dict[str, Any]:
+    """The changes labelled (status, where the current value comes from) and ranked, with the rest."""
     for x in changes:
         x["status"] = _status(x)
-        x["current_from"] = current_label(a, x["option"])
+        x.setdefault("current_from", current_label(a, x["option"]))
     # A verified change first; a change that a replay, even an uncalibrated one, shows no gain for
     # ranks after the others (its own figures argue against it).
     changes.sort(
@@ -182,15 +201,24 @@ def _guide_world(a: AnalysisView) -> bool:
     return guide_model(a)
 
 
-def attach(verdicts: pl.DataFrame | None, fixes: dict[str, Any]) -> pl.DataFrame | None:
-    """Every event's ``fixes`` and ``recommendations``: the changes that address its verdict."""
+def attach(
+    verdicts: pl.DataFrame | None, fixes: dict[str, Any], engine_kinds: pl.DataFrame | None = None
+) -> pl.DataFrame | None:
+    """Every event's ``fixes`` and ``recommendations``: the changes that address its verdict (its
+    engine's: ``engine_kinds`` is event_id -> engine_kind, when the bundle has more than vLLM)."""
     from .rules.verdicts import fix_cell, fix_type
 
     if verdicts is None or verdicts.height == 0:
         return verdicts
     changes = fixes.get("changes") or []
     keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
-    per = {k: [x for x in changes if k in x["addresses"]] for k in keys}
+
+    def mine(x: dict[str, Any], kind: str) -> bool:
+        return bool(x.get("engine_kind", "vllm") == kind)
+
+    per = {k: [x for x in changes if k in x["addresses"] and mine(x, "vllm")] for k in keys}
+    # SGLang's events look their changes up under "sglang:<key>"
+    per.update({"sglang:" + k: [x for x in changes if k in x["addresses"] and mine(x, "sglang")] for k in keys})
     lookup = pl.DataFrame(
         {
             "_key": list(per.keys()),
@@ -204,7 +232,10 @@ def attach(verdicts: pl.DataFrame | None, fixes: dict[str, Any]) -> pl.DataFrame
         .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
         .otherwise(pl.col("gate"))
     )
-    cols = verdicts.columns
+    if engine_kinds is not None:
+        verdicts = verdicts.join(engine_kinds, on="event_id", how="left")
+        key = pl.when(pl.col("engine_kind") == "sglang").then(pl.lit("sglang:") + key).otherwise(key)
+    cols = [c for c in verdicts.columns if c != "engine_kind" or engine_kinds is None]
     out = (
         verdicts.drop("recommendations", "fixes")
         .with_columns(_key=key)

@@ -56,7 +56,7 @@ from .rules.model import RuleSet
 from .rules.verdicts import verdicts as rule_verdicts
 from .salvage import decompressed_copy, salvage
 from .servers import mixed_warning
-from .sources import CrossFile, SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
+from .sources import LOG_KINDS, CrossFile, SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
 from .summary import honesty_notes
 from .timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zone, offset_for, resolve, shift
 from .vllm import config as vconfig
@@ -159,7 +159,7 @@ def parse_other_sources(bundle: Bundle, ws: Workspace, debug: bool) -> tuple[lis
     parsed: list[tuple[str, Any]] = []
     warnings: list[str] = []
     for name, kind in kinds().items():
-        if name == vllm_log.KIND or kind.parse is None:
+        if name in LOG_KINDS or kind.parse is None:
             continue
         files = bundle.of_kind(name)
         if files:
@@ -179,7 +179,7 @@ def read_logs(
     file with many Received lines stay in its spill file in ``ws`` (folded: vllm/requests.py
     ``parse_with_stats``). A damaged file is read as far as it
     goes (the problem is added to its InputFile's warnings and the run is partial)."""
-    frames, log_files = _scan_small_files(bundle.of_kind(vllm_log.KIND), ws)
+    frames, log_files = _scan_small_files(log_files_of(bundle), ws)
     batched = bool(frames)
     from . import reflow
 
@@ -205,8 +205,13 @@ def read_logs(
     )
     if batched:
         records = records.sort("file_id", "n", "seg", maintain_order=True)
-    records = _with_line_times(records, bundle.of_kind(vllm_log.KIND))
+    records = _with_line_times(records, log_files_of(bundle))
     return records, request_rows, Report(notes=tuple(repaired), partial=partial)
+
+
+def log_files_of(bundle: Bundle) -> list[InputFile]:
+    """The files the single log pass reads: every file of a log kind (sources.LOG_KINDS), in bundle order."""
+    return [f for f in bundle.files if f.kind in LOG_KINDS]
 
 
 def one_clock(
@@ -277,6 +282,9 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     prof.mark("families, phase 2")
 
     stats = vstats.parse(records)
+    more_stats = [o.stats for o in outputs if o.stats is not None and o.stats.height]  # SGLang's batch lines
+    if more_stats:
+        stats = pl.concat([stats, *more_stats], how="vertical_relaxed").sort("seq", maintain_order=True)
     prof.mark("stats")
     extra_config = [o.config for o in outputs if o.config is not None and o.config.height]
     config = vconfig.parse(records, stats, extra=extra_config)
@@ -414,7 +422,8 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
     found_beyond = compute_findings(draft)  # the findings beyond the gates (findings/): read-only
     prof.mark("findings")
     fix_plan = plan_fixes(draft, found_beyond)  # the changes to make: one list for every output
-    draft = dataclasses.replace(draft, verdicts=attach_fixes(draft.verdicts, fix_plan))
+    kinds = draft.events.select("event_id", "engine_kind") if "engine_kind" in draft.events.columns else None
+    draft = dataclasses.replace(draft, verdicts=attach_fixes(draft.verdicts, fix_plan, kinds))
     prof.mark("fixes")
     extra: dict[str, Any] = {}
     for stage in AFTER_VERDICTS:  # further stages over the verdicts plug in here

@@ -96,12 +96,22 @@ class LogCapability:
         }
 
 
+SGLANG_REASON = (
+    "SGLang's scheduler logs every retraction it makes (update_running_batch: 'KV cache pool is full. Retract "
+    "requests.', before 0.4.7 'Decode out of memory happened'), at INFO (WARNING from 0.5.10)"
+)
+
+
 def log_capability(a: AnalysisView) -> LogCapability:
     from .vllm.config import _version_tuple, in_force
 
     has_log = bool(a.records.height)
     if not has_log:
         return LogCapability(has_log=False)
+    from .sglang.summary import sglang_only_log
+
+    if sglang_only_log(a):  # SGLang's log (issue 29) prints every retraction: its count is exact, 0 included
+        return LogCapability(has_log=True, family="SGLang", counts="exact", reason=SGLANG_REASON)
     cfg = in_force(a.config)
     ver_row = cfg.get("vllm_version")
     version = ver_row["value"] if ver_row else None

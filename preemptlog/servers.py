@@ -1,7 +1,8 @@
 """Which vLLM servers a bundle holds: one incident, or several mixed in one folder.
 
 A server start is a version line (``vLLM API server version X``, ``vLLM server
-version X``), or, in a stream without one, the engine's ``Initializing a V1
+version X``; SGLang's ``server_args=`` line, version ``sglang``: SGLang prints none),
+or, in a stream without one, the engine's ``Initializing a V1
 LLM engine (vX) with config`` line. Each start has a version, the process
 (``APIServer pid=N``, any ``(Name pid=N[, ip=A])`` prefix) and a host (the
 ``ip=`` of the prefix, a docker compose service) when the line shows them.
@@ -40,9 +41,15 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
 
         return empty_frame(START_SCHEMA)
     t = pl.col("text")
-    is_version = pl.col("kind") == "cfg_version"
+    is_sglang = pl.col("kind") == "sgl_args"  # SGLang's server_args line (it prints no version)
+    is_version = (pl.col("kind") == "cfg_version") | is_sglang
     is_engine = (pl.col("kind") == "cfg_engine") & t.str.contains(r"Initializing an? (?:V[01] )?LLM engine \(v")
-    rows = records.filter(is_version | is_engine).with_columns(_ver=is_version)
+    # An SGLang stream without a server_args line (a log cut after start-up) still is a server of its own: its
+    # first SGLang line stands for the start (another engine's log is never the same server).
+    sgl_line = pl.col("kind").str.starts_with("sgl_").fill_null(False)
+    first_sgl = sgl_line & (pl.int_range(pl.len()).over("stream", sgl_line) == 0) & ~is_sglang.any().over("stream")
+    r = records.sort("stream", "seq") if "seq" in records.columns else records
+    rows = r.filter(is_version | is_engine | first_sgl).with_columns(_ver=is_version | sgl_line, _sgl=sgl_line)
     # A stream's engine-init lines are starts only when it has no version line.
     rows = rows.filter(pl.col("_ver") | ~pl.col("_ver").any().over("stream"))
     return rows.select(
@@ -50,7 +57,7 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
         pl.col("source"),
         pl.col("n").alias("line"),
         pl.col("time"),
-        t.str.extract(VERSION_RE, 1).alias("version"),
+        pl.when(pl.col("_sgl")).then(pl.lit("sglang")).otherwise(t.str.extract(VERSION_RE, 1)).alias("version"),
         pl.col("proc").str.extract(r"^(.*?pid=\d+)", 1).alias("process"),
         pl.coalesce(pl.col("proc").str.extract(r"ip=([0-9A-Fa-f.:]+)", 1), pl.col("compose")).alias("host"),
     )

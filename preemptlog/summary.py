@@ -57,11 +57,22 @@ def honesty_notes(a: AnalysisView) -> list[str]:
             "V1 'Preemptions: N' counts are per stats interval and lag: a preempted request is counted when it "
             "produces output again, so the interval can be later than the preemption."
         )
-    if prom_events:
+    prom_sgl = (
+        ev.filter(pl.col("source").is_in(prom_src) & (pl.col("engine_kind") == "sglang")).height
+        if ev.height and "engine_kind" in ev.columns
+        else 0
+    )
+    if prom_events - prom_sgl:
         notes.append(
-            f"{prom_events} event(s) come from the Prometheus counter vllm:num_preemptions_total: each increase "
-            "between two scrapes is spread evenly over that interval (no request id); V1 counts a preemption when "
-            "the request runs again."
+            f"{prom_events - prom_sgl} event(s) come from the Prometheus counter vllm:num_preemptions_total: each "
+            "increase between two scrapes is spread evenly over that interval (no request id); V1 counts a "
+            "preemption when the request runs again."
+        )
+    if prom_sgl:  # SGLang's counter counts a retraction when it happens (scheduler update_running_batch)
+        notes.append(
+            f"{prom_sgl} event(s) come from SGLang's retraction counter (sglang:num_retracted_requests_total, or "
+            "0.4.10-0.5.1's sglang:total_retracted_reqs): each increase between two scrapes is spread evenly over "
+            "that interval (no request id)."
         )
     if unplaced:
         notes.append(
@@ -285,9 +296,19 @@ def summarize(a: Analysis) -> dict[str, Any]:
             ]
     f = getattr(a, "findings", None)  # recompute cost, thrash, stall
     out["findings_headline"] = f.top() if f is not None else None
+    out.update(_engines(a, f))
     out["headline"] = headline(out)
     out["to_know_more_line"] = to_know_more_line(out)
     return out
+
+
+def _engines(a: Analysis, f: Any) -> dict[str, Any]:
+    """``engine_kind`` (vllm | sglang | sglang+vllm), ``engine_kinds`` (events per engine) and SGLang's
+    own section (sglang/summary.py)."""
+    from .sglang import summary as sgl
+
+    kinds = sgl.engine_kinds(a)
+    return {"engine_kind": sgl.engine_kind(kinds), "engine_kinds": kinds, "sglang": sgl.section(a, f)}
 
 
 # The field guide's gates, spelled out where a person reads them (one spelling everywhere).
@@ -404,12 +425,15 @@ def headline(s: dict[str, Any]) -> str:
             )
             + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
         )
+    from .sglang.summary import headline_words, noun
+
     n = s["events"]
+    kinds = s.get("engine_kinds") or {"vllm": n}
     if n == 0:
         rec = s.get("reconciliation") or {}
         how = rec.get("quality")
-        return "0 preemptions" + (f" ({how})" if how and how != "unknown" else "")
-    word = "preemption" if n == 1 else "preemptions"
+        return "0 " + noun(kinds, 0) + (f" ({how})" if how and how != "unknown" else "")
+    word = noun(kinds, n)  # SGLang's retractions in SGLang's word
     k = s.get("by_kind") or {}
     estimated = bool(k.get("reconstructed") or k.get("interval"))
     span = _span_text(s.get("first_event"), s.get("last_event"), estimated)
@@ -421,7 +445,8 @@ def headline(s: dict[str, Any]) -> str:
     where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
     by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}
     g1 = by_gate.get("G1-kv-space", 0)
-    if c.get("upstream") and g1 + c.get("cache_reset", 0) >= n - by_gate.get("undetermined", 0) and g1:
+    vllm_only = set(kinds) <= {"vllm"}
+    if vllm_only and c.get("upstream") and g1 + c.get("cache_reset", 0) >= n - by_gate.get("undetermined", 0) and g1:
         pw = _pressure_words(c)
         what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
         parts = [what, c.get("code") or CODE_SENTENCE[None]]
@@ -442,7 +467,7 @@ def headline(s: dict[str, Any]) -> str:
             if top:
                 part += " (" + ", ".join(f"{sk} {v}" for v, sk in top) + ")"
         gates.append(part)
-    return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "")
+    return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "") + headline_words(s)
 
 
 def to_know_more_line(s: dict[str, Any]) -> str | None:

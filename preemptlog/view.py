@@ -41,6 +41,7 @@ COMPACT_COLUMNS = [
     "request_id",
     "mode",
     "engine",
+    "engine_kind",  # the serving engine: vllm | sglang
     "cumulative",
     "source",
     "line",

@@ -30,6 +30,9 @@ OPTIONS = {
     "docker-compose-rfc3339.log": {},
     "guide-iso-markers.log": {},
     "kubectl-syslog.log": {},
+    # SGLang (issue 29): 0.4.x TP-repeated lines, 0.5.23 behind docker -t with a hybrid pool
+    "sglang-0.4-tp.log": {},
+    "sglang-0.5.23-docker.log": {},
 }
 VOLATILE_SUMMARY_KEYS = ("inputs",)
 

@@ -96,6 +96,7 @@ EXPECT_A = {
             "prom_running_delta",
         )
     },  # no /metrics scrapes in the bundle
+    **{e.name: (None, None) for e in joiner.DECLARED if e.name.startswith("sgl_")},  # no SGLang lines
     "dmon_fb_at_mb": (41000.0, DM + "10"),
     "dmon_fb_jump_mb": (6000.0, DM + "8"),
     "dmon_fb_jump_gpu": (1, DM + "8"),

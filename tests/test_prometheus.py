@@ -96,6 +96,8 @@ GOLDEN_CASES = {
     "query_range-two-engines": ["fixtures/prometheus/query_range-two-engines.json"],
     "query-vector-total": ["fixtures/prometheus/query-vector-total.json"],
     "stock-v1-bundle": ["fixtures/prometheus/stock-v1"],
+    # SGLang 0.5.10 names (issue 29): two TP ranks of one engine, token counters, the retractions histogram
+    "sglang-two-tp-ranks": ["fixtures/prometheus/sglang-two-tp-ranks.prom"],
 }
 
 

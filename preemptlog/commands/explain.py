@@ -375,7 +375,7 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
     head = Table(show_header=False, box=None)
     head.add_column("k", style="bold")
     head.add_column("v", overflow="fold")
-    for k in ("event_id", "time", "kind", "request_id", "mode", "source", "line", "raw"):
+    for k in ("event_id", "time", "kind", "engine_kind", "request_id", "mode", "source", "line", "raw"):
         if e.get(k) is not None:
             head.add_row(text(k), text(e[k]))
     console.print(head)

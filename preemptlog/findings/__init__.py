@@ -113,7 +113,10 @@ def _pct(x: float) -> str:
 def headline_part(f: Findings) -> str:
     parts = []
     rc = f.recompute
-    if rc.get("preemptions"):
+    sc = rc.get("sglang_counters") or {}
+    if rc.get("preemptions") and sc and not rc.get("tokens"):  # SGLang's token counters: an upper bound
+        parts.append(f"at most {_tokens(sc['tokens_at_most'])} tokens recomputed (SGLang's counters)")
+    elif rc.get("preemptions"):
         if rc.get("tokens") is None or (rc.get("tokens_is_lower_bound") and not rc.get("tokens")):
             parts.append("tokens recomputed unknown")
         else:
@@ -127,10 +130,11 @@ def headline_part(f: Findings) -> str:
     hist = th.get("histogram") or {}
     if not th.get("evaluable") and hist.get("requests_preempted_more_than_once"):
         n5, n2 = hist.get("requests_preempted_5_or_more"), hist["requests_preempted_more_than_once"]
+        verb, who = ("retracted", "SGLang's") if hist.get("engine_kind") == "sglang" else ("preempted", "vLLM's")
         parts.append(
-            f"{n5} request{'s' if n5 != 1 else ''} preempted 5+ times (vLLM's histogram)"
+            f"{n5} request{'s' if n5 != 1 else ''} {verb} 5+ times ({who} histogram)"
             if n5
-            else f"{n2} request{'s' if n2 != 1 else ''} preempted more than once (vLLM's histogram)"
+            else f"{n2} request{'s' if n2 != 1 else ''} {verb} more than once ({who} histogram)"
         )
     if th.get("evaluable"):
         n5 = th.get("requests_preempted_5_or_more", 0)

@@ -75,7 +75,15 @@ def _preempts(a: Analysis) -> pl.DataFrame | None:
 def victims(a: Analysis) -> pl.DataFrame:
     """One row per event: the victim's preempt record, table and request facts (internal columns)."""
     ev = a.events.select(
-        "event_id", "time", "kind", "mode", "request_id", pl.col("engine").fill_null("0"), "source", "line"
+        "event_id",
+        "time",
+        "kind",
+        "mode",
+        "request_id",
+        pl.col("engine").fill_null("0"),
+        pl.col("engine_kind") if "engine_kind" in a.events.columns else pl.lit("vllm").alias("engine_kind"),
+        "source",
+        "line",
     )
     p = _preempts(a)
     if p is not None and ev.height:
@@ -116,7 +124,36 @@ def victims(a: Analysis) -> pl.DataFrame:
         )
     ev = _with_tables(a, ev)
     ev = _with_prompts(a, ev)
-    return ev
+    return _with_sglang(a, ev)
+
+
+def _with_sglang(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
+    """SGLang 0.5.10+: ``#new_tokens_gained`` of the event's retraction line (the KV it freed, which
+    is prefilled again when the request runs again), split evenly over the line's requests (the
+    remainder on the line's first event)."""
+    ret = frame(a, "sgl_retractions")
+    cols = {"s_gained": pl.Int64, "s_gained_src": pl.String}
+    if ret is None or ev.height == 0 or "stream" not in a.events.columns:
+        return ev.with_columns([pl.lit(None, t).alias(c) for c, t in cols.items()])
+    r = ret.filter(pl.col("new_tokens_gained").is_not_null() & (pl.col("retracted") > 0)).select(
+        pl.col("stream").cast(pl.Int32),
+        pl.col("seq").cast(pl.UInt32),
+        pl.col("new_tokens_gained").alias("_g"),
+        pl.col("retracted").alias("_n"),
+        src_expr().alias("s_gained_src"),
+    )
+    keys = a.events.select("event_id", pl.col("stream").cast(pl.Int32), pl.col("seq").cast(pl.UInt32), "_sub")
+    j = keys.join(r, on=["stream", "seq"], how="inner").select(
+        "event_id",
+        (
+            pl.col("_g").clip(lower_bound=0) // pl.col("_n")
+            + pl.when(pl.col("_sub") == 1).then(pl.col("_g").clip(lower_bound=0) % pl.col("_n")).otherwise(0)
+        )
+        .cast(pl.Int64)
+        .alias("s_gained"),
+        "s_gained_src",
+    )
+    return ev.join(j, on="event_id", how="left")
 
 
 def _with_tables(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
@@ -225,13 +262,17 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         .then(pl.col("t_computed"))
         .when(pl.col("t_tokens").is_not_null())
         .then(pl.col("t_tokens"))
+        .when(pl.col("s_gained").is_not_null())
+        .then(pl.col("s_gained"))
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.col("prompt_tokens"))
     )
     bound = (
         pl.when(swap | pl.col("p_lost").is_not_null() | pl.col("t_computed").is_not_null())
         .then(pl.lit("exact"))
-        .when(pl.col("t_tokens").is_not_null() | pl.col("prompt_tokens").is_not_null())
+        .when(
+            pl.col("t_tokens").is_not_null() | pl.col("s_gained").is_not_null() | pl.col("prompt_tokens").is_not_null()
+        )
         .then(pl.lit("lower"))
     )
     basis = (
@@ -243,8 +284,22 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         .then(pl.lit("num_computed_tokens of the victim's table at the preemption step"))
         .when(pl.col("t_tokens").is_not_null())
         .then(pl.lit("num_tokens of the victim's latest table before the event (prompt + generated so far; at least)"))
+        .when(pl.col("s_gained").is_not_null())
+        .then(
+            pl.lit(
+                "#new_tokens_gained of SGLang's retraction line: the KV it freed, prefilled again when the request runs "
+                "again (at least; split evenly over the line's requests)"
+            )
+        )
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.lit("the victim's prompt length (at least; what it generated before is not in the bundle)"))
+        .when(pl.col("engine_kind") == "sglang")
+        .then(
+            pl.lit(
+                "unknown: SGLang's retraction line names no request and prints #new_tokens_gained only from 0.5.10 "
+                "(/metrics sglang:num_retracted_{input,output}_tokens_total give the incident's total)"
+            )
+        )
         .when(pl.col("request_id").is_null())
         .then(pl.lit("unknown: the event names no request"))
         .otherwise(pl.lit("unknown: no tokens of this request in the bundle (block-table records or prompt_token_ids)"))
@@ -258,6 +313,8 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         .then(pl.col("t_computed_src"))
         .when(pl.col("t_tokens").is_not_null())
         .then(pl.col("t_tokens_src"))
+        .when(pl.col("s_gained").is_not_null())
+        .then(pl.col("s_gained_src"))
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.col("prompt_src"))
     )
@@ -401,6 +458,7 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
             "max": _f(resumed.get_column("preempted_s").max()) if resumed.height else None,
             "sum": _f(resumed.get_column("preempted_s").sum()) if resumed.height else None,
         },
+        "sglang_counters": _sglang_counters(a),
         "not_evaluable": None
         if known.height
         else (
@@ -412,6 +470,21 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
     }
     pm = _per_minute(timed, iv)
     return out, pm
+
+
+def _sglang_counters(a: Analysis) -> dict[str, Any] | None:
+    """SGLang's own recompute cost (0.5.10+ /metrics): the input and output tokens of the requests it
+    retracted, ``sglang:num_retracted_{input,output}_tokens_total`` increases (at most what is prefilled
+    again: the radix cache may keep a prefix)."""
+    got = (a.counters.get("prometheus") or {}).get("sglang_retracted_tokens")
+    if not got:
+        return None
+    return {
+        **got,
+        "tokens_at_most": got["input_tokens"] + got["output_tokens"],
+        "basis": "sglang:num_retracted_input_tokens_total + sglang:num_retracted_output_tokens_total increases "
+        "(the retracted requests' prompt and generated tokens: at most what is prefilled again)",
+    }
 
 
 def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:

@@ -160,7 +160,8 @@ def _request_count(a: Analysis) -> tuple[int | None, str]:
 
 
 def histogram(a: Analysis) -> dict[str, Any] | None:
-    """vLLM's own per-request histogram ``vllm:request_num_preemptions`` (0.30+, /metrics): the
+    """vLLM's own per-request histogram ``vllm:request_num_preemptions`` (0.30+, /metrics; SGLang's
+    ``sglang:num_retractions``, 0.5.5-0.5.10, whose buckets start at 0, so "1" is separable): the
     distribution of preemptions per finished request, without request ids. Its buckets are
     cumulative (``le`` 1, 2, 3, 4, 5, 10, 20 in 0.30-0.33), so ``le=1`` holds requests preempted 0 or
     1 times: the "1" of the distribution is not separable from 0 (``0-1``). The increase between the
@@ -214,25 +215,31 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
                     continue
         return None
 
-    b1, b2, b4, b5 = le(1), le(2), le(4), le(5)
+    b0, b1, b2, b4, b5 = le(0), le(1), le(2), le(4), le(5)
     bounds = sorted(
         float(b) for (f, b) in vals if f == "hist_bucket" and b not in ("", "+Inf") and b.replace(".", "", 1).isdigit()
     )
     at_most = next((x for x in bounds if (le(x) or 0) >= count), None) if count else 0
     window = bool((per.get_column("scrapes") > 1).all())
-    return {
-        "metric": "vllm:request_num_preemptions",
-        "window": "increase between the first and the last scrape" if window else "since engine start (one scrape)",
-        "requests_finished": int(count),
-        "preemptions": int(total) if total is not None else None,
-        "distribution": None
-        if None in (b1, b2, b5)
-        else {
+    sglang = bool(h.get_column("metric").str.starts_with("sglang:").any())
+    dist: dict[str, int] | None = None
+    if None not in (b1, b2, b5):
+        dist = {
             "0-1": int(b1 or 0),
             "2": int((b2 or 0) - (b1 or 0)),
             "3-5": int((b5 or 0) - (b2 or 0)),
             "6+": int(count - (b5 or 0)),
-        },
+        }
+        if b0 is not None:  # SGLang's buckets start at 0: requests never retracted are told apart
+            dist = {"0": int(b0), "1": int((b1 or 0) - b0), **{k: v for k, v in dist.items() if k != "0-1"}}
+    return {
+        # SGLang's own histogram of retractions per finished request (0.5.5-0.5.10), else vLLM's
+        "metric": "sglang:num_retractions" if sglang else "vllm:request_num_preemptions",
+        "engine_kind": "sglang" if sglang else "vllm",
+        "window": "increase between the first and the last scrape" if window else "since engine start (one scrape)",
+        "requests_finished": int(count),
+        "preemptions": int(total) if total is not None else None,
+        "distribution": dist,
         "requests_preempted_more_than_once": int(count - b1) if b1 is not None else None,
         "requests_preempted_5_or_more": int(count - b4) if b4 is not None else None,
         "max_preemptions_per_request_at_most": int(at_most) if at_most is not None else None,

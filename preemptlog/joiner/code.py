@@ -161,6 +161,9 @@ def section_code(
     if facts is not None:
         src = pl.lit(facts["src"])
         esrc = pl.lit(facts["engine_src"], pl.String)
+        # vLLM's code facts are for vLLM's events: an SGLang event has its own rules (sglang rows)
+        if "engine_kind" in events.columns:
+            out = out.join(events.select("_i", "engine_kind"), on="_i", how="left")
         out = out.with_columns(
             *cited("code_trigger", pl.lit(facts["trigger"]), src),
             *cited("code_kv", pl.lit(facts["kv"]), src),
@@ -168,6 +171,10 @@ def section_code(
             *cited("code_engine", pl.lit(facts["label"]), esrc),
             *cited("code_not_gates", pl.lit(facts["not_gates"]), src),
         )
+        if "engine_kind" in out.columns:
+            names = [c for c in out.columns if c.startswith("code_")]
+            sgl = pl.col("engine_kind").fill_null("vllm") == "sglang"
+            out = out.with_columns([pl.when(~sgl).then(pl.col(c)).alias(c) for c in names]).drop("engine_kind")
     pressure = _pressure(span, frames.get("pressure_intervals"))
     if pressure is not None:
         out = out.join(pressure, on="_i", how="left")

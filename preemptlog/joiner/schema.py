@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import code, config, dmon, kv, pool, prom, request, sched, stats
+from . import code, config, dmon, kv, pool, prom, request, sched, sglang, stats
 from .declare import Evidence, schema
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ DECLARED: list[Evidence] = (
     + dmon.EVIDENCE
     + config.EVIDENCE
     + code.EVIDENCE
+    + sglang.EVIDENCE
 )
 EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
 VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]

@@ -31,7 +31,9 @@ def print_summary(analysis: Analysis, console: Console) -> None:
     parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker", "record") if k[name]]
     if s["count_visible"]:
         detail = f" ({', '.join(parts)})" if parts else ""
-        console.print(f"  {s['events']} preemption event(s){markup(detail)}")
+        from ..sglang.summary import noun
+
+        console.print(f"  {s['events']} {noun(s.get('engine_kinds') or {}, 1)} event(s){markup(detail)}")
     for x in (s.get("fixes") or [])[1:5]:
         console.print(f"  fix {x['rank']}: {markup(fix_line(x))}")
     if s["requests_received"]:

@@ -266,7 +266,12 @@ def render_table(
         tz = analysis.tz
         day = days[0] if len(days) == 1 else (f"{days[0]} .. {days[-1]}" if days else "no time")
         where = f"; files under {prefix}" if prefix else ""
-        console.print(text(f"{rows.height} row(s), {analysis.events.height} event(s); {day} ({tz}){where}"))
+        ev = analysis.events
+        sgl = ev.filter(pl.col("engine_kind") == "sglang").height if ev.height and "engine_kind" in ev.columns else 0
+        engine = (
+            "" if not sgl else " (SGLang retractions)" if sgl == ev.height else f" ({sgl} of them SGLang retractions)"
+        )
+        console.print(text(f"{rows.height} row(s), {ev.height} event(s){engine}; {day} ({tz}){where}"))
     if rows.height:
         console.print(table)
     else:

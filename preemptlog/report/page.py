@@ -197,7 +197,14 @@ def _tiles(s: dict, a: Analysis) -> str:
     out = ['<section id="overview"><div class="grid">']
     kinds = ", ".join(f"{n} {k}" for k, n in s["by_kind"].items() if n) or "none"
     if s["count_visible"]:
-        out.append(_tile(s["events"], "preemption event(s)", f'<div class="l">{e(kinds)}</div>'))
+        from ..sglang.summary import noun
+
+        word = noun(s.get("engine_kinds") or {}, 1)
+        out.append(
+            _tile(
+                s["events"], f"{word} event(s) ({s.get('engine_kind') or 'vllm'})", f'<div class="l">{e(kinds)}</div>'
+            )
+        )
     else:
         nv = s.get("not_visible") or {}
         out.append(
@@ -382,6 +389,7 @@ def _event_frame(a: Analysis) -> pl.DataFrame:
         "request_id",
         "mode",
         "engine",
+        "engine_kind",
         "cumulative",
         "source",
         "line",
@@ -459,6 +467,8 @@ def _event_card(r: dict) -> str:
         facts.append(f'request <b class="mono">{e(r["request_id"])}</b>')
     if r.get("mode"):
         facts.append(f"mode {e(r['mode'])}")
+    if r.get("engine_kind"):
+        facts.append("SGLang" if r["engine_kind"] == "sglang" else "vLLM")
     if r.get("engine"):
         facts.append(f"engine {e(r['engine'])}")
     if r.get("cumulative") is not None:

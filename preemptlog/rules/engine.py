@@ -396,6 +396,7 @@ EVENT_TYPES = {
     "kind": "String",
     "mode": "String",
     "engine": "String",
+    "engine_kind": "String",
     "request_id": "String",
     "cumulative": "Int64",
     "time_precision": "String",

@@ -76,7 +76,7 @@ def flags(frame: pl.DataFrame, rs: RuleSet, rules: list[MechanismRule]) -> pl.Da
     c = Compiler(rs, set(frame.columns))
     cols = []
     for r in rules:
-        ev = pl.lit(True)
+        ev = _applies(r, frame)
         for n in r.requires:
             ev = ev & c.present(n)
         if r.requires_any:
@@ -87,6 +87,14 @@ def flags(frame: pl.DataFrame, rs: RuleSet, rules: list[MechanismRule]) -> pl.Da
         fired = ev & c.expr(r.when).fill_null(False)
         cols += [ev.fill_null(False).alias(f"mevaluable__{r.id}"), fired.fill_null(False).alias(f"mfired__{r.id}")]
     return frame.with_columns(cols) if cols else frame
+
+
+def _applies(r: MechanismRule, frame: pl.DataFrame) -> pl.Expr:
+    """A rule bound to one engine (``engine = "sglang"``) applies to that engine's events only."""
+    if r.engine is None:
+        return pl.lit(True)
+    kind = pl.col("engine_kind") if "engine_kind" in frame.columns else pl.lit(None, pl.String)
+    return kind.is_null() | (kind == r.engine)  # events always name it; a rule sample (null) tests the rule itself
 
 
 def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
@@ -109,7 +117,7 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
     missing_parts = []
     for r in rules:
         for n in r.requires + r.requires_any:
-            missing_parts.append(pl.when(~c.present(n)).then(pl.lit(f"{r.mechanism}: {n}")))
+            missing_parts.append(pl.when(~c.present(n) & _applies(r, frame)).then(pl.lit(f"{r.mechanism}: {n}")))
     missing = (
         pl.concat_list(missing_parts).list.drop_nulls().list.unique(maintain_order=True)
         if missing_parts

@@ -55,7 +55,7 @@ RULE_FIELDS = {
 SAMPLE_FIELDS = {"evidence", "expect"}
 EXPECT = ("fired", "not-fired", "not-evaluable")
 # Event columns a rule may read besides the evidence frame.
-EVENT_NAMES = {"kind", "mode", "engine", "request_id", "cumulative", "time_precision"}
+EVENT_NAMES = {"kind", "mode", "engine", "engine_kind", "request_id", "cumulative", "time_precision"}
 # Bundle facts a rule may read: whether the bundle shows the guide's patched scheduler
 # (debug-hook lines or PREEMPTED marker lines), set per event by rules.verdicts.
 BUNDLE_NAMES = {"guide_model"}
@@ -427,7 +427,17 @@ def load_rules(extra_files: list[str] | None = None, sets: list[str] | None = No
 # Which of vLLM's own mechanisms made a preemption: parsed and validated here with the gate
 # rules (one home for the rules file's schema); evaluated by rules/mechanisms.py.
 
-MECHANISMS = ("kv-capacity", "chunked-prefill-loop", "priority-churn", "prefix-cache-reset", "spec-decode-lookahead")
+MECHANISMS: tuple[str, ...] = (
+    "kv-capacity",
+    "chunked-prefill-loop",
+    "priority-churn",
+    "prefix-cache-reset",
+    "spec-decode-lookahead",
+)
+# SGLang's (issue 29): its new-token ratio decayed to the floor before the retraction, a hybrid
+# (SWA / mamba) pool, and a retraction forced by SGLANG_TEST_RETRACT.
+SGLANG_MECHANISMS = ("ratio-over-admission", "hybrid-pool", "test-retraction")
+MECHANISMS = MECHANISMS + SGLANG_MECHANISMS
 UNKNOWN = "unknown"
 MECH_FIELDS = {
     "id",
@@ -441,7 +451,9 @@ MECH_FIELDS = {
     "cite",
     "enabled",
     "sample",
+    "engine",  # the engine_kind it applies to (vllm | sglang); other engines' events skip it
 }
+ENGINE_KINDS = ("vllm", "sglang")
 
 # Per-event values only the mechanism rules read (name -> polars dtype name, one line of doc).
 MECHANISM_EVIDENCE: dict[str, tuple[str, str]] = {
@@ -483,6 +495,7 @@ class MechanismRule:
     samples: list[dict[str, Any]] = field(default_factory=list)
     origin: str = "default.toml"
     order: int = 0
+    engine: str | None = None  # only events of this engine_kind (None: every engine's)
 
 
 def _err(msg: str, hint: str | None = None) -> Exception:
@@ -515,7 +528,11 @@ def build_mechanism(doc: Any, src: str, order: int) -> MechanismRule:
     if "description" in doc and not isinstance(doc["description"], str):
         raise _err(f"{where}: description must be a string")
     samples = _samples(where, doc)
+    engine = doc.get("engine")
+    if engine is not None and engine not in ENGINE_KINDS:
+        raise _err(f"{where}: engine must be one of {', '.join(ENGINE_KINDS)}")
     return MechanismRule(
+        engine=engine,
         id=rid,
         mechanism=mech,
         when=when,

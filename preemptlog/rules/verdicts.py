@@ -60,7 +60,16 @@ def fix_cell(x: dict[str, Any]) -> dict[str, Any]:
 def event_frame(analysis: AnalysisView) -> pl.DataFrame:
     """Events with their evidence columns and per-request preemption counts."""
     ev = analysis.events.select(
-        "event_id", "kind", "mode", "engine", "request_id", "cumulative", "time_precision", "source", "line"
+        "event_id",
+        "kind",
+        "mode",
+        "engine",
+        "engine_kind",
+        "request_id",
+        "cumulative",
+        "time_precision",
+        "source",
+        "line",
     )
     if analysis.evidence is not None and analysis.evidence.height:
         ev = ev.join(analysis.evidence, on="event_id", how="left")
@@ -128,7 +137,7 @@ def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
     v = v.drop("event_id").with_columns(groups.get_column("_ids")).explode("_ids").rename({"_ids": "event_id"})
     v = frame.select("event_id").join(v, on="event_id", how="left", maintain_order="left")
     # The changes to make come later, from the whole incident (fixes.plan, after the findings);
-    # fixes.attach fills these two columns.
+    # fixes.attach fills these two columns (SGLang's events get SGLang's changes).
     v = v.with_columns(recommendations=pl.lit([], pl.List(pl.String)), fixes=pl.lit([], fix_type()))
     return v.select(["event_id"] + VERDICT_COLUMNS)
 

@@ -44,13 +44,26 @@ from .registry import (
 # The built-in source modules, imported once, here; each registers its kinds or families.
 # Order matters for sniffing ties (the kind registered first wins), so they are imported
 # in this order by name (an import statement would be re-sorted by the linter).
-BUILTIN_MODULES: list[str] = ["vllm_log", "hooks", "blocktable", "kvevents", "dmon", "prometheus", "capture"]
+BUILTIN_MODULES: list[str] = [
+    "vllm_log",
+    "hooks",
+    "sglang_log",
+    "blocktable",
+    "kvevents",
+    "dmon",
+    "prometheus",
+    "capture",
+]
+# The source kinds whose files the single log pass reads (sources/vllm_log.py ``scan``): vLLM's and
+# SGLang's logs share it (their line families are told apart per line, not per file).
+LOG_KINDS: tuple[str, ...] = ("vllm-log", "sglang-log")
 for _name in BUILTIN_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 del _name
 
 __all__ = [
     "BUILTIN_MODULES",
+    "LOG_KINDS",
     "CrossFile",
     "Parsed",
     "RecordFamily",

@@ -35,6 +35,7 @@ class SourceOutput:
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     events: list[pl.DataFrame] = field(default_factory=list)  # partial event frames (events.conform)
     config: pl.DataFrame | None = None  # rows in vllm.config.CONFIG_SCHEMA
+    stats: pl.DataFrame | None = None  # rows in vllm.stats.STATS_SCHEMA (another engine's stats lines: SGLang)
     assumptions: list[Assumption] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -135,9 +135,10 @@ VLLM_HEADER_RE = (
     r"(?:[.,](?P<hfrac>\d{1,9}))?\s+"
     r"\[?(?P<src>[^\s\[\]]+?):(?P<srcline>\d+)\]"
 )
-# Full date at the start of the line, after optional kubectl --prefix and compose "svc | ".
+# Full date at the start of the line, after optional kubectl --prefix and compose "svc | ", or a Ray
+# "(Name pid=N, ip=A) " process prefix (SGLang under Ray; SGLang's debug_utils/log_parser.py reads it too).
 FULL_TS_RE = (
-    r"^(?:\[[^\]]*\]\s*)?(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?\[?"
+    r"^(?:\[[^\]]*\]\s*)?(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?(?:\([A-Za-z_][^()]*pid=\d+[^()]*\)\s*)?\[?"
     r"(?P<fdate>\d{4}-\d\d-\d\d)[T ](?P<ftime>\d\d:\d\d:\d\d)"
     r"(?:[.,](?P<ffrac>\d{1,9}))?(?P<fzone>Z|[+-]\d\d:?\d\d)?"
 )

@@ -239,7 +239,6 @@ def parse(
     derived = _derive(seen, stats, records)
     out = pl.concat([seen, derived], how="vertical")
     have = _stated_in_every_run(out, set(runs.get_column("run").unique().to_list()))
-    ver = _last(seen, "vllm_version")
     defaults = [
         {
             "key": k,
@@ -251,7 +250,7 @@ def parse(
             "note": note,
             "run": None,
         }
-        for k, v, note in default_rows(ver["value"] if ver else None)
+        for k, v, note in defaults_for(records, seen)
         if k not in have
     ]
     if defaults:
@@ -265,6 +264,22 @@ def _stated_in_every_run(rows: pl.DataFrame, run_ids: set[int]) -> set[str]:
     for key, runs in rows.group_by("key").agg(pl.col("run")).iter_rows():
         if None in runs or set(runs) >= run_ids:
             out.add(key)
+    return out
+
+
+def defaults_for(records: pl.DataFrame, seen: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """The defaults of the engines the bundle shows: vLLM's unless every log line is SGLang's (an
+    SGLang-only bundle is not given vLLM's block_size or max_num_seqs), SGLang's where it has SGLang lines."""
+    sglang = (
+        bool(seen.height) and seen.filter((pl.col("key") == "engine_kind") & (pl.col("value") == "sglang")).height > 0
+    )
+    vllm = not sglang or (records.height > 0 and records.filter(~pl.col("kind").str.starts_with("sgl_")).height > 0)
+    ver = _last(seen, "vllm_version")
+    out = default_rows(ver["value"] if ver else None) if vllm else []
+    if sglang:
+        from ..sglang.knobs import DEFAULTS as SGLANG_DEFAULTS
+
+        out += SGLANG_DEFAULTS
     return out
 
 

@@ -89,9 +89,9 @@ def _sniff(head: str) -> int:
         return 90
     stripped = head.lstrip()
     if stripped.startswith(("{", "[")) and '"resultType"' in head:
-        return 90 if "vllm" in head else 60
+        return 90 if "vllm" in head or "sglang" in head else 60
     if stripped.startswith("{") and '"timestamp_ns"' in head and '"metrics"' in head:
-        return 90 if "vllm" in head else 60  # AIPerf server_metrics_export.jsonl
+        return 90 if "vllm" in head or "sglang" in head else 60  # AIPerf server_metrics_export.jsonl
     if re.search(
         r"^" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+(?:\{[^\n]*\})?[ \t]+[-+0-9.eENaIinf]+[ \t]*(?:[-0-9.eE+]+)?[ \t]*$",
         head,

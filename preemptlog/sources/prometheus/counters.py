@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .names import CONFIG_LABELS, CONFIG_SKIP_LABELS, COUNTER_FIELDS, CREATED, METRICS, PLACED, RAW_LIMIT
+from .names import (
+    CONFIG_LABELS,
+    CONFIG_SKIP_LABELS,
+    COUNTER_FIELDS,
+    CREATED,
+    METRICS,
+    PLACED,
+    RAW_LIMIT,
+    _label,
+    engine_kind_expr,
+)
 
 if TYPE_CHECKING:
     from ...frames import Schema
@@ -68,6 +78,7 @@ PROM_PREEMPTIONS_SCHEMA = {
     "col": "UInt32",
     "stream": "Int32",
     "raw": "String",
+    "engine_kind": "String",  # vllm | sglang (the metric's prefix): its events carry it
 }
 
 
@@ -84,7 +95,9 @@ def _combine(parsed: PromParsed, out: SourceOutput) -> SourceOutput:
         return out
     s = out.frames.pop(PLACED)
     s = s.with_columns(
-        engine=pl.col("engine").fill_null("0"),
+        # SGLang labels its engines (DP workers) dp_rank; its TP ranks (tp_rank) are ranks of one engine
+        engine=pl.coalesce(pl.col("engine"), _label("dp_rank")).fill_null("0"),
+        _ek=engine_kind_expr(pl.col("name")),
         model_name=pl.col("model_name").fill_null(""),
         field=pl.col("name").replace_strict(
             {k: v[0] for k, v in METRICS.items()} | {k: "created" for k in CREATED},
@@ -97,7 +110,7 @@ def _combine(parsed: PromParsed, out: SourceOutput) -> SourceOutput:
     # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
     # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
-    ranks = ["scope", "scrape_id", "engine", "model_name", "name", "reason", "le"]
+    ranks = ["scope", "scrape_id", "engine", "model_name", "name", "reason", "le"]  # name: one engine kind each
     before = s.height
     s = (
         s.sort("value", descending=True, nulls_last=True)
@@ -135,6 +148,7 @@ def _combine(parsed: PromParsed, out: SourceOutput) -> SourceOutput:
         "col",
         "stream",
         _raw_expr().alias("raw"),
+        pl.col("_ek").alias("engine_kind"),
     ).cast(_dtypes(PROM_PREEMPTIONS_SCHEMA))
     out.frames["prom_preemptions"] = prom_pre
     made = counter_events(prom_pre)
@@ -189,20 +203,21 @@ def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
             "scrape_id",
             "engine",
             "model_name",
+            "_ek",
             pl.col("cfield").alias("field"),
             pl.col("le").fill_null(""),
             pl.col("value").alias("created"),
         )
-        .unique(["scope", "scrape_id", "engine", "model_name", "field", "le"], keep="first")
+        .unique(["scope", "scrape_id", "engine", "model_name", "_ek", "field", "le"], keep="first")
     )
     c = s.filter(pl.col("field").is_in(list(COUNTER_FIELDS))).with_columns(le=pl.col("le").fill_null(""))
     # The _created of a histogram family has no le: it dates every bucket.
     c = c.join(
         created.filter(pl.col("le") == "").drop("le"),
-        on=["scope", "scrape_id", "engine", "model_name", "field"],
+        on=["scope", "scrape_id", "engine", "model_name", "_ek", "field"],
         how="left",
     )
-    grp = ["scope", "field", "engine", "model_name", "le"]
+    grp = ["scope", "field", "engine", "model_name", "_ek", "le"]
     c = c.sort([*grp, "time", "file_id", "n"], nulls_last=False).unique(
         [*grp, "scrape_id"], keep="first", maintain_order=True
     )
@@ -370,8 +385,11 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
         "window": None,
         "counter_totals": [],
         "histogram": None,
+        "sglang_retracted_tokens": None,
     }
     if pre is None or pre.height == 0:
+        if counters is not None:
+            facts["sglang_retracted_tokens"] = _retracted_tokens(counters)
         return facts
     grp = ["scope", "engine", "model_name"]
     facts["series"] = pre.select(grp).unique().height
@@ -407,6 +425,7 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
         for r in last.sort(grp).iter_rows(named=True)
     ]
     if counters is not None:
+        facts["sglang_retracted_tokens"] = _retracted_tokens(counters)
         h = counters.filter(pl.col("field").is_in(["hist_sum", "hist_count"]))
         if h.height:
             # A series read once counts since the engine's start (its value); a series read more than
@@ -426,3 +445,25 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
                 "since_engine_start": since_start,
             }
     return facts
+
+
+def _retracted_tokens(counters: pl.DataFrame) -> dict[str, Any] | None:
+    """SGLang 0.5.10+: the input and output tokens of the retracted requests, the increase of
+    ``sglang:num_retracted_{input,output}_tokens_total`` between the first and last scrape of each
+    series (the KV SGLang threw away: at most what is recomputed, as the radix cache may keep a prefix)."""
+    t = counters.filter(
+        pl.col("field").is_in(["retracted_input_tokens", "retracted_output_tokens"]) & pl.col("inc_f").is_not_null()
+    )
+    if t.height == 0:
+        return None
+    src = pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("n").cast(pl.String)])
+    t = t.with_columns(_src=src).sort("time")
+    inp = t.filter(pl.col("field") == "retracted_input_tokens").get_column("inc_f").sum()
+    out = t.filter(pl.col("field") == "retracted_output_tokens").get_column("inc_f").sum()
+    return {
+        "input_tokens": int(inp or 0),
+        "output_tokens": int(out or 0),
+        "window": [t.get_column("prev_time").min(), t.get_column("time").max()],
+        "first_line": t.get_column("_src")[0],
+        "last_line": t.get_column("_src")[-1],
+    }

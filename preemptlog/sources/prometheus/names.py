@@ -46,6 +46,20 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "vllm:request_prompt_tokens_count": ("req_prompt_count", "gauge", 1.0),
     "vllm:request_generation_tokens_sum": ("req_gen_sum", "gauge", 1.0),
     "vllm:request_generation_tokens_count": ("req_gen_count", "gauge", 1.0),
+    # SGLang (issue 29; observability/metrics_collector.py per release, sglang-facts.md 2.3). A retraction is
+    # SGLang's preemption: its counters fill the same fields. 0.4.10-0.5.1 keep the running total in a
+    # gauge (total_retracted_reqs, "due to kvcache full"): read as the counter it is.
+    "sglang:num_retracted_requests_total": ("preemptions", "counter", 1.0),  # 0.5.10+
+    "sglang:total_retracted_reqs": ("preemptions", "counter", 1.0),  # 0.4.10-0.5.1
+    "sglang:num_retracted_reqs": ("retracted_last", "gauge", 1.0),  # 0.5.5+: the last retraction's size, per interval
+    "sglang:num_retracted_input_tokens_total": ("retracted_input_tokens", "counter", 1.0),  # 0.5.10+
+    "sglang:num_retracted_output_tokens_total": ("retracted_output_tokens", "counter", 1.0),  # 0.5.10+
+    "sglang:num_retractions_count": ("hist_count", "counter", 1.0),  # 0.5.5-0.5.10: retractions per request
+    "sglang:num_retractions_sum": ("hist_sum", "counter", 1.0),
+    "sglang:num_retractions_bucket": ("hist_bucket", "counter", 1.0),
+    "sglang:num_running_reqs": ("running", "gauge", 1.0),
+    "sglang:num_queue_reqs": ("waiting", "gauge", 1.0),
+    "sglang:token_usage": ("kv_usage", "gauge", 100.0),
 }
 
 
@@ -58,10 +72,28 @@ CREATED: dict[str, list[str]] = {
     "vllm:gpu_prefix_cache_queries_created": ["prefix_queries"],
     "vllm:gpu_prefix_cache_hits_created": ["prefix_hits"],
     "vllm:request_num_preemptions_created": ["hist_count", "hist_sum", "hist_bucket"],
+    "sglang:num_retracted_requests_created": ["preemptions"],
+    "sglang:num_retracted_input_tokens_created": ["retracted_input_tokens"],
+    "sglang:num_retracted_output_tokens_created": ["retracted_output_tokens"],
+    "sglang:num_retractions_created": ["hist_count", "hist_sum", "hist_bucket"],
 }
 
 
-COUNTER_FIELDS = ("preemptions", "prefix_queries", "prefix_hits", "hist_count", "hist_sum", "hist_bucket")
+COUNTER_FIELDS = (
+    "preemptions",
+    "prefix_queries",
+    "prefix_hits",
+    "hist_count",
+    "hist_sum",
+    "hist_bucket",
+    "retracted_input_tokens",
+    "retracted_output_tokens",
+)
+
+
+def engine_kind_expr(name: pl.Expr) -> pl.Expr:
+    """The serving engine a canonical metric name belongs to: ``sglang`` for ``sglang:``, else ``vllm``."""
+    return pl.when(name.str.starts_with("sglang:")).then(pl.lit("sglang")).otherwise(pl.lit("vllm"))
 
 
 # cache_config_info label -> config key (CONFIG_SCHEMA); other labels keep their name.
@@ -75,25 +107,33 @@ CONFIG_SKIP_LABELS = {"engine", "model_name", "instance", "job", "pod", "__name_
 # that do not allow ``:`` (``vllm_name``, OpenTelemetry, some relabelling), and
 # Ray Serve's re-export (``ray_vllm:name``, ``ray_vllm_name``). All are read as
 # ``vllm:name`` (:func:`canonical_name`).
-NAME_PREFIX_RE = r"(?:ray_)?vllm[:_]"
+NAME_PREFIX_RE = r"(?:ray_)?(?:vllm|sglang)[:_]"
 
 
 def canonical_name(name: str) -> str:
-    """``ray_vllm:x`` / ``vllm_x`` / ``ray_vllm_x`` -> ``vllm:x``."""
+    """``ray_vllm:x`` / ``vllm_x`` / ``ray_vllm_x`` -> ``vllm:x`` (and ``sglang_x`` -> ``sglang:x``)."""
     if name.startswith("ray_"):
         name = name[4:]
     if name.startswith("vllm_"):
         name = "vllm:" + name[5:]
+    if name.startswith("sglang_"):
+        name = "sglang:" + name[7:]
     return name
 
 
 def _canonical_expr(col: pl.Expr) -> pl.Expr:
-    return col.str.replace(r"^ray_", "").str.replace(r"^vllm_", "vllm:")
+    return col.str.replace(r"^ray_", "").str.replace(r"^vllm_", "vllm:").str.replace(r"^sglang_", "sglang:")
 
 
 def _spellings(names: list[str]) -> list[str]:
     """Literal forms of the names for the pre-filter (``ray_`` forms contain them)."""
-    return sorted({m for n in names for m in (n, "vllm_" + n[5:] if n.startswith("vllm:") else n)})
+    out = set()
+    for n in names:
+        out.add(n)
+        for pre in ("vllm", "sglang"):
+            if n.startswith(pre + ":"):
+                out.add(pre + "_" + n[len(pre) + 1 :])
+    return sorted(out)
 
 
 RAW_LIMIT = 500

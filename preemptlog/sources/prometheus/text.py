@@ -60,7 +60,7 @@ def _parse_text(f: InputFile) -> _FileData:
     known = list(METRICS) + list(CREATED)
     # Quoted, fenced or indented pastes read like plain scrapes (reflow.py).
     line = pl.col("line").str.strip_chars("\r \t")
-    is_sample = line.str.starts_with("vllm") | line.str.starts_with("ray_vllm")
+    is_sample = line.str.starts_with("vllm") | line.str.starts_with("ray_vllm") | line.str.starts_with("sglang")
     is_meta = line.str.starts_with("#") & line.str.contains(META_RE)
     is_eof = line == "# EOF"
     is_sep = line.str.contains(SCRAPE_SEP_RE) | line.str.starts_with("---") | line.str.contains(BARE_TIME_RE)
