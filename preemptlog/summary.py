@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from .result import Analysis, AnalysisView
 
 
+def _has_counter(recon: dict[str, Any]) -> bool:
+    from .reconcile import PROM_COUNTER
+
+    return any(x.get("source") == PROM_COUNTER for x in recon.get("sources", []))
+
+
 def honesty_notes(a: AnalysisView) -> list[str]:
     notes: list[str] = []
     kinds = a.events.get_column("kind").value_counts() if a.events.height else None
@@ -65,12 +71,15 @@ def honesty_notes(a: AnalysisView) -> list[str]:
     if cap.has_log and cap.counts == "none" and not counts.get("marker"):
         why = (cap.reason if cap.reason.startswith("vLLM") else cap.reason[0].upper() + cap.reason[1:]) + "."
         singles = recon.get("single_readings") or []
-        from .reconcile import PROM_COUNTER
-
-        if prom_events or any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])):
+        # Said of the event set, not of the sources present: the kinds the events are.
+        if counts.get("record"):
+            crossed = " (the Prometheus counter is a cross-check)" if prom_events == 0 and _has_counter(recon) else ""
+            why += (
+                f" The count here comes from the block-table 'preempt' records in the bundle{crossed}, not from "
+                "the log."
+            )
+        elif prom_events or _has_counter(recon):
             why += " The count here comes from the Prometheus counter in the bundle, not from the log."
-        elif recon.get("quality") == "as recorded":
-            why += " The count here comes from the block-table 'preempt' records in the bundle, not from the log."
         elif singles:
             r = singles[0]
             more = f" (and {len(singles) - 1} more series)" if len(singles) > 1 else ""
