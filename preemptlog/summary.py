@@ -9,7 +9,7 @@ import polars as pl
 
 from .timebase import iso
 from .visibility import count_visibility
-from .vllm.requests import stats_of
+from .vllm.requests import incident_requests
 
 if TYPE_CHECKING:
     from .result import Analysis, AnalysisView
@@ -151,7 +151,7 @@ def summarize(a: Analysis) -> dict[str, Any]:
             by_kind[k] = n
     # A request is (server, id): two servers (or two copies of one log) reuse ids, so ids are
     # counted per stream; within a stream, per process (two Ray workers' sequence group 63 are two).
-    received = stats_of(a).distinct
+    received = incident_requests(a).distinct
     total = ev.height
     rate = (total / received) if received else None
     repeated = _repeated_requests(a, ev)
@@ -263,7 +263,7 @@ def summarize(a: Analysis) -> dict[str, Any]:
         "fixes_dropped": fixes["dropped"] if fixes else None,
         "pressure_ceiling": a.options.kv_ceiling,
         "inputs": [f.as_dict() for f in a.bundle.files],
-        "assumptions": [x.as_dict() for x in a.assumptions],
+        "assumptions": grouped_assumptions([x.as_dict() for x in a.assumptions]),
         "notes": list(a.notes),
         "warnings": list(a.warnings),
         "timezone": tz,
@@ -274,6 +274,42 @@ def summarize(a: Analysis) -> dict[str, Any]:
     f = getattr(a, "findings", None)  # recompute cost, thrash, stall
     out["findings_headline"] = f.top() if f is not None else None
     out["headline"] = headline(out)
+    return out
+
+
+def grouped_assumptions(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Assumptions of one kind (topic, value, source) made for several files are one entry:
+    ``scope`` says how many and the first and last, ``count`` how many, ``scopes`` which (a bundle
+    of 200 scrape files has one line for their scrape times, not 200). A value's per-file detail in
+    parentheses (a file's mtime) does not split a kind; the entry says it varies."""
+    order: list[tuple[str, str, str]] = []
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for x in items:
+        value = str(x["value"])
+        base = value.split(" (", 1)[0] if x.get("scope") != "bundle" else value
+        key = (str(x["topic"]), base, str(x["source"]))
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append(x)
+    out = []
+    for key in order:
+        g = groups[key]
+        if len(g) == 1:
+            out.append(g[0])
+            continue
+        values = {str(x["value"]) for x in g}
+        scopes = [str(x["scope"]) for x in g]
+        out.append(
+            {
+                "topic": key[0],
+                "scope": f"{len(g)} files: {scopes[0]} ... {scopes[-1]}",
+                "value": g[0]["value"] if len(values) == 1 else key[1] + " (per file)",
+                "source": key[2],
+                "count": len(g),
+                "scopes": scopes,
+            }
+        )
     return out
 
 

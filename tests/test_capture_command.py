@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from preemptlog.capture import scrape
+from preemptlog.capture.scrape import CAPTURE_MARK
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "capture" / "vllm-0.32.0-metrics.json.gz"
 TEXTS = json.loads(gzip.open(FIX, "rt").read())["texts"]
@@ -83,8 +84,8 @@ def test_capture_scrapes_records_a_gap_and_analyze_reads_it(tmp_path):
     files = sorted(out.glob("metrics-*.prom"), key=lambda f: f.stat().st_mtime)
     assert len(files) >= 3  # t = 0, (1 fails, backs off 2 s), 3, 4, 5, 6
     for f, text in zip(files, TEXTS + [TEXTS[-1]] * len(files)):
-        head, body = f.read_text().split("\n", 1)
-        assert head.startswith("# scrape 20") and body == text
+        head, mark, body = f.read_text().split("\n", 2)
+        assert head.startswith("# scrape 20") and mark == CAPTURE_MARK and body == text
     m = manifest(out)
     assert [r["type"] for r in m] == ["start", "gap", "stop"]
     assert m[1]["failures"] == 1 and m[1]["error"] == "HTTP 500 Internal Server Error"
@@ -96,6 +97,8 @@ def test_capture_scrapes_records_a_gap_and_analyze_reads_it(tmp_path):
     assert len(doc["events"]) == 13  # counter 0 -> 7 -> 13 across the scrapes
     assert "capture gap 1: no /metrics scrape of " + srv.url in a.stderr
     assert "HTTP 500" in a.stderr
+    # the scrape times are the ones the scraper recorded: facts, not assumptions
+    assert not [x for x in doc["summary"]["assumptions"] if x["topic"] == "scrape time"]
 
 
 def test_connection_refused_is_reported_one_line_each_and_exits_3(tmp_path):

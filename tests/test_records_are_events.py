@@ -348,3 +348,133 @@ def test_matching_takes_the_oldest_records_and_never_a_later_one():
     g = match(count_groups(ev), times)
     # (0,10] takes 1 of 3 available; (10,20] takes the other 2; (20,30] has nothing left (50 s is later)
     assert g.select("n", "avail", "matched", "unmatched").rows() == [(1, 3, 1, 0), (2, 3, 2, 0), (1, 3, 0, 1)]
+
+
+# --------------------------------------------------------------------------- requests from the records
+
+
+def _many_requests(tmp_path: Path, n: int = 300, preempted: int = 150) -> Path:
+    """``n`` arrival / scheduled / finish records (prompt 100-399, 50-149 output tokens), the first
+    ``preempted`` of them preempted once."""
+    recs = records([(10.0 + 0.01 * i, f"r{i:03d}") for i in range(preempted)], start=1.0, finish=40.0)
+    extra = []
+    for i in range(preempted, n):
+        t = at(1.0 + 0.01 * i).timestamp()
+        extra += [
+            {
+                "type": "request",
+                "ts": t,
+                "step": 1,
+                "engine": "0",
+                "request_id": f"r{i:03d}",
+                "phase": "arrival",
+                "prompt_tokens": 100 + i,
+                "max_tokens": 150,
+                "v": 2,
+            },
+            {
+                "type": "request",
+                "ts": t + 0.001,
+                "step": 2,
+                "engine": "0",
+                "request_id": f"r{i:03d}",
+                "phase": "scheduled",
+                "v": 2,
+            },
+            {
+                "type": "request",
+                "ts": at(40.0 + 0.01 * i).timestamp(),
+                "step": 99,
+                "engine": "0",
+                "request_id": f"r{i:03d}",
+                "phase": "finish",
+                "output_tokens": 50 + i % 100,
+                "finish_reason": "length",
+                "num_preemptions": 0,
+                "v": 2,
+            },
+        ]
+    d = tmp_path / "bundle"
+    d.mkdir()
+    write_records(d / "records-1.jsonl", sorted(recs + extra, key=lambda r: r["ts"]))
+    # the server log: stats lines and the scraper's own access lines (not requests)
+    access = [f'INFO:     127.0.0.1:{40000 + k} - "GET /metrics HTTP/1.1" 200 OK' for k in range(40)]
+    stats = [FAMILIES["apiserver"](sec, STATS.format(e="000", p="")) for sec in (0, 10, 20, 30, 40)]
+    write_lines(d / "vllm.log", stats[:2] + access + stats[2:])
+    return d
+
+
+def test_requests_and_the_rate_come_from_the_arrival_records(tmp_path):
+    d = _many_requests(tmp_path)
+    a = run([d])
+    s = a.summary()
+    assert s["requests_received"] == 300 and s["preemption_rate"] == pytest.approx(0.5)
+    assert s["events"] == 150
+    assert a.requests.height == 0  # the GET /metrics access lines are not request lines
+    from preemptlog.rules.recommend import measure
+
+    m = measure(a)
+    assert m["prompt_p95"].known and "arrival records" in m["prompt_n"].how
+    assert m["peak_rps"].known and "300 arrival records" in m["peak_rps"].how
+    assert m["avg_output_len"].known and "finish records" in m["avg_output_len"].how
+    assert m["p95_latency_s"].known and "arrival -> finish" in m["p95_latency_s"].how
+
+
+def test_the_rate_gate_works_on_a_records_bundle(tmp_path):
+    import subprocess
+    import sys
+
+    d = _many_requests(tmp_path)
+
+    def gate(cond: str) -> int:
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "preemptlog",
+                "analyze",
+                str(d),
+                "--tz",
+                "UTC",
+                "-q",
+                "-f",
+                "json",
+                "--fail-on",
+                cond,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert "Traceback" not in p.stderr, p.stderr
+        return p.returncode
+
+    assert gate("rate>0.4") == 4  # 150 / 300 = 0.5: the gate holds (FAIL_ON)
+    assert gate("rate>0.6") == 0
+
+
+# --------------------------------------------------------------------------- the capture format
+
+
+def test_scrape_times_recorded_by_preemptlog_capture_are_not_assumptions(tmp_path):
+    from preemptlog.capture.scrape import CAPTURE_MARK
+
+    body = ['vllm:num_preemptions_total{engine="0",model_name="m"} 0.0']
+    for k in range(5):
+        write_lines(
+            tmp_path / f"metrics-{1796119200 + k}.prom",
+            [f"# scrape {at(k).isoformat(timespec='milliseconds')}", CAPTURE_MARK, *body],
+        )
+    a = run([tmp_path])
+    assert not [x for x in a.assumptions if x.topic == "scrape time"], a.assumptions
+    assert a.frames["prom_samples"].get_column("time").to_list() == [at(k) for k in range(5)]
+
+
+def test_assumptions_of_one_kind_are_one_line_with_a_count(tmp_path):
+    body = ['vllm:num_preemptions_total{engine="0",model_name="m"} 0.0']
+    for k in range(30):  # separators without the capture mark: the time is read, and assumed
+        write_lines(tmp_path / f"m{k:02d}.prom", [f"# scrape {at(k).isoformat()}", *body])
+    s = run([tmp_path]).summary()
+    scrape = [x for x in s["assumptions"] if x["topic"] == "scrape time"]
+    assert len(scrape) == 1 and scrape[0]["count"] == 30, scrape
+    assert scrape[0]["scope"].startswith("30 files: ")

@@ -1,8 +1,9 @@
 """``preemptlog capture``: scrape a live vLLM ``/metrics`` (and follow its log) into a bundle.
 
-Each scrape goes to ``DIR/metrics-<epoch>.prom`` (written atomically through outio; the first line
-is ``# scrape <ISO time>``, a separator the Prometheus source reads as the scrape's time, then the
-body exactly as served). ``--log FILE``: what is appended to FILE after the start is copied to
+Each scrape goes to ``DIR/metrics-<epoch>.prom`` (written atomically through outio): the first line
+is ``# scrape <ISO time>`` (the time the scraper sent the request, with its offset), the second
+:data:`CAPTURE_MARK` (this file is preemptlog's own capture format: the Prometheus source takes that
+time as recorded, not assumed), then the body exactly as served. ``--log FILE``: what is appended to FILE after the start is copied to
 ``DIR/<name of FILE>`` (a truncated or rotated file is followed from its new start). A session log
 ``DIR/capture.jsonl`` (source kind ``capture``, sources/capture.py) records the start, the stop and
 every gap: a span in which scrapes failed, with the last error; ``preemptlog analyze DIR``
@@ -24,6 +25,9 @@ from pathlib import Path
 
 MANIFEST = "capture.jsonl"
 POLL_S = 0.2
+# The second line of every scrape file: the time on the first was recorded when the scrape was sent
+# (sources/prometheus/text.py reads it: such files' scrape times are facts, not assumptions).
+CAPTURE_MARK = "# preemptlog capture: scrape time recorded by the scraper"
 
 
 def iso(ts: float) -> str:
@@ -167,7 +171,7 @@ class Capture:
         if (self.dir / name).exists():
             name = f"metrics-{int(now)}-{self.stats.scrapes}.prom"
         with open_output(str(self.dir / name)) as fh:
-            fh.write(f"# scrape {iso(now)}\n".encode())
+            fh.write(f"# scrape {iso(now)}\n{CAPTURE_MARK}\n".encode())
             fh.write(body if body.endswith(b"\n") or not body else body + b"\n")
         self.stats.scrapes += 1
         self.stats.files.append(name)
