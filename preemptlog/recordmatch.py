@@ -424,6 +424,7 @@ def records_as_events(
             "preemption(s) of this engine there are cross-checks, matched with the lag allowed (a count follows the "
             "preemption it counts), never added"
         )
+    notes.extend(_death_notes(frames, [cov[e] for e in engines], tz))
     gone = pl.concat(drop).get_column("event_id") if drop else pl.Series("event_id", [], pl.String)
     rest = ev.filter(~pl.col("event_id").is_in(gone.implode())) if ev.height else ev
     recs = pl.concat(used, how="vertical_relaxed").drop("_eng").unique("event_id", keep="first", maintain_order=True)
@@ -439,6 +440,24 @@ def records_as_events(
         evidence_only=evidence_only,
         engines_as_evidence=tuple(sorted(as_evidence)),
     )
+
+
+def _death_notes(frames: dict[str, pl.DataFrame], covs: list[Coverage], tz: str) -> list[str]:
+    """Where each engine's records stop, beside the log's engine death (sources/enginedeath.py)."""
+    from .timebase import iso
+
+    deaths = frames.get("engine_deaths")
+    if deaths is None or deaths.height == 0 or not covs:
+        return []
+    d = deaths.filter(pl.col("time").is_not_null()).sort("time")
+    if d.height == 0:
+        return []
+    first = d.row(0, named=True)
+    return [
+        f"engine {c.engine}: its block-table records stop at {iso(c.last, tz)} ({c.last_src}); the log says the engine "
+        f"died at {iso(first['time'], tz)} ({first['source']}:{first['line']}): the records are the events up to there"
+        for c in covs
+    ]
 
 
 def union(covs: Any) -> Coverage:

@@ -206,6 +206,35 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_background_capture_stops_on_sigint_and_sigterm(tmp_path, sig):
+    """Started the way a non-interactive shell starts `preemptlog capture ... &`: SIGINT ignored
+    (inherited SIG_IGN; Python then installs no Ctrl-C handler of its own). It must still stop on
+    SIGINT (kill -INT, or the script's trap) and on SIGTERM, and write its stop record."""
+    out = tmp_path / "bg"
+    with Server() as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "preemptlog", "capture", "--metrics", srv.url, "--every", "1s", "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+        try:
+            assert _wait_for(lambda: bool(list(out.glob("metrics-*.prom"))))
+            time.sleep(0.3)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    m = manifest(out)
+    assert m[-1]["type"] == "stop" and m[-1]["reason"] == "interrupted" and m[-1]["signal"] == sig.name
+
+
 @pytest.mark.parametrize(
     "args,msg",
     [

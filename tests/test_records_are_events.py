@@ -478,3 +478,53 @@ def test_assumptions_of_one_kind_are_one_line_with_a_count(tmp_path):
     scrape = [x for x in s["assumptions"] if x["topic"] == "scrape time"]
     assert len(scrape) == 1 and scrape[0]["count"] == 30, scrape
     assert scrape[0]["scope"].startswith("30 files: ")
+
+
+# --------------------------------------------------------------------------- an engine that died
+
+
+KILL = (
+    "(APIServer pid=7) WARNING {t} [utils.py:653] [shutdown] Process manager: force killing remaining process "
+    "EngineCore pid 10146"
+)
+DEAD = (
+    "(APIServer pid=7) ERROR {t} [serving.py:412] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+    "encountered an issue. See stack trace (above) for the root cause."
+)
+RUN = (
+    "(APIServer pid=7) INFO {t} [loggers.py:335] Engine 000: Avg prompt throughput: {p} tokens/s, Avg generation "
+    "throughput: {p} tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV cache usage: 84.1%, Prefix cache hit "
+    "rate: 0.0%"
+)
+
+
+def _t(sec: float) -> str:
+    return f"{at(sec):%m-%d %H:%M:%S}"
+
+
+def test_an_engine_killed_mid_incident_is_said_with_where_its_evidence_stops(tmp_path):
+    write_records(tmp_path / "records-1.jsonl", records([(10.2, "a"), (10.5, "b")], start=5.0))
+    write_lines(
+        tmp_path / "vllm.log",
+        [
+            RUN.format(t=_t(10), p="600.0", r=4, w=44),
+            KILL.format(t=_t(12)),
+            DEAD.format(t=_t(12)),
+            RUN.format(t=_t(20), p="658.0", r=4, w=44),  # stale: the API server's last view of a dead engine
+            RUN.format(t=_t(30), p="0.0", r=4, w=44),
+        ],
+    )
+    a = run([tmp_path])
+    died = [w for w in a.warnings if "died mid-incident" in w]
+    assert len(died) == 1, a.warnings
+    assert "with 4 running and 44 waiting" in died[0] and "2 stats line(s) after it are stale" in died[0]
+    assert "vllm.log:2" in died[0]  # where it says so
+    assert any("block-table records stop at" in n and "died at" in n for n in a.notes), a.notes
+    assert kinds(a) == {"record": 2}
+
+
+def test_an_idle_server_stopped_is_a_note_not_a_warning(tmp_path):
+    write_lines(tmp_path / "vllm.log", [RUN.format(t=_t(10), p="0.0", r=0, w=0), KILL.format(t=_t(12))])
+    a = run([tmp_path / "vllm.log"])
+    assert not [w for w in a.warnings if "died" in w], a.warnings
+    assert any("the engine was stopped at" in n and "idle" in n for n in a.notes), a.notes

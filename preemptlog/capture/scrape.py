@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,14 +140,42 @@ class Capture:
         log: Path | None,
         say: Callable[[str], None],
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.dir, self.url, self.every, self.duration = out_dir, url, every, duration
-        self.say, self.clock, self.sleep = say, clock, sleep
+        self.stopping = threading.Event()
+        self.stop_signal: str | None = None
+        self.say, self.clock = say, clock
+        self.sleep = sleep if sleep is not None else self._wait
         self.stats = Stats()
         self.follower = LogFollower(log, out_dir / log.name, say) if log is not None else None
         self.gap: dict | None = None
         self.delay = every
+
+    def _wait(self, seconds: float) -> None:
+        self.stopping.wait(seconds)  # returns at once when a signal asks to stop
+
+    def stop(self, signum: int, _frame: object = None) -> None:
+        """A signal handler: finish the current scrape, write the stop record, return."""
+        self.stop_signal = signal.Signals(signum).name
+        self.stopping.set()
+
+    def handle_signals(self) -> Callable[[], None]:
+        """Stop on SIGINT and SIGTERM, also when started with SIGINT ignored (a background job of
+        a non-interactive shell inherits SIG_IGN, and Python then installs no Ctrl-C handler).
+        Returns the function that puts the previous handlers back."""
+        old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                old[sig] = signal.signal(sig, self.stop)
+            except (ValueError, OSError):  # not the main thread: the caller stops it
+                pass
+
+        def restore() -> None:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+
+        return restore
 
     def _manifest(self, obj: dict) -> None:
         with open(self.dir / MANIFEST, "a", encoding="utf-8") as fh:
@@ -208,7 +238,7 @@ class Capture:
         nxt = t0
         stop_reason = "--for elapsed"
         try:
-            while True:
+            while not self.stopping.is_set():
                 now = self.clock()
                 if self.duration is not None and now - t0 >= self.duration:
                     break
@@ -226,6 +256,8 @@ class Capture:
                 self.sleep(max(wait, 0.0))
         except KeyboardInterrupt:
             stop_reason = "interrupted"
+        if self.stopping.is_set():
+            stop_reason = "interrupted"
         end = self.clock()
         if self.follower is not None:
             try:
@@ -239,6 +271,7 @@ class Capture:
                 "type": "stop",
                 "time": iso(end),
                 "reason": stop_reason,
+                **({"signal": self.stop_signal} if self.stop_signal else {}),
                 "scrapes": self.stats.scrapes,
                 "failures": self.stats.failures,
                 "gaps": self.stats.gaps,

@@ -44,7 +44,16 @@ from .registry import (
 # The built-in source modules, imported once, here; each registers its kinds or families.
 # Order matters for sniffing ties (the kind registered first wins), so they are imported
 # in this order by name (an import statement would be re-sorted by the linter).
-BUILTIN_MODULES: list[str] = ["vllm_log", "hooks", "blocktable", "kvevents", "dmon", "prometheus", "capture"]
+BUILTIN_MODULES: list[str] = [
+    "vllm_log",
+    "hooks",
+    "enginedeath",
+    "blocktable",
+    "kvevents",
+    "dmon",
+    "prometheus",
+    "capture",
+]
 for _name in BUILTIN_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 del _name
