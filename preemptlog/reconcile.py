@@ -26,9 +26,11 @@ Rule (per engine label; events with no engine count as engine 0):
 3. Outside the window, the log's own events stand.
 
 So ``total`` (= the events frame's height) never holds the same preemption
-twice. (When nothing else counted any preemption, :func:`records_vs_counts`, the last step
-of :func:`event_set`, turns block-table ``preempt`` records into events of kind ``record``;
-``total`` counts them.) A single Prometheus reading is a counter fact (value since engine start
+twice. Block-table ``preempt`` records (:func:`records_vs_counts`, the last step of
+:func:`event_set`; the rule in recordmatch.py) are the events of kind ``record`` over the span
+each engine's records cover, and every count there is a cross-check matched against them with
+the lag allowed (vLLM counts a preemption when the request is next reported); ``total`` counts
+them. A single Prometheus reading is a counter fact (value since engine start
 or the last reset, at its time), never events; it is compared with what the
 log counted up to that time. Disagreements are listed, not resolved away.
 """
@@ -216,13 +218,11 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     notes.extend(rec_notes["notes"])
     disagreements.extend(rec_notes["disagreements"])
     rec_engines = set(rec_notes["engines"])
-    checks = _record_checks(a, ev0, prom_src, baselines) if rec_used else {}
-    for c in checks.values():
+    checks = _record_checks(a, ev0, prom_src, baselines, rec_engines) if rec_used else {}
+    if checks:
         from .recordmatch import check_text
 
-        text = check_text(c, tz)
-        if text:
-            disagreements.append(text)
+        disagreements.extend(t for t in (check_text(c, tz) for c in checks.values()) if t)
 
     # ---------------- what each source counted
     final_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
@@ -492,7 +492,7 @@ def records_vs_counts(
 
 
 def _record_checks(
-    a: AnalysisView, ev0: pl.DataFrame, prom_src: list[str], baselines: pl.DataFrame | None
+    a: AnalysisView, ev0: pl.DataFrame, prom_src: list[str], baselines: pl.DataFrame | None, engines: set[str]
 ) -> dict[tuple[str, str], Any]:
     """Each count source on its own (the events before any rule) against each engine's records:
     ``{(engine, source name): recordmatch.CrossCheck}``."""
@@ -516,6 +516,8 @@ def _record_checks(
         if groups.height == 0:
             continue
         for eng, c in sorted(cov.items()):
+            if eng not in engines:
+                continue  # its records are evidence of the log's own events
             mine = rec.filter(pl.col("_eng") == eng)
             chk = cross_check(eng, name, groups.filter(pl.col("_eng") == eng), mine, c, fin)
             if chk is not None:

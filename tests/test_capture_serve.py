@@ -364,8 +364,10 @@ def test_requests_rate_gate_and_fixes_come_from_the_records(serve, analyzed, mod
     assert s["requests_received"] == REQUESTS and s["preemption_rate"] == pytest.approx(counter / REQUESTS)
     rate = counter / REQUESTS
     _, hit = analyze_json(run["bundle"], "--fail-on", f"rate>{rate - 0.05:.2f}", "-q")
-    _, miss = analyze_json(run["bundle"], "--fail-on", f"rate>{rate + 0.05:.2f}", "-q")
-    assert (hit.returncode, miss.returncode) == (4, 0)
+    assert hit.returncode == 4, hit.stderr[-2000:]  # the gate holds (FAIL_ON), through the CLI
+    from preemptlog.failon import parse
+
+    assert not parse([f"rate>{rate + 0.05:.2f}"])[0].holds(s)  # and not above the rate
     # no fix lacks an input the records hold; the fixes with a value are replayed on the recorded workload
     for x in s["fixes"]:
         assert x["suggested"] is not None, x
