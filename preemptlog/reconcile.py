@@ -26,16 +26,18 @@ Rule (per engine label; events with no engine count as engine 0):
 3. Outside the window, the log's own events stand.
 
 So ``total`` (= the events frame's height) never holds the same preemption
-twice. (When nothing else counted any preemption, :func:`records_vs_counts`, the last step
-of :func:`event_set`, turns block-table ``preempt`` records into events of kind ``record``;
-``total`` counts them.) A counter's first reading (a single ``curl /metrics`` taken after the
-incident, or the first of a scrape series) counts the preemptions since the engine started
-(:func:`since_start`): when the bundle's log shows that start before the reading, what the log's
-own events do not already hold of that count becomes events not placed in time (``time`` null,
-``time_precision`` ``unplaced``, the interval from the start to the reading), so the count is
-exact; without the start, the reading still counts (since the engine's last start, which is not
-in the bundle). A reading that repeats the last reading of the same counter in another folder is
-counted once. Disagreements are listed, not resolved away.
+twice. Block-table ``preempt`` records (:func:`records_vs_counts`, the last step of
+:func:`event_set`; the rule in recordmatch.py) are the events of kind ``record`` over the span
+each engine's records cover, and every count there is a cross-check matched against them with
+the lag allowed (vLLM counts a preemption when the request is next reported); ``total`` counts
+them. For an engine without records, a counter's first reading (a single ``curl /metrics`` taken
+after the incident, or the first of a scrape series) counts the preemptions since the engine
+started (:func:`since_start`): when the bundle's log shows that start before the reading, what
+the log's own events do not already hold of that count becomes events not placed in time
+(``time`` null, ``time_precision`` ``unplaced``, the interval from the start to the reading), so
+the count is exact; without the start, the reading still counts (since the engine's last start,
+which is not in the bundle). A reading that repeats the last reading of the same counter in
+another folder is counted once. Disagreements are listed, not resolved away.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ COUNT_KINDS = ("interval", "reconstructed")
 PROM_COUNTER = "prometheus counter (vllm:num_preemptions_total)"
 PROM_SINGLE = "prometheus counter, single reading"
 PER_EVENT_KINDS = ("logged", "marker", "record")
+LOG_FIELDS = "log 'Preemptions: N' stats fields"
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
 
     tz = a.tz
     ev = a.events
+    ev0 = ev  # before any rule: each count source on its own, for the cross-checks against records
     prom_src = _sources_of(a, "prometheus")
     is_prom = pl.col("source").is_in(prom_src)
     eng = pl.col("engine").fill_null("0")
@@ -209,10 +213,21 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 ).drop("_pid", "_n")
                 ev = ev_mod.combine([ev.filter(~(is_prom & (pl.col("kind") == "interval"))), counter_events(adjusted)])
 
-    # ---------------- block-table preempt records against interval counts (issue 13, rule 7)
-    ev, rec_used, rec_notes = records_vs_counts(a.frames, ev, tz)
+    # ---------------- block-table preempt records: the events where they cover (recordmatch.py)
+    baselines = (
+        pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+        if pairs.height and "increase" in pairs.columns
+        else None
+    )
+    ev, rec_used, rec_notes = records_vs_counts(a.frames, ev, tz, baselines=baselines)
     notes.extend(rec_notes["notes"])
     disagreements.extend(rec_notes["disagreements"])
+    rec_engines = set(rec_notes["engines"])
+    checks = _record_checks(a, ev0, prom_src, baselines, rec_engines) if rec_used else {}
+    if checks:
+        from .recordmatch import check_text
+
+        disagreements.extend(t for t in (check_text(c, tz) for c in checks.values()) if t)
 
     # ---------------- what each source counted
     final_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
@@ -256,6 +271,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "exact": True,
                 "in_events": prom_in_events,
                 "note": _prom_note(facts, pairs),
+                **_vs_records(checks, PROM_COUNTER),
             }
         )
     stats = a.stats
@@ -268,12 +284,13 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     if field_lines:
         sources.append(
             {
-                "source": "log 'Preemptions: N' stats fields",
+                "source": LOG_FIELDS,
                 "count": field_sum,
                 "window": None,
                 "exact": True,
                 "in_events": final_kinds.get("interval", 0),
                 "note": "counted when the preempted request runs again (lags the preemption)",
+                **_vs_records(checks, LOG_FIELDS),
             }
         )
     v0 = a.counters.get("v0", {})
@@ -315,6 +332,9 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             }
         )
     hist = facts.get("histogram")
+    hist_check = _histogram_check(a, facts, tz) if hist and rec_used else None
+    if hist_check is not None and hist_check.get("disagreement"):
+        disagreements.append(hist_check["disagreement"])
     if hist:
         sources.append(
             {
@@ -326,12 +346,15 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "note": f"preemptions of the {int(hist['finished_requests'])} request(s) that finished "
                 + ("since the engine started" if hist.get("since_engine_start") else "between scrapes")
                 + "; requests still running or waiting are not in it (a cross-check, not added)",
+                **({"vs_records": hist_check} if hist_check is not None else {}),
             }
         )
 
     # ---------------- disagreements
     if timed.height:
         for e, kinds in sorted(dropped_by_engine.items()):
+            if e in rec_engines or (e == "all" and rec_engines):
+                continue  # both are cross-checks against the records (recordmatch.py)
             prom_e = (
                 int(timed.filter(pl.col("engine") == e).get_column("increase").sum())
                 if e != "all"
@@ -359,6 +382,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "check the clocks (--offset)"
             )
     for r in singles:
+        if str(r["engine"]) in rec_engines:
+            continue  # the records lead a count: compared with the lag allowed (recordmatch.py)
         upto = ev.filter(~is_prom & (eng == r["engine"]) & (pl.col("time") <= r["time"])).height if ev.height else 0
         if upto > r["value"]:
             disagreements.append(
@@ -369,8 +394,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     for entry in sources:
         if entry["source"] == "block-table preempt records (bt_events)":
             entry["in_events"] = rec_used
-    only_records = bool(rec_used) and rec_used == total
-    if bt_total and bt_total != total and not rec_notes["disagreements"]:
+    if bt_total and bt_total != rec_used and bt_total != total and not rec_notes["disagreements"]:
         spans = [w for w in (_span(df, tz) for df in bt.values()) if w]
         when = f" ({min(w[0] for w in spans)} to {max(w[1] for w in spans)})" if spans else ""
         disagreements.append(
@@ -379,21 +403,27 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         )
 
     # ---------------- the rule used
-    if only_records and not rec_notes["replaced"]:
-        rule = "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
-        quality = "as recorded"
-    elif rec_notes["replaced"]:
-        rule = (
-            "block-table 'preempt' records (kind record, one per preemption with its request id) where they count "
-            "the same preemptions as the interval counts ('Preemptions: N' fields, Prometheus increases) over the "
-            "intervals those cover; the interval counts are the reconciliation; elsewhere "
-            + (
-                "Prometheus counter increases are authoritative inside the scrape window"
-                if timed.height
-                else "the log's own events stand"
+    if rec_used:
+        agree = all(c.agrees for c in checks.values()) and not (hist_check or {}).get("disagreement")
+        crossed = sorted({c.source for c in checks.values()} | ({"the histogram"} if hist_check else set()))
+        if not crossed and not rec_notes["replaced"]:
+            rule = "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
+            quality = "as recorded"
+        else:
+            rule = (
+                "block-table 'preempt' records (kind record, one per preemption with its request id) are the events "
+                "over the span they cover; "
+                + (", ".join(crossed) or "the counts there")
+                + " are cross-checks, matched against them with the lag allowed (vLLM counts a preemption when the "
+                "request is next reported), never added"
+                + (
+                    f"; {rec_notes['kept_outside']} counted preemption(s) outside the records' span are events of "
+                    "their own count"
+                    if rec_notes["kept_outside"]
+                    else ""
+                )
             )
-        )
-        quality = "exact" if not facts.get("resets") else "lower bound"
+            quality = "exact" if agree and not facts.get("resets") else "as recorded"
     elif timed.height:
         rule = (
             "Prometheus counter increases are authoritative inside the scrape window (per engine): the log's own "
@@ -530,9 +560,13 @@ def since_start(
     new: list[pl.DataFrame] = []
     eng = pl.col("engine").fill_null("0")
     own = ev.filter(~is_prom) if ev.height else ev
+    # An engine whose preempt records are its events has its counts as cross-checks (recordmatch.py).
+    recorded = (
+        set(ev.filter(pl.col("kind") == "record").get_column("engine").fill_null("0").to_list()) if ev.height else set()
+    )
     for r in firsts.sort("end").iter_rows(named=True):
         where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
-        if r["engine"] == "all":
+        if r["engine"] == "all" or r["engine"] in recorded:
             continue
         if r["_samples"] == 1:
             other = pairs.filter(
@@ -658,109 +692,115 @@ def _read_from_start(a: AnalysisView) -> bool:
 
 
 def records_vs_counts(
-    frames: dict[str, pl.DataFrame], ev: pl.DataFrame, tz: str
+    frames: dict[str, pl.DataFrame], ev: pl.DataFrame, tz: str, baselines: pl.DataFrame | None = None
 ) -> tuple[pl.DataFrame, int, dict[str, Any]]:
-    """Block-table ``preempt`` records against interval counts: (events, records used as events, notes).
+    """Block-table ``preempt`` records against the counts: (events, records used as events, info).
 
-    Per engine (``N Engines Aggregated`` counts are engine ``all`` and cover every
-    record), over the span the interval events cover (first interval start to last
-    interval end): when the records there count at least as many preemptions as the
-    interval events (``Preemptions: N`` fields, Prometheus increases), the records are
-    the events (kind ``record``: one per preemption, with its request id and its own
-    decision-time evidence) and the interval events are dropped; a surplus of records
-    is reported. When the interval count is larger, the interval events stay, the
-    records are evidence, and the difference is reported. The span is compared as a
-    whole because a ``Preemptions: N`` field counts a preemption when the request runs
-    again, often one stats interval later.
-
-    Records outside every such span become events only when the log has no
-    per-preemption events (V0 warnings and counts, PREEMPTED markers) of its own: those
-    are the log's count, and the records are their evidence (matched by request id).
+    Per engine, the records are the events over the span they cover, and every count there
+    (``Preemptions: N`` fields, Prometheus increases, the first reading) is matched against them with
+    the lag allowed: a disagreement is reported, never added (recordmatch.py has the rule and why).
+    An engine whose log has per-preemption events of its own (V0 warnings, PREEMPTED markers) keeps
+    them: its records are their evidence (matched by request id).
     """
     from .joiner import record_events
-    from .timebase import iso
+    from .recordmatch import records_as_events
 
-    info: dict[str, Any] = {"notes": [], "disagreements": [], "replaced": 0}
+    info: dict[str, Any] = {"notes": [], "disagreements": [], "replaced": 0, "kept_outside": 0, "engines": []}
     rec = record_events(frames)
     if rec is None or rec.height == 0:
         return ev, 0, info
     rec = ev_mod.conform(rec).with_columns(_eng=pl.col("engine").fill_null("0"))
-    iv = ev.filter(pl.col("kind") == "interval") if ev.height else ev
-    per_event = ev.filter(pl.col("kind").is_in(["logged", "marker", "reconstructed"])).height if ev.height else 0
-    used = []
-    # Records outside every span are events only when the log has no per-preemption events.
-    records_may_count = per_event == 0 and (not ev.height or iv.height == ev.height)
-    covered = pl.lit(False)
-    drop_ids: list[str] = []
-    if iv.height:
-        iv = iv.with_columns(_eng=pl.col("engine").fill_null("0"))
-        end = pl.coalesce("interval_end", "time")
-        engines = iv.group_by("_eng").agg(
-            # the first count of a log has no interval start: the span is open at its start
-            pl.when(pl.col("interval_start").is_null().any())
-            .then(None)
-            .otherwise(pl.col("interval_start").min())
-            .alias("_s"),
-            # a line stamped to the whole second (vLLM's header) stands for that whole second
-            pl.when(end.dt.truncate("1s") == end)
-            .then(end + pl.duration(microseconds=999_999))
-            .otherwise(end)
-            .max()
-            .alias("_e"),
-            pl.len().alias("_n"),
+    out = records_as_events(frames, rec, ev, baselines, tz)
+    info.update(
+        notes=list(out.notes),
+        disagreements=list(out.disagreements),
+        replaced=out.replaced,
+        kept_outside=out.kept_outside,
+        engines=[c.engine for c in out.coverage],
+    )
+    return out.events, out.used, info
+
+
+def _record_checks(
+    a: AnalysisView, ev0: pl.DataFrame, prom_src: list[str], baselines: pl.DataFrame | None, engines: set[str]
+) -> dict[tuple[str, str], Any]:
+    """Each count source on its own (the events before any rule) against each engine's records:
+    ``{(engine, source name): recordmatch.CrossCheck}``."""
+    from .joiner import record_events
+    from .recordmatch import count_groups, coverage, cross_check, finishes
+
+    rec = record_events(a.frames)
+    if rec is None or rec.height == 0 or ev0.height == 0:
+        return {}
+    rec = ev_mod.conform(rec).with_columns(_eng=pl.col("engine").fill_null("0"))
+    cov = coverage(a.frames, rec)
+    fin = finishes(a.frames)
+    is_prom = pl.col("source").is_in(prom_src)
+    families = [
+        (PROM_COUNTER, ev0.filter(is_prom), baselines),
+        (LOG_FIELDS, ev0.filter(~is_prom & (pl.col("kind") == "interval")), None),
+    ]
+    out: dict[tuple[str, str], Any] = {}
+    for name, part, base in families:
+        groups = count_groups(part, base)
+        if groups.height == 0:
+            continue
+        for eng, c in sorted(cov.items()):
+            if eng not in engines:
+                continue  # its records are evidence of the log's own events
+            mine = rec.filter(pl.col("_eng") == eng)
+            chk = cross_check(eng, name, groups.filter(pl.col("_eng") == eng), mine, c, fin)
+            if chk is not None:
+                out[(eng, name)] = chk
+    return out
+
+
+def _vs_records(checks: dict[tuple[str, str], Any], name: str) -> dict[str, Any]:
+    mine = [c.as_dict() for (_, n), c in sorted(checks.items()) if n == name]
+    return {"vs_records": mine} if mine else {}
+
+
+def _histogram_check(a: AnalysisView, facts: dict[str, Any], tz: str) -> dict[str, Any] | None:
+    """vLLM's ``vllm:request_num_preemptions`` histogram (requests finished between the first and the
+    last scrape, with their preemption counts) against the finish records of the same span
+    (``num_preemptions``: vLLM's own ``request.num_preemptions``). A request finishing within the
+    clocks' slack of an edge may fall on either side: the records give a range."""
+    from .recordmatch import CLOCK_SLACK_S
+    from .timebase import iso
+
+    hist = facts.get("histogram") or {}
+    w = facts.get("window")
+    br = a.frames.get("bt_requests")
+    if not hist or not w or br is None or br.height == 0:
+        return None
+    fin = br.filter((pl.col("phase") == "finish") & pl.col("num_preemptions").is_not_null())
+    if fin.height == 0:
+        return None
+    slack = pl.duration(microseconds=int(CLOCK_SLACK_S * 1e6))
+    w0, w1 = pl.lit(w[0]), pl.lit(w[1])
+    sure = fin.filter((pl.col("time") > w0 + slack) & (pl.col("time") <= w1 - slack))
+    maybe = fin.filter((pl.col("time") > w0 - slack) & (pl.col("time") <= w1 + slack))
+
+    def total(df: pl.DataFrame) -> int:
+        return int(df.get_column("num_preemptions").sum()) if df.height else 0
+
+    lo, hi = total(sure), total(maybe)
+    n_lo, n_hi = sure.height, maybe.height
+    got, n_got = int(round(hist["preemptions_of_finished_requests"])), int(round(hist["finished_requests"]))
+    out: dict[str, Any] = {
+        "preemptions": got,
+        "records_range": [lo, hi],
+        "finished_requests": n_got,
+        "finish_records_range": [n_lo, n_hi],
+        "agrees": lo <= got <= hi and n_lo <= n_got <= n_hi,
+    }
+    if not out["agrees"]:
+        out["disagreement"] = (
+            f"prometheus histogram vllm:request_num_preemptions: {got} preemption(s) of {n_got} request(s) finished "
+            f"between {iso(w[0], tz)} and {iso(w[1], tz)}; the finish records of that span hold {lo}-{hi} "
+            f"preemption(s) of {n_lo}-{n_hi} request(s) (vLLM's request.num_preemptions): the records are the events"
         )
-        for eng, s0, e0, n_int in engines.sort("_eng").iter_rows():
-            mine = pl.lit(True) if eng == "all" else (pl.col("_eng") == eng)
-            inside = mine & (pl.col("time") > s0 if s0 is not None else pl.lit(True)) & (pl.col("time") <= e0)
-            covered = covered | inside
-            r = rec.filter(inside)
-            span = f"[{iso(s0, tz) if s0 is not None else '...'}, {iso(e0, tz)}]"
-            # Records stamped after the last count's line that make up the shortfall: the count
-            # already held them (the records' clock behind the log's, a count taken mid-step).
-            # Keeping the counts and adding those records as events would count them twice.
-            late = rec.filter(mine & (pl.col("time") > e0)).height if r.height < n_int and records_may_count else 0
-            if r.height < n_int <= r.height + late:
-                info["notes"].append(
-                    f"engine {eng}: {n_int - r.height} of the {late} block-table 'preempt' record(s) stamped after "
-                    f"{span} make up the interval counts there ({n_int}): the records are the events"
-                )
-            if r.height >= n_int or r.height + late >= n_int:
-                used.append(r)
-                drop_ids += iv.filter(pl.col("_eng") == eng).get_column("event_id").to_list()
-                info["replaced"] += n_int
-                info["notes"].append(
-                    f"engine {eng}: {r.height} block-table 'preempt' record(s) in {span} are the events (kind "
-                    f"record, each with its request id); the interval counts there ({n_int}) are the reconciliation"
-                )
-                if r.height > n_int:
-                    info["disagreements"].append(
-                        f"engine {eng}: {r.height} block-table preempt records in {span}, but the interval counts "
-                        f"add up to {n_int} ({r.height - n_int} more records): the records are kept"
-                    )
-            elif r.height:
-                info["disagreements"].append(
-                    f"engine {eng}: the interval counts add up to {n_int} in {span}, but only {r.height} block-table "
-                    f"preempt record(s) fall there ({n_int - r.height} fewer): the counts are kept, the records are "
-                    "evidence"
-                )
-    rest = rec.filter(~covered)
-    if rest.height:
-        if records_may_count:
-            used.append(rest)
-            info["notes"].append(
-                f"{rest.height} preemption(s) come from block-table 'preempt' records (kind record): the vLLM logs "
-                "in the bundle show none" + (" there" if iv.height else "") + "."
-            )
-        else:
-            info["notes"].append(
-                f"{rest.height} block-table 'preempt' record(s) are used as evidence, not counted: the log's own "
-                "preemption events are the count (no double counting)."
-            )
-    if not used:
-        return ev, 0, info
-    keep = ev.filter(~pl.col("event_id").is_in(drop_ids)) if drop_ids else ev
-    recs = pl.concat(used, how="vertical_relaxed").drop("_eng").unique("event_id", keep="first", maintain_order=True)
-    return ev_mod.combine([keep, recs]), recs.height, info
+    return out
 
 
 def _straddling(

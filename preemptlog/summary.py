@@ -9,10 +9,16 @@ import polars as pl
 
 from .timebase import iso
 from .visibility import count_visibility
-from .vllm.requests import stats_of
+from .vllm.requests import incident_requests
 
 if TYPE_CHECKING:
     from .result import Analysis, AnalysisView
+
+
+def _has_counter(recon: dict[str, Any]) -> bool:
+    from .reconcile import PROM_COUNTER
+
+    return any(x.get("source") == PROM_COUNTER for x in recon.get("sources", []))
 
 
 def honesty_notes(a: AnalysisView) -> list[str]:
@@ -87,12 +93,15 @@ def honesty_notes(a: AnalysisView) -> list[str]:
     if cap.has_log and cap.counts == "none" and not counts.get("marker"):
         why = (cap.reason if cap.reason.startswith("vLLM") else cap.reason[0].upper() + cap.reason[1:]) + "."
         singles = recon.get("single_readings") or []
-        from .reconcile import PROM_COUNTER
-
-        if prom_events or unplaced or any(x.get("source") == PROM_COUNTER for x in recon.get("sources", [])):
+        # Said of the event set, not of the sources present: the kinds the events are.
+        if counts.get("record"):
+            crossed = " (the Prometheus counter is a cross-check)" if prom_events == 0 and _has_counter(recon) else ""
+            why += (
+                f" The count here comes from the block-table 'preempt' records in the bundle{crossed}, not from "
+                "the log."
+            )
+        elif prom_events or unplaced or _has_counter(recon):
             why += " The count here comes from the Prometheus counter in the bundle, not from the log."
-        elif recon.get("quality") == "as recorded":
-            why += " The count here comes from the block-table 'preempt' records in the bundle, not from the log."
         elif singles:
             r = singles[0]
             more = f" (and {len(singles) - 1} more series)" if len(singles) > 1 else ""
@@ -164,7 +173,7 @@ def summarize(a: Analysis) -> dict[str, Any]:
             by_kind[k] = n
     # A request is (server, id): two servers (or two copies of one log) reuse ids, so ids are
     # counted per stream; within a stream, per process (two Ray workers' sequence group 63 are two).
-    received = stats_of(a).distinct
+    received = incident_requests(a).distinct
     total = ev.height
     rate = (total / received) if received else None
     repeated = _repeated_requests(a, ev)
@@ -277,7 +286,7 @@ def summarize(a: Analysis) -> dict[str, Any]:
         "fixes_dropped": fixes["dropped"] if fixes else None,
         "pressure_ceiling": a.options.kv_ceiling,
         "inputs": [f.as_dict() for f in a.bundle.files],
-        "assumptions": [x.as_dict() for x in a.assumptions],
+        "assumptions": grouped_assumptions([x.as_dict() for x in a.assumptions]),
         "notes": list(a.notes),
         "warnings": list(a.warnings),
         "timezone": tz,
@@ -299,6 +308,42 @@ def summarize(a: Analysis) -> dict[str, Any]:
     out.update(_engines(a, f))
     out["headline"] = headline(out)
     out["to_know_more_line"] = to_know_more_line(out)
+    return out
+
+
+def grouped_assumptions(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Assumptions of one kind (topic, value, source) made for several files are one entry:
+    ``scope`` says how many and the first and last, ``count`` how many, ``scopes`` which (a bundle
+    of 200 scrape files has one line for their scrape times, not 200). A value's per-file detail in
+    parentheses (a file's mtime) does not split a kind; the entry says it varies."""
+    order: list[tuple[str, str, str]] = []
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for x in items:
+        value = str(x["value"])
+        base = value.split(" (", 1)[0] if x.get("scope") != "bundle" else value
+        key = (str(x["topic"]), base, str(x["source"]))
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append(x)
+    out = []
+    for key in order:
+        g = groups[key]
+        if len(g) == 1:
+            out.append(g[0])
+            continue
+        values = {str(x["value"]) for x in g}
+        scopes = [str(x["scope"]) for x in g]
+        out.append(
+            {
+                "topic": key[0],
+                "scope": f"{len(g)} files: {scopes[0]} ... {scopes[-1]}",
+                "value": g[0]["value"] if len(values) == 1 else key[1] + " (per file)",
+                "source": key[2],
+                "count": len(g),
+                "scopes": scopes,
+            }
+        )
     return out
 
 

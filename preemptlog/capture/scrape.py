@@ -1,8 +1,9 @@
 """``preemptlog capture``: scrape a live vLLM ``/metrics`` (and follow its log) into a bundle.
 
-Each scrape goes to ``DIR/metrics-<epoch>.prom`` (written atomically through outio; the first line
-is ``# scrape <ISO time>``, a separator the Prometheus source reads as the scrape's time, then the
-body exactly as served). ``--log FILE``: what is appended to FILE after the start is copied to
+Each scrape goes to ``DIR/metrics-<epoch>.prom`` (written atomically through outio): the first line
+is ``# scrape <ISO time>`` (the time the scraper sent the request, with its offset), the second
+:data:`CAPTURE_MARK` (this file is preemptlog's own capture format: the Prometheus source takes that
+time as recorded, not assumed), then the body exactly as served. ``--log FILE``: what is appended to FILE after the start is copied to
 ``DIR/<name of FILE>`` (a truncated or rotated file is followed from its new start). A session log
 ``DIR/capture.jsonl`` (source kind ``capture``, sources/capture.py) records the start, the stop and
 every gap: a span in which scrapes failed, with the last error; ``preemptlog analyze DIR``
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +27,9 @@ from pathlib import Path
 
 MANIFEST = "capture.jsonl"
 POLL_S = 0.2
+# The second line of every scrape file: the time on the first was recorded when the scrape was sent
+# (sources/prometheus/text.py reads it: such files' scrape times are facts, not assumptions).
+CAPTURE_MARK = "# preemptlog capture: scrape time recorded by the scraper"
 
 
 def iso(ts: float) -> str:
@@ -134,14 +140,42 @@ class Capture:
         log: Path | None,
         say: Callable[[str], None],
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.dir, self.url, self.every, self.duration = out_dir, url, every, duration
-        self.say, self.clock, self.sleep = say, clock, sleep
+        self.stopping = threading.Event()
+        self.stop_signal: str | None = None
+        self.say, self.clock = say, clock
+        self.sleep = sleep if sleep is not None else self._wait
         self.stats = Stats()
         self.follower = LogFollower(log, out_dir / log.name, say) if log is not None else None
         self.gap: dict | None = None
         self.delay = every
+
+    def _wait(self, seconds: float) -> None:
+        self.stopping.wait(seconds)  # returns at once when a signal asks to stop
+
+    def stop(self, signum: int, _frame: object = None) -> None:
+        """A signal handler: finish the current scrape, write the stop record, return."""
+        self.stop_signal = signal.Signals(signum).name
+        self.stopping.set()
+
+    def handle_signals(self) -> Callable[[], None]:
+        """Stop on SIGINT and SIGTERM, also when started with SIGINT ignored (a background job of
+        a non-interactive shell inherits SIG_IGN, and Python then installs no Ctrl-C handler).
+        Returns the function that puts the previous handlers back."""
+        old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                old[sig] = signal.signal(sig, self.stop)
+            except (ValueError, OSError):  # not the main thread: the caller stops it
+                pass
+
+        def restore() -> None:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+
+        return restore
 
     def _manifest(self, obj: dict) -> None:
         with open(self.dir / MANIFEST, "a", encoding="utf-8") as fh:
@@ -167,7 +201,7 @@ class Capture:
         if (self.dir / name).exists():
             name = f"metrics-{int(now)}-{self.stats.scrapes}.prom"
         with open_output(str(self.dir / name)) as fh:
-            fh.write(f"# scrape {iso(now)}\n".encode())
+            fh.write(f"# scrape {iso(now)}\n{CAPTURE_MARK}\n".encode())
             fh.write(body if body.endswith(b"\n") or not body else body + b"\n")
         self.stats.scrapes += 1
         self.stats.files.append(name)
@@ -204,7 +238,7 @@ class Capture:
         nxt = t0
         stop_reason = "--for elapsed"
         try:
-            while True:
+            while not self.stopping.is_set():
                 now = self.clock()
                 if self.duration is not None and now - t0 >= self.duration:
                     break
@@ -222,6 +256,8 @@ class Capture:
                 self.sleep(max(wait, 0.0))
         except KeyboardInterrupt:
             stop_reason = "interrupted"
+        if self.stopping.is_set():
+            stop_reason = "interrupted"
         end = self.clock()
         if self.follower is not None:
             try:
@@ -235,6 +271,7 @@ class Capture:
                 "type": "stop",
                 "time": iso(end),
                 "reason": stop_reason,
+                **({"signal": self.stop_signal} if self.stop_signal else {}),
                 "scrapes": self.stats.scrapes,
                 "failures": self.stats.failures,
                 "gaps": self.stats.gaps,

@@ -59,7 +59,8 @@ def capture(
 
     Each scrape is written atomically; a failed scrape is one line on stderr, the next attempt backs
     off, and the span is recorded as a gap in DIR/capture.jsonl, which `preemptlog analyze DIR`
-    reports. Stops on Ctrl-C (or SIGTERM) or after --for; then run `preemptlog analyze DIR`.
+    reports. Stops on Ctrl-C, SIGINT or SIGTERM (also when started in the background of a script,
+    where SIGINT arrives ignored) or after --for; then run `preemptlog analyze DIR`.
     Exit 0, or 5 when some scrapes failed, 3 when none succeeded and no log line was copied.
     """
 
@@ -107,7 +108,12 @@ def capture(
             f"preemptlog: capturing {', '.join(w for w in what if w)} into {output} "
             f"({'for ' + for_ if for_ else 'Ctrl-C stops'})"
         )
-        stats = Capture(output, url=metrics, every=step, duration=limit, log=log, say=say).run()
+        cap = Capture(output, url=metrics, every=step, duration=limit, log=log, say=say)
+        restore = cap.handle_signals()
+        try:
+            stats = cap.run()
+        finally:
+            restore()
         say(
             f"preemptlog: capture: {stats.scrapes} scrape(s), {stats.failures} failed ({stats.gaps} gap(s)), "
             f"{stats.log_bytes} byte(s) of log copied; next: preemptlog analyze {output}"

@@ -124,7 +124,7 @@ def headline_part(f: Findings) -> str:
             share = rc.get("share_of_processed")
             parts.append(
                 f"{least}{_tokens(rc['tokens'])} tokens recomputed"
-                + (f" ({_pct(share)} of processed)" if share is not None else "")
+                + (f" ({_pct(share)} of the tokens computed)" if share is not None else "")
             )
     th = f.thrash
     hist = th.get("histogram") or {}

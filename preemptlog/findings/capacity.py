@@ -1,9 +1,11 @@
 """Finding 5: capacity arithmetic behind the fixes.
 
 The KV pool in tokens (the ``GPU KV cache size: N tokens`` line, or # GPU blocks x block_size, or
-the block-table records' ``num_total_blocks`` x ``block_size``) against the observed peak demand
-(at each failed allocation of a preempt record: blocks in use + blocks needed + watermark, in
-blocks and tokens, with the running count there). From those, per lever, the computed value
+the block-table records' ``num_total_blocks`` x ``block_size``) against the observed peak demand:
+the KV blocks the requests in flight at a preemption need to finish (their prompt and output
+tokens from the plugin's arrival and finish records; :func:`_peak`), with their count. A failed
+allocation's "pool + blocks needed" is not a demand (it is always about the pool); its largest ask
+feeds the watermark fix only (:func:`_failed`). From those, per lever, the computed value
 (rules/recommend.capacity_fixes builds the fixes, same shape as every other fix). Preemptlog's
 assumed defaults are never an input: a lever whose inputs are not in the bundle is listed as
 not evaluable, and one whose value changes nothing is dropped with why.
@@ -60,40 +62,21 @@ def _pool(a: Analysis) -> dict[str, Any] | None:
     return None
 
 
-def _peak(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
-    """The largest block demand at a failed allocation of a preempt record."""
+def _failed(a: Analysis) -> dict[str, Any] | None:
+    """What the failed allocations of the preempt records asked for: the largest, and the recorded
+    watermark (the watermark fix reads these; they are not a demand)."""
     bt = frame(a, "bt_events")
     if bt is None:
         return None
-    p = bt.filter(
-        (pl.col("action") == "preempt")
-        & pl.col("blocks_needed").is_not_null()
-        & pl.col("pool_free_blocks").is_not_null()
-    )
+    p = bt.filter((pl.col("action") == "preempt") & pl.col("blocks_needed").is_not_null())
     if p.height == 0:
         return None
-    d = p.with_columns(
-        _demand=pl.lit(pool["blocks"])
-        - pl.col("pool_free_blocks")
-        + pl.col("blocks_needed")
-        + pl.col("watermark_blocks").fill_null(0),
-        _src=src_expr(),
-    ).sort(["_demand", "time"], descending=[True, False])
-    r = d.row(0, named=True)
-    mx = p.get_column("blocks_needed").max()
-    needed_max = int(mx) if isinstance(mx, (int, float)) else 0
+    r = p.with_columns(_src=src_expr()).sort(["blocks_needed", "time"], descending=[True, False]).row(0, named=True)
     return {
-        "blocks": int(r["_demand"]),
-        "tokens": int(r["_demand"]) * pool["block_size"],
-        "running": r["running"],
-        "at": r["time"],
-        "src": r["_src"],
-        "blocks_needed_max": needed_max,
+        "blocks_needed_max": int(r["blocks_needed"]),
         "watermark_blocks": r["watermark_blocks"],
+        "src": r["_src"],
         "records": p.height,
-        "text": f"{pool['blocks']} blocks - {r['pool_free_blocks']} free + {r['blocks_needed']} needed"
-        + (f" + {r['watermark_blocks']} watermark" if r["watermark_blocks"] else "")
-        + f" = {int(r['_demand'])} blocks at the failed allocation ({r['_src']})",
     }
 
 
@@ -183,6 +166,107 @@ def _peak_estimated(a: Analysis, pool: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _peak(a: Analysis, pool: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The peak KV demand, from the requests' tokens in the records: at each preempt record, the
+    blocks the requests in flight then (first scheduled, not finished) need to finish, each
+    ``ceil((prompt + output tokens) / block_size)`` from its arrival and finish records (an
+    unfinished request's output: its max_tokens, an upper bound). Measured only at preemptions
+    where the records hold every running request (the preempt record's ``running`` count); the
+    largest of those. Returns (peak, why not)."""
+    br = frame(a, "bt_requests")
+    bt = frame(a, "bt_events")
+    bs = pool["block_size"]
+    if br is None or bt is None or not bs:
+        return None, (
+            "request lifecycle records (the vLLM plugin's arrival, scheduled and finish records) with preempt "
+            "records are needed to measure the demand"
+        )
+    keys = ["_eng", "request_id"]
+    r = br.with_columns(_eng=pl.col("engine").fill_null("0"))
+    req = (
+        r.group_by(keys)
+        .agg(
+            pl.col("time").filter(pl.col("phase") == "scheduled").min().alias("_in"),
+            pl.col("time").filter(pl.col("phase") == "finish").min().alias("_out"),
+            pl.col("prompt_tokens").filter(pl.col("phase") == "arrival").first().alias("_prompt"),
+            pl.col("max_tokens").filter(pl.col("phase") == "arrival").first().alias("_max"),
+            pl.col("output_tokens").filter(pl.col("phase") == "finish").first().alias("_output"),
+        )
+        .filter(pl.col("_in").is_not_null() & pl.col("_prompt").is_not_null())
+        .with_columns(
+            _bound=pl.col("_output").is_null(),
+            _tokens=pl.col("_prompt") + pl.coalesce("_output", "_max"),
+        )
+        .filter(pl.col("_tokens").is_not_null())
+        .with_columns(_blocks=(pl.col("_tokens") + bs - 1) // bs)
+    )
+    pre = bt.filter((pl.col("action") == "preempt") & pl.col("time").is_not_null()).with_columns(
+        _eng=pl.col("engine").fill_null("0"), _src=src_expr()
+    )
+    if req.height == 0 or pre.height == 0:
+        return None, "no request with arrival (prompt tokens) and scheduled records around the preempt records"
+    # In flight over time: +blocks when first scheduled, -blocks when finished (a sweep, no Python loop).
+    steps = pl.concat(
+        [
+            req.select(
+                "_eng", pl.col("_in").alias("t"), "_blocks", pl.lit(1).alias("_n"), pl.col("_bound").cast(pl.Int64)
+            ),
+            req.filter(pl.col("_out").is_not_null()).select(
+                "_eng",
+                pl.col("_out").alias("t"),
+                (-pl.col("_blocks")).alias("_blocks"),
+                pl.lit(-1).alias("_n"),
+                (-pl.col("_bound").cast(pl.Int64)).alias("_bound"),
+            ),
+        ]
+    ).sort("t")
+    level = steps.with_columns(
+        demand=pl.col("_blocks").cum_sum().over("_eng"),
+        in_flight=pl.col("_n").cum_sum().over("_eng"),
+        bounded=pl.col("_bound").cum_sum().over("_eng"),
+    )
+    at = (
+        pre.sort("time")
+        .join_asof(
+            level.select("_eng", "t", "demand", "in_flight", "bounded").sort("t"),
+            left_on="time",
+            right_on="t",
+            by="_eng",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("demand").is_not_null())
+    )
+    complete = at.filter(pl.col("running").is_null() | (pl.col("in_flight") >= pl.col("running")))
+    if complete.height == 0:
+        worst = at.sort("running", descending=True).head(1)
+        n_run = worst.get_column("running").to_list()[:1]
+        n_in = worst.get_column("in_flight").to_list()[:1]
+        return None, (
+            f"the records do not hold every running request at any preemption (e.g. {n_in[0] if n_in else 0} in flight "
+            f"of {n_run[0] if n_run else '?'} running): the requests' tokens do not measure the demand"
+        )
+    top = complete.sort(["demand", "time"], descending=[True, False]).row(0, named=True)
+    blocks, n = int(top["demand"]), int(top["in_flight"])
+    upper = int(top["bounded"] or 0)
+    return (
+        {
+            "blocks": blocks,
+            "tokens": blocks * bs,
+            "running": n,
+            "at": top["time"],
+            "src": top["_src"],
+            "upper_bound": upper > 0,
+            "measured_at": complete.height,
+            "text": f"{blocks} blocks for the {n} request(s) in flight at the preemption {top['_src']} (each "
+            f"ceil((prompt + output tokens) / {bs}) from its arrival and finish records"
+            + (f"; {upper} unfinished: max_tokens as output, an upper bound" if upper else "")
+            + f"; the largest of {complete.height} preemption(s) where the records hold every running request)",
+        },
+        None,
+    )
+
+
 def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None:
     pr = victims.filter(pl.col("prompt_tokens").is_not_null())
     if pr.height == 0:
@@ -196,9 +280,10 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
     from ..rules.recommend import capacity_fixes
 
     pool = _pool(a)
-    peak = _peak(a, pool) if pool is not None and pool["blocks"] else None
+    peak, peak_why = _peak(a, pool) if pool is not None and pool["blocks"] else (None, None)
     if peak is None and pool is not None and pool["blocks"]:
-        peak = _peak_estimated(a, pool)
+        peak = _peak_estimated(a, pool)  # a stock bundle: estimated from what it holds, said so
+    failed = _failed(a)
     cfg: dict[str, Cfg | None] = {
         k: cfg_number(a, k)
         for k in (
@@ -221,6 +306,7 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
     inputs = {
         "pool": pool,
         "peak": peak,
+        "failed_allocation": failed,
         "cfg": cfg,
         "victim_prompts": _victim_prompts(a, victims),
         "chunked_prefill": None if chunked is None or chunked[2] == "default" else chunked,
@@ -240,10 +326,5 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
             "the KV pool is not in the bundle: the 'GPU KV cache size: N tokens' / '# GPU blocks' startup lines with "
             "block_size, or block-table step records with num_total_blocks and block_size"
         ),
-        "peak_not_evaluable": None
-        if peak is not None
-        else (
-            "no preempt record with blocks_needed and pool_free_blocks (the vLLM plugin's records) to measure the "
-            "demand at a failed allocation"
-        ),
+        "peak_not_evaluable": None if peak is not None else (peak_why or "the KV pool is not in the bundle"),
     }

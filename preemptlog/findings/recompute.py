@@ -16,7 +16,9 @@ engine: an ``allocate`` / ``swap_in`` event or a ``scheduled`` record (exact), e
 record holding blocks (``at most``: it was running again by then), only where records show it.
 
 Totals per minute and for the incident, with the tokens the server processed in the same stats
-intervals (prompt + generation throughput x interval, common.stats_intervals).
+intervals (prompt + generation throughput x interval, common.stats_intervals) and the recomputed
+share of all the tokens computed: recomputed / (processed + recomputed), since vLLM's throughput
+counts each prompt once and leaves recomputation out.
 """
 
 from __future__ import annotations
@@ -431,9 +433,13 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
                 "first_line": sel.get_column("src")[0],
                 "last_line": sel.get_column("src")[-1],
             }
-            # The share uses only the preemptions whose tokens are known (exact or at least).
-            if total is not None and processed > 0:
-                share = total / processed
+            # vLLM's throughput counts a request's prompt once, at its first token, and each token
+            # generated once (IterationStats.update_from_output: prompt tokens only while
+            # is_prefilling, vllm/v1/metrics/stats.py): recomputation is not in it. The share is of all
+            # the tokens computed, processed + recomputed, so it is at most 1. Only the preemptions
+            # whose tokens are known (exact or at least) count.
+            if total is not None and processed + total > 0:
+                share = total / (processed + total)
     resumed = ev.filter(pl.col("preempted_s").is_not_null())
     out: dict[str, Any] = {
         "evaluable": n > 0 and known.height > 0,
@@ -447,7 +453,8 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
         "processed_tokens": processed,
         "processed_window": window or None,
         "processed_basis": "prompt + generation throughput x interval of the stats lines whose intervals overlap the "
-        "events (counters are not read)"
+        "events (counters are not read); vLLM's throughput leaves recomputation out, so the share is recomputed / "
+        "(processed + recomputed)"
         if processed is not None
         else "unknown: no stats lines with throughput and a measured interval around the events",
         "share_of_processed": share,
@@ -523,6 +530,8 @@ def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
     else:
         pm = pm.with_columns(processed_tokens=pl.lit(None, pl.Float64))
     pm = pm.with_columns(
-        share=pl.when(pl.col("processed_tokens") > 0).then(pl.col("tokens") / pl.col("processed_tokens"))
+        share=pl.when(pl.col("processed_tokens") + pl.col("tokens") > 0).then(
+            pl.col("tokens") / (pl.col("processed_tokens") + pl.col("tokens"))
+        )
     ).sort("minute")
     return pm.select([pl.col(c).cast(t) for c, t in schema.items()])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..vllm.requests import stats_of
+from ..vllm.requests import incident_requests
 from .common import frame, src_expr
 
 if TYPE_CHECKING:
@@ -148,14 +148,9 @@ def _finished(a: Analysis) -> pl.DataFrame:
 
 
 def _request_count(a: Analysis) -> tuple[int | None, str]:
-    br = frame(a, "bt_requests")
-    if br is not None:
-        n = br.filter(pl.col("phase") == "arrival").get_column("request_id").n_unique()
-        if n:
-            return n, "arrival request records"
-    n = stats_of(a).distinct
-    if n:
-        return int(n), "Received request lines"
+    st = incident_requests(a)  # the arrival records when the bundle has them, else the request lines
+    if st.distinct:
+        return int(st.distinct), "arrival request records" if st.basis == "records" else "Received request lines"
     return None, "unknown: no request lines or request records in the bundle"
 
 

@@ -40,7 +40,7 @@ def _bars(rows: list[dict[str, Any]]) -> str:
         if tok is not None:
             h = (H - 10) * tok / top
             fill = "url(#hatch)" if r.get("tokens_are_lower_bound") else "#c0504d"
-            share = f", {r['share']:.0%} of processed" if r.get("share") is not None else ""
+            share = f", {r['share']:.0%} of the tokens computed" if r.get("share") is not None else ""
             least = "at least " if r.get("tokens_are_lower_bound") else ""
             out.append(
                 f'<rect x="{x:.1f}" y="{H - h:.1f}" width="{bw:.1f}" height="{h:.1f}" fill="{fill}">'
@@ -84,8 +84,8 @@ def section(a: Analysis) -> str:
     if rc.get("evaluable"):
         least = "at least " if rc.get("tokens_is_lower_bound") else ""
         share = (
-            f" ({rc['share_of_processed']:.1%} of the {round(rc['processed_tokens'])} tokens processed in the "
-            "same stats intervals)"
+            f" ({rc['share_of_processed']:.1%} of the tokens computed: {round(rc['processed_tokens'])} processed in "
+            "the same stats intervals, plus the recomputed ones)"
             if rc.get("share_of_processed") is not None
             else ""
         )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..vllm.requests import stats_of
+from ..vllm.requests import incident_requests
 
 if TYPE_CHECKING:
     from ..result import AnalysisView
@@ -55,35 +55,49 @@ def _cfg(analysis: AnalysisView) -> dict[str, dict[str, Any]]:
 
 
 def measure(analysis: AnalysisView) -> dict[str, Measured]:
+    """The fixes' inputs, each with where it came from. Requests (arrivals, prompt and output
+    lengths, latencies) come from the incident's best request source (vllm.requests.
+    incident_requests): the plugin's lifecycle records when the bundle has them, else the log's
+    request lines."""
     out: dict[str, Measured] = {}
     req = analysis.requests
-    st = stats_of(analysis)  # counts of every request line (the frame may hold only named rows)
-    rec = req.filter(pl.col("action") == "received") if req.height else req
+    st = incident_requests(analysis)  # counts of every request (the frame may hold only named rows)
+    records = st.basis == "records"
     src = ", ".join(st.sources)[:200]
+    what = "arrival records" if records else "received requests"
     n_pt = st.prompt_n
     if n_pt >= 20:
-        out["prompt_n"] = Measured(n_pt, f"{n_pt} prompts with prompt_token_ids in {src}")
+        how = "prompt lengths of arrival records" if records else "prompts with prompt_token_ids"
+        out["prompt_n"] = Measured(n_pt, f"{n_pt} {how} in {src}")
         out["prompt_p95"] = Measured(st.prompt_quantile_higher(0.95), f"p95 of {n_pt} prompt lengths ({src})")
         out["prompt_share_le_64"] = Measured(st.prompt_share_le(64), f"share of {n_pt} prompts <= 64 tokens")
     else:
         out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {LOG_REQUESTS_HINT}")
     peak = st.peak_per_10s()
     if st.received >= 2 and st.timed and peak is not None:
-        out["peak_rps"] = Measured(
-            round(float(peak) / 10.0, 2), f"busiest 10 s of {st.received} received requests ({src})"
-        )
+        out["peak_rps"] = Measured(round(float(peak) / 10.0, 2), f"busiest 10 s of {st.received} {what} ({src})")
     else:
         out["peak_rps"] = Measured(None, f"request arrivals are not in the bundle: {LOG_REQUESTS_HINT}")
+    mean_out = st.output_mean()
     mean = st.max_tokens_mean()
-    if mean is not None:
+    if mean_out is not None:
+        out["avg_output_len"] = Measured(
+            round(mean_out, 1), f"mean output tokens of {st.outputs_n} finished requests (finish records, {src})"
+        )
+    elif mean is not None:
         out["avg_output_len"] = Measured(
             round(mean, 1),
             f"mean max_tokens of {st.max_tokens_n} requests (an upper bound of the output length)",
         )
     else:
         out["avg_output_len"] = Measured(None, f"output lengths are not in the bundle: {LOG_REQUESTS_HINT}")
+    if st.latency_p95 is not None and st.latency_n >= 5:
+        out["p95_latency_s"] = Measured(
+            round(st.latency_p95, 2), f"p95 of {st.latency_n} arrival -> finish record times ({src})"
+        )
+    rec = req.filter(pl.col("action") == "received") if req.height and not records else req.clear()
     done = req.filter(pl.col("action").is_in(["finished", "aborted"])) if req.height else req
-    if rec.height and done.height:
+    if "p95_latency_s" not in out and rec.height and done.height:
         lat = (
             rec.select("request_id", pl.col("time").alias("t0"))
             .join(done.group_by("request_id").agg(pl.col("time").max().alias("t1")), on="request_id")
@@ -770,7 +784,8 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         )
     # watermark (V1 --watermark, 0.24+): keep room for running requests' growth when admitting.
     ver = c.get("vllm_version")
-    if peak is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24) or not peak.get("blocks_needed_max"):
+    fail = c.get("failed_allocation")  # the largest failed allocation of the preempt records
+    if fail is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24):
         dropped.append(
             {
                 "id": "capacity_watermark",
@@ -778,14 +793,14 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
             }
         )
     else:
-        cur = (peak.get("watermark_blocks") or 0) / pool["blocks"]
-        sug = math.ceil(peak["blocks_needed_max"] / pool["blocks"] * 100) / 100
+        cur = (fail.get("watermark_blocks") or 0) / pool["blocks"]
+        sug = math.ceil(fail["blocks_needed_max"] / pool["blocks"] * 100) / 100
         if sug <= cur:
             dropped.append(
                 {
                     "id": "capacity_watermark",
                     "why": f"the watermark {cur:.2f} already covers the largest "
-                    f"failed allocation ({peak['blocks_needed_max']} blocks)",
+                    f"failed allocation ({fail['blocks_needed_max']} blocks)",
                 }
             )
         else:
@@ -798,11 +813,11 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
                     [
                         f"vllm_version {ver[0]} ({ver[1]})",
                         *pin,
-                        f"recorded watermark_blocks {peak.get('watermark_blocks') or 0} ({peak['src']})",
-                        f"largest failed allocation {peak['blocks_needed_max']} blocks ({peak['records']} preempt records)",
+                        f"recorded watermark_blocks {fail.get('watermark_blocks') or 0} ({fail['src']})",
+                        f"largest failed allocation {fail['blocks_needed_max']} blocks ({fail['records']} preempt records)",
                     ],
                     "admission keeps room for the largest allocation that failed, so running requests can grow",
-                    f"watermark {cur:.2f} -> {sug} = largest failed allocation {peak['blocks_needed_max']} / pool "
+                    f"watermark {cur:.2f} -> {sug} = largest failed allocation {fail['blocks_needed_max']} / pool "
                     f"{pool['blocks']} blocks",
                     G1_KEYS,
                 )

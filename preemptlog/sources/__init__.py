@@ -48,6 +48,7 @@ BUILTIN_MODULES: list[str] = [
     "vllm_log",
     "hooks",
     "sglang_log",
+    "enginedeath",
     "blocktable",
     "kvevents",
     "dmon",

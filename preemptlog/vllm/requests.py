@@ -23,6 +23,7 @@ counts from :func:`stats_of`, never from the frame's height.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
@@ -284,6 +285,11 @@ class RequestStats:
     max_tokens_n: int
     sources: tuple[str, ...]  # sorted
     folded: bool = False
+    basis: str = "log"  # "log": Received request lines; "records": the plugin's arrival records
+    outputs_sum: int = 0  # output tokens of the finished requests (finish records)
+    outputs_n: int = 0
+    latency_p95: float | None = None  # arrival -> finish, seconds (records)
+    latency_n: int = 0
 
     @property
     def prompt_n(self) -> int:
@@ -313,6 +319,41 @@ class RequestStats:
 
     def max_tokens_mean(self) -> float | None:
         return self.max_tokens_sum / self.max_tokens_n if self.max_tokens_n else None
+
+    def output_mean(self) -> float | None:
+        return self.outputs_sum / self.outputs_n if self.outputs_n else None
+
+    @classmethod
+    def of_records(cls, bt: pl.DataFrame) -> RequestStats:
+        """From the plugin's request lifecycle records (frame ``bt_requests``): every request the
+        engine admitted (``arrival``: time, prompt and max tokens) and finished (``finish``: output
+        tokens); a request is (engine, id)."""
+        arr = bt.filter(pl.col("phase") == "arrival")
+        if arr.height == 0:
+            return cls.empty()
+        base = cls._of(
+            arr.lazy(), arr.height, arr.height, pl.col("prompt_tokens"), distinct_on=["engine", "request_id"]
+        )
+        fin = bt.filter((pl.col("phase") == "finish") & pl.col("output_tokens").is_not_null())
+        keys = ["engine", "request_id"]
+        lat = (
+            arr.group_by(keys)
+            .agg(pl.col("time").min().alias("_t0"))
+            .join(fin.group_by(keys).agg(pl.col("time").max().alias("_t1")), on=keys)
+            .select(((pl.col("_t1") - pl.col("_t0")).dt.total_microseconds() / 1e6).alias("s"))
+            .filter(pl.col("s") >= 0)
+            .get_column("s")
+        )
+        p95 = lat.quantile(0.95, "higher") if lat.len() else None
+        return dataclasses.replace(
+            base,
+            rows=0,
+            basis="records",
+            outputs_sum=int(fin.get_column("output_tokens").sum()) if fin.height else 0,
+            outputs_n=fin.height,
+            latency_p95=float(p95) if isinstance(p95, (int, float)) else None,
+            latency_n=lat.len(),
+        )
 
     @classmethod
     def of_frame(cls, requests: pl.DataFrame) -> RequestStats:
@@ -381,6 +422,18 @@ def stats_of(a: Any) -> RequestStats:
     """The analysis' request counts (``a.request_stats``), or made from its requests frame."""
     got = getattr(a, "request_stats", None)
     return got if isinstance(got, RequestStats) else RequestStats.of_frame(a.requests)
+
+
+def incident_requests(a: Any) -> RequestStats:
+    """The incident's requests as the best source saw them: the plugin's arrival records when the
+    bundle has them (the engine's own view of every request it admitted, with prompt and output
+    lengths and finish times), else the log's Received request lines (:func:`stats_of`). The
+    request count, the preemption rate and the fixes' inputs read this; ``basis`` says which."""
+    frames = getattr(a, "frames", None) or {}
+    bt = frames.get("bt_requests")
+    if bt is not None and bt.height and (bt.get_column("phase") == "arrival").any():
+        return RequestStats.of_records(bt)
+    return stats_of(a)
 
 
 def parse_with_stats(

@@ -147,6 +147,7 @@ class _FileData:
     sep_times: dict[int, str] = field(default_factory=dict)  # scrape -> separator time text
     n_scrapes: int = 0
     warnings: list[str] = field(default_factory=list)
+    recorded: bool = False  # preemptlog capture's own file: the separator time was recorded, not assumed
 
 
 def _sample_schema() -> dict[str, Any]:

@@ -122,7 +122,9 @@ def _place(parsed: PromParsed, ctx: TimeContext) -> SourceOutput:
             dt, zoned = _parse_time_text(text)
             if dt is not None:
                 scrape_t[sc] = _to_utc(dt, zoned, ctx.tz)
-                used["separator lines"] = used.get("separator lines", 0) + 1
+                # preemptlog capture's own files: the time the scraper recorded, with its offset (a fact)
+                how = "recorded" if fd.recorded and zoned else "separator lines"
+                used[how] = used.get(how, 0) + 1
         untimed = [sc for sc in range(fd.n_scrapes) if sc not in timed_scrapes and sc not in scrape_t]
         detail = ""
         if untimed:
@@ -144,6 +146,8 @@ def _place(parsed: PromParsed, ctx: TimeContext) -> SourceOutput:
                     "write '# scrape <ISO time>' before each scrape"
                 )
         for what, k in used.items():
+            if what == "recorded":
+                continue
             extra = detail if what in ("the file name", "the file mtime") else ""
             out.assumptions.append(
                 Assumption("scrape time", what + extra, f"{k} of {fd.n_scrapes} scrape(s)", scope=f.display)

@@ -40,6 +40,11 @@ META_RE = r"^#[ \t]+(?:HELP|TYPE)[ \t]+(" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+)"
 SCRAPE_SEP_RE = r"^#[ \t]*(?:scrape(?:[_ ]?time)?|[Tt]imestamp)[ \t]*[:=]?[ \t]*(?P<t>.*)$"
 
 
+# ``preemptlog capture``'s own files (capture/scrape.py CAPTURE_MARK): the separator's time is the
+# time the scraper recorded, not an assumption.
+CAPTURE_MARK_RE = r"^#[ \t]*preemptlog capture\b"
+
+
 # The server a scrape came from, in a header line (llm-d-benchmark ``# Pod: <name>``).
 POD_RE = r"^#[ \t]*(?:Pod|Instance|Host):[ \t]*(\S+)"
 
@@ -65,6 +70,7 @@ def _parse_text(f: InputFile) -> _FileData:
     is_eof = line == "# EOF"
     is_sep = line.str.contains(SCRAPE_SEP_RE) | line.str.starts_with("---") | line.str.contains(BARE_TIME_RE)
     is_pod = line.str.starts_with("#") & line.str.contains(POD_RE)
+    is_cap = line.str.starts_with("#") & line.str.contains(CAPTURE_MARK_RE)
     lf = reflow.scan(f.path, join=False).with_columns(line=line)
     # Literal pre-filter first (most lines of a /metrics page are other metrics and
     # histogram buckets), regexes only on the survivors.
@@ -74,7 +80,7 @@ def _parse_text(f: InputFile) -> _FileData:
         | line.str.starts_with("---")
         | (line.str.len_bytes() < 48)
     )
-    lf = lf.filter(cheap).filter(is_sample | is_meta | is_eof | is_sep | is_pod)
+    lf = lf.filter(cheap).filter(is_sample | is_meta | is_eof | is_sep | is_pod | is_cap)
     g = line.str.extract_groups(SAMPLE_RE)
     kind = (
         pl.when(is_sample)
@@ -85,6 +91,8 @@ def _parse_text(f: InputFile) -> _FileData:
         .then(pl.lit("eof"))
         .when(is_pod)
         .then(pl.lit("pod"))
+        .when(is_cap)
+        .then(pl.lit("cap"))
         .otherwise(pl.lit("sep"))
     )
     sep_time = pl.coalesce(
@@ -98,7 +106,7 @@ def _parse_text(f: InputFile) -> _FileData:
             kind.alias("kind"),
             g.alias("g"),
             pl.when(is_meta).then(line.str.extract(META_RE, 1) + line.str.slice(2, 4)).alias("meta_key"),
-            pl.when(~is_sample & ~is_meta & ~is_pod).then(sep_time).alias("sep_time"),
+            pl.when(~is_sample & ~is_meta & ~is_pod & ~is_cap).then(sep_time).alias("sep_time"),
             pl.when(is_pod).then(line.str.extract(POD_RE, 1)).alias("pod"),
         )
         .unnest("g")
@@ -113,6 +121,8 @@ def _parse_text(f: InputFile) -> _FileData:
     fd = _FileData(file=f, fmt="text", samples=pl.DataFrame(schema=_sample_schema()))
     if rows.height == 0:
         return fd
+    fd.recorded = bool((rows.get_column("kind") == "cap").any())
+    rows = rows.filter(pl.col("kind") != "cap")
     # Scrape numbering: explicit separators open a block; inside a block, the
     # repeat of a HELP/TYPE line or of a series opens the next scrape.
     rows = rows.with_columns(
