@@ -65,6 +65,18 @@ def _host(analysis: Analysis) -> str | None:
     return hosts[0] if hosts else None
 
 
+def _scrape_labels(analysis: Analysis) -> tuple[str | None, str | None]:
+    """(instance, model_name) of the /metrics scrapes in the bundle, when their series carry them."""
+    samples = analysis.frames.get("prom_samples")
+    if samples is None or not samples.height:
+        return None, None
+    got = samples.select(
+        pl.col("labels").str.extract(r'(?:^|,)instance="([^"]*)"', 1).drop_nulls().first().alias("instance"),
+        pl.col("model_name").replace("", None).drop_nulls().first().alias("model_name"),
+    ).row(0)
+    return got[0], got[1]
+
+
 def _time(text: str | None) -> datetime | None:
     """An ISO time of the summary (in the output zone) as a UTC datetime."""
     return datetime.fromisoformat(text).astimezone(UTC) if text else None
@@ -76,7 +88,7 @@ def key_columns(bundle_id: str, server: str, analysis: Analysis, summary: dict[s
         "bundle_id": bundle_id,
         "server": server,
         "engine_kind": engine_kind(analysis),
-        "model": _config(summary, "model"),
+        "model": _config(summary, "model") or _scrape_labels(analysis)[1],
         "vllm_version": _config(summary, "vllm_version"),
     }
 
@@ -185,6 +197,7 @@ def incident_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict
     server_level: dict[str, Any] = {
         "generation": _config(summary, "engine"),
         "host": _host(analysis),
+        "instance": _scrape_labels(analysis)[0],
         "log_first": _time(span.get("first")),
         "log_last": _time(span.get("last")),
         "count_visible": visible,

@@ -63,7 +63,8 @@ COLUMNS: dict[str, dict[str, str]] = {
     "incidents": {
         **KEY,
         "generation": "String",  # V0 / V1, as derived from the log
-        "host": "String",
+        "host": "String",  # the host the log names (a process prefix's ip=, a compose service)
+        "instance": "String",  # the /metrics scrapes' instance label, when they carry one
         "log_first": TIME,
         "log_last": TIME,
         "first_event": TIME,
