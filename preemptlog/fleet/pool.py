@@ -170,8 +170,9 @@ def run(
                     inflight[pool.submit(_task, p)] = p
                 finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    p = inflight.pop(fut)
-                    done(fut.result())
+                    o = fut.result()  # a broken pool raises here: the bundle stays in flight (a suspect)
+                    del inflight[fut]
+                    done(o)
         except BrokenProcessPool:
             suspects.extend(inflight.values())
             _stop(pool)

@@ -186,6 +186,25 @@ def file_metadata(table: str) -> dict[str, str]:
     return {META_VERSION: str(SCHEMA_VERSION), META_TABLE: table}
 
 
+_NOTES = {
+    "events": "one row per preemption event (report: servers, causes, trend); day = the event's UTC date",
+    "incidents": "one row per bundle x server x engine; day = the first event's (else the log's first line's) UTC date",
+    "findings": "long rows: causes and mechanisms per engine, fixes and server-level findings (engine null)",
+    "errors": "a bundle (or one of its servers) that failed or was damaged; day = the bundle's newest file's UTC date",
+    "bundles": "one row per bundle analysed (the resume marker: written last); day = its first event's UTC date",
+}
+
+
+def markdown() -> str:
+    """The tables as Markdown (docs/fleet.md embeds it; a test keeps them equal)."""
+    out = [f"schema_version {SCHEMA_VERSION}; partition column `{PARTITION}` (date) in the folder names only.", ""]
+    for t in TABLES:
+        out += [f"#### `{t}/`", "", _NOTES[t] + ".", "", "| column | type |", "|---|---|"]
+        out += [f"| `{c}` | {'timestamp[us, UTC]' if v.startswith('Datetime') else v} |" for c, v in COLUMNS[t].items()]
+        out.append("")
+    return "\n".join(out)
+
+
 def describe() -> dict[str, Any]:
     """The dataset's description (``_preemptlog.json``): version, layout, every table's columns."""
     return {
