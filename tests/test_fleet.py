@@ -93,7 +93,16 @@ def test_every_time_column_is_microseconds_utc_as_declared():
     for table, cols in schema.COLUMNS.items():
         arrow = dataset.arrow_schema(table)
         for c, t in cols.items():
-            if c in ("time", "interval_start", "interval_end", "log_first", "log_last", "first_event", "last_event", "analysed_at"):
+            if c in (
+                "time",
+                "interval_start",
+                "interval_end",
+                "log_first",
+                "log_last",
+                "first_event",
+                "last_event",
+                "analysed_at",
+            ):
                 assert t.startswith("Datetime"), (table, c)
             if t.startswith("Datetime"):
                 assert str(arrow.field(c).type) == "timestamp[us, tz=UTC]", (table, c)
@@ -159,6 +168,7 @@ def test_errors_rows_carry_exit_code_and_one_line(fleet):
 
 def test_duckdb_and_pyarrow_dataset_read_it(fleet):
     import duckdb  # the dev extra installs it
+
     _, out, _ = fleet
     for table in ("events", "incidents", "findings", "errors", "bundles"):
         want = rows(out, table)
@@ -170,10 +180,14 @@ def test_duckdb_and_pyarrow_dataset_read_it(fleet):
         ds = pads.dataset(str(out / table), format="parquet", partitioning="hive")
         t = ds.to_table()
         assert t.num_rows == want.height and "day" in t.schema.names
-    n = duckdb.connect().execute(
-        f"SELECT server, count(*) FROM read_parquet('{out}/events/**/*.parquet', hive_partitioning=true) "
-        "WHERE gate = 'G1-kv-space' GROUP BY server ORDER BY 2 DESC LIMIT 1"
-    ).fetchall()
+    n = (
+        duckdb.connect()
+        .execute(
+            f"SELECT server, count(*) FROM read_parquet('{out}/events/**/*.parquet', hive_partitioning=true) "
+            "WHERE gate = 'G1-kv-space' GROUP BY server ORDER BY 2 DESC LIMIT 1"
+        )
+        .fetchall()
+    )
     assert n and n[0][1] > 0
 
 
@@ -268,7 +282,17 @@ def test_progress_bar_on_a_terminal_only(fleet, tmp_path):
     shapes, _, _ = fleet
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "preemptlog", "fleet", "run", str(shapes["v0"]), str(shapes["dp"]), "--out", str(tmp_path / "o")],
+        [
+            sys.executable,
+            "-m",
+            "preemptlog",
+            "fleet",
+            "run",
+            str(shapes["v0"]),
+            str(shapes["dp"]),
+            "--out",
+            str(tmp_path / "o"),
+        ],
         env={**ENV, "PREEMPTLOG_PROGRESS_AFTER": "0", "COLUMNS": "120"},
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -358,9 +382,14 @@ def test_report_csv_table_and_html(fleet, tmp_path):
     assert r.returncode == 0
     page = html.read_text()
     assert "Plotly.newPlot" in page and "Content-Security-Policy" in page and "fleet-plot" in page
-    assert "<script" not in page.split("fleet-plot", 1)[1].split("</main>")[0].replace(
-        '<script type="text/javascript">', ""
-    ).replace("</script>", "") or True
+    assert (
+        "<script"
+        not in page.split("fleet-plot", 1)[1]
+        .split("</main>")[0]
+        .replace('<script type="text/javascript">', "")
+        .replace("</script>", "")
+        or True
+    )
     assert "srv-stock" in page and "never print a preemption count" in page
 
 

@@ -106,7 +106,7 @@ def grafana(
                     hint="a service-account token with the Editor role, or --token-env NAME",
                 )
         t = _load(source, year, tz, debug)
-        items = g.annotations(t.incidents, dashboard_uid=dashboard_uid or None, panel_id=panel_id)
+        items = g.make_annotations(t.incidents, dashboard_uid=dashboard_uid or None, panel_id=panel_id)
         if url is not None:
             ids = g.post(items, url, token)
             if not quiet:

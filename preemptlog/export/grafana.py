@@ -29,7 +29,7 @@ def _ms(t: datetime | None) -> int | None:
     return None if t is None else int(t.timestamp() * 1000)
 
 
-def annotations(
+def make_annotations(
     incidents: pl.DataFrame, *, dashboard_uid: str | None = DASHBOARD_UID, panel_id: int | None = PANEL_ID
 ) -> list[dict[str, Any]]:
     """One annotation per incident row with a time: the events' span (the log's when the count is

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..frames import UTC_TIME
 from . import schema
 
 if TYPE_CHECKING:
@@ -229,7 +230,7 @@ def incident_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict
     )
     out = out.with_columns(
         pl.coalesce(
-            pl.col("first_event") if "first_event" in out.columns else pl.lit(None, schema.UTC_TIME),
+            pl.col("first_event") if "first_event" in out.columns else pl.lit(None, UTC_TIME),
             pl.col("log_first"),
         )
         .dt.date()

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from ..frames import UTC_TIME, polars_dtype  # noqa: F401 - UTC_TIME: the fleet's one time type
+from ..frames import polars_dtype
 
 SCHEMA_VERSION = 1
 TABLES = ("events", "incidents", "findings", "errors", "bundles")

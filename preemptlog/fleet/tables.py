@@ -59,7 +59,7 @@ def write_tables(sections: dict[str, pl.DataFrame], out: BinaryIO, *, by: str) -
             for c in df.columns:
                 table.add_column(c, overflow="fold")
             for r in df.head(MAX_ROWS).iter_rows():
-                table.add_row(*[text(_cell(v)) for v in r])
+                table.add_row(*[text(_cell(v)) for v in r])  # type: ignore[arg-type]  # rich Text cells
             console.print(table)
             if df.height > MAX_ROWS:
                 console.print(f"  ... and {df.height - MAX_ROWS} more row(s) (-f json or csv lists them all)")
