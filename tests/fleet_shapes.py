@@ -84,6 +84,12 @@ def make_fleet(root: Path, *, damaged: bool = True) -> dict[str, Path]:
     shutil.copy(GOLDEN / "guide-iso-markers.log", d / "node2" / "vllm.log")
     out["two-servers"] = d
 
+    d = root / "srv-layout"  # one server, its log and its scrapes in subfolders of their own
+    (d / "logs").mkdir(parents=True)
+    shutil.copy(FIXTURES / "prometheus" / "stock-v1" / "vllm.log", d / "logs" / "vllm.log")
+    shutil.copytree(FIXTURES / "prometheus" / "stock-v1", d / "metrics", ignore=shutil.ignore_patterns("vllm.log"))
+    out["subfolders"] = d
+
     if damaged:
         d = root / "srv-damaged"  # a truncated .gz: the analysis runs on what decompresses (exit 5)
         d.mkdir()

@@ -58,7 +58,7 @@ def fleet(tmp_path_factory):
 def test_run_exit_code_and_summary_say_what_failed(fleet):
     shapes, out, r = fleet
     assert r.returncode == 5, r.stderr  # a damaged and a failed bundle: exit 5, the run went on
-    assert "9 bundle(s) analysed, 1 failed, 0 skipped" in r.stderr
+    assert "10 bundle(s) analysed, 1 failed, 0 skipped" in r.stderr
     assert f"error: {shapes['junk']}: exit 3: nothing recognisable" in r.stderr
     assert f"partial: {shapes['damaged']}: exit 5:" in r.stderr
     assert "\x1b" not in r.stderr and "\r" not in r.stderr  # no progress bar in a pipe
@@ -124,6 +124,8 @@ def test_incident_rows_one_per_bundle_server_engine(fleet):
     assert {e for s, e in by if s == "srv-dp"} >= {"0", "1"}  # data parallel: a row per engine
     assert ("rack-3/node1", "0") in by and ("rack-3/node2", "0") in by  # one bundle, two servers
     assert ("gpu-node-7", "0") in by  # the folder names the server when the file name is generic
+    layout = by[("srv-layout", "0")]  # logs/ and metrics/ subfolders: one server, counted by its scrapes
+    assert layout["preemptions"] == 25 and layout["count_visible"]
     assert ("srv-archive", "0") in by and ("srv-json", "0") in by
     stock = by[("srv-stock", "0")]
     assert stock["count_visible"] is False and stock["preemptions"] is None  # never a 0 that means "cannot tell"
@@ -174,7 +176,7 @@ def test_duckdb_and_pyarrow_dataset_read_it(fleet):
         want = rows(out, table)
         con = duckdb.connect()
         q = f"SELECT * FROM read_parquet('{out}/{table}/**/*.parquet', hive_partitioning=true)"
-        got = pl.from_arrow(con.execute(q).to_arrow_table())
+        got = pl.from_arrow(con.sql(q).to_arrow_table())
         assert got.height == want.height, table
         assert "day" in got.columns and str(con.execute(f"DESCRIBE {q}").fetchall()[-1][1]) == "DATE"
         ds = pads.dataset(str(out / table), format="parquet", partitioning="hive")
@@ -198,7 +200,7 @@ def test_rerun_skips_and_force_replaces_without_copies(fleet, tmp_path):
     before = {t: rows(out, t) for t in schema.TABLES}
     files = sorted(p.relative_to(out) for p in out.rglob("*.parquet"))
     r = cli("fleet", "run", *[str(p) for p in shapes.values()], "--out", str(out), "--tz", "UTC")
-    assert "0 bundle(s) analysed, 0 failed, 10 skipped (already in the dataset)" in r.stderr, r.stderr
+    assert "0 bundle(s) analysed, 0 failed, 11 skipped (already in the dataset)" in r.stderr, r.stderr
     r = cli("fleet", "run", str(shapes["v0"]), str(shapes["dp"]), "--out", str(out), "--tz", "UTC", "--force")
     assert r.returncode == 0 and "2 bundle(s) analysed" in r.stderr, r.stderr
     assert sorted(p.relative_to(out) for p in out.rglob("*.parquet")) == files  # same names: replaced
@@ -354,7 +356,7 @@ def test_report_answers_the_fleet_questions(fleet):
     nv = {x["server"]: x for x in doc["not_visible"]}
     assert "srv-stock" in nv and "/metrics" in nv["srv-stock"]["remedy"]
     assert {e["exit_code"] for e in doc["errors"]} == {3, 5}
-    assert doc["totals"]["bundles"] == 10
+    assert doc["totals"]["bundles"] == 11
 
 
 def test_report_by_and_window(fleet):
@@ -365,7 +367,7 @@ def test_report_by_and_window(fleet):
     assert by_cause[0]["preemptions"] == max(x["preemptions"] for x in by_cause) and by_cause[0]["servers"] >= 1
     one_day = _report(out, "--since", "2026-03-14", "--until", "2026-03-14")
     assert {d["day"] for d in one_day["trend"]} == {"2026-03-14"}
-    assert {s["server"] for s in one_day["servers"]} == {"srv-scrapes", "rack-3/node2"}
+    assert {s["server"] for s in one_day["servers"]} == {"srv-scrapes", "srv-layout", "rack-3/node2"}
     r = cli("fleet", "report", str(out), "--since", "yesterday")
     assert r.returncode == 2 and "--since 'yesterday'" in r.stderr
 

@@ -54,7 +54,7 @@ def test_spark_writes_the_same_rows_as_the_process_pool(shapes):
     if r.returncode not in (0, 5) and "Spark did not start" in r.stderr:
         _no_spark(r.stderr.strip().splitlines()[-1])
     assert r.returncode == 5, r.stderr[-3000:]
-    assert "10 bundle(s) analysed on Spark (local[2]), 2 failed or damaged" in r.stderr
+    assert "11 bundle(s) analysed on Spark (local[2]), 2 failed or damaged" in r.stderr
     for t in schema.TABLES:
         a, b = same(rows(pool, t)), same(rows(spark_out, t))
         assert a.height and a.equals(b), t

@@ -52,27 +52,42 @@ def _one_line(exc: BaseException) -> tuple[int, str]:
     return int(ExitCode.INTERNAL), f"internal error: {type(exc).__name__}: {detail}"
 
 
-def _has_subfolders(path: str) -> bool:
+def _log_subfolders(path: str, first: Analysis) -> set[str]:
+    """The bundle folder's subfolders that hold a vLLM log (by the analysis's own file kinds)."""
+    from ..sources import vllm_log
+
     if not os.path.isdir(path):
-        return False
-    return any(
-        not e.startswith(".") and os.path.isdir(os.path.join(path, e)) and not os.path.islink(os.path.join(path, e))
-        for e in os.listdir(path)
-    )
+        return set()
+    root = os.path.realpath(path)
+    out: set[str] = set()
+    for f in first.bundle.of_kind(vllm_log.KIND):
+        try:
+            rel = os.path.relpath(os.path.realpath(f.path), root)
+        except ValueError:
+            continue
+        parts = rel.split(os.sep)
+        if len(parts) > 1 and parts[0] not in (os.curdir, os.pardir):
+            out.add(parts[0])
+    return out
 
 
 def _servers(path: str, options: AnalyzeOptions, ws: Any) -> list[tuple[str, Analysis | BaseException]]:
-    """(unit name, Analysis or the error it raised) for every server of the bundle."""
+    """(unit name, Analysis or the error it raised) for every server of the bundle.
+
+    The whole bundle is analysed first. It is split as ``analyze --each`` splits one: by
+    subfolder when two or more subfolders hold a vLLM log (``node1/``, ``node2/``; a ``logs/``
+    beside a ``metrics/`` folder is one server), else by server start (each.split_by_server);
+    one server keeps the first analysis."""
     from ..analysis import analyze
     from ..each import split_by_server, units
 
-    if _has_subfolders(path):
+    first = analyze([path], options, workspace=ws)
+    if len(_log_subfolders(path, first)) >= 2:
         found = units([path], ws, options.kinds)
     else:
-        first = analyze([path], options, workspace=ws)
         found = split_by_server([path], first)
-        if len(found) <= 1:
-            return [(path, first)]
+    if len(found) <= 1:
+        return [(path, first)]
     out: list[tuple[str, Analysis | BaseException]] = []
     for u in found:
         try:
