@@ -149,6 +149,7 @@ def run(
 
     options = options or AnalyzeOptions()
     jobs = max(1, jobs)
+    dataset.check_dataset(out)  # never into a folder that holds something else
     dataset.write_marker(out)
     started = time.monotonic()
     outcomes: list[Outcome] = []
