@@ -230,6 +230,7 @@ def _copies(src: Path, root: Path, n: int) -> list[str]:
     return paths
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes(fleet, tmp_path):
     shapes, _, _ = fleet
     paths = _copies(shapes["v0"], tmp_path / "b", 8)
@@ -258,6 +259,7 @@ def test_an_interrupted_run_resumes(fleet, tmp_path):
         assert rows(out, t).equals(rows(clean, t)), t  # resumed == one clean run: nothing twice, nothing lost
 
 
+@pytest.mark.slow
 def test_a_bundle_that_kills_its_worker_becomes_an_errors_row(fleet, tmp_path):
     from preemptlog.fleet.pool import run
 

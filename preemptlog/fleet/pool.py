@@ -11,12 +11,13 @@ with); the run goes on with a new pool.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -89,19 +90,26 @@ def _task(path: str) -> Outcome:
 
 
 def _pool(jobs: int, out: str, options: AnalyzeOptions, skip: frozenset[str], work: Work | None) -> ProcessPoolExecutor:
-    env_threads = os.environ.get("POLARS_MAX_THREADS")
-    if env_threads is None:  # each worker's polars uses its share of the cores (read when polars loads)
-        os.environ["POLARS_MAX_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    return ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init,
+        initargs=(out, options, skip, work),
+    )
+
+
+@contextlib.contextmanager
+def _worker_threads(jobs: int) -> Iterator[None]:
+    """Each worker's polars uses its share of the cores (POLARS_MAX_THREADS, read when polars
+    loads in the worker; workers start on demand, so it is set for the whole run)."""
+    if os.environ.get("POLARS_MAX_THREADS") is not None:
+        yield
+        return
+    os.environ["POLARS_MAX_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
     try:
-        return ProcessPoolExecutor(
-            max_workers=jobs,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init,
-            initargs=(out, options, skip, work),
-        )
+        yield
     finally:
-        if env_threads is None:
-            os.environ.pop("POLARS_MAX_THREADS", None)
+        os.environ.pop("POLARS_MAX_THREADS", None)
 
 
 def _death(pool: ProcessPoolExecutor) -> str:
@@ -145,7 +153,6 @@ def run(
     ``skip``: bundle ids already in the dataset (not analysed again). ``work``: the per-bundle
     function (default work.analyse_bundle; a module-level function, as the workers import it)."""
     from ..result import AnalyzeOptions
-    from .work import crashed
 
     options = options or AnalyzeOptions()
     jobs = max(1, jobs)
@@ -158,6 +165,22 @@ def run(
         outcomes.append(o)
         if on_outcome is not None:
             on_outcome(o)
+
+    with _worker_threads(jobs):
+        _map(paths, out, jobs, options, skip, work, done)
+    return RunStats(outcomes, time.monotonic() - started)
+
+
+def _map(
+    paths: list[str],
+    out: str,
+    jobs: int,
+    options: AnalyzeOptions,
+    skip: frozenset[str],
+    work: Work | None,
+    done: Callable[[Outcome], None],
+) -> None:
+    from .work import crashed
 
     queue = deque(paths)
     suspects: list[str] = []
@@ -195,4 +218,3 @@ def run(
         except BaseException:
             _stop(pool)
             raise
-    return RunStats(outcomes, time.monotonic() - started)
