@@ -137,6 +137,11 @@ def _engines(analysis: Analysis, ev: pl.DataFrame) -> list[str]:
     return sorted(names or {"0"}, key=lambda e: (len(e), e))
 
 
+def _known_sum(col: str) -> pl.Expr:
+    """The sum of the known values, null when none is known ("unknown", never 0 tokens)."""
+    return pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum())
+
+
 def _counts_text(df: pl.DataFrame, col: str) -> pl.DataFrame:
     """Per engine: ``key n, key n`` (most first) and the top key, of the non-null values of ``col``."""
     if not df.height:
@@ -172,7 +177,7 @@ def incident_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict
             pl.col("time").min().alias("first_event"),
             pl.col("time").max().alias("last_event"),
             *[(pl.col("gate") == g).sum().cast(pl.Int64).alias(c) for g, c in GATES.items()],
-            pl.col("recompute_tokens").sum().cast(pl.Int64).alias("recompute_tokens"),
+            _known_sum("recompute_tokens").cast(pl.Int64).alias("recompute_tokens"),
             ((pl.col("recompute_bound") == "lower").any() | pl.col("recompute_tokens").is_null().any()).alias(
                 "recompute_lower_bound"
             ),
@@ -255,7 +260,7 @@ def finding_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict[
             .group_by("engine", col)
             .agg(
                 pl.len().cast(pl.Int64).alias("count"),
-                pl.col("recompute_tokens").sum().cast(pl.Float64).alias("value"),
+                _known_sum("recompute_tokens").cast(pl.Float64).alias("value"),
                 (pl.col("source") + ":" + pl.col("line").cast(pl.String)).first().alias("evidence"),
             )
             .sort("engine", col)

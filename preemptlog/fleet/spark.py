@@ -236,12 +236,14 @@ def run(
             bundles = {r["bundle_id"]: r["outcome"] for r in meta if r["table"] == "_bundle"}
             analysed = sorted(b for b, o in bundles.items() if o != "skipped")
             rows: dict[str, int] = {}
+            # the analysis ran one bundle per task; the decode and the writes need no more tasks than cores
+            cached = env.coalesce(max(1, spark.sparkContext.defaultParallelism))
             for table in schema.TABLES:  # bundles last
                 touched = sorted({r["day"] for r in meta if r["table"] == table})
                 base = f"{out.rstrip('/')}/{table}"
                 ddl = schema.spark_ddl(table)
                 new = (
-                    env.filter(F.col("table") == table)
+                    cached.filter(F.col("table") == table)
                     .select("day", "payload")
                     .mapInArrow(lambda it, t=table: decode_batches(it, t), ddl)
                 )
@@ -257,7 +259,7 @@ def run(
                 if not touched:
                     continue
                 (
-                    union.repartition(schema.PARTITION)  # one file per day: parts coalesced per day
+                    union.repartition(len(touched), schema.PARTITION)  # one file per day: parts coalesced per day
                     .write.mode("overwrite")
                     .partitionBy(schema.PARTITION)
                     .parquet(base)
