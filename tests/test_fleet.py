@@ -402,3 +402,10 @@ def test_report_html_escapes_log_text():
 def test_report_on_something_else_is_a_clear_error(tmp_path):
     r = cli("fleet", "report", str(tmp_path))
     assert r.returncode == 3 and "not a fleet dataset" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_subcommand_help_names_placeholders_not_python_types():
+    for args in (("fleet", "run"), ("fleet", "report"), ("export", "grafana"), ("export", "openmetrics")):
+        r = cli(*args, "--help", env={"COLUMNS": "200"})
+        assert r.returncode == 0 and "Examples:" in r.stdout, args
+        assert not any(t in r.stdout for t in ("<list[", "<str>", "<int>", "<float>")), args
