@@ -67,10 +67,17 @@ def units(paths: list[str], ws: Workspace, kinds: list[str] | None = None, stdin
 
 def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) -> list[Unit]:
     from .analysis import AnalyzeOptions, analyze
+
+    first = analyze(paths, AnalyzeOptions(kinds=kinds, rules=False), workspace=ws, stdin=stdin)
+    return split_by_server(paths, first)
+
+
+def split_by_server(paths: list[str], first: Analysis) -> list[Unit]:
+    """The units of an analysis of ``paths`` made already (the fleet analyses the whole bundle
+    first and splits only when it holds several servers): one unit when it holds one server."""
     from .servers import servers
     from .sources import LOG_KINDS
 
-    first = analyze(paths, AnalyzeOptions(kinds=kinds, rules=False), workspace=ws, stdin=stdin)
     bundle = first.bundle
     srv = servers(first.records)
     if srv.height <= 1:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import typer
 
 # Order is the order in --help.
-COMMANDS = ["analyze", "explain", "report", "whatif", "capture", "simulate", "rules", "eval"]
+COMMANDS = ["analyze", "explain", "report", "whatif", "capture", "simulate", "rules", "eval", "fleet", "export"]
 
 
 def register_all(app: typer.Typer, names: Iterable[str] = COMMANDS) -> None:
