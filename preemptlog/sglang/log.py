@@ -381,7 +381,7 @@ def config_rows(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl
 
     schema = polars_schema(CONFIG_SCHEMA)
     parts = []
-    base = ["time", "source", pl.col("n").alias("line")]
+    base: list[str | pl.Expr] = ["time", "source", pl.col("n").alias("line")]
     for kind, key, rx in LINE_KEYS + [(ARGS, k, _arg(a)) for a, k in ARG_KEYS.items()]:
         sub = records.filter(pl.col("kind") == kind)
         if sub.height == 0:
