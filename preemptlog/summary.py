@@ -448,9 +448,8 @@ def _pressure_words(c: dict[str, Any]) -> str:
     first = p.get("first")
     if first:
         more = p["spans"] - 1
-        parts.append(
-            f"{_hms(first[0])}-{_hms(first[1])}" + (f" and {more} more span{'s' if more > 1 else ''}" if more else "")
-        )
+        when = f"at {_hms(first[0])}" if _hms(first[0]) == _hms(first[1]) else f"{_hms(first[0])}-{_hms(first[1])}"
+        parts.append(when + (f" and {more} more span{'s' if more > 1 else ''}" if more else ""))
     return ", ".join(parts)
 
 

@@ -65,7 +65,7 @@ def test_mixed_bundle_equals_plain_concatenation(tmp_path):
         b.stats.select("time", "running", "waiting", "kv_usage")
     )
     kinds = {f.display.split("/")[-1]: f.kind for f in b.bundle.files}
-    assert kinds["notes.txt"] == "unknown" and kinds["core.bin"] == "binary"
+    assert kinds["notes.txt"] == "document" and kinds["core.bin"] == "binary"  # a note, not a log
     assert kinds["vllm.log.3.gz"] == "vllm-log"
     orders = {f.display.split("/")[-1]: f.order for f in b.bundle.files if f.stream >= 0}
     assert orders == {"vllm.log.3.gz": 0, "vllm.log.2": 1, "vllm.log.1": 2, "vllm.log": 3}

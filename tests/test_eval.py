@@ -13,7 +13,7 @@ from .conftest import FIXTURES
 
 
 def test_demo_bundle_scores():
-    s = score_bundle(str(FIXTURES / "demo"))
+    s = score_bundle(str(FIXTURES / "guide-demo"))
     assert s.truth_total > 100
     assert s.events == s.truth_visible  # each preemption counted once (markers + V0 counter merged)
     assert s.matched == s.truth_total
@@ -23,7 +23,7 @@ def test_demo_bundle_scores():
 
 
 def test_eval_command_json(tmp_path):
-    r = CliRunner().invoke(app, ["eval", str(FIXTURES / "demo"), "-f", "json"])
+    r = CliRunner().invoke(app, ["eval", str(FIXTURES / "guide-demo"), "-f", "json"])
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["total"]["gate_accuracy"] >= 0.95

@@ -45,7 +45,7 @@ def test_a_log_with_a_non_utf8_name(tmp_path: Path) -> None:
 
 def test_a_bundle_folder_with_non_utf8_names(tmp_path: Path) -> None:
     folder = _odd(tmp_path, b"b\xfe")
-    shutil.copytree(FIXTURES / "demo", folder)
+    shutil.copytree(FIXTURES / "guide-demo", folder)
     os.rename(os.path.join(os.fsencode(folder), b"vllm.log"), os.path.join(os.fsencode(folder), b"vllm\xfd.log"))
     got = _run("analyze", str(folder), "-f", "json", "--tz", "UTC")
     assert got.returncode == 0, got.stderr

@@ -193,7 +193,7 @@ def test_mechanism_negatives():
     assert {r["mechanism"] for r in per_event("v1-records")} == {"kv-capacity"}
     assert {r["mechanism"] for r in per_event("spec")} == {"spec-decode-lookahead"}
     # markers of the guide's scheduler carry no decision record: unknown, with what would tell
-    a = analyze([str(ROOT / "fixtures" / "demo")], AnalyzeOptions(tz="UTC"))
+    a = analyze([str(ROOT / "fixtures" / "guide-demo")], AnalyzeOptions(tz="UTC"))
     marker = a.events.filter(pl.col("kind") == "marker").select("event_id").join(a.findings.per_event, on="event_id")
     unknown = marker.filter(pl.col("mechanism") == "unknown")
     assert unknown.height and unknown.get_column("mechanism_missing").null_count() == 0

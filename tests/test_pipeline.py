@@ -16,7 +16,7 @@ from preemptlog.workspace import Workspace
 
 from .conftest import FIXTURES, write_lines
 
-DEMO = str(FIXTURES / "demo")
+DEMO = str(FIXTURES / "guide-demo")
 OPTS = AnalyzeOptions(tz="UTC")
 
 LOG = [

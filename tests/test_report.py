@@ -39,7 +39,7 @@ OK_CODES = (ExitCode.OK, ExitCode.PARTIAL)
 def evil_bundle(tmp_path_factory) -> Path:
     """The demo bundle plus a log whose lines, file name and config value carry HTML."""
     d = tmp_path_factory.mktemp("evil") / "bundle"
-    shutil.copytree(FIXTURES / "demo", d)
+    shutil.copytree(FIXTURES / "guide-demo", d)
     (d / "evil<i>.log").write_text(
         "INFO 11-29 23:58:01 [api_server.py:1091] args: Namespace(model='<img src=x onerror=window.__xss=1>', "
         "served_model_name=None)\n"
@@ -63,7 +63,7 @@ def evil_report(evil_bundle, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def demo_report(tmp_path_factory) -> Path:
-    return _report([str(FIXTURES / "demo")], tmp_path_factory.mktemp("demo") / "report.html")
+    return _report([str(FIXTURES / "guide-demo")], tmp_path_factory.mktemp("demo") / "report.html")
 
 
 def _big_bundle(d: Path, hours: float = 2.0) -> Path:

@@ -25,7 +25,7 @@ from preemptlog.view import COMPACT_COLUMNS
 from .conftest import FIXTURES, ROOT, write_lines
 
 runner = CliRunner()
-DEMO = str(FIXTURES / "demo")
+DEMO = str(FIXTURES / "guide-demo")
 V0 = str(FIXTURES / "golden" / "v0-unbracketed-0.6.log")
 
 
@@ -151,7 +151,7 @@ def test_fixes_are_ranked_data_without_no_ops(tmp_path):
     # (arrival / finish): the peak demand is not measured, so no lever is computed from it and the
     # guide's formula stands (one suggestion per option either way)
     kv = next(x for x in fixes if x["id"] == "kv_room")
-    assert any("demo/vllm.log:" in i for i in kv["inputs"])
+    assert any("guide-demo/vllm.log:" in i for i in kv["inputs"])
     assert "capacity_gpu_memory_utilization" not in ids
     assert len([x for x in fixes if x["option"] == "--gpu-memory-utilization"]) == 1
     # per event: the same fixes as data, and as prose
@@ -258,7 +258,7 @@ def test_columns_on_the_table_and_no_header():
         "confidence",
     ]
     csv = invoke("analyze", DEMO, "--tz", "UTC", "-f", "csv", "-q", "--no-header", "--columns", "event_id,line")
-    assert csv.stdout.splitlines()[0] == "demo/vllm.log:140,140"
+    assert csv.stdout.splitlines()[0] == "guide-demo/vllm.log:140,140"
 
 
 def test_folded_rows_of_one_interval_share_the_interval_verdict():
@@ -380,22 +380,22 @@ def _explain(*args):
 
 
 def test_explain_scopes_to_the_request_and_the_cited_rows():
-    r, doc = _explain("demo/vllm.log:9799", DEMO)
+    r, doc = _explain("guide-demo/vllm.log:9799", DEMO)
     assert r.exit_code == 0, r.stderr
     rid = doc["event"]["request_id"]
     cited = {c["src"] for c in doc["verdict"]["evidence"]} | {e["src"] for e in doc["evidence"]}
     assert doc["scope"] != "all" and doc["window_rows_in_scope"] < doc["window_rows_total"]
-    assert all(rid in w["value"] or w["src"] in cited or w["src"] == "demo/vllm.log:9799" for w in doc["window"])
-    assert any(w["src"] == "demo/vllm.log:9799" for w in doc["window"])
-    _, full = _explain("demo/vllm.log:9799", DEMO, "--all")
+    assert all(rid in w["value"] or w["src"] in cited or w["src"] == "guide-demo/vllm.log:9799" for w in doc["window"])
+    assert any(w["src"] == "guide-demo/vllm.log:9799" for w in doc["window"])
+    _, full = _explain("guide-demo/vllm.log:9799", DEMO, "--all")
     assert len(full["window"]) == doc["window_rows_total"] > len(doc["window"])
-    _, few = _explain("demo/vllm.log:9799", DEMO, "--limit", "3")
+    _, few = _explain("guide-demo/vllm.log:9799", DEMO, "--limit", "3")
     assert len(few["window"]) == 3 and few["window_rows_in_scope"] == doc["window_rows_in_scope"]
 
 
 def test_explain_takes_every_id_the_table_prints(tmp_path):
     _, by_base = _explain("vllm.log:9799", DEMO)  # the table's id (folder stripped)
-    assert by_base["event"]["event_id"] == "demo/vllm.log:9799"
+    assert by_base["event"]["event_id"] == "guide-demo/vllm.log:9799"
     # a V0 log: the table folds the reconstructed run into one `~r*` row
     table = invoke("analyze", V0, "--year", "2025", "--tz", "UTC", "-f", "table", "--no-header", "--columns", "event")
     folded = next(x.strip() for x in table.stdout.splitlines() if x.strip().endswith("~r*"))
@@ -432,7 +432,7 @@ def test_explain_takes_an_id_the_table_cut_in_the_middle(tmp_path):
 def test_explain_unknown_id_suggests_the_nearest():
     r = invoke("explain", "vllm.log:141", DEMO, "--tz", "UTC")
     assert r.exit_code == ExitCode.USAGE
-    assert "did you mean demo/vllm.log:140" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "did you mean guide-demo/vllm.log:140" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_explain_request_lists_every_preemption_of_it():
@@ -507,7 +507,7 @@ def test_table_is_readable_on_a_terminal(cols):
         assert "…" in first[2] and first[2].startswith("chatcmpl-") and first[2].endswith("53c40b")
     else:
         assert first[2] == "chatcmpl-fc8ef4388c448e97757734696953c40b"
-    assert "226 row(s), 226 event(s); 2026-11-29 (UTC); files under demo/" in out
+    assert "226 row(s), 226 event(s); 2026-11-29 (UTC); files under guide-demo/" in out
     gate = "G1-kv-space/fragmentation" if cols >= 110 else "G1/fragmentation"
     assert any(gate in r for r in rows)
 

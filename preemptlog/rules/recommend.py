@@ -32,6 +32,10 @@ LOG_REQUESTS_HINT = (
     "log requests (--enable-log-requests from vLLM 0.10.1, on by default before) and, from 0.11.1, "
     "DEBUG logging for prompt_token_ids"
 )
+PROMPT_IDS_HINT = (
+    "DEBUG logging (VLLM_LOGGING_LEVEL=DEBUG: vLLM 0.11.1+ logs a request's prompt_token_ids only at DEBUG), or the "
+    "plugin's request records"
+)
 LATENCY_HINT = (
     "request latencies: 'Finished request' lines (V0 AsyncLLMEngine with request logging) or OpenTelemetry "
     "traces (--otlp-traces-endpoint)"
@@ -71,6 +75,8 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
         out["prompt_n"] = Measured(n_pt, f"{n_pt} {how} in {src}")
         out["prompt_p95"] = Measured(st.prompt_quantile_higher(0.95), f"p95 of {n_pt} prompt lengths ({src})")
         out["prompt_share_le_64"] = Measured(st.prompt_share_le(64), f"share of {n_pt} prompts <= 64 tokens")
+    elif st.received:  # request lines without their prompt: vLLM 0.11.1+ logs prompt_token_ids at DEBUG only
+        out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {PROMPT_IDS_HINT}")
     else:
         out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {LOG_REQUESTS_HINT}")
     peak = st.peak_per_10s()
@@ -605,7 +611,7 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     override = cfg.get("num_gpu_blocks_override")
     ratio = peak["blocks"] / pool["blocks"] if peak and pool["blocks"] else None
     peak_in = [f"peak demand {peak['blocks']} blocks = {peak['tokens']} tokens: {peak['text']}"] if peak else []
-    estimated = " (an estimate: the next run checks it)" if peak and peak.get("estimated") else ""
+    estimated = " (from an estimated peak demand)" if peak and peak.get("estimated") else ""
     # The lever that moves the pool: --num-gpu-blocks-override pins it, whatever the memory share.
     if override is not None:
         dropped.append(
