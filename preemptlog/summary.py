@@ -383,7 +383,7 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
     version = ver_row["value"] if ver_row and ver_row.get("status") != "default" else None
     rules: dict[str, int] = {}
     if ev.height and "rule" in ev.columns:
-        rules = {str(r): n for r, n in ev.group_by("rule").len().iter_rows() if r is not None}
+        rules = {str(r): n for r, n in ev.group_by("rule").len().sort("rule").iter_rows() if r is not None}
     unplaced = ev.filter(pl.col("time_precision") == "unplaced") if ev.height else ev
     engines = sorted({str(e) for e in ev.get_column("engine").fill_null("0").to_list()}) if ev.height else []
     spans = [p for p in pressure if p.get("start") and p.get("end")]
