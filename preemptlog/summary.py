@@ -540,7 +540,11 @@ def fix_line(x: dict[str, Any]) -> str:
     """``option current -> suggested (effect; verification; addresses N events)``; a current value that
     is not seen in the bundle says where it comes from (``assumed (vLLM 0.32.0 default)``)."""
     cur_from = x.get("current_from")
-    cur = f"{x['current']}" + (f" {cur_from}" if cur_from and not cur_from.startswith("seen") else "")
+    cur = f"{x['current']}"
+    if cur_from and cur_from.startswith("assumed"):
+        cur += f" {cur_from}"  # "assumed (vLLM 0.32.0 default)"
+    elif cur_from:  # "seen (file:line)" -> "(seen file:line)"
+        cur += " (" + cur_from.replace(" (", " ", 1).removesuffix(")") + ")"
     if x["suggested"] is True:
         what = x["option"]
     elif x["suggested"] is None:

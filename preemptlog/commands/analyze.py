@@ -93,14 +93,20 @@ def analyze(
 
     Event kinds: logged (a V0 warning line), reconstructed (V0 logs 1 in 50;
     the rest are rebuilt from total_num_cumulative_preemption), interval (V1
-    'Preemptions: N' stats, or the Prometheus counter between two /metrics
-    scrapes), marker (any line with the word PREEMPTED), record (a block-table
-    preempt record, only when the logs show none).
+    'Preemptions: N' stats, the Prometheus counter between two /metrics
+    scrapes, or one /metrics reading: the preemptions since the engine start,
+    not placed in time), marker (any line with the word PREEMPTED), record (a
+    preempt record of preemptlog's vLLM plugin: the events where they exist).
+    A log that cannot show a count (a stock V1 log) says "not visible", never 0.
 
     Each event gets a verdict: the gate (G1-kv-space, G2-batch-variance,
     G3-queue-overflow, G4-prefix-conflict or undetermined), the evidence cited
-    with file:line, the gates that could not be evaluated, contributing factors
-    and fixes computed from the incident (--rules, --set; `preemptlog rules`).
+    with file:line, contributing factors and the changes to make, computed from
+    the incident (--rules, --set; `preemptlog rules`). On a stock upstream log
+    vLLM's own code settles the gate (G1 KV space: V1 preempts only when a
+    KV-block allocation fails), and the guide's other gates are "not in
+    upstream vLLM"; on the field guide's patched scheduler the four gates are
+    judged on its evidence.
     ndjson and csv rows hold the compact columns (event, time, kind, request,
     source, line, gate, sub-kind, rule, confidence); --wide adds the verdict's
     evidence and every evidence column of the event's window (docs/sources.md;
