@@ -55,3 +55,19 @@ def test_every_command_is_documented():
 
     for name in COMMANDS:
         assert f"preemptlog {name}" in README, name
+
+
+def test_the_demo_lines_in_the_readme_are_what_analyze_prints():
+    import subprocess
+    import sys
+
+    block = README.split("taken after the incident:\n\n```text\n", 1)[1].split("```", 1)[0]
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", "fixtures/demo", "--tz", "UTC", "-f", "json", "-o", "/dev/null"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr
+    shown = block.strip().splitlines()
+    assert p.stderr.splitlines()[: len(shown)] == shown
