@@ -63,7 +63,19 @@ def test_the_demo_lines_in_the_readme_are_what_analyze_prints():
 
     block = README.split("taken after the incident:\n\n```text\n", 1)[1].split("```", 1)[0]
     p = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", "fixtures/demo", "--tz", "UTC", "-f", "json", "-o", "/dev/null"],
+        [
+            sys.executable,
+            "-m",
+            "preemptlog",
+            "analyze",
+            "fixtures/demo",
+            "--tz",
+            "UTC",
+            "-f",
+            "json",
+            "-o",
+            "/dev/null",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
