@@ -112,9 +112,16 @@ def _worker_threads(jobs: int) -> Iterator[None]:
         os.environ.pop("POLARS_MAX_THREADS", None)
 
 
-def _death(pool: ProcessPoolExecutor) -> str:
+def _workers(pool: ProcessPoolExecutor) -> list[Any]:
+    """The pool's worker processes, taken while the pool still lists them (after a submit): once the
+    pool breaks, its manager thread may have dropped them before the caller looks."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _death(workers: list[Any]) -> str:
     """How the pool's dead worker ended (its exit status or signal), as far as it can be seen."""
-    for p in list(getattr(pool, "_processes", {}).values()):
+    for p in workers:
+        p.join(timeout=5)  # the status is there once the process is reaped
         code = p.exitcode
         if code is not None and code < 0:
             try:
@@ -207,11 +214,14 @@ def _map(
         pool.shutdown(wait=True)
     for p in suspects:  # alone, each in a pool of its own: the one that breaks it again is the crash
         pool = _pool(1, out, options, skip, work)
+        workers: list[Any] = []
         try:
-            done(pool.submit(_task, p).result())
+            fut = pool.submit(_task, p)
+            workers = _workers(pool)
+            done(fut.result())
             pool.shutdown(wait=True)
         except BrokenProcessPool:
-            why = _death(pool)
+            why = _death(workers or _workers(pool))
             _stop(pool)
             result = crashed(p, int(ExitCode.INTERNAL), f"the analysis process died: {why}")
             done(_written(result, out, time.monotonic()))
