@@ -166,10 +166,6 @@ def run_all(spec: dict[str, Any]) -> dict[str, Any]:
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.engine import EngineCoreRequest
-    from vllm.v1.engine.core import EngineCore
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     cfg = spec["config"]
@@ -178,13 +174,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     reqs = spec["requests"]
     longest = max((r["prompt"] + r["output"] for r in reqs), default=16)
     kv_spec = FullAttentionSpec(block_size=bs, num_kv_heads=2, head_size=64, dtype=torch.float32)
-    cap = (blocks - 1) * bs  # vLLM checks one max-length request against the pool; block 0 is the null block
+    # max_model_len as asked (else the longest request), never changed: a configuration vLLM refuses
+    # at start-up comes back as {"refused": vLLM's own message} (preemptlog checks it before, too)
     mml = int(cfg.get("max_model_len") or longest)
-    mml = max(min(mml, cap), min(longest, cap))
     mbt = int(cfg["max_num_batched_tokens"])
     chunked = bool(cfg.get("enable_chunked_prefill", True))
-    if not chunked and mbt < mml:
-        mml = mbt  # vLLM refuses a budget below max_model_len without chunked prefill
     kw: dict[str, Any] = {}
     if cfg.get("watermark"):
         kw["watermark"] = float(cfg["watermark"])
@@ -192,6 +186,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         kw["scheduler_reserve_full_isl"] = False
     if cfg.get("long_prefill_token_threshold"):
         kw["long_prefill_token_threshold"] = int(cfg["long_prefill_token_threshold"])
+    try:
+        core = _engine_core(cfg, bs, blocks, mml, mbt, chunked, kw, kv_spec)
+    except ValueError as exc:  # vLLM's start-up checks (config, KV pool)
+        return {"refused": " ".join(str(exc).split())}
+    return _drive(spec, core, reqs)
+
+
+def _engine_core(
+    cfg: dict[str, Any], bs: int, blocks: int, mml: int, mbt: int, chunked: bool, kw: dict[str, Any], kv_spec: Any
+) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.core import EngineCore
+
     args = EngineArgs(
         model=model_dir(mml),
         skip_tokenizer_init=True,
@@ -209,7 +216,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         async_scheduling=False,
         **kw,
     )
-    core = EngineCore(args.create_engine_config(), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
+    return EngineCore(args.create_engine_config(), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
+
+
+def _drive(spec: dict[str, Any], core: Any, reqs: list[dict[str, Any]]) -> dict[str, Any]:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine import EngineCoreRequest
+
     sched = core.scheduler
     lost: list[tuple[str, int]] = []
     cls = type(sched)

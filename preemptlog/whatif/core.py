@@ -134,6 +134,30 @@ def run_one(
     return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python)
 
 
+def refusal(workload: Workload, cfg: ReplayConfig) -> str | None:
+    """``vLLM would not start: ...`` when vLLM 0.32's own start-up checks refuse ``cfg``
+    (vllm.config.startup_refusals), else None. Without a max_model_len the longest request of the
+    workload is the length checked: a server that served it had at least that."""
+    from ..vllm.config import startup_refusals
+
+    if cfg.max_model_len:
+        mml, how = int(cfg.max_model_len), "max_model_len"
+    else:
+        mml = max((r.prompt_tokens + r.output_tokens for r in workload.requests), default=1)
+        how = "the longest request of the workload (max_model_len not in the bundle)"
+    why = startup_refusals(
+        num_gpu_blocks=cfg.num_gpu_blocks,
+        block_size=cfg.block_size,
+        max_model_len=mml,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        enable_chunked_prefill=cfg.enable_chunked_prefill,
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        max_model_len_how=how,
+    )
+    return "vLLM would not start: " + "; ".join(why) if why else None
+
+
 def prepare(analysis: Analysis) -> tuple[Workload, Observed, StepTime]:
     return build_workload(analysis), observed_config(analysis), step_time(analysis)
 
@@ -158,23 +182,46 @@ def whatif(
             "--arrivals step: the workload has no scheduler steps (log request lines)", hint="use --arrivals time"
         )
     seen, src = observed_count(analysis)
+    why0 = refusal(wl, obs.config)
     asked = [(sets, *apply_settings(obs, sets)) for sets in configs]
-    cfgs = [obs.config] + [c for _, c, _ in asked]
+    # The incident's vLLM started: when its configuration as read fails the check, the values read
+    # are not the ones it ran with, and the check of the asked ones is not evaluable.
+    refused = [None if why0 else refusal(wl, c) for _, c, _ in asked]
+    notes0 = (
+        [
+            f"the observed configuration as read fails vLLM 0.32's start-up checks ({why0.split(': ', 1)[1]}): "
+            "the bundle's values are not all the ones the incident's vLLM started with; the start-up checks "
+            "of the asked configurations are not evaluable"
+        ]
+        if why0
+        else []
+    )
+    cfgs = [obs.config] + [c for (_, c, _), why in zip(asked, refused, strict=True) if why is None]
     if engine == "vllm":
         from .engine_vllm import replay_vllm_many
 
         traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python)
     else:
         traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr) for c in cfgs]
+    if traces[0].refused:
+        raise UsageError(
+            f"the observed configuration: vLLM refused to start: {traces[0].refused}",
+            hint="a value of the bundle or of --base is wrong (the incident's vLLM did start)",
+        )
     f0 = figures(traces[0], st)
     cal = calibration(seen, f0["preemptions"])
-    status = cal["status"]
-    scen = [Scenario("observed", {}, obs.config, [], f0, status)]
-    for (sets, cfg, notes), tr in zip(asked, traces[1:], strict=True):
-        scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
-    if engine == "vllm":  # vLLM's own decisions: the count is exact, the calibration is about the step clock
-        for s in scen:
-            s.status = "vllm"
+    status = "vllm" if engine == "vllm" else cal["status"]  # vLLM's own decisions: the count is exact
+    scen = [Scenario("observed", {}, obs.config, notes0, f0, status)]
+    done = iter(traces[1:])
+    for (sets, cfg, notes), why in zip(asked, refused, strict=True):
+        if why is not None:  # never replayed under a silently changed configuration
+            scen.append(Scenario(_name(sets), sets, cfg, [*notes, why], {}, "refused"))
+        elif (tr := next(done)).refused:  # vLLM's own check refused what preemptlog's let through
+            scen.append(
+                Scenario(_name(sets), sets, cfg, [*notes, f"vLLM refused to start: {tr.refused}"], {}, "refused")
+            )
+        else:
+            scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
     return WhatIf(wl, obs, st, engine, arr, scen, cal, src)
 
 

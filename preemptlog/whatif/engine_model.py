@@ -56,6 +56,7 @@ class Trace:
     unfinished: int = 0
     wall_s: float = 0.0
     engine: str = "model"
+    refused: str | None = None  # the vLLM engine: vLLM's own start-up refusal (nothing was replayed)
 
     @property
     def preemptions(self) -> int:

@@ -102,6 +102,9 @@ def replay_vllm_many(
 
 def _trace(raw: dict) -> Trace:  # type: ignore[type-arg]
     tr = Trace(engine="vllm")
+    if "refused" in raw:
+        tr.refused = str(raw["refused"])
+        return tr
     tr.step_tokens, tr.running, tr.waiting, tr.preempted = (
         raw["step_tokens"],
         raw["running"],

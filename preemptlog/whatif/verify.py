@@ -140,6 +140,7 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
     if base is None:
         return fixes, []
     from . import engine_model
+    from .core import refusal
     from .metrics import figures
     from .workload import apply_settings
 
@@ -178,9 +179,15 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
                 f1, notes = _FIX_CACHE[ck]
             else:
                 cfg, notes = apply_settings(obs, {key: value})
-                tr = engine_model.replay(wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget())
-                f1 = figures(tr, st)
-                _FIX_CACHE[ck] = (f1, notes)
+                # the check is evaluable only when the bundle's own configuration passes it (core.whatif)
+                why = None if refusal(wl, obs.config) else refusal(wl, cfg)
+                if why is not None:
+                    _FIX_CACHE[ck] = (None, why)
+                    f1, notes = None, why
+                else:
+                    tr = engine_model.replay(wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget())
+                    f1 = figures(tr, st)
+                    _FIX_CACHE[ck] = (f1, notes)
         except TimeoutError:
             x["replay"] = {
                 "status": "skipped",
@@ -192,6 +199,10 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
         except PreemptlogError as exc:
             x["replay"] = {"status": "not replayed", "setting": f"{key}={value}", "why": exc.one_line()}
             kept.append(x)
+            continue
+        if f1 is None:  # vLLM would refuse to start with the fix: not a fix to apply
+            x["replay"] = {"status": "refused", "setting": f"{key}={value}", "why": notes}
+            dropped.append({"id": str(x.get("id")), "why": f"{key}={value}: {notes}"})
             continue
         status = cal["status"]
         text = (

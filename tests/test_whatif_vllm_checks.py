@@ -1,0 +1,71 @@
+"""The what-if's copies of vLLM against the real vLLM 0.32 (the `vllm` engine's driver, fake executor).
+
+- start-up checks: for hand-written configurations on both sides of each check, preemptlog's
+  ``vLLM would not start`` (whatif.core.refusal) must agree with what the real EngineCore does
+  (the driver returns vLLM's own ValueError), and the length it says vLLM would accept must be the
+  one in vLLM's message;
+- the model engine's steps against the real scheduler's on a workload that drains and refills
+  (vLLM's 0-token step after the last running request finishes).
+
+One driver process for each (vLLM imported once, ~20 s). A real vLLM run: slow; in CI a missing
+venv is a failure, elsewhere a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from preemptlog.whatif.core import refusal
+from preemptlog.whatif.engine_vllm import replay_vllm_many
+from preemptlog.whatif.metrics import StepTime
+from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest
+
+from .test_capture_vllm import PY
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        PY is None and not IN_CI,
+        reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
+    ),
+]
+CLOCK = StepTime(0.01, 0.0, "test", True)
+
+
+def _python() -> str:
+    if PY is None:
+        pytest.fail("no vLLM 0.32 venv in CI: .ci/run builds it with ci/vllm-venv")
+    return str(PY)
+
+
+def test_start_up_checks_agree_with_the_real_engine_core():
+    wl = Workload([WRequest(f"req-{i}", 0.0, 100, 40, 40, arrival_step=i) for i in range(6)], "records", "test")
+    base = ReplayConfig(num_gpu_blocks=200, max_model_len=2032, max_num_batched_tokens=2048, max_num_seqs=16)
+    from dataclasses import replace
+
+    cfgs = [
+        base,
+        replace(base, num_gpu_blocks=96),  # the issue's: 1520 accepted
+        replace(base, num_gpu_blocks=128),  # 127 usable x 16 = 2032: starts
+        replace(base, num_gpu_blocks=127),  # one block short: 2016
+        replace(base, num_gpu_blocks=40, block_size=32, max_model_len=1300),  # 39 x 32 = 1248
+        replace(base, enable_chunked_prefill=False, max_num_batched_tokens=1024),
+        replace(base, max_num_batched_tokens=8),  # below max_num_seqs
+    ]
+    traces = replay_vllm_many(wl, cfgs, CLOCK, arrivals="step", python=_python())
+    for cfg, tr in zip(cfgs, traces, strict=True):
+        ours = refusal(wl, cfg)
+        assert (ours is None) == (tr.refused is None), (cfg, ours, tr.refused)
+        if ours is None:
+            assert tr.unfinished == 0 and tr.output_tokens == 6 * 40
+            continue
+        said = re.search(r"estimated maximum model length is (\d+)", tr.refused or "")
+        mine = re.search(r"estimated maximum model length is (\d+)", ours)
+        assert (said is None) == (mine is None), (ours, tr.refused)
+        if said and mine:
+            assert said.group(1) == mine.group(1), (ours, tr.refused)
+    assert "is 1520" in (traces[1].refused or "")
