@@ -180,10 +180,10 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             else:
                 cfg, notes = apply_settings(obs, {key: value})
                 # the check is evaluable only when the bundle's own configuration passes it (core.whatif)
-                why = None if refusal(wl, obs.config) else refusal(wl, cfg)
-                if why is not None:
-                    _FIX_CACHE[ck] = (None, why)
-                    f1, notes = None, why
+                refused = None if refusal(wl, obs.config) else refusal(wl, cfg)
+                if refused is not None:
+                    f1, notes = None, [refused]
+                    _FIX_CACHE[ck] = (f1, notes)
                 else:
                     tr = engine_model.replay(wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget())
                     f1 = figures(tr, st)
@@ -201,8 +201,8 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             kept.append(x)
             continue
         if f1 is None:  # vLLM would refuse to start with the fix: not a fix to apply
-            x["replay"] = {"status": "refused", "setting": f"{key}={value}", "why": notes}
-            dropped.append({"id": str(x.get("id")), "why": f"{key}={value}: {notes}"})
+            x["replay"] = {"status": "refused", "setting": f"{key}={value}", "why": notes[0]}
+            dropped.append({"id": str(x.get("id")), "why": f"{key}={value}: {notes[0]}"})
             continue
         status = cal["status"]
         text = (
