@@ -91,7 +91,7 @@ def test_log_only_bundle_replays_and_says_what_was_assumed(tmp_path):
     assert rows["observed"]["cfg_max_num_seqs"] == 8 and rows["max_num_seqs=4"]["cfg_max_num_seqs"] == 4
     assert rows["max_num_seqs=4"]["peak_running"] <= 4
     assert doc["arrivals"] == "time"
-    assert "fitted on 6 stats line(s)" in doc["step_time"]["how"]
+    assert "fitted on 6 stats interval(s)" in doc["step_time"]["how"]
     # a stock V1 log shows no count: the calibration cannot be judged
     assert doc["calibration"]["status"] == "uncalibrated" and doc["calibration"]["observed"] is None
 

@@ -205,9 +205,10 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             dropped.append({"id": str(x.get("id")), "why": f"{key}={value}: {notes[0]}"})
             continue
         status = cal["status"]
-        text = (
-            f"{f0['preemptions']} -> {f1['preemptions']} preemptions, p95 latency "
-            f"{_fmt_s(f0['latency_p95_s'])} -> {_fmt_s(f1['latency_p95_s'])}"
+        text = f"{f0['preemptions']} -> {f1['preemptions']} preemptions, " + (
+            f"p95 latency {_fmt_s(f0['latency_p95_s'])} -> {_fmt_s(f1['latency_p95_s'])}"
+            if st.calibrated
+            else "latency not modelled"
         )
         lat0, lat1 = f0.get("latency_p95_s"), f1.get("latency_p95_s")
         gain = f1["preemptions"] < f0["preemptions"] or (
