@@ -19,6 +19,12 @@ It follows ``Scheduler.schedule`` of vLLM 0.32 step for step (read from the rele
    A head request that does not fit blocks the queue.
 3. execution: a request whose computed tokens reach its known tokens samples one token; a
    request with all its output tokens finishes and frees its blocks.
+4. the empty step: ``EngineCore.step`` (vllm/v1/engine/core.py) steps while
+   ``scheduler.has_requests()``, which is true while requests finished in the last step await
+   flushing (``Scheduler.has_finished_requests``: ``finished_req_ids``, filled by
+   ``_free_request`` and cleared by ``schedule()``). So after the last running request finishes
+   the engine runs one more step scheduling 0 tokens (its step counter advances, and on the
+   clock it takes the base step time) before it goes idle or the next request is admitted.
 
 Block 0 of the pool is vLLM's null block: ``num_gpu_blocks - 1`` are usable. Prefix caching is
 not replayed (the workload has no token identity), speculative decoding neither.
@@ -150,21 +156,25 @@ def replay(
     def blocks_for(tokens: int) -> int:
         return -(-tokens // bs)
 
-    while pending or running or n_waiting():
+    # Requests finished in the last step and not yet flushed: vLLM's ``has_requests()`` is true while
+    # there are any, so the engine runs one more (0-token) step after the last running request
+    # finishes before it goes idle (see the module text).
+    flush = False
+    while pending or running or n_waiting() or flush:
         # arrivals
         if arrivals == "step":
             while pending and pending[0][0] <= step:
                 r = pending.popleft()[1]
                 tr.arrival_step[r.rid] = step
                 push_wait(r, False)
-            if not running and not n_waiting() and pending:
+            if not running and not n_waiting() and not flush and pending:
                 k = pending[0][0]
                 while pending and pending[0][0] <= k:
                     r = pending.popleft()[1]
                     tr.arrival_step[r.rid] = step
                     push_wait(r, False)
         else:
-            if not running and not n_waiting() and pending and pending[0][0] > now:
+            if not running and not n_waiting() and not flush and pending and pending[0][0] > now:
                 tr.idle_before[step + 1] = tr.idle_before.get(step + 1, 0.0) + pending[0][0] - now
                 now = pending[0][0]
             while pending and pending[0][0] <= now:
@@ -278,6 +288,7 @@ def replay(
         if finished:
             gone = set(map(id, finished))
             running[:] = [x for x in running if id(x) not in gone]
+        flush = bool(finished)  # schedule() hands them to the next step's output, then clears them
         for r in finished:
             free += r.held
             r.held = 0
