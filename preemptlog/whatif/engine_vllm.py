@@ -90,14 +90,25 @@ def replay_vllm_many(
         except subprocess.TimeoutExpired:
             raise PreemptlogError(f"the vLLM replay took more than {timeout:g} s") from None
         if p.returncode != 0 or not op.exists():
-            tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])[-400:]
-            err = UsageError(
-                f"the vLLM replay failed (exit {p.returncode}): {tail}",
-                hint=f"check that {py} has vLLM 0.32 (ci/vllm-venv)",
+            raise UsageError(
+                f"the vLLM replay failed (exit {p.returncode}): {_tail(p.stderr)}", hint=_hint(p.stderr, py)
             )
-            raise err
         out = json.loads(op.read_text())
     return [_trace(raw) for raw in out["traces"]]
+
+
+def _tail(stderr: str | None) -> str:
+    return " | ".join((stderr or "").strip().splitlines()[-3:])[-400:]
+
+
+def _hint(stderr: str | None, py: str) -> str:
+    """What the failure says about the python given: no vLLM at all, or vLLM's own error."""
+    text = stderr or ""
+    if "No module named 'vllm'" in text or 'No module named "vllm"' in text:
+        return f"{py} has no vLLM: build a venv with ci/vllm-venv (vLLM 0.32)"
+    if "No module named" in text:
+        return f"{py} has vLLM without a module it imports (the venv of ci/vllm-venv has them all)"
+    return f"the error above is vLLM's own, from the replay in {py} (vLLM 0.32; ci/vllm-venv builds one)"
 
 
 def _trace(raw: dict) -> Trace:  # type: ignore[type-arg]
