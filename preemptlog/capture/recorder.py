@@ -565,6 +565,19 @@ def write_step(rec: Recorder, sched: Any, at: str) -> None:
     rec.emit(st["engine"], {k: v for k, v in obj.items() if v is not None})
 
 
+HASH_HEX = 16  # hex digits kept of each block hash (64 bits: a collision in an incident is out of reach)
+
+
+def block_hashes(request: Any) -> list[str] | None:
+    """The request's prompt block hashes at arrival, as vLLM computed them (``Request.block_hashes``:
+    one per full block, chained, so equal hashes mean equal prefixes), shortened to
+    ``HASH_HEX`` hex digits; None when vLLM computed none (prefix caching off)."""
+    hs = getattr(request, "block_hashes", None)
+    if not hs:
+        return None
+    return [bytes(h).hex()[:HASH_HEX] if isinstance(h, (bytes, bytearray)) else str(h)[:HASH_HEX] for h in hs]
+
+
 def write_resumes(rec: Recorder, sched: Any, cached: Any) -> None:
     """A ``resume`` record for each preempted request re-admitted this step, with the tokens it
     had computed at re-admission: its prefix-cache hits (and a KV connector's), what it did not
@@ -892,6 +905,7 @@ def install(
                         max_tokens=getattr(request, "max_tokens", getattr(sp, "max_tokens", None)),
                         priority=getattr(request, "priority", None),
                         arrival_time=getattr(request, "arrival_time", None),
+                        block_hashes=block_hashes(request),
                     )
                 except Exception as exc:
                     h_add.fail(exc)

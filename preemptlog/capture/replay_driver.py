@@ -15,8 +15,8 @@ device is needed: vLLM runs on its CPU platform (``VLLM_TARGET_DEVICE=cpu``), wi
 Spec: ``config`` (num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
 enable_chunked_prefill, enable_prefix_caching, scheduling_policy, watermark,
 long_prefill_token_threshold, max_model_len), ``requests`` (id, prompt, output, priority,
-arrival_step, arrival_s: a request finishes after ``output`` tokens, so its max_tokens is its
-output length), ``arrivals`` (``step``: added when the scheduler's step counter reaches
+arrival_step, arrival_s, block_hashes: a request finishes after ``output`` tokens, so its max_tokens
+is its output length), ``hash_block_size`` (the block size of the hashes), ``arrivals`` (``step``: added when the scheduler's step counter reaches
 arrival_step, as the capture plugin recorded it; ``time``: arrival_s on the step clock
 ``step_time`` = [base_s, per_token_s]).
 
@@ -63,9 +63,18 @@ def model_dir(max_len: int) -> str:
     return d
 
 
-def token_ids(index: int, n: int) -> list[int]:
-    """The prompt of request ``index``: the capture tests' pattern (ids < the tiny vocab)."""
-    return [(index * 31 + j) % 900 + 3 for j in range(n)]
+def token_ids(index: int, n: int, hashes: list[str] | None = None, hash_block: int = 16) -> list[int]:
+    """The prompt of request ``index``: the capture tests' pattern (ids < the tiny vocab). With the
+    request's recorded block hashes (vLLM's, chained: equal hashes mean equal prefixes), each
+    hashed block of ``hash_block`` tokens is tokens drawn from its hash, so requests that shared a
+    prefix share it again (at any block size) and no others; the rest keeps the pattern."""
+    import random
+
+    out: list[int] = []
+    for h in (hashes or [])[: n // max(1, hash_block)]:
+        rng = random.Random(h)
+        out.extend(rng.randrange(3, 903) for _ in range(hash_block))
+    return out + [(index * 31 + j) % 900 + 3 for j in range(len(out), n)]
 
 
 def fake_executor(kv_spec: Any, per_block: int) -> type:
@@ -248,7 +257,9 @@ def _drive(spec: dict[str, Any], core: Any, reqs: list[dict[str, Any]]) -> dict[
         sp = SamplingParams(max_tokens=int(r["output"]), ignore_eos=True, temperature=0.0)
         return EngineCoreRequest(
             request_id=str(r["id"]),
-            prompt_token_ids=token_ids(int(r.get("index", i)), int(r["prompt"])),
+            prompt_token_ids=token_ids(
+                int(r.get("index", i)), int(r["prompt"]), r.get("block_hashes"), int(spec.get("hash_block_size") or 16)
+            ),
             mm_features=None,
             sampling_params=sp,
             pooling_params=None,

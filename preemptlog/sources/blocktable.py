@@ -125,6 +125,7 @@ BT_REQUESTS_SCHEMA = {
     "output_tokens": "Int64",
     "finish_reason": "String",
     "num_preemptions": "Int64",
+    "block_hashes": "List(String)",
     "source": "String",
     "line": "UInt32",
 }
@@ -176,6 +177,7 @@ def _record_dtype() -> pl.DataType:
             "output_tokens": pl.Int64,
             "finish_reason": pl.String,
             "num_preemptions": pl.Int64,
+            "block_hashes": pl.List(pl.String),
             "v": pl.Int64,  # format version: 2 = preemptlog's vLLM plugin (upstream vLLM's scheduler)
         }
     )

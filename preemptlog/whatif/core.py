@@ -203,7 +203,7 @@ def whatif(
     if engine == "vllm":
         from .engine_vllm import replay_vllm_many
 
-        traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python)
+        traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python, hash_block_size=obs.config.block_size)
     else:
         traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr) for c in cfgs]
     if traces[0].refused:
@@ -214,6 +214,12 @@ def whatif(
     f0 = figures(traces[0], st)
     cal = calibration(seen, f0["preemptions"])
     status = "vllm" if engine == "vllm" else cal["status"]  # vLLM's own decisions: the count is exact
+    if wl.has_hashes and engine == "model" and any(c.enable_prefix_caching for c in cfgs):
+        notes0 = [
+            *notes0,
+            "the records carry vLLM's block hashes (prefix sharing) but the model engine does not replay "
+            "prefix-cache hits: --engine vllm does",
+        ]
     scen = [Scenario("observed", {}, obs.config, notes0, f0, status)]
     done = iter(traces[1:])
     for (sets, cfg, notes), why in zip(asked, refused, strict=True):

@@ -44,8 +44,11 @@ def replay_vllm_many(
     arrivals: str,
     python: str | None,
     timeout: float = 1800.0,
+    hash_block_size: int | None = None,
 ) -> list[Trace]:
-    """Every configuration in one vLLM process (vLLM is imported once: ~10 s saved per config)."""
+    """Every configuration in one vLLM process (vLLM is imported once: ~10 s saved per config).
+    ``hash_block_size``: the block size the requests' block hashes were computed with (the
+    observed one): the driver gives requests sharing a hash the same tokens."""
     py = check_python(python)
     spec = {
         "configs": [c.as_dict() for c in cfgs],
@@ -58,9 +61,11 @@ def replay_vllm_many(
                 "priority": r.priority,
                 "arrival_step": r.arrival_step,
                 "arrival_s": r.arrival_s,
+                "block_hashes": list(r.block_hashes) if r.block_hashes else None,
             }
             for i, r in enumerate(workload.requests)
         ],
+        "hash_block_size": hash_block_size,
         "arrivals": arrivals,
         "step_time": [st.base_s, st.per_token_s],
     }

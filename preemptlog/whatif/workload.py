@@ -53,6 +53,7 @@ class WRequest:
     output_tokens: int  # the output length replayed (recorded, else max_tokens)
     priority: int = 0
     arrival_step: int | None = None  # the scheduler step it arrived at (records only)
+    block_hashes: tuple[str, ...] | None = None  # vLLM's prompt block hashes (records, prefix caching)
 
 
 @dataclass
@@ -61,6 +62,11 @@ class Workload:
     source: str  # "records" | "log"
     where: str  # the files it came from
     assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def has_hashes(self) -> bool:
+        """Prefix identity recorded: some request carries vLLM's block hashes."""
+        return any(r.block_hashes for r in self.requests)
 
     @property
     def has_steps(self) -> bool:
@@ -123,6 +129,8 @@ def from_records(bt: pl.DataFrame) -> Workload | None:
             f"output length of {n_out} of {rows.height} request(s) not recorded (no finish record): taken as max_tokens"
         )
     steps_ok = rows.get_column("step").null_count() == 0
+    if "block_hashes" not in rows.columns:
+        rows = rows.with_columns(block_hashes=pl.lit(None, pl.List(pl.String)))
     reqs = []
     for r in rows.iter_rows(named=True):
         mt = int(r["max_tokens"]) if r["max_tokens"] is not None else fill_max
@@ -136,6 +144,7 @@ def from_records(bt: pl.DataFrame) -> Workload | None:
                 output_tokens=max(1, out),
                 priority=int(r["priority"] or 0),
                 arrival_step=int(r["step"]) if steps_ok else None,
+                block_hashes=tuple(r["block_hashes"]) if r["block_hashes"] else None,
             )
         )
     return Workload(reqs, "records", _files(arr), assumptions)
