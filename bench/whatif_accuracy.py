@@ -76,7 +76,7 @@ CONFIGS = [
     ("watermark 0.05", {"watermark": 0.05}),
     ("long prefill threshold 64", {"long_prefill_token_threshold": 64}),
     ("reserve_full_isl off", {"reserve_full_isl": False}),
-    ("prefix caching on (not modelled)", {"enable_prefix_caching": True}),
+    ("prefix caching on (no shared prompts)", {"enable_prefix_caching": True}),
 ]
 MIXED_BASE = replace(BASE, num_gpu_blocks=160, max_num_seqs=32, max_num_batched_tokens=1024, max_model_len=2048)
 MIXED = [
@@ -88,7 +88,7 @@ MIXED = [
     ("budget 512", {"max_num_batched_tokens": 512}),
     ("budget 512, reserve_full_isl off", {"max_num_batched_tokens": 512, "reserve_full_isl": False}),
     ("watermark 0.05", {"watermark": 0.05}),
-    ("prefix caching on (not modelled)", {"enable_prefix_caching": True}),
+    ("prefix caching on (no shared prompts)", {"enable_prefix_caching": True}),
 ]
 
 

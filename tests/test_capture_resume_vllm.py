@@ -68,8 +68,9 @@ def test_recompute_is_split_into_lost_cached_and_recomputed(run, tmp_path):
 
 def test_block_hashes_let_the_vllm_engine_replay_the_prefix_sharing(run, tmp_path):
     """Item 6: the arrival records carry vLLM's prompt block hashes; the `vllm` engine gives requests
-    that shared a hash the same tokens, so the replay of the capture is exact again (without the
-    hashes every prompt is unique: 15 preemptions where the run had 19, measured)."""
+    that shared a hash the same tokens and the model engine's pool shares their blocks, so both
+    replay the capture exactly (without the hashes every prompt is unique: 15 preemptions where
+    the run had 19, measured)."""
     import json
     import subprocess
     import sys
@@ -94,3 +95,16 @@ def test_block_hashes_let_the_vllm_engine_replay_the_prefix_sharing(run, tmp_pat
     assert p.returncode == 0, p.stderr
     obs = json.loads(p.stdout)["scenarios"][0]
     assert obs["preemptions"] == run["scheduler_preempted"]
+    # the model engine replays the prefix cache with the same hashes: the count and the lost tokens
+    m = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "whatif", str(b), "-f", "json"]
+        + ["--base", "max_num_seqs=16", "--base", "max_num_batched_tokens=512", "--base", "enable_prefix_caching=true"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert m.returncode == 0, m.stderr
+    mobs = json.loads(m.stdout)["scenarios"][0]
+    lost = sum(r["num_computed_tokens_lost"] for r in run["records"] if r.get("action") == "preempt")
+    assert mobs["preemptions"] == run["scheduler_preempted"] and mobs["recomputed_tokens"] == lost

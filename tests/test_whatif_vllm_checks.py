@@ -99,3 +99,55 @@ def test_the_model_engine_steps_as_the_real_scheduler_across_drains():
     assert [i for i, t in enumerate(model.step_tokens) if t == 0] == drains
     # so the preemptions land on the same steps, the same victims
     assert model.preempted == real.preempted
+
+
+def _shared_prefixes(n: int = 120) -> Workload:
+    """Prompts that share one of four prefixes (0-8 blocks of 16 tokens), then unique blocks; the
+    block hashes as the plugin records them (equal hash = equal prefix)."""
+    import random
+
+    rng = random.Random(3)
+    prefixes = [[f"p{k}-{j}" for j in range(8)] for k in range(4)]
+    reqs, step = [], 0
+    for i in range(n):
+        step += rng.choice((0, 1, 2, 3))
+        k, shared = rng.randrange(4), rng.randint(0, 8)
+        p = shared * 16 + rng.randint(1, 200)
+        hs = tuple(prefixes[k][:shared] + [f"u{i}-{j}" for j in range(shared, p // 16)])
+        o = rng.randint(4, 150)
+        reqs.append(WRequest(f"req-{i}", 0.0, p, o, o, rng.randint(0, 2), arrival_step=step, block_hashes=hs))
+    return Workload(reqs, "records", "test")
+
+
+def test_the_model_engines_prefix_cache_is_the_real_one_step_by_step():
+    """Item 6: with prefix caching and recorded block hashes the model engine's pool (hits, the free
+    queue's eviction order, a victim's own blocks hit at resume) against the real scheduler fed
+    the same prefix identity (the driver's tokens drawn from the hashes), at another block size
+    too: every preemption at the same step, the same victims, the same lost tokens."""
+    from dataclasses import replace
+
+    from preemptlog.whatif.engine_model import StepClock, replay
+
+    wl = _shared_prefixes()
+    base = ReplayConfig(
+        num_gpu_blocks=120,
+        block_size=16,
+        max_num_seqs=32,
+        max_num_batched_tokens=1024,
+        max_model_len=1904,
+        enable_prefix_caching=True,
+    )
+    cfgs = [
+        base,
+        replace(base, num_gpu_blocks=90, max_model_len=1424, scheduling_policy="priority"),
+        replace(base, watermark=0.05),
+        replace(base, block_size=32, num_gpu_blocks=60, max_model_len=1888),  # hashes of 16-token blocks
+    ]
+    real = replay_vllm_many(wl, cfgs, CLOCK, arrivals="step", python=_python(), hash_block_size=16)
+    off = replay(wl, replace(base, enable_prefix_caching=False), StepClock(0.01, 0.0), arrivals="step")
+    for cfg, rt in zip(cfgs, real, strict=True):
+        mt = replay(wl, cfg, StepClock(0.01, 0.0), arrivals="step", hash_block=16)
+        assert rt.refused is None and rt.preemptions > 10, (cfg, rt.preemptions)
+        assert mt.preempted == rt.preempted, cfg
+        assert mt.recomputed_tokens == rt.recomputed_tokens and mt.step_tokens == rt.step_tokens, cfg
+    assert off.preemptions != real[0].preemptions  # the cache changes the answer

@@ -205,7 +205,8 @@ def whatif(
 
         traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python, hash_block_size=obs.config.block_size)
     else:
-        traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr) for c in cfgs]
+        hb = obs.config.block_size  # the block size the recorded block hashes were computed with
+        traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr, hash_block=hb) for c in cfgs]
     if traces[0].refused:
         raise UsageError(
             f"the observed configuration: vLLM refused to start: {traces[0].refused}",
@@ -214,11 +215,11 @@ def whatif(
     f0 = figures(traces[0], st)
     cal = calibration(seen, f0["preemptions"])
     status = "vllm" if engine == "vllm" else cal["status"]  # vLLM's own decisions: the count is exact
-    if wl.has_hashes and engine == "model" and any(c.enable_prefix_caching for c in cfgs):
+    if any(c.enable_prefix_caching for c in cfgs) and not wl.has_hashes:
         notes0 = [
             *notes0,
-            "the records carry vLLM's block hashes (prefix sharing) but the model engine does not replay "
-            "prefix-cache hits: --engine vllm does",
+            "prefix caching: the workload has no block hashes (record with the preemptlog vLLM plugin), so no "
+            "prompt is shared; a victim's own cached blocks are still hit when it resumes",
         ]
     scen = [Scenario("observed", {}, obs.config, notes0, f0, status)]
     done = iter(traces[1:])

@@ -88,7 +88,9 @@ def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
     st = step_time(analysis)
     arr = "step" if wl.has_steps else "time"
     try:
-        tr = engine_model.replay(wl, obs.config, st.clock(), arrivals=arr, deadline_s=_budget())
+        tr = engine_model.replay(
+            wl, obs.config, st.clock(), arrivals=arr, deadline_s=_budget(), hash_block=obs.config.block_size
+        )
     except TimeoutError:
         out: tuple[Any, ...] = (wl, obs, st, arr, None, None)
     else:
@@ -185,7 +187,9 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
                     f1, notes = None, [refused]
                     _FIX_CACHE[ck] = (f1, notes)
                 else:
-                    tr = engine_model.replay(wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget())
+                    tr = engine_model.replay(
+                        wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget(), hash_block=obs.config.block_size
+                    )
                     f1 = figures(tr, st)
                     _FIX_CACHE[ck] = (f1, notes)
         except TimeoutError:
