@@ -335,7 +335,7 @@ def replay(
                 continue
             want = -(-(c + n) // bs)
             need = want - r.held
-            if need > free_now():
+            if need > 0 and need > free_now():
                 ok = False
                 while True:
                     if prio:
@@ -369,8 +369,8 @@ def replay(
                 else:
                     free -= need
                 r.held = want
-            if pool is not None:
-                pool.register(r, min(c + n, r.num_tokens))
+            if pool is not None and (c + n) // bs > r.ncached:  # a block filled up: it joins the cache
+                pool.register(r, c + n)
             scheduled[r.rid] = n
             sched_order.append(r)
             budget -= n

@@ -278,7 +278,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "max_num_seqs": ("int", "most requests running at once"),
     "max_num_batched_tokens": ("int", "token budget of one scheduler step"),
     "enable_chunked_prefill": ("bool", "split long prefills over steps (false: a prefill must fit the budget)"),
-    "enable_prefix_caching": ("bool", "prefix caching (the workload carries no token identity: no hits replayed)"),
+    "enable_prefix_caching": (
+        "bool",
+        "prefix caching (vLLM's cached block pool; prompts shared by their recorded block hashes, if any)",
+    ),
     "scheduling_policy": ("choice:fcfs,priority", "victim choice: fcfs (last admitted) or priority"),
     "watermark": ("float", "fraction of blocks kept free when admitting a waiting request (0.32+)"),
     "long_prefill_token_threshold": ("int", "cap on one request's prefill tokens per step (0: off)"),
