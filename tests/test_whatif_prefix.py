@@ -11,6 +11,7 @@ from __future__ import annotations
 from preemptlog.whatif.engine_model import StepClock, replay
 from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest
 
+
 def _shared(n: int, shared_blocks: int, hashes: bool) -> Workload:
     reqs = []
     for i in range(n):
