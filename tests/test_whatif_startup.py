@@ -165,3 +165,15 @@ def test_a_fix_vllm_would_refuse_is_dropped(tmp_path):
     assert [x["id"] for x in kept] == ["more"] and kept[0]["replay"]["status"] != "refused"
     assert [x["id"] for x in dropped] == ["tiny"]
     assert "num_gpu_blocks=40: vLLM would not start" in dropped[0]["why"] and "is 624" in dropped[0]["why"]
+
+
+def test_requests_longer_than_max_model_len_are_refused_or_stopped(tmp_path):
+    d = tmp_path / "rec"
+    _records(d, 300)  # prompts 300, 290, ..., 250; outputs 100 (max_tokens)
+    p = _cli(str(d), "--config", "max_model_len=280,num_gpu_blocks=200", "-f", "json", "--tz", "UTC")
+    assert p.returncode == 0, p.stderr
+    obs, row = json.loads(p.stdout)["scenarios"]
+    assert "max_model_len" not in obs["notes"]  # the observed one has none: nothing changes
+    assert row["status"] != "refused" and row["unfinished"] == 0
+    assert "3 request(s) with a prompt of 280 tokens or more are refused" in row["notes"]
+    assert "3 request(s) stop at 280 tokens" in row["notes"] and "check_stop" in row["notes"]

@@ -55,13 +55,19 @@ def test_start_up_checks_agree_with_the_real_engine_core():
         replace(base, num_gpu_blocks=40, block_size=32, max_model_len=1300),  # 39 x 32 = 1248
         replace(base, enable_chunked_prefill=False, max_num_batched_tokens=1024),
         replace(base, max_num_batched_tokens=8),  # below max_num_seqs
+        replace(base, max_model_len=120),  # every request stops at 120 tokens: 20 of its 40 outputs
+        replace(base, max_model_len=100),  # every prompt is 100 tokens: refused at input, nothing runs
     ]
     traces = replay_vllm_many(wl, cfgs, CLOCK, arrivals="step", python=_python())
+    from preemptlog.whatif.engine_model import StepClock, replay
+
     for cfg, tr in zip(cfgs, traces, strict=True):
         ours = refusal(wl, cfg)
         assert (ours is None) == (tr.refused is None), (cfg, ours, tr.refused)
         if ours is None:
-            assert tr.unfinished == 0 and tr.output_tokens == 6 * 40
+            model = replay(wl, cfg, StepClock(0.01, 0.0), arrivals="step")
+            assert tr.unfinished == 0 and model.unfinished == 0
+            assert model.output_tokens == tr.output_tokens, cfg
             continue
         said = re.search(r"estimated maximum model length is (\d+)", tr.refused or "")
         mine = re.search(r"estimated maximum model length is (\d+)", ours)
@@ -69,6 +75,7 @@ def test_start_up_checks_agree_with_the_real_engine_core():
         if said and mine:
             assert said.group(1) == mine.group(1), (ours, tr.refused)
     assert "is 1520" in (traces[1].refused or "")
+    assert traces[0].output_tokens == 6 * 40 and traces[-2].output_tokens == 6 * 20 and traces[-1].output_tokens == 0
 
 
 def _waves() -> Workload:

@@ -184,6 +184,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     blocks = int(cfg["num_gpu_blocks"])
     reqs = spec["requests"]
     longest = max((r["prompt"] + r["output"] for r in reqs), default=16)
+    if cfg.get("max_model_len"):
+        # vLLM's frontend refuses a prompt of max_model_len tokens or more
+        # (vllm/v1/engine/input_processor.py); the scheduler stops the rest at max_model_len
+        reqs = [r for r in reqs if int(r["prompt"]) < int(cfg["max_model_len"])]
+        spec = {**spec, "requests": reqs}
     kv_spec = FullAttentionSpec(block_size=bs, num_kv_heads=2, head_size=64, dtype=torch.float32)
     # max_model_len as asked (else the longest request), never changed: a configuration vLLM refuses
     # at start-up comes back as {"refused": vLLM's own message} (preemptlog checks it before, too)

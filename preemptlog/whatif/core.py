@@ -15,6 +15,7 @@ from .workload import (
     Workload,
     apply_settings,
     build_workload,
+    length_limits,
     observed_config,
     parse_sets,
 )
@@ -221,9 +222,13 @@ def whatif(
             "prefix caching: the workload has no block hashes (record with the preemptlog vLLM plugin), so no "
             "prompt is shared; a victim's own cached blocks are still hit when it resumes",
         ]
+    if (lim := length_limits(wl, obs.config.max_model_len)) is not None:
+        notes0 = [*notes0, lim]
     scen = [Scenario("observed", {}, obs.config, notes0, f0, status)]
     done = iter(traces[1:])
     for (sets, cfg, notes), why in zip(asked, refused, strict=True):
+        if why is None and (lim := length_limits(wl, cfg.max_model_len)) is not None:
+            notes = [*notes, lim]
         if why is not None:  # never replayed under a silently changed configuration
             scen.append(Scenario(_name(sets), sets, cfg, [*notes, why], {}, "refused"))
         elif (tr := next(done)).refused:  # vLLM's own check refused what preemptlog's let through

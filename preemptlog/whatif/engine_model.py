@@ -227,19 +227,30 @@ def replay(
     wm = int(cfg.watermark * cfg.num_gpu_blocks)
     budget_full = cfg.max_num_batched_tokens
     prio = cfg.scheduling_policy == "priority"
+    mml = cfg.max_model_len or 0
+    # vLLM refuses a prompt of max_model_len tokens or more (its input check) and stops a request
+    # at max_model_len tokens (check_stop): see workload.length_limits
+    wreqs = [r for r in workload.requests if not mml or r.prompt_tokens < mml]
     if arrivals == "step":
-        keys = [float(r.arrival_step if r.arrival_step is not None else 0) for r in workload.requests]
+        keys = [float(r.arrival_step if r.arrival_step is not None else 0) for r in wreqs]
     else:
-        keys = [r.arrival_s for r in workload.requests]
+        keys = [r.arrival_s for r in wreqs]
     order = sorted(range(len(keys)), key=lambda i: (keys[i], i))
     rank = {i: k for k, i in enumerate(order)}  # arrival order: vLLM's arrival_time is the time it was added
     reqs = [
-        _Req(r.request_id, r.prompt_tokens, max(1, r.output_tokens), r.priority, float(rank[i]), i)
-        for i, r in enumerate(workload.requests)
+        _Req(
+            r.request_id,
+            r.prompt_tokens,
+            max(1, min(r.output_tokens, mml - r.prompt_tokens) if mml else r.output_tokens),
+            r.priority,
+            float(rank[i]),
+            i,
+        )
+        for i, r in enumerate(wreqs)
     ]
     pool = _Pool(cfg.num_gpu_blocks, bs, hash_block or bs) if cfg.enable_prefix_caching else None
     if pool is not None:
-        for q, w in zip(reqs, workload.requests, strict=True):
+        for q, w in zip(reqs, wreqs, strict=True):
             q.hashes = w.block_hashes
 
     def free_now() -> int:
@@ -260,7 +271,6 @@ def replay(
     now = 0.0
     step = 0
     n_done = 0
-    mml = cfg.max_model_len or 0
 
     def n_waiting() -> int:
         return len(waiting_h) if prio else len(waiting_q)

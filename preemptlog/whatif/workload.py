@@ -296,6 +296,29 @@ SETTINGS: dict[str, tuple[str, str]] = {
 }
 
 
+def length_limits(workload: Workload, max_model_len: int | None) -> str | None:
+    """What vLLM 0.32 does to the workload's requests under ``max_model_len``, said (None: nothing):
+    a prompt of max_model_len tokens or more is refused (vllm/v1/engine/input_processor.py
+    ``_validate_model_input``), a longer request is stopped at max_model_len tokens
+    (vllm/v1/core/sched/utils.py ``check_stop``: FINISHED_LENGTH_CAPPED). Both engines replay that."""
+    if not max_model_len:
+        return None
+    refused = sum(1 for r in workload.requests if r.prompt_tokens >= max_model_len)
+    capped = sum(1 for r in workload.requests if r.prompt_tokens < max_model_len < r.prompt_tokens + r.output_tokens)
+    parts = []
+    if refused:
+        parts.append(
+            f"{refused} request(s) with a prompt of {max_model_len} tokens or more are refused by vLLM's input "
+            "check (vllm/v1/engine/input_processor.py) and not replayed"
+        )
+    if capped:
+        parts.append(
+            f"{capped} request(s) stop at {max_model_len} tokens (vllm/v1/core/sched/utils.py check_stop), "
+            "their outputs shortened"
+        )
+    return f"max_model_len {max_model_len}: " + "; ".join(parts) if parts else None
+
+
 def parse_value(key: str, text: str) -> Any:
     """One ``--set`` value, checked; UsageError names the key and what it takes."""
     if key not in SETTINGS:
