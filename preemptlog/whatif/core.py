@@ -130,12 +130,15 @@ def run_one(
     *,
     vllm_python: str | None = None,
     deadline_s: float | None = None,
+    hash_block: int | None = None,
 ) -> engine_model.Trace:
     if engine == "model":
-        return engine_model.replay(workload, cfg, st.clock(), arrivals=arrivals, deadline_s=deadline_s)
+        return engine_model.replay(
+            workload, cfg, st.clock(), arrivals=arrivals, deadline_s=deadline_s, hash_block=hash_block
+        )
     from .engine_vllm import replay_vllm
 
-    return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python)
+    return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python, hash_block_size=hash_block)
 
 
 def refusal(workload: Workload, cfg: ReplayConfig) -> str | None:

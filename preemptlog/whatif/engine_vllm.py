@@ -31,9 +31,18 @@ def check_python(python: str | None) -> str:
 
 
 def replay_vllm(
-    workload: Workload, cfg: ReplayConfig, st: StepTime, *, arrivals: str, python: str | None, timeout: float = 1800.0
+    workload: Workload,
+    cfg: ReplayConfig,
+    st: StepTime,
+    *,
+    arrivals: str,
+    python: str | None,
+    timeout: float = 1800.0,
+    hash_block_size: int | None = None,
 ) -> Trace:
-    return replay_vllm_many(workload, [cfg], st, arrivals=arrivals, python=python, timeout=timeout)[0]
+    return replay_vllm_many(
+        workload, [cfg], st, arrivals=arrivals, python=python, timeout=timeout, hash_block_size=hash_block_size
+    )[0]
 
 
 def replay_vllm_many(
