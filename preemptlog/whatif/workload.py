@@ -3,8 +3,8 @@
 Workload, in order of preference:
 
 1. block-table v2 ``request`` lifecycle records (frame ``bt_requests``, the capture plugin):
-   arrival time and scheduler step, prompt tokens, max_tokens, priority (``arrival``), the
-   output tokens produced (``finish``);
+   arrival time and scheduler step, prompt tokens, max_tokens, priority and, with prefix
+   caching, vLLM's prompt block hashes (``arrival``), the output tokens produced (``finish``);
 2. the log's request lines (``analysis.requests``): ``Received request ... max_tokens=N``
    (arrival, max_tokens), prompt token counts where ``prompt_token_ids`` were printed
    (``--enable-log-requests``); ``Finished`` / ``Aborted`` lines;
