@@ -91,7 +91,7 @@ def test_log_only_bundle_replays_and_says_what_was_assumed(tmp_path):
     assert rows["observed"]["cfg_max_num_seqs"] == 8 and rows["max_num_seqs=4"]["cfg_max_num_seqs"] == 4
     assert rows["max_num_seqs=4"]["peak_running"] <= 4
     assert doc["arrivals"] == "time"
-    assert "fitted on 6 stats line(s)" in doc["step_time"]["how"]
+    assert "fitted on 6 stats interval(s)" in doc["step_time"]["how"]
     # a stock V1 log shows no count: the calibration cannot be judged
     assert doc["calibration"]["status"] == "uncalibrated" and doc["calibration"]["observed"] is None
 
@@ -354,6 +354,8 @@ def test_idle_gaps_do_not_count_as_waiting_time():
         (["--config", "max_num_seqs=4", "--sweep", "max_num_seqs=2,3"], "do not combine"),
         (["--arrivals", "step"], "no scheduler steps"),
         (["--vllm-python", "/nonexistent/python", "--engine", "vllm"], "no such file"),
+        # a python without vLLM: the hint says so (not "check that it has vLLM 0.32" for every failure)
+        (["--vllm-python", sys.executable, "--engine", "vllm"], "has no vLLM: build a venv with ci/vllm-venv"),
     ],
 )
 def test_engine_and_option_errors_are_usage_errors(tmp_path, monkeypatch, args, msg):

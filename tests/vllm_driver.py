@@ -315,6 +315,7 @@ def run(spec: dict) -> dict:
     sched_time = 0.0
     metrics_at = set(spec.get("metrics_at", ()))
     snapshots: list[dict] = []
+    preempted_hits = 0  # vLLM's own prefix-cache hits of previously preempted requests (PrefixCacheStats)
     while pending or sched.has_requests():
         if pending and step_no % arrive_every == 0:
             r = pending.pop(0)
@@ -341,6 +342,8 @@ def run(spec: dict) -> dict:
             if its is not None:
                 iteration_preempted += its.num_preempted_reqs
             if eco.scheduler_stats is not None:
+                pcs = getattr(eco.scheduler_stats, "prefix_cache_stats", None)
+                preempted_hits += int(getattr(pcs, "preempted_hits", 0) or 0)
                 mgr.record(scheduler_stats=eco.scheduler_stats, iteration_stats=its, engine_idx=eng)
         step_no += 1
         if step_no in metrics_at:
@@ -373,6 +376,7 @@ def run(spec: dict) -> dict:
         "freed": freed,
         "counter": counter,
         "iteration_preempted": iteration_preempted,
+        "preempted_hits": preempted_hits,
         "scheduler_preempted": sum(len(s["preempted"]) for s in steps),
         "elapsed_s": elapsed,
         "schedule_and_step_s": sched_time,

@@ -565,6 +565,50 @@ def write_step(rec: Recorder, sched: Any, at: str) -> None:
     rec.emit(st["engine"], {k: v for k, v in obj.items() if v is not None})
 
 
+HASH_HEX = 16  # hex digits kept of each block hash (64 bits: a collision in an incident is out of reach)
+
+
+def block_hashes(request: Any) -> list[str] | None:
+    """The request's prompt block hashes at arrival, as vLLM computed them (``Request.block_hashes``:
+    one per full block, chained, so equal hashes mean equal prefixes), shortened to
+    ``HASH_HEX`` hex digits; None when vLLM computed none (prefix caching off)."""
+    hs = getattr(request, "block_hashes", None)
+    if not hs:
+        return None
+    return [bytes(h).hex()[:HASH_HEX] if isinstance(h, (bytes, bytearray)) else str(h)[:HASH_HEX] for h in hs]
+
+
+def write_resumes(rec: Recorder, sched: Any, cached: Any) -> None:
+    """A ``resume`` record for each preempted request re-admitted this step, with the tokens it
+    had computed at re-admission: its prefix-cache hits (and a KV connector's), what it did not
+    compute again. vLLM 0.32's ``CachedRequestData.resumed_req_ids`` (0.9-0.11:
+    ``resumed_from_preemption``, a flag per request); ``num_computed_tokens`` is read before the
+    step's tokens are added (``_make_cached_request_data`` runs before ``_update_after_schedule``).
+    Costs nothing in a step without a resume."""
+    if cached is None:
+        return
+    ids = getattr(cached, "req_ids", None) or ()
+    resumed = getattr(cached, "resumed_req_ids", None)
+    flags = getattr(cached, "resumed_from_preemption", None)
+    if resumed:
+        which = [i for i, rid in enumerate(ids) if rid in resumed]
+    elif flags:
+        which = [i for i, f in enumerate(flags) if f]
+    else:
+        return
+    computed = getattr(cached, "num_computed_tokens", None) or ()
+    for i in which:
+        rid = ids[i]
+        req = sched.requests.get(rid) if hasattr(sched, "requests") else None
+        write_request(
+            rec,
+            sched,
+            "resume",
+            req if req is not None else _Rid(rid),
+            num_computed_tokens=int(computed[i]) if i < len(computed) else None,
+        )
+
+
 def write_request(rec: Recorder, sched: Any, phase: str, request: Any, **extra: Any) -> None:
     st = _state(sched)
     obj = {
@@ -686,16 +730,21 @@ def install(
                     seen = st["scheduled"]
                     for nr in new:
                         rid = getattr(nr, "req_id", None)
-                        if rid is not None and rid not in seen:
-                            seen.add(rid)
-                            req = self.requests.get(rid) if hasattr(self, "requests") else None
-                            write_request(
-                                rec,
-                                self,
-                                "scheduled",
-                                req if req is not None else _Rid(rid),
-                                num_computed_tokens=getattr(nr, "num_computed_tokens", None),
-                            )
+                        if rid is None:
+                            continue
+                        # a request seen before comes back as new after a preemption (the V2 model
+                        # runner, 0.32): a resume
+                        phase = "resume" if rid in seen else "scheduled"
+                        seen.add(rid)
+                        req = self.requests.get(rid) if hasattr(self, "requests") else None
+                        write_request(
+                            rec,
+                            self,
+                            phase,
+                            req if req is not None else _Rid(rid),
+                            num_computed_tokens=getattr(nr, "num_computed_tokens", None),
+                        )
+                    write_resumes(rec, self, getattr(out, "scheduled_cached_reqs", None))
                     if rec.every and st["steps"] % rec.every == 0:
                         write_step(rec, self, "periodic")
                 except Exception as exc:
@@ -856,6 +905,7 @@ def install(
                         max_tokens=getattr(request, "max_tokens", getattr(sp, "max_tokens", None)),
                         priority=getattr(request, "priority", None),
                         arrival_time=getattr(request, "arrival_time", None),
+                        block_hashes=block_hashes(request),
                     )
                 except Exception as exc:
                     h_add.fail(exc)

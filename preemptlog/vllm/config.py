@@ -459,3 +459,67 @@ def in_force(config: pl.DataFrame) -> dict[str, dict]:
             out[row["key"]] = row
     _ = pl
     return out
+
+
+# ---------------------------------------------------------------------------------- start-up checks
+
+# Where vLLM 0.32 refuses to start, read from the released wheel's source (each message quotes it):
+KV_CHECK_WHERE = (
+    "vllm/v1/core/kv_cache_utils.py get_kv_cache_configs -> _check_enough_kv_cache_memory "
+    "(FullAttentionSpec.max_memory_usage_bytes = cdiv(max_model_len, block_size) pages, less the null block)"
+)
+SCHED_CHECK_WHERE = "vllm/config/scheduler.py SchedulerConfig.verify_max_model_len"
+
+
+def startup_refusals(
+    *,
+    num_gpu_blocks: int,
+    block_size: int,
+    max_model_len: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    enable_chunked_prefill: bool,
+    long_prefill_token_threshold: int = 0,
+    max_model_len_how: str = "max_model_len",
+) -> list[str]:
+    """The reasons vLLM 0.32 would refuse to start with this configuration (empty: it starts).
+
+    The scheduler checks first (``SchedulerConfig.verify_max_model_len``, run when the engine
+    config is created), then the KV pool check of the engine core: the pool, less the null block
+    the block pool holds back, must hold one request of ``max_model_len`` tokens
+    (``cdiv(max_model_len, block_size)`` blocks); else vLLM raises "To serve at least one request
+    with the model's max seq len ... the estimated maximum model length is N", N the longest
+    length that fits (``(num_gpu_blocks - 1) x block_size``), found by vLLM's binary search.
+    ``max_model_len_how`` says where the length came from (it is quoted in the reason).
+    """
+    out: list[str] = []
+    if max_num_batched_tokens < max_model_len and not enable_chunked_prefill:
+        out.append(
+            f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than max_model_len ({max_model_len}) "
+            f"without chunked prefill ({SCHED_CHECK_WHERE})"
+        )
+    if max_num_batched_tokens < max_num_seqs:
+        out.append(
+            f"max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to max_num_seqs "
+            f"({max_num_seqs}) ({SCHED_CHECK_WHERE})"
+        )
+    if long_prefill_token_threshold > max_model_len:
+        out.append(
+            f"long_prefill_token_threshold ({long_prefill_token_threshold}) cannot be greater than the "
+            f"max_model_len ({max_model_len}) ({SCHED_CHECK_WHERE})"
+        )
+    usable = num_gpu_blocks - 1
+    if usable <= 0:
+        out.append(
+            f"no available memory for the cache blocks: {num_gpu_blocks} block(s), less the null block ({KV_CHECK_WHERE})"
+        )
+        return out
+    needed = -(-max_model_len // block_size)
+    if needed > usable:
+        accepted = usable * block_size
+        out.append(
+            f"to serve one request of {max_model_len_how} {max_model_len} tokens the KV cache needs {needed} blocks of "
+            f"{block_size} tokens, the pool has {usable} ({num_gpu_blocks} less the null block); the estimated maximum "
+            f"model length is {accepted}: the largest max_model_len it would accept ({KV_CHECK_WHERE})"
+        )
+    return out

@@ -15,6 +15,7 @@ from .workload import (
     Workload,
     apply_settings,
     build_workload,
+    length_limits,
     observed_config,
     parse_sets,
 )
@@ -80,7 +81,13 @@ class WhatIf:
             },
             "config_assumptions": self.observed.assumptions,
             "config_provenance": self.observed.provenance,
-            "step_time": {"base_s": self.step.base_s, "per_token_s": self.step.per_token_s, "how": self.step.how},
+            "step_time": {
+                "base_s": self.step.base_s,
+                "per_token_s": self.step.per_token_s,
+                "how": self.step.how,
+                "latency_modelled": self.step.calibrated,
+                "error": self.step.error,
+            },
             "engine": self.engine,
             "arrivals": self.arrivals,
             "calibration": {**self.calibration, "observed_from": self.observed_source},
@@ -88,10 +95,7 @@ class WhatIf:
         }
 
     def assumed(self) -> list[str]:
-        out = list(self.workload.assumptions) + list(self.observed.assumptions)
-        if not self.step.calibrated:
-            out.append(self.step.how)
-        return out
+        return list(self.workload.assumptions) + list(self.observed.assumptions)  # the clock: its own line
 
 
 def expand(sets: list[str], sweeps: list[str], configs: list[str] | None = None) -> list[dict[str, Any]]:
@@ -126,12 +130,39 @@ def run_one(
     *,
     vllm_python: str | None = None,
     deadline_s: float | None = None,
+    hash_block: int | None = None,
 ) -> engine_model.Trace:
     if engine == "model":
-        return engine_model.replay(workload, cfg, st.clock(), arrivals=arrivals, deadline_s=deadline_s)
+        return engine_model.replay(
+            workload, cfg, st.clock(), arrivals=arrivals, deadline_s=deadline_s, hash_block=hash_block
+        )
     from .engine_vllm import replay_vllm
 
-    return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python)
+    return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python, hash_block_size=hash_block)
+
+
+def refusal(workload: Workload, cfg: ReplayConfig) -> str | None:
+    """``vLLM would not start: ...`` when vLLM 0.32's own start-up checks refuse ``cfg``
+    (vllm.config.startup_refusals), else None. Without a max_model_len the longest request of the
+    workload is the length checked: a server that served it had at least that."""
+    from ..vllm.config import startup_refusals
+
+    if cfg.max_model_len:
+        mml, how = int(cfg.max_model_len), "max_model_len"
+    else:
+        mml = max((r.prompt_tokens + r.output_tokens for r in workload.requests), default=1)
+        how = "the longest request of the workload (max_model_len not in the bundle)"
+    why = startup_refusals(
+        num_gpu_blocks=cfg.num_gpu_blocks,
+        block_size=cfg.block_size,
+        max_model_len=mml,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        enable_chunked_prefill=cfg.enable_chunked_prefill,
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        max_model_len_how=how,
+    )
+    return "vLLM would not start: " + "; ".join(why) if why else None
 
 
 def prepare(analysis: Analysis) -> tuple[Workload, Observed, StepTime]:
@@ -158,23 +189,57 @@ def whatif(
             "--arrivals step: the workload has no scheduler steps (log request lines)", hint="use --arrivals time"
         )
     seen, src = observed_count(analysis)
+    why0 = refusal(wl, obs.config)
     asked = [(sets, *apply_settings(obs, sets)) for sets in configs]
-    cfgs = [obs.config] + [c for _, c, _ in asked]
+    # The incident's vLLM started: when its configuration as read fails the check, the values read
+    # are not the ones it ran with, and the check of the asked ones is not evaluable.
+    refused = [None if why0 else refusal(wl, c) for _, c, _ in asked]
+    notes0 = (
+        [
+            f"the observed configuration as read fails vLLM 0.32's start-up checks ({why0.split(': ', 1)[1]}): "
+            "the bundle's values are not all the ones the incident's vLLM started with; the start-up checks "
+            "of the asked configurations are not evaluable"
+        ]
+        if why0
+        else []
+    )
+    cfgs = [obs.config] + [c for (_, c, _), why in zip(asked, refused, strict=True) if why is None]
     if engine == "vllm":
         from .engine_vllm import replay_vllm_many
 
-        traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python)
+        traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python, hash_block_size=obs.config.block_size)
     else:
-        traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr) for c in cfgs]
+        hb = obs.config.block_size  # the block size the recorded block hashes were computed with
+        traces = [engine_model.replay(wl, c, st.clock(), arrivals=arr, hash_block=hb) for c in cfgs]
+    if traces[0].refused:
+        raise UsageError(
+            f"the observed configuration: vLLM refused to start: {traces[0].refused}",
+            hint="a value of the bundle or of --base is wrong (the incident's vLLM did start)",
+        )
     f0 = figures(traces[0], st)
     cal = calibration(seen, f0["preemptions"])
-    status = cal["status"]
-    scen = [Scenario("observed", {}, obs.config, [], f0, status)]
-    for (sets, cfg, notes), tr in zip(asked, traces[1:], strict=True):
-        scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
-    if engine == "vllm":  # vLLM's own decisions: the count is exact, the calibration is about the step clock
-        for s in scen:
-            s.status = "vllm"
+    status = "vllm" if engine == "vllm" else cal["status"]  # vLLM's own decisions: the count is exact
+    if any(c.enable_prefix_caching for c in cfgs) and not wl.has_hashes:
+        notes0 = [
+            *notes0,
+            "prefix caching: the workload has no block hashes (record with the preemptlog vLLM plugin), so no "
+            "prompt is shared; a victim's own cached blocks are still hit when it resumes",
+        ]
+    if (lim := length_limits(wl, obs.config.max_model_len)) is not None:
+        notes0 = [*notes0, lim]
+    scen = [Scenario("observed", {}, obs.config, notes0, f0, status)]
+    done = iter(traces[1:])
+    for (sets, cfg, notes), why in zip(asked, refused, strict=True):
+        if why is None and (lim := length_limits(wl, cfg.max_model_len)) is not None:
+            notes = [*notes, lim]
+        if why is not None:  # never replayed under a silently changed configuration
+            scen.append(Scenario(_name(sets), sets, cfg, [*notes, why], {}, "refused"))
+        elif (tr := next(done)).refused:  # vLLM's own check refused what preemptlog's let through
+            scen.append(
+                Scenario(_name(sets), sets, cfg, [*notes, f"vLLM refused to start: {tr.refused}"], {}, "refused")
+            )
+        else:
+            scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
     return WhatIf(wl, obs, st, engine, arr, scen, cal, src)
 
 

@@ -19,9 +19,19 @@ It follows ``Scheduler.schedule`` of vLLM 0.32 step for step (read from the rele
    A head request that does not fit blocks the queue.
 3. execution: a request whose computed tokens reach its known tokens samples one token; a
    request with all its output tokens finishes and frees its blocks.
+4. the empty step: ``EngineCore.step`` (vllm/v1/engine/core.py) steps while
+   ``scheduler.has_requests()``, which is true while requests finished in the last step await
+   flushing (``Scheduler.has_finished_requests``: ``finished_req_ids``, filled by
+   ``_free_request`` and cleared by ``schedule()``). So after the last running request finishes
+   the engine runs one more step scheduling 0 tokens (its step counter advances, and on the
+   clock it takes the base step time) before it goes idle or the next request is admitted.
 
-Block 0 of the pool is vLLM's null block: ``num_gpu_blocks - 1`` are usable. Prefix caching is
-not replayed (the workload has no token identity), speculative decoding neither.
+Block 0 of the pool is vLLM's null block: ``num_gpu_blocks - 1`` are usable. With
+``enable_prefix_caching`` the pool is vLLM's cached block pool (:class:`_Pool`): a waiting request
+is admitted with its longest cached prefix computed (its recorded block hashes give prompt
+identity; a victim's own blocks can be hit when it resumes), hit blocks leave the free queue,
+full blocks are cached as they fill and evicted only when reused. Speculative decoding is not
+replayed.
 
 Output: a :class:`Trace` (per step: scheduled tokens, running, waiting, preemptions; per
 request: arrival, first token and finish step), turned into times by :mod:`.metrics`.
@@ -32,7 +42,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +66,7 @@ class Trace:
     unfinished: int = 0
     wall_s: float = 0.0
     engine: str = "model"
+    refused: str | None = None  # the vLLM engine: vLLM's own start-up refusal (nothing was replayed)
 
     @property
     def preemptions(self) -> int:
@@ -63,7 +74,21 @@ class Trace:
 
 
 class _Req:
-    __slots__ = ("arrival", "computed", "held", "output", "preempted", "prio", "prompt", "rid", "seq", "target")
+    __slots__ = (
+        "arrival",
+        "blocks",
+        "computed",
+        "hashes",
+        "held",
+        "ncached",
+        "output",
+        "preempted",
+        "prio",
+        "prompt",
+        "rid",
+        "seq",
+        "target",
+    )
 
     def __init__(self, rid: str, prompt: int, target: int, prio: int, arrival: float, seq: int) -> None:
         self.rid, self.prompt, self.target, self.prio, self.arrival, self.seq = rid, prompt, target, prio, arrival, seq
@@ -71,10 +96,104 @@ class _Req:
         self.output = 0
         self.held = 0
         self.preempted = False
+        self.blocks: list[int] = []  # prefix caching: the block ids held, in order
+        self.ncached = 0  # prefix caching: blocks registered in the cache
+        self.hashes: tuple[str, ...] | None = None
 
     @property
     def num_tokens(self) -> int:
         return self.prompt + self.output
+
+
+class _Pool:
+    """vLLM 0.32's block pool with prefix caching (vllm/v1/core/block_pool.py, kv_cache_utils.py
+    FreeKVCacheBlockQueue, single_type_kv_cache_manager.py): a free queue (blocks 1..N-1, block 0
+    the null block) popped at the head (evicting a cached block's hash); a request's blocks are
+    freed in reverse order, and those reaching reference count 0 go to the head when they hold no
+    hash (``free_blocks``: LIFO reuse) and to the tail when cached (LRU eviction); free blocks stay
+    cached until reused; a hit touches its blocks (out of the queue,
+    reference count + 1). A block's identity: the request's recorded block hash when it lies in
+    the hashed prompt (``hash_block`` tokens per hash, chained), else the request itself and the
+    block index (a victim's own blocks can still be hit when it resumes)."""
+
+    def __init__(self, num_blocks: int, block_size: int, hash_block: int) -> None:
+        self.bs, self.hbs = block_size, max(1, hash_block)
+        self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))  # head first
+        self.ref = [0] * max(1, num_blocks)
+        self.key_of: dict[int, Any] = {}
+        self.cache: dict[Any, dict[int, None]] = {}
+
+    def free(self) -> int:
+        return len(self.queue)
+
+    def key(self, r: _Req, i: int) -> Any:
+        end = (i + 1) * self.bs
+        hs = r.hashes
+        if hs and end <= len(hs) * self.hbs:
+            return hs[i] if self.hbs == self.bs else (hs[(end - 1) // self.hbs], end % self.hbs)
+        return (r.seq, i)
+
+    def lookup(self, r: _Req, num_tokens: int) -> list[int]:
+        """The longest cached prefix, at most ``num_tokens - 1`` tokens (get_computed_blocks)."""
+        out: list[int] = []
+        for i in range((num_tokens - 1) // self.bs):
+            got = self.cache.get(self.key(r, i))
+            if not got:
+                break
+            out.append(next(iter(got)))
+        return out
+
+    def evictable(self, blocks: list[int]) -> int:
+        return sum(1 for b in blocks if self.ref[b] == 0)
+
+    def touch(self, blocks: list[int]) -> None:
+        for b in blocks:
+            if self.ref[b] == 0:
+                del self.queue[b]
+            self.ref[b] += 1
+
+    def take(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            b = self.queue.popitem(last=False)[0]
+            k = self.key_of.pop(b, None)
+            if k is not None:
+                d = self.cache[k]
+                del d[b]
+                if not d:
+                    del self.cache[k]
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def register(self, r: _Req, tokens: int) -> None:
+        """cache_full_blocks: the request's blocks full of computed tokens join the cache."""
+        full = min(tokens // self.bs, len(r.blocks))
+        for i in range(r.ncached, full):
+            b = r.blocks[i]
+            if b not in self.key_of:
+                k = self.key(r, i)
+                self.key_of[b] = k
+                self.cache.setdefault(k, {})[b] = None
+        r.ncached = max(r.ncached, full)
+
+    def release(self, r: _Req) -> None:
+        """BlockPool.free_blocks of the request's blocks in reverse order: those reaching reference
+        count 0 without a hash go to the front of the queue (reused first, in that order), cached
+        ones to the tail (evicted last)."""
+        first: list[int] = []
+        for b in reversed(r.blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                if b in self.key_of:
+                    self.queue[b] = None
+                else:
+                    first.append(b)
+        for b in reversed(first):
+            self.queue[b] = None
+            self.queue.move_to_end(b, last=False)
+        r.blocks = []
+        r.ncached = 0
 
 
 class StepClock:
@@ -95,6 +214,7 @@ def replay(
     arrivals: str = "step",
     max_steps: int = 2_000_000,
     deadline_s: float | None = None,
+    hash_block: int | None = None,
 ) -> Trace:
     """Run the workload through the V1 scheduler model. ``arrivals``: ``step`` (each request is
     added when the scheduler reaches its recorded arrival step) or ``time`` (its arrival time on
@@ -107,16 +227,43 @@ def replay(
     wm = int(cfg.watermark * cfg.num_gpu_blocks)
     budget_full = cfg.max_num_batched_tokens
     prio = cfg.scheduling_policy == "priority"
+    mml = cfg.max_model_len or 0
+    # vLLM refuses a prompt of max_model_len tokens or more (its input check) and stops a request
+    # at max_model_len tokens (check_stop): see workload.length_limits
+    wreqs = [r for r in workload.requests if not mml or r.prompt_tokens < mml]
     if arrivals == "step":
-        keys = [float(r.arrival_step if r.arrival_step is not None else 0) for r in workload.requests]
+        keys = [float(r.arrival_step if r.arrival_step is not None else 0) for r in wreqs]
     else:
-        keys = [r.arrival_s for r in workload.requests]
+        keys = [r.arrival_s for r in wreqs]
     order = sorted(range(len(keys)), key=lambda i: (keys[i], i))
     rank = {i: k for k, i in enumerate(order)}  # arrival order: vLLM's arrival_time is the time it was added
     reqs = [
-        _Req(r.request_id, r.prompt_tokens, max(1, r.output_tokens), r.priority, float(rank[i]), i)
-        for i, r in enumerate(workload.requests)
+        _Req(
+            r.request_id,
+            r.prompt_tokens,
+            max(1, min(r.output_tokens, mml - r.prompt_tokens) if mml else r.output_tokens),
+            r.priority,
+            float(rank[i]),
+            i,
+        )
+        for i, r in enumerate(wreqs)
     ]
+    pool = _Pool(cfg.num_gpu_blocks, bs, hash_block or bs) if cfg.enable_prefix_caching else None
+    if pool is not None:
+        for q, w in zip(reqs, wreqs, strict=True):
+            q.hashes = w.block_hashes
+
+    def free_now() -> int:
+        return pool.free() if pool is not None else free
+
+    def release(v: _Req) -> None:
+        nonlocal free
+        if pool is not None:
+            pool.release(v)
+        else:
+            free += v.held
+        v.held = 0
+
     pending = deque((keys[i], reqs[i]) for i in order)
     running: list[_Req] = []
     waiting_q: deque[_Req] = deque()  # fcfs
@@ -124,7 +271,6 @@ def replay(
     now = 0.0
     step = 0
     n_done = 0
-    mml = cfg.max_model_len or 0
 
     def n_waiting() -> int:
         return len(waiting_h) if prio else len(waiting_q)
@@ -149,21 +295,25 @@ def replay(
     def blocks_for(tokens: int) -> int:
         return -(-tokens // bs)
 
-    while pending or running or n_waiting():
+    # Requests finished in the last step and not yet flushed: vLLM's ``has_requests()`` is true while
+    # there are any, so the engine runs one more (0-token) step after the last running request
+    # finishes before it goes idle (see the module text).
+    flush = False
+    while pending or running or n_waiting() or flush:
         # arrivals
         if arrivals == "step":
             while pending and pending[0][0] <= step:
                 r = pending.popleft()[1]
                 tr.arrival_step[r.rid] = step
                 push_wait(r, False)
-            if not running and not n_waiting() and pending:
+            if not running and not n_waiting() and not flush and pending:
                 k = pending[0][0]
                 while pending and pending[0][0] <= k:
                     r = pending.popleft()[1]
                     tr.arrival_step[r.rid] = step
                     push_wait(r, False)
         else:
-            if not running and not n_waiting() and pending and pending[0][0] > now:
+            if not running and not n_waiting() and not flush and pending and pending[0][0] > now:
                 tr.idle_before[step + 1] = tr.idle_before.get(step + 1, 0.0) + pending[0][0] - now
                 now = pending[0][0]
             while pending and pending[0][0] <= now:
@@ -195,7 +345,7 @@ def replay(
                 continue
             want = -(-(c + n) // bs)
             need = want - r.held
-            if need > free:
+            if need > 0 and need > free_now():
                 ok = False
                 while True:
                     if prio:
@@ -210,23 +360,27 @@ def replay(
                     else:
                         v = running.pop()
                     tr.recomputed_tokens += v.computed
-                    free += v.held
-                    v.held = 0
+                    release(v)
                     v.computed = 0
                     v.preempted = True
                     victims.append(v.rid)
                     push_wait(v, True)
                     if v is r:
                         break
-                    if want - r.held <= free:
+                    if want - r.held <= free_now():
                         ok = True
                         break
                 if not ok:
                     break
                 need = want - r.held
             if need > 0:
-                free -= need
+                if pool is not None:
+                    r.blocks += pool.take(need)
+                else:
+                    free -= need
                 r.held = want
+            if pool is not None and (c + n) // bs > r.ncached:  # a block filled up: it joins the cache
+                pool.register(r, c + n)
             scheduled[r.rid] = n
             sched_order.append(r)
             budget -= n
@@ -236,23 +390,35 @@ def replay(
                 if len(running) >= cfg.max_num_seqs:
                     break
                 r = peek()
-                n = r.num_tokens - r.computed
+                # prefix caching: the longest cached prefix (at most num_tokens - 1 tokens) is computed
+                hits = pool.lookup(r, r.num_tokens) if pool is not None and r.computed == 0 else []
+                comp = r.computed + len(hits) * bs
+                n = r.num_tokens - comp
                 if 0 < thr < n:
                     n = thr
                 if not cfg.enable_chunked_prefill and n > budget:
                     break
                 n = min(n, budget)
-                need = blocks_for(r.computed + n) - r.held
+                # a hit block in the free queue leaves it: it counts against the free blocks
+                ev = pool.evictable(hits) if hits and pool is not None else 0
+                need = max(blocks_for(comp + n) - r.held - len(hits), 0) + ev
                 mark = wm if running else 0  # has_scheduled_reqs=bool(self.running)
                 if cfg.reserve_full_isl:  # the whole known sequence must fit before admission
-                    full = blocks_for(min(r.prompt + r.output, mml) if mml else r.prompt + r.output) - r.held
-                    if full + mark > free:
+                    full = max(blocks_for(min(r.num_tokens, mml) if mml else r.num_tokens) - r.held - len(hits), 0) + ev
+                    if full + mark > free_now():
                         break
-                if need + mark > free:
+                if need + mark > free_now():
                     break
                 pop_wait()
-                free -= need
-                r.held += need
+                if pool is not None:
+                    pool.touch(hits)
+                    r.blocks = hits + pool.take(need - ev)
+                    r.held = len(r.blocks)
+                    r.computed = comp
+                    pool.register(r, min(comp + n, r.num_tokens))
+                else:
+                    free -= need
+                    r.held += need
                 running.append(r)
                 scheduled[r.rid] = n
                 sched_order.append(r)
@@ -277,9 +443,9 @@ def replay(
         if finished:
             gone = set(map(id, finished))
             running[:] = [x for x in running if id(x) not in gone]
+        flush = bool(finished)  # schedule() hands them to the next step's output, then clears them
         for r in finished:
-            free += r.held
-            r.held = 0
+            release(r)
             tr.finish_step[r.rid] = step
             n_done += 1
         tr.running.append(len(running))  # after the step, as the vLLM driver reads it

@@ -31,9 +31,18 @@ def check_python(python: str | None) -> str:
 
 
 def replay_vllm(
-    workload: Workload, cfg: ReplayConfig, st: StepTime, *, arrivals: str, python: str | None, timeout: float = 1800.0
+    workload: Workload,
+    cfg: ReplayConfig,
+    st: StepTime,
+    *,
+    arrivals: str,
+    python: str | None,
+    timeout: float = 1800.0,
+    hash_block_size: int | None = None,
 ) -> Trace:
-    return replay_vllm_many(workload, [cfg], st, arrivals=arrivals, python=python, timeout=timeout)[0]
+    return replay_vllm_many(
+        workload, [cfg], st, arrivals=arrivals, python=python, timeout=timeout, hash_block_size=hash_block_size
+    )[0]
 
 
 def replay_vllm_many(
@@ -44,8 +53,11 @@ def replay_vllm_many(
     arrivals: str,
     python: str | None,
     timeout: float = 1800.0,
+    hash_block_size: int | None = None,
 ) -> list[Trace]:
-    """Every configuration in one vLLM process (vLLM is imported once: ~10 s saved per config)."""
+    """Every configuration in one vLLM process (vLLM is imported once: ~10 s saved per config).
+    ``hash_block_size``: the block size the requests' block hashes were computed with (the
+    observed one): the driver gives requests sharing a hash the same tokens."""
     py = check_python(python)
     spec = {
         "configs": [c.as_dict() for c in cfgs],
@@ -58,9 +70,11 @@ def replay_vllm_many(
                 "priority": r.priority,
                 "arrival_step": r.arrival_step,
                 "arrival_s": r.arrival_s,
+                "block_hashes": list(r.block_hashes) if r.block_hashes else None,
             }
             for i, r in enumerate(workload.requests)
         ],
+        "hash_block_size": hash_block_size,
         "arrivals": arrivals,
         "step_time": [st.base_s, st.per_token_s],
     }
@@ -90,18 +104,32 @@ def replay_vllm_many(
         except subprocess.TimeoutExpired:
             raise PreemptlogError(f"the vLLM replay took more than {timeout:g} s") from None
         if p.returncode != 0 or not op.exists():
-            tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])[-400:]
-            err = UsageError(
-                f"the vLLM replay failed (exit {p.returncode}): {tail}",
-                hint=f"check that {py} has vLLM 0.32 (ci/vllm-venv)",
+            raise UsageError(
+                f"the vLLM replay failed (exit {p.returncode}): {_tail(p.stderr)}", hint=_hint(p.stderr, py)
             )
-            raise err
         out = json.loads(op.read_text())
     return [_trace(raw) for raw in out["traces"]]
 
 
+def _tail(stderr: str | None) -> str:
+    return " | ".join((stderr or "").strip().splitlines()[-3:])[-400:]
+
+
+def _hint(stderr: str | None, py: str) -> str:
+    """What the failure says about the python given: no vLLM at all, or vLLM's own error."""
+    text = stderr or ""
+    if "No module named 'vllm'" in text or 'No module named "vllm"' in text:
+        return f"{py} has no vLLM: build a venv with ci/vllm-venv (vLLM 0.32)"
+    if "No module named" in text:
+        return f"{py} has vLLM without a module it imports (the venv of ci/vllm-venv has them all)"
+    return f"the error above is vLLM's own, from the replay in {py} (vLLM 0.32; ci/vllm-venv builds one)"
+
+
 def _trace(raw: dict) -> Trace:  # type: ignore[type-arg]
     tr = Trace(engine="vllm")
+    if "refused" in raw:
+        tr.refused = str(raw["refused"])
+        return tr
     tr.step_tokens, tr.running, tr.waiting, tr.preempted = (
         raw["step_tokens"],
         raw["running"],

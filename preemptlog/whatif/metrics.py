@@ -1,12 +1,20 @@
 """Step-time model, calibration and the replay's figures.
 
-Step time: ``base_s + per_token_s x tokens scheduled in the step``, fitted on the incident's own
-periodic stats lines: in an interval with generation throughput G tokens/s and R running
-requests, each running request decodes one token per step, so a step lasts about R / G seconds
-and schedules (prompt throughput + G) x R / G tokens; a least-squares line through those
-(tokens, seconds) points gives the two constants (one point, or no spread in tokens: a constant
-step). Without stats lines, block-table records with timestamps and steps give a constant step
-(their time span / their step span); without either, 30 ms is assumed and said.
+Step time (:func:`step_time`), in this order:
+
+1. the block-table records' own step times: every record carries its time and scheduler step, so
+   over consecutive records at distinct steps the time between them over the steps between them
+   is the engine's own step time (an idle engine's step counter stands still: a gap without steps
+   adds nothing). A constant step, with the spread of the per-interval times stated;
+2. a fit over the periodic stats lines: in an interval with generation throughput G tokens/s and
+   R running requests, each running request decodes one token per step, so a step lasts about
+   R / G seconds and schedules (prompt throughput + G) x R / G tokens; a least-squares line
+   through those (tokens, seconds) points gives ``base_s + per_token_s x tokens``. Used only over
+   at least ``MIN_FIT_INTERVALS`` intervals and when its error (RMS of the residuals over the mean
+   step) is at most ``MAX_FIT_ERROR``, and the error is stated: one interval, or a few, fit
+   anything (one stats line gave 3.3 s per step where the engine stepped in milliseconds);
+3. else ``latency not modelled``: TTFT, latency and throughput are not given (None), and for
+   arrivals on the clock (``--arrivals time``) a constant 30 ms step is assumed and said.
 
 Figures of one replay (:func:`figures`): preemptions, recomputed tokens (computed tokens the
 victims lost), peak running, waiting mean and p95 (per step), TTFT and request latency p50 /
@@ -35,60 +43,131 @@ CALIBRATION_TOL = 0.15
 CALIBRATION_ABS = 3
 
 
+# The stats-line fit is used only over at least this many intervals and when its error (the RMS of
+# its residuals over the mean step time) is at most MAX_FIT_ERROR; else latency is not modelled.
+MIN_FIT_INTERVALS = 6
+MAX_FIT_ERROR = 0.5
+
+
 @dataclass(frozen=True)
 class StepTime:
     base_s: float
     per_token_s: float
     how: str
-    calibrated: bool
+    calibrated: bool  # False: latency is not modelled (TTFT, latency and throughput are not given)
+    error: float | None = None  # the fit's relative error, where there is one
 
     def clock(self) -> StepClock:
         return StepClock(self.base_s, self.per_token_s)
 
 
-def step_time(analysis: Analysis) -> StepTime:
-    st = analysis.stats
-    if st is not None and st.height:
-        pts = st.filter((pl.col("gen_tput") > 0) & (pl.col("running") > 0)).select(
-            (pl.col("running") / pl.col("gen_tput")).alias("s"),
-            (
-                (pl.col("prompt_tput").fill_null(0.0) + pl.col("gen_tput")) * pl.col("running") / pl.col("gen_tput")
-            ).alias("tok"),
+def _records_clock(analysis: Analysis) -> StepTime | None:
+    """The records' own step times: over consecutive block-table records (any type) at distinct
+    steps, the time between them over the steps between them. A pair whose step did not advance
+    (an idle engine: the step counter stands still while nothing runs) adds nothing."""
+    parts = [
+        f.select(pl.col("time"), pl.col("step").cast(pl.Int64))
+        for name in ("bt_requests", "bt_steps", "bt_events")
+        if (f := analysis.frames.get(name)) is not None and f.height and {"time", "step"} <= set(f.columns)
+    ]
+    if not parts:
+        return None
+    iv = (
+        pl.concat(parts)
+        .lazy()
+        .drop_nulls()
+        .unique()
+        .sort("time", "step")
+        .with_columns(
+            (pl.col("time").diff().dt.total_microseconds() / 1e6).alias("dt"),
+            pl.col("step").diff().alias("dk"),
         )
-        if pts.height:
-            xs = pts.get_column("tok").to_list()
-            ys = pts.get_column("s").to_list()
-            n = len(xs)
-            mx, my = sum(xs) / n, sum(ys) / n
-            sxx = sum((x - mx) ** 2 for x in xs)
-            b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
-            a = my - b * mx
-            if b < 0 or a <= 0:
-                a, b = my, 0.0
-            src = ", ".join(sorted({str(s) for s in st.get_column("source").drop_nulls().unique().to_list()})[:3])
-            return StepTime(
-                a,
-                b,
-                f"fitted on {n} stats line(s) of {src}: step = {a * 1000:.2f} ms + {b * 1e6:.2f} us x scheduled tokens",
-                True,
-            )
-    bt = analysis.frames.get("bt_requests")
-    if bt is not None and bt.height >= 2:
-        span = bt.filter(pl.col("time").is_not_null() & pl.col("step").is_not_null()).select(
-            ((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds() / 1e6).alias("s"),
-            (pl.col("step").max() - pl.col("step").min()).alias("k"),
+        .filter((pl.col("dk") > 0) & (pl.col("dt") >= 0))
+        .with_columns((pl.col("dt") / pl.col("dk")).alias("per"))
+        .select(
+            pl.col("dt").sum().alias("secs"),
+            pl.col("dk").sum().alias("steps"),
+            pl.len().alias("n"),
+            pl.col("per").quantile(0.1, "nearest").alias("p10"),
+            pl.col("per").quantile(0.9, "nearest").alias("p90"),
         )
-        secs, ksteps = span.row(0) if span.height else (None, None)
-        if secs and ksteps and secs > 0 and ksteps > 0:
-            sec = float(secs) / float(ksteps)
-            return StepTime(
-                sec,
-                0.0,
-                f"block-table records: {secs:.3f} s over {ksteps} steps = {sec * 1000:.3f} ms per step (constant)",
-                True,
-            )
+        .collect()
+    )
+    secs, steps, n, p10, p90 = iv.row(0)
+    if not n or not steps or not secs or secs <= 0:
+        return None
+    sec = float(secs) / float(steps)
+    src = ", ".join(sorted({str(x) for f in ("bt_requests", "bt_steps") for x in _sources(analysis.frames.get(f))})[:3])
     return StepTime(
-        DEFAULT_STEP_S, 0.0, f"no stats lines or timed records: {DEFAULT_STEP_S * 1000:g} ms per step assumed", False
+        sec,
+        0.0,
+        f"the block-table records' own step times ({src}): {secs:.3f} s over {steps} steps in {n} interval(s) "
+        f"= {sec * 1000:.3f} ms per step (constant; per-interval p10-p90 {p10 * 1000:.3f}-{p90 * 1000:.3f} ms)",
+        True,
+    )
+
+
+def _sources(df: pl.DataFrame | None) -> list[str]:
+    if df is None or "source" not in df.columns:
+        return []
+    return [str(x) for x in df.get_column("source").drop_nulls().unique().to_list()]
+
+
+def _stats_clock(analysis: Analysis) -> StepTime | str:
+    """The fit over the stats lines (see the module text), or why there is none."""
+    st = analysis.stats
+    if st is None or not st.height:
+        return "no stats lines"
+    pts = st.filter((pl.col("gen_tput") > 0) & (pl.col("running") > 0)).select(
+        (pl.col("running") / pl.col("gen_tput")).alias("s"),
+        ((pl.col("prompt_tput").fill_null(0.0) + pl.col("gen_tput")) * pl.col("running") / pl.col("gen_tput")).alias(
+            "tok"
+        ),
+    )
+    n = pts.height
+    src = ", ".join(sorted(_sources(st))[:3])
+    if n < MIN_FIT_INTERVALS:
+        return (
+            f"{n} stats interval(s) with generation ({src}), fewer than the {MIN_FIT_INTERVALS} a fit of the step "
+            "time needs"
+        )
+    xs = pts.get_column("tok").to_list()
+    ys = pts.get_column("s").to_list()
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    if b < 0 or a <= 0:
+        a, b = my, 0.0
+    rms = math.sqrt(sum((y - a - b * x) ** 2 for x, y in zip(xs, ys, strict=True)) / n)
+    err = rms / my if my > 0 else math.inf
+    fit = f"step = {a * 1000:.2f} ms + {b * 1e6:.2f} us x scheduled tokens"
+    if err > MAX_FIT_ERROR:
+        return (
+            f"the fit over {n} stats interval(s) of {src} ({fit}) is off by {err:.0%} RMS of the mean step, "
+            f"more than {MAX_FIT_ERROR:.0%}"
+        )
+    return StepTime(
+        a, b, f"fitted on {n} stats interval(s) of {src}: {fit}, error {err:.0%} RMS of the mean step", True, err
+    )
+
+
+def step_time(analysis: Analysis) -> StepTime:
+    """The step clock: the records' own step times first; a fit over the stats lines only with
+    enough intervals and a stated error; else latency is not modelled (and for arrivals on the
+    clock a constant step is assumed, said)."""
+    rec = _records_clock(analysis)
+    if rec is not None:
+        return rec
+    fit = _stats_clock(analysis)
+    if isinstance(fit, StepTime):
+        return fit
+    return StepTime(
+        DEFAULT_STEP_S,
+        0.0,
+        f"latency not modelled: no timed block-table records, {fit}; arrivals on the clock use "
+        f"{DEFAULT_STEP_S * 1000:g} ms per step, assumed",
+        False,
     )
 
 
@@ -101,6 +180,7 @@ def _q(xs: list[float], q: float) -> float | None:
 
 
 def figures(tr: Trace, st: StepTime) -> dict[str, Any]:
+    timed = st.calibrated  # latency not modelled: no times, rather than times on an assumed clock
     clock = st.clock()
     durs = [clock.step(t) + tr.idle_before.get(i + 1, 0.0) for i, t in enumerate(tr.step_tokens)]
     ends = list(accumulate(durs))
@@ -127,11 +207,11 @@ def figures(tr: Trace, st: StepTime) -> dict[str, Any]:
         "peak_running": max(tr.running) if tr.running else 0,
         "waiting_mean": round(sum(w) / len(w), 2) if w else 0.0,
         "waiting_p95": _q(w, 0.95) or 0.0,
-        "ttft_p50_s": r3(_q(ttft, 0.5)),
-        "ttft_p95_s": r3(_q(ttft, 0.95)),
-        "latency_p50_s": r3(_q(lat, 0.5)),
-        "latency_p95_s": r3(_q(lat, 0.95)),
-        "throughput_tok_s": round(tr.output_tokens / span, 1) if span > 0 else None,
+        "ttft_p50_s": r3(_q(ttft, 0.5)) if timed else None,
+        "ttft_p95_s": r3(_q(ttft, 0.95)) if timed else None,
+        "latency_p50_s": r3(_q(lat, 0.5)) if timed else None,
+        "latency_p95_s": r3(_q(lat, 0.95)) if timed else None,
+        "throughput_tok_s": round(tr.output_tokens / span, 1) if span > 0 and timed else None,
         "steps": len(tr.step_tokens),
         "unfinished": tr.unfinished,
         "replay_wall_s": round(tr.wall_s, 3),

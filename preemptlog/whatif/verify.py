@@ -88,7 +88,9 @@ def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
     st = step_time(analysis)
     arr = "step" if wl.has_steps else "time"
     try:
-        tr = engine_model.replay(wl, obs.config, st.clock(), arrivals=arr, deadline_s=_budget())
+        tr = engine_model.replay(
+            wl, obs.config, st.clock(), arrivals=arr, deadline_s=_budget(), hash_block=obs.config.block_size
+        )
     except TimeoutError:
         out: tuple[Any, ...] = (wl, obs, st, arr, None, None)
     else:
@@ -140,6 +142,7 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
     if base is None:
         return fixes, []
     from . import engine_model
+    from .core import refusal
     from .metrics import figures
     from .workload import apply_settings
 
@@ -178,9 +181,17 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
                 f1, notes = _FIX_CACHE[ck]
             else:
                 cfg, notes = apply_settings(obs, {key: value})
-                tr = engine_model.replay(wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget())
-                f1 = figures(tr, st)
-                _FIX_CACHE[ck] = (f1, notes)
+                # the check is evaluable only when the bundle's own configuration passes it (core.whatif)
+                refused = None if refusal(wl, obs.config) else refusal(wl, cfg)
+                if refused is not None:
+                    f1, notes = None, [refused]
+                    _FIX_CACHE[ck] = (f1, notes)
+                else:
+                    tr = engine_model.replay(
+                        wl, cfg, st.clock(), arrivals=arr, deadline_s=_budget(), hash_block=obs.config.block_size
+                    )
+                    f1 = figures(tr, st)
+                    _FIX_CACHE[ck] = (f1, notes)
         except TimeoutError:
             x["replay"] = {
                 "status": "skipped",
@@ -193,10 +204,15 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
             x["replay"] = {"status": "not replayed", "setting": f"{key}={value}", "why": exc.one_line()}
             kept.append(x)
             continue
+        if f1 is None:  # vLLM would refuse to start with the fix: not a fix to apply
+            x["replay"] = {"status": "refused", "setting": f"{key}={value}", "why": notes[0]}
+            dropped.append({"id": str(x.get("id")), "why": f"{key}={value}: {notes[0]}"})
+            continue
         status = cal["status"]
-        text = (
-            f"{f0['preemptions']} -> {f1['preemptions']} preemptions, p95 latency "
-            f"{_fmt_s(f0['latency_p95_s'])} -> {_fmt_s(f1['latency_p95_s'])}"
+        text = f"{f0['preemptions']} -> {f1['preemptions']} preemptions, " + (
+            f"p95 latency {_fmt_s(f0['latency_p95_s'])} -> {_fmt_s(f1['latency_p95_s'])}"
+            if st.calibrated
+            else "latency not modelled"
         )
         lat0, lat1 = f0.get("latency_p95_s"), f1.get("latency_p95_s")
         gain = f1["preemptions"] < f0["preemptions"] or (

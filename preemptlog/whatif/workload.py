@@ -3,8 +3,8 @@
 Workload, in order of preference:
 
 1. block-table v2 ``request`` lifecycle records (frame ``bt_requests``, the capture plugin):
-   arrival time and scheduler step, prompt tokens, max_tokens, priority (``arrival``), the
-   output tokens produced (``finish``);
+   arrival time and scheduler step, prompt tokens, max_tokens, priority and, with prefix
+   caching, vLLM's prompt block hashes (``arrival``), the output tokens produced (``finish``);
 2. the log's request lines (``analysis.requests``): ``Received request ... max_tokens=N``
    (arrival, max_tokens), prompt token counts where ``prompt_token_ids`` were printed
    (``--enable-log-requests``); ``Finished`` / ``Aborted`` lines;
@@ -53,6 +53,7 @@ class WRequest:
     output_tokens: int  # the output length replayed (recorded, else max_tokens)
     priority: int = 0
     arrival_step: int | None = None  # the scheduler step it arrived at (records only)
+    block_hashes: tuple[str, ...] | None = None  # vLLM's prompt block hashes (records, prefix caching)
 
 
 @dataclass
@@ -61,6 +62,11 @@ class Workload:
     source: str  # "records" | "log"
     where: str  # the files it came from
     assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def has_hashes(self) -> bool:
+        """Prefix identity recorded: some request carries vLLM's block hashes."""
+        return any(r.block_hashes for r in self.requests)
 
     @property
     def has_steps(self) -> bool:
@@ -123,6 +129,8 @@ def from_records(bt: pl.DataFrame) -> Workload | None:
             f"output length of {n_out} of {rows.height} request(s) not recorded (no finish record): taken as max_tokens"
         )
     steps_ok = rows.get_column("step").null_count() == 0
+    if "block_hashes" not in rows.columns:
+        rows = rows.with_columns(block_hashes=pl.lit(None, pl.List(pl.String)))
     reqs = []
     for r in rows.iter_rows(named=True):
         mt = int(r["max_tokens"]) if r["max_tokens"] is not None else fill_max
@@ -136,6 +144,7 @@ def from_records(bt: pl.DataFrame) -> Workload | None:
                 output_tokens=max(1, out),
                 priority=int(r["priority"] or 0),
                 arrival_step=int(r["step"]) if steps_ok else None,
+                block_hashes=tuple(r["block_hashes"]) if r["block_hashes"] else None,
             )
         )
     return Workload(reqs, "records", _files(arr), assumptions)
@@ -269,7 +278,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "max_num_seqs": ("int", "most requests running at once"),
     "max_num_batched_tokens": ("int", "token budget of one scheduler step"),
     "enable_chunked_prefill": ("bool", "split long prefills over steps (false: a prefill must fit the budget)"),
-    "enable_prefix_caching": ("bool", "prefix caching (the workload carries no token identity: no hits replayed)"),
+    "enable_prefix_caching": (
+        "bool",
+        "prefix caching (vLLM's cached block pool; prompts shared by their recorded block hashes, if any)",
+    ),
     "scheduling_policy": ("choice:fcfs,priority", "victim choice: fcfs (last admitted) or priority"),
     "watermark": ("float", "fraction of blocks kept free when admitting a waiting request (0.32+)"),
     "long_prefill_token_threshold": ("int", "cap on one request's prefill tokens per step (0: off)"),
@@ -282,6 +294,29 @@ SETTINGS: dict[str, tuple[str, str]] = {
         ),
     ),
 }
+
+
+def length_limits(workload: Workload, max_model_len: int | None) -> str | None:
+    """What vLLM 0.32 does to the workload's requests under ``max_model_len``, said (None: nothing):
+    a prompt of max_model_len tokens or more is refused (vllm/v1/engine/input_processor.py
+    ``_validate_model_input``), a longer request is stopped at max_model_len tokens
+    (vllm/v1/core/sched/utils.py ``check_stop``: FINISHED_LENGTH_CAPPED). Both engines replay that."""
+    if not max_model_len:
+        return None
+    refused = sum(1 for r in workload.requests if r.prompt_tokens >= max_model_len)
+    capped = sum(1 for r in workload.requests if r.prompt_tokens < max_model_len < r.prompt_tokens + r.output_tokens)
+    parts = []
+    if refused:
+        parts.append(
+            f"{refused} request(s) with a prompt of {max_model_len} tokens or more are refused by vLLM's input "
+            "check (vllm/v1/engine/input_processor.py) and not replayed"
+        )
+    if capped:
+        parts.append(
+            f"{capped} request(s) stop at {max_model_len} tokens (vllm/v1/core/sched/utils.py check_stop), "
+            "their outputs shortened"
+        )
+    return f"max_model_len {max_model_len}: " + "; ".join(parts) if parts else None
 
 
 def parse_value(key: str, text: str) -> Any:
