@@ -22,6 +22,7 @@ from .common import (
     MinConfidenceOpt,
     NoColorOpt,
     NoHeaderOpt,
+    NoPagerOpt,
     OffsetOpt,
     OutputOpt,
     PathsArg,
@@ -32,6 +33,7 @@ from .common import (
     SinceOpt,
     TzOpt,
     UntilOpt,
+    VerboseOpt,
     WideOpt,
     YearOpt,
     analyze_options,
@@ -78,6 +80,8 @@ def analyze(
     no_header: NoHeaderOpt = False,
     csv_safe: CsvSafeOpt = False,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    no_pager: NoPagerOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
     each: EachOpt = False,
@@ -120,7 +124,7 @@ def analyze(
         from ..analysis import analyze as run
         from ..outio import open_output
         from ..render import write
-        from ..render.human import print_summary
+        from ..render.human import print_lines, render_lines, summary_lines, summary_width
         from ..render.safe import neutralise
         from ..view import apply_filters, output_columns, parse_columns, with_columns
         from ..workspace import Workspace
@@ -160,6 +164,7 @@ def analyze(
                     quiet,
                     no_color,
                     conditions,
+                    verbose=verbose,
                     filters=filters,
                     columns=output_columns(fmt.value, wanted, wide),
                 )
@@ -167,6 +172,23 @@ def analyze(
                 full = run(paths, options, workspace=ws)
             result = apply_filters(full, filters)
             data = with_columns(result, output_columns(fmt.value, wanted, wide))
+            console = stderr_console(no_color) if not quiet else None
+            head_lines, rest = (
+                summary_lines(result, width=summary_width(console), verbose=verbose) if console else ([], [])
+            )
+            # On a terminal the answer comes first: above the table (at the top of the paged text).
+            first = (
+                not quiet
+                and fmt.value == "table"
+                and output in (None, "-")
+                and sys.stdout.isatty()
+                and sys.stderr.isatty()
+            )
+            head = (
+                render_lines(head_lines, color=console.is_terminal and not console.no_color)
+                if first and console
+                else b""
+            )
             with open_output(
                 output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
             ) as out:
@@ -179,13 +201,15 @@ def analyze(
                     wide=wide,
                     header=not no_header,
                     no_color=no_color,
+                    head=head,
+                    head_out=sys.stderr.buffer,
+                    pager=not no_pager,
                 )
             summary = result.summary()
-            if not quiet:
+            if console is not None:
                 from ..render.timeline import print_timeline
 
-                console = stderr_console(no_color)
-                print_summary(result, console)
+                print_lines(rest if first else head_lines + rest, console)
                 print_timeline(result, console)  # only on a terminal
         code, lines = failon.outcome(conditions, summary)
         if quiet and result.partial and code is None and summary["warnings"]:  # -q keeps what explains exit 5
@@ -203,7 +227,9 @@ def analyze(
     guarded(debug, body)
 
 
-def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, filters=None, columns=None) -> int:
+def _each(
+    paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, verbose=False, filters=None, columns=None
+) -> int:
     """--each: every unit analysed on its own (each.py), one combined output, the worst exit code.
     Filters and the column choice apply to every unit, as without --each."""
     from .. import failon
@@ -221,7 +247,7 @@ def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions
         if not quiet:
             console = stderr_console(no_color)
             console.print(f"[bold]== server {name}[/bold]", markup=True, highlight=False)
-            print_summary(a, console)
+            print_summary(a, console, verbose=verbose)
         failed += [c for c in failon.failed(conditions, a.summary()) if c not in failed]
     if failed:
         sys.stderr.write(f"preemptlog: --fail-on {', '.join(failed)}: condition met\n")

@@ -109,6 +109,19 @@ QuietOpt = Annotated[
     ),
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks for bug reports.")]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="The full summary: every change, the count per source, pressure intervals, assumptions and notes "
+        "(by default: the answer, the top change, where the count comes from, the cost and the warnings).",
+    ),
+]
+NoPagerOpt = Annotated[
+    bool,
+    typer.Option("--no-pager", help="Never page the output on a terminal (also PAGER=cat)."),
+]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour on stderr (also NO_COLOR=1).")]
 CsvSafeOpt = Annotated[
     bool, typer.Option("--csv-safe", help="Quote CSV cells that start with = + - @ so spreadsheets do not run them.")

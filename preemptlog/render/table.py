@@ -281,7 +281,8 @@ def render_table(
         if nv["count_visible"]:
             console.print(text("no preemption events found"))
         else:
-            console.print(text(f"preemptions not visible in this bundle ({nv['reason']}): {nv['remedy']}"))
+            why = nv.get("short") or nv["reason"]  # the summary says what to add (once)
+            console.print(text(f"preemptions not visible in this bundle ({why}): no events to list"))
     if header and folded:
         console.print(
             text(
@@ -303,8 +304,12 @@ def write_table(
     wide: bool = False,
     header: bool = True,
     no_color: bool = False,
+    head: bytes = b"",
+    head_out: BinaryIO | None = None,
+    pager: bool = True,
 ) -> None:
-    """The table to ``out``: paged on a terminal taller than the screen, plain in a pipe."""
+    """The table to ``out``: paged on a terminal taller than the screen (``head`` above it), plain
+    in a pipe."""
     from .pager import page, terminal_size
 
     size = terminal_size(out)
@@ -313,4 +318,4 @@ def write_table(
     data = render_table(
         analysis, width=w, columns=columns, wide=wide, header=header, color=color, unicode=unicode_ok()
     ).encode("utf-8", "replace")
-    page(data, out)
+    page(data, out, head=head, head_out=head_out, pager=pager)

@@ -1,0 +1,216 @@
+"""What a person sees (issue 26): on a terminal the answer first (the headline, which says how
+many and why, and the top change), then the table (paged only when taller than the screen, the
+headline at the top of the paged text), then the rest; a short summary by default (``-v`` the
+full one); every line within the terminal's width (80 in a pipe).
+
+Each run is a real ``preemptlog`` process on a pseudo-terminal of a given size (the window size
+set with TIOCSWINSZ and COLUMNS/LINES), or on pipes. The pager is ``head -n LINES-1``: what
+``less`` shows on its first page, after which the rest of the output follows as it would after
+``q``; the first screen is then the first LINES lines the terminal received.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+from .conftest import FIXTURES, ROOT
+from .test_stock_bundles import STOCK, reading, write
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+SIZES = [(80, 40), (120, 45)]
+MAX_SUMMARY = 12
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PREEMPTLOG_")}
+    e.pop("LC_ALL", None)
+    e.pop("NO_COLOR", None)
+    e |= {"LANG": "C.UTF-8", "PREEMPTLOG_PROGRESS_AFTER": "1000"}
+    return e | (extra or {})
+
+
+def on_terminal(args: list[str], cols: int, rows: int, pager: str | None = None) -> tuple[list[str], int]:
+    """``preemptlog ARGS`` on a cols x rows pseudo-terminal: (the lines it wrote, ANSI styles taken
+    out, exit code)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = _env({"COLUMNS": str(cols), "LINES": str(rows), "TERM": "xterm", "PAGER": pager or f"head -n {rows - 1}"})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "preemptlog", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=ROOT,
+        close_fds=True,
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            p.kill()
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    text = ANSI.sub("", out.decode("utf-8", "replace")).replace("\r\n", "\n")
+    return text.split("\n"), p.wait()
+
+
+def in_pipes(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "preemptlog", *args], capture_output=True, text=True, env=_env(), cwd=ROOT
+    )
+
+
+def words(lines: list[str]) -> str:
+    return " ".join(" ".join(lines).split())
+
+
+def summary_of(path: str, *extra: str) -> dict:
+    p = in_pipes(["analyze", path, "--tz", "UTC", *extra, "-f", "json", "-q"])
+    assert p.returncode in (0, 5), p.stderr
+    return json.loads(p.stdout)["summary"]
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory) -> dict[str, Path]:
+    """Stock vLLM V1 bundles: the log alone (the count not visible) and the log with one /metrics reading."""
+    tmp = tmp_path_factory.mktemp("stock")
+    return {
+        "log": write(tmp / "log", "v08", STOCK),
+        "reading": write(tmp / "reading", "kubectl", STOCK, **{"metrics.prom": reading("10:00:45", 13)}),
+    }
+
+
+def _bundles(stock: dict[str, Path]) -> dict[str, list[str]]:
+    return {
+        "demo": [str(FIXTURES / "demo")],
+        "stock-log": [str(stock["log"]), "--year", "2025"],
+        "stock-reading": [str(stock["reading"]), "--year", "2025"],
+        "guide-demo": [str(FIXTURES / "guide-demo")],  # a table taller than the screen: paged
+    }
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", ["demo", "stock-log", "stock-reading", "guide-demo"])
+def test_first_screen_shows_the_answer_and_no_line_is_wider_than_the_terminal(stock, name, size):
+    cols, rows = size
+    args = _bundles(stock)[name]
+    s = summary_of(*args)
+    lines, code = on_terminal(["analyze", *args, "--tz", "UTC"], cols, rows)
+    assert code in (0, 5), lines
+    assert all(len(ln) <= cols for ln in lines), max(lines, key=len)
+    first = lines[:rows]
+    assert words(first).startswith(" ".join(s["headline"].split()))  # how many and why (the cause), first
+    if s["fixes"]:
+        assert "Top fix: " + s["fixes"][0]["option"] in words(first)
+    else:  # nothing to change: what to add to know more is on the first screen
+        assert "count: not visible" in words(first) and "/metrics" in words(first)
+    # the table follows the answer, and the rest follows the table
+    header = next(i for i, ln in enumerate(lines) if re.match(r"\d+ row\(s\), ", ln))
+    assert words(lines[:header]).startswith(" ".join(s["headline"].split()))
+    rest = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("-v adds:")]
+    assert rest and rest[0] > header
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", ["demo", "stock-log", "stock-reading", "guide-demo"])
+def test_summary_fits_a_screen_without_v_and_v_gives_the_notes(stock, name, size):
+    cols, rows = size
+    args = _bundles(stock)[name]
+    lines, code = on_terminal(["analyze", *args, "--tz", "UTC", "-f", "json", "-o", os.devnull], cols, rows)
+    assert code in (0, 5)
+    summary = [ln for ln in lines if ln.strip()]
+    if any(ln.startswith("Timeline:") for ln in summary):
+        summary = summary[: next(i for i, ln in enumerate(summary) if ln.startswith("Timeline:"))]
+    assert len(summary) <= MAX_SUMMARY, "\n".join(summary)
+    assert all(len(ln) <= cols for ln in lines)
+    full, _ = on_terminal(["analyze", *args, "--tz", "UTC", "-f", "json", "-o", os.devnull, "-v"], cols, rows)
+    assert len(full) > len(lines) and any("assumed " in ln for ln in full)
+    assert all(len(ln) <= cols for ln in full)
+
+
+@pytest.mark.parametrize("name", ["demo", "stock-log", "stock-reading", "guide-demo"])
+def test_in_a_pipe_the_summary_is_wrapped_to_80_at_word_boundaries(stock, name):
+    args = _bundles(stock)[name]
+    p = in_pipes(["analyze", *args, "--tz", "UTC", "-f", "ndjson", "-v"])
+    assert p.returncode in (0, 5), p.stderr
+    lines = p.stderr.splitlines()
+    assert lines and all(len(ln) <= 80 for ln in lines), max(lines, key=len)
+    assert all(ln[:1] != " " or ln.startswith("  ") for ln in lines)  # a hanging indent
+    brief = in_pipes(["analyze", *args, "--tz", "UTC", "-f", "ndjson"]).stderr.splitlines()
+    assert len(brief) <= MAX_SUMMARY, brief
+    # a cut never falls inside a word: every word of the one-line headline is whole in the wrapped lines
+    s = summary_of(*args)
+    assert words(lines).startswith(" ".join(s["headline"].split()))
+
+
+def test_the_paged_text_starts_with_the_headline_and_no_pager_prints_it_all(tmp_path):
+    seen = tmp_path / "paged.txt"
+    pager = f"{sys.executable} -c \"import sys; open({str(seen)!r}, 'w').write(sys.stdin.read())\""
+    demo = str(FIXTURES / "guide-demo")
+    s = summary_of(demo)
+    lines, code = on_terminal(["analyze", demo, "--tz", "UTC"], 80, 40, pager=pager)
+    assert code == 0
+    paged = ANSI.sub("", seen.read_text()).splitlines()
+    assert words(paged[:5]).startswith(" ".join(s["headline"].split()))
+    assert any(ln.startswith("Top fix: ") for ln in paged[:8]) and "vllm.log:140" in words(paged)
+    assert "vllm.log:140" not in words(lines)  # the table went to the pager
+    assert any(ln.lstrip().startswith("-v adds:") for ln in lines)  # the rest after it
+    seen.unlink()
+    lines, code = on_terminal(["analyze", demo, "--tz", "UTC", "--no-pager"], 80, 40, pager=pager)
+    assert code == 0 and not seen.exists()
+    assert words(lines[:5]).startswith(" ".join(s["headline"].split())) and "vllm.log:140" in words(lines)
+
+
+def test_a_filtered_headline_has_the_filtered_figures_only(stock):
+    demo = str(FIXTURES / "guide-demo")
+    p = in_pipes(["analyze", demo, "--tz", "UTC", "--gate", "G3", "-f", "ndjson"])
+    assert p.returncode == 0, p.stderr
+    text = words(p.stderr.splitlines())
+    assert text.startswith("1 preemption")
+    assert "per received request" not in text  # the rate divides by the whole bundle's requests
+    assert "tokens recomputed" not in text  # the cost is the whole bundle's
+    assert "filtered (--gate G3-queue-overflow): 1 of 226 event(s) shown" in text
+
+
+def test_notes_of_one_kind_are_one_line_with_a_count():
+    from preemptlog.render.human import collapse
+
+    notes = [
+        "assumed scrape time (a/metrics-1.prom): the file name (1) from 1 of 1 scrape(s)",
+        "a different note",
+        "assumed scrape time (a/metrics-2.prom): the file name (2) from 1 of 1 scrape(s)",
+        "assumed scrape time (b/metrics-30.prom): the file name (30) from 1 of 1 scrape(s)",
+    ]
+    assert collapse(notes) == [(notes[0], 3), ("a different note", 1)]
+    assert collapse([]) == []
+
+
+def test_wrap_keeps_words_and_gate_names_whole():
+    from preemptlog.render.human import wrap
+
+    text = "G1-kv-space " * 20 + "a/very/long/path/" * 10
+    lines = wrap(text, 40, indent=2)
+    assert all(len(ln) <= 40 for ln in lines)
+    assert all(ln.startswith("    ") for ln in lines[1:]) and lines[0].startswith("  G1")
+    assert sum(ln.count("G1-kv-space") for ln in lines) == 20
