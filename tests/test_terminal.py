@@ -214,3 +214,51 @@ def test_wrap_keeps_words_and_gate_names_whole():
     assert all(len(ln) <= 40 for ln in lines)
     assert all(ln.startswith("    ") for ln in lines[1:]) and lines[0].startswith("  G1")
     assert sum(ln.count("G1-kv-space") for ln in lines) == 20
+
+
+# ------------------------------------------------------------------ ids, verdicts and the legend at any width
+SCRAPES = FIXTURES / "prometheus" / "stock-v1"  # one scrape file per 15 s: ids that differ in the middle
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 140])
+@pytest.mark.parametrize("wide", [False, True])
+def test_table_ids_are_distinct_and_the_verdict_is_never_cut(width, wide):
+    from preemptlog import AnalyzeOptions, analyze
+    from preemptlog.render.table import render_table
+
+    for bundle in (SCRAPES, FIXTURES / "guide-demo"):
+        a = analyze([str(bundle)], AnalyzeOptions(tz="UTC"))
+        lines = render_table(a, width=width, wide=wide).splitlines()
+        assert all(len(ln) <= width for ln in lines), max(lines, key=len)
+        rows = [ln.split() for ln in lines if re.match(r"\d\d:\d\d:\d\d", ln)]
+        ids = [r[1] for r in rows]
+        assert len(set(ids)) == len(ids) == len(rows) > 0  # the id explain takes names one row
+        verdicts = {w for r in rows for w in r if w.startswith("G") and w[1].isdigit()}
+        assert verdicts and not any("…" in v or ".." in v for v in verdicts)  # spelled whole (short or full)
+        assert len({v.split("/")[0].split("-")[0] for v in verdicts}) == len({v.split("/")[0] for v in verdicts})
+
+
+def test_an_id_cut_to_several_events_is_an_error_listing_them():
+    cut = "me…5.prom:35~i*"  # the folded rows of metrics-...475, ...505 and ...535
+    p = in_pipes(["explain", cut, str(SCRAPES), "--tz", "UTC", "-f", "json"])
+    assert p.returncode == 2, p.stderr  # USAGE: give one of them
+    err = p.stderr.strip().splitlines()
+    assert len(err) <= 2 and "ambiguous" in err[0] and "matches 3 events" in err[0]
+    for name in ("metrics-1773482475.prom:35~i*", "metrics-1773482505.prom:35~i*", "metrics-1773482535.prom:35~i*"):
+        assert name in p.stderr
+    one = in_pipes(["explain", "me…75.prom:35~i*", str(SCRAPES), "--tz", "UTC", "-f", "json"])
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout)["event"]["source"].endswith("metrics-1773482475.prom")
+
+
+def test_timeline_legend_has_a_glyph_for_undetermined_and_fits_the_width():
+    from preemptlog.render.timeline import GLYPHS
+
+    glyph, style = GLYPHS["undetermined"]
+    assert glyph != "?" and glyph not in {g for k, (g, _) in GLYPHS.items() if k != "undetermined"}
+    lines, _ = on_terminal(
+        ["analyze", str(FIXTURES / "guide-demo"), "--tz", "UTC", "-f", "json", "-o", os.devnull], 80, 40
+    )
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("Timeline:"))
+    assert all(len(ln) <= 80 for ln in lines[at:])
+    assert "G4-prefix-conflict 21" in words(lines[at:])

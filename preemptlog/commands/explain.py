@@ -212,11 +212,12 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
     if sel.height and not folded:
         bases = sel.get_column("event_id").unique().to_list()
         if len(bases) > 1:
-            raise UsageError(
-                f"event {given!r} is ambiguous: {', '.join(sorted(bases)[:5])}", hint="give more of the path"
-            )
+            raise _ambiguous(given, sorted(bases))
         return bases, None
     if sel.height and folded:
+        runs = sel.select(pl.col("event_id").str.replace(r"~[ri]\d+$", "").alias("run")).get_column("run")
+        if runs.n_unique() > 1:  # a cut id standing for several runs: never the first of them silently
+            raise _ambiguous(given, [f"{r}~{given[-2]}*" for r in runs.unique(maintain_order=True).to_list()])
         ids = sel.get_column("event_id").to_list()
         return [ids[0]], {"given": given, "events": len(ids), "first": ids[0], "last": ids[-1]}
     raise UsageError(
@@ -224,6 +225,17 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
         hint=_did_you_mean(ev, given)
         + "list the ids with: preemptlog analyze PATHS (table) or -f ndjson (column event_id); "
         "folded table rows (~r*, ~i*) stand for ids ending ~r1, ~r2, ...",
+    )
+
+
+def _ambiguous(given: str, candidates: list[str]):
+    """The error for an id that stands for several events: the candidates, so that one can be given."""
+    from ..errors import UsageError
+
+    shown = ", ".join(candidates[:8]) + (f" and {len(candidates) - 8} more" if len(candidates) > 8 else "")
+    return UsageError(
+        f"event {given!r} is ambiguous: it matches {len(candidates)} events: {shown}",
+        hint="give one of them (or more of the id)",
     )
 
 
