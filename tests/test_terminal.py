@@ -262,3 +262,70 @@ def test_timeline_legend_has_a_glyph_for_undetermined_and_fits_the_width():
     at = next(i for i, ln in enumerate(lines) if ln.startswith("Timeline:"))
     assert all(len(ln) <= 80 for ln in lines[at:])
     assert "G4-prefix-conflict 21" in words(lines[at:])
+
+
+# ------------------------------------------------------------------ commands: -q, explain BUNDLE, errors in our words
+LEAVES = [
+    ["analyze"],
+    ["explain"],
+    ["report"],
+    ["whatif"],
+    ["capture"],
+    ["simulate"],
+    ["rules"],
+    ["eval"],
+    ["fleet", "run"],
+    ["fleet", "report"],
+    ["export", "grafana"],
+    ["export", "openmetrics"],
+]
+
+
+def test_every_command_takes_q():
+    from preemptlog.commands import COMMANDS
+
+    assert {c[0] for c in LEAVES} == set(COMMANDS)
+    for cmd in LEAVES:
+        p = in_pipes([*cmd, "--help"])
+        assert p.returncode == 0 and "-q" in p.stdout and "--quiet" in p.stdout, cmd
+    rules = in_pipes(["rules", "--check", "-q", "-f", "json"])
+    assert rules.returncode == 0 and rules.stderr == ""  # the passed count is summary; -q silences it
+
+
+def test_explain_bundle_without_an_id_lists_its_top_events():
+    p = in_pipes(["explain", str(SCRAPES), "--tz", "UTC", "-q"])
+    assert p.returncode == 2 and p.stdout == ""
+    err = p.stderr.splitlines()
+    assert err[0].startswith("preemptlog: error: no EVENT_ID given: the top 4 of 4 event row(s)")
+    assert "give the bundle" not in p.stderr  # it was given
+    ids = [ln.split()[0] for ln in err[1:]]
+    assert ids[0] == "stock-v1/metrics-1773482505.prom:35~i*"  # the row holding most events first
+    ok = in_pipes(["explain", ids[0], str(SCRAPES), "--tz", "UTC", "-f", "json", "-q"])
+    assert ok.returncode == 0 and json.loads(ok.stdout)["event"]["source"].endswith("1773482505.prom")
+
+
+def test_a_missing_log_names_its_compressed_or_rotated_siblings(tmp_path):
+    for name in ("x.log.1", "x.log.2.gz", "y.log", "unrelated.log"):
+        (tmp_path / name).write_text("")
+    p = in_pipes(["analyze", str(tmp_path / "x.log")])
+    assert p.returncode == 3 and len(p.stderr.strip().splitlines()) == 1
+    assert f"did you mean {tmp_path / 'x.log.1'}, {tmp_path / 'x.log.2.gz'}?" in p.stderr
+    gz = in_pipes(["analyze", str(tmp_path / "y.log.gz")])
+    assert f"did you mean {tmp_path / 'y.log'}?" in gz.stderr
+    none = in_pipes(["analyze", str(tmp_path / "z.log")])
+    assert none.returncode == 3 and "did you mean" not in none.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["analyze", "x.log", "-f", "xml"], "--format: 'xml' is not one of"),
+        (["analyze", "x.log", "--before", "abc"], "--before: not a valid number"),
+        (["explain", "x:1", "x.log", "--limit", "-1"], "--limit: should be greater than or equal to 0"),
+    ],
+)
+def test_command_line_errors_are_one_line_in_the_tool_words(args, said):
+    p = in_pipes(args)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and said in p.stderr, p.stderr
+    assert "Value error" not in p.stderr and "Invalid value for" not in p.stderr and "Input should" not in p.stderr

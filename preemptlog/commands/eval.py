@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, RulesOpt, SetOpt
+from .common import DebugOpt, QuietOpt, RulesOpt, SetOpt
 from .runner import guarded
 
 
@@ -26,6 +26,8 @@ def eval_command(
     rules: RulesOpt = None,
     set_: SetOpt = None,
     format: Annotated[EvalFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    # eval writes nothing on stderr but its errors: -q is accepted like every command's
+    quiet: QuietOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Score gate verdicts and event counts against simulated bundles (truth.jsonl).

@@ -19,8 +19,10 @@ from .common import (
     LookbackOpt,
     MinConfidenceOpt,
     NoColorOpt,
+    NoPagerOpt,
     OffsetOpt,
     OutputOpt,
+    QuietOpt,
     RequestOpt,
     RulesOpt,
     SetOpt,
@@ -97,6 +99,8 @@ def explain(
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
+    quiet: QuietOpt = False,
+    no_pager: NoPagerOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -130,8 +134,12 @@ def explain(
             ident, inputs = None, [ident] + inputs  # `explain --request R bundle/`: the first argument is a path
         if ident is None and not request:
             raise UsageError("give an EVENT_ID or --request ID", hint="list the ids with: preemptlog analyze PATHS")
+        if not inputs and ident is not None and not request and (ident == "-" or os.path.exists(ident)):
+            ident, inputs = None, [ident]  # `explain BUNDLE`: the bundle's top events, to pick one
         if not inputs:
-            raise UsageError("give the bundle or log PATH the event comes from")
+            raise UsageError(
+                f"give the bundle or log PATH the event {ident!r} comes from", hint=f"preemptlog explain {ident} PATH"
+            )
         overrides, filters = filters_from(
             kind=kind, since=since, until=until, gate=gate, request=None, min_confidence=min_confidence
         )
@@ -151,8 +159,10 @@ def explain(
             )
             from .runner import progress
 
-            with progress(False, no_color):
+            with progress(quiet, no_color):
                 result = run(inputs, options, workspace=ws)
+            if ident is None and not request:
+                return _top_events(apply_filters(result, filters), inputs)
             ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
             docs = [build(result, i, before, after, all_rows=all_rows, limit=limit) for i in ids]
             if run_note:
@@ -174,10 +184,41 @@ def explain(
                                 row = {"event_id": d["event"]["event_id"], **row}
                             out.write(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
                 else:
-                    write_table(docs, out, no_color=no_color)
+                    write_table(docs, out, no_color=no_color, pager=not no_pager)
         return ExitCode.PARTIAL if result.partial else ExitCode.OK
 
     guarded(debug, body)
+
+
+TOP_EVENTS = 10
+
+
+def _top_events(analysis, inputs: list[str]) -> int:
+    """``explain BUNDLE`` without an id: the bundle's top events (the table's rows holding the most
+    events, then the earliest), each with the id to give, on stderr; exit 2 (an id is needed)."""
+    import shlex
+    import sys
+
+    from ..render.safe import neutralise
+    from ..render.table import display_rows
+
+    rows = display_rows(analysis)
+    where = " ".join(shlex.quote(p) for p in inputs)
+    if not rows.height:
+        sys.stderr.write(f"preemptlog: error: no EVENT_ID given, and {neutralise(where)} holds no preemption event\n")
+        return ExitCode.USAGE
+    top = rows.sort(["count", "time"], descending=[True, False], nulls_last=True).head(TOP_EVENTS)
+    lines = [
+        f"preemptlog: error: no EVENT_ID given: the top {top.height} of {rows.height} event row(s) of "
+        f"{neutralise(where)}; explain one with: preemptlog explain ID {neutralise(where)}"
+    ]
+    for r in top.iter_rows(named=True):
+        verdict = (r["gate"] or "-") + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
+        n = f"{r['count']} events, " if r["count"] > 1 else ""
+        when = r["time"].isoformat(timespec="seconds") if r["time"] is not None else "no time"
+        lines.append(f"  {neutralise(r['event_id'])}  ({n}{when}; {verdict}, {r['confidence'] or '-'})")
+    sys.stderr.write("\n".join(lines) + "\n")
+    return ExitCode.USAGE
 
 
 def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[str], dict | None]:
@@ -345,7 +386,7 @@ def build(
     }
 
 
-def write_table(docs: list[dict], out, *, no_color: bool = False) -> None:
+def write_table(docs: list[dict], out, *, no_color: bool = False, pager: bool = True) -> None:
     import io
     import os
 
@@ -374,7 +415,7 @@ def write_table(docs: list[dict], out, *, no_color: bool = False) -> None:
     data = buf.getvalue()
     if not unicode_ok():
         data = ascii_text(data)
-    page(data.encode("utf-8", "replace"), out)
+    page(data.encode("utf-8", "replace"), out, pager=pager)
 
 
 def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
