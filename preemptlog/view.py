@@ -130,9 +130,11 @@ def split_kind_option(items: list[str] | None) -> tuple[list[str], list[str]]:
 
 
 def _gate(value: str) -> str:
-    v = value.strip()
+    """A gate as any output spells it: the id (``G1-kv-space``), the table's short form (``G1-kv``,
+    ``G1``: the id cut at a hyphen) or the summary's words (``G1 KV space``)."""
+    v = "-".join(value.strip().lower().split())
     for g in GATES:
-        if v.lower() in (g.lower(), g.split("-")[0].lower()):
+        if v and (v == g.lower() or g.lower().startswith(v + "-")):
             return g
     raise UsageError(f"--gate {value!r} is not a gate", hint="one of " + ", ".join(GATES) + " (or G1..G4)")
 

@@ -329,3 +329,44 @@ def test_command_line_errors_are_one_line_in_the_tool_words(args, said):
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and said in p.stderr, p.stderr
     assert "Value error" not in p.stderr and "Invalid value for" not in p.stderr and "Input should" not in p.stderr
+
+
+# ------------------------------------------------------------------ words
+def test_guide_only_factors_only_on_the_guides_evidence():
+    from preemptlog import AnalyzeOptions, analyze
+
+    def factors(path: Path) -> set[str]:
+        v = analyze([str(path)], AnalyzeOptions(tz="UTC")).verdicts
+        return {f["factor"] for fs in v.get_column("contributing_factors").to_list() for f in fs or []}
+
+    assert "effective-budget" not in factors(FIXTURES / "demo")  # stock vLLM: the budget is what it says
+    assert "effective-budget" in factors(FIXTURES / "guide-demo")  # the guide's patched scheduler
+
+
+def test_explain_says_missing_evidence_in_words_and_never_at_at():
+    p = in_pipes(["explain", "vllm.log:9799", str(FIXTURES / "guide-demo"), "--tz", "UTC", "-f", "table"])
+    assert p.returncode == 0, p.stderr
+    assert " at at " not in p.stdout and "fired G1-kv-space" in p.stdout
+    for ln in p.stdout.splitlines():
+        if "not evaluable:" in ln:
+            assert not re.search(r"\b[a-z]+_[a-z_]+\b", ln.split("(needs")[0]), ln  # no column names as prose
+    from preemptlog.joiner.schema import evidence_words
+
+    assert evidence_words(["bt_preempt_waiting", "sched_pending"]) == (
+        "waiting requests at the decision; that step's pending requests"
+    )
+
+
+def test_the_guide_is_introduced_once_where_its_words_are_used():
+    guide = in_pipes(["analyze", str(FIXTURES / "guide-demo"), "--tz", "UTC", "-f", "ndjson", "-v"]).stderr
+    assert words(guide.splitlines()).count("the guide: the field guide") == 1
+    stock = in_pipes(["analyze", str(FIXTURES / "demo"), "--tz", "UTC", "-f", "ndjson", "-v"]).stderr
+    assert "field guide" not in stock or "the guide: the field guide" in words(stock.splitlines())
+
+
+def test_gates_spelled_one_way_per_width_and_gate_takes_every_spelling():
+    p = in_pipes(["analyze", str(FIXTURES / "demo"), "--tz", "UTC", "-f", "ndjson"])
+    assert "G1-kv-space" in p.stderr  # the gate is named in a pipe (the headline says vLLM's words)
+    for spelling in ("G1", "G1-kv", "G1-kv-space", "G1 KV space", "g1-KV"):
+        r = in_pipes(["analyze", str(FIXTURES / "guide-demo"), "--tz", "UTC", "-f", "csv", "-q", "--gate", spelling])
+        assert r.returncode == 0 and r.stdout.count("\n") == 161, spelling  # header + 160 G1 events

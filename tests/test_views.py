@@ -512,7 +512,7 @@ def test_table_is_readable_on_a_terminal(cols):
     else:
         assert first[2] == "chatcmpl-fc8ef4388c448e97757734696953c40b"
     assert "226 row(s), 226 event(s); 2026-11-29 (UTC); files under guide-demo/" in out
-    gate = "G1-kv-space/fragmentation" if cols >= 110 else "G1/fragmentation"
+    gate = "G1-kv-space/fragmentation" if cols >= 110 else "G1-kv/fragmentation"
     assert any(gate in r for r in rows)
 
 

@@ -444,11 +444,10 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
     for d in doc.get("decided_by") or []:
         sub = f" / {d['sub_kind']}" if d.get("sub_kind") else ""
         model = "" if d.get("verdict_eligible") else " (on the guide's model only)"
+        where = str(d["where"])
+        where = where if where.startswith(("at ", "in ", "before ", "after ")) else f"at {where}"
         console.print(
-            text(
-                f"  fired {d['gate']}{sub}{model}: rule {d['rule']} at {d['where']}; "
-                f"lines {', '.join(d['lines']) or '-'}"
-            )
+            text(f"  fired {d['gate']}{sub}{model}: rule {d['rule']} {where}; lines {', '.join(d['lines']) or '-'}")
         )
     ev = Table(title=text("evidence"), header_style="bold", box=style)
     for name in ("name", "value", "status", "from"):
@@ -513,8 +512,10 @@ def print_verdict(console, v: dict, *, box_style=None) -> None:
             t.add_row(text(c["name"]), text(c["value"]), text(c.get("threshold") or ""), text(c.get("src") or "-"))
         console.print(t)
     for ne in v.get("not_evaluable") or []:
-        missing = ", ".join(ne.get("missing") or []) or "its evidence"
-        console.print(text(f"  not evaluable: {ne['gate']}: no {missing} (needs {ne['needs']})"))
+        from ..joiner.schema import evidence_words
+
+        missing = evidence_words(ne.get("missing") or []) or "its evidence"
+        console.print(text(f"  not evaluable: {ne['gate']}: the bundle has no {missing} (needs {ne['needs']})"))
     for f in v.get("contributing_factors") or []:
         src = f" [{f['src']}]" if f.get("src") else ""
         console.print(text(f"  factor {f['factor']}: {f['detail']}{src}"))

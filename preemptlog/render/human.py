@@ -109,8 +109,9 @@ def fix_brief(x: dict[str, Any]) -> str:
     return what + (f": {tail}" if tail else "")
 
 
-def _count_line(s: dict[str, Any]) -> str:
-    """Where the count comes from: the events by kind, and the sources the reconciled count is made of."""
+def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
+    """Where the count comes from: the events by kind (and their ``gates`` when the headline does not
+    name them), and the sources the reconciled count is made of."""
     from ..sglang.summary import noun
 
     if not s["count_visible"]:
@@ -121,7 +122,9 @@ def _count_line(s: dict[str, Any]) -> str:
         )
     k = s["by_kind"]
     parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker", "record") if k[name]]
-    detail = f" ({', '.join(parts)})" if parts else ""
+    if gates:
+        parts.append(gates)
+    detail = f" ({'; '.join(parts)})" if parts else ""
     line = f"{s['events']} {noun(s.get('engine_kinds') or {}, 1)} event(s){detail}"
     f = s.get("filters")
     if f:
@@ -134,21 +137,21 @@ def _count_line(s: dict[str, Any]) -> str:
 
 
 def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
-    """What -v adds, counted: ``-v adds: 3 other changes, 5 notes, ...``."""
+    """What -v adds, counted and short: ``-v adds: 3 changes, 2 to know more, 5 notes, ...``."""
     items = []
     fixes = (s.get("fixes") or [])[1:]
     if fixes:
-        items.append(f"{len(fixes)} other change(s)")
+        items.append(f"{len(fixes)} more change(s)")
     if s.get("to_know_more"):
-        items.append(f"{len(s['to_know_more'])} thing(s) to add to know more")
+        items.append(f"{len(s['to_know_more'])} to know more")
     piv = s.get("pressure_intervals") or []
     if piv:
-        items.append(f"{len(piv)} pressure interval(s)")
+        items.append(f"{len(piv)} pressure span(s)")
     if s.get("requests_preempted_more_than_once"):
-        items.append("the requests preempted more than once")
+        items.append("repeats")
     rec = s.get("reconciliation") or {}
     if rec.get("sources"):
-        items.append("the count per source")
+        items.append("count per source")
     if s.get("assumptions"):
         items.append(f"{len(s['assumptions'])} assumption(s)")
     notes = collapse(list(s.get("notes") or []))
@@ -189,7 +192,7 @@ def summary_lines(
             f"filtered ({f['text']}): {f['kept']} of {f['total']} event(s) shown; the cost, the count per source "
             "and the notes are the whole bundle's (-v)"
         )
-    put(_count_line(s))
+    put(_count_line(s, _gates_line(s, head)))
     warnings = collapse(list(s["warnings"]))
     shown = warnings if verbose else warnings[:MAX_WARNINGS]
     if not verbose:
@@ -264,7 +267,38 @@ def summary_lines(
         put(f"note: {_times(note, n)}", lead=("note:", "yellow"))
     for w, n in shown:
         put(f"warning: {_times(w, n)}", lead=("warning:", "red"))
+    said = " ".join(t.plain for t in head + rest)
+    if "guide" in said or "debug hook" in said or "debug-hook" in said:
+        put(GUIDE, style="dim")  # introduced once, where the words are used
     return head, rest
+
+
+GUIDE = (
+    "the guide: the field guide to vLLM preemptions, whose four gates (G1 KV space, G2 batch variance, G3 "
+    "queue overflow, G4 prefix conflict) preemptlog's rules encode; its patched scheduler prints the "
+    "debug-hook lines ([SCHEDULER], [BATCH]) its gates are judged on. Upstream vLLM preempts only when a "
+    "KV-block allocation fails (G1)."
+)
+
+
+def _gates_line(s: dict[str, Any], head: list[Text]) -> str | None:
+    """``G1-kv-space 242 (capacity 242)``: the gates by their ids (the table's and
+    ``--gate``'s), when the headline does not already give them."""
+    from ..summary import GATE_WORDS
+
+    by_gate = {g: n for g, n in (s.get("by_gate") or {}).items() if n}
+    said = " ".join(t.plain for t in head)
+    if not by_gate or any(f"{g.split('-')[0]} {GATE_WORDS.get(g, g)}" in " ".join(said.split()) for g in by_gate):
+        return None
+    subs = s.get("g1_sub_kinds") or {}
+    parts = []
+    for g, n in sorted(by_gate.items(), key=lambda gn: (-gn[1], gn[0])):
+        part = f"{g} {n}"
+        top = sorted(((v, k) for k, v in subs.items() if k != "None"), reverse=True) if g == "G1-kv-space" else []
+        if top:
+            part += " (" + ", ".join(f"{k} {v}" for v, k in top) + ")"
+        parts.append(part)
+    return ", ".join(parts)
 
 
 def summary_width(console: Console) -> int:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..joiner.schema import evidence_words
 from .escape import e
 from .figure import GATE_COLORS, GATE_ORDER, gate_color
 from .series import ESTIMATED_KINDS, UNDETERMINED
@@ -509,9 +510,10 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
     if ne:
         out.append("<h3>Not evaluable</h3><ul>")
         for x in ne:
-            missing = ", ".join(x.get("missing") or []) or "its evidence"
+            missing = evidence_words(x.get("missing") or []) or "its evidence"
             out.append(
-                f'<li>{e(x.get("gate"))}: no {e(missing)} <span class="muted">(needs {e(x.get("needs"))})</span></li>'
+                f"<li>{e(x.get('gate'))}: the bundle has no {e(missing)} "
+                f'<span class="muted">(needs {e(x.get("needs"))})</span></li>'
             )
         out.append("</ul>")
     if factor_counts is not None:  # noqa: SIM102 - "the count is known" apart from "it is non-zero"
