@@ -135,7 +135,8 @@ def explain(
         if ident is None and not request:
             raise UsageError("give an EVENT_ID or --request ID", hint="list the ids with: preemptlog analyze PATHS")
         if not inputs and ident is not None and not request and (ident == "-" or os.path.exists(ident)):
-            ident, inputs = None, [ident]  # `explain BUNDLE`: the bundle's top events, to pick one
+            inputs = [ident]  # `explain BUNDLE`: the bundle's top events, to pick one
+            ident = None
         if not inputs:
             raise UsageError(
                 f"give the bundle or log PATH the event {ident!r} comes from", hint=f"preemptlog explain {ident} PATH"
