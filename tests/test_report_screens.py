@@ -17,8 +17,6 @@ import pytest
 from .conftest import FIXTURES
 from .test_report import _chromium, _probe, _report
 
-pytestmark = pytest.mark.slow  # a browser per screen
-
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
 SCREENS = [(1400, 900), (390, 844)]
 
@@ -82,6 +80,7 @@ def _screen(page: Path, tmp: Path, width: int, height: int) -> tuple[dict, Path]
     return p, shot
 
 
+@pytest.mark.slow  # a browser per screen
 @pytest.mark.parametrize("screen", SCREENS, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("name", ["guide-demo", "demo", "stock"])
 def test_report_screens(browser, reports, tmp_path, name, screen):
@@ -98,3 +97,21 @@ def test_report_screens(browser, reports, tmp_path, name, screen):
         assert p["headline"].startswith("Preemptions: not visible")
         assert not any(t.strip().replace(".", "").isdigit() for t in p["tiles"][:2]), p  # no count as a number
         assert any("pressure span" in t for t in p["tiles"]), p
+
+
+def test_events_that_would_overlap_are_counted_per_bin():
+    """160 G1 events in 27 s would be drawn as a handful of markers on each other: bins count them
+    (the 27-per-second peak shows); a sparse incident keeps one marker per event."""
+    from preemptlog import AnalyzeOptions, analyze
+    from preemptlog.report.series import plot_data
+
+    dense = analyze([str(FIXTURES / "guide-demo")], AnalyzeOptions(tz="UTC"))
+    d = plot_data(dense)
+    assert d.markers is None and d.bins is not None and d.bin_seconds == 1
+    assert int(d.bins.get_column("count").sum()) == dense.events.height
+    import polars as pl
+
+    per_second = d.bins.group_by("time").agg(pl.col("count").sum()).get_column("count").max()
+    assert per_second >= 20
+    sparse = plot_data(analyze([str(FIXTURES / "prometheus" / "stock-v1")], AnalyzeOptions(tz="UTC")))
+    assert sparse.markers is not None and sparse.markers.height == 25

@@ -193,7 +193,7 @@ def _legend() -> str:
     return (
         f'<p class="legend muted">Markers by gate: {gates}. Filled markers are events with a line of their own '
         "(logged ●, marker ◆, record ■); open markers are reconstructed (○) or interval (△) events, whose time "
-        "is an estimate within an interval. With many events, bars count events per time bin (hatched: estimated "
+        "is an estimate within an interval. When markers would overlap, bars count events per time bin (hatched: estimated "
         "times). Shaded: suspected KV pressure intervals; dotted line: the KV ceiling. Drag to zoom the time axis "
         "of every panel, double-click to reset; hover shows every panel at that time.</p>"
     )
