@@ -370,3 +370,20 @@ def test_gates_spelled_one_way_per_width_and_gate_takes_every_spelling():
     for spelling in ("G1", "G1-kv", "G1-kv-space", "G1 KV space", "g1-KV"):
         r = in_pipes(["analyze", str(FIXTURES / "guide-demo"), "--tz", "UTC", "-f", "csv", "-q", "--gate", spelling])
         assert r.returncode == 0 and r.stdout.count("\n") == 161, spelling  # header + 160 G1 events
+
+
+def test_gate_names_complete_in_the_shell():
+    from preemptlog.commands.common import GATE_NAMES
+    from preemptlog.view import GATES
+
+    assert tuple(GATES) == GATE_NAMES  # the CLI's copy (no polars at --help) is the gates' list
+    env = _env(
+        {"_PREEMPTLOG_COMPLETE": "complete_bash", "COMP_WORDS": "preemptlog analyze x --gate G", "COMP_CWORD": "4"}
+    )
+    script = str(Path(sys.executable).parent / "preemptlog")  # completion answers to the program's own name
+    p = subprocess.run([script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.stdout.split() == list(GATE_NAMES[:4])
+    env["COMP_WORDS"] = "preemptlog explain --gate u"
+    env["COMP_CWORD"] = "3"
+    p = subprocess.run([script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.stdout.split() == ["undetermined"]

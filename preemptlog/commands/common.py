@@ -197,10 +197,21 @@ SinceOpt = Annotated[
 UntilOpt = Annotated[
     str | None, typer.Option("--until", metavar="TIME", help="Only events at or before TIME (as --since).")
 ]
+GATE_NAMES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined")
+
+
+def complete_gate(incomplete: str) -> list[str]:
+    """Shell completion of --gate: the gate ids starting with what was typed (G1 gives G1-kv-space)."""
+    return [g for g in GATE_NAMES if g.lower().startswith(incomplete.lower())]
+
+
 GateOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--gate", metavar="GATE", help="Only events of this gate (G1-kv-space or G1, ..., undetermined). Repeatable."
+        "--gate",
+        metavar="GATE",
+        help="Only events of this gate (G1-kv-space, G1-kv or G1, ..., undetermined). Repeatable.",
+        autocompletion=complete_gate,
     ),
 ]
 RequestOpt = Annotated[
