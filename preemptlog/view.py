@@ -123,7 +123,7 @@ def split_kind_option(items: list[str] | None) -> tuple[list[str], list[str]]:
         if k not in EVENT_KINDS:
             raise UsageError(
                 f"--kind expects FILE=KIND or an event kind, got {item!r}",
-                hint="event kinds: " + ", ".join(EVENT_KINDS) + "; e.g. --kind dmon.txt=dmon to force a file's kind",
+                hint="event kinds: " + ", ".join(EVENT_KINDS) + "; --file-kind dmon.txt=dmon forces a file's kind",
             )
         kinds.append(k)
     return overrides, kinds

@@ -387,3 +387,15 @@ def test_gate_names_complete_in_the_shell():
     env["COMP_CWORD"] = "3"
     p = subprocess.run([script], capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.stdout.split() == ["undetermined"]
+
+
+def test_file_kind_forces_a_file_and_kind_filters_events():
+    demo = str(FIXTURES / "demo")
+    new = in_pipes(["analyze", demo, "--tz", "UTC", "--file-kind", "demo/NOTES.md=vllm-log", "-f", "csv", "-q"])
+    old = in_pipes(["analyze", demo, "--tz", "UTC", "--kind", "demo/NOTES.md=vllm-log", "-f", "csv", "-q"])
+    assert new.returncode == old.returncode and new.stdout == old.stdout  # the old spelling still works ...
+    assert new.stderr == "" and old.stderr.strip() == (  # ... with a one-line note
+        "preemptlog: note: --kind FILE=KIND is --file-kind FILE=KIND now (the old spelling works)"
+    )
+    bad = in_pipes(["analyze", demo, "--file-kind", "interval"])
+    assert bad.returncode == 2 and "--file-kind expects FILE=KIND" in bad.stderr

@@ -586,7 +586,8 @@ def test_ascii_under_the_c_locale():
 def test_help_names_what_each_option_wants():
     r = invoke("analyze", "--help", env={"COLUMNS": "200"})
     for text in (
-        "--kind FILE=KIND",
+        "--file-kind FILE=KIND",
+        "--kind KIND",
         "--offset SOURCE=DURATION",
         "-o, --output FILE",
         "PATH",

@@ -15,6 +15,7 @@ from .common import (
     CsvSafeOpt,
     DebugOpt,
     FailOnOpt,
+    FileKindOpt,
     FormatOpt,
     GateOpt,
     KindOpt,
@@ -63,6 +64,7 @@ def analyze(
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
+    file_kind: FileKindOpt = None,
     offset: OffsetOpt = None,
     before: BeforeOpt = 10.0,
     after: AfterOpt = 2.0,
@@ -132,7 +134,13 @@ def analyze(
         imports_done()
         conditions = failon.parse(fail_on)
         overrides, filters = filters_from(
-            kind=kind, since=since, until=until, gate=gate, request=request, min_confidence=min_confidence
+            file_kind=file_kind,
+            kind=kind,
+            since=since,
+            until=until,
+            gate=gate,
+            request=request,
+            min_confidence=min_confidence,
         )
         wanted = parse_columns(columns)
         fmt = format or default_format(output)

@@ -86,9 +86,17 @@ KindOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--kind",
-        metavar="FILE=KIND|KIND",
-        help="FILE=KIND forces a file's kind (e.g. dmon.txt=dmon); a bare event kind (logged, reconstructed, "
-        "interval, marker, record) shows only those events. Repeatable.",
+        metavar="KIND",
+        help="Only events of this kind (logged, reconstructed, interval, marker, record). Repeatable. "
+        "(FILE=KIND still forces a file's kind, with a note: that is --file-kind now.)",
+    ),
+]
+FileKindOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--file-kind",
+        metavar="FILE=KIND",
+        help="Force a file's kind (e.g. dmon.txt=dmon, notes.md=vllm-log) instead of sniffing it. Repeatable.",
     ),
 ]
 FailOnOpt = Annotated[
@@ -223,11 +231,22 @@ MinConfidenceOpt = Annotated[
 ]
 
 
-def filters_from(*, kind, since, until, gate, request, min_confidence):
-    """(--kind file overrides, the event Filters) from the shared filter options."""
+def filters_from(*, kind, since, until, gate, request, min_confidence, file_kind=None):
+    """(file kind overrides, the event Filters) from the shared filter options: ``--file-kind FILE=KIND``
+    forces a file's kind, ``--kind KIND`` filters events; ``--kind FILE=KIND`` (the old spelling)
+    still forces one, with a one-line note."""
+    import sys
+
+    from ..errors import UsageError
     from ..view import make_filters, split_kind_option
 
     overrides, kinds = split_kind_option(kind)
+    if overrides:
+        sys.stderr.write("preemptlog: note: --kind FILE=KIND is --file-kind FILE=KIND now (the old spelling works)\n")
+    for item in file_kind or []:
+        if "=" not in item:
+            raise UsageError(f"--file-kind expects FILE=KIND, got {item!r}", hint="e.g. --file-kind dmon.txt=dmon")
+        overrides.append(item)
     return overrides, make_filters(
         since=since, until=until, gate=gate, request=request, kinds=kinds, min_confidence=min_confidence
     )

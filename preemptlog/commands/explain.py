@@ -14,6 +14,7 @@ from .common import (
     AfterOpt,
     BeforeOpt,
     DebugOpt,
+    FileKindOpt,
     GateOpt,
     KindOpt,
     LookbackOpt,
@@ -99,6 +100,7 @@ def explain(
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
+    file_kind: FileKindOpt = None,
     quiet: QuietOpt = False,
     no_pager: NoPagerOpt = False,
     no_color: NoColorOpt = False,
@@ -142,7 +144,13 @@ def explain(
                 f"give the bundle or log PATH the event {ident!r} comes from", hint=f"preemptlog explain {ident} PATH"
             )
         overrides, filters = filters_from(
-            kind=kind, since=since, until=until, gate=gate, request=None, min_confidence=min_confidence
+            file_kind=file_kind,
+            kind=kind,
+            since=since,
+            until=until,
+            gate=gate,
+            request=None,
+            min_confidence=min_confidence,
         )
         fmt = format or (ExplainFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ExplainFormat.json)
         with Workspace() as ws:

@@ -256,7 +256,7 @@ def summary_lines(
         more = f" and {len(docs) - 8} more" if len(docs) > 8 else ""
         put(
             f"not read: {', '.join(docs[:8])}{more} (a document, not a log: the lines it quotes add no events; "
-            "--kind FILE=vllm-log reads one)"
+            "--file-kind FILE=vllm-log reads one)"
         )
     unknown = [x for x in s["inputs"] if x["kind"] in ("unknown", "binary", "empty", "unreadable")]
     if unknown:
