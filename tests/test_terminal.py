@@ -399,3 +399,16 @@ def test_file_kind_forces_a_file_and_kind_filters_events():
     )
     bad = in_pipes(["analyze", demo, "--file-kind", "interval"])
     assert bad.returncode == 2 and "--file-kind expects FILE=KIND" in bad.stderr
+
+
+def test_threshold_is_the_rules_option_and_set_still_works_with_a_note():
+    new = in_pipes(["rules", "--threshold", "kv_ceiling=91", "-f", "json"])
+    old = in_pipes(["rules", "--set", "kv_ceiling=91", "-f", "json"])
+    assert new.returncode == old.returncode == 0 and new.stdout == old.stdout
+    kv = next(t for t in json.loads(new.stdout)["thresholds"] if t["name"] == "kv_ceiling")
+    assert kv["value"] == 91.0
+    assert new.stderr == "" and old.stderr.strip() == (
+        "preemptlog: note: a rules threshold is --threshold NAME=VALUE now (--set still works)"
+    )
+    a = in_pipes(["analyze", str(FIXTURES / "demo"), "--tz", "UTC", "--threshold", "kv_ceiling=90", "-f", "csv", "-q"])
+    assert a.returncode == 0 and a.stderr == ""

@@ -108,7 +108,7 @@ def analyze(
     Each event gets a verdict: the gate (G1-kv-space, G2-batch-variance,
     G3-queue-overflow, G4-prefix-conflict or undetermined), the evidence cited
     with file:line, contributing factors and the changes to make, computed from
-    the incident (--rules, --set; `preemptlog rules`). On a stock upstream log
+    the incident (--rules, --threshold; `preemptlog rules`). On a stock upstream log
     vLLM's own code settles the gate (G1 KV space: V1 preempts only when a
     KV-block allocation fails), and the guide's other gates are "not in
     upstream vLLM"; on the field guide's patched scheduler the four gates are

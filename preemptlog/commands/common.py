@@ -173,12 +173,24 @@ RulesOpt = Annotated[
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
+        "--threshold",
         "--set",
         metavar="NAME=VALUE",
         help="Override a rules threshold (kv_ceiling=90, queue_cap=128, ...) or switch a rule "
-        "(G2-batch-variance-dynamic.enabled=true). Repeatable.",
+        "(G2-batch-variance-dynamic.enabled=true). Repeatable. (--set, the old spelling, still works, with a "
+        "note: in whatif --set is a vLLM setting.)",
     ),
 ]
+
+
+def note_old_set(values: list[str] | None) -> None:
+    """One line when the rules threshold was given with the old spelling ``--set`` (it means a vLLM
+    setting in ``whatif``): the option is ``--threshold`` now."""
+    import sys
+
+    if values and any(a == "--set" or a.startswith("--set=") for a in sys.argv[1:]):
+        sys.stderr.write("preemptlog: note: a rules threshold is --threshold NAME=VALUE now (--set still works)\n")
+
 
 ColumnsOpt = Annotated[
     str | None,
@@ -298,6 +310,8 @@ def analyze_options(
 ):
     """The shared analysis options of analyze / explain / report, as the library takes them."""
     from ..analysis import AnalyzeOptions
+
+    note_old_set(set_)
 
     return AnalyzeOptions(
         year=year,

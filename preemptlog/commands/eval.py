@@ -49,7 +49,9 @@ def eval_command(
         import sys
 
         from ..evaluate import PREDICTED, aggregate, score_bundle
+        from .common import note_old_set
 
+        note_old_set(set_)
         scores = [score_bundle(b, rules_files=list(rules or []), sets=list(set_ or [])) for b in bundles]
         total = aggregate(scores)
         fmt = format or (EvalFormat.table if sys.stdout.isatty() else EvalFormat.json)

@@ -39,7 +39,7 @@ def rules_command(
     \b
     Examples:
       preemptlog rules
-      preemptlog rules --rules ours.toml --set kv_ceiling=90 --check
+      preemptlog rules --rules ours.toml --threshold kv_ceiling=90 --check
       preemptlog rules --evidence
       preemptlog rules -f json | jq '.thresholds'
 
@@ -60,7 +60,9 @@ def rules_command(
         from ..rules import load_rules
         from ..rules.model import known_names
         from ..rules.samples import run_samples
+        from .common import note_old_set
 
+        note_old_set(set_)
         rs = load_rules(list(rules or []), list(set_ or []))
         fmt = format or (RulesFormat.table if sys.stdout.isatty() else RulesFormat.json)
         doc = rs.describe()
