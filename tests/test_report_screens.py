@@ -115,3 +115,22 @@ def test_events_that_would_overlap_are_counted_per_bin():
     assert per_second >= 20
     sparse = plot_data(analyze([str(FIXTURES / "prometheus" / "stock-v1")], AnalyzeOptions(tz="UTC")))
     assert sparse.markers is not None and sparse.markers.height == 25
+
+
+def test_colours_do_not_repeat_across_panels():
+    """A line of one panel never takes a gate's colour, nor another metric's."""
+    from preemptlog import AnalyzeOptions, analyze
+    from preemptlog.report.figure import GATE_COLORS, METRIC_COLORS, build_figure
+    from preemptlog.report.series import plot_data
+
+    assert len(set(METRIC_COLORS.values())) == len(METRIC_COLORS)
+    assert not set(METRIC_COLORS.values()) & set(GATE_COLORS.values())
+    fig = build_figure(plot_data(analyze([str(FIXTURES / "guide-demo")], AnalyzeOptions(tz="UTC"))))
+    lines: dict[str, set[str]] = {}
+    for t in fig.data:
+        if t.type == "scatter" and t.mode == "lines":
+            lines.setdefault(t.line.color, set()).add(t.legendgroup)
+    assert lines and not set(lines) & set(GATE_COLORS.values())
+    # one colour, one thing: a metric of an engine, or one GPU (the same in its FB and SM panels)
+    assert all(len(groups) == 1 for groups in lines.values()), lines
+    assert len(lines) >= 8
