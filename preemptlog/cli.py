@@ -119,6 +119,18 @@ def _commands_for(argv: Sequence[str]) -> Sequence[str]:
     return COMMANDS
 
 
+def own_words(message: str) -> str:
+    """A command-line error in the tool's words: ``--format: 'xml' is not one of ...``, not click's
+    ``Invalid value for '--format' / '-f': Value error, ...`` (pydantic's prefix, click's framing)."""
+    import re
+
+    message = re.sub(r"\b(?:Value|Type|Assertion) error, ", "", message)
+    message = re.sub(r"^Invalid value for '([^']+)'(?: / '[^']+')*: ", r"\1: ", message)
+    message = re.sub(r"Input should be a valid (\w+)(?:, [^.]*)?", r"not a valid \1", message)
+    message = re.sub(r"Input should be ", "should be ", message)
+    return message.rstrip(".") if message.count(".") == 1 and message.endswith(".") else message
+
+
 def main() -> None:
     """The ``preemptlog`` program (the console script and ``python -m preemptlog``)."""
     import gc
@@ -159,7 +171,7 @@ def _main() -> None:
 
         ctx = getattr(exc, "ctx", None)
         hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-        _say(f"preemptlog: error: {neutralise(exc.format_message())}{hint}")
+        _say(f"preemptlog: error: {neutralise(own_words(exc.format_message()))}{hint}")
         sys.exit(int(getattr(exc, "exit_code", ExitCode.USAGE)))
     except OSError as exc:
         if _is_broken_pipe(exc):  # e.g. `preemptlog --help | head -1`

@@ -149,7 +149,7 @@ def bundle_stage(paths: list[str], ws: Workspace, options: AnalyzeOptions, stdin
         raise InputError(
             f"nothing recognisable in the input: {names}{more}" if bundle.files else "the input holds no files",
             hint="expected a vLLM server log, dmon output, block-table records or /metrics scrapes; "
-            "--kind FILE=KIND forces a file's kind",
+            "--file-kind FILE=KIND forces a file's kind",
         )
     return bundle
 

@@ -123,16 +123,18 @@ def split_kind_option(items: list[str] | None) -> tuple[list[str], list[str]]:
         if k not in EVENT_KINDS:
             raise UsageError(
                 f"--kind expects FILE=KIND or an event kind, got {item!r}",
-                hint="event kinds: " + ", ".join(EVENT_KINDS) + "; e.g. --kind dmon.txt=dmon to force a file's kind",
+                hint="event kinds: " + ", ".join(EVENT_KINDS) + "; --file-kind dmon.txt=dmon forces a file's kind",
             )
         kinds.append(k)
     return overrides, kinds
 
 
 def _gate(value: str) -> str:
-    v = value.strip()
+    """A gate as any output spells it: the id (``G1-kv-space``), the table's short form (``G1-kv``,
+    ``G1``: the id cut at a hyphen) or the summary's words (``G1 KV space``)."""
+    v = "-".join(value.strip().lower().split())
     for g in GATES:
-        if v.lower() in (g.lower(), g.split("-")[0].lower()):
+        if v and (v == g.lower() or g.lower().startswith(v + "-")):
             return g
     raise UsageError(f"--gate {value!r} is not a gate", hint="one of " + ", ".join(GATES) + " (or G1..G4)")
 

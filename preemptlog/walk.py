@@ -43,6 +43,25 @@ def _stat_problem(p: str, exc: OSError) -> str:
     return f"{printable_name(p)}: {printable_name(_stat_reason(p, exc))}"
 
 
+COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz")
+
+
+def siblings(p: str, limit: int = 3) -> list[str]:
+    """Files beside a missing ``p`` that are what was meant: ``p`` compressed or rotated
+    (``x.log.gz``, ``x.log.1``, ``x.log.2.gz``), or ``p`` without the compression suffix given."""
+    folder, base = os.path.split(p)
+    if not base:
+        return []
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    stem = next((base[: -len(c)] for c in COMPRESSED if base.endswith(c)), None)
+    near = sorted(n for n in names if n != base and (n.startswith(base + ".") or n == stem))
+    near.sort(key=lambda n: (n != stem, len(n), n))
+    return [printable_name(os.path.join(folder, n)) for n in near[:limit]]
+
+
 def _stat_reason(p: str, exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
         if os.path.islink(p):
@@ -50,7 +69,8 @@ def _stat_reason(p: str, exc: OSError) -> str:
                 return f"symbolic link to a missing file ({os.readlink(p)})"
             except OSError:
                 pass
-        return "no such file or folder"
+        near = siblings(p)
+        return "no such file or folder" + (f" (did you mean {', '.join(near)}?)" if near else "")
     if isinstance(exc, PermissionError):
         return "permission denied"
     if exc.errno == errno.ELOOP:

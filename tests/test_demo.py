@@ -78,4 +78,5 @@ def test_the_readme_demo_is_a_real_stock_vllm_incident():
     assert kinds["NOTES.md"] == "document" and kinds["vllm.log"] == "vllm-log"
     # the first lines on stderr: the answer, then the change to make
     lines = p.stderr.splitlines()
-    assert lines[0] == s["headline"] and lines[1].startswith("Top fix: --")
+    fix = next(i for i, ln in enumerate(lines) if ln.startswith("Top fix: "))
+    assert " ".join(ln.strip() for ln in lines[:fix]) == s["headline"] and lines[fix].startswith("Top fix: --")

@@ -81,9 +81,10 @@ def test_table_shows_markup_and_escapes_literally(hostile, monkeypatch):
 
 def test_summary_shows_log_text_literally(hostile, tmp_path):
     (tmp_path / "b" / f"notes[blink]{ESC}]0;x{ESC}\\.txt").write_text("nothing here\n")
-    r = invoke("analyze", hostile.parent, "--tz", "UTC", "-f", "ndjson")
+    r = invoke("analyze", hostile.parent, "--tz", "UTC", "-f", "ndjson", "-v")  # -v: every line of the summary
     assert r.exit_code == 0, r.stderr
-    err = r.stderr
+    assert not CONTROL.search(r.stderr)
+    err = " ".join(r.stderr.split())  # wrapped at word boundaries
     assert "[red]boom[/red] x2" in err  # "preempted more than once": a request id from the log
     assert "[bold]v\\x1b[31mllm.log" in err  # file names in assumptions
     assert "notes[blink]\\x1b]0;x\\x1b\\.txt" in err  # and in "not recognised"

@@ -80,11 +80,12 @@ Timeline: preemptions per second by gate (tallest column 13)
        │▓▓▓███
        │██████
        │██████   ▒▒▒
-       │██████   ▒▒▒???
+       │██████   ▒▒▒╳╳╳
      0 └───────────────
   KV % │▂▂▂▅▅▅██████▄▄▄  max 99.0%
         05:10:00  (UTC)
-        █ G1-kv-space 18   ▓ G2-batch-variance 2   ▒ G3-queue-overflow 3   ░ G4-prefix-conflict 1   ? undetermined 1
+        █ G1-kv-space 18   ▓ G2-batch-variance 2   ▒ G3-queue-overflow 3
+        ░ G4-prefix-conflict 1   ╳ undetermined 1
 """
 
 
@@ -99,7 +100,7 @@ def test_bars_stack_gates_bottom_up_and_rare_gates_stay_visible():
     assert column(0) == "   ▓▓███"  # second 0: 6 G1 below 2 G2
     assert column(3) == "░███████"  # second 1: 12 G1, and the single G4 event still gets a cell
     assert column(6) == "        "  # second 2: nothing
-    assert column(9) == "      ▒▒" and column(12) == "       ?"
+    assert column(9) == "      ▒▒" and column(12) == "       ╳"
 
 
 def test_colour_by_gate_and_ceiling():

@@ -15,6 +15,7 @@ from .common import (
     CsvSafeOpt,
     DebugOpt,
     FailOnOpt,
+    FileKindOpt,
     FormatOpt,
     GateOpt,
     KindOpt,
@@ -22,6 +23,7 @@ from .common import (
     MinConfidenceOpt,
     NoColorOpt,
     NoHeaderOpt,
+    NoPagerOpt,
     OffsetOpt,
     OutputOpt,
     PathsArg,
@@ -32,6 +34,7 @@ from .common import (
     SinceOpt,
     TzOpt,
     UntilOpt,
+    VerboseOpt,
     WideOpt,
     YearOpt,
     analyze_options,
@@ -61,6 +64,7 @@ def analyze(
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
+    file_kind: FileKindOpt = None,
     offset: OffsetOpt = None,
     before: BeforeOpt = 10.0,
     after: AfterOpt = 2.0,
@@ -78,6 +82,8 @@ def analyze(
     no_header: NoHeaderOpt = False,
     csv_safe: CsvSafeOpt = False,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    no_pager: NoPagerOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
     each: EachOpt = False,
@@ -102,7 +108,7 @@ def analyze(
     Each event gets a verdict: the gate (G1-kv-space, G2-batch-variance,
     G3-queue-overflow, G4-prefix-conflict or undetermined), the evidence cited
     with file:line, contributing factors and the changes to make, computed from
-    the incident (--rules, --set; `preemptlog rules`). On a stock upstream log
+    the incident (--rules, --threshold; `preemptlog rules`). On a stock upstream log
     vLLM's own code settles the gate (G1 KV space: V1 preempts only when a
     KV-block allocation fails), and the guide's other gates are "not in
     upstream vLLM"; on the field guide's patched scheduler the four gates are
@@ -120,7 +126,7 @@ def analyze(
         from ..analysis import analyze as run
         from ..outio import open_output
         from ..render import write
-        from ..render.human import print_summary
+        from ..render.human import print_lines, render_lines, summary_lines, summary_width
         from ..render.safe import neutralise
         from ..view import apply_filters, output_columns, parse_columns, with_columns
         from ..workspace import Workspace
@@ -128,7 +134,13 @@ def analyze(
         imports_done()
         conditions = failon.parse(fail_on)
         overrides, filters = filters_from(
-            kind=kind, since=since, until=until, gate=gate, request=request, min_confidence=min_confidence
+            file_kind=file_kind,
+            kind=kind,
+            since=since,
+            until=until,
+            gate=gate,
+            request=request,
+            min_confidence=min_confidence,
         )
         wanted = parse_columns(columns)
         fmt = format or default_format(output)
@@ -160,6 +172,7 @@ def analyze(
                     quiet,
                     no_color,
                     conditions,
+                    verbose=verbose,
                     filters=filters,
                     columns=output_columns(fmt.value, wanted, wide),
                 )
@@ -167,6 +180,23 @@ def analyze(
                 full = run(paths, options, workspace=ws)
             result = apply_filters(full, filters)
             data = with_columns(result, output_columns(fmt.value, wanted, wide))
+            console = stderr_console(no_color) if not quiet else None
+            head_lines, rest = (
+                summary_lines(result, width=summary_width(console), verbose=verbose) if console else ([], [])
+            )
+            # On a terminal the answer comes first: above the table (at the top of the paged text).
+            first = (
+                not quiet
+                and fmt.value == "table"
+                and output in (None, "-")
+                and sys.stdout.isatty()
+                and sys.stderr.isatty()
+            )
+            head = (
+                render_lines(head_lines, color=console.is_terminal and not console.no_color)
+                if first and console
+                else b""
+            )
             with open_output(
                 output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
             ) as out:
@@ -179,13 +209,15 @@ def analyze(
                     wide=wide,
                     header=not no_header,
                     no_color=no_color,
+                    head=head,
+                    head_out=sys.stderr.buffer,
+                    pager=not no_pager,
                 )
             summary = result.summary()
-            if not quiet:
+            if console is not None:
                 from ..render.timeline import print_timeline
 
-                console = stderr_console(no_color)
-                print_summary(result, console)
+                print_lines(rest if first else head_lines + rest, console)
                 print_timeline(result, console)  # only on a terminal
         code, lines = failon.outcome(conditions, summary)
         if quiet and result.partial and code is None and summary["warnings"]:  # -q keeps what explains exit 5
@@ -203,7 +235,9 @@ def analyze(
     guarded(debug, body)
 
 
-def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, filters=None, columns=None) -> int:
+def _each(
+    paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, verbose=False, filters=None, columns=None
+) -> int:
     """--each: every unit analysed on its own (each.py), one combined output, the worst exit code.
     Filters and the column choice apply to every unit, as without --each."""
     from .. import failon
@@ -221,7 +255,7 @@ def _each(paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions
         if not quiet:
             console = stderr_console(no_color)
             console.print(f"[bold]== server {name}[/bold]", markup=True, highlight=False)
-            print_summary(a, console)
+            print_summary(a, console, verbose=verbose)
         failed += [c for c in failon.failed(conditions, a.summary()) if c not in failed]
     if failed:
         sys.stderr.write(f"preemptlog: --fail-on {', '.join(failed)}: condition met\n")

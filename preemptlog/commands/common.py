@@ -86,9 +86,17 @@ KindOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--kind",
-        metavar="FILE=KIND|KIND",
-        help="FILE=KIND forces a file's kind (e.g. dmon.txt=dmon); a bare event kind (logged, reconstructed, "
-        "interval, marker, record) shows only those events. Repeatable.",
+        metavar="KIND",
+        help="Only events of this kind (logged, reconstructed, interval, marker, record). Repeatable. "
+        "(FILE=KIND still forces a file's kind, with a note: that is --file-kind now.)",
+    ),
+]
+FileKindOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--file-kind",
+        metavar="FILE=KIND",
+        help="Force a file's kind (e.g. dmon.txt=dmon, notes.md=vllm-log) instead of sniffing it. Repeatable.",
     ),
 ]
 FailOnOpt = Annotated[
@@ -109,6 +117,19 @@ QuietOpt = Annotated[
     ),
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks for bug reports.")]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="The full summary: every change, the count per source, pressure intervals, assumptions and notes "
+        "(by default: the answer, the top change, where the count comes from, the cost and the warnings).",
+    ),
+]
+NoPagerOpt = Annotated[
+    bool,
+    typer.Option("--no-pager", help="Never page the output on a terminal (also PAGER=cat)."),
+]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour on stderr (also NO_COLOR=1).")]
 CsvSafeOpt = Annotated[
     bool, typer.Option("--csv-safe", help="Quote CSV cells that start with = + - @ so spreadsheets do not run them.")
@@ -152,12 +173,24 @@ RulesOpt = Annotated[
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
+        "--threshold",
         "--set",
         metavar="NAME=VALUE",
         help="Override a rules threshold (kv_ceiling=90, queue_cap=128, ...) or switch a rule "
-        "(G2-batch-variance-dynamic.enabled=true). Repeatable.",
+        "(G2-batch-variance-dynamic.enabled=true). Repeatable. (--set, the old spelling, still works, with a "
+        "note: in whatif --set is a vLLM setting.)",
     ),
 ]
+
+
+def note_old_set(values: list[str] | None) -> None:
+    """One line when the rules threshold was given with the old spelling ``--set`` (it means a vLLM
+    setting in ``whatif``): the option is ``--threshold`` now."""
+    import sys
+
+    if values and any(a == "--set" or a.startswith("--set=") for a in sys.argv[1:]):
+        sys.stderr.write("preemptlog: note: a rules threshold is --threshold NAME=VALUE now (--set still works)\n")
+
 
 ColumnsOpt = Annotated[
     str | None,
@@ -184,10 +217,21 @@ SinceOpt = Annotated[
 UntilOpt = Annotated[
     str | None, typer.Option("--until", metavar="TIME", help="Only events at or before TIME (as --since).")
 ]
+GATE_NAMES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined")
+
+
+def complete_gate(incomplete: str) -> list[str]:
+    """Shell completion of --gate: the gate ids starting with what was typed (G1 gives G1-kv-space)."""
+    return [g for g in GATE_NAMES if g.lower().startswith(incomplete.lower())]
+
+
 GateOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--gate", metavar="GATE", help="Only events of this gate (G1-kv-space or G1, ..., undetermined). Repeatable."
+        "--gate",
+        metavar="GATE",
+        help="Only events of this gate (G1-kv-space, G1-kv or G1, ..., undetermined). Repeatable.",
+        autocompletion=complete_gate,
     ),
 ]
 RequestOpt = Annotated[
@@ -199,11 +243,22 @@ MinConfidenceOpt = Annotated[
 ]
 
 
-def filters_from(*, kind, since, until, gate, request, min_confidence):
-    """(--kind file overrides, the event Filters) from the shared filter options."""
+def filters_from(*, kind, since, until, gate, request, min_confidence, file_kind=None):
+    """(file kind overrides, the event Filters) from the shared filter options: ``--file-kind FILE=KIND``
+    forces a file's kind, ``--kind KIND`` filters events; ``--kind FILE=KIND`` (the old spelling)
+    still forces one, with a one-line note."""
+    import sys
+
+    from ..errors import UsageError
     from ..view import make_filters, split_kind_option
 
     overrides, kinds = split_kind_option(kind)
+    if overrides:
+        sys.stderr.write("preemptlog: note: --kind FILE=KIND is --file-kind FILE=KIND now (the old spelling works)\n")
+    for item in file_kind or []:
+        if "=" not in item:
+            raise UsageError(f"--file-kind expects FILE=KIND, got {item!r}", hint="e.g. --file-kind dmon.txt=dmon")
+        overrides.append(item)
     return overrides, make_filters(
         since=since, until=until, gate=gate, request=request, kinds=kinds, min_confidence=min_confidence
     )
@@ -255,6 +310,8 @@ def analyze_options(
 ):
     """The shared analysis options of analyze / explain / report, as the library takes them."""
     from ..analysis import AnalyzeOptions
+
+    note_old_set(set_)
 
     return AnalyzeOptions(
         year=year,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, RulesOpt, SetOpt
+from .common import DebugOpt, QuietOpt, RulesOpt, SetOpt
 from .runner import guarded
 
 
@@ -26,6 +26,8 @@ def eval_command(
     rules: RulesOpt = None,
     set_: SetOpt = None,
     format: Annotated[EvalFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
+    # eval writes nothing on stderr but its errors: -q is accepted like every command's
+    quiet: QuietOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Score gate verdicts and event counts against simulated bundles (truth.jsonl).
@@ -47,7 +49,9 @@ def eval_command(
         import sys
 
         from ..evaluate import PREDICTED, aggregate, score_bundle
+        from .common import note_old_set
 
+        note_old_set(set_)
         scores = [score_bundle(b, rules_files=list(rules or []), sets=list(set_ or [])) for b in bundles]
         total = aggregate(scores)
         fmt = format or (EvalFormat.table if sys.stdout.isatty() else EvalFormat.json)

@@ -14,13 +14,16 @@ from .common import (
     AfterOpt,
     BeforeOpt,
     DebugOpt,
+    FileKindOpt,
     GateOpt,
     KindOpt,
     LookbackOpt,
     MinConfidenceOpt,
     NoColorOpt,
+    NoPagerOpt,
     OffsetOpt,
     OutputOpt,
+    QuietOpt,
     RequestOpt,
     RulesOpt,
     SetOpt,
@@ -97,6 +100,9 @@ def explain(
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
+    file_kind: FileKindOpt = None,
+    quiet: QuietOpt = False,
+    no_pager: NoPagerOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -130,10 +136,21 @@ def explain(
             ident, inputs = None, [ident] + inputs  # `explain --request R bundle/`: the first argument is a path
         if ident is None and not request:
             raise UsageError("give an EVENT_ID or --request ID", hint="list the ids with: preemptlog analyze PATHS")
+        if not inputs and ident is not None and not request and (ident == "-" or os.path.exists(ident)):
+            inputs = [ident]  # `explain BUNDLE`: the bundle's top events, to pick one
+            ident = None
         if not inputs:
-            raise UsageError("give the bundle or log PATH the event comes from")
+            raise UsageError(
+                f"give the bundle or log PATH the event {ident!r} comes from", hint=f"preemptlog explain {ident} PATH"
+            )
         overrides, filters = filters_from(
-            kind=kind, since=since, until=until, gate=gate, request=None, min_confidence=min_confidence
+            file_kind=file_kind,
+            kind=kind,
+            since=since,
+            until=until,
+            gate=gate,
+            request=None,
+            min_confidence=min_confidence,
         )
         fmt = format or (ExplainFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ExplainFormat.json)
         with Workspace() as ws:
@@ -151,8 +168,10 @@ def explain(
             )
             from .runner import progress
 
-            with progress(False, no_color):
+            with progress(quiet, no_color):
                 result = run(inputs, options, workspace=ws)
+            if ident is None and not request:
+                return _top_events(apply_filters(result, filters), inputs)
             ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
             docs = [build(result, i, before, after, all_rows=all_rows, limit=limit) for i in ids]
             if run_note:
@@ -174,10 +193,41 @@ def explain(
                                 row = {"event_id": d["event"]["event_id"], **row}
                             out.write(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
                 else:
-                    write_table(docs, out, no_color=no_color)
+                    write_table(docs, out, no_color=no_color, pager=not no_pager)
         return ExitCode.PARTIAL if result.partial else ExitCode.OK
 
     guarded(debug, body)
+
+
+TOP_EVENTS = 10
+
+
+def _top_events(analysis, inputs: list[str]) -> int:
+    """``explain BUNDLE`` without an id: the bundle's top events (the table's rows holding the most
+    events, then the earliest), each with the id to give, on stderr; exit 2 (an id is needed)."""
+    import shlex
+    import sys
+
+    from ..render.safe import neutralise
+    from ..render.table import display_rows
+
+    rows = display_rows(analysis)
+    where = " ".join(shlex.quote(p) for p in inputs)
+    if not rows.height:
+        sys.stderr.write(f"preemptlog: error: no EVENT_ID given, and {neutralise(where)} holds no preemption event\n")
+        return ExitCode.USAGE
+    top = rows.sort(["count", "time"], descending=[True, False], nulls_last=True).head(TOP_EVENTS)
+    lines = [
+        f"preemptlog: error: no EVENT_ID given: the top {top.height} of {rows.height} event row(s) of "
+        f"{neutralise(where)}; explain one with: preemptlog explain ID {neutralise(where)}"
+    ]
+    for r in top.iter_rows(named=True):
+        verdict = (r["gate"] or "-") + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
+        n = f"{r['count']} events, " if r["count"] > 1 else ""
+        when = r["time"].isoformat(timespec="seconds") if r["time"] is not None else "no time"
+        lines.append(f"  {neutralise(r['event_id'])}  ({n}{when}; {verdict}, {r['confidence'] or '-'})")
+    sys.stderr.write("\n".join(lines) + "\n")
+    return ExitCode.USAGE
 
 
 def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[str], dict | None]:
@@ -212,11 +262,12 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
     if sel.height and not folded:
         bases = sel.get_column("event_id").unique().to_list()
         if len(bases) > 1:
-            raise UsageError(
-                f"event {given!r} is ambiguous: {', '.join(sorted(bases)[:5])}", hint="give more of the path"
-            )
+            raise _ambiguous(given, sorted(bases))
         return bases, None
     if sel.height and folded:
+        runs = sel.select(pl.col("event_id").str.replace(r"~[ri]\d+$", "").alias("run")).get_column("run")
+        if runs.n_unique() > 1:  # a cut id standing for several runs: never the first of them silently
+            raise _ambiguous(given, [f"{r}~{given[-2]}*" for r in runs.unique(maintain_order=True).to_list()])
         ids = sel.get_column("event_id").to_list()
         return [ids[0]], {"given": given, "events": len(ids), "first": ids[0], "last": ids[-1]}
     raise UsageError(
@@ -224,6 +275,17 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
         hint=_did_you_mean(ev, given)
         + "list the ids with: preemptlog analyze PATHS (table) or -f ndjson (column event_id); "
         "folded table rows (~r*, ~i*) stand for ids ending ~r1, ~r2, ...",
+    )
+
+
+def _ambiguous(given: str, candidates: list[str]):
+    """The error for an id that stands for several events: the candidates, so that one can be given."""
+    from ..errors import UsageError
+
+    shown = ", ".join(candidates[:8]) + (f" and {len(candidates) - 8} more" if len(candidates) > 8 else "")
+    return UsageError(
+        f"event {given!r} is ambiguous: it matches {len(candidates)} events: {shown}",
+        hint="give one of them (or more of the id)",
     )
 
 
@@ -333,7 +395,7 @@ def build(
     }
 
 
-def write_table(docs: list[dict], out, *, no_color: bool = False) -> None:
+def write_table(docs: list[dict], out, *, no_color: bool = False, pager: bool = True) -> None:
     import io
     import os
 
@@ -362,7 +424,7 @@ def write_table(docs: list[dict], out, *, no_color: bool = False) -> None:
     data = buf.getvalue()
     if not unicode_ok():
         data = ascii_text(data)
-    page(data.encode("utf-8", "replace"), out)
+    page(data.encode("utf-8", "replace"), out, pager=pager)
 
 
 def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
@@ -391,11 +453,10 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
     for d in doc.get("decided_by") or []:
         sub = f" / {d['sub_kind']}" if d.get("sub_kind") else ""
         model = "" if d.get("verdict_eligible") else " (on the guide's model only)"
+        where = str(d["where"])
+        where = where if where.startswith(("at ", "in ", "before ", "after ")) else f"at {where}"
         console.print(
-            text(
-                f"  fired {d['gate']}{sub}{model}: rule {d['rule']} at {d['where']}; "
-                f"lines {', '.join(d['lines']) or '-'}"
-            )
+            text(f"  fired {d['gate']}{sub}{model}: rule {d['rule']} {where}; lines {', '.join(d['lines']) or '-'}")
         )
     ev = Table(title=text("evidence"), header_style="bold", box=style)
     for name in ("name", "value", "status", "from"):
@@ -460,8 +521,10 @@ def print_verdict(console, v: dict, *, box_style=None) -> None:
             t.add_row(text(c["name"]), text(c["value"]), text(c.get("threshold") or ""), text(c.get("src") or "-"))
         console.print(t)
     for ne in v.get("not_evaluable") or []:
-        missing = ", ".join(ne.get("missing") or []) or "its evidence"
-        console.print(text(f"  not evaluable: {ne['gate']}: no {missing} (needs {ne['needs']})"))
+        from ..joiner.schema import evidence_words
+
+        missing = evidence_words(ne.get("missing") or []) or "its evidence"
+        console.print(text(f"  not evaluable: {ne['gate']}: the bundle has no {missing} (needs {ne['needs']})"))
     for f in v.get("contributing_factors") or []:
         src = f" [{f['src']}]" if f.get("src") else ""
         console.print(text(f"  factor {f['factor']}: {f['detail']}{src}"))

@@ -11,6 +11,7 @@ from .common import (
     AfterOpt,
     BeforeOpt,
     DebugOpt,
+    FileKindOpt,
     GateOpt,
     KindOpt,
     LookbackOpt,
@@ -53,6 +54,7 @@ def report(
     year: YearOpt = None,
     tz: TzOpt = None,
     kind: KindOpt = None,
+    file_kind: FileKindOpt = None,
     offset: OffsetOpt = None,
     before: BeforeOpt = 10.0,
     after: AfterOpt = 2.0,
@@ -98,7 +100,13 @@ def report(
         from .runner import progress
 
         overrides, filters = filters_from(
-            kind=kind, since=since, until=until, gate=gate, request=request, min_confidence=min_confidence
+            file_kind=file_kind,
+            kind=kind,
+            since=since,
+            until=until,
+            gate=gate,
+            request=request,
+            min_confidence=min_confidence,
         )
         if output is None and sys.stdout.isatty():
             raise UsageError("the report is an HTML file; give -o FILE (or -o - to write it to standard output)")

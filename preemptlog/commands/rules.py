@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, RulesOpt, SetOpt
+from .common import DebugOpt, QuietOpt, RulesOpt, SetOpt
 from .runner import guarded
 
 
@@ -31,6 +31,7 @@ def rules_command(
     evidence: Annotated[
         bool, typer.Option("--evidence", help="List the evidence names a rule condition may use.")
     ] = False,
+    quiet: QuietOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """List the rules, thresholds (with where each default comes from) and precedence.
@@ -38,7 +39,7 @@ def rules_command(
     \b
     Examples:
       preemptlog rules
-      preemptlog rules --rules ours.toml --set kv_ceiling=90 --check
+      preemptlog rules --rules ours.toml --threshold kv_ceiling=90 --check
       preemptlog rules --evidence
       preemptlog rules -f json | jq '.thresholds'
 
@@ -59,7 +60,9 @@ def rules_command(
         from ..rules import load_rules
         from ..rules.model import known_names
         from ..rules.samples import run_samples
+        from .common import note_old_set
 
+        note_old_set(set_)
         rs = load_rules(list(rules or []), list(set_ or []))
         fmt = format or (RulesFormat.table if sys.stdout.isatty() else RulesFormat.json)
         doc = rs.describe()
@@ -83,7 +86,7 @@ def rules_command(
         failed = [r for r in results if not r.ok]
         for r in failed:
             sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: expected {r.expect}, got {r.got}\n")
-        if check:
+        if check and not quiet:  # -q: only the failed samples (they explain exit 7)
             rules_n = len({r.rule for r in results})
             sys.stderr.write(
                 f"{len(results) - len(failed)} of {len(results)} sample(s) of {rules_n} rule(s) passed"

@@ -32,3 +32,16 @@ def polars_schema() -> Schema:
     from ..frames import polars_schema as _polars_schema
 
     return _polars_schema(EVIDENCE_SCHEMA)
+
+
+def evidence_words(names: list[str]) -> str:
+    """Evidence names in words for prose (their one-line docs, ``; `` between): a person reads
+    "waiting requests at the decision", not ``bt_preempt_waiting``. A name not declared (an event
+    column) stays as it is."""
+    docs = {e.name: e.doc for e in DECLARED}
+    out: list[str] = []
+    for n in names:
+        w = docs.get(n.removesuffix("_src").removesuffix("_status"), n)
+        if w not in out:
+            out.append(w)
+    return "; ".join(out)

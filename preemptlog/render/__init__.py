@@ -47,14 +47,27 @@ def write(
     wide: bool = False,
     header: bool = True,
     no_color: bool = False,
+    head: bytes = b"",
+    head_out: BinaryIO | None = None,
+    pager: bool = True,
 ) -> None:
     """Write the events in ``fmt``. Machine formats write the columns ``analysis.columns`` names (all
-    when None: see view.output_columns); the table picks its own (``table_columns``, ``wide``)."""
+    when None: see view.output_columns); the table picks its own (``table_columns``, ``wide``). The
+    table on a terminal shows ``head`` (the summary's answer) first: render/pager.py."""
     if fmt is OutputFormat.table:
         from .table import write_table
 
         write_table(
-            analysis, out, width=console_width, columns=table_columns, wide=wide, header=header, no_color=no_color
+            analysis,
+            out,
+            width=console_width,
+            columns=table_columns,
+            wide=wide,
+            header=header,
+            no_color=no_color,
+            head=head,
+            head_out=head_out,
+            pager=pager,
         )
     elif fmt is OutputFormat.json:
         from .jsonfmt import write_json

@@ -1,107 +1,338 @@
-"""The human summary, for stderr: counts, rate, span, assumptions, notes, warnings."""
+"""The human summary, for stderr: the answer first, then what to change, then the rest.
+
+Two parts (``summary_lines``): the *head* (the headline, which says how many and why in vLLM's
+words, and the top change) and the *rest*. On a terminal ``preemptlog analyze`` shows the head
+before the table (at the top of the paged text when the table is paged) and the rest after it;
+elsewhere both follow the data on stderr. By default the rest is short (where the count comes
+from, the cost, the filter, the warnings, and one line saying what ``-v`` adds); ``-v`` gives every
+note. Notes of one kind (the same sentence about other files or numbers) are one line with a
+count. Every line is wrapped at word boundaries to the width (the terminal's, 80 in a pipe) with
+a hanging indent, so no line is wider than the screen.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+import textwrap
+from typing import TYPE_CHECKING, Any
 
-from .safe import markup
+from .safe import neutralise
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
     from ..result import Analysis
 
+PIPE_WIDTH = 80  # the width of the summary off a terminal
+MAX_WARNINGS = 3  # kinds of warning shown without -v
 
-def print_summary(analysis: Analysis, console: Console) -> None:
+
+def wrap(value: str, width: int, *, indent: int = 0, hang: int = 2) -> list[str]:
+    """``value`` (control characters made visible) cut at word boundaries into lines of at most
+    ``width`` characters: the first indented by ``indent``, the others by ``indent + hang``. A word
+    longer than a line (a long path) is cut; hyphens never are (``G1-kv-space`` stays whole)."""
+    width = max(width, 20)
+    return textwrap.wrap(
+        " ".join(neutralise(value).split()),
+        width=width,
+        initial_indent=" " * indent,
+        subsequent_indent=" " * (indent + hang),
+        break_on_hyphens=False,
+        break_long_words=True,
+    ) or [" " * indent]
+
+
+def _lines(value: str, width: int, *, indent: int = 0, style: str | None = None, lead: tuple[str, str] | None = None):
+    """Wrapped rich Text lines; ``style`` for all of it, ``lead`` (prefix, style) styles the prefix."""
+    from rich.text import Text
+
+    out = []
+    for i, ln in enumerate(wrap(value, width, indent=indent)):
+        t = Text(ln, style=style or "")
+        if i == 0 and lead and ln.lstrip().startswith(lead[0]):
+            start = len(ln) - len(ln.lstrip())
+            t.stylize(lead[1], start, start + len(lead[0]))
+        out.append(t)
+    return out
+
+
+def kind_of(note: str) -> str:
+    """A note's kind: its words with numbers, times and file names taken out (two notes that say the
+    same of other files or counts are of one kind)."""
+    s = re.sub(r"\S*[/\\]\S*", "<file>", note)
+    return re.sub(r"\d+(?:[.:,]\d+)*", "#", s)
+
+
+def collapse(notes: list[str]) -> list[tuple[str, int]]:
+    """Notes of one kind (kind_of) as (the first of them, how many), in the order of their first."""
+    order: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for n in notes:
+        k = kind_of(n)
+        if k not in groups:
+            order.append(k)
+            groups[k] = []
+        groups[k].append(n)
+    return [(groups[k][0], len(groups[k])) for k in order]
+
+
+def _times(text: str, n: int) -> str:
+    return text if n == 1 else f"{text} (and {n - 1} more like it)"
+
+
+def headline_text(s: dict[str, Any]) -> str:
+    """The headline as a person reads it: the summary's own, except that a filtered view drops the
+    figures of the whole bundle (the rate per received request)."""
+    h = str(s["headline"])
+    if s.get("filters") and s.get("preemption_rate") is not None:
+        h = re.sub(r" \(\d+\.\d+ per received request\)", "", h, count=1)
+    return h
+
+
+def fix_brief(x: dict[str, Any]) -> str:
+    """``option current -> suggested: verified by replay ... ; addresses N event(s)``: the change and
+    whether it was checked; the why and the effect are in ``-v`` (summary.fix_line)."""
+    from ..summary import fix_line
+
+    full = fix_line(x)
+    effect = str(x.get("expected_effect") or "")
+    what = full.split(f" ({effect}", 1)[0] if effect and f" ({effect}" in full else full
+    if x.get("status") == "verified" or x.get("verified"):
+        how = str(x.get("verified") or "verified")
+    elif x.get("status") == "not verified":
+        how = "not verified (-v says why)"
+    else:
+        how = ""
+    n = x.get("events_addressed")
+    tail = "; ".join(p for p in (how, f"addresses {n} event(s)" if n else "") if p)
+    return what + (f": {tail}" if tail else "")
+
+
+def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
+    """Where the count comes from: the events by kind (and their ``gates`` when the headline does not
+    name them), and the sources the reconciled count is made of."""
+    from ..sglang.summary import noun
+
+    if not s["count_visible"]:
+        nv = s.get("not_visible") or {}
+        remedy = nv.get("remedy")
+        return "count: not visible in this bundle, which is not a count of 0" + (
+            f"; to see it, {remedy[0].lower() + remedy[1:]}" if remedy else ""
+        )
+    k = s["by_kind"]
+    parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker", "record") if k[name]]
+    if gates:
+        parts.append(gates)
+    detail = f" ({'; '.join(parts)})" if parts else ""
+    line = f"{s['events']} {noun(s.get('engine_kinds') or {}, 1)} event(s){detail}"
+    f = s.get("filters")
+    if f:
+        return line + f", the {f['kept']} of {f['total']} kept by the filter ({f['text']})"
+    rec = s.get("reconciliation") or {}
+    used = [x for x in rec.get("sources") or [] if x.get("in_events")]
+    if rec.get("total") is not None and used:
+        line += f"; counted {rec['total']} ({rec['quality']}) from " + ", ".join(str(x["source"]) for x in used)
+    return line
+
+
+def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
+    """What -v adds, counted and short: ``-v adds: 3 changes, 2 to know more, 5 notes, ...``."""
+    items = []
+    fixes = (s.get("fixes") or [])[1:]
+    if fixes:
+        items.append(f"{len(fixes)} more change(s)")
+    if s.get("to_know_more"):
+        items.append(f"{len(s['to_know_more'])} to know more")
+    piv = s.get("pressure_intervals") or []
+    if piv:
+        items.append(f"{len(piv)} pressure span(s)")
+    if s.get("requests_preempted_more_than_once"):
+        items.append("repeats")
+    rec = s.get("reconciliation") or {}
+    if rec.get("sources"):
+        items.append("count per source")
+    if s.get("assumptions"):
+        items.append(f"{len(s['assumptions'])} assumption(s)")
+    notes = collapse(list(s.get("notes") or []))
+    if notes:
+        items.append(f"{len(notes)} note(s)")
+    hidden = len(collapse(list(s.get("warnings") or []))) - shown_warnings
+    if hidden > 0:
+        items.append(f"{hidden} more warning(s)")
+    if not items:
+        return None
+    return "-v adds: " + ", ".join(items)
+
+
+def summary_lines(
+    analysis: Analysis, *, width: int = PIPE_WIDTH, verbose: bool = False
+) -> tuple[list[Text], list[Text]]:
+    """(head, rest) of the summary as wrapped lines (summary's words; see the module docstring)."""
     from ..summary import fix_line, top_fix
 
     s = analysis.summary()
-    console.print(f"[bold]{markup(s['headline'])}[/bold]")
-    top = top_fix(s)
-    if top:
-        console.print(f"Top fix: {markup(top)}")
-    if s.get("to_know_more_line"):
-        console.print(markup(s["to_know_more_line"]))
-    if s.get("findings_headline"):
-        console.print(f"  cost: {markup(s['findings_headline'])}")
+    head = _lines(headline_text(s), width, style="bold")
+    fixes = s.get("fixes") or []
+    if fixes:
+        top = top_fix(s) if verbose else fix_brief(fixes[0])
+        head += _lines(f"Top fix: {top}", width, lead=("Top fix:", "bold"))
+    rest: list[Text] = []
+
+    def put(value: str, indent: int = 2, **kw: Any) -> None:
+        rest.extend(_lines(value, width, indent=indent, **kw))
+
+    if verbose and s.get("to_know_more_line"):
+        put(s["to_know_more_line"], indent=0)
+    if s.get("findings_headline") and not s.get("filters"):  # the cost is the whole bundle's
+        put(f"cost: {s['findings_headline']}")
     f = s.get("filters")
     if f:
-        console.print(f"  filtered ({markup(f['text'])}): {f['kept']} of {f['total']} event(s) shown")
-    k = s["by_kind"]
-    parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker", "record") if k[name]]
-    if s["count_visible"]:
-        detail = f" ({', '.join(parts)})" if parts else ""
-        from ..sglang.summary import noun
-
-        console.print(f"  {s['events']} {noun(s.get('engine_kinds') or {}, 1)} event(s){markup(detail)}")
-    for x in (s.get("fixes") or [])[1:5]:
-        console.print(f"  fix {x['rank']}: {markup(fix_line(x))}")
+        put(
+            f"filtered ({f['text']}): {f['kept']} of {f['total']} event(s) shown; the cost, the count per source "
+            "and the notes are the whole bundle's (-v)"
+        )
+    put(_count_line(s, _gates_line(s, head)))
+    warnings = collapse(list(s["warnings"]))
+    shown = warnings if verbose else warnings[:MAX_WARNINGS]
+    if not verbose:
+        for w, n in shown:
+            put(f"warning: {_times(w, n)}", lead=("warning:", "red"))
+        more = _more_line(s, len(shown))
+        if more:
+            put(more, style="dim")
+        return head, rest
+    for x in fixes[1:5]:
+        put(f"fix {x['rank']}: {fix_line(x)}")
     if s["requests_received"]:
         rate = s["preemption_rate"]
-        console.print(
-            f"  {s['requests_received']} request(s) received; preemptions per received request: {rate:.4f}"
-            if rate is not None
-            else ""
-        )
+        if rate is not None and not f:
+            put(f"{s['requests_received']} request(s) received; preemptions per received request: {rate:.4f}")
+        else:
+            put(f"{s['requests_received']} request(s) received")
     if s["first_event"]:
-        console.print(f"  events from {markup(s['first_event'])} to {markup(s['last_event'])}")
+        put(f"events from {s['first_event']} to {s['last_event']}")
     unplaced = (s.get("cause") or {}).get("unplaced") or 0
     if s["events_without_time"] - unplaced > 0:
-        console.print(f"  {s['events_without_time'] - unplaced} event(s) have no timestamp in the log")
+        put(f"{s['events_without_time'] - unplaced} event(s) have no timestamp in the log")
     if unplaced:
-        console.print(f"  {unplaced} event(s) counted by vLLM since the engine started, not placed in time")
+        put(f"{unplaced} event(s) counted by vLLM since the engine started, not placed in time")
     rep = s["requests_preempted_more_than_once"]
     if rep:
         top = ", ".join(f"{r['request_id']} x{r['count']}" for r in rep[:5])
-        console.print(
-            f"  preempted more than once: {markup(top)}" + (f" and {len(rep) - 5} more" if len(rep) > 5 else "")
-        )
+        put(f"preempted more than once: {top}" + (f" and {len(rep) - 5} more" if len(rep) > 5 else ""))
     st = s["stats"]
     if st["lines"]:
-        console.print(
-            f"  {st['lines']} stats line(s); max KV cache usage {st['max_kv_usage']}%, max waiting {st['max_waiting']}"
-        )
+        put(f"{st['lines']} stats line(s); max KV cache usage {st['max_kv_usage']}%, max waiting {st['max_waiting']}")
     rec = s.get("reconciliation") or {}
     if len(rec.get("sources") or []) > 1 or any(x["source"].startswith("prometheus") for x in rec.get("sources") or []):
-        console.print(f"  reconciled count: {rec['total']} ({markup(rec['quality'])}): {markup(rec['rule'])}")
+        put(f"reconciled count: {rec['total']} ({rec['quality']}): {rec['rule']}")
         for src in rec["sources"]:
             kept = f", {src['in_events']} in the events" if src.get("in_events") is not None else ""
-            console.print(f"    {markup(src['source'])}: {src['count']}{kept}; {markup(src['note'])}")
+            put(f"{src['source']}: {src['count']}{kept}; {src['note']}", indent=4)
     piv = s.get("pressure_intervals") or []
     if piv:
-        console.print(
-            f"  [bold]{len(piv)} suspected pressure interval(s)[/bold] (KV cache >= {s['pressure_ceiling']:g}% with "
-            "requests waiting; evidence, not counted):"
+        put(
+            f"{len(piv)} suspected pressure interval(s) (KV cache >= {s['pressure_ceiling']:g}% with requests "
+            "waiting; evidence, not counted):",
+            lead=(f"{len(piv)} suspected pressure interval(s)", "bold"),
         )
         for r in piv:
             ev = r["evidence"]
-            lines = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
+            cited = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
             counted = (
                 f"; {r['counted_events_in_interval']} counted event(s) in it" if r["counted_events_in_interval"] else ""
             )
-            console.print(
-                markup(
-                    f"    engine {r['engine']} {r['start']} to {r['end']} ({r['series']}): peak KV "
-                    f"{r['peak_kv_usage']:.1f}%, up to {r['max_waiting']} waiting, running {r['max_running']}->"
-                    f"{r['min_running']}{counted}; {lines}"
-                )
+            put(
+                f"engine {r['engine']} {r['start']} to {r['end']} ({r['series']}): peak KV {r['peak_kv_usage']:.1f}%, "
+                f"up to {r['max_waiting']} waiting, running {r['max_running']}->{r['min_running']}{counted}; {cited}",
+                indent=4,
             )
     for a in s["assumptions"]:
-        scope = f" ({markup(a['scope'])})" if a["scope"] != "bundle" else ""
-        console.print(f"  assumed {markup(a['topic'])}{scope}: {markup(str(a['value']))} from {markup(a['source'])}")
-    docs = [f["file"] for f in s["inputs"] if f["kind"] == "document"]
+        scope = f" ({a['scope']})" if a["scope"] != "bundle" else ""
+        put(f"assumed {a['topic']}{scope}: {a['value']} from {a['source']}")
+    docs = [x["file"] for x in s["inputs"] if x["kind"] == "document"]
     if docs:
         more = f" and {len(docs) - 8} more" if len(docs) > 8 else ""
-        console.print(
-            f"  not read: {markup(', '.join(docs[:8]))}{more} (a document, not a log: the lines it quotes add no "
-            "events; --kind FILE=vllm-log reads one)"
+        put(
+            f"not read: {', '.join(docs[:8])}{more} (a document, not a log: the lines it quotes add no events; "
+            "--file-kind FILE=vllm-log reads one)"
         )
-    unknown = [f for f in s["inputs"] if f["kind"] in ("unknown", "binary", "empty", "unreadable")]
+    unknown = [x for x in s["inputs"] if x["kind"] in ("unknown", "binary", "empty", "unreadable")]
     if unknown:
-        names = ", ".join(f"{f['file']} ({f['kind']})" for f in unknown[:8])
+        names = ", ".join(f"{x['file']} ({x['kind']})" for x in unknown[:8])
         more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
-        console.print(f"  not recognised: {markup(names)}{more}")
-    for note in s["notes"]:
-        console.print(f"  [yellow]note:[/yellow] {markup(note)}")
-    for w in s["warnings"]:
-        console.print(f"  [red]warning:[/red] {markup(w)}")
+        put(f"not recognised: {names}{more}")
+    for note, n in collapse(list(s["notes"])):
+        put(f"note: {_times(note, n)}", lead=("note:", "yellow"))
+    for w, n in shown:
+        put(f"warning: {_times(w, n)}", lead=("warning:", "red"))
+    said = " ".join(t.plain for t in head + rest)
+    if "guide" in said or "debug hook" in said or "debug-hook" in said:
+        put(GUIDE, style="dim")  # introduced once, where the words are used
+    return head, rest
+
+
+GUIDE = (
+    "the guide: the field guide to vLLM preemptions, whose four gates (G1 KV space, G2 batch variance, G3 "
+    "queue overflow, G4 prefix conflict) preemptlog's rules encode; its patched scheduler prints the "
+    "debug-hook lines ([SCHEDULER], [BATCH]) its gates are judged on. Upstream vLLM preempts only when a "
+    "KV-block allocation fails (G1)."
+)
+
+
+def _gates_line(s: dict[str, Any], head: list[Text]) -> str | None:
+    """``G1-kv-space 242 (capacity 242)``: the gates by their ids (the table's and
+    ``--gate``'s), when the headline does not already give them."""
+    from ..summary import GATE_WORDS
+
+    by_gate = {g: n for g, n in (s.get("by_gate") or {}).items() if n}
+    said = " ".join(t.plain for t in head)
+    if not by_gate or any(f"{g.split('-')[0]} {GATE_WORDS.get(g, g)}" in " ".join(said.split()) for g in by_gate):
+        return None
+    subs = s.get("g1_sub_kinds") or {}
+    parts = []
+    for g, n in sorted(by_gate.items(), key=lambda gn: (-gn[1], gn[0])):
+        part = f"{g} {n}"
+        top = sorted(((v, k) for k, v in subs.items() if k != "None"), reverse=True) if g == "G1-kv-space" else []
+        if top:
+            part += " (" + ", ".join(f"{k} {v}" for v, k in top) + ")"
+        parts.append(part)
+    return ", ".join(parts)
+
+
+def summary_width(console: Console) -> int:
+    """The terminal's width on a terminal, 80 elsewhere."""
+    return console.width if console.is_terminal else PIPE_WIDTH
+
+
+def print_lines(lines: list[Text], console: Console) -> None:
+    for ln in lines:
+        console.print(ln, soft_wrap=True, highlight=False)
+
+
+def render_lines(lines: list[Text], *, color: bool) -> bytes:
+    """The lines as text with ANSI styles when ``color`` (what the pager shows above the table)."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    c = Console(
+        file=buf,
+        width=10_000,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    print_lines(lines, c)
+    return buf.getvalue().encode("utf-8", "replace")
+
+
+def print_summary(analysis: Analysis, console: Console, *, verbose: bool = False, head: bool = True) -> None:
+    """The summary on ``console``: the head (unless already shown, ``head=False``) and the rest."""
+    top, rest = summary_lines(analysis, width=summary_width(console), verbose=verbose)
+    print_lines((top if head else []) + rest, console)

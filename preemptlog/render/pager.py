@@ -1,5 +1,8 @@
 """Long terminal output through ``$PAGER`` (default ``less -SR``), only when standard output is a
-terminal and the text is taller than it; in a pipe or a file the text is written as is."""
+terminal and the text is taller than it; in a pipe or a file the text is written as is.
+
+``head`` is what must be read first (the summary's answer): above the paged text when paged,
+else written to ``head_out`` (stderr) just before the text."""
 
 from __future__ import annotations
 
@@ -17,14 +20,16 @@ def terminal_size(out: BinaryIO) -> tuple[int, int] | None:
     return size.columns, size.lines
 
 
-def page(data: bytes, out: BinaryIO) -> None:
-    """Write ``data`` to ``out``, through the pager when ``out`` is a terminal shorter than the text."""
+def page(
+    data: bytes, out: BinaryIO, *, head: bytes = b"", head_out: BinaryIO | None = None, pager: bool = True
+) -> None:
+    """Write ``data`` to ``out``, through the pager when ``out`` is a terminal shorter than ``head``
+    and ``data`` together (and ``pager``); ``head`` first in either case."""
     size = terminal_size(out)
-    if size is None or data.count(b"\n") < size[1] - 1:
-        out.write(data)
-        return
     cmd = os.environ.get("PAGER", "less -SR").strip()
-    if not cmd or cmd == "cat":
+    tall = size is not None and (data + head).count(b"\n") >= size[1] - 1
+    if not (pager and tall and cmd and cmd != "cat"):
+        _head(head, out, head_out)
         out.write(data)
         return
     env = dict(os.environ)
@@ -33,12 +38,21 @@ def page(data: bytes, out: BinaryIO) -> None:
     try:
         proc = subprocess.Popen(cmd, shell=True, stdin=subprocess.PIPE, env=env)
     except OSError:
+        _head(head, out, head_out)
         out.write(data)
         return
     try:
         assert proc.stdin is not None
-        proc.stdin.write(data)
+        proc.stdin.write(head + data)
         proc.stdin.close()
     except BrokenPipeError:  # the user quit the pager early
         pass
     proc.wait()
+
+
+def _head(head: bytes, out: BinaryIO, head_out: BinaryIO | None) -> None:
+    if not head:
+        return
+    target = head_out or out
+    target.write(head)
+    target.flush()

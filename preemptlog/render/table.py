@@ -33,9 +33,11 @@ ALIASES = {
     "line": "where",
     "count": "n",
 }
+# Below 110 columns a gate is its id cut after the first word (one rule for all four: a prefix of
+# the id ``--gate`` takes, ``G1-kv`` of ``G1-kv-space``); from 110 columns, and with --wide, the id.
 SHORT_GATE = {
-    "G1-kv-space": "G1",
-    "G2-batch-variance": "G2-variance",
+    "G1-kv-space": "G1-kv",
+    "G2-batch-variance": "G2-batch",
     "G3-queue-overflow": "G3-queue",
     "G4-prefix-conflict": "G4-prefix",
 }
@@ -102,18 +104,51 @@ def common_folder(sources: list[str]) -> str:
     return common + "/" if common and common != "/" else ""
 
 
-def shorten(value: str, width: int, ellipsis: str = "…") -> str:
-    """``value`` cut in the middle to ``width`` characters (the start and the end stay: ids differ at both)."""
+def shorten(value: str, width: int, ellipsis: str = "…", head: int | None = None) -> str:
+    """``value`` cut in the middle to ``width`` characters (the start and the end stay: ids differ at
+    both); ``head`` characters of the start are kept (half by default)."""
     if len(value) <= width or width < 5:
         return value
     keep = width - len(ellipsis)
-    head = (keep + 1) // 2
+    head = (keep + 1) // 2 if head is None else max(0, min(head, keep))
     return value[:head] + ellipsis + value[len(value) - (keep - head) :]
 
 
+def distinct_cut(values: list[str], width: int, ellipsis: str = "…") -> int | None:
+    """The number of leading characters to keep so that ``values`` cut to ``width`` stay distinct
+    (the middle cut first, then more of the end: scrape files differ in the middle of their names),
+    or None when no cut at this width keeps them apart."""
+    if len(set(values)) < len(values):
+        return (width - len(ellipsis) + 1) // 2  # not distinct whole: nothing to keep apart
+    keep = width - len(ellipsis)
+    for head in range((keep + 1) // 2, -1, -1):
+        if len({shorten(v, width, ellipsis, head) for v in values}) == len(values):
+            return head
+    return None
+
+
+def _distinct_events(widths: dict[str, int], body: list[dict[str, str]], ellipsis: str) -> int | None:
+    """Widen the event column (narrowing the other columns of SHRINK, never below their label) until
+    its cut ids are distinct: the id ``preemptlog explain`` takes must name one row. The head to keep."""
+    values = [c["event"] for c in body]
+    natural = max((len(v) for v in values), default=0)
+    while True:
+        head = distinct_cut(values, widths["event"], ellipsis)
+        if head is not None or widths["event"] >= natural:
+            return head
+        donor = next((n for n in SHRINK if n != "event" and n in widths and widths[n] > 8), None)
+        if donor is None:
+            return None
+        widths[donor] -= 1
+        widths["event"] += 1
+
+
 GAP = 3  # between two columns: right padding, the divider, left padding
-SHRINK = ("request", "verdict", "where", "event")  # cut in the middle, in this order, to fit the width
-MIN_WIDTH = {"request": 12, "event": 16, "where": 16, "verdict": 16}
+SHRINK = ("request", "where", "event")  # cut in the middle, in this order, to fit the width
+MIN_WIDTH = {"request": 12, "event": 16, "where": 16}
+# Never cut: the verdict (its short spelling, ``G1/capacity``, when the full one does not fit) and the
+# confidence; the columns dropped, in this order, when the row still does not fit.
+DROP = ("mode", "kind", "n", "where", "request")
 
 
 def _fit(
@@ -131,6 +166,10 @@ def _fit(
             break
         if n in w:
             w[n] = max(min(MIN_WIDTH[n], w[n]), w[n] - over)
+    for n in DROP:  # still too wide: the least needed columns go (rather than a cut verdict)
+        if sum(w.values()) <= width - GAP * (len(w) - 1) or len(w) <= 2:
+            break
+        w.pop(n, None)
     return w
 
 
@@ -194,6 +233,7 @@ def render_table(
     folded = 0
     until = rows.get_column("until").to_list() if rows.height else []
     body: list[dict[str, str]] = []
+    verdict_short: dict[str, str] = {}  # full verdict -> its short spelling
     for i, r in enumerate(rows.iter_rows(named=True)):
         t = times[i]
         fold = r["count"] > 1
@@ -221,8 +261,11 @@ def render_table(
         elif gate is None:
             verdict = "-"
         else:
-            g = gate if full_gate else SHORT_GATE.get(gate, gate)
-            verdict = g + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
+            verdict = gate + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
+            short = SHORT_GATE.get(gate, gate) + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
+            verdict_short[verdict] = short
+            if not full_gate:
+                verdict = short
         conf = r["confidence"] if r["confidence"] not in (None, "none") and r["verdicts"] == 1 else "-"
         cells = {
             "time": tcell,
@@ -240,6 +283,12 @@ def render_table(
     if "confidence" in labels and width < 100:
         labels["confidence"] = "conf"
     widths = _fit(names, labels, body, width, req_w)
+    if full_gate and [n for n in names if n not in widths]:  # the full gate names cost a column: short ones
+        for c in body:
+            c["verdict"] = verdict_short.get(c["verdict"], c["verdict"])
+        widths = _fit(names, labels, body, width, req_w)
+    names = [n for n in names if n in widths]
+    event_head = _distinct_events(widths, body, ell) if "event" in widths else None
     table = Table(
         box=box.SIMPLE_HEAD if unicode else box.ASCII2,
         show_header=header,
@@ -261,7 +310,7 @@ def render_table(
     for cells in body:
         if cells["n"] != "1" and "request" in widths and len(cells["request"]) > widths["request"]:
             cells["request"] = f"{cells['n']} folded"
-        table.add_row(*[text(shorten(cells[n], widths[n], ell)) for n in names])
+        table.add_row(*[text(shorten(cells[n], widths[n], ell, event_head if n == "event" else None)) for n in names])
     if header:
         tz = analysis.tz
         day = days[0] if len(days) == 1 else (f"{days[0]} .. {days[-1]}" if days else "no time")
@@ -281,7 +330,8 @@ def render_table(
         if nv["count_visible"]:
             console.print(text("no preemption events found"))
         else:
-            console.print(text(f"preemptions not visible in this bundle ({nv['reason']}): {nv['remedy']}"))
+            why = nv.get("short") or nv["reason"]  # the summary says what to add (once)
+            console.print(text(f"preemptions not visible in this bundle ({why}): no events to list"))
     if header and folded:
         console.print(
             text(
@@ -303,8 +353,12 @@ def write_table(
     wide: bool = False,
     header: bool = True,
     no_color: bool = False,
+    head: bytes = b"",
+    head_out: BinaryIO | None = None,
+    pager: bool = True,
 ) -> None:
-    """The table to ``out``: paged on a terminal taller than the screen, plain in a pipe."""
+    """The table to ``out``: paged on a terminal taller than the screen (``head`` above it), plain
+    in a pipe."""
     from .pager import page, terminal_size
 
     size = terminal_size(out)
@@ -313,4 +367,4 @@ def write_table(
     data = render_table(
         analysis, width=w, columns=columns, wide=wide, header=header, color=color, unicode=unicode_ok()
     ).encode("utf-8", "replace")
-    page(data, out)
+    page(data, out, head=head, head_out=head_out, pager=pager)

@@ -27,7 +27,7 @@ GLYPHS = {
     "G2-batch-variance": ("▓", "yellow"),
     "G3-queue-overflow": ("▒", "magenta"),
     "G4-prefix-conflict": ("░", "blue"),
-    "undetermined": ("?", "bright_black"),
+    "undetermined": ("╳", "white"),  # a glyph of its own: a grey '?' reads as an encoding failure
 }
 SPARK = "▁▂▃▄▅▆▇█"
 # Bucket widths in seconds: the timeline bins to the incident's span (seconds for a 27 s burst).
@@ -195,17 +195,25 @@ def timeline_lines(analysis: Analysis, *, width: int = 100) -> list:
             axis[mid : mid + len(mid_label)] = list(mid_label)
     lines.append(Text(" " * GUTTER + "".join(axis).rstrip() + f"  ({tz})", style="dim"))
 
-    legend = Text(" " * GUTTER)
+    # The legend: one entry per gate drawn, on as many lines as the width needs (never wider).
     by_gate = {g: sum(cell.get(g, 0) for cell in grid) for g in order}
+    items: list[Text] = []
     for g in order:
         if by_gate.get(g):
-            if len(legend) > GUTTER:
-                legend.append("   ")
             glyph, style = GLYPHS.get(g, ("#", "white"))
-            legend.append(glyph, style=style)
-            legend.append(f" {g} {by_gate[g]}")
+            item = Text(glyph, style=style)
+            item.append(f" {g} {by_gate[g]}")
+            items.append(item)
     if untimed:
-        legend.append(f"   ({untimed} event(s) without a time not shown)", style="dim")
+        items.append(Text(f"({untimed} event(s) without a time not shown)", style="dim"))
+    legend = Text(" " * GUTTER)
+    for item in items:
+        if len(legend) > GUTTER and len(legend) + 3 + len(item) > width:
+            lines.append(legend)
+            legend = Text(" " * GUTTER)
+        if len(legend) > GUTTER:
+            legend.append("   ")
+        legend.append_text(item)
     lines.append(legend)
     return lines
 

@@ -50,7 +50,26 @@ def figure_html(analysis: Analysis) -> str:
             "modeBarButtonsToRemove": ["select2d", "lasso2d"],
             "toImageButtonOptions": {"filename": "preemptlog-timeline"},
         },
+        post_script=NARROW_SCRIPT,
     )
+
+
+# On a narrow screen (a phone, 390 px) the legend goes under the plot, across, so that it stays
+# inside the screen and the plot keeps the width; the margins shrink, and the panel titles start at
+# the screen's left edge (a long one on two lines). No less-than sign in it: the test of the figure
+# script (log text escaped) finds none.
+NARROW_SCRIPT = """if (600 > window.innerWidth) {
+  var gd = document.getElementById('{plot_id}');
+  Plotly.relayout(gd, {'legend.orientation': 'h', 'legend.x': 0, 'legend.y': -0.08, 'legend.yanchor': 'top',
+                       'margin.l': 44, 'margin.r': 8});
+  var size = gd._fullLayout && gd._fullLayout._size, upd = {};
+  (gd.layout.annotations || []).forEach(function (a, i) {
+    if (a.xref !== 'paper' || a.x !== 0 || !size) { return; }
+    upd['annotations[' + i + '].x'] = -(size.l - 4) / size.w;
+    if (a.text.length > 40 && a.text.indexOf(' (') > 0) { upd['annotations[' + i + '].text'] = a.text.replace(' (', '\\u003cbr\\u003e('); }
+  });
+  Plotly.relayout(gd, upd);
+}"""
 
 
 def render_html(analysis: Analysis, *, title: str | None = None) -> str:

@@ -45,13 +45,13 @@ PANELS = {
     "gpu_sm": ("GPU SM utilisation (%, dmon sm)", 0.9),
     "blocks": ("KV blocks: free / largest contiguous free run", 0.9),
 }
-METRIC_COLORS = {
-    "KV cache": "#1f77b4",
+METRIC_COLORS = {  # none of them a gate's colour: a line is never read as a gate
+    "KV cache": "#008b8b",
     "running": "#2ca02c",
     "waiting": "#ff7f0e",
     "swapped": "#8c564b",
     "free blocks": "#17becf",
-    "largest free run": "#9467bd",
+    "largest free run": "#bcbd22",
 }
 ENGINE_DASHES = ("solid", "dot", "dashdot", "longdash", "longdashdot")
 PX_PER_PANEL = 190
@@ -157,17 +157,17 @@ def build_figure(data: PlotData) -> go.Figure:
     colorway_i = {}
     engine_dash: dict[str, str] = {}
     # No red, amber, purple or blue of the gates: a GPU line is never mistaken for a gate.
-    palette = [
-        "#2ca02c",
-        "#17becf",
-        "#8c564b",
+    palette = [  # neither a gate's nor a metric's colour
         "#e377c2",
-        "#bcbd22",
         "#393b79",
         "#637939",
         "#7b4173",
         "#ad494a",
-        "#3182bd",
+        "#843c39",
+        "#8c6d31",
+        "#5254a3",
+        "#6b6ecf",
+        "#9c9ede",
     ]
     for s in data.series:
         if s.panel not in axis:

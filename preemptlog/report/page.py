@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..joiner.schema import evidence_words
 from .escape import e
 from .figure import GATE_COLORS, GATE_ORDER, gate_color
 from .series import ESTIMATED_KINDS, UNDETERMINED
@@ -42,7 +43,8 @@ section { margin: 18px 0; }
 h2 { font-size:17px; margin: 18px 0 8px; border-bottom:1px solid var(--line); padding-bottom:4px; }
 h3 { font-size:14px; margin: 10px 0 6px; }
 .grid { display:grid; grid-template-columns: repeat(auto-fill, minmax(170px, 1fr)); gap:10px; }
-.tile { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:10px 12px; }
+.tile { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:10px 12px;
+        min-width:0; overflow-wrap:anywhere; }
 .tile .n { font-size:22px; font-weight:600; }
 .tile .l { color:var(--muted); font-size:12px; }
 .chip { display:inline-block; padding:1px 8px; border-radius:10px; color:#fff; font-size:12px; font-weight:600;
@@ -56,13 +58,13 @@ td.t { white-space:nowrap; }
 td.num { text-align:right; font-variant-numeric: tabular-nums; }
 code, pre, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
                    font-size:12px; }
-pre { background:#f0f2f5; padding:6px 8px; border-radius:4px; white-space:pre-wrap; word-break:break-all; margin:4px 0; }
+pre { background:#f0f2f5; padding:6px 8px; border-radius:4px; white-space:pre-wrap; overflow-wrap:anywhere; margin:4px 0; }
 ul { margin:4px 0; padding-left:20px; }
 .muted { color:var(--muted); }
 .warn { color:#a33; }
 .status-seen { color:#1a7f37; } .status-derived { color:#8a6100; } .status-default { color:#6e7781; }
 #timeline { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:4px; }
-.cards { display:grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap:12px; }
+.cards { display:grid; grid-template-columns: repeat(auto-fill, minmax(min(520px, 100%), 1fr)); gap:12px; }
 .card { background:var(--card); border:1px solid var(--line); border-left:5px solid #999; border-radius:6px;
         padding:10px 12px; overflow-wrap:break-word; min-width:0; }
 .card .head { display:flex; flex-wrap:wrap; gap:6px 10px; align-items:center; margin-bottom:6px; }
@@ -79,6 +81,14 @@ details > summary { cursor:pointer; color:var(--muted); }
 .scroll { max-width:100%; overflow-x:auto; }
 main, section, table, pre { max-width:100%; }
 td, th { overflow-wrap:anywhere; }
+#verdict .cols > div { flex-basis: min(360px, 100%); }
+@media (max-width: 600px) {  /* a phone (390 px): narrower margins, the legend and words inside the screen */
+  header { padding:10px 12px; } main { padding: 4px 10px 30px; }
+  #verdict { padding:10px; } #verdict .headline { font-size:16px; }
+  .grid { grid-template-columns: repeat(auto-fill, minmax(140px, 1fr)); }
+  table { display:block; overflow-x:auto; }  /* a wide table scrolls in its box; words stay whole */
+  td, th { overflow-wrap:break-word; }
+}
 .group > h3 { margin-top:16px; }
 .legend span { margin-right:10px; }
 """
@@ -183,7 +193,7 @@ def _legend() -> str:
     return (
         f'<p class="legend muted">Markers by gate: {gates}. Filled markers are events with a line of their own '
         "(logged ●, marker ◆, record ■); open markers are reconstructed (○) or interval (△) events, whose time "
-        "is an estimate within an interval. With many events, bars count events per time bin (hatched: estimated "
+        "is an estimate within an interval. When markers would overlap, bars count events per time bin (hatched: estimated "
         "times). Shaded: suspected KV pressure intervals; dotted line: the KV ceiling. Drag to zoom the time axis "
         "of every panel, double-click to reset; hover shows every panel at that time.</p>"
     )
@@ -217,8 +227,20 @@ def _tiles(s: dict, a: Analysis) -> str:
     if s["preemption_rate"] is not None:
         out.append(_tile(f"{s['preemption_rate']:.4f}", f"per received request ({s['requests_received']} received)"))
     rec = s.get("reconciliation") or {}
-    if rec:
+    if rec and s["count_visible"]:
         out.append(_tile(rec.get("total"), f"reconciled count ({rec.get('quality')})"))
+    elif not s["count_visible"]:  # no number (a 0 would read as "none happened"): where they can have happened
+        piv = s.get("pressure_intervals") or []
+        if piv:
+            spans = "; ".join(f"{p['start'][11:19]} – {p['end'][11:19]}" for p in piv[:3])
+            more = f" and {len(piv) - 3} more" if len(piv) > 3 else ""
+            out.append(
+                _tile(
+                    f"{len(piv)} pressure span(s)",
+                    "KV cache at the ceiling with requests waiting: where preemptions can have happened",
+                    f'<div class="l">{e(spans + more)}</div>',
+                )
+            )
     if s["first_event"]:
         span = _span_seconds(a)
         over = f"{span:.0f} s" if span < 120 else f"{span / 60:.0f} min" if span < 7200 else f"{span / 3600:.1f} h"
@@ -509,9 +531,10 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
     if ne:
         out.append("<h3>Not evaluable</h3><ul>")
         for x in ne:
-            missing = ", ".join(x.get("missing") or []) or "its evidence"
+            missing = evidence_words(x.get("missing") or []) or "its evidence"
             out.append(
-                f'<li>{e(x.get("gate"))}: no {e(missing)} <span class="muted">(needs {e(x.get("needs"))})</span></li>'
+                f"<li>{e(x.get('gate'))}: the bundle has no {e(missing)} "
+                f'<span class="muted">(needs {e(x.get("needs"))})</span></li>'
             )
         out.append("</ul>")
     if factor_counts is not None:  # noqa: SIM102 - "the count is known" apart from "it is non-zero"

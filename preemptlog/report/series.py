@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 MAX_POINTS = 2000  # per plotted series, after the envelope
 MAX_MARKERS = 3000  # individual event markers; beyond, counts per bin
 MAX_BINS = 1500  # bins of the event-count bars
+MARKER_SLOTS = 150  # markers of one gate row that fit side by side across the plot without touching
 # Bin widths tried in order (seconds) for the event-count bars.
 BIN_WIDTHS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
@@ -170,7 +171,9 @@ def _keyed(df: pl.DataFrame, keys: list[str]) -> list[tuple[tuple, pl.DataFrame]
     )
 
 
-def plot_data(analysis: Analysis, *, max_points: int = MAX_POINTS, max_markers: int = MAX_MARKERS) -> PlotData:
+def plot_data(
+    analysis: Analysis, *, max_points: int = MAX_POINTS, max_markers: int = MAX_MARKERS, bin_overlaps: bool = True
+) -> PlotData:
     tz = analysis.tz
     out = PlotData(tz=tz, kv_ceiling=analysis.options.kv_ceiling)
 
@@ -265,7 +268,7 @@ def plot_data(analysis: Analysis, *, max_points: int = MAX_POINTS, max_markers: 
     out.events = ev.height
     timed = ev.filter(pl.col("time").is_not_null())
     out.untimed = ev.height - timed.height
-    if timed.height <= max_markers:
+    if timed.height <= max_markers and not (bin_overlaps and _overplotted(timed)):
         out.markers = timed.select(MARKER_COLUMNS).with_columns(
             wall("time", tz), wall("interval_start", tz), wall("interval_end", tz)
         )
@@ -285,3 +288,25 @@ def plot_data(analysis: Analysis, *, max_points: int = MAX_POINTS, max_markers: 
             .with_columns(wall("time", tz))
         )
     return out
+
+
+def _overplotted(timed: pl.DataFrame) -> bool:
+    """Would two markers of one gate land on each other? The plot's width holds MARKER_SLOTS markers
+    side by side; more than one event of a gate in one slot hides the others (160 events drawn as
+    13 markers): then the events are counted per time bin instead."""
+    if timed.height < 2:
+        return False
+    t0, t1 = timed.get_column("time").min(), timed.get_column("time").max()
+    span = (t1 - t0).total_seconds()  # type: ignore[operator]  # polars scalars are typed as every literal
+    slot_us = max(1, int(span * 1e6 / MARKER_SLOTS))
+    most = (
+        timed.select(
+            pl.col("gate").fill_null("undetermined"),
+            ((pl.col("time") - t0).dt.total_microseconds() // slot_us).alias("_slot"),
+        )
+        .group_by("gate", "_slot")
+        .len()
+        .get_column("len")
+        .max()
+    )
+    return bool(most is not None and most > 1)  # type: ignore[operator]

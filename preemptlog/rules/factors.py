@@ -13,7 +13,8 @@ Column-wise over all events (``{factor, detail, src}`` structs). Factors:
   tokens (guide 2.1: physical slots are block-aligned).
 - ``v0-sampled``: the event was reconstructed from V0's 1-in-50 sampled warnings.
 - ``effective-budget``: max_num_batched_tokens x gpu_memory_utilization x
-  (1 - speculative reserve) is below the nominal budget (guide 4.3.1).
+  (1 - speculative reserve) is below the nominal budget (guide 4.3.1); on the guide's evidence only
+  (guide_model): upstream vLLM schedules against max_num_batched_tokens as given.
 - ``repeated-preemption``: the same request was preempted more than once.
 """
 
@@ -245,8 +246,11 @@ def factors(frame: pl.DataFrame, rs: RuleSet) -> pl.Expr:
         if "cfg_max_num_batched_tokens_status" in frame.columns
         else pl.lit(True)
     )
+    # The guide's arithmetic for its patched scheduler: only on the guide's evidence (upstream vLLM
+    # schedules against max_num_batched_tokens as given).
+    guide = pl.col("guide_model").fill_null(False) if "guide_model" in frame.columns else pl.lit(False)
     item(
-        seen_mnbt & (eff < mnbt),
+        guide & seen_mnbt & (eff < mnbt),
         "effective-budget",
         pl.concat_str(
             [
@@ -256,7 +260,7 @@ def factors(frame: pl.DataFrame, rs: RuleSet) -> pl.Expr:
                 _s(mnbt),
                 pl.lit(" (max_num_batched_tokens x gpu_memory_utilization "),
                 _s(util),
-                pl.lit(" x (1 - speculative reserve), guide 4.3.1)"),
+                pl.lit(" x (1 - speculative reserve): the field guide's arithmetic for its patched scheduler, 4.3.1)"),
             ]
         ),
         src("cfg_max_num_batched_tokens"),
