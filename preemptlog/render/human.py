@@ -136,30 +136,48 @@ def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
     return line
 
 
+def _know_more_brief(items: list[dict[str, Any]], width: int) -> str:
+    """``To know more, add: DEBUG logging; the plugin's records``: each addition named by its words before
+    their first parenthesis, as many as fit one line of ``width``, then ``+N more (-v)`` (what each
+    settles and how to turn it on are -v's)."""
+    names = list(dict.fromkeys(str(x["add"]).split(" (", 1)[0].split(", or ", 1)[0] for x in items))
+    line = "To know more, add: " + names[0]
+    for i, name in enumerate(names[1:], start=1):
+        rest = len(names) - i - 1
+        tail = f" +{rest} more (-v)" if rest else ""
+        if len(line) + 2 + len(name) + len(tail) > width:
+            return line + f"; +{len(names) - i} more (-v)"
+        line += "; " + name
+    return line
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 note``, ``3 notes``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
-    """What -v adds, counted and short: ``-v adds: 3 changes, 2 to know more, 5 notes, ...``."""
+    """What -v adds, counted and short: ``-v adds: 3 more changes, 1 span, 5 notes, ...``."""
     items = []
     fixes = (s.get("fixes") or [])[1:]
     if fixes:
-        items.append(f"{len(fixes)} more change(s)")
-    if s.get("to_know_more"):
-        items.append(f"{len(s['to_know_more'])} to know more")
+        items.append(_n(len(fixes), "more change"))
     piv = s.get("pressure_intervals") or []
     if piv:
-        items.append(f"{len(piv)} pressure span(s)")
+        items.append(_n(len(piv), "span"))
     if s.get("requests_preempted_more_than_once"):
         items.append("repeats")
     rec = s.get("reconciliation") or {}
     if rec.get("sources"):
         items.append("count per source")
     if s.get("assumptions"):
-        items.append(f"{len(s['assumptions'])} assumption(s)")
+        items.append(_n(len(s["assumptions"]), "assumption"))
     notes = collapse(list(s.get("notes") or []))
     if notes:
-        items.append(f"{len(notes)} note(s)")
+        items.append(_n(len(notes), "note"))
     hidden = len(collapse(list(s.get("warnings") or []))) - shown_warnings
     if hidden > 0:
-        items.append(f"{hidden} more warning(s)")
+        items.append(_n(hidden, "more warning"))
     if not items:
         return None
     return "-v adds: " + ", ".join(items)
@@ -184,6 +202,8 @@ def summary_lines(
 
     if verbose and s.get("to_know_more_line"):
         put(s["to_know_more_line"], indent=0)
+    elif s.get("to_know_more"):
+        put(_know_more_brief(s["to_know_more"], width), indent=0)
     if s.get("findings_headline") and not s.get("filters"):  # the cost is the whole bundle's
         put(f"cost: {s['findings_headline']}")
     f = s.get("filters")
