@@ -402,3 +402,32 @@ def test_analyze_does_not_replay_an_incident_above_the_request_bound(tmp_path, m
         kept, dropped = v.verify_fixes(a, [fix])
     assert built == [] and dropped == []
     assert kept[0]["replay"]["status"] == "skipped" and f"{n} requests" in kept[0]["replay"]["why"]
+
+
+@pytest.mark.parametrize("preemptions", [0, 7])
+def test_the_incident_column_is_the_measured_count_beside_the_replays(tmp_path, preemptions):
+    """Issue 26 item 5: the table's `incident` column is what the bundle shows (its count, or 'not visible'),
+    every other column is a replay; the JSON carries the same count on the observed row."""
+    b = _bundle(tmp_path, f"inc{preemptions}", _log(preemptions=preemptions))
+    t = _cli(str(b), "--set", "max_num_seqs=4", "-f", "table", "--tz", "UTC")
+    assert t.returncode == 0, t.stderr
+    header = next(ln for ln in t.stdout.splitlines() if "incident" in ln)
+    assert header.index("incident") < header.index("replay: observed") < header.index("replay: max_num_seqs=4")
+    first = next(ln for ln in t.stdout.splitlines() if "preemptions" in ln)
+    cells = [c.strip() for c in first.strip("│┃| ").split("│")]
+    doc = json.loads(_cli(str(b), "--set", "max_num_seqs=4", "-f", "json", "--tz", "UTC").stdout)
+    rows = {r["scenario"]: r for r in doc["scenarios"]}
+    seen = doc["calibration"]["observed"]
+    assert doc["incident"]["preemptions"] == seen == rows["observed"]["incident_preemptions"]
+    assert rows["max_num_seqs=4"]["incident_preemptions"] is None
+    assert cells[1] == ("not visible" if seen is None else str(seen))
+    assert cells[2] == str(rows["observed"]["preemptions"])  # the replay, not the incident
+
+
+def test_each_assumption_says_which_way_it_errs(tmp_path):
+    b = _bundle(tmp_path, "dirs", _log(prompt_ids=False))
+    a = json.loads(_cli(str(b), "-f", "json", "--tz", "UTC").stdout)["workload"]["assumptions"]
+    prompt = next(x for x in a if x.startswith("prompt length of every request"))
+    output = next(x for x in a if x.startswith("output lengths"))
+    assert "errs low where prefix caching" in prompt and "vllm/v1/metrics/loggers.py" in prompt
+    assert "err high" in output

@@ -50,6 +50,7 @@ def whatif_command(
         typer.Option(
             "--set",
             metavar="NAME=VALUE",
+            autocompletion=complete_setting,
             help="A setting of the asked configuration (repeatable): num_gpu_blocks, gpu_memory_utilization, "
             "block_size, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, "
             "scheduling_policy, watermark, long_prefill_token_threshold, max_model_len.",
@@ -60,6 +61,7 @@ def whatif_command(
         typer.Option(
             "--sweep",
             metavar="NAME=V1,V2,...",
+            autocompletion=complete_setting,
             help="One configuration per value (on top of --set; several --sweep: every combination).",
         ),
     ] = None,
@@ -76,6 +78,7 @@ def whatif_command(
         typer.Option(
             "--base",
             metavar="NAME=VALUE",
+            autocompletion=complete_setting,
             help="A value of the observed configuration the bundle lacks or gets wrong (e.g. "
             "--base num_gpu_blocks=2048); it applies to every replay, the observed one too.",
         ),
@@ -205,6 +208,14 @@ def _write(res: Any, fmt: str, out: BinaryIO, no_color: bool) -> None:
         _table(res, out, no_color)
 
 
+def complete_setting(incomplete: str) -> list[str]:
+    """Shell completion of --set/--sweep/--base: ``NAME=`` of the replay settings that start with what was
+    typed (the settings' one home is whatif.workload.SETTINGS; imported only when completing)."""
+    from ..whatif.workload import SETTINGS
+
+    return [f"{k}=" for k in SETTINGS if k.startswith(incomplete.split("=", 1)[0].lower())]
+
+
 LABELS = [
     ("preemptions", "preemptions"),
     ("recomputed_tokens", "recomputed tokens"),
@@ -239,11 +250,14 @@ def _table(res: Any, out: BinaryIO, no_color: bool) -> None:
         title=f"whatif ({res.engine} engine, {res.arrivals} arrivals)",
     )
     t.add_column("")
+    t.add_column("incident", justify="right")  # what the bundle shows; every other column is a replay
     for s in res.scenarios:
-        t.add_column(cell(s.name), justify="right")
+        t.add_column(cell("replay: observed" if s.name == "observed" else f"replay: {s.name}"), justify="right")
+    seen = res.calibration.get("observed")
     for key, label in LABELS:
-        t.add_row(label, *[cell(s.figures.get(key)) for s in res.scenarios])
-    t.add_row("status", *[cell(s.status) for s in res.scenarios])
+        measured = ("not visible" if seen is None else seen) if key == "preemptions" else None
+        t.add_row(label, cell(measured), *[cell(s.figures.get(key)) for s in res.scenarios])
+    t.add_row("status", "measured" if seen is not None else "-", *[cell(s.status) for s in res.scenarios])
     console.print(t, markup=False)
     out.write(buf.getvalue().encode())
 

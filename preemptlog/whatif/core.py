@@ -68,6 +68,8 @@ class WhatIf:
             row["unfinished"] = s.figures.get("unfinished")
             row.update({f"cfg_{k}": v for k, v in s.config.as_dict().items()})
             row["notes"] = "; ".join(s.notes)
+            # the incident's own count beside the replay of its configuration (the replay is a model)
+            row["incident_preemptions"] = self.calibration.get("observed") if s.name == "observed" else None
             out.append(row)
         return out
 
@@ -90,6 +92,7 @@ class WhatIf:
             },
             "engine": self.engine,
             "arrivals": self.arrivals,
+            "incident": {"preemptions": self.calibration.get("observed"), "from": self.observed_source},
             "calibration": {**self.calibration, "observed_from": self.observed_source},
             "scenarios": self.rows(),
         }

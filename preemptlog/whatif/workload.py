@@ -214,9 +214,15 @@ def from_log(analysis: Analysis) -> Workload | None:
                     "requests with the preemptlog vLLM plugin",
                 )
             fill_pt = max(1, round(est[0]))
-            assumptions.append(f"prompt length of every request not printed: taken as {fill_pt} ({est[1]})")
+            assumptions.append(
+                f"prompt length of every request not printed: taken as {fill_pt} ({est[1]}); errs low where prefix "
+                "caching served part of the prompts (vLLM V1 logs prompt throughput from the computed prefill "
+                "tokens, vllm/v1/metrics/loggers.py: cache hits are left out), so the replay's demand and "
+                "preemptions then err low"
+            )
     assumptions.append(
-        "output lengths are not in the bundle (Finished lines carry no token count): taken as max_tokens, an upper bound"
+        "output lengths are not in the bundle (Finished lines carry no token count): taken as max_tokens, an upper "
+        "bound, so the replay's demand, preemptions and latencies err high"
     )
     t0 = rec.get_column("time").min()
     rec = rec.with_columns(((pl.col("time") - pl.lit(t0)).dt.total_microseconds() / 1e6).alias("_t"))
