@@ -121,7 +121,12 @@ def _workers(pool: ProcessPoolExecutor) -> list[Any]:
 def _death(workers: list[Any]) -> str:
     """How the pool's dead worker ended (its exit status or signal), as far as it can be seen."""
     for p in workers:
-        p.join(timeout=5)  # the status is there once the process is reaped
+        # The status is there once the process is reaped, by this thread's join or by the pool's manager
+        # thread (whose waitpid can win the race: ours then sees no child and the status lands a moment later).
+        deadline = time.monotonic() + 5
+        p.join(timeout=5)
+        while p.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         code = p.exitcode
         if code is not None and code < 0:
             try:
