@@ -90,6 +90,26 @@ def test_one_final_reading_counts_since_the_engine_start_the_log_shows(tmp_path,
     assert "KV cache exhausted" in s["headline"] and "vLLM V1 preempts" in s["headline"]
 
 
+@pytest.mark.parametrize("fam", ["apiserver", "json"])
+def test_the_table_says_unplaced_for_a_count_with_no_time_inside_it(tmp_path, fam):
+    """The table's time cell of a single reading's count row is 'unplaced', never a bare '?' (issue 26)."""
+    import subprocess
+    import sys
+
+    b = write(tmp_path, fam, STOCK, **{"metrics.prom": reading("10:00:45", 13)})
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", str(b), "--tz", "UTC", "--year", str(B.YEAR), "-f", "table"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    row = next(ln for ln in p.stdout.splitlines() if "metrics.prom" in ln)
+    assert row.split()[0] == "unplaced" and "13 in interval" in row
+    assert not any(ln.split()[:1] == ["?"] for ln in p.stdout.splitlines())
+
+
 @pytest.mark.parametrize("fam", ["v08", "kubectl"])
 def test_a_reading_of_zero_after_the_start_is_an_exact_zero(tmp_path, fam):
     rows = [STOCK[0], stats("10:00:10", 2, 0, 20.0)]

@@ -11,21 +11,17 @@ set with TIOCSWINSZ and COLUMNS/LINES), or on pipes. The pager is ``head -n LINE
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
-import select
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
 
 from .conftest import FIXTURES, ROOT
+from .ptyrun import run_on_pty
 from .test_stock_bundles import STOCK, reading, write
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -44,35 +40,9 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def on_terminal(args: list[str], cols: int, rows: int, pager: str | None = None) -> tuple[list[str], int]:
     """``preemptlog ARGS`` on a cols x rows pseudo-terminal: (the lines it wrote, ANSI styles taken
     out, exit code)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = _env({"COLUMNS": str(cols), "LINES": str(rows), "TERM": "xterm", "PAGER": pager or f"head -n {rows - 1}"})
-    p = subprocess.Popen(
-        [sys.executable, "-m", "preemptlog", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        cwd=ROOT,
-        close_fds=True,
-    )
-    os.close(slave)
-    out = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 120)
-        if not ready:
-            p.kill()
-            break
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    text = ANSI.sub("", out.decode("utf-8", "replace")).replace("\r\n", "\n")
-    return text.split("\n"), p.wait()
+    env = _env({"TERM": "xterm", "PAGER": pager or f"head -n {rows - 1}"})
+    raw, code = run_on_pty(args, cols, rows, env)
+    return ANSI.sub("", raw).split("\n"), code
 
 
 def in_pipes(args: list[str]) -> subprocess.CompletedProcess[str]:

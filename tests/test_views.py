@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +21,7 @@ from preemptlog.errors import ExitCode
 from preemptlog.view import COMPACT_COLUMNS
 
 from .conftest import FIXTURES, ROOT, write_lines
+from .ptyrun import run_on_pty
 
 runner = CliRunner()
 DEMO = str(FIXTURES / "guide-demo")
@@ -455,40 +454,10 @@ def test_explain_request_lists_every_preemption_of_it():
 
 def _pty(args: list[str], cols: int, rows: int = 50, env: dict | None = None, timeout: float = 120) -> tuple[str, int]:
     """Run preemptlog on a pseudo-terminal of ``cols`` x ``rows``; (everything it wrote, exit code)."""
-    import fcntl
-    import struct
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    e = _env() | {"COLUMNS": str(cols), "LINES": str(rows), "TERM": "xterm", "LANG": "C.UTF-8"}
+    e = _env() | {"TERM": "xterm", "LANG": "C.UTF-8"}
     e.pop("LC_ALL", None)
     e |= env or {}
-    p = subprocess.Popen(
-        [sys.executable, "-m", "preemptlog", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=e,
-        cwd=ROOT,
-        close_fds=True,
-    )
-    os.close(slave)
-    out = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], timeout)
-        if not ready:
-            p.kill()
-            break
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    return out.decode("utf-8", "replace").replace("\r\n", "\n"), p.wait()
+    return run_on_pty(args, cols, rows, e, timeout)
 
 
 def _table_lines(out: str) -> list[str]:

@@ -239,7 +239,7 @@ def render_table(
         fold = r["count"] > 1
         folded += fold
         if t is None:
-            tcell = "?"
+            tcell = "unplaced"  # no time of its own (a count with no time inside it), never a bare "?"
         else:
             tcell = t.strftime("%m-%d %H:%M:%S" if multi_day else "%H:%M:%S")
             if fold and until[i] is not None and until[i] != r["time"]:
