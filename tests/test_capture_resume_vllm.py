@@ -10,20 +10,11 @@ exact. One driver run (~20 s). A real vLLM run: slow; in CI a missing venv is a 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from .test_capture_vllm import PREFIX, PY, run_driver
+from .test_capture_vllm import PREFIX, PY, REAL_VLLM, run_driver
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        PY is None and not IN_CI,
-        reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
-    ),
-]
+pytestmark = REAL_VLLM
 
 
 @pytest.fixture(scope="module")

@@ -49,13 +49,21 @@ def vllm_python() -> str | None:
 
 
 PY = vllm_python()
-pytestmark = pytest.mark.skipif(
-    PY is None,
-    reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
-)
+IN_CI = os.environ.get("CI", "").lower() == "true"
+# The marks of every test that runs a real vLLM (this file's and the other *_vllm test files'): slow;
+# in CI (.ci/run builds the venv) a missing venv fails the test, elsewhere it is a skip.
+REAL_VLLM = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        PY is None and not IN_CI,
+        reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
+    ),
+]
+pytestmark = REAL_VLLM
 
 
 def run_driver(name: str, spec: dict, env: dict, out: Path, timeout: float = 600) -> dict:
+    assert PY, "no vLLM 0.32 venv (PREEMPTLOG_VLLM_PYTHON): .ci/run builds it with ci/vllm-venv"
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "blocker").write_text("a file, so blocker/... cannot be created\n")

@@ -14,7 +14,6 @@ compute"; the headline must name the count and the cause.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -23,17 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from .test_capture_vllm import PREFIX, PRESSURE, PY, run_driver
+from .test_capture_vllm import PREFIX, PRESSURE, PY, REAL_VLLM, run_driver
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-# A real vLLM run: slow; in CI (.ci/run builds the venv) a missing venv is a failure, elsewhere a skip.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        PY is None and not IN_CI,
-        reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
-    ),
-]
+pytestmark = REAL_VLLM
 
 SCRAPE_EVERY = 10  # steps
 RUNS = {

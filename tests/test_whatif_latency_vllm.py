@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
 import pytest
 
-from .test_capture_vllm import PRESSURE, PY, run_driver
+from .test_capture_vllm import PRESSURE, PY, REAL_VLLM, run_driver
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        PY is None and not IN_CI,
-        reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
-    ),
-]
+pytestmark = REAL_VLLM
 A = {**PRESSURE, "wall": 0.005, "log_every": 25}
 C = {**A, "max_num_seqs": 4}
 REC = {"PREEMPTLOG_RECORD": "{dir}/records.jsonl"}

@@ -17,12 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.test_capture_vllm import PRESSURE, PY, run_driver
+from tests.test_capture_vllm import PRESSURE, PY, REAL_VLLM, run_driver
 
-pytestmark = pytest.mark.skipif(
-    PY is None,
-    reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
-)
+pytestmark = REAL_VLLM
 
 A = {**PRESSURE, "policy": "priority"}  # priorities 0-2 recorded (i % 3)
 REAL = {

@@ -13,7 +13,6 @@ venv is a failure, elsewhere a skip.
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -23,16 +22,9 @@ from preemptlog.whatif.engine_vllm import replay_vllm_many
 from preemptlog.whatif.metrics import StepTime
 from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest
 
-from .test_capture_vllm import PY
+from .test_capture_vllm import PY, REAL_VLLM
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        PY is None and not IN_CI,
-        reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",
-    ),
-]
+pytestmark = REAL_VLLM
 CLOCK = StepTime(0.01, 0.0, "test", True)
 
 
