@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 def frames(n_events: int, n_dmon: int, gpus: int = 8):
     import polars as pl
 
+    from preemptlog.engines.vllm.config import parse as cfg_parse
     from preemptlog.sources.vllm_log import scan_empty
-    from preemptlog.vllm.config import parse as cfg_parse
 
     utc = pl.Datetime("us", "UTC")
     t0 = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp() * 1e6)

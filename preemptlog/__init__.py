@@ -10,7 +10,7 @@ Library use::
 polars is imported lazily, so importing this package is cheap.
 """
 
-__version__ = "0.1.0"
+from .model import VERSION as __version__
 
 __all__ = ["AnalyzeOptions", "__version__", "analyze"]
 
@@ -18,6 +18,8 @@ __all__ = ["AnalyzeOptions", "__version__", "analyze"]
 def __getattr__(name):
     if name in ("analyze", "AnalyzeOptions", "Analysis"):
         from . import analysis
+        from .render import summary  # Analysis.summary()
 
+        del summary
         return getattr(analysis, name)
     raise AttributeError(name)

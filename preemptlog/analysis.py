@@ -10,15 +10,9 @@ from __future__ import annotations
 from typing import IO
 
 from . import pipeline
-from .pipeline import (  # noqa: F401 - moved to pipeline.py; importable from here as before
-    SMALL_BATCH_BYTES,
-    SMALL_LOG_BYTES,
-    SMALL_LOG_MIN_FILES,
-    _scan_small_files,
-)
-from .profile import Profile
-from .result import Analysis, AnalyzeOptions
-from .workspace import Workspace
+from .inputs.workspace import Workspace
+from .model.result import Analysis, AnalyzeOptions
+from .pipeline.profile import Profile
 
 __all__ = ["Analysis", "AnalyzeOptions", "Profile", "analyze"]
 

@@ -14,19 +14,11 @@ from typing import Annotated
 
 import typer
 
-from . import __version__
 from .commands import COMMANDS, register_all
 from .commands.coercion import install as install_plain_coercion
-from .commands.runner import (  # guarded, progress, stderr_console: what commands imported from here
-    _is_broken_pipe,
-    _say,
-    _silence,
-    guarded,
-    own_process,
-    progress,
-    stderr_console,
-)
+from .commands.runner import _is_broken_pipe, _say, _silence, guarded, own_process, progress, stderr_console
 from .errors import ExitCode
+from .model import VERSION as __version__
 
 __all__ = ["app", "guarded", "main", "progress", "stderr_console"]
 
@@ -167,7 +159,7 @@ def _main() -> None:
         if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
             exc.show()  # type: ignore[attr-defined]
             sys.exit(int(getattr(exc, "exit_code", ExitCode.USAGE)))
-        from .render.safe import neutralise
+        from .outputs.safe import neutralise
 
         ctx = getattr(exc, "ctx", None)
         hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""

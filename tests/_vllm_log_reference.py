@@ -110,7 +110,7 @@ def scan(path: str, file_id: int) -> pl.LazyFrame:
     """
     import polars as pl
 
-    from preemptlog.textio import split_cr
+    from preemptlog.inputs.textio import split_cr
 
     markers = all_markers()
     literals = list(dict.fromkeys(m for m, _ in markers))
@@ -124,7 +124,7 @@ def scan(path: str, file_id: int) -> pl.LazyFrame:
     # Literal pre-filter on the raw line (Teddy/SIMD prefilter of the regex crate).
     # The same line source as the scan under test: the text-level repair stage (reflow.py) runs
     # before the parse, and the parse is what this reference freezes.
-    from preemptlog import reflow
+    from preemptlog.inputs import reflow
 
     lf = reflow.scan(path).filter(pl.col("line").str.contains(marker_rx))
     lf = split_cr(lf)

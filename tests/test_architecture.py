@@ -32,8 +32,9 @@ def _modules() -> dict[str, tuple[Path, bool]]:
     return mods
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the preemptlog modules it imports (anywhere in the file)."""
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> the preemptlog modules it imports (anywhere in the file; under ``if TYPE_CHECKING:``
+    too with ``type_checking``)."""
     mods = _modules()
     graph: dict[str, set[str]] = {}
     for name, (path, is_pkg) in mods.items():
@@ -42,7 +43,7 @@ def import_graph() -> dict[str, set[str]]:
         type_only = {
             id(inner)
             for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            if not type_checking and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
             for stmt in node.body
             for inner in ast.walk(stmt)
         }

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.archive import ArchiveRefused, link_escapes, safe_name, unpack
-from preemptlog.bundle import Workspace
 from preemptlog.errors import ExitCode, InputError, UsageError
+from preemptlog.inputs.archive import ArchiveRefused, link_escapes, safe_name, unpack
+from preemptlog.pipeline.bundle import Workspace
 
 from .conftest import FIXTURES
 

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from preemptlog.analysis import AnalyzeOptions, analyze
-from preemptlog.bundle import InputFile
+from preemptlog.pipeline.bundle import InputFile
 from preemptlog.sources import TimeContext, blocktable, kvevents, sniff
 
 from .conftest import FIXTURES, write_lines

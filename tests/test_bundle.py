@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.bundle import rotation_key
 from preemptlog.errors import InputError
+from preemptlog.pipeline.bundle import rotation_key
 
 from .conftest import FIXTURES, write_lines
 

@@ -253,7 +253,7 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path, args, msg):
 
 
 def test_capture_source_sniffs_and_reports(tmp_path):
-    from preemptlog.bundle import InputFile
+    from preemptlog.pipeline.bundle import InputFile
     from preemptlog.sources import TimeContext, capture, sniff
 
     lines = [s for s, _ in capture.SAMPLES]

@@ -331,7 +331,7 @@ def test_records_every_preemption_without_changing_decisions(tmp_path, baseline,
 
 
 def test_the_records_parse_as_block_table_records(tmp_path):
-    from preemptlog.bundle import InputFile
+    from preemptlog.pipeline.bundle import InputFile
     from preemptlog.sources import TimeContext, blocktable, sniff
 
     Sched, rec, _ = run_plugin(tmp_path, events=True, every=5)

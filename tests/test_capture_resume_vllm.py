@@ -40,7 +40,7 @@ def test_resume_records_are_vllms_own_cache_hits(run):
 
 def test_recompute_is_split_into_lost_cached_and_recomputed(run, tmp_path):
     from preemptlog.analysis import AnalyzeOptions, analyze
-    from preemptlog.bundle import Workspace
+    from preemptlog.pipeline.bundle import Workspace
 
     b = tmp_path / "bundle"
     b.mkdir()

@@ -365,7 +365,7 @@ def test_requests_rate_gate_and_fixes_come_from_the_records(serve, analyzed, mod
     rate = counter / REQUESTS
     _, hit = analyze_json(run["bundle"], "--fail-on", f"rate>{rate - 0.05:.2f}", "-q")
     assert hit.returncode == 4, hit.stderr[-2000:]  # the gate holds (FAIL_ON), through the CLI
-    from preemptlog.failon import parse
+    from preemptlog.render.failon import parse
 
     assert not parse([f"rate>{rate + 0.05:.2f}"])[0].holds(s)  # and not above the rate
     # no fix lacks an input the records hold; the fixes with a value are replayed on the recorded workload

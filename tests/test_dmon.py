@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptlog.analysis import AnalyzeOptions, analyze
-from preemptlog.bundle import InputFile
+from preemptlog.pipeline.bundle import InputFile
 from preemptlog.sources import TimeContext, dmon, sniff
 
 from .conftest import FIXTURES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from preemptlog import engine_facts as F
+from preemptlog.engines import facts as F
 from preemptlog.rules.model import GATES
 
 
@@ -44,4 +44,4 @@ def test_the_readme_table_is_generated_from_the_facts():
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert F.markdown_table() in readme, "README table is stale: python -m preemptlog.engine_facts"
+    assert F.markdown_table() in readme, "README table is stale: python -m preemptlog.engines.facts"

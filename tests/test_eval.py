@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from preemptlog.cli import app
-from preemptlog.evaluate import aggregate, score_bundle
+from preemptlog.simulate.evaluate import aggregate, score_bundle
 
 from .conftest import FIXTURES
 

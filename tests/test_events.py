@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.vllm.preemptions import MARKER_ID_RES
+from preemptlog.engines.vllm.preemptions import MARKER_ID_RES
 
 from .conftest import write_lines
 
@@ -131,7 +131,7 @@ def test_marker_request_ids(tmp_path, text, rid):
 
 
 def test_marker_shapes_are_documented():
-    import preemptlog.vllm.preemptions as m
+    import preemptlog.engines.vllm.preemptions as m
 
     for shape in ("Req-", "request_id=", "req_id=", "seq_group", "request <id>"):
         assert shape in m.__doc__

@@ -23,9 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.bundle import InputFile
+from preemptlog.engines.vllm import hooks
 from preemptlog.errors import ExitCode, PreemptlogError
-from preemptlog.sources import TimeContext, blocktable, dmon, hooks, kvevents, prometheus, vllm_log
+from preemptlog.pipeline.bundle import InputFile
+from preemptlog.sources import TimeContext, blocktable, dmon, kvevents, prometheus, vllm_log
 
 from .conftest import FIXTURES, ROOT, corpus_dir
 

@@ -188,7 +188,7 @@ def test_another_engines_lines_do_not_change_evidence(tmp_path_factory, name, fa
 
 
 def test_one_start_with_several_banners_is_one_run():
-    from preemptlog.vllm.runs import runs_table
+    from preemptlog.engines.vllm.runs import runs_table
 
     a = _run(GW / "restart-dropped-arg" / "v0")
     runs = a.frames["server_runs"]
@@ -238,7 +238,7 @@ V0_START = [
 @pytest.mark.parametrize("w,e", [("", "]"), ("[", "]")], ids=["v0.4-0.7", "v0.8-0.10"])
 @pytest.mark.parametrize("restart", [False, True])
 def test_v0_log_from_its_start_without_a_warning_is_an_exact_zero(tmp_path, w, e, restart):
-    from preemptlog.visibility import count_visibility
+    from preemptlog.events.visibility import count_visibility
 
     lines = [x.format(w=w, e=e) for x in V0_START]
     if restart:

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptlog.analysis import AnalyzeOptions, analyze
-from preemptlog.sources import hooks, vllm_log
+from preemptlog.engines.vllm import hooks
+from preemptlog.sources import vllm_log
 
 from .conftest import FIXTURES, write_lines
 

@@ -7,8 +7,9 @@ import importlib.util
 import polars as pl
 import pytest
 
-from preemptlog import engine_facts, joiner
+from preemptlog import joiner
 from preemptlog.analysis import AnalyzeOptions, analyze
+from preemptlog.engines import facts as engine_facts
 
 from .conftest import FIXTURES, ROOT
 
@@ -203,7 +204,7 @@ def test_absent_sources_are_null(tmp_path):
 
 
 def test_machine_formats_carry_evidence_after_event_columns(joined, tmp_path):
-    from preemptlog.events import EVENTS_SCHEMA
+    from preemptlog.model.events import EVENTS_SCHEMA
     from preemptlog.render import event_rows
     from preemptlog.rules.verdicts import VERDICT_COLUMNS
 

@@ -17,7 +17,7 @@ import pytest
 
 from preemptlog import pipeline
 from preemptlog.analysis import AnalyzeOptions
-from preemptlog.workspace import Workspace
+from preemptlog.inputs.workspace import Workspace
 
 from .conftest import FIXTURES
 

@@ -8,11 +8,12 @@ import dataclasses
 import polars as pl
 import pytest
 
-from preemptlog import pipeline, reconcile
+from preemptlog import pipeline
 from preemptlog.analysis import Analysis, AnalyzeOptions, analyze
 from preemptlog.errors import InputError
-from preemptlog.view import Filters, apply_filters, with_columns
-from preemptlog.workspace import Workspace
+from preemptlog.events import reconcile
+from preemptlog.inputs.workspace import Workspace
+from preemptlog.render.view import Filters, apply_filters, with_columns
 
 from .conftest import FIXTURES, write_lines
 
@@ -114,7 +115,7 @@ def test_rules_stage_takes_the_thresholds():
 
 
 def test_one_dtype_map():
-    from preemptlog.frames import polars_schema
+    from preemptlog.model.frames import polars_schema
 
     s = polars_schema({"a": "Int64", "t": "Datetime(time_unit='us', time_zone='UTC')", "s": "String"})
     assert s == pl.Schema({"a": pl.Int64, "t": pl.Datetime("us", "UTC"), "s": pl.String})

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.pressure import find_intervals, log_capability
+from preemptlog.events.pressure import find_intervals, log_capability
 
 from .conftest import FIXTURES, corpus_dir, write_lines
 

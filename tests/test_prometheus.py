@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.events import EVENTS_SCHEMA
-from preemptlog.frames import schema_of
+from preemptlog.model.events import EVENTS_SCHEMA
+from preemptlog.model.frames import schema_of
 from preemptlog.render import event_rows
 from preemptlog.sources import prometheus as prom
 from preemptlog.sources import sniff

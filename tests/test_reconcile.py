@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.reconcile import PROM_COUNTER, per_request_records
+from preemptlog.events.reconcile import PROM_COUNTER, per_request_records
 
 from .conftest import FIXTURES, write_lines
 

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.recordmatch import count_groups, match
+from preemptlog.events.recordmatch import count_groups, match
 
 from .conftest import write_lines
 
@@ -411,7 +411,7 @@ def test_requests_and_the_rate_come_from_the_arrival_records(tmp_path):
     assert s["requests_received"] == 300 and s["preemption_rate"] == pytest.approx(0.5)
     assert s["events"] == 150
     assert a.requests.height == 0  # the GET /metrics access lines are not request lines
-    from preemptlog.rules.recommend import measure
+    from preemptlog.engines.vllm.fixes import measure
 
     m = measure(a)
     assert m["prompt_p95"].known and "arrival records" in m["prompt_n"].how

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from preemptlog import AnalyzeOptions, analyze, reflow
+from preemptlog import AnalyzeOptions, analyze
+from preemptlog.inputs import reflow
 
 from .conftest import corpus2_dir, corpus_dir, write_lines
 

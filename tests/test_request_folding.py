@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from preemptlog.analysis import Analysis, AnalyzeOptions, analyze
+from preemptlog.engines.vllm.requests import RequestStats, stats_of
 from preemptlog.render.jsonfmt import write_json
-from preemptlog.vllm.requests import RequestStats, stats_of
 from preemptlog.whatif import verify
 
 from .test_request_runs import OFF, SHAPES, _hdr

@@ -16,8 +16,8 @@ import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
-from preemptlog.bundle import Workspace, collect
 from preemptlog.errors import InputError
+from preemptlog.pipeline.bundle import Workspace, collect
 
 from .conftest import FIXTURES, write_lines
 
@@ -194,7 +194,7 @@ def test_missing_input_beside_a_good_one_is_a_warning(tmp_path):
 
 def test_permission_denied_file_is_skipped_others_read(tmp_path, monkeypatch):
     """Tests run as root, so the denial is simulated where the file is opened."""
-    import preemptlog.sniffing as bmod  # where inputs are opened (moved from bundle.py)
+    import preemptlog.sources.sniffing as bmod  # where inputs are opened (moved from bundle.py)
 
     write_lines(tmp_path / "a.log", [M.format("a")])
     write_lines(tmp_path / "b.log", [M.format("b")])
@@ -213,7 +213,7 @@ def test_permission_denied_file_is_skipped_others_read(tmp_path, monkeypatch):
 
 
 def test_folder_that_cannot_be_listed_is_a_warning(tmp_path, monkeypatch):
-    import preemptlog.sniffing as bmod  # where inputs are opened (moved from bundle.py)
+    import preemptlog.sources.sniffing as bmod  # where inputs are opened (moved from bundle.py)
 
     (tmp_path / "locked").mkdir()
     write_lines(tmp_path / "locked" / "x.log", [M.format("hidden")])

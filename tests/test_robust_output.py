@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from preemptlog.cli import app
-from preemptlog.render.safe import TerminalWriter, markup, neutralise, neutralise_lines
+from preemptlog.outputs.safe import TerminalWriter, markup, neutralise, neutralise_lines
 
 from .conftest import write_lines
 

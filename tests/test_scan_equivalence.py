@@ -120,8 +120,8 @@ LOGS = [p for p in INPUTS if p.suffix in (".log", ".gz", ".zst", ".txt") or "vll
 
 @pytest.mark.parametrize("path", LOGS, ids=_ids(LOGS))
 def test_requests_equal_reference(path: Path) -> None:
+    from preemptlog.engines.vllm import requests
     from preemptlog.errors import PreemptlogError
-    from preemptlog.vllm import requests
 
     try:
         rec = _analysis_records(path)
@@ -142,7 +142,7 @@ def _kept(df):
 
 
 def test_requests_hand_written(tmp_path: Path) -> None:
-    from preemptlog.vllm import requests
+    from preemptlog.engines.vllm import requests
 
     p = tmp_path / "hand.log"
     p.write_text("\n".join(HAND + [line for line, _ in vllm_log.SAMPLES]) + "\n", encoding="utf-8")

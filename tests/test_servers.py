@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from preemptlog import AnalyzeOptions, analyze
 from preemptlog.cli import app
 from preemptlog.errors import ExitCode
-from preemptlog.servers import servers
+from preemptlog.events.servers import servers
 
 from .conftest import write_lines
 

@@ -15,10 +15,11 @@ import sys
 import polars as pl
 import pytest
 
-from preemptlog import engine_facts as F
 from preemptlog.analysis import AnalyzeOptions, analyze
-from preemptlog.sglang import knobs
-from preemptlog.sources import sglang_log, sniff
+from preemptlog.engines import facts as F
+from preemptlog.engines.sglang import knobs
+from preemptlog.engines.sglang import source as sglang_log
+from preemptlog.sources import sniff
 
 from .conftest import FIXTURES
 

@@ -344,7 +344,7 @@ def test_gates_spelled_one_way_per_width_and_gate_takes_every_spelling():
 
 def test_gate_names_complete_in_the_shell():
     from preemptlog.commands.common import GATE_NAMES
-    from preemptlog.view import GATES
+    from preemptlog.render.view import GATES
 
     assert tuple(GATES) == GATE_NAMES  # the CLI's copy (no polars at --help) is the gates' list
     env = _env(

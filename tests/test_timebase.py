@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preemptlog import AnalyzeOptions, analyze
+from preemptlog.clock.timebase import check_zone, local_zone
 from preemptlog.errors import UsageError
-from preemptlog.timebase import check_zone, local_zone
 
 from .conftest import write_lines
 
@@ -138,7 +138,7 @@ def test_zone_conversion_and_offset_output(tmp_path):
     result = analyze([str(path)], AnalyzeOptions(tz="Europe/Berlin", year=2025))
     t = result.events.get_column("time")[0]
     assert t == datetime(2025, 7, 1, 10, 0, 0, tzinfo=UTC)
-    from preemptlog.summary import iso
+    from preemptlog.render.summary import iso
 
     assert iso(t, "Europe/Berlin") == "2025-07-01T12:00:00+02:00"
 

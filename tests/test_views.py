@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from preemptlog.cli import app
 from preemptlog.errors import ExitCode
-from preemptlog.view import COMPACT_COLUMNS
+from preemptlog.render.view import COMPACT_COLUMNS
 
 from .conftest import FIXTURES, ROOT, write_lines
 from .ptyrun import run_on_pty
@@ -166,7 +166,7 @@ def test_fixes_are_ranked_data_without_no_ops(tmp_path):
 
 
 def test_spec_budget_kept_when_speculative_decoding_is_on(tmp_path):
-    from preemptlog.rules.recommend import Measured, structured
+    from preemptlog.engines.vllm.fixes import Measured, structured
 
     def m(**kw):
         base = {

@@ -260,7 +260,7 @@ def test_fix_options_map_to_replay_settings_generically():
 
 def test_verify_fixes_attaches_replays_and_drops_no_gain(tmp_path):
     from preemptlog.analysis import AnalyzeOptions, analyze
-    from preemptlog.bundle import Workspace
+    from preemptlog.pipeline.bundle import Workspace
     from preemptlog.whatif import verify as v
     from preemptlog.whatif import verify_fixes
 
@@ -368,7 +368,7 @@ def test_engine_and_option_errors_are_usage_errors(tmp_path, monkeypatch, args, 
 
 def test_a_replay_past_its_budget_is_skipped_with_a_note(tmp_path, monkeypatch):
     from preemptlog.analysis import AnalyzeOptions, analyze
-    from preemptlog.bundle import Workspace
+    from preemptlog.pipeline.bundle import Workspace
     from preemptlog.whatif import verify as v
 
     monkeypatch.setattr(v, "_budget", lambda: 0.0)  # past the budget at the first check (step 1024)
@@ -386,7 +386,7 @@ def test_analyze_does_not_replay_an_incident_above_the_request_bound(tmp_path, m
     """The fix replays of analyze are bounded before any work: above REPLAY_MAX_REQUESTS requests the
     workload is not built and each replayable fix says why (counted from request lines or records)."""
     from preemptlog.analysis import AnalyzeOptions, analyze
-    from preemptlog.bundle import Workspace
+    from preemptlog.pipeline.bundle import Workspace
     from preemptlog.whatif import verify as v
 
     capture = Path(__file__).resolve().parent.parent / "fixtures" / "findings" / "capture-pressure"

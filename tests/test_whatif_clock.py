@@ -130,7 +130,7 @@ def test_scattered_stats_lines_are_not_a_clock(tmp_path):
 
 def test_a_verified_fix_without_a_clock_says_latency_not_modelled(tmp_path):
     from preemptlog.analysis import AnalyzeOptions, analyze
-    from preemptlog.bundle import Workspace
+    from preemptlog.pipeline.bundle import Workspace
     from preemptlog.whatif import verify_fixes
 
     b = _bundle(tmp_path, "fix", _log_with([(0.02, 300.0, 8)]))

@@ -2,7 +2,7 @@
 
 The checks are vLLM's own (vllm/v1/core/kv_cache_utils.py get_kv_cache_configs ->
 _check_enough_kv_cache_memory; vllm/config/scheduler.py SchedulerConfig.verify_max_model_len),
-applied by ``preemptlog.vllm.config.startup_refusals``. Shapes: the check's boundary (one block
+applied by ``preemptlog.engines.vllm.config.startup_refusals``. Shapes: the check's boundary (one block
 either side), the scheduler checks, a pool of one block; through the CLI a log bundle whose
 configuration passes (asked ones refused and accepted side by side), a log bundle whose own
 configuration fails (the check not evaluable), a records bundle without max_model_len (the
@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from preemptlog.vllm.config import startup_refusals
+from preemptlog.engines.vllm.config import startup_refusals
 from tests.test_whatif import _bundle, _cli, _log
 
 
@@ -151,7 +151,7 @@ def test_without_max_model_len_the_longest_request_is_checked(tmp_path, blocks, 
 
 def test_a_fix_vllm_would_refuse_is_dropped(tmp_path):
     from preemptlog.analysis import AnalyzeOptions, analyze
-    from preemptlog.bundle import Workspace
+    from preemptlog.pipeline.bundle import Workspace
     from preemptlog.whatif import verify_fixes
 
     b = _bundle(tmp_path, "fix", _consistent_log())

@@ -182,7 +182,7 @@ class Capture:
             fh.write(json.dumps({"preemptlog_capture": 1, **obj}) + "\n")
 
     def _scrape(self, now: float) -> bool:
-        from ..outio import open_output
+        from ..outputs.outio import open_output
 
         try:
             body = scrape_once(self.url, timeout=max(1.0, min(self.every, 10.0)))

@@ -122,14 +122,13 @@ def analyze(
     """
 
     def body() -> int:
-        from .. import failon
         from ..analysis import analyze as run
-        from ..outio import open_output
-        from ..render import write
+        from ..inputs.workspace import Workspace
+        from ..outputs.outio import open_output
+        from ..outputs.safe import neutralise
+        from ..render import failon, write
         from ..render.human import print_lines, render_lines, summary_lines, summary_width
-        from ..render.safe import neutralise
-        from ..view import apply_filters, output_columns, parse_columns, with_columns
-        from ..workspace import Workspace
+        from ..render.view import apply_filters, output_columns, parse_columns, with_columns
 
         imports_done()
         conditions = failon.parse(fail_on)
@@ -240,11 +239,11 @@ def _each(
 ) -> int:
     """--each: every unit analysed on its own (each.py), one combined output, the worst exit code.
     Filters and the column choice apply to every unit, as without --each."""
-    from .. import failon
-    from ..each import run_each, write_each
-    from ..outio import open_output
+    from ..outputs.outio import open_output
+    from ..render import failon
+    from ..render.each import run_each, write_each
     from ..render.human import print_summary
-    from ..view import apply_filters, with_columns
+    from ..render.view import apply_filters, with_columns
 
     results = [(name, with_columns(apply_filters(a, filters), columns)) for name, a in run_each(paths, options, ws)]
     protect = [p for _, a in results for p in a.bundle.originals]

@@ -250,7 +250,7 @@ def filters_from(*, kind, since, until, gate, request, min_confidence, file_kind
     import sys
 
     from ..errors import UsageError
-    from ..view import make_filters, split_kind_option
+    from ..render.view import make_filters, split_kind_option
 
     overrides, kinds = split_kind_option(kind)
     if overrides:

@@ -48,7 +48,7 @@ def eval_command(
         import json
         import sys
 
-        from ..evaluate import PREDICTED, aggregate, score_bundle
+        from ..simulate.evaluate import PREDICTED, aggregate, score_bundle
         from .common import note_old_set
 
         note_old_set(set_)
@@ -62,7 +62,7 @@ def eval_command(
         from rich.console import Console
         from rich.table import Table
 
-        from ..render.safe import table_box, text
+        from ..outputs.safe import table_box, text
 
         console = Console(highlight=False)
         t = Table(title=text("per bundle"), header_style="bold", box=table_box())

@@ -127,9 +127,9 @@ def explain(
 
         from ..analysis import analyze as run
         from ..errors import UsageError
-        from ..outio import open_output
-        from ..view import apply_filters
-        from ..workspace import Workspace
+        from ..inputs.workspace import Workspace
+        from ..outputs.outio import open_output
+        from ..render.view import apply_filters
 
         ident, inputs = event_id, list(paths or [])
         if request and ident is not None and (ident == "-" or os.path.exists(ident)):
@@ -208,7 +208,7 @@ def _top_events(analysis, inputs: list[str]) -> int:
     import shlex
     import sys
 
-    from ..render.safe import neutralise
+    from ..outputs.safe import neutralise
     from ..render.table import display_rows
 
     rows = display_rows(analysis)
@@ -401,8 +401,8 @@ def write_table(docs: list[dict], out, *, no_color: bool = False, pager: bool = 
 
     from rich.console import Console
 
+    from ..outputs.safe import ascii_text, unicode_ok
     from ..render.pager import page, terminal_size
-    from ..render.safe import ascii_text, unicode_ok
 
     size = terminal_size(out)
     color = size is not None and not no_color and not os.environ.get("NO_COLOR")
@@ -430,7 +430,7 @@ def write_table(docs: list[dict], out, *, no_color: bool = False, pager: bool = 
 def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
     from rich.table import Table
 
-    from ..render.safe import table_box, text
+    from ..outputs.safe import table_box, text
 
     style = table_box()
     e = doc["event"]
@@ -501,7 +501,7 @@ def print_verdict(console, v: dict, *, box_style=None) -> None:
     """The verdict block: gate, cited evidence, not-evaluable gates, factors, fixes (log text kept inert)."""
     from rich.table import Table
 
-    from ..render.safe import text
+    from ..outputs.safe import text
 
     if not v:
         return

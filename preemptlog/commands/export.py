@@ -39,8 +39,8 @@ def register(root: typer.Typer) -> None:
 
 
 def _load(source: str, year, tz, debug):
-    from ..export import load
-    from ..result import AnalyzeOptions
+    from ..fleet.export import load
+    from ..model.result import AnalyzeOptions
 
     return load(source, AnalyzeOptions(year=year, tz=tz, debug=debug))
 
@@ -93,8 +93,8 @@ def grafana(
         import json
 
         from ..errors import UsageError
-        from ..export import grafana as g
-        from ..outio import open_output
+        from ..fleet.export import grafana as g
+        from ..outputs.outio import open_output
 
         imports_done()
         token = None
@@ -153,8 +153,8 @@ def openmetrics(
     """
 
     def body() -> int:
-        from ..export import openmetrics as om
-        from ..outio import open_output
+        from ..fleet.export import openmetrics as om
+        from ..outputs.outio import open_output
 
         imports_done()
         labels = om.parse_labels(label)

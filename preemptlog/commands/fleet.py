@@ -80,7 +80,7 @@ class _BundleProgress:
         if self.bar is None and time.monotonic() - self.start >= self.after:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            from ..render.safe import unicode_ok
+            from ..outputs.safe import unicode_ok
 
             bar = [BarColumn()] if unicode_ok() else []
             self.bar = Progress(
@@ -189,7 +189,7 @@ def run(
             ui.close()
         failed = [o for o in stats.outcomes if o.outcome in ("error", "partial")]
         if not quiet:
-            from ..render.safe import markup
+            from ..outputs.safe import markup
 
             console = stderr_console(no_color)
             console.print(
@@ -201,7 +201,7 @@ def run(
                 + ", ".join(f"{t} {stats.rows(t)} row(s)" for t in ("events", "incidents", "findings", "errors"))
             )
         for o in failed[:5]:
-            from ..render.safe import neutralise
+            from ..outputs.safe import neutralise
 
             sys.stderr.write(neutralise(f"preemptlog: {o.outcome}: {o.path}: exit {o.exit_code}: {o.message}") + "\n")
         if len(failed) > 5:
@@ -277,7 +277,7 @@ def report(
 
         from ..errors import UsageError
         from ..fleet import report as fr
-        from ..outio import open_output
+        from ..outputs.outio import open_output
 
         imports_done()
         window = fr.Window(fr.parse_time(since, "--since"), fr.parse_time(until, "--until", end=True))
@@ -300,7 +300,7 @@ def report(
 
                 write_tables(sections, fh, by=by.value)
         if not quiet:
-            from ..render.safe import markup
+            from ..outputs.safe import markup
 
             stderr_console(no_color).print(f"[bold]{markup(fr.headline(sections))}[/bold]")
         return ExitCode.OK

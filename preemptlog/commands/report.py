@@ -94,9 +94,9 @@ def report(
 
         from ..analysis import analyze as run
         from ..errors import UsageError
-        from ..outio import open_output
-        from ..view import apply_filters
-        from ..workspace import Workspace
+        from ..inputs.workspace import Workspace
+        from ..outputs.outio import open_output
+        from ..render.view import apply_filters
         from .runner import progress
 
         overrides, filters = filters_from(
@@ -136,7 +136,7 @@ def report(
             with open_output(output, protect=result.bundle.originals, terminal_text=True) as out:
                 out.write(doc)
         if not quiet:
-            from ..render.safe import markup
+            from ..outputs.safe import markup
 
             where = "standard output" if output in (None, "-") else output
             s = result.summary()

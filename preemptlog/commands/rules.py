@@ -103,7 +103,7 @@ def _print(doc: dict, evidence: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..render.safe import table_box, text
+    from ..outputs.safe import table_box, text
 
     console = Console(highlight=False)
     if evidence:

@@ -80,7 +80,7 @@ class _Progress:
         with self.lock:
             if self.timer is None:
                 return
-            from ..render.safe import unicode_ok
+            from ..outputs.safe import unicode_ok
 
             bar = [BarColumn()] if unicode_ok() else []  # the C locale: no block characters
             self.bar = Progress(
@@ -102,7 +102,7 @@ class _Progress:
                 self.bar.update(self.task, total=total or None, description=self.label)
 
     def file_done(self, size: int, name: str = "") -> None:
-        from ..render.safe import neutralise
+        from ..outputs.safe import neutralise
 
         with self.lock:
             self.done += size
@@ -145,7 +145,7 @@ def progress(quiet: bool = False, no_color: bool = False) -> Iterator[None]:
     if quiet or not tty:
         yield
         return
-    from .. import profile
+    from ..pipeline import profile
 
     ui = _Progress(stderr_console(no_color))
     profile.PROGRESS = ui
@@ -166,7 +166,7 @@ def _say(line: str) -> None:
 
 
 def _fail(message: str, code: ExitCode) -> typer.Exit:
-    from ..render.safe import neutralise
+    from ..outputs.safe import neutralise
 
     _say(f"preemptlog: error: {neutralise(message)}")
     return typer.Exit(int(code))

@@ -246,7 +246,7 @@ def _report(record: dict, output: Path, no_color: bool) -> None:
         except OSError:
             continue
         sizes.append(f"{name} {_human(n)}")
-    from ..render.safe import markup
+    from ..outputs.safe import markup
 
     console.print(f"wrote {markup(str(output))}: " + markup(", ".join(sizes)))
     if record["scenario"] == "large":

@@ -9,16 +9,7 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from ..errors import ExitCode
-from .common import (
-    DebugOpt,
-    FormatOpt,
-    NoColorOpt,
-    OutputOpt,
-    QuietOpt,
-    TzOpt,
-    YearOpt,
-    default_format,
-)
+from .common import DebugOpt, FormatOpt, NoColorOpt, OutputOpt, QuietOpt, TzOpt, YearOpt, default_format
 from .runner import guarded, stderr_console
 
 
@@ -147,8 +138,8 @@ def whatif_command(
         import os
 
         from ..analysis import AnalyzeOptions, analyze
-        from ..bundle import Workspace
-        from ..outio import open_output
+        from ..outputs.outio import open_output
+        from ..pipeline.bundle import Workspace
         from ..whatif import expand, whatif
         from ..whatif.workload import parse_sets
 
@@ -237,7 +228,7 @@ def _table(res: Any, out: BinaryIO, no_color: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..render.safe import neutralise, table_box
+    from ..outputs.safe import neutralise, table_box
 
     def cell(v: Any) -> str:
         return "-" if v is None else neutralise(str(v))
@@ -263,7 +254,7 @@ def _table(res: Any, out: BinaryIO, no_color: bool) -> None:
 
 
 def _summary(res: Any, no_color: bool) -> None:
-    from ..render.safe import neutralise
+    from ..outputs.safe import neutralise
 
     console = stderr_console(no_color)
     w = res.workload

@@ -20,7 +20,7 @@ import polars as pl
 from .common import Cfg, cfg_default, cfg_number, cfg_text, frame, src_expr
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 
 def _pool(a: Analysis) -> dict[str, Any] | None:
@@ -108,7 +108,7 @@ def request_tokens(a: Analysis) -> dict[str, Any] | None:
                     f"finished request(s) (vllm:request_prompt_tokens and vllm:request_generation_tokens, "
                     f"{v['req_prompt_sum'][1]})",
                 }
-    from ..vllm.requests import stats_of
+    from ..engines.vllm.requests import stats_of
 
     st = stats_of(a)
     if st.prompt_n >= 5 and st.max_tokens_mean() is not None:
@@ -277,7 +277,7 @@ def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None
 
 
 def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
-    from ..rules.recommend import capacity_fixes
+    from ..engines.vllm.fixes import capacity_fixes
 
     pool = _pool(a)
     peak, peak_why = _peak(a, pool) if pool is not None and pool["blocks"] else (None, None)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 
 def src_expr(source: str = "source", line: str = "line") -> pl.Expr:
@@ -41,7 +41,7 @@ def _num(v: float) -> str:
 
 def cfg_number(a: Analysis, key: str) -> Cfg | None:
     """The value in force when it is seen or derived (a default is an assumption: None)."""
-    from ..vllm.config import in_force
+    from ..engines.vllm.config import in_force
 
     row = in_force(a.config).get(key)
     if row is None or row.get("status") == "default":
@@ -57,7 +57,7 @@ def cfg_number(a: Analysis, key: str) -> Cfg | None:
 def cfg_default(a: Analysis, key: str) -> Cfg | None:
     """vLLM's default for the bundle's own version (vllm/config.py VERSION_DEFAULTS), as an assumed
     value: None when the version is not in the bundle (then the default is not known)."""
-    from ..vllm.config import in_force
+    from ..engines.vllm.config import in_force
 
     cfg = in_force(a.config)
     row, ver = cfg.get(key), cfg.get("vllm_version")
@@ -72,7 +72,7 @@ def cfg_default(a: Analysis, key: str) -> Cfg | None:
 
 def cfg_text(a: Analysis, key: str) -> tuple[str, str | None, str] | None:
     """(value, file:line, status) of a configuration key, defaults included (callers decide)."""
-    from ..vllm.config import in_force
+    from ..engines.vllm.config import in_force
 
     row = in_force(a.config).get(key)
     if row is None:

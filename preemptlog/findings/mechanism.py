@@ -17,7 +17,7 @@ from .common import stats_intervals
 from .thrash import COMPLETE_KINDS
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 
 def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:

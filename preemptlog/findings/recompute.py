@@ -30,7 +30,7 @@ import polars as pl
 from .common import frame, src_expr, stats_intervals
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 NEAR_S = 2.0  # a log event and a preempt record of the same request this close are the same preemption
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..vllm.requests import stats_of
+from ..engines.vllm.requests import stats_of
 from .common import cfg_number, frame, src_expr
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 MIN_LINES = 2
 

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..vllm.requests import incident_requests
+from ..engines.vllm.requests import incident_requests
 from .common import frame, src_expr
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 COMPLETE_KINDS = ("record", "marker")
 BUCKETS = ("1", "2", "3-5", "6+")

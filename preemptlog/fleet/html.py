@@ -84,7 +84,7 @@ def _figures(sections: dict[str, pl.DataFrame]) -> str:
 
 
 def render(sections: dict[str, pl.DataFrame], *, by: str, window: Window, source: str) -> str:
-    from .. import __version__
+    from ..model import VERSION as __version__
     from ..report import plotly_js
     from ..report.page import CSP, STYLE
     from .report import headline

@@ -27,7 +27,7 @@ from ..errors import ExitCode
 from . import dataset
 
 if TYPE_CHECKING:
-    from ..result import AnalyzeOptions
+    from ..model.result import AnalyzeOptions
     from .work import BundleResult
 
 
@@ -164,7 +164,7 @@ def run(
 
     ``skip``: bundle ids already in the dataset (not analysed again). ``work``: the per-bundle
     function (default work.analyse_bundle; a module-level function, as the workers import it)."""
-    from ..result import AnalyzeOptions
+    from ..model.result import AnalyzeOptions
 
     options = options or AnalyzeOptions()
     jobs = max(1, jobs)

@@ -240,7 +240,7 @@ def report(out: str, *, by: str = "model", window: Window | None = None) -> dict
 
 
 def as_json(sections: dict[str, pl.DataFrame], *, by: str, window: Window) -> dict[str, Any]:
-    from .. import __version__
+    from ..model import VERSION as __version__
 
     def rows(df: pl.DataFrame) -> list[dict[str, Any]]:
         out = []

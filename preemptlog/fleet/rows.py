@@ -1,6 +1,6 @@
 """One analysed server -> the rows of the fleet tables (schema.py).
 
-Everything the fleet tables say about a server comes from the public :class:`~preemptlog.result.Analysis`
+Everything the fleet tables say about a server comes from the public :class:`~preemptlog.model.result.Analysis`
 and ``summary.summarize``'s dict, read here and nowhere else: :func:`incident_rows` builds the
 ``incidents`` rows (one per engine), :func:`event_rows` the ``events``, :func:`finding_rows` the
 ``findings``. When the summary's shape changes (the headline, the fix ranking, count
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..frames import UTC_TIME
+from ..model.frames import UTC_TIME
 from . import schema
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 GATES = {
     "G1-kv-space": "g1_kv_space",
@@ -60,7 +60,7 @@ def _config(summary: dict[str, Any], name: str) -> str | None:
 
 
 def _host(analysis: Analysis) -> str | None:
-    from ..servers import servers
+    from ..events.servers import servers
 
     srv = servers(analysis.records)
     hosts = [h for h in srv.get_column("host").to_list() if h] if srv.height else []
@@ -105,7 +105,7 @@ def _day(day: date) -> pl.Expr:
 
 def event_frame(analysis: Analysis) -> pl.DataFrame:
     """The events with their verdict and per-event findings (UTC times), engine "0" when unnamed."""
-    from ..events import public
+    from ..model.events import public
 
     ev = public(analysis.events).with_columns(pl.col("engine").fill_null("0"))
     v = analysis.verdicts
@@ -197,7 +197,7 @@ def incident_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict
     spans = stall.get("spans") or []
     fixes = summary.get("fixes") or []
     top = fixes[0] if fixes else None
-    from ..summary import fix_line
+    from ..render.summary import fix_line
 
     recon = summary.get("reconciliation") or {}
     span = summary.get("log_span") or {}
@@ -278,7 +278,7 @@ def finding_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict[
         )
         parts.append(g)
     rows: list[dict[str, Any]] = []
-    from ..summary import fix_line
+    from ..render.summary import fix_line
 
     for x in summary.get("fixes") or []:
         rows.append(

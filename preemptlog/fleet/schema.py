@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from ..frames import polars_dtype
+from ..model.frames import polars_dtype
 
 SCHEMA_VERSION = 1
 TABLES = ("events", "incidents", "findings", "errors", "bundles")

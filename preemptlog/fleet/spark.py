@@ -43,7 +43,7 @@ from ..errors import UsageError
 from . import schema
 
 if TYPE_CHECKING:
-    from ..result import AnalyzeOptions
+    from ..model.result import AnalyzeOptions
 
 ENVELOPE = "table string, bundle_id string, day date, outcome string, exit_code int, path string, message string, payload binary"
 SETTINGS = {
@@ -215,7 +215,7 @@ def run(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from ..result import AnalyzeOptions
+    from ..model.result import AnalyzeOptions
     from . import dataset
 
     started = time.monotonic()

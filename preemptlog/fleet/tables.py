@@ -36,7 +36,7 @@ def write_tables(sections: dict[str, pl.DataFrame], out: BinaryIO, *, by: str) -
     from rich.console import Console
     from rich.table import Table
 
-    from ..render.safe import text
+    from ..outputs.safe import text
     from .report import headline
 
     wrapper = io.TextIOWrapper(out, encoding="utf-8", errors="replace", write_through=True)

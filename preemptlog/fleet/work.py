@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .. import __version__
 from ..errors import ExitCode, PreemptlogError
+from ..model import VERSION as __version__
 from . import rows, schema
 from .inputs import BundleInfo, digest, server_name
 
 if TYPE_CHECKING:
-    from ..result import Analysis, AnalyzeOptions
+    from ..model.result import Analysis, AnalyzeOptions
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _servers(path: str, options: AnalyzeOptions, ws: Any) -> list[tuple[str, Ana
     beside a ``metrics/`` folder is one server), else by server start (each.split_by_server);
     one server keeps the first analysis."""
     from ..analysis import analyze
-    from ..each import split_by_server, units
+    from ..render.each import split_by_server, units
 
     first = analyze([path], options, workspace=ws)
     if len(_log_subfolders(path, first)) >= 2:
@@ -162,7 +162,7 @@ def _frame(table: str, rows_: list[dict[str, Any]]) -> pl.DataFrame:
 def analyse_bundle(path: str, options: AnalyzeOptions, skip: frozenset[str] = frozenset()) -> BundleResult:
     """Analyse one bundle into its rows of every table (see the module docstring). A bundle whose
     digest is in ``skip`` is not analysed (outcome ``skipped``)."""
-    from ..workspace import Workspace
+    from ..inputs.workspace import Workspace
 
     started = time.monotonic()
     try:

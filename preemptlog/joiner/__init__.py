@@ -90,9 +90,10 @@ schema and the evidence table of docs/sources.md come from the declarations.
 
 from __future__ import annotations
 
+from ..events.recordmatch import record_events
 from .common import CONFLICT_S, DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key
 from .config import CONFIG_KEYS
-from .core import compute, evidence, record_events, skew_notes
+from .core import compute, evidence, skew_notes
 from .declare import Evidence, docs_table
 from .explain import WINDOW_SCHEMA, window_rows
 from .sched import LOOKBACK_STEP_COLUMNS

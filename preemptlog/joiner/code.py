@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from .. import engine_facts as F
+from ..engines import facts as F
 from .declare import Evidence, cited
 
 SOURCE = "engine code (engine_facts.py), vllm-log (config)"
@@ -77,7 +77,7 @@ GUIDE_GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-pref
 
 def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
     """The code facts of the bundle's engine (None: not a vLLM log the facts can read)."""
-    from ..vllm.config import _version_tuple, in_force
+    from ..engines.vllm.config import _version_tuple, in_force
 
     cfg = in_force(config) if config is not None and config.height else {}
     gen_row = cfg.get("engine")
@@ -191,7 +191,7 @@ def _pressure(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFrame | No
     """The strongest pressure interval of the event's engine overlapping its span."""
     if piv is None or piv.height == 0:
         return None
-    from ..timebase import iso
+    from ..clock.timebase import iso
 
     p = piv.with_row_index("_p").with_columns(
         _plo=pl.coalesce("since", "start"),

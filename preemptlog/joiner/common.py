@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from ..frames import provenance_expr
+from ..model.frames import provenance_expr
 
 DEFAULT_BEFORE = 10.0
 DEFAULT_AFTER = 2.0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..frames import provenance_expr
 from .code import section_code
 from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key, us
 from .config import section_config
@@ -172,42 +171,6 @@ def _shared_by_interval(out: pl.DataFrame, members: pl.DataFrame) -> pl.DataFram
     vals = out.drop("event_id").rename({"_i": "_rep"})
     shared = members.join(vals, on="_rep", how="inner").drop("_rep")
     return out.select("_i", "event_id").join(shared, on="_i", how="left", maintain_order="left")
-
-
-def record_events(frames: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
-    """Block-table ``preempt`` records as partial event frames (kind ``record``)."""
-    bt = frames.get("bt_events")
-    if bt is None or bt.height == 0:
-        return None
-    pre = bt.filter(pl.col("action") == "preempt")
-    if pre.height == 0:
-        return None
-    return pre.select(
-        provenance_expr().alias("event_id"),
-        "time",
-        "time_precision",
-        pl.lit(None, pl.Datetime("us", "UTC")).alias("interval_start"),
-        pl.lit(None, pl.Datetime("us", "UTC")).alias("interval_end"),
-        pl.lit("record").alias("kind"),
-        "request_id",
-        pl.lit(None, pl.String).alias("mode"),
-        "engine",
-        pl.lit(None, pl.Int64).alias("cumulative"),
-        "source",
-        "line",
-        pl.concat_str(
-            [
-                pl.lit("block-table preempt step="),
-                pl.col("step").cast(pl.String),
-                pl.when(pl.col("reason").is_not_null())
-                .then(pl.concat_str([pl.lit(" reason="), pl.col("reason")]))
-                .otherwise(pl.lit("")),
-            ],
-        ).alias("raw"),
-        pl.lit(None, pl.Int32).alias("stream"),
-        pl.lit(None, pl.UInt32).alias("seq"),
-        pl.lit(0, pl.Int64).alias("_sub"),
-    )
 
 
 def skew_notes(events: pl.DataFrame, evidence: pl.DataFrame) -> list[str]:

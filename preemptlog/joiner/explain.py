@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..frames import PolarsType
+from ..model.frames import PolarsType
 from .common import src_expr, us
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView
+    from ..model.result import AnalysisView
 
 WINDOW_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",

@@ -9,7 +9,7 @@ from . import code, config, dmon, kv, pool, prom, request, sched, sglang, stats
 from .declare import Evidence, schema
 
 if TYPE_CHECKING:
-    from ..frames import Schema
+    from ..model.frames import Schema
 
 # Declaration order is the output column order.
 DECLARED: list[Evidence] = (
@@ -29,7 +29,7 @@ VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]
 
 
 def polars_schema() -> Schema:
-    from ..frames import polars_schema as _polars_schema
+    from ..model.frames import polars_schema as _polars_schema
 
     return _polars_schema(EVIDENCE_SCHEMA)
 

@@ -53,8 +53,8 @@ EVIDENCE = [
 def section_sglang(
     ev: pl.DataFrame, frames: dict[str, pl.DataFrame], config: pl.DataFrame | None
 ) -> pl.DataFrame | None:
-    from ..sglang import knobs
-    from ..vllm.config import in_force
+    from ..engines.sglang import knobs
+    from ..engines.vllm.config import in_force
 
     ret = frames.get("sgl_retractions")
     if ret is None or ret.height == 0:

@@ -9,7 +9,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 # The frame every machine format writes (render/rows.py) imports polars: it is loaded on first
 # use, so that importing OutputFormat (the CLI does, for --help) stays cheap.

@@ -14,7 +14,7 @@ import polars as pl
 from .rows import event_rows
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 FORMULA_START = r"^[=+\-@\t\r]"
 

@@ -16,13 +16,13 @@ import re
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from .safe import neutralise
+from ..outputs.safe import neutralise
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 PIPE_WIDTH = 80  # the width of the summary off a terminal
 MAX_WARNINGS = 3  # kinds of warning shown without -v
@@ -93,7 +93,7 @@ def headline_text(s: dict[str, Any]) -> str:
 def fix_brief(x: dict[str, Any]) -> str:
     """``option current -> suggested: verified by replay ... ; addresses N event(s)``: the change and
     whether it was checked; the why and the effect are in ``-v`` (summary.fix_line)."""
-    from ..summary import fix_line
+    from .summary import fix_line
 
     full = fix_line(x)
     effect = str(x.get("expected_effect") or "")
@@ -112,7 +112,7 @@ def fix_brief(x: dict[str, Any]) -> str:
 def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
     """Where the count comes from: the events by kind (and their ``gates`` when the headline does not
     name them), and the sources the reconciled count is made of."""
-    from ..sglang.summary import noun
+    from ..engines.sglang.summary import noun
 
     if not s["count_visible"]:
         nv = s.get("not_visible") or {}
@@ -187,7 +187,7 @@ def summary_lines(
     analysis: Analysis, *, width: int = PIPE_WIDTH, verbose: bool = False
 ) -> tuple[list[Text], list[Text]]:
     """(head, rest) of the summary as wrapped lines (summary's words; see the module docstring)."""
-    from ..summary import fix_line, top_fix
+    from .summary import fix_line, top_fix
 
     s = analysis.summary()
     head = _lines(headline_text(s), width, style="bold")
@@ -304,7 +304,7 @@ GUIDE = (
 def _gates_line(s: dict[str, Any], head: list[Text]) -> str | None:
     """``G1-kv-space 242 (capacity 242)``: the gates by their ids (the table's and
     ``--gate``'s), when the headline does not already give them."""
-    from ..summary import GATE_WORDS
+    from .summary import GATE_WORDS
 
     by_gate = {g: n for g, n in (s.get("by_gate") or {}).items() if n}
     said = " ".join(t.plain for t in head)

@@ -17,7 +17,7 @@ import polars as pl
 from .rows import SCHEMA_VERSION, event_rows, iso_expr
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 ROWS_PER_SLICE = 2000
 _PLACEHOLDER = "\x00preemptlog-events\x00"  # never produced by json.dumps of real data (NUL is escaped)
@@ -36,7 +36,7 @@ def config_rows(analysis: Analysis) -> list[dict]:
 
 def head(analysis: Analysis) -> dict:
     """The document without its events."""
-    from .. import __version__
+    from ..model import VERSION as __version__
 
     return {
         "preemptlog": __version__,

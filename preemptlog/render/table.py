@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import polars as pl
 
-from .safe import ascii_text, neutralise, text, unicode_ok
+from ..outputs.safe import ascii_text, neutralise, text, unicode_ok
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 TABLE_COLUMNS = ("time", "event", "n", "request", "verdict", "confidence", "kind", "mode", "where")
 DEFAULT_COLUMNS = ("time", "event", "request", "verdict", "confidence")
@@ -175,7 +175,7 @@ def _fit(
 
 def resolve_columns(columns: list[str] | None, wide: bool) -> list[str]:
     if columns:
-        from ..view import check_columns
+        from .view import check_columns
 
         names = []
         for c in columns:
@@ -201,7 +201,7 @@ def render_table(
     from rich.console import Console
     from rich.table import Table
 
-    from ..timebase import zone_info
+    from ..clock.timebase import zone_info
 
     names = resolve_columns(columns, wide)
     rows = display_rows(analysis)
@@ -324,7 +324,7 @@ def render_table(
     if rows.height:
         console.print(table)
     else:
-        from ..visibility import count_visibility
+        from ..events.visibility import count_visibility
 
         nv = count_visibility(analysis)
         if nv["count_visible"]:

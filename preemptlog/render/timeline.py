@@ -19,7 +19,7 @@ import polars as pl
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined")
 GLYPHS = {
@@ -63,12 +63,12 @@ def print_timeline(analysis: Analysis, console: Console) -> None:
     """Print the timeline, or nothing when the console is not a terminal or there is nothing to draw."""
     if not console.is_terminal:
         return
-    from .safe import unicode_ok
+    from ..outputs.safe import unicode_ok
 
     plain = not unicode_ok()
     for line in timeline_lines(analysis, width=console.width):
         if plain:  # the C locale: ASCII glyphs (one for one, so the styles stay in place)
-            from .safe import ascii_text
+            from ..outputs.safe import ascii_text
 
             line.plain = ascii_text(line.plain)
         console.print(line, soft_wrap=True, highlight=False)
@@ -103,7 +103,7 @@ def timeline_lines(analysis: Analysis, *, width: int = 100) -> list:
     """The timeline as rich Text lines (empty when there is no timed event and no KV series)."""
     from rich.text import Text
 
-    from ..timebase import zone_info
+    from ..clock.timebase import zone_info
 
     tz = analysis.tz
     ev = analysis.events.select("event_id", "time")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 
 def plotly_js() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..render.safe import neutralise
+from ..outputs.safe import neutralise
 
 
 def e(value: Any) -> str:

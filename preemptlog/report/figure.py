@@ -60,7 +60,7 @@ GAP = 0.035
 
 def esc(value) -> str:
     """Log text for plotly labels: HTML-escaped, control characters made visible, kept short."""
-    from ..render.safe import neutralise
+    from ..outputs.safe import neutralise
 
     s = neutralise("" if value is None else str(value))
     if len(s) > 240:

@@ -68,7 +68,7 @@ def _bars(rows: list[dict[str, Any]]) -> str:
 def section(a: Analysis) -> str:
     """``<section id="findings">`` or empty when the analysis has no findings."""
     from ..findings import as_dict
-    from ..summary import fix_line
+    from ..render.summary import fix_line
     from .escape import e
 
     f = getattr(a, "findings", None)

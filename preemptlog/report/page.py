@@ -18,7 +18,7 @@ from .figure import GATE_COLORS, GATE_ORDER, gate_color
 from .series import ESTIMATED_KINDS, UNDETERMINED
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 MAX_CARDS = 300  # one card per event up to this many events; beyond, one card per group
 EXAMPLES = 5  # example event ids per group card
@@ -106,7 +106,7 @@ def kind_tag(kind: str | None) -> str:
 
 
 def page(analysis: Analysis, figure_html: str, plotly_js: str, *, title: str | None = None) -> str:
-    from .. import __version__
+    from ..model import VERSION as __version__
 
     s = analysis.summary()
     heading = title or "preemptlog incident report"
@@ -149,7 +149,7 @@ def _findings_section(analysis: Analysis) -> str:
 
 def _first_screen(s: dict) -> str:
     """What happened, why and what to change: the headline, counts by gate and sub-kind, ranked fixes."""
-    from ..summary import fix_line
+    from ..render.summary import fix_line
 
     cls = "" if s["count_visible"] else ' class="not-visible"'
     out = [f'<section id="verdict"{cls}><p class="headline">{e(s["headline"])}</p>']
@@ -207,7 +207,7 @@ def _tiles(s: dict, a: Analysis) -> str:
     out = ['<section id="overview"><div class="grid">']
     kinds = ", ".join(f"{n} {k}" for k, n in s["by_kind"].items() if n) or "none"
     if s["count_visible"]:
-        from ..sglang.summary import noun
+        from ..engines.sglang.summary import noun
 
         word = noun(s.get("engine_kinds") or {}, 1)
         out.append(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 if TYPE_CHECKING:
-    from ..result import Analysis
+    from ..model.result import Analysis
 
 MAX_POINTS = 2000  # per plotted series, after the envelope
 MAX_MARKERS = 3000  # individual event markers; beyond, counts per bin
@@ -58,7 +58,7 @@ MARKER_COLUMNS = [
 
 def wall(col: str, tz: str) -> pl.Expr:
     """A UTC datetime column as wall-clock text in ``tz`` (what the plot's x axis shows)."""
-    from ..timebase import local_wall
+    from ..clock.timebase import local_wall
 
     return local_wall(pl.col(col), tz).dt.strftime("%Y-%m-%d %H:%M:%S%.3f").alias(col)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..frames import provenance_expr
+from ..model.frames import provenance_expr
 from .engine import Compiler
 from .model import RuleSet
 

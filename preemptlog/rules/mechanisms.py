@@ -28,25 +28,11 @@ from . import expr as E
 if TYPE_CHECKING:
     from .model import RuleSet
 
-from .model import (  # the rule kind's schema lives with the gate rules' (rules/model.py)
-    MECH_FIELDS,
-    MECHANISM_EVIDENCE,
-    MECHANISMS,
-    UNKNOWN,
-    MechanismRule,
-)
-from .model import (
-    build_mechanism as build,
-)
-from .model import (
-    mechanism_known_names as known_names,
-)
-from .model import (
-    merge_mechanisms as merge,
-)
-from .model import (
-    validate_mechanisms as validate,
-)
+from .model import MECH_FIELDS, MECHANISM_EVIDENCE, MECHANISMS, UNKNOWN, MechanismRule
+from .model import build_mechanism as build
+from .model import mechanism_known_names as known_names
+from .model import merge_mechanisms as merge
+from .model import validate_mechanisms as validate
 
 __all__ = [
     "MECHANISMS",

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..frames import PolarsType
+from ..model.frames import PolarsType
 from .engine import ENGINE_COLUMNS, evaluate
 from .factors import factors
 from .model import RuleSet
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView
+    from ..model.result import AnalysisView
 
 VERDICT_COLUMNS = [*ENGINE_COLUMNS, "contributing_factors", "recommendations", "fixes"]
 

@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
+from ..model import VERSION as __version__
 from . import families as F
 from .model import Params, Sim
 from .options import DEFAULT_START, SimulateError, check_zone, coerce, parse_start

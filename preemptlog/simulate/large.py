@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 
-from .. import __version__
+from ..model import VERSION as __version__
 from . import families as F
 from .model import Params, sample_len
 

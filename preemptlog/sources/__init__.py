@@ -39,6 +39,7 @@ from .registry import (
     register_family,
     register_samples,
     samples,
+    sniff,
 )
 
 # The built-in source modules, imported once, here; each registers its kinds or families.
@@ -46,9 +47,6 @@ from .registry import (
 # in this order by name (an import statement would be re-sorted by the linter).
 BUILTIN_MODULES: list[str] = [
     "vllm_log",
-    "hooks",
-    "sglang_log",
-    "enginedeath",
     "blocktable",
     "kvevents",
     "dmon",
@@ -81,19 +79,3 @@ __all__ = [
     "samples",
     "sniff",
 ]
-
-
-def sniff(head: str) -> tuple[str, int]:
-    """Best kind for a text head: (name, score); ("unknown", 0) when nothing matches.
-
-    Blockquote markers and code fences are removed first (reflow.py), as every reader does.
-    """
-    from ..reflow import strip_text
-
-    head = strip_text(head)
-    best, best_score = "unknown", 0
-    for kind in kinds().values():
-        score = kind.sniff(head)
-        if score > best_score:
-            best, best_score = kind.name, score
-    return best, best_score

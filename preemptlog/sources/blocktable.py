@@ -48,12 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..frames import PolarsType
-from .hooks import BT_TEXT_SCHEMA
+from ..model.frames import PolarsType
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
-    from ..inputs import InputFile
+    from ..inputs.files import InputFile
 
 KIND = "blocktable"
 ACTIONS = ("allocate", "extend", "free", "preempt", "swap_out", "swap_in")
@@ -92,6 +91,25 @@ BT_TABLES_SCHEMA = {
     "source": "String",
     "line": "UInt32",
 }
+# Text block_table lines inside vLLM logs (engines/vllm/hooks.py reads them into this frame).
+BT_TEXT_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "stream": "Int32",
+    "seq": "UInt32",
+    "engine": "String",
+    "step": "Int64",
+    "request_id": "String",
+    "action": "String",
+    "blocks_before": "Int64",
+    "blocks_after": "Int64",
+    "blocks_needed": "Int64",
+    "reason": "String",
+    "source": "String",
+    "line": "UInt32",
+}
+
+
 # The columns of hooks.BT_TEXT_SCHEMA (so text block_table lines and records stack),
 # plus what a preempt record after a failed allocation says about the decision.
 BT_EVENTS_SCHEMA = {
@@ -257,7 +275,7 @@ def _coerce(v: Any, dtype: PolarsType) -> Any:
 
 def read_file(path: str) -> tuple[pl.DataFrame, int]:
     """Decode one JSONL file: (rows with the record fields and ``n``, bad line count)."""
-    from ..textio import scan_lines
+    from ..inputs.textio import scan_lines
 
     dtype = _record_dtype()
     lf = scan_lines(path).filter(pl.col("line").str.strip_chars() != "")
@@ -395,7 +413,7 @@ class BlockTableParsed:
         return out  # type: ignore[return-value]  # polars scalars are typed as every literal
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        from ..timebase import Assumption, localize
+        from ..clock.timebase import Assumption, localize
 
         out = SourceOutput()
         steps, tables, events, requests, config = [], [], [], [], []

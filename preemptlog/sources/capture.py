@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
-    from ..inputs import InputFile
+    from ..inputs.files import InputFile
 
 KIND = "capture"
 MARK = '"preemptlog_capture"'

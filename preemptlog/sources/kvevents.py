@@ -34,7 +34,7 @@ import polars as pl
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
-    from ..inputs import InputFile
+    from ..inputs.files import InputFile
 
 KIND = "kvevents"
 
@@ -83,7 +83,7 @@ def _count_list(inner: pl.Expr) -> pl.Expr:
 
 def read_file(path: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """One row per batch line: ts, dp_rank, per-type event and block counts, n."""
-    from ..textio import scan_lines
+    from ..inputs.textio import scan_lines
 
     lf = scan_lines(path).filter(pl.col("line").str.strip_chars() != "")
     line = pl.col("line")

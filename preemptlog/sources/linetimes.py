@@ -42,7 +42,7 @@ def time_lines(path: str, file_id: int, records: pl.DataFrame) -> pl.DataFrame |
     ``records`` are the file's records (columns n, mo, fdate, fb). Returns None
     when none of them is untimed.
     """
-    from ..textio import scan_lines
+    from ..inputs.textio import scan_lines
     from .vllm_log import ANSI_RE, FALLBACK_TS_RE, FULL_TS_RE, RECORD_SCHEMA, VLLM_HEADER_RE
 
     per_line = records.group_by("n").agg(untimed(records).all().alias("_u"))

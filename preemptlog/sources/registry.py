@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import polars as pl
 
+from ..inputs.reflow import strip_text
+
 if TYPE_CHECKING:
-    from ..inputs import InputFile
-    from ..timebase import Assumption
+    from ..clock.timebase import Assumption
+    from ..inputs.files import InputFile
 
 
 @dataclass
@@ -141,3 +143,17 @@ def kinds() -> dict[str, SourceKind]:
 def families() -> dict[str, RecordFamily]:
     """Every registered record family."""
     return dict(_FAMILIES)
+
+
+def sniff(head: str) -> tuple[str, int]:
+    """Best kind for a text head: (name, score); ("unknown", 0) when nothing matches.
+
+    Blockquote markers and code fences are removed first (reflow.py), as every reader does.
+    """
+    head = strip_text(head)
+    best, best_score = "unknown", 0
+    for kind in kinds().values():
+        score = kind.sniff(head)
+        if score > best_score:
+            best, best_score = kind.name, score
+    return best, best_score

@@ -275,8 +275,8 @@ def scan(path: str, file_id: int, wraps: bool = True) -> pl.LazyFrame:
       left after reading the file; ``(?-u),`` counts ~30 % faster than
       ``literal=True``.
     """
-    from .. import reflow
-    from ..textio import split_cr
+    from ..inputs import reflow
+    from ..inputs.textio import split_cr
 
     markers = all_markers()
     literals = list(dict.fromkeys(m for m, _ in markers))

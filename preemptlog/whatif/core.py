@@ -21,7 +21,7 @@ from .workload import (
 )
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 ENGINES = ("model", "vllm")
 FIGURES = [
@@ -148,7 +148,7 @@ def refusal(workload: Workload, cfg: ReplayConfig) -> str | None:
     """``vLLM would not start: ...`` when vLLM 0.32's own start-up checks refuse ``cfg``
     (vllm.config.startup_refusals), else None. Without a max_model_len the longest request of the
     workload is the length checked: a server that served it had at least that."""
-    from ..vllm.config import startup_refusals
+    from ..engines.vllm.config import startup_refusals
 
     if cfg.max_model_len:
         mml, how = int(cfg.max_model_len), "max_model_len"
@@ -257,7 +257,7 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
     except NoWorkload:
         if "num_gpu_blocks" not in base_sets:
             raise
-        from ..vllm.config import in_force
+        from ..engines.vllm.config import in_force
 
         bs = in_force(analysis.config).get("block_size", {}).get("value") or 16
         obs = Observed(

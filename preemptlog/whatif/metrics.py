@@ -34,7 +34,7 @@ import polars as pl
 from .engine_model import StepClock, Trace
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 DEFAULT_STEP_S = 0.03
 # The observed configuration's replay is "calibrated" when its preemption count is within this
@@ -225,7 +225,7 @@ def observed_count(analysis: Analysis) -> tuple[int | None, str]:
         n = bt.filter(pl.col("action") == "preempt").height
         if n:
             return n, "block-table preempt records"
-    from ..visibility import count_visibility
+    from ..events.visibility import count_visibility
 
     vis = count_visibility(analysis)
     if not vis["count_visible"]:

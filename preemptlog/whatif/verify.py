@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..engines.vllm.requests import stats_of
 from ..errors import PreemptlogError
-from ..vllm.requests import stats_of
 from .workload import SETTINGS, parse_value
 
 if TYPE_CHECKING:
-    from ..result import AnalysisView as Analysis
+    from ..model.result import AnalysisView as Analysis
 
 REPLAY_BUDGET_S = 3.0
 # The fix replays of analyze/report are bounded before any work: a workload above this many

@@ -67,7 +67,7 @@ from .scrapetime import _name_time, _parse_time_text, _place
 from .text import _parse_text
 
 if TYPE_CHECKING:
-    from ...inputs import InputFile
+    from ...inputs.files import InputFile
     from ..registry import SourceOutput, TimeContext
 
 __all__ = [

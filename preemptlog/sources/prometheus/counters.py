@@ -16,14 +16,14 @@ from .names import (
     METRICS,
     PLACED,
     RAW_LIMIT,
+    PromFiles,
     _label,
     engine_kind_expr,
 )
 
 if TYPE_CHECKING:
-    from ...frames import Schema
+    from ...model.frames import Schema
     from ..registry import SourceOutput
-    from . import PromParsed
 
 
 PROM_SAMPLES_SCHEMA = {
@@ -83,12 +83,12 @@ PROM_PREEMPTIONS_SCHEMA = {
 
 
 def _dtypes(schema: dict[str, str]) -> Schema:
-    from ...frames import polars_schema
+    from ...model.frames import polars_schema
 
     return polars_schema(schema)
 
 
-def _combine(parsed: PromParsed, out: SourceOutput) -> SourceOutput:
+def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
     """Across files, on the common clock: ranks of one engine, counter increases (a series spans
     files), events, series, config and the counter facts."""
     if PLACED not in out.frames:
@@ -247,12 +247,12 @@ def counter_events(pairs: pl.DataFrame) -> pl.DataFrame:
     is unknown); ids ``<source>:<line>~i<k>`` (``<source>:<line>:<col>~i<k>`` for
     JSON answers); ``cumulative`` is the counter value after the k-th one.
     """
-    from ...events import spread_interval
+    from ...model.events import spread_interval
 
     p = pairs.filter(pl.col("increase") > 0)
     if p.height == 0:
         return p
-    from ...vllm.preemptions import capped_count
+    from ...model.events import capped_count
 
     p = p.with_columns(_k=pl.int_ranges(1, capped_count(pl.col("increase")) + 1, dtype=pl.Int64)).explode("_k")
     where = pl.concat_str(
@@ -338,7 +338,7 @@ def _series(samples: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
 
 
 def _config_rows(samples: pl.DataFrame) -> pl.DataFrame:
-    from ...vllm.config import CONFIG_SCHEMA
+    from ...model.schemas import CONFIG_SCHEMA
 
     info = samples.filter(pl.col("field") == "cache_config").sort("time", "source", "n", nulls_last=True)
     rows = []
@@ -374,7 +374,7 @@ def _empty_frames() -> dict[str, Any]:
     }
 
 
-def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: PromParsed) -> dict[str, Any]:
+def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: PromFiles) -> dict[str, Any]:
     """Counter facts for reconcile.py and the summary (plain Python values)."""
     facts: dict[str, Any] = {
         "files": [fd.file.display for fd in parsed.files],

@@ -11,7 +11,7 @@ from .names import CREATED, METRICS, _FileData, _sample_schema, _ts_to_us, canon
 from .text import _read_text
 
 if TYPE_CHECKING:
-    from ...inputs import InputFile
+    from ...inputs.files import InputFile
 
 
 # One [time, "value"] pair of a Prometheus API answer.
@@ -236,7 +236,7 @@ def _float_or_none(x: Any) -> float | None:
 
 
 def _is_json(f: InputFile) -> bool:
-    from ...textio import read_head
+    from ...inputs.textio import read_head
 
     try:
         head = read_head(f.path, 4096).decode("utf-8", "replace").lstrip()

@@ -4,12 +4,12 @@ phase 1's per-file data, shared by the text and the JSON readers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
 if TYPE_CHECKING:
-    from ...inputs import InputFile
+    from ...inputs.files import InputFile
 
 
 KIND = "prometheus"
@@ -177,3 +177,10 @@ def _ts_to_us(col: pl.Expr) -> pl.Expr:
     t = col.cast(pl.Float64, strict=False)
     us = pl.when(t.abs() > 1e11).then(t * 1000.0).otherwise(t * 1e6).round(0).cast(pl.Int64, strict=False)
     return pl.when(us.is_between(0, 7_258_118_400_000_000)).then(us)  # 1970-2200, else no time
+
+
+class PromFiles(Protocol):
+    """What the counters and the scrape clock read of a parsed Prometheus source (``PromParsed``)."""
+
+    @property
+    def files(self) -> list[_FileData]: ...

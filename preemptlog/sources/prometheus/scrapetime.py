@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .counters import _empty_frames, _facts
-from .names import PLACED
+from .names import PLACED, PromFiles
 
 if TYPE_CHECKING:
     from ..registry import SourceOutput, TimeContext
-    from . import PromParsed
 
 
 # Time in a file name.
@@ -86,17 +85,17 @@ def _name_time(name: str) -> tuple[datetime | None, bool, str | None]:
 
 
 def _to_utc(dt: datetime, has_zone: bool, tz: str) -> datetime:
-    from ...timebase import zone_info
+    from ...clock.timebase import zone_info
 
     if has_zone:
         return dt.astimezone(UTC)
     return dt.replace(tzinfo=zone_info(tz)).astimezone(UTC)
 
 
-def _place(parsed: PromParsed, ctx: TimeContext) -> SourceOutput:
+def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
     """Each file's samples with their scrape times, on the file's own clock: frame ``prom_placed``
     (the pipeline moves its clock, per file, before :func:`_combine`)."""
-    from ...timebase import Assumption
+    from ...clock.timebase import Assumption
     from ..registry import SourceOutput
 
     out = SourceOutput()

@@ -19,7 +19,7 @@ from .names import (
 )
 
 if TYPE_CHECKING:
-    from ...inputs import InputFile
+    from ...inputs.files import InputFile
 
 
 # Line shapes of the text exposition (Rust regex, anchored).
@@ -60,7 +60,7 @@ BARE_TIME_RE = (
 
 
 def _parse_text(f: InputFile) -> _FileData:
-    from ... import reflow
+    from ...inputs import reflow
 
     known = list(METRICS) + list(CREATED)
     # Quoted, fenced or indented pastes read like plain scrapes (reflow.py).

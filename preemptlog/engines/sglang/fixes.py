@@ -1,0 +1,355 @@
+"""SGLang's fixes: its own flags, with SGLang's defaults, computed from the incident's numbers.
+
+Called from the incident's one list of changes, preemptlog/fixes.py (``plan``, which ranks them
+over SGLang's events): SGLang's events get these, vLLM's events vLLM's. Same dict shape as recommend's fixes (``option``, ``current``,
+``suggested``, ``inputs``, ``expected_effect``, ``addresses``...), plus ``engine_kind``. They are
+not replayed: the what-if model is vLLM's scheduler (whatif/); ``replay`` says so.
+
+- ``--schedule-conservativeness`` (default 1.0): SGLang's docs, frequent "KV cache pool is full.
+  Retract requests." -> about 1.3, "~1 time per minute, it is okay". From the incident: the rate of
+  retractions, the ones with the new-token ratio at its floor, and the floor and start ratio the
+  suggestion gives (sglang/knobs.py); above 1/0.7 the ratio cannot rise further.
+- ``--max-running-requests``: the running batch SGLang settled at after retracting (the batch line
+  after a retraction), when it is below the limit in force.
+- ``--mem-fraction-static``: the start-up line's ``available_gpu_mem`` above the docs' 5-8 GB,
+  as a fraction of the memory free before the weights loaded (what SGLang multiplies it by), in
+  0.01 steps; its KV gain from the pool's bytes per token ("KV Cache is allocated").
+- ``--chunked-prefill-size``: halved (not below the docs' 2048) when a prefill batch of at least
+  half a chunk came in the 10 s before a retraction.
+- ``--retraction-policy priority``: only where priority scheduling is on and the policy is length.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ...findings.common import cfg_number, cfg_text
+from ...model.events import SGLANG
+from . import knobs
+
+if TYPE_CHECKING:
+    from ...model.result import AnalysisView
+
+KEY = "G1-kv-space/capacity"
+NOT_REPLAYED = "not replayed: the what-if model is vLLM's scheduler"
+PREFILL_WINDOW_S = 10.0
+
+
+def split(analysis: AnalysisView, verdicts: Any) -> tuple[Any, Any]:
+    """(vLLM verdict rows, SGLang verdict rows) of a verdict frame (either may be None)."""
+    if verdicts is None or verdicts.height == 0:
+        return verdicts, None
+    v = verdicts
+    if "engine_kind" not in v.columns:
+        ev = analysis.events
+        if ev.height == 0 or "engine_kind" not in ev.columns:
+            return verdicts, None
+        v = v.join(ev.select("event_id", "engine_kind"), on="event_id", how="left")
+    is_sgl = pl.col("engine_kind").fill_null("vllm") == SGLANG
+    sgl = v.filter(is_sgl)
+    if sgl.height == 0:
+        return verdicts, None
+    return v.filter(~is_sgl), sgl
+
+
+def _fix(
+    fid: str, option: str, current: Any, suggested: Any, inputs: list[str], effect: str, *, missing: str | None = None
+) -> dict[str, Any]:
+    text = (
+        f"{option} {current if current is not None else '(not in the log)'} -> {suggested}: {effect}"
+        if suggested is not None
+        else f"{option}: cannot compute, {missing}"
+    )
+    return {
+        "id": fid,
+        "option": option,
+        "current": current,
+        "suggested": suggested,
+        "inputs": inputs,
+        "expected_effect": effect,
+        "missing": missing,
+        "addresses": [KEY],
+        "text": text + " (SGLang; " + NOT_REPLAYED + ")",
+        "engine_kind": SGLANG,
+        "replay": NOT_REPLAYED,
+    }
+
+
+def _events(analysis: AnalysisView) -> pl.DataFrame:
+    ev = analysis.events
+    if ev.height == 0:
+        return ev
+    return ev.filter(pl.col("engine_kind") == SGLANG)
+
+
+def _per_minute(ev: pl.DataFrame) -> tuple[float | None, float]:
+    t = ev.filter(pl.col("time").is_not_null()).get_column("time")
+    if t.len() < 2:
+        return None, 0.0
+    span = float(ev.select((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds()).item()) / 1e6
+    return t.len() / max(span / 60.0, 1.0), span
+
+
+def _conservativeness(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    got = cfg_text(analysis, "schedule_conservativeness")
+    try:
+        c = float(got[0]) if got else knobs.DEFAULT_CONSERVATIVENESS
+    except ValueError:
+        c = knobs.DEFAULT_CONSERVATIVENESS
+    how = f"schedule_conservativeness={c:g} ({got[2]}, {got[1] or 'SGLang default'})" if got else "SGLang default 1.0"
+    pm, span = _per_minute(ev)
+    n = ev.height
+    if pm is not None and span >= 60 and pm <= knobs.DOCS_OK_PER_MINUTE:
+        return None, {
+            "id": "sglang_schedule_conservativeness",
+            "why": f"{n} retractions in {span / 60:.0f} min ({pm:.2f} per minute): SGLang's docs say about once a "
+            "minute is okay",
+        }
+    if c >= knobs.MAX_USEFUL_CONSERVATIVENESS - 1e-9:
+        return None, {
+            "id": "sglang_schedule_conservativeness",
+            "why": f"{how} already gives the highest new-token ratio (start 1.0, floor "
+            f"{knobs.ratio_floor(c):.4f}): fewer running requests (--max-running-requests) or a larger pool instead",
+        }
+    sugg = (
+        knobs.DOCS_CONSERVATIVENESS
+        if c < knobs.DOCS_CONSERVATIVENESS
+        else math.ceil(knobs.MAX_USEFUL_CONSERVATIVENESS * 100) / 100
+    )
+    at_floor = _at_floor(analysis, ev)
+    ret = analysis.frames.get("sgl_retractions")
+    old = ret is not None and ret.height > 0 and set(ret.get_column("wording").drop_nulls().to_list()) == {"0.1-0.2"}
+    inputs = [how, f"{n} retraction(s)" + (f", {pm:.1f} per minute" if pm is not None else "")]
+    if at_floor:
+        inputs.append(f"the new-token ratio at its floor before {at_floor[0]} of them (first {at_floor[1]})")
+    effect = (
+        f"admission reserves more per running request: new-token ratio floor {knobs.ratio_floor(c, old):.4f} -> "
+        f"{knobs.ratio_floor(sugg, old):.4f}, start {knobs.ratio_init(c):.2f} -> {knobs.ratio_init(sugg):.2f} "
+        "(SGLang's docs: frequent retractions -> about 1.3)"
+    )
+    current = got[0] if got else str(c)
+    return _fix(
+        "sglang_schedule_conservativeness", "--schedule-conservativeness", current, f"{sugg:g}", inputs, effect
+    ), None
+
+
+def _at_floor(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[int, str] | None:
+    e = analysis.evidence
+    if e is None or e.height == 0 or "sgl_ratio_before" not in e.columns:
+        return None
+    j = ev.select("event_id").join(e, on="event_id", how="inner")
+    hit = j.filter(pl.col("sgl_ratio_before") <= pl.col("sgl_ratio_floor") + 1e-4)
+    if hit.height == 0:
+        return None
+    return hit.height, str(hit.get_column("sgl_ratio_before_src")[0])
+
+
+def _running_after(analysis: AnalysisView, ev: pl.DataFrame) -> pl.DataFrame:
+    """Per event with a time: the first SGLang batch line of its engine after it (running, its line)."""
+    st = analysis.stats
+    if st.height == 0:
+        return pl.DataFrame()
+    st = st.filter((pl.col("family") == SGLANG) & pl.col("time").is_not_null() & pl.col("running").is_not_null())
+    timed = ev.filter(pl.col("time").is_not_null()).select("event_id", "time", pl.col("engine").fill_null("0"))
+    if st.height == 0 or timed.height == 0:
+        return pl.DataFrame()
+    s = st.select(
+        pl.col("time").alias("_t"),
+        "engine",
+        "running",
+        pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]).alias("_src"),
+    ).sort("_t")
+    return (
+        timed.sort("time")
+        .join_asof(
+            s,
+            left_on="time",
+            right_on="_t",
+            by="engine",
+            strategy="forward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .filter(pl.col("running").is_not_null())
+    )
+
+
+def _max_running(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    after = _running_after(analysis, ev)
+    cur = cfg_number(analysis, "max_running_requests")
+    if after.height == 0:
+        return _fix(
+            "sglang_max_running_requests",
+            "--max-running-requests",
+            None if cur is None else f"{cur.value:g}",
+            None,
+            [cur.cite()] if cur else [],
+            "at most the batch the pool holds",
+            missing="no SGLang 'Decode batch' line after the retractions (the running count SGLang settled at)",
+        ), None
+    low = after.sort("running").row(0, named=True)
+    sugg = max(int(low["running"]), 1)
+    if cur is not None and sugg >= cur.value:
+        return None, {
+            "id": "sglang_max_running_requests",
+            "why": f"the batch after the retractions ({sugg} running, {low['_src']}) is not below the limit in force "
+            f"({cur.cite()})",
+        }
+    inputs = [f"{sugg} running after the retraction ({low['_src']})"] + ([cur.cite()] if cur else [])
+    effect = f"no more running requests than the batch SGLang itself shrank to after retracting ({sugg})"
+    return _fix(
+        "sglang_max_running_requests",
+        "--max-running-requests",
+        None if cur is None else f"{cur.value:g}",
+        str(sugg),
+        inputs,
+        effect,
+    ), None
+
+
+def _mem_fraction(analysis: AnalysisView) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    f = cfg_number(analysis, "mem_fraction_static")
+    total = cfg_number(analysis, "total_gpu_memory_gib")
+    avail = cfg_number(analysis, "available_gpu_mem_gib")
+    if avail is not None and avail.value <= knobs.DOCS_KEEP_AVAILABLE_GB:
+        return None, {
+            "id": "sglang_mem_fraction_static",
+            "why": f"{avail.cite()}: at or below SGLang's 5-8 GB guidance, no room to raise --mem-fraction-static",
+        }
+    missing = [
+        name
+        for name, m in (
+            ("mem_fraction_static (the server_args line)", f),
+            ("the memory free before the weights load ('Load weight begin. avail mem=')", total),
+            ("available_gpu_mem (the start-up pool line)", avail),
+        )
+        if m is None
+    ]
+    if missing:
+        return _fix(
+            "sglang_mem_fraction_static",
+            "--mem-fraction-static",
+            None if f is None else f"{f.value:g}",
+            None,
+            [m.cite() for m in (f, total, avail) if m is not None],
+            "a larger KV pool while 5-8 GB stay free",
+            missing="not in the log: " + ", ".join(missing),
+        ), None
+    assert f is not None and total is not None and avail is not None
+    headroom = avail.value - knobs.DOCS_KEEP_AVAILABLE_GB
+    steps = math.floor(headroom / total.value / knobs.DOCS_MEM_FRACTION_STEP + 1e-9)
+    if steps < 1:
+        return None, {
+            "id": "sglang_mem_fraction_static",
+            "why": f"{avail.cite()} leaves less than one 0.01 step ({total.value * 0.01:.2f} GB) above 8 GB",
+        }
+    delta = steps * knobs.DOCS_MEM_FRACTION_STEP
+    sugg = round(f.value + delta, 2)
+    gib = delta * total.value
+    kvg = cfg_number(analysis, "kv_cache_memory_gib")
+    kvt = cfg_number(analysis, "kv_pool_tokens_per_rank") or cfg_number(analysis, "kv_cache_tokens")
+    gain = ""
+    inputs = [f.cite(), total.cite(), avail.cite()]
+    if kvg is not None and kvt is not None and kvg.value > 0:
+        gain = f", about +{int(gib * kvt.value / kvg.value):,} KV tokens per rank"
+        inputs += [kvg.cite(), kvt.cite()]
+    effect = (
+        f"+{gib:.1f} GB of KV pool{gain}; available_gpu_mem {avail.value:g} -> {avail.value - gib:.1f} GB "
+        "(SGLang's docs: keep 5-8 GB, raise in 0.01 steps)"
+    )
+    return _fix(
+        "sglang_mem_fraction_static", "--mem-fraction-static", f"{f.value:g}", f"{sugg:g}", inputs, effect
+    ), None
+
+
+def _chunked_prefill(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    chunk = cfg_number(analysis, "chunked_prefill_size")
+    b = analysis.frames.get("sgl_batches")
+    if chunk is None or chunk.value <= knobs.DOCS_CHUNKED_PREFILL_FLOOR or b is None or b.height == 0:
+        return None, None
+    pre = b.filter((pl.col("phase") == "prefill") & pl.col("time").is_not_null() & pl.col("new_tokens").is_not_null())
+    timed = ev.filter(pl.col("time").is_not_null()).select("time", pl.col("engine").fill_null("0"))
+    if pre.height == 0 or timed.height == 0:
+        return None, None
+    p = pre.select(
+        pl.col("time").alias("_t"),
+        "engine",
+        "new_tokens",
+        pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]).alias("_src"),
+    ).sort("_t")
+    near = (
+        timed.sort("time")
+        .join_asof(
+            p,
+            left_on="time",
+            right_on="_t",
+            by="engine",
+            strategy="backward",
+            tolerance=f"{int(PREFILL_WINDOW_S)}s",
+            check_sortedness=False,
+        )
+        .filter(pl.col("new_tokens") >= chunk.value / 2)
+    )
+    if near.height == 0:
+        return None, {
+            "id": "sglang_chunked_prefill_size",
+            "why": f"no prefill batch of half a chunk ({chunk.value / 2:g} tokens) in the {PREFILL_WINDOW_S:g} s before "
+            "a retraction",
+        }
+    big = near.sort("new_tokens", descending=True).row(0, named=True)
+    sugg = max(int(chunk.value // 2), knobs.DOCS_CHUNKED_PREFILL_FLOOR)
+    inputs = [chunk.cite(), f"a prefill batch of {big['new_tokens']} new tokens before a retraction ({big['_src']})"]
+    effect = "smaller prefill steps: the pool fills more slowly between decode steps (SGLang's docs: 4096 or 2048)"
+    return _fix(
+        "sglang_chunked_prefill_size", "--chunked-prefill-size", f"{chunk.value:g}", str(sugg), inputs, effect
+    ), None
+
+
+def _retraction_policy(analysis: AnalysisView) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    pol = cfg_text(analysis, "retraction_policy")
+    prio = cfg_text(analysis, "enable_priority_scheduling")
+    on = prio is not None and prio[0].strip("'\"").lower() == "true"
+    if not on:
+        return None, {
+            "id": "sglang_retraction_policy",
+            "why": "--retraction-policy priority needs --enable-priority-scheduling and request priorities; the log "
+            "shows neither",
+        }
+    if pol is not None and pol[0] == "priority":
+        return None, None
+    assert prio is not None
+    inputs = [f"enable_priority_scheduling=True ({prio[1]})"] + (
+        [f"retraction_policy={pol[0]} ({pol[2]})"] if pol else []
+    )
+    return _fix(
+        "sglang_retraction_policy",
+        "--retraction-policy",
+        pol[0] if pol else "length",
+        "priority",
+        inputs,
+        "lower-priority requests are retracted first, not the shortest-output ones (0.5.23+)",
+    ), None
+
+
+def candidates(analysis: AnalysisView) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """SGLang's fixes for its events (unranked: fixes.plan ranks them) and the dropped ones."""
+    ev = _events(analysis)
+    fixes: list[dict[str, Any]] = []
+    dropped: list[dict[str, str]] = []
+    if ev.height:
+        for got in (
+            _conservativeness(analysis, ev),
+            _max_running(analysis, ev),
+            _mem_fraction(analysis),
+            _chunked_prefill(analysis, ev),
+            _retraction_policy(analysis),
+        ):
+            fix, why = got
+            if fix is not None:
+                fixes.append(fix)
+            if why is not None:
+                dropped.append(why)
+    return fixes, dropped

@@ -1,0 +1,514 @@
+"""Configuration seen in the log, and the defaults assumed where it is silent.
+
+Sources (facts page section 4): the engine config line (``... with config:``),
+``non-default args: {...}`` (0.9+), ``args: Namespace(...)`` (0.4.2-0.8.5),
+``Chunked prefill is enabled with max_num_batched_tokens=N``,
+``# GPU blocks: N, # CPU blocks: M`` / ``# cuda blocks``, ``GPU KV cache size:
+N tokens``, ``Maximum concurrency for N tokens per request: Xx``, the server
+version line, ``Using max model len N``, DEBUG ``num_gpu_blocks is: N`` and
+``Setting/Defaulting max_num_seqs to N``.
+
+Frame (``CONFIG_SCHEMA``), long format, one row per value seen:
+key, value (text as logged), status (``seen`` | ``derived`` | ``default``),
+time, source, line, note, run (the server run of the log line: vllm/runs.py; null for
+other sources and defaults, which are the bundle's).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+_VAL = r"""(?:'[^']*'|"[^"]*"|[^'",)}\s][^,)}\s]*)"""
+
+
+def _arg(key: str) -> str:
+    """A key in a dict repr ('key': v) or a Namespace / config repr (key=v).
+
+    The value must be closed (its quote, then a delimiter; the group keeps the
+    delimiter, which :func:`parse` strips): a number or a quoted text at the very
+    end of the text may have been cut (a wrapped or truncated line) and is not
+    reported as seen. Only a whole True / False / None may end the text.
+    """
+    return rf"(?:'{key}':\s*|\b{key}=)((?:True|False|None)$|{_VAL}[,)}}\s])"
+
+
+# (record kind, key, regex with one group)
+EXTRACTORS: list[tuple[str, str, str]] = [
+    ("cfg_engine", "vllm_version", r"engine \(v([^)\s]+)\)"),
+    ("cfg_engine", "engine", r"Initializing an? (V[01]) LLM engine"),
+    ("cfg_engine", "model", _arg("model")),
+    ("cfg_engine", "max_model_len", _arg("max_seq_len")),
+    ("cfg_engine", "tensor_parallel_size", _arg("tensor_parallel_size")),
+    ("cfg_engine", "pipeline_parallel_size", _arg("pipeline_parallel_size")),
+    ("cfg_engine", "data_parallel_size", _arg("data_parallel_size")),
+    ("cfg_engine", "enable_prefix_caching", _arg("enable_prefix_caching")),
+    ("cfg_engine", "enable_chunked_prefill", _arg("chunked_prefill_enabled")),
+    ("cfg_engine", "enable_chunked_prefill", _arg("enable_chunked_prefill")),
+    ("cfg_engine", "speculative_config", r"speculative_config=(None|[A-Za-z]\w*\([^)]*\)|\{[^}]*\})"),
+    ("cfg_engine", "kv_cache_dtype", _arg("kv_cache_dtype")),
+    ("cfg_engine", "quantization", _arg("quantization")),
+    ("cfg_engine", "num_scheduler_steps", _arg("num_scheduler_steps")),
+    ("cfg_engine", "use_v2_block_manager", _arg("use_v2_block_manager")),
+    ("cfg_chunked", "max_num_batched_tokens", r"max_num_batched_tokens=(\d+)"),
+    ("cfg_chunked", "enable_chunked_prefill", r"(Chunked prefill is enabled)"),
+    ("cfg_blocks", "num_gpu_blocks", r"# \w+ blocks: (\d+), # CPU"),
+    ("cfg_blocks", "num_gpu_blocks", r"^(?:.*\] )?# (?:GPU|cuda|rocm|TPU|HPU|XPU|NPU|tpu|hpu|xpu|npu) blocks: (\d+)$"),
+    ("cfg_blocks", "num_cpu_blocks", r"# CPU blocks: (\d+)"),
+    ("cfg_kv_size", "kv_cache_tokens", r"KV cache size: ([\d,]+) tokens"),
+    ("cfg_kv_size", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
+    ("cfg_kv_size", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+    ("cfg_concurrency", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
+    ("cfg_concurrency", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+    ("cfg_version", "vllm_version", r"server version (v?[0-9][\w.+-]*)"),
+    ("cfg_max_len", "max_model_len", r"Using max model len (\d+)"),
+    ("cfg_num_gpu_blocks", "num_gpu_blocks", r"num_gpu_blocks is: (\d+)"),
+    ("cfg_max_num_seqs", "max_num_seqs", r"max_num_seqs to (\d+)"),
+    ("cfg_kv_memory", "kv_cache_memory_gib", r"Available KV cache memory: ([\d.]+) GiB"),
+    # V1 0.9+ (kv_cache_utils.py): "Overriding num_gpu_blocks=8192 with num_gpu_blocks_override=64"
+    ("cfg_override", "num_gpu_blocks_override", r"with num_gpu_blocks_override=(\d+)"),
+    ("cfg_override", "num_gpu_blocks", r"with num_gpu_blocks_override=(\d+)"),
+    # memory lines (issue 16, `whatif`): V1 gpu_model_runner / V0 model_runner and the V0 profiling line
+    ("cfg_weights", "model_weights_gib", r"(?:Model loading took|Loading model weights took) ([\d.]+) ?Gi?B"),
+    ("cfg_total_mem", "total_gpu_memory_gib", r"total_gpu_memory \(([\d.]+) ?GiB\)"),
+    ("cfg_total_mem", "model_weights_gib", r"model weights take ([\d.]+) ?GiB"),
+    ("cfg_total_mem", "kv_cache_memory_gib", r"reserved for KV Cache is ([\d.]+) ?GiB"),
+]
+ARG_KEYS = [
+    "model",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "max_model_len",
+    "swap_space",
+    "preemption_mode",
+    "scheduling_policy",
+    "speculative_model",
+    "num_speculative_tokens",
+    "speculative_config",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "kv_cache_dtype",
+    "num_gpu_blocks_override",
+    "max_prefix_cache_len",
+]
+for _k in ARG_KEYS:
+    EXTRACTORS.append(("cfg_args", _k, _arg(_k)))
+
+# vLLM's own defaults, used when the log is silent: (key, first version, value, where vLLM sets it),
+# newest first; read from the released wheels' source (gpu_memory_utilization: 0.9 in 0.4-0.19.1,
+# 0.92 from 0.20.0 through 0.32.0). A default row's note says "assumed: vLLM X.Y default (file)".
+VERSION_DEFAULTS: dict[str, list[tuple[tuple[int, ...] | None, str, str]]] = {
+    "gpu_memory_utilization": [
+        ((0, 20, 0), "0.92", "vllm/config/cache.py CacheConfig.gpu_memory_utilization"),
+        (None, "0.9", "vllm/config/cache.py (vllm/config.py before 0.10) CacheConfig.gpu_memory_utilization"),
+    ],
+    "block_size": [
+        (
+            None,
+            "16",
+            "vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, on CUDA (an attention backend may pick another)",
+        ),
+    ],
+    "max_num_seqs": [
+        (
+            (0, 8, 0),
+            "256",
+            "vllm/engine/arg_utils.py _set_default_args: 256 on most GPUs, 1024 on H100/H200/B200-class, "
+            "128 x world size on CPU",
+        ),
+        (None, "256", "vllm/config.py SchedulerConfig.max_num_seqs"),
+    ],
+    "scheduling_policy": [(None, "fcfs", "vllm/config/scheduler.py SchedulerConfig.policy")],
+}
+
+
+def default_rows(version: str | None) -> list[tuple[str, str, str]]:
+    """(key, value, note) of vLLM's defaults for ``version`` (None: not in the bundle)."""
+    vt = _version_tuple(version) if version else None
+    out = []
+    for key, rows in VERSION_DEFAULTS.items():
+        chosen = next((r for r in rows if vt is not None and r[0] is not None and vt >= r[0]), None)
+        if chosen is None:
+            chosen = rows[-1] if vt is not None else rows[0] if len(rows) == 1 else None
+        if chosen is None:  # the version is not in the bundle and the default changed between versions
+            newest, oldest = rows[0], rows[-1]
+            since = ".".join(str(x) for x in newest[0] or ())
+            note = (
+                f"assumed: vLLM's default ({oldest[1]} before {since}, {newest[1]} from {since}; the version is not in "
+                f"the bundle; {oldest[2]})"
+            )
+            out.append((key, oldest[1], note))
+            continue
+        label = f"vLLM {version} default" if version else "vLLM default"
+        out.append((key, chosen[1], f"assumed: {label} ({chosen[2]})"))
+    return out
+
+
+_NONE_MEANINGFUL = {"speculative_config", "speculative_model", "quantization"}
+
+# Keys whose values are normalised: thousands separators removed, quotes stripped.
+_NUMERIC = {
+    "max_model_len",
+    "kv_cache_tokens",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "num_gpu_blocks_override",
+}
+
+
+def parse(
+    records: pl.DataFrame, stats: pl.DataFrame | None = None, extra: list[pl.DataFrame] | None = None
+) -> pl.DataFrame:
+    """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults."""
+    from .runs import record_runs
+
+    cfg = records.filter(pl.col("kind").str.starts_with("cfg_"))
+    # Each value belongs to the server run of its line (a restart resets the configuration).
+    runs = record_runs(records)
+    cfg = cfg.join(runs, on="seq", how="left") if "seq" in cfg.columns else cfg.with_columns(run=pl.lit(None, pl.Int32))
+    cfg = cfg.select("kind", "text", "time", "source", "n", "run")
+    parts = []
+    if cfg.height:
+        for kind in cfg.get_column("kind").unique().to_list():
+            sub = cfg.filter(pl.col("kind") == kind)
+            for k, key, rx in EXTRACTORS:
+                if k != kind:
+                    continue
+                parts.append(
+                    sub.select(
+                        pl.lit(key).alias("key"),
+                        pl.col("text").str.extract(rx, 1).alias("value"),
+                        pl.lit("seen").alias("status"),
+                        "time",
+                        "source",
+                        pl.col("n").alias("line"),
+                        pl.lit(None, pl.String).alias("note"),
+                        "run",
+                    ).filter(pl.col("value").is_not_null())
+                )
+    schema = {
+        "key": pl.String,
+        "value": pl.String,
+        "status": pl.String,
+        "time": pl.Datetime("us", "UTC"),
+        "source": pl.String,
+        "line": pl.UInt32,
+        "note": pl.String,
+        "run": pl.Int32,
+    }
+    seen = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
+    # _arg values end with their delimiter; speculative_config's own regex keeps its closing bracket.
+    closed = (
+        pl.when(pl.col("key") == "speculative_config")
+        .then(pl.col("value"))
+        .otherwise(pl.col("value").str.replace(r"[,)}\s]$", ""))
+    )
+    value = closed.str.strip_chars("'\"")
+    seen = seen.with_columns(
+        value=pl.when(pl.col("key").is_in(list(_NUMERIC)))
+        .then(value.str.replace_all(",", "", literal=True))
+        .otherwise(value)
+    ).with_columns(
+        value=pl.when(pl.col("value") == "Chunked prefill is enabled").then(pl.lit("True")).otherwise(pl.col("value"))
+    )
+    # A logged None means "not set" (vLLM picks a default), except where None is the setting itself.
+    seen = seen.filter((pl.col("value") != "None") | pl.col("key").is_in(list(_NONE_MEANINGFUL)))
+    for more in extra or []:
+        if "run" not in more.columns:  # other sources' values are the bundle's
+            more = more.with_columns(run=pl.lit(None, pl.Int32))
+        seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
+    seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True)
+    derived = _derive(seen, stats, records)
+    out = pl.concat([seen, derived], how="vertical")
+    have = _stated_in_every_run(out, set(runs.get_column("run").unique().to_list()))
+    defaults = [
+        {
+            "key": k,
+            "value": v,
+            "status": "default",
+            "time": None,
+            "source": None,
+            "line": None,
+            "note": note,
+            "run": None,
+        }
+        for k, v, note in defaults_for(records, seen)
+        if k not in have
+    ]
+    if defaults:
+        out = pl.concat([out, pl.DataFrame(defaults, schema=schema)], how="vertical")
+    return out
+
+
+def _stated_in_every_run(rows: pl.DataFrame, run_ids: set[int]) -> set[str]:
+    """Keys with a value for every server run: one of the bundle's (no run), or one in each run."""
+    out = set()
+    for key, runs in rows.group_by("key").agg(pl.col("run")).iter_rows():
+        if None in runs or set(runs) >= run_ids:
+            out.add(key)
+    return out
+
+
+def defaults_for(records: pl.DataFrame, seen: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """The defaults of the engines the bundle shows: vLLM's unless every log line is SGLang's (an
+    SGLang-only bundle is not given vLLM's block_size or max_num_seqs), SGLang's where it has SGLang lines."""
+    sglang = (
+        bool(seen.height) and seen.filter((pl.col("key") == "engine_kind") & (pl.col("value") == "sglang")).height > 0
+    )
+    vllm = not sglang or (records.height > 0 and records.filter(~pl.col("kind").str.starts_with("sgl_")).height > 0)
+    ver = _last(seen, "vllm_version")
+    out = default_rows(ver["value"] if ver else None) if vllm else []
+    if sglang:
+        from ..sglang.knobs import DEFAULTS as SGLANG_DEFAULTS
+
+        out += SGLANG_DEFAULTS
+    return out
+
+
+def _last(seen: pl.DataFrame, key: str):
+    sub = seen.filter(pl.col("key") == key)
+    if sub.height == 0:
+        return None
+    return sub.row(sub.height - 1, named=True)
+
+
+# Lines only one engine generation writes (vllm-facts.md sections 1b, 2a, 4): the process names
+# of V1's engine core and workers, V1's "KV cache size: N tokens" line; V0's worker processes,
+# its preemption warning and its "# GPU blocks: N, # CPU blocks: M" line.
+V1_PROC_RE = r"^(?:EngineCore|DPEngineCoreActor|VllmWorker rank=|VllmWorker(?: (?:PP\d+_)?TP\d+)? pid=|Worker(?:_[A-Z]+\d+)* pid=)"
+V0_PROC_RE = r"^VllmWorkerProcess pid="
+
+
+def _generation_marks(records: pl.DataFrame | None) -> dict[str, dict | None]:
+    """The first line of the records that only a V1 (or only a V0) engine writes, per generation."""
+    out: dict[str, dict | None] = {"V1": None, "V0": None}
+    if records is None or records.height == 0 or "source" not in records.columns:
+        return out
+    proc = pl.col("proc").fill_null("")
+    text = pl.col("text").fill_null("")
+    marks = {
+        "V1": (pl.col("kind") == "cfg_kv_size") | proc.str.contains(V1_PROC_RE),
+        "V0": (pl.col("kind") == "v0_preempt")
+        | proc.str.contains(V0_PROC_RE)
+        | ((pl.col("kind") == "cfg_blocks") & text.str.contains("# CPU blocks", literal=True)),
+    }
+    for gen, cond in marks.items():
+        hit = records.filter(cond).head(1)
+        if hit.height:
+            r = hit.row(0, named=True)
+            what = (
+                f"process {r['proc']}"
+                if r.get("proc") and re_match(V1_PROC_RE if gen == "V1" else V0_PROC_RE, r["proc"])
+                else {"cfg_kv_size": "the 'KV cache size: N tokens' line", "v0_preempt": "a V0 preemption warning"}.get(
+                    r["kind"], "the '# GPU blocks: N, # CPU blocks: M' line"
+                )
+            )
+            out[gen] = {"time": r["time"], "source": r["source"], "line": r["n"], "what": what}
+    return out
+
+
+def re_match(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFrame | None = None) -> pl.DataFrame:
+    rows = []
+
+    def add(key: str, value: str, basis: list[dict | None], note: str) -> None:
+        src = next((b for b in basis if b is not None), None)
+        rows.append(
+            {
+                "key": key,
+                "value": value,
+                "status": "derived",
+                "time": src["time"] if src else None,
+                "source": src["source"] if src else None,
+                "line": src["line"] if src else None,
+                "note": note,
+                "run": src.get("run") if src else None,
+            }
+        )
+
+    tokens, blocks = _last(seen, "kv_cache_tokens"), _last(seen, "num_gpu_blocks")
+    if _last(seen, "block_size") is None and tokens and blocks:
+        try:
+            bs = int(tokens["value"]) / int(blocks["value"])
+            if bs.is_integer() and bs > 0:
+                add("block_size", str(int(bs)), [tokens, blocks], "kv_cache_tokens / num_gpu_blocks")
+        except (ValueError, ZeroDivisionError, OverflowError):  # OverflowError: a 300-digit value
+            pass
+    conc, mml = _last(seen, "max_concurrency"), _last(seen, "max_model_len")
+    if _last(seen, "block_size") is None and not rows and conc and mml and blocks and tokens is None:
+        try:
+            raw = float(conc["value"]) * int(mml["value"]) / int(blocks["value"])
+            for cand in (8, 16, 32, 64, 128, 256):
+                if abs(raw - cand) / cand < 0.02:
+                    add(
+                        "block_size",
+                        str(cand),
+                        [conc, blocks],
+                        f"max_concurrency x max_model_len / num_gpu_blocks = {raw:.2f}, nearest block size",
+                    )
+                    break
+        except (ValueError, ZeroDivisionError, OverflowError):  # OverflowError: a 300-digit value
+            pass
+    if tokens is None and blocks:
+        bs = _last(seen, "block_size")
+        if bs:
+            try:
+                add(
+                    "kv_cache_tokens",
+                    str(int(blocks["value"]) * int(bs["value"])),
+                    [blocks, bs],
+                    "num_gpu_blocks x block_size",
+                )
+            except ValueError:
+                pass
+    if _last(seen, "engine") is None:
+        fam = None
+        if stats is not None and stats.height:
+            fams = set(stats.get_column("family").to_list())
+            fam = "V0" if fams == {"v0"} else "V1" if fams == {"v1"} else None
+            if fam:
+                first = stats.row(0, named=True)
+                add(
+                    "engine",
+                    fam,
+                    [{"time": first["time"], "source": first["source"], "line": first["line"]}],
+                    "from the stats line format (metrics.py Pending/Swapped = V0, loggers.py Waiting = V1)",
+                )
+        if fam is None:
+            ver = _last(seen, "vllm_version")
+            if ver:
+                v = _version_tuple(ver["value"])
+                if v and v >= (0, 11, 0):
+                    add("engine", "V1", [ver], "vLLM >= 0.11 has only the V1 engine")
+                    fam = "V1"
+                elif v and v < (0, 6, 4):
+                    add("engine", "V0", [ver], "vLLM before 0.6.4 has only the V0 engine")
+                    fam = "V0"
+        if fam is None:
+            marks = _generation_marks(records)
+            if marks["V1"] and not marks["V0"]:
+                add("engine", "V1", [marks["V1"]], f"{marks['V1']['what']}: written only by vLLM's V1 engine")
+            elif marks["V0"] and not marks["V1"]:
+                add("engine", "V0", [marks["V0"]], f"{marks['V0']['what']}: written only by vLLM's V0 engine")
+    schema = {
+        "key": pl.String,
+        "value": pl.String,
+        "status": pl.String,
+        "time": pl.Datetime("us", "UTC"),
+        "source": pl.String,
+        "line": pl.UInt32,
+        "note": pl.String,
+        "run": pl.Int32,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    import re
+
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return tuple(int(g) if g else 0 for g in m.groups())
+
+
+def smallest_kv_tokens(config: pl.DataFrame) -> float | None:
+    """The smallest KV cache size in tokens that the config frame holds (seen or derived): the
+    request rows with longer prompts are kept for the never-fits finding (vllm/requests.py)."""
+    if config.height == 0:
+        return None
+    vals = []
+    for v in config.filter((pl.col("key") == "kv_cache_tokens") & (pl.col("status") != "default")).get_column("value"):
+        try:
+            vals.append(float(str(v).replace(",", "").rstrip("x")))
+        except (TypeError, ValueError):
+            continue
+    return min(vals) if vals else None
+
+
+def in_force(config: pl.DataFrame) -> dict[str, dict]:
+    """Last value per key (seen > derived > default), with its provenance."""
+    out: dict[str, dict] = {}
+    rank = {"default": 0, "derived": 1, "seen": 2}
+    for row in config.iter_rows(named=True):
+        cur = out.get(row["key"])
+        if cur is None or rank[row["status"]] >= rank[cur["status"]]:
+            out[row["key"]] = row
+    _ = pl
+    return out
+
+
+# ---------------------------------------------------------------------------------- start-up checks
+
+# Where vLLM 0.32 refuses to start, read from the released wheel's source (each message quotes it):
+KV_CHECK_WHERE = (
+    "vllm/v1/core/kv_cache_utils.py get_kv_cache_configs -> _check_enough_kv_cache_memory "
+    "(FullAttentionSpec.max_memory_usage_bytes = cdiv(max_model_len, block_size) pages, less the null block)"
+)
+SCHED_CHECK_WHERE = "vllm/config/scheduler.py SchedulerConfig.verify_max_model_len"
+
+
+def startup_refusals(
+    *,
+    num_gpu_blocks: int,
+    block_size: int,
+    max_model_len: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    enable_chunked_prefill: bool,
+    long_prefill_token_threshold: int = 0,
+    max_model_len_how: str = "max_model_len",
+) -> list[str]:
+    """The reasons vLLM 0.32 would refuse to start with this configuration (empty: it starts).
+
+    The scheduler checks first (``SchedulerConfig.verify_max_model_len``, run when the engine
+    config is created), then the KV pool check of the engine core: the pool, less the null block
+    the block pool holds back, must hold one request of ``max_model_len`` tokens
+    (``cdiv(max_model_len, block_size)`` blocks); else vLLM raises "To serve at least one request
+    with the model's max seq len ... the estimated maximum model length is N", N the longest
+    length that fits (``(num_gpu_blocks - 1) x block_size``), found by vLLM's binary search.
+    ``max_model_len_how`` says where the length came from (it is quoted in the reason).
+    """
+    out: list[str] = []
+    if max_num_batched_tokens < max_model_len and not enable_chunked_prefill:
+        out.append(
+            f"max_num_batched_tokens ({max_num_batched_tokens}) is smaller than max_model_len ({max_model_len}) "
+            f"without chunked prefill ({SCHED_CHECK_WHERE})"
+        )
+    if max_num_batched_tokens < max_num_seqs:
+        out.append(
+            f"max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to max_num_seqs "
+            f"({max_num_seqs}) ({SCHED_CHECK_WHERE})"
+        )
+    if long_prefill_token_threshold > max_model_len:
+        out.append(
+            f"long_prefill_token_threshold ({long_prefill_token_threshold}) cannot be greater than the "
+            f"max_model_len ({max_model_len}) ({SCHED_CHECK_WHERE})"
+        )
+    usable = num_gpu_blocks - 1
+    if usable <= 0:
+        out.append(
+            f"no available memory for the cache blocks: {num_gpu_blocks} block(s), less the null block ({KV_CHECK_WHERE})"
+        )
+        return out
+    needed = -(-max_model_len // block_size)
+    if needed > usable:
+        accepted = usable * block_size
+        out.append(
+            f"to serve one request of {max_model_len_how} {max_model_len} tokens the KV cache needs {needed} blocks of "
+            f"{block_size} tokens, the pool has {usable} ({num_gpu_blocks} less the null block); the estimated maximum "
+            f"model length is {accepted}: the largest max_model_len it would accept ({KV_CHECK_WHERE})"
+        )
+    return out

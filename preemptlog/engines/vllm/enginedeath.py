@@ -1,0 +1,137 @@
+"""An engine that died mid-incident, in the vLLM log (a record family of the single log pass).
+
+``vllm serve`` on SIGINT (Ctrl-C, or a supervisor's stop) does not let EngineCore finish: the API
+server's process manager sends SIGTERM and, when it lingers, SIGKILLs it at once
+(``[shutdown] Process manager: force killing remaining process EngineCore pid N``,
+vllm/v1/utils.py, 0.32); requests still open then fail with ``EngineDeadError`` tracebacks
+(vllm/v1/engine/exceptions.py: "EngineCore encountered an issue"), and a crashed engine says
+``Engine core process ... died unexpectedly`` / ``Engine core proc EngineCore_DP0 died
+unexpectedly``. Nothing in EngineCore runs after that: its counters, its stats and the plugin's
+records stop, while the API server may go on printing stats lines that only repeat what it last
+heard (stale: ``Running``/``Waiting`` unchanged, no generation).
+
+From these lines (literal markers, then a regex on the survivors): frame ``engine_deaths`` (time,
+what, source, line, proc) and one warning per log stream: when the engine died, how, and how many
+stats lines after it are stale; reconcile.py adds where the block-table records of that engine
+stop. Evidence after the death is not evidence of the incident.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
+
+KILLED, DEAD, DIED = "engine_killed", "engine_dead", "engine_died"
+MARKERS = [
+    ("force killing remaining process", KILLED),
+    ("EngineDeadError", DEAD),
+    ("died unexpectedly", DIED),
+]
+VERIFY = {
+    KILLED: r"force killing remaining process(?:es)?\b.*\b(?:EngineCore|VLLM::EngineCore|engine)",
+    DEAD: r"\bEngineDeadError\b",
+    DIED: r"[Ee]ngine core (?:proc(?:ess)?)?\b.*\bdied unexpectedly",
+}
+WHAT = {
+    KILLED: "the API server force-killed EngineCore (vLLM's shutdown on SIGINT/SIGTERM)",
+    DEAD: "EngineDeadError (requests failed: the engine core is gone)",
+    DIED: "the engine core process died unexpectedly",
+}
+DEATHS_SCHEMA = {
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "stream": "Int32",
+    "what": "String",
+    "proc": "String",
+    "source": "String",
+    "line": "UInt32",
+}
+
+
+def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
+    from ...clock.timebase import iso
+    from ...model.frames import polars_schema
+
+    out = SourceOutput()
+    kinds = [k for _, k in MARKERS]
+    rows = records.filter(pl.col("kind").is_in(kinds)) if records.height else records
+    if rows.height == 0:
+        return out
+    deaths = rows.select(
+        "time",
+        "stream",
+        pl.col("kind").alias("what"),
+        pl.col("proc") if "proc" in rows.columns else pl.lit(None, pl.String).alias("proc"),
+        "source",
+        pl.col("n").alias("line"),
+    ).cast(polars_schema(DEATHS_SCHEMA))
+    out.frames["engine_deaths"] = deaths
+    stats = records.filter(pl.col("kind") == "stats") if records.height else records
+    if stats.height:
+        stats = stats.with_columns(
+            _run=pl.col("text").str.extract(r"Running: (\d+) reqs", 1).cast(pl.Int64, strict=False),
+            _wait=pl.col("text").str.extract(r"Waiting: (\d+) reqs", 1).cast(pl.Int64, strict=False),
+        )
+    for (stream,), d in deaths.sort("time", "line", nulls_last=True).group_by("stream", maintain_order=True):
+        first = d.row(0, named=True)
+        t0 = first["time"]
+        where = f"{first['source']}:{first['line']}"
+        when = iso(t0, ctx.tz) if t0 is not None else "?"
+        kinds_seen = list(dict.fromkeys(d.get_column("what").to_list()))
+        how = "; ".join(f"{WHAT[k]} ({d.filter(pl.col('what') == k).height} line(s))" for k in kinds_seen)
+        mine = stats.filter(pl.col("stream") == stream) if stats.height else stats
+        before = mine.filter(pl.col("time") <= t0).tail(1) if t0 is not None and mine.height else mine.head(0)
+        stale = mine.filter(pl.col("time") > t0).height if t0 is not None and mine.height else 0
+        busy = None
+        if before.height:
+            b = before.row(0, named=True)
+            busy = (b["_run"] or 0) + (b["_wait"] or 0), b
+        if busy is not None and busy[0] == 0:
+            # A stop of an idle server (vLLM force-kills EngineCore on every Ctrl-C): said, not a warning.
+            out.notes.append(
+                f"{where}: the engine was stopped at {when} ({how}); it was idle then (the last stats line, "
+                f"{busy[1]['source']}:{busy[1]['n']}, shows no running or waiting request)"
+            )
+            continue
+        state = (
+            f" with {busy[1]['_run']} running and {busy[1]['_wait']} waiting request(s) "
+            f"({busy[1]['source']}:{busy[1]['n']})"
+            if busy is not None
+            else ""
+        )
+        out.warnings.append(
+            f"{where}: the engine died mid-incident at {when}{state}: {how}; the engine's evidence stops there"
+            + (
+                f"; {stale} stats line(s) after it are stale (the API server repeats what it last heard from a dead "
+                "engine): not evidence of the incident"
+                if stale
+                else ""
+            )
+        )
+    out.counters["engine_deaths"] = {"lines": deaths.height}
+    return out
+
+
+register_family(RecordFamily(name="enginedeath", markers=MARKERS, from_records=from_records, verify=VERIFY))
+
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "(APIServer pid=9991) WARNING 12-02 00:44:20 [utils.py:653] [shutdown] Process manager: force killing "
+        "remaining process EngineCore pid 10146",
+        {"kind": KILLED},
+    ),
+    (
+        "(APIServer pid=9991) ERROR 12-02 00:44:21 [serving.py:412] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        {"kind": DEAD},
+    ),
+    (
+        "ERROR 05-04 05:25:03 [core_client.py:564] Engine core proc EngineCore_DP0 died unexpectedly, shutting "
+        "down client.",
+        {"kind": DIED},
+    ),
+    ("INFO 05-04 05:25:03 [x.py:1] worker 3 died unexpectedly in the test suite", {"_dropped": True}),
+]
+register_samples("enginedeath", SAMPLES)

@@ -1,0 +1,831 @@
+"""Fixes with numbers computed from the incident (the field guide's formulas).
+
+Every recommendation names the inputs it used and where they came from; where
+an input is not in the bundle it says which vLLM option would log it, instead
+of guessing. Inputs are measured once per incident (:func:`measure`); the
+incident's one list of changes is made from these and the capacity levers by
+preemptlog/fixes.py (a pipeline stage after the findings).
+
+Formulas (field guide): block_size from the prompt-length distribution (3.2.1:
+64 when about 95% of prompts are <= 64 tokens); ``max_num_seqs =
+ceil(peak_rps * p95_latency_s) * 1.5`` (4.3.2); budget buffer ``ceil(peak_rps *
+avg_output_len * 0.3)`` (5); speculative compensation ``max_num_batched_tokens
+= 4096 + (draft_model_max_len // 16) * 1.2`` (3.2.4); the dynamic variance
+threshold, 10% of the longest running length (3.2.2); ``--swap-space 4`` (4.2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from .requests import incident_requests
+
+if TYPE_CHECKING:
+    from ...model.result import AnalysisView
+
+LOG_REQUESTS_HINT = (
+    "log requests (--enable-log-requests from vLLM 0.10.1, on by default before) and, from 0.11.1, "
+    "DEBUG logging for prompt_token_ids"
+)
+PROMPT_IDS_HINT = (
+    "DEBUG logging (VLLM_LOGGING_LEVEL=DEBUG: vLLM 0.11.1+ logs a request's prompt_token_ids only at DEBUG), or the "
+    "plugin's request records"
+)
+LATENCY_HINT = (
+    "request latencies: 'Finished request' lines (V0 AsyncLLMEngine with request logging) or OpenTelemetry "
+    "traces (--otlp-traces-endpoint)"
+)
+
+
+@dataclass
+class Measured:
+    value: Any
+    how: str  # what it is and where it came from
+
+    @property
+    def known(self) -> bool:
+        return self.value is not None
+
+
+def _cfg(analysis: AnalysisView) -> dict[str, dict[str, Any]]:
+    from .config import in_force
+
+    return in_force(analysis.config)
+
+
+def measure(analysis: AnalysisView) -> dict[str, Measured]:
+    """The fixes' inputs, each with where it came from. Requests (arrivals, prompt and output
+    lengths, latencies) come from the incident's best request source (vllm.requests.
+    incident_requests): the plugin's lifecycle records when the bundle has them, else the log's
+    request lines."""
+    out: dict[str, Measured] = {}
+    req = analysis.requests
+    st = incident_requests(analysis)  # counts of every request (the frame may hold only named rows)
+    records = st.basis == "records"
+    src = ", ".join(st.sources)[:200]
+    what = "arrival records" if records else "received requests"
+    n_pt = st.prompt_n
+    if n_pt >= 20:
+        how = "prompt lengths of arrival records" if records else "prompts with prompt_token_ids"
+        out["prompt_n"] = Measured(n_pt, f"{n_pt} {how} in {src}")
+        out["prompt_p95"] = Measured(st.prompt_quantile_higher(0.95), f"p95 of {n_pt} prompt lengths ({src})")
+        out["prompt_share_le_64"] = Measured(st.prompt_share_le(64), f"share of {n_pt} prompts <= 64 tokens")
+    elif st.received:  # request lines without their prompt: vLLM 0.11.1+ logs prompt_token_ids at DEBUG only
+        out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {PROMPT_IDS_HINT}")
+    else:
+        out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {LOG_REQUESTS_HINT}")
+    peak = st.peak_per_10s()
+    if st.received >= 2 and st.timed and peak is not None:
+        out["peak_rps"] = Measured(round(float(peak) / 10.0, 2), f"busiest 10 s of {st.received} {what} ({src})")
+    else:
+        out["peak_rps"] = Measured(None, f"request arrivals are not in the bundle: {LOG_REQUESTS_HINT}")
+    mean_out = st.output_mean()
+    mean = st.max_tokens_mean()
+    if mean_out is not None:
+        out["avg_output_len"] = Measured(
+            round(mean_out, 1), f"mean output tokens of {st.outputs_n} finished requests (finish records, {src})"
+        )
+    elif mean is not None:
+        out["avg_output_len"] = Measured(
+            round(mean, 1),
+            f"mean max_tokens of {st.max_tokens_n} requests (an upper bound of the output length)",
+        )
+    else:
+        out["avg_output_len"] = Measured(None, f"output lengths are not in the bundle: {LOG_REQUESTS_HINT}")
+    if st.latency_p95 is not None and st.latency_n >= 5:
+        out["p95_latency_s"] = Measured(
+            round(st.latency_p95, 2), f"p95 of {st.latency_n} arrival -> finish record times ({src})"
+        )
+    rec = req.filter(pl.col("action") == "received") if req.height and not records else req.clear()
+    done = req.filter(pl.col("action").is_in(["finished", "aborted"])) if req.height else req
+    if "p95_latency_s" not in out and rec.height and done.height:
+        lat = (
+            rec.select("request_id", pl.col("time").alias("t0"))
+            .join(done.group_by("request_id").agg(pl.col("time").max().alias("t1")), on="request_id")
+            .with_columns(((pl.col("t1") - pl.col("t0")).dt.total_milliseconds() / 1000.0).alias("s"))
+            .filter(pl.col("s") >= 0)
+            .get_column("s")
+        )
+        if lat.len() >= 5:
+            out["p95_latency_s"] = Measured(
+                round(float(lat.quantile(0.95, "higher")), 2),  # type: ignore[arg-type]  # polars scalars are typed as every literal
+                f"p95 of {lat.len()} received -> finished/aborted times",
+            )
+    if "p95_latency_s" not in out:
+        out["p95_latency_s"] = Measured(None, f"latencies are not in the bundle: {LATENCY_HINT}")
+    cfg = _cfg(analysis)
+
+    def c(key: str, cast: Callable[[Any], Any] = float) -> Measured:
+        row = cfg.get(key)
+        if row is None:
+            return Measured(None, f"{key} not stated in the bundle")
+        try:
+            val = cast(row["value"])
+        except (TypeError, ValueError, OverflowError):  # not a number: unknown, not a string to compute with
+            return Measured(None, f"{key} is not a number in the bundle ({str(row['value'])[:40]!r})")
+        if row.get("source"):
+            return Measured(val, f"{key} {row['status']} ({row['source']}:{row['line']})")
+        return Measured(val, f"{key} {row.get('note') or 'assumed: vLLM default'}")
+
+    out["block_size"] = c("block_size", int)
+    out["max_num_seqs"] = c("max_num_seqs", int)
+    out["max_num_batched_tokens"] = c("max_num_batched_tokens", int)
+    out["gpu_memory_utilization"] = c("gpu_memory_utilization", float)
+    out["max_model_len"] = c("max_model_len", int)
+    out["enable_chunked_prefill"] = c(
+        "enable_chunked_prefill", lambda v: str(v).strip().lower() in ("true", "1", "yes")
+    )
+    spec = cfg.get("speculative_config") or cfg.get("speculative_model")
+    spec_where = f" ({spec['source']}:{spec['line']})" if spec is not None and spec.get("source") else ""
+    out["speculative"] = Measured(
+        None if spec is None else (spec["value"] not in ("None", "", None)),
+        f"speculative_config {spec['value'] if spec is not None else 'not stated'} in the config line{spec_where}",
+    )
+    ev = analysis.evidence
+    if (
+        ev is not None
+        and "bt_batch_max_len" in ev.columns
+        and ev.get_column("bt_batch_max_len").null_count() < ev.height
+    ):
+        i = ev.get_column("bt_batch_max_len").arg_max()
+        where = (
+            ev.get_column("bt_batch_max_len_src")[i] if "bt_batch_max_len_src" in ev.columns and i is not None else None
+        )
+        out["bt_batch_max_len"] = Measured(
+            int(ev.get_column("bt_batch_max_len").max()),  # type: ignore[arg-type]  # polars scalars are typed as every literal
+            "longest running length at an event" + (f" ({where})" if where else ""),
+        )
+    else:
+        out["bt_batch_max_len"] = Measured(None, "running lengths are not in the bundle (block-table table records)")
+    return out
+
+
+def _fmt(m: Measured) -> str:
+    return f"{m.value} ({m.how})" if m.known else f"unknown: {m.how}"
+
+
+def formulas(m: dict[str, Measured]) -> dict[str, str]:
+    """Each formula with its result, or the input it lacks."""
+    out: dict[str, str] = {}
+    p95, share = m.get("prompt_p95"), m.get("prompt_share_le_64")
+    bs = m["block_size"]
+    if p95 is not None and p95.known and share is not None:
+        if share.value >= 0.95:
+            rec = 64
+        elif p95.value <= 128:
+            rec = 32
+        else:
+            rec = bs.value if bs.known else 16
+        out["block_size"] = (
+            f"block_size {rec} (now {bs.value if bs.known else 'unknown'}): {share.value:.0%} of prompts are <= 64 "
+            f"tokens and the p95 prompt is {p95.value} tokens (guide 3.2.1: 64 when about 95% are <= 64; the card "
+            "matters: L20 best at 32, MI50 at 16); inputs: " + p95.how
+        )
+    else:
+        out["block_size"] = f"block_size: cannot size it, {p95.how if p95 else LOG_REQUESTS_HINT}"
+    rps, lat = m["peak_rps"], m["p95_latency_s"]
+    if rps.known and lat.known:
+        n = math.ceil(rps.value * lat.value) * 1.5
+        out["max_num_seqs"] = (
+            f"max_num_seqs = ceil(peak_rps {rps.value} x p95 latency {lat.value} s) x 1.5 = {math.ceil(n)} "
+            f"(now {m['max_num_seqs'].value}, {m['max_num_seqs'].how}; guide 4.3.2); inputs: {rps.how}; {lat.how}"
+        )
+    else:
+        missing = [x.how for x in (rps, lat) if not x.known]
+        out["max_num_seqs"] = "max_num_seqs = ceil(peak_rps x p95_latency_s) x 1.5 (guide 4.3.2): " + "; ".join(missing)
+    out_len = m["avg_output_len"]
+    if rps.known and out_len.known:
+        buf = math.ceil(rps.value * out_len.value * 0.3)
+        out["budget_buffer"] = (
+            f"keep a budget buffer of ceil(peak_rps {rps.value} x avg output {out_len.value} x 0.3) = {buf} tokens "
+            f"(guide 5); inputs: {rps.how}; {out_len.how}"
+        )
+    else:
+        missing = [x.how for x in (rps, out_len) if not x.known]
+        out["budget_buffer"] = "budget buffer ceil(peak_rps x avg_output_len x 0.3) (guide 5): " + "; ".join(missing)
+    mml = m["max_model_len"]
+    if mml.known:
+        val = 4096 + (int(mml.value) // 16) * 1.2
+        out["spec_budget"] = (
+            f"with speculative decoding, max_num_batched_tokens = 4096 + (draft_model_max_len // 16) x 1.2 = "
+            f"{math.ceil(val)} taking the target's max_model_len {mml.value} as the draft's (an upper bound; use the "
+            "draft model's own max_model_len) (guide 3.2.4)"
+        )
+    else:
+        out["spec_budget"] = (
+            "with speculative decoding, max_num_batched_tokens = 4096 + (draft_model_max_len // 16) x 1.2 "
+            "(guide 3.2.4): the draft model's max_model_len is not in the bundle"
+        )
+    bml = m.get("bt_batch_max_len")
+    if bml is not None and bml.known:
+        out["dynamic_variance"] = (
+            f"a dynamic variance threshold of 10% of the longest running length = {bml.value * 0.1:g} "
+            f"(guide 3.2.2: 41% -> 2.3% preemptions on long generation); input: {bml.how}"
+        )
+    else:
+        out["dynamic_variance"] = (
+            "a dynamic variance threshold of 10% of the longest running length (guide 3.2.2); "
+            "running lengths are not in the bundle"
+        )
+    gmu = m["gpu_memory_utilization"]
+    if gmu.known:
+        nxt = min(0.95, round(float(gmu.value) + 0.05, 2))
+        out["kv_room"] = (
+            f"give the KV cache more room: gpu_memory_utilization {gmu.value} -> {nxt} ({gmu.how}), a larger "
+            "tensor_parallel_size, or fewer concurrent sequences (vLLM's own advice in its V0 warning)"
+        )
+    else:
+        out["kv_room"] = "give the KV cache more room: raise gpu_memory_utilization or tensor_parallel_size"
+    return out
+
+
+def _known(*ms: Measured | None) -> list[str]:
+    """The inputs a fix used: what each known value is and where it came from."""
+    return [m.how for m in ms if m is not None and m.known]
+
+
+def _fix(
+    fid: str,
+    option: str,
+    current: Any,
+    suggested: Any,
+    inputs: list[str],
+    effect: str,
+    prose: str,
+    keys: list[str],
+    *,
+    missing: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": fid,
+        "option": option,
+        "current": current,
+        "suggested": suggested,
+        "inputs": inputs,
+        "expected_effect": effect,
+        "missing": missing,
+        "addresses": keys,
+        "text": prose,
+    }
+
+
+G1_KEYS = ["G1-kv-space/fragmentation", "G1-kv-space/capacity", "G1-kv-space/kv-exhausted"]
+
+
+def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The fixes as data (option, current, suggested, inputs, expected effect, the verdict keys each
+    addresses), and the ones dropped with why: a fix that changes nothing (the suggested value is the
+    value in force) or whose premise is absent from the bundle (speculative decoding off, a V0-only
+    option on a V1 engine) is not a fix."""
+    f = formulas(m)
+    out: list[dict[str, Any]] = []
+    dropped: list[dict[str, str]] = []
+    bs = m["block_size"]
+    p95, share = m.get("prompt_p95"), m.get("prompt_share_le_64")
+    if p95 is not None and p95.known and share is not None:
+        rec = 64 if share.value >= 0.95 else 32 if p95.value <= 128 else (bs.value if bs.known else 16)
+        item = _fix(
+            "block_size",
+            "--block-size",
+            bs.value,
+            rec,
+            _known(p95, share, bs),
+            "fewer fragmentation preemptions: blocks sized to the prompts leave fewer partly used blocks",
+            f["block_size"],
+            ["G1-kv-space/fragmentation", "G1-kv-space/capacity"],
+        )
+        if bs.known and rec == bs.value:
+            dropped.append({"id": "block_size", "why": f"suggests block_size {rec}, the value in force ({bs.how})"})
+        else:
+            out.append(item)
+    else:
+        out.append(
+            _fix(
+                "block_size",
+                "--block-size",
+                bs.value,
+                None,
+                _known(bs),
+                "sized to the prompt lengths",
+                f["block_size"],
+                ["G1-kv-space/fragmentation", "G1-kv-space/capacity"],
+                missing=p95.how if p95 else LOG_REQUESTS_HINT,
+            )
+        )
+    rps, lat, mns = m["peak_rps"], m["p95_latency_s"], m["max_num_seqs"]
+    keys_seqs = G1_KEYS + ["G3-queue-overflow"]
+    if rps.known and lat.known:
+        n = math.ceil(math.ceil(rps.value * lat.value) * 1.5)
+        item = _fix(
+            "max_num_seqs",
+            "--max-num-seqs",
+            mns.value,
+            n,
+            _known(rps, lat, mns),
+            "the running set matches the arrival rate: no queue overflow, fewer sequences competing for KV",
+            f["max_num_seqs"],
+            keys_seqs,
+        )
+        if mns.known and n == mns.value:
+            dropped.append({"id": "max_num_seqs", "why": f"suggests max_num_seqs {n}, the value in force ({mns.how})"})
+        else:
+            out.append(item)
+    else:
+        missing = "; ".join(x.how for x in (rps, lat) if not x.known)
+        out.append(
+            _fix(
+                "max_num_seqs",
+                "--max-num-seqs",
+                mns.value,
+                None,
+                _known(rps, lat, mns),
+                "the running set matches the arrival rate",
+                f["max_num_seqs"],
+                keys_seqs,
+                missing=missing,
+            )
+        )
+    out_len, mbt = m["avg_output_len"], m["max_num_batched_tokens"]
+    if rps.known and out_len.known:
+        buf = math.ceil(rps.value * out_len.value * 0.3)
+        out.append(
+            _fix(
+                "budget_buffer",
+                "--max-num-batched-tokens",
+                mbt.value,
+                (mbt.value + buf) if mbt.known else f"+{buf} tokens",
+                _known(rps, out_len, mbt),
+                f"a token budget buffer of {buf} tokens absorbs bursts of decode growth",
+                f["budget_buffer"],
+                keys_seqs,
+            )
+        )
+    else:
+        missing = "; ".join(x.how for x in (rps, out_len) if not x.known)
+        out.append(
+            _fix(
+                "budget_buffer",
+                "--max-num-batched-tokens",
+                mbt.value,
+                None,
+                _known(rps, out_len, mbt),
+                "a token budget buffer absorbs bursts of decode growth",
+                f["budget_buffer"],
+                keys_seqs,
+                missing=missing,
+            )
+        )
+    spec = m["speculative"]
+    if spec.value:
+        mml = m["max_model_len"]
+        val = math.ceil(4096 + (int(mml.value) // 16) * 1.2) if mml.known else None
+        out.append(
+            _fix(
+                "spec_budget",
+                "--max-num-batched-tokens",
+                mbt.value,
+                val,
+                _known(mml, spec),
+                "room in the token budget for the draft tokens of speculative decoding",
+                f["spec_budget"],
+                G1_KEYS,
+                missing=None if mml.known else "the draft model's max_model_len",
+            )
+        )
+    else:
+        why = "speculative decoding is off" if spec.value is False else "speculative decoding is not in the bundle"
+        dropped.append({"id": "spec_budget", "why": f"{why} ({spec.how})"})
+    bml = m.get("bt_batch_max_len")
+    if bml is not None and bml.known:
+        out.append(
+            _fix(
+                "dynamic_variance",
+                "batch variance threshold (debug hook)",
+                None,
+                round(bml.value * 0.1, 1),
+                _known(bml),
+                "fewer batch-variance preemptions on long generation (guide 3.2.2: 41% -> 2.3%)",
+                f["dynamic_variance"],
+                ["G2-batch-variance"],
+            )
+        )
+    else:
+        out.append(
+            _fix(
+                "dynamic_variance",
+                "batch variance threshold (debug hook)",
+                None,
+                None,
+                [],
+                "fewer batch-variance preemptions on long generation",
+                f["dynamic_variance"],
+                ["G2-batch-variance"],
+                missing="running lengths (block-table table records)",
+            )
+        )
+    out.append(
+        _fix(
+            "traffic_shape",
+            "client traffic",
+            None,
+            "split long documents; one narrow prompt band per batch",
+            [],
+            "lower batch variance",
+            "shape traffic: split long documents, keep prompts of a batch in a narrow band (guide 5)",
+            ["G2-batch-variance"],
+        )
+    )
+    gmu = m["gpu_memory_utilization"]
+    if gmu.known:
+        nxt = min(0.95, round(float(gmu.value) + 0.05, 2))
+        if nxt <= float(gmu.value):
+            dropped.append({"id": "kv_room", "why": f"gpu_memory_utilization is already {gmu.value} ({gmu.how})"})
+        else:
+            out.append(
+                _fix(
+                    "kv_room",
+                    "--gpu-memory-utilization",
+                    gmu.value,
+                    nxt,
+                    _known(gmu),
+                    "more KV cache blocks (or a larger tensor_parallel_size, or fewer concurrent sequences)",
+                    f["kv_room"],
+                    G1_KEYS,
+                )
+            )
+    else:
+        out.append(
+            _fix(
+                "kv_room",
+                "--gpu-memory-utilization",
+                None,
+                None,
+                [],
+                "more KV cache blocks",
+                f["kv_room"],
+                G1_KEYS,
+                missing="gpu_memory_utilization is not in the bundle",
+            )
+        )
+    if engine == "V1":
+        dropped.append({"id": "swap_space", "why": "--swap-space is V0 only: the V1 engine does not swap"})
+    else:
+        out.append(
+            _fix(
+                "swap_space",
+                "--swap-space",
+                None,
+                4,
+                [],
+                "preempted sequences swap to CPU memory instead of recomputing (V0 only)",
+                "--swap-space 4 (guide 4.2; V0 only: the V1 engine does not swap)",
+                ["G1-kv-space/fragmentation"],
+            )
+        )
+    out.append(
+        _fix(
+            "prefix_ids",
+            "client prefix ids",
+            None,
+            "one prefix id scheme",
+            [],
+            "identical histories share one prefix (guide 3.2.3: hit rate 63% -> 89%, preemptions -35%)",
+            "one client-side prefix id scheme so identical histories share one prefix (guide 3.2.3: hit rate "
+            "63% -> 89%, preemptions -35%)",
+            ["G4-prefix-conflict"],
+        )
+    )
+    cp = m.get("enable_chunked_prefill") or Measured(None, "enable_chunked_prefill not stated in the bundle")
+    if cp.value is True:
+        dropped.append({"id": "chunked_prefill", "why": f"chunked prefill is already on ({cp.how})"})
+    else:
+        out.append(
+            _fix(
+                "chunked_prefill",
+                "--enable-chunked-prefill",
+                cp.value,
+                True,
+                _known(cp),
+                "long prefills no longer extend shared prefix blocks in one step",
+                "--enable-chunked-prefill (guide 3.2.3; --max-prefix-cache-len does not exist in upstream vLLM)",
+                ["G4-prefix-conflict"],
+            )
+        )
+    out.append(
+        _fix(
+            "add_evidence",
+            "bundle",
+            None,
+            "debug hook lines, block-table records, dmon, /metrics",
+            [],
+            "the gates that could not be evaluated can be",
+            "add the evidence the not-evaluable gates list (debug hook lines, block-table records, dmon, /metrics)",
+            ["undetermined"],
+        )
+    )
+    return out, dropped
+
+
+# Among fixes addressing as many events: the most direct first (vLLM's own advice for KV space, then
+# the admission limits), as the guide orders them.
+TIE_ORDER = [
+    "block_size",
+    "capacity_gpu_memory_utilization",
+    "capacity_num_gpu_blocks_override",
+    "kv_room",
+    "capacity_max_num_seqs",
+    "capacity_max_model_len",
+    "capacity_chunked_prefill_budget",
+    "capacity_watermark",
+    "swap_space",
+    "max_num_seqs",
+    "budget_buffer",
+    "spec_budget",
+    "dynamic_variance",
+    "traffic_shape",
+    "prefix_ids",
+    "chunked_prefill",
+    "add_evidence",
+]
+
+
+def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Rank fixes by the events they address (counts per verdict key); on ties, computable ones
+    first, then TIE_ORDER. Fixes that address no event of this incident are left out."""
+    for x in fixes:
+        x["events_addressed"] = sum(counts.get(k, 0) for k in x["addresses"])
+    keep = [x for x in fixes if x["events_addressed"] > 0]
+    keep.sort(
+        key=lambda x: (
+            -x["events_addressed"],
+            x["suggested"] is None,
+            TIE_ORDER.index(x["id"]) if x["id"] in TIE_ORDER else len(TIE_ORDER),
+        )
+    )
+    for i, x in enumerate(keep, 1):
+        x["rank"] = i
+    return keep
+
+
+def verdict_key_counts(verdicts: Any) -> dict[str, int]:
+    """Events per verdict key (``gate`` or ``gate/sub_kind`` for G1) of a verdict frame."""
+    if verdicts is None or verdicts.height == 0:
+        return {}
+    key = (
+        pl.when(pl.col("gate") == "G1-kv-space")
+        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
+        .otherwise(pl.col("gate").fill_null("undetermined"))
+    )
+    return {k: n for k, n in verdicts.select(key.alias("k")).group_by("k").len().iter_rows()}
+
+
+def engine_family(analysis: AnalysisView) -> str | None:
+    return (_cfg(analysis).get("engine") or {}).get("value")
+
+
+# ---------------------------------------------------------------- issue 15: capacity arithmetic
+def _ver(text: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Fixes computed from the KV pool and the observed peak demand (findings/capacity.py), same
+    dict shape as :func:`_fix` (``option`` + ``suggested`` replay the fix). Each names its inputs
+    with file:line; a lever whose inputs are missing is returned with ``missing`` in ``dropped``,
+    one that changes nothing is dropped with why."""
+    out: list[dict[str, Any]] = []
+    dropped: list[dict[str, str]] = []
+    pool, peak, cfg = c.get("pool"), c.get("peak"), c.get("cfg") or {}
+    if pool is None:
+        return out, [{"id": "capacity", "why": "the KV pool size is not in the bundle"}]
+    pin = list(pool["inputs"])
+    gmu, mns, mml = cfg.get("gpu_memory_utilization"), cfg.get("max_num_seqs"), cfg.get("max_model_len")
+    mbt, kvgib = cfg.get("max_num_batched_tokens"), cfg.get("kv_cache_memory_gib")
+    override = cfg.get("num_gpu_blocks_override")
+    ratio = peak["blocks"] / pool["blocks"] if peak and pool["blocks"] else None
+    peak_in = [f"peak demand {peak['blocks']} blocks = {peak['tokens']} tokens: {peak['text']}"] if peak else []
+    estimated = " (from an estimated peak demand)" if peak and peak.get("estimated") else ""
+    # The lever that moves the pool: --num-gpu-blocks-override pins it, whatever the memory share.
+    if override is not None:
+        dropped.append(
+            {
+                "id": "capacity_gpu_memory_utilization",
+                "why": f"the pool is pinned by --num-gpu-blocks-override ({override.cite()}): "
+                "gpu_memory_utilization does not change it",
+            }
+        )
+        if peak is None:
+            dropped.append({"id": "capacity_num_gpu_blocks_override", "why": "needs the peak demand"})
+        elif ratio is not None and ratio > 1:
+            need = int(math.ceil(override.value * ratio))
+            out.append(
+                _fix(
+                    "capacity_num_gpu_blocks_override",
+                    "--num-gpu-blocks-override",
+                    int(override.value),
+                    need,
+                    [override.cite(), *pin, *peak_in],
+                    f"a KV pool of {need} blocks holds the peak demand ({ratio:.2f}x the pool){estimated}; the "
+                    "GPU must have the memory for it",
+                    f"num_gpu_blocks_override {int(override.value)} -> {need} = the pool {pool['blocks']} blocks x "
+                    f"peak {peak['blocks']} / {pool['blocks']}",
+                    G1_KEYS,
+                )
+            )
+        else:
+            dropped.append({"id": "capacity_num_gpu_blocks_override", "why": "the peak demand fits the pool"})
+    # gpu_memory_utilization that holds the peak.
+    if override is not None:
+        pass
+    elif peak is None or gmu is None:
+        dropped.append(
+            {
+                "id": "capacity_gpu_memory_utilization",
+                "why": "needs "
+                + " and ".join(
+                    x
+                    for x, ok in (
+                        ("the peak demand (preempt records with blocks_needed)", peak is not None),
+                        ("gpu_memory_utilization stated in the bundle", gmu is not None),
+                    )
+                    if not ok
+                ),
+            }
+        )
+    elif ratio is not None and ratio > 1:
+        need = math.ceil(gmu.value * ratio * 100) / 100
+        extra = f"; the KV cache needs +{kvgib.value * (ratio - 1):.2f} GiB ({kvgib.cite()})" if kvgib else ""
+        if need > 0.98:
+            dropped.append(
+                {
+                    "id": "capacity_gpu_memory_utilization",
+                    "why": f"holding the peak needs gpu_memory_utilization about {need} (> 0.98): not "
+                    "reachable on this GPU; more GPUs (tensor_parallel_size) or fewer sequences",
+                }
+            )
+        else:
+            out.append(
+                _fix(
+                    "capacity_gpu_memory_utilization",
+                    "--gpu-memory-utilization",
+                    gmu.value,
+                    need,
+                    [gmu.cite(), *pin, *peak_in],
+                    f"a KV pool of about {math.ceil(pool['blocks'] * ratio)} blocks holds the peak demand "
+                    f"({ratio:.2f}x the pool){extra} (an upper bound: only the KV share of the budget must grow)"
+                    + estimated,
+                    f"gpu_memory_utilization {gmu.value:g} -> {need} = {gmu.value:g} x peak {peak['blocks']} / pool "
+                    f"{pool['blocks']} blocks",
+                    G1_KEYS,
+                )
+            )
+    else:
+        dropped.append({"id": "capacity_gpu_memory_utilization", "why": "the peak demand fits the pool"})
+    # max_num_seqs that keeps the peak within the pool.
+    if peak is None or not peak.get("running"):
+        dropped.append(
+            {
+                "id": "capacity_max_num_seqs",
+                "why": "needs the peak demand and the running count at it (preempt records)",
+            }
+        )
+    else:
+        per_req = peak["blocks"] / peak["running"]
+        fit = int(pool["blocks"] // per_req) if per_req > 0 else None
+        if fit is None or fit < 1 or fit >= peak["running"] or (mns is not None and fit >= mns.value):
+            dropped.append(
+                {
+                    "id": "capacity_max_num_seqs",
+                    "why": f"max_num_seqs {fit} would not lower the running "
+                    f"count {peak['running']} at the peak" + (f" or the limit {mns.cite()}" if mns else ""),
+                }
+            )
+        else:
+            out.append(
+                _fix(
+                    "capacity_max_num_seqs",
+                    "--max-num-seqs",
+                    int(mns.value) if mns else None,
+                    fit,
+                    ([mns.cite()] if mns else [])
+                    + pin
+                    + peak_in
+                    + [f"running {peak['running']} at the peak ({peak['src']})"],
+                    f"at {per_req:.1f} blocks per running request, {fit} requests fit the pool of {pool['blocks']} blocks: "
+                    "fewer preemptions, more waiting" + estimated,
+                    f"max_num_seqs {fit} = floor(pool {pool['blocks']} / (peak {peak['blocks']} blocks / {peak['running']} running))",
+                    G1_KEYS + ["G3-queue-overflow"],
+                )
+            )
+    # max_model_len that fits the pool.
+    conc = cfg.get("max_concurrency")
+    if mml is None:
+        dropped.append({"id": "capacity_max_model_len", "why": "max_model_len is not stated in the bundle"})
+    elif mml.value > pool["tokens"] or (conc is not None and conc.value < 1):
+        fit_len = (pool["tokens"] // pool["block_size"]) * pool["block_size"] if pool["block_size"] else pool["tokens"]
+        out.append(
+            _fix(
+                "capacity_max_model_len",
+                "--max-model-len",
+                int(mml.value),
+                fit_len,
+                [mml.cite(), *pin] + ([conc.cite()] if conc else []),
+                f"a request of max_model_len fits the KV pool of {pool['tokens']} tokens (now it never can)",
+                f"max_model_len {int(mml.value)} -> {fit_len}: the KV pool holds {pool['tokens']} tokens",
+                G1_KEYS,
+            )
+        )
+    else:
+        dropped.append(
+            {
+                "id": "capacity_max_model_len",
+                "why": f"max_model_len {int(mml.value)} already fits the pool of {pool['tokens']} tokens",
+            }
+        )
+    # chunked-prefill budget against the victims' prompts.
+    vp, cp = c.get("victim_prompts"), c.get("chunked_prefill")
+    if mbt is None or vp is None:
+        lack = [
+            x
+            for x, ok in (
+                ("max_num_batched_tokens (the 'Chunked prefill is enabled' line)", mbt is not None),
+                ("the victims' prompt lengths (request records or prompt_token_ids)", vp is not None),
+            )
+            if not ok
+        ]
+        dropped.append({"id": "capacity_chunked_prefill_budget", "why": "needs " + " and ".join(lack)})
+    elif vp["max"] > mbt.value and vp["max"] <= pool["tokens"]:
+        chunks = math.ceil(vp["max"] / mbt.value)
+        out.append(
+            _fix(
+                "capacity_chunked_prefill_budget",
+                "--max-num-batched-tokens",
+                int(mbt.value),
+                vp["max"],
+                [mbt.cite(), f"longest victim prompt {vp['max']} tokens ({vp['src']})"]
+                + ([f"enable_chunked_prefill={cp[0]} ({cp[2]}, {cp[1]})"] if cp else [])
+                + pin,
+                f"the longest victim prompt prefills in one step instead of {chunks} chunks, so it cannot be preempted "
+                "between its chunks (costs a larger per-step activation budget)",
+                f"max_num_batched_tokens {int(mbt.value)} -> {vp['max']}: victim prompts of up to {vp['max']} tokens "
+                f"take {chunks} chunks now",
+                G1_KEYS,
+            )
+        )
+    else:
+        dropped.append(
+            {
+                "id": "capacity_chunked_prefill_budget",
+                "why": f"every victim prompt fits max_num_batched_tokens {int(mbt.value)}"
+                if vp["max"] <= mbt.value
+                else "the longest victim prompt exceeds the KV pool",
+            }
+        )
+    # watermark (V1 --watermark, 0.24+): keep room for running requests' growth when admitting.
+    ver = c.get("vllm_version")
+    fail = c.get("failed_allocation")  # the largest failed allocation of the preempt records
+    if fail is None or not pool["blocks"] or ver is None or _ver(ver[0]) < (0, 24):
+        dropped.append(
+            {
+                "id": "capacity_watermark",
+                "why": "needs the vLLM version (>= 0.24, where V1 has --watermark) and preempt records",
+            }
+        )
+    else:
+        cur = (fail.get("watermark_blocks") or 0) / pool["blocks"]
+        sug = math.ceil(fail["blocks_needed_max"] / pool["blocks"] * 100) / 100
+        if sug <= cur:
+            dropped.append(
+                {
+                    "id": "capacity_watermark",
+                    "why": f"the watermark {cur:.2f} already covers the largest "
+                    f"failed allocation ({fail['blocks_needed_max']} blocks)",
+                }
+            )
+        else:
+            out.append(
+                _fix(
+                    "capacity_watermark",
+                    "--watermark",
+                    round(cur, 4),
+                    sug,
+                    [
+                        f"vllm_version {ver[0]} ({ver[1]})",
+                        *pin,
+                        f"recorded watermark_blocks {fail.get('watermark_blocks') or 0} ({fail['src']})",
+                        f"largest failed allocation {fail['blocks_needed_max']} blocks ({fail['records']} preempt records)",
+                    ],
+                    "admission keeps room for the largest allocation that failed, so running requests can grow",
+                    f"watermark {cur:.2f} -> {sug} = largest failed allocation {fail['blocks_needed_max']} / pool "
+                    f"{pool['blocks']} blocks",
+                    G1_KEYS,
+                )
+            )
+    return out, dropped

@@ -1,0 +1,232 @@
+"""Preemption events from a vLLM log, with exact totals.
+
+Three families (facts page section 0):
+
+- **logged**: V0 ``Sequence group <id> is preempted by PreemptionMode.<MODE> mode
+  ... total_num_cumulative_preemption=<n>`` (0.4.3-0.10.2). vLLM logs only the
+  1st, 51st, 101st... preemption, so the unlogged ones are **reconstructed**
+  from the deltas of the cumulative counter: ``delta - 1`` events without a
+  request id, placed evenly in the interval between the previous logged line
+  and this one (``time_precision = "interval"``; ``interval_start`` is null
+  when the counter started before the log did). A counter that goes down is a
+  restart; an identical line seen twice (overlapping rotated files) counts once;
+  a warning whose counter was cut off is the previous logged value + 50.
+- **interval**: V1 stats ``Preemptions: <n>`` (0.11.1+ with the PR #38452 fix):
+  n events in the interval since the previous stats line of the same engine (of the same
+  process and server run: a restart, seen by its start banner, starts a new chain).
+  The count lags: a preempted request is counted when it produces output again.
+- **marker**: any other line carrying the whole word ``PREEMPTED`` (patched
+  schedulers, debug hooks, ``RequestStatus.PREEMPTED``). The request id is
+  taken from the first of these shapes: ``Req-<id>``, ``request_id=<id>``,
+  ``req_id=<id>``, ``seq_group <id>``, ``request <id>`` (an id with a digit).
+
+Schema: ``EVENTS_SCHEMA`` in events.py.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ...model.events import capped_count
+from ...model.events import spread_interval as _between  # moved to events.py
+from ...sources.vllm_log import engine_of_proc
+
+RAW_LIMIT = 2000
+# Events made from counts (V0 counter jumps, V1 "Preemptions: N", Prometheus increases) are capped,
+# per count and in all per source: a damaged or hostile number (total_num_cumulative_preemption=
+# 900000000000) must not allocate without bound (it took the process down). Analysis warns.
+
+
+MARKER_ID_RES = [
+    r"\bReq-([A-Za-z0-9_.\-]*[A-Za-z0-9])",
+    r"\brequest_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",
+    r"\breq_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",
+    r"\bseq_group\s*[=:]?\s*['\"]?([A-Za-z0-9_.\-]+)",
+    r"\b[Rr]equest\s+['\"]?([A-Za-z0-9_.\-]*\d[A-Za-z0-9_.\-]*)",
+]
+
+
+# A server (re)start: the API server's version banner, or an engine initialising. A crash dump
+# repeats "... LLM engine (vX) with config:" without "Initializing", so it is no start.
+START_RE = r"vLLM API server version |Initializing an? (?:V1 )?LLM engine"
+
+
+def server_runs(records: pl.DataFrame) -> pl.DataFrame:
+    """Per record (``seq``): which server run of its stream and compose service it belongs to.
+
+    Columns: seq, _srun (starts counted so far), _proc (process prefix, "" when none), _compose.
+    A restart starts a new interval chain: no interval may span the downtime between two runs of a
+    server (the first count after a restart has no interval start, like the first of a log).
+    """
+    keys = ["stream", "_compose"]
+    start = pl.col("kind").is_in(["cfg_version", "cfg_engine"]) & pl.col("text").str.contains(START_RE)
+    r = records.select(
+        "seq",
+        "stream",
+        _compose=pl.col("compose").fill_null(""),
+        _proc=pl.col("proc").fill_null(""),
+        _start=start.fill_null(False),
+    ).sort("seq")
+    r = r.with_columns(_srun=pl.col("_start").cast(pl.Int32).cum_sum().over(keys))
+    return r.select("seq", "_srun", "_proc", "_compose")
+
+
+def _not_after(start: pl.Expr, end: pl.Expr) -> pl.Expr:
+    """An interval start never after its end (a clock that went back): clipped to the end."""
+    return pl.when(start > end).then(end).otherwise(start)
+
+
+def _event_id(suffix: pl.Expr | None = None) -> pl.Expr:
+    parts = [
+        pl.col("source"),
+        pl.lit(":"),
+        pl.col("n").cast(pl.String),
+        pl.when(pl.col("seg") > 0)
+        .then(pl.concat_str([pl.lit("."), pl.col("seg").cast(pl.String)]))
+        .otherwise(pl.lit("")),
+    ]
+    if suffix is not None:
+        parts.append(suffix)
+    return pl.concat_str(parts)
+
+
+def _raw() -> pl.Expr:
+    return pl.col("text").str.strip_chars().str.slice(0, RAW_LIMIT)
+
+
+def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """V0 warnings -> (logged events, reconstructed events, counter facts)."""
+    t = pl.col("text")
+    v0 = (
+        records.filter(pl.col("kind") == "v0_preempt")
+        .with_columns(
+            request_id=t.str.extract(r"Sequence group (\S+) is preempted by", 1),
+            mode=t.str.extract(r"PreemptionMode\.(\w+)", 1),
+            cumulative=t.str.extract(r"total_num_cumulative_preemption=(\d+)", 1).cast(pl.Int64, strict=False),
+        )
+        .sort("seq")
+    )
+    facts = {"logged_lines": v0.height, "duplicates": 0, "runs": 0, "last_totals": [], "without_counter": 0}
+    if v0.height == 0:
+        return v0, v0, facts
+    # One counter per process of one server run (a restart begins a new one even when the counter
+    # does not go down); compose services and process prefixes keep servers apart.
+    v0 = v0.join(server_runs(records), on="seq", how="left", maintain_order="left").with_columns(
+        _key=pl.concat_str([pl.col("_compose"), pl.lit("\x1f"), pl.col("_proc")])
+    )
+    # An identical warning (same time, counter and request) seen twice is one event; the same
+    # counter and request at another time is a restarted server counting again (seq group 0, =1).
+    has_total = pl.col("cumulative").is_not_null()
+    same = ["stream", "_key", "_srun", "time", "cumulative", "request_id"]
+    dup = has_total & pl.struct(same).is_duplicated() & (pl.int_range(pl.len()).over(same) > 0)
+    before = v0.height
+    v0 = v0.filter(~dup.fill_null(False))
+    facts["duplicates"] = before - v0.height
+    grp = ["stream", "_key", "_srun"]
+    # A warning whose counter was cut is still a sampled one: V0 logs at 1, 51, 101...,
+    # so it is the previous logged value + 50 per line since (checked against the next value).
+    known = pl.col("cumulative")
+    gid = known.is_not_null().cum_sum().over(grp)
+    v0 = v0.with_columns(_gid=gid)
+    k = pl.int_range(pl.len()).over(grp + ["_gid"])
+    last_known = known.forward_fill().over(grp)
+    next_known = known.backward_fill().over(grp)
+    inferred = last_known + 50 * k
+    ok = known.is_null() & last_known.is_not_null() & (next_known.is_null() | (inferred < next_known))
+    v0 = v0.with_columns(
+        _inferred=ok,
+        cumulative=pl.when(ok).then(inferred).otherwise(known),
+    )
+    facts["counter_inferred"] = v0.filter(pl.col("_inferred")).height
+    facts["without_counter"] = v0.filter(pl.col("cumulative").is_null()).height
+
+    prev_known = pl.col("cumulative").forward_fill().shift(1).over(grp)
+    v0 = v0.with_columns(_run=(pl.col("cumulative") < prev_known).fill_null(False).cast(pl.Int32).cum_sum().over(grp))
+    run = grp + ["_run"]
+    v0 = v0.with_columns(
+        _prev=pl.col("cumulative").forward_fill().shift(1).over(run).fill_null(0),
+        _prev_time=_not_after(pl.col("time").shift(1).over(run), pl.col("time")),
+    )
+    v0 = v0.with_columns(
+        _delta=pl.when(has_total).then(pl.col("cumulative") - pl.col("_prev")),
+    )
+    last = v0.filter(has_total).group_by(run).agg(pl.col("cumulative").max().alias("t"))
+    facts["runs"] = last.height
+    facts["last_totals"] = sorted(last.get_column("t").to_list())
+
+    logged = v0.with_columns(
+        event_id=_event_id(),
+        kind=pl.lit("logged"),
+        interval_start=pl.lit(None, pl.Datetime("us", "UTC")),
+        interval_end=pl.lit(None, pl.Datetime("us", "UTC")),
+        engine=pl.lit("0"),
+        raw=_raw(),
+        _sub=pl.lit(0, pl.Int64),
+    )
+    recon = v0.filter(pl.col("_delta") > 1).with_columns(_n=capped_count(pl.col("_delta") - 1))
+    facts["capped_counts"] = recon.filter(pl.col("_n") < pl.col("_delta") - 1).height
+    recon = recon.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).drop("_n").explode("_k")
+    recon = recon.with_columns(
+        event_id=_event_id(pl.concat_str([pl.lit("~r"), pl.col("_k").cast(pl.String)])),
+        kind=pl.lit("reconstructed"),
+        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_delta")),
+        time_precision=pl.lit("interval"),
+        interval_start=pl.col("_prev_time"),
+        interval_end=pl.col("time"),
+        request_id=pl.lit(None, pl.String),
+        mode=pl.lit(None, pl.String),
+        cumulative=pl.col("_prev") + pl.col("_k"),
+        engine=pl.lit("0"),
+        raw=pl.lit(None, pl.String),
+        _sub=pl.col("_k") - pl.col("_delta"),
+    )
+    return logged, recon, facts
+
+
+def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
+    """V1 ``Preemptions: N`` -> N interval events per stats line."""
+    # One interval chain per engine of one process of one server run: the first stats line after a
+    # restart has no interval start (like the first of a log), never one across the downtime.
+    chain = ["stream", "_compose", "_proc", "_srun", "engine"]
+    s = stats.join(server_runs(records), on="seq", how="left").sort("seq")
+    s = s.with_columns(_prev_time=_not_after(pl.col("time").shift(1).over(chain), pl.col("time")))
+    s = s.filter(pl.col("preemptions") > 0)
+    if s.height == 0:
+        return s
+    seg = records.select("seq", "seg")
+    s = s.join(seg, on="seq", how="left").with_columns(pl.col("line").alias("n"))
+    s = s.with_columns(_k=pl.int_ranges(1, capped_count(pl.col("preemptions")) + 1, dtype=pl.Int64)).explode("_k")
+    return s.with_columns(
+        event_id=_event_id(pl.concat_str([pl.lit("~i"), pl.col("_k").cast(pl.String)])),
+        kind=pl.lit("interval"),
+        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("preemptions")),
+        time_precision=pl.lit("interval"),
+        interval_start=pl.col("_prev_time"),
+        interval_end=pl.col("time"),
+        request_id=pl.lit(None, pl.String),
+        mode=pl.lit(None, pl.String),
+        cumulative=pl.lit(None, pl.Int64),
+        raw=pl.lit(None, pl.String),
+        _sub=pl.col("_k"),
+    )
+
+
+def marker_events(records: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("text")
+    rid = pl.coalesce([t.str.extract(rx, 1) for rx in MARKER_ID_RES])
+    return records.filter(pl.col("kind") == "marker").with_columns(
+        event_id=_event_id(),
+        kind=pl.lit("marker"),
+        interval_start=pl.lit(None, pl.Datetime("us", "UTC")),
+        interval_end=pl.lit(None, pl.Datetime("us", "UTC")),
+        request_id=rid,
+        mode=t.str.extract(r"\b(RECOMPUTE|SWAP)\b", 1),
+        # "Engine 00n" in the text, else the engine of the line's process prefix (EngineCore_DPn ...).
+        engine=pl.coalesce(
+            t.str.extract(r"Engine (\d+)", 1).cast(pl.Int64, strict=False).cast(pl.String),
+            engine_of_proc(pl.col("proc")),
+        ),
+        cumulative=pl.lit(None, pl.Int64),
+        raw=_raw(),
+        _sub=pl.lit(0, pl.Int64),
+    )

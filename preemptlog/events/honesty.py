@@ -1,0 +1,123 @@
+"""The honesty notes that go with every result: where each count comes from and what it cannot see."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from ..model.result import AnalysisView
+
+
+def _has_counter(recon: dict[str, Any]) -> bool:
+    from ..events.reconcile import PROM_COUNTER
+
+    return any(x.get("source") == PROM_COUNTER for x in recon.get("sources", []))
+
+
+def honesty_notes(a: AnalysisView) -> list[str]:
+    notes: list[str] = []
+    kinds = a.events.get_column("kind").value_counts() if a.events.height else None
+    counts = {r[0]: r[1] for r in kinds.iter_rows()} if kinds is not None else {}
+    v0 = a.counters.get("v0", {})
+    if v0.get("logged_lines"):
+        runs = v0.get("runs", 0)
+        notes.append(
+            "vLLM V0 logs only the 1st, 51st, 101st... preemption: "
+            f"{counts.get('reconstructed', 0)} events were reconstructed from total_num_cumulative_preemption "
+            f"(no request id, time placed in the interval); up to 49 more after the last warning of each of "
+            f"{runs} counter run(s) cannot be seen in the log."
+        )
+        if v0.get("counter_inferred"):
+            notes.append(
+                f"{v0['counter_inferred']} V0 warning(s) had their total_num_cumulative_preemption cut off; "
+                "inferred as the previous logged value + 50 (V0 logs every 50th preemption)."
+            )
+        if v0.get("without_counter"):
+            notes.append(
+                f"{v0['without_counter']} V0 warning(s) had no readable total_num_cumulative_preemption "
+                "(cut line): the count around them is a lower bound."
+            )
+        if v0.get("duplicates"):
+            notes.append(f"{v0['duplicates']} duplicated V0 warning line(s) (same counter value) counted once.")
+    log_src = [f.display for f in a.bundle.of_kind("vllm-log")]
+    prom_src = [f.display for f in a.bundle.of_kind("prometheus")]
+    ev = a.events
+    log_interval = (
+        ev.filter((pl.col("kind") == "interval") & pl.col("source").is_in(log_src)).height if ev.height else 0
+    )
+    unplaced = (
+        ev.filter(pl.col("source").is_in(prom_src) & (pl.col("time_precision") == "unplaced")).height
+        if ev.height
+        else 0
+    )
+    prom_events = (ev.filter(pl.col("source").is_in(prom_src)).height if ev.height else 0) - unplaced
+    if log_interval:
+        notes.append(
+            "V1 'Preemptions: N' counts are per stats interval and lag: a preempted request is counted when it "
+            "produces output again, so the interval can be later than the preemption."
+        )
+    prom_sgl = (
+        ev.filter(pl.col("source").is_in(prom_src) & (pl.col("engine_kind") == "sglang")).height
+        if ev.height and "engine_kind" in ev.columns
+        else 0
+    )
+    if prom_events - prom_sgl:
+        notes.append(
+            f"{prom_events - prom_sgl} event(s) come from the Prometheus counter vllm:num_preemptions_total: each "
+            "increase between two scrapes is spread evenly over that interval (no request id); V1 counts a "
+            "preemption when the request runs again."
+        )
+    if prom_sgl:  # SGLang's counter counts a retraction when it happens (scheduler update_running_batch)
+        notes.append(
+            f"{prom_sgl} event(s) come from SGLang's retraction counter (sglang:num_retracted_requests_total, or "
+            "0.4.10-0.5.1's sglang:total_retracted_reqs): each increase between two scrapes is spread evenly over "
+            "that interval (no request id)."
+        )
+    if unplaced:
+        notes.append(
+            f"{unplaced} event(s) are preemptions vllm:num_preemptions_total counted since the engine started and no "
+            "other source places: counted, not placed in time (no request id); the pressure intervals are where "
+            "they can have happened."
+        )
+    from ..events.pressure import log_capability
+
+    cap = log_capability(a)
+    recon = a.counters.get("reconciliation") or {}
+    if cap.has_log and cap.counts == "none" and not counts.get("marker"):
+        why = (cap.reason if cap.reason.startswith("vLLM") else cap.reason[0].upper() + cap.reason[1:]) + "."
+        singles = recon.get("single_readings") or []
+        # Said of the event set, not of the sources present: the kinds the events are.
+        if counts.get("record"):
+            crossed = " (the Prometheus counter is a cross-check)" if prom_events == 0 and _has_counter(recon) else ""
+            why += (
+                f" The count here comes from the block-table 'preempt' records in the bundle{crossed}, not from "
+                "the log."
+            )
+        elif prom_events or unplaced or _has_counter(recon):
+            why += " The count here comes from the Prometheus counter in the bundle, not from the log."
+        elif singles:
+            r = singles[0]
+            more = f" (and {len(singles) - 1} more series)" if len(singles) > 1 else ""
+            why += (
+                f" The only count is one Prometheus reading: {r['value']} preemption(s) since engine start at "
+                f"{r['time']} ({r['from']}){more}, a total without timing; add /metrics scrapes taken during the "
+                "incident to place them in time."
+            )
+        else:
+            why += (
+                " A count of 0 here means the log cannot show preemptions, not that none happened: " + cap.remedy + "."
+            )
+        piv = a.frames.get("pressure_intervals")
+        if piv is not None and piv.height:
+            why += (
+                f" {piv.height} suspected pressure interval(s) (KV cache at the ceiling with requests waiting) are "
+                "listed separately; they are evidence, not a count."
+            )
+        elif a.stats.height:
+            why += " The stats lines show no interval of KV pressure (KV cache at the ceiling with requests waiting)."
+        notes.append(why)
+    for d in recon.get("disagreements") or []:
+        notes.append("sources disagree: " + d)
+    return notes

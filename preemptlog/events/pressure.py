@@ -1,0 +1,373 @@
+"""What the log can count, and where preemption pressure is visible when it cannot.
+
+Two questions, answered separately from the counted events (docs/prometheus.md):
+
+1. :func:`log_capability`: can this log count preemptions at all? V0 logs
+   sample 1 in 50 (facts page section 2a); V1 logs before 0.11.1 have no
+   preemption field; V1 0.11.1-0.33.0 have a ``Preemptions: N`` field in the
+   code that stock builds never print (facts page section 3b item 7). A
+   ``Preemptions:`` field seen in the log means a build with the fix.
+
+2. :func:`find_intervals`: *suspected pressure intervals* in a stats series
+   (the log's stats lines, or the gauges of Prometheus scrapes). A sample is
+   flagged when
+
+   - ``kv``: the KV cache usage is at the ceiling (default 95 %) while
+     requests wait (``waiting > 0``), or
+   - ``shuffle``: running fell and waiting rose since the previous sample of
+     the same engine while the KV usage of either sample was at the ceiling
+     (what a V1 preemption looks like from outside: the victim goes back to
+     the head of the waiting queue).
+
+   Consecutive flagged samples of one engine form an interval; a single
+   unflagged sample that still has waiting requests between two flagged ones
+   is bridged; a silence longer than ``max_gap_s`` splits. Waiting with low
+   KV usage is queueing (max_num_seqs, admission), not KV pressure, and is
+   never flagged. Intervals are evidence, never added to a count.
+
+Frame schema of :func:`find_intervals`: ``PRESSURE_SCHEMA``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..model.frames import PolarsType, provenance_expr
+
+if TYPE_CHECKING:
+    from ..model.result import AnalysisView
+
+DEFAULT_CEILING = 95.0
+MAX_GAP_S = 120.0
+
+PRESSURE_SCHEMA = {
+    "series": "String",  # "log" (stats lines) | "prometheus" (scraped gauges)
+    "engine": "String",
+    "start": "Datetime(time_unit='us', time_zone='UTC')",  # first flagged sample
+    "end": "Datetime(time_unit='us', time_zone='UTC')",  # last flagged sample
+    "since": "Datetime(time_unit='us', time_zone='UTC')",  # the sample before: pressure began after it
+    "samples": "UInt32",  # samples inside the interval (flagged and bridged)
+    "peak_kv_usage": "Float64",  # percent
+    "max_waiting": "Int64",
+    "min_running": "Int64",
+    "max_running": "Int64",
+    "signals": "List(String)",  # kv | shuffle
+    "evidence": "List(String)",  # file:line of the flagged samples
+}
+
+
+# What makes a stock V1 log's preemptions countable: scrapes, or preemptlog's vLLM plugin
+# (README "Capture an incident"; it supports vLLM 0.11-0.33).
+V1_REMEDY_WITH_PLUGIN = (
+    "add /metrics scrapes (vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle, or record "
+    "with preemptlog's vLLM plugin (PREEMPTLOG_RECORD=FILE; PREEMPTLOG_FIX_STATS=1 makes the log print "
+    "'Preemptions: N')"
+)
+
+# --------------------------------------------------------------------------
+# 1. What the log can count
+
+
+@dataclass
+class LogCapability:
+    """How far the vLLM log itself can count preemptions."""
+
+    has_log: bool
+    family: str | None = None  # "V0" | "V1" | None
+    version: str | None = None
+    version_from: str | None = None
+    counts: str = "unknown"  # exact | sampled | none | unknown
+    reason: str = ""
+    remedy: str = ""
+    prometheus_metric: bool = True  # does this version expose vllm:num_preemptions_total?
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "version": self.version,
+            "version_from": self.version_from,
+            "counts": self.counts,
+            "reason": self.reason,
+            "remedy": self.remedy,
+        }
+
+
+SGLANG_REASON = (
+    "SGLang's scheduler logs every retraction it makes (update_running_batch: 'KV cache pool is full. Retract "
+    "requests.', before 0.4.7 'Decode out of memory happened'), at INFO (WARNING from 0.5.10)"
+)
+
+
+def log_capability(a: AnalysisView) -> LogCapability:
+    from ..engines.vllm.config import _version_tuple, in_force
+
+    has_log = bool(a.records.height)
+    if not has_log:
+        return LogCapability(has_log=False)
+    from ..engines.sglang.summary import sglang_only_log
+
+    if sglang_only_log(a):  # SGLang's log (issue 29) prints every retraction: its count is exact, 0 included
+        return LogCapability(has_log=True, family="SGLang", counts="exact", reason=SGLANG_REASON)
+    cfg = in_force(a.config)
+    ver_row = cfg.get("vllm_version")
+    version = ver_row["value"] if ver_row else None
+    version_from = f"{ver_row['source']}:{ver_row['line']}" if ver_row and ver_row.get("source") else None
+    eng = cfg.get("engine", {}).get("value")
+    stats = a.stats
+    fams = set(stats.get_column("family").to_list()) if stats.height else set()
+    family = eng or ("V1" if fams == {"v1"} else "V0" if fams == {"v0"} else None)
+    field_lines = stats.filter(pl.col("preemptions").is_not_null()).height if stats.height else 0
+    v0_lines = a.counters.get("v0", {}).get("logged_lines", 0)
+    vt = _version_tuple(version) if version else None
+    cap = LogCapability(has_log=True, family=family, version=version, version_from=version_from)
+    vname = f"vLLM {version}" if version else "this log's vLLM (version not in the log)"
+    if field_lines:
+        cap.counts = "exact"
+        cap.reason = (
+            f"the stats lines print 'Preemptions: N' ({field_lines} line(s)): a build with the fix "
+            "(vllm-project/vllm PR #38452) or a patched one; N counts a preemption when the request runs again"
+        )
+        return cap
+    if family == "V0" or v0_lines:
+        cap.family = cap.family or "V0"
+        if vt is not None and vt < (0, 4, 3):
+            cap.counts = "none"
+            cap.reason = f"{vname} (V0) logs no preemption line before 0.4.3"
+            cap.prometheus_metric = False
+            cap.remedy = "use Pending/Swapped in the stats lines as indirect evidence, or upgrade"
+        else:
+            cap.counts = "sampled"
+            cap.reason = "vLLM V0 logs only the 1st, 51st, 101st... preemption (total_num_cumulative_preemption)"
+            cap.remedy = "add /metrics scrapes (vllm:num_preemptions_total) for the exact count"
+        return cap
+    if family != "V1":
+        # Never a confident 0 from a log that cannot show one: a log that does not say which engine
+        # wrote it, with no preemption line and no preemption count, cannot show a count.
+        cap.counts = "none"
+        cap.reason = (
+            "this log shows no preemption line, no stats line with a preemption count, and no line that tells "
+            "which vLLM engine (V0 or V1) wrote it"
+        )
+        cap.remedy = (
+            "add the log from the server's start (its version and engine lines) and /metrics scrapes "
+            "(vllm:num_preemptions_total; `preemptlog capture --metrics URL`)"
+        )
+        return cap
+    no_stats = (
+        " This log has no stats line at all, the only line in which a V1 build can print a preemption count."
+        if not stats.height
+        else ""
+    )
+    # V1
+    if vt is not None and vt < (0, 11, 1):
+        cap.counts = "none"
+        cap.reason = f"{vname} (V1) has no preemption field in its stats line and logs no preemption line" + no_stats
+        if vt < (0, 8, 0):
+            cap.prometheus_metric = False
+            cap.remedy = (
+                "V1 before 0.8.0 has no preemption metric either: upgrade to >= 0.8.0 and scrape /metrics "
+                "(vllm:num_preemptions_total)"
+            )
+        else:
+            cap.remedy = (
+                V1_REMEDY_WITH_PLUGIN
+                if vt >= (0, 11, 0)
+                else "add /metrics scrapes "
+                "(vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle"
+            )
+    elif vt is not None:
+        cap.counts = "none"
+        cap.reason = (
+            f"{vname} (V1) logs no preemption line, and its 'Preemptions: N' stats field exists in the code but "
+            "stock builds never print it (the counter is reset before it is tested; fix: vllm-project/vllm PR #38452)"
+            + no_stats
+        )
+        cap.remedy = V1_REMEDY_WITH_PLUGIN
+    else:
+        cap.counts = "none"
+        cap.reason = (
+            "this V1-engine log (version not in the log) logs no preemption line; its stats line has no "
+            "'Preemptions: N' field (absent before 0.11.1, never printed by stock 0.11.1-0.33.0 builds: "
+            "vllm-project/vllm PR #38452)" + no_stats
+        )
+        cap.remedy = V1_REMEDY_WITH_PLUGIN
+    return cap
+
+
+# --------------------------------------------------------------------------
+# 2. Suspected pressure intervals
+
+
+def _schema() -> pl.Schema:
+    dt = pl.Datetime("us", "UTC")
+    cols: dict[str, PolarsType] = {
+        "series": pl.String,
+        "engine": pl.String,
+        "start": dt,
+        "end": dt,
+        "since": dt,
+        "samples": pl.UInt32,
+        "peak_kv_usage": pl.Float64,
+        "max_waiting": pl.Int64,
+        "min_running": pl.Int64,
+        "max_running": pl.Int64,
+        "signals": pl.List(pl.String),
+        "evidence": pl.List(pl.String),
+    }
+    return pl.Schema(cols)
+
+
+def find_intervals(
+    stats: pl.DataFrame | None,
+    prom_series: pl.DataFrame | None = None,
+    *,
+    ceiling: float = DEFAULT_CEILING,
+    max_gap_s: float = MAX_GAP_S,
+) -> pl.DataFrame:
+    """Suspected pressure intervals in the log's stats and in scraped gauges (``PRESSURE_SCHEMA``).
+
+    ``stats`` needs time, engine, running, waiting, kv_usage, source, line
+    (and stream, seq when present); ``prom_series`` the same minus stream/seq,
+    plus scope.
+    """
+    parts = []
+    if stats is not None and stats.height:
+        grp = (
+            pl.concat_str([pl.col("stream").cast(pl.String), pl.lit("|"), pl.col("engine")])
+            if "stream" in stats.columns
+            else pl.col("engine")
+        )
+        order = "seq" if "seq" in stats.columns else "line"
+        parts.append(
+            stats.select(
+                pl.lit("log").alias("series"),
+                grp.alias("_grp"),
+                "engine",
+                "time",
+                pl.col(order).cast(pl.Int64).alias("_order"),
+                pl.col("running").cast(pl.Float64),
+                pl.col("waiting").cast(pl.Float64),
+                pl.col("kv_usage").cast(pl.Float64),
+                "source",
+                pl.col("line").cast(pl.UInt32),
+            )
+        )
+    if prom_series is not None and prom_series.height:
+        ps = prom_series.filter(pl.col("kv_usage").is_not_null() | pl.col("waiting").is_not_null())
+        if ps.height:
+            parts.append(
+                ps.select(
+                    pl.lit("prometheus").alias("series"),
+                    pl.concat_str(
+                        [pl.col("scope"), pl.lit("|"), pl.col("engine"), pl.lit("|"), pl.col("model_name")]
+                    ).alias("_grp"),
+                    "engine",
+                    "time",
+                    pl.col("line").cast(pl.Int64).alias("_order"),
+                    pl.col("running").cast(pl.Float64),
+                    pl.col("waiting").cast(pl.Float64),
+                    pl.col("kv_usage").cast(pl.Float64),
+                    "source",
+                    pl.col("line").cast(pl.UInt32),
+                )
+            )
+    if not parts:
+        return pl.DataFrame(schema=_schema())
+    s = pl.concat(parts, how="vertical").filter(pl.col("time").is_not_null())
+    if s.height == 0:
+        return pl.DataFrame(schema=_schema())
+    g = ["series", "_grp"]
+    s = s.sort([*g, "time", "_order"])
+
+    def prev(c: str) -> pl.Expr:
+        return pl.col(c).shift(1).over(g)
+
+    waiting = pl.col("waiting").fill_null(0) > 0
+    kv_hot = (pl.col("kv_usage") >= ceiling).fill_null(False)
+    prev_hot = (prev("kv_usage") >= ceiling).fill_null(False)
+    s = s.with_columns(
+        _kv=kv_hot & waiting,
+        _shuffle=(
+            (pl.col("running") < prev("running")) & (pl.col("waiting") > prev("waiting")) & (kv_hot | prev_hot)
+        ).fill_null(False),
+        _gap=(pl.col("time") - prev("time")).dt.total_microseconds() / 1e6,
+        _since=prev("time"),
+    )
+    s = s.with_columns(_flag=pl.col("_kv") | pl.col("_shuffle"))
+    # Bridge one unflagged sample with waiting requests between two flagged ones.
+    s = s.with_columns(
+        _bridge=~pl.col("_flag")
+        & waiting
+        & pl.col("_flag").shift(1).over(g).fill_null(False)
+        & pl.col("_flag").shift(-1).over(g).fill_null(False)
+    )
+    s = s.with_columns(_in=pl.col("_flag") | pl.col("_bridge"))
+    new_run = pl.col("_in") & (
+        ~pl.col("_in").shift(1).over(g).fill_null(False) | (pl.col("_gap") > max_gap_s).fill_null(False)
+    )
+    s = s.with_columns(_run=new_run.cast(pl.Int32).cum_sum().over(g))
+    iv = s.filter(pl.col("_in"))
+    if iv.height == 0:
+        return pl.DataFrame(schema=_schema())
+    where = provenance_expr()
+    out = (
+        iv.group_by([*g, "_run"], maintain_order=True)
+        .agg(
+            pl.col("engine").first(),
+            pl.col("time").filter(pl.col("_flag")).min().alias("start"),
+            pl.col("time").filter(pl.col("_flag")).max().alias("end"),
+            pl.col("_since").first().alias("since"),
+            pl.len().cast(pl.UInt32).alias("samples"),
+            pl.col("kv_usage").max().alias("peak_kv_usage"),
+            # strict=False: a +Inf / NaN gauge from a /metrics scrape is no count (null), not a crash
+            pl.col("waiting").max().round(0).cast(pl.Int64, strict=False).alias("max_waiting"),
+            pl.col("running").min().round(0).cast(pl.Int64, strict=False).alias("min_running"),
+            pl.col("running").max().round(0).cast(pl.Int64, strict=False).alias("max_running"),
+            pl.col("_kv").any().alias("_any_kv"),
+            pl.col("_shuffle").any().alias("_any_shuffle"),
+            where.filter(pl.col("_flag")).alias("evidence"),
+        )
+        .with_columns(
+            signals=pl.concat_list(
+                [
+                    pl.when(pl.col("_any_kv")).then(pl.lit("kv")),
+                    pl.when(pl.col("_any_shuffle")).then(pl.lit("shuffle")),
+                ]
+            ).list.drop_nulls()
+        )
+    )
+    out = out.select(list(_schema())).cast(_schema())
+    # Scraped gauges only add what the log's stats lines do not already show (same engine, overlapping time).
+    log_iv = out.filter(pl.col("series") == "log")
+    prom_iv = out.filter(pl.col("series") == "prometheus")
+    if log_iv.height and prom_iv.height:
+        lo = log_iv.select("engine", pl.col("since").fill_null(pl.col("start")).alias("_a"), pl.col("end").alias("_b"))
+        overlap = (
+            prom_iv.with_row_index("_i")
+            .join(lo, on="engine", how="inner")
+            .filter((pl.col("start") <= pl.col("_b")) & (pl.col("end") >= pl.col("_a")))
+            .get_column("_i")
+            .unique()
+        )
+        prom_iv = prom_iv.with_row_index("_i").filter(~pl.col("_i").is_in(overlap.implode())).drop("_i")
+        out = pl.concat([log_iv, prom_iv])
+    return out.sort("start", "series", "engine")
+
+
+def describe(row: dict[str, Any], tz: str) -> str:
+    """One human line for an interval row (times in ``tz``)."""
+    from ..clock.timebase import iso
+
+    sig = {"kv": "KV >= ceiling with waiting requests", "shuffle": "running fell while waiting rose at the ceiling"}
+    what = "; ".join(sig[s] for s in row["signals"])
+    ev = row["evidence"]
+    lines = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
+    return (
+        f"engine {row['engine']} {iso(row['start'], tz)} to {iso(row['end'], tz)} ({row['series']}): "
+        f"peak KV {row['peak_kv_usage']:.1f}%, up to {row['max_waiting']} waiting, running "
+        f"{row['max_running']}->{row['min_running']}; {what}; {lines}"
+    )

@@ -1,0 +1,919 @@
+"""One preemption count from several sources, without counting anything twice (docs/prometheus.md).
+
+Sources that can count the same preemptions:
+
+- the Prometheus counter ``vllm:num_preemptions_total`` (sources/prometheus/):
+  exact in every version; increases between consecutive scrapes;
+- the log's V1 ``Preemptions: N`` fields (builds with the fix; kind ``interval``);
+- the log's V0 warnings (kind ``logged``, 1 in 50) and the counts reconstructed
+  from ``total_num_cumulative_preemption`` (kind ``reconstructed``): a lower
+  bound, up to 49 per counter run are invisible;
+- per-preemption lines (kind ``marker``: patched schedulers, hooks);
+- block-table ``preempt`` records: any frame in ``Analysis.frames`` with
+  columns ``time``, ``request_id`` and ``action`` (rows with action
+  ``preempt``) or named ``*preempt*`` with ``time`` and ``request_id``.
+
+Rule (per engine label; events with no engine count as engine 0):
+
+1. Inside the Prometheus scrape window (first to last timed scrape of the
+   engine) the counter is authoritative. The log's *count* events
+   (``interval``, ``reconstructed``) there are removed from the events frame;
+   their number stays in the report.
+2. Per-preemption events (``logged``, ``marker``) are always kept: they carry a
+   request id and an exact time. In a scrape interval that holds n of them and
+   a counter increase of D, the events frame gets max(0, D - n) counter events
+   (so the interval's total is D, or n when n > D, which is reported).
+3. Outside the window, the log's own events stand.
+
+So ``total`` (= the events frame's height) never holds the same preemption
+twice. Block-table ``preempt`` records (:func:`records_vs_counts`, the last step of
+:func:`event_set`; the rule in recordmatch.py) are the events of kind ``record`` over the span
+each engine's records cover, and every count there is a cross-check matched against them with
+the lag allowed (vLLM counts a preemption when the request is next reported); ``total`` counts
+them. For an engine without records, a counter's first reading (a single ``curl /metrics`` taken
+after the incident, or the first of a scrape series) counts the preemptions since the engine
+started (:func:`since_start`): when the bundle's log shows that start before the reading, what
+the log's own events do not already hold of that count becomes events not placed in time
+(``time`` null, ``time_precision`` ``unplaced``, the interval from the start to the reading), so
+the count is exact; without the start, the reading still counts (since the engine's last start,
+which is not in the bundle). A reading that repeats the last reading of the same counter in
+another folder is counted once. Disagreements are listed, not resolved away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..model import events as ev_mod
+
+if TYPE_CHECKING:
+    from ..model.result import AnalysisView
+    from .pressure import LogCapability
+
+COUNT_KINDS = ("interval", "reconstructed")
+PROM_COUNTER = "prometheus counter (vllm:num_preemptions_total)"
+PROM_SINGLE = "prometheus counter, single reading"
+PER_EVENT_KINDS = ("logged", "marker", "record")
+LOG_FIELDS = "log 'Preemptions: N' stats fields"
+
+
+@dataclass(frozen=True)
+class EventSet:
+    """The event set, decided here and only here (see the module docstring), and what deciding it noted."""
+
+    events: pl.DataFrame
+    overlap: dict[str, Any]  # counters["overlap"]: overlap.merge's report
+    reconciliation: dict[str, Any]  # counters["reconciliation"]: the report of :func:`reconcile`
+    notes: tuple[str, ...] = ()
+
+
+def event_set(a: AnalysisView, parts: list[pl.DataFrame]) -> EventSet:
+    """The event set from every source's partial event frames: combined (events.combine), marker
+    lines merged with the counts they repeat (overlap.merge), counts reconciled across sources and
+    block-table preempt records used as events where they are the count (:func:`reconcile`).
+
+    ``a`` gives the rest of the analysis so far (bundle, stats, config, records, frames, counters,
+    tz); its ``events`` are not read.
+    """
+    from .overlap import merge
+    from .pressure import log_capability
+
+    combined = ev_mod.combine(parts)
+    notes: list[str] = []
+    # Marker lines and counters in the same log describe the same preemptions: once each.
+    merged, overlap = merge(combined)
+    if overlap["markers_duplicating_warnings"] or overlap["count_events_replaced_by_lines"]:
+        notes.append(
+            f"PREEMPTED marker lines and counters in the same log: {overlap['markers_duplicating_warnings']} "
+            f"marker(s) repeated a V0 warning and were merged into it; {overlap['count_events_replaced_by_lines']} "
+            "counted event(s) were replaced by the marker lines that show them (each preemption counted once)"
+        )
+    draft = dataclasses.replace(a, events=merged)  # type: ignore[type-var]
+    cap = log_capability(draft)
+    events, report, rec_notes = reconcile(draft, cap)
+    return EventSet(events=events, overlap=overlap, reconciliation=report, notes=tuple(notes + rec_notes))
+
+
+def _sources_of(a: AnalysisView, kind: str) -> list[str]:
+    return [f.display for f in a.bundle.of_kind(kind)]
+
+
+def per_request_records(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Block-table style preempt records found among the source frames (name -> rows)."""
+    out = {}
+    for name, df in frames.items():
+        if name.startswith("prom_") or name == "pressure_intervals" or df is None:
+            continue
+        cols = set(df.columns)
+        if {"time", "request_id", "action"} <= cols:
+            rows = df.filter(pl.col("action") == "preempt")
+        elif "preempt" in name.lower() and {"time", "request_id"} <= cols:
+            rows = df
+        else:
+            continue
+        if rows.height:
+            out[name] = rows
+    return out
+
+
+def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
+    """The events of ``a`` with counts reconciled across sources: (events, report, notes)."""
+    from ..clock.timebase import iso
+    from ..sources.prometheus import counter_events
+
+    tz = a.tz
+    ev = a.events
+    ev0 = ev  # before any rule: each count source on its own, for the cross-checks against records
+    prom_src = _sources_of(a, "prometheus")
+    is_prom = pl.col("source").is_in(prom_src)
+    eng = pl.col("engine").fill_null("0")
+    pairs = a.frames.get("prom_preemptions")
+    if pairs is None:
+        pairs = pl.DataFrame()
+    timed = (
+        pairs.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        if pairs.height
+        else pairs
+    )
+    disagreements: list[str] = []
+    notes: list[str] = []
+    sources: list[dict[str, Any]] = []
+    orig_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
+
+    dropped_by_engine: dict[str, dict[str, int]] = {}
+    surplus_rows: list[dict[str, Any]] = []
+    if timed.height and ev.height:
+        win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
+        g0, g1 = timed.get_column("start").min(), timed.get_column("end").max()
+        ev = ev.with_columns(_eng=eng).join(win, left_on="_eng", right_on="engine", how="left", maintain_order="left")
+        ev = ev.with_columns(
+            _w0=pl.when(pl.col("_eng") == "all").then(pl.lit(g0)).otherwise(pl.col("_w0")),
+            _w1=pl.when(pl.col("_eng") == "all").then(pl.lit(g1)).otherwise(pl.col("_w1")),
+        )
+        # A counted interval is judged by its interval, not by where its events were placed:
+        # inside the scrape window it is the counter's; straddling the window's edge, only
+        # the part outside is kept (issue 19, item 6).
+        is_count = ~is_prom & pl.col("kind").is_in(COUNT_KINDS)
+        has_iv = pl.col("interval_start").is_not_null() & pl.col("interval_end").is_not_null()
+        in_win = (pl.col("time") > pl.col("_w0")) & (pl.col("time") <= pl.col("_w1"))
+        iv_in = (pl.col("interval_start") >= pl.col("_w0")) & (pl.col("interval_end") <= pl.col("_w1"))
+        iv_out = (pl.col("interval_end") <= pl.col("_w0")) | (pl.col("interval_start") >= pl.col("_w1"))
+        drop = (is_count & pl.when(has_iv).then(iv_in).otherwise(in_win)).fill_null(False)
+        straddle = (is_count & has_iv & ~iv_in & ~iv_out).fill_null(False)
+        gone = ev.filter(drop)
+        for e, k, n in gone.group_by("_eng", "kind").len().iter_rows():
+            dropped_by_engine.setdefault(e, {})[k] = n
+        edge = ev.filter(straddle)
+        ev = ev.filter(~drop & ~straddle)
+        kept = None
+        if edge.height:
+            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz)
+            for e, k, n in (
+                edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows()
+            ):
+                dropped_by_engine.setdefault(e, {})[k] = dropped_by_engine.get(e, {}).get(k, 0) + n
+            notes.extend(edge_notes)
+        ev = ev.drop("_eng", "_w0", "_w1")
+        if kept is not None and kept.height:
+            ev = ev_mod.combine([ev, kept.drop("_eng", "_w0", "_w1")])
+
+        # Per-preemption lines inside a scrape interval take the place of counter events.
+        pr = ev.filter(~is_prom & pl.col("kind").is_in(PER_EVENT_KINDS) & pl.col("time").is_not_null())
+        if pr.height:
+            allp = pairs.with_row_index("_pid")
+            tp = allp.filter(pl.col("_pid").is_in(_timed_pids(allp))).sort("end")
+            m = (
+                pr.with_columns(_eng=eng)
+                .sort("time")
+                .join_asof(
+                    tp.select(pl.col("engine").alias("_eng"), "start", "end", "_pid"),
+                    left_on="time",
+                    right_on="end",
+                    by="_eng",
+                    strategy="forward",
+                    check_sortedness=False,
+                )
+                .filter(pl.col("time") > pl.col("start"))
+            )
+            per_pair = m.group_by("_pid").len().rename({"len": "_n"})
+            if per_pair.height:
+                allp = allp.join(per_pair, on="_pid", how="left", maintain_order="left").with_columns(
+                    _n=pl.col("_n").fill_null(0)
+                )
+                for r in allp.filter(pl.col("_n") > pl.col("increase")).iter_rows(named=True):
+                    surplus_rows.append(r)
+                adjusted = allp.with_columns(
+                    increase=pl.when(pl.col("increase").is_not_null())
+                    .then((pl.col("increase") - pl.col("_n")).clip(lower_bound=0))
+                    .otherwise(pl.col("increase"))
+                ).drop("_pid", "_n")
+                ev = ev_mod.combine([ev.filter(~(is_prom & (pl.col("kind") == "interval"))), counter_events(adjusted)])
+
+    # ---------------- block-table preempt records: the events where they cover (recordmatch.py)
+    baselines = (
+        pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+        if pairs.height and "increase" in pairs.columns
+        else None
+    )
+    ev, rec_used, rec_notes = records_vs_counts(a.frames, ev, tz, baselines=baselines)
+    notes.extend(rec_notes["notes"])
+    disagreements.extend(rec_notes["disagreements"])
+    rec_engines = set(rec_notes["engines"])
+    checks = _record_checks(a, ev0, prom_src, baselines, rec_engines) if rec_used else {}
+    if checks:
+        from .recordmatch import check_text
+
+        disagreements.extend(t for t in (check_text(c, tz) for c in checks.values()) if t)
+
+    # ---------------- what each source counted
+    final_kinds = _kind_counts(ev, ~is_prom) if ev.height else {}
+    prom_in_events = ev.filter(is_prom).height if ev.height else 0
+    facts = a.counters.get("prometheus") or {}
+    readings = facts.get("counter_totals") or []
+    ev, since = since_start(a, ev, pairs, is_prom, tz)
+    notes.extend(since.notes)
+    disagreements.extend(since.disagreements)
+    singles = [r for r in readings if r["samples"] == 1 and r["from"] not in since.repeats]
+    for r in singles:
+        made = since.made.get(r["from"], 0)
+        start = since.starts.get(r["from"])
+        sources.append(
+            {
+                "source": PROM_SINGLE,
+                "count": r["value"],
+                "window": [iso(start[0], tz) if start else None, iso(r["time"], tz)],
+                "exact": start is not None,
+                "in_events": made,
+                "note": f"engine {r['engine']}: {r['value']} preemption(s) since "
+                + (f"the engine's start at {start[1]}" if start else "the engine's last start (not in the bundle)")
+                + f", by the reading at {iso(r['time'], tz)} ({r['from']}); "
+                + (
+                    f"{made} not already in the log's events, not placed in time"
+                    if made
+                    else "all of them already in the log's events"
+                    if r["value"]
+                    else "none"
+                ),
+            }
+        )
+    if pairs.height and pairs.get_column("increase").is_not_null().any():
+        inc_total = int(pairs.get_column("increase").fill_null(0).sum())
+        w = facts.get("window")
+        sources.append(
+            {
+                "source": PROM_COUNTER,
+                "count": inc_total,
+                "window": [iso(w[0], tz), iso(w[1], tz)] if w else None,
+                "exact": True,
+                "in_events": prom_in_events,
+                "note": _prom_note(facts, pairs),
+                **_vs_records(checks, PROM_COUNTER),
+            }
+        )
+    stats = a.stats
+    field_sum = (
+        int(stats.get_column("preemptions").fill_null(0).sum())
+        if stats.height and "preemptions" in stats.columns
+        else 0
+    )
+    field_lines = stats.filter(pl.col("preemptions").is_not_null()).height if stats.height else 0
+    if field_lines:
+        sources.append(
+            {
+                "source": LOG_FIELDS,
+                "count": field_sum,
+                "window": None,
+                "exact": True,
+                "in_events": final_kinds.get("interval", 0),
+                "note": "counted when the preempted request runs again (lags the preemption)",
+                **_vs_records(checks, LOG_FIELDS),
+            }
+        )
+    v0 = a.counters.get("v0", {})
+    if v0.get("logged_lines"):
+        n_v0 = orig_kinds.get("logged", 0) + orig_kinds.get("reconstructed", 0)
+        runs = v0.get("runs", 0)
+        sources.append(
+            {
+                "source": "log V0 warnings (total_num_cumulative_preemption)",
+                "count": n_v0,
+                "window": None,
+                "exact": False,
+                "in_events": final_kinds.get("logged", 0) + final_kinds.get("reconstructed", 0),
+                "note": f"lower bound: up to 49 more per counter run ({runs} run(s)) are not visible in the log",
+            }
+        )
+    if orig_kinds.get("marker"):
+        sources.append(
+            {
+                "source": "log lines marked PREEMPTED (patched scheduler, hooks)",
+                "count": orig_kinds["marker"],
+                "window": None,
+                "exact": False,
+                "in_events": final_kinds.get("marker", 0),
+                "note": "one event per line; completeness depends on what wrote them",
+            }
+        )
+    bt = per_request_records(a.frames)
+    bt_total = sum(df.height for df in bt.values())
+    for name, df in bt.items():
+        sources.append(
+            {
+                "source": f"block-table preempt records ({name})",
+                "count": df.height,
+                "window": _span(df, tz),
+                "exact": False,
+                "in_events": None,
+                "note": "one record per preemption, with request id",
+            }
+        )
+    hist = facts.get("histogram")
+    hist_check = _histogram_check(a, facts, tz) if hist and rec_used else None
+    if hist_check is not None and hist_check.get("disagreement"):
+        disagreements.append(hist_check["disagreement"])
+    if hist:
+        sources.append(
+            {
+                "source": "prometheus histogram (vllm:request_num_preemptions)",
+                "count": int(round(hist["preemptions_of_finished_requests"])),
+                "window": None,
+                "exact": False,
+                "in_events": 0,
+                "note": f"preemptions of the {int(hist['finished_requests'])} request(s) that finished "
+                + ("since the engine started" if hist.get("since_engine_start") else "between scrapes")
+                + "; requests still running or waiting are not in it (a cross-check, not added)",
+                **({"vs_records": hist_check} if hist_check is not None else {}),
+            }
+        )
+
+    # ---------------- disagreements
+    if timed.height:
+        for e, kinds in sorted(dropped_by_engine.items()):
+            if e in rec_engines or (e == "all" and rec_engines):
+                continue  # both are cross-checks against the records (recordmatch.py)
+            prom_e = (
+                int(timed.filter(pl.col("engine") == e).get_column("increase").sum())
+                if e != "all"
+                else int(timed.get_column("increase").sum())
+            )
+            n_int = kinds.get("interval", 0)
+            if n_int and n_int != prom_e:
+                disagreements.append(
+                    f"engine {e}: the log's 'Preemptions: N' fields add up to {n_int} inside the scrape window, "
+                    f"the Prometheus counter rose by {prom_e} (counts near the window's edges can fall into the "
+                    "neighbouring stats interval; a larger gap means a clock offset or another engine)"
+                )
+            n_rec = kinds.get("reconstructed", 0)
+            if n_rec:
+                logged_e = ev.filter(~is_prom & (pl.col("kind") == "logged") & (eng == e)).height if ev.height else 0
+                if n_rec + logged_e > prom_e:
+                    disagreements.append(
+                        f"engine {e}: the V0 warnings account for {n_rec + logged_e} preemptions in the scrape window, "
+                        f"more than the counter's increase of {prom_e}"
+                    )
+        for r in surplus_rows:
+            disagreements.append(
+                f"{r['_n']} per-preemption line(s) between {iso(r['start'], tz)} and {iso(r['end'], tz)} (engine "
+                f"{r['engine']}) but the counter rose by {r['increase']} ({r['source']}:{r['line']}): all lines kept; "
+                "check the clocks (--offset)"
+            )
+    for r in singles:
+        if str(r["engine"]) in rec_engines:
+            continue  # the records lead a count: compared with the lag allowed (recordmatch.py)
+        upto = ev.filter(~is_prom & (eng == r["engine"]) & (pl.col("time") <= r["time"])).height if ev.height else 0
+        if upto > r["value"]:
+            disagreements.append(
+                f"engine {r['engine']}: the log counted {upto} preemption(s) up to {iso(r['time'], tz)}, more than the "
+                f"counter's {r['value']} since engine start ({r['from']}): another engine or server, or a clock offset"
+            )
+    total = ev.height
+    for entry in sources:
+        if entry["source"] == "block-table preempt records (bt_events)":
+            entry["in_events"] = rec_used
+    if bt_total and bt_total != rec_used and bt_total != total and not rec_notes["disagreements"]:
+        spans = [w for w in (_span(df, tz) for df in bt.values()) if w]
+        when = f" ({min(w[0] for w in spans)} to {max(w[1] for w in spans)})" if spans else ""
+        disagreements.append(
+            f"block-table records hold {bt_total} preempt record(s){when}; the reconciled total over the whole "
+            f"bundle is {total} (the records may cover only part of the incident)"
+        )
+
+    # ---------------- the rule used
+    if rec_used:
+        agree = all(c.agrees for c in checks.values()) and not (hist_check or {}).get("disagreement")
+        crossed = sorted({c.source for c in checks.values()} | ({"the histogram"} if hist_check else set()))
+        if not crossed and not rec_notes["replaced"]:
+            rule = "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
+            quality = "as recorded"
+        else:
+            rule = (
+                "block-table 'preempt' records (kind record, one per preemption with its request id) are the events "
+                "over the span they cover; "
+                + (", ".join(crossed) or "the counts there")
+                + " are cross-checks, matched against them with the lag allowed (vLLM counts a preemption when the "
+                "request is next reported), never added"
+                + (
+                    f"; {rec_notes['kept_outside']} counted preemption(s) outside the records' span are events of "
+                    "their own count"
+                    if rec_notes["kept_outside"]
+                    else ""
+                )
+            )
+            quality = "exact" if agree and not facts.get("resets") else "as recorded"
+    elif timed.height:
+        rule = (
+            "Prometheus counter increases are authoritative inside the scrape window (per engine): the log's own "
+            "counts there are replaced by counter events; per-preemption lines are kept and take the place of "
+            "counter events in their scrape interval; outside the window the log's events stand"
+        )
+        quality = "exact" if not facts.get("resets") else "lower bound"
+    elif field_lines:
+        rule = "the log's 'Preemptions: N' stats fields (a build with the fix)"
+        quality = "exact"
+    elif v0.get("logged_lines"):
+        rule = "V0 counter deltas: warnings plus reconstructed counts"
+        quality = "lower bound"
+    elif singles:
+        what = ", ".join(f"engine {r['engine']}: {r['value']} at {iso(r['time'], tz)}" for r in singles)
+        known = all(r["from"] in since.starts for r in singles)
+        rule = (
+            f"one /metrics reading per engine counts the preemptions since the engine started ({what}); "
+            + (
+                "the log shows that start, so the count is exact; "
+                if known
+                else "the start is not in the bundle, so earlier runs are not in it; "
+            )
+            + "what the log's own events do not hold of it is not placed in time"
+        )
+        quality = "exact" if known else "lower bound"
+    elif cap.has_log and cap.counts == "none" and not total:
+        rule = "none: " + cap.reason
+        quality = "unknown"
+    elif orig_kinds.get("marker"):
+        rule = "lines marked PREEMPTED"
+        quality = "lower bound"
+    elif not total and cap.family == "V0" and cap.counts == "sampled":
+        # V0 logs the 1st preemption of a run (total_num_cumulative_preemption=1): read from every
+        # run's start banner, a log without the warning had none; else up to 49 went unlogged.
+        if _read_from_start(a):
+            rule = "V0 logs the first preemption of every server run: no warning since the start banner, none"
+            quality = "exact"
+        else:
+            rule = "V0 warnings (1 in 50): none in this log, which does not begin at a start banner"
+            quality = "lower bound"
+    else:
+        rule = "events found in the inputs"
+        quality = "unknown" if not total else "lower bound"
+    report: dict[str, Any] = {
+        "total": total,
+        "quality": quality,
+        "rule": rule,
+        "sources": sources,
+        "counter_readings": [
+            {
+                "engine": r["engine"],
+                "model_name": r["model_name"],
+                "value": r["value"],
+                "time": iso(r["time"], tz),
+                "samples": r["samples"],
+                "from": r["from"],
+                "meaning": "preemptions since engine start or the last counter reset",
+            }
+            for r in readings
+        ],
+        "single_readings": [
+            {
+                "engine": r["engine"],
+                "value": r["value"],
+                "time": iso(r["time"], tz),
+                "from": r["from"],
+                "engine_start": since.starts[r["from"]][1] if r["from"] in since.starts else None,
+                "in_events": since.made.get(r["from"], 0),
+            }
+            for r in singles
+        ],
+        "repeated_readings": sorted(since.repeats),
+        "log_events_outside_scrape_window": _outside(ev, is_prom, timed) if timed.height else None,
+        "disagreements": disagreements,
+        "log": cap.as_dict() if cap.has_log else None,
+    }
+    return ev, report, notes
+
+
+@dataclass(frozen=True)
+class SinceStart:
+    """What :func:`since_start` made of the counters' first readings."""
+
+    made: dict[str, int]  # reading (file:line) -> events made from it
+    starts: dict[str, tuple[Any, str]]  # reading -> (time, file:line) of the engine start before it
+    repeats: frozenset[str]  # readings that repeat another folder's reading of the same counter
+    notes: tuple[str, ...]
+    disagreements: tuple[str, ...]
+
+
+UNPLACED = "unplaced"
+
+
+def since_start(
+    a: AnalysisView, ev: pl.DataFrame, pairs: pl.DataFrame, is_prom: pl.Expr, tz: str
+) -> tuple[pl.DataFrame, SinceStart]:
+    """The preemptions a counter's first reading counts since the engine started: (events, report).
+
+    ``vllm:num_preemptions_total`` counts from the engine's start (vLLM's PrometheusStatLogger is
+    made with the engine). So a series' first reading N, at time T, is N preemptions in (start, T].
+    What the bundle's own events of that engine already hold up to T (log lines, records: n) is
+    taken off, and the rest, max(0, N - n), are events of kind ``interval`` with no time
+    (``time_precision`` ``unplaced``, ``interval_start`` the start, ``interval_end`` T): counted,
+    not placed. The start is the last server start the log shows at or before T (servers.starts);
+    without one, a reading that is its series' only one still counts (since the engine's last
+    start, not in the bundle: earlier runs are not in it), and the first reading of a scrape
+    series adds nothing (as before: the scrapes' increases are the count).
+
+    A series with one reading and another series of the same counter (engine and model) in another
+    folder, e.g. a final ``curl /metrics`` beside a ``scrapes/`` folder: compared with that series'
+    reading at or before it; the same value is the same count (counted once), a larger one adds
+    the difference in between (placed like a scrape interval), a smaller one is a disagreement.
+    """
+    from ..clock.timebase import iso
+    from ..sources.prometheus import counter_events
+    from .servers import starts as server_starts
+
+    empty = SinceStart({}, {}, frozenset(), (), ())
+    if pairs.height == 0 or "increase" not in pairs.columns:
+        return ev, empty
+    firsts = pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+    if firsts.height == 0:
+        return ev, empty
+    key = ["scope", "engine", "model_name"]
+    size = pairs.group_by(key).len().rename({"len": "_samples"})
+    firsts = firsts.join(size, on=key, how="left")
+    st = server_starts(a.records).filter(pl.col("time").is_not_null()).sort("time")
+    made: dict[str, int] = {}
+    starts: dict[str, tuple[Any, str]] = {}
+    repeats: set[str] = set()
+    notes: list[str] = []
+    disagreements: list[str] = []
+    new: list[pl.DataFrame] = []
+    eng = pl.col("engine").fill_null("0")
+    own = ev.filter(~is_prom) if ev.height else ev
+    # An engine whose preempt records are its events has its counts as cross-checks (recordmatch.py).
+    recorded = (
+        set(ev.filter(pl.col("kind") == "record").get_column("engine").fill_null("0").to_list()) if ev.height else set()
+    )
+    for r in firsts.sort("end").iter_rows(named=True):
+        where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
+        if r["engine"] == "all" or r["engine"] in recorded:
+            continue
+        if r["_samples"] == 1:
+            other = pairs.filter(
+                (pl.col("scope") != r["scope"])
+                & (pl.col("engine") == r["engine"])
+                & (pl.col("model_name") == r["model_name"])
+                & pl.col("end").is_not_null()
+            )
+            if other.height:
+                prior = other.filter(pl.col("end") <= r["end"] + _SAME_SECOND).sort("end").tail(1)
+                if prior.height == 0:
+                    notes.append(
+                        f"{where}: a reading of engine {r['engine']}'s counter taken before the scrapes of the same "
+                        "counter in another folder: compared, not added"
+                    )
+                    repeats.add(where)
+                    continue
+                p = prior.row(0, named=True)
+                d = int(round(r["value"] - p["value"]))
+                pw = f"{p['source']}:{p['line']}"
+                repeats.add(where)
+                if d == 0:
+                    notes.append(
+                        f"{where} repeats the reading of the same counter (engine {r['engine']}, "
+                        f"{int(round(r['value']))}) at {pw}: counted once"
+                    )
+                elif d > 0:
+                    notes.append(
+                        f"{where} reads engine {r['engine']}'s counter {d} higher than {pw}: {d} preemption(s) "
+                        "between the two readings"
+                    )
+                    new.append(
+                        counter_events(
+                            pl.DataFrame([{**{k: r[k] for k in pairs.columns}}], schema=pairs.schema).with_columns(
+                                start=pl.lit(p["end"]).cast(pairs.schema["start"]),
+                                prev_value=pl.lit(p["value"]),
+                                increase=pl.lit(d, pl.Int64),
+                            )
+                        )
+                    )
+                    made[where] = d
+                else:
+                    disagreements.append(
+                        f"{where} reads engine {r['engine']}'s counter at {int(round(r['value']))}, lower than "
+                        f"{int(round(p['value']))} at {pw}: a restart between them or another server's counter; not added"
+                    )
+                continue
+        before = st.filter(pl.col("time") <= r["end"] + _SAME_SECOND)
+        start = before.row(before.height - 1, named=True) if before.height else None
+        if start is None and r["_samples"] > 1:
+            continue  # a scrape series without the engine's start: its increases are the count
+        lo = start["time"] if start is not None else None
+        if start is not None:
+            starts[where] = (lo, f"{start['source']}:{start['line']}")
+        end_t = pl.coalesce("interval_end", "time")
+        in_span = (eng == r["engine"]) & (end_t <= r["end"] + _SAME_SECOND)
+        if lo is not None:
+            in_span = in_span & (end_t > lo)
+        n_own = own.filter(in_span).height if own.height else 0
+        n = int(round(r["value"]))
+        rest = n - n_own
+        if rest < 0 and r["_samples"] == 1:
+            disagreements.append(
+                f"engine {r['engine']}: the log counted {n_own} preemption(s) up to {iso(r['end'], tz)}, more than the "
+                f"counter's {n} since engine start ({where}): another engine or server, or a clock offset"
+            )
+        if rest <= 0:
+            continue
+        made[where] = rest
+        new.append(_unplaced(r, where, rest, lo, n_own))
+        span = (
+            f"between the engine's start at {iso(lo, tz)} ({start['source']}:{start['line']})"
+            if start is not None
+            else "since the engine's last start (not in the bundle: earlier runs are not in this count)"
+        )
+        notes.append(
+            f"{rest} preemption(s) of engine {r['engine']} counted by vllm:num_preemptions_total {span} and "
+            f"{iso(r['end'], tz)} ({where}), not in the log's own events: counted, not placed in time"
+            + ("" if not n_own else f" ({n_own} of the reading's {n} are the log's own events)")
+        )
+    if new:
+        ev = ev_mod.combine([ev, *new])
+    return ev, SinceStart(made, starts, frozenset(repeats), tuple(notes), tuple(disagreements))
+
+
+_SAME_SECOND = pl.duration(microseconds=999_999)
+
+
+def _unplaced(r: dict[str, Any], where: str, n: int, start: Any, base: int) -> pl.DataFrame:
+    """``n`` interval events of one reading, not placed in time: ids ``<reading>~i<k>``."""
+    k = list(range(1, n + 1))
+    dt = pl.Datetime("us", "UTC")
+    return pl.DataFrame(
+        {
+            "event_id": [f"{where}~i{i}" for i in k],
+            "time": pl.Series([None] * n, dtype=dt),
+            "time_precision": [UNPLACED] * n,
+            "interval_start": pl.Series([start] * n, dtype=dt),
+            "interval_end": pl.Series([r["end"]] * n, dtype=dt),
+            "kind": ["interval"] * n,
+            "request_id": pl.Series([None] * n, dtype=pl.String),
+            "mode": pl.Series([None] * n, dtype=pl.String),
+            "engine": [r["engine"]] * n,
+            "cumulative": [base + i for i in k],
+            "source": [r["source"]] * n,
+            "line": pl.Series([r["line"]] * n, dtype=pl.UInt32),
+            "raw": [r.get("raw")] * n,
+            "stream": pl.Series([r.get("stream")] * n, dtype=pl.Int32),
+            "seq": pl.Series([r["line"]] * n, dtype=pl.UInt32),
+            "_sub": k,
+        }
+    )
+
+
+def _read_from_start(a: AnalysisView) -> bool:
+    """Every vLLM log stream of the bundle begins at a server start banner (vllm/runs.py: no run 0)."""
+    runs = a.frames.get("server_runs")
+    if runs is None or runs.height == 0 or not a.records.height:
+        return False
+    streams = set(a.records.get_column("stream").unique().to_list())
+    begun = set(runs.filter(pl.col("stream_run") == 1).get_column("stream").to_list())
+    return streams <= begun and not runs.filter(pl.col("stream_run") == 0).height
+
+
+def records_vs_counts(
+    frames: dict[str, pl.DataFrame], ev: pl.DataFrame, tz: str, baselines: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, int, dict[str, Any]]:
+    """Block-table ``preempt`` records against the counts: (events, records used as events, info).
+
+    Per engine, the records are the events over the span they cover, and every count there
+    (``Preemptions: N`` fields, Prometheus increases, the first reading) is matched against them with
+    the lag allowed: a disagreement is reported, never added (recordmatch.py has the rule and why).
+    An engine whose log has per-preemption events of its own (V0 warnings, PREEMPTED markers) keeps
+    them: its records are their evidence (matched by request id).
+    """
+    from .recordmatch import record_events, records_as_events
+
+    info: dict[str, Any] = {"notes": [], "disagreements": [], "replaced": 0, "kept_outside": 0, "engines": []}
+    rec = record_events(frames)
+    if rec is None or rec.height == 0:
+        return ev, 0, info
+    rec = ev_mod.conform(rec).with_columns(_eng=pl.col("engine").fill_null("0"))
+    out = records_as_events(frames, rec, ev, baselines, tz)
+    info.update(
+        notes=list(out.notes),
+        disagreements=list(out.disagreements),
+        replaced=out.replaced,
+        kept_outside=out.kept_outside,
+        engines=[c.engine for c in out.coverage],
+    )
+    return out.events, out.used, info
+
+
+def _record_checks(
+    a: AnalysisView, ev0: pl.DataFrame, prom_src: list[str], baselines: pl.DataFrame | None, engines: set[str]
+) -> dict[tuple[str, str], Any]:
+    """Each count source on its own (the events before any rule) against each engine's records:
+    ``{(engine, source name): recordmatch.CrossCheck}``."""
+    from .recordmatch import count_groups, coverage, cross_check, finishes, record_events
+
+    rec = record_events(a.frames)
+    if rec is None or rec.height == 0 or ev0.height == 0:
+        return {}
+    rec = ev_mod.conform(rec).with_columns(_eng=pl.col("engine").fill_null("0"))
+    cov = coverage(a.frames, rec)
+    fin = finishes(a.frames)
+    is_prom = pl.col("source").is_in(prom_src)
+    families = [
+        (PROM_COUNTER, ev0.filter(is_prom), baselines),
+        (LOG_FIELDS, ev0.filter(~is_prom & (pl.col("kind") == "interval")), None),
+    ]
+    out: dict[tuple[str, str], Any] = {}
+    for name, part, base in families:
+        groups = count_groups(part, base)
+        if groups.height == 0:
+            continue
+        for eng, c in sorted(cov.items()):
+            if eng not in engines:
+                continue  # its records are evidence of the log's own events
+            mine = rec.filter(pl.col("_eng") == eng)
+            chk = cross_check(eng, name, groups.filter(pl.col("_eng") == eng), mine, c, fin)
+            if chk is not None:
+                out[(eng, name)] = chk
+    return out
+
+
+def _vs_records(checks: dict[tuple[str, str], Any], name: str) -> dict[str, Any]:
+    mine = [c.as_dict() for (_, n), c in sorted(checks.items()) if n == name]
+    return {"vs_records": mine} if mine else {}
+
+
+def _histogram_check(a: AnalysisView, facts: dict[str, Any], tz: str) -> dict[str, Any] | None:
+    """vLLM's ``vllm:request_num_preemptions`` histogram (requests finished between the first and the
+    last scrape, with their preemption counts) against the finish records of the same span
+    (``num_preemptions``: vLLM's own ``request.num_preemptions``). A request finishing within the
+    clocks' slack of an edge may fall on either side: the records give a range."""
+    from ..clock.timebase import iso
+    from .recordmatch import CLOCK_SLACK_S
+
+    hist = facts.get("histogram") or {}
+    w = facts.get("window")
+    br = a.frames.get("bt_requests")
+    if not hist or not w or br is None or br.height == 0:
+        return None
+    fin = br.filter((pl.col("phase") == "finish") & pl.col("num_preemptions").is_not_null())
+    if fin.height == 0:
+        return None
+    slack = pl.duration(microseconds=int(CLOCK_SLACK_S * 1e6))
+    w0, w1 = pl.lit(w[0]), pl.lit(w[1])
+    sure = fin.filter((pl.col("time") > w0 + slack) & (pl.col("time") <= w1 - slack))
+    maybe = fin.filter((pl.col("time") > w0 - slack) & (pl.col("time") <= w1 + slack))
+
+    def total(df: pl.DataFrame) -> int:
+        return int(df.get_column("num_preemptions").sum()) if df.height else 0
+
+    lo, hi = total(sure), total(maybe)
+    n_lo, n_hi = sure.height, maybe.height
+    got, n_got = int(round(hist["preemptions_of_finished_requests"])), int(round(hist["finished_requests"]))
+    out: dict[str, Any] = {
+        "preemptions": got,
+        "records_range": [lo, hi],
+        "finished_requests": n_got,
+        "finish_records_range": [n_lo, n_hi],
+        "agrees": lo <= got <= hi and n_lo <= n_got <= n_hi,
+    }
+    if not out["agrees"]:
+        out["disagreement"] = (
+            f"prometheus histogram vllm:request_num_preemptions: {got} preemption(s) of {n_got} request(s) finished "
+            f"between {iso(w[0], tz)} and {iso(w[1], tz)}; the finish records of that span hold {lo}-{hi} "
+            f"preemption(s) of {n_lo}-{n_hi} request(s) (vLLM's request.num_preemptions): the records are the events"
+        )
+    return out
+
+
+def _straddling(
+    edge: pl.DataFrame, rest: pl.DataFrame, pairs: pl.DataFrame, is_prom: pl.Expr, tz: str
+) -> tuple[pl.DataFrame, list[str]]:
+    """Events of log intervals that straddle an edge of the scrape window: the ones outside it.
+
+    A log interval (s, e] of N events that overlaps the counter's window (w0, w1] shares its
+    preemptions with the counter. At the window's start, when the counter's first reading
+    (since engine start) is known, the preemptions before w0 are that reading minus what the
+    log counted up to s (clipped to 0..N); otherwise, and at the window's end, the part
+    outside is N times the share of the interval outside the window (rounded). The events
+    kept are re-placed evenly in the outside part of the interval.
+    """
+    from ..clock.timebase import iso
+    from ..model.events import spread_interval
+
+    base: dict[Any, tuple[Any, float]] = {}  # engine -> (end, value) of its first reading
+    if pairs.height and "increase" in pairs.columns:
+        b = pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+        for eng, end, value in b.select("engine", "end", "value").iter_rows():
+            if eng not in base or end < base[eng][0]:
+                base[eng] = (end, value)
+    kept = []
+    notes = []
+    groups = edge.group_by(
+        "_eng", "source", "line", "interval_start", "interval_end", "_w0", "_w1", maintain_order=True
+    )
+    for (eng, src, line, s0, e0, w0, w1), g in groups:
+        n = g.height
+        span = (e0 - s0).total_seconds()
+        if s0 < w0:
+            lo, hi = s0, w0
+            first = base.get(eng)
+            if first is not None and first[0] == w0:
+                before = rest.filter(
+                    ~is_prom & (pl.col("engine").fill_null("0") == eng) & (pl.col("time") <= s0)
+                ).height
+                out = max(0, min(n, int(round(first[1])) - before))
+                how = (
+                    f"the counter read {int(round(first[1]))} at its first scrape, the log had counted {before} before"
+                )
+            else:
+                out = int(round(n * (w0 - s0).total_seconds() / span)) if span > 0 else 0
+                how = "by the share of the interval before the first scrape"
+        else:
+            lo, hi = w1, e0
+            out = int(round(n * (e0 - w1).total_seconds() / span)) if span > 0 else 0
+            how = "by the share of the interval after the last scrape"
+        notes.append(
+            f"{src}:{line}: its interval [{iso(s0, tz)}, {iso(e0, tz)}] straddles the Prometheus scrape window "
+            f"(engine {eng}); {n - out} of its {n} preemption(s) are the counter's, {out} kept outside it ({how})"
+        )
+        if out:
+            k = g.sort("_sub").head(out).with_row_index("_k", offset=1)
+            kept.append(
+                k.with_columns(
+                    time=spread_interval(pl.lit(lo), pl.lit(hi), pl.col("_k").cast(pl.Int64), pl.lit(out, pl.Int64)),
+                    interval_start=pl.lit(lo),
+                    interval_end=pl.lit(hi),
+                ).drop("_k")
+            )
+    if not kept:
+        return edge.head(0), notes
+    return pl.concat(kept, how="vertical_relaxed").select(edge.columns), notes
+
+
+def _timed_pids(allp: pl.DataFrame) -> list[int]:
+    ok = allp.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
+    return ok.get_column("_pid").to_list()
+
+
+def _kind_counts(ev: pl.DataFrame, cond: pl.Expr) -> dict[str, int]:
+    return {k: n for k, n in ev.filter(cond).group_by("kind").len().iter_rows()}
+
+
+def _span(df: pl.DataFrame, tz: str) -> list[Any] | None:
+    from ..clock.timebase import iso
+
+    t = df.get_column("time").drop_nulls() if "time" in df.columns else None
+    if t is None or t.len() == 0:
+        return None
+    return [iso(t.min(), tz), iso(t.max(), tz)]  # type: ignore[arg-type]  # polars scalars are typed as every literal
+
+
+def _prom_note(facts: dict[str, Any], pairs: pl.DataFrame) -> str:
+    parts = [f"{facts.get('scrapes', 0)} scrape(s), {facts.get('series', 0)} series"]
+    base = pairs.filter(pl.col("increase").is_null())
+    if base.height:
+        parts.append(
+            f"{int(base.get_column('value').sum())} preemption(s) before the first scrape (since engine start, not placed)"
+        )
+    if facts.get("resets"):
+        parts.append(
+            f"{facts['resets']} counter reset(s): preemptions between the last scrape before a restart and the "
+            "restart are lost"
+        )
+    untimed = pairs.filter(pl.col("increase").is_not_null() & (pl.col("start").is_null() | pl.col("end").is_null()))
+    if untimed.height:
+        parts.append(
+            f"{int(untimed.get_column('increase').sum())} counted in scrapes without a time (events without time)"
+        )
+    return "; ".join(parts)
+
+
+def _outside(ev: pl.DataFrame, is_prom: pl.Expr, timed: pl.DataFrame) -> int:
+    """Log events of an engine that stand outside that engine's scrape window (kept, from the log's own count)."""
+    if ev.height == 0:
+        return 0
+    win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
+    e = (
+        ev.filter(~is_prom)
+        .with_columns(_eng=pl.col("engine").fill_null("0"))
+        .join(win, left_on="_eng", right_on="engine", how="left")
+    )
+    return e.filter(
+        pl.col("_w0").is_null() | (pl.col("time") <= pl.col("_w0")) | (pl.col("time") > pl.col("_w1"))
+    ).height

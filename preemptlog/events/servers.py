@@ -1,0 +1,99 @@
+"""Which vLLM servers a bundle holds: one incident, or several mixed in one folder.
+
+A server start is a version line (``vLLM API server version X``, ``vLLM server
+version X``; SGLang's ``server_args=`` line, version ``sglang``: SGLang prints none),
+or, in a stream without one, the engine's ``Initializing a V1
+LLM engine (vX) with config`` line. Each start has a version, the process
+(``APIServer pid=N``, any ``(Name pid=N[, ip=A])`` prefix) and a host (the
+``ip=`` of the prefix, a docker compose service) when the line shows them.
+
+Starts in one stream with the same version are restarts of one server. The
+bundle is **mixed** when it holds more than one server: starts with different
+versions or hosts, or starts in different streams (two logs of two servers).
+Analysing a mixed bundle as one incident adds counts of unrelated servers
+together, so the analysis warns and ``preemptlog analyze --each`` (each.py)
+analyses every server separately.
+
+Frame of :func:`starts` (``START_SCHEMA``): one row per start.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+START_SCHEMA = {
+    "stream": "Int32",
+    "source": "String",
+    "line": "UInt32",
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "version": "String",
+    "process": "String",
+    "host": "String",
+}
+
+VERSION_RE = r"(?:server version |LLM engine \(v)v?([0-9][\w.+-]*?)\)?(?:\s|$|,)"
+
+
+def starts(records: pl.DataFrame) -> pl.DataFrame:
+    """Server starts in the records (see the module docstring)."""
+    if records.height == 0 or "stream" not in records.columns:
+        from ..model.frames import empty_frame
+
+        return empty_frame(START_SCHEMA)
+    t = pl.col("text")
+    is_sglang = pl.col("kind") == "sgl_args"  # SGLang's server_args line (it prints no version)
+    is_version = (pl.col("kind") == "cfg_version") | is_sglang
+    is_engine = (pl.col("kind") == "cfg_engine") & t.str.contains(r"Initializing an? (?:V[01] )?LLM engine \(v")
+    # An SGLang stream without a server_args line (a log cut after start-up) still is a server of its own: its
+    # first SGLang line stands for the start (another engine's log is never the same server).
+    sgl_line = pl.col("kind").str.starts_with("sgl_").fill_null(False)
+    first_sgl = sgl_line & (pl.int_range(pl.len()).over("stream", sgl_line) == 0) & ~is_sglang.any().over("stream")
+    r = records.sort("stream", "seq") if "seq" in records.columns else records
+    rows = r.filter(is_version | is_engine | first_sgl).with_columns(_ver=is_version | sgl_line, _sgl=sgl_line)
+    # A stream's engine-init lines are starts only when it has no version line.
+    rows = rows.filter(pl.col("_ver") | ~pl.col("_ver").any().over("stream"))
+    return rows.select(
+        pl.col("stream").cast(pl.Int32),
+        pl.col("source"),
+        pl.col("n").alias("line"),
+        pl.col("time"),
+        pl.when(pl.col("_sgl")).then(pl.lit("sglang")).otherwise(t.str.extract(VERSION_RE, 1)).alias("version"),
+        pl.col("proc").str.extract(r"^(.*?pid=\d+)", 1).alias("process"),
+        pl.coalesce(pl.col("proc").str.extract(r"ip=([0-9A-Fa-f.:]+)", 1), pl.col("compose")).alias("host"),
+    )
+
+
+def servers(records: pl.DataFrame) -> pl.DataFrame:
+    """One row per distinct server: stream, version, host (restarts in one stream are one server)."""
+    s = starts(records)
+    return (
+        s.group_by("stream", pl.col("version").fill_null("?"), pl.col("host").fill_null(""), maintain_order=True)
+        .agg(
+            pl.col("source").first(),
+            pl.col("line").first(),
+            pl.col("time").first(),
+            pl.len().alias("starts"),
+            pl.col("process").drop_nulls().unique(maintain_order=True).alias("processes"),
+        )
+        .sort("stream", "line")
+    )
+
+
+def mixed_warning(records: pl.DataFrame) -> str | None:
+    """A warning when the records hold more than one server, naming each; None for one incident."""
+    srv = servers(records)
+    if srv.height <= 1:
+        return None
+    parts = []
+    for r in srv.head(6).iter_rows(named=True):
+        what = f"vLLM {r['version']}" if r["version"] != "?" else "vLLM"
+        if r["host"]:
+            what += f" on {r['host']}"
+        if r["processes"]:
+            what += f" ({r['processes'][0]})"
+        parts.append(f"{what} started at {r['source']}:{r['line']}")
+    more = f" and {srv.height - 6} more" if srv.height > 6 else ""
+    return (
+        f"the input holds {srv.height} vLLM servers, not one incident: {'; '.join(parts)}{more}; they are counted "
+        "together here: preemptlog analyze --each analyses each server (or each subfolder) separately"
+    )

@@ -1,0 +1,249 @@
+"""The incident's fixes: one list of changes to make, one value per lever, read by every output.
+
+A pipeline stage after the findings (pipeline.run): :func:`plan` puts together the field guide's
+formula fixes (rules/recommend.structured) and the levers computed from the KV pool and the peak
+demand (findings/capacity.py, rules/recommend.capacity_fixes), then
+
+- keeps one suggestion per option: a lever computed from the incident's own pool and demand
+  supersedes the formula fix for the same option; a pool pinned by ``--num-gpu-blocks-override``
+  is moved by that option, so no ``--gpu-memory-utilization`` fix is offered then;
+- ranks only *changes*: a fix with a computed value that addresses some of the incident's
+  events. A fix that cannot be computed, or asks for more evidence, is not a change: it becomes an
+  item of ``to_know_more`` (what to add, and what it would settle);
+- replays every change on the incident's workload (whatif/verify.py): a calibrated replay without
+  gain drops it; a change whose replay is calibrated and gains is ``verified``, any other is
+  ``not verified`` (uncalibrated model, no workload to replay, replay skipped) and never ranks
+  above a verified one;
+- labels each current value: ``seen (file:line)``, ``derived (...)`` or ``assumed (vLLM X.Y
+  default)``.
+
+:func:`attach` gives every event the changes that address its verdict (the per-event ``fixes`` and
+``recommendations`` columns), so the summary, explain, the report and the JSON say the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..engines.vllm.fixes import (
+    G1_KEYS,
+    LOG_REQUESTS_HINT,
+    TIE_ORDER,
+    engine_family,
+    measure,
+    ranked,
+    structured,
+    verdict_key_counts,
+)
+
+if TYPE_CHECKING:
+    from ..findings import Findings
+    from ..model.result import AnalysisView
+
+# What the plugin's records settle when a bundle has none (README "Capture an incident").
+RECORDS_HINT = (
+    "preemptlog's vLLM plugin records (PREEMPTLOG_RECORD=FILE in the server's environment)",
+    "the demand at each failed allocation, so the pool levers are measured, not estimated, and every change "
+    "is replayed on the incident's own requests",
+)
+
+
+def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
+    """``{"changes": [...], "to_know_more": [...], "dropped": [...]}`` for the incident."""
+    if a.ruleset is None:
+        return {"changes": [], "to_know_more": [], "dropped": []}
+    from ..engines.sglang import fixes as sglang_fixes
+
+    vllm_v, sglang_v = sglang_fixes.split(a, a.verdicts)  # each engine's events get its own changes
+    sgl_changes: list[dict[str, Any]] = []
+    sgl_dropped: list[dict[str, str]] = []
+    if sglang_v is not None:
+        found, sgl_dropped = sglang_fixes.candidates(a)
+        sgl_changes = [x for x in ranked(found, verdict_key_counts(sglang_v)) if _is_change(x)]
+        for x in sgl_changes:  # the what-if model is vLLM's scheduler: SGLang's changes are not replayed
+            x["replay"] = {"status": "not replayed", "why": "the what-if model replays vLLM's scheduler, not SGLang's"}
+        if vllm_v is None or vllm_v.height == 0:
+            return _ranked(a, sgl_changes, [], sgl_dropped)
+    formula, dropped = structured(measure(a), engine_family(a))
+    cap = (findings.capacity if findings is not None else None) or {}
+    computed = [dict(x) for x in cap.get("fixes") or []]
+    dropped = [*dropped, *(cap.get("dropped") or [])]
+    by_option = {x["option"]: x["id"] for x in computed if x.get("suggested") is not None}
+    pinned = any(x["option"] == "--num-gpu-blocks-override" for x in computed) or _pinned(a)
+    candidates = list(computed)
+    for x in formula:
+        if x["option"] in by_option:
+            dropped.append(
+                {
+                    "id": x["id"],
+                    "why": f"superseded by {by_option[x['option']]}, computed from the incident's KV pool and "
+                    "peak demand",
+                }
+            )
+        elif pinned and x["option"] == "--gpu-memory-utilization":
+            dropped.append(
+                {
+                    "id": x["id"],
+                    "why": "the KV pool is pinned by --num-gpu-blocks-override: gpu_memory_utilization does not "
+                    "change it",
+                }
+            )
+        else:
+            candidates.append(x)
+    counts = verdict_key_counts(vllm_v if vllm_v is not None else a.verdicts)
+    addressing = ranked(candidates, counts)  # only fixes that address some of the incident's events
+    changes = [x for x in addressing if _is_change(x)]
+    know = [x for x in addressing if not _is_change(x)]
+    if changes:  # nothing to replay: whatif is not even imported (start-up time)
+        from ..whatif.verify import verify_fixes
+
+        changes, no_gain = verify_fixes(a, changes)
+        dropped.extend(no_gain)
+    return _ranked(a, [*changes, *sgl_changes], know, [*dropped, *sgl_dropped])
+
+
+def _ranked(
+    a: AnalysisView, changes: list[dict[str, Any]], know: list[dict[str, Any]], dropped: list[dict[str, str]]
+) -> dict[str, Any]:
+    """The changes labelled (status, where the current value comes from) and ranked, with the rest."""
+    for x in changes:
+        x["status"] = _status(x)
+        x.setdefault("current_from", current_label(a, x["option"]))
+    # A verified change first; a change that a replay, even an uncalibrated one, shows no gain for
+    # ranks after the others (its own figures argue against it).
+    changes.sort(
+        key=lambda x: (
+            x["status"] != "verified",
+            (x.get("replay") or {}).get("gain") is False,
+            -x["events_addressed"],
+            TIE_ORDER.index(x["id"]) if x["id"] in TIE_ORDER else len(TIE_ORDER),
+        )
+    )
+    for i, x in enumerate(changes, 1):
+        x["rank"] = i
+    return {"changes": changes, "to_know_more": to_know_more(a, know, changes), "dropped": dropped}
+
+
+def _is_change(x: dict[str, Any]) -> bool:
+    """A change to make: a value computed for a setting (not "add evidence", not "cannot compute")."""
+    return x.get("suggested") is not None and x.get("id") != "add_evidence" and x.get("option") != "bundle"
+
+
+def _status(x: dict[str, Any]) -> str:
+    rp = x.get("replay") or {}
+    return "verified" if rp.get("status") == "calibrated" and rp.get("gain") else "not verified"
+
+
+def _pinned(a: AnalysisView) -> bool:
+    from ..engines.vllm.config import in_force
+
+    row = in_force(a.config).get("num_gpu_blocks_override")
+    return row is not None and row.get("status") == "seen"
+
+
+def current_label(a: AnalysisView, option: str) -> str | None:
+    """Where the current value of an option's setting comes from: seen, derived or assumed."""
+    from ..engines.vllm.config import in_force
+
+    key = option.strip().split()[0].removeprefix("--").replace("-", "_") if option.startswith("--") else None
+    if not key:
+        return None
+    row = in_force(a.config).get(key)
+    if row is None:
+        return None
+    if row["status"] == "seen":
+        return f"seen ({row['source']}:{row['line']})"
+    if row["status"] == "derived":
+        return f"derived ({row.get('note') or 'from the bundle'}, {row['source']}:{row['line']})"
+    note = str(row.get("note") or "")
+    return note.split(" (")[0].replace("assumed: ", "assumed (") + ")" if note.startswith("assumed") else "assumed"
+
+
+def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What to add to the bundle, once each, with what it would settle (never ranked as a change)."""
+    items: dict[str, list[str]] = {}
+
+    def add(what: str, settles: str) -> None:
+        items.setdefault(what, [])
+        if settles not in items[what]:
+            items[what].append(settles)
+
+    for x in know:
+        if x.get("id") == "add_evidence":
+            add(
+                "the field guide's evidence (its scheduler debug-hook lines, block-table records, nvidia-smi dmon)",
+                "the gates that could not be evaluated for the undetermined events",
+            )
+            continue
+        for part in str(x.get("missing") or "an input").split("; "):
+            what = part.split(": ", 1)[-1] if ": " in part else part
+            add(what, f"{x['option']} ({x.get('expected_effect') or x.get('id')})")
+    bt = a.frames.get("bt_events")
+    upstream = a.events.height and not _guide_world(a)
+    if upstream and (bt is None or bt.height == 0):
+        add(*RECORDS_HINT)
+    unverified = [x for x in changes if x.get("status") != "verified" and not (x.get("replay") or {}).get("status")]
+    if unverified and not (a.requests.height or (bt is not None and bt.height)):
+        add(
+            LOG_REQUESTS_HINT,
+            "a replay of "
+            + ", ".join(sorted({x["option"] for x in unverified}))
+            + " on the incident's own workload (verified by replay)",
+        )
+    return [{"add": what, "settles": "; ".join(s)} for what, s in items.items()]
+
+
+def _guide_world(a: AnalysisView) -> bool:
+    from ..rules.verdicts import guide_model
+
+    return guide_model(a)
+
+
+def attach(
+    verdicts: pl.DataFrame | None, fixes: dict[str, Any], engine_kinds: pl.DataFrame | None = None
+) -> pl.DataFrame | None:
+    """Every event's ``fixes`` and ``recommendations``: the changes that address its verdict (its
+    engine's: ``engine_kinds`` is event_id -> engine_kind, when the bundle has more than vLLM)."""
+    from ..rules.verdicts import fix_cell, fix_type
+
+    if verdicts is None or verdicts.height == 0:
+        return verdicts
+    changes = fixes.get("changes") or []
+    keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
+
+    def mine(x: dict[str, Any], kind: str) -> bool:
+        return bool(x.get("engine_kind", "vllm") == kind)
+
+    per = {k: [x for x in changes if k in x["addresses"] and mine(x, "vllm")] for k in keys}
+    # SGLang's events look their changes up under "sglang:<key>"
+    per.update({"sglang:" + k: [x for x in changes if k in x["addresses"] and mine(x, "sglang")] for k in keys})
+    lookup = pl.DataFrame(
+        {
+            "_key": list(per.keys()),
+            "recommendations": [[x["text"] for x in fx] for fx in per.values()],
+            "fixes": [[fix_cell(x) for x in fx] for fx in per.values()],
+        },
+        schema={"_key": pl.String, "recommendations": pl.List(pl.String), "fixes": fix_type()},
+    )
+    key = (
+        pl.when(pl.col("gate") == "G1-kv-space")
+        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
+        .otherwise(pl.col("gate"))
+    )
+    if engine_kinds is not None:
+        verdicts = verdicts.join(engine_kinds, on="event_id", how="left")
+        key = pl.when(pl.col("engine_kind") == "sglang").then(pl.lit("sglang:") + key).otherwise(key)
+    cols = [c for c in verdicts.columns if c != "engine_kind" or engine_kinds is None]
+    out = (
+        verdicts.drop("recommendations", "fixes")
+        .with_columns(_key=key)
+        .join(lookup, on="_key", how="left", maintain_order="left")
+        .drop("_key")
+        .with_columns(
+            recommendations=pl.col("recommendations").fill_null(pl.lit([], pl.List(pl.String))),
+            fixes=pl.col("fixes").fill_null(pl.lit([], fix_type())),
+        )
+    )
+    return out.select(cols)

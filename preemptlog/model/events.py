@@ -1,0 +1,122 @@
+"""One frame of preemption events from every source.
+
+``EVENTS_SCHEMA`` is the stable machine contract (README "Event schema").
+Each event has a stable id: ``<file>:<line>`` for a line of its own,
+``<file>:<line>~r<k>`` for the k-th event reconstructed from the V0 counter
+jump revealed on that line, ``<file>:<line>~i<k>`` for the k-th event of an
+interval count. ``.<seg>`` follows the line number when a physical line held
+several logical lines (lone CR).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+VLLM, SGLANG = "vllm", "sglang"  # engine_kind values (engine_facts.VLLM / SGLANG)
+EVENT_KINDS = ("logged", "reconstructed", "interval", "marker", "record")
+
+EVENTS_SCHEMA = {
+    "event_id": "String",
+    "time": "Datetime(time_unit='us', time_zone='UTC')",
+    "time_precision": "String",
+    "interval_start": "Datetime(time_unit='us', time_zone='UTC')",
+    "interval_end": "Datetime(time_unit='us', time_zone='UTC')",
+    "kind": "String",
+    "request_id": "String",
+    "mode": "String",
+    "engine": "String",
+    "engine_kind": "String",
+    "cumulative": "Int64",
+    "source": "String",
+    "line": "UInt32",
+    "raw": "String",
+}
+# Internal ordering columns kept next to the contract columns.
+ORDER_COLUMNS = ["stream", "seq", "_sub"]
+
+
+def polars_schema() -> dict[str, Any]:
+    dt = pl.Datetime("us", "UTC")
+    return {
+        "event_id": pl.String,
+        "time": dt,
+        "time_precision": pl.String,
+        "interval_start": dt,
+        "interval_end": dt,
+        "kind": pl.String,
+        "request_id": pl.String,
+        "mode": pl.String,
+        "engine": pl.String,
+        "engine_kind": pl.String,
+        "cumulative": pl.Int64,
+        "source": pl.String,
+        "line": pl.UInt32,
+        "raw": pl.String,
+        "stream": pl.Int32,
+        "seq": pl.UInt32,
+        "_sub": pl.Int64,
+    }
+
+
+def conform(df: pl.DataFrame) -> pl.DataFrame:
+    """Select and cast a partial event frame to the contract (plus ordering columns).
+
+    ``engine_kind`` (the serving engine: ``vllm`` | ``sglang``) is ``vllm`` where a source does
+    not say (every source but SGLang's log and SGLang's /metrics names is vLLM's)."""
+    schema = polars_schema()
+    if "line" not in df.columns and "n" in df.columns:
+        df = df.with_columns(pl.col("n").alias("line"))
+    cols = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            expr = pl.col(name).cast(dtype)
+            cols.append(expr.fill_null(VLLM).alias(name) if name == "engine_kind" else expr)
+        elif name == "engine_kind":
+            cols.append(pl.lit(VLLM, dtype).alias(name))
+        else:
+            cols.append(pl.lit(None, dtype).alias(name))
+    return df.select(cols)
+
+
+def combine(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    frames = [conform(p) for p in parts if p is not None and p.height]
+    if not frames:
+        return pl.DataFrame(schema=polars_schema())
+    out = pl.concat(frames, how="vertical")
+    return out.sort(["time", "stream", "seq", "_sub"], nulls_last=True, maintain_order=True)
+
+
+def public(df: pl.DataFrame) -> pl.DataFrame:
+    """The contract columns only (drops internal ordering columns)."""
+    return df.select(
+        [c for c in EVENTS_SCHEMA if c in df.columns]
+        + [c for c in df.columns if c not in EVENTS_SCHEMA and not c.startswith("_") and c not in ("stream", "seq")]
+    )
+
+
+def spread_interval(start: pl.Expr, end: pl.Expr, k: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """The time of the k-th of n events spread evenly over the interval (start, end]:
+    ``start + (end - start) * k / n`` (microseconds, floored), or ``end`` when start is unknown.
+
+    Every count without per-event times (V0 counter jumps, V1 ``Preemptions: N`` fields,
+    Prometheus counter increases, the kept part of a straddling interval) is placed this way.
+    """
+    s = start.dt.epoch("us")
+    e = end.dt.epoch("us")
+    mid = s + (e - s) * k // n
+    return pl.when(start.is_null()).then(end).otherwise(pl.from_epoch(mid, time_unit="us").dt.replace_time_zone("UTC"))
+
+
+# Events made from counts (a V0 cumulative counter, V1 interval counts, /metrics increases) are capped.
+MAX_EVENTS_PER_COUNT = 100_000
+MAX_EVENTS_FROM_COUNTS = 1_000_000
+
+
+def capped_count(count: pl.Expr) -> pl.Expr:
+    """Events to make from each count, in row order: at most MAX_EVENTS_PER_COUNT each and
+    MAX_EVENTS_FROM_COUNTS in all."""
+    n = count.clip(lower_bound=0, upper_bound=MAX_EVENTS_PER_COUNT).fill_null(0)
+    room = (MAX_EVENTS_FROM_COUNTS - (n.cum_sum() - n)).clip(lower_bound=0)
+    return pl.min_horizontal(n, room)

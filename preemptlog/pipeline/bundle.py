@@ -1,0 +1,152 @@
+"""An incident bundle: the files given on the command line, sniffed and ordered.
+
+Inputs are files, folders (walked recursively), ``-`` for standard input
+(spooled to a private temporary file) and archives (``.tar``,
+``.tar.gz``/``.tgz``, ``.tar.bz2``, ``.tar.xz``, ``.tar.zst``, ``.zip``;
+unpacked safely by archive.py). Every file is recognised by its content, not
+its name (a sample of every line's start, so a 10 MB first line hides
+nothing; the tail too when the head is not recognised); ``--kind FILE=KIND``
+overrides.
+
+Hostile inputs (see README "Robustness"): inside folders, symbolic links are
+followed only when they stay inside the folder (others are reported and
+skipped), folder links are never descended (no loops); FIFOs, devices and
+sockets are skipped without being opened (never blocks); the same file
+reached twice is read once; an input that cannot be read is a warning (the
+run ends PARTIAL) unless nothing can be read; UTF-16/32 text (with a BOM, or
+plainly UTF-16) is read through a UTF-8 copy; other encodings are read as
+UTF-8 with bad bytes replaced; a plain file whose last line has no line end
+(truncated, or still being written) is read and reported (PARTIAL).
+
+Walking: walk.py; sniffing and encoding: sniffing.py; rotation: rotation.py; damaged
+.gz/.zst: salvage.py. This module puts them together (:func:`collect`).
+
+Rotated sets (``vllm.log``, ``vllm.log.1``, ``vllm.log.2.gz``, or
+``vllm.log-20261129.gz``) of the same kind in the same folder form one
+*stream*, read oldest first: date suffixes ascending, then numeric suffixes
+descending, then the live file.
+
+Nothing is ever written into the bundle: files are opened read-only and
+temporary files live in a private folder that is removed on every exit path.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from .. import sources
+from ..errors import InputError, UsageError
+from ..inputs.files import Bundle, InputFile
+
+# Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
+from ..inputs.rotation import _assign_streams, rotation_key
+from ..inputs.walk import MAX_FILES, _archive_kind, _Entry, _spool_stdin, _stat_problem, _walk, _walk_unpacked
+from ..inputs.workspace import Workspace
+from ..sources.sniffing import _capped_lines, _describe, _is_text, _utf16_without_bom
+
+__all__ = [
+    "MAX_FILES",
+    "InputFile",
+    "Workspace",
+    "_capped_lines",
+    "_is_text",
+    "_utf16_without_bom",
+    "collect",
+    "parse_kind_overrides",
+    "rotation_key",
+]
+
+
+def parse_kind_overrides(items: list[str] | None) -> dict[str, str]:
+    """``FILE=KIND`` pairs (FILE matches a path as given, its display name or its basename)."""
+    out: dict[str, str] = {}
+    known = set(sources.kinds()) | {"ignore"}
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--kind expects FILE=KIND, got {item!r}")
+        name, kind = item.rsplit("=", 1)
+        if kind not in known:
+            raise UsageError(f"--kind {item!r}: unknown kind {kind!r}", hint="known: " + ", ".join(sorted(known)))
+        out[name] = kind
+    return out
+
+
+def collect(
+    paths: list[str],
+    workspace: Workspace,
+    kind_overrides: dict[str, str] | None = None,
+    stdin=None,
+) -> Bundle:
+    """Resolve command-line inputs into a sniffed, ordered Bundle.
+
+    An input that cannot be read (missing, permission denied, a symlink loop)
+    is a warning when other inputs can be read (the run ends PARTIAL), an
+    InputError when none can. The same file reached twice (given twice, through
+    a symlink or a hard link) is read once.
+    """
+    kind_overrides = kind_overrides or {}
+    entries: list[_Entry] = []
+    warnings: list[str] = []
+    problems: list[str] = []
+    originals: list[Path] = []
+    if not paths:
+        raise UsageError("no input given", hint="pass a log file, a bundle folder or archive, or - for standard input")
+    stdin_used = False
+    for p in paths:
+        if p == "-":
+            if stdin_used:
+                raise UsageError("standard input (-) given twice")
+            stdin_used = True
+            entries.append(_Entry(_spool_stdin(workspace, stdin), "<stdin>", True, original=False))
+            continue
+        path = Path(p)
+        try:
+            st = path.stat()
+        except OSError as exc:
+            problems.append(_stat_problem(p, exc))
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            entries.extend(_walk(path, warnings))
+        elif stat.S_ISREG(st.st_mode) and _archive_kind(path):
+            from ..inputs.archive import NotAnArchive, unpack
+
+            try:
+                root = unpack(path, workspace, warnings)
+            except NotAnArchive:
+                entries.append(_Entry(path, p))
+                continue
+            originals.append(path)
+            entries.extend(
+                _Entry(member, display, original=False, in_bundle=True) for member, display in _walk_unpacked(root, p)
+            )
+        else:
+            entries.append(_Entry(path, p))
+    if problems:
+        if not entries:
+            more = f" (and {len(problems) - 1} more input(s) that cannot be read)" if len(problems) > 1 else ""
+            raise InputError(problems[0] + more)
+        warnings.extend(f"{msg}: skipped" for msg in problems)
+    if len(entries) > MAX_FILES:
+        raise InputError(
+            f"too many files ({len(entries)}); the limit is {MAX_FILES}", hint="analyse the bundle in parts"
+        )
+
+    # Files reached through a symbolic link are described last, so that a file
+    # reached twice keeps its own name rather than the link's.
+    described: list[tuple[int, InputFile]] = []
+    seen: dict[tuple[int, int], InputFile] = {}
+    order = sorted(range(len(entries)), key=lambda i: (entries[i].path.is_symlink(), i))
+    for i in order:
+        e = entries[i]
+        f = _describe(-1, e, kind_overrides, workspace, warnings, seen)
+        if f is None:
+            continue
+        described.append((i, f))
+        if e.original and f.kind != "unreadable":
+            originals.append(e.path)
+    files = [f for _, f in sorted(described, key=lambda t: t[0])]
+    for file_id, f in enumerate(files):
+        f.file_id = file_id
+    _assign_streams(files)
+    return Bundle(files=files, workdir=workspace, warnings=warnings, originals=originals)

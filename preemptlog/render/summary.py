@@ -1,0 +1,488 @@
+"""The per-incident summary and the honesty notes that go with every result."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..clock.timebase import iso
+from ..engines.vllm.requests import incident_requests
+from ..events.visibility import count_visibility
+from ..model.result import SUMMARIZER
+
+if TYPE_CHECKING:
+    from ..model.result import Analysis
+
+
+def _repeated_requests(a: Analysis, ev: pl.DataFrame) -> list[dict[str, Any]]:
+    """Requests preempted more than once, a request being (stream, process, id).
+
+    Log events take their process prefix (``Name pid=N``) from their record; events of other
+    sources are identified by their source file.
+    """
+    with_id = ev.filter(pl.col("request_id").is_not_null())
+    if not with_id.height:
+        return []
+    from_log = pl.col("kind").is_in(["logged", "marker"]) & pl.col("stream").is_not_null()
+    if "proc" in a.records.columns and a.records.height:
+        procs = a.records.select("stream", "seq", pl.col("proc").alias("_proc"))
+        with_id = with_id.join(procs, on=["stream", "seq"], how="left").with_columns(
+            _proc=pl.when(from_log).then(pl.col("_proc"))
+        )
+    else:
+        with_id = with_id.with_columns(_proc=pl.lit(None, pl.String))
+    with_id = with_id.with_columns(
+        _who=pl.when(pl.col("stream").is_not_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("source"))
+    )
+    keys = ["stream", "_who", "_proc", "request_id"]
+    rep = (
+        with_id.group_by(keys)
+        .len()
+        .filter(pl.col("len") > 1)
+        .sort(["len", "request_id", "stream", "_proc"], descending=[True, False, False, False], nulls_last=True)
+    )
+    out = []
+    for row in rep.iter_rows(named=True):
+        src = a.bundle.stream_name(row["stream"]) if row["stream"] is not None else row["_who"]
+        out.append({"request_id": row["request_id"], "count": row["len"], "source": src, "process": row["_proc"]})
+    return out
+
+
+def summarize(a: Analysis) -> dict[str, Any]:
+    from ..engines.vllm.config import in_force
+
+    ev = a.events
+    tz = a.tz
+    by_kind = {k: 0 for k in ("logged", "reconstructed", "interval", "marker", "record")}
+    if ev.height:
+        for k, n in ev.group_by("kind").len().iter_rows():
+            by_kind[k] = n
+    # A request is (server, id): two servers (or two copies of one log) reuse ids, so ids are
+    # counted per stream; within a stream, per process (two Ray workers' sequence group 63 are two).
+    received = incident_requests(a).distinct
+    total = ev.height
+    rate = (total / received) if received else None
+    repeated = _repeated_requests(a, ev)
+    gates = ["G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
+    v = a.verdicts
+    if v is not None and v.height and ev.height:
+        ev = ev.join(v.select("event_id", "gate", "sub_kind", "confidence", "rule"), on="event_id", how="left")
+    else:
+        ev = ev.with_columns(
+            gate=pl.lit(None, pl.String),
+            sub_kind=pl.lit(None, pl.String),
+            confidence=pl.lit(None, pl.String),
+            rule=pl.lit(None, pl.String),
+        )
+    by_gate: dict[str, Any] = {}
+    if v is not None:
+        by_gate = {g: 0 for g in gates}
+        for g, n in ev.group_by("gate").len().iter_rows():
+            if g is not None:
+                by_gate[g] = n
+    by_sub = {}
+    g1 = ev.filter(pl.col("gate") == "G1-kv-space") if ev.height else ev
+    if g1.height:
+        by_sub = {str(k): n for k, n in g1.group_by("sub_kind").len().sort("sub_kind").iter_rows()}
+    by_conf = {}
+    if v is not None and ev.height:
+        by_conf = {str(k): n for k, n in ev.group_by("confidence").len().sort("confidence").iter_rows()}
+    timed = ev.filter(pl.col("time").is_not_null()) if ev.height else ev
+    per_minute = []
+    if timed.height:
+        pm = (
+            timed.with_columns(minute=pl.col("time").dt.truncate("1m"))
+            .group_by("minute")
+            .agg(
+                pl.len().alias("count"),
+                *[(pl.col("kind") == k).sum().alias(k) for k in by_kind],
+                *[(pl.col("gate") == g).sum().alias(g) for g in by_gate],
+            )
+            .sort("minute")
+        )
+        per_minute = [
+            {
+                "minute": iso(r["minute"], tz),
+                "count": r["count"],
+                **{k: r[k] for k in by_kind},
+                **({"by_gate": {g: r[g] for g in by_gate}} if by_gate else {}),
+            }
+            for r in pm.iter_rows(named=True)
+        ]
+    rec_t = a.records.get_column("time") if a.records.height else None
+    span = {
+        "first": iso(rec_t.min(), tz) if rec_t is not None else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        "last": iso(rec_t.max(), tz) if rec_t is not None else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+    }
+    stats = a.stats
+    stats_summary = {
+        "lines": stats.height,
+        "max_kv_usage": stats.get_column("kv_usage").max() if stats.height else None,
+        "max_waiting": stats.get_column("waiting").max() if stats.height else None,
+        "max_running": stats.get_column("running").max() if stats.height else None,
+        "preemptions_field_lines": stats.filter(pl.col("preemptions").is_not_null()).height if stats.height else 0,
+    }
+    cfg = {
+        k: {
+            "value": v["value"],
+            "status": v["status"],
+            "from": f"{v['source']}:{v['line']}" if v["source"] else None,
+            "note": v["note"],
+        }
+        for k, v in sorted(in_force(a.config).items())
+    }
+    rules_info = None
+    fixes = None
+    if a.ruleset is not None:
+        rules_info = {
+            "files": list(a.ruleset.files),
+            "thresholds": {t.name: {"value": t.value, "origin": t.origin} for t in a.ruleset.thresholds.values()},
+            "active": [r.id for r in a.ruleset.active],
+        }
+        fixes = a.fixes or {"changes": [], "to_know_more": [], "dropped": []}
+    visible = count_visibility(a)
+    out = {
+        "count_visible": visible["count_visible"],
+        "not_visible": None if visible["count_visible"] else visible,
+        "events": total if visible["count_visible"] else None,  # not visible: no count, not a count of 0
+        "by_kind": by_kind,
+        "by_gate": by_gate,
+        "g1_sub_kinds": by_sub,
+        "by_confidence": by_conf,
+        "requests_received": received,
+        "preemption_rate": rate,
+        "first_event": iso(timed.get_column("time").min(), tz) if timed.height else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        "last_event": iso(timed.get_column("time").max(), tz) if timed.height else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        "events_without_time": ev.height - timed.height,
+        "log_span": span,
+        "requests_preempted_more_than_once": repeated,
+        "per_minute": per_minute,
+        "stats": stats_summary,
+        "v0_counter": {
+            "logged_warnings": a.counters.get("v0", {}).get("logged_lines", 0),
+            "runs": a.counters.get("v0", {}).get("runs", 0),
+            "last_totals": a.counters.get("v0", {}).get("last_totals", []),
+        },
+        "config": cfg,
+        "reconciliation": a.counters.get("reconciliation"),
+        "pressure_intervals": pressure_rows(a),
+        "rules": rules_info,
+        "fixes": fixes["changes"] if fixes else None,
+        "to_know_more": fixes["to_know_more"] if fixes else None,
+        "fixes_dropped": fixes["dropped"] if fixes else None,
+        "pressure_ceiling": a.options.kv_ceiling,
+        "inputs": [f.as_dict() for f in a.bundle.files],
+        "assumptions": grouped_assumptions([x.as_dict() for x in a.assumptions]),
+        "notes": list(a.notes),
+        "warnings": list(a.warnings),
+        "timezone": tz,
+        "filters": getattr(a, "filters", None),
+    }
+    out["cause"] = cause(a, ev, out["pressure_intervals"])
+    if not visible["count_visible"]:
+        out["preemption_rate"] = None  # no count, so no rate (0 / received would read as "none happened")
+        if visible.get("remedy") and out["to_know_more"] is not None:
+            out["to_know_more"] = [
+                {
+                    "add": visible["remedy"].removeprefix("add ").removeprefix("Add "),
+                    "settles": "how many preemptions happened (the count)",
+                },
+                *out["to_know_more"],
+            ]
+    f = getattr(a, "findings", None)  # recompute cost, thrash, stall
+    out["findings_headline"] = f.top() if f is not None else None
+    out.update(_engines(a, f))
+    out["headline"] = headline(out)
+    out["to_know_more_line"] = to_know_more_line(out)
+    return out
+
+
+def grouped_assumptions(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Assumptions of one kind (topic, value, source) made for several files are one entry:
+    ``scope`` says how many and the first and last, ``count`` how many, ``scopes`` which (a bundle
+    of 200 scrape files has one line for their scrape times, not 200). A value's per-file detail in
+    parentheses (a file's mtime) does not split a kind; the entry says it varies."""
+    order: list[tuple[str, str, str]] = []
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for x in items:
+        value = str(x["value"])
+        base = value.split(" (", 1)[0] if x.get("scope") != "bundle" else value
+        key = (str(x["topic"]), base, str(x["source"]))
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append(x)
+    out = []
+    for key in order:
+        g = groups[key]
+        if len(g) == 1:
+            out.append(g[0])
+            continue
+        values = {str(x["value"]) for x in g}
+        scopes = [str(x["scope"]) for x in g]
+        out.append(
+            {
+                "topic": key[0],
+                "scope": f"{len(g)} files: {scopes[0]} ... {scopes[-1]}",
+                "value": g[0]["value"] if len(values) == 1 else key[1] + " (per file)",
+                "source": key[2],
+                "count": len(g),
+                "scopes": scopes,
+            }
+        )
+    return out
+
+
+def _engines(a: Analysis, f: Any) -> dict[str, Any]:
+    """``engine_kind`` (vllm | sglang | sglang+vllm), ``engine_kinds`` (events per engine) and SGLang's
+    own section (sglang/summary.py)."""
+    from ..engines.sglang import summary as sgl
+
+    kinds = sgl.engine_kinds(a)
+    return {"engine_kind": sgl.engine_kind(kinds), "engine_kinds": kinds, "sglang": sgl.section(a, f)}
+
+
+# The field guide's gates, spelled out where a person reads them (one spelling everywhere).
+GATE_WORDS = {
+    "G1-kv-space": "KV space",
+    "G2-batch-variance": "batch variance",
+    "G3-queue-overflow": "queue overflow",
+    "G4-prefix-conflict": "prefix conflict",
+    "undetermined": "undetermined",
+}
+# What upstream vLLM's own code says, per engine generation (engine_facts.py), for the headline.
+CODE_SENTENCE = {
+    "V1": "vLLM V1 preempts a running request only when a KV-block allocation fails",
+    "V0": "vLLM V0 preempts a running sequence only when it cannot get KV blocks ('not enough KV cache space')",
+    None: "vLLM preempts a running request only when it cannot get KV blocks",
+}
+
+
+def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict[str, Any]:
+    """The incident's cause in vLLM's terms (the headline's words; ``summary.cause`` in the JSON)."""
+    from ..engines.vllm.config import in_force
+    from ..rules.verdicts import guide_model
+
+    cfg = in_force(a.config)
+    gen = (cfg.get("engine") or {}).get("value") if (cfg.get("engine") or {}).get("status") != "default" else None
+    ver_row = cfg.get("vllm_version")
+    version = ver_row["value"] if ver_row and ver_row.get("status") != "default" else None
+    rules: dict[str, int] = {}
+    if ev.height and "rule" in ev.columns:
+        rules = {str(r): n for r, n in ev.group_by("rule").len().sort("rule").iter_rows() if r is not None}
+    unplaced = ev.filter(pl.col("time_precision") == "unplaced") if ev.height else ev
+    engines = sorted({str(e) for e in ev.get_column("engine").fill_null("0").to_list()}) if ev.height else []
+    spans = [p for p in pressure if p.get("start") and p.get("end")]
+    peak = max((p["peak_kv_usage"] for p in spans if p.get("peak_kv_usage") is not None), default=None)
+    waiting = max((p["max_waiting"] for p in spans if p.get("max_waiting") is not None), default=None)
+    return {
+        "upstream": not guide_model(a),
+        "engine": "vLLM",
+        "generation": gen,
+        "version": version,
+        "code": CODE_SENTENCE.get(gen, CODE_SENTENCE[None]),
+        "by_rule": rules,
+        "contradicted": sum(n for r, n in rules.items() if r.endswith("-contradicted")),
+        "cache_reset": rules.get("G4-cache-reset", 0),
+        "engines": engines,
+        "unplaced": unplaced.height,
+        "unplaced_span": [
+            iso(unplaced.get_column("interval_start").min(), a.tz),  # type: ignore[arg-type]  # polars scalars
+            iso(unplaced.get_column("interval_end").max(), a.tz),  # type: ignore[arg-type]  # polars scalars
+        ]
+        if unplaced.height
+        else None,
+        "pressure": {
+            "spans": len(spans),
+            "first": [spans[0]["start"], spans[0]["end"]] if spans else None,
+            "peak_kv_usage": peak,
+            "max_waiting": waiting,
+        }
+        if spans
+        else None,
+    }
+
+
+def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:
+    if not first or not last:
+        return ""
+
+    s = (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+    if s < 1:  # one instant: events counted on one line lie before it
+        return f" {'by' if estimated else 'at'} {last[11:19]}"
+    if s < 120:
+        return f" in {s:.0f} s"
+    if s < 7200:
+        return f" in {s / 60:.0f} min"
+    return f" in {s / 3600:.1f} h"
+
+
+def _hms(t: str | None) -> str:
+    return t[11:19] if t and len(t) >= 19 else (t or "?")
+
+
+def _pressure_words(c: dict[str, Any]) -> str:
+    """``usage 100 %, up to 56 waiting, 09:02:29-09:03:09 and 3 more spans`` (pressure intervals)."""
+    p = c.get("pressure")
+    if not p:
+        return ""
+    parts = []
+    if p.get("peak_kv_usage") is not None:
+        parts.append(f"usage {p['peak_kv_usage']:g} %")
+    if p.get("max_waiting"):
+        parts.append(f"up to {p['max_waiting']} waiting")
+    first = p.get("first")
+    if first:
+        more = p["spans"] - 1
+        when = f"at {_hms(first[0])}" if _hms(first[0]) == _hms(first[1]) else f"{_hms(first[0])}-{_hms(first[1])}"
+        parts.append(when + (f" and {more} more span{'s' if more > 1 else ''}" if more else ""))
+    return ", ".join(parts)
+
+
+def headline(s: dict[str, Any]) -> str:
+    """The first line of the summary: how many, and why in vLLM's words (plain text, no markup)."""
+    c = s.get("cause") or {}
+    if not s["count_visible"]:
+        nv = s["not_visible"] or {}
+        reason = nv.get("short") or nv.get("reason") or ""
+        pw = _pressure_words(c)
+        return (
+            f"Preemptions: not visible ({reason})"
+            + (
+                f"; KV cache at the ceiling with requests waiting ({pw}): where preemptions can have happened"
+                if pw
+                else ""
+            )
+            + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
+        )
+    from ..engines.sglang.summary import headline_words, noun
+
+    n = s["events"]
+    kinds = s.get("engine_kinds") or {"vllm": n}
+    if n == 0:
+        rec = s.get("reconciliation") or {}
+        how = rec.get("quality")
+        return "0 " + noun(kinds, 0) + (f" ({how})" if how and how != "unknown" else "")
+    word = noun(kinds, n)  # SGLang's retractions in SGLang's word
+    k = s.get("by_kind") or {}
+    estimated = bool(k.get("reconstructed") or k.get("interval"))
+    span = _span_text(s.get("first_event"), s.get("last_event"), estimated)
+    if c.get("unplaced") and c.get("unplaced_span"):
+        lo, hi = c["unplaced_span"]
+        since = f" since the engine started at {_hms(lo)}" if lo else " since the engine started"
+        span = (span + "," if span else "") + since + f" (vLLM's counter at {_hms(hi)})"
+    engines = c.get("engines") or []
+    where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
+    by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}
+    g1 = by_gate.get("G1-kv-space", 0)
+    vllm_only = set(kinds) <= {"vllm"}
+    if vllm_only and c.get("upstream") and g1 + c.get("cache_reset", 0) >= n - by_gate.get("undetermined", 0) and g1:
+        pw = _pressure_words(c)
+        what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
+        parts = [what, c.get("code") or CODE_SENTENCE[None]]
+        if c.get("cache_reset"):
+            parts.append(f"{c['cache_reset']} by a prefix cache reset (reset_prefix_cache)")
+        if c.get("contradicted"):
+            parts.append(f"{c['contradicted']} contradicted by the bundle (low confidence: see explain)")
+        return f"{n} {word}{span}{where}: " + "; ".join(parts)
+    rate = s.get("preemption_rate")
+    per = f" ({rate:.2f} per received request)" if rate is not None else ""
+    gates = []
+    subs = s.get("g1_sub_kinds") or {}
+    for g, cnt in sorted(by_gate.items(), key=lambda gk: (-gk[1], gk[0])):
+        short = g.split("-")[0] if g != "undetermined" else ""
+        part = f"{short} {GATE_WORDS.get(g, g)} {cnt}".strip()
+        if g == "G1-kv-space" and subs:
+            top = sorted(((v, sk) for sk, v in subs.items() if sk != "None"), reverse=True)
+            if top:
+                part += " (" + ", ".join(f"{sk} {v}" for v, sk in top) + ")"
+        gates.append(part)
+    return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "") + headline_words(s)
+
+
+def to_know_more_line(s: dict[str, Any]) -> str | None:
+    """``To know more, add: X (settles Y); ...``: the evidence that would settle more, never a fix."""
+    items = s.get("to_know_more") or []
+    if not items:
+        return None
+    return "To know more, add: " + "; ".join(f"{x['add']} (would settle {x['settles']})" for x in items)
+
+
+def _findings_tail(s: dict[str, Any]) -> str:
+    """Issue 15: ``; <recompute cost>; <top thrash>; <stall>`` after the headline."""
+    part = s.get("findings_headline")
+    return f"; {part}" if part else ""
+
+
+def top_fix(s: dict[str, Any]) -> str | None:
+    """``option current -> suggested (addresses N events)`` of the rank-1 fix, or None."""
+    fixes = s.get("fixes") or []
+    if not fixes:
+        return None
+    return fix_line(fixes[0])
+
+
+def fix_line(x: dict[str, Any]) -> str:
+    """``option current -> suggested (effect; verification; addresses N events)``; a current value that
+    is not seen in the bundle says where it comes from (``assumed (vLLM 0.32.0 default)``)."""
+    cur_from = x.get("current_from")
+    cur = f"{x['current']}"
+    if cur_from and cur_from.startswith("assumed"):
+        cur += f" {cur_from}"  # "assumed (vLLM 0.32.0 default)"
+    elif cur_from:  # "seen (file:line)" -> "(seen file:line)"
+        cur += " (" + cur_from.replace(" (", " ", 1).removesuffix(")") + ")"
+    if x["suggested"] is True:
+        what = x["option"]
+    elif x["suggested"] is None:
+        what = f"{x['option']}: cannot compute, {x.get('missing') or 'an input is missing'}"
+    elif x["current"] is not None:
+        what = f"{x['option']} {cur} -> {x['suggested']}"
+    else:
+        what = f"{x['option']} {x['suggested']}" if x["option"].startswith("--") else f"{x['option']}: {x['suggested']}"
+    effect = str(x.get("expected_effect") or "")
+    if x.get("status") == "not verified" and not x.get("verified"):
+        rp = x.get("replay") or {}
+        effect += f"; not verified ({rp['why']})" if rp.get("why") else "; not verified (no workload to replay)"
+    n = x.get("events_addressed")
+    return str(what + (f" ({effect}; addresses {n} event(s))" if n else f" ({effect})"))
+
+
+def pressure_rows(a: Analysis) -> list[dict[str, Any]]:
+    """Suspected pressure intervals (pressure.py), with the counted events that fall in each, for comparison."""
+    piv = a.frames.get("pressure_intervals")
+    if piv is None or piv.height == 0:
+        return []
+    out = []
+    ev = a.events.filter(pl.col("time").is_not_null()) if a.events.height else a.events
+    for r in piv.iter_rows(named=True):
+        lo = r["since"] or r["start"]
+        counted = (
+            ev.filter(
+                (pl.col("engine").fill_null("0") == r["engine"]) & (pl.col("time") > lo) & (pl.col("time") <= r["end"])
+            ).height
+            if ev.height
+            else 0
+        )
+        out.append(
+            {
+                "series": r["series"],
+                "engine": r["engine"],
+                "start": iso(r["start"], a.tz),
+                "end": iso(r["end"], a.tz),
+                "since": iso(r["since"], a.tz),
+                "samples": r["samples"],
+                "peak_kv_usage": r["peak_kv_usage"],
+                "max_waiting": r["max_waiting"],
+                "min_running": r["min_running"],
+                "max_running": r["max_running"],
+                "signals": list(r["signals"]),
+                "evidence": list(r["evidence"]),
+                "counted_events_in_interval": counted,
+            }
+        )
+    return out
+
+
+SUMMARIZER[:] = [summarize]  # Analysis.summary() (model/result.py)

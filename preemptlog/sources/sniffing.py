@@ -1,0 +1,415 @@
+"""Sniffing and encoding: a sample of every line's start (and the tail), NUL holes, UTF-16/32 and
+other encodings, a cut last line; what kind a file is (moved from bundle.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import zlib
+from pathlib import Path
+
+from ..inputs.files import UNRECOGNISED, InputFile
+from ..inputs.salvage import _compression_damage
+from ..inputs.textio import compression_of, read_head
+from ..inputs.walk import _Entry, _stat_reason
+from ..inputs.workspace import Workspace
+from .registry import sniff
+
+
+def _is_text(head: bytes) -> bool:
+    """Text, judged on what remains once NUL bytes are removed (a hole of NULs, as logrotate
+    copytruncate leaves, does not make a log binary; sniffing.NulStrip counts and reports them)."""
+    sample = head[:8192].replace(b"\x00", b"")
+    if not sample:
+        return True
+    control = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
+    return control <= len(sample) // 20 + 1
+
+
+# Sniffing reads a sample of the file: every line's first LINE_CAP bytes, up to
+# SAMPLE_BYTES in all, scanning at most SCAN_BYTES (so a 10 MB first line does
+# not hide the lines after it). When the head is not recognised, the tail of a
+# plain file is sniffed too.
+SAMPLE_BYTES = 65536
+
+
+LINE_CAP = 4096
+
+
+SCAN_BYTES = 16 * 1024**2
+
+
+BOMS = (
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
+
+
+def _capped_lines(chunks, budget: int = SAMPLE_BYTES, line_cap: int = LINE_CAP, scan: int = SCAN_BYTES) -> bytes:
+    out = bytearray()
+    kept = 0  # bytes kept of the current line
+    scanned = 0
+    for chunk in chunks:
+        if scanned == 0 and not _is_text(chunk[:8192]):
+            return bytes(chunk[:budget])  # binary: no need to scan on
+        scanned += len(chunk)
+        pos = 0
+        n = len(chunk)
+        while pos < n:
+            nl = chunk.find(b"\n", pos)
+            end = n if nl < 0 else nl
+            room = line_cap - kept
+            if room > 0:
+                piece = chunk[pos : min(end, pos + room)]
+                out += piece
+                kept += len(piece)
+            if nl < 0:
+                break
+            out += b"\n"
+            kept = 0
+            pos = nl + 1
+            if len(out) >= budget:
+                return bytes(out[:budget])
+        if scanned >= scan:
+            break
+    return bytes(out[:budget])
+
+
+class NulStrip:
+    """Wraps a chunk iterator: yields the chunks without NUL bytes and counts the NULs removed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, chunks):
+        for chunk in chunks:
+            n = chunk.count(b"\x00")
+            if n:
+                self.count += n
+                chunk = chunk.replace(b"\x00", b"")
+            yield chunk
+
+
+def _count_nuls(fh) -> int:
+    """NUL bytes in a whole plain file (only called when the sniffed sample held some)."""
+    fh.seek(0)
+    total = 0
+    while True:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return total
+        total += chunk.count(b"\x00")
+
+
+def _plain_chunks(fh, first: bytes):
+    yield first
+    while True:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _gzip_chunks(fh, first: bytes):
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data = first
+    while data:
+        try:
+            out = d.decompress(data)
+        except zlib.error:
+            return
+        if out:
+            yield out
+        if d.eof:
+            rest = d.unused_data
+            if not rest.startswith(b"\x1f\x8b"):
+                return
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            data = rest
+            continue
+        data = fh.read(1 << 16)
+
+
+def _zstd_head(path: Path, nuls: NulStrip | None = None) -> bytes:
+    try:
+        import zstandard
+    except ImportError:
+        return read_head(path)
+    try:
+        with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as r:
+
+            def chunks():
+                while True:
+                    try:
+                        c = r.read(1 << 16)
+                    except zstandard.ZstdError:
+                        return
+                    if not c:
+                        return
+                    yield c
+
+            return _capped_lines(nuls(chunks()) if nuls is not None else chunks())
+    except (OSError, zstandard.ZstdError):
+        return b""
+
+
+def _utf16_without_bom(sample: bytes) -> str | None:
+    s = sample[:4096]
+    if len(s) < 64:
+        return None
+    even, odd = s[0::2], s[1::2]
+    if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+        return "utf-16-le"
+    if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+        return "utf-16-be"
+    return None
+
+
+def _mostly_ascii(sample: bytes, encoding: str) -> bool:
+    """A BOM is only believed when the text behind it decodes to mostly printable ASCII (logs do);
+    junk that happens to start with FF FE stays UTF-8 (lossy)."""
+    unit = 4 if "32" in encoding else 2
+    text = sample[: len(sample) - len(sample) % unit].decode(encoding, "replace")
+    if not text:
+        return True
+    ok = sum(1 for c in text if " " <= c <= "~" or c in "\t\r\n")
+    return ok >= 0.8 * len(text)
+
+
+def _transcode(path: Path, encoding: str, workspace: Workspace, display: str) -> Path:
+    import codecs
+
+    dest = workspace.new_file(Path(display).name + ".utf8")
+    dec = codecs.getincrementaldecoder(encoding)("replace")
+    with open(path, "rb") as src, open(dest, "wb") as out:
+        if encoding in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"):
+            head = src.read(4)
+            for bom, enc in BOMS:
+                if enc == encoding and head.startswith(bom):
+                    head = head[len(bom) :]
+                    break
+            out.write(dec.decode(head).encode("utf-8"))
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                break
+            out.write(dec.decode(chunk).encode("utf-8"))
+        out.write(dec.decode(b"", final=True).encode("utf-8"))
+    return dest
+
+
+CUT_TAIL_BYTES = 1 << 20  # the last line is judged whole when it fits in this many bytes
+
+
+def _json_value(line: bytes) -> bool:
+    import json
+
+    if not line.startswith((b"{", b"[")):
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def _last_line_cut(fh, size: int) -> bool:
+    """True if a plain file's last line has no line end and is not a whole line of the file's own kind.
+
+    A text log writes a line end after every line, so a last line without one is cut, whatever it
+    ends with (``[loggers.py:335]``, Ray's ``[repeated 2x across cluster]``). Only a file of JSON
+    values (JSON lines, or one JSON document) may end without one: its last line is whole when it
+    parses as JSON and the line before it, if any, is JSON too.
+    """
+    if size == 0:
+        return False
+    fh.seek(max(0, size - CUT_TAIL_BYTES))
+    tail = fh.read().replace(b"\x00", b"")
+    if tail.endswith((b"\n", b"\r")):
+        return False
+    lines = [ln.strip() for ln in tail.replace(b"\r", b"\n").split(b"\n")]
+    last = lines[-1]
+    if len(lines) == 1 and size > CUT_TAIL_BYTES:  # a last line longer than the tail read
+        return not (last.endswith((b"}", b"]")) and tail.lstrip()[:1] in (b"{", b"["))
+    if not _json_value(last):
+        return True
+    idx = next((i for i in range(len(lines) - 2, -1, -1) if lines[i]), None)
+    if idx is None:  # the only line: one JSON document
+        return False
+    if idx == 0 and size > len(tail):  # the line before starts before the tail read
+        return not lines[0].endswith((b"}", b"]"))
+    return not _json_value(lines[idx])
+
+
+# Documents in a bundle (README, NOTES, SOURCES, Markdown, prose): read by people, not logs.
+DOC_SUFFIXES = (".md", ".markdown", ".mdown", ".rst", ".adoc", ".asciidoc", ".org", ".html", ".htm", ".pdf", ".docx")
+DOC_NAMES = re.compile(
+    r"(?i)^(?:readme|notes?|sources?|changelog|changes|license|licence|copying|todo|authors|contributing|summary|"
+    r"postmortem|post-mortem|incident|report|timeline)(?:[._-][^/]*)?$"
+)
+# A line a log, a dump or a table can hold: a timestamp, a level, a bracketed or JSON opening, a
+# metric sample, a dmon row, a key=value run.
+_LOG_LIKE = re.compile(
+    r"^\s*(?:\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:|[A-Z][a-z]{2} +\d{1,2} \d\d:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|"
+    r"\[|\{|\(|#|[\w:]+(?:\{[^}]*\})? -?[\d.eE+]+(?: \d+)?$|\d+(?:\s+[-\d.]+){2,})"
+)
+_WORDS = re.compile(r"[A-Za-z][A-Za-z'’-]+")
+
+
+def is_document(display: str, head: str) -> bool:
+    """A document, not a log: by its name (README, NOTES, SOURCES, *.md, ...), or a *.txt that is
+    mostly prose (most lines are sentences of words, few look like log or table lines)."""
+    name = display.replace("\\", "/").rsplit("/", 1)[-1]
+    for comp in (".gz", ".zst", ".bz2", ".xz"):
+        name = name.removesuffix(comp)
+    low = name.lower()
+    if low.endswith(DOC_SUFFIXES) or DOC_NAMES.match(name):
+        return True
+    if not low.endswith(".txt"):
+        return False
+    lines = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("```")]
+    if len(lines) < 3:
+        return False
+    log_like = sum(1 for ln in lines if _LOG_LIKE.match(ln))
+    prose = sum(1 for ln in lines if not _LOG_LIKE.match(ln) and len(_WORDS.findall(ln)) >= 6)
+    return prose >= 0.5 * len(lines) and log_like <= 0.25 * len(lines)
+
+
+def _describe(
+    file_id: int,
+    e: _Entry,
+    overrides: dict[str, str],
+    workspace: Workspace,
+    bundle_warnings: list[str],
+    seen: dict[tuple[int, int], InputFile],
+) -> InputFile | None:
+    """Sniff one file. Returns None for a file already described (the same file reached twice)."""
+    path, display, is_stdin = e.path, e.display, e.is_stdin
+
+    def unreadable(reason: str, size: int = 0, mtime: float | None = None) -> InputFile:
+        return InputFile(file_id, path, display, "unreadable", None, size, mtime, None, warnings=[reason])
+
+    if e.skip:
+        return unreadable(e.skip)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return unreadable(_stat_reason(str(path), exc) + ": skipped")
+    size, mtime = st.st_size, st.st_mtime
+    if not stat.S_ISREG(st.st_mode):
+        return unreadable(
+            "not a regular file (FIFO, device or socket): skipped; pipe it to standard input (-) to read it", size
+        )
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        first = seen[key]
+        first.warnings.append(f"also reached as {display} (the same file): read once")
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    warnings: list[str] = []
+    damage: list[str] = []
+    try:
+        fd = os.open(path, flags)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced since the stat
+                return unreadable("not a regular file (FIFO, device or socket): skipped", size)
+            first = fh.read(SAMPLE_BYTES)
+            comp = compression_of(first)
+            gz_mtime = None
+            encoding = None
+            cut = False
+            nuls = NulStrip()
+            nul_total: int | None = None  # NUL bytes in the whole file (plain files)
+            if comp == "gzip":
+                gz_mtime = (int.from_bytes(first[4:8], "little") or None) if len(first) >= 10 else None
+                head = _capped_lines(nuls(_gzip_chunks(fh, first)))
+            elif comp == "zstd":
+                head = _zstd_head(path, nuls)
+            else:
+                for bom, enc in BOMS:
+                    if first.startswith(bom):
+                        encoding = enc if _mostly_ascii(first[len(bom) : 8192], enc) else None
+                        break
+                encoding = encoding or _utf16_without_bom(first)
+                if encoding:
+                    head = b""
+                else:
+                    head = _capped_lines(nuls(_plain_chunks(fh, first)))
+                    cut = _last_line_cut(fh, size)
+            tail = b""
+            if comp is None and not encoding and size > len(first):
+                fh.seek(max(0, size - SAMPLE_BYTES))
+                tail = fh.read(SAMPLE_BYTES)
+                tail_nuls = tail.count(b"\x00")
+                tail = _capped_lines([tail.split(b"\n", 1)[-1].replace(b"\x00", b"")])
+                if tail_nuls:
+                    nuls.count += tail_nuls
+            if comp is None and not encoding and nuls.count:
+                nul_total = _count_nuls(fh)
+    except OSError as exc:
+        return unreadable(f"cannot read ({exc.strerror or exc}): skipped", size, mtime)
+    read_path = path
+    if encoding:
+        try:
+            read_path = _transcode(path, encoding, workspace, display)
+        except OSError as exc:
+            return unreadable(f"cannot read ({exc.strerror or exc}): skipped", size, mtime)
+        warnings.append(f"{encoding.upper()} text: read through a UTF-8 copy")
+        with open(read_path, "rb") as fh:
+            head = _capped_lines(_plain_chunks(fh, fh.read(SAMPLE_BYTES)))
+            size_u8 = os.fstat(fh.fileno()).st_size
+            cut = _last_line_cut(fh, size_u8)
+    forced = _override_for(path, display, overrides)
+    score = 0
+    if forced:
+        kind = forced
+    elif comp and size and not head.strip() and (problem := _compression_damage(path, comp)):
+        # A truncated .gz/.zst whose first block is cut holds nothing readable: damage, not "empty".
+        return unreadable(f"damaged {comp} file ({problem}): nothing could be decompressed: skipped", size, mtime)
+    elif size == 0 or not (head.strip() or tail.strip()):
+        kind = "empty"
+    elif not _is_text(head if head.strip() else tail):
+        kind = "binary"
+    elif e.in_bundle and is_document(display, head.decode("utf-8", "replace")):
+        kind = "document"  # a note about the incident, not a log: its quoted lines add no events
+    else:
+        kind, score = sniff(head.decode("utf-8", "replace")) if head.strip() else ("unknown", 0)
+        if kind == "unknown" and tail.strip() and _is_text(tail):
+            kind, score = sniff(tail.decode("utf-8", "replace"))
+    recognised = kind not in UNRECOGNISED and kind != "ignore"
+    if cut and recognised:
+        damage.append(
+            f"{display}: ends in the middle of a line (truncated, or still being written): its last line was read as is"
+        )
+    if nuls.count and recognised:
+        what = f"{nul_total} NUL byte(s)" if nul_total is not None else f"{nuls.count} NUL byte(s) in the part sniffed"
+        damage.append(
+            f"{display}: {what} skipped (a hole, as logrotate copytruncate leaves); the text around them was read"
+        )
+    bundle_warnings.extend(damage)
+    f = InputFile(
+        file_id,
+        read_path,
+        display,
+        kind,
+        comp,
+        size,
+        None if is_stdin else mtime,
+        gz_mtime,
+        is_stdin=is_stdin,
+        sniff_score=score,
+        forced_kind=bool(forced),
+        warnings=warnings,
+    )
+    seen[key] = f
+    return f
+
+
+def _override_for(path: Path, display: str, overrides: dict[str, str]) -> str | None:
+    for key in (display, str(path), path.name):
+        if key in overrides:
+            return overrides[key]
+    return None

@@ -1,1 +1,0 @@
-"""Interpretation of vLLM log records: stats series, configuration, requests, preemptions."""
