@@ -65,7 +65,7 @@ def test_register_without_vllm_logs_one_line_and_records_nothing(tmp_path):
         ("0.32.0", "method"),
         ("0.32.1.dev3+g1234abc", "method"),
         ("0.33.0", "method"),
-        ("0.34.0", None),
+        ("0.34.0", "method"),
         ("1.0.0", None),
         ("dev", None),
         ("", None),

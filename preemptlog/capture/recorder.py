@@ -10,12 +10,24 @@ released wheels, /work/shared/domain/vllm-capture.md "Hook points by version"):
   **kwargs``), ``KVCacheCoordinator.get_num_blocks_to_allocate`` (what the failed allocation
   needed), ``block_pool.get_num_free_blocks()`` (cached-but-evictable blocks count as free),
   ``block_pool.free_block_queue.get_all_free_blocks()``, ``KVCacheBlock.block_id`` / ``ref_cnt``:
-  stable from 0.9.2 to 0.33.
+  stable from 0.9.2 to 0.34.
 - The preemption: ``Scheduler._preempt_request(request, timestamp[, drop_stale_output])`` in
-  0.12-0.33; inline in ``schedule()`` in 0.11 (``running.pop()`` then the only
+  0.12-0.34; inline in ``schedule()`` in 0.11 (``running.pop()`` then the only
   ``kv_cache_manager.free(req)`` call of ``schedule()``).
+- The resume (a preempted request re-admitted): ``CachedRequestData.resumed_req_ids`` in 0.12-0.33
+  (0.9-0.11: ``resumed_from_preemption`` flags); in 0.34 (and with the V2 model runner from 0.32)
+  the resumed request is re-sent in full in ``SchedulerOutput.scheduled_new_reqs``
+  (``resumed_req_ids`` and ``all_token_ids`` are gone from ``CachedRequestData``), told from a new
+  request by its ``Request.num_preemptions`` having grown since it was last admitted.
 - ``Scheduler.current_step`` from 0.26 (else the recorder counts ``schedule()`` calls);
   ``KVCacheManager.watermark_blocks`` from 0.24.
+
+Verified versions (``SUPPORTED``): each range was run on that version's real scheduler and its
+records compared with the scheduler's own preemptions and resumes (tests/test_capture_vllm.py on
+0.32.0, tests/test_capture_vllm034.py on 0.34.0; 0.33.0 with the same test, run by hand). Another
+version is recorded anyway where its hooks exist (an operator on a newer vLLM gets evidence,
+flagged): one warning in vLLM's log, and the first record of each file says ``"unverified": true``
+beside ``"vllm_version"`` (every file's first record names the version).
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 SCHEMA_VERSION = 2
-SUPPORTED = ((0, 11), (0, 33))  # inclusive, by (major, minor)
+SUPPORTED = ((0, 11), (0, 34))  # verified on each version's real scheduler; inclusive, by (major, minor)
 MAX_REGIONS = 32  # free_regions are written when the free list has at most this many runs
 MAX_FREE_SCAN = 65536  # free lists longer than this are counted, not walked
 _ENCODE = json.JSONEncoder(
@@ -69,11 +81,36 @@ def vllm_version() -> str:
 
 
 def plan_for(version: str) -> str | None:
-    """``method`` (``_preempt_request``, 0.12-0.33), ``inline`` (0.11), or None (unknown)."""
+    """The verified plan: ``method`` (``_preempt_request``, 0.12-0.34), ``inline`` (0.11), or None
+    (a version not verified: :func:`hook_plan` decides from the classes)."""
     v = parse_version(version)[:2]
     if len(v) < 2 or not SUPPORTED[0] <= v <= SUPPORTED[1]:
         return None
     return "inline" if v < (0, 12) else "method"
+
+
+def supported_text() -> str:
+    (a, b), (c, d) = SUPPORTED[0][:2], SUPPORTED[1][:2]
+    return f"{a}.{b}-{c}.{d}"
+
+
+def hook_plan(version: str, scheduler_cls: type | None) -> tuple[str | None, bool]:
+    """``(plan, verified)``. A verified version gets its plan by number (:func:`plan_for`). Another
+    one gets the plan its classes allow: ``method`` where ``Scheduler._preempt_request`` exists,
+    ``inline`` for a version before 0.12 without it (0.9.2-0.10 preempt inline, as 0.11 does),
+    ``lifecycle`` (arrivals, admissions, resumes, finishes; no preemption record) for a later one
+    without it, None when there is no ``Scheduler.schedule`` to wrap."""
+    plan = plan_for(version)
+    if plan is not None:
+        return plan, True
+    if scheduler_cls is None or not callable(getattr(scheduler_cls, "schedule", None)):
+        return None, False
+    if callable(getattr(scheduler_cls, "_preempt_request", None)):
+        return "method", False
+    v = parse_version(version)[:2]
+    if len(v) == 2 and v < (0, 12):
+        return "inline", False
+    return "lifecycle", False
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,6 +144,7 @@ class Writer:
         self.fd: int | None = None
         self.dead = False
         self.bytes = 0
+        self.headed = False  # the file's first record carries the recorder's header fields
 
     def _open(self) -> int:
         parent = os.path.dirname(self.path)
@@ -198,6 +236,7 @@ class Recorder:
         every: int = 0,
         clock: Callable[[], float] | None = None,
         version: str = "",
+        unverified: bool = False,
     ) -> None:
         self.template = template
         self.log = log or plugin_logger()
@@ -210,6 +249,16 @@ class Recorder:
         self.hooks: dict[str, Hook] = {}
         self.preempts = 0
         self.info = ""  # what the info line says beside the path (install_vllm: version and hooks)
+        # A version the plugin was not verified on: said once (a warning instead of the info line)
+        # and named in the header of every file.
+        self.unverified = unverified
+        self.said_unverified = False
+        # Fields the first record of each file carries (the reader ignores fields it does not know).
+        self.header: dict[str, Any] = {}
+        if version:
+            self.header["vllm_version"] = version
+        if unverified:
+            self.header["unverified"] = True
         atexit.register(self.close)
 
     def hook(self, name: str) -> Hook:
@@ -235,7 +284,10 @@ class Recorder:
         if not self.on:
             return
         obj["v"] = SCHEMA_VERSION
-        self._writer(engine).write(_ENCODE(obj) + "\n")
+        w = self._writer(engine)
+        if not w.headed:
+            self._head(w, obj)
+        w.write(_ENCODE(obj) + "\n")
 
     def emit_many(self, engine: str, objs: list[dict[str, Any]]) -> None:
         """Several records in one write (a preemption's step, table and event: one system call)."""
@@ -243,12 +295,34 @@ class Recorder:
             return
         for o in objs:
             o["v"] = SCHEMA_VERSION
-        self._writer(engine).write("".join(_ENCODE(o) + "\n" for o in objs))
+        w = self._writer(engine)
+        if not w.headed:
+            self._head(w, objs[0])
+        w.write("".join(_ENCODE(o) + "\n" for o in objs))
+
+    def _head(self, w: Writer, obj: dict[str, Any]) -> None:
+        """The file's header: its first record names the vLLM version (and ``unverified``)."""
+        w.headed = True
+        obj.update(self.header)
 
     def _opened(self, path: str) -> None:
         """The info line, once per file, from the process that records (the API server and the
-        workers load the plugin too but never schedule, so they never get here)."""
-        self.log.info("preemptlog: recording preemptions to %s (%s)", path, self.info or f"vLLM {self.version}")
+        workers load the plugin too but never schedule, so they never get here). On a version the
+        plugin was not verified on, the first one is a warning that says so."""
+        what = self.info or f"vLLM {self.version}"
+        if self.unverified and not self.said_unverified:
+            self.said_unverified = True
+            self.log.warning(
+                "preemptlog: vLLM %s is not a version this plugin was verified on (%s): recording anyway "
+                'to %s (%s); the records say "unverified": true. Check their count against '
+                "vllm:num_preemptions_total",
+                self.version or "(unknown)",
+                supported_text(),
+                path,
+                what,
+            )
+            return
+        self.log.info("preemptlog: recording preemptions to %s (%s)", path, what)
 
     def flush(self) -> None:
         for w in list(self.writers.values()):
@@ -281,7 +355,7 @@ def _engine(sched: Any) -> str:
 def _state(sched: Any) -> dict[str, Any]:
     st = getattr(sched, "_preemptlog", None)
     if st is None:
-        st = {"engine": _engine(sched), "steps": 0, "scheduled": set(), "in_schedule": False, "in_preempt": False}
+        st = {"engine": _engine(sched), "steps": 0, "scheduled": {}, "in_schedule": False, "in_preempt": False}
         sched._preemptlog = st
         kvm = getattr(sched, "kv_cache_manager", None)
         if kvm is not None:
@@ -727,16 +801,22 @@ def install(
             if st is not None and rec.on and h_sched.on:
                 try:
                     new = getattr(out, "scheduled_new_reqs", None) or ()
-                    seen = st["scheduled"]
+                    seen = st["scheduled"]  # request id -> its num_preemptions when last admitted
                     for nr in new:
                         rid = getattr(nr, "req_id", None)
                         if rid is None:
                             continue
-                        # a request seen before comes back as new after a preemption (the V2 model
-                        # runner, 0.32): a resume
-                        phase = "resume" if rid in seen else "scheduled"
-                        seen.add(rid)
                         req = self.requests.get(rid) if hasattr(self, "requests") else None
+                        # A preempted request comes back re-sent in full as a new one (0.34; the V2
+                        # model runner from 0.32): a resume, told by its num_preemptions having
+                        # grown since it was last admitted (else: seen before).
+                        n_pre = getattr(req, "num_preemptions", None)
+                        if isinstance(n_pre, int):
+                            last = seen.get(rid)
+                            phase = "resume" if n_pre > (last if isinstance(last, int) else 0) else "scheduled"
+                        else:
+                            phase = "resume" if rid in seen else "scheduled"
+                        seen[rid] = n_pre
                         write_request(
                             rec,
                             self,
@@ -918,7 +998,7 @@ def install(
             if rec.on and h_fin.on:
                 try:
                     st = _state(self)
-                    st["scheduled"].discard(request.request_id)
+                    st["scheduled"].pop(request.request_id, None)
                     write_request(
                         rec,
                         self,
@@ -959,20 +1039,42 @@ class _Rid:
 def install_vllm(
     template: str, version: str, *, log: logging.Logger, events: bool = False, every: int = 0
 ) -> Recorder | None:
-    """Patch vLLM's own classes (called by register() when PREEMPTLOG_RECORD is set)."""
-    plan = plan_for(version)
-    if plan is None:
-        log.warning(
-            "preemptlog: vLLM %s is not a version this plugin knows (%d.%d-%d.%d); recording nothing",
-            version or "(unknown)",
-            *SUPPORTED[0],
-            *SUPPORTED[1],
-        )
-        return None
+    """Patch vLLM's own classes (called by register() when PREEMPTLOG_RECORD is set).
+
+    A verified version (``SUPPORTED``) gets its plan by number. Another one is recorded anyway where
+    its hooks exist (:func:`hook_plan`), flagged: the first record of each file says
+    ``"unverified": true`` and the recording process says it once, as a warning in vLLM's log. Only
+    a vLLM whose scheduler cannot be imported or has no ``schedule`` records nothing (said here, in
+    every process that loads the plugin: nothing else would say it)."""
     import importlib
 
-    sched_mod = importlib.import_module("vllm.v1.core.sched.scheduler")
-    kvm_mod = importlib.import_module("vllm.v1.core.kv_cache_manager")
+    verified_plan = plan_for(version)
+    try:
+        sched_mod = importlib.import_module("vllm.v1.core.sched.scheduler")
+        kvm_mod = importlib.import_module("vllm.v1.core.kv_cache_manager")
+        scheduler_cls = sched_mod.Scheduler
+        kv_manager_cls = kvm_mod.KVCacheManager
+    except Exception as exc:
+        if verified_plan is not None:
+            raise  # a verified version whose scheduler does not import: register() says why
+        log.warning(
+            "preemptlog: vLLM %s is not a version this plugin knows (verified: %s) and its V1 scheduler "
+            "does not import (%s: %s); recording nothing",
+            version or "(unknown)",
+            supported_text(),
+            type(exc).__name__,
+            exc,
+        )
+        return None
+    plan, verified = hook_plan(version, scheduler_cls)
+    if plan is None:
+        log.warning(
+            "preemptlog: vLLM %s is not a version this plugin knows (verified: %s) and its Scheduler has "
+            "no schedule() to wrap; recording nothing",
+            version or "(unknown)",
+            supported_text(),
+        )
+        return None
     coords: tuple[type, ...] = ()
     try:
         coord_mod = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
@@ -987,19 +1089,21 @@ def install_vllm(
     def clock() -> float:  # the scheduler module's clock: what its time.time() says
         return sched_mod.time.time()
 
-    rec = Recorder(template, log=log, events=events, every=every, clock=clock, version=version)
+    rec = Recorder(template, log=log, events=events, every=every, clock=clock, version=version, unverified=not verified)
     done = install(
         rec,
-        scheduler_cls=sched_mod.Scheduler,
-        kv_manager_cls=kvm_mod.KVCacheManager,
+        scheduler_cls=scheduler_cls,
+        kv_manager_cls=kv_manager_cls,
         coordinator_classes=coords,
         plan=plan,
     )
     _INSTALLED["recorder"] = rec
     # Said when the first record is written, by the process that records (EngineCore): at register
     # time every process vLLM starts would say it, and the API server's line would be lost (it
-    # registers before vLLM configures logging).
+    # registers before vLLM configures logging). On an unverified version it is a warning.
     rec.info = f"vLLM {version}; {', '.join(done)}"
+    if plan == "lifecycle":
+        rec.info += "; no preemption hook (Scheduler._preempt_request is not there): preemptions are not recorded"
     return rec
 
 
@@ -1066,6 +1170,8 @@ def fix_stats(cls: type, log: logging.Logger | None = None) -> bool:
 
 def install_stats_fix(version: str, *, log: logging.Logger) -> bool:
     v = parse_version(version)[:2]
+    # 0.33's and 0.34's LoggingStatLogger are 0.32's but for the f-string of log_prefix: the reset
+    # before the test is still there (tests/test_capture_vllm034.py checks the fix on 0.34.0).
     if len(v) < 2 or not (0, 11) <= v <= SUPPORTED[1]:
         log.warning(
             "preemptlog: PREEMPTLOG_FIX_STATS: vLLM %s is not a version this plugin knows; not applied",

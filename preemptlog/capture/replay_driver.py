@@ -78,8 +78,13 @@ def token_ids(index: int, n: int, hashes: list[str] | None = None, hash_block: i
 
 
 def fake_executor(kv_spec: Any, per_block: int) -> type:
+    import dataclasses
+
     from vllm.v1.executor.abstract import Executor
     from vllm.v1.outputs import ModelRunnerOutput
+
+    # ModelRunnerOutput.req_id_to_index is gone in 0.34
+    has_index = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
 
     def done(value: Any, non_block: bool) -> Any:
         if non_block:
@@ -101,8 +106,8 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
         def get_supported_kv_cache_layouts(self) -> list[list[str]]:
             return [["NHD"]]
 
-        def set_kv_cache_layout(self, layout_name: str) -> None:
-            return None
+        def set_kv_cache_layout(self, layout_name: str, *args: Any, **kwargs: Any) -> None:
+            return None  # 0.33+: and cp_kv_cache_interleave_size
 
         def initialize_from_config(self, kv_cache_configs: Any) -> None:
             return None
@@ -129,11 +134,8 @@ def fake_executor(kv_spec: Any, per_block: int) -> type:
             so = self.last
             ids = list(so.num_scheduled_tokens.keys())
             partial: set[str] = getattr(so, "_preemptlog_partial", set())
-            out = ModelRunnerOutput(
-                req_ids=ids,
-                req_id_to_index={r: i for i, r in enumerate(ids)},
-                sampled_token_ids=[[] if r in partial else [7] for r in ids],
-            )
+            extra = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if has_index else {}
+            out = ModelRunnerOutput(req_ids=ids, sampled_token_ids=[[] if r in partial else [7] for r in ids], **extra)
             return done(out, non_block)
 
         def check_health(self) -> None:
@@ -232,7 +234,25 @@ def _engine_core(
         async_scheduling=False,
         **kw,
     )
-    return EngineCore(args.create_engine_config(), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
+    return EngineCore(create_engine_config(args), fake_executor(kv_spec, kv_spec.page_size_bytes), log_stats=False)
+
+
+def create_engine_config(args: Any) -> Any:
+    """``args.create_engine_config()`` on vLLM's CPU platform. From 0.34 that platform refuses an x86
+    CPU without Triton (vllm/platforms/cpu.py check_and_update_config: "vLLM on x86 CPUs requires
+    Triton (triton-cpu)"); only its kernels need it and the fake executor runs none, so the check
+    (which reads ``vllm.triton_utils.HAS_TRITON`` when called) is told it is there while the config
+    is built, and the flag is put back."""
+    if os.environ.get("VLLM_TARGET_DEVICE") != "cpu":
+        return args.create_engine_config()
+    import vllm.triton_utils as tu
+
+    had = tu.HAS_TRITON
+    tu.HAS_TRITON = True
+    try:
+        return args.create_engine_config()
+    finally:
+        tu.HAS_TRITON = had
 
 
 def _drive(spec: dict[str, Any], core: Any, reqs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -9,7 +9,10 @@ the group ``vllm.general_plugins``). vLLM calls :func:`register` once in every p
 ``Scheduler.schedule``, ``Scheduler.add_request``, ``Scheduler._free_request``,
 ``Scheduler._preempt_request`` (0.12+; in 0.11 the preemption is the ``KVCacheManager.free``
 call made inside ``schedule()``), ``KVCacheManager.allocate_slots`` and
-``KVCacheCoordinator.get_num_blocks_to_allocate`` (the blocks a failed allocation needed). The
+``KVCacheCoordinator.get_num_blocks_to_allocate`` (the blocks a failed allocation needed).
+Verified on 0.11-0.34 (recorder.SUPPORTED); another version is recorded anyway where those hooks
+exist, said once as a warning in vLLM's log and flagged in the records (``"unverified": true``
+beside ``"vllm_version"`` in each file's first record), never silently nothing. The
 scheduler is created after ``register()`` in the engine-core process, so the wrapped methods are
 the ones that schedule; the file is opened on the first record, so other processes write nothing.
 Per preemption it writes, in preemptlog's block-table format (``preemptlog/data/
