@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A request-heavy vLLM V1 log for the benchmark (GitHub issue 18), independent of the simulator.
 
-    python bench/reqlog.py OUT.log --size 1G [--seed 1]
+    python bench/reqlog.py OUT.log --size 1G [--seed 1] [--preemptions-per-gb 2600]
 
 Shaped like a busy V1 API server (0.11-0.14, ``--enable-log-requests``, DEBUG for
 a third of the prompts): per 1.89 M lines about 850 k ``Received request``,
@@ -9,7 +9,8 @@ a third of the prompts): per 1.89 M lines about 850 k ``Received request``,
 uvicorn access lines and 4.7 k stats lines, so most records are short request
 lines (the simulator's ``large`` log has few, long ones). Rare lines exercise
 the paths that need request ids: ``Aborted request`` (1 in 800 requests) and
-DEBUG ``RequestStatus.PREEMPTED`` markers (1 in 2 000), counted as well in the
+DEBUG ``RequestStatus.PREEMPTED`` markers (1 in 2 000, ~440 per GB; set with
+``--preemptions-per-gb N``: a preemption-heavy log), counted as well in the
 stats lines' ``Preemptions:`` field.
 
 Deterministic: the same seed and size give the same bytes. The log stops at the
@@ -33,6 +34,8 @@ P_ADDED = 565 / 850
 P_ACCESS = 189 / 850
 P_ABORT = 1 / 800
 P_PREEMPT = 1 / 2000
+# Received requests per GB of the default log (seed 1: 873 710), to turn a density per GB into a probability.
+REQUESTS_PER_GB = 873_710
 CHUNK = 8 << 20
 
 SP = (
@@ -57,7 +60,11 @@ def parse_size(text: str) -> int:
     return int(t)
 
 
-def generate(path: Path, size: int, seed: int = 1) -> dict:
+def generate(path: Path, size: int, seed: int = 1, preemptions_per_gb: float | None = None) -> dict:
+    """Write the log; ``preemptions_per_gb`` (default: 1 in 2 000 requests, ~440 per GB) sets the
+    density of ``RequestStatus.PREEMPTED`` markers (the random stream is the same either way: only
+    which draws add a marker line changes)."""
+    p_preempt = P_PREEMPT if preemptions_per_gb is None else preemptions_per_gb / REQUESTS_PER_GB
     rng = random.Random(seed)
     pid_api, pid_core = 1000 + rng.randrange(50000), 1000 + rng.randrange(50000)
     api = b"(APIServer pid=%d) " % pid_api
@@ -191,7 +198,7 @@ def generate(path: Path, size: int, seed: int = 1) -> dict:
                 )
             if rng.random() < P_ABORT:
                 add(api + b"INFO " + st + b" [v1/engine/async_llm.py:499] Aborted request " + rid + b".")
-            if rng.random() < P_PREEMPT:
+            if rng.random() < p_preempt:
                 preempted_since += 1
                 add(
                     core
@@ -234,10 +241,17 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--size", default="1G")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--preemptions-per-gb",
+        type=float,
+        default=None,
+        metavar="N",
+        help="RequestStatus.PREEMPTED markers per GB (default: 1 in 2 000 requests, ~440 per GB)",
+    )
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".part")
-    counts = generate(tmp, parse_size(args.size), args.seed)
+    counts = generate(tmp, parse_size(args.size), args.seed, args.preemptions_per_gb)
     tmp.replace(args.out)
     text = json.dumps(counts)
     args.out.with_name(args.out.name + ".json").write_text(text + "\n")

@@ -12,6 +12,12 @@ from typing import IO
 from . import pipeline
 from .inputs.workspace import Workspace
 from .model.result import Analysis, AnalyzeOptions
+from .pipeline import (  # noqa: F401 - moved to pipeline/; importable from here as before
+    SMALL_BATCH_BYTES,
+    SMALL_LOG_BYTES,
+    SMALL_LOG_MIN_FILES,
+    _scan_small_files,
+)
 from .pipeline.profile import Profile
 
 __all__ = ["Analysis", "AnalyzeOptions", "Profile", "analyze"]

@@ -39,6 +39,7 @@ LAYERS = [
     "report",
     "simulate",
     "capture",
+    "watch",
     "fleet",
     "__init__",
     "commands",

@@ -9,7 +9,19 @@ from collections.abc import Iterable
 import typer
 
 # Order is the order in --help.
-COMMANDS = ["analyze", "explain", "report", "whatif", "capture", "simulate", "rules", "eval", "fleet", "export"]
+COMMANDS = [
+    "analyze",
+    "explain",
+    "report",
+    "whatif",
+    "capture",
+    "watch",
+    "simulate",
+    "rules",
+    "eval",
+    "fleet",
+    "export",
+]
 
 
 def register_all(app: typer.Typer, names: Iterable[str] = COMMANDS) -> None:

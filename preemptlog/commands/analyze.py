@@ -9,38 +9,29 @@ import typer
 
 from ..errors import ExitCode
 from .common import (
-    AfterOpt,
-    BeforeOpt,
     ColumnsOpt,
     CsvSafeOpt,
     DebugOpt,
     FailOnOpt,
-    FileKindOpt,
     FormatOpt,
     GateOpt,
     KindOpt,
-    LookbackOpt,
     MinConfidenceOpt,
     NoColorOpt,
     NoHeaderOpt,
     NoPagerOpt,
-    OffsetOpt,
     OutputOpt,
     PathsArg,
     QuietOpt,
     RequestOpt,
-    RulesOpt,
-    SetOpt,
     SinceOpt,
-    TzOpt,
     UntilOpt,
     VerboseOpt,
     WideOpt,
-    YearOpt,
-    analyze_options,
     default_format,
     filters_from,
 )
+from .options import ANALYSIS, AnalysisArgs, analysis_options
 from .runner import guarded, imports_done, progress, stderr_console
 
 EachOpt = Annotated[
@@ -57,25 +48,18 @@ def register(app: typer.Typer) -> None:
     app.command(short_help="List every preemption: time, request, gate, file:line.")(analyze)
 
 
+@analysis_options()
 def analyze(
     paths: PathsArg,
     format: FormatOpt = None,
     output: OutputOpt = None,
-    year: YearOpt = None,
-    tz: TzOpt = None,
-    kind: KindOpt = None,
-    file_kind: FileKindOpt = None,
-    offset: OffsetOpt = None,
-    before: BeforeOpt = 10.0,
-    after: AfterOpt = 2.0,
-    lookback_steps: LookbackOpt = None,
-    rules: RulesOpt = None,
-    set_: SetOpt = None,
+    analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help
     fail_on: FailOnOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
     gate: GateOpt = None,
     request: RequestOpt = None,
+    kind: KindOpt = None,
     min_confidence: MinConfidenceOpt = None,
     columns: ColumnsOpt = None,
     wide: WideOpt = False,
@@ -133,7 +117,7 @@ def analyze(
         imports_done()
         conditions = failon.parse(fail_on)
         overrides, filters = filters_from(
-            file_kind=file_kind,
+            file_kind=analysis.file_kind,
             kind=kind,
             since=since,
             until=until,
@@ -148,18 +132,7 @@ def analyze(
 
             raise UsageError(f"--format {fmt.value} is binary; use -o FILE or a pipe")
         with Workspace() as ws:
-            options = analyze_options(
-                year=year,
-                tz=tz,
-                kind=overrides,
-                offset=offset,
-                before=before,
-                after=after,
-                lookback_steps=lookback_steps,
-                rules=rules,
-                set_=set_,
-                debug=debug,
-            )
+            options = analysis.options(debug=debug, kinds=overrides)
             if each:
                 return _each(
                     paths,

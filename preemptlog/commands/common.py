@@ -12,6 +12,17 @@ import typer
 from ..render import OutputFormat
 
 
+def command_group(name: str, help: str) -> typer.Typer:
+    """A command with subcommands (fleet, export): help with -h too, plain text, the list when bare."""
+    return typer.Typer(
+        name=name,
+        help=help,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+
 def default_format(output: str | None) -> OutputFormat:
     env = os.environ.get("PREEMPTLOG_FORMAT")
     if env:
@@ -63,25 +74,6 @@ OutputOpt = Annotated[
         help="Write the data here (atomically) instead of standard output; - is stdout.",
     ),
 ]
-YearOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--year",
-        metavar="YEAR",
-        min=1970,
-        max=2200,
-        help="Year of the first line of each log (vLLM timestamps have none). Default: inferred from full dates "
-        "in the bundle, the gzip header or the file mtime.",
-    ),
-]
-TzOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tz",
-        metavar="ZONE",
-        help="Zone of timestamps that carry none (IANA name or +HH:MM). Default: this machine's zone.",
-    ),
-]
 KindOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -89,14 +81,6 @@ KindOpt = Annotated[
         metavar="KIND",
         help="Only events of this kind (logged, reconstructed, interval, marker, record). Repeatable. "
         "(FILE=KIND still forces a file's kind, with a note: that is --file-kind now.)",
-    ),
-]
-FileKindOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--file-kind",
-        metavar="FILE=KIND",
-        help="Force a file's kind (e.g. dmon.txt=dmon, notes.md=vllm-log) instead of sniffing it. Repeatable.",
     ),
 ]
 FailOnOpt = Annotated[
@@ -134,62 +118,6 @@ NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour on stder
 CsvSafeOpt = Annotated[
     bool, typer.Option("--csv-safe", help="Quote CSV cells that start with = + - @ so spreadsheets do not run them.")
 ]
-
-
-OffsetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--offset",
-        metavar="SOURCE=DURATION",
-        help="Shift a source's clock before joining: KIND_OR_FILE=±DURATION, e.g. dmon=-2s, "
-        "blocktable=+0.5s, vllm-log=1m, node1/dmon.txt=-1500ms. Repeatable.",
-    ),
-]
-BeforeOpt = Annotated[
-    float, typer.Option("--before", metavar="SECONDS", min=0.0, help="Evidence window: seconds before each event.")
-]
-AfterOpt = Annotated[
-    float, typer.Option("--after", metavar="SECONDS", min=0.0, help="Evidence window: seconds after each event.")
-]
-LookbackOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--lookback-steps",
-        metavar="STEPS",
-        min=0,
-        help="Scheduler steps to look back from the nearest step (the PREEMPTED line can come 1-3 steps late). "
-        "Default: the rules threshold lookback_steps (3).",
-    ),
-]
-RulesOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--rules",
-        metavar="FILE",
-        help="A TOML rules file overlaid on the shipped rules (same id replaces, new ids add, enabled=false "
-        "switches off). Repeatable. See `preemptlog rules`.",
-    ),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--threshold",
-        "--set",
-        metavar="NAME=VALUE",
-        help="Override a rules threshold (kv_ceiling=90, queue_cap=128, ...) or switch a rule "
-        "(G2-batch-variance-dynamic.enabled=true). Repeatable. (--set, the old spelling, still works, with a "
-        "note: in whatif --set is a vLLM setting.)",
-    ),
-]
-
-
-def note_old_set(values: list[str] | None) -> None:
-    """One line when the rules threshold was given with the old spelling ``--set`` (it means a vLLM
-    setting in ``whatif``): the option is ``--threshold`` now."""
-    import sys
-
-    if values and any(a == "--set" or a.startswith("--set=") for a in sys.argv[1:]):
-        sys.stderr.write("preemptlog: note: a rules threshold is --threshold NAME=VALUE now (--set still works)\n")
 
 
 ColumnsOpt = Annotated[
@@ -249,19 +177,25 @@ def filters_from(*, kind, since, until, gate, request, min_confidence, file_kind
     still forces one, with a one-line note."""
     import sys
 
-    from ..errors import UsageError
     from ..render.view import make_filters, split_kind_option
 
     overrides, kinds = split_kind_option(kind)
     if overrides:
         sys.stderr.write("preemptlog: note: --kind FILE=KIND is --file-kind FILE=KIND now (the old spelling works)\n")
-    for item in file_kind or []:
-        if "=" not in item:
-            raise UsageError(f"--file-kind expects FILE=KIND, got {item!r}", hint="e.g. --file-kind dmon.txt=dmon")
-        overrides.append(item)
+    overrides += file_kinds(file_kind)
     return overrides, make_filters(
         since=since, until=until, gate=gate, request=request, kinds=kinds, min_confidence=min_confidence
     )
+
+
+def file_kinds(items: list[str] | None) -> list[str]:
+    """``--file-kind FILE=KIND`` values, checked for their ``=`` (the kind is checked by the pipeline)."""
+    from ..errors import UsageError
+
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--file-kind expects FILE=KIND, got {item!r}", hint="e.g. --file-kind dmon.txt=dmon")
+    return list(items or [])
 
 
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "": 1.0}
@@ -275,53 +209,3 @@ def parse_duration(text: str) -> float:
     if not m:
         raise ValueError(text)
     return float(m.group(1)) * _UNITS[m.group(2) or ""]
-
-
-def parse_offsets(items: list[str] | None) -> dict[str, float]:
-    """``--offset KIND_OR_FILE=±DURATION`` pairs -> {kind or file: seconds}."""
-    from ..errors import UsageError
-
-    out: dict[str, float] = {}
-    for item in items or []:
-        if "=" not in item:
-            raise UsageError(f"--offset expects KIND_OR_FILE=DURATION, got {item!r}", hint="e.g. --offset dmon=-2s")
-        key, value = item.rsplit("=", 1)
-        try:
-            out[key.strip()] = parse_duration(value)
-        except ValueError:
-            raise UsageError(
-                f"--offset {item!r}: {value!r} is not a duration", hint="e.g. -2s, +1.5s, 500ms, -1m"
-            ) from None
-    return out
-
-
-def analyze_options(
-    *,
-    year,
-    tz,
-    kind,
-    offset,
-    before,
-    after,
-    lookback_steps,
-    rules,
-    set_,
-    debug,
-):
-    """The shared analysis options of analyze / explain / report, as the library takes them."""
-    from ..analysis import AnalyzeOptions
-
-    note_old_set(set_)
-
-    return AnalyzeOptions(
-        year=year,
-        tz=tz,
-        kinds=kind,
-        offsets=parse_offsets(offset),
-        debug=debug,
-        before=before,
-        after=after,
-        lookback_steps=lookback_steps,
-        rules_files=list(rules or []),
-        sets=list(set_ or []),
-    )

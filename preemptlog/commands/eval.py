@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, QuietOpt, RulesOpt, SetOpt
+from .common import DebugOpt, QuietOpt
+from .options import RulesOpt, ThresholdOpt
 from .runner import guarded
 
 
@@ -24,7 +25,7 @@ def register(app: typer.Typer) -> None:
 def eval_command(
     bundles: Annotated[list[str], typer.Argument(help="Bundles written by `preemptlog simulate`.", show_default=False)],
     rules: RulesOpt = None,
-    set_: SetOpt = None,
+    set_: ThresholdOpt = None,
     format: Annotated[EvalFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
     # eval writes nothing on stderr but its errors: -q is accepted like every command's
     quiet: QuietOpt = False,
@@ -49,7 +50,7 @@ def eval_command(
         import sys
 
         from ..simulate.evaluate import PREDICTED, aggregate, score_bundle
-        from .common import note_old_set
+        from .options import note_old_set
 
         note_old_set(set_)
         scores = [score_bundle(b, rules_files=list(rules or []), sets=list(set_ or [])) for b in bundles]
@@ -59,12 +60,12 @@ def eval_command(
             doc = {"bundles": [s.as_dict() for s in scores], "total": total}
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return ExitCode.OK
-        from rich.console import Console
         from rich.table import Table
 
+        from ..outputs.console import console as make_console
         from ..outputs.safe import table_box, text
 
-        console = Console(highlight=False)
+        console = make_console()
         t = Table(title=text("per bundle"), header_style="bold", box=table_box())
         for c in ("scenario", "family", "truth", "visible", "events", "recall", "matched", "gate acc.", "G1 sub acc."):
             t.add_column(c)

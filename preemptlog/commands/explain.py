@@ -11,29 +11,20 @@ import typer
 
 from ..errors import ExitCode
 from .common import (
-    AfterOpt,
-    BeforeOpt,
     DebugOpt,
-    FileKindOpt,
     GateOpt,
     KindOpt,
-    LookbackOpt,
     MinConfidenceOpt,
     NoColorOpt,
     NoPagerOpt,
-    OffsetOpt,
     OutputOpt,
     QuietOpt,
     RequestOpt,
-    RulesOpt,
-    SetOpt,
     SinceOpt,
-    TzOpt,
     UntilOpt,
-    YearOpt,
-    analyze_options,
     filters_from,
 )
+from .options import ANALYSIS, AnalysisArgs, analysis_options
 from .runner import guarded
 
 
@@ -47,6 +38,7 @@ def register(app: typer.Typer) -> None:
     app.command(short_help="Why one preemption happened: verdict, evidence, its lines.")(explain)
 
 
+@analysis_options()
 def explain(
     event_id: Annotated[
         str | None,
@@ -80,6 +72,7 @@ def explain(
     since: SinceOpt = None,
     until: UntilOpt = None,
     gate: GateOpt = None,
+    kind: KindOpt = None,
     min_confidence: MinConfidenceOpt = None,
     format: Annotated[
         ExplainFormat | None,
@@ -91,16 +84,7 @@ def explain(
         ),
     ] = None,
     output: OutputOpt = None,
-    before: BeforeOpt = 10.0,
-    after: AfterOpt = 2.0,
-    lookback_steps: LookbackOpt = None,
-    rules: RulesOpt = None,
-    set_: SetOpt = None,
-    offset: OffsetOpt = None,
-    year: YearOpt = None,
-    tz: TzOpt = None,
-    kind: KindOpt = None,
-    file_kind: FileKindOpt = None,
+    analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help
     quiet: QuietOpt = False,
     no_pager: NoPagerOpt = False,
     no_color: NoColorOpt = False,
@@ -144,7 +128,7 @@ def explain(
                 f"give the bundle or log PATH the event {ident!r} comes from", hint=f"preemptlog explain {ident} PATH"
             )
         overrides, filters = filters_from(
-            file_kind=file_kind,
+            file_kind=analysis.file_kind,
             kind=kind,
             since=since,
             until=until,
@@ -154,18 +138,7 @@ def explain(
         )
         fmt = format or (ExplainFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ExplainFormat.json)
         with Workspace() as ws:
-            options = analyze_options(
-                year=year,
-                tz=tz,
-                kind=overrides,
-                offset=offset,
-                before=before,
-                after=after,
-                lookback_steps=lookback_steps,
-                rules=rules,
-                set_=set_,
-                debug=debug,
-            )
+            options = analysis.options(debug=debug, kinds=overrides)
             from .runner import progress
 
             with progress(quiet, no_color):
@@ -173,7 +146,7 @@ def explain(
             if ident is None and not request:
                 return _top_events(apply_filters(result, filters), inputs)
             ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
-            docs = [build(result, i, before, after, all_rows=all_rows, limit=limit) for i in ids]
+            docs = [build(result, i, options.before, options.after, all_rows=all_rows, limit=limit) for i in ids]
             if run_note:
                 docs[0]["run"] = run_note
             with open_output(
@@ -399,24 +372,14 @@ def write_table(docs: list[dict], out, *, no_color: bool = False, pager: bool = 
     import io
     import os
 
-    from rich.console import Console
-
+    from ..outputs.console import text_console
     from ..outputs.safe import ascii_text, unicode_ok
     from ..render.pager import page, terminal_size
 
     size = terminal_size(out)
     color = size is not None and not no_color and not os.environ.get("NO_COLOR")
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=size[0] if size else 200,
-        force_terminal=color,
-        no_color=not color,
-        color_system="standard" if color else None,
-        highlight=False,
-        soft_wrap=False,
-        emoji=False,
-    )
+    console = text_console(buf, width=size[0] if size else 200, color=color)
     for i, doc in enumerate(docs):
         if i:
             console.print()

@@ -9,21 +9,19 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, QuietOpt, TzOpt, YearOpt
+from .common import DebugOpt, QuietOpt, command_group
+from .options import ANALYSIS, AnalysisArgs, analysis_options
 from .runner import guarded, imports_done
 
-app = typer.Typer(
-    name="export",
-    help="Export a bundle's or a fleet dataset's preemptions: Grafana annotations, OpenMetrics for backfill.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
+app = command_group(
+    "export", "Export a bundle's or a fleet dataset's preemptions: Grafana annotations, OpenMetrics for backfill."
 )
 
 SourceArg = Annotated[
     str,
     typer.Argument(
-        help="An incident bundle (folder, archive, log) or a fleet dataset (fleet run --out).",
+        help="An incident bundle (folder, archive, log), analysed with the analysis options (as analyze), or a "
+        "fleet dataset (fleet run --out).",
         metavar="SOURCE",
         show_default=False,
     ),
@@ -38,14 +36,15 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="export", short_help="Grafana annotations or OpenMetrics series from a bundle or dataset.")
 
 
-def _load(source: str, year, tz, debug):
+def _load(source: str, analysis: AnalysisArgs, debug: bool):
+    """The rows of a fleet dataset, or of a bundle analysed now with the analysis options."""
     from ..fleet.export import load
-    from ..model.result import AnalyzeOptions
 
-    return load(source, AnalyzeOptions(year=year, tz=tz, debug=debug))
+    return load(source, analysis.options(debug=debug))
 
 
 @app.command("grafana")
+@analysis_options()
 def grafana(
     source: SourceArg,
     output: OutOpt = None,
@@ -68,8 +67,7 @@ def grafana(
             "--token-env", metavar="NAME", help="The environment variable holding the Grafana service-account token."
         ),
     ] = "GRAFANA_TOKEN",
-    year: YearOpt = None,
-    tz: TzOpt = None,
+    analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help: for a bundle
     quiet: QuietOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -105,7 +103,7 @@ def grafana(
                     f"--url needs a Grafana token in ${token_env}",
                     hint="a service-account token with the Editor role, or --token-env NAME",
                 )
-        t = _load(source, year, tz, debug)
+        t = _load(source, analysis, debug)
         items = g.make_annotations(t.incidents, dashboard_uid=dashboard_uid or None, panel_id=panel_id)
         if url is not None:
             ids = g.post(items, url, token)
@@ -125,6 +123,7 @@ def grafana(
 
 
 @app.command("openmetrics")
+@analysis_options()
 def openmetrics(
     source: SourceArg,
     output: OutOpt = None,
@@ -133,8 +132,7 @@ def openmetrics(
         list[str] | None,
         typer.Option("--label", metavar="NAME=VALUE", help="A label on every series (e.g. job=vllm). Repeatable."),
     ] = None,
-    year: YearOpt = None,
-    tz: TzOpt = None,
+    analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help: for a bundle
     quiet: QuietOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -158,7 +156,7 @@ def openmetrics(
 
         imports_done()
         labels = om.parse_labels(label)
-        t = _load(source, year, tz, debug)
+        t = _load(source, analysis, debug)
         text, untimed = om.render(t.events, t.incidents, bin_s=bin_, labels=labels)
         with open_output(output, terminal_text=True) as fh:
             fh.write(text.encode("utf-8"))

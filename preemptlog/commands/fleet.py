@@ -9,15 +9,12 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, NoColorOpt, QuietOpt, TzOpt, YearOpt
+from .common import DebugOpt, NoColorOpt, QuietOpt, command_group
+from .options import ANALYSIS, AnalysisArgs, analysis_options
 from .runner import guarded, imports_done, stderr_console
 
-app = typer.Typer(
-    name="fleet",
-    help="Many servers' incident bundles analysed into one Parquet dataset, and the fleet's report from it.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
+app = command_group(
+    "fleet", "Many servers' incident bundles analysed into one Parquet dataset, and the fleet's report from it."
 )
 
 
@@ -103,6 +100,7 @@ class _BundleProgress:
 
 
 @app.command("run")
+@analysis_options()
 def run(
     bundles: Annotated[
         list[str],
@@ -138,8 +136,7 @@ def run(
     retry_errors: Annotated[
         bool, typer.Option("--retry-errors", help="Analyse again the bundles that failed in an earlier run.")
     ] = False,
-    year: YearOpt = None,
-    tz: TzOpt = None,
+    analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help: for every bundle
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
@@ -160,17 +157,19 @@ def run(
     run resumes where it stopped. The server is named after the bundle's
     folder or file; a bundle holding several servers is split as analyze
     --each splits one. Exit code 5 when a bundle failed or was damaged.
+    Every bundle is analysed with the analysis options (--tz, --offset, ...
+    as in analyze); bundles already in the dataset need --force to be
+    analysed again with other ones.
     """
 
     def body() -> int:
-        from ..analysis import AnalyzeOptions
         from ..fleet import dataset
         from ..fleet.inputs import expand
 
         imports_done()
+        options = analysis.options(debug=debug)
         paths = expand(bundles)
         dataset.check_dataset(out)
-        options = AnalyzeOptions(year=year, tz=tz, debug=debug)
         skip: frozenset[str] = frozenset()
         if not force:
             skip = frozenset(dataset.known_ids(out))

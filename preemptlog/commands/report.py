@@ -8,28 +8,19 @@ import typer
 
 from ..errors import ExitCode
 from .common import (
-    AfterOpt,
-    BeforeOpt,
     DebugOpt,
-    FileKindOpt,
     GateOpt,
     KindOpt,
-    LookbackOpt,
     MinConfidenceOpt,
     NoColorOpt,
-    OffsetOpt,
     PathsArg,
     QuietOpt,
     RequestOpt,
-    RulesOpt,
-    SetOpt,
     SinceOpt,
-    TzOpt,
     UntilOpt,
-    YearOpt,
-    analyze_options,
     filters_from,
 )
+from .options import ANALYSIS, AnalysisArgs, analysis_options
 from .runner import guarded, stderr_console
 
 
@@ -37,6 +28,7 @@ def register(app: typer.Typer) -> None:
     app.command(short_help="Write an offline HTML incident report.")(report)
 
 
+@analysis_options()
 def report(
     paths: PathsArg,
     output: Annotated[
@@ -51,20 +43,12 @@ def report(
     title: Annotated[
         str | None, typer.Option("--title", help="Page title. Default: preemptlog incident report.")
     ] = None,
-    year: YearOpt = None,
-    tz: TzOpt = None,
-    kind: KindOpt = None,
-    file_kind: FileKindOpt = None,
-    offset: OffsetOpt = None,
-    before: BeforeOpt = 10.0,
-    after: AfterOpt = 2.0,
-    lookback_steps: LookbackOpt = None,
-    rules: RulesOpt = None,
-    set_: SetOpt = None,
+    analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help
     since: SinceOpt = None,
     until: UntilOpt = None,
     gate: GateOpt = None,
     request: RequestOpt = None,
+    kind: KindOpt = None,
     min_confidence: MinConfidenceOpt = None,
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
@@ -100,7 +84,7 @@ def report(
         from .runner import progress
 
         overrides, filters = filters_from(
-            file_kind=file_kind,
+            file_kind=analysis.file_kind,
             kind=kind,
             since=since,
             until=until,
@@ -115,18 +99,7 @@ def report(
         except ImportError:
             raise UsageError("preemptlog report needs the plotly package", hint="pip install 'plotly>=6'") from None
         with Workspace() as ws:
-            options = analyze_options(
-                year=year,
-                tz=tz,
-                kind=overrides,
-                offset=offset,
-                before=before,
-                after=after,
-                lookback_steps=lookback_steps,
-                rules=rules,
-                set_=set_,
-                debug=debug,
-            )
+            options = analysis.options(debug=debug, kinds=overrides)
             with progress(quiet, no_color):
                 result = apply_filters(run(paths, options, workspace=ws), filters)
             from ..report import render_html

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, QuietOpt, RulesOpt, SetOpt
+from .common import DebugOpt, QuietOpt
+from .options import RulesOpt, ThresholdOpt
 from .runner import guarded
 
 
@@ -23,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 def rules_command(
     rules: RulesOpt = None,
-    set_: SetOpt = None,
+    set_: ThresholdOpt = None,
     format: Annotated[RulesFormat | None, typer.Option("--format", "-f", help="table or json.")] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Run every rule's sample inputs; exit 7 if one fails.")
@@ -60,7 +61,7 @@ def rules_command(
         from ..rules import load_rules
         from ..rules.model import known_names
         from ..rules.samples import run_samples
-        from .common import note_old_set
+        from .options import note_old_set
 
         note_old_set(set_)
         rs = load_rules(list(rules or []), list(set_ or []))
@@ -100,12 +101,12 @@ def rules_command(
 
 
 def _print(doc: dict, evidence: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from ..outputs.console import console as make_console
     from ..outputs.safe import table_box, text
 
-    console = Console(highlight=False)
+    console = make_console()
     if evidence:
         t = Table(title=text("evidence names"), header_style="bold", box=table_box())
         t.add_column("name")

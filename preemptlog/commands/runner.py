@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import ExitCode, PreemptlogError
+from ..outputs.console import stderr_console  # the summary's console (also for the commands and cli.py)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,19 +39,6 @@ def imports_done() -> None:
         import gc
 
         gc.freeze()
-
-
-def stderr_console(no_color: bool = False) -> Console:
-    """The console for the human summary: stderr, no highlighting, no emoji codes (log text stays literal)."""
-    from rich.console import Console
-
-    return Console(
-        stderr=True,
-        no_color=no_color or bool(os.environ.get("NO_COLOR")),
-        highlight=False,
-        emoji=False,
-        soft_wrap=True,
-    )
 
 
 class _Progress:

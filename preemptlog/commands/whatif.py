@@ -9,7 +9,8 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, FormatOpt, NoColorOpt, OutputOpt, QuietOpt, TzOpt, YearOpt, default_format
+from .common import DebugOpt, FormatOpt, NoColorOpt, OutputOpt, QuietOpt, default_format
+from .options import ANALYSIS, AnalysisArgs, analysis_options
 from .runner import guarded, stderr_console
 
 
@@ -27,6 +28,15 @@ def register(app: typer.Typer) -> None:
     app.command(name="whatif", short_help="Replay the incident's workload under another configuration.")(whatif_command)
 
 
+def complete_setting(incomplete: str) -> list[str]:
+    """Shell completion of --set/--sweep/--base: ``NAME=`` of the replay settings that start with what was
+    typed (the settings' one home is whatif.workload.SETTINGS; imported only when completing)."""
+    from ..whatif.workload import SETTINGS
+
+    return [f"{k}=" for k in SETTINGS if k.startswith(incomplete.split("=", 1)[0].lower())]
+
+
+@analysis_options(old_set=False)  # --set is a vLLM setting here; the rules threshold is --threshold
 def whatif_command(
     bundle: Annotated[
         list[str],
@@ -101,8 +111,7 @@ def whatif_command(
     ] = None,
     format: FormatOpt = None,
     output: OutputOpt = None,
-    year: YearOpt = None,
-    tz: TzOpt = None,
+    analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
@@ -137,7 +146,7 @@ def whatif_command(
     def body() -> int:
         import os
 
-        from ..analysis import AnalyzeOptions, analyze
+        from ..analysis import analyze
         from ..outputs.outio import open_output
         from ..pipeline.bundle import Workspace
         from ..whatif import expand, whatif
@@ -158,8 +167,9 @@ def whatif_command(
                 "--engine vllm needs a python with vLLM",
                 hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)",
             )
+        options = analysis.options(debug=debug, keep_request_rows=True)
         with Workspace() as ws:
-            a = analyze(list(bundle), AnalyzeOptions(year=year, tz=tz, keep_request_rows=True), workspace=ws)
+            a = analyze(list(bundle), options, workspace=ws)
             res = whatif(
                 a,
                 configs,
@@ -199,14 +209,6 @@ def _write(res: Any, fmt: str, out: BinaryIO, no_color: bool) -> None:
         _table(res, out, no_color)
 
 
-def complete_setting(incomplete: str) -> list[str]:
-    """Shell completion of --set/--sweep/--base: ``NAME=`` of the replay settings that start with what was
-    typed (the settings' one home is whatif.workload.SETTINGS; imported only when completing)."""
-    from ..whatif.workload import SETTINGS
-
-    return [f"{k}=" for k in SETTINGS if k.startswith(incomplete.split("=", 1)[0].lower())]
-
-
 LABELS = [
     ("preemptions", "preemptions"),
     ("recomputed_tokens", "recomputed tokens"),
@@ -225,16 +227,16 @@ LABELS = [
 def _table(res: Any, out: BinaryIO, no_color: bool) -> None:
     import io
 
-    from rich.console import Console
     from rich.table import Table
 
+    from ..outputs.console import text_console
     from ..outputs.safe import neutralise, table_box
 
     def cell(v: Any) -> str:
         return "-" if v is None else neutralise(str(v))
 
     buf = io.StringIO()
-    console = Console(file=buf, highlight=False, no_color=True, width=200, emoji=False)
+    console = text_console(buf, width=200, color=False)
     t = Table(
         header_style="bold",
         box=table_box(),  # type: ignore[no-untyped-call]

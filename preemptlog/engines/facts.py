@@ -184,6 +184,15 @@ TABLE: tuple[CodeFact, ...] = (
 )
 
 
+# The field guide's four gates (a gate no row of an engine settles is not in its upstream code).
+GUIDE_GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
+
+
+def rows_of(engine: str) -> tuple[CodeFact, ...]:
+    """The table's rows of one engine (its registry record holds them: Engine.code_facts)."""
+    return tuple(f for f in TABLE if f.engine == engine)
+
+
 def applicable(
     engine: str, generation: str | None, version: Version | None, policy: str | None
 ) -> tuple[CodeFact, ...]:

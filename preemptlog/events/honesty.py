@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
+
 if TYPE_CHECKING:
     from ..model.result import AnalysisView
 
@@ -58,23 +60,20 @@ def honesty_notes(a: AnalysisView) -> list[str]:
             "V1 'Preemptions: N' counts are per stats interval and lag: a preempted request is counted when it "
             "produces output again, so the interval can be later than the preemption."
         )
-    prom_sgl = (
-        ev.filter(pl.col("source").is_in(prom_src) & (pl.col("engine_kind") == "sglang")).height
-        if ev.height and "engine_kind" in ev.columns
-        else 0
-    )
-    if prom_events - prom_sgl:
-        notes.append(
-            f"{prom_events - prom_sgl} event(s) come from the Prometheus counter vllm:num_preemptions_total: each "
-            "increase between two scrapes is spread evenly over that interval (no request id); V1 counts a "
-            "preemption when the request runs again."
+    # Each engine's scraped events, in its words (Engine.prom_counter_note): the default engine's are
+    # every placed scraped event no other engine claims.
+    per_engine = {
+        eng.name: (
+            ev.filter(pl.col("source").is_in(prom_src) & (pl.col("engine_kind") == eng.name)).height
+            if ev.height and "engine_kind" in ev.columns
+            else 0
         )
-    if prom_sgl:  # SGLang's counter counts a retraction when it happens (scheduler update_running_batch)
-        notes.append(
-            f"{prom_sgl} event(s) come from SGLang's retraction counter (sglang:num_retracted_requests_total, or "
-            "0.4.10-0.5.1's sglang:total_retracted_reqs): each increase between two scrapes is spread evenly over "
-            "that interval (no request id)."
-        )
+        for eng in engines.others()
+    }
+    per_engine = {engines.DEFAULT: prom_events - sum(per_engine.values()), **per_engine}
+    for eng in engines.registered():
+        if per_engine.get(eng.name):  # SGLang's counter counts a retraction when it happens (update_running_batch)
+            notes.append(eng.prom_counter_note.format(n=per_engine[eng.name]))
     if unplaced:
         notes.append(
             f"{unplaced} event(s) are preemptions vllm:num_preemptions_total counted since the engine started and no "

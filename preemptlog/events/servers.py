@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .. import engines
+
 START_SCHEMA = {
     "stream": "Int32",
     "source": "String",
@@ -31,33 +33,33 @@ START_SCHEMA = {
     "host": "String",
 }
 
-VERSION_RE = r"(?:server version |LLM engine \(v)v?([0-9][\w.+-]*?)\)?(?:\s|$|,)"
-
 
 def starts(records: pl.DataFrame) -> pl.DataFrame:
-    """Server starts in the records (see the module docstring)."""
+    """Server starts in the records (see the module docstring): every engine says which of its
+    records start a server, which name its version and what that version is (Engine.server_start)."""
     if records.height == 0 or "stream" not in records.columns:
         from ..model.frames import empty_frame
 
         return empty_frame(START_SCHEMA)
-    t = pl.col("text")
-    is_sglang = pl.col("kind") == "sgl_args"  # SGLang's server_args line (it prints no version)
-    is_version = (pl.col("kind") == "cfg_version") | is_sglang
-    is_engine = (pl.col("kind") == "cfg_engine") & t.str.contains(r"Initializing an? (?:V[01] )?LLM engine \(v")
-    # An SGLang stream without a server_args line (a log cut after start-up) still is a server of its own: its
-    # first SGLang line stands for the start (another engine's log is never the same server).
-    sgl_line = pl.col("kind").str.starts_with("sgl_").fill_null(False)
-    first_sgl = sgl_line & (pl.int_range(pl.len()).over("stream", sgl_line) == 0) & ~is_sglang.any().over("stream")
+    found = [(e, e.server_start(pl.col(f"_own{i}"))) for i, e in enumerate(engines.registered())]
+    start, dated = pl.lit(False), pl.lit(False)
+    for _, st in found:
+        start, dated = start | st.start, dated | st.dated
+    version = next((st.version for e, st in found if e.default), pl.lit(None, pl.String))
+    for i, (e, st) in reversed(list(enumerate(found))):
+        if not e.default:
+            version = pl.when(pl.col(f"_own{i}")).then(st.version).otherwise(version)
     r = records.sort("stream", "seq") if "seq" in records.columns else records
-    rows = r.filter(is_version | is_engine | first_sgl).with_columns(_ver=is_version | sgl_line, _sgl=sgl_line)
-    # A stream's engine-init lines are starts only when it has no version line.
+    r = r.with_columns([engines.owns(e).fill_null(False).alias(f"_own{i}") for i, (e, _) in enumerate(found)])
+    rows = r.filter(start).with_columns(_ver=dated)
+    # A stream's undated starts (vLLM's engine-init lines) are starts only when it has no dated one.
     rows = rows.filter(pl.col("_ver") | ~pl.col("_ver").any().over("stream"))
     return rows.select(
         pl.col("stream").cast(pl.Int32),
         pl.col("source"),
         pl.col("n").alias("line"),
         pl.col("time"),
-        pl.when(pl.col("_sgl")).then(pl.lit("sglang")).otherwise(t.str.extract(VERSION_RE, 1)).alias("version"),
+        version.alias("version"),
         pl.col("proc").str.extract(r"^(.*?pid=\d+)", 1).alias("process"),
         pl.coalesce(pl.col("proc").str.extract(r"ip=([0-9A-Fa-f.:]+)", 1), pl.col("compose")).alias("host"),
     )

@@ -108,7 +108,7 @@ def request_tokens(a: Analysis) -> dict[str, Any] | None:
                     f"finished request(s) (vllm:request_prompt_tokens and vllm:request_generation_tokens, "
                     f"{v['req_prompt_sum'][1]})",
                 }
-    from ..engines.vllm.requests import stats_of
+    from ..model.requests import stats_of
 
     st = stats_of(a)
     if st.prompt_n >= 5 and st.max_tokens_mean() is not None:
@@ -277,8 +277,10 @@ def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None
 
 
 def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
-    from ..engines.vllm.fixes import capacity_fixes
+    from .. import engines
 
+    capacity_fixes = engines.default().capacity_fixes  # the pool levers of the engine whose config keys these are
+    assert capacity_fixes is not None
     pool = _pool(a)
     peak, peak_why = _peak(a, pool) if pool is not None and pool["blocks"] else (None, None)
     if peak is None and pool is not None and pool["blocks"]:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+from ..model.config import Cfg, in_force
+from ..model.config import cfg_number as cfg_number  # re-exported: the findings read config here
+from ..model.config import cfg_text as cfg_text
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView as Analysis
@@ -22,43 +25,9 @@ def frame(a: Analysis, name: str) -> pl.DataFrame | None:
     return df if df is not None and df.height else None
 
 
-@dataclass(frozen=True)
-class Cfg:
-    """A configuration value stated in (or derived from) the bundle; preemptlog's defaults are not evidence."""
-
-    key: str
-    value: float
-    status: str
-    src: str | None
-
-    def cite(self) -> str:
-        return f"{self.key}={_num(self.value)} ({self.status}, {self.src or 'no line'})"
-
-
-def _num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:g}"
-
-
-def cfg_number(a: Analysis, key: str) -> Cfg | None:
-    """The value in force when it is seen or derived (a default is an assumption: None)."""
-    from ..engines.vllm.config import in_force
-
-    row = in_force(a.config).get(key)
-    if row is None or row.get("status") == "default":
-        return None
-    try:
-        val = float(str(row["value"]).replace(",", "").rstrip("x"))
-    except (TypeError, ValueError):
-        return None
-    src = f"{row['source']}:{row['line']}" if row.get("source") else None
-    return Cfg(key, val, str(row["status"]), src)
-
-
 def cfg_default(a: Analysis, key: str) -> Cfg | None:
     """vLLM's default for the bundle's own version (vllm/config.py VERSION_DEFAULTS), as an assumed
     value: None when the version is not in the bundle (then the default is not known)."""
-    from ..engines.vllm.config import in_force
-
     cfg = in_force(a.config)
     row, ver = cfg.get(key), cfg.get("vllm_version")
     if row is None or row.get("status") != "default" or ver is None or ver.get("status") == "default":
@@ -68,17 +37,6 @@ def cfg_default(a: Analysis, key: str) -> Cfg | None:
     except (TypeError, ValueError):
         return None
     return Cfg(key, val, "assumed", f"vLLM {ver['value']} default")
-
-
-def cfg_text(a: Analysis, key: str) -> tuple[str, str | None, str] | None:
-    """(value, file:line, status) of a configuration key, defaults included (callers decide)."""
-    from ..engines.vllm.config import in_force
-
-    row = in_force(a.config).get(key)
-    if row is None:
-        return None
-    src = f"{row['source']}:{row['line']}" if row.get("source") else None
-    return str(row["value"]), src, str(row["status"])
 
 
 def stats_intervals(a: Analysis) -> pl.DataFrame:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
 from .common import frame, src_expr, stats_intervals
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def victims(a: Analysis) -> pl.DataFrame:
         "mode",
         "request_id",
         pl.col("engine").fill_null("0"),
-        pl.col("engine_kind") if "engine_kind" in a.events.columns else pl.lit("vllm").alias("engine_kind"),
+        pl.col("engine_kind") if "engine_kind" in a.events.columns else pl.lit(engines.DEFAULT).alias("engine_kind"),
         "source",
         "line",
     )
@@ -277,7 +278,7 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         )
         .then(pl.lit("lower"))
     )
-    basis = (
+    known = (
         pl.when(swap)
         .then(pl.lit("V0 SWAP mode: the blocks go to CPU memory and come back; nothing is recomputed"))
         .when(pl.col("p_lost").is_not_null())
@@ -295,14 +296,12 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         )
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.lit("the victim's prompt length (at least; what it generated before is not in the bundle)"))
-        .when(pl.col("engine_kind") == "sglang")
-        .then(
-            pl.lit(
-                "unknown: SGLang's retraction line names no request and prints #new_tokens_gained only from 0.5.10 "
-                "(/metrics sglang:num_retracted_{input,output}_tokens_total give the incident's total)"
-            )
-        )
-        .when(pl.col("request_id").is_null())
+    )
+    for eng in engines.registered():  # why an engine's event has no tokens, in its terms (SGLang's line)
+        if eng.tokens_unknown is not None:
+            known = known.when(pl.col("engine_kind") == eng.name).then(pl.lit(eng.tokens_unknown))
+    basis = (
+        known.when(pl.col("request_id").is_null())
         .then(pl.lit("unknown: the event names no request"))
         .otherwise(pl.lit("unknown: no tokens of this request in the bundle (block-table records or prompt_token_ids)"))
     )
@@ -531,7 +530,10 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
             "max": _f(resumed.get_column("preempted_s").max()) if resumed.height else None,
             "sum": _f(resumed.get_column("preempted_s").sum()) if resumed.height else None,
         },
-        "sglang_counters": _sglang_counters(a),
+        # an engine's own recompute cost from its counters (SGLang's: "sglang_counters")
+        **{
+            f"{e.name}_counters": e.recompute_counters(a.counters) for e in engines.registered() if e.recompute_counters
+        },
         **({"prefix_cache": split} if (split := prefix_cache_split(a, ev)) is not None else {}),
         "not_evaluable": None
         if known.height
@@ -544,21 +546,6 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
     }
     pm = _per_minute(timed, iv)
     return out, pm
-
-
-def _sglang_counters(a: Analysis) -> dict[str, Any] | None:
-    """SGLang's own recompute cost (0.5.10+ /metrics): the input and output tokens of the requests it
-    retracted, ``sglang:num_retracted_{input,output}_tokens_total`` increases (at most what is prefilled
-    again: the radix cache may keep a prefix)."""
-    got = (a.counters.get("prometheus") or {}).get("sglang_retracted_tokens")
-    if not got:
-        return None
-    return {
-        **got,
-        "tokens_at_most": got["input_tokens"] + got["output_tokens"],
-        "basis": "sglang:num_retracted_input_tokens_total + sglang:num_retracted_output_tokens_total increases "
-        "(the retracted requests' prompt and generated tokens: at most what is prefilled again)",
-    }
 
 
 def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:

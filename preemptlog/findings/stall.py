@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..engines.vllm.requests import stats_of
+from ..model.requests import stats_of
 from .common import cfg_number, frame, src_expr
 
 if TYPE_CHECKING:

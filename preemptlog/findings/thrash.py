@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..engines.vllm.requests import incident_requests
+from .. import engines
+from ..model.requests import incident_requests
 from .common import frame, src_expr
 
 if TYPE_CHECKING:
@@ -216,7 +217,11 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
     )
     at_most = next((x for x in bounds if (le(x) or 0) >= count), None) if count else 0
     window = bool((per.get_column("scrapes") > 1).all())
-    sglang = bool(h.get_column("metric").str.starts_with("sglang:").any())
+    # The engine whose histogram it is: one with its own metric prefix, else the default engine.
+    eng = next(
+        (e for e in engines.others() if bool(h.get_column("metric").str.starts_with(e.metrics.prefix + ":").any())),
+        engines.default(),
+    )
     dist: dict[str, int] | None = None
     if None not in (b1, b2, b5):
         dist = {
@@ -229,8 +234,8 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
             dist = {"0": int(b0), "1": int((b1 or 0) - b0), **{k: v for k, v in dist.items() if k != "0-1"}}
     return {
         # SGLang's own histogram of retractions per finished request (0.5.5-0.5.10), else vLLM's
-        "metric": "sglang:num_retractions" if sglang else "vllm:request_num_preemptions",
-        "engine_kind": "sglang" if sglang else "vllm",
+        "metric": eng.histogram_metric,
+        "engine_kind": eng.name,
         "window": "increase between the first and the last scrape" if window else "since engine start (one scrape)",
         "requests_finished": int(count),
         "preemptions": int(total) if total is not None else None,

@@ -1,16 +1,18 @@
 """The incident's fixes: one list of changes to make, one value per lever, read by every output.
 
-A pipeline stage after the findings (pipeline.run): :func:`plan` puts together the field guide's
-formula fixes (rules/recommend.structured) and the levers computed from the KV pool and the peak
-demand (findings/capacity.py, rules/recommend.capacity_fixes), then
+A pipeline stage after the findings (pipeline.run): :func:`plan` asks every registered engine for
+its part over its own events' verdicts (Engine.fixes; engines.split_verdicts). vLLM's
+(engines/vllm/fixes.plan_part) puts together the field guide's formula fixes and the levers
+computed from the KV pool and the peak demand (findings/capacity.py, the engine's capacity_fixes)
+and keeps one suggestion per option: a lever computed from the incident's own pool and demand
+supersedes the formula fix for the same option; a pool pinned by ``--num-gpu-blocks-override``
+is moved by that option, so no ``--gpu-memory-utilization`` fix is offered then. Then the plan
 
-- keeps one suggestion per option: a lever computed from the incident's own pool and demand
-  supersedes the formula fix for the same option; a pool pinned by ``--num-gpu-blocks-override``
-  is moved by that option, so no ``--gpu-memory-utilization`` fix is offered then;
 - ranks only *changes*: a fix with a computed value that addresses some of the incident's
   events. A fix that cannot be computed, or asks for more evidence, is not a change: it becomes an
   item of ``to_know_more`` (what to add, and what it would settle);
-- replays every change on the incident's workload (whatif/verify.py): a calibrated replay without
+- replays every change of the engine the what-if models (Engine.not_replayed is None; another
+  engine's changes say why not) on the incident's workload (whatif/verify.py): a calibrated replay without
   gain drops it; a change whose replay is calibrated and gains is ``verified``, any other is
   ``not verified`` (uncalibrated model, no workload to replay, replay skipped) and never ranks
   above a verified one;
@@ -27,16 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..engines.vllm.fixes import (
-    G1_KEYS,
-    LOG_REQUESTS_HINT,
-    TIE_ORDER,
-    engine_family,
-    measure,
-    ranked,
-    structured,
-    verdict_key_counts,
-)
+from .. import engines
+from ..engines.common import G1_KEYS
 
 if TYPE_CHECKING:
     from ..findings import Findings
@@ -54,54 +48,30 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
     """``{"changes": [...], "to_know_more": [...], "dropped": [...]}`` for the incident."""
     if a.ruleset is None:
         return {"changes": [], "to_know_more": [], "dropped": []}
-    from ..engines.sglang import fixes as sglang_fixes
+    per = engines.split_verdicts(a.events, a.verdicts)  # each engine's events get its own changes
+    changes: list[dict[str, Any]] = []
+    know: list[dict[str, Any]] = []
+    dropped: list[dict[str, str]] = []
+    for eng in engines.registered():
+        if eng.name not in per:
+            continue
+        v = per[eng.name]
+        if eng.default and len(per) > 1 and (v is None or v.height == 0):
+            continue  # only other engines' events: none of the default engine's changes
+        part = eng.fixes(a, findings, v)
+        mine, mine_dropped = part.changes, list(part.dropped)
+        if eng.not_replayed is not None:  # the what-if model is not this engine's scheduler
+            for x in mine:
+                x["replay"] = {"status": "not replayed", "why": eng.not_replayed}
+        elif mine:  # nothing to replay: whatif is not even imported (start-up time)
+            from ..whatif.verify import verify_fixes
 
-    vllm_v, sglang_v = sglang_fixes.split(a, a.verdicts)  # each engine's events get its own changes
-    sgl_changes: list[dict[str, Any]] = []
-    sgl_dropped: list[dict[str, str]] = []
-    if sglang_v is not None:
-        found, sgl_dropped = sglang_fixes.candidates(a)
-        sgl_changes = [x for x in ranked(found, verdict_key_counts(sglang_v)) if _is_change(x)]
-        for x in sgl_changes:  # the what-if model is vLLM's scheduler: SGLang's changes are not replayed
-            x["replay"] = {"status": "not replayed", "why": "the what-if model replays vLLM's scheduler, not SGLang's"}
-        if vllm_v is None or vllm_v.height == 0:
-            return _ranked(a, sgl_changes, [], sgl_dropped)
-    formula, dropped = structured(measure(a), engine_family(a))
-    cap = (findings.capacity if findings is not None else None) or {}
-    computed = [dict(x) for x in cap.get("fixes") or []]
-    dropped = [*dropped, *(cap.get("dropped") or [])]
-    by_option = {x["option"]: x["id"] for x in computed if x.get("suggested") is not None}
-    pinned = any(x["option"] == "--num-gpu-blocks-override" for x in computed) or _pinned(a)
-    candidates = list(computed)
-    for x in formula:
-        if x["option"] in by_option:
-            dropped.append(
-                {
-                    "id": x["id"],
-                    "why": f"superseded by {by_option[x['option']]}, computed from the incident's KV pool and "
-                    "peak demand",
-                }
-            )
-        elif pinned and x["option"] == "--gpu-memory-utilization":
-            dropped.append(
-                {
-                    "id": x["id"],
-                    "why": "the KV pool is pinned by --num-gpu-blocks-override: gpu_memory_utilization does not "
-                    "change it",
-                }
-            )
-        else:
-            candidates.append(x)
-    counts = verdict_key_counts(vllm_v if vllm_v is not None else a.verdicts)
-    addressing = ranked(candidates, counts)  # only fixes that address some of the incident's events
-    changes = [x for x in addressing if _is_change(x)]
-    know = [x for x in addressing if not _is_change(x)]
-    if changes:  # nothing to replay: whatif is not even imported (start-up time)
-        from ..whatif.verify import verify_fixes
-
-        changes, no_gain = verify_fixes(a, changes)
-        dropped.extend(no_gain)
-    return _ranked(a, [*changes, *sgl_changes], know, [*dropped, *sgl_dropped])
+            mine, no_gain = verify_fixes(a, mine)
+            mine_dropped.extend(no_gain)
+        changes.extend(mine)
+        know.extend(part.know)
+        dropped.extend(mine_dropped)
+    return _ranked(a, changes, know, dropped)
 
 
 def _ranked(
@@ -113,12 +83,13 @@ def _ranked(
         x.setdefault("current_from", current_label(a, x["option"]))
     # A verified change first; a change that a replay, even an uncalibrated one, shows no gain for
     # ranks after the others (its own figures argue against it).
+    ties = engines.tie_order()
     changes.sort(
         key=lambda x: (
             x["status"] != "verified",
             (x.get("replay") or {}).get("gain") is False,
             -x["events_addressed"],
-            TIE_ORDER.index(x["id"]) if x["id"] in TIE_ORDER else len(TIE_ORDER),
+            ties.index(x["id"]) if x["id"] in ties else len(ties),
         )
     )
     for i, x in enumerate(changes, 1):
@@ -126,26 +97,14 @@ def _ranked(
     return {"changes": changes, "to_know_more": to_know_more(a, know, changes), "dropped": dropped}
 
 
-def _is_change(x: dict[str, Any]) -> bool:
-    """A change to make: a value computed for a setting (not "add evidence", not "cannot compute")."""
-    return x.get("suggested") is not None and x.get("id") != "add_evidence" and x.get("option") != "bundle"
-
-
 def _status(x: dict[str, Any]) -> str:
     rp = x.get("replay") or {}
     return "verified" if rp.get("status") == "calibrated" and rp.get("gain") else "not verified"
 
 
-def _pinned(a: AnalysisView) -> bool:
-    from ..engines.vllm.config import in_force
-
-    row = in_force(a.config).get("num_gpu_blocks_override")
-    return row is not None and row.get("status") == "seen"
-
-
 def current_label(a: AnalysisView, option: str) -> str | None:
     """Where the current value of an option's setting comes from: seen, derived or assumed."""
-    from ..engines.vllm.config import in_force
+    from ..model.config import in_force
 
     key = option.strip().split()[0].removeprefix("--").replace("-", "_") if option.startswith("--") else None
     if not key:
@@ -186,12 +145,15 @@ def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict
         add(*RECORDS_HINT)
     unverified = [x for x in changes if x.get("status") != "verified" and not (x.get("replay") or {}).get("status")]
     if unverified and not (a.requests.height or (bt is not None and bt.height)):
-        add(
-            LOG_REQUESTS_HINT,
-            "a replay of "
-            + ", ".join(sorted({x["option"] for x in unverified}))
-            + " on the incident's own workload (verified by replay)",
-        )
+        for eng in engines.registered():  # what the engine's replay needs: its request lines
+            theirs = [x for x in unverified if x.get("engine_kind", engines.DEFAULT) == eng.name]
+            if eng.replay_hint is not None and theirs:
+                add(
+                    eng.replay_hint,
+                    "a replay of "
+                    + ", ".join(sorted({x["option"] for x in theirs}))
+                    + " on the incident's own workload (verified by replay)",
+                )
     return [{"add": what, "settles": "; ".join(s)} for what, s in items.items()]
 
 
@@ -214,11 +176,14 @@ def attach(
     keys = G1_KEYS + ["G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined"]
 
     def mine(x: dict[str, Any], kind: str) -> bool:
-        return bool(x.get("engine_kind", "vllm") == kind)
+        return bool(x.get("engine_kind", engines.DEFAULT) == kind)
 
-    per = {k: [x for x in changes if k in x["addresses"] and mine(x, "vllm")] for k in keys}
-    # SGLang's events look their changes up under "sglang:<key>"
-    per.update({"sglang:" + k: [x for x in changes if k in x["addresses"] and mine(x, "sglang")] for k in keys})
+    per = {k: [x for x in changes if k in x["addresses"] and mine(x, engines.DEFAULT)] for k in keys}
+    # Another engine's events look their changes up under "<engine>:<key>" (SGLang's: "sglang:<key>")
+    for eng in engines.others():
+        per.update(
+            {f"{eng.name}:" + k: [x for x in changes if k in x["addresses"] and mine(x, eng.name)] for k in keys}
+        )
     lookup = pl.DataFrame(
         {
             "_key": list(per.keys()),
@@ -234,7 +199,8 @@ def attach(
     )
     if engine_kinds is not None:
         verdicts = verdicts.join(engine_kinds, on="event_id", how="left")
-        key = pl.when(pl.col("engine_kind") == "sglang").then(pl.lit("sglang:") + key).otherwise(key)
+        for eng in engines.others():
+            key = pl.when(pl.col("engine_kind") == eng.name).then(pl.lit(f"{eng.name}:") + key).otherwise(key)
     cols = [c for c in verdicts.columns if c != "engine_kind" or engine_kinds is None]
     out = (
         verdicts.drop("recommendations", "fixes")

@@ -86,23 +86,14 @@ def _figures(sections: dict[str, pl.DataFrame]) -> str:
 def render(sections: dict[str, pl.DataFrame], *, by: str, window: Window, source: str) -> str:
     from ..model import VERSION as __version__
     from ..report import plotly_js
-    from ..report.page import CSP, STYLE
+    from ..report.page import page_head
     from .report import headline
     from .tables import TITLES
 
     heading = "preemptlog fleet report"
     sub = f"{source} · times in UTC · preemptlog {__version__}" + (f" · {window.text()}" if window.text() else "")
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<meta name="referrer" content="no-referrer">',
-        '<link rel="icon" href="data:,">',
-        f"<title>{e(heading)}</title>",
-        f"<style>{STYLE}</style>",
-        f'<script type="text/javascript">{plotly_js()}</script>',
-        "</head><body>",
+        *page_head(heading, plotly_js()),
         f'<header><h1>{e(heading)}</h1><div class="sub">{e(sub)}</div></header><main>',
         f'<section id="verdict"><p class="headline">{e(headline(sections))}</p></section>',
         f'<section><div id="timeline">{_figures(sections)}</div></section>',

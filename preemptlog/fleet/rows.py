@@ -44,9 +44,11 @@ CONFIG = (
 
 def engine_kind(analysis: Analysis, summary: dict[str, Any]) -> str:
     """Which engine the server ran (``vllm`` | ``sglang``): the summary's (summary._engines, from the
-    events' ``engine_kind`` and the bundle's log kinds), else "vllm"."""
+    events' ``engine_kind`` and the bundle's log kinds), else the default engine (engines.DEFAULT)."""
+    from ..engines import DEFAULT
+
     kind = summary.get("engine_kind")
-    return str(kind) if kind else "vllm"
+    return str(kind) if kind else DEFAULT
 
 
 def cause_of(gate: pl.Expr, sub_kind: pl.Expr) -> pl.Expr:

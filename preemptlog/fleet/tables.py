@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import os
 from datetime import date, datetime
 from typing import Any, BinaryIO
 
@@ -33,23 +31,13 @@ def _cell(v: Any) -> str:
 
 
 def write_tables(sections: dict[str, pl.DataFrame], out: BinaryIO, *, by: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from ..outputs.console import binary_console
     from ..outputs.safe import text
     from .report import headline
 
-    wrapper = io.TextIOWrapper(out, encoding="utf-8", errors="replace", write_through=True)
-    try:
-        is_tty = hasattr(out, "isatty") and out.isatty()
-        console = Console(
-            file=wrapper,
-            width=None if is_tty else 200,
-            force_terminal=is_tty,
-            no_color=not is_tty or bool(os.environ.get("NO_COLOR")),
-            highlight=False,
-            soft_wrap=False,
-        )
+    with binary_console(out) as console:
         console.print(text(headline(sections)))
         for name, title in TITLES.items():
             df = sections[name]
@@ -63,6 +51,3 @@ def write_tables(sections: dict[str, pl.DataFrame], out: BinaryIO, *, by: str) -
             console.print(table)
             if df.height > MAX_ROWS:
                 console.print(f"  ... and {df.height - MAX_ROWS} more row(s) (-f json or csv lists them all)")
-    finally:
-        wrapper.flush()
-        wrapper.detach()

@@ -17,11 +17,9 @@ has an engine and an interval).
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
-from ..engines import facts as F
+from .. import engines
 from .declare import Evidence, cited
 
 SOURCE = "engine code (engine_facts.py), vllm-log (config)"
@@ -72,59 +70,6 @@ EVIDENCE = [
     ),
 ]
 
-GUIDE_GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
-
-
-def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
-    """The code facts of the bundle's engine (None: not a vLLM log the facts can read)."""
-    from ..engines.vllm.config import _version_tuple, in_force
-
-    cfg = in_force(config) if config is not None and config.height else {}
-    gen_row = cfg.get("engine")
-    gen = gen_row["value"] if gen_row and gen_row["status"] != "default" else None
-    ver_row = cfg.get("vllm_version")
-    ver_text = ver_row["value"] if ver_row and ver_row["status"] != "default" else None
-    ver = _version_tuple(ver_text) if ver_text else None
-    pol_row = cfg.get("scheduling_policy")
-    policy = str(pol_row["value"]).strip("'\"").lower() if pol_row else "fcfs"
-    if gen is None and ver is None:
-        return None  # nothing says this is a vLLM engine the facts cover
-
-    facts = F.applicable(F.VLLM, gen, ver, policy)
-    kv = [f for f in facts if f.kv_pressure]
-    if not kv:
-        return None
-    if gen is None and len({f.generation for f in kv}) > 1:
-        trigger = (
-            "a running request could not get the KV blocks its next tokens need (V0 _can_append_slots and V1 "
-            "allocate_slots alike; the log does not say which engine generation)"
-        )
-        code_src = " and ".join(f.source for f in kv)
-    else:
-        trigger = kv[0].trigger
-        code_src = kv[0].source
-    label = "vLLM" + (f" {gen}" if gen else "") + (f" {ver_text}" if ver_text else "") + f" ({policy})"
-    # Where the engine, version and policy were read: the bundle's lines (file:line), one per line.
-    lines = list(
-        dict.fromkeys(f"{r['source']}:{r['line']}" for r in (gen_row, ver_row, pol_row) if r and r.get("source"))
-    )
-    engine_src = "; ".join(lines) or None
-    settled = F.gates_settled(F.VLLM, gen, ver, policy)
-    resets = [f for f in facts if f.mechanism == "prefix-cache-reset"]
-    reset = bool(resets)
-    # The guide's G4 (a shared-prefix conflict) is not the reset; the reset is its own trigger.
-    not_gates = [g for g in GUIDE_GATES if g not in settled or g == "G4-prefix-conflict"]
-    return {
-        "trigger": trigger,
-        "src": f"vLLM source: {code_src}",
-        "engine_src": engine_src,
-        "kv": True,
-        "reset": reset,
-        "reset_src": f"vLLM source: {resets[0].source}" if resets else f"vLLM source: {code_src}",
-        "label": label,
-        "not_gates": ",".join(not_gates),
-    }
-
 
 def section_code(
     events: pl.DataFrame,
@@ -136,7 +81,8 @@ def section_code(
 ) -> pl.DataFrame | None:
     """``events`` needs _i, time, kind, time_precision, interval_start, interval_end, _eng (every event,
     timed or not)."""
-    facts = bundle_facts(config)
+    # Each engine's code facts (Engine.bundle_facts: what its configuration in force settles), for its events.
+    per_engine = [(e.name, e.bundle_facts(config)) for e in engines.registered() if e.bundle_facts is not None]
     # A count (an interval, or events spread in one: time_precision "interval" or "unplaced") is
     # judged by its interval, every event of it alike; a line by the window around its time.
     counted = (pl.col("kind") == "interval") | (
@@ -158,23 +104,28 @@ def section_code(
         .alias("_shi"),
     )
     out = span.select("_i")
-    if facts is not None:
-        src = pl.lit(facts["src"])
-        esrc = pl.lit(facts["engine_src"], pl.String)
-        # vLLM's code facts are for vLLM's events: an SGLang event has its own rules (sglang rows)
-        if "engine_kind" in events.columns:
+    per = [(kind, facts) for kind, facts in per_engine if facts is not None]
+    if per:
+        masked = "engine_kind" in events.columns  # an engine's code facts are for its events only
+        if masked:
             out = out.join(events.select("_i", "engine_kind"), on="_i", how="left")
-        out = out.with_columns(
-            *cited("code_trigger", pl.lit(facts["trigger"]), src),
-            *cited("code_kv", pl.lit(facts["kv"]), src),
-            *cited("code_reset", pl.lit(facts["reset"]), pl.lit(facts["reset_src"])),
-            *cited("code_engine", pl.lit(facts["label"]), esrc),
-            *cited("code_not_gates", pl.lit(facts["not_gates"]), src),
-        )
-        if "engine_kind" in out.columns:
-            names = [c for c in out.columns if c.startswith("code_")]
-            sgl = pl.col("engine_kind").fill_null("vllm") == "sglang"
-            out = out.with_columns([pl.when(~sgl).then(pl.col(c)).alias(c) for c in names]).drop("engine_kind")
+        cols: dict[str, list[pl.Expr]] = {}
+        for kind, facts in per:
+            src = pl.lit(facts["src"])
+            esrc = pl.lit(facts["engine_src"], pl.String)
+            mine = engines.events_of(kind) if masked else pl.lit(True)
+            for x in (
+                *cited("code_trigger", pl.lit(facts["trigger"]), src),
+                *cited("code_kv", pl.lit(facts["kv"]), src),
+                *cited("code_reset", pl.lit(facts["reset"]), pl.lit(facts["reset_src"])),
+                *cited("code_engine", pl.lit(facts["label"]), esrc),
+                *cited("code_not_gates", pl.lit(facts["not_gates"]), src),
+            ):
+                name = x.meta.output_name()
+                cols.setdefault(name, []).append(pl.when(mine).then(x).alias(name) if masked else x)
+        out = out.with_columns([xs[0] if len(xs) == 1 else pl.coalesce(xs).alias(n) for n, xs in cols.items()])
+        if masked:
+            out = out.drop("engine_kind")
     pressure = _pressure(span, frames.get("pressure_intervals"))
     if pressure is not None:
         out = out.join(pressure, on="_i", how="left")

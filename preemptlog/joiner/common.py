@@ -141,3 +141,53 @@ def rolling_lookback(df: pl.DataFrame, group: list[str], value: str, k: int, how
         row = agg - val * big
     n = pl.int_range(pl.len()).over(group).clip(upper_bound=k) + 1
     return df.with_columns(_lb_val=val, _lb_row=row, _lb_n=n.cast(pl.Int64))
+
+
+def rows_in_ranges(
+    q: pl.DataFrame, rows: pl.DataFrame, by: list[str], on: str, lo: str, hi: str
+) -> pl.DataFrame:
+    """Every pair (``_q``: a row of ``q``, ``_r``: a row of ``rows``) with equal ``by`` keys and
+    ``q.lo <= rows.on <= q.hi``: what an equality join on ``by`` then a filter on the range gives,
+    without making the pairs outside the range (a join on a key many rows share grows with
+    queries x rows; this grows with the pairs found).
+
+    One merged timeline sorted by (``by``, value, mark): each range's two ends are inserted as marks
+    (the start before the rows of its value, the end after them); the rows before a mark are
+    counted, so each range is a run of positions in ``rows`` sorted by (``by``, ``on``). A null key,
+    value or end matches nothing (as in the join and filter). Pairs in (``_q``, ``on``) order.
+    """
+    r = rows.select(*by, pl.col(on).alias("_x")).with_row_index("_r")
+    r = r.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in [*by, "_x"])).sort(*by, "_x")
+    dt = r.schema["_x"]
+    cast = {c: r.schema[c] for c in by}
+    qq = (
+        q.select(*by, pl.col(lo).cast(dt).alias("_lo"), pl.col(hi).cast(dt).alias("_hi"))
+        .cast(cast)  # type: ignore[arg-type]
+        .with_row_index("_q")
+        .filter(pl.all_horizontal(pl.col(c).is_not_null() for c in [*by, "_lo", "_hi"]))
+    )
+    if r.height == 0 or qq.height == 0:
+        return pl.DataFrame(schema={"_q": pl.UInt32, "_r": pl.UInt32})
+    none = pl.lit(None, pl.UInt32).alias("_q")
+    marks = (
+        pl.concat(
+            [
+                r.select(*by, "_x", pl.lit(1, pl.Int8).alias("_m"), none),
+                qq.select(*by, pl.col("_lo").alias("_x"), pl.lit(0, pl.Int8).alias("_m"), "_q"),
+                qq.select(*by, pl.col("_hi").alias("_x"), pl.lit(2, pl.Int8).alias("_m"), "_q"),
+            ]
+        )
+        .sort(*by, "_x", "_m")
+        .with_columns(_n=(pl.col("_m") == 1).cum_sum().cast(pl.Int64))
+        .filter(pl.col("_m") != 1)
+        .select("_q", "_m", "_n")
+    )
+    ends = (
+        marks.filter(pl.col("_m") == 0)
+        .select("_q", pl.col("_n").alias("_a"))
+        .join(marks.filter(pl.col("_m") == 2).select("_q", pl.col("_n").alias("_b")), on="_q")
+        .filter(pl.col("_b") > pl.col("_a"))
+        .sort("_q")
+    )
+    pos = ends.select("_q", pl.int_ranges("_a", "_b").alias("_k")).explode("_k")
+    return pos.select("_q", r.get_column("_r").gather(pos.get_column("_k")).alias("_r"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from .. import engines
 from .code import section_code
 from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key, us
 from .config import section_config
@@ -14,7 +15,6 @@ from .prom import section_prom
 from .request import decision_steps, section_request
 from .sched import section_sched
 from .schema import polars_schema
-from .sglang import section_sglang
 from .stats import section_stats
 
 # The events of one counted interval (a V1 ``Preemptions: N`` line, a V0 counter jump, a
@@ -86,10 +86,13 @@ def compute(
     untimed = base.filter(pl.col("time").is_null()).select("_i")
     if untimed.height and config is not None and config.height:
         out = _bundle_config(out, untimed, config)
-    # SGLang's evidence is the event's own line (not a time window): untimed events (0.1-0.2 print no time) get it too.
-    sgl = section_sglang(base.select("_i", "stream", "seq"), frames, config)
-    if sgl is not None:
-        out = out.join(sgl, on="_i", how="left", maintain_order="left")
+    # An engine's own evidence (SGLang's: the event's own line, not a time window): untimed events
+    # (SGLang 0.1-0.2 print no time) get it too.
+    for eng in engines.registered():
+        if eng.evidence is not None:
+            sec = eng.evidence.section(base.select("_i", "stream", "seq"), frames, config)
+            if sec is not None:
+                out = out.join(sec, on="_i", how="left", maintain_order="left")
     # lookback_min_free_blocks: hook steps first, else block-table steps.
     h = [c for c in ("_h_lbmin", "_b_lbmin") if c in out.columns]
     if h:

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from .common import CONFLICT_S, asof, frame_of, src_expr, us, with_eng
+from .common import CONFLICT_S, asof, frame_of, rows_in_ranges, src_expr, us, with_eng
 from .declare import Evidence, cited
 
 EVIDENCE = [
@@ -210,53 +210,68 @@ def section_request(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, af
         ).explode("_b")
         ext = allev.filter(pl.col("action").is_in(["extend", "allocate"])) if allev is not None else None
         if shared.height and ext is not None and ext.height:
-            tx = (
-                tb.select(
-                    pl.col("request_id").alias("_other"),
-                    "_eng",
-                    pl.col("time").alias("_tt"),
-                    pl.col("block_ids").alias("_b"),
-                )
-                .explode("_b")
-                .join(shared.select("_b", "_eng").unique(), on=["_b", "_eng"], how="semi")
-            )
-            cand = (
-                shared.join(tx, on=["_b", "_eng"], how="inner")
-                .filter(
-                    (pl.col("_other") != pl.col("request_id")) & pl.col("_tt").is_between(pl.col("_lo"), pl.col("_hi"))
-                )
-                .select("_i", "_lo", "_hi", "_other", "_eng")
-                .unique()
-            )
-            x = ext.select(
-                pl.col("request_id").alias("_other"),
-                "_eng",
-                pl.col("time").alias("_xt"),
-                pl.col("step").alias("_xs"),
-                src_expr().alias("_xsrc"),
-            )
-            # When the decision has a scheduler step, the other request's extension must be a
-            # record of the same step or the one before; else (no steps) within the time window.
-            hit = (
-                cand.join(shared.select("_i", "_ds").unique(), on="_i", how="left")
-                .join(x, on=["_other", "_eng"], how="inner")
-                .filter(
-                    pl.when(pl.col("_ds").is_not_null())
-                    .then(pl.col("_xs").is_between(pl.col("_ds") - 1, pl.col("_ds")).fill_null(False))
-                    .otherwise(pl.col("_xt").is_between(pl.col("_lo"), pl.col("_hi")))
-                )
-                .sort("_i", "_xt", "_other")
-                .group_by("_i", maintain_order=True)
-                .agg(
-                    pl.col("_other").first().alias("prefix_conflict_with"),
-                    pl.col("_xsrc").first().alias("prefix_conflict_with_src"),
-                )
-            )
+            hit = _prefix_conflicts(shared, tb, ext)
             out = out.join(hit, on="_i", how="left")
     run = _run_records(er, frames)
     if run is not None:
         out = out.join(run, on="_i", how="left")
     return out
+
+
+def _prefix_conflicts(shared: pl.DataFrame, tb: pl.DataFrame, ext: pl.DataFrame) -> pl.DataFrame:
+    """G4 per event: the other request (``prefix_conflict_with``) whose table held one of the event's
+    shared blocks within its window ``[_lo, _hi]`` and that extended (or allocated) in the decision's
+    step or the one before (``_ds``), else within the window; the earliest such record, cited.
+
+    ``shared``: one row per event and shared block (``_i``, ``request_id``, ``_eng``, ``_b``, ``_lo``,
+    ``_hi``, ``_ds``). The tables and records are looked up by range (joiner/common.rows_in_ranges):
+    only those inside each event's window or steps are paired, never every table that ever held a
+    block (a prefix block every request shares made events x tables rows, issue 36)."""
+    tx = (
+        tb.select(pl.col("request_id").alias("_other"), "_eng", pl.col("time").alias("_tt"), pl.col("block_ids").alias("_b"))
+        .explode("_b")
+        .join(shared.select("_b", "_eng").unique(), on=["_b", "_eng"], how="semi")
+    )
+    held = rows_in_ranges(shared, tx, ["_b", "_eng"], "_tt", "_lo", "_hi")
+    cand = (
+        held.join(shared.with_row_index("_q").select("_q", "_i", "_lo", "_hi", "request_id", "_eng"), on="_q", how="left")
+        .with_columns(_other=tx.get_column("_other").gather(held.get_column("_r")))
+        .filter(pl.col("_other") != pl.col("request_id"))
+        .select("_i", "_lo", "_hi", "_other", "_eng")
+        .unique()
+        .join(shared.select("_i", "_ds").unique(), on="_i", how="left")
+    )
+    x = ext.select(
+        pl.col("request_id").alias("_other"),
+        "_eng",
+        pl.col("time").alias("_xt"),
+        pl.col("step").alias("_xs"),
+        src_expr().alias("_xsrc"),
+    )
+    # When the decision has a scheduler step, the other request's extension must be a record of
+    # the same step or the one before; else (no steps) within the time window.
+    by_step = cand.filter(pl.col("_ds").is_not_null()).with_columns(_dlo=pl.col("_ds") - 1)
+    by_time = cand.filter(pl.col("_ds").is_null())
+    parts = []
+    for c, on, lo, hi in ((by_step, "_xs", "_dlo", "_ds"), (by_time, "_xt", "_lo", "_hi")):
+        pairs = rows_in_ranges(c, x, ["_other", "_eng"], on, lo, hi)
+        parts.append(
+            pairs.join(c.with_row_index("_q").select("_q", "_i", "_other"), on="_q", how="left").select(
+                "_i", "_other", "_r"
+            )
+        )
+    found = pl.concat(parts, how="vertical").sort("_i", "_r")
+    found = found.with_columns(
+        _xt=x.get_column("_xt").gather(found.get_column("_r")), _xsrc=x.get_column("_xsrc").gather(found.get_column("_r"))
+    )
+    return (
+        found.sort("_i", "_xt", "_other", maintain_order=True)
+        .group_by("_i", maintain_order=True)
+        .agg(
+            pl.col("_other").first().alias("prefix_conflict_with"),
+            pl.col("_xsrc").first().alias("prefix_conflict_with_src"),
+        )
+    )
 
 
 def _lifecycle(frames: dict[str, Any]) -> pl.DataFrame | None:

@@ -127,19 +127,30 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
     pend = frames.get("hook_pending")
     if pend is not None and pend.height:
         pend = with_eng(pend)
-        p = pend.join(steps.select("stream", "_eng", "step", "free_blocks"), on=STEP_KEY, how="inner")
+        # Narrow columns, and the rows cited are picked by number: a file:line text is made per
+        # step, not per pending line (a hook prints every pending request at every step).
+        p = (
+            pend.select(*STEP_KEY, "seq", "blocks_needed", "source", "line")
+            .join(steps.select("stream", "_eng", "step", "free_blocks"), on=STEP_KEY, how="inner")
+            .sort("stream", "seq")
+            .with_row_index("_k")
+        )
         pagg = (
-            p.sort("stream", "seq")
-            .group_by(*STEP_KEY)
+            p.group_by(*STEP_KEY)
             .agg(
                 pl.len().cast(pl.Int64).alias("pending_count"),
                 pl.col("blocks_needed").max().alias("pending_max_blocks_needed"),
                 pl.col("blocks_needed").min().alias("pending_min_blocks_needed"),
                 (pl.col("blocks_needed") > pl.col("free_blocks")).sum().cast(pl.Int64).alias("pending_over_free"),
-                src_expr().sort_by(pl.col("blocks_needed"), descending=True).first().alias("_pmax_src"),
-                src_expr().sort_by(pl.col("blocks_needed")).first().alias("_pmin_src"),
+                pl.col("_k").sort_by(pl.col("blocks_needed"), descending=True).first().alias("_pmax_k"),
+                pl.col("_k").sort_by(pl.col("blocks_needed")).first().alias("_pmin_k"),
             )
         )
+        cite = p.select("source", "line")
+        pagg = pagg.with_columns(
+            _pmax_src=_src_at(cite, pagg.get_column("_pmax_k")), _pmin_src=_src_at(cite, pagg.get_column("_pmin_k"))
+        ).drop("_pmax_k", "_pmin_k")
+        del p, cite
         steps = steps.join(pagg, on=STEP_KEY, how="left", maintain_order="left").with_columns(
             pl.col("pending_count").fill_null(0), pl.col("pending_over_free").fill_null(0)
         )
@@ -257,13 +268,18 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
     mine = ev.filter(pl.col("request_id").is_not_null()).select("_i", "request_id")
     if pend is not None and pend.height and mine.height:
         snap = j.filter(ok).select("_i", "stream", "_eng", "_run", pl.col("step").alias("_snap"))
-        listed = pend.select(*STEP_KEY, "request_id", src_expr().alias("_rsrc")).join(
-            steps.select(*STEP_KEY, "_run"), on=STEP_KEY, how="inner"
+        # The k + 1 look-back steps of each event (a step of its run), then the request's pending
+        # lines at those steps: an equality join, never every pending line of the request
+        # (a request listed at thousands of steps, preempted many times: events x lines, issue 36).
+        looked = (
+            snap.join(mine, on="_i", how="inner")
+            .with_columns(step=pl.int_ranges(pl.col("_snap") - k, pl.col("_snap") + 1, dtype=steps.schema["step"]))
+            .explode("step")
+            .join(steps.select(*STEP_KEY, "_run"), on=[*STEP_KEY, "_run"], how="semi")
         )
         hit = (
-            snap.join(mine, on="_i", how="inner")
-            .join(listed, on=[*LANE, "request_id"], how="inner")
-            .filter(pl.col("step").is_between(pl.col("_snap") - k, pl.col("_snap")))
+            looked.join(pend.select(*STEP_KEY, "request_id", "source", "line"), on=[*STEP_KEY, "request_id"], how="inner")
+            .with_columns(_rsrc=src_expr())
             .sort("_i", "step")
             .group_by("_i", maintain_order=True)
             .agg(pl.col("step").last(), pl.col("_rsrc").last())
@@ -273,6 +289,12 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
                 hit.select("_i", *cited("req_pending_step", pl.col("step"), pl.col("_rsrc"))), on="_i", how="left"
             )
     return out
+
+
+def _src_at(cite: pl.DataFrame, rows: pl.Series) -> pl.Series:
+    """``file:line`` of the given rows of ``cite`` (columns source, line); null where the row is."""
+    picked = cite.select(pl.all().gather(rows.fill_null(0)))
+    return picked.select(pl.when(rows.is_not_null()).then(src_expr())).to_series()
 
 
 # Per-step look-back evidence (rule 2 of issue 13): each step is compared with itself.

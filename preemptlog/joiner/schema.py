@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import code, config, dmon, kv, pool, prom, request, sched, sglang, stats
+from .. import engines
+from . import code, config, dmon, kv, pool, prom, request, sched, stats
 from .declare import Evidence, schema
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ DECLARED: list[Evidence] = (
     + dmon.EVIDENCE
     + config.EVIDENCE
     + code.EVIDENCE
-    + sglang.EVIDENCE
+    # every engine's own evidence (engines.EvidenceSection), in registration order
+    + [e for eng in engines.registered() if eng.evidence is not None for e in eng.evidence.declared]
 )
 EVIDENCE_SCHEMA: dict[str, str] = schema(DECLARED)
 VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]

@@ -14,7 +14,8 @@ from typing import Any
 
 import polars as pl
 
-VLLM, SGLANG = "vllm", "sglang"  # engine_kind values (engine_facts.VLLM / SGLANG)
+from . import kinds
+
 EVENT_KINDS = ("logged", "reconstructed", "interval", "marker", "record")
 
 EVENTS_SCHEMA = {
@@ -63,18 +64,20 @@ def polars_schema() -> dict[str, Any]:
 def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Select and cast a partial event frame to the contract (plus ordering columns).
 
-    ``engine_kind`` (the serving engine: ``vllm`` | ``sglang``) is ``vllm`` where a source does
-    not say (every source but SGLang's log and SGLang's /metrics names is vLLM's)."""
+    ``engine_kind`` (the serving engine: ``vllm`` | ``sglang``) is the default engine (kinds.default:
+    vLLM) where a source does not say (every source but SGLang's log and SGLang's /metrics names is
+    vLLM's)."""
     schema = polars_schema()
+    default = kinds.default()
     if "line" not in df.columns and "n" in df.columns:
         df = df.with_columns(pl.col("n").alias("line"))
     cols = []
     for name, dtype in schema.items():
         if name in df.columns:
             expr = pl.col(name).cast(dtype)
-            cols.append(expr.fill_null(VLLM).alias(name) if name == "engine_kind" else expr)
+            cols.append(expr.fill_null(default).alias(name) if name == "engine_kind" else expr)
         elif name == "engine_kind":
-            cols.append(pl.lit(VLLM, dtype).alias(name))
+            cols.append(pl.lit(default, dtype).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
     return df.select(cols)

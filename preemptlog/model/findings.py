@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from ..clock.timebase import iso
+from . import kinds
 
 FINDINGS_VERSION = 1
 # Per-event columns the formatters add beside the verdict (render.event_rows).
@@ -62,9 +63,10 @@ def _pct(x: float) -> str:
 def headline_part(f: Findings) -> str:
     parts = []
     rc = f.recompute
-    sc = rc.get("sglang_counters") or {}
-    if rc.get("preemptions") and sc and not rc.get("tokens"):  # SGLang's token counters: an upper bound
-        parts.append(f"at most {_tokens(sc['tokens_at_most'])} tokens recomputed (SGLang's counters)")
+    # an engine's own token counters (SGLang's ``sglang_counters``): an upper bound
+    own = next(((k, rc[f"{k.name}_counters"]) for k in kinds.declared() if rc.get(f"{k.name}_counters")), None)
+    if rc.get("preemptions") and own and not rc.get("tokens"):
+        parts.append(f"at most {_tokens(own[1]['tokens_at_most'])} tokens recomputed ({own[0].display}'s counters)")
     elif rc.get("preemptions"):
         if rc.get("tokens") is None or (rc.get("tokens_is_lower_bound") and not rc.get("tokens")):
             parts.append("tokens recomputed unknown")
@@ -89,7 +91,8 @@ def headline_part(f: Findings) -> str:
     hist = th.get("histogram") or {}
     if not th.get("evaluable") and hist.get("requests_preempted_more_than_once"):
         n5, n2 = hist.get("requests_preempted_5_or_more"), hist["requests_preempted_more_than_once"]
-        verb, who = ("retracted", "SGLang's") if hist.get("engine_kind") == "sglang" else ("preempted", "vLLM's")
+        eng = kinds.kind(hist.get("engine_kind"))  # the histogram's engine, in its words
+        verb, who = eng.verb, f"{eng.display}'s"
         parts.append(
             f"{n5} request{'s' if n5 != 1 else ''} {verb} 5+ times ({who} histogram)"
             if n5

@@ -38,12 +38,8 @@ from typing import IO, Any
 
 import polars as pl
 
+from .. import engines
 from ..clock.timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zone, offset_for, resolve, shift
-from ..engines.vllm import config as vconfig
-from ..engines.vllm import preemptions
-from ..engines.vllm import requests as vrequests
-from ..engines.vllm import runs as vruns
-from ..engines.vllm import stats as vstats
 from ..errors import InputError
 from ..events.honesty import honesty_notes
 from ..events.pressure import find_intervals
@@ -58,6 +54,7 @@ from ..inputs.workspace import Workspace
 from ..joiner import evidence as joiner_evidence
 from ..model import events as ev
 from ..model.frames import with_source
+from ..model.requests import RequestStats
 from ..model.result import Analysis, AnalyzeOptions
 from ..rules import load_rules
 from ..rules.model import RuleSet
@@ -96,7 +93,7 @@ class SourceFrames:
     stats: pl.DataFrame
     config: pl.DataFrame
     requests: pl.DataFrame
-    request_stats: vrequests.RequestStats
+    request_stats: RequestStats
     event_parts: tuple[pl.DataFrame, ...]  # partial event frames (events.conform), not yet one set
     frames: dict[str, pl.DataFrame]  # per-source frames: bt_*, prom_*, kv_events, dmon, hook_*
     counters: dict[str, Any]
@@ -112,7 +109,7 @@ class Draft:
     stats: pl.DataFrame
     config: pl.DataFrame
     requests: pl.DataFrame
-    request_stats: vrequests.RequestStats
+    request_stats: RequestStats
     records: pl.DataFrame
     tz: str
     frames: dict[str, pl.DataFrame]
@@ -281,43 +278,32 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         outputs.append(resolve_on_clock(p, name, ctx, options.offsets))
     prof.mark("families, phase 2")
 
-    stats = vstats.parse(records)
+    # The log pass's own records are read by the engine whose parsers they are (engines.log_reader:
+    # vLLM's); another engine's lines came as a record family's output above.
+    facts = engines.log_reader()
+    stats = facts.stats(records)
     more_stats = [o.stats for o in outputs if o.stats is not None and o.stats.height]  # SGLang's batch lines
     if more_stats:
         stats = pl.concat([stats, *more_stats], how="vertical_relaxed").sort("seq", maintain_order=True)
     prof.mark("stats")
     extra_config = [o.config for o in outputs if o.config is not None and o.config.height]
-    config = vconfig.parse(records, stats, extra=extra_config)
+    config = facts.config(records, stats, extra_config)
     prof.mark("config")
-    logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
-    interval = preemptions.interval_events(stats, records)
-    warnings = list(phase1.warnings) + list(clock.warnings)
-    partial = phase1.partial or logs.partial
-    v1_counted = stats.filter(pl.col("preemptions") > 0).get_column("preemptions").sum() or 0
-    if v0facts.get("capped_counts") or v1_counted > interval.height:  # see preemptions.capped_count
-        warnings.append(
-            "preemption counts in the logs are implausibly large (a damaged counter?): at most "
-            f"{ev.MAX_EVENTS_PER_COUNT} events made from one count, {ev.MAX_EVENTS_FROM_COUNTS} in all"
-        )
-        partial = True
-    markers = preemptions.marker_events(records)
-    parts = [logged, recon, interval, markers] + [e for o in outputs for e in o.events]
+    logged = facts.events(records, stats)
+    warnings = list(phase1.warnings) + list(clock.warnings) + logged.warnings
+    partial = phase1.partial or logs.partial or logged.partial
+    parts = list(logged.parts) + [e for o in outputs for e in o.events]
     frames_so_far = {k: v for o in outputs for k, v in o.frames.items()}
-    reqs, req_stats = vrequests.parse_with_stats(
-        records,
-        request_rows,
-        needed_ids=named_request_ids(parts, frames_so_far),
-        kv_min=vconfig.smallest_kv_tokens(config),
-    )
+    reqs, req_stats = facts.requests(records, request_rows, named_request_ids(parts, frames_so_far), config)
     del request_rows
     prof.mark("requests")
 
     frames: dict[str, pl.DataFrame] = {}
     notes: list[str] = list(untimed_notes) + list(logs.notes)
-    counters: dict[str, Any] = {"v0": v0facts, "line_times": untimed_counts}
+    counters: dict[str, Any] = {**logged.counters, "line_times": untimed_counts}
     assumptions = list(clock.assumptions)
     # Which server run each log line belongs to (a restart resets the configuration: vllm/runs.py).
-    frames["server_runs"] = vruns.runs_table(records)
+    frames["server_runs"] = facts.runs(records)
     for o in outputs:
         frames.update(o.frames)
         assumptions.extend(o.assumptions)

@@ -20,7 +20,11 @@ FORMULA_START = r"^[=+\-@\t\r]"
 
 
 def write_csv(analysis: Analysis, out: BinaryIO, *, safe: bool = False, header: bool = True) -> None:
-    df = event_rows(analysis)
+    write_csv_frame(event_rows(analysis), out, safe=safe, header=header)
+
+
+def write_csv_frame(df: pl.DataFrame, out: BinaryIO, *, safe: bool = False, header: bool = True) -> None:
+    """Rows as CSV (the events of one analysis, or of every unit of ``--each``)."""
     # Nested verdict columns (lists, structs) become JSON text in one cell.
     nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Struct))]
     if nested:

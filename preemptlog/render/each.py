@@ -118,7 +118,6 @@ def combined_rows(results: list[tuple[str, Analysis]]) -> pl.DataFrame:
 def write_each(
     results: list[tuple[str, Analysis]], fmt: OutputFormat, out: BinaryIO, *, csv_safe: bool = False
 ) -> None:
-    import json
 
     from . import OutputFormat
 
@@ -132,54 +131,30 @@ def write_each(
     elif fmt is OutputFormat.json:
         from ..model import VERSION as __version__
         from . import SCHEMA_VERSION
+        from .jsonfmt import frame_rows, write_document
 
-        doc = {
+        top = {
             "preemptlog": __version__,
             "schema_version": SCHEMA_VERSION,
             "servers": [{"server": name, "summary": a.summary()} for name, a in results],
-            "events": df.to_dicts() if df.height else [],
         }
-        out.write(json.dumps(doc, indent=2, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
+        write_document(top, frame_rows(df), out)
     elif fmt is OutputFormat.csv:
-        from .csvfmt import FORMULA_START, json_cell
+        from .csvfmt import write_csv_frame
 
-        nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Struct))]
-        if nested:
-            df = df.with_columns([json_cell(c) for c in nested])
-        if csv_safe:
-            df = df.with_columns(
-                pl.when(pl.col(c).str.contains(FORMULA_START))
-                .then(pl.concat_str([pl.lit("'"), pl.col(c)]))
-                .otherwise(pl.col(c))
-                .alias(c)
-                for c, t in df.schema.items()
-                if t == pl.String
-            )
-        df.write_csv(out)
+        write_csv_frame(df, out, safe=csv_safe)
     else:
         df.write_parquet(out)
 
 
 def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
-    import io
-
-    from rich.console import Console
     from rich.table import Table
 
+    from ..outputs.console import binary_console
     from ..outputs.safe import text
     from .table import display_rows
 
-    wrapper = io.TextIOWrapper(out, encoding="utf-8", errors="replace", write_through=True)
-    try:
-        is_tty = hasattr(out, "isatty") and out.isatty()
-        console = Console(
-            file=wrapper,
-            width=None if is_tty else 200,
-            force_terminal=is_tty,
-            no_color=not is_tty or bool(os.environ.get("NO_COLOR")),
-            highlight=False,
-            soft_wrap=False,
-        )
+    with binary_console(out) as console:
         per = Table(header_style="bold", expand=False)
         for name in ("server", "engine", "preemptions", "quality", "events", "warnings"):
             per.add_column(name, overflow="fold")
@@ -219,6 +194,3 @@ def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
         console.print(per)
         if events.row_count:
             console.print(events)
-    finally:
-        wrapper.flush()
-        wrapper.detach()

@@ -112,7 +112,7 @@ def fix_brief(x: dict[str, Any]) -> str:
 def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
     """Where the count comes from: the events by kind (and their ``gates`` when the headline does not
     name them), and the sources the reconciled count is made of."""
-    from ..engines.sglang.summary import noun
+    from ..engines import noun
 
     if not s["count_visible"]:
         nv = s.get("not_visible") or {}
@@ -335,20 +335,10 @@ def render_lines(lines: list[Text], *, color: bool) -> bytes:
     """The lines as text with ANSI styles when ``color`` (what the pager shows above the table)."""
     import io
 
-    from rich.console import Console
+    from ..outputs.console import text_console
 
     buf = io.StringIO()
-    c = Console(
-        file=buf,
-        width=10_000,
-        force_terminal=color,
-        no_color=not color,
-        color_system="standard" if color else None,
-        highlight=False,
-        emoji=False,
-        legacy_windows=False,
-    )
-    print_lines(lines, c)
+    print_lines(lines, text_console(buf, width=10_000, color=color))
     return buf.getvalue().encode("utf-8", "replace")
 
 

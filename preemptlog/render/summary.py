@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines as registry  # ``engines`` is a local name here (a cause's engine labels)
 from ..clock.timebase import iso
-from ..engines.vllm.requests import incident_requests
 from ..events.visibility import count_visibility
+from ..model.requests import incident_requests
 from ..model.result import SUMMARIZER
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _repeated_requests(a: Analysis, ev: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def summarize(a: Analysis) -> dict[str, Any]:
-    from ..engines.vllm.config import in_force
+    from ..model.config import in_force
 
     ev = a.events
     tz = a.tz
@@ -113,8 +114,8 @@ def summarize(a: Analysis) -> dict[str, Any]:
         ]
     rec_t = a.records.get_column("time") if a.records.height else None
     span = {
-        "first": iso(rec_t.min(), tz) if rec_t is not None else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
-        "last": iso(rec_t.max(), tz) if rec_t is not None else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        "first": iso(rec_t.min(), tz) if rec_t is not None else None,
+        "last": iso(rec_t.max(), tz) if rec_t is not None else None,
     }
     stats = a.stats
     stats_summary = {
@@ -153,8 +154,8 @@ def summarize(a: Analysis) -> dict[str, Any]:
         "by_confidence": by_conf,
         "requests_received": received,
         "preemption_rate": rate,
-        "first_event": iso(timed.get_column("time").min(), tz) if timed.height else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
-        "last_event": iso(timed.get_column("time").max(), tz) if timed.height else None,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        "first_event": iso(timed.get_column("time").min(), tz) if timed.height else None,
+        "last_event": iso(timed.get_column("time").max(), tz) if timed.height else None,
         "events_without_time": ev.height - timed.height,
         "log_span": span,
         "requests_preempted_more_than_once": repeated,
@@ -236,12 +237,11 @@ def grouped_assumptions(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _engines(a: Analysis, f: Any) -> dict[str, Any]:
-    """``engine_kind`` (vllm | sglang | sglang+vllm), ``engine_kinds`` (events per engine) and SGLang's
-    own section (sglang/summary.py)."""
-    from ..engines.sglang import summary as sgl
-
-    kinds = sgl.engine_kinds(a)
-    return {"engine_kind": sgl.engine_kind(kinds), "engine_kinds": kinds, "sglang": sgl.section(a, f)}
+    """``engine_kind`` (vllm | sglang | sglang+vllm), ``engine_kinds`` (events per engine) and each
+    engine's own section under its name (Engine.summary_section: SGLang's ``sglang``)."""
+    kinds = registry.engine_kinds(a.events, a.config, a.records)
+    own = {e.name: e.summary_section(a, f) for e in registry.registered() if e.summary_section is not None}
+    return {"engine_kind": registry.engine_kind(kinds), "engine_kinds": kinds, **own}
 
 
 # The field guide's gates, spelled out where a person reads them (one spelling everywhere).
@@ -262,7 +262,7 @@ CODE_SENTENCE = {
 
 def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict[str, Any]:
     """The incident's cause in vLLM's terms (the headline's words; ``summary.cause`` in the JSON)."""
-    from ..engines.vllm.config import in_force
+    from ..model.config import in_force
     from ..rules.verdicts import guide_model
 
     cfg = in_force(a.config)
@@ -279,7 +279,7 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
     waiting = max((p["max_waiting"] for p in spans if p.get("max_waiting") is not None), default=None)
     return {
         "upstream": not guide_model(a),
-        "engine": "vLLM",
+        "engine": registry.default().display,
         "generation": gen,
         "version": version,
         "code": CODE_SENTENCE.get(gen, CODE_SENTENCE[None]),
@@ -289,8 +289,8 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         "engines": engines,
         "unplaced": unplaced.height,
         "unplaced_span": [
-            iso(unplaced.get_column("interval_start").min(), a.tz),  # type: ignore[arg-type]  # polars scalars
-            iso(unplaced.get_column("interval_end").max(), a.tz),  # type: ignore[arg-type]  # polars scalars
+            iso(unplaced.get_column("interval_start").min(), a.tz),
+            iso(unplaced.get_column("interval_end").max(), a.tz),
         ]
         if unplaced.height
         else None,
@@ -357,15 +357,14 @@ def headline(s: dict[str, Any]) -> str:
             )
             + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
         )
-    from ..engines.sglang.summary import headline_words, noun
-
+    noun = registry.noun
     n = s["events"]
-    kinds = s.get("engine_kinds") or {"vllm": n}
+    kinds = s.get("engine_kinds") or {registry.DEFAULT: n}
     if n == 0:
         rec = s.get("reconciliation") or {}
         how = rec.get("quality")
         return "0 " + noun(kinds, 0) + (f" ({how})" if how and how != "unknown" else "")
-    word = noun(kinds, n)  # SGLang's retractions in SGLang's word
+    word = noun(kinds, n)  # each engine's events in its word (SGLang's retractions)
     k = s.get("by_kind") or {}
     estimated = bool(k.get("reconstructed") or k.get("interval"))
     span = _span_text(s.get("first_event"), s.get("last_event"), estimated)
@@ -377,8 +376,8 @@ def headline(s: dict[str, Any]) -> str:
     where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
     by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}
     g1 = by_gate.get("G1-kv-space", 0)
-    vllm_only = set(kinds) <= {"vllm"}
-    if vllm_only and c.get("upstream") and g1 + c.get("cache_reset", 0) >= n - by_gate.get("undetermined", 0) and g1:
+    default_only = set(kinds) <= {registry.DEFAULT}  # the cause below is in the default engine's terms
+    if default_only and c.get("upstream") and g1 + c.get("cache_reset", 0) >= n - by_gate.get("undetermined", 0) and g1:
         pw = _pressure_words(c)
         what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
         parts = [what, c.get("code") or CODE_SENTENCE[None]]
@@ -399,7 +398,8 @@ def headline(s: dict[str, Any]) -> str:
             if top:
                 part += " (" + ", ".join(f"{sk} {v}" for v, sk in top) + ")"
         gates.append(part)
-    return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "") + headline_words(s)
+    own = "".join(e.headline_words(s) for e in registry.registered() if e.headline_words is not None)
+    return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "") + own
 
 
 def to_know_more_line(s: dict[str, Any]) -> str | None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import polars as pl
 
+from ..outputs.console import text_console
 from ..outputs.safe import ascii_text, neutralise, text, unicode_ok
 
 if TYPE_CHECKING:
@@ -198,7 +199,6 @@ def render_table(
 ) -> str:
     """The table as text (ANSI styles only when ``color``)."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     from ..clock.timebase import zone_info
@@ -207,17 +207,7 @@ def render_table(
     rows = display_rows(analysis)
     zone = zone_info(analysis.tz)
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width,
-        force_terminal=color,
-        no_color=not color,
-        color_system="standard" if color else None,
-        highlight=False,
-        soft_wrap=False,
-        legacy_windows=False,
-        emoji=False,
-    )
+    console = text_console(buf, width=width, color=color)
     ell = "…" if unicode else ".."
     sources = rows.get_column("source").unique().to_list() if rows.height else []
     prefix = common_folder(sources)
@@ -316,10 +306,13 @@ def render_table(
         day = days[0] if len(days) == 1 else (f"{days[0]} .. {days[-1]}" if days else "no time")
         where = f"; files under {prefix}" if prefix else ""
         ev = analysis.events
-        sgl = ev.filter(pl.col("engine_kind") == "sglang").height if ev.height and "engine_kind" in ev.columns else 0
-        engine = (
-            "" if not sgl else " (SGLang retractions)" if sgl == ev.height else f" ({sgl} of them SGLang retractions)"
-        )
+        from ..engines import others
+
+        engine = ""
+        for eng in others():  # another engine's events in its words (SGLang's retractions)
+            k = ev.filter(pl.col("engine_kind") == eng.name).height if ev.height and "engine_kind" in ev.columns else 0
+            what = f"{eng.display} {eng.plural(2)}"
+            engine += "" if not k else f" ({what})" if k == ev.height else f" ({k} of them {what})"
         console.print(text(f"{rows.height} row(s), {ev.height} event(s){engine}; {day} ({tz}){where}"))
     if rows.height:
         console.print(table)

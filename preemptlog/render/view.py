@@ -21,30 +21,19 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..errors import UsageError
+from ..model.events import EVENT_KINDS, EVENTS_SCHEMA
 
 if TYPE_CHECKING:
     from ..model.result import Analysis
 
-EVENT_KINDS = ("logged", "reconstructed", "interval", "marker", "record")
 CONFIDENCE = ("none", "low", "medium", "high")
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined")
 
-# The default ndjson/csv row (README "Event schema"): the event columns without the raw line, and the
-# verdict's gate, sub-kind, rule and confidence. --wide (or -f json / parquet) gives every column.
+# The default ndjson/csv row (README "Event schema"): the public event columns (model.events) without
+# the raw line, and the verdict's gate, sub-kind, rule and confidence. --wide (or -f json / parquet)
+# gives every column.
 COMPACT_COLUMNS = [
-    "event_id",
-    "time",
-    "time_precision",
-    "interval_start",
-    "interval_end",
-    "kind",
-    "request_id",
-    "mode",
-    "engine",
-    "engine_kind",  # the serving engine: vllm | sglang
-    "cumulative",
-    "source",
-    "line",
+    *(c for c in EVENTS_SCHEMA if c != "raw"),
     "gate",
     "sub_kind",
     "rule",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..joiner.schema import evidence_words
+from ..model.events import EVENTS_SCHEMA
 from .escape import e
 from .figure import GATE_COLORS, GATE_ORDER, gate_color
 from .series import ESTIMATED_KINDS, UNDETERMINED
@@ -105,23 +106,31 @@ def kind_tag(kind: str | None) -> str:
     return f'<span class="kind{est}" title="{title}">{e(kind)}</span>'
 
 
-def page(analysis: Analysis, figure_html: str, plotly_js: str, *, title: str | None = None) -> str:
-    from ..model import VERSION as __version__
-
-    s = analysis.summary()
-    heading = title or "preemptlog incident report"
-    parts = [
+def page_head(title: str, plotly_js: str) -> list[str]:
+    """The lines of a page up to ``<body>``: the policy that lets it fetch nothing, the title, the
+    style sheet and plotly.js inlined verbatim (no '</script' inside: report.plotly_js sees to it).
+    The incident report and the fleet report share it."""
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<meta name="referrer" content="no-referrer">',
         '<link rel="icon" href="data:,">',
-        f"<title>{e(heading)}</title>",
+        f"<title>{e(title)}</title>",
         f"<style>{STYLE}</style>",
-        # plotly.js, inlined verbatim (no '</script' inside: checked by the caller).
         f'<script type="text/javascript">{plotly_js}</script>',
         "</head><body>",
+    ]
+
+
+def page(analysis: Analysis, figure_html: str, plotly_js: str, *, title: str | None = None) -> str:
+    from ..model import VERSION as __version__
+
+    s = analysis.summary()
+    heading = title or "preemptlog incident report"
+    parts = [
+        *page_head(heading, plotly_js),
         "<header>",
         f"<h1>{e(heading)}</h1>",
         f'<div class="sub">{e(_inputs_line(s))} · times in {e(analysis.tz)} · preemptlog {e(__version__)}</div>',
@@ -207,12 +216,12 @@ def _tiles(s: dict, a: Analysis) -> str:
     out = ['<section id="overview"><div class="grid">']
     kinds = ", ".join(f"{n} {k}" for k, n in s["by_kind"].items() if n) or "none"
     if s["count_visible"]:
-        from ..engines.sglang.summary import noun
+        from ..engines import DEFAULT, noun
 
         word = noun(s.get("engine_kinds") or {}, 1)
         out.append(
             _tile(
-                s["events"], f"{word} event(s) ({s.get('engine_kind') or 'vllm'})", f'<div class="l">{e(kinds)}</div>'
+                s["events"], f"{word} event(s) ({s.get('engine_kind') or DEFAULT})", f'<div class="l">{e(kinds)}</div>'
             )
         )
     else:
@@ -401,22 +410,7 @@ def _event_frame(a: Analysis) -> pl.DataFrame:
     from ..render import iso_expr
     from ..rules.verdicts import VERDICT_COLUMNS
 
-    ev = a.events.select(
-        "event_id",
-        "time",
-        "time_precision",
-        "interval_start",
-        "interval_end",
-        "kind",
-        "request_id",
-        "mode",
-        "engine",
-        "engine_kind",
-        "cumulative",
-        "source",
-        "line",
-        "raw",
-    )
+    ev = a.events.select(list(EVENTS_SCHEMA))  # the public event columns
     if a.verdicts is not None and a.verdicts.height and ev.height:
         ev = ev.join(a.verdicts, on="event_id", how="left", maintain_order="left")
     for c in VERDICT_COLUMNS:
@@ -490,7 +484,9 @@ def _event_card(r: dict) -> str:
     if r.get("mode"):
         facts.append(f"mode {e(r['mode'])}")
     if r.get("engine_kind"):
-        facts.append("SGLang" if r["engine_kind"] == "sglang" else "vLLM")
+        from ..engines import find, get
+
+        facts.append((find(r["engine_kind"]) or get(None)).display)
     if r.get("engine"):
         facts.append(f"engine {e(r['engine'])}")
     if r.get("cumulative") is not None:

@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .. import engines
 from ..errors import UsageError
 from . import expr as E
 
@@ -427,17 +428,15 @@ def load_rules(extra_files: list[str] | None = None, sets: list[str] | None = No
 # Which of vLLM's own mechanisms made a preemption: parsed and validated here with the gate
 # rules (one home for the rules file's schema); evaluated by rules/mechanisms.py.
 
-MECHANISMS: tuple[str, ...] = (
-    "kv-capacity",
-    "chunked-prefill-loop",
-    "priority-churn",
-    "prefix-cache-reset",
-    "spec-decode-lookahead",
-)
-# SGLang's (issue 29): its new-token ratio decayed to the floor before the retraction, a hybrid
-# (SWA / mamba) pool, and a retraction forced by SGLANG_TEST_RETRACT.
-SGLANG_MECHANISMS = ("ratio-over-admission", "hybrid-pool", "test-retraction")
-MECHANISMS = MECHANISMS + SGLANG_MECHANISMS
+
+# Every registered engine's mechanisms (Engine.mechanisms: vLLM's kv-capacity, chunked-prefill-loop,
+# priority-churn, prefix-cache-reset, spec-decode-lookahead; SGLang's ratio-over-admission, hybrid-pool,
+# test-retraction), in registration order.
+def mechanisms() -> tuple[str, ...]:
+    return tuple(m for e in engines.registered() for m in e.mechanisms)
+
+
+MECHANISMS: tuple[str, ...] = mechanisms()
 UNKNOWN = "unknown"
 MECH_FIELDS = {
     "id",
@@ -451,9 +450,8 @@ MECH_FIELDS = {
     "cite",
     "enabled",
     "sample",
-    "engine",  # the engine_kind it applies to (vllm | sglang); other engines' events skip it
+    "engine",  # the engine_kind it applies to (a registered engine's name); other engines' events skip it
 }
-ENGINE_KINDS = ("vllm", "sglang")
 
 # Per-event values only the mechanism rules read (name -> polars dtype name, one line of doc).
 MECHANISM_EVIDENCE: dict[str, tuple[str, str]] = {
@@ -511,8 +509,9 @@ def build_mechanism(doc: Any, src: str, order: int) -> MechanismRule:
     if not isinstance(rid, str) or not rid:
         raise _err(f"{where}: 'id' (a string) is required")
     mech = doc.get("mechanism")
-    if mech not in MECHANISMS:
-        raise _err(f"{where}: unknown mechanism {mech!r}", hint="one of " + ", ".join(MECHANISMS))
+    known = mechanisms()
+    if mech not in known:
+        raise _err(f"{where}: unknown mechanism {mech!r}", hint="one of " + ", ".join(known))
     when = doc.get("when")
     if not isinstance(when, str):
         raise _err(f"{where}: 'when' (a condition string) is required")
@@ -529,8 +528,8 @@ def build_mechanism(doc: Any, src: str, order: int) -> MechanismRule:
         raise _err(f"{where}: description must be a string")
     samples = _samples(where, doc)
     engine = doc.get("engine")
-    if engine is not None and engine not in ENGINE_KINDS:
-        raise _err(f"{where}: engine must be one of {', '.join(ENGINE_KINDS)}")
+    if engine is not None and engine not in engines.names():
+        raise _err(f"{where}: engine must be one of {', '.join(engines.names())}")
     return MechanismRule(
         engine=engine,
         id=rid,

@@ -26,6 +26,7 @@ import importlib
 
 from . import registry
 from .registry import (
+    LOG_KINDS,
     CrossFile,
     Parsed,
     RecordFamily,
@@ -53,9 +54,9 @@ BUILTIN_MODULES: list[str] = [
     "prometheus",
     "capture",
 ]
-# The source kinds whose files the single log pass reads (sources/vllm_log.py ``scan``): vLLM's and
-# SGLang's logs share it (their line families are told apart per line, not per file).
-LOG_KINDS: tuple[str, ...] = ("vllm-log", "sglang-log")
+# The source kinds whose files the single log pass reads (sources/vllm_log.py ``scan``): every
+# engine's log kind registers with ``log_pass`` (their line families are told apart per line, not
+# per file); LOG_KINDS (registry.LOG_KINDS) lists them.
 for _name in BUILTIN_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 del _name

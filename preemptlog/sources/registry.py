@@ -77,6 +77,7 @@ class SourceKind:
     description: str
     sniff: Callable[[str], int]
     parse: Callable[[list[InputFile]], Parsed] | None = None
+    log_pass: bool = False  # an engine's log: its files are read by the single log pass (vllm_log.scan)
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,15 @@ _REGISTRY: dict[str, SourceKind] = {}
 _FAMILIES: dict[str, RecordFamily] = {}
 
 
+# The source kinds whose files the single log pass reads (``log_pass``), in registration order:
+# kept current by :func:`register` (``sources.LOG_KINDS`` is this list).
+LOG_KINDS: list[str] = []
+
+
 def register(kind: SourceKind) -> SourceKind:
     _REGISTRY[kind.name] = kind
+    if kind.log_pass and kind.name not in LOG_KINDS:
+        LOG_KINDS.append(kind.name)
     return kind
 
 
@@ -157,3 +165,43 @@ def sniff(head: str) -> tuple[str, int]:
         if score > best_score:
             best, best_score = kind.name, score
     return best, best_score
+
+
+# ---------------------------------------------------------------------- engines' metric names
+
+
+@dataclass(frozen=True)
+class MetricTable:
+    """One serving engine's Prometheus names, read by sources/prometheus (an engine's registry
+    record holds it; ``engines.register_engine`` registers it here, as sources cannot import the
+    engines).
+
+    ``metrics``: canonical name (``<prefix>:x``) -> (field, type, scale); counters are exposed with
+    ``_total`` (prometheus_client adds it). ``created``: ``<family>_created`` (prometheus_client's
+    creation time of a counter) -> the counter fields it dates. Every name is also read in its
+    underscore spelling (``<prefix>_x``) and, behind Ray Serve, with ``ray_`` before it.
+    ``line_starts``: what a sample line of a text scrape may start with (the literal pre-filter).
+    """
+
+    engine: str  # the engine_kind of the events its counters make
+    prefix: str
+    metrics: dict[str, tuple[str, str, float]]
+    created: dict[str, list[str]]
+    line_starts: tuple[str, ...]
+
+
+_METRICS: dict[str, MetricTable] = {}
+
+
+def register_metrics(table: MetricTable) -> MetricTable:
+    _METRICS[table.engine] = table
+    return table
+
+
+def unregister_metrics(engine: str) -> None:
+    _METRICS.pop(engine, None)
+
+
+def metric_tables() -> tuple[MetricTable, ...]:
+    """Every engine's metric names, in registration order (the default engine's first)."""
+    return tuple(_METRICS.values())

@@ -237,6 +237,7 @@ register(
         name=KIND,
         description="vLLM server log (any version 0.4-0.33, any wrapping), with hook lines",
         sniff=_sniff,
+        log_pass=True,
     )
 )
 

@@ -148,8 +148,10 @@ def refusal(workload: Workload, cfg: ReplayConfig) -> str | None:
     """``vLLM would not start: ...`` when vLLM 0.32's own start-up checks refuse ``cfg``
     (vllm.config.startup_refusals), else None. Without a max_model_len the longest request of the
     workload is the length checked: a server that served it had at least that."""
-    from ..engines.vllm.config import startup_refusals
+    from ..engines import replayed
 
+    startup_refusals = replayed().startup_refusals  # the start-up checks of the engine the what-if models
+    assert startup_refusals is not None
     if cfg.max_model_len:
         mml, how = int(cfg.max_model_len), "max_model_len"
     else:
@@ -257,7 +259,7 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
     except NoWorkload:
         if "num_gpu_blocks" not in base_sets:
             raise
-        from ..engines.vllm.config import in_force
+        from ..model.config import in_force
 
         bs = in_force(analysis.config).get("block_size", {}).get("value") or 16
         obs = Observed(

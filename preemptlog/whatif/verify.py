@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..engines.vllm.requests import stats_of
 from ..errors import PreemptlogError
+from ..model.requests import stats_of
 from .workload import SETTINGS, parse_value
 
 if TYPE_CHECKING:

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..engines.vllm.requests import stats_of
 from ..errors import ExitCode, PreemptlogError, UsageError
+from ..model.requests import stats_of
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView as Analysis
@@ -389,7 +389,7 @@ _MEM_KEYS = {"kv_gib": "kv_cache_memory_gib", "weights_gib": "model_weights_gib"
 def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
     """Memory figures of the log (the config rows of vllm/config.py: 'Available KV cache memory',
     'Model loading took', the V0 profiling line), each with its file:line."""
-    from ..engines.vllm.config import in_force
+    from ..model.config import in_force
 
     cfg = in_force(analysis.config)
     out: dict[str, tuple[float, str]] = {}
@@ -406,7 +406,7 @@ def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
 
 def observed_config(analysis: Analysis) -> Observed:
     """The replay configuration the incident ran with (num_gpu_blocks must be known)."""
-    from ..engines.vllm.config import in_force
+    from ..model.config import in_force
 
     cfg = in_force(analysis.config)
     prov: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """SGLang's fixes: its own flags, with SGLang's defaults, computed from the incident's numbers.
 
-Called from the incident's one list of changes, preemptlog/fixes.py (``plan``, which ranks them
-over SGLang's events): SGLang's events get these, vLLM's events vLLM's. Same dict shape as recommend's fixes (``option``, ``current``,
+The engine's ``fixes`` (:func:`plan_part`), called for the incident's one list of changes by
+fixes/plan.py over SGLang's events: SGLang's events get these, vLLM's events vLLM's. Same dict shape as recommend's fixes (``option``, ``current``,
 ``suggested``, ``inputs``, ``expected_effect``, ``addresses``...), plus ``engine_kind``. They are
 not replayed: the what-if model is vLLM's scheduler (whatif/); ``replay`` says so.
 
@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ...findings.common import cfg_number, cfg_text
-from ...model.events import SGLANG
+from ...model.config import cfg_number, cfg_text
+from ..common import FixPart, is_change, ranked, verdict_key_counts
 from . import knobs
+from .log import ENGINE_KIND as SGLANG
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
@@ -36,23 +37,6 @@ if TYPE_CHECKING:
 KEY = "G1-kv-space/capacity"
 NOT_REPLAYED = "not replayed: the what-if model is vLLM's scheduler"
 PREFILL_WINDOW_S = 10.0
-
-
-def split(analysis: AnalysisView, verdicts: Any) -> tuple[Any, Any]:
-    """(vLLM verdict rows, SGLang verdict rows) of a verdict frame (either may be None)."""
-    if verdicts is None or verdicts.height == 0:
-        return verdicts, None
-    v = verdicts
-    if "engine_kind" not in v.columns:
-        ev = analysis.events
-        if ev.height == 0 or "engine_kind" not in ev.columns:
-            return verdicts, None
-        v = v.join(ev.select("event_id", "engine_kind"), on="event_id", how="left")
-    is_sgl = pl.col("engine_kind").fill_null("vllm") == SGLANG
-    sgl = v.filter(is_sgl)
-    if sgl.height == 0:
-        return verdicts, None
-    return v.filter(~is_sgl), sgl
 
 
 def _fix(
@@ -353,3 +337,11 @@ def candidates(analysis: AnalysisView) -> tuple[list[dict[str, Any]], list[dict[
             if why is not None:
                 dropped.append(why)
     return fixes, dropped
+
+
+def plan_part(analysis: AnalysisView, findings: Any, verdicts: Any) -> FixPart:
+    """SGLang's changes for its events (the engine's ``fixes``): its candidates ranked over its
+    events' verdicts; only the changes (a fix it cannot compute is not listed). ``findings`` unused."""
+    found, dropped = candidates(analysis)
+    changes = [x for x in ranked(found, verdict_key_counts(verdicts)) if is_change(x)]
+    return FixPart(changes=changes, know=[], dropped=dropped)

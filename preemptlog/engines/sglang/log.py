@@ -47,8 +47,10 @@ from typing import Any
 import polars as pl
 
 from ...model.frames import polars_schema
+from ..registry import ServerStart
 
 ENGINE_KIND = "sglang"
+RECORD_PREFIX = "sgl_"  # every record kind of SGLang's lines in the single log pass starts with it
 
 # record kinds (sources/sglang_log.py MARKERS)
 RETRACT = "sgl_retract"
@@ -378,7 +380,7 @@ def config_rows(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl
     """Configuration rows (vllm/config.py CONFIG_SCHEMA) from the start-up, KV-pool, weight-loading
     and server_args lines, and the derived engine kind, version family and hybrid pool."""
     from ...model.schemas import CONFIG_SCHEMA
-    from ..vllm.config import _arg
+    from ..common import arg_pattern as _arg
 
     schema = polars_schema(CONFIG_SCHEMA)
     parts = []
@@ -509,3 +511,13 @@ def from_records(records: pl.DataFrame) -> dict[str, Any]:
         "notes": notes,
         "counters": {"sglang": {**facts, "alloc_errors": alloc, "batch_lines_collapsed": collapsed_stats}},
     }
+
+
+def server_start(own: pl.Expr) -> ServerStart:
+    """SGLang's server starts (events/servers.py): its ``server_args=`` line (SGLang prints no version:
+    the version is ``sglang``). A stream without one (a log cut after start-up) still is a server of
+    its own: its first SGLang line stands for the start (another engine's log is never the same
+    server). Every SGLang line names the version (the stream's other engines' undated starts go)."""
+    args = pl.col("kind") == ARGS
+    first = own & (pl.int_range(pl.len()).over("stream", own) == 0) & ~args.any().over("stream")
+    return ServerStart(start=args | first, dated=own, version=pl.lit(ENGINE_KIND))

@@ -104,6 +104,7 @@ register(
         description="SGLang server log (0.1-0.5.23, default prefix or a JSON logging config): retractions, "
         "batch stats, start-up pool and server_args",
         sniff=_sniff,
+        log_pass=True,
     )
 )
 register_family(RecordFamily(name=KIND, markers=MARKERS, from_records=from_records, verify=VERIFY))

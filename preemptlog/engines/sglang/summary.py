@@ -1,10 +1,12 @@
-"""What the summary says about the engines: which one(s) the bundle holds, and SGLang's own words.
+"""What the summary says in SGLang's own words (the engine's ``summary_section``, ``headline_words``
+and ``log_capability``).
 
 Every output names the engine: events carry ``engine_kind`` (events.py), the summary
-``engine_kind`` (``vllm``, ``sglang``, or ``sglang+vllm`` for a bundle holding both) and, when
-SGLang lines are in the bundle, an ``sglang`` section: the retraction lines, their version
-family, the rate against SGLang's own "about once a minute is okay", how many happened with the
-new-token ratio at its floor. The headline counts *retractions* in an SGLang bundle.
+``engine_kind`` (``vllm``, ``sglang``, or ``sglang+vllm`` for a bundle holding both: the
+registry's ``engine_kinds``) and, when SGLang lines are in the bundle, an ``sglang`` section: the
+retraction lines, their version family, the rate against SGLang's own "about once a minute is
+okay", how many happened with the new-token ratio at its floor. The headline counts *retractions*
+in an SGLang bundle (the engine's noun).
 """
 
 from __future__ import annotations
@@ -13,53 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ...model.events import SGLANG, VLLM
+from ..common import LogCapability
 from . import knobs
+from .log import ENGINE_KIND as SGLANG
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
-
-
-def engine_kinds(a: AnalysisView) -> dict[str, int]:
-    """Events per engine kind, with 0 for an engine the bundle shows without events."""
-    out: dict[str, int] = {}
-    ev = a.events
-    if ev.height and "engine_kind" in ev.columns:
-        for k, n in ev.group_by("engine_kind").len().iter_rows():
-            out[str(k or VLLM)] = n
-    cfg = a.config
-    if cfg.height and cfg.filter((pl.col("key") == "engine_kind") & (pl.col("value") == SGLANG)).height:
-        out.setdefault(SGLANG, 0)
-    rec = a.records
-    if rec.height and rec.filter(~pl.col("kind").str.starts_with("sgl_")).height:
-        out.setdefault(VLLM, 0)
-    if not out:
-        out[VLLM] = 0
-    return dict(sorted(out.items()))
-
-
-def sglang_only_log(a: AnalysisView) -> bool:
-    """Are the bundle's log lines SGLang's only (so the log can count every retraction, 0 included)?"""
-    rec = a.records
-    if rec.height == 0:
-        return False
-    kinds = rec.get_column("kind")
-    sgl = kinds.str.starts_with("sgl_")
-    return bool(sgl.any()) and bool((sgl | (kinds == "time_only")).all())
-
-
-def engine_kind(kinds: dict[str, int]) -> str:
-    return "+".join(sorted(kinds))
-
-
-def noun(kinds: dict[str, int], n: int) -> str:
-    """``retraction(s)`` for SGLang, ``preemption(s)`` for vLLM, both for a bundle holding both."""
-    s = "" if n == 1 else "s"
-    if set(kinds) == {SGLANG}:
-        return f"retraction{s}"
-    if SGLANG in kinds and VLLM in kinds:
-        return f"preemption{s}/retraction{s}"
-    return f"preemption{s}"
 
 
 def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
@@ -120,3 +81,29 @@ def headline_words(s: dict[str, Any]) -> str:
     if sg.get("ratio_at_floor"):
         parts.append(f"the new-token ratio at its floor before {sg['ratio_at_floor']}")
     return "; " + ", ".join(parts)
+
+
+REASON = (
+    "SGLang's scheduler logs every retraction it makes (update_running_batch: 'KV cache pool is full. Retract "
+    "requests.', before 0.4.7 'Decode out of memory happened'), at INFO (WARNING from 0.5.10)"
+)
+
+
+def log_capability(a: AnalysisView) -> LogCapability:
+    """SGLang's log (issue 29) prints every retraction: its count is exact, 0 included."""
+    return LogCapability(has_log=True, family="SGLang", counts="exact", reason=REASON)
+
+
+def recompute_counters(counters: dict[str, Any]) -> dict[str, Any] | None:
+    """SGLang's own recompute cost (0.5.10+ /metrics): the input and output tokens of the requests it
+    retracted, ``sglang:num_retracted_{input,output}_tokens_total`` increases (at most what is prefilled
+    again: the radix cache may keep a prefix). The findings' ``sglang_counters``."""
+    got = (counters.get("prometheus") or {}).get("sglang_retracted_tokens")
+    if not got:
+        return None
+    return {
+        **got,
+        "tokens_at_most": got["input_tokens"] + got["output_tokens"],
+        "basis": "sglang:num_retracted_input_tokens_total + sglang:num_retracted_output_tokens_total increases "
+        "(the retracted requests' prompt and generated tokens: at most what is prefilled again)",
+    }

@@ -1,6 +1,46 @@
 """vLLM: its log record families (debug hooks, engine death), stats lines, configuration and knobs,
-requests, preemption events, code facts and fixes."""
+requests, preemption events, code facts and fixes; registered as the default engine (ENGINE)."""
 
-from . import enginedeath, hooks
+from ...sources.vllm_log import KIND as LOG_KIND
+from .. import facts
+from ..registry import Engine, register_engine
+from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, runs
 
-__all__ = ["enginedeath", "hooks"]
+ENGINE = register_engine(
+    Engine(
+        name=facts.VLLM,
+        display="vLLM",
+        noun="preemption",
+        verb="preempted",
+        log_kinds=(LOG_KIND,),
+        record_prefix=None,  # the single log pass's own record kinds are vLLM's
+        metrics=metrics.TABLE,
+        histogram_metric=metrics.HISTOGRAM,
+        # Which of vLLM's own mechanisms made a preemption (rules/default.toml [[mechanism]])
+        mechanisms=(
+            "kv-capacity",
+            "chunked-prefill-loop",
+            "priority-churn",
+            "prefix-cache-reset",
+            "spec-decode-lookahead",
+        ),
+        code_facts=facts.rows_of(facts.VLLM),
+        defaults=config.version_defaults,
+        stats_families=("v0", "v1"),  # the V0 (Pending/Swapped) and V1 (Waiting) stats lines
+        server_start=runs.server_start,
+        log_capability=capability.log_capability,
+        fixes=fixes.plan_part,
+        fix_tie_order=tuple(fixes.TIE_ORDER),
+        prom_counter_note="{n} event(s) come from the Prometheus counter vllm:num_preemptions_total: each "
+        "increase between two scrapes is spread evenly over that interval (no request id); V1 counts a "
+        "preemption when the request runs again.",
+        not_replayed=None,  # the what-if model is vLLM's scheduler (whatif/)
+        replay_hint=fixes.LOG_REQUESTS_HINT,
+        log_facts=logfacts.LOG_FACTS,
+        bundle_facts=codefacts.bundle_facts,
+        capacity_fixes=fixes.capacity_fixes,
+        startup_refusals=config.startup_refusals,
+    )
+)
+
+__all__ = ["ENGINE", "enginedeath", "hooks"]

@@ -18,19 +18,9 @@ from __future__ import annotations
 
 import polars as pl
 
-_VAL = r"""(?:'[^']*'|"[^"]*"|[^'",)}\s][^,)}\s]*)"""
-
-
-def _arg(key: str) -> str:
-    """A key in a dict repr ('key': v) or a Namespace / config repr (key=v).
-
-    The value must be closed (its quote, then a delimiter; the group keeps the
-    delimiter, which :func:`parse` strips): a number or a quoted text at the very
-    end of the text may have been cut (a wrapped or truncated line) and is not
-    reported as seen. Only a whole True / False / None may end the text.
-    """
-    return rf"(?:'{key}':\s*|\b{key}=)((?:True|False|None)$|{_VAL}[,)}}\s])"
-
+from ...model.config import in_force as in_force  # re-exported (moved to model/config.py)
+from ...model.config import version_tuple as _version_tuple
+from ..common import arg_pattern as _arg
 
 # (record kind, key, regex with one group)
 EXTRACTORS: list[tuple[str, str, str]] = [
@@ -257,19 +247,18 @@ def _stated_in_every_run(rows: pl.DataFrame, run_ids: set[int]) -> set[str]:
 
 
 def defaults_for(records: pl.DataFrame, seen: pl.DataFrame) -> list[tuple[str, str, str]]:
-    """The defaults of the engines the bundle shows: vLLM's unless every log line is SGLang's (an
-    SGLang-only bundle is not given vLLM's block_size or max_num_seqs), SGLang's where it has SGLang lines."""
-    sglang = (
-        bool(seen.height) and seen.filter((pl.col("key") == "engine_kind") & (pl.col("value") == "sglang")).height > 0
-    )
-    vllm = not sglang or (records.height > 0 and records.filter(~pl.col("kind").str.starts_with("sgl_")).height > 0)
-    ver = _last(seen, "vllm_version")
-    out = default_rows(ver["value"] if ver else None) if vllm else []
-    if sglang:
-        from ..sglang.knobs import DEFAULTS as SGLANG_DEFAULTS
+    """The defaults of the engines the bundle shows (registry.shown: vLLM's unless every log line is
+    another engine's, so an SGLang-only bundle is not given vLLM's block_size or max_num_seqs; an
+    engine with record kinds of its own where its lines are in the bundle), in registration order."""
+    from ..registry import shown
 
-        out += SGLANG_DEFAULTS
-    return out
+    return [row for e in shown(records, seen) for row in e.defaults(seen)]
+
+
+def version_defaults(seen: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """vLLM's defaults for the version the configuration rows seen name (the engine's ``defaults``)."""
+    ver = _last(seen, "vllm_version")
+    return default_rows(ver["value"] if ver else None)
 
 
 def _last(seen: pl.DataFrame, key: str):
@@ -415,15 +404,6 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
     return pl.DataFrame(rows, schema=schema)
 
 
-def _version_tuple(text: str) -> tuple[int, ...] | None:
-    import re
-
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not m:
-        return None
-    return tuple(int(g) if g else 0 for g in m.groups())
-
-
 def smallest_kv_tokens(config: pl.DataFrame) -> float | None:
     """The smallest KV cache size in tokens that the config frame holds (seen or derived): the
     request rows with longer prompts are kept for the never-fits finding (vllm/requests.py)."""
@@ -436,18 +416,6 @@ def smallest_kv_tokens(config: pl.DataFrame) -> float | None:
         except (TypeError, ValueError):
             continue
     return min(vals) if vals else None
-
-
-def in_force(config: pl.DataFrame) -> dict[str, dict]:
-    """Last value per key (seen > derived > default), with its provenance."""
-    out: dict[str, dict] = {}
-    rank = {"default": 0, "derived": 1, "seen": 2}
-    for row in config.iter_rows(named=True):
-        cur = out.get(row["key"])
-        if cur is None or rank[row["status"]] >= rank[cur["status"]]:
-            out[row["key"]] = row
-    _ = pl
-    return out
 
 
 # ---------------------------------------------------------------------------------- start-up checks

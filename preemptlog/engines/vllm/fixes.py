@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .requests import incident_requests
+from ...model.requests import incident_requests
+from ..common import G1_KEYS, FixPart, is_change, verdict_key_counts
+from ..common import ranked as _ranked
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
@@ -53,7 +55,7 @@ class Measured:
 
 
 def _cfg(analysis: AnalysisView) -> dict[str, dict[str, Any]]:
-    from .config import in_force
+    from ...model.config import in_force
 
     return in_force(analysis.config)
 
@@ -272,9 +274,6 @@ def _fix(
         "addresses": keys,
         "text": prose,
     }
-
-
-G1_KEYS = ["G1-kv-space/fragmentation", "G1-kv-space/capacity", "G1-kv-space/kv-exhausted"]
 
 
 def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -555,33 +554,8 @@ TIE_ORDER = [
 
 
 def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str, Any]]:
-    """Rank fixes by the events they address (counts per verdict key); on ties, computable ones
-    first, then TIE_ORDER. Fixes that address no event of this incident are left out."""
-    for x in fixes:
-        x["events_addressed"] = sum(counts.get(k, 0) for k in x["addresses"])
-    keep = [x for x in fixes if x["events_addressed"] > 0]
-    keep.sort(
-        key=lambda x: (
-            -x["events_addressed"],
-            x["suggested"] is None,
-            TIE_ORDER.index(x["id"]) if x["id"] in TIE_ORDER else len(TIE_ORDER),
-        )
-    )
-    for i, x in enumerate(keep, 1):
-        x["rank"] = i
-    return keep
-
-
-def verdict_key_counts(verdicts: Any) -> dict[str, int]:
-    """Events per verdict key (``gate`` or ``gate/sub_kind`` for G1) of a verdict frame."""
-    if verdicts is None or verdicts.height == 0:
-        return {}
-    key = (
-        pl.when(pl.col("gate") == "G1-kv-space")
-        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
-        .otherwise(pl.col("gate").fill_null("undetermined"))
-    )
-    return {k: n for k, n in verdicts.select(key.alias("k")).group_by("k").len().iter_rows()}
+    """common.ranked with vLLM's TIE_ORDER."""
+    return _ranked(fixes, counts, TIE_ORDER)
 
 
 def engine_family(analysis: AnalysisView) -> str | None:
@@ -829,3 +803,50 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
                 )
             )
     return out, dropped
+
+
+# ---------------------------------------------------------------- the engine's part of the incident's fixes
+
+
+def plan_part(a: AnalysisView, findings: Any, verdicts: Any) -> FixPart:
+    """vLLM's changes for its events (the engine's ``fixes``; fixes/plan.py replays them): the field
+    guide's formula fixes and the levers computed from the KV pool and the peak demand (the capacity
+    finding's), one suggestion per option: a computed lever supersedes the formula fix for the same
+    option; a pool pinned by ``--num-gpu-blocks-override`` is moved by that option, so no
+    ``--gpu-memory-utilization`` fix is offered then. ``verdicts``: vLLM's events' verdicts."""
+    formula, dropped = structured(measure(a), engine_family(a))
+    cap = (findings.capacity if findings is not None else None) or {}
+    computed = [dict(x) for x in cap.get("fixes") or []]
+    dropped = [*dropped, *(cap.get("dropped") or [])]
+    by_option = {x["option"]: x["id"] for x in computed if x.get("suggested") is not None}
+    pinned = any(x["option"] == "--num-gpu-blocks-override" for x in computed) or _pinned(a)
+    candidates = list(computed)
+    for x in formula:
+        if x["option"] in by_option:
+            dropped.append(
+                {
+                    "id": x["id"],
+                    "why": f"superseded by {by_option[x['option']]}, computed from the incident's KV pool and "
+                    "peak demand",
+                }
+            )
+        elif pinned and x["option"] == "--gpu-memory-utilization":
+            dropped.append(
+                {
+                    "id": x["id"],
+                    "why": "the KV pool is pinned by --num-gpu-blocks-override: gpu_memory_utilization does not "
+                    "change it",
+                }
+            )
+        else:
+            candidates.append(x)
+    counts = verdict_key_counts(verdicts)
+    addressing = ranked(candidates, counts)  # only fixes that address some of the incident's events
+    changes = [x for x in addressing if is_change(x)]
+    know = [x for x in addressing if not is_change(x)]
+    return FixPart(changes=changes, know=know, dropped=dropped)
+
+
+def _pinned(a: AnalysisView) -> bool:
+    row = _cfg(a).get("num_gpu_blocks_override")
+    return row is not None and row.get("status") == "seen"

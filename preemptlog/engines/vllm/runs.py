@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..registry import ServerStart
 from .preemptions import START_RE
 
 RUNS_SCHEMA = {
@@ -104,3 +105,17 @@ def _numbered(records: pl.DataFrame) -> pl.DataFrame:
     )
     key = pl.struct("stream", "_srun")
     return r.with_columns(run=(key.rank("dense") - 1).cast(pl.Int32))
+
+
+# ---------------------------------------------------------------------- server starts (events/servers.py)
+
+VERSION_RE = r"(?:server version |LLM engine \(v)v?([0-9][\w.+-]*?)\)?(?:\s|$|,)"
+
+
+def server_start(own: pl.Expr) -> ServerStart:
+    """vLLM's server starts: a version line (``vLLM API server version X``, ``vLLM server version X``),
+    or, in a stream without one, the engine's ``Initializing a V1 LLM engine (vX) with config`` line."""
+    t = pl.col("text")
+    version_line = pl.col("kind") == "cfg_version"
+    engine_line = (pl.col("kind") == "cfg_engine") & t.str.contains(r"Initializing an? (?:V[01] )?LLM engine \(v")
+    return ServerStart(start=version_line | engine_line, dated=version_line, version=t.str.extract(VERSION_RE, 1))

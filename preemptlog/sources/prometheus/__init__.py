@@ -62,7 +62,7 @@ from ..registry import SourceKind, register, register_samples
 # Re-exported: the names other modules and the tests import from ``sources.prometheus``.
 from .counters import PROM_PREEMPTIONS_SCHEMA, PROM_SAMPLES_SCHEMA, PROM_SERIES_SCHEMA, _combine, counter_events
 from .jsonapi import _is_json, _parse_json
-from .names import KIND, NAME_PREFIX_RE, _FileData, canonical_name
+from .names import KIND, _FileData, canonical_name, mentions_engine, name_prefix_re
 from .scrapetime import _name_time, _parse_time_text, _place
 from .text import _parse_text
 
@@ -85,15 +85,16 @@ __all__ = [
 
 def _sniff(head: str) -> int:
     """Beats the vllm-log kind (at most 50) on anything that looks like Prometheus data."""
-    if re.search(r"^#[ \t]+(?:HELP|TYPE)[ \t]+" + NAME_PREFIX_RE, head, re.M):
+    prefix_re = name_prefix_re()
+    if re.search(r"^#[ \t]+(?:HELP|TYPE)[ \t]+" + prefix_re, head, re.M):
         return 90
     stripped = head.lstrip()
     if stripped.startswith(("{", "[")) and '"resultType"' in head:
-        return 90 if "vllm" in head or "sglang" in head else 60
+        return 90 if mentions_engine(head) else 60
     if stripped.startswith("{") and '"timestamp_ns"' in head and '"metrics"' in head:
-        return 90 if "vllm" in head or "sglang" in head else 60  # AIPerf server_metrics_export.jsonl
+        return 90 if mentions_engine(head) else 60  # AIPerf server_metrics_export.jsonl
     if re.search(
-        r"^" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+(?:\{[^\n]*\})?[ \t]+[-+0-9.eENaIinf]+[ \t]*(?:[-0-9.eE+]+)?[ \t]*$",
+        r"^" + prefix_re + r"[A-Za-z0-9_:]+(?:\{[^\n]*\})?[ \t]+[-+0-9.eENaIinf]+[ \t]*(?:[-0-9.eE+]+)?[ \t]*$",
         head,
         re.M,
     ):

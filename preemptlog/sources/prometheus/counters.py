@@ -12,13 +12,13 @@ from .names import (
     CONFIG_LABELS,
     CONFIG_SKIP_LABELS,
     COUNTER_FIELDS,
-    CREATED,
-    METRICS,
     PLACED,
     RAW_LIMIT,
     PromFiles,
     _label,
+    created,
     engine_kind_expr,
+    metrics,
 )
 
 if TYPE_CHECKING:
@@ -94,18 +94,19 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
     if PLACED not in out.frames:
         return out
     s = out.frames.pop(PLACED)
+    known = metrics()
     s = s.with_columns(
         # SGLang labels its engines (DP workers) dp_rank; its TP ranks (tp_rank) are ranks of one engine
         engine=pl.coalesce(pl.col("engine"), _label("dp_rank")).fill_null("0"),
         _ek=engine_kind_expr(pl.col("name")),
         model_name=pl.col("model_name").fill_null(""),
         field=pl.col("name").replace_strict(
-            {k: v[0] for k, v in METRICS.items()} | {k: "created" for k in CREATED},
+            {k: v[0] for k, v in known.items()} | {k: "created" for k in created()},
             default=None,
             return_dtype=pl.String,
         ),
         value=pl.col("value")
-        * pl.col("name").replace_strict({k: v[2] for k, v in METRICS.items()}, default=1.0, return_dtype=pl.Float64),
+        * pl.col("name").replace_strict({k: v[2] for k, v in known.items()}, default=1.0, return_dtype=pl.Float64),
     )
     # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
     # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
@@ -194,9 +195,9 @@ def _raw_expr() -> pl.Expr:
 
 def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
     """One row per counter sample, with the previous sample of its series and the increase."""
-    created = (
+    created_ = (
         s.filter(pl.col("field") == "created")
-        .with_columns(cfield=pl.col("name").replace_strict(CREATED, default=None, return_dtype=pl.List(pl.String)))
+        .with_columns(cfield=pl.col("name").replace_strict(created(), default=None, return_dtype=pl.List(pl.String)))
         .explode("cfield")
         .select(
             "scope",
@@ -213,7 +214,7 @@ def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
     c = s.filter(pl.col("field").is_in(list(COUNTER_FIELDS))).with_columns(le=pl.col("le").fill_null(""))
     # The _created of a histogram family has no le: it dates every bucket.
     c = c.join(
-        created.filter(pl.col("le") == "").drop("le"),
+        created_.filter(pl.col("le") == "").drop("le"),
         on=["scope", "scrape_id", "engine", "model_name", "_ek", "field"],
         how="left",
     )

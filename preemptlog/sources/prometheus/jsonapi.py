@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .names import CREATED, METRICS, _FileData, _sample_schema, _ts_to_us, canonical_name
+from .names import _FileData, _sample_schema, _ts_to_us, canonical_name, created, metrics
 from .text import _read_text
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ def _parse_json(f: InputFile) -> _FileData:
     import json
     from bisect import bisect_right
 
+    known, dated = metrics(), created()  # the registered engines' names, read once
     fd = _FileData(file=f, fmt="json", samples=pl.DataFrame(schema=_sample_schema()))
     text = _read_text(f)
     docs: list[tuple[int, Any]] = []  # (line, document)
@@ -89,7 +90,7 @@ def _parse_json(f: InputFile) -> _FileData:
             if name is None:
                 skipped_unnamed += 1
                 continue
-            if name not in METRICS and name not in CREATED:
+            if name not in known and name not in dated:
                 continue
             labels = ",".join(f'{k}="{v!s}"' for k, v in sorted(metric.items()) if k != "__name__")
             positions = pairs[start:ordinal] if len(pairs) >= ordinal else []
@@ -178,6 +179,7 @@ def _aiperf_parts(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, A
     endpoint's metrics changed (consecutive identical scrapes are deduplicated), so the interval
     between two records is not missing data: a counter's increase over it is exact.
     """
+    known, dated = metrics(), created()  # the registered engines' names, read once
     series: dict[tuple[Any, ...], dict[str, Any]] = {}  # one part per series, its samples appended in file order
     for line, rec in records:
         t = _float_or_none(rec.get("timestamp_ns"))
@@ -201,7 +203,7 @@ def _aiperf_parts(records: list[tuple[int, dict[str, Any]]]) -> list[dict[str, A
                     rows += [(name + "_bucket", {**labels, "le": le}, c) for le, c in e["histogram"].items()]  # type: ignore[dict-item]  # polars scalars are typed as every literal
                     rows += [(name + "_sum", labels, e.get("sum")), (name + "_count", labels, e.get("count"))]  # type: ignore[list-item]  # polars scalars are typed as every literal
                 for nm, lab, v in rows:
-                    if nm not in METRICS and nm not in CREATED:
+                    if nm not in known and nm not in dated:
                         continue
                     inst = lab.get("instance") or lab.get("pod") or endpoint
                     text = ",".join(f'{a}="{b}"' for a, b in sorted(lab.items()))

@@ -3,10 +3,14 @@ phase 1's per-file data, shared by the text and the JSON readers."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
+
+from ...model.kinds import default as default_kind
+from ..registry import metric_tables
 
 if TYPE_CHECKING:
     from ...inputs.files import InputFile
@@ -18,65 +22,23 @@ KIND = "prometheus"
 PLACED = "prom_placed"  # phase 2's per-file samples, between place and combine (sources.registry.CrossFile)
 
 
-# What is read. name -> (field, type, scale). Counters are exposed with
-# ``_total`` (prometheus_client adds it); ``vllm:num_preemptions`` without it
-# appears in some exposures. Fractions (0-1) are scaled to percent.
-METRICS: dict[str, tuple[str, str, float]] = {
-    "vllm:num_preemptions_total": ("preemptions", "counter", 1.0),
-    "vllm:num_preemptions": ("preemptions", "counter", 1.0),
-    "vllm:num_requests_running": ("running", "gauge", 1.0),
-    "vllm:num_requests_waiting": ("waiting", "gauge", 1.0),
-    "vllm:num_requests_swapped": ("swapped", "gauge", 1.0),
-    "vllm:num_requests_waiting_by_reason": ("waiting_by_reason", "gauge", 1.0),
-    "vllm:kv_cache_usage_perc": ("kv_usage", "gauge", 100.0),
-    "vllm:gpu_cache_usage_perc": ("kv_usage", "gauge", 100.0),
-    "vllm:cpu_cache_usage_perc": ("cpu_kv_usage", "gauge", 100.0),
-    "vllm:gpu_prefix_cache_hit_rate": ("prefix_hit_rate_gauge", "gauge", 100.0),
-    "vllm:prefix_cache_queries_total": ("prefix_queries", "counter", 1.0),
-    "vllm:prefix_cache_hits_total": ("prefix_hits", "counter", 1.0),
-    "vllm:gpu_prefix_cache_queries_total": ("prefix_queries", "counter", 1.0),
-    "vllm:gpu_prefix_cache_hits_total": ("prefix_hits", "counter", 1.0),
-    "vllm:request_num_preemptions_count": ("hist_count", "counter", 1.0),
-    "vllm:request_num_preemptions_sum": ("hist_sum", "counter", 1.0),
-    "vllm:request_num_preemptions_bucket": ("hist_bucket", "counter", 1.0),
-    "vllm:cache_config_info": ("cache_config", "info", 1.0),
-    # Tokens per finished request (histogram sum / count since engine start): the size of a request
-    # for the capacity estimate of a stock bundle (findings/capacity.py). Read as the latest value.
-    "vllm:request_prompt_tokens_sum": ("req_prompt_sum", "gauge", 1.0),
-    "vllm:request_prompt_tokens_count": ("req_prompt_count", "gauge", 1.0),
-    "vllm:request_generation_tokens_sum": ("req_gen_sum", "gauge", 1.0),
-    "vllm:request_generation_tokens_count": ("req_gen_count", "gauge", 1.0),
-    # SGLang (issue 29; observability/metrics_collector.py per release, sglang-facts.md 2.3). A retraction is
-    # SGLang's preemption: its counters fill the same fields. 0.4.10-0.5.1 keep the running total in a
-    # gauge (total_retracted_reqs, "due to kvcache full"): read as the counter it is.
-    "sglang:num_retracted_requests_total": ("preemptions", "counter", 1.0),  # 0.5.10+
-    "sglang:total_retracted_reqs": ("preemptions", "counter", 1.0),  # 0.4.10-0.5.1
-    "sglang:num_retracted_reqs": ("retracted_last", "gauge", 1.0),  # 0.5.5+: the last retraction's size, per interval
-    "sglang:num_retracted_input_tokens_total": ("retracted_input_tokens", "counter", 1.0),  # 0.5.10+
-    "sglang:num_retracted_output_tokens_total": ("retracted_output_tokens", "counter", 1.0),  # 0.5.10+
-    "sglang:num_retractions_count": ("hist_count", "counter", 1.0),  # 0.5.5-0.5.10: retractions per request
-    "sglang:num_retractions_sum": ("hist_sum", "counter", 1.0),
-    "sglang:num_retractions_bucket": ("hist_bucket", "counter", 1.0),
-    "sglang:num_running_reqs": ("running", "gauge", 1.0),
-    "sglang:num_queue_reqs": ("waiting", "gauge", 1.0),
-    "sglang:token_usage": ("kv_usage", "gauge", 100.0),
-}
+# What is read: every registered engine's metric names (sources.registry.MetricTable; each
+# engine's table is in its own package, engines/<name>/metrics.py), merged in registration order.
+def metrics() -> dict[str, tuple[str, str, float]]:
+    """Canonical name -> (field, type, scale) of every registered engine's metrics."""
+    out: dict[str, tuple[str, str, float]] = {}
+    for t in metric_tables():
+        out.update(t.metrics)
+    return out
 
 
-# ``<family>_created`` (prometheus_client's creation time of a counter) -> the
-# counter fields it dates; a changed value between two samples is a reset.
-CREATED: dict[str, list[str]] = {
-    "vllm:num_preemptions_created": ["preemptions"],
-    "vllm:prefix_cache_queries_created": ["prefix_queries"],
-    "vllm:prefix_cache_hits_created": ["prefix_hits"],
-    "vllm:gpu_prefix_cache_queries_created": ["prefix_queries"],
-    "vllm:gpu_prefix_cache_hits_created": ["prefix_hits"],
-    "vllm:request_num_preemptions_created": ["hist_count", "hist_sum", "hist_bucket"],
-    "sglang:num_retracted_requests_created": ["preemptions"],
-    "sglang:num_retracted_input_tokens_created": ["retracted_input_tokens"],
-    "sglang:num_retracted_output_tokens_created": ["retracted_output_tokens"],
-    "sglang:num_retractions_created": ["hist_count", "hist_sum", "hist_bucket"],
-}
+def created() -> dict[str, list[str]]:
+    """``<family>_created`` -> the counter fields it dates (a changed value between two samples is
+    a reset), of every registered engine."""
+    out: dict[str, list[str]] = {}
+    for t in metric_tables():
+        out.update(t.created)
+    return out
 
 
 COUNTER_FIELDS = (
@@ -92,8 +54,13 @@ COUNTER_FIELDS = (
 
 
 def engine_kind_expr(name: pl.Expr) -> pl.Expr:
-    """The serving engine a canonical metric name belongs to: ``sglang`` for ``sglang:``, else ``vllm``."""
-    return pl.when(name.str.starts_with("sglang:")).then(pl.lit("sglang")).otherwise(pl.lit("vllm"))
+    """The serving engine a canonical metric name belongs to: the engine whose prefix it has, else the
+    default engine (model.kinds)."""
+    out: pl.Expr = pl.lit(default_kind())
+    for t in reversed(metric_tables()):
+        if t.engine != default_kind():
+            out = pl.when(name.str.starts_with(t.prefix + ":")).then(pl.lit(t.engine)).otherwise(out)
+    return out
 
 
 # cache_config_info label -> config key (CONFIG_SCHEMA); other labels keep their name.
@@ -103,37 +70,53 @@ CONFIG_LABELS = {"cache_dtype": "kv_cache_dtype"}
 CONFIG_SKIP_LABELS = {"engine", "model_name", "instance", "job", "pod", "__name__"}
 
 
-# Spellings of one metric: vLLM's ``vllm:name``, the underscore form of exporters
+# Spellings of one metric: the engine's ``vllm:name``, the underscore form of exporters
 # that do not allow ``:`` (``vllm_name``, OpenTelemetry, some relabelling), and
 # Ray Serve's re-export (``ray_vllm:name``, ``ray_vllm_name``). All are read as
-# ``vllm:name`` (:func:`canonical_name`).
-NAME_PREFIX_RE = r"(?:ray_)?(?:vllm|sglang)[:_]"
+# ``vllm:name`` (:func:`canonical_name`); every engine's prefix alike.
+def name_prefix_re() -> str:
+    """The regex of a metric name's start, any engine's prefix in any spelling."""
+    prefixes = "|".join(re.escape(t.prefix) for t in metric_tables()) or "(?!)"  # none registered: no name
+    return r"(?:ray_)?(?:" + prefixes + r")[:_]"
 
 
 def canonical_name(name: str) -> str:
-    """``ray_vllm:x`` / ``vllm_x`` / ``ray_vllm_x`` -> ``vllm:x`` (and ``sglang_x`` -> ``sglang:x``)."""
+    """``ray_vllm:x`` / ``vllm_x`` / ``ray_vllm_x`` -> ``vllm:x`` (every engine's prefix alike)."""
     if name.startswith("ray_"):
         name = name[4:]
-    if name.startswith("vllm_"):
-        name = "vllm:" + name[5:]
-    if name.startswith("sglang_"):
-        name = "sglang:" + name[7:]
+    for t in metric_tables():
+        if name.startswith(t.prefix + "_"):
+            name = t.prefix + ":" + name[len(t.prefix) + 1 :]
     return name
 
 
 def _canonical_expr(col: pl.Expr) -> pl.Expr:
-    return col.str.replace(r"^ray_", "").str.replace(r"^vllm_", "vllm:").str.replace(r"^sglang_", "sglang:")
+    out = col.str.replace(r"^ray_", "")
+    for t in metric_tables():
+        out = out.str.replace("^" + re.escape(t.prefix) + "_", t.prefix + ":")
+    return out
 
 
 def _spellings(names: list[str]) -> list[str]:
     """Literal forms of the names for the pre-filter (``ray_`` forms contain them)."""
     out = set()
+    prefixes = [t.prefix for t in metric_tables()]
     for n in names:
         out.add(n)
-        for pre in ("vllm", "sglang"):
+        for pre in prefixes:
             if n.startswith(pre + ":"):
                 out.add(pre + "_" + n[len(pre) + 1 :])
     return sorted(out)
+
+
+def sample_starts() -> list[str]:
+    """What a sample line of a text scrape may start with (every engine's ``line_starts``)."""
+    return [s for t in metric_tables() for s in t.line_starts]
+
+
+def mentions_engine(head: str) -> bool:
+    """Does the text name an engine's metric prefix (sniffing JSON exports)?"""
+    return any(t.prefix in head for t in metric_tables())
 
 
 RAW_LIMIT = 500

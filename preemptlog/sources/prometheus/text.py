@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .names import (
-    CREATED,
-    METRICS,
-    NAME_PREFIX_RE,
     _canonical_expr,
     _FileData,
     _label,
     _sample_schema,
     _spellings,
     _ts_to_us,
+    created,
+    metrics,
+    name_prefix_re,
+    sample_starts,
 )
 
 if TYPE_CHECKING:
@@ -26,13 +27,19 @@ if TYPE_CHECKING:
 _LABELS = r'(?:[^"}]|"(?:[^"\\]|\\.)*")*'
 
 
-SAMPLE_RE = (
-    r"^(?P<name>" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+)(?:\{(?P<labels>" + _LABELS + r")\})?[ \t]+(?P<value>[^\s#]+)"
+# The metric name's start is every registered engine's prefix (names.name_prefix_re).
+_SAMPLE_REST = (
+    r"[A-Za-z0-9_:]+)(?:\{(?P<labels>" + _LABELS + r")\})?[ \t]+(?P<value>[^\s#]+)"
     r"(?:[ \t]+(?P<ts>-?[0-9][0-9.eE+-]*))?[ \t]*(?:#.*)?$"
 )
 
 
-META_RE = r"^#[ \t]+(?:HELP|TYPE)[ \t]+(" + NAME_PREFIX_RE + r"[A-Za-z0-9_:]+)"
+def sample_re() -> str:
+    return r"^(?P<name>" + name_prefix_re() + _SAMPLE_REST
+
+
+def meta_re() -> str:
+    return r"^#[ \t]+(?:HELP|TYPE)[ \t]+(" + name_prefix_re() + r"[A-Za-z0-9_:]+)"
 
 
 # Separators between concatenated scrapes.
@@ -62,11 +69,14 @@ BARE_TIME_RE = (
 def _parse_text(f: InputFile) -> _FileData:
     from ...inputs import reflow
 
-    known = list(METRICS) + list(CREATED)
+    known = list(metrics()) + list(created())
+    sample_re_, meta_re_ = sample_re(), meta_re()
     # Quoted, fenced or indented pastes read like plain scrapes (reflow.py).
     line = pl.col("line").str.strip_chars("\r \t")
-    is_sample = line.str.starts_with("vllm") | line.str.starts_with("ray_vllm") | line.str.starts_with("sglang")
-    is_meta = line.str.starts_with("#") & line.str.contains(META_RE)
+    is_sample = pl.lit(False)
+    for start in sample_starts():
+        is_sample = is_sample | line.str.starts_with(start)
+    is_meta = line.str.starts_with("#") & line.str.contains(meta_re_)
     is_eof = line == "# EOF"
     is_sep = line.str.contains(SCRAPE_SEP_RE) | line.str.starts_with("---") | line.str.contains(BARE_TIME_RE)
     is_pod = line.str.starts_with("#") & line.str.contains(POD_RE)
@@ -81,7 +91,7 @@ def _parse_text(f: InputFile) -> _FileData:
         | (line.str.len_bytes() < 48)
     )
     lf = lf.filter(cheap).filter(is_sample | is_meta | is_eof | is_sep | is_pod | is_cap)
-    g = line.str.extract_groups(SAMPLE_RE)
+    g = line.str.extract_groups(sample_re_)
     kind = (
         pl.when(is_sample)
         .then(pl.lit("sample"))
@@ -105,7 +115,7 @@ def _parse_text(f: InputFile) -> _FileData:
             pl.col("n"),
             kind.alias("kind"),
             g.alias("g"),
-            pl.when(is_meta).then(line.str.extract(META_RE, 1) + line.str.slice(2, 4)).alias("meta_key"),
+            pl.when(is_meta).then(line.str.extract(meta_re_, 1) + line.str.slice(2, 4)).alias("meta_key"),
             pl.when(~is_sample & ~is_meta & ~is_pod & ~is_cap).then(sep_time).alias("sep_time"),
             pl.when(is_pod).then(line.str.extract(POD_RE, 1)).alias("pod"),
         )

@@ -1,19 +1,22 @@
 """SGLang's own statement at the retraction: the event's retraction line, and the ratio's floor.
 
-An SGLang event is one retracted request of a retraction line (sglang/log.py): its evidence is
+An SGLang event is one retracted request of a retraction line (log.py): its evidence is
 that line (matched by stream and order, never by time: another DP rank's line at the same
 second is another engine's) and the configuration in force. The new-token ratio's floor is
-``min(0.7 c, 1) x 0.14`` (0.1-0.2: ``min(0.2 c, 1)``, sglang/knobs.py) with c the
+``min(0.7 c, 1) x 0.14`` (0.1-0.2: ``min(0.2 c, 1)``, knobs.py) with c the
 ``schedule_conservativeness`` the ``server_args`` line shows, else SGLang's default 1.0 (status
-``default``: an assumption, said so).
+``default``: an assumption, said so). Registered as the engine's evidence section
+(engines.EvidenceSection): the joiner joins it to every event, timed or not.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from .common import src_expr
-from .declare import Evidence, cited
+from ...model.config import in_force
+from ...model.evidence import Evidence, cited
+from ...model.frames import provenance_expr as src_expr
+from . import knobs
 
 SOURCE = "sglang-log"
 EVIDENCE = [
@@ -50,12 +53,7 @@ EVIDENCE = [
 ]
 
 
-def section_sglang(
-    ev: pl.DataFrame, frames: dict[str, pl.DataFrame], config: pl.DataFrame | None
-) -> pl.DataFrame | None:
-    from ..engines.sglang import knobs
-    from ..engines.vllm.config import in_force
-
+def section(ev: pl.DataFrame, frames: dict[str, pl.DataFrame], config: pl.DataFrame | None) -> pl.DataFrame | None:
     ret = frames.get("sgl_retractions")
     if ret is None or ret.height == 0:
         return None

@@ -1,0 +1,311 @@
+"""The engine registry: one :class:`Engine` record per serving engine, and the generic questions.
+
+Each engine package (``engines/<name>/__init__.py``) builds its record and calls
+:func:`register_engine` when it is imported; ``engines/__init__.py`` imports the built-in ones
+(``BUILTIN_ENGINES``). Every stage outside ``engines/`` asks here (``engines.get(kind).noun``,
+``engines.registered()``, ``engines.of_events(events)``...) and never names an engine.
+
+Registering also fills the hooks of the layers below engines, which cannot import this module:
+``model.kinds`` (an engine's name and words, and the default engine: ``engine_kind`` where a source
+does not say) and ``sources.registry`` (the engine's Prometheus metric names). An engine's log
+source kinds and record families register themselves into ``sources.registry`` as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..model import kinds as _kinds
+from ..sources import registry as _sources
+
+if TYPE_CHECKING:
+    from ..model.evidence import Evidence
+    from ..model.requests import RequestStats
+    from ..model.result import AnalysisView
+    from .common import FixPart, LogCapability
+    from .facts import CodeFact
+
+# The engine a source means when it does not say (every source but an engine's own log lines and
+# metric names is this engine's): events' ``engine_kind`` is filled with it.
+DEFAULT = "vllm"
+
+
+@dataclass(frozen=True)
+class LogEvents:
+    """What an engine's log facts give the event set: partial event frames (events.conform), the
+    counters they come with (``{"v0": ...}``) and warnings (``partial`` when one says the run is)."""
+
+    parts: list[pl.DataFrame]
+    counters: dict[str, Any]
+    warnings: list[str]
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """An engine's parsers of the single log pass's own records (sources/vllm_log.py), in the
+    order the pipeline's sources stage calls them (the order outputs were always made in)."""
+
+    stats: Callable[[pl.DataFrame], pl.DataFrame]  # records -> stats rows (STATS_SCHEMA)
+    # records, stats, other sources' config rows -> the configuration frame (seen, derived, defaults)
+    config: Callable[[pl.DataFrame, pl.DataFrame, list[pl.DataFrame]], pl.DataFrame]
+    events: Callable[[pl.DataFrame, pl.DataFrame], LogEvents]  # records, stats -> events
+    # records, per-request rows, the request ids the events name, config -> the requests frame and its counts
+    requests: Callable[[pl.DataFrame, list[Any], list[str], pl.DataFrame], tuple[pl.DataFrame, RequestStats]]
+    runs: Callable[[pl.DataFrame], pl.DataFrame]  # records -> the server runs table (frame server_runs)
+
+
+@dataclass(frozen=True)
+class ServerStart:
+    """How a server start shows in the log pass's records (events/servers.py), as expressions over
+    the records (columns ``kind``, ``text``)."""
+
+    start: pl.Expr  # rows that are a start of a server
+    dated: pl.Expr  # rows that name the server's version (a stream with one: its undated starts are not starts)
+    version: pl.Expr  # the version a start row names
+
+
+@dataclass(frozen=True)
+class EvidenceSection:
+    """Evidence an engine adds to every one of its events (the joiner's sections): its declarations
+    (appended to the evidence schema, in registration order) and the section, ``(events with _i,
+    stream, seq; frames; config) -> rows keyed by _i`` (None: nothing to add)."""
+
+    declared: tuple[Evidence, ...]
+    section: Callable[[pl.DataFrame, dict[str, pl.DataFrame], pl.DataFrame | None], pl.DataFrame | None]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A serving engine: its words, its names in every input, and what it contributes to each stage.
+
+    Optional contributions (``None``) are the ones an engine may not have; the rest every engine
+    fills (tests/test_engines_registry.py)."""
+
+    name: str  # the ``engine_kind`` value
+    display: str  # how prose names it ("vLLM")
+    noun: str  # what it calls a preemption ("preemption"; plural: + "s")
+    verb: str  # "preempted": a request <verb> 5+ times
+    log_kinds: tuple[str, ...]  # its log source kinds (read by the single log pass)
+    # the prefix of its record kinds in the single log pass ("sgl_"); None: the pass's own kinds
+    # (the default engine's: every record no other engine's prefix claims)
+    record_prefix: str | None
+    metrics: _sources.MetricTable  # its Prometheus metric names (sources/prometheus reads them)
+    histogram_metric: str  # its per-request preemption histogram family (findings/thrash.py)
+    mechanisms: tuple[str, ...]  # its mechanism names (rules: [[mechanism]] vocabulary)
+    code_facts: tuple[CodeFact, ...]  # its rows of the code-facts table (engines/facts.py)
+    # (key, value, note) of its defaults, given the configuration rows seen (their version)
+    defaults: Callable[[pl.DataFrame], list[tuple[str, str, str]]]
+    stats_families: tuple[str, ...]  # its values of the stats frame's ``family`` column
+    server_start: Callable[[pl.Expr], ServerStart]  # given "this row is the engine's": its server starts
+    log_capability: Callable[[AnalysisView], LogCapability]  # how far its log counts its events
+    fixes: Callable[[AnalysisView, Any, pl.DataFrame | None], FixPart]  # (analysis, findings, its verdicts)
+    fix_tie_order: tuple[str, ...]  # its fix ids, most direct first (ties in the ranking)
+    prom_counter_note: str  # "{n} event(s) come from <its counter>...": the honesty note of its scraped events
+    # why the what-if does not replay its changes (None: the what-if model is this engine's scheduler)
+    not_replayed: str | None
+    # what the bundle needs so its changes are replayed on the incident's own workload (fixes/plan.py)
+    replay_hint: str | None = None
+    log_facts: LogFacts | None = None  # parsers of the log pass's own records (None: a record family does)
+    # the code facts its configuration in force settles, for its events (joiner/code.py)
+    bundle_facts: Callable[[pl.DataFrame | None], dict[str, Any] | None] | None = None
+    evidence: EvidenceSection | None = None  # evidence of its own beyond the joiner's sections
+    summary_section: Callable[[AnalysisView, Any], dict[str, Any] | None] | None = None  # summary[name]
+    headline_words: Callable[[dict[str, Any]], str] | None = None  # words the headline adds (the summary)
+    tokens_unknown: str | None = None  # why an event's recomputed tokens are unknown, in its terms
+    # its own recompute cost from its counters (findings' recompute ``<name>_counters``)
+    recompute_counters: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+    # the KV pool levers of the capacity finding (findings/capacity.py): inputs -> (fixes, dropped)
+    capacity_fixes: Callable[[dict[str, Any]], tuple[list[dict[str, Any]], list[dict[str, str]]]] | None = None
+    startup_refusals: Callable[..., list[str]] | None = None  # why it would refuse to start (whatif)
+
+    @property
+    def default(self) -> bool:
+        return self.name == DEFAULT
+
+    def plural(self, n: int) -> str:
+        return self.noun if n == 1 else self.noun + "s"
+
+
+OPTIONAL_FIELDS = tuple(f.name for f in fields(Engine) if f.default is None)
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def register_engine(engine: Engine) -> Engine:
+    """Register an engine (and fill the lower layers' hooks: model.kinds, sources.registry)."""
+    _ENGINES[engine.name] = engine
+    _kinds.declare(
+        _kinds.EngineKind(engine.name, engine.display, engine.noun, engine.verb), default=engine.name == DEFAULT
+    )
+    _sources.register_metrics(engine.metrics)
+    return engine
+
+
+def unregister_engine(name: str) -> None:
+    """Take an engine out again (a test's fake engine)."""
+    _ENGINES.pop(name, None)
+    _kinds.undeclare(name)
+    _sources.unregister_metrics(name)
+
+
+def registered() -> tuple[Engine, ...]:
+    """Every registered engine, in registration order (the default engine first)."""
+    return tuple(_ENGINES.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_ENGINES)
+
+
+def get(name: str | None) -> Engine:
+    """The engine named ``name`` (None or empty: the default engine); KeyError for an unknown name."""
+    return _ENGINES[name or DEFAULT]
+
+
+def find(name: str | None) -> Engine | None:
+    """The engine named ``name``, or None (None or empty: the default engine)."""
+    return _ENGINES.get(name or DEFAULT)
+
+
+def default() -> Engine:
+    return _ENGINES[DEFAULT]
+
+
+def others() -> tuple[Engine, ...]:
+    """The registered engines but the default one, in registration order."""
+    return tuple(e for e in _ENGINES.values() if not e.default)
+
+
+def kind_expr(col: str = "engine_kind") -> pl.Expr:
+    """An event's engine: its ``engine_kind``, the default engine where it is null."""
+    return pl.col(col).fill_null(DEFAULT)
+
+
+def events_of(name: str, col: str = "engine_kind") -> pl.Expr:
+    """Events of the engine ``name``: its ``engine_kind``; the default engine's are also the events
+    of no other registered engine (null: the default)."""
+    if name == DEFAULT:
+        return ~kind_expr(col).is_in([e.name for e in others()])
+    return kind_expr(col) == name
+
+
+def owns(engine: Engine, kind: pl.Expr | None = None) -> pl.Expr:
+    """Records of the single log pass that are ``engine``'s lines (by their record kind): its
+    prefix, or (the pass's own kinds) every kind no other engine's prefix claims."""
+    k = pl.col("kind") if kind is None else kind
+    if engine.record_prefix is not None:
+        return k.str.starts_with(engine.record_prefix)
+    claimed = pl.lit(False)
+    for e in registered():
+        if e.record_prefix is not None:
+            claimed = claimed | k.str.starts_with(e.record_prefix)
+    return ~claimed
+
+
+def of_events(events: pl.DataFrame) -> dict[str, int]:
+    """Events per engine kind (null: the default engine), in the frame's group order."""
+    out: dict[str, int] = {}
+    if events.height and "engine_kind" in events.columns:
+        for k, n in events.group_by("engine_kind").len().iter_rows():
+            out[str(k or DEFAULT)] = n
+    return out
+
+
+def shown(records: pl.DataFrame, config: pl.DataFrame) -> list[Engine]:
+    """The engines a bundle's logs show, in registration order: an engine with its own record kinds
+    when the configuration names it (``engine_kind``); the default engine unless only other engines'
+    lines are in the logs."""
+    named = set()
+    if config.height:
+        named = set(config.filter(pl.col("key") == "engine_kind").get_column("value").to_list())
+    out = [e for e in others() if e.name in named]
+    default_shown = not out or (records.height > 0 and records.filter(owns(default())).height > 0)
+    return [e for e in registered() if (e.default and default_shown) or e in out]
+
+
+def engine_kinds(events: pl.DataFrame, config: pl.DataFrame, records: pl.DataFrame) -> dict[str, int]:
+    """Events per engine kind, with 0 for an engine the bundle shows without events (sorted by name)."""
+    out = of_events(events)
+    if config.height:
+        for e in others():
+            if config.filter((pl.col("key") == "engine_kind") & (pl.col("value") == e.name)).height:
+                out.setdefault(e.name, 0)
+    if records.height and records.filter(owns(default())).height:
+        out.setdefault(DEFAULT, 0)
+    if not out:
+        out[DEFAULT] = 0
+    return dict(sorted(out.items()))
+
+
+def engine_kind(kinds: dict[str, int]) -> str:
+    """The summary's ``engine_kind``: the engines, ``+``-joined (``sglang+vllm``)."""
+    return "+".join(sorted(kinds))
+
+
+def noun(kinds: dict[str, int], n: int) -> str:
+    """What the engines of ``kinds`` call ``n`` events: one engine's noun, both for a bundle of two
+    engines with two words (``preemptions/retractions``); the default engine's for none."""
+    words = list(dict.fromkeys(e.plural(n) for e in registered() if e.name in kinds))
+    if not words or (len(words) == 1 and set(kinds) - {e.name for e in registered()}):
+        return default().plural(n)
+    return "/".join(words)
+
+
+def only_log(records: pl.DataFrame) -> Engine | None:
+    """The engine with record kinds of its own whose lines are every log line of the bundle (lines
+    read only for their time aside), or None."""
+    if records.height == 0:
+        return None
+    from ..sources import linetimes
+
+    kinds = records.get_column("kind")
+    for e in others():
+        own = kinds.str.starts_with(e.record_prefix or "")
+        if bool(own.any()) and bool((own | (kinds == linetimes.KIND)).all()):
+            return e
+    return None
+
+
+def split_verdicts(events: pl.DataFrame, verdicts: pl.DataFrame | None) -> dict[str, pl.DataFrame | None]:
+    """Verdict rows per engine (each engine's events get its own changes): ``{DEFAULT: verdicts}``
+    when no other engine's events have verdicts; else the default engine's rows (every row no
+    other engine claims) and each other engine's."""
+    if verdicts is None or verdicts.height == 0:
+        return {DEFAULT: verdicts}
+    v = verdicts
+    if "engine_kind" not in v.columns:
+        if events.height == 0 or "engine_kind" not in events.columns:
+            return {DEFAULT: verdicts}
+        v = v.join(events.select("event_id", "engine_kind"), on="event_id", how="left")
+    out: dict[str, pl.DataFrame | None] = {}
+    for e in others():
+        part = v.filter(events_of(e.name))
+        if part.height:
+            out[e.name] = part
+    if not out:
+        return {DEFAULT: verdicts}
+    return {DEFAULT: v.filter(events_of(DEFAULT)), **out}
+
+
+def log_reader() -> LogFacts:
+    """The parsers of the single log pass's own records: the one engine that has them (the pass is
+    its log reader; other engines reach the pass through record families)."""
+    got = [e.log_facts for e in registered() if e.log_facts is not None]
+    if len(got) != 1:
+        raise LookupError(f"{len(got)} registered engines read the log pass's own records (one must)")
+    return got[0]
+
+
+def replayed() -> Engine:
+    """The engine whose scheduler the what-if model replays (its ``not_replayed`` is None)."""
+    return next(e for e in registered() if e.not_replayed is None)
+
+
+def tie_order() -> tuple[str, ...]:
+    """Every engine's fix ids, most direct first (the incident's ranking breaks ties with them)."""
+    return tuple(i for e in registered() for i in e.fix_tie_order)

@@ -1,0 +1,66 @@
+"""The code facts vLLM's configuration in force settles (the joiner's ``code_*`` evidence, for vLLM's
+events): the engine generation, version and scheduling policy the bundle shows pick the rows of the
+code-facts table (engines/facts.py) that hold; their KV-pressure trigger is the event's cause in
+vLLM's own code, the gates no row settles are not in upstream vLLM.
+
+Registered as the engine's ``bundle_facts`` (joiner/code.py asks every engine for its own).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from ...model.config import in_force
+from ...model.config import version_tuple as _version_tuple
+from .. import facts as F
+
+
+def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
+    """The code facts of the bundle's engine (None: not a vLLM log the facts can read)."""
+    cfg = in_force(config) if config is not None and config.height else {}
+    gen_row = cfg.get("engine")
+    gen = gen_row["value"] if gen_row and gen_row["status"] != "default" else None
+    ver_row = cfg.get("vllm_version")
+    ver_text = ver_row["value"] if ver_row and ver_row["status"] != "default" else None
+    ver = _version_tuple(ver_text) if ver_text else None
+    pol_row = cfg.get("scheduling_policy")
+    policy = str(pol_row["value"]).strip("'\"").lower() if pol_row else "fcfs"
+    if gen is None and ver is None:
+        return None  # nothing says this is a vLLM engine the facts cover
+
+    facts = F.applicable(F.VLLM, gen, ver, policy)
+    kv = [f for f in facts if f.kv_pressure]
+    if not kv:
+        return None
+    if gen is None and len({f.generation for f in kv}) > 1:
+        trigger = (
+            "a running request could not get the KV blocks its next tokens need (V0 _can_append_slots and V1 "
+            "allocate_slots alike; the log does not say which engine generation)"
+        )
+        code_src = " and ".join(f.source for f in kv)
+    else:
+        trigger = kv[0].trigger
+        code_src = kv[0].source
+    label = "vLLM" + (f" {gen}" if gen else "") + (f" {ver_text}" if ver_text else "") + f" ({policy})"
+    # Where the engine, version and policy were read: the bundle's lines (file:line), one per line.
+    lines = list(
+        dict.fromkeys(f"{r['source']}:{r['line']}" for r in (gen_row, ver_row, pol_row) if r and r.get("source"))
+    )
+    engine_src = "; ".join(lines) or None
+    settled = F.gates_settled(F.VLLM, gen, ver, policy)
+    resets = [f for f in facts if f.mechanism == "prefix-cache-reset"]
+    reset = bool(resets)
+    # The guide's G4 (a shared-prefix conflict) is not the reset; the reset is its own trigger.
+    not_gates = [g for g in F.GUIDE_GATES if g not in settled or g == "G4-prefix-conflict"]
+    return {
+        "trigger": trigger,
+        "src": f"vLLM source: {code_src}",
+        "engine_src": engine_src,
+        "kv": True,
+        "reset": reset,
+        "reset_src": f"vLLM source: {resets[0].source}" if resets else f"vLLM source: {code_src}",
+        "label": label,
+        "not_gates": ",".join(not_gates),
+    }
