@@ -248,6 +248,7 @@ LEAVES = [
     ["fleet", "report"],
     ["export", "grafana"],
     ["export", "openmetrics"],
+    ["watch"],  # its --quiet is the storm's quiet period (issue 35), not the output switch
 ]
 
 

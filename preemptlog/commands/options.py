@@ -1,6 +1,6 @@
 """The analysis options: declared once, for every command that analyses a bundle.
 
-analyze, explain, report, whatif, ``fleet run`` and ``export grafana|openmetrics`` take the same
+analyze, explain, report, whatif, watch, ``fleet run`` and ``export grafana|openmetrics`` take the same
 options with the same names and help: --year, --tz, --file-kind, --offset, --before, --after,
 --lookback-steps, --rules and --threshold (``--set``, its old spelling, with a note; not in
 whatif, where --set is a vLLM setting). ``--kind FILE=KIND``, the old spelling of --file-kind, is

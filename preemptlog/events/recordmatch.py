@@ -111,6 +111,7 @@ class RecordEvents:
     disagreements: tuple[str, ...] = ()
     evidence_only: int = 0  # records used as evidence of the log's own per-preemption events
     engines_as_evidence: tuple[str, ...] = field(default_factory=tuple)
+    counter_only: dict[str, int] = field(default_factory=dict)  # engine -> counted preemptions without a record
 
 
 def _engine(col: str = "engine") -> pl.Expr:
@@ -188,7 +189,12 @@ def count_groups(ev: pl.DataFrame, baselines: pl.DataFrame | None = None) -> pl.
                 _engine().alias("_eng"),
                 pl.col("source").cast(pl.String),
                 pl.col("line").cast(pl.UInt32),
-                pl.lit(None, pl.Datetime("us", "UTC")).alias("start"),
+                # since the engine's start: its counter's _created when the scrape exposes it
+                (
+                    pl.col("created").cast(pl.Datetime("us", "UTC"))
+                    if "created" in baselines.columns
+                    else pl.lit(None, pl.Datetime("us", "UTC"))
+                ).alias("start"),
                 pl.col("end"),
                 pl.col("value").round(0).cast(pl.Int64).alias("n"),
                 pl.lit(True).alias("baseline"),
@@ -239,6 +245,9 @@ def _where(g: pl.DataFrame, cov: Coverage) -> pl.DataFrame:
         _out=(pl.col("unmatched") * share).round(0).cast(pl.Int64),
         _lo=pl.when(after & s.is_not_null()).then(pl.max_horizontal(s, r1)).otherwise(s),
         _hi=pl.when(before).then(pl.min_horizontal(e, r0)).otherwise(e),
+        # the part of its interval inside the coverage (where its unexplained, inside preemptions are placed)
+        _ilo=pl.when(before).then(pl.max_horizontal(s, r0)).otherwise(s),
+        _ihi=pl.when(after).then(pl.min_horizontal(e, r1)).otherwise(e),
     )
 
 
@@ -357,6 +366,7 @@ def records_as_events(
     groups = count_groups(ev, _baselines_for(ev, baselines))
     drop: list[pl.DataFrame] = []
     kept: list[pl.DataFrame] = []
+    counter_only: dict[str, int] = {}
     replaced = kept_n = 0
     used = [rec.filter(pl.col("_eng").is_in(engines))]
     # 'N Engines Aggregated' counts (engine "all") are matched with every engine's records.
@@ -373,13 +383,14 @@ def records_as_events(
                     "preemptions"
                 )
             continue
-        m = _where(match(g, mine.get_column("time")), c).filter(~pl.col("baseline"))
+        mm = _where(match(g, mine.get_column("time")), c)
+        m = mm.filter(~pl.col("baseline"))
         keys = ["source", "line", "start", "end"]
         cev = (
             ev.filter(pl.col("kind").is_in(COUNT_KINDS) & (_engine() == eng))
             .with_columns(_end=pl.coalesce("interval_end", "time"))
             .join(
-                m.select(*keys, "_out", "_pos", "_lo", "_hi"),
+                m.select(*keys, "_out", "unmatched", "_pos", "_lo", "_hi", "_ilo", "_ihi"),
                 left_on=["source", "line", "interval_start", "_end"],
                 right_on=keys,
                 how="left",
@@ -387,12 +398,10 @@ def records_as_events(
             )
         )
         drop.append(cev.select("event_id"))
-        k = (
-            cev.filter(pl.col("_out") > 0)
-            .sort("_sub")
-            .with_columns(_k=pl.int_range(1, pl.len() + 1).over(["source", "line", "interval_start", "_end"]))
-            .filter(pl.col("_k") <= pl.col("_out"))
+        ranked = cev.sort("_sub").with_columns(
+            _k=pl.int_range(1, pl.len() + 1).over(["source", "line", "interval_start", "_end"])
         )
+        k = ranked.filter((pl.col("_out") > 0) & (pl.col("_k") <= pl.col("_out")))
         if k.height:
             k = k.with_columns(
                 time=ev_mod.spread_interval(
@@ -418,12 +427,31 @@ def records_as_events(
                     f"engine {eng}: the block-table records stop at {iso(c.last, tz)} ({c.last_src}) while the counts "
                     "go on: the decision-time evidence ends there (a recorder that died or was turned off)"
                 )
-        replaced += cev.height - k.height
+        # Never below vLLM's own count: a counted preemption no record explains, inside the records'
+        # span, is still a preemption: an event without a record (counter-only, id ``~c<k>``), placed
+        # in the part of its count's interval inside the span.
+        co = _counter_only(ranked, mm.filter(pl.col("baseline")), ev.columns)
+        n_co = co.filter(pl.col("event_id").str.contains(r"~c\d+$")).height
+        if co.height:
+            kept.append(co)
+            kept_n += co.height - n_co  # a first reading's part before the records' span: events of its count
+        if n_co:
+            counter_only[eng] = counter_only.get(eng, 0) + n_co
+            srcs = co.select(pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)])).unique(
+                maintain_order=True
+            )
+            notes.append(
+                f"engine {eng}: {n_co} counted preemption(s) that no block-table 'preempt' record explains "
+                f"({', '.join(srcs.to_series().head(3).to_list())}{', ...' if srcs.height > 3 else ''}) are events "
+                "without a record (counter-only, ids ~c<k>, no request id): vLLM counted them, the records do not hold "
+                "them (a recorder that stopped or was killed before writing them, or a clock offset: --offset)"
+            )
+        replaced += cev.height - k.height - co.filter(pl.col("time_precision") != "unplaced").height
         notes.append(
             f"engine {eng}: {mine.height} block-table 'preempt' record(s) from {iso(c.first, tz)} to "
             f"{iso(c.last, tz)} are the events (kind record, each with its request id); the {cev.height} counted "
             "preemption(s) of this engine there are cross-checks, matched with the lag allowed (a count follows the "
-            "preemption it counts), never added"
+            "preemption it counts), never added twice"
         )
     notes.extend(_death_notes(frames, [cov[e] for e in engines], tz))
     gone = pl.concat(drop).get_column("event_id") if drop else pl.Series("event_id", [], pl.String)
@@ -440,7 +468,67 @@ def records_as_events(
         disagreements=tuple(disagreements),
         evidence_only=evidence_only,
         engines_as_evidence=tuple(sorted(as_evidence)),
+        counter_only=counter_only,
     )
+
+
+def _counter_only(ranked: pl.DataFrame, base: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """The counted preemptions no record explains (module docstring, rule 3), as events.
+
+    ``ranked``: one engine's count events with their count's ``_out``, ``unmatched`` and the inside
+    part of its interval (``_ilo``, ``_ihi``), ranked ``_k`` in their count: those past the outside
+    ones, up to ``unmatched``, spread evenly over the inside part. ``base``: first readings since the
+    engine's start (no events of their own) with unmatched counts: events not placed in time over
+    [engine start, reading], the part before the records' span first (``~i<k>``), then the rest
+    (``~c<k>``)."""
+    dt = pl.Datetime("us", "UTC")
+    stem = pl.col("event_id").str.replace(r"~[a-z]\d+$", "")
+    parts = []
+    inside = ranked.filter((pl.col("_k") > pl.col("_out").fill_null(0)) & (pl.col("_k") <= pl.col("unmatched")))
+    if inside.height:
+        j = (pl.col("_k") - pl.col("_out").fill_null(0)).cast(pl.Int64)
+        n_in = (pl.col("unmatched") - pl.col("_out").fill_null(0)).cast(pl.Int64)
+        parts.append(
+            inside.with_columns(
+                event_id=pl.concat_str([stem, pl.lit("~c"), j.cast(pl.String)]),
+                time=ev_mod.spread_interval(pl.col("_ilo"), pl.col("_ihi"), j, n_in),
+                interval_start=pl.col("_ilo"),
+                interval_end=pl.col("_ihi"),
+                time_precision=pl.lit("interval"),
+                _sub=j,
+            ).select(columns)
+        )
+    b = base.filter(pl.col("unmatched") > 0)
+    if b.height:
+        where = pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)])
+        rows = (
+            b.with_columns(_k=pl.int_ranges(1, ev_mod.capped_count(pl.col("unmatched")) + 1, dtype=pl.Int64))
+            .explode("_k")
+            .with_columns(_o=pl.col("_out").fill_null(0).cast(pl.Int64))
+        )
+        parts.append(
+            ev_mod.conform(
+                rows.select(
+                    pl.when(pl.col("_k") <= pl.col("_o"))
+                    .then(pl.concat_str([where, pl.lit("~i"), pl.col("_k").cast(pl.String)]))
+                    .otherwise(pl.concat_str([where, pl.lit("~c"), (pl.col("_k") - pl.col("_o")).cast(pl.String)]))
+                    .alias("event_id"),
+                    pl.lit(None, dt).alias("time"),
+                    pl.lit("unplaced").alias("time_precision"),
+                    pl.col("start").cast(dt).alias("interval_start"),
+                    pl.col("end").cast(dt).alias("interval_end"),
+                    pl.lit("interval").alias("kind"),
+                    pl.col("_eng").alias("engine"),
+                    "source",
+                    "line",
+                    pl.col("line").alias("seq"),
+                    pl.col("_k").alias("_sub"),
+                )
+            ).select(columns)
+        )
+    if not parts:
+        return pl.DataFrame(schema=ev_mod.polars_schema()).select(columns)
+    return pl.concat(parts, how="vertical_relaxed")
 
 
 def _death_notes(frames: dict[str, pl.DataFrame], covs: list[Coverage], tz: str) -> list[str]:

@@ -143,9 +143,7 @@ def rolling_lookback(df: pl.DataFrame, group: list[str], value: str, k: int, how
     return df.with_columns(_lb_val=val, _lb_row=row, _lb_n=n.cast(pl.Int64))
 
 
-def rows_in_ranges(
-    q: pl.DataFrame, rows: pl.DataFrame, by: list[str], on: str, lo: str, hi: str
-) -> pl.DataFrame:
+def rows_in_ranges(q: pl.DataFrame, rows: pl.DataFrame, by: list[str], on: str, lo: str, hi: str) -> pl.DataFrame:
     """Every pair (``_q``: a row of ``q``, ``_r``: a row of ``rows``) with equal ``by`` keys and
     ``q.lo <= rows.on <= q.hi``: what an equality join on ``by`` then a filter on the range gives,
     without making the pairs outside the range (a join on a key many rows share grows with

@@ -228,13 +228,17 @@ def _prefix_conflicts(shared: pl.DataFrame, tb: pl.DataFrame, ext: pl.DataFrame)
     only those inside each event's window or steps are paired, never every table that ever held a
     block (a prefix block every request shares made events x tables rows, issue 36)."""
     tx = (
-        tb.select(pl.col("request_id").alias("_other"), "_eng", pl.col("time").alias("_tt"), pl.col("block_ids").alias("_b"))
+        tb.select(
+            pl.col("request_id").alias("_other"), "_eng", pl.col("time").alias("_tt"), pl.col("block_ids").alias("_b")
+        )
         .explode("_b")
         .join(shared.select("_b", "_eng").unique(), on=["_b", "_eng"], how="semi")
     )
     held = rows_in_ranges(shared, tx, ["_b", "_eng"], "_tt", "_lo", "_hi")
     cand = (
-        held.join(shared.with_row_index("_q").select("_q", "_i", "_lo", "_hi", "request_id", "_eng"), on="_q", how="left")
+        held.join(
+            shared.with_row_index("_q").select("_q", "_i", "_lo", "_hi", "request_id", "_eng"), on="_q", how="left"
+        )
         .with_columns(_other=tx.get_column("_other").gather(held.get_column("_r")))
         .filter(pl.col("_other") != pl.col("request_id"))
         .select("_i", "_lo", "_hi", "_other", "_eng")
@@ -262,7 +266,8 @@ def _prefix_conflicts(shared: pl.DataFrame, tb: pl.DataFrame, ext: pl.DataFrame)
         )
     found = pl.concat(parts, how="vertical").sort("_i", "_r")
     found = found.with_columns(
-        _xt=x.get_column("_xt").gather(found.get_column("_r")), _xsrc=x.get_column("_xsrc").gather(found.get_column("_r"))
+        _xt=x.get_column("_xt").gather(found.get_column("_r")),
+        _xsrc=x.get_column("_xsrc").gather(found.get_column("_r")),
     )
     return (
         found.sort("_i", "_xt", "_other", maintain_order=True)

@@ -135,16 +135,13 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
             .sort("stream", "seq")
             .with_row_index("_k")
         )
-        pagg = (
-            p.group_by(*STEP_KEY)
-            .agg(
-                pl.len().cast(pl.Int64).alias("pending_count"),
-                pl.col("blocks_needed").max().alias("pending_max_blocks_needed"),
-                pl.col("blocks_needed").min().alias("pending_min_blocks_needed"),
-                (pl.col("blocks_needed") > pl.col("free_blocks")).sum().cast(pl.Int64).alias("pending_over_free"),
-                pl.col("_k").sort_by(pl.col("blocks_needed"), descending=True).first().alias("_pmax_k"),
-                pl.col("_k").sort_by(pl.col("blocks_needed")).first().alias("_pmin_k"),
-            )
+        pagg = p.group_by(*STEP_KEY).agg(
+            pl.len().cast(pl.Int64).alias("pending_count"),
+            pl.col("blocks_needed").max().alias("pending_max_blocks_needed"),
+            pl.col("blocks_needed").min().alias("pending_min_blocks_needed"),
+            (pl.col("blocks_needed") > pl.col("free_blocks")).sum().cast(pl.Int64).alias("pending_over_free"),
+            pl.col("_k").sort_by(pl.col("blocks_needed"), descending=True).first().alias("_pmax_k"),
+            pl.col("_k").sort_by(pl.col("blocks_needed")).first().alias("_pmin_k"),
         )
         cite = p.select("source", "line")
         pagg = pagg.with_columns(
@@ -273,12 +270,15 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
         # (a request listed at thousands of steps, preempted many times: events x lines, issue 36).
         looked = (
             snap.join(mine, on="_i", how="inner")
-            .with_columns(step=pl.int_ranges(pl.col("_snap") - k, pl.col("_snap") + 1, dtype=steps.schema["step"]))
+            .with_columns(step=pl.int_ranges(pl.col("_snap") - k, pl.col("_snap") + 1))
             .explode("step")
+            .cast({"step": steps.schema["step"]})
             .join(steps.select(*STEP_KEY, "_run"), on=[*STEP_KEY, "_run"], how="semi")
         )
         hit = (
-            looked.join(pend.select(*STEP_KEY, "request_id", "source", "line"), on=[*STEP_KEY, "request_id"], how="inner")
+            looked.join(
+                pend.select(*STEP_KEY, "request_id", "source", "line"), on=[*STEP_KEY, "request_id"], how="inner"
+            )
             .with_columns(_rsrc=src_expr())
             .sort("_i", "step")
             .group_by("_i", maintain_order=True)

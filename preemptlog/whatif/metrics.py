@@ -3,9 +3,12 @@
 Step time (:func:`step_time`), in this order:
 
 1. the block-table records' own step times: every record carries its time and scheduler step, so
-   over consecutive records at distinct steps the time between them over the steps between them
-   is the engine's own step time (an idle engine's step counter stands still: a gap without steps
-   adds nothing). A constant step, with the spread of the per-interval times stated;
+   over consecutive records of one engine at distinct steps the time between them over the steps
+   between them is the engine's own step time, fitted where the engine was busy: an idle gap (no
+   request in flight by the request records, or a step record with empty queues before it) is left
+   out, its seconds said (vLLM's empty step after the last finish puts the next arrival one step
+   after it, the whole gap over that step). A constant step, with the spread of the per-interval
+   times stated;
 2. a fit over the periodic stats lines: in an interval with generation throughput G tokens/s and
    R running requests, each running request decodes one token per step, so a step lasts about
    R / G seconds and schedules (prompt throughput + G) x R / G tokens; a least-squares line
@@ -61,51 +64,127 @@ class StepTime:
         return StepClock(self.base_s, self.per_token_s)
 
 
+def _engine_col(f: pl.DataFrame) -> pl.Expr:
+    return pl.col("engine").cast(pl.String).fill_null("0") if "engine" in f.columns else pl.lit("0")
+
+
+def _in_flight(frames: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+    """``engine, time, in_flight``: the requests in flight on each engine from each moment the count
+    changes, from the request records (the vLLM plugin's lifecycle): a request is in flight from its
+    first record (its arrival, or the first the capture saw of it) to its ``finish`` record; one
+    without a finish record stays in flight to the end. None without request records."""
+    req = frames.get("bt_requests")
+    if req is None or not req.height or not {"time", "request_id", "phase"} <= set(req.columns):
+        return None
+    parts = []
+    for f in (req, frames.get("bt_events")):
+        if f is not None and f.height and {"time", "request_id"} <= set(f.columns):
+            fin = pl.col("phase") == "finish" if "phase" in f.columns else pl.lit(False)
+            parts.append(
+                f.filter(pl.col("time").is_not_null() & pl.col("request_id").is_not_null()).select(
+                    _engine_col(f).alias("engine"),
+                    pl.col("request_id").cast(pl.String),
+                    "time",
+                    pl.when(fin).then(pl.col("time")).alias("_fin"),
+                )
+            )
+    spans = (
+        pl.concat(parts)
+        .group_by("engine", "request_id")
+        .agg(pl.col("time").min().alias("start"), pl.col("_fin").max().alias("end"))
+    )
+    deltas = pl.concat(
+        [
+            spans.select("engine", pl.col("start").alias("time"), pl.lit(1).alias("d")),
+            spans.filter(pl.col("end").is_not_null()).select("engine", pl.col("end").alias("time"), pl.lit(-1).alias("d")),
+        ]
+    )
+    return (
+        deltas.group_by("engine", "time")
+        .agg(pl.col("d").sum())
+        .sort("engine", "time")
+        .select("engine", "time", pl.col("d").cum_sum().over("engine").alias("in_flight"))
+    )
+
+
 def _records_clock(analysis: Analysis) -> StepTime | None:
-    """The records' own step times: over consecutive block-table records (any type) at distinct
-    steps, the time between them over the steps between them. A pair whose step did not advance
-    (an idle engine: the step counter stands still while nothing runs) adds nothing."""
-    parts = [
-        f.select(pl.col("time"), pl.col("step").cast(pl.Int64))
-        for name in ("bt_requests", "bt_steps", "bt_events")
-        if (f := analysis.frames.get(name)) is not None and f.height and {"time", "step"} <= set(f.columns)
-    ]
+    """The records' own step times: over consecutive block-table records (any type) of one engine at
+    distinct steps, the time between them over the steps between them, where the engine was busy.
+
+    An idle engine does not step (its step counter stands still), but the two records around an idle
+    gap can still be a step apart: after its last request finishes vLLM runs one more (empty) step
+    before it idles (``EngineCore.step`` while ``has_requests()``), so the next arrival is recorded a
+    step later, the whole gap over one step. A pair that starts with no request in flight (the
+    request records' lifecycle), or after a step record with empty queues (``running`` and
+    ``waiting`` 0), is idle: left out, its seconds and steps said."""
+    frames = analysis.frames
+    parts = []
+    for name in ("bt_requests", "bt_steps", "bt_events"):
+        f = frames.get(name)
+        if f is None or not f.height or not {"time", "step"} <= set(f.columns):
+            continue
+        empty = (
+            (pl.col("running") == 0) & (pl.col("waiting") == 0)
+            if name == "bt_steps" and {"running", "waiting"} <= set(f.columns)
+            else pl.lit(None, pl.Boolean)
+        )
+        parts.append(
+            f.select(
+                pl.col("time"), pl.col("step").cast(pl.Int64), _engine_col(f).alias("engine"), empty.alias("empty")
+            )
+        )
     if not parts:
         return None
-    iv = (
-        pl.concat(parts)
-        .lazy()
-        .drop_nulls()
-        .unique()
-        .sort("time", "step")
+    recs = pl.concat(parts).drop_nulls(["time", "step"]).unique().sort("engine", "time", "step")
+    flight = _in_flight(frames)
+    if flight is not None:
+        known = flight.get_column("engine").unique().to_list()
+        recs = (
+            recs.sort("time")
+            .join_asof(flight.sort("time"), on="time", by="engine", strategy="backward", check_sortedness=False)
+            .with_columns(in_flight=pl.when(pl.col("engine").is_in(known)).then(pl.col("in_flight").fill_null(0)))
+        )
+    else:
+        recs = recs.with_columns(in_flight=pl.lit(None, pl.Int64))
+    idle_after = pl.coalesce(pl.col("in_flight") == 0, pl.col("empty"), pl.lit(False))
+    pairs = (
+        recs.sort("engine", "time", "step")
         .with_columns(
-            (pl.col("time").diff().dt.total_microseconds() / 1e6).alias("dt"),
-            pl.col("step").diff().alias("dk"),
+            (pl.col("time").diff().dt.total_microseconds() / 1e6).over("engine").alias("dt"),
+            pl.col("step").diff().over("engine").alias("dk"),
+            idle_after.shift(1).over("engine").fill_null(False).alias("idle"),
         )
         .filter((pl.col("dk") > 0) & (pl.col("dt") >= 0))
-        .with_columns((pl.col("dt") / pl.col("dk")).alias("per"))
-        .select(
-            pl.col("dt").sum().alias("secs"),
-            pl.col("dk").sum().alias("steps"),
-            pl.len().alias("n"),
-            pl.col("per").quantile(0.1, "nearest").alias("p10"),
-            pl.col("per").quantile(0.9, "nearest").alias("p90"),
-        )
-        .collect()
     )
-    secs, steps, n, p10, p90 = iv.row(0)
+    idle = pairs.filter(pl.col("idle"))
+    busy = pairs.filter(~pl.col("idle")).with_columns((pl.col("dt") / pl.col("dk")).alias("per"))
+    secs, steps, n, p10, p90 = busy.select(
+        pl.col("dt").sum().alias("secs"),
+        pl.col("dk").sum().alias("steps"),
+        pl.len().alias("n"),
+        pl.col("per").quantile(0.1, "nearest").alias("p10"),
+        pl.col("per").quantile(0.9, "nearest").alias("p90"),
+    ).row(0)
     if not n or not steps or not secs or secs <= 0:
         return None
     sec = float(secs) / float(steps)
-    src = ", ".join(sorted({str(x) for f in ("bt_requests", "bt_steps") for x in _sources(analysis.frames.get(f))})[:3])
+    src = ", ".join(sorted({str(x) for f in ("bt_requests", "bt_steps") for x in _sources(frames.get(f))})[:3])
+    if idle.height:
+        gaps = (
+            f"; {idle.height} idle interval(s) left out ({float(idle.get_column('dt').sum()):.3f} s over "
+            f"{int(idle.get_column('dk').sum())} step(s) with no request running or waiting)"
+        )
+    elif flight is None and recs.get_column("empty").drop_nulls().len() == 0:
+        gaps = "; idle gaps cannot be told apart (no request records, no step records with their queues)"
+    else:
+        gaps = ""
     return StepTime(
         sec,
         0.0,
-        f"the block-table records' own step times ({src}): {secs:.3f} s over {steps} steps in {n} interval(s) "
-        f"= {sec * 1000:.3f} ms per step (constant; per-interval p10-p90 {p10 * 1000:.3f}-{p90 * 1000:.3f} ms)",
+        f"the block-table records' own step times ({src}): {secs:.3f} s over {steps} busy steps in {n} interval(s) "
+        f"= {sec * 1000:.3f} ms per step (constant; per-interval p10-p90 {p10 * 1000:.3f}-{p90 * 1000:.3f} ms){gaps}",
         True,
     )
-
 
 def _sources(df: pl.DataFrame | None) -> list[str]:
     if df is None or "source" not in df.columns:

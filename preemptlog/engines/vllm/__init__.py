@@ -4,7 +4,7 @@ requests, preemption events, code facts and fixes; registered as the default eng
 from ...sources.vllm_log import KIND as LOG_KIND
 from .. import facts
 from ..registry import Engine, register_engine
-from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, runs
+from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, runs, stats
 
 ENGINE = register_engine(
     Engine(
@@ -26,7 +26,8 @@ ENGINE = register_engine(
         ),
         code_facts=facts.rows_of(facts.VLLM),
         defaults=config.version_defaults,
-        stats_families=("v0", "v1"),  # the V0 (Pending/Swapped) and V1 (Waiting) stats lines
+        # the V0 (Pending/Swapped) and V1 (Waiting) stats lines, and the V1 Rust frontend's (stats.py)
+        stats_families=("v0", "v1", stats.RUST_FAMILY),
         server_start=runs.server_start,
         log_capability=capability.log_capability,
         fixes=fixes.plan_part,

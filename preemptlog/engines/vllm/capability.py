@@ -1,8 +1,11 @@
 """What a vLLM log can count (moved from events/pressure.py; the engine's ``log_capability``).
 
 V0 logs sample 1 in 50 (facts page section 2a); V1 logs before 0.11.1 have no preemption field;
-V1 0.11.1-0.33.0 have a ``Preemptions: N`` field in the code that stock builds never print (facts
-page section 3b item 7). A ``Preemptions:`` field seen in the log means a build with the fix.
+V1 0.11.1-0.34.0 have a ``Preemptions: N`` field in the Python frontend's code that stock builds
+never print (facts page section 3b item 7). A ``Preemptions:`` field seen in a Python-frontend line
+means a build with the fix. The Rust frontend's stats line (``VLLM_USE_RUST_FRONTEND=1``, 0.33+,
+stats.py) prints its count whenever it is not 0: its lines count exactly, 0 included, wherever
+they are; a Python-frontend line beside them still cannot.
 """
 
 from __future__ import annotations
@@ -14,17 +17,22 @@ import polars as pl
 from ...model.config import in_force
 from ...model.config import version_tuple as _version_tuple
 from ..common import LogCapability
+from .stats import RUST_FAMILY, V1_STATS_FAMILIES
+
+RUST_SINCE = (0, 33, 0)  # the first release with the Rust frontend
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
 
 # What makes a stock V1 log's preemptions countable: scrapes, or preemptlog's vLLM plugin
-# (README "Capture an incident"; it supports vLLM 0.11-0.33).
+# (README "Capture an incident"; it is verified on vLLM 0.11-0.34).
 V1_REMEDY_WITH_PLUGIN = (
     "add /metrics scrapes (vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle, or record "
     "with preemptlog's vLLM plugin (PREEMPTLOG_RECORD=FILE; PREEMPTLOG_FIX_STATS=1 makes the log print "
     "'Preemptions: N')"
 )
+# From 0.33, also the Rust frontend: its stats line prints the count (stats.py).
+RUST_REMEDY = "; or run vLLM's Rust frontend (VLLM_USE_RUST_FRONTEND=1, 0.33+), whose stats line prints 'Preemptions: N'"
 
 
 def log_capability(a: AnalysisView) -> LogCapability:
@@ -37,12 +45,15 @@ def log_capability(a: AnalysisView) -> LogCapability:
     eng = cfg.get("engine", {}).get("value")
     stats = a.stats
     fams = set(stats.get_column("family").to_list()) if stats.height else set()
-    family = eng or ("V1" if fams == {"v1"} else "V0" if fams == {"v0"} else None)
+    family = eng or ("V1" if fams and fams <= V1_STATS_FAMILIES else "V0" if fams == {"v0"} else None)
     field_lines = stats.filter(pl.col("preemptions").is_not_null()).height if stats.height else 0
     v0_lines = a.counters.get("v0", {}).get("logged_lines", 0)
     vt = _version_tuple(version) if version else None
     cap = LogCapability(has_log=True, family=family, version=version, version_from=version_from)
     vname = f"vLLM {version}" if version else "this log's vLLM (version not in the log)"
+    rust = stats.filter(pl.col("family") == RUST_FAMILY) if stats.height else stats
+    if rust.height:
+        return _rust_capability(cap, stats, rust)
     if field_lines:
         cap.counts = "exact"
         cap.reason = (
@@ -104,13 +115,41 @@ def log_capability(a: AnalysisView) -> LogCapability:
             "stock builds never print it (the counter is reset before it is tested; fix: vllm-project/vllm PR #38452)"
             + no_stats
         )
-        cap.remedy = V1_REMEDY_WITH_PLUGIN
+        cap.remedy = V1_REMEDY_WITH_PLUGIN + (RUST_REMEDY if vt >= RUST_SINCE else "")
     else:
         cap.counts = "none"
         cap.reason = (
             "this V1-engine log (version not in the log) logs no preemption line; its stats line has no "
-            "'Preemptions: N' field (absent before 0.11.1, never printed by stock 0.11.1-0.33.0 builds: "
-            "vllm-project/vllm PR #38452)" + no_stats
+            "'Preemptions: N' field (absent before 0.11.1, never printed by stock 0.11.1-0.34.0 Python-frontend "
+            "builds: vllm-project/vllm PR #38452)" + no_stats
         )
         cap.remedy = V1_REMEDY_WITH_PLUGIN
     return cap
+
+
+def _rust_capability(cap: LogCapability, stats: pl.DataFrame, rust: pl.DataFrame) -> LogCapability:
+    """A log with the Rust frontend's stats lines: exact where they are (a line without the field
+    is 0); the Python frontend's V1 lines beside them count only if they print the field."""
+    cap.family = cap.family or "V1"
+    cap.counts = "exact"
+    shown = rust.filter(pl.col("preemptions") > 0).height
+    cap.reason = (
+        f"the Rust frontend's stats lines (VLLM_USE_RUST_FRONTEND=1, {rust.height} line(s)) print 'Preemptions: p' "
+        f"whenever p > 0 ({shown} line(s) do): p is every engine's preemptions in the 10 s before the line (engine "
+        "'all'), and a line without the field counts 0"
+    )
+    cap.details["fields"] = "the Rust frontend's stats lines: 'Preemptions: p' printed whenever p > 0, so exact, 0 included"
+    python_v1 = stats.filter(pl.col("family") == "v1")
+    if python_v1.height and python_v1.filter(pl.col("preemptions").is_not_null()).height == 0:
+        t0, t1 = rust.get_column("time").min(), rust.get_column("time").max()
+        cap.reason += (
+            f"; the count is exact only over the Rust frontend's lines ({_hhmmss(t0)} to {_hhmmss(t1)}): the log's "
+            f"{python_v1.height} Python-frontend stats line(s) never print a count (stock builds, PR #38452), so "
+            "the preemptions in their intervals are not in it"
+        )
+        cap.remedy = V1_REMEDY_WITH_PLUGIN
+    return cap
+
+
+def _hhmmss(t: object) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(t, "strftime") else "?"

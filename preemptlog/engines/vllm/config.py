@@ -21,6 +21,7 @@ import polars as pl
 from ...model.config import in_force as in_force  # re-exported (moved to model/config.py)
 from ...model.config import version_tuple as _version_tuple
 from ..common import arg_pattern as _arg
+from .stats import RUST_FAMILY, V1_STATS_FAMILIES
 
 # (record kind, key, regex with one group)
 EXTRACTORS: list[tuple[str, str, str]] = [
@@ -366,14 +367,17 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
         fam = None
         if stats is not None and stats.height:
             fams = set(stats.get_column("family").to_list())
-            fam = "V0" if fams == {"v0"} else "V1" if fams == {"v1"} else None
+            fam = "V0" if fams == {"v0"} else "V1" if fams and fams <= V1_STATS_FAMILIES else None
             if fam:
                 first = stats.row(0, named=True)
                 add(
                     "engine",
                     fam,
                     [{"time": first["time"], "source": first["source"], "line": first["line"]}],
-                    "from the stats line format (metrics.py Pending/Swapped = V0, loggers.py Waiting = V1)",
+                    "from the stats line format (metrics.py Pending/Swapped = V0, loggers.py Waiting = V1, "
+                    "the Rust frontend's log_stats.rs = V1)"
+                    if RUST_FAMILY in fams
+                    else "from the stats line format (metrics.py Pending/Swapped = V0, loggers.py Waiting = V1)",
                 )
         if fam is None:
             ver = _last(seen, "vllm_version")

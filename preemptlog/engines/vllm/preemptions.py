@@ -14,7 +14,9 @@ Three families (facts page section 0):
 - **interval**: V1 stats ``Preemptions: <n>`` (0.11.1+ with the PR #38452 fix):
   n events in the interval since the previous stats line of the same engine (of the same
   process and server run: a restart, seen by its start banner, starts a new chain).
-  The count lags: a preempted request is counted when it produces output again.
+  The count lags: a preempted request is counted when it produces output again. The Rust
+  frontend's line (0.33+, stats.py) counts the one tick of its logger before it (10 s by
+  default), summed over every engine (engine ``all``).
 - **marker**: any other line carrying the whole word ``PREEMPTED`` (patched
   schedulers, debug hooks, ``RequestStatus.PREEMPTED``). The request id is
   taken from the first of these shapes: ``Req-<id>``, ``request_id=<id>``,
@@ -30,6 +32,7 @@ import polars as pl
 from ...model.events import capped_count
 from ...model.events import spread_interval as _between  # moved to events.py
 from ...sources.vllm_log import engine_of_proc
+from .stats import RUST_FAMILY, RUST_INTERVAL_S
 
 RAW_LIMIT = 2000
 # Events made from counts (V0 counter jumps, V1 "Preemptions: N", Prometheus increases) are capped,
@@ -185,11 +188,13 @@ def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
 
 def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
     """V1 ``Preemptions: N`` -> N interval events per stats line."""
-    # One interval chain per engine of one process of one server run: the first stats line after a
-    # restart has no interval start (like the first of a log), never one across the downtime.
-    chain = ["stream", "_compose", "_proc", "_srun", "engine"]
+    # One interval chain per engine of one process of one server run (and line family): the first
+    # stats line after a restart has no interval start (like the first of a log), never one across
+    # the downtime.
+    chain = ["stream", "_compose", "_proc", "_srun", "engine", "family"]
     s = stats.join(server_runs(records), on="seq", how="left").sort("seq")
     s = s.with_columns(_prev_time=_not_after(pl.col("time").shift(1).over(chain), pl.col("time")))
+    s = _rust_interval_start(s, chain)
     s = s.filter(pl.col("preemptions") > 0)
     if s.height == 0:
         return s
@@ -209,6 +214,32 @@ def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
         raw=pl.lit(None, pl.String),
         _sub=pl.col("_k"),
     )
+
+
+def _rust_interval_start(s: pl.DataFrame, chain: list[str]) -> pl.DataFrame:
+    """The Rust frontend's count covers one tick of its logger (stats.py), not the time since the
+    previous line shown: an idle tick's line is DEBUG, absent from an INFO log. Its interval starts
+    at the later of the previous line and one tick before the line; the tick is the period the
+    chain's lines show (their most common gap in whole seconds, seen at least twice: a
+    VLLM_LOG_STATS_INTERVAL of its own), else the default 10 s. A first line has its tick too."""
+    rust = pl.col("family") == RUST_FAMILY
+    if s.height == 0 or not s.select(rust.any()).item():
+        return s
+    gap = (pl.col("time") - pl.col("time").shift(1)).over(chain).dt.total_seconds(fractional=True).round(0)
+    s = s.with_columns(_gap=pl.when(rust).then(gap))
+    seen = (
+        s.filter(pl.col("_gap") > 0)
+        .group_by([*chain, "_gap"])
+        .len()
+        .filter(pl.col("len") >= 2)
+        .sort("len", "_gap", descending=True)
+        .group_by(chain, maintain_order=True)
+        .agg(pl.col("_gap").first().alias("_tick"))
+    )
+    s = s.join(seen, on=chain, how="left", nulls_equal=True).sort("seq")
+    tick = pl.duration(seconds=pl.col("_tick").fill_null(RUST_INTERVAL_S).cast(pl.Int64))
+    start = pl.max_horizontal(pl.col("_prev_time"), pl.col("time") - tick)
+    return s.with_columns(_prev_time=pl.when(rust).then(start).otherwise(pl.col("_prev_time"))).drop("_gap", "_tick")
 
 
 def marker_events(records: pl.DataFrame) -> pl.DataFrame:

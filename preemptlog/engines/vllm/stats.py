@@ -1,33 +1,96 @@
-"""The periodic stats lines of V0 (metrics.py) and V1 (loggers.py), every variant.
+"""The periodic stats lines of V0 (metrics.py), V1 (loggers.py) and V1's Rust frontend (log_stats.rs).
 
 Schema of :func:`parse` (``STATS_SCHEMA``): one row per stats line.
 ``waiting`` is V1 ``Waiting`` or V0 ``Pending`` (both include
 recompute-preempted requests). ``kv_usage`` is the device KV cache usage in
-percent (GPU, or XPU... from 0.30). ``preemptions`` is the V1 ``Preemptions:``
-field (0.11.1+; stock builds never print it), null when absent.
+percent (GPU, or XPU... from 0.30; the Rust frontend's ``GPU KV cache used``, the engines'
+mean). ``preemptions`` is the V1 ``Preemptions:`` field (0.11.1+; stock Python-frontend builds
+never print it), null when absent; on a Rust-frontend line it is never null (below).
 ``prefix_hit`` is V1's ``Prefix cache hit rate`` or the V0 follow-up line
 ``Prefix cache hit rate: GPU: x%`` joined to its stats line.
+
+**The Rust frontend's line** (``VLLM_USE_RUST_FRONTEND=1``, vLLM 0.33.0 and 0.34.0:
+``rust/src/llm/src/log_stats.rs``, the ``vllm-rs`` binary of the wheel, which carries the format
+strings below): every ``VLLM_LOG_STATS_INTERVAL`` seconds (10 by default), summed over all
+engines, at INFO while busy and DEBUG while idle::
+
+    Avg prompt tput: {:.1} toks/s, Avg generation tput: {:.1} toks/s, Reqs Running: {n}, Waiting: {m}
+    [, Deferred: {d} reqs][, Preemptions: {p}], GPU KV cache used: {:.1}%, Prefix cache hit rate: {:.1}%
+    [, External prefix cache hit rate: {:.1}%]
+
+``p`` is the increase of the frontend's preemption counter since the previous tick, printed only
+when ``p > 0``: a line without it counts 0 (so the line family counts exactly, 0 included; the
+Python logger's count is zeroed before it is tested, PR #38452). The line is the message of the
+Rust ``tracing`` subscriber, whatever prefix it writes: vLLM's own (``(RustFrontend pid=N) INFO
+MM-DD HH:MM:SS [llm/src/log_stats.rs:300]``, read by the single log pass as any vLLM header) or
+``tracing``'s default (``2026-12-01T10:00:10.123456Z  INFO vllm_llm::log_stats: ...``, with ANSI
+colours on a terminal): the fields are read from the message. Its rows are ``family``
+:data:`RUST_FAMILY`, ``engine`` ``"all"`` (the line does not say which engine preempted).
+The literal marker joins the single log pass as a record family of the vLLM log
+(:data:`RUST_STATS`, registered below with its samples); its records are ``stats`` records.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
+
+from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
+
+RUST_MARKER = "Avg prompt tput: "  # the Rust frontend's line (the Python loggers write "throughput")
+RUST_FAMILY = "v1-rust"  # the stats frame's family of the Rust frontend's lines ("v0", "v1": the Python loggers')
+RUST_STATS = "vllm-rust-stats"  # the record family (sources.registry) of the Rust frontend's line
+V1_STATS_FAMILIES = frozenset({"v1", RUST_FAMILY})  # the families a V1 engine writes
+RUST_INTERVAL_S = 10  # VLLM_LOG_STATS_INTERVAL's default: the seconds a line's counts cover
+
+# The fields of each line family: column -> (dtype, regex in the Python loggers' line (V0
+# metrics.py, V1 loggers.py), regex in the Rust frontend's line; None: the family has no such field).
+FIELDS: dict[str, tuple[Any, str | None, str | None]] = {
+    "prompt_tput": (pl.Float64, r"Avg prompt throughput: ([\d.]+)", r"Avg prompt tput: ([\d.]+)"),
+    "gen_tput": (pl.Float64, r"Avg generation throughput: ([\d.]+)", r"Avg generation tput: ([\d.]+)"),
+    "running": (pl.Int64, r"Running: (\d+) reqs", r"Reqs Running: (\d+)"),
+    "waiting": (pl.Int64, r"(?:Waiting|Pending): (\d+) reqs", r"Reqs Running: [\d,]+, Waiting: (\d+)"),
+    "swapped": (pl.Int64, r"Swapped: (\d+) reqs", None),
+    "deferred": (pl.Int64, r"Deferred: (\d+) reqs", r"Deferred: (\d+) reqs"),
+    "preemptions": (pl.Int64, r"Preemptions: (\d+)", r"Preemptions: (\d+)"),
+    "kv_usage": (pl.Float64, r"[A-Z]+ KV cache usage: ([\d.]+)%", r"[A-Z]+ KV cache used: ([\d.]+)%"),
+    "cpu_kv_usage": (pl.Float64, r"CPU KV cache usage: ([\d.]+)%", None),
+    "prefix_hit": (pl.Float64, r"Prefix cache hit rate: ([\d.]+)%", r"Prefix cache hit rate: ([\d.]+)%"),
+}
 
 
 def _num(text: pl.Expr, rx: str, dtype) -> pl.Expr:
     return text.str.extract(rx, 1).str.replace_all(",", "", literal=True).cast(dtype, strict=False)
 
 
+def _field(name: str, rust: pl.Expr) -> pl.Expr:
+    dtype, py_rx, rust_rx = FIELDS[name]
+    t = pl.col("text")
+    py = _num(t, py_rx, dtype) if py_rx else pl.lit(None, dtype)
+    rs = _num(t, rust_rx, dtype) if rust_rx else pl.lit(None, dtype)
+    if name == "preemptions":
+        rs = rs.fill_null(0)  # the Rust logger prints the field only when p > 0: no field is 0
+    return pl.when(rust).then(rs).otherwise(py).alias(name)
+
+
 def parse(records: pl.DataFrame) -> pl.DataFrame:
     rows = records.filter(pl.col("kind") == "stats")
     t = pl.col("text")
+    rust = t.str.contains(RUST_MARKER, literal=True)
     engine = (
-        pl.when(t.str.contains(r"\d+ Engines Aggregated:"))
+        pl.when(rust | t.str.contains(r"\d+ Engines Aggregated:"))
         .then(pl.lit("all"))
         .otherwise(t.str.extract(r"Engine (\d+):", 1).cast(pl.Int64, strict=False).cast(pl.String))
         .fill_null("0")
     )
-    family = pl.when(t.str.contains(r"(?:Pending|Swapped): \d+ reqs")).then(pl.lit("v0")).otherwise(pl.lit("v1"))
+    family = (
+        pl.when(rust)
+        .then(pl.lit(RUST_FAMILY))
+        .when(t.str.contains(r"(?:Pending|Swapped): \d+ reqs"))
+        .then(pl.lit("v0"))
+        .otherwise(pl.lit("v1"))
+    )
     stats = rows.select(
         "time",
         "time_precision",
@@ -35,16 +98,7 @@ def parse(records: pl.DataFrame) -> pl.DataFrame:
         "seq",
         engine.alias("engine"),
         family.alias("family"),
-        _num(t, r"Avg prompt throughput: ([\d.]+)", pl.Float64).alias("prompt_tput"),
-        _num(t, r"Avg generation throughput: ([\d.]+)", pl.Float64).alias("gen_tput"),
-        _num(t, r"Running: (\d+) reqs", pl.Int64).alias("running"),
-        _num(t, r"(?:Waiting|Pending): (\d+) reqs", pl.Int64).alias("waiting"),
-        _num(t, r"Swapped: (\d+) reqs", pl.Int64).alias("swapped"),
-        _num(t, r"Deferred: (\d+) reqs", pl.Int64).alias("deferred"),
-        _num(t, r"Preemptions: (\d+)", pl.Int64).alias("preemptions"),
-        _num(t, r"[A-Z]+ KV cache usage: ([\d.]+)%", pl.Float64).alias("kv_usage"),
-        _num(t, r"CPU KV cache usage: ([\d.]+)%", pl.Float64).alias("cpu_kv_usage"),
-        _num(t, r"Prefix cache hit rate: ([\d.]+)%", pl.Float64).alias("prefix_hit"),
+        *(_field(name, rust) for name in FIELDS),
         "source",
         pl.col("n").alias("line"),
     )
@@ -72,3 +126,95 @@ def parse(records: pl.DataFrame) -> pl.DataFrame:
             .drop("_gpu_hit")
         )
     return stats.sort("seq")
+
+
+def rust_note(records: pl.DataFrame) -> SourceOutput:
+    """The record family's output: no frame (its lines are the stats frame's, :func:`parse`), one
+    note saying what the Rust frontend's counts are."""
+    out = SourceOutput()
+    if records.height == 0:
+        return out
+    rows = records.filter((pl.col("kind") == "stats") & pl.col("text").str.contains(RUST_MARKER, literal=True))
+    if rows.height == 0:
+        return out
+    p = rows.get_column("text").str.extract(r"Preemptions: (\d+)", 1).cast(pl.Int64, strict=False)
+    shown = p.drop_nulls()
+    total = int(shown.sum()) if shown.len() else 0
+    out.notes.append(
+        f"{rows.height} stats line(s) of vLLM's Rust frontend (VLLM_USE_RUST_FRONTEND=1, rust/src/llm/src/"
+        f"log_stats.rs) count {total} preemption(s), exactly: 'Preemptions: p' is the preemptions in the "
+        f"{RUST_INTERVAL_S} s (VLLM_LOG_STATS_INTERVAL) before its line, printed only when p > 0, so the "
+        f"{rows.height - shown.len()} line(s) without it count 0; each line sums every engine, so its events are "
+        "engine 'all' (the line does not say which engine preempted) and its KV cache usage is the engines' mean"
+    )
+    return out
+
+
+def _from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
+    return rust_note(records)
+
+
+register_family(RecordFamily(name=RUST_STATS, markers=[(RUST_MARKER, "stats")], from_records=_from_records))
+
+# Lines built from the format strings of log_stats.rs (vllm-rs of the 0.33.0 and 0.34.0 wheels), in
+# both prefixes; ``_stats``: the fields of the stats row the line makes (tests/test_rust_frontend.py).
+ESC = "\x1b"
+SAMPLES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "(RustFrontend pid=4121) INFO 12-01 10:00:20 [llm/src/log_stats.rs:300] Avg prompt tput: 0.0 toks/s, "
+        "Avg generation tput: 2100.1 toks/s, Reqs Running: 55, Waiting: 20, Preemptions: 6, GPU KV cache used: "
+        "98.7%, Prefix cache hit rate: 35.2%",
+        {
+            "kind": "stats",
+            "level": "INFO",
+            "proc": "RustFrontend pid=4121",
+            "mo": 12,
+            "ss": 20,
+            "_stats": {"family": RUST_FAMILY, "engine": "all", "running": 55, "waiting": 20, "preemptions": 6},
+        },
+    ),
+    (
+        "(RustFrontend pid=4121) DEBUG 12-01 10:00:40 [llm/src/log_stats.rs:300] Avg prompt tput: 0.0 toks/s, "
+        "Avg generation tput: 0.0 toks/s, Reqs Running: 0, Waiting: 0, GPU KV cache used: 0.0%, Prefix cache hit "
+        "rate: 12.5%",
+        {
+            "kind": "stats",
+            "level": "DEBUG",
+            "_stats": {"family": RUST_FAMILY, "running": 0, "waiting": 0, "preemptions": 0, "kv_usage": 0.0},
+        },
+    ),
+    (
+        "2026-12-01T10:00:30.250117Z  INFO vllm_llm::log_stats: Avg prompt tput: 1536.0 toks/s, Avg generation "
+        "tput: 1890.2 toks/s, Reqs Running: 41, Waiting: 23, Deferred: 2 reqs, Preemptions: 3, GPU KV cache "
+        "used: 99.2%, Prefix cache hit rate: 12.5%, External prefix cache hit rate: 4.0%",
+        {
+            "kind": "stats",
+            "fdate": "2026-12-01",
+            "ftime": "10:00:30",
+            "ffrac": "250117",
+            "fzone": "Z",
+            "_stats": {
+                "family": RUST_FAMILY,
+                "prompt_tput": 1536.0,
+                "running": 41,
+                "waiting": 23,
+                "deferred": 2,
+                "preemptions": 3,
+                "kv_usage": 99.2,
+                "prefix_hit": 12.5,
+            },
+        },
+    ),
+    (
+        f"{ESC}[2m2026-12-01T10:00:50.000001Z{ESC}[0m {ESC}[32m INFO{ESC}[0m {ESC}[2mvllm_llm::log_stats{ESC}[0m"
+        f"{ESC}[2m:{ESC}[0m Avg prompt tput: 10.0 toks/s, Avg generation tput: 20.0 toks/s, Reqs Running: 7, "
+        "Waiting: 0, GPU KV cache used: 41.5%, Prefix cache hit rate: 0.0%",
+        {
+            "kind": "stats",
+            "fdate": "2026-12-01",
+            "ftime": "10:00:50",
+            "_stats": {"family": RUST_FAMILY, "engine": "all", "running": 7, "preemptions": 0, "kv_usage": 41.5},
+        },
+    ),
+]
+register_samples(RUST_STATS, SAMPLES)

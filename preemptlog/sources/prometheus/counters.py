@@ -79,6 +79,10 @@ PROM_PREEMPTIONS_SCHEMA = {
     "stream": "Int32",
     "raw": "String",
     "engine_kind": "String",  # vllm | sglang (the metric's prefix): its events carry it
+    # the counter's _created at this sample: its engine's start (null when the scrape does not expose it)
+    "created": "Datetime(time_unit='us', time_zone='UTC')",
+    "created_src": "String",  # file:line of that _created sample
+    "restart_dated": "Boolean",  # a reset with a new _created after the previous sample: start is the new _created
 }
 
 
@@ -134,11 +138,14 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         s.filter(~pl.col("field").is_in(list(COUNTER_FIELDS)) | pl.col("value").is_finite().fill_null(False))
     )
     pre = counters.filter(pl.col("field") == "preemptions")
+    # A restart dated by a new _created: the increase counts from the new run's start, so its
+    # events lie after it, never in the downtime between the runs (issue 38).
+    dated_restart = pl.col("reset") & pl.col("prev_time").is_not_null() & (pl.col("created") > pl.col("prev_time"))
     prom_pre = pre.select(
         "scope",
         "engine",
         "model_name",
-        pl.col("prev_time").alias("start"),
+        pl.when(dated_restart.fill_null(False)).then(pl.col("created")).otherwise(pl.col("prev_time")).alias("start"),
         pl.col("time").alias("end"),
         "prev_value",
         "value",
@@ -150,6 +157,9 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         "stream",
         _raw_expr().alias("raw"),
         pl.col("_ek").alias("engine_kind"),
+        "created",
+        "created_src",
+        dated_restart.fill_null(False).alias("restart_dated"),
     ).cast(_dtypes(PROM_PREEMPTIONS_SCHEMA))
     out.frames["prom_preemptions"] = prom_pre
     made = counter_events(prom_pre)
@@ -177,14 +187,28 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
     ).sort("scope", "engine", "time", "source", "line", nulls_last=False)
     out.frames["prom_series"] = _series(samples, counters)
     out.counters["prometheus"] = _facts(prom_pre, counters, parsed)
-    resets = prom_pre.filter(pl.col("reset")).height
-    if resets:
+    resets = prom_pre.filter(pl.col("reset"))
+    undated = resets.filter(~pl.col("restart_dated")).height
+    if undated:
         out.notes.append(
-            f"Prometheus: {resets} counter reset(s) of vllm:num_preemptions_total (engine restart): the increase "
+            f"Prometheus: {undated} counter reset(s) of vllm:num_preemptions_total (engine restart): the increase "
             "after a reset is the value since the restart; preemptions between the last scrape before a restart "
             "and the restart are not visible."
         )
+    dated = pre.filter(pl.col("reset") & dated_restart.fill_null(False))
+    for r in dated.head(5).iter_rows(named=True):
+        out.notes.append(
+            f"Prometheus: engine {r['engine']} restarted (a counter reset with a new _created): its counter fell from {r['prev_value']:g} at "
+            f"{_t(r['prev_time'])} to {r['value']:g} at {_t(r['time'])} ({r['source']}:{r['n']}) with a new "
+            f"_created, {_t(r['created'])} ({r['created_src']}): the {r['value']:g} of the new run are placed "
+            "between its start and that reading, none in the downtime between the runs; the run before was last "
+            f"read at {_t(r['prev_time'])}"
+        )
     return out
+
+
+def _t(t: Any) -> str:
+    return str(t.isoformat(timespec="milliseconds")) if t is not None else "?"
 
 
 def _raw_expr() -> pl.Expr:
@@ -194,9 +218,14 @@ def _raw_expr() -> pl.Expr:
 
 
 def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
-    """One row per counter sample, with the previous sample of its series and the increase."""
+    """One row per counter sample, with the previous sample of its series and the increase.
+
+    ``created`` (``created_src`` its file:line): the counter's ``_created`` at that sample (its engine's
+    start, prometheus_client's creation time), read in the same scrape, else the latest at or before
+    the sample of the same series in another file (a separate query answer); null when not exposed."""
+    key = ["scope", "engine", "model_name", "_ek", "field"]
     created_ = (
-        s.filter(pl.col("field") == "created")
+        s.filter((pl.col("field") == "created") & pl.col("created_at").is_not_null())
         .with_columns(cfield=pl.col("name").replace_strict(created(), default=None, return_dtype=pl.List(pl.String)))
         .explode("cfield")
         .select(
@@ -207,29 +236,48 @@ def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
             "_ek",
             pl.col("cfield").alias("field"),
             pl.col("le").fill_null(""),
-            pl.col("value").alias("created"),
+            "time",
+            pl.col("created_at").alias("created"),
+            pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("n").cast(pl.String).fill_null("?")]).alias(
+                "created_src"
+            ),
         )
         .unique(["scope", "scrape_id", "engine", "model_name", "_ek", "field", "le"], keep="first")
+        .filter(pl.col("le") == "")  # the _created of a histogram family has no le: it dates every bucket
+        .drop("le")
     )
     c = s.filter(pl.col("field").is_in(list(COUNTER_FIELDS))).with_columns(le=pl.col("le").fill_null(""))
-    # The _created of a histogram family has no le: it dates every bucket.
-    c = c.join(
-        created_.filter(pl.col("le") == "").drop("le"),
-        on=["scope", "scrape_id", "engine", "model_name", "_ek", "field"],
-        how="left",
-    )
+    c = c.join(created_.drop("time"), on=["scrape_id", *key], how="left")
+    if created_.height and c.filter(pl.col("created").is_null() & pl.col("time").is_not_null()).height:
+        c = c.with_row_index("_ri")
+        dated = created_.filter(pl.col("time").is_not_null()).select(
+            *key, "time", pl.col("created").alias("_c2"), pl.col("created_src").alias("_cs2")
+        )
+        got = (
+            c.filter(pl.col("created").is_null() & pl.col("time").is_not_null())
+            .select("_ri", *key, "time")
+            .sort("time")
+            .join_asof(dated.sort("time"), on="time", by=key, strategy="backward", check_sortedness=False)
+            .select("_ri", "_c2", "_cs2")
+        )
+        c = (
+            c.join(got, on="_ri", how="left")
+            .with_columns(
+                created=pl.coalesce("created", "_c2"), created_src=pl.coalesce("created_src", "_cs2")
+            )
+            .drop("_ri", "_c2", "_cs2")
+        )
     grp = ["scope", "field", "engine", "model_name", "_ek", "le"]
     c = c.sort([*grp, "time", "file_id", "n"], nulls_last=False).unique(
         [*grp, "scrape_id"], keep="first", maintain_order=True
     )
     prev = pl.col("value").shift(1).over(grp)
     prev_created = pl.col("created").shift(1).over(grp)
+    moved = ((pl.col("created") - prev_created).abs() > pl.duration(milliseconds=1)).fill_null(False)
     c = c.with_columns(
         prev_value=prev,
         prev_time=pl.col("time").shift(1).over(grp),
-        reset=((pl.col("value") < prev) | ((pl.col("created") - prev_created).abs() > 1e-3).fill_null(False)).fill_null(
-            False
-        ),
+        reset=((pl.col("value") < prev) | moved).fill_null(False),
     )
     inc = (
         pl.when(pl.col("prev_value").is_null())
@@ -383,6 +431,7 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
         "series": 0,
         "increase": 0,
         "resets": 0,
+        "resets_dated": 0,
         "window": None,
         "counter_totals": [],
         "histogram": None,
@@ -396,6 +445,7 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
     facts["series"] = pre.select(grp).unique().height
     facts["increase"] = int(pre.get_column("increase").fill_null(0).sum())
     facts["resets"] = pre.filter(pl.col("reset")).height
+    facts["resets_dated"] = pre.filter(pl.col("reset") & pl.col("restart_dated")).height  # by a new _created
     placed = pre.filter(pl.col("increase").is_not_null())
     if placed.height:
         facts["window"] = [placed.get_column("start").min(), placed.get_column("end").max()]
@@ -409,6 +459,7 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
         pl.col("value").first().alias("first_value"),
         pl.col("end").first().alias("first_time"),
         pl.col("increase").fill_null(0).sum().alias("increase"),
+        pl.col("created").first().alias("first_created"),
     )
     facts["counter_totals"] = [
         {
@@ -422,6 +473,7 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
             "first_value": int(round(r["first_value"])),
             "first_time": r["first_time"],
             "increase": int(r["increase"]),
+            "first_created": r["first_created"],  # the engine's start the first reading counts from (_created)
         }
         for r in last.sort(grp).iter_rows(named=True)
     ]

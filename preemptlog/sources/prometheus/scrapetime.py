@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .counters import _empty_frames, _facts
-from .names import PLACED, PromFiles
+from .names import PLACED, PromFiles, _ts_to_us, created
 
 if TYPE_CHECKING:
     from ..registry import SourceOutput, TimeContext
@@ -100,6 +100,7 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
 
     out = SourceOutput()
     frames = []
+    dated = list(created())
     for fd in parsed.files:
         f = fd.file
         out.warnings.extend(f"{f.display}: {w}" for w in fd.warnings)
@@ -168,6 +169,10 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
                 .then(pl.lit(folder + "|") + pl.col("instance"))
                 .otherwise(pl.lit(folder)),
                 scrape_id=pl.concat_str([pl.lit(f"{f.file_id}:"), pl.col("scrape").cast(pl.String)]),
+                # A counter's ``_created`` (epoch seconds): a time, so the pipeline moves it with the file
+                created_at=pl.when(pl.col("name").is_in(dated)).then(
+                    pl.from_epoch(_ts_to_us(pl.col("value")), time_unit="us").dt.replace_time_zone("UTC")
+                ),
             )
             .drop("_st")
         )
