@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Process exit codes. The README's "Exit codes" table is generated from this."""
+    """Process exit codes. The "Exit codes" table of README.md is generated from this."""
 
     OK = 0
     """Analysis ran; no --fail-on condition was met."""
@@ -37,7 +37,7 @@ class ExitCode(IntEnum):
 
 
 def documented() -> list[tuple[int, str, str]]:
-    """(code, name, meaning) for every exit code, read from the docstrings above (README table)."""
+    """(code, name, meaning) for every exit code, read from the docstrings above (the exit-code table)."""
     import ast
     import inspect
 

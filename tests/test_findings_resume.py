@@ -1,7 +1,8 @@
 """Recompute under prefix caching: lost, re-served from the cache, truly recomputed (issue 27, item 2).
 
 Shapes, on the hand-written v1-records fixture (four preemptions, lost 119, 130, 150, 90): as it
-is (no resume records: no split, the headline as before); with resume records for r1's three
+is (no resume records: no split; vLLM 0.26's prefix caching is on by default, so the lost tokens are an
+upper bound of the recompute, said); with resume records for r1's three
 preemptions (cache hits 96, 112, and 200, more than the 150 lost: at most what was lost) and none
 for r2's (said); a resume record before the preemption does not count for it.
 """
@@ -40,7 +41,10 @@ def _run(d: Path):
 def test_without_resume_records_there_is_no_split(tmp_path):
     rc, head = _run(_bundle(tmp_path, []))
     assert "prefix_cache" not in rc and rc["tokens"] == 489
-    assert head.startswith("489 tokens recomputed")
+    # vLLM 0.26 (V1) has prefix caching on by default: without resume records the 489 lost tokens are an
+    # upper bound of the recompute (issue 38, item 11)
+    assert rc["tokens_recomputed_at_most"] and rc["prefix_caching"]["on"] and rc["prefix_caching"]["assumed"]
+    assert head.startswith("up to 489 tokens recomputed (the tokens lost to preemption")
 
 
 def test_resume_records_split_lost_cached_and_recomputed(tmp_path):

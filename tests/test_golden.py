@@ -33,6 +33,10 @@ OPTIONS = {
     # SGLang (issue 29): 0.4.x TP-repeated lines, 0.5.23 behind docker -t with a hybrid pool
     "sglang-0.4-tp.log": {},
     "sglang-0.5.23-docker.log": {},
+    # vLLM's Rust frontend (issue 37): its stats line behind vLLM's prefix (0.34, two engines summed)
+    # and behind the Rust tracing subscriber's default prefix (with ANSI colours), beside Python lines
+    "v1-rust-0.34.log": {"year": 2026},
+    "v1-rust-tracing.log": {},
 }
 VOLATILE_SUMMARY_KEYS = ("inputs",)
 

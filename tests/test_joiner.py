@@ -80,6 +80,9 @@ EXPECT_A = {
     "kvev_stored_blocks": (3, KV + "1-2"),
     "kvev_removed_blocks": (3, KV + "1-2"),
     "kvev_cleared": (0, KV + "1-2"),
+    # the KV events are a reset source: none at the event (0, no line to cite), so no count of its preemptions
+    "reset_calls": (0, None),
+    "reset_preempted": (None, None),
     "stats_kv_usage_max": (99.5, V + "18"),
     "stats_kv_usage_at": (95.0, V + "2"),
     "stats_waiting_at": (10, V + "2"),
@@ -131,6 +134,7 @@ EXPECT_B.update(
         "kvev_stored_blocks": (0, None),
         "kvev_removed_blocks": (0, None),
         "kvev_cleared": (0, None),
+        "reset_calls": (0, None),
         "stats_kv_usage_max": (60.0, V + "19"),
         "stats_kv_usage_at": (60.0, V + "19"),
         "stats_waiting_at": (3, V + "19"),

@@ -212,17 +212,23 @@ def test_three_records_and_scrapes_reading_0_0_3_are_three_events(tmp_path):
     assert a.findings.recompute["tokens"] == 3 * 230 and a.findings.recompute["preemptions_exact"] == 3
 
 
-def test_a_count_that_leads_the_records_beyond_the_slack_is_a_warning_not_an_event(tmp_path):
-    """The counter reads 5 while 3 records exist (the recorder lost two?): 3 events and a warning."""
+def test_a_count_that_leads_the_records_beyond_the_slack_is_a_counter_only_event(tmp_path):
+    """The counter reads 5 while 3 records exist (the recorder lost two): never below vLLM's own count
+    (issue 38): 3 record events and 2 events without a record (counter-only, ``~c``) in the interval
+    where the counter rose, and the disagreement said."""
     recs = records([(10.2, "a"), (10.5, "b"), (10.8, "c")], start=5.0, finish=40.0)
     write_records(tmp_path / "records-1.jsonl", recs)
     for sec, v in ((10.0, 0), (12.0, 3), (20.0, 5), (45.0, 5)):
         scrape_file(tmp_path, sec, {"0": v})
     a = run([tmp_path])
-    assert kinds(a) == {"record": 3}
+    assert kinds(a) == {"record": 3, "interval": 2}
+    co = a.events.filter(pl.col("kind") == "interval")
+    assert all(e.endswith(("~c1", "~c2")) for e in co.get_column("event_id"))
+    assert co.get_column("time").min() > at(12) and co.get_column("time").max() <= at(20)
     rec = a.counters["reconciliation"]
-    assert rec["quality"] == "as recorded"
+    assert rec["total"] == 5 and rec["counter_only"] == {"0": 2} and rec["quality"] == "exact"
     assert any("2 of its 5 counted preemption(s) have no preempt record" in d for d in rec["disagreements"]), rec
+    assert any("counter-only" in n for n in a.notes)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -1,4 +1,4 @@
-"""Drive a real vLLM (0.32) EngineCore + Scheduler with a fake executor: a product feature.
+"""Drive a real vLLM (0.32-0.34) EngineCore + Scheduler with a fake executor: a product feature.
 
 Run inside a vLLM venv as a script (it imports nothing of preemptlog unless the plugin is
 loaded by vLLM itself): ``python .../preemptlog/capture/replay_driver.py SPEC.json OUT.json``.
@@ -14,7 +14,9 @@ device is needed: vLLM runs on its CPU platform (``VLLM_TARGET_DEVICE=cpu``), wi
 
 Spec: ``config`` (num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
 enable_chunked_prefill, enable_prefix_caching, scheduling_policy, watermark,
-long_prefill_token_threshold, max_model_len), ``requests`` (id, prompt, output, priority,
+long_prefill_token_threshold, max_model_len, reserve_full_isl; 0.34's cache_aware_admission_window,
+cache_aware_admission_threshold, max_num_inflight_kv_loads, each passed to vLLM only where it is not
+the default; vllm_version is the caller's: the venv decides what runs), ``requests`` (id, prompt, output, priority,
 arrival_step, arrival_s, block_hashes: a request finishes after ``output`` tokens, so its max_tokens
 is its output length), ``hash_block_size`` (the block size of the hashes), ``arrivals`` (``step``: added when the scheduler's step counter reaches
 arrival_step, as the capture plugin recorded it; ``time``: arrival_s on the step clock
@@ -204,10 +206,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         kw["scheduler_reserve_full_isl"] = False
     if cfg.get("long_prefill_token_threshold"):
         kw["long_prefill_token_threshold"] = int(cfg["long_prefill_token_threshold"])
+    # vLLM 0.34's admission settings, passed only where they differ from its defaults (an older vLLM
+    # has no such argument: its EngineArgs refuses it, in its own words, below)
+    if cfg.get("cache_aware_admission_window"):
+        kw["cache_aware_admission_window"] = int(cfg["cache_aware_admission_window"])
+    if cfg.get("cache_aware_admission_threshold") not in (None, 0.5):
+        kw["cache_aware_admission_threshold"] = float(cfg["cache_aware_admission_threshold"])
+    if cfg.get("max_num_inflight_kv_loads") is not None:
+        kw["max_num_inflight_kv_loads"] = int(cfg["max_num_inflight_kv_loads"])
     try:
         core = _engine_core(cfg, bs, blocks, mml, mbt, chunked, kw, kv_spec)
-    except ValueError as exc:  # vLLM's start-up checks (config, KV pool)
-        return {"refused": " ".join(str(exc).split())}
+    except (ValueError, TypeError) as exc:  # vLLM's start-up checks (config, KV pool), an argument it lacks
+        return {"refused": " ".join(str(exc).split()), "vllm_version": __import__("vllm").__version__}
     return _drive(spec, core, reqs)
 
 

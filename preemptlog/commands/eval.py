@@ -37,7 +37,7 @@ def eval_command(
     Examples:
       preemptlog simulate mixed -o /tmp/mixed --family guide
       preemptlog eval /tmp/mixed
-      bench/accuracy            # the standard scenario suite, table for the README
+      bench/accuracy            # the standard scenario suite, table for docs/simulate.md
 
     Prints, per bundle, event recall (events found / preemptions the log can
     show), gate accuracy on events matched to the truth by their log line, G1

@@ -89,7 +89,8 @@ def whatif_command(
         typer.Option(
             "--engine",
             help="model: the V1 scheduler model (fast); vllm: the real vLLM scheduler "
-            "with a fake executor (needs --vllm-python or PREEMPTLOG_VLLM_PYTHON).",
+            "with a fake executor, the incident's version (needs --vllm-python, or the version's venv in "
+            "PREEMPTLOG_VLLM_034_PYTHON and the like, else PREEMPTLOG_VLLM_PYTHON).",
         ),
     ] = Engine.model,
     vllm_python: Annotated[
@@ -97,7 +98,8 @@ def whatif_command(
         typer.Option(
             "--vllm-python",
             metavar="PYTHON",
-            help="The python of a venv with vLLM (0.32) installed; default env PREEMPTLOG_VLLM_PYTHON.",
+            help="The python of a venv with vLLM installed; default: env PREEMPTLOG_VLLM_<MMM>_PYTHON of the "
+            "incident's version (PREEMPTLOG_VLLM_034_PYTHON for 0.34), else PREEMPTLOG_VLLM_PYTHON (0.32).",
         ),
     ] = None,
     arrivals: Annotated[
@@ -145,6 +147,7 @@ def whatif_command(
 
     def body() -> int:
         import os
+        import re
 
         from ..analysis import analyze
         from ..outputs.outio import open_output
@@ -159,13 +162,18 @@ def whatif_command(
         configs = expand(list(set_ or []), list(sweep or []), list(config or []))
         base_sets = parse_sets(list(base or []))
         fmt = format or default_format(output)
-        py = vllm_python or os.environ.get("PREEMPTLOG_VLLM_PYTHON")
-        if engine is Engine.vllm and not py:
+        py = vllm_python  # else the venv of the incident's version (whatif.engine_vllm.python_for)
+        if (
+            engine is Engine.vllm
+            and not py
+            and not any(re.fullmatch(r"PREEMPTLOG_VLLM_\w*PYTHON", k) for k in os.environ)
+        ):
             from ..errors import UsageError
 
             raise UsageError(
                 "--engine vllm needs a python with vLLM",
-                hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)",
+                hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds 0.32; "
+                "PREEMPTLOG_VLLM_034_PYTHON: ci/vllm-034-venv, 0.34)",
             )
         options = analysis.options(debug=debug, keep_request_rows=True)
         with Workspace() as ws:

@@ -58,8 +58,26 @@ class LogCapability:
 
 # ------------------------------------------------------------------------------------------ fixes
 
-# The G1 verdict keys (``gate/sub_kind``) a KV-space fix addresses.
-G1_KEYS = ["G1-kv-space/fragmentation", "G1-kv-space/capacity", "G1-kv-space/kv-exhausted"]
+# The G1 verdict keys (``gate/sub_kind``) a KV-space fix addresses ("capacity": fewer free blocks than
+# needed, however it was read; a G1 verdict without a sub-kind is one too).
+G1_KEYS = ["G1-kv-space/fragmentation", "G1-kv-space/capacity"]
+# A reset of the prefix cache (G4, sub-kind cache-reset) is its own key: the guide's prefix-conflict fixes
+# (keyed "G4-prefix-conflict") do not address a call that preempts every running request.
+CACHE_RESET_KEY = "G4-prefix-conflict/cache-reset"
+
+
+def verdict_key(gate: pl.Expr | None = None, sub_kind: pl.Expr | None = None) -> pl.Expr:
+    """An event's verdict key: ``gate/sub_kind`` for G1 (no sub-kind: capacity) and for a cache reset,
+    else the gate."""
+    g = pl.col("gate") if gate is None else gate
+    sk = pl.col("sub_kind") if sub_kind is None else sub_kind
+    return (
+        pl.when(g == "G1-kv-space")
+        .then(pl.concat_str([g, pl.lit("/"), sk.fill_null("capacity")]))
+        .when(sk == "cache-reset")
+        .then(pl.concat_str([g, pl.lit("/"), sk]))
+        .otherwise(g)
+    )
 
 
 @dataclass(frozen=True)
@@ -99,9 +117,5 @@ def verdict_key_counts(verdicts: pl.DataFrame | None) -> dict[str, int]:
     """Events per verdict key (``gate`` or ``gate/sub_kind`` for G1) of a verdict frame."""
     if verdicts is None or verdicts.height == 0:
         return {}
-    key = (
-        pl.when(pl.col("gate") == "G1-kv-space")
-        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
-        .otherwise(pl.col("gate").fill_null("undetermined"))
-    )
+    key = verdict_key().fill_null("undetermined")
     return {str(k): n for k, n in verdicts.select(key.alias("k")).group_by("k").len().iter_rows()}

@@ -4,7 +4,7 @@ Each row is a fact read from the engine's released source (the file is cited, wi
 the version named): a way a preemption (vLLM) or retraction (SGLang) can be triggered, the
 versions and scheduling policy it holds for, how the victim is chosen, and what it settles for an
 event of a stock (upstream) build: the gate, its sub-kind and the mechanism. The facts are
-evidence like a log line (README "Why: vLLM's own code"): an event from a stock upstream log
+evidence like a log line (docs/engine-facts.md): an event from a stock upstream log
 whose engine, version and policy the bundle shows gets its cause from here, unless the bundle
 shows another trigger the table names.
 
@@ -43,11 +43,19 @@ class CodeFact:
     kv_pressure: bool  # is it KV-space pressure (a failed allocation) or something else
     shows_as: str  # what a bundle shows when this trigger (not the default one) happened
     source: str  # the engine's source file, with the version and lines read
+    # a regex of a block-table preempt record's ``reason`` that names this trigger (the vLLM plugin's words,
+    # vLLM's own reason names, a hand-written record's); None: no record names it (joiner/reset.py)
+    record_reason: str | None = None
+    # a behaviour one release changed (the rows before and after it split the versions): the row holds
+    # only where the bundle shows a version in its range, never for a version the bundle does not show
+    needs_version: bool = False
 
     def holds(self, engine: str, generation: str | None, version: Version | None, policy: str | None) -> bool:
         if engine != self.engine:
             return False
         if self.generation is not None and generation is not None and generation != self.generation:
+            return False
+        if version is None and self.needs_version:
             return False
         if version is not None:
             if self.since is not None and version < self.since:
@@ -57,10 +65,60 @@ class CodeFact:
         return self.policy is None or policy == self.policy
 
 
-NEWEST_VLLM_READ = (0, 33, 0)
+NEWEST_VLLM_READ = (0, 34, 0)
 NEWEST_SGLANG_READ = (0, 5, 23)
 
+# vLLM V1's failed allocation under --scheduling-policy priority, per release: the rows of the
+# versions the bundle shows come first (default_trigger takes the first that holds); a bundle
+# that does not show its version gets the general row below them.
+_V1_PRIORITY_TRIGGER = (
+    "a KV-block allocation failed for a running request in the running loop "
+    "(kv_cache_manager.allocate_slots returned None: more blocks needed than free)"
+)
+
 TABLE: tuple[CodeFact, ...] = (
+    CodeFact(
+        id="vllm-v1-alloc-failed-priority-0.33",
+        engine=VLLM,
+        generation="V1",
+        since=(0, 33, 0),
+        until=None,
+        policy="priority",
+        trigger=_V1_PRIORITY_TRIGGER,
+        victim="the running request with the largest (priority, arrival_time); when that is the request being "
+        "scheduled, it preempts itself and the running loop goes on with the requests after it (of higher "
+        "priority, they may still fit in the blocks it freed), where up to 0.32 the loop stopped",
+        gate="G1-kv-space",
+        sub_kind="capacity",
+        mechanism="kv-capacity",
+        kv_pressure=True,
+        shows_as="KV cache usage at the ceiling with requests waiting; a step goes on after a lowest-priority request "
+        "preempted itself, so a workload preempts more often than on 0.32 (273 against 258 on one workload)",
+        source="vllm/v1/core/sched/scheduler.py Scheduler.schedule (0.33.0 lines 912-994, the self-preemption's "
+        "continue 982-992; 0.34.0 lines 928-1010, the continue 998-1008), vllm/v1/core/kv_cache_manager.py "
+        "allocate_slots",
+        needs_version=True,
+    ),
+    CodeFact(
+        id="vllm-v1-alloc-failed-priority-0.32",
+        engine=VLLM,
+        generation="V1",
+        since=(0, 9, 2),
+        until=(0, 32, 0),
+        policy="priority",
+        trigger=_V1_PRIORITY_TRIGGER,
+        victim="the running request with the largest (priority, arrival_time); when that is the request being "
+        "scheduled, it preempts itself and the running loop stops: the requests after it are not scheduled in "
+        "that step",
+        gate="G1-kv-space",
+        sub_kind="capacity",
+        mechanism="kv-capacity",
+        kv_pressure=True,
+        shows_as="KV cache usage at the ceiling with requests waiting",
+        source="vllm/v1/core/sched/scheduler.py Scheduler.schedule (0.32.0 lines 776-848, the stop 846-848; "
+        "0.9.2 lines 248-283), vllm/v1/core/kv_cache_manager.py allocate_slots",
+        needs_version=True,
+    ),
     CodeFact(
         id="vllm-v1-alloc-failed",
         engine=VLLM,
@@ -94,9 +152,14 @@ TABLE: tuple[CodeFact, ...] = (
         sub_kind="cache-reset",
         mechanism="prefix-cache-reset",
         kv_pressure=False,
-        shows_as="every running request preempted in one step without a failed allocation, or the KV "
-        "events' AllBlocksCleared",
-        source="vllm/v1/core/sched/scheduler.py reset_prefix_cache and _preempt_request (0.33.0 lines 1799-1843)",
+        shows_as="every running request preempted in one step without a failed allocation (preempt records; the "
+        "plugin's 'preempted outside schedule()'), the engine's 'Successfully reset prefix cache' line "
+        "(vllm/v1/core/block_pool.py) or the KV events' AllBlocksCleared at that moment",
+        source="vllm/v1/core/sched/scheduler.py reset_prefix_cache and _preempt_request (0.32.0 lines 2840-2875, "
+        "0.33.0 lines 1799-1843 and 3184-3210); vllm/v1/core/block_pool.py reset_prefix_cache (0.32.0 line 861)",
+        # vLLM's own names (reset_prefix_cache, prefix_cache_reset: vllm PR #58037), and the plugin's observation: in
+        # 0.12-0.34 _preempt_request is called outside schedule() only by reset_prefix_cache.
+        record_reason=r"(?i)^\s*(?:reset_prefix_cache|prefix[_ ]cache[_ ]reset)\b|^\s*preempted outside schedule\(\)",
     ),
     CodeFact(
         id="vllm-v0-can-append-slots",
@@ -231,7 +294,7 @@ def _versions(f: CodeFact) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of the facts (between :data:`DOC_BEGIN` and :data:`DOC_END`)."""
+    """The docs' table of the facts (docs/engine-facts.md, README.md) (between :data:`DOC_BEGIN` and :data:`DOC_END`)."""
     rows = [
         DOC_BEGIN,
         "| engine | versions | policy | what triggers a preemption | victim | settles | source |",

@@ -13,13 +13,14 @@ source kinds and record families register themselves into ``sources.registry`` a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..model import kinds as _kinds
+from ..model.config import version_tuple
 from ..sources import registry as _sources
 
 if TYPE_CHECKING:
@@ -80,6 +81,67 @@ class EvidenceSection:
 
 
 @dataclass(frozen=True)
+class ReplaySetting:
+    """A scheduler setting the what-if replays, as the replayed engine's versions have it."""
+
+    name: str  # the replay setting's name (whatif.workload.SETTINGS)
+    since: tuple[int, ...] | None  # the first version that has it (None: every version replayed)
+    default: Any  # its default in the versions that have it
+    absent: Any  # what a version without it does (the behaviour before it came)
+    flag: str  # its command-line option ("--watermark")
+    where: str  # where its default is set (the source file it was read from)
+
+    def arg(self, value: Any) -> str:
+        """The option as given on the command line: ``--flag value`` (a boolean: ``--flag`` / ``--no-flag``)."""
+        if isinstance(value, bool):
+            return self.flag if value else "--no-" + self.flag.removeprefix("--")
+        return f"{self.flag} {value}"
+
+
+@dataclass(frozen=True)
+class SchedulerVersion:
+    """The version of the replayed engine's scheduler a replay follows, and what that version has."""
+
+    display: str  # the engine, as prose names it ("vLLM")
+    version: str | None  # the version asked or read from the bundle (None: not known)
+    replayed: str  # the version whose scheduler is replayed (the reference one when ``version`` is None)
+    how: str  # why that one (where the version came from)
+    settings: tuple[ReplaySetting, ...]
+    # behaviours that changed between versions (the model engine follows them)
+    self_preempt_continues: bool  # priority: a request that preempted itself does not stop the running loop
+    long_prefill_needs_chunked: bool  # long_prefill_token_threshold is ignored without chunked prefill
+    unknown_words: str  # how the engine refuses an option it does not have, with ``{arg}``
+
+    def setting(self, name: str) -> ReplaySetting | None:
+        return next((s for s in self.settings if s.name == name), None)
+
+    def has(self, name: str) -> bool:
+        """Whether this version has the setting (a setting the table does not list: every version)."""
+        s = self.setting(name)
+        if s is None or s.since is None:
+            return True
+        vt = version_tuple(self.replayed)
+        return vt is not None and vt >= s.since
+
+    def refusal(self, name: str, value: Any) -> str | None:
+        """The engine's own words refusing ``name=value`` when this version does not have it."""
+        s = self.setting(name)
+        if s is None or self.has(name):
+            return None
+        since = ".".join(str(x) for x in s.since or ())
+        return f'"{self.unknown_words.format(arg=s.arg(value))}" ({s.flag} came in {self.display} {since})'
+
+
+@dataclass(frozen=True)
+class ReplayVersions:
+    """The versions of the replayed engine's scheduler (the what-if): the one a bundle ran, and what
+    each version has (its settings, their defaults, its behaviours)."""
+
+    of_bundle: Callable[[pl.DataFrame], tuple[str | None, str]]  # configuration -> (version, where it was read)
+    scheduler: Callable[[str | None, str], SchedulerVersion]  # (version or None, where) -> what it has
+
+
+@dataclass(frozen=True)
 class Engine:
     """A serving engine: its words, its names in every input, and what it contributes to each stage.
 
@@ -122,6 +184,19 @@ class Engine:
     # the KV pool levers of the capacity finding (findings/capacity.py): inputs -> (fixes, dropped)
     capacity_fixes: Callable[[dict[str, Any]], tuple[list[dict[str, Any]], list[dict[str, str]]]] | None = None
     startup_refusals: Callable[..., list[str]] | None = None  # why it would refuse to start (whatif)
+    replay_versions: ReplayVersions | None = None  # its scheduler's versions, for the what-if's replays
+    # whether prefix caching was on, and why: (configuration, frames) -> (on, basis); None: not known
+    prefix_caching: Callable[[pl.DataFrame, Mapping[str, pl.DataFrame]], tuple[bool | None, str]] | None = None
+    # a regex of the marker lines that print the engine's own request status (its upstream code's state,
+    # e.g. vLLM V1's RequestStatus.PREEMPTED), not a patched scheduler's decision line: such markers do not
+    # make a bundle the field guide's patched scheduler (rules/verdicts.py guide_model)
+    status_marker: str | None = None
+    # the call that preempts every running request at once, in the engine's words (vLLM V1 0.12+:
+    # reset_prefix_cache(reset_running_requests=True)); the summary names it for the events it explains
+    cache_reset_call: str | None = None
+    # what its scheduler's code says of when it preempts, for the summary's cause (``code``) of a bundle
+    # of its events alone (None: the default engine's words by generation, render/summary.py)
+    cause_code: str | None = None
 
     @property
     def default(self) -> bool:

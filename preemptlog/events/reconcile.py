@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 COUNT_KINDS = ("interval", "reconstructed")
 PROM_COUNTER = "prometheus counter (vllm:num_preemptions_total)"
 PROM_SINGLE = "prometheus counter, single reading"
+PROM_BASELINE = "prometheus counter, baseline reading (the engine started before the log)"
 PER_EVENT_KINDS = ("logged", "marker", "record")
 LOG_FIELDS = "log 'Preemptions: N' stats fields"
 
@@ -171,7 +173,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         ev = ev.filter(~drop & ~straddle)
         kept = None
         if edge.height:
-            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz)
+            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz, log_start(a))
             for e, k, n in (
                 edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows()
             ):
@@ -237,7 +239,25 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     ev, since = since_start(a, ev, pairs, is_prom, tz)
     notes.extend(since.notes)
     disagreements.extend(since.disagreements)
-    singles = [r for r in readings if r["samples"] == 1 and r["from"] not in since.repeats]
+    # A single reading whose engine started before the log is a baseline (since_start): said, not counted.
+    singles = [
+        r for r in readings if r["samples"] == 1 and r["from"] not in since.repeats and r["from"] not in since.baselines
+    ]
+    for b in since.baselines.values():
+        sources.append(
+            {
+                "source": PROM_BASELINE,
+                "count": b["value"],
+                "window": [iso(b["engine_start"], tz), iso(b["time"], tz)],
+                "exact": True,
+                "in_events": 0,
+                "note": f"engine {b['engine']}: {b['value']} preemption(s) since the engine's start at "
+                f"{iso(b['engine_start'], tz)} ({b['engine_start_from']}), by the reading at {iso(b['time'], tz)} "
+                f"({b['from']}); the engine started before the log's first line ({iso(b['log_start'], tz)}, "
+                f"{b['log_start_from']}): the count before the log, not events of its window "
+                f"({b['in_log_events']} of the log's own events by then)",
+            }
+        )
     for r in singles:
         made = since.made.get(r["from"], 0)
         start = since.starts.get(r["from"])
@@ -403,8 +423,13 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         )
 
     # ---------------- the rule used
+    counter_only: dict[str, int] = rec_notes.get("counter_only") or {}
     if rec_used:
-        agree = all(c.agrees for c in checks.values()) and not (hist_check or {}).get("disagreement")
+        # A count's preemptions no record explains are events of their own (counter-only): the total is
+        # not below that count, so they leave the count exact.
+        agree = all(
+            not c.beyond_lag and c.without_record_inside <= counter_only.get(c.engine, 0) for c in checks.values()
+        ) and not (hist_check or {}).get("disagreement")
         crossed = sorted({c.source for c in checks.values()} | ({"the histogram"} if hist_check else set()))
         if not crossed and not rec_notes["replaced"]:
             rule = "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
@@ -422,17 +447,24 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                     if rec_notes["kept_outside"]
                     else ""
                 )
+                + (
+                    f"; {sum(counter_only.values())} counted preemption(s) no record explains are events without a "
+                    "record (counter-only): the total is never below vLLM's own count"
+                    if counter_only
+                    else ""
+                )
             )
-            quality = "exact" if agree and not facts.get("resets") else "as recorded"
+            quality = "exact" if agree and not _undated_resets(facts) else "as recorded"
     elif timed.height:
         rule = (
             "Prometheus counter increases are authoritative inside the scrape window (per engine): the log's own "
             "counts there are replaced by counter events; per-preemption lines are kept and take the place of "
             "counter events in their scrape interval; outside the window the log's events stand"
         )
-        quality = "exact" if not facts.get("resets") else "lower bound"
+        quality = "exact" if not _undated_resets(facts) else "lower bound"
     elif field_lines:
-        rule = "the log's 'Preemptions: N' stats fields (a build with the fix)"
+        # The engine says what its fields are (LogCapability.details); else a build with the fix.
+        rule = f"the log's 'Preemptions: N' stats fields ({cap.details.get('fields') or 'a build with the fix'})"
         quality = "exact"
     elif v0.get("logged_lines"):
         rule = "V0 counter deltas: warnings plus reconstructed counts"
@@ -440,10 +472,13 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     elif singles:
         what = ", ".join(f"engine {r['engine']}: {r['value']} at {iso(r['time'], tz)}" for r in singles)
         known = all(r["from"] in since.starts for r in singles)
+        dated = all(str(since.starts[r["from"]][1]).endswith("(_created)") for r in singles) if known else False
         rule = (
             f"one /metrics reading per engine counts the preemptions since the engine started ({what}); "
             + (
-                "the log shows that start, so the count is exact; "
+                "the counter's _created dates that start, so the count is exact; "
+                if dated
+                else "the log shows that start, so the count is exact; "
                 if known
                 else "the start is not in the bundle, so earlier runs are not in it; "
             )
@@ -468,6 +503,21 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     else:
         rule = "events found in the inputs"
         quality = "unknown" if not total else "lower bound"
+    # An engine whose only reading is a baseline (it started before the log) and that nothing else counts
+    # in the log's window: its preemptions there are not in the total.
+    counted_e = set(timed.get_column("engine").to_list()) if timed.height else set()
+    blind = (
+        sorted({b["engine"] for b in since.baselines.values()} - counted_e - rec_engines)
+        # the log counts its engines in its window (its fields, V0 warnings, SGLang's every retraction)
+        if not (field_lines or v0.get("logged_lines") or (cap.has_log and cap.counts in ("exact", "sampled")))
+        else []
+    )
+    if blind and quality == "exact":
+        quality = "lower bound"
+        rule += (
+            f"; engine(s) {', '.join(blind)}: a baseline reading only (the engine started before the log), so "
+            "their preemptions in the log's window are not counted"
+        )
     report: dict[str, Any] = {
         "total": total,
         "quality": quality,
@@ -501,6 +551,22 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         "disagreements": disagreements,
         "log": cap.as_dict() if cap.has_log else None,
     }
+    if since.baselines:  # readings whose engine started before the log: the count before it, said
+        report["baseline_readings"] = [
+            {
+                "engine": b["engine"],
+                "value": b["value"],
+                "time": iso(b["time"], tz),
+                "from": b["from"],
+                "engine_start": iso(b["engine_start"], tz),
+                "engine_start_from": b["engine_start_from"],
+                "log_start": iso(b["log_start"], tz),
+                "in_log_events": b["in_log_events"],
+            }
+            for b in since.baselines.values()
+        ]
+    if counter_only:  # counted preemptions no record explains: events without a record (recordmatch.py)
+        report["counter_only"] = dict(sorted(counter_only.items()))
     return ev, report, notes
 
 
@@ -513,6 +579,9 @@ class SinceStart:
     repeats: frozenset[str]  # readings that repeat another folder's reading of the same counter
     notes: tuple[str, ...]
     disagreements: tuple[str, ...]
+    # reading -> what a baseline says: its engine's start (_created) lies before the log, so its count is
+    # the count before the log (a number, said), not events of the window
+    baselines: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 UNPLACED = "unplaced"
@@ -533,6 +602,14 @@ def since_start(
     start, not in the bundle: earlier runs are not in it), and the first reading of a scrape
     series adds nothing (as before: the scrapes' increases are the count).
 
+    The counter's ``_created`` (prometheus_client's creation time, beside the counter: ``created`` in
+    ``prom_preemptions``) *is* that engine's start, per engine: when the scrape exposes it, it decides
+    (issue 38). ``_created`` at or after the log's first line (the run it falls in is in the log): the
+    reading counts since ``_created``, its events in [``_created``, T]. ``_created`` before the log's
+    first line: the reading is a *baseline*, the count before the log (said, never events of the log's
+    window). Without a log, a series' only reading counts since ``_created`` and a scrape series' first
+    reading is its baseline. No ``_created``: the banner, as above.
+
     A series with one reading and another series of the same counter (engine and model) in another
     folder, e.g. a final ``curl /metrics`` beside a ``scrapes/`` folder: compared with that series'
     reading at or before it; the same value is the same count (counted once), a larger one adds
@@ -552,6 +629,8 @@ def since_start(
     size = pairs.group_by(key).len().rename({"len": "_samples"})
     firsts = firsts.join(size, on=key, how="left")
     st = server_starts(a.records).filter(pl.col("time").is_not_null()).sort("time")
+    log0 = log_start(a)
+    baselines: dict[str, dict[str, Any]] = {}
     made: dict[str, int] = {}
     starts: dict[str, tuple[Any, str]] = {}
     repeats: set[str] = set()
@@ -614,13 +693,44 @@ def since_start(
                         f"{int(round(p['value']))} at {pw}: a restart between them or another server's counter; not added"
                     )
                 continue
-        before = st.filter(pl.col("time") <= r["end"] + _SAME_SECOND)
-        start = before.row(before.height - 1, named=True) if before.height else None
-        if start is None and r["_samples"] > 1:
-            continue  # a scrape series without the engine's start: its increases are the count
-        lo = start["time"] if start is not None else None
-        if start is not None:
-            starts[where] = (lo, f"{start['source']}:{start['line']}")
+        created = r.get("created")
+        start: dict[str, Any] | None
+        if created is not None:  # the counter's _created: its engine's start (issue 38)
+            cited = f"{r.get('created_src') or where} (_created)"
+            if log0 is not None and created + _SAME_SECOND_TD < log0[0]:
+                n_log = own.filter((eng == r["engine"]) & (pl.coalesce("interval_end", "time") <= r["end"])).height
+                baselines[where] = {
+                    "engine": r["engine"],
+                    "value": int(round(r["value"])),
+                    "time": r["end"],
+                    "from": where,
+                    "engine_start": created,
+                    "engine_start_from": cited,
+                    "log_start": log0[0],
+                    "log_start_from": log0[1],
+                    "in_log_events": n_log,
+                }
+                notes.append(
+                    f"engine {r['engine']}: the preemption counter read {int(round(r['value']))} at {iso(r['end'], tz)} "
+                    f"({where}), counting since the engine's start at {iso(created, tz)} ({cited}), before the log's "
+                    f"first line ({iso(log0[0], tz)}, {log0[1]}): a baseline, the count before the log "
+                    f"({max(0, int(round(r['value'])) - n_log)} not in the log's events by then), not events of "
+                    "this window"
+                )
+                continue
+            if log0 is None and r["_samples"] > 1:
+                continue  # a scrape series without a log: its first scrape is the baseline of its increases
+            lo = created
+            start = {"source": cited, "line": None}
+            starts[where] = (lo, cited)
+        else:
+            before = st.filter(pl.col("time") <= r["end"] + _SAME_SECOND)
+            start = before.row(before.height - 1, named=True) if before.height else None
+            if start is None and r["_samples"] > 1:
+                continue  # a scrape series without the engine's start: its increases are the count
+            lo = start["time"] if start is not None else None
+            if start is not None:
+                starts[where] = (lo, f"{start['source']}:{start['line']}")
         end_t = pl.coalesce("interval_end", "time")
         in_span = (eng == r["engine"]) & (end_t <= r["end"] + _SAME_SECOND)
         if lo is not None:
@@ -638,7 +748,7 @@ def since_start(
         made[where] = rest
         new.append(_unplaced(r, where, rest, lo, n_own))
         span = (
-            f"between the engine's start at {iso(lo, tz)} ({start['source']}:{start['line']})"
+            f"between the engine's start at {iso(lo, tz)} ({starts[where][1]})"
             if start is not None
             else "since the engine's last start (not in the bundle: earlier runs are not in this count)"
         )
@@ -649,10 +759,24 @@ def since_start(
         )
     if new:
         ev = ev_mod.combine([ev, *new])
-    return ev, SinceStart(made, starts, frozenset(repeats), tuple(notes), tuple(disagreements))
+    return ev, SinceStart(made, starts, frozenset(repeats), tuple(notes), tuple(disagreements), baselines)
 
 
 _SAME_SECOND = pl.duration(microseconds=999_999)
+_SAME_SECOND_TD = timedelta(microseconds=999_999)
+
+
+def log_start(a: AnalysisView) -> tuple[Any, str] | None:
+    """(time, file:line) of the log's first timed line (every log stream of the bundle), None without one."""
+    r = a.records
+    if r.height == 0 or "time" not in r.columns:
+        return None
+    t = r.filter(pl.col("time").is_not_null())
+    if t.height == 0:
+        return None
+    first = t.sort("time").row(0, named=True)
+    line = first.get("n") if first.get("n") is not None else first.get("line")
+    return first["time"], f"{first.get('source')}:{line}"
 
 
 def _unplaced(r: dict[str, Any], where: str, n: int, start: Any, base: int) -> pl.DataFrame:
@@ -670,6 +794,7 @@ def _unplaced(r: dict[str, Any], where: str, n: int, start: Any, base: int) -> p
             "request_id": pl.Series([None] * n, dtype=pl.String),
             "mode": pl.Series([None] * n, dtype=pl.String),
             "engine": [r["engine"]] * n,
+            "engine_kind": pl.Series([r.get("engine_kind")] * n, dtype=pl.String),  # the counter's engine (SGLang's)
             "cumulative": [base + i for i in k],
             "source": [r["source"]] * n,
             "line": pl.Series([r["line"]] * n, dtype=pl.UInt32),
@@ -698,13 +823,21 @@ def records_vs_counts(
 
     Per engine, the records are the events over the span they cover, and every count there
     (``Preemptions: N`` fields, Prometheus increases, the first reading) is matched against them with
-    the lag allowed: a disagreement is reported, never added (recordmatch.py has the rule and why).
+    the lag allowed: a disagreement is reported, and a counted preemption no record explains is an event
+    without a record (counter-only; recordmatch.py has the rule and why).
     An engine whose log has per-preemption events of its own (V0 warnings, PREEMPTED markers) keeps
     them: its records are their evidence (matched by request id).
     """
     from .recordmatch import record_events, records_as_events
 
-    info: dict[str, Any] = {"notes": [], "disagreements": [], "replaced": 0, "kept_outside": 0, "engines": []}
+    info: dict[str, Any] = {
+        "notes": [],
+        "disagreements": [],
+        "replaced": 0,
+        "kept_outside": 0,
+        "engines": [],
+        "counter_only": {},
+    }
     rec = record_events(frames)
     if rec is None or rec.height == 0:
         return ev, 0, info
@@ -716,6 +849,7 @@ def records_vs_counts(
         replaced=out.replaced,
         kept_outside=out.kept_outside,
         engines=[c.engine for c in out.coverage],
+        counter_only=dict(out.counter_only),
     )
     return out.events, out.used, info
 
@@ -802,7 +936,12 @@ def _histogram_check(a: AnalysisView, facts: dict[str, Any], tz: str) -> dict[st
 
 
 def _straddling(
-    edge: pl.DataFrame, rest: pl.DataFrame, pairs: pl.DataFrame, is_prom: pl.Expr, tz: str
+    edge: pl.DataFrame,
+    rest: pl.DataFrame,
+    pairs: pl.DataFrame,
+    is_prom: pl.Expr,
+    tz: str,
+    log0: tuple[Any, str] | None = None,
 ) -> tuple[pl.DataFrame, list[str]]:
     """Events of log intervals that straddle an edge of the scrape window: the ones outside it.
 
@@ -819,6 +958,8 @@ def _straddling(
     base: dict[Any, tuple[Any, float]] = {}  # engine -> (end, value) of its first reading
     if pairs.height and "increase" in pairs.columns:
         b = pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+        if log0 is not None and "created" in b.columns:  # a baseline (engine started before the log) is no help
+            b = b.filter(pl.col("created").is_null() | (pl.col("created") + _SAME_SECOND >= pl.lit(log0[0])))
         for eng, end, value in b.select("engine", "end", "value").iter_rows():
             if eng not in base or end < base[eng][0]:
                 base[eng] = (end, value)
@@ -884,6 +1025,12 @@ def _span(df: pl.DataFrame, tz: str) -> list[Any] | None:
     return [iso(t.min(), tz), iso(t.max(), tz)]  # type: ignore[arg-type]  # polars scalars are typed as every literal
 
 
+def _undated_resets(facts: dict[str, Any]) -> int:
+    """Counter resets not dated by a new ``_created``: the preemptions between the last reading before
+    them and the restart are unknown (a dated restart's first value counts from its new start)."""
+    return int(facts.get("resets") or 0) - int(facts.get("resets_dated") or 0)
+
+
 def _prom_note(facts: dict[str, Any], pairs: pl.DataFrame) -> str:
     parts = [f"{facts.get('scrapes', 0)} scrape(s), {facts.get('series', 0)} series"]
     base = pairs.filter(pl.col("increase").is_null())
@@ -891,10 +1038,15 @@ def _prom_note(facts: dict[str, Any], pairs: pl.DataFrame) -> str:
         parts.append(
             f"{int(base.get_column('value').sum())} preemption(s) before the first scrape (since engine start, not placed)"
         )
-    if facts.get("resets"):
+    if _undated_resets(facts):
         parts.append(
-            f"{facts['resets']} counter reset(s): preemptions between the last scrape before a restart and the "
+            f"{_undated_resets(facts)} counter reset(s): preemptions between the last scrape before a restart and the "
             "restart are lost"
+        )
+    if facts.get("resets_dated"):
+        parts.append(
+            f"{facts['resets_dated']} restart(s) dated by a new _created: each new run's first value counts from its "
+            "start, none placed in the downtime between the runs"
         )
     untimed = pairs.filter(pl.col("increase").is_not_null() & (pl.col("start").is_null() | pl.col("end").is_null()))
     if untimed.height:

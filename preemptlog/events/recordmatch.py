@@ -431,14 +431,22 @@ def records_as_events(
         # span, is still a preemption: an event without a record (counter-only, id ``~c<k>``), placed
         # in the part of its count's interval inside the span.
         co = _counter_only(ranked, mm.filter(pl.col("baseline")), ev.columns)
-        n_co = co.filter(pl.col("event_id").str.contains(r"~c\d+$")).height
+        is_co = pl.col("event_id").str.contains(r"~c\d+$")
+        n_co = co.filter(is_co).height
         if co.height:
             kept.append(co)
-            kept_n += co.height - n_co  # a first reading's part before the records' span: events of its count
+        if co.height > n_co:  # a first reading's part before the records' span: events of its count
+            kept_n += co.height - n_co
+            notes.append(
+                f"engine {eng}: {co.height - n_co} preemption(s) counted since the engine's start fall before its first "
+                f"record ({iso(c.first, tz)}): events of the reading that counted them, not placed in time"
+            )
         if n_co:
             counter_only[eng] = counter_only.get(eng, 0) + n_co
-            srcs = co.select(pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)])).unique(
-                maintain_order=True
+            srcs = (
+                co.filter(is_co)
+                .select(pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]))
+                .unique(maintain_order=True)
             )
             notes.append(
                 f"engine {eng}: {n_co} counted preemption(s) that no block-table 'preempt' record explains "

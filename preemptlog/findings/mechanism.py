@@ -56,6 +56,18 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
         mech_policy=pl.col("p_policy"),
         mech_victim_priority=pl.col("t_priority"),
     )
+    att = attributed(a)
+    if att is not None:
+        # A counted event (no request id) that a request's own preemption count places: that request's values.
+        df = (
+            df.join(att, on="event_id", how="left")
+            .with_columns(
+                mech_request_preemptions=pl.coalesce("mech_request_preemptions", "_a_pre"),
+                mech_request_index=pl.coalesce("mech_request_index", "_a_idx"),
+                mech_prompt_tokens=pl.coalesce("mech_prompt_tokens", "_a_prompt"),
+            )
+            .drop("_a_pre", "_a_idx", "_a_prompt", "_a_rid")
+        )
     iv = stats_intervals(a)
     a_stats = a.stats
     # An event spread in a counted interval is read at the interval's end, as every event of it.
@@ -101,6 +113,101 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
         df = df.with_columns(mech_prompt_tput_at=pl.lit(None, pl.Float64), mech_gen_tput_at=pl.lit(None, pl.Float64))
     cols = ["event_id"] + [pl.col(k).cast(getattr(pl, t)) for k, (t, _) in MECHANISM_EVIDENCE.items()]
     return df.select(cols)
+
+
+def attributed(a: Analysis) -> pl.DataFrame | None:
+    """Counted events (no request id: a V1 ``Preemptions: N`` interval, a /metrics increase) that a
+    request's own preemption count places: ``event_id, _a_rid, _a_pre, _a_idx, _a_prompt``.
+
+    A request's count is vLLM's own (its finish record's ``num_preemptions``, else its resume records);
+    V1 counts a preemption when the request runs again, so each resume record falls in the counted
+    interval (of its engine) that counts it; without resume records, all of its preemptions are in the
+    one counted interval of its engine that overlaps its life (arrival to finish), when it finished
+    before the last count (the counter had counted them all). The interval's events are given to such requests in order (most preemptions
+    first; which of the interval's interchangeable events is whose is not known), at most as many as
+    the interval counts; the others stay unattributed. None when nothing is placed."""
+    from .common import frame
+
+    br = frame(a, "bt_requests")
+    ev = a.events
+    if br is None or ev.height == 0 or "phase" not in br.columns:
+        return None
+    counted = ev.filter(
+        pl.col("request_id").is_null()
+        & pl.col("interval_end").is_not_null()
+        & (
+            pl.col("kind").is_in(["interval", "reconstructed"])
+            | pl.col("time_precision").is_in(["interval", "unplaced"])
+        )
+    )
+    if counted.height == 0:
+        return None
+    eng = pl.col("engine").cast(pl.String).fill_null("0")
+    counted = counted.select(
+        "event_id", eng.alias("_eng"), pl.col("interval_start").alias("_lo"), pl.col("interval_end").alias("_hi")
+    ).with_row_index("_o")
+    ivs = counted.group_by("_eng", "_lo", "_hi", maintain_order=True).agg(pl.len().alias("_n")).with_row_index("_v")
+    # requests already named by complete events (records, markers) count there, not here
+    named = ev.filter(pl.col("request_id").is_not_null()).get_column("request_id").unique()
+    rq = br.filter(~pl.col("request_id").is_in(named.implode())).with_columns(_eng=eng)
+    life = rq.group_by("_eng", "request_id").agg(
+        pl.col("time").filter(pl.col("phase") == "arrival").min().alias("_arr"),
+        pl.col("time").filter(pl.col("phase") == "finish").max().alias("_fin"),
+        pl.col("num_preemptions").filter(pl.col("phase") == "finish").max().alias("_npre"),
+        (pl.col("phase") == "resume").sum().cast(pl.Int64).alias("_nres"),
+        pl.col("prompt_tokens").filter(pl.col("phase") == "arrival").first().alias("_prompt"),
+    )
+    life = life.with_columns(_k=pl.coalesce("_npre", pl.when(pl.col("_nres") > 0).then(pl.col("_nres"))))
+    life = life.filter(pl.col("_k") > 0)
+    if life.height == 0:
+        return None
+    # resume records: each in the interval that counts it
+    res = rq.filter(pl.col("phase") == "resume").join(
+        life.select("_eng", "request_id", "_k"), on=["_eng", "request_id"]
+    )
+    by_resume = (
+        res.join(ivs, on="_eng")
+        .filter(
+            (pl.col("time") > pl.col("_lo").fill_null(pl.col("time") - pl.duration(days=1)))
+            & (pl.col("time") <= pl.col("_hi"))
+        )
+        .group_by("_v", "request_id")
+        .agg(pl.len().cast(pl.Int64).alias("_m"))
+    )
+    # no resume records: the life inside the counted span, one counted interval overlapping it
+    span = ivs.group_by("_eng").agg(pl.col("_lo").min().alias("_slo"), pl.col("_hi").max().alias("_shi"))
+    whole = (
+        life.filter((pl.col("_nres") == 0) & pl.col("_arr").is_not_null() & pl.col("_fin").is_not_null())
+        .join(span, on="_eng")
+        .filter(pl.col("_fin") <= pl.col("_shi"))
+        .join(ivs, on="_eng")
+        .filter((pl.col("_lo").is_null() | (pl.col("_lo") < pl.col("_fin"))) & (pl.col("_hi") > pl.col("_arr")))
+        .filter(pl.len().over("_eng", "request_id") == 1)
+        .select("_v", "request_id", pl.col("_k").alias("_m"))
+    )
+    placed = pl.concat([by_resume, whole], how="vertical_relaxed")
+    if placed.height == 0:
+        return None
+    placed = placed.join(life.select("request_id", "_k", "_prompt"), on="request_id", how="left").sort(
+        "_v", "_k", "request_id", descending=[False, True, False]
+    )
+    # the interval's events, in order, to each placed request in turn (at most what the interval counts)
+    slots = placed.with_columns(_end=pl.col("_m").cum_sum().over("_v")).with_columns(
+        _start=pl.col("_end") - pl.col("_m")
+    )
+    evs = counted.join(
+        ivs.select("_eng", "_lo", "_hi", "_v"), on=["_eng", "_lo", "_hi"], nulls_equal=True
+    ).with_columns(_pos=pl.int_range(pl.len()).over("_v"))
+    j = evs.join(slots, on="_v").filter((pl.col("_pos") >= pl.col("_start")) & (pl.col("_pos") < pl.col("_end")))
+    if j.height == 0:
+        return None
+    return j.select(
+        "event_id",
+        pl.col("request_id").alias("_a_rid"),
+        pl.col("_k").cast(pl.Int64).alias("_a_pre"),
+        (pl.col("_pos") - pl.col("_start") + 1).cast(pl.Int64).alias("_a_idx"),
+        pl.col("_prompt").cast(pl.Int64).alias("_a_prompt"),
+    )
 
 
 def evaluate(a: Analysis, mech: pl.DataFrame) -> pl.DataFrame | None:

@@ -535,6 +535,7 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
             f"{e.name}_counters": e.recompute_counters(a.counters) for e in engines.registered() if e.recompute_counters
         },
         **({"prefix_cache": split} if (split := prefix_cache_split(a, ev)) is not None else {}),
+        **_recomputed_or_lost(a, total, split),
         "not_evaluable": None
         if known.height
         else (
@@ -544,8 +545,57 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
             "num_computed_tokens_lost) or request lines with prompt_token_ids"
         ),
     }
+    out.update(_engine_counted(out))
     pm = _per_minute(timed, iv)
     return out, pm
+
+
+def _engine_counted(out: dict[str, Any]) -> dict[str, Any]:
+    """No event's tokens known, but an engine's own counters give the incident's total (SGLang's
+    ``sglang:num_retracted_{input,output}_tokens_total`` increases, the first scrape a baseline): that
+    total is the cost, an upper bound (``tokens_is_upper_bound``; ``tokens_basis`` says whose counters)."""
+    if out.get("tokens") is not None or not out.get("preemptions"):
+        return {}
+    own = next((v for k, v in out.items() if k.endswith("_counters") and isinstance(v, dict) and v), None)
+    if own is None or own.get("tokens_at_most") is None:
+        return {}
+    return {
+        "tokens": int(own["tokens_at_most"]),
+        "tokens_is_upper_bound": True,
+        "tokens_basis": f"{own['basis']}: {own['first_line']} .. {own['last_line']}",
+        "evaluable": True,
+        "not_evaluable": None,
+    }
+
+
+def prefix_caching(a: Analysis) -> tuple[bool | None, str]:
+    """Whether prefix caching was on for the bundle's events, and why (each engine with events that
+    can say: its ``prefix_caching``, from the configuration seen or its version's default); on when
+    one of them was on."""
+    said = [
+        e.prefix_caching(a.config, a.frames)
+        for e in engines.registered()
+        if e.prefix_caching is not None and e.name in engines.of_events(a.events)
+    ]
+    on = [why for v, why in said if v]
+    if on:
+        return True, "; ".join(on)
+    off = [why for v, why in said if v is False]
+    if off and len(off) == len(said):
+        return False, "; ".join(off)
+    return None, "; ".join(why for v, why in said if v is None) or "not known"
+
+
+def _recomputed_or_lost(a: Analysis, total: int | None, split: dict[str, Any] | None) -> dict[str, Any]:
+    """``prefix_caching`` (on, basis) and ``tokens_recomputed_at_most``: the tokens are what the
+    preemptions lost; with prefix caching on and no resume record, part of them may have been
+    re-served from the cache when the victims ran again, so they bound the recompute from above
+    (with resume records the split says the three parts, each exact)."""
+    on, basis = prefix_caching(a)
+    return {
+        "prefix_caching": {"on": on, "basis": basis, "assumed": basis.startswith("assumed")},
+        "tokens_recomputed_at_most": bool(on) and total is not None and not (split and split["preemptions"]),
+    }
 
 
 def _per_minute(timed: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:

@@ -9,6 +9,17 @@ DEBUG, so an INFO log can hide a stall; without stats lines the finding is not e
 The special case of a request that can never fit: a prompt longer than the KV cache in tokens
 (``GPU KV cache size: N tokens``, or # GPU blocks x block_size), or vLLM's own
 ``Maximum concurrency for N tokens per request: X`` below 1 (one max-length request does not fit).
+
+/metrics scrapes show a stall too (issue 38): at least :data:`MIN_LINES` consecutive scrapes of one
+engine with ``vllm:num_requests_waiting`` > 0 and ``vllm:num_requests_running`` 0. A stall is not
+a preemption: the preemption counter's increase over it (0 when flat) and the events counted in it
+say so (``preemptions``), and ``holds`` names what holds the queue, with its evidence: a request
+or limit that can never fit (above), requests deferred (``Deferred: N reqs`` in the stats line,
+0.20+, or ``vllm:num_requests_waiting_by_reason{reason="deferred"}``: a LoRA budget, KV loads from
+a connector, a blocked request), or requests waiting for capacity with nothing running and the KV
+cache empty (``vllm:num_requests_waiting_by_reason{reason="capacity"}``: not KV space, the
+scheduler admits none; vLLM #53130's admission wedge shows this way). Nothing in the bundle that
+says it: ``holds`` is empty and ``holds_not_evaluable`` says what would.
 """
 
 from __future__ import annotations
@@ -29,11 +40,17 @@ MIN_LINES = 2
 def compute(a: Analysis) -> dict[str, Any]:
     st = a.stats
     out: dict[str, Any] = {"spans": [], "never_fits": _never_fits(a)}
+    scraped = _scrape_spans(a)
     if st.height == 0 or st.filter(pl.col("waiting").is_not_null() & pl.col("gen_tput").is_not_null()).height == 0:
+        if scraped is not None:  # /metrics scrapes with the running and waiting gauges
+            out.update(evaluable=True, spans=scraped, not_evaluable=None)
+            out.update(found=bool(scraped) or bool(out["never_fits"]["found"]), **_holds(a, scraped, out["never_fits"]))
+            return out
         out.update(
             evaluable=False,
             found=False,
-            not_evaluable="no stats lines with Waiting and generation throughput in the bundle",
+            not_evaluable="no stats lines with Waiting and generation throughput (or /metrics scrapes of the "
+            "running and waiting gauges) in the bundle",
         )
         return out
     keys = ["stream", "engine"]
@@ -62,6 +79,10 @@ def compute(a: Analysis) -> dict[str, Any]:
             pl.col("running").max().alias("running"),
             src_expr().first().alias("first_line"),
             src_expr().last().alias("last_line"),
+            pl.col("kv_usage").max().alias("max_kv_usage"),
+            pl.col("deferred").max().alias("max_deferred"),
+            src_expr().filter(pl.col("deferred") > 0).first().alias("deferred_line"),
+            pl.col("prompt_tput").max().alias("max_prompt_tput"),
         )
         .filter(pl.col("lines") >= MIN_LINES)
         .sort("start")
@@ -78,11 +99,163 @@ def compute(a: Analysis) -> dict[str, Any]:
             "running": r["running"],
             "first_line": r["first_line"],
             "last_line": r["last_line"],
+            "source": "log",
+            # nothing ran: no request running and no token computed on any of its lines (nothing to preempt)
+            "nothing_ran": r["running"] == 0 and not (r["max_prompt_tput"] or 0),
+            "max_kv_usage": r["max_kv_usage"],
+            "max_deferred": r["max_deferred"],
+            "deferred_line": r["deferred_line"],
+            **_counted_in(a, r["engine"], r["start"], r["end"]),
         }
         for r in df.iter_rows(named=True)
     ]
+    spans += scraped or []
     out.update(evaluable=True, found=bool(spans) or bool(out["never_fits"]["found"]), spans=spans, not_evaluable=None)
+    out.update(_holds(a, spans, out["never_fits"]))
     return out
+
+
+def _counted_in(a: Analysis, engine: str | None, start: Any, end: Any) -> dict[str, Any]:
+    """The preemptions counted in a stall span [start, end] of one engine: the bundle's events there and,
+    from /metrics, the counter's increase between the scrapes at or around the span (``counter_increase``,
+    with the readings it is from; None without a counter of that engine)."""
+    ev = a.events
+    eng = engine or "0"
+    n = 0
+    if ev.height:
+        t = pl.coalesce("time", "interval_end")
+        n = ev.filter((pl.col("engine").fill_null("0") == eng) & (t >= start) & (t <= end)).height
+    out: dict[str, Any] = {"preemptions": n, "counter_increase": None, "counter_readings": None}
+    pre = frame(a, "prom_preemptions")
+    if pre is not None:
+        p = pre.filter((pl.col("engine").fill_null("0") == eng) & pl.col("end").is_not_null()).sort("end")
+        at = p.filter((pl.col("end") >= start) & (pl.col("end") <= end))
+        if at.height >= 2 or (at.height and at.get_column("increase").is_not_null().any()):
+            first, last = at.row(0, named=True), at.row(at.height - 1, named=True)
+            inc = at.slice(1).get_column("increase").fill_null(0).sum() if at.height > 1 else 0
+            if first["increase"] is not None and first["start"] is not None and first["start"] >= start:
+                inc += first["increase"]
+            out["counter_increase"] = int(inc)
+            out["counter_readings"] = [
+                f"{int(round(first['value']))} ({first['source']}:{first['line']})",
+                f"{int(round(last['value']))} ({last['source']}:{last['line']})",
+            ]
+    return out
+
+
+def _scrape_spans(a: Analysis) -> list[dict[str, Any]] | None:
+    """Stall spans of /metrics scrapes: consecutive scrapes of one engine with requests waiting and none
+    running (None: no scrape reads both gauges)."""
+    ps = frame(a, "prom_series")
+    if ps is None or ps.filter(pl.col("waiting").is_not_null() & pl.col("running").is_not_null()).height == 0:
+        return None
+    keys = ["scope", "engine", "model_name"]
+    df = (
+        ps.lazy()
+        .filter(pl.col("time").is_not_null() & pl.col("waiting").is_not_null() & pl.col("running").is_not_null())
+        .sort([*keys, "time"])
+        .with_columns(_stall=(pl.col("waiting") > 0) & (pl.col("running") == 0))
+        .with_columns(
+            _run=(pl.col("_stall") != pl.col("_stall").shift(1).over(keys)).fill_null(True).cum_sum().over(keys)
+        )
+        .filter(pl.col("_stall"))
+        .group_by([*keys, "_run"])
+        .agg(
+            pl.len().alias("lines"),
+            pl.col("time").min().alias("start"),
+            pl.col("time").max().alias("end"),
+            pl.col("waiting").max().alias("max_waiting"),
+            pl.col("running").max().alias("running"),
+            src_expr().first().alias("first_line"),
+            src_expr().last().alias("last_line"),
+            pl.col("kv_usage").max().alias("max_kv_usage"),
+            pl.col("waiting_capacity").max().alias("max_capacity"),
+            src_expr().filter(pl.col("waiting_capacity") > 0).first().alias("capacity_line"),
+            pl.col("waiting_deferred").max().alias("max_deferred"),
+            src_expr().filter(pl.col("waiting_deferred") > 0).first().alias("deferred_line"),
+        )
+        .filter(pl.col("lines") >= MIN_LINES)
+        .sort("start")
+        .collect()
+    )
+    return [
+        {
+            "engine": r["engine"],
+            "start": r["start"],
+            "end": r["end"],
+            "seconds": (r["end"] - r["start"]).total_seconds(),
+            "scrapes": r["lines"],
+            "max_waiting": None if r["max_waiting"] is None else int(r["max_waiting"]),
+            "running": None if r["running"] is None else int(r["running"]),
+            "first_line": r["first_line"],
+            "last_line": r["last_line"],
+            "source": "scrapes",
+            "nothing_ran": r["running"] == 0,
+            "max_kv_usage": r["max_kv_usage"],
+            "max_capacity": None if r["max_capacity"] is None else int(r["max_capacity"]),
+            "capacity_line": r["capacity_line"],
+            "max_deferred": None if r["max_deferred"] is None else int(r["max_deferred"]),
+            "deferred_line": r["deferred_line"],
+            **_counted_in(a, r["engine"], r["start"], r["end"]),
+        }
+        for r in df.iter_rows(named=True)
+    ]
+
+
+def _holds(a: Analysis, spans: list[dict[str, Any]], nf: dict[str, Any]) -> dict[str, Any]:
+    """What holds the stalled queue (``holds``: what, text, evidence), from what the bundle shows; and
+    what would say it when nothing does (``holds_not_evaluable``)."""
+    holds: list[dict[str, Any]] = []
+    if not spans:
+        return {}
+    if nf.get("found"):
+        for item in nf["items"][:3]:
+            holds.append({"what": "never-fits", "text": item["text"], "evidence": list(item["inputs"])})
+    deferred = [s for s in spans if s.get("max_deferred")]
+    if deferred:
+        s = max(deferred, key=lambda x: x["max_deferred"])
+        how = (
+            f'vllm:num_requests_waiting_by_reason{{reason="deferred"}} {s["max_deferred"]}'
+            if s["source"] == "scrapes"
+            else f"Deferred: {s['max_deferred']} reqs"
+        )
+        holds.append(
+            {
+                "what": "deferred",
+                "text": f"{s['max_deferred']} request(s) deferred: vLLM skips them until what they wait for is "
+                "ready (a LoRA slot, KV loaded by a connector, a blocked request)",
+                "evidence": [f"{how} ({s['deferred_line']})"],
+            }
+        )
+    capacity = [s for s in spans if s.get("max_capacity")]
+    if capacity:
+        s = max(capacity, key=lambda x: x["max_capacity"])
+        kv = s.get("max_kv_usage")
+        empty = kv is not None and kv < 5.0
+        holds.append(
+            {
+                "what": "capacity-wedge" if empty else "capacity",
+                "text": f"{s['max_capacity']} request(s) waiting for capacity with none running"
+                + (
+                    f" and the KV cache at {kv:g} %: not KV space; the scheduler admits none (the admission wedge "
+                    "of vLLM #53130 shows this way: running + skipped waiting at max_num_seqs; a restart recovers)"
+                    if empty
+                    else (f", KV cache at {kv:g} %" if kv is not None else "")
+                ),
+                "evidence": [
+                    f'vllm:num_requests_waiting_by_reason{{reason="capacity"}} {s["max_capacity"]} ({s["capacity_line"]})',
+                    *([f"vllm:kv_cache_usage_perc max {kv:g} % over {s['first_line']} .. {s['last_line']}"] if kv is not None else []),
+                ],
+            }
+        )
+    missing = None
+    if not holds:
+        missing = (
+            "nothing in the bundle says what holds the queue: /metrics scrapes of vLLM 0.20+ "
+            "(vllm:num_requests_waiting_by_reason: capacity or deferred), the start-up lines with the KV cache size "
+            "('GPU KV cache size: N tokens', 'Maximum concurrency') and request lines with prompt lengths would"
+        )
+    return {"holds": holds, "holds_not_evaluable": missing}
 
 
 def _never_fits(a: Analysis) -> dict[str, Any]:

@@ -158,11 +158,21 @@ def _request_count(a: Analysis) -> tuple[int | None, str]:
 def histogram(a: Analysis) -> dict[str, Any] | None:
     """vLLM's own per-request histogram ``vllm:request_num_preemptions`` (0.30+, /metrics; SGLang's
     ``sglang:num_retractions``, 0.5.5-0.5.10, whose buckets start at 0, so "1" is separable): the
-    distribution of preemptions per finished request, without request ids. Its buckets are
-    cumulative (``le`` 1, 2, 3, 4, 5, 10, 20 in 0.30-0.33), so ``le=1`` holds requests preempted 0 or
-    1 times: the "1" of the distribution is not separable from 0 (``0-1``). The increase between the
+    distribution of preemptions per finished request, without request ids. The increase between the
     first and the last scrape of each engine (requests finished in the bundle's window); one scrape
-    only: since engine start."""
+    only: since engine start.
+
+    Its buckets are cumulative, and their bounds are read from the scrape's own ``le`` labels, never
+    assumed: vLLM's defaults are 1, 2, 3, 4, 5, 10, 20 (0.30-0.34), but from 0.33
+    ``--custom-histogram-buckets`` sets them per deployment. ``bounds`` are the finite ``le`` values
+    read; ``buckets`` the requests per range of whole preemption counts between consecutive bounds
+    (``le`` 2, 8, 32: ``0-2``, ``3-8``, ``9-32``, ``33+``); each figure below is given only where the
+    scrape's bounds settle it: ``distribution`` (``0-1``, ``2``, ``3-5``, ``6+``; vLLM's first default
+    bucket ``le=1`` holds requests preempted 0 or 1 times, so they are ``0-1``) needs the bounds 1, 2
+    and 5; ``requests_preempted_more_than_once`` the bound 1; ``requests_preempted_5_or_more`` the
+    bound 4; ``requests_preempted_more_than`` is the same for the smallest bound of at least 1 (the
+    first thing any bucket layout tells); ``max_preemptions_per_request_at_most`` the smallest bound
+    whose bucket holds every request."""
     ps = frame(a, "prom_samples")
     if ps is None:
         return None
@@ -194,28 +204,22 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
             .otherwise(pl.col("v1"))
         )
     )
-    tot = per.group_by("field", "le").agg(pl.col("inc").sum())
-    vals = {(f, le): float(v) for f, le, v in tot.iter_rows()}
-    count = vals.get(("hist_count", ""))
-    total = vals.get(("hist_sum", ""))
+    # Buckets by the bound's value ("1", "1.0" and "1e0" are one bound), summed over engines and scopes.
+    per = per.with_columns(
+        _b=pl.when(pl.col("field") == "hist_bucket").then(pl.col("le").cast(pl.Float64, strict=False))
+    )
+    cum_rows = per.filter(pl.col("_b").is_finite()).group_by("_b").agg(pl.col("inc").sum()).sort("_b")
+    cum = {float(b): float(v) for b, v in cum_rows.iter_rows()}
+    tot = per.filter(pl.col("field") != "hist_bucket").group_by("field").agg(pl.col("inc").sum())
+    vals = {f: float(v) for f, v in tot.iter_rows()}
+    count = vals.get("hist_count")
+    total = vals.get("hist_sum")
     if count is None:
         return None
-
-    def le(x: float) -> float | None:
-        for (f, bound), v in vals.items():
-            if f == "hist_bucket" and bound not in ("", "+Inf"):
-                try:
-                    if float(bound) == x:
-                        return v
-                except ValueError:
-                    continue
-        return None
-
-    b0, b1, b2, b4, b5 = le(0), le(1), le(2), le(4), le(5)
-    bounds = sorted(
-        float(b) for (f, b) in vals if f == "hist_bucket" and b not in ("", "+Inf") and b.replace(".", "", 1).isdigit()
-    )
-    at_most = next((x for x in bounds if (le(x) or 0) >= count), None) if count else 0
+    bounds = sorted(cum)
+    b0, b1, b2, b4, b5 = (cum.get(x) for x in (0.0, 1.0, 2.0, 4.0, 5.0))
+    at_most = next((x for x in bounds if cum[x] >= count), None) if count else 0
+    first_bound = next((x for x in bounds if x >= 1), None)
     window = bool((per.get_column("scrapes") > 1).all())
     # The engine whose histogram it is: one with its own metric prefix, else the default engine.
     eng = next(
@@ -239,10 +243,35 @@ def histogram(a: Analysis) -> dict[str, Any] | None:
         "window": "increase between the first and the last scrape" if window else "since engine start (one scrape)",
         "requests_finished": int(count),
         "preemptions": int(total) if total is not None else None,
+        "bounds": [_bound_text(x) for x in bounds],
+        "buckets": _ranges(cum, count),
         "distribution": dist,
         "requests_preempted_more_than_once": int(count - b1) if b1 is not None else None,
         "requests_preempted_5_or_more": int(count - b4) if b4 is not None else None,
+        "requests_preempted_more_than": (
+            {"times": int(first_bound), "requests": int(count - cum[first_bound])} if first_bound is not None else None
+        ),
         "max_preemptions_per_request_at_most": int(at_most) if at_most is not None else None,
         "first_line": per.filter(pl.col("field") == "hist_count").get_column("first").first(),
         "last_line": per.filter(pl.col("field") == "hist_count").get_column("last").last(),
     }
+
+
+def _bound_text(x: float) -> str:
+    return str(int(x)) if x == int(x) else str(x)
+
+
+def _ranges(cum: dict[float, float], count: float) -> dict[str, int]:
+    """Requests per range of whole preemption counts between the scrape's consecutive bounds: a
+    bucket ``le=b`` after ``le=a`` holds the requests preempted ``floor(a)+1`` to ``floor(b)``
+    times; the last range is everything above the largest bound (``+Inf``)."""
+    out: dict[str, int] = {}
+    lo, below = 0, 0.0
+    for b in sorted(cum):
+        hi = int(b // 1)
+        if hi < lo:  # a bound below 0, or a second fraction of the same whole number: no range of its own
+            continue
+        out[str(lo) if hi == lo else f"{lo}-{hi}"] = int(cum[b] - below)
+        lo, below = hi + 1, cum[b]
+    out[f"{lo}+"] = int(count - below)
+    return out

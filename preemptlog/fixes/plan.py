@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import engines
-from ..engines.common import G1_KEYS
+from ..engines.common import G1_KEYS, verdict_key
 
 if TYPE_CHECKING:
     from ..findings import Findings
     from ..model.result import AnalysisView
 
-# What the plugin's records settle when a bundle has none (README "Capture an incident").
+# What the plugin's records settle when a bundle has none (docs/capture.md).
 RECORDS_HINT = (
     "preemptlog's vLLM plugin records (PREEMPTLOG_RECORD=FILE in the server's environment)",
     "the demand at each failed allocation, so the pool levers are measured, not estimated, and every change "
@@ -192,11 +192,7 @@ def attach(
         },
         schema={"_key": pl.String, "recommendations": pl.List(pl.String), "fixes": fix_type()},
     )
-    key = (
-        pl.when(pl.col("gate") == "G1-kv-space")
-        .then(pl.concat_str([pl.col("gate"), pl.lit("/"), pl.col("sub_kind").fill_null("kv-exhausted")]))
-        .otherwise(pl.col("gate"))
-    )
+    key = verdict_key()
     if engine_kinds is not None:
         verdicts = verdicts.join(engine_kinds, on="event_id", how="left")
         for eng in engines.others():

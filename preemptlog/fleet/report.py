@@ -8,7 +8,9 @@ Every section is a query over ``scan_parquet(hive_partitioning=True)`` of the ta
 - ``trend``: preemptions per day and cause, tokens recomputed per day;
 - ``fixes``: the fixes that address most events fleet-wide (summed over servers);
 - ``not_visible``: servers whose counts the bundles cannot show, and what to add;
-- ``errors``: bundles that failed or were damaged, by exit code.
+- ``errors``: bundles that failed or were damaged, by exit code;
+- ``totals``: bundles by outcome, servers, events, and how much of the preemptions comes from
+  damaged bundles read in part (``incidents.partial``).
 """
 
 from __future__ import annotations
@@ -233,10 +235,26 @@ def report(out: str, *, by: str = "model", window: Window | None = None) -> dict
                 pl.col("servers").sum().alias("servers"),
                 pl.col("events").sum().alias("events"),
             ),
+            partial_share(inc),
         ]
     )
-    names = ["servers", "by", "trend", "fixes", "not_visible", "errors", "totals"]
-    return dict(zip(names, frames, strict=True))
+    names = ["servers", "by", "trend", "fixes", "not_visible", "errors", "totals", "_partial"]
+    secs = dict(zip(names, frames, strict=True))
+    part = secs.pop("_partial")
+    secs["totals"] = pl.concat([secs["totals"], part], how="horizontal") if secs["totals"].height else secs["totals"]
+    return secs
+
+
+def partial_share(inc: pl.LazyFrame) -> pl.LazyFrame:
+    """How much of the totals comes from damaged bundles read in part (``incidents.partial``): their
+    preemptions (of the visible counts) and their servers."""
+    p = pl.col("partial").fill_null(False)
+    return inc.select(
+        pl.col("preemptions").filter(p).sum().alias("preemptions_from_partial"),
+        pl.col("preemptions").sum().alias("preemptions"),
+        pl.struct("bundle_id", "server").filter(p).n_unique().alias("servers_from_partial"),
+        pl.col("bundle_id").filter(p).n_unique().alias("partial_bundles_with_rows"),
+    )
 
 
 def as_json(sections: dict[str, pl.DataFrame], *, by: str, window: Window) -> dict[str, Any]:
@@ -282,6 +300,11 @@ def headline(sections: dict[str, pl.DataFrame]) -> str:
         line += f"; {hidden} server(s) whose count is not visible"
     if tot.get("error") or tot.get("partial"):
         line += f"; {tot.get('error', 0)} bundle(s) failed, {tot.get('partial', 0)} damaged (errors)"
+    if tot.get("servers_from_partial"):
+        line += (
+            f"; {tot.get('preemptions_from_partial') or 0} of the preemptions come from "
+            f"{tot.get('partial_bundles_with_rows', 0)} damaged bundle(s) read in part"
+        )
     fx = sections["fixes"]
     if fx.height:
         top = fx.row(0, named=True)

@@ -128,8 +128,9 @@ def event_frame(analysis: Analysis) -> pl.DataFrame:
     return ev
 
 
-def event_rows(key: dict[str, Any], ev: pl.DataFrame, day: date) -> pl.DataFrame:
-    return schema.conform("events", _with_key(ev, key).with_columns(_day(day)))
+def event_rows(key: dict[str, Any], ev: pl.DataFrame, day: date, partial: bool = False) -> pl.DataFrame:
+    """The events rows; ``partial``: the server's analysis read its bundle in part (a damaged input)."""
+    return schema.conform("events", _with_key(ev, key).with_columns(_day(day), partial=pl.lit(partial)))
 
 
 def _engines(analysis: Analysis, ev: pl.DataFrame) -> list[str]:
@@ -189,8 +190,14 @@ def incident_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict
         causes = _counts_text(ev, "cause").rename({"text": "causes", "top": "top_cause"})
         mechs = _counts_text(ev, "mechanism").rename({"text": "mechanisms", "top": "top_mechanism"})
         per = per.join(causes, on="engine", how="left").join(mechs, on="engine", how="left")
-    if visible:  # an engine without events had none, when the count is visible
-        per = per.with_columns([pl.col(c).fill_null(0) for c in ("preemptions", *GATES.values()) if c in per.columns])
+    if visible:  # an engine without events had none, when the count is visible: 0, as the summary says
+        per = per.with_columns(
+            [
+                pl.col(c).fill_null(0) if c in per.columns else pl.lit(0, pl.Int64).alias(c)
+                for c in ("preemptions", *GATES.values())
+            ]
+        )
+
     f = analysis.findings
     rc = f.recompute if f is not None else {}
     th = f.thrash if f is not None else {}
@@ -368,7 +375,7 @@ def unit_tables(bundle_id: str, server: str, analysis: Analysis, day: date) -> d
     summary = analysis.summary()
     key = key_columns(bundle_id, server, analysis, summary)
     return {
-        "events": event_rows(key, event_frame(analysis), day),
+        "events": event_rows(key, event_frame(analysis), day, partial=bool(analysis.partial)),
         "incidents": incident_rows(bundle_id, server, analysis, summary, day),
         "findings": finding_rows(bundle_id, server, analysis, summary, day),
     }

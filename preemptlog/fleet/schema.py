@@ -7,6 +7,9 @@ Dask agree on flat columns), strings UTF-8, counts Int64, times microseconds in 
 nanosecond Parquet). ``SCHEMA_VERSION`` goes into each file's key-value metadata
 (``preemptlog.schema_version``), into the ``schema_version`` column of ``bundles``, and into the
 dataset's ``_preemptlog.json``.
+
+Schema versions: 1, the first; 2 (issue 38), ``events.partial`` (the event's server was analysed from
+a bundle read in part, as ``incidents.partial`` says of its incident rows).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import polars as pl
 
 from ..model.frames import polars_dtype
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TABLES = ("events", "incidents", "findings", "errors", "bundles")
 PARTITION = "day"
 META_VERSION = "preemptlog.schema_version"
@@ -59,6 +62,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "recompute_bound": "String",
         "preempted_s": "Float64",
         "raw": "String",
+        "partial": "Boolean",  # its server's bundle was damaged and read in part (schema 2)
     },
     "incidents": {
         **KEY,
@@ -109,7 +113,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "top_fix_verified": "String",  # fixes.plan's status of the rank-1 change: verified / not verified
         "to_know_more": "String",  # server-level: what to add to the bundle and what it would settle
         "warnings": "Int64",
-        "partial": "Boolean",
+        "partial": "Boolean",  # the bundle was damaged and read in part: its rows count what could be read
     },
     "findings": {
         **KEY,

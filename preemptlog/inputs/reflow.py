@@ -93,11 +93,22 @@ HEADER_START_RE = (
 )
 QUOTE_RE = r"^(?:>[ \t]?)+"
 FENCE_RE = r"^\s*(?:```+|~~~+)\s*[\w+.#-]*\s*$"
+# A line a log, a scrape or a table holds, which prose never is: a record's start (HEADER_START_RE),
+# a metric sample, a row of numbers. A document's log is in its code fences (or blockquotes) when
+# such lines outside them are at most CONTAINER_OUTSIDE of those inside.
+LOG_LINE_RE = (
+    r"^(?:"
+    + HEADER_START_RE[1:]
+    + r"|[A-Za-z_:][\w:]*(?:\{[^}]*\})?[ \t]+[-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|NaN|Inf)(?:[ \t]+\d+)?[ \t]*$"
+    + r"|\d+(?:[ \t]+[-\d.]+){2,}[ \t]*$)"
+)
+CONTAINER_OUTSIDE = 0.25
 
 # (literal marker of a record, regex its complete text matches)
 RECORDS: list[tuple[str, str]] = [
     ("is preempted by", r"total_num_cumulative_preemption=\d"),
     ("Avg prompt throughput", r"KV cache usage: [\d.]+%"),
+    ("Avg prompt tput", r"KV cache used: [\d.]+%"),  # vLLM's Rust frontend (0.33+)
     ("num_gpu_blocks is:", r"num_gpu_blocks is:\s*\d"),
 ]
 
@@ -112,16 +123,32 @@ class Plan:
     widths: tuple[int, ...] = ()  # hard-wrap widths
     pad: int = 0  # spaces that start every continuation line
     records: bool = False  # incomplete records completed by the lines after them
+    # A document holding a log (a GitHub issue saved as Markdown, a pasted reply): only the lines
+    # inside its code fences ("fences") or blockquotes ("quotes") are read; the prose is blanked.
+    only: str = ""
+    spans: tuple[tuple[int, int], ...] = ()  # 1-based line ranges of the blocks holding log lines (the sample)
 
     @property
     def needed(self) -> bool:
-        return self.quote or self.fence or self.indent or bool(self.widths) or self.records
+        return self.quote or self.fence or self.indent or bool(self.widths) or self.records or bool(self.only)
+
+    def where(self) -> str:
+        """``the code fences of`` / ``the blockquotes of`` (the container the log was read from)."""
+        return {"fences": "the code fences of", "quotes": "the blockquotes of"}.get(self.only, "")
+
+    def lines(self) -> str:
+        """``lines 12-18, 40-52`` (the blocks holding log lines), or empty."""
+        if not self.spans:
+            return ""
+        parts = [f"{a}-{b}" if a != b else f"{a}" for a, b in self.spans]
+        return ("line " if len(parts) == 1 and "-" not in parts[0] else "lines ") + ", ".join(parts)
 
     def describe(self) -> str:
         parts = []
-        if self.quote:
+        # (a document read for the log in its fences or quotes says so in a note of its own)
+        if self.quote and self.only != "quotes":
             parts.append("blockquote markers removed")
-        if self.fence:
+        if self.fence and self.only != "fences":
             parts.append("code fences removed")
         if self.indent:
             parts.append("indentation removed")
@@ -153,6 +180,14 @@ def _sample(path: Path | str) -> list[str]:
 
 def _strip(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     line = pl.col("line")
+    if plan.only:
+        # Only the container's lines are the log: the rest become empty lines (line numbers stay).
+        lf = lf.with_columns(
+            _q=line.str.contains(QUOTE_RE),
+            _bare=line.str.replace(QUOTE_RE, "") if plan.quote else line,
+        ).with_columns(_ne=pl.col("_bare").str.strip_chars() != "")
+        inside, _markup = _inside(plan.only)
+        lf = lf.with_columns(line=pl.when(inside).then(line).otherwise(pl.lit(""))).drop("_q", "_bare", "_ne")
     if plan.quote:
         line = line.str.replace(QUOTE_RE, "")
     if plan.fence:
@@ -235,7 +270,8 @@ def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
         heads = bare.str.strip_chars_start(" \t").str.head(160).str.contains(HEADER_START_RE)
         ind, hdr = df.select((bare.str.contains(r"^[ \t]") & heads).sum().alias("i"), heads.sum().alias("h")).row(0)
         indent = ind > 0 and ind >= INDENTED_SHARE * hdr
-    plan = Plan(quote=quote, fence=fence, indent=indent)
+    only, spans = _container(df, quote, fence)
+    plan = Plan(quote=quote, fence=fence, indent=indent, only=only, spans=spans)
     if not join:
         return plan
     if plan.needed:
@@ -243,10 +279,75 @@ def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
     widths, pad = _wrap_widths(df) if wraps else ((), 0)
     if widths:
         df = _join_wraps(
-            df.lazy().with_columns(n=pl.int_range(pl.len(), dtype=pl.UInt32)), Plan(quote, fence, indent, widths, pad)
+            df.lazy().with_columns(n=pl.int_range(pl.len(), dtype=pl.UInt32)),
+            Plan(quote, fence, indent, widths, pad, only=only),
         ).collect()
     records = _any_record_join(df)
-    return Plan(quote, fence, indent, widths, pad, records)
+    return Plan(quote, fence, indent, widths, pad, records, only, spans)
+
+
+def _inside(kind: str) -> tuple[pl.Expr, pl.Expr]:
+    """(a line inside the container, a line that is the container's own markup) for ``fences``
+    (between an odd and an even fence line) or ``quotes`` (a paragraph that starts quoted: Markdown's
+    lazy continuation keeps an unquoted line of it in the quote). Columns ``_bare`` (quote markers
+    removed), ``_q`` (quoted), ``_ne`` (not empty)."""
+    if kind == "fences":
+        fl = pl.col("_bare").str.contains(FENCE_RE)
+        before = fl.cast(pl.UInt32).cum_sum() - fl.cast(pl.UInt32)
+        return (before % 2 == 1) & ~fl, fl
+    para = (~pl.col("_ne")).cum_sum()
+    starts_quoted = pl.col("_q").filter(pl.col("_ne")).first().over(para)
+    return pl.col("_ne") & starts_quoted.fill_null(False), pl.lit(False)
+
+
+def _container(df: pl.DataFrame, quote: bool, fence: bool) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """A document holding a log: the container whose lines are the log (``fences`` or ``quotes``)
+    and the line ranges of its blocks that hold log lines; ``("", ())`` for a log.
+
+    The container is the log's when the lines outside it hold prose (some non-empty line) and at
+    most CONTAINER_OUTSIDE as many log lines (LOG_LINE_RE) as inside it: a log with a stray fence
+    or a quoted line keeps every line. Quotes need a log line inside (a quoted remark is no log).
+    """
+    if not (quote or fence):
+        return "", ()
+    line = pl.col("line")
+    d = df.with_columns(
+        _n=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32),
+        _q=line.str.contains(QUOTE_RE),
+        _bare=line.str.replace(QUOTE_RE, "") if quote else line,
+    ).with_columns(
+        _ne=pl.col("_bare").str.strip_chars() != "",
+        _log=pl.col("_bare").str.strip_chars_start(" \t").str.head(160).str.contains(LOG_LINE_RE),
+    )
+    for kind, on in (("fences", fence), ("quotes", quote)):
+        if not on:
+            continue
+        inside, markup = _inside(kind)
+        r = d.with_columns(_in=inside, _mk=markup)
+        out = ~pl.col("_in") & ~pl.col("_mk")
+        c = r.select(
+            in_log=(pl.col("_in") & pl.col("_log")).sum(),
+            in_ne=(pl.col("_in") & pl.col("_ne")).sum(),
+            out_log=(out & pl.col("_log")).sum(),
+            out_ne=(out & pl.col("_ne")).sum(),
+        ).row(0, named=True)
+        if not c["in_ne"] or not c["out_ne"] or c["out_log"] > CONTAINER_OUTSIDE * c["in_log"]:
+            continue
+        if kind == "quotes" and not c["in_log"]:
+            continue
+        # Blocks: runs of the container's lines (empty lines belong to the block before them).
+        run = pl.when(pl.col("_ne") | pl.col("_mk")).then(pl.col("_in")).forward_fill().fill_null(False)
+        blocks = (
+            r.with_columns(_run=run)
+            .with_columns(_blk=(pl.col("_run") != pl.col("_run").shift(1)).fill_null(True).cum_sum())
+            .filter(pl.col("_run") & pl.col("_in") & pl.col("_ne"))
+            .group_by("_blk", maintain_order=True)
+            .agg(pl.col("_n").min().alias("lo"), pl.col("_n").max().alias("hi"), pl.col("_log").any().alias("log"))
+        )
+        logged = blocks.filter(pl.col("log"))
+        chosen = logged if logged.height else blocks
+        return kind, tuple((int(a), int(b)) for a, b in chosen.select("lo", "hi").iter_rows())
+    return "", ()
 
 
 def _any_record_join(df: pl.DataFrame) -> bool:
@@ -437,10 +538,18 @@ def scan(path: Path | str, join: bool = True, wraps: bool = True) -> pl.LazyFram
 
 
 def strip_text(text: str) -> str:
-    """The prefix stage on a plain string (sniffing reads heads as text)."""
+    """The prefix stage on a plain string (sniffing reads heads as text); a document holding a log
+    in its code fences or blockquotes (:func:`_container`) is reduced to those lines first, so it is
+    sniffed for the log it holds, not for its prose."""
     import re
 
     if ">" not in text and "```" not in text and "~~~" not in text:
         return text
+    if re.search(r"(?m)^[ \t]*(?:>|```|~~~)", text):
+        lines = text.split("\n")
+        p = detect(lines, join=False)
+        if p.only:
+            kept = _strip(pl.DataFrame({"line": lines}, schema={"line": pl.String}).lazy(), Plan(quote=p.quote, only=p.only))
+            text = "\n".join(kept.collect().get_column("line").to_list())
     text = re.sub("(?m)" + QUOTE_RE, "", text)
     return re.sub("(?m)" + FENCE_RE, "", text)

@@ -21,6 +21,7 @@ import polars as pl
 
 from .. import engines
 from .declare import Evidence, cited
+from .spans import failed_in_spans, pressure_in_spans
 
 SOURCE = "engine code (engine_facts.py), vllm-log (config)"
 EVIDENCE = [
@@ -126,7 +127,7 @@ def section_code(
         out = out.with_columns([xs[0] if len(xs) == 1 else pl.coalesce(xs).alias(n) for n, xs in cols.items()])
         if masked:
             out = out.drop("engine_kind")
-    pressure = _pressure(span, frames.get("pressure_intervals"))
+    pressure = pressure_in_spans(span, frames.get("pressure_intervals"))
     if pressure is not None:
         out = out.join(pressure, on="_i", how="left")
     failed = _failed_allocations(span, frames.get("bt_events"))
@@ -136,42 +137,6 @@ def section_code(
     if kv_before is not None:
         out = out.join(kv_before, on="_i", how="left")
     return out if out.width > 1 else None
-
-
-def _pressure(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFrame | None:
-    """The strongest pressure interval of the event's engine overlapping its span."""
-    if piv is None or piv.height == 0:
-        return None
-    from ..clock.timebase import iso
-
-    p = piv.with_row_index("_p").with_columns(
-        _plo=pl.coalesce("since", "start"),
-        _peng=pl.col("engine").cast(pl.String).fill_null("0"),
-    )
-    spans = span.group_by("_eng", "_slo", "_shi").agg(pl.col("_i"))
-    hits = (
-        spans.join(p, how="cross")
-        .filter(
-            ((pl.col("_peng") == pl.col("_eng")) | (pl.col("_peng") == "all") | (pl.col("_eng") == "all"))
-            & (pl.col("_slo").is_null() | (pl.col("end") >= pl.col("_slo")))
-            & (pl.col("_shi").is_null() | (pl.col("_plo") <= pl.col("_shi")))
-        )
-        .sort("peak_kv_usage", "max_waiting", descending=True, nulls_last=True)
-        .unique(["_eng", "_slo", "_shi"], keep="first", maintain_order=True)
-    )
-    if hits.height == 0:
-        return None
-    rows = []
-    for r in hits.iter_rows(named=True):
-        text = (
-            f"{(iso(r['start'], 'UTC') or '')[11:19]}-{(iso(r['end'], 'UTC') or '')[11:19]} UTC: peak KV {r['peak_kv_usage']:.1f}%, up "
-            f"to {r['max_waiting']} waiting, running {r['max_running']}->{r['min_running']}"
-        )
-        ev = list(r["evidence"] or [])
-        src = ", ".join(ev[:3]) + (f" (+{len(ev) - 3} more)" if len(ev) > 3 else "")
-        for i in r["_i"]:
-            rows.append({"_i": i, "up_pressure": text, "up_pressure_src": src or None})
-    return pl.DataFrame(rows, schema={"_i": pl.UInt32, "up_pressure": pl.String, "up_pressure_src": pl.String})
 
 
 def _kv_max_before(span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.DataFrame | None) -> pl.DataFrame | None:
@@ -223,23 +188,13 @@ def _failed_allocations(span: pl.DataFrame, bt: pl.DataFrame | None) -> pl.DataF
     ).select("time", _eng(bt).alias("_reng"), src_expr().alias("_src"))
     if rec.height == 0:
         return None
-    spans = span.filter(pl.col("_shi").is_not_null()).group_by("_eng", "_slo", "_shi").agg(pl.col("_i"))
-    hits = (
-        spans.join(rec, how="cross")
-        .filter(
-            ((pl.col("_reng") == pl.col("_eng")) | (pl.col("_eng") == "all"))
-            & (pl.col("_slo").is_null() | (pl.col("time") >= pl.col("_slo")))
-            & (pl.col("time") <= pl.col("_shi"))
-        )
-        .group_by("_eng", "_slo", "_shi")
-        .agg(pl.len().alias("_n"), pl.col("_src").head(4).str.join("; ").alias("_srcs"))
-    )
-    if hits.height == 0:
+    # Counted per span by binary search, never a cross join of spans and records (issue 36).
+    j = failed_in_spans(span, rec)
+    if j is None:
         return None
-    j = spans.join(hits, on=["_eng", "_slo", "_shi"], how="inner").explode("_i")
     src = (
         pl.when(pl.col("_n") > 4)
         .then(pl.concat_str([pl.col("_srcs"), pl.lit(" (+"), (pl.col("_n") - 4).cast(pl.String), pl.lit(" more)")]))
         .otherwise(pl.col("_srcs"))
     )
-    return j.select(pl.col("_i").cast(pl.UInt32), *cited("up_failed_allocs", pl.col("_n").cast(pl.Int64), src))
+    return j.select("_i", *cited("up_failed_allocs", pl.col("_n").cast(pl.Int64), src))

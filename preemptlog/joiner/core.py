@@ -13,6 +13,7 @@ from .kv import section_kv
 from .pool import section_batch_len, section_pool
 from .prom import section_prom
 from .request import decision_steps, section_request
+from .reset import section_reset
 from .sched import section_sched
 from .schema import polars_schema
 from .stats import section_stats
@@ -74,6 +75,8 @@ def compute(
             section_dmon(ev, frames, before_us, after_us),
             section_config(ev, config, frames.get("server_runs")),
         ]
+        # A reset of the engine's prefix cache at the event (every path to it: log line, KV events, records).
+        sections.append(section_reset(ev, members, base, frames))
         for sec in sections:
             if sec is not None:
                 out = out.join(sec, on="_i", how="left", maintain_order="left")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import engines
-from . import code, config, dmon, kv, pool, prom, request, sched, stats
+from . import code, config, dmon, kv, pool, prom, request, reset, sched, stats
 from .declare import Evidence, schema
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ DECLARED: list[Evidence] = (
     + request.EVIDENCE
     + pool.EVIDENCE
     + kv.EVIDENCE
+    + reset.EVIDENCE
     + stats.EVIDENCE
     + prom.EVIDENCE
     + dmon.EVIDENCE

@@ -1,6 +1,6 @@
 """One frame of preemption events from every source.
 
-``EVENTS_SCHEMA`` is the stable machine contract (README "Event schema").
+``EVENTS_SCHEMA`` is the stable machine contract (docs/output.md "Event schema").
 Each event has a stable id: ``<file>:<line>`` for a line of its own,
 ``<file>:<line>~r<k>`` for the k-th event reconstructed from the V0 counter
 jump revealed on that line, ``<file>:<line>~i<k>`` for the k-th event of an

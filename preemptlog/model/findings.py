@@ -60,12 +60,29 @@ def _pct(x: float) -> str:
     return f"{x:.0%}" if x >= 0.01 or x == 0 else f"{x:.2%}"
 
 
+def recompute_words(rc: dict[str, Any]) -> str:
+    """``N tokens recomputed (S of the tokens computed)``, ``at least`` where a victim's tokens are a
+    lower bound. With prefix caching on and no resume records the tokens are what the preemptions
+    lost, an upper bound of the recompute (part may have been re-served from the cache): ``up to``,
+    and said; lost tokens that are only a lower bound then bound nothing recomputed."""
+    n, share = _tokens(rc["tokens"]), rc.get("share_of_processed")
+    pc = rc.get("prefix_caching") or {}
+    why = ("prefix caching on by default" if pc.get("assumed") else "prefix caching was on") + " and no resume records"
+    if rc.get("tokens_recomputed_at_most"):
+        if rc.get("tokens_is_lower_bound"):
+            return f"at least {n} tokens lost to preemption ({why}: how many were recomputed is not known)"
+        most = f", at most {_pct(share)} of the tokens computed" if share is not None else ""
+        return f"up to {n} tokens recomputed (the tokens lost to preemption{most}: {why}, part may have been re-served from the cache)"
+    least = "at least " if rc.get("tokens_is_lower_bound") else ""
+    return f"{least}{n} tokens recomputed" + (f" ({_pct(share)} of the tokens computed)" if share is not None else "")
+
+
 def headline_part(f: Findings) -> str:
     parts = []
     rc = f.recompute
     # an engine's own token counters (SGLang's ``sglang_counters``): an upper bound
     own = next(((k, rc[f"{k.name}_counters"]) for k in kinds.declared() if rc.get(f"{k.name}_counters")), None)
-    if rc.get("preemptions") and own and not rc.get("tokens"):
+    if rc.get("preemptions") and own and (not rc.get("tokens") or rc.get("tokens_is_upper_bound")):
         parts.append(f"at most {_tokens(own[1]['tokens_at_most'])} tokens recomputed ({own[0].display}'s counters)")
     elif rc.get("preemptions"):
         if rc.get("tokens") is None or (rc.get("tokens_is_lower_bound") and not rc.get("tokens")):
@@ -81,23 +98,23 @@ def headline_part(f: Findings) -> str:
                 f"from the prefix cache, {_tokens(pc['tokens_recomputed'])} recomputed{rest}"
             )
         else:
-            least = "at least " if rc.get("tokens_is_lower_bound") else ""
-            share = rc.get("share_of_processed")
-            parts.append(
-                f"{least}{_tokens(rc['tokens'])} tokens recomputed"
-                + (f" ({_pct(share)} of the tokens computed)" if share is not None else "")
-            )
+            parts.append(recompute_words(rc))
     th = f.thrash
     hist = th.get("histogram") or {}
-    if not th.get("evaluable") and hist.get("requests_preempted_more_than_once"):
-        n5, n2 = hist.get("requests_preempted_5_or_more"), hist["requests_preempted_more_than_once"]
+    # The histogram's figures exist only where the scrape's own bucket bounds settle them
+    # (findings/thrash.py): 5+ (bound 4), more than once (bound 1), else more than its first bound.
+    more = hist.get("requests_preempted_more_than") or {}
+    if not th.get("evaluable") and (hist.get("requests_preempted_more_than_once") or more.get("requests")):
+        n5, n2 = hist.get("requests_preempted_5_or_more"), hist.get("requests_preempted_more_than_once")
         eng = kinds.kind(hist.get("engine_kind"))  # the histogram's engine, in its words
         verb, who = eng.verb, f"{eng.display}'s"
-        parts.append(
-            f"{n5} request{'s' if n5 != 1 else ''} {verb} 5+ times ({who} histogram)"
-            if n5
-            else f"{n2} request{'s' if n2 != 1 else ''} {verb} more than once ({who} histogram)"
-        )
+        if n5:
+            parts.append(f"{n5} request{'s' if n5 != 1 else ''} {verb} 5+ times ({who} histogram)")
+        elif n2:
+            parts.append(f"{n2} request{'s' if n2 != 1 else ''} {verb} more than once ({who} histogram)")
+        else:
+            n, k = more["requests"], more["times"]
+            parts.append(f"{n} request{'s' if n != 1 else ''} {verb} more than {k} times ({who} histogram)")
     if th.get("evaluable"):
         n5 = th.get("requests_preempted_5_or_more", 0)
         n2 = th.get("requests_preempted_more_than_once", 0)

@@ -153,8 +153,11 @@ def bundle_stage(paths: list[str], ws: Workspace, options: AnalyzeOptions, stdin
 
 def parse_other_sources(bundle: Bundle, ws: Workspace, debug: bool) -> tuple[list[tuple[str, Any]], Report]:
     """Phase 1 of every source kind but the vLLM log: [(kind, Parsed)], damage warnings."""
+    from ..inputs import reflow
+
     parsed: list[tuple[str, Any]] = []
     warnings: list[str] = []
+    notes: list[str] = []
     for name, kind in kinds().items():
         if name in LOG_KINDS or kind.parse is None:
             continue
@@ -163,7 +166,11 @@ def parse_other_sources(bundle: Bundle, ws: Workspace, debug: bool) -> tuple[lis
             p, damage = _parse_guarded(kind, files, ws, debug)
             parsed.append((name, p))
             warnings.extend(damage)
-    return parsed, Report(warnings=tuple(warnings), partial=bool(warnings))
+            for f in files:
+                fix = reflow.plan(f.path, join=False) if f.compression is None else reflow.NOTHING
+                if fix.only:
+                    notes.append(container_note(f, fix))
+    return parsed, Report(warnings=tuple(warnings), notes=tuple(notes), partial=bool(warnings))
 
 
 def read_logs(
@@ -190,7 +197,9 @@ def read_logs(
         df, problem = _scan_file(f, ws, debug, request_rows, runs=f.stream not in rotated, spill_dir=spill_dir)
         prof.file_done(f.size or 0, f.display)
         fix = reflow.plan(f.path)
-        if fix.needed:
+        if fix.only:
+            repaired.append(container_note(f, fix))
+        if fix.needed and fix.describe():
             repaired.append(f"{f.display}: read as a capture or paste: {fix.describe()} (reflow.py)")
         if problem:
             f.warnings.append(problem)
@@ -204,6 +213,18 @@ def read_logs(
         records = records.sort("file_id", "n", "seg", maintain_order=True)
     records = _with_line_times(records, log_files_of(bundle))
     return records, request_rows, Report(notes=tuple(repaired), partial=partial)
+
+
+def container_note(f: InputFile, fix: Any) -> str:
+    """``read the vLLM log inside the code fences of issue-5123.md (lines 12-18)``: a document that
+    holds a log (reflow.py ``Plan.only``) was read for that log alone, at the document's own line numbers."""
+    eng = next((e for e in engines.registered() if f.kind in e.log_kinds), None)
+    what = f"the {eng.display} log" if eng is not None else f"the {f.kind} data"
+    where = f" ({fix.lines()})" if fix.lines() else ""
+    return (
+        f"read {what} inside {fix.where()} {f.display}{where}: the text around it is not the log "
+        "(line numbers are the file's own)"
+    )
 
 
 def log_files_of(bundle: Bundle) -> list[InputFile]:
@@ -299,7 +320,7 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     prof.mark("requests")
 
     frames: dict[str, pl.DataFrame] = {}
-    notes: list[str] = list(untimed_notes) + list(logs.notes)
+    notes: list[str] = list(untimed_notes) + list(logs.notes) + list(phase1.notes)
     counters: dict[str, Any] = {**logged.counters, "line_times": untimed_counts}
     assumptions = list(clock.assumptions)
     # Which server run each log line belongs to (a restart resets the configuration: vllm/runs.py).

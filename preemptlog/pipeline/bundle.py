@@ -8,7 +8,7 @@ its name (a sample of every line's start, so a 10 MB first line hides
 nothing; the tail too when the head is not recognised); ``--kind FILE=KIND``
 overrides.
 
-Hostile inputs (see README "Robustness"): inside folders, symbolic links are
+Hostile inputs (see docs/robustness.md): inside folders, symbolic links are
 followed only when they stay inside the folder (others are reported and
 skipped), folder links are never descended (no loops); FIFOs, devices and
 sockets are skipped without being opened (never blocks); the same file

@@ -195,6 +195,8 @@ def summarize(a: Analysis) -> dict[str, Any]:
     f = getattr(a, "findings", None)  # recompute cost, thrash, stall
     out["findings_headline"] = f.top() if f is not None else None
     out.update(_engines(a, f))
+    if (np_ := not_a_preemption(f, a.tz)) is not None:  # a stall, not a preemption (issue 38)
+        out["not_a_preemption"] = np_
     out["headline"] = headline(out)
     out["to_know_more_line"] = to_know_more_line(out)
     return out
@@ -277,15 +279,20 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
     spans = [p for p in pressure if p.get("start") and p.get("end")]
     peak = max((p["peak_kv_usage"] for p in spans if p.get("peak_kv_usage") is not None), default=None)
     waiting = max((p["max_waiting"] for p in spans if p.get("max_waiting") is not None), default=None)
+    # The engine the bundle shows (one engine's words; both named for a bundle of two engines).
+    shown = [e for e in registry.registered() if e.name in registry.engine_kinds(a.events, a.config, a.records)]
+    own = shown[0] if len(shown) == 1 and not shown[0].default else None
     return {
         "upstream": not guide_model(a),
-        "engine": registry.default().display,
-        "generation": gen,
-        "version": version,
-        "code": CODE_SENTENCE.get(gen, CODE_SENTENCE[None]),
+        "engine": own.display if own else "+".join(e.display for e in shown) or registry.default().display,
+        "generation": gen if own is None else None,
+        "version": version if own is None else None,
+        "code": (own.cause_code or CODE_SENTENCE[None]) if own else CODE_SENTENCE.get(gen, CODE_SENTENCE[None]),
         "by_rule": rules,
         "contradicted": sum(n for r, n in rules.items() if r.endswith("-contradicted")),
-        "cache_reset": rules.get("G4-cache-reset", 0),
+        "cache_reset": _resets(a, ev)["events"],
+        # the resets of the prefix cache those events came from, in the engine's words (joiner/reset.py)
+        "resets": _resets(a, ev),
         "engines": engines,
         "unplaced": unplaced.height,
         "unplaced_span": [
@@ -294,6 +301,8 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         ]
         if unplaced.height
         else None,
+        # each engine's start its unplaced events count from (the counter's _created, or its banner)
+        **({"unplaced_starts": _starts(unplaced, a.tz)} if unplaced.height else {}),
         "pressure": {
             "spans": len(spans),
             "first": [spans[0]["start"], spans[0]["end"]] if spans else None,
@@ -303,6 +312,137 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         if spans
         else None,
     }
+
+
+def _resets(a: Analysis, ev: pl.DataFrame) -> dict[str, Any]:
+    """The events a reset of the prefix cache explains (sub-kind cache-reset, whatever rule or path gave
+    it): how many, the resets (``calls``), the running requests they preempted, the call in the engine's
+    words and the lines that show the resets."""
+    out: dict[str, Any] = {"events": 0, "calls": 0, "preempted": 0, "call": None, "lines": []}
+    if not ev.height or "sub_kind" not in ev.columns:
+        return out
+    mine = ev.filter(pl.col("sub_kind") == "cache-reset")
+    if not mine.height:
+        return out
+    out["events"] = mine.height
+    kinds = {str(k or registry.DEFAULT) for k in mine.get_column("engine_kind").to_list()}
+    calls = [e.cache_reset_call for e in registry.registered() if e.name in kinds and e.cache_reset_call]
+    out["call"] = " / ".join(calls) if calls else None
+    evid = a.evidence
+    if evid is not None and evid.height and "reset_calls" in evid.columns:
+        per = (
+            mine.select("event_id", pl.col("engine").fill_null("0").alias("_eng"))
+            .join(evid.select("event_id", "reset_calls", "reset_calls_src", "reset_preempted"), on="event_id")
+            .filter(pl.col("reset_calls_src").is_not_null())
+            .unique(["_eng", "reset_calls_src"], maintain_order=True)
+        )
+        out["calls"] = int(per.get_column("reset_calls").sum() or 0)
+        out["preempted"] = int(per.get_column("reset_preempted").sum() or 0)
+        out["lines"] = per.get_column("reset_calls_src").to_list()[:3]
+    return out
+
+
+def _reset_words(c: dict[str, Any]) -> str:
+    """``reset_prefix_cache(reset_running_requests=True) preempted every running request: 3 preempted by
+    1 reset (records.jsonl:1)``: the call, how many running requests it preempted; nothing of KV space."""
+    r = c.get("resets") or {}
+    call = r.get("call") or "a reset of the prefix cache"
+    words = f"{call} preempted every running request"
+    if r.get("calls"):
+        first = (r.get("lines") or [""])[0].split("; ")[0]
+        n = r["calls"]
+        words += f": {r.get('preempted') or r['events']} preempted by {n} reset{'s' if n > 1 else ''}" + (
+            f" ({first}{' ...' if n > 1 or len(r.get('lines') or []) > 1 else ''})" if first else ""
+        )
+    return words
+
+
+def _starts(unplaced: pl.DataFrame, tz: str) -> dict[str, str | None]:
+    g = (
+        unplaced.group_by(pl.col("engine").fill_null("0"))
+        .agg(pl.col("interval_start").min())
+        .sort("engine")
+        .iter_rows()
+    )
+    return {str(e): iso(t, tz) for e, t in g}
+
+
+def _since_words(c: dict[str, Any], last_event: str | None) -> str:
+    """`` since the engine started at 05:05:00 (vLLM's counter at 05:09:52)``: the span of a count that
+    holds unplaced events (a first reading since the engine's start), from that start to the last
+    thing counted (issue 38: the span covers exactly what it counts)."""
+    lo, hi = c["unplaced_span"]
+    starts = {e: t for e, t in (c.get("unplaced_starts") or {}).items() if t}
+    if len(set(starts.values())) > 1:
+        since = " since the engines started (" + ", ".join(f"engine {e} at {_hms(t)}" for e, t in starts.items()) + ")"
+    else:
+        since = f" since the engine started at {_hms(lo)}" if lo else " since the engine started"
+    if last_event and hi and datetime.fromisoformat(last_event) > datetime.fromisoformat(hi):
+        return since + f", to {_hms(last_event)}"
+    return since + f" (vLLM's counter at {_hms(hi)})"
+
+
+def not_a_preemption(f: Any, tz: str) -> dict[str, Any] | None:
+    """A stall in which nothing was preempted (issue 38): the summary's ``not_a_preemption``, from the
+    stall finding (findings/stall.py): its longest span, the preemptions counted in the stalls (0) and
+    how that is known, what holds the queue with its evidence. None without such a stall."""
+    sl = getattr(f, "stall", None) or {}
+    spans = [x for x in sl.get("spans") or [] if x.get("seconds") is not None]
+    if not sl.get("evaluable") or not spans:
+        return None
+    if any(x.get("preemptions") or x.get("counter_increase") for x in spans):
+        return None  # preempted during a stall: not this case
+    longest = max(spans, key=lambda x: x["seconds"])
+    longest = {k: (iso(v, tz) if isinstance(v, datetime) else v) for k, v in longest.items()}
+    counters = [x for x in spans if x.get("counter_increase") is not None]
+    ran = not all(x.get("nothing_ran") for x in spans)
+    if counters:
+        r = counters[0]["counter_readings"] or []
+        basis = "the preemption counter flat over it" + (f": {r[0]} to {r[-1]}" if r else "")
+    elif not ran:
+        what = "stats lines" if longest["source"] == "log" else "scrapes"
+        basis = f"nothing ran: Running 0 and no token computed on its {what}"
+    else:
+        basis = "no preemption counted in it"
+    def overlaps(x: dict[str, Any]) -> bool:  # the same stall seen by another source (log and scrapes)
+        lo, hi = spans_by_len[0]["start"], spans_by_len[0]["end"]
+        return x["engine"] == spans_by_len[0]["engine"] and x["start"] <= hi and x["end"] >= lo
+
+    spans_by_len = sorted(spans, key=lambda x: -x["seconds"])
+    return {
+        "spans": 1 + sum(1 for x in spans_by_len[1:] if not overlaps(x)),
+        "longest": longest,
+        "preemptions_in_stall": 0,
+        "basis": basis,
+        "nothing_ran": not ran,
+        "holds": sl.get("holds") or [],
+        "holds_not_evaluable": sl.get("holds_not_evaluable"),
+    }
+
+
+def _stall_words(np_: dict[str, Any]) -> str:
+    """``not a preemption: 14 requests waiting, none running, for 260 s (10:00:30-10:04:50, x.log:7-33);
+    held by: <what holds the queue> (<its evidence>)``."""
+    sp = np_["longest"]
+    secs = sp["seconds"]
+    dur = f"{secs:.0f} s" if secs < 120 else f"{secs / 60:.1f} min"
+    a, b = sp.get("first_line") or "", sp.get("last_line") or ""
+    fa, fb = a.rsplit(":", 1)[0], b.rsplit(":", 1)[0]
+    lines = f"{a}-{b.rsplit(':', 1)[-1]}" if fa == fb and a != b else (a if a == b else f"{a}..{b}")
+    t0, t1 = str(sp["start"]), str(sp["end"])
+    more = f", and {np_['spans'] - 1} more stall(s)" if np_["spans"] > 1 else ""
+    words = (
+        f"not a preemption: {sp['max_waiting']} request(s) waiting, none running, for {dur} "
+        f"({_hms(t0)}-{_hms(t1)}, {lines}){more}"
+    )
+    holds = np_.get("holds") or []
+    if holds:
+        words += "; held by: " + "; ".join(
+            h["text"] + (f" ({h['evidence'][0]})" if h.get("evidence") else "") for h in holds[:2]
+        )
+    else:
+        words += "; what holds the queue: not evaluable (nothing in the bundle says it)"
+    return words
 
 
 def _span_text(first: str | None, last: str | None, estimated: bool = False) -> str:
@@ -317,6 +457,20 @@ def _span_text(first: str | None, last: str | None, estimated: bool = False) -> 
     if s < 7200:
         return f" in {s / 60:.0f} min"
     return f" in {s / 3600:.1f} h"
+
+
+def _baseline_words(s: dict[str, Any]) -> str:
+    """``; the counter read 24 at 05:09:52 since the engine started at 05:05:00, before the log (not a
+    count of its window)``: a first reading whose engine started before the log (reconcile.since_start)."""
+    base = (s.get("reconciliation") or {}).get("baseline_readings") or []
+    if not base:
+        return ""
+    parts = [
+        f"engine {b['engine']}'s counter read {b['value']} at {_hms(b['time'])} since its start at "
+        f"{_hms(b['engine_start'])}"
+        for b in base[:3]
+    ]
+    return "; " + ", ".join(parts) + ", before the log began: the count before it, not a count of its window"
 
 
 def _hms(t: str | None) -> str:
@@ -348,8 +502,13 @@ def headline(s: dict[str, Any]) -> str:
         nv = s["not_visible"] or {}
         reason = nv.get("short") or nv.get("reason") or ""
         pw = _pressure_words(c)
+        np_ = s.get("not_a_preemption")
+        if np_ and np_.get("nothing_ran"):
+            # a stall: nothing ran in it, so nothing was preempted in it; the log counts nothing outside it
+            return f"0 preemptions in the stall ({np_['basis']}): " + _stall_words(np_) + f"; outside it: not visible ({reason})"
         return (
             f"Preemptions: not visible ({reason})"
+            + _baseline_words(s)
             + (
                 f"; KV cache at the ceiling with requests waiting ({pw}): where preemptions can have happened"
                 if pw
@@ -363,26 +522,36 @@ def headline(s: dict[str, Any]) -> str:
     if n == 0:
         rec = s.get("reconciliation") or {}
         how = rec.get("quality")
-        return "0 " + noun(kinds, 0) + (f" ({how})" if how and how != "unknown" else "")
+        np_ = s.get("not_a_preemption")
+        return (
+            "0 "
+            + noun(kinds, 0)
+            + (f" ({how})" if how and how != "unknown" else "")
+            + (": " + _stall_words(np_) if np_ else "")
+        )
     word = noun(kinds, n)  # each engine's events in its word (SGLang's retractions)
     k = s.get("by_kind") or {}
     estimated = bool(k.get("reconstructed") or k.get("interval"))
     span = _span_text(s.get("first_event"), s.get("last_event"), estimated)
     if c.get("unplaced") and c.get("unplaced_span"):
-        lo, hi = c["unplaced_span"]
-        since = f" since the engine started at {_hms(lo)}" if lo else " since the engine started"
-        span = (span + "," if span else "") + since + f" (vLLM's counter at {_hms(hi)})"
+        # the count runs from the engine's start: the placed events' own span is inside it
+        span = _since_words(c, s.get("last_event"))
     engines = c.get("engines") or []
     where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
     by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}
     g1 = by_gate.get("G1-kv-space", 0)
     default_only = set(kinds) <= {registry.DEFAULT}  # the cause below is in the default engine's terms
-    if default_only and c.get("upstream") and g1 + c.get("cache_reset", 0) >= n - by_gate.get("undetermined", 0) and g1:
+    reset = c.get("cache_reset", 0)
+    undet = by_gate.get("undetermined", 0)
+    if default_only and reset and not g1 and reset >= n - undet:
+        # every event a reset of the prefix cache explains: the call, in the engine's words, and no KV words
+        return f"{n} {word}{span}{where}: " + _reset_words(c) + (f"; {undet} undetermined" if undet else "")
+    if default_only and c.get("upstream") and g1 + reset >= n - undet and g1:
         pw = _pressure_words(c)
         what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
         parts = [what, c.get("code") or CODE_SENTENCE[None]]
-        if c.get("cache_reset"):
-            parts.append(f"{c['cache_reset']} by a prefix cache reset (reset_prefix_cache)")
+        if reset:
+            parts.append(f"{reset} by {_reset_words(c)}")
         if c.get("contradicted"):
             parts.append(f"{c['contradicted']} contradicted by the bundle (low confidence: see explain)")
         return f"{n} {word}{span}{where}: " + "; ".join(parts)
@@ -399,6 +568,8 @@ def headline(s: dict[str, Any]) -> str:
                 part += " (" + ", ".join(f"{sk} {v}" for v, sk in top) + ")"
         gates.append(part)
     own = "".join(e.headline_words(s) for e in registry.registered() if e.headline_words is not None)
+    if reset:
+        own += f"; {reset} by {_reset_words(c)}"
     return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "") + own
 
 

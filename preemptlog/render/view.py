@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 CONFIDENCE = ("none", "low", "medium", "high")
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict", "undetermined")
 
-# The default ndjson/csv row (README "Event schema"): the public event columns (model.events) without
+# The default ndjson/csv row (docs/output.md "Event schema"): the public event columns (model.events) without
 # the raw line, and the verdict's gate, sub-kind, rule and confidence. --wide (or -f json / parquet)
 # gives every column.
 COMPACT_COLUMNS = [

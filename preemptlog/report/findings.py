@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..model.findings import recompute_words
+
 if TYPE_CHECKING:
     from ..analysis import Analysis
 
@@ -89,8 +91,13 @@ def section(a: Analysis) -> str:
             if rc.get("share_of_processed") is not None
             else ""
         )
+        what = f"{least}{rc['tokens']} tokens recomputed{share}"
+        if rc.get("tokens_recomputed_at_most"):  # prefix caching on, no resume record: the lost tokens
+            what = recompute_words(rc)
+        if rc.get("tokens_is_upper_bound"):  # an engine's own counters (SGLang's): the incident's total
+            what = f"at most {rc['tokens']} tokens recomputed ({rc.get('tokens_basis')})"
         out.append(
-            f"<p>{e(least)}{e(rc['tokens'])} tokens recomputed{e(share)}: {e(rc['preemptions_exact'])} exact, "
+            f"<p>{e(what)}: {e(rc['preemptions_exact'])} exact, "
             f"{e(rc['preemptions_lower_bound'])} lower bound(s), {e(rc['preemptions_unknown'])} unknown.</p>"
         )
         ps = rc.get("preempted_seconds") or {}
@@ -156,6 +163,16 @@ def section(a: Analysis) -> str:
             f"{e(hist['last_line'])}): {e(hist['requests_finished'])} finished request(s); preempted 0-1 times: "
             f"{e(dist['0-1'])}, 2: {e(dist['2'])}, 3-5: {e(dist['3-5'])}, 6+: {e(dist['6+'])}; at most "
             f"{e(hist['max_preemptions_per_request_at_most'])} times.</p>"
+        )
+    elif hist.get("buckets"):  # a deployment's own bucket bounds (--custom-histogram-buckets): its ranges
+        ranges = ", ".join(f"{k}: {v}" for k, v in hist["buckets"].items())
+        at_most = hist.get("max_preemptions_per_request_at_most")
+        out.append(
+            f"<p>vLLM's own histogram {e(hist['metric'])} ({e(hist['window'])}, {e(hist['first_line'])} .. "
+            f"{e(hist['last_line'])}; the deployment's bucket bounds {e(', '.join(hist.get('bounds') or []))}): "
+            f"{e(hist['requests_finished'])} finished request(s) by times preempted: {e(ranges)}"
+            + (f"; at most {e(at_most)} times" if at_most is not None else "")
+            + ".</p>"
         )
     # Stall.
     out.append("<h3>Stall, not preemption</h3>")

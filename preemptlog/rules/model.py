@@ -23,7 +23,11 @@ from ..errors import UsageError
 from . import expr as E
 
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
-SUB_KINDS = ("capacity", "fragmentation", "kv-exhausted", "cache-reset")
+# One name per kind of cause: "capacity" is fewer free blocks than needed, however it was read (a
+# record, a hook step, vLLM's code, the pool's level); "kv-exhausted" is its old name for the pool's
+# level, still accepted in a rules file and read as "capacity" (SUB_KIND_ALIASES).
+SUB_KINDS = ("capacity", "fragmentation", "cache-reset")
+SUB_KIND_ALIASES = {"kv-exhausted": "capacity"}
 CONFIDENCE = ("high", "medium", "low")
 TOP_FIELDS = {
     "version",
@@ -232,6 +236,7 @@ def _build_rule(doc: dict[str, Any], src: str, order: int) -> Rule:
     if not isinstance(when, str):
         raise RulesError(f"{where}: 'when' (a condition string) is required")
     sub = doc.get("sub_kind")
+    sub = SUB_KIND_ALIASES.get(sub, sub) if isinstance(sub, str) else sub
     if sub is not None and sub not in SUB_KINDS:
         raise RulesError(f"{where}: unknown sub_kind {sub!r}", hint="one of " + ", ".join(SUB_KINDS))
     conf = doc.get("confidence", "medium")

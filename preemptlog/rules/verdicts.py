@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
 from ..model.frames import PolarsType
 from .engine import ENGINE_COLUMNS, evaluate
 from .factors import factors
@@ -89,8 +90,11 @@ def guide_model(analysis: AnalysisView) -> bool:
     lines (which upstream vLLM never prints), or when its events are block-table preempt
     records (kind ``record``) not written by preemptlog's vLLM plugin (format 2 records come
     from upstream vLLM's scheduler; others from a scheduler instrumented as the guide's).
-    Otherwise the log is upstream vLLM's, and the guide-only gates (contiguity, batch
-    variance, queue overflow, prefix conflict) cannot give the verdict (issue 13, rule 5).
+    A marker that prints the engine's own request status (``Engine.status_marker``: vLLM V1's
+    ``RequestStatus.PREEMPTED``) shows upstream code's state, not a patched scheduler: it
+    counts for neither. Otherwise the log is upstream vLLM's, and the guide-only gates
+    (contiguity, batch variance, queue overflow, prefix conflict) cannot give the verdict
+    (issue 13, rule 5).
     """
     for name in ("hook_steps", "hook_pending", "hook_batch"):
         df = analysis.frames.get(name)
@@ -99,7 +103,11 @@ def guide_model(analysis: AnalysisView) -> bool:
     ev = analysis.events
     if not ev.height:
         return False
-    if ev.filter(pl.col("kind") == "marker").height:
+    markers = ev.filter(pl.col("kind") == "marker")
+    own = [e.status_marker for e in engines.registered() if e.status_marker]
+    if markers.height and own and "raw" in markers.columns:
+        markers = markers.filter(~pl.col("raw").fill_null("").str.contains("|".join(f"(?:{r})" for r in own)))
+    if markers.height:
         return True
     guide_files = [c["file"] for c in analysis.counters.get("blocktable") or [] if c.get("format", 1) != 2]
     return bool(guide_files and ev.filter((pl.col("kind") == "record") & pl.col("source").is_in(guide_files)).height)

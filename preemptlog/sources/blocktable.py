@@ -36,7 +36,8 @@ Reading: every line is decoded by polars with an explicit schema
 Frames: ``bt_steps`` (with the largest contiguous free run and the number of
 free regions, computed from ``free_regions`` or, vectorised, from
 ``free_block_ids``), ``bt_tables``, ``bt_events`` (schemas below). A
-``block_size`` on a step record is also a ``seen`` configuration value.
+``block_size`` on a step record is also a ``seen`` configuration value, and so is the
+``vllm_version`` of the plugin's header (the first record of each file).
 ``preempt`` events are evidence; see reconcile.records_vs_counts for when they are the
 preemption events (kind ``record``).
 """
@@ -197,6 +198,7 @@ def _record_dtype() -> pl.DataType:
             "num_preemptions": pl.Int64,
             "block_hashes": pl.List(pl.String),
             "v": pl.Int64,  # format version: 2 = preemptlog's vLLM plugin (upstream vLLM's scheduler)
+            "vllm_version": pl.String,  # the plugin's header: the first record of each file names vLLM's version
         }
     )
 
@@ -484,6 +486,19 @@ class BlockTableParsed:
                         "source",
                         "line",
                         pl.lit("block-table step record").alias("note"),
+                    )
+                )
+            ver = df.filter(pl.col("vllm_version").is_not_null()).head(1)
+            if ver.height:  # the version of the vLLM that wrote the records (its scheduler: the what-if)
+                config.append(
+                    ver.select(
+                        pl.lit("vllm_version").alias("key"),
+                        pl.col("vllm_version").alias("value"),
+                        pl.lit("seen").alias("status"),
+                        "time",
+                        "source",
+                        "line",
+                        pl.lit("the records' header (preemptlog's vLLM plugin)").alias("note"),
                     )
                 )
             tb = df.filter(pl.col("type") == "table")

@@ -376,9 +376,13 @@ def _describe(
     elif e.in_bundle and is_document(display, head.decode("utf-8", "replace")):
         kind = "document"  # a note about the incident, not a log: its quoted lines add no events
     else:
+        # A file named on the command line is read for what it holds, a document too: sniff() reads
+        # the log inside a document's code fences or blockquotes (reflow.strip_text).
         kind, score = sniff(head.decode("utf-8", "replace")) if head.strip() else ("unknown", 0)
         if kind == "unknown" and tail.strip() and _is_text(tail):
             kind, score = sniff(tail.decode("utf-8", "replace"))
+        if kind == "unknown" and is_document(display, head.decode("utf-8", "replace")):
+            kind = "document"  # named, read, and holding no log
     recognised = kind not in UNRECOGNISED and kind != "ignore"
     if cut and recognised:
         damage.append(

@@ -1,4 +1,4 @@
-"""vLLM server logs (0.4 to 0.33), in every wrapping the field meets.
+"""vLLM server logs (0.4 to 0.34), in every wrapping the field meets.
 
 One lazy polars query per file: a literal pre-filter on the raw line, then
 regexes only on the survivors, and fields extracted inside the query so the
@@ -16,6 +16,9 @@ Line shapes recognised in front of the message (any combination):
   --timestamps`` RFC 3339 prefixes (these carry year, zone, sub-second);
 - ISO ``YYYY-MM-DD HH:MM:SS[.,]fff`` prefixes of custom logging configs;
 - vLLM 0.32+ JSON lines (``asctime levelname name processName process message``);
+- the Rust ``tracing`` subscriber's default prefix (vLLM's Rust frontend, 0.33+:
+  ``2026-12-01T10:00:10.123456Z  INFO vllm_llm::log_stats: ...``; its full date is read as the
+  RFC 3339 prefix above; :data:`TRACING_LINE_RE` sniffs such a log);
 - other leading date shapes go to python-dateutil (see timebase.py).
 
 Records schema (dtypes declared in :data:`RECORD_SCHEMA`; tests/test_record_schema.py checks
@@ -217,11 +220,21 @@ def all_verify() -> dict[str, str]:
     return out
 
 
+# A line of vLLM's Rust frontend (``vllm-rs``, 0.33+) in the Rust ``tracing`` subscriber's default format:
+# ``2026-12-01T10:00:10.123456Z  INFO vllm_llm::log_stats: message`` (its crates' targets are ``vllm_*``).
+TRACING_LINE_RE = (
+    r"(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+(?:TRACE|DEBUG|INFO|WARN|ERROR)\s"
+    r".*?\bvllm_[a-z_]+(?:::\w+)*: "
+)
+
+
 def _sniff(head: str) -> int:
     import re
 
     if re.search(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d", head):
         return 50
+    if re.search(TRACING_LINE_RE, re.sub(ANSI_RE, "", head) if "\x1b" in head else head):
+        return 45
     if re.search(r'^\{.*"levelname".*"message"', head, re.M):
         return 40
     if re.match(r'\s*(?:\{|\[\s*(?:[{\["\d-]|$))', head):

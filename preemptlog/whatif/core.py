@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from . import engine_model
+from .engine_vllm import version_env
 from .metrics import StepTime, calibration, figures, observed_count, step_time
 from .workload import (
+    VERSIONED,
     Observed,
     ReplayConfig,
     Workload,
@@ -18,6 +20,9 @@ from .workload import (
     length_limits,
     observed_config,
     parse_sets,
+    scheduler_of,
+    version_refusal,
+    with_version_defaults,
 )
 
 if TYPE_CHECKING:
@@ -198,7 +203,8 @@ def whatif(
     asked = [(sets, *apply_settings(obs, sets)) for sets in configs]
     # The incident's vLLM started: when its configuration as read fails the check, the values read
     # are not the ones it ran with, and the check of the asked ones is not evaluable.
-    refused = [None if why0 else refusal(wl, c) for _, c, _ in asked]
+    # a setting the configuration's vLLM version does not have: refused in vLLM's own words
+    refused = [version_refusal(obs, sets, c) or (None if why0 else refusal(wl, c)) for sets, c, _ in asked]
     notes0 = (
         [
             f"the observed configuration as read fails vLLM 0.32's start-up checks ({why0.split(': ', 1)[1]}): "
@@ -232,11 +238,15 @@ def whatif(
         ]
     if (lim := length_limits(wl, obs.config.max_model_len)) is not None:
         notes0 = [*notes0, lim]
+    notes0 = [*notes0, *setting_notes(obs.config)]
+    notes0 = [*notes0, *ran_on(traces[0], obs.config)]
     scen = [Scenario("observed", {}, obs.config, notes0, f0, status)]
     done = iter(traces[1:])
     for (sets, cfg, notes), why in zip(asked, refused, strict=True):
         if why is None and (lim := length_limits(wl, cfg.max_model_len)) is not None:
             notes = [*notes, lim]
+        if why is None:
+            notes = [*notes, *setting_notes(cfg)]
         if why is not None:  # never replayed under a silently changed configuration
             scen.append(Scenario(_name(sets), sets, cfg, [*notes, why], {}, "refused"))
         elif (tr := next(done)).refused:  # vLLM's own check refused what preemptlog's let through
@@ -244,7 +254,7 @@ def whatif(
                 Scenario(_name(sets), sets, cfg, [*notes, f"vLLM refused to start: {tr.refused}"], {}, "refused")
             )
         else:
-            scen.append(Scenario(_name(sets), sets, cfg, notes, figures(tr, st), status))
+            scen.append(Scenario(_name(sets), sets, cfg, [*notes, *ran_on(tr, cfg)], figures(tr, st), status))
     return WhatIf(wl, obs, st, engine, arr, scen, cal, src)
 
 
@@ -270,6 +280,49 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
         )
     if base_sets:
         kept = [a for a in obs.assumptions if not any(a.startswith(k + " ") for k in base_sets)]
+        if "vllm_version" in base_sets:
+            kept = [a for a in kept if not a.startswith("the vLLM version is not in the bundle")]
+        cfg = replace(obs.config, **base_sets)  # the bundle's own values: nothing rescaled
         prov = {**obs.provenance, **{k: "given with --base" for k in base_sets}}
-        obs = Observed(replace(obs.config, **base_sets), prov, obs.memory, kept)
+        if "vllm_version" in base_sets:
+            sv = scheduler_of(cfg, "given with --base")
+            stated = {
+                k for k in VERSIONED if k in base_sets or not prov.get(k, "default").startswith(("default", "vLLM"))
+            }
+            cfg, dprov = with_version_defaults(cfg, sv, keep=stated)
+            prov = {**prov, **dprov, "vllm_version": sv.how}
+        if (why := version_refusal(obs, base_sets, cfg)) is not None:
+            raise UsageError(f"--base: {why}", hint="the incident's vLLM started: a --base value is wrong")
+        obs = Observed(cfg, prov, obs.memory, kept)
     return wl, obs, step_time(analysis)
+
+
+def ran_on(tr: engine_model.Trace, cfg: ReplayConfig) -> list[str]:
+    """The vLLM engine: a note when the scheduler that ran is not the configuration's version (the
+    python given, or the only venv set, has another vLLM)."""
+    want = scheduler_of(cfg).replayed
+    got = tr.scheduler_version
+    if not got or got.split(".")[:2] == want.split(".")[:2]:
+        return []
+    return [
+        f"replayed on vLLM {got}'s scheduler (the python given), not {want}'s: where their schedulers differ "
+        f"(docs/whatif.md) the figures are {got}'s; set {version_env(want) or 'the venv of ' + want} for its own"
+    ]
+
+
+def setting_notes(cfg: ReplayConfig) -> list[str]:
+    """What a configuration's settings do in a replay, where that is not what they say: vLLM 0.34's
+    settings a replay cannot exercise (read from vllm/v1/core/sched/scheduler.py)."""
+    out = []
+    if cfg.max_num_inflight_kv_loads is not None:
+        out.append(
+            f"max_num_inflight_kv_loads {cfg.max_num_inflight_kv_loads}: caps the requests holding KV blocks for an "
+            "async KV connector load (Scheduler._admits_inflight_kv_load); the replay has no KV connector, so it "
+            "changes nothing here"
+        )
+    if cfg.cache_aware_admission_window and (cfg.scheduling_policy != "fcfs" or not cfg.enable_prefix_caching):
+        out.append(
+            f"cache_aware_admission_window {cfg.cache_aware_admission_window}: ignored, vLLM applies it only with "
+            "prefix caching and the fcfs policy (Scheduler.__init__: cache_aware_window)"
+        )
+    return out

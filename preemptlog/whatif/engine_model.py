@@ -46,7 +46,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .workload import ReplayConfig, Workload
+from .workload import ReplayConfig, Workload, scheduler_of
 
 
 @dataclass
@@ -67,6 +67,7 @@ class Trace:
     wall_s: float = 0.0
     engine: str = "model"
     refused: str | None = None  # the vLLM engine: vLLM's own start-up refusal (nothing was replayed)
+    scheduler_version: str | None = None  # the vLLM engine: the version of the scheduler that ran
 
     @property
     def preemptions(self) -> int:
@@ -249,6 +250,17 @@ def replay(
         for i, r in enumerate(wreqs)
     ]
     pool = _Pool(cfg.num_gpu_blocks, bs, hash_block or bs) if cfg.enable_prefix_caching else None
+    # the version's behaviours (engines' SchedulerVersion): from 0.33 a priority request that preempted
+    # itself does not stop the running loop; from 0.34 long_prefill_token_threshold needs chunked
+    # prefill, and cache-aware admission (fcfs with prefix caching only: Scheduler.__init__)
+    sv = scheduler_of(cfg)
+    self_continue = prio and sv.self_preempt_continues
+    thr_on = cfg.enable_chunked_prefill or not sv.long_prefill_needs_chunked
+    window = (
+        cfg.cache_aware_admission_window
+        if (pool is not None and not prio and sv.has("cache_aware_admission_window"))
+        else 0
+    )
     if pool is not None:
         for q, w in zip(reqs, wreqs, strict=True):
             q.hashes = w.block_hashes
@@ -330,7 +342,7 @@ def replay(
         sched_order: list[_Req] = []
         victims: list[str] = []
         idx = 0
-        thr = cfg.long_prefill_token_threshold if (len(running) + n_waiting()) > 1 else 0
+        thr = cfg.long_prefill_token_threshold if thr_on and (len(running) + n_waiting()) > 1 else 0
         while idx < len(running) and budget > 0:
             r = running[idx]
             c = r.computed
@@ -347,6 +359,7 @@ def replay(
             need = want - r.held
             if need > 0 and need > free_now():
                 ok = False
+                itself = False
                 while True:
                     if prio:
                         v = max(running, key=lambda x: (x.prio, x.arrival))
@@ -366,11 +379,16 @@ def replay(
                     victims.append(v.rid)
                     push_wait(v, True)
                     if v is r:
+                        itself = True
                         break
                     if want - r.held <= free_now():
                         ok = True
                         break
                 if not ok:
+                    if itself and self_continue:
+                        # 0.33+: "The requests after it have higher priority and may still fit"; it
+                        # left the running list, so idx already points at the next one
+                        continue
                     break
                 need = want - r.held
             if need > 0:
@@ -386,6 +404,8 @@ def replay(
             budget -= n
             idx += 1
         if not victims:
+            if window and len(waiting_q) >= 2 and pool is not None and usable:
+                _reorder_by_cached_prefix(waiting_q, pool, window, 1.0 - pool.free() / usable, cfg)
             while budget > 0 and n_waiting():
                 if len(running) >= cfg.max_num_seqs:
                     break
@@ -453,6 +473,30 @@ def replay(
     tr.wall_s = time.perf_counter() - t_start
     _ = math
     return tr
+
+
+def _reorder_by_cached_prefix(waiting: deque[_Req], pool: _Pool, window: int, usage: float, cfg: ReplayConfig) -> None:
+    """vLLM 0.34's ``Scheduler._reorder_waiting_by_cached_prefix``: once the KV cache is at least
+    ``cache_aware_admission_threshold`` used (``1 - free / (num_gpu_blocks - 1)``), the waiting
+    requests among the first ``window`` that are merely waiting (never preempted, nothing computed)
+    are put in their slots deepest cached prefix first (``get_num_cached_tokens``: the hit of
+    ``num_tokens - 1`` tokens), arrival order breaking ties; the others keep their positions."""
+    if usage < cfg.cache_aware_admission_threshold:
+        return
+    head = [waiting[i] for i in range(min(window, len(waiting)))]
+    slots = [i for i, q in enumerate(head) if not q.preempted and q.computed == 0]
+    if len(slots) < 2:
+        return
+    cached = {i: len(pool.lookup(head[i], head[i].num_tokens)) for i in slots}
+    order = sorted(slots, key=lambda i: (-cached[i], i))
+    if order == slots:
+        return
+    new = list(head)
+    for slot, src in zip(slots, order, strict=True):
+        new[slot] = head[src]
+    for _ in head:
+        waiting.popleft()
+    waiting.extendleft(reversed(new))
 
 
 def config_note(cfg: ReplayConfig) -> dict[str, Any]:

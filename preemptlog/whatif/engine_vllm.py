@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,12 +19,35 @@ DRIVER = (
 )  # runs in the vLLM venv: capture/ imports no polars
 
 
-def check_python(python: str | None) -> str:
-    py = python or os.environ.get("PREEMPTLOG_VLLM_PYTHON")
+# The venv of a version: PREEMPTLOG_VLLM_<major><minor:02>_PYTHON first (PREEMPTLOG_VLLM_034_PYTHON:
+# ci/vllm-034-venv), then PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv: 0.32, the reference version); a replay
+# on another version's scheduler says so (the driver reports the version that ran).
+FALLBACK_ENV = ("PREEMPTLOG_VLLM_PYTHON",)
+
+
+def version_env(version: str | None) -> str | None:
+    """``PREEMPTLOG_VLLM_034_PYTHON`` for 0.34.x (None without a version)."""
+    m = re.match(r"v?(\d+)\.(\d+)", version or "")
+    return f"PREEMPTLOG_VLLM_{int(m.group(1))}{int(m.group(2)):02d}_PYTHON" if m else None
+
+
+def python_for(python: str | None, version: str | None) -> str | None:
+    """The python that replays ``version``'s scheduler: ``--vllm-python``, else the version's own
+    venv (``version_env``), else the reference venvs (``FALLBACK_ENV``); None: none is set."""
+    if python:
+        return python
+    names = [n for n in (version_env(version), *FALLBACK_ENV) if n]
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
+
+
+def check_python(python: str | None, version: str | None = None) -> str:
+    py = python_for(python, version)
     if not py:
+        own = version_env(version)
         raise UsageError(
             "--engine vllm needs a python with vLLM",
-            hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds one)",
+            hint=f"give --vllm-python PYTHON or set {own + ' or ' if own else ''}PREEMPTLOG_VLLM_PYTHON "
+            "(ci/vllm-venv builds 0.32, ci/vllm-034-venv 0.34)",
         )
     if not Path(py).exists():
         raise UsageError(f"--vllm-python {py}: no such file")
@@ -55,10 +79,39 @@ def replay_vllm_many(
     timeout: float = 1800.0,
     hash_block_size: int | None = None,
 ) -> list[Trace]:
-    """Every configuration in one vLLM process (vLLM is imported once: ~10 s saved per config).
+    """Every configuration in one vLLM process per python (vLLM is imported once: ~10 s saved per
+    config): each configuration runs on the venv of its scheduler version (``python_for``).
     ``hash_block_size``: the block size the requests' block hashes were computed with (the
     observed one): the driver gives requests sharing a hash the same tokens."""
-    py = check_python(python)
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(cfgs):
+        groups.setdefault(check_python(python, c.vllm_version), []).append(i)
+    out: list[Trace | None] = [None] * len(cfgs)
+    for py, idx in groups.items():
+        traces = _run_driver(
+            workload,
+            [cfgs[i] for i in idx],
+            st,
+            arrivals=arrivals,
+            py=py,
+            timeout=timeout,
+            hash_block_size=hash_block_size,
+        )
+        for i, tr in zip(idx, traces, strict=True):
+            out[i] = tr
+    return [tr for tr in out if tr is not None]
+
+
+def _run_driver(
+    workload: Workload,
+    cfgs: list[ReplayConfig],
+    st: StepTime,
+    *,
+    arrivals: str,
+    py: str,
+    timeout: float,
+    hash_block_size: int | None,
+) -> list[Trace]:
     spec = {
         "configs": [c.as_dict() for c in cfgs],
         "requests": [
@@ -144,6 +197,7 @@ def _trace(raw: dict) -> Trace:  # type: ignore[type-arg]
     tr.recomputed_tokens, tr.output_tokens = int(raw["recomputed_tokens"]), int(raw["output_tokens"])
     tr.idle_before = {int(k): float(v) for k, v in raw["idle_before"].items()}
     tr.unfinished, tr.wall_s = int(raw["unfinished"]), float(raw["wall_s"])
+    tr.scheduler_version = raw.get("vllm_version")
     return tr
 
 

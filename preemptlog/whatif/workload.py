@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
+from ..engines import ReplayVersions, SchedulerVersion
 from ..errors import ExitCode, PreemptlogError, UsageError
 from ..model.requests import stats_of
 
@@ -271,6 +273,14 @@ class ReplayConfig:
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     reserve_full_isl: bool = True
+    # vLLM 0.34's admission settings (SchedulerConfig); a version without them behaves as their
+    # defaults here (the engine registry's SchedulerVersion says which version has which)
+    cache_aware_admission_window: int = 0
+    cache_aware_admission_threshold: float = 0.5
+    max_num_inflight_kv_loads: int | None = None
+    # the scheduler version replayed (its behaviours, its settings); None: not in the bundle, the
+    # reference version's (engines' SchedulerVersion.replayed)
+    vllm_version: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in SETTINGS}
@@ -296,8 +306,27 @@ SETTINGS: dict[str, tuple[str, str]] = {
         "bool",
         (
             "admit a request only when its whole known sequence fits (vLLM "
-            "scheduler_reserve_full_isl, on by default in 0.32)"
+            "scheduler_reserve_full_isl, from 0.19, on by default)"
         ),
+    ),
+    "cache_aware_admission_window": (
+        "int0",
+        "vLLM 0.34+: among the first N waiting requests, those with a cached prefix are admitted first "
+        "(fcfs with prefix caching, once the KV cache is cache_aware_admission_threshold used; 0: off)",
+    ),
+    "cache_aware_admission_threshold": (
+        "fraction",
+        "vLLM 0.34+: the KV cache usage from which cache_aware_admission_window applies (default 0.5)",
+    ),
+    "max_num_inflight_kv_loads": (
+        "int_or_none",
+        "vLLM 0.34+: cap on requests holding KV blocks for an async KV connector load (none: no cap; the "
+        "replay has no KV connector, so it changes nothing here)",
+    ),
+    "vllm_version": (
+        "version",
+        "the vLLM version whose scheduler is replayed (its settings and behaviours: from 0.33 a priority "
+        "request that preempts itself no longer stops the running loop); default: the bundle's",
     ),
 }
 
@@ -332,11 +361,22 @@ def parse_value(key: str, text: str) -> Any:
     kind = SETTINGS[key][0]
     t = text.strip()
     try:
-        if kind == "int":
+        if kind == "int_or_none" and t.lower() in ("none", "null", ""):
+            return None
+        if kind in ("int", "int0", "int_or_none"):
             v: Any = int(t.replace("_", "").replace(",", ""))
-            if v < (0 if key == "long_prefill_token_threshold" else 1):
+            if v < (0 if key == "long_prefill_token_threshold" or kind == "int0" else 1):
                 raise ValueError
             return v
+        if kind == "fraction":
+            f = float(t)
+            if not 0.0 <= f <= 1.0:
+                raise ValueError
+            return f
+        if kind == "version":
+            if not re.fullmatch(r"v?\d+\.\d+(?:\.\d+)?", t):
+                raise ValueError
+            return t.lstrip("v")
         if kind == "float":
             f = float(t)
             lo_ok = 0.0 <= f < 1.0 if key == "watermark" else 0.0 < f <= 1.0
@@ -357,6 +397,10 @@ def parse_value(key: str, text: str) -> Any:
     except ValueError:
         want = {
             "int": "a positive integer",
+            "int0": "an integer, 0 or more",
+            "int_or_none": "a positive integer or none",
+            "fraction": "a number in [0, 1]",
+            "version": "a version (0.34.0)",
             "float": "a number in (0, 1]" if key != "watermark" else "a number in [0, 1)",
             "bool": "true or false",
         }.get(kind, "one of " + kind.split(":", 1)[-1])
@@ -487,6 +531,29 @@ def observed_config(analysis: Analysis) -> Observed:
     for k in ("block_size", "max_num_seqs"):
         if k in prov and prov[k].startswith("default"):
             assumptions.append(f"{k} not in the bundle: taken as the default ({prov[k]})")
+    # the scheduler's version: its admission settings (seen in `non-default args`, else the version's
+    # defaults) and its behaviours (the model engine follows them)
+    rv = _replay_versions()
+    version, where = rv.of_bundle(analysis.config)
+    sv = rv.scheduler(version, where)
+    prov["vllm_version"] = sv.how
+    if version is None:
+        assumptions.append(
+            f"the vLLM version is not in the bundle: replayed as vLLM {sv.replayed}'s scheduler "
+            "(give --base vllm_version=X for another)"
+        )
+    seen: dict[str, Any] = {}
+    for key, cast in (
+        ("reserve_full_isl", as_bool),
+        ("watermark", _as_float),
+        ("cache_aware_admission_window", as_int),
+        ("cache_aware_admission_threshold", _as_float),
+        ("max_num_inflight_kv_loads", as_int),
+    ):
+        v = cast(get(CONFIG_KEYS.get(key, key)))
+        if v is not None:
+            seen[key] = v
+            prov[key] = prov.pop(CONFIG_KEYS.get(key, key))
     conf = ReplayConfig(
         num_gpu_blocks=blocks,
         block_size=bs,
@@ -497,8 +564,62 @@ def observed_config(analysis: Analysis) -> Observed:
         scheduling_policy=pol,
         max_model_len=mml,
         gpu_memory_utilization=gmu,
+        vllm_version=version,
     )
-    return Observed(conf, prov, memory_lines(analysis), assumptions)
+    conf, dprov = with_version_defaults(conf, sv, keep=set(seen))
+    conf = replace(conf, **seen)
+    return Observed(conf, {**prov, **dprov}, memory_lines(analysis), assumptions)
+
+
+# The configuration frame's names of the replay settings that differ (vLLM's)
+CONFIG_KEYS = {"reserve_full_isl": "scheduler_reserve_full_isl"}
+# The settings whose existence and default depend on the scheduler's version (SchedulerVersion.settings)
+VERSIONED = (
+    "reserve_full_isl",
+    "watermark",
+    "cache_aware_admission_window",
+    "cache_aware_admission_threshold",
+    "max_num_inflight_kv_loads",
+)
+
+
+def _as_float(v: Any) -> float | None:
+    try:
+        return float(str(v).strip("'\"")) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _replay_versions() -> ReplayVersions:
+    rv = engines.replayed().replay_versions
+    assert rv is not None, "the replayed engine declares its scheduler's versions"
+    return rv
+
+
+def scheduler_of(cfg: ReplayConfig, where: str = "asked") -> SchedulerVersion:
+    """The scheduler version a configuration replays (its ``vllm_version``; None: the reference one)."""
+    return _replay_versions().scheduler(cfg.vllm_version, where)
+
+
+def with_version_defaults(
+    cfg: ReplayConfig, sv: SchedulerVersion, keep: set[str]
+) -> tuple[ReplayConfig, dict[str, str]]:
+    """``cfg`` with the versioned settings not in ``keep`` at ``sv``'s defaults (a version without a
+    setting: what it did before the setting came), and where each came from."""
+    vals: dict[str, Any] = {}
+    prov: dict[str, str] = {}
+    for key in VERSIONED:
+        st = sv.setting(key)
+        if st is None or key in keep:
+            continue
+        if sv.has(key):
+            vals[key] = st.default
+            prov[key] = f"default: vLLM {sv.replayed} default ({st.where})"
+        else:
+            since = ".".join(str(x) for x in st.since or ())
+            vals[key] = st.absent
+            prov[key] = f"vLLM {sv.replayed} has no {st.flag} (from {since}): as it behaved before it came"
+    return replace(cfg, **vals), prov
 
 
 def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
@@ -566,7 +687,39 @@ def apply_settings(obs: Observed, sets: dict[str, Any]) -> tuple[ReplayConfig, l
         c = replace(c, num_gpu_blocks=blocks)
     rest = {k: v for k, v in sets.items() if k != "gpu_memory_utilization" or "num_gpu_blocks" in sets}
     c = replace(c, **rest)
+    if "vllm_version" in sets and sets["vllm_version"] != obs.config.vllm_version:
+        # another version: the settings the bundle did not state take that version's defaults
+        stated = {
+            k for k in VERSIONED if k in sets or not obs.provenance.get(k, "default").startswith(("default", "vLLM"))
+        }
+        sv = scheduler_of(c)
+        c, _ = with_version_defaults(c, sv, keep=stated)
+        notes.append(
+            f"replayed as vLLM {sv.replayed}'s scheduler: the settings the bundle does not state take its defaults"
+        )
     return c, notes
+
+
+def version_refusal(obs: Observed, sets: dict[str, Any], cfg: ReplayConfig) -> str | None:
+    """``vLLM X would not start: "<vLLM's own words>"`` when ``cfg``'s scheduler version does not have a
+    setting asked in ``sets`` (or, asked for another version, one the bundle states), else None."""
+    sv = scheduler_of(cfg)
+    asked = [k for k in sets if k in VERSIONED]
+    if "vllm_version" in sets:
+        asked += [
+            k
+            for k in VERSIONED
+            if k not in sets and not obs.provenance.get(k, "default").startswith(("default", "vLLM"))
+        ]
+    why = [w for k in asked if (w := sv.refusal(k, getattr(cfg, k))) is not None]
+    if not why:
+        return None
+    hint = (
+        " (the bundle does not name its vLLM version; --base vllm_version=X replays another)"
+        if cfg.vllm_version is None
+        else ""
+    )
+    return f"vLLM {sv.replayed} would not start: " + "; ".join(why) + hint
 
 
 _ = re  # regexes are compiled by polars

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ...model.config import cfg_number, cfg_text
+from ...model.fixes import fix_record
 from ..common import FixPart, is_change, ranked, verdict_key_counts
 from . import knobs
 from .log import ENGINE_KIND as SGLANG
@@ -47,19 +48,19 @@ def _fix(
         if suggested is not None
         else f"{option}: cannot compute, {missing}"
     )
-    return {
-        "id": fid,
-        "option": option,
-        "current": current,
-        "suggested": suggested,
-        "inputs": inputs,
-        "expected_effect": effect,
-        "missing": missing,
-        "addresses": [KEY],
-        "text": text + " (SGLang; " + NOT_REPLAYED + ")",
-        "engine_kind": SGLANG,
-        "replay": NOT_REPLAYED,
-    }
+    return fix_record(
+        fid,
+        option,
+        current,
+        suggested,
+        inputs,
+        effect,
+        text + " (SGLang; " + NOT_REPLAYED + ")",
+        [KEY],
+        missing=missing,
+        engine_kind=SGLANG,
+        replay=NOT_REPLAYED,
+    )
 
 
 def _events(analysis: AnalysisView) -> pl.DataFrame:

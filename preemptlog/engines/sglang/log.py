@@ -30,10 +30,14 @@ formatter, an ISO prefix): then the ranks are not in the line and the process (J
 ``processName``/``process``) stands in for the rank.
 
 **TP ranks**: every TP rank of a DP group runs the same scheduler step and prints the same
-retraction line (sglang issue #4184: ``TP8`` .. ``TP15``). Lines are grouped by (stream, DP rank,
-second, message); within a group the rank that printed it most often is kept (its lowest TP
-rank on ties), so the count is one event per retracted request per (time, DP rank), and a rank
-that printed the line twice in one second gives two. Stats lines are grouped the same way.
+retraction line (sglang issue #4184: ``TP8`` .. ``TP15``). Per (stream, DP rank, message), the k-th
+line of each TP rank within one burst (lines no more than COPY_WINDOW_US apart: TP copies differ by
+a few ms with ``SGLANG_LOG_MS``, or straddle a second boundary without it) are one step, whatever
+order the ranks' lines come in; the lowest rank's line is kept. So the count is one event per
+retracted request per (step, DP rank), never merged across DP ranks, and a rank that printed the
+line twice gives two. Lines without a rank (0.1-0.2's bare messages) collapse by the TP size the
+log shows (server_args ``tp_size``, or the ranks its lines name): T identical lines in a row are
+one step. Stats lines are grouped the same way.
 
 Frames: ``sgl_retractions`` (:data:`RETRACTIONS_SCHEMA`, one row per kept retraction line),
 ``sgl_batches`` (:data:`BATCHES_SCHEMA`, one row per kept Decode/Prefill batch line) and
@@ -73,7 +77,7 @@ RETRACT_RE = (
     r"(?:, #new_token_ratio: (?P<r0>\d+(?:\.\d+)?) -> (?P<r1>\d+(?:\.\d+)?))?"
 )
 MESSAGE_RE = r"((?:KV cache pool is full|Testing retraction|[Dd]ecode out of memory happened)\..*|decode out of memory happened,.*)$"
-BATCH_MESSAGE_RE = r"((?:Decode|Prefill) batch.*)$"
+BATCH_MESSAGE_RE = r"((?:Decode|Prefill) batch.*|#running-req: .*)$"
 
 # Version families told by the retraction wording (the scheduler's log call per release).
 WORDING = {
@@ -136,37 +140,107 @@ def _num(text: pl.Expr, rx: str, dtype: Any) -> pl.Expr:
     return text.str.extract(rx, 1).cast(dtype, strict=False)
 
 
-def _ranks(text: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
-    """(rank tokens as printed, DP rank as the engine, TP rank) of a line."""
+def _ranks(text: pl.Expr, proc: pl.Expr | None = None) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """(rank tokens as printed, DP rank as the engine, TP rank) of a line: from the bracketed
+    prefix, 0.2's ``[gpu_id=N]``, 0.1's ``Rank N:``, or (a JSON formatter) the process name SGLang
+    gives its schedulers (``sglang::scheduler_DP1_TP2``)."""
     ranks = text.str.extract(PREFIX_RE, 1)
-    dp = ranks.str.extract(r"(?:^| )DP(\d+)", 1)
-    tp = pl.coalesce(ranks.str.extract(r"(?:^| )TP(\d+)", 1), text.str.extract(r"\[gpu_id=(\d+)\]", 1)).cast(
-        pl.Int64, strict=False
-    )
+    who = pl.lit(None, pl.String) if proc is None else proc
+    dp = pl.coalesce(ranks.str.extract(r"(?:^| )DP(\d+)", 1), who.str.extract(r"(?:^|[\s_:])DP(\d+)", 1))
+    tp = pl.coalesce(
+        ranks.str.extract(r"(?:^| )TP(\d+)", 1),
+        text.str.extract(r"\[gpu_id=(\d+)\]", 1),
+        text.str.extract(r"(?:^|\] )Rank (\d+): ", 1),
+        who.str.extract(r"(?:^|[\s_:])TP(\d+)", 1),
+    ).cast(pl.Int64, strict=False)
     engine = dp.cast(pl.Int64, strict=False).cast(pl.String).fill_null("0")
     return ranks, engine, tp
 
 
-def _one_per_rank_group(df: pl.DataFrame, message: str) -> tuple[pl.DataFrame, int]:
-    """Keep one TP rank's lines per (stream, engine, second, message): the rank with the most lines
-    (lowest TP rank, then process, on ties). Returns the kept rows (with ``rank_lines``: lines of
-    the same group printed by other ranks) and how many lines were collapsed."""
+# TP copies of one scheduler step: a few ms apart with SGLANG_LOG_MS, up to a second apart across a
+# second boundary without it. Lines of one message on one DP rank no further apart than this are one burst.
+COPY_WINDOW_US = 2_000_000
+
+
+def tp_sizes(records: pl.DataFrame) -> pl.DataFrame:
+    """Per stream, the TP size the log shows (``stream``, ``tp_size``): server_args' ``tp_size``, or
+    one more than the largest TP rank any SGLang line names (``TPn``, ``[gpu_id=n]``, ``Rank n:``)."""
+    t = pl.col("text")
+    _, _, tp = _ranks(t, pl.col("proc") if "proc" in records.columns else None)
+    return (
+        records.select(
+            "stream",
+            pl.when(pl.col("kind") == ARGS).then(t.str.extract(r"tp_size['\"]?\s*[=:]\s*(\d+)", 1)).cast(pl.Int64, strict=False).alias("_a"),
+            (tp + 1).alias("_r"),
+        )
+        .group_by("stream")
+        .agg(pl.max_horizontal(pl.col("_a").max(), pl.col("_r").max()).fill_null(1).alias("tp_size"))
+    )
+
+
+def _one_per_rank_group(df: pl.DataFrame, message: str, sizes: pl.DataFrame | None = None) -> tuple[pl.DataFrame, int]:
+    """One line per scheduler step of a DP rank: the copies its TP ranks printed collapse into the
+    lowest rank's line. Returns the kept rows (``rank_lines``: copies of it printed by other ranks)
+    and how many lines were collapsed.
+
+    Every TP rank of a DP group prints the same line in the same step, so the k-th line of a message
+    from each rank of a DP rank (per stream) within one burst (lines of that message no more than
+    COPY_WINDOW_US apart) are copies of one step, whatever order the ranks' lines come in and whether
+    the stamps carry milliseconds (``SGLANG_LOG_MS``) or straddle a second; never across DP ranks. A
+    rank that printed the line twice in a burst printed two steps. Lines that name no rank (0.1-0.2's
+    bare messages) are copies when the log shows a TP size T > 1 (``sizes``): each run of T identical
+    lines (same message and time, one after the other) is one step.
+    """
     if df.height == 0:
         return df.with_columns(rank_lines=pl.lit(0, pl.UInt32)), 0
     who = pl.coalesce(
         pl.col("tp").cast(pl.String).str.pad_start(6, "0"), pl.col("proc"), pl.lit("")
     )  # zero-padded: TP10 sorts after TP9
-    sec = pl.col("time").dt.truncate("1s")
-    key = ["stream", "engine", "_sec", message]
-    d = df.with_columns(_who=who, _sec=sec)
-    per = d.group_by([*key, "_who"]).len("_n")
-    best = per.sort(["_n", "_who"], descending=[True, False]).unique(key, keep="first", maintain_order=True)
-    total = per.group_by(key).agg(pl.col("_n").sum().alias("_all"))
-    best = best.join(total, on=key, how="left", nulls_equal=True)
-    kept = d.join(best, on=[*key, "_who"], how="inner", nulls_equal=True, maintain_order="left")
-    # Lines of other ranks in the group, spread over the kept rank's lines (each kept line stands for them).
-    kept = kept.with_columns(rank_lines=((pl.col("_all") - pl.col("_n")) // pl.col("_n")).cast(pl.UInt32))
-    return kept.drop("_who", "_sec", "_n", "_all"), df.height - kept.height
+    key = ["stream", "engine", message]
+    t = pl.col("time")
+    prev = t.shift(1).over(key)
+    new_burst = (
+        (t.is_null() != prev.is_null())
+        | ((t - prev).dt.total_microseconds() > COPY_WINDOW_US).fill_null(False)
+        | (pl.int_range(pl.len()).over(key) == 0)
+    )
+    d = (
+        df.with_columns(_who=who, _i=pl.int_range(pl.len(), dtype=pl.UInt32))
+        .sort("stream", "seq")
+        .with_columns(_burst=new_burst.cum_sum().over(key))
+        .with_columns(_k=pl.int_range(pl.len()).over([*key, "_burst", "_who"]))
+    )
+    # Lines without a rank: runs of identical lines (same message and time) of T copies each.
+    ranked = d.filter(pl.col("_who") != "")
+    bare = d.filter(pl.col("_who") == "")
+    if bare.height:
+        size = (
+            bare.join(sizes, on="stream", how="left").get_column("tp_size").fill_null(1)
+            if sizes is not None and sizes.height
+            else pl.Series([1] * bare.height)
+        )
+        bare = bare.with_columns(_T=pl.Series(size.to_list(), dtype=pl.Int64))
+        same = (pl.col(message) == pl.col(message).shift(1)).fill_null(False) & (
+            (t == t.shift(1)).fill_null(False) | (t.is_null() & t.shift(1).is_null())
+        )
+        bare = bare.with_columns(_run=(~same).cum_sum().over("stream", "engine")).with_columns(
+            _pos=pl.int_range(pl.len()).over("stream", "engine", "_run"),
+            _len=pl.len().over("stream", "engine", "_run"),
+        )
+        bare = bare.with_columns(
+            _k=(pl.col("_pos") // pl.col("_T")).cast(pl.Int64),
+            _burst=pl.col("_run").cast(d.schema["_burst"]),
+        ).drop("_T", "_pos", "_len", "_run")
+    d = pl.concat([ranked, bare.select(ranked.columns)], how="vertical") if bare.height else ranked
+    group = [*key, "_bare", "_burst", "_k"]
+    d = d.with_columns(_bare=pl.col("_who") == "").with_columns(_n=pl.len().over(group))
+    kept = (
+        d.sort("_who", "_i")
+        .unique(group, keep="first", maintain_order=True)
+        .sort("_i")
+        .with_columns(rank_lines=(pl.col("_n") - 1).cast(pl.UInt32))
+    )
+    return kept.drop("_who", "_i", "_burst", "_k", "_n", "_bare"), df.height - kept.height
 
 
 def retractions(records: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
@@ -174,7 +248,7 @@ def retractions(records: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     t = pl.col("text")
     rows = records.filter(pl.col("kind") == RETRACT)
     facts = {"lines": rows.height, "collapsed": 0, "test": 0, "zero": 0}
-    ranks, engine, tp = _ranks(t)
+    ranks, engine, tp = _ranks(t, pl.col("proc"))
     f = t.str.extract_groups(RETRACT_RE)
     df = rows.select(
         "time",
@@ -197,7 +271,7 @@ def retractions(records: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         t.str.extract(MESSAGE_RE, 1).alias("_msg"),
         t.str.strip_chars().str.slice(0, RAW_LIMIT).alias("raw"),
     ).filter(pl.col("retracted").is_not_null())
-    df, facts["collapsed"] = _one_per_rank_group(df, "_msg")
+    df, facts["collapsed"] = _one_per_rank_group(df, "_msg", tp_sizes(records))
     wording = (
         pl.when(pl.col("_head").str.starts_with("KV cache pool") & pl.col("new_tokens_gained").is_not_null())
         .then(pl.lit(NEWEST_WORDING))
@@ -265,7 +339,7 @@ def batches(records: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Decode and Prefill batch lines (BATCHES_SCHEMA), one TP rank's per (second, engine, message)."""
     t = pl.col("text")
     rows = records.filter(pl.col("kind").is_in([DECODE, PREFILL]))
-    _, engine, tp = _ranks(t)
+    _, engine, tp = _ranks(t, pl.col("proc"))
     usages = t.str.extract_all(r"(?:token usage|mamba usage): (\d+(?:\.\d+)?)").list.eval(
         pl.element().str.extract(r"(\d+(?:\.\d+)?)$", 1).cast(pl.Float64, strict=False)
     )
@@ -354,9 +428,9 @@ ARG_KEYS = {
 }
 # (record kind, config key, regex with one group)
 LINE_KEYS: list[tuple[str, str, str]] = [
-    (STARTUP, "kv_cache_tokens", r"max_total_num_tokens=(\d+)"),
+    (STARTUP, "kv_cache_tokens", r"max_total_num_tokens?=(\d+)"),  # 0.1.x: max_total_num_token=
     (STARTUP, "chunked_prefill_size", r"chunked_prefill_size=(-?\d+)"),
-    (STARTUP, "max_prefill_tokens", r"max_prefill_tokens=(\d+)"),
+    (STARTUP, "max_prefill_tokens", r"max_prefill_(?:num_)?tokens?=(\d+)"),
     (STARTUP, "max_running_requests", r"max_running_requests=(\d+)"),
     (STARTUP, "max_model_len", r"context_len=(\d+)"),
     (STARTUP, "available_gpu_mem_gib", r"available_[gc]pu_mem=(\d+(?:\.\d+)?) GB"),
@@ -486,8 +560,9 @@ def from_records(records: pl.DataFrame) -> dict[str, Any]:
     notes: list[str] = []
     if facts["collapsed"]:
         notes.append(
-            f"SGLang: {facts['collapsed']} retraction line(s) repeated by other TP ranks of the same DP group "
-            "(same second, same message) were counted once: every TP rank prints the scheduler's line"
+            f"SGLang: {facts['collapsed']} retraction line(s) repeated by other TP ranks of the same DP rank "
+            "(the same message in the same scheduler step, a few ms or a second boundary apart) were counted once: "
+            "every TP rank prints the scheduler's line"
         )
     if collapsed_stats:
         notes.append(f"SGLang: {collapsed_stats} batch stats line(s) repeated by other TP ranks were read once")

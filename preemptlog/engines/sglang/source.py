@@ -32,6 +32,7 @@ from ...sources.registry import (
     register_family,
     register_samples,
 )
+from ...sources import vllm_log
 from . import log as sgl
 
 KIND = "sglang-log"
@@ -46,34 +47,44 @@ MARKERS: list[tuple[str, str]] = [
     ("Decode batch", sgl.DECODE),
     ("Prefill batch", sgl.PREFILL),
     ("max_total_num_tokens=", sgl.STARTUP),
+    ("max_total_num_token=", sgl.STARTUP),  # 0.1.x: "Rank 0: max_total_num_token=N, max_prefill_num_token=N, ..."
+    ("#running-req: ", sgl.DECODE),  # 0.1.x's stats line has no "Decode batch" before it (tp_rank 0 only)
     ("server_args=", sgl.ARGS),
     ("KV Cache is allocated. #tokens:", sgl.KV_ALLOC),
     ("Load weight begin. avail mem=", sgl.WEIGHTS),
 ]
 VERIFY = {
     sgl.RETRACT: r"#retracted_reqs: \d",
-    sgl.ALLOC_ERROR: r"Decode out of memory\. (?:Try to lower your batch size|This should never happen)",
-    sgl.DECODE: r"Decode batch[^,.#]*[.,] #running-req: \d",
+    # 0.1.x printed "This should nerver happen." [sic] (managers/router/infer_batch.py)
+    sgl.ALLOC_ERROR: r"Decode out of memory\. (?:Try to lower your batch size|This should ne?r?ver happen)",
+    sgl.DECODE: r"Decode batch[^,.#]*[.,] #running-req: \d|(?:^|\s)#running-req: \d+, #token: \d+, token usage: ",
     sgl.PREFILL: r"Prefill batch[^,.#]*[.,] #new-seq: \d",
-    sgl.STARTUP: r"max_total_num_tokens=\d+.*max_running_requests=",
+    sgl.STARTUP: r"max_total_num_tokens=\d+.*max_running_requests=|max_total_num_token=\d+, max_prefill_num_token=",
     sgl.ARGS: r"server_args=(?:ServerArgs\(|\{)",
     sgl.KV_ALLOC: r"KV Cache is allocated\. #tokens: \d",
 }
 
-_OWN = [m for m, _ in MARKERS if m not in ("Decode batch", "Prefill batch")] + [
+_OWN = [m for m, _ in MARKERS if m not in ("Decode batch", "Prefill batch", "#running-req: ")] + [
     "Decode batch. #running-req",
     "Decode batch, #running-req",
     "Prefill batch. #new-seq",
     "Prefill batch, #new-seq",
+    "new fill batch. #seq: ",  # 0.1.x
+    ", token usage: ",
 ]
 _PREFIX = re.compile(r"^(?:\S+\s+)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\] ", re.M)
 _RANKED = re.compile(r"^(?:\S+\s+)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:DP|TP|EP|PP)\d+)+\] ", re.M)
-_VLLM_HEADER = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
+_VLLM_LINE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d[^\n]*")
+_VLLM_MARKERS = tuple(m for m, _ in vllm_log.MARKERS)
 
 
 def _sniff(head: str) -> int:
+    """SGLang's own messages beat vLLM's header lines unless vLLM's engine lines outnumber them. Only
+    header lines that carry one of the vLLM log pass's own markers count for vLLM: SGLang 0.1-0.2
+    load models with vLLM's code, whose library lines (``weight_utils.py] Using model weights
+    format``, NCCL, custom all-reduce) carry vLLM's header in an SGLang log."""
     own = sum(head.count(m) for m in _OWN)
-    vllm = len(_VLLM_HEADER.findall(head))
+    vllm = sum(1 for ln in _VLLM_LINE.findall(head) if any(m in ln for m in _VLLM_MARKERS))
     if own and (not vllm or own + len(_PREFIX.findall(head)) > vllm):
         return 60
     if vllm:

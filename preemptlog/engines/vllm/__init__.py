@@ -4,7 +4,7 @@ requests, preemption events, code facts and fixes; registered as the default eng
 from ...sources.vllm_log import KIND as LOG_KIND
 from .. import facts
 from ..registry import Engine, register_engine
-from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, runs, stats
+from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, resets, runs, stats
 
 ENGINE = register_engine(
     Engine(
@@ -41,7 +41,12 @@ ENGINE = register_engine(
         bundle_facts=codefacts.bundle_facts,
         capacity_fixes=fixes.capacity_fixes,
         startup_refusals=config.startup_refusals,
+        replay_versions=config.REPLAY_VERSIONS,
+        prefix_caching=config.prefix_caching,
+        # V1's request status enum (vllm/v1/request.py): a line printing it shows upstream vLLM's own state
+        status_marker=r"\bRequestStatus\.PREEMPTED\b",
+        cache_reset_call="reset_prefix_cache(reset_running_requests=True)",
     )
 )
 
-__all__ = ["ENGINE", "enginedeath", "hooks"]
+__all__ = ["ENGINE", "enginedeath", "hooks", "resets"]

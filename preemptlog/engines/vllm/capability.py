@@ -25,14 +25,16 @@ if TYPE_CHECKING:
     from ...model.result import AnalysisView
 
 # What makes a stock V1 log's preemptions countable: scrapes, or preemptlog's vLLM plugin
-# (README "Capture an incident"; it is verified on vLLM 0.11-0.34).
+# (docs/capture.md; it is verified on vLLM 0.11-0.34).
 V1_REMEDY_WITH_PLUGIN = (
     "add /metrics scrapes (vllm:num_preemptions_total; `preemptlog capture --metrics URL`) to the bundle, or record "
     "with preemptlog's vLLM plugin (PREEMPTLOG_RECORD=FILE; PREEMPTLOG_FIX_STATS=1 makes the log print "
     "'Preemptions: N')"
 )
 # From 0.33, also the Rust frontend: its stats line prints the count (stats.py).
-RUST_REMEDY = "; or run vLLM's Rust frontend (VLLM_USE_RUST_FRONTEND=1, 0.33+), whose stats line prints 'Preemptions: N'"
+RUST_REMEDY = (
+    "; or run vLLM's Rust frontend (VLLM_USE_RUST_FRONTEND=1, 0.33+), whose stats line prints 'Preemptions: N'"
+)
 
 
 def log_capability(a: AnalysisView) -> LogCapability:
@@ -135,10 +137,12 @@ def _rust_capability(cap: LogCapability, stats: pl.DataFrame, rust: pl.DataFrame
     shown = rust.filter(pl.col("preemptions") > 0).height
     cap.reason = (
         f"the Rust frontend's stats lines (VLLM_USE_RUST_FRONTEND=1, {rust.height} line(s)) print 'Preemptions: p' "
-        f"whenever p > 0 ({shown} line(s) do): p is every engine's preemptions in the 10 s before the line (engine "
-        "'all'), and a line without the field counts 0"
+        f"whenever p > 0 ({shown} line(s) do): p is every engine's preemptions in the tick of its logger before "
+        "the line (10 s by default; engine 'all'), and a line without the field counts 0"
     )
-    cap.details["fields"] = "the Rust frontend's stats lines: 'Preemptions: p' printed whenever p > 0, so exact, 0 included"
+    cap.details["fields"] = (
+        "the Rust frontend's stats lines: 'Preemptions: p' printed whenever p > 0, so exact, 0 included"
+    )
     python_v1 = stats.filter(pl.col("family") == "v1")
     if python_v1.height and python_v1.filter(pl.col("preemptions").is_not_null()).height == 0:
         t0, t1 = rust.get_column("time").min(), rust.get_column("time").max()

@@ -16,11 +16,14 @@ other sources and defaults, which are the bundle's).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import polars as pl
 
 from ...model.config import in_force as in_force  # re-exported (moved to model/config.py)
 from ...model.config import version_tuple as _version_tuple
 from ..common import arg_pattern as _arg
+from ..registry import ReplaySetting, ReplayVersions, SchedulerVersion
 from .stats import RUST_FAMILY, V1_STATS_FAMILIES
 
 # (record kind, key, regex with one group)
@@ -85,6 +88,12 @@ ARG_KEYS = [
     "kv_cache_dtype",
     "num_gpu_blocks_override",
     "max_prefix_cache_len",
+    # the scheduler's admission settings the what-if replays (SCHEDULER_SETTINGS)
+    "watermark",
+    "scheduler_reserve_full_isl",
+    "cache_aware_admission_window",
+    "cache_aware_admission_threshold",
+    "max_num_inflight_kv_loads",
 ]
 for _k in ARG_KEYS:
     EXTRACTORS.append(("cfg_args", _k, _arg(_k)))
@@ -254,6 +263,135 @@ def defaults_for(records: pl.DataFrame, seen: pl.DataFrame) -> list[tuple[str, s
     from ..registry import shown
 
     return [row for e in shown(records, seen) for row in e.defaults(seen)]
+
+
+# The scheduler settings the what-if replays, by version (read from the released wheels'
+# vllm/config/scheduler.py SchedulerConfig and vllm/engine/arg_utils.py; 0.19 and 0.24 from the facts
+# page): the first version with each, its default there, and what a version without it does. Kept
+# out of VERSION_DEFAULTS: those are rows of every analysis's configuration frame, these are the
+# what-if's only. The replay's names (whatif.workload.SETTINGS): ``reserve_full_isl`` is vLLM's
+# ``scheduler_reserve_full_isl``.
+_SCHED = "vllm/config/scheduler.py SchedulerConfig"
+SCHEDULER_SETTINGS = (
+    ReplaySetting(
+        "reserve_full_isl",
+        (0, 19, 0),
+        True,
+        False,
+        "--scheduler-reserve-full-isl",
+        f"{_SCHED}.scheduler_reserve_full_isl",
+    ),
+    ReplaySetting("watermark", (0, 24, 0), 0.0, 0.0, "--watermark", f"{_SCHED}.watermark"),
+    ReplaySetting(
+        "cache_aware_admission_window",
+        (0, 34, 0),
+        0,
+        0,
+        "--cache-aware-admission-window",
+        f"{_SCHED}.cache_aware_admission_window (0: admission in arrival order)",
+    ),
+    ReplaySetting(
+        "cache_aware_admission_threshold",
+        (0, 34, 0),
+        0.5,
+        0.5,
+        "--cache-aware-admission-threshold",
+        f"{_SCHED}.cache_aware_admission_threshold",
+    ),
+    ReplaySetting(
+        "max_num_inflight_kv_loads",
+        (0, 34, 0),
+        None,
+        None,
+        "--max-num-inflight-kv-loads",
+        f"{_SCHED}.max_num_inflight_kv_loads (None: no cap)",
+    ),
+)
+# The version the what-if's model reads as its reference (docs/whatif.md), replayed when the bundle
+# does not name its version.
+REFERENCE_VERSION = "0.32.0"
+# From 0.33 (vllm/v1/core/sched/scheduler.py, the running loop of schedule()): under the priority
+# policy a request that preempted itself (the lowest-priority running one) no longer stops the
+# running loop: "The requests after it have higher priority and may still fit". 0.32: ``break``.
+SELF_PREEMPT_CONTINUES = (0, 33, 0)
+# From 0.34 (the same function): long_prefill_token_threshold applies only with chunked prefill on
+# (``if self.scheduler_config.enable_chunked_prefill and num_eligible_reqs > 1``); 0.32-0.33 apply it
+# without chunked prefill too.
+LONG_PREFILL_NEEDS_CHUNKED = (0, 34, 0)
+# argparse's words for an option a version does not have (vllm serve on 0.32.0 and 0.33.0, checked)
+UNKNOWN_OPTION = "vllm serve: error: unrecognized arguments: {arg}"
+
+
+def scheduler_version(version: str | None, where: str) -> SchedulerVersion:
+    """What the scheduler of ``version`` has (its replay settings, their defaults, its behaviours);
+    None: the reference version is replayed."""
+    vt = _version_tuple(version) if version else None
+    replayed = version if vt is not None else REFERENCE_VERSION
+    rt = vt or _version_tuple(REFERENCE_VERSION) or ()
+    how = (
+        f"vLLM {version} ({where})"
+        if vt is not None
+        else f"vLLM {REFERENCE_VERSION}'s scheduler (the version is not in the bundle: {where})"
+    )
+    return SchedulerVersion(
+        display="vLLM",
+        version=version if vt is not None else None,
+        replayed=replayed.lstrip("v"),
+        how=how,
+        settings=SCHEDULER_SETTINGS,
+        self_preempt_continues=rt >= SELF_PREEMPT_CONTINUES,
+        long_prefill_needs_chunked=rt >= LONG_PREFILL_NEEDS_CHUNKED,
+        unknown_words=UNKNOWN_OPTION,
+    )
+
+
+def bundle_version(config: pl.DataFrame) -> tuple[str | None, str]:
+    """The vLLM version the bundle names (the engine config line, the server version line, the plugin
+    records' header), and where; (None, why) without one."""
+    row = in_force(config).get("vllm_version")
+    if row is None or row.get("status") == "default" or not _version_tuple(str(row["value"])):
+        return None, "no version line, no records' header"
+    return str(row["value"]).lstrip("v"), f"{row['source']}:{row['line']}" if row.get("source") else str(row["status"])
+
+
+def prefix_caching(config: pl.DataFrame, frames: Mapping[str, pl.DataFrame]) -> tuple[bool | None, str]:
+    """Whether prefix caching was on, and the evidence: ``enable_prefix_caching`` seen (the engine
+    config line prints the value in force), else vLLM's block hashes on the plugin's arrival records
+    (vLLM hashes a request's blocks only with prefix caching on or a KV connector: vllm/v1/engine/core.py
+    ``request_block_hasher``), else the default of the engine generation: V1 on (vllm/engine/arg_utils.py
+    ``_set_default_args``: None -> ``model_config.is_prefix_caching_supported``, true for generative
+    models), V0 off (``EngineArgs.enable_prefix_caching = False``); (None, why) when nothing says."""
+    cfg = in_force(config)
+    row = cfg.get("enable_prefix_caching")
+    if row is not None and row.get("status") != "default":
+        text = str(row["value"]).strip().strip("'\"").lower()
+        src = f"{row['source']}:{row['line']}" if row.get("source") else str(row["status"])
+        if text in ("true", "false"):
+            return text == "true", f"enable_prefix_caching={text.title()} ({row['status']}, {src})"
+    bt = frames.get("bt_requests")
+    if bt is not None and bt.height and "block_hashes" in bt.columns:
+        hashed = bt.filter(pl.col("block_hashes").list.len() > 0).head(1)
+        if hashed.height:
+            r = hashed.row(0, named=True)
+            return True, (
+                f"vLLM's block hashes on the arrival records ({r['source']}:{r['line']}): vLLM hashes a request's "
+                "blocks only with prefix caching on (or a KV connector)"
+            )
+    gen = cfg.get("engine")
+    ver = cfg.get("vllm_version")
+    vt = _version_tuple(str(ver["value"])) if ver is not None and ver.get("status") != "default" else None
+    family = str(gen["value"]) if gen is not None else ("V1" if vt is not None and vt >= (0, 11, 0) else None)
+    if family == "V1":
+        return True, (
+            "assumed: vLLM V1's default, on for generative models (vllm/engine/arg_utils.py _set_default_args); "
+            "the bundle does not print enable_prefix_caching"
+        )
+    if family == "V0":
+        return False, "assumed: vLLM V0's default, off (EngineArgs.enable_prefix_caching)"
+    return None, "not in the bundle (no enable_prefix_caching, no engine generation or version)"
+
+
+REPLAY_VERSIONS = ReplayVersions(of_bundle=bundle_version, scheduler=scheduler_version)
 
 
 def version_defaults(seen: pl.DataFrame) -> list[tuple[str, str, str]]:

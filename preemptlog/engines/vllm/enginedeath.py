@@ -71,8 +71,9 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
     stats = records.filter(pl.col("kind") == "stats") if records.height else records
     if stats.height:
         stats = stats.with_columns(
-            _run=pl.col("text").str.extract(r"Running: (\d+) reqs", 1).cast(pl.Int64, strict=False),
-            _wait=pl.col("text").str.extract(r"Waiting: (\d+) reqs", 1).cast(pl.Int64, strict=False),
+            # "Running: N reqs, Waiting: M reqs" (Python loggers), "Reqs Running: N, Waiting: M" (Rust frontend)
+            _run=pl.col("text").str.extract(r"Running: (\d+)", 1).cast(pl.Int64, strict=False),
+            _wait=pl.col("text").str.extract(r"Waiting: (\d+)", 1).cast(pl.Int64, strict=False),
         )
     for (stream,), d in deaths.sort("time", "line", nulls_last=True).group_by("stream", maintain_order=True):
         first = d.row(0, named=True)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...model.fixes import fix_record
 from ...model.requests import incident_requests
 from ..common import G1_KEYS, FixPart, is_change, verdict_key_counts
 from ..common import ranked as _ranked
@@ -263,17 +264,7 @@ def _fix(
     *,
     missing: str | None = None,
 ) -> dict[str, Any]:
-    return {
-        "id": fid,
-        "option": option,
-        "current": current,
-        "suggested": suggested,
-        "inputs": inputs,
-        "expected_effect": effect,
-        "missing": missing,
-        "addresses": keys,
-        "text": prose,
-    }
+    return fix_record(fid, option, current, suggested, inputs, effect, prose, keys, missing=missing)
 
 
 def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:

@@ -19,7 +19,8 @@ Three families (facts page section 0):
   default), summed over every engine (engine ``all``).
 - **marker**: any other line carrying the whole word ``PREEMPTED`` (patched
   schedulers, debug hooks, ``RequestStatus.PREEMPTED``). The request id is
-  taken from the first of these shapes: ``Req-<id>``, ``request_id=<id>``,
+  taken from the first of these shapes: ``request <id> set to RequestStatus.PREEMPTED`` (and
+  ``Request <id> status: RequestStatus.PREEMPTED``, any id), ``Req-<id>``, ``request_id=<id>``,
   ``req_id=<id>``, ``seq_group <id>``, ``request <id>`` (an id with a digit).
 
 Schema: ``EVENTS_SCHEMA`` in events.py.
@@ -41,6 +42,9 @@ RAW_LIMIT = 2000
 
 
 MARKER_ID_RES = [
+    # vLLM V1's own status printed for a request (``request X set to RequestStatus.PREEMPTED``,
+    # ``Request X status: RequestStatus.PREEMPTED``): the id is whatever stands there, digits or not
+    r"\b[Rr]equest\s+['\"]?([^\s'\":,]+)['\"]?:?\s+(?:set to|status:?|is now|changed to)\s+RequestStatus\.PREEMPTED\b",
     r"\bReq-([A-Za-z0-9_.\-]*[A-Za-z0-9])",
     r"\brequest_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",
     r"\breq_id\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)",

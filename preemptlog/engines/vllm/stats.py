@@ -142,10 +142,11 @@ def rust_note(records: pl.DataFrame) -> SourceOutput:
     total = int(shown.sum()) if shown.len() else 0
     out.notes.append(
         f"{rows.height} stats line(s) of vLLM's Rust frontend (VLLM_USE_RUST_FRONTEND=1, rust/src/llm/src/"
-        f"log_stats.rs) count {total} preemption(s), exactly: 'Preemptions: p' is the preemptions in the "
-        f"{RUST_INTERVAL_S} s (VLLM_LOG_STATS_INTERVAL) before its line, printed only when p > 0, so the "
-        f"{rows.height - shown.len()} line(s) without it count 0; each line sums every engine, so its events are "
-        "engine 'all' (the line does not say which engine preempted) and its KV cache usage is the engines' mean"
+        f"log_stats.rs) count {total} preemption(s), exactly: 'Preemptions: p' is the preemptions in the tick of "
+        f"its logger before the line (VLLM_LOG_STATS_INTERVAL, {RUST_INTERVAL_S} s by default), printed only when "
+        f"p > 0, so the {rows.height - shown.len()} line(s) without it count 0; each line sums every engine, so its "
+        "events are engine 'all' (the line does not say which engine preempted) and its KV cache usage is the "
+        "engines' mean"
     )
     return out
 

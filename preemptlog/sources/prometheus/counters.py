@@ -262,9 +262,7 @@ def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
         )
         c = (
             c.join(got, on="_ri", how="left")
-            .with_columns(
-                created=pl.coalesce("created", "_c2"), created_src=pl.coalesce("created_src", "_cs2")
-            )
+            .with_columns(created=pl.coalesce("created", "_c2"), created_src=pl.coalesce("created_src", "_cs2"))
             .drop("_ri", "_c2", "_cs2")
         )
     grp = ["scope", "field", "engine", "model_name", "_ek", "le"]

@@ -1,0 +1,769 @@
+/* The compiled log pass (GitHub issue 36): the hot part of sources/vllm_log.py's polars scan in C.
+ *
+ * Per line of a byte range (lines split with memchr): the leftmost literal marker (a 4-byte
+ * filter, then the markers with that prefix in list order: the polars pass's leftmost-first
+ * alternation), then the record's fields by the *same regexes* as the polars pass, run by a
+ * small backtracking matcher on programs compiled in Python (fastscan/regex.py). What is data
+ * (given by Python, so a marker family or a regex added there is read by both passes):
+ *
+ *   - the markers (literal, ASCII, >= 4 bytes, no line feed) and which are request kinds (hot);
+ *   - every regex: the vLLM header, the RFC 3339/ISO prefix, the dateutil fallback date, the
+ *     process and compose prefixes, the request id, max_tokens, the end of the token id list;
+ *   - which group of which regex gives which field, the token list's opening literal, the
+ *     characters stripped from a request id's end, the head length (HEAD_CHARS).
+ *
+ * What is code (the shape of vllm_log.scan's query; change both together):
+ *
+ *   - a line is a `\n`-terminated run of bytes, one `\r` before the `\n` (or the end of the file)
+ *     dropped, a UTF-8 BOM dropped from the file's first line;
+ *   - the header regexes run on the head (the first head_chars characters), the request regexes
+ *     on the whole line; request kinds get req_id / max_tokens / prompt_tokens (the commas of the
+ *     token list + 1, 0 for an empty list) and no level / process / compose / text; the other
+ *     kinds get the prefixes and the line as text;
+ *   - the ANSI strip, JSON lines, the CR split and the reader's repairs are not done here: a line
+ *     that needs any of them is a *slow line* (below).
+ *
+ * Slow lines are handed back by position and read by the polars pass itself (the caller writes
+ * them to a file and runs vllm_log's query on it), so they give exactly the reference's rows:
+ * a line with a NUL byte (the reader drops NULs, which can join a marker), and a line with a
+ * marker that also has an ESC, a 0x1F, an inner CR, invalid UTF-8, starts with `{` (JSON), is
+ * longer than FS_MAX_FAST, or on which a regex answered "unsure" (a non-ASCII character
+ * reaching a Unicode class this matcher does not tabulate, or a backtracking budget spent).
+ */
+#define _GNU_SOURCE
+#include "scan_core.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define FS_MAX_FAST ((size_t)1 << 28) /* longer lines go to the polars pass (int32 offsets) */
+#define FS_MAX_SLOTS 64
+#define FS_STACK_MAX ((size_t)1 << 20)
+
+enum { FL_NUL = 1, FL_ESC = 2, FL_US = 4, FL_CR = 8, FL_HIGH = 16 };
+
+/* ------------------------------------------------------------------ buffers and columns */
+
+static int buf_reserve(fs_buf *b, size_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) cap *= 2;
+    uint8_t *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(fs_buf *b, const void *src, size_t n) {
+    if (buf_reserve(b, n)) return -1;
+    if (n) memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+/* validity bit of row `row` */
+static int col_valid(fs_col *c, int64_t row, int ok) {
+    size_t byte = (size_t)(row >> 3);
+    if (byte >= c->valid.len) {
+        if (buf_reserve(&c->valid, 1)) return -1;
+        c->valid.p[c->valid.len++] = 0;
+    }
+    if (ok)
+        c->valid.p[byte] |= (uint8_t)(1u << (row & 7));
+    else
+        c->nulls++;
+    return 0;
+}
+
+static int col_str(fs_col *c, int64_t row, const uint8_t *p, int64_t len) {
+    if (c->values.len == 0) {
+        int32_t zero = 0;
+        if (buf_put(&c->values, &zero, 4)) return -1;
+    }
+    if (col_valid(c, row, len >= 0)) return -1;
+    if (len > 0 && buf_put(&c->data, p, (size_t)len)) return -1;
+    if (c->data.len > 0x7fffffff) return -1;
+    int32_t end = (int32_t)c->data.len;
+    return buf_put(&c->values, &end, 4);
+}
+
+static int col_fixed(fs_col *c, int64_t row, const void *v, size_t width, int ok) {
+    if (col_valid(c, row, ok)) return -1;
+    return buf_put(&c->values, v, width);
+}
+
+void fs_out_init(fs_out *o) { memset(o, 0, sizeof(*o)); }
+
+void fs_out_free(fs_out *o) {
+    for (int i = 0; i < FS_NCOL; i++) {
+        free(o->cols[i].valid.p);
+        free(o->cols[i].values.p);
+        free(o->cols[i].data.p);
+    }
+    free(o->slow);
+    free(o->stack);
+    free(o->cache);
+    memset(o, 0, sizeof(*o));
+}
+
+static void add_slow(fs_out *o, int64_t line, size_t off, size_t len) {
+    if (o->nslow == o->capslow) {
+        size_t cap = o->capslow ? o->capslow * 2 : 64;
+        fs_slow *p = realloc(o->slow, cap * sizeof(fs_slow));
+        if (!p) {
+            o->oom = 1;
+            return;
+        }
+        o->slow = p;
+        o->capslow = cap;
+    }
+    o->slow[o->nslow].n = line;
+    o->slow[o->nslow].off = off;
+    o->slow[o->nslow].len = len;
+    o->nslow++;
+}
+
+/* ------------------------------------------------------------------ bytes */
+
+static unsigned classify(const uint8_t *s, size_t n) {
+    unsigned f = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (c >= 0x80)
+            f |= FL_HIGH;
+        else if (c == 0)
+            f |= FL_NUL;
+        else if (c == 0x1b)
+            f |= FL_ESC;
+        else if (c == 0x1f)
+            f |= FL_US;
+        else if (c == '\r')
+            f |= FL_CR;
+    }
+    return f;
+}
+
+static unsigned line_flags(const uint8_t *s, size_t len) {
+    unsigned f = 0;
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i z = _mm_setzero_si128(), esc = _mm_set1_epi8(0x1b), us = _mm_set1_epi8(0x1f),
+                  cr = _mm_set1_epi8('\r');
+    for (; i + 16 <= len; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, z), _mm_cmpeq_epi8(v, esc)),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, us), _mm_cmpeq_epi8(v, cr)));
+        if (_mm_movemask_epi8(_mm_or_si128(m, v))) f |= classify(s + i, 16);
+    }
+#endif
+    return f | classify(s + i, len - i);
+}
+
+static size_t count_byte(const uint8_t *s, size_t n, uint8_t b) {
+    size_t k = 0, i = 0;
+#if defined(__SSE2__)
+    const __m128i bb = _mm_set1_epi8((char)b), z = _mm_setzero_si128();
+    while (i + 16 <= n) {
+        __m128i acc = z; /* byte counters: at most 255 blocks before they are summed */
+        for (int r = 0; r < 255 && i + 16 <= n; r++, i += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + i)), bb));
+        __m128i sum = _mm_sad_epu8(acc, z);
+        k += (size_t)_mm_cvtsi128_si32(sum) + (size_t)_mm_cvtsi128_si32(_mm_srli_si128(sum, 8));
+    }
+#endif
+    for (; i < n; i++) k += s[i] == b;
+    return k;
+}
+
+/* Strict UTF-8 (what Rust's from_utf8 accepts). */
+static int utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n) return 0;
+            uint8_t c1 = s[i + 1];
+            if (c == 0xE0 && (c1 < 0xA0 || c1 > 0xBF)) return 0;
+            if (c == 0xED && (c1 < 0x80 || c1 > 0x9F)) return 0;
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n) return 0;
+            uint8_t c1 = s[i + 1];
+            if (c == 0xF0 && (c1 < 0x90 || c1 > 0xBF)) return 0;
+            if (c == 0xF4 && (c1 < 0x80 || c1 > 0x8F)) return 0;
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80) return 0;
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static inline int utf8_len(uint8_t c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+/* code point of the (valid) character at s; its length in *l */
+static uint32_t utf8_cp(const uint8_t *s, size_t n, int *l) {
+    int k = utf8_len(s[0]);
+    if ((size_t)k > n) {
+        *l = -1;
+        return 0;
+    }
+    *l = k;
+    switch (k) {
+    case 1:
+        return s[0];
+    case 2:
+        return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    case 3:
+        return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    default:
+        return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) | ((uint32_t)(s[2] & 0x3F) << 6) |
+               (s[3] & 0x3F);
+    }
+}
+
+/* Unicode White_Space (the regex crate's \s), non-ASCII part. */
+static int is_uspace(uint32_t cp) {
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+/* ------------------------------------------------------------------ the matcher */
+
+typedef struct {
+    int32_t pc;  /* >= 0: where to go on; < 0: restore slot -pc-1 to pos */
+    int32_t pos;
+    int32_t lo;  /* a run's entry: it may give characters back down to lo; -1 otherwise */
+} bt_ent;
+
+typedef struct {
+    int32_t hi; /* the last position the matcher read */
+    int end;    /* it met the end of the text (the result depends on the length) */
+} track_t;
+
+static int push(fs_out *o, size_t *sp, int32_t pc, int32_t pos, int32_t lo) {
+    if ((*sp + 1) * sizeof(bt_ent) > o->stack_cap) {
+        size_t cap = o->stack_cap ? o->stack_cap * 2 : 4096 * sizeof(bt_ent);
+        if (cap > FS_STACK_MAX * sizeof(bt_ent)) return -1;
+        void *p = realloc(o->stack, cap);
+        if (!p) return -1;
+        o->stack = p;
+        o->stack_cap = cap;
+    }
+    bt_ent *st = (bt_ent *)o->stack;
+    st[*sp].pc = pc;
+    st[*sp].pos = pos;
+    st[*sp].lo = lo;
+    (*sp)++;
+    return 0;
+}
+
+#define SEEN(at)                           \
+    do {                                   \
+        if ((at) > tr->hi) tr->hi = (at);  \
+    } while (0)
+
+/* one character of a set at pos: its length, 0 no match, -1 unsure */
+static inline int set_step(const fs_set *set, const uint8_t *s, int32_t len, int32_t pos, track_t *tr) {
+    if (pos >= len) {
+        tr->end = 1;
+        return 0;
+    }
+    uint8_t c = s[pos];
+    SEEN(pos);
+    if (c < 0x80) return (set->bits[c >> 3] >> (c & 7)) & 1;
+    if (set->mode == NA_NEVER) return 0;
+    if (set->mode == NA_UNSURE) return -1;
+    int l;
+    uint32_t cp = utf8_cp(s + pos, (size_t)(len - pos), &l);
+    if (l < 0) return -1;
+    SEEN(pos + l - 1);
+    int ws = is_uspace(cp);
+    int ok = set->mode == NA_ALWAYS || (set->mode == NA_SPACE && ws) || (set->mode == NA_NOT_SPACE && !ws);
+    return ok ? l : 0;
+}
+
+/* 1 match, 0 none, -1 unsure (a class met a character it cannot decide, or the budget ran out) */
+static int vm_run(const fs_prog *p, const uint8_t *s, int32_t len, int32_t start, int32_t *slots, fs_out *o,
+                  int64_t *budget, track_t *tr) {
+    size_t sp = 0;
+    int32_t pc = 0, pos = start;
+    for (;;) {
+        if (--*budget < 0) return -1;
+        const fs_inst *in = &p->code[pc];
+        switch (in->op) {
+        case OP_MATCH:
+            return 1;
+        case OP_CHAR:
+            if (pos >= len) {
+                tr->end = 1;
+                goto fail;
+            }
+            SEEN(pos);
+            if (s[pos] == (uint8_t)in->a) {
+                pc++;
+                pos++;
+                continue;
+            }
+            goto fail;
+        case OP_SET: {
+            int l = set_step(&p->sets[in->a], s, len, pos, tr);
+            if (l < 0) return -1;
+            if (l == 0) goto fail;
+            pc++;
+            pos += l;
+            continue;
+        }
+        case OP_RUN: {
+            const fs_set *set = &p->sets[in->a];
+            int32_t q = pos, p0 = in->b == 0 ? pos : -1, k = 0;
+            for (;;) {
+                int l = set_step(set, s, len, q, tr);
+                if (l < 0) return -1;
+                if (l == 0) break;
+                q += l;
+                if (++k == in->b) p0 = q;
+                if (--*budget < 0) return -1;
+            }
+            if (p0 < 0) goto fail;
+            if (q > p0 && push(o, &sp, pc + 1, q, p0)) return -1;
+            pc++;
+            pos = q;
+            continue;
+        }
+        case OP_SPLIT:
+            if (push(o, &sp, in->b, pos, -1)) return -1;
+            pc = in->a;
+            continue;
+        case OP_JMP:
+            pc = in->a;
+            continue;
+        case OP_SAVE:
+            if (push(o, &sp, -in->a - 1, slots[in->a], -1)) return -1;
+            slots[in->a] = pos;
+            pc++;
+            continue;
+        case OP_BOL:
+            if (pos == 0) {
+                pc++;
+                continue;
+            }
+            goto fail;
+        case OP_EOL:
+            if (pos == len) {
+                tr->end = 1;
+                pc++;
+                continue;
+            }
+            SEEN(pos);
+            goto fail;
+        default:
+            return -1;
+        }
+    fail:
+        for (;;) {
+            if (sp == 0) return 0;
+            bt_ent e = ((bt_ent *)o->stack)[--sp];
+            if (e.pc < 0) {
+                slots[-e.pc - 1] = e.pos;
+            } else if (e.lo >= 0) { /* a run gives its last character back */
+                int32_t q = e.pos - 1;
+                while (q > e.lo && (s[q] & 0xC0) == 0x80) q--;
+                if (q > e.lo) {
+                    if (push(o, &sp, e.pc, q, e.lo)) return -1;
+                }
+                pc = e.pc;
+                pos = q;
+                break;
+            } else {
+                pc = e.pc;
+                pos = e.pos;
+                break;
+            }
+        }
+    }
+}
+
+static int search_tracked(const fs_prog *p, const uint8_t *s, size_t n, int32_t *slots, fs_out *o, track_t *tr) {
+    if (n > 0x7ffffff0 || p->nslots > FS_MAX_SLOTS) return -1;
+    int32_t len = (int32_t)n;
+    int64_t budget = 64 * (int64_t)len + 4096;
+    for (int32_t i = 0; i <= len;) {
+        if (p->prefix_len > 0 && !p->anchored) {
+            const uint8_t *at = i + p->prefix_len > len ? NULL
+                                : p->prefix_len == 1
+                                    ? memchr(s + i, p->prefix[0], (size_t)(len - i))
+                                    : memmem(s + i, (size_t)(len - i), p->prefix, (size_t)p->prefix_len);
+            if (!at) {
+                tr->end = 1;
+                return 0;
+            }
+            i = (int32_t)(at - s);
+            SEEN(i + p->prefix_len - 1);
+        } else if (p->has_first && !p->anchored) {
+            while (i < len && !((p->first[s[i] >> 3] >> (s[i] & 7)) & 1)) i++;
+            if (i >= len) { /* a program with a first-byte map cannot match empty */
+                tr->end = 1;
+                return 0;
+            }
+            SEEN(i);
+        }
+        for (int k = 0; k < p->nslots; k++) slots[k] = -1;
+        slots[0] = i;
+        int r = vm_run(p, s, len, i, slots, o, &budget, tr);
+        if (r) return r;
+        if (p->anchored) break;
+        if (i >= len) {
+            tr->end = 1;
+            break;
+        }
+        SEEN(i);
+        i += utf8_len(s[i]);
+    }
+    return 0;
+}
+
+int fs_search(const fs_prog *p, const uint8_t *s, size_t n, int32_t *slots, fs_out *o) {
+    track_t tr = {-1, 0};
+    return search_tracked(p, s, n, slots, o, &tr);
+}
+
+/* The result cache. A program's run is a function of the bytes it read and, when it met the end
+ * of the text, of the length: the same bytes (digits mapped to '0' when no instruction of the
+ * program tells digits apart: the shape map) give the same result and groups. Log lines of one
+ * layout share their header bytes up to the timestamp's digits, so the header programs run once
+ * per layout, not once per line. */
+#define FS_CACHE_WAYS 4
+#define FS_CACHE_KEY 256
+
+typedef struct {
+    int32_t klen; /* 0: empty */
+    int32_t len;  /* the text's length when `end` */
+    int end, result;
+    int32_t slots[FS_MAX_SLOTS];
+    uint8_t key[FS_CACHE_KEY];
+} cache_ent;
+
+typedef struct {
+    cache_ent ent[FS_NPROG][FS_CACHE_WAYS];
+    int next[FS_NPROG];
+} cache_t;
+
+void fs_prog_init_norm(fs_prog *p) {
+    int uniform = 1;
+    for (int i = 0; i < p->ncode; i++)
+        if (p->code[i].op == OP_CHAR && p->code[i].a >= '0' && p->code[i].a <= '9') uniform = 0;
+    for (int k = 0; k < p->nsets; k++) {
+        int b0 = (p->sets[k].bits['0' >> 3] >> ('0' & 7)) & 1;
+        for (int c = '1'; c <= '9'; c++)
+            if (((p->sets[k].bits[c >> 3] >> (c & 7)) & 1) != b0) uniform = 0;
+    }
+    if (p->has_first) {
+        int b0 = (p->first['0' >> 3] >> ('0' & 7)) & 1;
+        for (int c = '1'; c <= '9'; c++)
+            if (((p->first[c >> 3] >> (c & 7)) & 1) != b0) uniform = 0;
+    }
+    for (int c = 0; c < 256; c++) p->norm[c] = (uint8_t)((uniform && c >= '0' && c <= '9') ? '0' : c);
+    p->prefix_len = 0;
+    for (int pc = 0; pc < p->ncode && p->prefix_len < (int)sizeof(p->prefix); pc++) {
+        if (p->code[pc].op == OP_SAVE) continue;
+        if (p->code[pc].op != OP_CHAR) break;
+        p->prefix[p->prefix_len++] = (uint8_t)p->code[pc].a;
+    }
+    /* a jump into the prefix (a loop back to the start) would make it optional: none then */
+    for (int pc = 0; pc < p->ncode; pc++) {
+        int op = p->code[pc].op;
+        if ((op == OP_SPLIT || op == OP_JMP) && (p->code[pc].a <= p->prefix_len || (op == OP_SPLIT && p->code[pc].b <= p->prefix_len)))
+            p->prefix_len = 0;
+    }
+}
+
+static int cached_search(const fs_config *cfg, int which, const uint8_t *s, size_t n, int32_t *slots, fs_out *o) {
+    const fs_prog *p = &cfg->prog[which];
+    if (!o->cache) {
+        o->cache = calloc(1, sizeof(cache_t));
+        if (!o->cache) return fs_search(p, s, n, slots, o);
+    }
+    cache_t *c = (cache_t *)o->cache;
+    for (int w = 0; w < FS_CACHE_WAYS; w++) {
+        cache_ent *e = &c->ent[which][w];
+        if (e->klen == 0 || (size_t)e->klen > n || (e->end && (size_t)e->len != n)) continue;
+        int32_t i = 0;
+        while (i < e->klen && p->norm[s[i]] == e->key[i]) i++;
+        if (i < e->klen) continue;
+        memcpy(slots, e->slots, sizeof(int32_t) * (size_t)p->nslots);
+        return e->result;
+    }
+    track_t tr = {-1, 0};
+    int r = search_tracked(p, s, n, slots, o, &tr);
+    int32_t klen = tr.hi + 1;
+    if (r >= 0 && klen > 0 && klen <= FS_CACHE_KEY && n <= 0x7ffffff0) {
+        cache_ent *e = &c->ent[which][c->next[which]];
+        c->next[which] = (c->next[which] + 1) % FS_CACHE_WAYS;
+        e->klen = klen;
+        e->len = (int32_t)n;
+        e->end = tr.end;
+        e->result = r;
+        memcpy(e->slots, slots, sizeof(int32_t) * (size_t)p->nslots);
+        for (int32_t i = 0; i < klen; i++) e->key[i] = p->norm[s[i]];
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------ markers */
+
+static inline uint32_t hash4(uint32_t w) { return (w * 0x9E3779B1u) >> 16; }
+static inline uint32_t bucket_of(uint32_t w) { return (w * 0x85EBCA6Bu) >> 22; }
+
+int fs_config_init_markers(fs_config *cfg) {
+    memset(cfg->filter, 0, sizeof(cfg->filter));
+    for (int i = 0; i < FS_BUCKETS; i++) cfg->bucket_first[i] = -1;
+    for (int m = 0; m < cfg->nmarkers; m++) cfg->next_same[m] = -1;
+    for (int m = 0; m < cfg->nmarkers; m++) {
+        if (cfg->mlen[m] < 4) return -1;
+        uint32_t w;
+        memcpy(&w, cfg->markers[m], 4);
+        uint32_t h = hash4(w);
+        cfg->filter[h >> 6] |= (uint64_t)1 << (h & 63);
+        uint32_t b = bucket_of(w) & (FS_BUCKETS - 1);
+        for (int probe = 0;; probe++) {
+            if (probe >= FS_BUCKETS) return -1;
+            if (cfg->bucket_first[b] < 0) {
+                cfg->bucket_first[b] = (int16_t)m;
+                cfg->bucket_key[b] = w;
+                break;
+            }
+            if (cfg->bucket_key[b] == w) { /* append to the chain (list order) */
+                int k = cfg->bucket_first[b];
+                while (cfg->next_same[k] >= 0) k = cfg->next_same[k];
+                cfg->next_same[k] = (int16_t)m;
+                break;
+            }
+            b = (b + 1) & (FS_BUCKETS - 1);
+        }
+    }
+    return 0;
+}
+
+/* leftmost marker, ties to the earlier in the list; -1 none */
+static int find_marker(const fs_config *cfg, const uint8_t *s, size_t n, size_t *at) {
+    if (n < 4) return -1;
+    for (size_t i = 0; i + 4 <= n; i++) {
+        uint32_t w;
+        memcpy(&w, s + i, 4);
+        uint32_t h = hash4(w);
+        if (!((cfg->filter[h >> 6] >> (h & 63)) & 1)) continue;
+        uint32_t b = bucket_of(w) & (FS_BUCKETS - 1);
+        while (cfg->bucket_first[b] >= 0 && cfg->bucket_key[b] != w) b = (b + 1) & (FS_BUCKETS - 1);
+        for (int m = cfg->bucket_first[b]; m >= 0; m = cfg->next_same[m]) {
+            size_t l = (size_t)cfg->mlen[m];
+            if (i + l <= n && memcmp(s + i, cfg->markers[m], l) == 0) {
+                *at = i;
+                return m;
+            }
+        }
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------ one line */
+
+typedef struct {
+    const uint8_t *p;
+    int64_t len; /* < 0: null */
+} sv;
+
+static sv group(const int32_t *slots, int g, const uint8_t *s) {
+    sv v = {NULL, -1};
+    if (g < 0) return v;
+    int32_t a = slots[2 * g], b = slots[2 * g + 1];
+    if (a < 0 || b < 0 || b < a) return v;
+    v.p = s + a;
+    v.len = b - a;
+    return v;
+}
+
+/* polars' strict=False cast of a string of ASCII digits: the value, null on overflow.
+ * 1: value, 0: null, -1: not plain digits (unsure) */
+static int parse_int(sv v, int64_t lo, int64_t hi, int64_t *out) {
+    if (v.len < 0) return 0;
+    if (v.len == 0) return -1;
+    uint64_t x = 0;
+    int over = 0;
+    for (int64_t i = 0; i < v.len; i++) {
+        uint8_t c = v.p[i];
+        if (c < '0' || c > '9') return -1;
+        if (x > (UINT64_MAX - 9) / 10)
+            over = 1;
+        else
+            x = x * 10 + (uint64_t)(c - '0');
+    }
+    if (over || x > (uint64_t)hi) return 0;
+    (void)lo;
+    *out = (int64_t)x;
+    return 1;
+}
+
+static size_t head_len(const uint8_t *s, size_t n, int high, int chars) {
+    if (!high) return n < (size_t)chars ? n : (size_t)chars;
+    size_t i = 0;
+    int k = 0;
+    while (i < n && k < chars) {
+        i += utf8_len(s[i]);
+        k++;
+    }
+    return i > n ? n : i;
+}
+
+/* 0: row added, -1: slow line */
+static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned flags, int mk, int64_t line,
+                   fs_out *o) {
+    int32_t sl[FS_MAX_SLOTS];
+    const int hot = cfg->hot[mk];
+    const int *fg = cfg->field_group;
+    size_t hl = head_len(s, n, (flags & FL_HIGH) != 0, cfg->head_chars);
+    sv str[FS_NCOL];
+    for (int i = 0; i < FS_NCOL; i++) {
+        str[i].p = NULL;
+        str[i].len = -1;
+    }
+    int64_t num[5];
+    int numok[5] = {0, 0, 0, 0, 0};
+    int64_t maxtok = 0, prompt = 0;
+    int maxok = 0, promptok = 0;
+
+    int r = cached_search(cfg, P_HEADER, s, hl, sl, o);
+    if (r < 0) return -1;
+    if (r == 1) {
+        if (!hot) str[C_LEVEL] = group(sl, fg[F_LEVEL], s);
+        const int fields[5] = {F_MO, F_DD, F_HH, F_MI, F_SS};
+        for (int k = 0; k < 5; k++) {
+            int q = parse_int(group(sl, fg[fields[k]], s), -128, 127, &num[k]);
+            if (q < 0) return -1;
+            numok[k] = q;
+        }
+        str[C_HFRAC] = group(sl, fg[F_HFRAC], s);
+    }
+    r = cached_search(cfg, P_FULL, s, hl, sl, o);
+    if (r < 0) return -1;
+    if (r == 1) {
+        str[C_FDATE] = group(sl, fg[F_FDATE], s);
+        str[C_FTIME] = group(sl, fg[F_FTIME], s);
+        str[C_FFRAC] = group(sl, fg[F_FFRAC], s);
+        str[C_FZONE] = group(sl, fg[F_FZONE], s);
+    }
+    r = cached_search(cfg, P_FALLBACK, s, hl, sl, o);
+    if (r < 0) return -1;
+    if (r == 1) str[C_FB] = group(sl, fg[F_FB], s);
+    if (!hot) {
+        r = cached_search(cfg, P_PROC, s, hl, sl, o);
+        if (r < 0) return -1;
+        if (r == 1) str[C_PROC] = group(sl, fg[F_PROC], s);
+        r = cached_search(cfg, P_COMPOSE, s, hl, sl, o);
+        if (r < 0) return -1;
+        if (r == 1) str[C_COMPOSE] = group(sl, fg[F_COMPOSE], s);
+        str[C_TEXT].p = s;
+        str[C_TEXT].len = (int64_t)n;
+    } else {
+        r = fs_search(&cfg->prog[P_REQID], s, n, sl, o);
+        if (r < 0) return -1;
+        if (r == 1) {
+            sv id = group(sl, fg[F_REQID], s);
+            while (id.len > 0 && cfg->strip[id.p[id.len - 1]]) id.len--;
+            str[C_REQID] = id;
+        }
+        r = fs_search(&cfg->prog[P_MAXTOK], s, n, sl, o);
+        if (r < 0) return -1;
+        if (r == 1) {
+            int q = parse_int(group(sl, fg[F_MAXTOK], s), INT64_MIN, INT64_MAX, &maxtok);
+            if (q < 0) return -1;
+            maxok = q;
+        }
+        const uint8_t *at = cfg->ids_start_len ? memmem(s, n, cfg->ids_start, (size_t)cfg->ids_start_len) : NULL;
+        if (at) {
+            const uint8_t *t = at + cfg->ids_start_len;
+            size_t tl = (size_t)(s + n - t);
+            r = fs_search(&cfg->prog[P_IDSEND], t, tl, sl, o);
+            if (r < 0) return -1;
+            if (r == 1) {
+                size_t end = (size_t)sl[0];
+                prompt = end == 0 ? 0 : (int64_t)count_byte(t, end, ',') + 1;
+                promptok = 1;
+            }
+        }
+    }
+    /* append the row */
+    int64_t row = o->rows;
+    fs_col *c = o->cols;
+    uint32_t n32 = (uint32_t)line;
+    uint8_t mk8 = (uint8_t)mk;
+    int bad = col_fixed(&c[C_N], row, &n32, 4, 1) | col_fixed(&c[C_MK], row, &mk8, 1, 1);
+    const int strcols[] = {C_LEVEL, C_PROC,  C_COMPOSE, C_HFRAC, C_FDATE, C_FTIME,
+                           C_FFRAC, C_FZONE, C_FB,      C_TEXT,  C_REQID};
+    for (size_t k = 0; k < sizeof(strcols) / sizeof(strcols[0]); k++)
+        bad |= col_str(&c[strcols[k]], row, str[strcols[k]].p, str[strcols[k]].len);
+    const int tcols[5] = {C_MO, C_DD, C_HH, C_MI, C_SS};
+    for (int k = 0; k < 5; k++) {
+        int8_t v = numok[k] ? (int8_t)num[k] : 0;
+        bad |= col_fixed(&c[tcols[k]], row, &v, 1, numok[k]);
+    }
+    if (!maxok) maxtok = 0;
+    if (!promptok) prompt = 0;
+    bad |= col_fixed(&c[C_MAXTOK], row, &maxtok, 8, maxok);
+    bad |= col_fixed(&c[C_PROMPT], row, &prompt, 8, promptok);
+    if (bad) o->oom = 1;
+    o->rows++;
+    return 0;
+}
+
+static void process_line(const fs_config *cfg, const uint8_t *buf, size_t cs, size_t q, int64_t line, fs_out *o) {
+    size_t ce = q;
+    if (ce > cs && buf[ce - 1] == '\r') ce--;
+    const uint8_t *s = buf + cs;
+    size_t n = ce - cs;
+    unsigned f = line_flags(s, n);
+    if (f & FL_NUL) {
+        add_slow(o, line, cs, q - cs);
+        return;
+    }
+    size_t at = 0;
+    int mk = find_marker(cfg, s, n, &at);
+    if (mk < 0) return;
+    if ((f & (FL_ESC | FL_US | FL_CR)) || n > FS_MAX_FAST || s[0] == '{' ||
+        ((f & FL_HIGH) && !utf8_valid(s, n)) || extract(cfg, s, n, f, mk, line, o) < 0)
+        add_slow(o, line, cs, q - cs);
+}
+
+size_t fs_next_line_start(const uint8_t *buf, size_t size, size_t at) {
+    if (at == 0 || at >= size) return at >= size ? size : 0;
+    const uint8_t *nl = memchr(buf + at - 1, '\n', size - (at - 1));
+    return nl ? (size_t)(nl - buf) + 1 : size;
+}
+
+void fs_scan_range(const fs_config *cfg, const uint8_t *buf, size_t size, size_t start, size_t end, fs_out *o) {
+    size_t p = start;
+    int64_t line = 0;
+    while (p < end && !o->oom) {
+        const uint8_t *nl = memchr(buf + p, '\n', size - p);
+        size_t q = nl ? (size_t)(nl - buf) : size;
+        size_t cs = p;
+        if (p == 0 && size >= 3 && buf[0] == 0xEF && buf[1] == 0xBB && buf[2] == 0xBF) cs = q >= 3 ? 3 : q;
+        process_line(cfg, buf, cs, q, line, o);
+        line++;
+        p = nl ? q + 1 : size;
+    }
+    o->lines = line;
+}
