@@ -48,8 +48,10 @@ ROWS = [
     B.log("15:38:34", "INFO", "metrics.py:334", v0_stats(45, 15, 99.8)),
 ]
 # A preemption line quoted in the prose: not a record of the log.
-PROSE_QUOTE = "Sequence group 99 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV " \
+PROSE_QUOTE = (
+    "Sequence group 99 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV "
     "cache space. total_num_cumulative_preemption=7"
+)
 
 HEAD = """# [Bug]: requests preempted on A100 with Llama-3-8B
 
@@ -85,8 +87,13 @@ def run(*paths: Path):
 
 @pytest.mark.parametrize(
     ("fam", "fence", "info"),
-    [("v04", "```", "text"), ("v08", "~~~", ""), ("apiserver", "```", "log"), ("kubectl", "````", "console"),
-     ("json", "~~~", "json")],
+    [
+        ("v04", "```", "text"),
+        ("v08", "~~~", ""),
+        ("apiserver", "```", "log"),
+        ("kubectl", "````", "console"),
+        ("json", "~~~", "json"),
+    ],
 )
 def test_named_markdown_is_read_for_the_log_in_its_fences(tmp_path, fam, fence, info):
     text, first, last = issue(fam, fence, info)
@@ -107,8 +114,7 @@ def test_named_markdown_is_read_for_the_log_in_its_fences(tmp_path, fam, fence, 
 
 def test_several_fences_one_log_one_code_snippet(tmp_path):
     snippet = (
-        "~~~python\nfrom vllm import LLM\nllm = LLM('m', gpu_memory_utilization=0.5)\n"
-        f"print('{PROSE_QUOTE}')\n~~~\n\n"
+        f"~~~python\nfrom vllm import LLM\nllm = LLM('m', gpu_memory_utilization=0.5)\nprint('{PROSE_QUOTE}')\n~~~\n\n"
     )
     text, first, last = issue("v08")
     head_lines = HEAD.count("\n")

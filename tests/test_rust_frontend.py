@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from preemptlog import sources
+from preemptlog import engines, sources
 from preemptlog.analysis import AnalyzeOptions, analyze
 from preemptlog.engines.vllm import stats as rust_stats
 from preemptlog.sources import vllm_log
@@ -93,7 +93,7 @@ def _analyze(tmp_path: Path, lines: list[str], name: str = "rust.log"):
 def test_the_family_is_registered_with_its_marker_and_samples():
     assert rust_stats.RUST_STATS in sources.families()
     assert (rust_stats.RUST_MARKER, "stats") in vllm_log.all_markers()
-    assert rust_stats.RUST_FAMILY in __import__("preemptlog.engines", fromlist=["get"]).get("vllm").stats_families
+    assert rust_stats.RUST_FAMILY in engines.default().stats_families
     assert len([s for s in sources.samples(rust_stats.RUST_STATS) if s.good]) >= 4
 
 
@@ -179,6 +179,7 @@ def test_python_frontend_lines_beside_rust_lines_are_said_not_counted(tmp_path):
     reason = a.summary()["reconciliation"]["log"]["reason"]
     assert a.events.height == 2
     assert "exact only over the Rust frontend's lines" in reason and "3 Python-frontend stats line(s)" in reason
+    assert a.summary()["reconciliation"]["quality"] == "lower bound"
 
 
 # ---------------------------------------------------------------------------------------- intervals
@@ -266,6 +267,13 @@ def test_an_engine_death_reads_the_rust_line_s_running_and_waiting(tmp_path):
     a = _analyze(tmp_path, lines)
     said = [w for w in a.warnings if "died mid-incident" in w]
     assert said and "7 running and 3 waiting" in said[0]
+
+
+def test_a_line_cut_before_its_kv_field_counts_nothing_not_zero(tmp_path):
+    line = vllm_prefix("10:00:20", _rust(120, 31, 97.6, p=4))
+    cut = line[: line.index(", Preemptions")]
+    a = _analyze(tmp_path, [*HEAD_034, vllm_prefix("10:00:10", _rust(5, 0, 10.0)), cut])
+    assert a.stats.get_column("preemptions").to_list() == [0, None]
 
 
 def test_a_wrapped_rust_line_is_read_whole(tmp_path):

@@ -153,8 +153,11 @@ def analyze(
             result = apply_filters(full, filters)
             data = with_columns(result, output_columns(fmt.value, wanted, wide))
             console = stderr_console(no_color) if not quiet else None
+            units = _incidents(paths, full, options, ws) if console and result is full else None
             head_lines, rest = (
-                summary_lines(result, width=summary_width(console), verbose=verbose) if console else ([], [])
+                summary_lines(result, width=summary_width(console), verbose=verbose, units=units)
+                if console
+                else ([], [])
             )
             # On a terminal the answer comes first: above the table (at the top of the paged text).
             first = (
@@ -205,6 +208,20 @@ def analyze(
         return ExitCode.OK
 
     guarded(debug, body)
+
+
+def _incidents(paths, full, options, ws):
+    """A bundle of several incidents (servers, logs that do not meet in time): each analysed on its own,
+    for the summary's one line each (at most human.MAX_UNITS; --each gives them all); None for one."""
+    from ..analysis import analyze as run
+    from ..render.each import split_by_incident
+    from ..render.human import MAX_UNITS
+
+    if not full.summary().get("incidents"):
+        return None
+    units = split_by_incident(paths, full)
+    done = [(u.name, run(u.paths, options, workspace=ws)) for u in units[:MAX_UNITS]]
+    return done + [(u.name, None) for u in units[MAX_UNITS:]]
 
 
 def _each(

@@ -4,7 +4,7 @@ Two questions, answered separately from the counted events (docs/prometheus.md):
 
 1. :func:`log_capability`: can this log count preemptions at all? V0 logs
    sample 1 in 50 (facts page section 2a); V1 logs before 0.11.1 have no
-   preemption field; V1 0.11.1-0.33.0 have a ``Preemptions: N`` field in the
+   preemption field; V1 0.11.1-0.34.0 (Python frontend) have a ``Preemptions: N`` field in the
    code that stock builds never print (facts page section 3b item 7). A
    ``Preemptions:`` field seen in the log means a build with the fix.
 

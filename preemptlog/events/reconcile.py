@@ -463,9 +463,10 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         )
         quality = "exact" if not _undated_resets(facts) else "lower bound"
     elif field_lines:
-        # The engine says what its fields are (LogCapability.details); else a build with the fix.
+        # The engine says what its fields are and how far they reach (LogCapability.details: a log
+        # with lines that cannot count beside them is a lower bound); else a build with the fix.
         rule = f"the log's 'Preemptions: N' stats fields ({cap.details.get('fields') or 'a build with the fix'})"
-        quality = "exact"
+        quality = cap.details.get("quality") or "exact"
     elif v0.get("logged_lines"):
         rule = "V0 counter deltas: warnings plus reconstructed counts"
         quality = "lower bound"

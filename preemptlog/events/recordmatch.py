@@ -20,10 +20,13 @@ whose log has per-preemption lines of its own keeps those, with the records as t
    reading since engine start, a ``Preemptions: N`` line), takes the oldest records not yet taken
    that are stamped before it, up to :data:`CLOCK_SLACK_S` after it (separate clocks: EngineCore,
    the API server, the scraper). A line stamped to the whole second stands for that second.
-3. **A count no record explains** is, inside the coverage, a disagreement: a warning, never an
-   extra event. Before the first record or after the last (the records stopped: a writer that died,
-   a recorder turned on late) it is events of its own kind, placed in the part of its interval
-   outside the coverage, and said.
+3. **A count no record explains** is, inside the coverage, a disagreement and, never below vLLM's
+   own count (issue 38), an event without a record: kind ``interval``, id ``<file>:<line>~c<k>``
+   (counter-only), placed in the part of its interval inside the coverage (a first reading's: not
+   placed, over [engine start, reading]); a `vllm serve` killed mid-storm leaves 102 records and a
+   last scrape of 103: 103. Before the first record or after the last (the records stopped: a
+   writer that died, a recorder turned on late) it is events of its own kind, placed in the part
+   of its interval outside the coverage, and said.
 4. **The lag.** Records still not counted at a source's last count are within the lag when their
    request had not finished by then (a finished request's preemptions leave with its last output);
    the others are a disagreement.

@@ -267,6 +267,55 @@ def _peak(a: Analysis, pool: dict[str, Any]) -> tuple[dict[str, Any] | None, str
     )
 
 
+# A stats sample with requests waiting and the KV cache at least this full (percent) is one where the
+# pool, not max_num_seqs, holds the running count: the next request's prompt does not fit what is free.
+HELD_KV = 85.0
+# An estimate averages the share over at least this many such samples (one line is a snapshot).
+MIN_HELD = 2
+
+
+def held_share(a: Analysis) -> dict[str, Any] | None:
+    """What a stock log's stats lines say of the KV pool per running request, where the pool held
+    back waiting requests (KV usage >= :data:`HELD_KV` % with requests waiting), in a log that shows
+    pressure (a suspected pressure interval of its stats lines: pressure.py). Per sample, the share of
+    the pool one running request holds is ``KV usage / running``; ``share`` is their mean (percent of
+    the pool), ``running`` the median running count of those samples and ``in_engine`` the most
+    requests in the engine (running + waiting) at one of them. Lines aggregated over several engines
+    (``N Engines Aggregated``) are left out: their running count is not one engine's. None when the
+    log shows no pressure or fewer than :data:`MIN_HELD` such samples."""
+    st = a.stats
+    piv = frame(a, "pressure_intervals")
+    if st.height == 0 or piv is None or piv.filter(pl.col("series") == "log").height == 0:
+        return None
+    h = st.filter(
+        (pl.col("waiting").fill_null(0) > 0)
+        & (pl.col("running").fill_null(0) > 0)
+        & (pl.col("kv_usage") >= HELD_KV).fill_null(False)
+        & (pl.col("engine").fill_null("0") != "all")
+    )
+    if h.height < MIN_HELD:
+        return None
+    h = h.sort("time", "line", nulls_last=True).with_columns(
+        _share=pl.col("kv_usage") / pl.col("running"), _src=src_expr()
+    )
+    share = round(float(h.get_column("_share").mean()), 1)  # type: ignore[arg-type]  # polars scalars are typed as every literal
+    running = h.get_column("running")
+    in_engine = (h.get_column("running") + h.get_column("waiting")).max()
+    src = [s for s in h.get_column("_src").to_list() if s]
+    where = ", ".join(src[:2]) + (f" (+{len(src) - 2} more)" if len(src) > 2 else "")
+    return {
+        "share": share,
+        "samples": h.height,
+        "running": int(round(float(running.median()))),  # type: ignore[arg-type]
+        "running_max": int(running.max()),  # type: ignore[arg-type]
+        "running_min": int(running.min()),  # type: ignore[arg-type]
+        "in_engine": int(in_engine),  # type: ignore[arg-type]
+        "src": where,
+        "text": f"{h.height} stats line(s) with requests waiting at KV usage >= {HELD_KV:g} % ({where}): "
+        f"{int(running.min())}-{int(running.max())} running, {share:.1f} % of the pool each on average",  # type: ignore[arg-type]
+    }
+
+
 def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None:
     pr = victims.filter(pl.col("prompt_tokens").is_not_null())
     if pr.height == 0:
@@ -286,6 +335,7 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
     if peak is None and pool is not None and pool["blocks"]:
         peak = _peak_estimated(a, pool)  # a stock bundle: estimated from what it holds, said so
     failed = _failed(a)
+    held = held_share(a)  # a stock log's stats lines: the levers' basis when no peak demand is measured
     cfg: dict[str, Cfg | None] = {
         k: cfg_number(a, k)
         for k in (
@@ -296,6 +346,7 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
             "kv_cache_memory_gib",
             "max_concurrency",
             "num_gpu_blocks_override",
+            "num_gpu_blocks_profiled",
         )
     }
     # vLLM's own default for the bundle's version stands in for a value the log does not print,
@@ -309,6 +360,7 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
         "pool": pool,
         "peak": peak,
         "failed_allocation": failed,
+        "held": held,
         "cfg": cfg,
         "victim_prompts": _victim_prompts(a, victims),
         "chunked_prefill": None if chunked is None or chunked[2] == "default" else chunked,
@@ -320,6 +372,7 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
         "pool": pool,
         "peak_demand": peak,
         "ratio": (peak["blocks"] / pool["blocks"]) if peak and pool and pool["blocks"] else None,
+        "held": held,
         "fixes": fixes,
         "dropped": dropped,
         "not_evaluable": None

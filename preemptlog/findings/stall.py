@@ -244,7 +244,11 @@ def _holds(a: Analysis, spans: list[dict[str, Any]], nf: dict[str, Any]) -> dict
                 ),
                 "evidence": [
                     f'vllm:num_requests_waiting_by_reason{{reason="capacity"}} {s["max_capacity"]} ({s["capacity_line"]})',
-                    *([f"vllm:kv_cache_usage_perc max {kv:g} % over {s['first_line']} .. {s['last_line']}"] if kv is not None else []),
+                    *(
+                        [f"vllm:kv_cache_usage_perc max {kv:g} % over {s['first_line']} .. {s['last_line']}"]
+                        if kv is not None
+                        else []
+                    ),
                 ],
             }
         )

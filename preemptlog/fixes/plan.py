@@ -68,6 +68,8 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
 
             mine, no_gain = verify_fixes(a, mine)
             mine_dropped.extend(no_gain)
+            for x in mine:
+                _unreproduced(x)
         changes.extend(mine)
         know.extend(part.know)
         dropped.extend(mine_dropped)
@@ -87,7 +89,7 @@ def _ranked(
     changes.sort(
         key=lambda x: (
             x["status"] != "verified",
-            (x.get("replay") or {}).get("gain") is False,
+            (x.get("replay") or {}).get("gain") is False and x.get("verified") is not None,
             -x["events_addressed"],
             ties.index(x["id"]) if x["id"] in ties else len(ties),
         )
@@ -95,6 +97,27 @@ def _ranked(
     for i, x in enumerate(changes, 1):
         x["rank"] = i
     return {"changes": changes, "to_know_more": to_know_more(a, know, changes), "dropped": dropped}
+
+
+def _unreproduced(x: dict[str, Any]) -> None:
+    """A replay that does not reproduce the incident (uncalibrated) and shows no gain says nothing for or
+    against the change (``0 -> 0`` of a model that saw none of the incident's preemptions): its figures
+    are not the change's words (no fix is shown with a replay without gain); ``replay`` keeps them, and
+    ``replay.why`` says why the change is not verified."""
+    rp = x.get("replay") or {}
+    if rp.get("status") != "uncalibrated" or rp.get("gain") is not False or not x.get("verified"):
+        return
+    said = f"; {x['verified']}"
+    for k in ("expected_effect", "text"):
+        if isinstance(x.get(k), str):
+            x[k] = x[k].replace(said, "")
+    cal = rp.get("calibration") or {}
+    seen = cal.get("observed")
+    rp["why"] = (
+        f"the replay does not reproduce the incident (the model's {cal.get('replayed')} vs the incident's "
+        f"{seen if seen is not None else 'unknown count of'} preemptions)"
+    )
+    x.pop("verified", None)
 
 
 def _status(x: dict[str, Any]) -> str:

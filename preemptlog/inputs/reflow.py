@@ -186,8 +186,7 @@ def _strip(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
             _q=line.str.contains(QUOTE_RE),
             _bare=line.str.replace(QUOTE_RE, "") if plan.quote else line,
         ).with_columns(_ne=pl.col("_bare").str.strip_chars() != "")
-        inside, _markup = _inside(plan.only)
-        lf = lf.with_columns(line=pl.when(inside).then(line).otherwise(pl.lit(""))).drop("_q", "_bare", "_ne")
+        lf = _keep_container(lf, plan.only).drop("_q", "_bare", "_ne")
     if plan.quote:
         line = line.str.replace(QUOTE_RE, "")
     if plan.fence:
@@ -286,18 +285,33 @@ def detect(lines: list[str], join: bool = True, wraps: bool = True) -> Plan:
     return Plan(quote, fence, indent, widths, pad, records, only, spans)
 
 
-def _inside(kind: str) -> tuple[pl.Expr, pl.Expr]:
-    """(a line inside the container, a line that is the container's own markup) for ``fences``
-    (between an odd and an even fence line) or ``quotes`` (a paragraph that starts quoted: Markdown's
-    lazy continuation keeps an unquoted line of it in the quote). Columns ``_bare`` (quote markers
-    removed), ``_q`` (quoted), ``_ne`` (not empty)."""
+def _inside(kind: str) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """(a line inside the container, a line that is the container's own markup, its block) for
+    ``fences`` (between an odd and an even fence line; a block per fenced block) or ``quotes`` (a
+    paragraph that starts quoted: Markdown's lazy continuation keeps an unquoted line of it in the
+    quote; a block per paragraph). Columns ``_bare`` (quote markers removed), ``_q`` (quoted), ``_ne``
+    (not empty)."""
     if kind == "fences":
         fl = pl.col("_bare").str.contains(FENCE_RE)
         before = fl.cast(pl.UInt32).cum_sum() - fl.cast(pl.UInt32)
-        return (before % 2 == 1) & ~fl, fl
+        return (before % 2 == 1) & ~fl, fl, before
     para = (~pl.col("_ne")).cum_sum()
     starts_quoted = pl.col("_q").filter(pl.col("_ne")).first().over(para)
-    return pl.col("_ne") & starts_quoted.fill_null(False), pl.lit(False)
+    return pl.col("_ne") & starts_quoted.fill_null(False), pl.lit(False), para
+
+
+def _keep_container(lf: pl.LazyFrame, kind: str) -> pl.LazyFrame:
+    """Blank every line but the container's that are the log: those of its blocks that hold a log line
+    (LOG_LINE_RE), or every block's when none does (a log of bare lines); a code snippet in another
+    fence is no log. (The window's inputs are columns first: an expression inside ``over`` is
+    evaluated per partition, where a running count would restart.)"""
+    inside, _markup, block = _inside(kind)
+    lf = lf.with_columns(_in=inside, _blk=block)
+    lf = lf.with_columns(
+        _hl=pl.col("_in") & pl.col("_bare").str.strip_chars_start(" \t").str.head(160).str.contains(LOG_LINE_RE)
+    )
+    keep = pl.col("_in") & (pl.col("_hl").any().over("_blk") | ~pl.col("_hl").any())
+    return lf.with_columns(line=pl.when(keep).then(pl.col("line")).otherwise(pl.lit(""))).drop("_in", "_blk", "_hl")
 
 
 def _container(df: pl.DataFrame, quote: bool, fence: bool) -> tuple[str, tuple[tuple[int, int], ...]]:
@@ -322,7 +336,7 @@ def _container(df: pl.DataFrame, quote: bool, fence: bool) -> tuple[str, tuple[t
     for kind, on in (("fences", fence), ("quotes", quote)):
         if not on:
             continue
-        inside, markup = _inside(kind)
+        inside, markup, _block = _inside(kind)
         r = d.with_columns(_in=inside, _mk=markup)
         out = ~pl.col("_in") & ~pl.col("_mk")
         c = r.select(
@@ -549,7 +563,9 @@ def strip_text(text: str) -> str:
         lines = text.split("\n")
         p = detect(lines, join=False)
         if p.only:
-            kept = _strip(pl.DataFrame({"line": lines}, schema={"line": pl.String}).lazy(), Plan(quote=p.quote, only=p.only))
+            kept = _strip(
+                pl.DataFrame({"line": lines}, schema={"line": pl.String}).lazy(), Plan(quote=p.quote, only=p.only)
+            )
             text = "\n".join(kept.collect().get_column("line").to_list())
     text = re.sub("(?m)" + QUOTE_RE, "", text)
     return re.sub("(?m)" + FENCE_RE, "", text)

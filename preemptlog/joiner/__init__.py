@@ -63,6 +63,9 @@ process prefix; none: "0") and, for configuration and hook look-backs, its serve
 - ``req_pending_step`` / ``req_run_records``: what says the request held no blocks (listed pending
   at a look-back step; no record of it running where the records cover the event).
 - ``kvev_*_blocks`` / ``kvev_cleared``: sums over the window of the engine's KV cache events (``data_parallel_rank``).
+- ``reset_calls`` / ``reset_preempted``: resets of the engine's prefix cache at the event, whatever shows
+  them (its ``Successfully reset prefix cache`` line, an ``AllBlocksCleared``, preempt records of the
+  reset), each seen once, and the running requests they preempted (joiner/reset.py).
 - ``stats_kv_usage_max``: max GPU KV usage (stats lines) in the window;
   ``*_at`` as of t; ``*_delta`` = value as of ``t + after`` minus value as of
   ``t - before`` (or, when no stats line precedes the window, the first one in

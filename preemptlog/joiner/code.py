@@ -63,6 +63,14 @@ EVIDENCE = [
         "preempt records of the event's engine in its interval (or window) whose allocation failed: needed > free",
     ),
     Evidence(
+        "code_priority_path",
+        "Int64",
+        "vllm-log (lines naming _schedule_priority_preemption)",
+        "engine",
+        "lines in the event's window (or interval) naming vLLM V0's priority preemption, _schedule_priority_preemption "
+        "(a debug print or a traceback frame): which path preempted",
+    ),
+    Evidence(
         "up_kv_max_before",
         "Float64",
         "vllm-log (stats), prometheus",
@@ -136,7 +144,29 @@ def section_code(
     kv_before = _kv_max_before(span, stats, frames.get("prom_series"))
     if kv_before is not None:
         out = out.join(kv_before, on="_i", how="left")
+    prio = _priority_path(span, frames.get("v0_priority_lines"))
+    if prio is not None:
+        out = out.join(prio, on="_i", how="left")
     return out if out.width > 1 else None
+
+
+def _priority_path(span: pl.DataFrame, lines: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Lines naming V0's ``_schedule_priority_preemption`` inside the event's span (V0 has one engine:
+    the lines are every span's engine's)."""
+    if lines is None or lines.height == 0:
+        return None
+    from .common import src_expr
+
+    out = []
+    for eng in span.get_column("_eng").unique(maintain_order=True).to_list():
+        rec = lines.select("time", pl.lit(eng).alias("_reng"), src_expr().alias("_src"))
+        j = failed_in_spans(span.filter(pl.col("_eng") == eng), rec)
+        if j is not None:
+            out.append(j)
+    if not out:
+        return None
+    j = pl.concat(out)
+    return j.select("_i", *cited("code_priority_path", pl.col("_n").cast(pl.Int64), pl.col("_srcs")))
 
 
 def _kv_max_before(span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.DataFrame | None) -> pl.DataFrame | None:

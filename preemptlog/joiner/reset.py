@@ -162,7 +162,23 @@ def section_reset(
         return None
     near = us(SAME_RESET_S)
     moment = pl.coalesce("_dt", "_t") if "_dt" in ev.columns else pl.col("_t")
+    # Only the events of an engine whose code has such a call (Engine.cache_reset_call): another
+    # engine's event of the same label is not this reset's.
+    kinds = [e.name for e in engines.registered() if e.cache_reset_call]
+    if not kinds:
+        return None
+    mine = pl.lit(False)
+    for k in kinds:
+        mine = mine | engines.events_of(k)
+    kind = (
+        base.select("_i", "engine_kind")
+        if "engine_kind" in base.columns
+        else base.select("_i").with_columns(engine_kind=pl.lit(None, pl.String))
+    )
     lines = base.select("_i", src_expr().alias("source"))
+    ev = ev.join(kind, on="_i", how="left").filter(mine)
+    if ev.height == 0:
+        return None
     q = ev.join(lines, on="_i", how="left").select(
         "_i",
         "_eng",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import polars as pl
 
@@ -94,6 +94,100 @@ def split_by_server(paths: list[str], first: Analysis) -> list[Unit]:
     if others:
         out.append(Unit("(other sources)", others))
     return out
+
+
+# Two logs whose lines come within this many seconds of each other meet in time (one incident).
+MEET_S = 600.0
+
+
+def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
+    """The incidents of an analysis of ``paths`` (one unit when it is one): its log streams grouped
+    by server and time. Two streams are one incident when their lines meet in time (their spans
+    overlap, or come within :data:`MEET_S`) and they are not two servers (each holds a server start
+    of its own: servers.py); a stream without a time of its own is one on its own. The files of
+    other kinds (dmon, /metrics, records) join the incident they meet in time, else form one more
+    unit (``(other sources)``)."""
+    from ..events.servers import servers
+    from ..sources import LOG_KINDS
+
+    bundle = first.bundle
+    streams = bundle.streams()
+    logs = {sid: fs for sid, fs in streams.items() if any(f.kind in LOG_KINDS for f in fs)}
+    if len(logs) <= 1:
+        return [Unit(paths[0], list(paths))]
+    rec = first.records
+    spans: dict[int, tuple[Any, Any]] = {}
+    if rec.height and "stream" in rec.columns:
+        timed = rec.filter(pl.col("time").is_not_null())
+        agg = timed.group_by("stream").agg(pl.col("time").min().alias("_lo"), pl.col("time").max().alias("_hi"))
+        for sid, lo, hi in agg.select("stream", "_lo", "_hi").iter_rows():
+            spans[int(sid)] = (lo, hi)
+    started = set(servers(rec).get_column("stream").to_list()) if rec.height else set()
+    order = sorted(logs, key=lambda sid: (spans.get(sid, (None,))[0] is None, spans.get(sid, (None,))[0] or 0, sid))
+    groups: list[dict[str, Any]] = []
+    for sid in order:
+        span = spans.get(sid)
+        home = None
+        if span is not None:
+            for g in groups:
+                if g["lo"] is None or (sid in started and g["server"]):
+                    continue
+                if span[0].timestamp() <= g["hi"].timestamp() + MEET_S and g["lo"].timestamp() <= span[1].timestamp() + MEET_S:
+                    home = g
+                    break
+        if home is None:
+            groups.append({"sids": [sid], "lo": span[0] if span else None, "hi": span[1] if span else None,
+                           "server": sid in started})
+        else:
+            home["sids"].append(sid)
+            home["lo"], home["hi"] = min(home["lo"], span[0]), max(home["hi"], span[1])  # type: ignore[index]
+            home["server"] = home["server"] or sid in started
+    if len(groups) <= 1:
+        return [Unit(paths[0], list(paths))]
+    out: list[Unit] = []
+    for g in groups:
+        name = " + ".join(bundle.stream_name(sid) for sid in g["sids"][:3]) + (
+            f" (+{len(g['sids']) - 3} more)" if len(g["sids"]) > 3 else ""
+        )
+        out.append(Unit(name, [str(f.path) for sid in g["sids"] for f in streams[sid]]))
+    others = [f for sid, fs in streams.items() if sid not in logs for f in fs]
+    by_source = _source_spans(first)
+    rest = []
+    for f in others:
+        fspan = by_source.get(f.display)
+        home = None
+        if fspan is not None:
+            home = next(
+                (
+                    u
+                    for u, g in zip(out, groups, strict=False)
+                    if g["lo"] is not None
+                    and fspan[0].timestamp() <= g["hi"].timestamp() + MEET_S
+                    and g["lo"].timestamp() <= fspan[1].timestamp() + MEET_S
+                ),
+                None,
+            )
+        if home is None:
+            rest.append(str(f.path))
+        else:
+            home.paths.append(str(f.path))
+    if rest:
+        out.append(Unit("(other sources)", rest))
+    return out
+
+
+def _source_spans(a: Analysis) -> dict[str, tuple[Any, Any]]:
+    """(first, last) time of each source file's rows in the analysis's frames (the other sources)."""
+    parts = [
+        df.select(pl.col("source").cast(pl.String), pl.col("time"))
+        for df in a.frames.values()
+        if df is not None and df.height and {"source", "time"} <= set(df.columns) and df.schema["time"] == pl.Datetime("us", "UTC")
+    ]
+    if not parts:
+        return {}
+    allr = pl.concat(parts).filter(pl.col("time").is_not_null())
+    agg = allr.group_by("source").agg(pl.col("time").min().alias("_lo"), pl.col("time").max().alias("_hi"))
+    return {str(s): (lo, hi) for s, lo, hi in agg.iter_rows()}
 
 
 def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=None) -> list[tuple[str, Analysis]]:

@@ -100,6 +100,8 @@ def fix_brief(x: dict[str, Any]) -> str:
     what = full.split(f" ({effect}", 1)[0] if effect and f" ({effect}" in full else full
     if x.get("status") == "verified" or x.get("verified"):
         how = str(x.get("verified") or "verified")
+    elif x.get("status") == "not verified" and x.get("basis"):  # estimated: how, and that it is not checked
+        how = f"{x['basis']}; not verified"
     elif x.get("status") == "not verified":
         how = "not verified (-v says why)"
     else:
@@ -109,7 +111,7 @@ def fix_brief(x: dict[str, Any]) -> str:
     return what + (f": {tail}" if tail else "")
 
 
-def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
+def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = True) -> str:
     """Where the count comes from: the events by kind (and their ``gates`` when the headline does not
     name them), and the sources the reconciled count is made of."""
     from ..engines import noun
@@ -121,7 +123,13 @@ def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
             f"; to see it, {remedy[0].lower() + remedy[1:]}" if remedy else ""
         )
     k = s["by_kind"]
-    parts = [f"{k[name]} {name}" for name in ("logged", "reconstructed", "interval", "marker", "record") if k[name]]
+    if verbose:
+        parts = [f"{k[name]} {name}" for name in KIND_WORDS if k[name]]
+    else:  # the kinds in words (an interval count, a reconstruction, are this tool's words)
+        parts = [KIND_WORDS[name].format(n=k[name]) for name in KIND_WORDS if k[name]]
+        srcs = [str(x["source"]) for x in (s.get("reconciliation") or {}).get("sources") or [] if x.get("in_events")]
+        if [n for n in KIND_WORDS if k[n]] == ["interval"] and all(x.startswith("prometheus") for x in srcs) and srcs:
+            parts = []  # counted by vLLM's counter: the source says it (below)
     if gates:
         parts.append(gates)
     detail = f" ({'; '.join(parts)})" if parts else ""
@@ -132,8 +140,33 @@ def _count_line(s: dict[str, Any], gates: str | None = None) -> str:
     rec = s.get("reconciliation") or {}
     used = [x for x in rec.get("sources") or [] if x.get("in_events")]
     if rec.get("total") is not None and used:
-        line += f"; counted {rec['total']} ({rec['quality']}) from " + ", ".join(str(x["source"]) for x in used)
+        names = [str(x["source"]) if verbose else SOURCE_WORDS.get(str(x["source"]), str(x["source"])) for x in used]
+        if verbose:
+            line += f"; counted {rec['total']} ({rec['quality']}) from " + ", ".join(names)
+        else:
+            how = "at least " if rec["quality"] == "lower bound" else ""
+            line += f"; {how}{rec['total']} counted by " + ", ".join(names) + (
+                " (exact)" if rec["quality"] == "exact" else ""
+            )
     return line
+
+
+# The event kinds and the count's sources in words (the short summary's; -v and the JSON keep the names).
+KIND_WORDS = {
+    "logged": "{n} logged",
+    "reconstructed": "{n} between the logged ones, from total_num_cumulative_preemption",
+    "interval": "{n} counted per interval, not one by one",
+    "marker": "{n} PREEMPTED lines",
+    "record": "{n} plugin records",
+}
+SOURCE_WORDS = {
+    "prometheus counter, single reading": "vLLM's counter in one /metrics reading",
+    "prometheus counter (vllm:num_preemptions_total)": "vLLM's counter in the /metrics scrapes",
+    "log 'Preemptions: N' stats fields": "the stats lines' 'Preemptions: N'",
+    "log V0 warnings (total_num_cumulative_preemption)": "vLLM V0's warnings",
+    "log lines marked PREEMPTED (patched scheduler, hooks)": "the PREEMPTED lines",
+    "prometheus histogram (vllm:request_num_preemptions)": "vLLM's per-request histogram",
+}
 
 
 def _know_more_brief(items: list[dict[str, Any]], width: int) -> str:
@@ -183,16 +216,50 @@ def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
     return "-v adds: " + ", ".join(items)
 
 
+def unit_line(name: str, unit: Analysis) -> str:
+    """One incident of a bundle of several, in one sentence: its name, its count (or that it is not
+    visible, and the signs of pressure), its cause's first words and its top change."""
+    from .summary import _pressure_words
+
+    s = unit.summary()
+    clauses = str(s["headline"]).split("; ")
+    said = clauses[0]
+    if not s["count_visible"]:
+        said = said.replace("Preemptions: not visible", "count not visible")
+        pw = _pressure_words(s.get("cause") or {})
+        if pw:
+            said += f"; KV cache at the ceiling ({pw})"
+    fixes = s.get("fixes") or []
+    if fixes:
+        brief = fix_brief(fixes[0]).split(": ", 1)[0]
+        said += f"; change: {brief}"
+    return f"{name}: {said}"
+
+
+MAX_UNITS = 12  # incidents listed one line each; the rest counted (--each gives them all)
+
+
 def summary_lines(
-    analysis: Analysis, *, width: int = PIPE_WIDTH, verbose: bool = False
+    analysis: Analysis,
+    *,
+    width: int = PIPE_WIDTH,
+    verbose: bool = False,
+    units: list[tuple[str, Analysis]] | None = None,
 ) -> tuple[list[Text], list[Text]]:
-    """(head, rest) of the summary as wrapped lines (summary's words; see the module docstring)."""
+    """(head, rest) of the summary as wrapped lines (summary's words; see the module docstring).
+    ``units``: the incidents of a bundle of several, each analysed on its own (one line each)."""
     from .summary import fix_line, top_fix
 
     s = analysis.summary()
     head = _lines(headline_text(s), width, style="bold")
     fixes = s.get("fixes") or []
-    if fixes:
+    if s.get("incidents") and units:  # several incidents: one line each, no mixed change
+        for name, unit in units[:MAX_UNITS]:
+            head += _lines(unit_line(name, unit), width, indent=2)
+        if len(units) > MAX_UNITS:
+            head += _lines(f"and {len(units) - MAX_UNITS} more (preemptlog analyze --each)", width, indent=2)
+        fixes = []
+    elif fixes:
         top = top_fix(s) if verbose else fix_brief(fixes[0])
         head += _lines(f"Top fix: {top}", width, lead=("Top fix:", "bold"))
     rest: list[Text] = []
@@ -200,19 +267,26 @@ def summary_lines(
     def put(value: str, indent: int = 2, **kw: Any) -> None:
         rest.extend(_lines(value, width, indent=indent, **kw))
 
-    if verbose and s.get("to_know_more_line"):
+    several = bool(s.get("incidents") and units)  # each incident's own answer is in the head
+    if several:
+        pass
+    elif verbose and s.get("to_know_more_line"):
         put(s["to_know_more_line"], indent=0)
     elif s.get("to_know_more"):
         put(_know_more_brief(s["to_know_more"], width), indent=0)
-    if s.get("findings_headline") and not s.get("filters"):  # the cost is the whole bundle's
-        put(f"cost: {s['findings_headline']}")
+    cost = s.get("findings_headline") or ""
+    if not verbose:  # "no stall" says nothing to act on: -v's
+        cost = "; ".join(p for p in cost.split("; ") if p != "no stall")
+    if cost and not s.get("filters"):  # the cost is the whole bundle's
+        put(f"cost: {cost}")
     f = s.get("filters")
     if f:
         put(
             f"filtered ({f['text']}): {f['kept']} of {f['total']} event(s) shown; the cost, the count per source "
             "and the notes are the whole bundle's (-v)"
         )
-    put(_count_line(s, _gates_line(s, head)))
+    if verbose or (s["count_visible"] and not several):  # not visible: the headline says so (once)
+        put(_count_line(s, _gates_line(s, head), verbose=verbose))
     warnings = collapse(list(s["warnings"]))
     shown = warnings if verbose else warnings[:MAX_WARNINGS]
     if not verbose:

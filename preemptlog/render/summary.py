@@ -197,9 +197,65 @@ def summarize(a: Analysis) -> dict[str, Any]:
     out.update(_engines(a, f))
     if (np_ := not_a_preemption(f, a.tz)) is not None:  # a stall, not a preemption (issue 38)
         out["not_a_preemption"] = np_
-    out["headline"] = headline(out)
+    out["crashes"] = crash_rows(a)
+    out["headline"] = headline(out) + crash_words(out)
+    out["incidents"] = incident_names(a)
+    if out["incidents"]:  # several servers or runs: one answer each, never one mixed sentence
+        out["headline"] = not_one_incident(out["incidents"])
     out["to_know_more_line"] = to_know_more_line(out)
     return out
+
+
+def incident_names(a: Analysis) -> list[str] | None:
+    """The incidents of a bundle that holds more than one (render/each.py split_by_incident: servers,
+    and logs that do not meet in time), by name; None for one incident (or a filtered view: its
+    figures are the whole bundle's)."""
+    from .each import split_by_incident
+
+    if getattr(a, "filters", None) or len(a.bundle.streams()) < 2:
+        return None
+    units = split_by_incident([""], a)
+    return [u.name for u in units] if len(units) > 1 else None
+
+
+def not_one_incident(names: list[str]) -> str:
+    """The headline of a bundle of several incidents."""
+    logs = [n for n in names if not n.startswith("(")]
+    other = " and other sources" if len(logs) < len(names) else ""
+    return (
+        f"Not one incident: {len(logs)} logs of servers or runs that do not meet in time{other}; each one's "
+        "answer is its own (preemptlog analyze --each)"
+    )
+
+
+def crash_rows(a: Analysis) -> list[dict[str, Any]]:
+    """The exceptions and fatal errors of the logs (engines/vllm/trouble.py ``engine_crashes``)."""
+    cr = a.frames.get("engine_crashes")
+    if cr is None or cr.height == 0:
+        return []
+    return [
+        {"time": iso(r["time"], a.tz), "what": r["what"], "where": r["where"], "at": f"{r['source']}:{r['line']}"}
+        for r in cr.sort("time", "line", nulls_last=True).iter_rows(named=True)
+    ]
+
+
+def crash_words(s: dict[str, Any]) -> str:
+    """``; then AssertionError in vllm/core/scheduler.py:1027 _schedule_default at 06:51:31, the second of
+    a preemption``: the first crash of the bundle (and how many more), for the headline."""
+    cr = s.get("crashes") or []
+    if not cr:
+        return ""
+    x = cr[0]
+    inside = f" in {x['where']}" if x.get("where") else ""
+    when = f" at {_hms(x['time'])}" if x.get("time") else ""
+    same = ""
+    first, last = s.get("first_event"), s.get("last_event")
+    if x.get("time") and first and last and _hms(first) <= _hms(x["time"]) <= _hms(last):
+        same = ", among the preemptions"
+    elif x.get("time") and last and _hms(last) == _hms(x["time"]):
+        same = ", the second of a preemption"
+    more = f" (and {len(cr) - 1} more)" if len(cr) > 1 else ""
+    return f"; then {x['what']}{inside}{when}{same}{more}"
 
 
 def grouped_assumptions(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -282,6 +338,7 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
     # The engine the bundle shows (one engine's words; both named for a bundle of two engines).
     shown = [e for e in registry.registered() if e.name in registry.engine_kinds(a.events, a.config, a.records)]
     own = shown[0] if len(shown) == 1 and not shown[0].default else None
+    resets = _resets(a, ev)
     return {
         "upstream": not guide_model(a),
         "engine": own.display if own else "+".join(e.display for e in shown) or registry.default().display,
@@ -290,9 +347,10 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         "code": (own.cause_code or CODE_SENTENCE[None]) if own else CODE_SENTENCE.get(gen, CODE_SENTENCE[None]),
         "by_rule": rules,
         "contradicted": sum(n for r, n in rules.items() if r.endswith("-contradicted")),
-        "cache_reset": _resets(a, ev)["events"],
+        "cache_reset": resets["events"],
+        "priority_path": rules.get("G3-priority-preemption-v0", 0),
         # the resets of the prefix cache those events came from, in the engine's words (joiner/reset.py)
-        "resets": _resets(a, ev),
+        **({"resets": resets} if resets["events"] else {}),
         "engines": engines,
         "unplaced": unplaced.height,
         "unplaced_span": [
@@ -308,6 +366,7 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
             "first": [spans[0]["start"], spans[0]["end"]] if spans else None,
             "peak_kv_usage": peak,
             "max_waiting": waiting,
+            "running_fell": _running_fell(spans),
         }
         if spans
         else None,
@@ -404,9 +463,10 @@ def not_a_preemption(f: Any, tz: str) -> dict[str, Any] | None:
         basis = f"nothing ran: Running 0 and no token computed on its {what}"
     else:
         basis = "no preemption counted in it"
+
     def overlaps(x: dict[str, Any]) -> bool:  # the same stall seen by another source (log and scrapes)
         lo, hi = spans_by_len[0]["start"], spans_by_len[0]["end"]
-        return x["engine"] == spans_by_len[0]["engine"] and x["start"] <= hi and x["end"] >= lo
+        return bool(x["engine"] == spans_by_len[0]["engine"] and x["start"] <= hi and x["end"] >= lo)
 
     spans_by_len = sorted(spans, key=lambda x: -x["seconds"])
     return {
@@ -477,8 +537,34 @@ def _hms(t: str | None) -> str:
     return t[11:19] if t and len(t) >= 19 else (t or "?")
 
 
+def _zero_words(quality: str | None, c: dict[str, Any]) -> str:
+    """What a count of 0 means, in words: ``(exact)``, or for a V0 log that only shows a lower bound
+    ``logged (V0 logs the 1st, 51st, 101st... preemption: ...)``."""
+    if quality == "lower bound" and c.get("generation") == "V0":
+        return (
+            " logged (vLLM V0 logs only the 1st, 51st, 101st... preemption since the engine started: a log "
+            "without its start can miss up to 49)"
+        )
+    if quality == "lower bound":
+        return " counted (more can have happened: the log does not count every one)"
+    return f" ({quality})" if quality and quality != "unknown" else ""
+
+
+def _running_fell(spans: list[dict[str, Any]]) -> list[int] | None:
+    """``[from, to]``: the running count of the pressure span where it fell most while waiting rose
+    (the ``shuffle`` signal: what a preemption looks like from outside), or None."""
+    fell = [
+        (p["max_running"] - p["min_running"], p["max_running"], p["min_running"])
+        for p in spans
+        if "shuffle" in (p.get("signals") or []) and p.get("max_running") is not None and p.get("min_running") is not None
+    ]
+    top = max(fell, default=None)
+    return [top[1], top[2]] if top and top[0] > 0 else None
+
+
 def _pressure_words(c: dict[str, Any]) -> str:
-    """``usage 100 %, up to 56 waiting, 09:02:29-09:03:09 and 3 more spans`` (pressure intervals)."""
+    """``usage 100 %, up to 56 waiting, running 66 -> 26, 09:02:29-09:03:09 and 3 more spans``
+    (pressure intervals)."""
     p = c.get("pressure")
     if not p:
         return ""
@@ -487,6 +573,8 @@ def _pressure_words(c: dict[str, Any]) -> str:
         parts.append(f"usage {p['peak_kv_usage']:g} %")
     if p.get("max_waiting"):
         parts.append(f"up to {p['max_waiting']} waiting")
+    if p.get("running_fell"):
+        parts.append(f"running {p['running_fell'][0]} -> {p['running_fell'][1]}")
     first = p.get("first")
     if first:
         more = p["spans"] - 1
@@ -505,7 +593,11 @@ def headline(s: dict[str, Any]) -> str:
         np_ = s.get("not_a_preemption")
         if np_ and np_.get("nothing_ran"):
             # a stall: nothing ran in it, so nothing was preempted in it; the log counts nothing outside it
-            return f"0 preemptions in the stall ({np_['basis']}): " + _stall_words(np_) + f"; outside it: not visible ({reason})"
+            return (
+                f"0 preemptions in the stall ({np_['basis']}): "
+                + _stall_words(np_)
+                + f"; outside it: not visible ({reason})"
+            )
         return (
             f"Preemptions: not visible ({reason})"
             + _baseline_words(s)
@@ -523,10 +615,17 @@ def headline(s: dict[str, Any]) -> str:
         rec = s.get("reconciliation") or {}
         how = rec.get("quality")
         np_ = s.get("not_a_preemption")
+        pw = _pressure_words(c)
+        if pw and not np_:  # none counted, but the stats lines show the pool at its ceiling
+            return (
+                "0 " + noun(kinds, 0) + _zero_words(how, c)
+                + f"; KV cache at the ceiling with requests waiting ({pw}): where preemptions can have happened"
+                + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
+            )
         return (
             "0 "
             + noun(kinds, 0)
-            + (f" ({how})" if how and how != "unknown" else "")
+            + (_zero_words(how, c) if how and how != "unknown" else "")
             + (": " + _stall_words(np_) if np_ else "")
         )
     word = noun(kinds, n)  # each engine's events in its word (SGLang's retractions)
@@ -546,6 +645,16 @@ def headline(s: dict[str, Any]) -> str:
     if default_only and reset and not g1 and reset >= n - undet:
         # every event a reset of the prefix cache explains: the call, in the engine's words, and no KV words
         return f"{n} {word}{span}{where}: " + _reset_words(c) + (f"; {undet} undetermined" if undet else "")
+    prio = c.get("priority_path", 0)
+    if default_only and prio and prio + g1 >= n - undet:  # V0's priority preemption named in the log
+        parts = [
+            f"{prio} by vLLM V0's priority scheduling (_schedule_priority_preemption, named in the log): it preempts "
+            "running requests of lower priority for a higher-priority waiting one; its warning says 'not enough KV "
+            "cache space' for every preemption"
+        ]
+        if g1:
+            parts.append(f"{g1} KV-block allocations failed")
+        return f"{n} {word}{span}{where}: " + "; ".join(parts)
     if default_only and c.get("upstream") and g1 + reset >= n - undet and g1:
         pw = _pressure_words(c)
         what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"

@@ -67,6 +67,7 @@ from typing import Any
 
 import polars as pl
 
+from . import fastscan
 from .registry import SourceKind, register, register_samples
 
 KIND = "vllm-log"
@@ -288,8 +289,21 @@ def scan(path: str, file_id: int, wraps: bool = True) -> pl.LazyFrame:
     - counting the prompt token ids (~90 M commas per GB) is the largest cost
       left after reading the file; ``(?-u),`` counts ~30 % faster than
       ``literal=True``.
+
+    A plain file that needs no repair is read by the compiled pass (sources/fastscan, issue 36)
+    when it is built: the same records, this query running only on the lines it leaves
+    (:func:`compiled`); ``PREEMPTLOG_SCANNER=polars`` keeps this query for every line.
     """
     from ..inputs import reflow
+
+    fast = compiled(path, file_id, wraps)
+    if fast is not None:
+        return fast.lazy()
+    return scan_frame(reflow.scan(path, wraps=wraps), file_id)
+
+
+def scan_frame(lines: pl.LazyFrame, file_id: int) -> pl.LazyFrame:
+    """The polars pass on an ``(n, line)`` frame (textio.scan_lines' schema): :func:`scan`'s query."""
     from ..inputs.textio import split_cr
 
     markers = all_markers()
@@ -303,7 +317,7 @@ def scan(path: str, file_id: int, wraps: bool = True) -> pl.LazyFrame:
 
     # Literal pre-filter on the raw line (Teddy/SIMD prefilter of the regex crate);
     # wrapped, reflowed, quoted or indented captures are repaired first (reflow.py).
-    lf = reflow.scan(path, wraps=wraps).filter(pl.col("line").str.contains(marker_rx))
+    lf = lines.filter(pl.col("line").str.contains(marker_rx))
     lf = split_cr(lf)
     # Leftmost marker; ties go to the earlier marker in the list.
     first = pl.col("line").str.extract(marker_rx, 1)
@@ -433,7 +447,45 @@ def compact(df: pl.DataFrame) -> pl.DataFrame:
 
 def read(path: str, file_id: int, wraps: bool = True) -> pl.DataFrame:
     """Scan, collect and finish one log file."""
+    fast = compiled(path, file_id, wraps)
+    if fast is not None:
+        return finish(compact(fast.frame()))
     return finish(collect(scan(path, file_id, wraps)))
+
+
+def fast_spec() -> fastscan.Spec:
+    """This module's query as data for the compiled pass (markers, regexes, fields: fastscan.Spec)."""
+    markers = all_markers()
+    literals = tuple(dict.fromkeys(m for m, _ in markers))
+    kinds: dict[str, str] = {}
+    for marker, kind in markers:
+        kinds.setdefault(marker, kind)
+    header = ("level", "mo", "dd", "hh", "mi", "ss", "hfrac")
+    return fastscan.Spec(
+        literals=literals,
+        hot=frozenset(m for m in literals if kinds[m] in HOT_KINDS),
+        regexes=(
+            ("header", VLLM_HEADER_RE, tuple((g, g) for g in header)),
+            ("full", FULL_TS_RE, tuple((g, g) for g in ("fdate", "ftime", "ffrac", "fzone"))),
+            ("fallback", FALLBACK_TS_RE, (("fb", "fb"),)),
+            ("proc", PROC_RE, (("proc", 1),)),
+            ("compose", COMPOSE_RE, (("compose", 1),)),
+            ("req_id", REQ_ID_RE, (("req_id", 1),)),
+            ("max_tokens", MAX_TOKENS_RE, (("max_tokens", 1),)),
+            ("ids_end", PROMPT_IDS_END_RE, ()),
+        ),
+        ids_start=PROMPT_IDS_START,
+        strip=".:",
+        head_chars=HEAD_CHARS,
+    )
+
+
+def compiled(path: str, file_id: int, wraps: bool = True) -> fastscan.Scan | None:
+    """The compiled pass over one file (sources/fastscan), or None: not built, turned off
+    (PREEMPTLOG_SCANNER=polars), or a file it does not read (compressed, repaired by reflow.py)."""
+    if not fastscan.enabled() or not fastscan.eligible(path, wraps):
+        return None
+    return fastscan.open_scan(path, file_id, fast_spec(), lambda lines: scan_frame(lines, file_id))
 
 
 def collect(lf: pl.LazyFrame) -> pl.DataFrame:
@@ -803,6 +855,9 @@ def read_split(
     import os
     import tempfile
 
+    fast = compiled(path, file_id, wraps)
+    if fast is not None:  # the compiled pass: the same runs, window by window (fastscan/split.py)
+        return fastscan.read_split(fast.frames(), fast.schema, fast_split_context(file_id, runs, spill_dir))
     lf = scan(path, file_id, wraps)
     try:
         size = os.path.getsize(path)
@@ -833,6 +888,29 @@ def read_split(
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def fast_split_context(file_id: int, runs: bool, spill_dir: str | None) -> fastscan.SplitContext:
+    """What :func:`read_split` decides, for the compiled pass's run finder (fastscan/split.py)."""
+    kinds = _kind_of_marker()
+    return fastscan.SplitContext(
+        file_id=file_id,
+        kinds=kinds,
+        hot_kinds=HOT_KINDS,
+        kept_kinds=_KEPT_HOT,
+        time_parts=_TIME_PARTS,
+        runs=runs,
+        runs_min=request_runs_min(),
+        fold_min=request_fold_min(),
+        spill_dir=spill_dir,
+        finish=finish,
+        compact=compact,
+        with_run_columns=with_run_columns,
+        hot_kind=lambda markers: _hot_kind(markers, kinds),
+        hot_query=_hot_query,
+        hot_rows=HotRows,
+        hot_columns=tuple(HOT_ROWS),
+    )
 
 
 READ_CHUNK_ROWS = 1 << 20

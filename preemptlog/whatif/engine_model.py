@@ -26,6 +26,14 @@ It follows ``Scheduler.schedule`` of vLLM 0.32 step for step (read from the rele
    the engine runs one more step scheduling 0 tokens (its step counter advances, and on the
    clock it takes the base step time) before it goes idle or the next request is admitted.
 
+Versions (the configuration's ``vllm_version``, the engine registry's SchedulerVersion): 0.32 is
+the reference read above; from 0.33 a priority request that preempted itself does not stop the
+running loop (``continue``: "The requests after it have higher priority and may still fit"); from
+0.34 ``long_prefill_token_threshold`` needs chunked prefill, and with ``cache_aware_admission_window``
+(fcfs, prefix caching) the waiting queue's head is reordered by cached prefix each step the waiting
+queue is served, once the KV cache is ``cache_aware_admission_threshold`` used
+(``_reorder_waiting_by_cached_prefix``).
+
 Block 0 of the pool is vLLM's null block: ``num_gpu_blocks - 1`` are usable. With
 ``enable_prefix_caching`` the pool is vLLM's cached block pool (:class:`_Pool`): a waiting request
 is admitted with its longest cached prefix computed (its recorded block hashes give prompt

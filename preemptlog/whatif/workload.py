@@ -711,7 +711,15 @@ def version_refusal(obs: Observed, sets: dict[str, Any], cfg: ReplayConfig) -> s
             for k in VERSIONED
             if k not in sets and not obs.provenance.get(k, "default").startswith(("default", "vLLM"))
         ]
-    why = [w for k in asked if (w := sv.refusal(k, getattr(cfg, k))) is not None]
+    # a value that is what the version does without the setting asks for nothing it lacks (the way to
+    # drop a stated setting when asking for an older version)
+    why = [
+        w
+        for k in asked
+        if (st := sv.setting(k)) is not None
+        and getattr(cfg, k) != st.absent
+        and (w := sv.refusal(k, getattr(cfg, k))) is not None
+    ]
     if not why:
         return None
     hint = (

@@ -170,7 +170,10 @@ def tp_sizes(records: pl.DataFrame) -> pl.DataFrame:
     return (
         records.select(
             "stream",
-            pl.when(pl.col("kind") == ARGS).then(t.str.extract(r"tp_size['\"]?\s*[=:]\s*(\d+)", 1)).cast(pl.Int64, strict=False).alias("_a"),
+            pl.when(pl.col("kind") == ARGS)
+            .then(t.str.extract(r"tp_size['\"]?\s*[=:]\s*(\d+)", 1))
+            .cast(pl.Int64, strict=False)
+            .alias("_a"),
             (tp + 1).alias("_r"),
         )
         .group_by("stream")

@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from ...sources import vllm_log
 from ...sources.registry import (
     RecordFamily,
     SourceKind,
@@ -32,7 +33,6 @@ from ...sources.registry import (
     register_family,
     register_samples,
 )
-from ...sources import vllm_log
 from . import log as sgl
 
 KIND = "sglang-log"

@@ -4,7 +4,7 @@ requests, preemption events, code facts and fixes; registered as the default eng
 from ...sources.vllm_log import KIND as LOG_KIND
 from .. import facts
 from ..registry import Engine, register_engine
-from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, resets, runs, stats
+from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, resets, runs, stats, trouble
 
 ENGINE = register_engine(
     Engine(
@@ -49,4 +49,4 @@ ENGINE = register_engine(
     )
 )
 
-__all__ = ["ENGINE", "enginedeath", "hooks", "resets"]
+__all__ = ["ENGINE", "enginedeath", "hooks", "resets", "trouble"]

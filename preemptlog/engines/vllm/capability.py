@@ -151,6 +151,7 @@ def _rust_capability(cap: LogCapability, stats: pl.DataFrame, rust: pl.DataFrame
             f"{python_v1.height} Python-frontend stats line(s) never print a count (stock builds, PR #38452), so "
             "the preemptions in their intervals are not in it"
         )
+        cap.details["quality"] = "lower bound"
         cap.remedy = V1_REMEDY_WITH_PLUGIN
     return cap
 

@@ -61,6 +61,8 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     # V1 0.9+ (kv_cache_utils.py): "Overriding num_gpu_blocks=8192 with num_gpu_blocks_override=64"
     ("cfg_override", "num_gpu_blocks_override", r"with num_gpu_blocks_override=(\d+)"),
     ("cfg_override", "num_gpu_blocks", r"with num_gpu_blocks_override=(\d+)"),
+    # ... and the blocks the memory profile found, what the GPU holds (a pinned pool can grow to it)
+    ("cfg_override", "num_gpu_blocks_profiled", r"Overriding num_gpu_blocks=(\d+) with"),
     # memory lines (issue 16, `whatif`): V1 gpu_model_runner / V0 model_runner and the V0 profiling line
     ("cfg_weights", "model_weights_gib", r"(?:Model loading took|Loading model weights took) ([\d.]+) ?Gi?B"),
     ("cfg_total_mem", "total_gpu_memory_gib", r"total_gpu_memory \(([\d.]+) ?GiB\)"),
@@ -160,6 +162,7 @@ _NUMERIC = {
     "max_num_batched_tokens",
     "block_size",
     "num_gpu_blocks_override",
+    "num_gpu_blocks_profiled",
 }
 
 

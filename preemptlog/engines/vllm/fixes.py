@@ -524,6 +524,7 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
 # Among fixes addressing as many events: the most direct first (vLLM's own advice for KV space, then
 # the admission limits), as the guide orders them.
 TIE_ORDER = [
+    "scheduling_policy",
     "block_size",
     "capacity_gpu_memory_utilization",
     "capacity_num_gpu_blocks_override",
@@ -549,6 +550,24 @@ def ranked(fixes: list[dict[str, Any]], counts: dict[str, int]) -> list[dict[str
     return _ranked(fixes, counts, TIE_ORDER)
 
 
+def ranked_pressure(fixes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The changes for pressure without a counted event (a stock V1 log): they address no event
+    (``events_addressed`` 0, ``pressure`` true); the lever that moves a pinned pool first, then
+    max_num_seqs, then the memory share (``PRESSURE_ORDER``)."""
+    out = sorted(
+        fixes, key=lambda x: PRESSURE_ORDER.index(x["id"]) if x["id"] in PRESSURE_ORDER else len(PRESSURE_ORDER)
+    )
+    for i, x in enumerate(out, 1):
+        x["events_addressed"] = 0
+        x["rank"] = i
+    return out
+
+
+# A pinned pool grows by its own option (the run stays as fast); max_num_seqs needs no memory; the memory
+# share last (an upper bound of what it needs).
+PRESSURE_ORDER = ["capacity_num_gpu_blocks_override", "capacity_max_num_seqs", "capacity_gpu_memory_utilization"]
+
+
 def engine_family(analysis: AnalysisView) -> str | None:
     return (_cfg(analysis).get("engine") or {}).get("value")
 
@@ -565,6 +584,20 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     dict shape as :func:`_fix` (``option`` + ``suggested`` replay the fix). Each names its inputs
     with file:line; a lever whose inputs are missing is returned with ``missing`` in ``dropped``,
     one that changes nothing is dropped with why."""
+    held = c.get("held") if c.get("peak") is None else None  # no demand measured: what the stats lines show
+    if held is None:
+        return _capacity_fixes(c)
+    # The stats lines give the pool levers and max_num_seqs (held_levers); the other levers as before.
+    mine, mine_dropped = held_levers(held, c.get("pool"), c.get("cfg") or {})
+    ids = {x["id"] for x in mine} | {x["id"] for x in mine_dropped}
+    rest, rest_dropped = _capacity_fixes(c)
+    return [*mine, *(x for x in rest if x["id"] not in ids)], [
+        *mine_dropped,
+        *(x for x in rest_dropped if x["id"] not in ids),
+    ]
+
+
+def _capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     out: list[dict[str, Any]] = []
     dropped: list[dict[str, str]] = []
     pool, peak, cfg = c.get("pool"), c.get("peak"), c.get("cfg") or {}
@@ -796,6 +829,153 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     return out, dropped
 
 
+# ---------------------------------------------------------------- a stock log: the levers its stats lines support
+
+# The share of the KV pool a max_num_seqs estimated from the stats lines leaves free for the running
+# requests to grow into (their prompts stay, their outputs grow one token a step until they finish).
+GROWTH_ROOM = 0.15
+# gpu_memory_utilization above this is not offered (the rest of the GPU's memory is the model's and
+# the activations').
+GMU_REACHABLE = 0.98
+
+
+def held_levers(
+    held: dict[str, Any], pool: dict[str, Any] | None, cfg: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The changes a stock log supports without a measured demand (findings/capacity.held_share): the
+    stats lines where requests waited with the KV cache nearly full give the share of the pool one
+    running request holds (``share`` %). Estimated, never verified by the log itself:
+
+    - ``--max-num-seqs floor(100 / (share x (1 + GROWTH_ROOM)))``: as many requests as fill the pool
+      to 1 / 1.15 of it at the share the log shows, so the running set has room to grow (offered when
+      it lowers the running count the pool held);
+    - the pool for the requests in the engine at the worst sample (running + waiting, at most a
+      max_num_seqs stated in the log) at that share and room: ``--num-gpu-blocks-override`` when the
+      log pins the pool (up to the blocks the memory profile found), else ``--gpu-memory-utilization``
+      (``x`` the same ratio, an upper bound: only the KV share must grow; offered up to 0.98).
+    """
+    from ...model.fixes import fix_record
+
+    out: list[dict[str, Any]] = []
+    dropped: list[dict[str, str]] = []
+    share, room = float(held["share"]), 1 + GROWTH_ROOM
+    mns, override = cfg.get("max_num_seqs"), cfg.get("num_gpu_blocks_override")
+    gmu, profiled = cfg.get("gpu_memory_utilization"), cfg.get("num_gpu_blocks_profiled")
+    seen = held["text"]
+    each = f"{share:.1f} % of the pool each"
+    ran = f"{held['running_min']}-{held['running_max']}" if held["running_min"] != held["running_max"] else str(
+        held["running"]
+    )
+    keys_seqs = G1_KEYS + ["G3-queue-overflow"]
+    extra = {"estimated": "stats lines", "pressure": True}
+    # max_num_seqs that leaves the running set room to grow
+    fit = int(100 // (share * room)) if share > 0 else 0
+    if fit < 1:
+        dropped.append(
+            {"id": "capacity_max_num_seqs", "why": f"one running request holds {share:.0f} % of the KV pool ({seen})"}
+        )
+    elif fit >= held["running"] or (mns is not None and fit >= mns.value):
+        dropped.append(
+            {
+                "id": "capacity_max_num_seqs",
+                "why": f"max_num_seqs {fit} would not lower the {held['running']} running the pool held ({seen})",
+            }
+        )
+    else:
+        basis = f"estimated from the stats lines: {ran} running held the KV pool, {each}; 15 % left for growth"
+        out.append(
+            fix_record(
+                "capacity_max_num_seqs",
+                "--max-num-seqs",
+                int(mns.value) if mns is not None else None,
+                fit,
+                [seen, *([mns.cite()] if mns is not None else [])],
+                f"{fit} running requests at {share:.1f} % of the KV pool each fill {fit * share:.0f} % of it and "
+                "have room to grow: fewer preemptions, more requests waiting",
+                f"max_num_seqs {fit} = floor(100 % / ({share:.1f} % per running request x {room:g})): {seen}",
+                keys_seqs,
+                basis=basis,
+                **extra,
+            )
+        )
+    # the pool that holds the requests in the engine at the worst sample
+    in_engine = int(held["in_engine"])
+    if mns is not None and mns.status != "assumed":
+        in_engine = min(in_engine, int(mns.value))
+    ratio = in_engine * share * room / 100
+    demand = f"{in_engine} requests in the engine (running + waiting) at {each}, 15 % room: {ratio:.2f}x the pool"
+    basis = f"estimated from the stats lines: {in_engine} requests in the engine at {each}; 15 % room"
+    if ratio <= 1:
+        for fid in ("capacity_num_gpu_blocks_override", "capacity_gpu_memory_utilization"):
+            dropped.append({"id": fid, "why": f"the stats lines' demand fits the pool ({demand})"})
+    elif override is not None:
+        dropped.append(
+            {
+                "id": "capacity_gpu_memory_utilization",
+                "why": f"the pool is pinned by --num-gpu-blocks-override ({override.cite()}): "
+                "gpu_memory_utilization does not change it",
+            }
+        )
+        need = int(math.ceil(override.value * ratio))
+        if profiled is not None and need > profiled.value:
+            dropped.append(
+                {
+                    "id": "capacity_num_gpu_blocks_override",
+                    "why": f"holding {demand} needs {need} blocks, more than the {int(profiled.value)} the memory "
+                    f"profile found ({profiled.cite()})",
+                }
+            )
+        else:
+            room_words = f"; the memory profile found {int(profiled.value)} blocks ({profiled.cite()})" if profiled else ""
+            out.append(
+                fix_record(
+                    "capacity_num_gpu_blocks_override",
+                    "--num-gpu-blocks-override",
+                    int(override.value),
+                    need,
+                    [override.cite(), *((pool or {}).get("inputs") or []), seen, *([profiled.cite()] if profiled else [])],
+                    f"a KV pool of {need} blocks holds the {in_engine} requests in the engine at the peak "
+                    f"({ratio:.2f}x the pool){room_words}",
+                    f"num_gpu_blocks_override {int(override.value)} -> {need} = {int(override.value)} x {ratio:.2f} "
+                    f"({demand})",
+                    G1_KEYS,
+                    basis=basis,
+                    **extra,
+                )
+            )
+    elif gmu is None:
+        dropped.append(
+            {"id": "capacity_gpu_memory_utilization", "why": "gpu_memory_utilization is not stated in the bundle"}
+        )
+    else:
+        need = math.ceil(gmu.value * ratio * 100) / 100
+        if need > GMU_REACHABLE:
+            dropped.append(
+                {
+                    "id": "capacity_gpu_memory_utilization",
+                    "why": f"holding {demand} needs gpu_memory_utilization about {need:g} (> {GMU_REACHABLE:g}): not "
+                    "reachable on this GPU; fewer sequences, or more GPUs (tensor_parallel_size)",
+                }
+            )
+        else:
+            out.append(
+                fix_record(
+                    "capacity_gpu_memory_utilization",
+                    "--gpu-memory-utilization",
+                    gmu.value,
+                    need,
+                    [gmu.cite(), *((pool or {}).get("inputs") or []), seen],
+                    f"a KV pool {ratio:.2f}x as large holds the {in_engine} requests in the engine at the peak (an "
+                    "upper bound: only the KV share of the memory must grow)",
+                    f"gpu_memory_utilization {gmu.value:g} -> {need:g} = {gmu.value:g} x {ratio:.2f} ({demand})",
+                    G1_KEYS,
+                    basis=basis,
+                    **extra,
+                )
+            )
+    return out, dropped
+
+
 # ---------------------------------------------------------------- the engine's part of the incident's fixes
 
 
@@ -831,11 +1011,48 @@ def plan_part(a: AnalysisView, findings: Any, verdicts: Any) -> FixPart:
             )
         else:
             candidates.append(x)
+    candidates.extend(_policy_fixes(a))
     counts = verdict_key_counts(verdicts)
     addressing = ranked(candidates, counts)  # only fixes that address some of the incident's events
+    if not counts:  # no event counted (a stock V1 log): the changes the pressure its stats lines show supports
+        addressing = ranked_pressure([x for x in candidates if x.get("pressure")])
+    elif any(x.get("pressure") for x in computed):  # an estimate from the incident's own stats lines ...
+        gmu_levers = {x["id"] for x in computed if x["option"] == "--gpu-memory-utilization"}
+        held_why = next((d["why"] for d in dropped if d["id"] == "capacity_gpu_memory_utilization"), None)
+        if not gmu_levers and held_why and "not reachable" in held_why:  # ... says +0.05 cannot hold the demand
+            for x in [x for x in addressing if x["id"] == "kv_room"]:
+                addressing.remove(x)
+                dropped.append({"id": "kv_room", "why": f"the stats lines' estimate: {held_why}"})
     changes = [x for x in addressing if is_change(x)]
     know = [x for x in addressing if not is_change(x)]
     return FixPart(changes=changes, know=know, dropped=dropped)
+
+
+def _policy_fixes(a: AnalysisView) -> list[dict[str, Any]]:
+    """Under ``--scheduling-policy priority`` seen in the log, the policy itself is a lever for the
+    preemptions it makes (V0's _schedule_priority_preemption: G3): ``fcfs`` makes a higher-priority
+    request wait instead of preempting running ones."""
+    from ...model.fixes import fix_record
+
+    row = _cfg(a).get("scheduling_policy")
+    if row is None or row.get("status") != "seen" or str(row.get("value")).strip("'\"") != "priority":
+        return []
+    where = f"{row['source']}:{row['line']}"
+    return [
+        fix_record(
+            "scheduling_policy",
+            "--scheduling-policy",
+            "priority",
+            "fcfs",
+            [f"scheduling_policy=priority (seen, {where})"],
+            "a higher-priority request waits for a free slot instead of preempting running requests (it loses its "
+            "priority); keeping priority keeps these preemptions: they are the policy at work",
+            "--scheduling-policy fcfs: vLLM V0 preempts for priority (_schedule_priority_preemption) only under "
+            "--scheduling-policy priority",
+            ["G3-queue-overflow"],
+            basis="the priority policy preempted (the log names _schedule_priority_preemption)",
+        )
+    ]
 
 
 def _pinned(a: AnalysisView) -> bool:

@@ -43,6 +43,7 @@ RUST_FAMILY = "v1-rust"  # the stats frame's family of the Rust frontend's lines
 RUST_STATS = "vllm-rust-stats"  # the record family (sources.registry) of the Rust frontend's line
 V1_STATS_FAMILIES = frozenset({"v1", RUST_FAMILY})  # the families a V1 engine writes
 RUST_INTERVAL_S = 10  # VLLM_LOG_STATS_INTERVAL's default: the seconds a line's counts cover
+RUST_WHOLE_RE = r"KV cache used: [\d.]+%"  # the field after the Preemptions one: the line was not cut before it
 
 # The fields of each line family: column -> (dtype, regex in the Python loggers' line (V0
 # metrics.py, V1 loggers.py), regex in the Rust frontend's line; None: the family has no such field).
@@ -70,7 +71,9 @@ def _field(name: str, rust: pl.Expr) -> pl.Expr:
     py = _num(t, py_rx, dtype) if py_rx else pl.lit(None, dtype)
     rs = _num(t, rust_rx, dtype) if rust_rx else pl.lit(None, dtype)
     if name == "preemptions":
-        rs = rs.fill_null(0)  # the Rust logger prints the field only when p > 0: no field is 0
+        # The Rust logger prints the field only when p > 0: no field is 0, on a whole line (one that
+        # reaches the KV field after it); a line cut before it says nothing.
+        rs = pl.when(t.str.contains(RUST_WHOLE_RE)).then(rs.fill_null(0)).otherwise(rs)
     return pl.when(rust).then(rs).otherwise(py).alias(name)
 
 

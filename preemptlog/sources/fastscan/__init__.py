@@ -23,14 +23,16 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import polars as pl
+from polars.io.plugins import register_io_source
 
 from ...inputs import reflow
 from ...inputs.textio import compression_of, scan_lines
 from .regex import Program, Unsupported, compile_regex
+from .split import SplitContext, read_split
 
 try:
     from . import _scan  # type: ignore[attr-defined]
@@ -38,8 +40,7 @@ except ImportError:  # no compiler at install: the polars pass reads every log
     _scan = None
 
 ENV = "PREEMPTLOG_SCANNER"
-WINDOW_BYTES = 128 << 20  # bytes scanned per call (memory: a window's columns are held at once)
-SLOW_MAX_BYTES = 64 << 20  # more slow bytes than this in one window: the polars pass reads the file
+WINDOW_BYTES = 64 << 20  # bytes scanned per call (memory: a window's pages and columns are held at once)
 
 # The batch columns, in _scan.c's order (scan_core.h C_*).
 COLUMNS = (
@@ -185,18 +186,22 @@ def eligible(path: str, wraps: bool = True) -> bool:
     return not reflow.plan(path, wraps=wraps).needed
 
 
-@dataclass
-class Window:
-    """One window's fast rows (scan columns) and its slow lines."""
-
-    fast: pl.DataFrame
-    slow: list[tuple[int, int, int]]  # (line number, byte offset, length)
-
-
 Query = Callable[[pl.LazyFrame], pl.LazyFrame]
+
+# The scan columns (vllm_log.scan's output) as the batches hold them (mk: the marker's index).
+_BATCH_SCHEMA: dict[str, pl.DataType] = {
+    "n": pl.UInt32(),
+    "mk": pl.UInt8(),
+    **{c: pl.String() for c in ("level", "proc", "compose")},
+    **{c: pl.Int8() for c in ("mo", "dd", "hh", "mi", "ss")},
+    **{c: pl.String() for c in ("hfrac", "fdate", "ftime", "ffrac", "fzone", "fb", "text", "req_id")},
+    "max_tokens": pl.Int64(),
+    "prompt_tokens": pl.Int64(),
+}
 
 
 def threads() -> int:
+    """Threads of the compiled pass: the cores this process may use (at most 8)."""
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -204,138 +209,120 @@ def threads() -> int:
     return max(1, min(n, 8))
 
 
-def windows(path: str, spec: Spec, window: int = WINDOW_BYTES) -> list[tuple[pl.DataFrame, list[tuple[int, int, int]], mmap.mmap | None]]:
-    raise NotImplementedError
+class Scan:
+    """The compiled pass over one file: its records frame in windows (:meth:`frames`), whole
+    (:meth:`frame`) or as a LazyFrame that streams the windows (:meth:`lazy`, an IO source: the
+    spill and run logic of vllm_log.read_split read it as they read the polars query)."""
 
+    def __init__(self, path: str, file_id: int, spec: Spec, query: Query, config: object) -> None:
+        self.path, self.file_id, self.spec, self.query, self.config = path, file_id, spec, query, config
+        enum = pl.Enum(list(spec.literals))
+        self.schema: dict[str, pl.DataType] = {
+            "file_id": pl.UInt16(),
+            "n": pl.UInt32(),
+            "seg": pl.UInt32(),
+            "marker": enum,
+            **{c: t for c, t in _BATCH_SCHEMA.items() if c not in ("n", "mk")},
+        }
+        self.window = WINDOW_BYTES
 
-def _fast_frame(batches: list[object], spec: Spec, file_id: int) -> pl.DataFrame:
-    """The batches as the polars pass's scan columns (before ``finish``)."""
-    enum = pl.Enum(list(spec.literals))
-    names = pl.Series("marker", list(spec.literals), dtype=enum)
-    if batches:
+    def frames(self) -> Iterator[pl.DataFrame]:
+        """Each window's records (the polars pass's scan columns), in file order."""
+        assert _scan is not None
+        with open(self.path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                start, lines = 0, 0
+                nthreads = threads()
+                page = mmap.PAGESIZE
+                while start < size:
+                    batches, slow, nxt, got = _scan.scan(self.config, mm, start, self.window, lines, nthreads)
+                    fast = self._fast(batches)
+                    del batches
+                    if slow:
+                        rows = self._slow(mm, slow)
+                        fast = fast.merge_sorted(rows, key="n") if fast.height else rows
+                    if fast.height:
+                        yield fast
+                    # the window's pages leave this process's memory (they stay in the page cache)
+                    lo, hi = (start // page) * page, (nxt // page) * page
+                    if hi > lo:
+                        try:
+                            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                        except (AttributeError, OSError, ValueError):
+                            pass
+                    start, lines = nxt, lines + got
+
+    def frame(self) -> pl.DataFrame:
+        """The whole file's records (scan columns)."""
+        parts = list(self.frames())
+        if not parts:
+            return pl.DataFrame(schema=self.schema)
+        return pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0]
+
+    def lazy(self) -> pl.LazyFrame:
+        """The records as a LazyFrame over the windows (polars' IO source plugin)."""
+
+        def source(
+            with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None, _batch: int | None
+        ) -> Iterator[pl.DataFrame]:
+            left = n_rows
+            for df in self.frames():
+                if predicate is not None:
+                    df = df.filter(predicate)
+                if with_columns is not None:
+                    df = df.select(with_columns)
+                if left is not None:
+                    df = df.head(left)
+                    left -= df.height
+                yield df
+                if left is not None and left <= 0:
+                    return
+
+        return register_io_source(source, schema=self.schema, explain_name="preemptlog fastscan")
+
+    def _fast(self, batches: list[object]) -> pl.DataFrame:
+        enum = self.schema["marker"]
+        names = pl.Series("marker", list(self.spec.literals), dtype=enum)
         parts = [pl.DataFrame(b) for b in batches]
-        df = pl.concat(parts, how="vertical", rechunk=False) if len(parts) > 1 else parts[0]
-    else:
-        df = pl.DataFrame(schema={c: pl.UInt32 for c in COLUMNS})
-        df = df.with_columns(
-            pl.col(c).cast(t)
-            for c, t in {
-                "mk": pl.UInt8,
-                "level": pl.String,
-                "proc": pl.String,
-                "compose": pl.String,
-                "mo": pl.Int8,
-                "dd": pl.Int8,
-                "hh": pl.Int8,
-                "mi": pl.Int8,
-                "ss": pl.Int8,
-                "hfrac": pl.String,
-                "fdate": pl.String,
-                "ftime": pl.String,
-                "ffrac": pl.String,
-                "fzone": pl.String,
-                "fb": pl.String,
-                "text": pl.String,
-                "req_id": pl.String,
-                "max_tokens": pl.Int64,
-                "prompt_tokens": pl.Int64,
-            }.items()
+        if not parts:
+            df = pl.DataFrame(schema=_BATCH_SCHEMA)
+        else:
+            df = pl.concat(parts, how="vertical", rechunk=False) if len(parts) > 1 else parts[0]
+        return df.select(
+            pl.lit(self.file_id, pl.UInt16).alias("file_id"),
+            "n",
+            pl.lit(0, pl.UInt32).alias("seg"),
+            names.gather(df.get_column("mk")).alias("marker"),
+            *[c for c in _BATCH_SCHEMA if c not in ("n", "mk")],
         )
-    marker = names.gather(df.get_column("mk"))
-    return df.select(
-        pl.lit(file_id, pl.UInt16).alias("file_id"),
-        "n",
-        pl.lit(0, pl.UInt32).alias("seg"),
-        marker.alias("marker"),
-        *COLUMNS[2:],
-    )
 
-
-def _slow_frame(
-    mm: mmap.mmap, slow: list[tuple[int, int, int]], query: Query, tmpdir: str | None
-) -> pl.DataFrame:
-    """The slow lines read by the polars pass's query (their own line numbers back)."""
-    fd, tmp = tempfile.mkstemp(prefix="preemptlog-slow.", suffix=".log", dir=tmpdir)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(b"\n")  # line 1: empty (a BOM of the first slow line is not the file's)
-            for _n, off, length in slow:
-                out.write(mm[off : off + length])
-                out.write(b"\n")
-        got = query(scan_lines(tmp)).collect()
-    finally:
+    def _slow(self, mm: mmap.mmap, slow: list[tuple[int, int, int]]) -> pl.DataFrame:
+        """The slow lines read by the polars pass's own query, with their line numbers back."""
+        fd, tmp = tempfile.mkstemp(prefix="preemptlog-slow.", suffix=".log")
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    lines = pl.Series([n for n, _, _ in slow], dtype=pl.UInt32)
-    return got.with_columns(n=lines.gather(got.get_column("n").cast(pl.Int64) - 2))
+            with os.fdopen(fd, "wb") as out:
+                out.write(b"\n")  # line 1 stays empty: a BOM on a slow line is no file's first bytes
+                for _n, off, length in slow:
+                    out.write(mm[off : off + length])
+                    out.write(b"\n")
+            got = self.query(scan_lines(tmp)).collect()
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        lines = pl.Series([n for n, _, _ in slow], dtype=pl.UInt32)
+        got = got.with_columns(n=lines.gather(got.get_column("n").cast(pl.Int64) - 2))
+        return got.select(list(self.schema)).cast(self.schema)
 
 
-class Refused(Exception):
-    """The compiled pass does not read this file (the caller runs the polars pass)."""
-
-
-def scan_file(
-    path: str,
-    file_id: int,
-    spec: Spec,
-    query: Query,
-    window: int = WINDOW_BYTES,
-    tmpdir: str | None = None,
-) -> list[pl.DataFrame]:
-    """Every window's records frame (the polars pass's scan columns, rows in file order).
-
-    ``query`` is the polars pass's per-line query (vllm_log.scan_frame with the file id): it reads
-    the slow lines. Raises :class:`Refused` when the compiled pass cannot read the file.
-    """
-    return list(iter_file(path, file_id, spec, query, window, tmpdir))
-
-
-def iter_file(
-    path: str,
-    file_id: int,
-    spec: Spec,
-    query: Query,
-    window: int = WINDOW_BYTES,
-    tmpdir: str | None = None,
-):  # type: ignore[no-untyped-def]
+def open_scan(path: str, file_id: int, spec: Spec, query: Query) -> Scan | None:
+    """The compiled pass over ``path`` (see :class:`Scan`), or None when it refuses the spec
+    (a marker or regex it does not run: :func:`status` says why)."""
     cfg = _config(spec)
-    if cfg is None or _scan is None:
-        raise Refused(_REFUSED.get(spec, "not built"))
-    try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise Refused(str(exc)) from exc
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size == 0:
-            yield _fast_frame([], spec, file_id)
-            return
-        try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
-            raise Refused(str(exc)) from exc
-        with mm:
-            start, lines = 0, 0
-            nthreads = threads()
-            page = mmap.PAGESIZE
-            while start < size:
-                batches, slow, nxt, got = _scan.scan(cfg, mm, start, window, lines, nthreads)
-                fast = _fast_frame(batches, spec, file_id)
-                del batches
-                if slow:
-                    if sum(length for _, _, length in slow) > SLOW_MAX_BYTES and start == 0 and nxt >= size:
-                        pass
-                    rows = _slow_frame(mm, slow, query, tmpdir)
-                    fast = fast.merge_sorted(rows.select(fast.columns).cast(fast.schema), key="n") if fast.height else rows.select(fast.columns).cast(fast.schema)
-                yield fast
-                # The window's pages leave this process's memory (they stay in the page cache).
-                lo = (start // page) * page
-                hi = (nxt // page) * page
-                if hi > lo and hasattr(mm, "madvise"):
-                    try:
-                        mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-                    except (OSError, ValueError):
-                        pass
-                start, lines = nxt, lines + got
+    if cfg is None:
+        return None
+    return Scan(path, file_id, spec, query, cfg)

@@ -267,17 +267,26 @@ static void Config_dealloc(ConfigObject *self) {
     for (int i = 0; i < FS_NPROG; i++) {
         free(c->prog[i].code);
         free(c->prog[i].sets);
+        free(c->prog[i].lits);
     }
     free(c->ids_start);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int take_prog(fs_prog *p, PyObject *t) {
-    const char *code, *sets, *first;
-    Py_ssize_t ncode, nsets, nfirst;
+    const char *code, *sets, *first, *lits;
+    Py_ssize_t ncode, nsets, nfirst, nlits;
     int nslots, anchored;
-    if (!PyArg_ParseTuple(t, "y#y#iiy#", &code, &ncode, &sets, &nsets, &nslots, &anchored, &first, &nfirst))
+    if (!PyArg_ParseTuple(t, "y#y#iiy#y#", &code, &ncode, &sets, &nsets, &nslots, &anchored, &first, &nfirst, &lits,
+                          &nlits))
         return -1;
+    p->lits = malloc(nlits ? (size_t)nlits : 1);
+    if (!p->lits) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(p->lits, lits, (size_t)nlits);
+    p->nlits = (int)nlits;
     if (ncode % 12 || nsets % 17 || (nfirst != 0 && nfirst != 32) || nslots < 2 || nslots > 64) {
         PyErr_SetString(PyExc_ValueError, "bad regex program");
         return -1;
@@ -298,9 +307,10 @@ static int take_prog(fs_prog *p, PyObject *t) {
     /* every jump and set index in range */
     for (int i = 0; i < p->ncode; i++) {
         fs_inst *in = &p->code[i];
-        int bad = in->op < OP_MATCH || in->op > OP_RUN;
+        int bad = in->op < OP_MATCH || in->op > OP_LIT;
         if (in->op == OP_SET || in->op == OP_RUN) bad |= in->a < 0 || in->a >= p->nsets;
         if (in->op == OP_RUN) bad |= in->b < 0;
+        if (in->op == OP_LIT) bad |= in->a < 0 || in->b < 1 || (Py_ssize_t)in->a + in->b > nlits;
         if (in->op == OP_SPLIT) bad |= in->a < 0 || in->a >= p->ncode || in->b < 0 || in->b >= p->ncode;
         if (in->op == OP_JMP) bad |= in->a < 0 || in->a >= p->ncode;
         if (in->op == OP_SAVE) bad |= in->a < 0 || in->a >= nslots;

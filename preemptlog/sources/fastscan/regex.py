@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass, field
 
 # Instruction codes (keep equal to _scan.c's OP_*).
-OP_MATCH, OP_CHAR, OP_SET, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_RUN = range(9)
+OP_MATCH, OP_CHAR, OP_SET, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_RUN, OP_LIT = range(10)
 # What a set does with a non-ASCII character (keep equal to _scan.c's NA_*).
 NA_NEVER, NA_ALWAYS, NA_SPACE, NA_NOT_SPACE, NA_UNSURE = range(5)
 
@@ -56,12 +56,13 @@ class Program:
     ngroups: int = 0
     anchored: bool = False
     first: bytes | None = None  # 32-byte map of the bytes a match can start with; None: any
+    lits: bytes = b""  # the literal pool of OP_LIT (a run of literal bytes, one instruction)
 
-    def pack(self) -> tuple[bytes, bytes, int, int, bytes]:
-        """(code, sets, nslots, anchored, first) as _scan.Config takes them."""
+    def pack(self) -> tuple[bytes, bytes, int, int, bytes, bytes]:
+        """(code, sets, nslots, anchored, first, lits) as _scan.Config takes them."""
         code = b"".join(struct.pack("<iii", *ins) for ins in self.code)
         sets = b"".join(bits + bytes([mode]) for bits, mode in self.sets)
-        return code, sets, 2 * (self.ngroups + 1), int(self.anchored), self.first or b""
+        return code, sets, 2 * (self.ngroups + 1), int(self.anchored), self.first or b"", self.lits
 
     def group(self, name: str | int) -> int:
         return name if isinstance(name, int) else self.groups[name]
@@ -260,6 +261,9 @@ def _first_bytes(prog: Program) -> bytes | None:
             return None
         if op == OP_CHAR:
             bits[a >> 3] |= 1 << (a & 7)
+        elif op == OP_LIT:
+            c = prog.lits[a]
+            bits[c >> 3] |= 1 << (c & 7)
         elif op == OP_RUN and b == 0:
             return None  # may match empty: any byte may follow (kept simple)
         elif op in (OP_SET, OP_RUN):
@@ -278,6 +282,42 @@ def _first_bytes(prog: Program) -> bytes | None:
     return bytes(bits)
 
 
+def _merge_literals(prog: Program) -> None:
+    """Runs of two or more OP_CHAR that no jump enters in the middle become one OP_LIT."""
+    targets = set()
+    for op, a, b in prog.code:
+        if op == OP_SPLIT:
+            targets |= {a, b}
+        elif op == OP_JMP:
+            targets.add(a)
+    new: list[tuple[int, int, int]] = []
+    where: dict[int, int] = {}
+    pool = bytearray()
+    i = 0
+    while i < len(prog.code):
+        j = i
+        while j < len(prog.code) and prog.code[j][0] == OP_CHAR and (j == i or j not in targets):
+            j += 1
+        where[i] = len(new)
+        if j - i >= 2:
+            new.append((OP_LIT, len(pool), j - i))
+            pool += bytes(prog.code[k][1] for k in range(i, j))
+            i = j
+        else:
+            new.append(prog.code[i])
+            i += 1
+    where[len(prog.code)] = len(new)
+    out = []
+    for op, a, b in new:
+        if op == OP_SPLIT:
+            a, b = where[a], where[b]
+        elif op == OP_JMP:
+            a = where[a]
+        out.append((op, a, b))
+    prog.code = out
+    prog.lits = bytes(pool)
+
+
 def compile_regex(pattern: str) -> Program:
     """Compile one of the records' regexes (see the module docstring); raises Unsupported."""
     try:
@@ -290,6 +330,7 @@ def compile_regex(pattern: str) -> Program:
     comp = _Compiler(prog)
     comp.seq(tree.data)
     comp.emit(OP_MATCH)
+    _merge_literals(prog)
     prog.anchored = bool(prog.code) and prog.code[0][0] == OP_BOL
     prog.first = _first_bytes(prog)
     if len(prog.sets) > 255:

@@ -47,8 +47,7 @@ enum { FL_NUL = 1, FL_ESC = 2, FL_US = 4, FL_CR = 8, FL_HIGH = 16 };
 
 /* ------------------------------------------------------------------ buffers and columns */
 
-static int buf_reserve(fs_buf *b, size_t extra) {
-    if (b->len + extra <= b->cap) return 0;
+static int buf_grow(fs_buf *b, size_t extra) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + extra) cap *= 2;
     uint8_t *p = realloc(b->p, cap);
@@ -58,7 +57,12 @@ static int buf_reserve(fs_buf *b, size_t extra) {
     return 0;
 }
 
-static int buf_put(fs_buf *b, const void *src, size_t n) {
+static inline int buf_reserve(fs_buf *b, size_t extra) {
+    if (__builtin_expect(b->len + extra <= b->cap, 1)) return 0;
+    return buf_grow(b, extra);
+}
+
+static inline int buf_put(fs_buf *b, const void *src, size_t n) {
     if (buf_reserve(b, n)) return -1;
     if (n) memcpy(b->p + b->len, src, n);
     b->len += n;
@@ -66,7 +70,7 @@ static int buf_put(fs_buf *b, const void *src, size_t n) {
 }
 
 /* validity bit of row `row` */
-static int col_valid(fs_col *c, int64_t row, int ok) {
+static inline int col_valid(fs_col *c, int64_t row, int ok) {
     size_t byte = (size_t)(row >> 3);
     if (byte >= c->valid.len) {
         if (buf_reserve(&c->valid, 1)) return -1;
@@ -79,21 +83,38 @@ static int col_valid(fs_col *c, int64_t row, int ok) {
     return 0;
 }
 
-static int col_str(fs_col *c, int64_t row, const uint8_t *p, int64_t len) {
-    if (c->values.len == 0) {
-        int32_t zero = 0;
-        if (buf_put(&c->values, &zero, 4)) return -1;
+static inline int col_str(fs_col *c, int64_t row, const uint8_t *p, int64_t len) {
+    if (__builtin_expect(c->values.len == 0, 0)) {
+        if (buf_reserve(&c->values, 4)) return -1;
+        memset(c->values.p, 0, 4);
+        c->values.len = 4;
     }
     if (col_valid(c, row, len >= 0)) return -1;
     if (len > 0 && buf_put(&c->data, p, (size_t)len)) return -1;
     if (c->data.len > 0x7fffffff) return -1;
+    if (buf_reserve(&c->values, 4)) return -1;
     int32_t end = (int32_t)c->data.len;
-    return buf_put(&c->values, &end, 4);
+    memcpy(c->values.p + c->values.len, &end, 4);
+    c->values.len += 4;
+    return 0;
 }
 
-static int col_fixed(fs_col *c, int64_t row, const void *v, size_t width, int ok) {
+static inline int col_fixed(fs_col *c, int64_t row, const void *v, size_t width, int ok) {
     if (col_valid(c, row, ok)) return -1;
-    return buf_put(&c->values, v, width);
+    if (buf_reserve(&c->values, 8)) return -1;
+    switch (width) {
+    case 1:
+        c->values.p[c->values.len] = *(const uint8_t *)v;
+        break;
+    case 4:
+        memcpy(c->values.p + c->values.len, v, 4);
+        break;
+    default:
+        memcpy(c->values.p + c->values.len, v, 8);
+        break;
+    }
+    c->values.len += width;
+    return 0;
 }
 
 void fs_out_init(fs_out *o) { memset(o, 0, sizeof(*o)); }
@@ -179,6 +200,30 @@ static size_t count_byte(const uint8_t *s, size_t n, uint8_t b) {
     return k;
 }
 
+/* memmem with an SSE2 filter on the needle's first and last bytes (glibc's is bytewise here). */
+static const uint8_t *fs_memmem(const uint8_t *h, size_t n, const uint8_t *nd, size_t k) {
+    if (k == 0) return h;
+    if (k > n) return NULL;
+    if (k == 1) return memchr(h, nd[0], n);
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i f = _mm_set1_epi8((char)nd[0]), l = _mm_set1_epi8((char)nd[k - 1]);
+    for (; i + k - 1 + 16 <= n; i += 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(h + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(h + i + k - 1));
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, f), _mm_cmpeq_epi8(b, l)));
+        while (m) {
+            unsigned j = (unsigned)__builtin_ctz(m);
+            if (memcmp(h + i + j + 1, nd + 1, k - 2) == 0) return h + i + j;
+            m &= m - 1;
+        }
+    }
+#endif
+    for (; i + k <= n; i++)
+        if (h[i] == nd[0] && memcmp(h + i, nd, k) == 0) return h + i;
+    return NULL;
+}
+
 /* Strict UTF-8 (what Rust's from_utf8 accepts). */
 static int utf8_valid(const uint8_t *s, size_t n) {
     size_t i = 0;
@@ -254,8 +299,8 @@ typedef struct {
     int end;    /* it met the end of the text (the result depends on the length) */
 } track_t;
 
-static int push(fs_out *o, size_t *sp, int32_t pc, int32_t pos, int32_t lo) {
-    if ((*sp + 1) * sizeof(bt_ent) > o->stack_cap) {
+static inline int push(fs_out *o, size_t *sp, int32_t pc, int32_t pos, int32_t lo) {
+    if (__builtin_expect((*sp + 1) * sizeof(bt_ent) > o->stack_cap, 0)) {
         size_t cap = o->stack_cap ? o->stack_cap * 2 : 4096 * sizeof(bt_ent);
         if (cap > FS_STACK_MAX * sizeof(bt_ent)) return -1;
         void *p = realloc(o->stack, cap);
@@ -319,6 +364,22 @@ static int vm_run(const fs_prog *p, const uint8_t *s, int32_t len, int32_t start
                 continue;
             }
             goto fail;
+        case OP_LIT: {
+            const uint8_t *L = p->lits + in->a;
+            int32_t k = in->b, j = 0;
+            if (pos + k <= len && memcmp(s + pos, L, (size_t)k) == 0) {
+                SEEN(pos + k - 1);
+                pc++;
+                pos += k;
+                continue;
+            }
+            while (j < k && pos + j < len && s[pos + j] == L[j]) j++;
+            if (pos + j >= len)
+                tr->end = 1;
+            else
+                SEEN(pos + j);
+            goto fail;
+        }
         case OP_SET: {
             int l = set_step(&p->sets[in->a], s, len, pos, tr);
             if (l < 0) return -1;
@@ -330,6 +391,16 @@ static int vm_run(const fs_prog *p, const uint8_t *s, int32_t len, int32_t start
         case OP_RUN: {
             const fs_set *set = &p->sets[in->a];
             int32_t q = pos, p0 = in->b == 0 ? pos : -1, k = 0;
+            if (in->b <= 1) { /* the ASCII part of the run in a tight loop */
+                const uint8_t *bits = set->bits;
+                int32_t q0 = q;
+                while (q < len && s[q] < 0x80 && ((bits[s[q] >> 3] >> (s[q] & 7)) & 1)) q++;
+                if (q > q0) {
+                    SEEN(q - 1);
+                    k = q - q0;
+                    if (in->b == 1) p0 = q0 + 1;
+                }
+            }
             for (;;) {
                 int l = set_step(set, s, len, q, tr);
                 if (l < 0) return -1;
@@ -397,6 +468,25 @@ static int vm_run(const fs_prog *p, const uint8_t *s, int32_t len, int32_t start
     }
 }
 
+/* the next position at or after i whose byte can start a match (len: none) */
+static int32_t first_scan(const fs_prog *p, const uint8_t *s, int32_t len, int32_t i) {
+#if defined(__SSE2__)
+    if (p->nfirst_bytes > 0) {
+        const __m128i b0 = _mm_set1_epi8((char)p->first_bytes[0]), b1 = _mm_set1_epi8((char)p->first_bytes[1]),
+                      b2 = _mm_set1_epi8((char)p->first_bytes[2]), b3 = _mm_set1_epi8((char)p->first_bytes[3]);
+        for (; i + 16 <= len; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+            __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, b0), _mm_cmpeq_epi8(v, b1)),
+                                     _mm_or_si128(_mm_cmpeq_epi8(v, b2), _mm_cmpeq_epi8(v, b3)));
+            unsigned mm = (unsigned)_mm_movemask_epi8(m);
+            if (mm) return i + (int32_t)__builtin_ctz(mm);
+        }
+    }
+#endif
+    while (i < len && !((p->first[s[i] >> 3] >> (s[i] & 7)) & 1)) i++;
+    return i;
+}
+
 static int search_tracked(const fs_prog *p, const uint8_t *s, size_t n, int32_t *slots, fs_out *o, track_t *tr) {
     if (n > 0x7ffffff0 || p->nslots > FS_MAX_SLOTS) return -1;
     int32_t len = (int32_t)n;
@@ -406,7 +496,7 @@ static int search_tracked(const fs_prog *p, const uint8_t *s, size_t n, int32_t 
             const uint8_t *at = i + p->prefix_len > len ? NULL
                                 : p->prefix_len == 1
                                     ? memchr(s + i, p->prefix[0], (size_t)(len - i))
-                                    : memmem(s + i, (size_t)(len - i), p->prefix, (size_t)p->prefix_len);
+                                    : fs_memmem(s + i, (size_t)(len - i), p->prefix, (size_t)p->prefix_len);
             if (!at) {
                 tr->end = 1;
                 return 0;
@@ -414,7 +504,7 @@ static int search_tracked(const fs_prog *p, const uint8_t *s, size_t n, int32_t 
             i = (int32_t)(at - s);
             SEEN(i + p->prefix_len - 1);
         } else if (p->has_first && !p->anchored) {
-            while (i < len && !((p->first[s[i] >> 3] >> (s[i] & 7)) & 1)) i++;
+            i = first_scan(p, s, len, i);
             if (i >= len) { /* a program with a first-byte map cannot match empty */
                 tr->end = 1;
                 return 0;
@@ -441,86 +531,153 @@ int fs_search(const fs_prog *p, const uint8_t *s, size_t n, int32_t *slots, fs_o
     return search_tracked(p, s, n, slots, o, &tr);
 }
 
-/* The result cache. A program's run is a function of the bytes it read and, when it met the end
- * of the text, of the length: the same bytes (digits mapped to '0' when no instruction of the
- * program tells digits apart: the shape map) give the same result and groups. Log lines of one
- * layout share their header bytes up to the timestamp's digits, so the header programs run once
- * per layout, not once per line. */
-#define FS_CACHE_WAYS 4
+/* The head cache. A program's run is a function of the bytes it read and, when it met the end
+ * of the text, of the length: the same bytes (digits mapped to '0' when no instruction of any
+ * head program tells digits apart: the shape map) give the same results and groups. Log lines
+ * of one layout share their header bytes up to the timestamp's digits, so the head programs
+ * (header, full date, fallback date, process and compose prefixes) run once per layout and
+ * window, not once per line: one entry holds the five results, keyed by the shape of the bytes
+ * any of them read. */
+#define FS_CACHE_WAYS 16
 #define FS_CACHE_KEY 256
+#define FS_NHEAD 5 /* P_HEADER .. P_COMPOSE */
+
+typedef struct {
+    int r[FS_NHEAD];
+    int32_t slots[FS_NHEAD][FS_MAX_SLOTS];
+} head_res;
 
 typedef struct {
     int32_t klen; /* 0: empty */
     int32_t len;  /* the text's length when `end` */
-    int end, result;
-    int32_t slots[FS_MAX_SLOTS];
+    int end;
+    head_res res;
     uint8_t key[FS_CACHE_KEY];
 } cache_ent;
 
 typedef struct {
-    cache_ent ent[FS_NPROG][FS_CACHE_WAYS];
-    int next[FS_NPROG];
+    cache_ent ent[FS_CACHE_WAYS];
+    int next;
 } cache_t;
 
-void fs_prog_init_norm(fs_prog *p) {
-    int uniform = 1;
+static int digit_uniform(const fs_prog *p) {
     for (int i = 0; i < p->ncode; i++)
-        if (p->code[i].op == OP_CHAR && p->code[i].a >= '0' && p->code[i].a <= '9') uniform = 0;
+        if ((p->code[i].op == OP_CHAR) && p->code[i].a >= '0' && p->code[i].a <= '9') return 0;
+    for (int i = 0; i < p->nlits; i++)
+        if (p->lits[i] >= '0' && p->lits[i] <= '9') return 0;
     for (int k = 0; k < p->nsets; k++) {
         int b0 = (p->sets[k].bits['0' >> 3] >> ('0' & 7)) & 1;
         for (int c = '1'; c <= '9'; c++)
-            if (((p->sets[k].bits[c >> 3] >> (c & 7)) & 1) != b0) uniform = 0;
+            if (((p->sets[k].bits[c >> 3] >> (c & 7)) & 1) != b0) return 0;
     }
     if (p->has_first) {
         int b0 = (p->first['0' >> 3] >> ('0' & 7)) & 1;
         for (int c = '1'; c <= '9'; c++)
-            if (((p->first[c >> 3] >> (c & 7)) & 1) != b0) uniform = 0;
+            if (((p->first[c >> 3] >> (c & 7)) & 1) != b0) return 0;
+    }
+    return 1;
+}
+
+void fs_prog_init_norm(fs_prog *p) {
+    int uniform = digit_uniform(p);
+    p->nfirst_bytes = 0;
+    if (p->has_first) {
+        int k = 0;
+        for (int c = 0; c < 256; c++)
+            if ((p->first[c >> 3] >> (c & 7)) & 1) {
+                if (k < 4) p->first_bytes[k] = (uint8_t)c;
+                k++;
+            }
+        if (k >= 1 && k <= 4) {
+            for (int j = k; j < 4; j++) p->first_bytes[j] = p->first_bytes[0];
+            p->nfirst_bytes = k;
+        }
     }
     for (int c = 0; c < 256; c++) p->norm[c] = (uint8_t)((uniform && c >= '0' && c <= '9') ? '0' : c);
     p->prefix_len = 0;
     for (int pc = 0; pc < p->ncode && p->prefix_len < (int)sizeof(p->prefix); pc++) {
         if (p->code[pc].op == OP_SAVE) continue;
+        if (p->code[pc].op == OP_LIT) {
+            for (int j = 0; j < p->code[pc].b && p->prefix_len < (int)sizeof(p->prefix); j++)
+                p->prefix[p->prefix_len++] = p->lits[p->code[pc].a + j];
+            break;
+        }
         if (p->code[pc].op != OP_CHAR) break;
         p->prefix[p->prefix_len++] = (uint8_t)p->code[pc].a;
     }
-    /* a jump into the prefix (a loop back to the start) would make it optional: none then */
+    /* the prefix must be what every match starts with: no jump may lead into or before its end */
+    int first_other = 0; /* index of the first instruction after the prefix's instructions */
+    for (int pc = 0; pc < p->ncode; pc++) {
+        if (p->code[pc].op == OP_SAVE) continue;
+        first_other = pc + 1;
+        break;
+    }
     for (int pc = 0; pc < p->ncode; pc++) {
         int op = p->code[pc].op;
-        if ((op == OP_SPLIT || op == OP_JMP) && (p->code[pc].a <= p->prefix_len || (op == OP_SPLIT && p->code[pc].b <= p->prefix_len)))
+        if ((op == OP_SPLIT || op == OP_JMP) &&
+            (p->code[pc].a < first_other || (op == OP_SPLIT && p->code[pc].b < first_other)))
             p->prefix_len = 0;
     }
 }
 
-static int cached_search(const fs_config *cfg, int which, const uint8_t *s, size_t n, int32_t *slots, fs_out *o) {
-    const fs_prog *p = &cfg->prog[which];
-    if (!o->cache) {
-        o->cache = calloc(1, sizeof(cache_t));
-        if (!o->cache) return fs_search(p, s, n, slots, o);
-    }
+/* the common shape map of the head programs: digits alike only if every head program allows */
+static uint8_t head_norm(const fs_config *cfg, uint8_t c) {
+    for (int k = 0; k < FS_NHEAD; k++)
+        if (cfg->prog[k].norm['1'] != '0') return c;
+    return (c >= '0' && c <= '9') ? '0' : c;
+}
+
+static void head_results(const fs_config *cfg, const uint8_t *s, size_t n, fs_out *o, head_res *out) {
+    if (!o->cache) o->cache = calloc(1, sizeof(cache_t));
     cache_t *c = (cache_t *)o->cache;
-    for (int w = 0; w < FS_CACHE_WAYS; w++) {
-        cache_ent *e = &c->ent[which][w];
-        if (e->klen == 0 || (size_t)e->klen > n || (e->end && (size_t)e->len != n)) continue;
-        int32_t i = 0;
-        while (i < e->klen && p->norm[s[i]] == e->key[i]) i++;
-        if (i < e->klen) continue;
-        memcpy(slots, e->slots, sizeof(int32_t) * (size_t)p->nslots);
-        return e->result;
+    if (c) {
+        int uniform = head_norm(cfg, '1') == '0';
+        for (int w = 0; w < FS_CACHE_WAYS; w++) {
+            cache_ent *e = &c->ent[w];
+            if (e->klen == 0 || (size_t)e->klen > n || (e->end && (size_t)e->len != n)) continue;
+            int32_t i = 0;
+            if (uniform) {
+#if defined(__SSE2__)
+                const __m128i lo = _mm_set1_epi8('0' - 1), hi = _mm_set1_epi8('9' + 1), zero = _mm_set1_epi8('0');
+                for (; i + 16 <= e->klen; i += 16) {
+                    __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+                    /* digits (signed compare is right: '0'..'9' and their bounds are ASCII) */
+                    __m128i d = _mm_and_si128(_mm_cmpgt_epi8(v, lo), _mm_cmplt_epi8(v, hi));
+                    v = _mm_or_si128(_mm_and_si128(d, zero), _mm_andnot_si128(d, v));
+                    __m128i k = _mm_loadu_si128((const __m128i *)(e->key + i));
+                    if (_mm_movemask_epi8(_mm_cmpeq_epi8(v, k)) != 0xFFFF) break;
+                }
+#endif
+                while (i < e->klen) {
+                    uint8_t b = s[i];
+                    if ((uint8_t)(b - '0') < 10) b = '0';
+                    if (b != e->key[i]) break;
+                    i++;
+                }
+            } else {
+                i = memcmp(s, e->key, (size_t)e->klen) == 0 ? e->klen : 0;
+            }
+            if (i < e->klen) continue;
+            *out = e->res;
+            return;
+        }
     }
     track_t tr = {-1, 0};
-    int r = search_tracked(p, s, n, slots, o, &tr);
+    int cacheable = 1;
+    for (int k = 0; k < FS_NHEAD; k++) {
+        out->r[k] = search_tracked(&cfg->prog[k], s, n, out->slots[k], o, &tr);
+        if (out->r[k] < 0) cacheable = 0;
+    }
     int32_t klen = tr.hi + 1;
-    if (r >= 0 && klen > 0 && klen <= FS_CACHE_KEY && n <= 0x7ffffff0) {
-        cache_ent *e = &c->ent[which][c->next[which]];
-        c->next[which] = (c->next[which] + 1) % FS_CACHE_WAYS;
+    if (c && cacheable && klen > 0 && klen <= FS_CACHE_KEY && n <= 0x7ffffff0) {
+        cache_ent *e = &c->ent[c->next];
+        c->next = (c->next + 1) % FS_CACHE_WAYS;
         e->klen = klen;
         e->len = (int32_t)n;
         e->end = tr.end;
-        e->result = r;
-        memcpy(e->slots, slots, sizeof(int32_t) * (size_t)p->nslots);
-        for (int32_t i = 0; i < klen; i++) e->key[i] = p->norm[s[i]];
+        e->res = *out;
+        for (int32_t i = 0; i < klen; i++) e->key[i] = head_norm(cfg, s[i]);
     }
-    return r;
 }
 
 /* ------------------------------------------------------------------ markers */
@@ -645,36 +802,39 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
     int64_t maxtok = 0, prompt = 0;
     int maxok = 0, promptok = 0;
 
-    int r = cached_search(cfg, P_HEADER, s, hl, sl, o);
+    head_res hr;
+    head_results(cfg, s, hl, o, &hr);
+    int r = hr.r[P_HEADER];
+    const int32_t *hs = hr.slots[P_HEADER];
     if (r < 0) return -1;
     if (r == 1) {
-        if (!hot) str[C_LEVEL] = group(sl, fg[F_LEVEL], s);
+        if (!hot) str[C_LEVEL] = group(hs, fg[F_LEVEL], s);
         const int fields[5] = {F_MO, F_DD, F_HH, F_MI, F_SS};
         for (int k = 0; k < 5; k++) {
-            int q = parse_int(group(sl, fg[fields[k]], s), -128, 127, &num[k]);
+            int q = parse_int(group(hs, fg[fields[k]], s), -128, 127, &num[k]);
             if (q < 0) return -1;
             numok[k] = q;
         }
-        str[C_HFRAC] = group(sl, fg[F_HFRAC], s);
+        str[C_HFRAC] = group(hs, fg[F_HFRAC], s);
     }
-    r = cached_search(cfg, P_FULL, s, hl, sl, o);
+    r = hr.r[P_FULL];
     if (r < 0) return -1;
     if (r == 1) {
-        str[C_FDATE] = group(sl, fg[F_FDATE], s);
-        str[C_FTIME] = group(sl, fg[F_FTIME], s);
-        str[C_FFRAC] = group(sl, fg[F_FFRAC], s);
-        str[C_FZONE] = group(sl, fg[F_FZONE], s);
+        str[C_FDATE] = group(hr.slots[P_FULL], fg[F_FDATE], s);
+        str[C_FTIME] = group(hr.slots[P_FULL], fg[F_FTIME], s);
+        str[C_FFRAC] = group(hr.slots[P_FULL], fg[F_FFRAC], s);
+        str[C_FZONE] = group(hr.slots[P_FULL], fg[F_FZONE], s);
     }
-    r = cached_search(cfg, P_FALLBACK, s, hl, sl, o);
+    r = hr.r[P_FALLBACK];
     if (r < 0) return -1;
-    if (r == 1) str[C_FB] = group(sl, fg[F_FB], s);
+    if (r == 1) str[C_FB] = group(hr.slots[P_FALLBACK], fg[F_FB], s);
     if (!hot) {
-        r = cached_search(cfg, P_PROC, s, hl, sl, o);
+        r = hr.r[P_PROC];
         if (r < 0) return -1;
-        if (r == 1) str[C_PROC] = group(sl, fg[F_PROC], s);
-        r = cached_search(cfg, P_COMPOSE, s, hl, sl, o);
+        if (r == 1) str[C_PROC] = group(hr.slots[P_PROC], fg[F_PROC], s);
+        r = hr.r[P_COMPOSE];
         if (r < 0) return -1;
-        if (r == 1) str[C_COMPOSE] = group(sl, fg[F_COMPOSE], s);
+        if (r == 1) str[C_COMPOSE] = group(hr.slots[P_COMPOSE], fg[F_COMPOSE], s);
         str[C_TEXT].p = s;
         str[C_TEXT].len = (int64_t)n;
     } else {
@@ -692,7 +852,7 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
             if (q < 0) return -1;
             maxok = q;
         }
-        const uint8_t *at = cfg->ids_start_len ? memmem(s, n, cfg->ids_start, (size_t)cfg->ids_start_len) : NULL;
+        const uint8_t *at = cfg->ids_start_len ? fs_memmem(s, n, cfg->ids_start, (size_t)cfg->ids_start_len) : NULL;
         if (at) {
             const uint8_t *t = at + cfg->ids_start_len;
             size_t tl = (size_t)(s + n - t);

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 /* Regex programs (compiled in Python: preemptlog/sources/fastscan/regex.py). */
-enum { OP_MATCH, OP_CHAR, OP_SET, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_RUN };
+enum { OP_MATCH, OP_CHAR, OP_SET, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_RUN, OP_LIT };
 enum { NA_NEVER, NA_ALWAYS, NA_SPACE, NA_NOT_SPACE, NA_UNSURE };
 
 typedef struct {
@@ -25,12 +25,16 @@ typedef struct {
     int ncode;
     fs_set *sets;
     int nsets;
+    uint8_t *lits; /* the literal pool of OP_LIT (a = offset, b = length) */
+    int nlits;
     int nslots;
     int anchored;
     int has_first;
     uint8_t first[32];
     uint8_t prefix[32]; /* the literal bytes every match starts with (candidates found by memchr/memmem) */
     int prefix_len;
+    uint8_t first_bytes[4]; /* the first map as a few bytes (a SIMD scan), when it has 1 to 4 */
+    int nfirst_bytes;
     uint8_t norm[256]; /* the shape map of the result cache (digits alike when the program cannot tell them apart) */
 } fs_prog;
 

@@ -1,6 +1,6 @@
 """Prometheus ``/metrics`` scrapes and Prometheus HTTP API answers (docs/prometheus.md).
 
-Why: on every stock vLLM V1 build from 0.11.1 to 0.33.0 the log never prints
+Why: on every stock vLLM V1 build from 0.11.1 to 0.34.0 (Python frontend) the log never prints
 a preemption count (facts page section 3b item 7); the Prometheus counter
 ``vllm:num_preemptions_total`` is the only exact count.
 
@@ -33,7 +33,9 @@ Counters (``vllm:num_preemptions_total``, prefix-cache queries/hits, the
 ``vllm:request_num_preemptions`` histogram) become per-interval increases
 between consecutive samples of the same series (scope, engine, model); a
 value that drops, or a changed ``_created``, is a counter reset and the new
-value is the increase since the reset. Preemption increases become
+value is the increase since the reset; with a new ``_created`` (a restart) it
+counts from that ``_created``, never over the downtime. A counter's ``_created``
+is its engine's start (``prom_preemptions.created``, reconcile.since_start). Preemption increases become
 ``interval`` events (ids ``<file>:<line>~i<k>``, JSON ``<file>:<line>:<col>~i<k>``,
 the line of the later sample). A series read only once is a total without
 timing: a counter fact (``counters["prometheus"]["counter_totals"]``), never

@@ -1,0 +1,286 @@
+"""Request lines as runs over the compiled pass's windows (vllm_log.read_split, without the spill).
+
+``vllm_log.read_split`` sinks the polars pass into a Parquet spill file and finds the runs of
+request lines in it (``_split_from``). Over the compiled pass the windows are already in
+memory, so the same records and per-request rows are made window by window here: a run is a
+maximal block of consecutive request rows with equal time parts (both timed), the records keep
+the other rows and each run's first row (its request fields cleared, ``rq_count``, ``n_last``,
+``rq_run``), and the per-request rows (Received / Finished / Aborted, details) carry their run
+and rank. A file with enough Received lines to be folded writes only its request rows to the
+spill file (marker, n, req_id, max_tokens, prompt_tokens: what ``HotRows`` scans), their
+positions counted among the request rows (runs are contiguous there, so runs and ranks are
+the same as among all rows). tests/test_fastscan_equivalence.py compares every output with
+``_split_from``'s.
+
+The vllm_log functions it needs come in a :class:`SplitContext` (this package sits below
+vllm_log and never imports it).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class SplitContext:
+    """What vllm_log.read_split decides and builds, handed down (see vllm_log.fast_split_context)."""
+
+    file_id: int
+    kinds: dict[str, str]  # marker -> record kind
+    hot_kinds: tuple[str, ...]  # request kinds (runs)
+    kept_kinds: tuple[str, ...]  # request kinds with per-request rows (Added lines are only counted)
+    time_parts: tuple[str, ...]
+    runs: bool
+    runs_min: int
+    fold_min: int
+    spill_dir: str | None
+    finish: Callable[[pl.DataFrame], pl.DataFrame]
+    compact: Callable[[pl.DataFrame], pl.DataFrame]
+    with_run_columns: Callable[[pl.DataFrame], pl.DataFrame]
+    hot_kind: Callable[[list[str]], pl.Expr]  # markers -> the HOT_KIND_ENUM expression on "marker"
+    hot_query: Callable[[str, int, list[str], pl.Series], pl.LazyFrame]  # vllm_log._hot_query
+    hot_rows: Callable[..., Any]  # vllm_log.HotRows
+    hot_columns: tuple[str, ...]  # vllm_log.HOT_ROWS
+
+
+_NARROW = ("marker", "n", "req_id", "max_tokens", "prompt_tokens")
+
+
+class _Spill:
+    """The request rows of a folded file, written window by window (pyarrow's Parquet writer)."""
+
+    def __init__(self, folder: str | None) -> None:
+        import pyarrow.parquet as pq
+
+        fd, self.path = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet", dir=folder)
+        os.close(fd)
+        self._pq = pq
+        self.writer: Any = None
+
+    def write(self, df: pl.DataFrame) -> None:
+        if df.height == 0:
+            return
+        table = df.select(_NARROW).with_columns(pl.col("marker").cast(pl.String)).to_arrow()
+        if self.writer is None:
+            self.writer = self._pq.ParquetWriter(
+                self.path, table.schema, compression="lz4", use_dictionary=["marker"], write_statistics=False
+            )
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def drop(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def read_split(
+    frames: Iterable[pl.DataFrame], schema: dict[str, pl.DataType], ctx: SplitContext
+) -> tuple[pl.DataFrame, list[Any]]:
+    """(records, per-request rows) as vllm_log.read_split gives them, from the compiled pass's windows."""
+    hot_markers = [m for m, k in ctx.kinds.items() if k in ctx.hot_kinds]
+    recv_markers = [m for m, k in ctx.kinds.items() if k == "req_received"]
+    main_markers = [m for m, k in ctx.kinds.items() if k in ctx.kept_kinds and k != "req_details"]
+    det_markers = [m for m, k in ctx.kinds.items() if k in ctx.kept_kinds and k == "req_details"]
+    parts = ctx.time_parts
+    held: list[pl.DataFrame] = []  # every row, until the file has enough request rows for runs
+    n_hot = 0
+    runs_on = False
+    # state of the runs mode
+    prev: pl.DataFrame | None = None  # the previous window's last row
+    carry_rank = 0  # rows of the run open at the previous window's end
+    run_base = 0  # runs before this window
+    hot_base = 0  # request rows before this window
+    n_received = 0
+    rec_parts: list[pl.DataFrame] = []
+    stats: list[pl.DataFrame] = []
+    hot_mem: list[pl.DataFrame] = []  # request rows in memory (a file not folded)
+    start_rows: list[pl.Series] = []  # each run's first row among the request rows (``starts``)
+    spill: _Spill | None = None
+
+    def split_window(w: pl.DataFrame) -> None:
+        nonlocal prev, carry_rank, run_base, hot_base, n_received, spill
+        is_hot = pl.col("marker").is_in(hot_markers).fill_null(False)
+        timed = pl.col("mo").is_not_null() | pl.col("fdate").is_not_null() | pl.col("fb").is_not_null()
+        same = pl.lit(True)
+        for c in parts:
+            same = same & pl.col(c).eq_missing(pl.col(c).shift(1))
+        cont = is_hot & is_hot.shift(1).fill_null(False) & timed & timed.shift(1).fill_null(False) & same.fill_null(False)
+        ext = w if prev is None else pl.concat([prev, w], how="vertical")
+        f = ext.select(_hot=is_hot, _cont=cont, _recv=pl.col("marker").is_in(recv_markers).fill_null(False))
+        if prev is not None:
+            f = f.slice(1)
+        prev = w.tail(1)
+        start = f.get_column("_hot") & ~f.get_column("_cont")
+        pos = pl.int_range(w.height, dtype=pl.Int64, eager=True)
+        start_pos = pl.when(start).then(pos).otherwise(None).forward_fill()
+        local = start.cast(pl.Int64).cum_sum()
+        run = (local + run_base - 1).cast(pl.Int64)
+        rank = pl.select(pl.when(start_pos.is_null()).then(pos + carry_rank).otherwise(pos - start_pos)).to_series()
+        w = w.with_columns(
+            _hot=f.get_column("_hot"),
+            _start=start,
+            _recv=f.get_column("_recv"),
+            _run=run,
+            _rank=rank,
+        )
+        hot = w.select(*_NARROW, "_hot", "_start", "_recv", "_run", "_rank").filter(pl.col("_hot"))
+        if hot.height:
+            stats.append(
+                hot.group_by("_run").agg(
+                    pl.len().alias("c"), pl.col("n").max().alias("n_last"), pl.col("_recv").sum().alias("r")
+                )
+            )
+            n_received += int(hot.get_column("_recv").sum())
+            last = w.row(w.height - 1, named=True)
+            carry_rank = int(last["_rank"]) + 1 if last["_hot"] else 0
+        else:
+            carry_rank = 0
+        run_base += int(start.sum())
+        kept = w.filter(~pl.col("_hot") | pl.col("_start"))
+        # The kept rows' strings are copied out of the window's buffers (a filtered string keeps its
+        # whole buffer alive: every window's request ids would stay in memory).
+        strings = [c for c, t in kept.schema.items() if t == pl.String]
+        rec_parts.append(kept.with_columns(pl.concat_str([pl.lit("\x00"), pl.col(c)]).str.slice(1).alias(c) for c in strings))
+        narrow = hot.select(*_NARROW, "_run", "_rank", "_start")
+        start_rows.append((pl.Series(hot.get_column("_start")).arg_true() + hot_base).cast(pl.UInt32))
+        hot_base += hot.height
+        if spill is None and ctx.spill_dir is not None and n_received >= ctx.fold_min:
+            spill = _Spill(ctx.spill_dir)
+            for h in hot_mem:
+                spill.write(h)
+            hot_mem.clear()
+        if spill is not None:
+            spill.write(narrow)
+        else:
+            hot_mem.append(narrow)
+
+    try:
+        for w in frames:
+            if not runs_on:
+                held.append(w)
+                n_hot += int(w.select(pl.col("marker").is_in(hot_markers).sum()).item())
+                if ctx.runs and n_hot > 0 and n_hot >= ctx.runs_min:
+                    runs_on = True
+                    for h in held:
+                        split_window(h)
+                    held.clear()
+                continue
+            split_window(w)
+        if not runs_on:
+            if not held:
+                return ctx.with_run_columns(ctx.finish(ctx.compact(pl.DataFrame(schema=schema)))), []
+            whole = pl.concat(held, how="vertical") if len(held) > 1 else held[0]
+            return ctx.with_run_columns(ctx.finish(ctx.compact(whole))), []
+        starts = pl.concat(start_rows) if start_rows else pl.Series([], dtype=pl.UInt32)
+        return _assemble(ctx, rec_parts, stats, hot_mem, starts, spill, n_received, main_markers, det_markers)
+    except BaseException:
+        if spill is not None:
+            spill.drop()
+        raise
+
+
+def _assemble(
+    ctx: SplitContext,
+    rec_parts: list[pl.DataFrame],
+    stats: list[pl.DataFrame],
+    hot_mem: list[pl.DataFrame],
+    starts: pl.Series,
+    spill: _Spill | None,
+    n_received: int,
+    main_markers: list[str],
+    det_markers: list[str],
+) -> tuple[pl.DataFrame, list[Any]]:
+    runs = (
+        pl.concat(stats, how="vertical")
+        .group_by("_run")
+        .agg(pl.col("c").sum(), pl.col("n_last").max(), pl.col("r").sum())
+        .sort("_run")
+    )
+    raw = pl.concat(rec_parts, how="vertical")
+    is_start = raw.get_column("_start")
+    run_of = raw.get_column("_run")
+    at = run_of.filter(is_start)
+    height = raw.height
+    pos = is_start.arg_true()
+
+    def scatter(values: pl.Series, name: str) -> pl.Series:
+        return pl.Series(name, [None] * height, dtype=pl.UInt32).scatter(pos, values.gather(at).cast(pl.UInt32))
+
+    count = scatter(runs.get_column("c"), "rq_count")
+    n_last = scatter(runs.get_column("n_last"), "n_last")
+    run_no = pl.Series("rq_run", [None] * height, dtype=pl.UInt32).scatter(pos, at.cast(pl.UInt32))
+    raw = ctx.compact(raw.drop("_hot", "_start", "_recv", "_run", "_rank")).with_columns(count, n_last, run_no)
+    not_run = pl.col("rq_count").is_null()
+    raw = raw.with_columns(pl.when(not_run).then(pl.col(c)).alias(c) for c in ("req_id", "max_tokens", "prompt_tokens"))
+    rec = ctx.finish(raw)
+
+    folded = spill is not None
+    out: list[Any] = []
+    hot: pl.DataFrame | None = None
+    if folded:
+        assert spill is not None
+        spill.close()
+        runs_received = runs.get_column("r").cast(pl.UInt32).alias("rq_recv")
+    elif hot_mem:
+        hot = pl.concat(hot_mem, how="vertical")
+    enum_of = ctx.hot_kind
+    for group, is_det in ((main_markers, False), (det_markers, True)):
+        if not group:
+            continue
+        received = 0 if is_det else n_received
+        if folded:
+            n_rows = int(
+                pl.scan_parquet(spill.path).filter(pl.col("marker").is_in(group)).select(pl.len()).collect().item()
+            )
+            if n_rows == 0:
+                continue
+            lf = ctx.hot_query(spill.path, ctx.file_id, group, starts)
+            out.append(
+                ctx.hot_rows(
+                    ctx.file_id,
+                    is_det,
+                    lf,
+                    n_rows,
+                    received,
+                    True,
+                    spill=spill.path,
+                    starts=starts,
+                    runs_received=None if is_det else runs_received,
+                )
+            )
+            continue
+        if hot is None:
+            continue
+        rows = hot.filter(pl.col("marker").is_in(group))
+        if rows.height == 0:
+            continue
+        rows = rows.select(
+            pl.lit(ctx.file_id, pl.UInt16).alias("file_id"),
+            enum_of(group).alias("kind"),
+            "n",
+            pl.col("_run").cast(pl.UInt32).alias("rq_run"),
+            pl.col("_rank").cast(pl.UInt32).alias("rq_rank"),
+            "req_id",
+            "max_tokens",
+            "prompt_tokens",
+        )
+        nulls = [c for c in ("max_tokens", "prompt_tokens") if rows.get_column(c).null_count() == rows.height]
+        rows = rows.with_columns(pl.lit(None, pl.Int64).alias(c) for c in nulls)
+        out.append(ctx.hot_rows(ctx.file_id, is_det, rows.select(list(ctx.hot_columns)).lazy(), rows.height, received, False))
+    if folded and not any(getattr(h, "folded", False) for h in out):
+        assert spill is not None
+        spill.drop()
+    return rec, out
