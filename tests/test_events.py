@@ -133,9 +133,9 @@ def test_marker_request_ids(tmp_path, text, rid):
 def test_marker_shapes_are_documented():
     import preemptlog.engines.vllm.preemptions as m
 
-    for shape in ("Req-", "request_id=", "req_id=", "seq_group", "request <id>"):
+    for shape in ("set to RequestStatus.PREEMPTED", "Req-", "request_id=", "req_id=", "seq_group", "request <id>"):
         assert shape in m.__doc__
-    assert len(MARKER_ID_RES) == 5
+    assert len(MARKER_ID_RES) == 6
 
 
 def test_whole_word_only(tmp_path):

@@ -167,11 +167,16 @@ def analyze(
                 and sys.stdout.isatty()
                 and sys.stderr.isatty()
             )
-            head = (
-                render_lines(head_lines, color=console.is_terminal and not console.no_color)
-                if first and console
-                else b""
-            )
+            from ..render.timeline import terminal_lines
+
+            color = bool(console and console.is_terminal and not console.no_color)
+            head = render_lines(head_lines, color=color) if first and console else b""
+            # The rest of the summary and the timeline follow the table; paged with it (the answer at
+            # the top) when together they are taller than the screen.
+            tail = render_lines(rest + terminal_lines(result, console), color=color) if first and console else b""
+            if console is not None and not first:  # the answer before the data, in a pipe too
+                print_lines(head_lines, console)
+                console.file.flush()
             with open_output(
                 output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
             ) as out:
@@ -187,12 +192,13 @@ def analyze(
                     head=head,
                     head_out=sys.stderr.buffer,
                     pager=not no_pager,
+                    tail=tail,
                 )
             summary = result.summary()
-            if console is not None:
+            if console is not None and not first:
                 from ..render.timeline import print_timeline
 
-                print_lines(rest if first else head_lines + rest, console)
+                print_lines(rest, console)
                 print_timeline(result, console)  # only on a terminal
         code, lines = failon.outcome(conditions, summary)
         if quiet and result.partial and code is None and summary["warnings"]:  # -q keeps what explains exit 5
@@ -220,8 +226,9 @@ def _incidents(paths, full, options, ws):
     if not full.summary().get("incidents"):
         return None
     units = split_by_incident(paths, full)
-    done = [(u.name, run(u.paths, options, workspace=ws)) for u in units[:MAX_UNITS]]
-    return done + [(u.name, None) for u in units[MAX_UNITS:]]
+    most = 3 * MAX_UNITS  # analysed to find the ones with preemptions or pressure (listed first)
+    done = [(u.name, run(u.paths, options, workspace=ws)) for u in units[:most]]
+    return done + [(u.name, None) for u in units[most:]]
 
 
 def _each(

@@ -146,6 +146,8 @@ def explain(
             if ident is None and not request:
                 return _top_events(apply_filters(result, filters), inputs)
             ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
+            if len(ids) == 1 and not request:  # a bundle of several incidents: the event's own, analysed alone
+                result, ids = _own_incident(result, ids[0], inputs, options, ws)
             docs = [build(result, i, options.before, options.after, all_rows=all_rows, limit=limit) for i in ids]
             if run_note:
                 docs[0]["run"] = run_note
@@ -173,6 +175,35 @@ def explain(
 
 
 TOP_EVENTS = 10
+
+
+def _own_incident(result, event_id: str, inputs: list[str], options, ws):
+    """``(analysis, [id])`` of the event's own incident when the bundle holds several (servers, logs that
+    do not meet in time: render/each.py): its version, configuration and evidence are its own file's,
+    not another server's. The id is the same event's in that analysis."""
+    import polars as pl
+
+    from ..analysis import analyze as run
+    from ..render.each import split_by_incident
+
+    if not result.summary().get("incidents"):
+        return result, [event_id]
+    row = result.events.filter(pl.col("event_id") == event_id)
+    if row.height == 0:
+        return result, [event_id]
+    source = row.get_column("source")[0]
+    path = next((str(f.path) for f in result.bundle.files if f.display == source), None)
+    unit = next((u for u in split_by_incident(inputs, result) if path in u.paths), None)
+    if path is None or unit is None:
+        return result, [event_id]
+    own = run(unit.paths, options, workspace=ws)
+    display = next((f.display for f in own.bundle.files if str(f.path) == path), None)
+    if display is None or not event_id.startswith(source):
+        return result, [event_id]
+    mine = display + event_id[len(source) :]
+    if own.events.filter(pl.col("event_id") == mine).height == 0:
+        return result, [event_id]
+    return own, [mine]
 
 
 def _top_events(analysis, inputs: list[str]) -> int:
@@ -379,7 +410,7 @@ def write_table(docs: list[dict], out, *, no_color: bool = False, pager: bool = 
     size = terminal_size(out)
     color = size is not None and not no_color and not os.environ.get("NO_COLOR")
     buf = io.StringIO()
-    console = text_console(buf, width=size[0] if size else 200, color=color)
+    console = text_console(buf, width=size[0] if size else 80, color=color)  # 80 in a pipe, as analyze
     for i, doc in enumerate(docs):
         if i:
             console.print()
@@ -391,43 +422,44 @@ def write_table(docs: list[dict], out, *, no_color: bool = False, pager: bool = 
 
 
 def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
-    from rich.table import Table
+    """One explanation as wrapped lines of words, about a screen at 80 columns: the event and its own
+    line whole, the verdict and why, vLLM's code cited once (the version of the event's own file), the
+    evidence in words (each source cited once), the change, the window's rows."""
+    from ..outputs.safe import text
+    from ..render.human import wrap
 
-    from ..outputs.safe import table_box, text
+    width = console.width
 
-    style = table_box()
+    def put(value: str, indent: int = 0, hang: int = 2, style: str | None = None) -> None:
+        for ln in wrap(value, width, indent=indent, hang=hang):
+            console.print(text(ln), style=style, highlight=False)
+
     e = doc["event"]
-    head = Table(show_header=False, box=None)
-    head.add_column("k", style="bold")
-    head.add_column("v", overflow="fold")
-    for k in ("event_id", "time", "kind", "engine_kind", "request_id", "mode", "source", "line", "raw"):
-        if e.get(k) is not None:
-            head.add_row(text(k), text(e[k]))
-    console.print(head)
+    who = f"request {e['request_id']}" if e.get("request_id") else "a request the line does not name"
+    how = f" by {e['mode']}" if e.get("mode") else ""
+    when = e.get("time") or "a time the bundle does not give"
+    put(f"{e['event_id']}: {who} preempted{how} at {when}", style="bold")
+    if e.get("raw"):  # the event's own line, whole
+        put(str(e["raw"]), indent=2, hang=2)
     run = doc.get("run")
     if run:
-        console.print(
-            text(
-                f"{run['given']} folds {run['events']} events ({run['first']} .. {run['last']}); "
-                "this is the first, the others share its line and verdict"
-            )
+        put(
+            f"{run['given']} folds {run['events']} events ({run['first']} .. {run['last']}); this is the first, "
+            "the others share its line and verdict",
+            indent=2,
         )
-    print_verdict(console, doc.get("verdict") or {}, box_style=style)
+    verdict = doc.get("verdict") or {}
+    print_verdict(console, {k: v for k, v in verdict.items() if k != "recommendations"}, put=put)
     for d in doc.get("decided_by") or []:
         sub = f" / {d['sub_kind']}" if d.get("sub_kind") else ""
         model = "" if d.get("verdict_eligible") else " (on the guide's model only)"
         where = str(d["where"])
         where = where if where.startswith(("at ", "in ", "before ", "after ")) else f"at {where}"
-        console.print(
-            text(f"  fired {d['gate']}{sub}{model}: rule {d['rule']} {where}; lines {', '.join(d['lines']) or '-'}")
-        )
-    ev = Table(title=text("evidence"), header_style="bold", box=style)
-    for name in ("name", "value", "status", "from"):
-        ev.add_column(name, overflow="fold")
-    for item in doc["evidence"]:
-        ev.add_row(text(item["name"]), text(item["value"]), text(item["status"] or ""), text(item["src"] or "-"))
-    if doc["evidence"]:
-        console.print(ev)
+        lines = [x for x in d.get("lines") or [] if not str(x).startswith("vLLM source:")]
+        put(f"fired {d['gate']}{sub}{model}: rule {d['rule']} {where}; lines {', '.join(lines) or '-'}", indent=2)
+    _print_evidence(doc["evidence"], put)
+    for r in verdict.get("recommendations") or []:
+        put(f"fix: {r}", indent=2, hang=4)
     w = doc["window_s"]
     shown, scoped, total = (
         len(doc["window"]),
@@ -435,63 +467,90 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
         doc.get("window_rows_total", len(doc["window"])),
     )
     scope = doc.get("scope", "all")
-    title = f"window -{w['before']:g}s .. +{w['after']:g}s: {shown} of {total} row(s)"
+    title = f"Window -{w['before']:g} s .. +{w['after']:g} s: {shown} of {total} row(s)"
     if scope != "all":
         title += " (the request's lines and the cited rows; --all for every row)"
-    win = Table(title=text(title), header_style="bold", box=style)
-    for name in ("time", "Δs" if unicode else "ds", "source", "what", "value", "file:line"):
-        win.add_column(name, overflow="fold", no_wrap=name == "time")
+    put(title, style="bold")
+    own = f"{e.get('source')}:{e.get('line')}"
+    delta = "Δ" if unicode else "d"
     for r in doc["window"]:
-        win.add_row(
-            text(r["time"]),
-            text(f"{r['offset_s']:+.3f}" if r["offset_s"] is not None else "?"),
-            text(r["kind"]),
-            text(r["what"]),
-            text(r["value"]),
-            text(r["src"]),
-        )
+        off = f"{r['offset_s']:+.3f} s" if r["offset_s"] is not None else "?"
+        value = "the event's line (above)" if r["src"] == own else str(r["value"])
+        put(f"{str(r['time'])[11:19] or '?'} {delta}{off} {r['kind']}: {value} ({r['src']})", indent=2, hang=4)
     if doc["window"]:
-        console.print(win)
         if shown < scoped:
-            console.print(text(f"{scoped - shown} more row(s) in scope: raise --limit"))
+            put(f"{scoped - shown} more row(s) in scope: raise --limit", indent=2)
     else:
-        console.print(
-            text("no rows from any source in the window" + ("" if scope == "all" else " in scope (try --all)"))
-        )
+        put("no rows from any source in the window" + ("" if scope == "all" else " in scope (try --all)"), indent=2)
 
 
-def print_verdict(console, v: dict, *, box_style=None) -> None:
-    """The verdict block: gate, cited evidence, not-evaluable gates, factors, fixes (log text kept inert)."""
-    from rich.table import Table
+def _print_evidence(items: list[dict], put) -> None:
+    """The evidence in words (each column's one-line doc, not its name), grouped by where it comes
+    from, each source cited once; vLLM's code facts as one sentence."""
+    from ..joiner.schema import evidence_words
 
+    if not items:
+        return
+    put("Evidence:", style="bold")
+    code = {i["name"]: i for i in items if i["name"].startswith("code_")}
+    if "code_trigger" in code:
+        c = code["code_trigger"]
+        engine = code.get("code_engine", {}).get("value")
+        src = str(c.get("src") or "").removeprefix("vLLM source: ")
+        put(f"vLLM's code ({engine or 'this engine'}): {c['value']} [{src}]", indent=2, hang=4)
+    groups: dict[str, list[str]] = {}
+    for i in items:
+        if i["name"] in ("code_trigger", "code_kv", "code_reset", "code_engine", "code_not_gates"):
+            continue
+        if i["name"].startswith("cfg_"):  # a setting: its own name is the word
+            status = " (assumed: vLLM's default)" if i.get("status") == "default" else ""
+            said = f"{i['name'].removeprefix('cfg_')} {i['value']}{status}"
+        else:
+            status = f", {i['status']}" if i.get("status") and i["status"] != "seen" else ""
+            said = f"{evidence_words([i['name']])}: {i['value']}{status}"
+        groups.setdefault(str(i.get("src") or "-"), []).append(said)
+    for src, said in groups.items():
+        put("; ".join(said) + (f" ({src})" if src != "-" else ""), indent=2, hang=4)
+    if "code_not_gates" in code:
+        put(f"not in this engine's code: {str(code['code_not_gates']['value']).replace(',', ', ')}", indent=2, hang=4)
+
+
+def print_verdict(console, v: dict, *, box_style=None, put=None) -> None:
+    """The verdict block: gate and why, cited evidence in words, not-evaluable gates, factors, the
+    changes (log text kept inert)."""
     from ..outputs.safe import text
 
     if not v:
         return
+    if put is None:
+
+        def put(value: str, indent: int = 0, hang: int = 2, style: str | None = None) -> None:
+            console.print(text(" " * indent + value), style=style, highlight=False)
+
+    from ..joiner.schema import evidence_words
+
     gate = v.get("gate") or "undetermined"
     sub = f" / {v['sub_kind']}" if v.get("sub_kind") else ""
     conf = v.get("confidence") or "none"
-    console.print(text(f"verdict: {gate}{sub} (confidence {conf}; rule {v.get('rule') or '-'})"))
+    put(f"verdict: {gate}{sub} (confidence {conf}; rule {v.get('rule') or '-'})", style="bold")
     fired = v.get("gates_fired") or []
     if len(fired) > 1:
-        console.print(text("  gates that also fired: " + ", ".join(g for g in fired if g != gate)))
+        put("gates that also fired: " + ", ".join(g for g in fired if g != gate), indent=2)
     cited = v.get("evidence") or []
     if cited:
-        t = Table(title=text("cited"), header_style="bold", **({"box": box_style} if box_style else {}))
-        for name in ("name", "value", "threshold", "from"):
-            t.add_column(name, overflow="fold")
+        parts = []
         for c in cited:
-            t.add_row(text(c["name"]), text(c["value"]), text(c.get("threshold") or ""), text(c.get("src") or "-"))
-        console.print(t)
+            thr = f" (threshold {c['threshold']})" if c.get("threshold") not in (None, "") else ""
+            parts.append(f"{evidence_words([str(c['name'])])}: {c['value']}{thr}")
+        srcs = list(dict.fromkeys(str(c.get("src")) for c in cited if c.get("src")))
+        put("cited: " + "; ".join(parts) + (f" ({', '.join(srcs)})" if srcs else ""), indent=2, hang=4)
     for ne in v.get("not_evaluable") or []:
-        from ..joiner.schema import evidence_words
-
         missing = evidence_words(ne.get("missing") or []) or "its evidence"
-        console.print(text(f"  not evaluable: {ne['gate']}: the bundle has no {missing} (needs {ne['needs']})"))
+        put(f"not evaluable: {ne['gate']}: the bundle has no {missing} (needs {ne['needs']})", indent=2, hang=4)
     for f in v.get("contributing_factors") or []:
         src = f" [{f['src']}]" if f.get("src") else ""
-        console.print(text(f"  factor {f['factor']}: {f['detail']}{src}"))
+        put(f"factor {f['factor']}: {f['detail']}{src}", indent=2, hang=4)
     for n in v.get("notes") or []:
-        console.print(text(f"  note: {n}"))
+        put(f"note: {n}", indent=2, hang=4)
     for r in v.get("recommendations") or []:
-        console.print(text(f"  fix: {r}"))
+        put(f"fix: {r}", indent=2, hang=4)

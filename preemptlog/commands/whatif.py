@@ -9,7 +9,7 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from ..errors import ExitCode
-from .common import DebugOpt, FormatOpt, NoColorOpt, OutputOpt, QuietOpt, default_format
+from .common import DebugOpt, FormatOpt, NoColorOpt, NoPagerOpt, OutputOpt, QuietOpt, default_format
 from .options import ANALYSIS, AnalysisArgs, analysis_options
 from .runner import guarded, stderr_console
 
@@ -115,6 +115,7 @@ def whatif_command(
     output: OutputOpt = None,
     analysis: AnalysisArgs = ANALYSIS,  # the analysis options (options.py), here in --help
     quiet: QuietOpt = False,
+    no_pager: NoPagerOpt = False,
     no_color: NoColorOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -186,23 +187,52 @@ def whatif_command(
                 vllm_python=py,
                 base_sets=base_sets,
             )
+            from ..whatif.sanity import check
+
+            flags = check(res, a)
+            head, tail = ([], []) if quiet else _summary_lines(res, a, configs, flags)
+            console = stderr_console(no_color)
+            on_terminal = fmt.value == "table" and output in (None, "-") and sys.stdout.isatty()
+            if not on_terminal:  # what was done and the answer's caveats before the data (a pipe, a file)
+                _print(head, console)
             with open_output(
                 output, protect=a.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
             ) as out:
-                _write(res, fmt.value, out, no_color)
-        if not quiet:
-            _summary(res, no_color)
+                _write(
+                    res,
+                    fmt.value,
+                    out,
+                    no_color,
+                    flags=flags,
+                    head=_text(head, console) if on_terminal else b"",
+                    tail=_text(tail, console) if on_terminal else b"",
+                    pager=not no_pager,
+                )
+            if not on_terminal:
+                _print(tail, console)
         return ExitCode.OK
 
     guarded(debug, body)
 
 
-def _write(res: Any, fmt: str, out: BinaryIO, no_color: bool) -> None:
+def _write(
+    res: Any,
+    fmt: str,
+    out: BinaryIO,
+    no_color: bool,
+    *,
+    flags: list[str] | None = None,
+    head: bytes = b"",
+    tail: bytes = b"",
+    pager: bool = True,
+) -> None:
     import json
 
     rows = res.rows()
     if fmt == "json":
-        out.write((json.dumps(res.as_dict(), indent=2, ensure_ascii=False, default=str) + "\n").encode())
+        doc = res.as_dict()
+        doc["sanity"] = list(flags or [])  # replays whose figures cannot be the incident's (whatif/sanity.py)
+        out.write((json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n").encode())
     elif fmt == "ndjson":
         out.write(b"".join((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode() for r in rows))
     elif fmt in ("csv", "parquet"):
@@ -214,7 +244,7 @@ def _write(res: Any, fmt: str, out: BinaryIO, no_color: bool) -> None:
         else:
             df.write_parquet(out)
     else:
-        _table(res, out, no_color)
+        _table(res, out, no_color, head=head, tail=tail, pager=pager)
 
 
 LABELS = [
@@ -230,60 +260,147 @@ LABELS = [
     ("throughput_tok_s", "throughput (tok/s)"),
     ("unfinished", "unfinished requests"),
 ]
+SIDE_BY_SIDE = 3  # up to this many replays side by side (every figure); more: one row each (the key ones)
+SWEEP = [
+    ("preemptions", "preempt."),
+    ("peak_running", "running"),
+    ("waiting_p95", "wait p95"),
+    ("latency_p95_s", "lat. p95 s"),
+]
 
 
-def _table(res: Any, out: BinaryIO, no_color: bool) -> None:
+def _table(res: Any, out: BinaryIO, no_color: bool, *, head: bytes = b"", tail: bytes = b"", pager: bool = True) -> None:
+    """The figures side by side, wrapped to the terminal's width (80 in a pipe): when the replays do not
+    fit one table, several, each with the row labels and the incident's column. Paged with ``head``
+    (what was done) above and ``tail`` (the assumptions) below when taller than the screen."""
     import io
+    import os
 
     from rich.table import Table
 
     from ..outputs.console import text_console
-    from ..outputs.safe import neutralise, table_box
+    from ..outputs.safe import neutralise, table_box, unicode_ok
+    from ..render.pager import page, terminal_size
 
     def cell(v: Any) -> str:
-        return "-" if v is None else neutralise(str(v))
+        return "-" if v is None else neutralise(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v))
 
+    size = terminal_size(out)
+    width = size[0] if size else 80
+    color = size is not None and not no_color and not os.environ.get("NO_COLOR")
     buf = io.StringIO()
-    console = text_console(buf, width=200, color=False)
-    t = Table(
-        header_style="bold",
-        box=table_box(),  # type: ignore[no-untyped-call]
-        title=f"whatif ({res.engine} engine, {res.arrivals} arrivals)",
-    )
-    t.add_column("")
-    t.add_column("incident", justify="right")  # what the bundle shows; every other column is a replay
-    for s in res.scenarios:
-        t.add_column(cell("replay: observed" if s.name == "observed" else f"replay: {s.name}"), justify="right")
+    console = text_console(buf, width=width, color=color)
     seen = res.calibration.get("observed")
-    for key, label in LABELS:
-        measured = ("not visible" if seen is None else seen) if key == "preemptions" else None
-        t.add_row(label, cell(measured), *[cell(s.figures.get(key)) for s in res.scenarios])
-    t.add_row("status", "measured" if seen is not None else "-", *[cell(s.status) for s in res.scenarios])
-    console.print(t, markup=False)
-    out.write(buf.getvalue().encode())
+    title = f"whatif ({res.engine} engine, {res.arrivals} arrivals)"
+    if len(res.scenarios) > SIDE_BY_SIDE:  # a sweep: one row per configuration, the key figures
+        from rich import box
+
+        t = Table(
+            header_style="bold",
+            box=box.SIMPLE_HEAD if unicode_ok() else box.ASCII2,
+            title=title,
+            pad_edge=False,
+            padding=(0, 1),
+        )
+        longest = max((len(x.strip()) for sc in res.scenarios for x in sc.name.split(",")), default=8)
+        t.add_column("replayed", overflow="fold", min_width=min(longest, 24))
+        for _, label in SWEEP:
+            t.add_column(label, justify="right", no_wrap=True)
+        t.add_column("status", no_wrap=True)
+        t.add_row("incident", *[cell(seen) if k == "preemptions" else "-" for k, _ in SWEEP], "measured" if seen is not None else "-")
+        for sc in res.scenarios:
+            t.add_row(
+                "\n".join(x.strip() for x in sc.name.split(",")),  # one setting a line
+                *[cell(sc.figures.get(k)) for k, _ in SWEEP],
+                cell(sc.status),
+            )
+        console.print(t, markup=False)
+    else:
+        t = Table(header_style="bold", box=table_box(), title=title)  # type: ignore[no-untyped-call]
+        t.add_column("", overflow="fold")
+        t.add_column("incident", justify="right", overflow="fold")  # what the bundle shows
+        for sc in res.scenarios:
+            name = "replay: observed" if sc.name == "observed" else "replay: " + sc.name.replace(",", ", ")
+            t.add_column(cell(name), justify="right", overflow="fold")
+        for key, label in LABELS:
+            measured = ("not visible" if seen is None else seen) if key == "preemptions" else None
+            t.add_row(label, cell(measured), *[cell(sc.figures.get(key)) for sc in res.scenarios])
+        t.add_row("status", "measured" if seen is not None else "-", *[cell(sc.status) for sc in res.scenarios])
+        console.print(t, markup=False)
+    console.print(
+        "every row but the incident's is a replay; -f json or csv gives every figure", style="dim"
+    ) if len(res.scenarios) > SIDE_BY_SIDE else None
+    page(buf.getvalue().encode(), out, head=head, tail=tail, pager=pager)
 
 
-def _summary(res: Any, no_color: bool) -> None:
-    from ..outputs.safe import neutralise
-
-    console = stderr_console(no_color)
+def _summary_lines(res: Any, a: Any, configs: list[dict[str, Any]], flags: list[str]) -> tuple[list[str], list[str]]:
+    """(head, tail): what was replayed and how far its figures hold (the calibration, explained; any
+    absurd replay), then the workload's assumptions and the notes."""
     w = res.workload
     cal = res.calibration
-    console.print(neutralise(f"workload: {len(w.requests)} request(s) from {w.source} ({w.where})"), markup=False)
+    head: list[str] = []
+    asked = [s for s in res.scenarios if s.name != "observed"]
+    did = (
+        f"replayed {len(w.requests)} request(s) from {w.source} ({w.where}) under the observed configuration"
+        + (f" and {len(asked)} asked one(s)" if asked else "")
+    )
+    head.append(did)
+    if not configs or not asked:
+        hint = _suggest(a)
+        head.append(
+            "nothing asked (--set NAME=VALUE, --sweep NAME=V1,V2, --config): only the observed configuration was "
+            "replayed" + (f"; to replay the analysis's top change: preemptlog whatif BUNDLE {hint}" if hint else "")
+        )
     if cal.get("observed") is not None:
-        console.print(
-            neutralise(
-                f"calibration: observed {cal['observed']} preemptions ({res.observed_source}), the replay of the observed "
-                f"configuration {cal['replayed']}: {cal['status']} (tolerance {cal['tolerance']})"
-            ),
-            markup=False,
+        obs, rep = cal["observed"], cal["replayed"]
+        diff = (rep or 0) - obs
+        rel = f" ({diff / obs:+.0%})" if obs else ""
+        why = ""
+        if diff:
+            why = (
+                "; they differ because the replay is not the incident: its workload is rebuilt from the bundle "
+                "(the assumptions below: outputs taken as max_tokens err high, prompts from the stats lines err low "
+                "under prefix caching) and its clock is fitted, not measured"
+            )
+        within = "within" if cal["status"] == "calibrated" else "beyond"
+        head.append(
+            f"the incident shows {obs} preemptions ({res.observed_source}); the replay of its own configuration "
+            f"gives {rep}{rel}{why}; {within} the tolerance ({cal['tolerance']}), so the replays are "
+            f"{cal['status']}: compare replay with replay, not with the incident"
         )
     else:
-        console.print(neutralise(f"calibration: {cal['status']}, {cal['why']}"), markup=False)
-    console.print(neutralise(f"step clock: {res.step.how}"), markup=False)
-    for a in res.assumed():
-        console.print(neutralise(f"assumed: {a}"), markup=False)
+        head.append(f"calibration: {cal['status']}, {cal['why']}")
+    for f in flags:
+        head.append(f"warning: {f}")
+    tail = [f"step clock: {res.step.how}"]
+    tail += [f"assumed: {x}" for x in res.assumed()]
     for s in res.scenarios:
-        for n in s.notes:
-            console.print(neutralise(f"{s.name}: {n}"), markup=False)
-    _ = sys
+        tail += [f"{s.name}: {n}" for n in s.notes]
+    return head, tail
+
+
+def _suggest(a: Any) -> str | None:
+    """``preemptlog whatif ... --set max_num_seqs=4`` of the analysis's top change, when it is a setting."""
+    from ..whatif.verify import setting_for
+
+    for x in (a.fixes or {}).get("changes") or []:
+        key = setting_for(str(x.get("option") or ""))
+        if key and x.get("suggested") not in (None, True):
+            return f"--set {key}={x['suggested']}"
+    return None
+
+
+def _print(lines: list[str], console: Any) -> None:
+    from ..render.human import PIPE_WIDTH, wrap
+
+    width = console.width if console.is_terminal else PIPE_WIDTH
+    for ln in lines:
+        for part in wrap(ln, width):
+            console.print(part, markup=False, highlight=False)
+
+
+def _text(lines: list[str], console: Any) -> bytes:
+    from ..render.human import wrap
+
+    width = console.width if console.is_terminal else 80
+    return "".join(part + "\n" for ln in lines for part in wrap(ln, width)).encode("utf-8", "replace")

@@ -169,7 +169,8 @@ def _sample(path: Path | str) -> list[str]:
     from .textio import file_size, read_head
 
     raw = read_head(Path(path), SAMPLE_BYTES)
-    text = raw.decode("utf-8", "replace")
+    # NUL bytes are no text: the readers drop them (textio.scan_lines), so the decision does too
+    text = raw.replace(b"\x00", b"").decode("utf-8", "replace")
     lines = text.split("\n")
     if len(raw) >= SAMPLE_BYTES or (file_size(Path(path)) > len(raw) and not raw.endswith(b"\n")):
         lines = lines[:-1]  # the last line of a cut sample is partial

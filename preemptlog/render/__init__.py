@@ -50,10 +50,12 @@ def write(
     head: bytes = b"",
     head_out: BinaryIO | None = None,
     pager: bool = True,
+    tail: bytes = b"",
 ) -> None:
     """Write the events in ``fmt``. Machine formats write the columns ``analysis.columns`` names (all
     when None: see view.output_columns); the table picks its own (``table_columns``, ``wide``). The
-    table on a terminal shows ``head`` (the summary's answer) first: render/pager.py."""
+    table on a terminal shows ``head`` (the summary's answer) first and ``tail`` (the rest of the summary,
+    the timeline) last, paged together when taller than the screen: render/pager.py."""
     if fmt is OutputFormat.table:
         from .table import write_table
 
@@ -68,6 +70,7 @@ def write(
             head=head,
             head_out=head_out,
             pager=pager,
+            tail=tail,
         )
     elif fmt is OutputFormat.json:
         from .jsonfmt import write_json

@@ -239,6 +239,32 @@ def unit_line(name: str, unit: Analysis) -> str:
 MAX_UNITS = 12  # incidents listed one line each; the rest counted (--each gives them all)
 
 
+def _unit_lines(units: list[tuple[str, Analysis | None]], width: int) -> list[Text]:
+    """One line per incident, those with preemptions first, then those with pressure or a change; the
+    quiet ones (nothing counted, no sign of pressure) named together on one line."""
+
+    def rank(u: tuple[str, Analysis | None]) -> int:
+        if u[1] is None:
+            return 3
+        s = u[1].summary()
+        if s["count_visible"] and s["events"]:
+            return 0
+        return 1 if (s.get("fixes") or (s.get("cause") or {}).get("pressure")) else 2
+
+    ranked = sorted(units, key=rank)  # stable: the order of their start within a rank
+    out: list[Text] = []
+    loud = [u for u in ranked if rank(u) < 2]
+    quiet = [u for u in ranked if rank(u) >= 2]
+    for name, unit in loud[:MAX_UNITS]:
+        assert unit is not None
+        out += _lines(unit_line(name, unit), width, indent=2)
+    rest = loud[MAX_UNITS:] + quiet
+    if rest:
+        names = ", ".join(n.rsplit("/", 1)[-1] for n, _ in rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")
+        out += _lines(f"no preemption counted and no sign of pressure in the others: {names}", width, indent=2)
+    return out
+
+
 def summary_lines(
     analysis: Analysis,
     *,
@@ -254,10 +280,7 @@ def summary_lines(
     head = _lines(headline_text(s), width, style="bold")
     fixes = s.get("fixes") or []
     if s.get("incidents") and units:  # several incidents: one line each, no mixed change
-        for name, unit in units[:MAX_UNITS]:
-            head += _lines(unit_line(name, unit), width, indent=2)
-        if len(units) > MAX_UNITS:
-            head += _lines(f"and {len(units) - MAX_UNITS} more (preemptlog analyze --each)", width, indent=2)
+        head += _unit_lines(units, width)
         fixes = []
     elif fixes:
         top = top_fix(s) if verbose else fix_brief(fixes[0])
@@ -277,6 +300,8 @@ def summary_lines(
     cost = s.get("findings_headline") or ""
     if not verbose:  # "no stall" says nothing to act on: -v's
         cost = "; ".join(p for p in cost.split("; ") if p != "no stall")
+    if several:  # a cost of several incidents added together is no one's
+        cost = ""
     if cost and not s.get("filters"):  # the cost is the whole bundle's
         put(f"cost: {cost}")
     f = s.get("filters")
@@ -287,7 +312,7 @@ def summary_lines(
         )
     if verbose or (s["count_visible"] and not several):  # not visible: the headline says so (once)
         put(_count_line(s, _gates_line(s, head), verbose=verbose))
-    warnings = collapse(list(s["warnings"]))
+    warnings = collapse([w for w in s["warnings"] if not (several and "not one incident" in w)])
     shown = warnings if verbose else warnings[:MAX_WARNINGS]
     if not verbose:
         for w, n in shown:

@@ -21,16 +21,27 @@ def terminal_size(out: BinaryIO) -> tuple[int, int] | None:
 
 
 def page(
-    data: bytes, out: BinaryIO, *, head: bytes = b"", head_out: BinaryIO | None = None, pager: bool = True
+    data: bytes,
+    out: BinaryIO,
+    *,
+    head: bytes = b"",
+    head_out: BinaryIO | None = None,
+    pager: bool = True,
+    tail: bytes = b"",
 ) -> None:
-    """Write ``data`` to ``out``, through the pager when ``out`` is a terminal shorter than ``head``
-    and ``data`` together (and ``pager``); ``head`` first in either case."""
+    """Write ``data`` to ``out``, through the pager when ``out`` is a terminal shorter than ``head``,
+    ``data`` and ``tail`` together (and ``pager``); ``head`` first and ``tail`` last in either case
+    (both to ``head_out`` when not paged: the summary's stream). So the answer (``head``) is on the
+    first screen whatever is long: the table, or the rest of the summary and the timeline (``tail``)."""
     size = terminal_size(out)
     cmd = os.environ.get("PAGER", "less -SR").strip()
-    tall = size is not None and (data + head).count(b"\n") >= size[1] - 1
+    tall = size is not None and (head + data + tail).count(b"\n") >= size[1] - 1
     if not (pager and tall and cmd and cmd != "cat"):
         _head(head, out, head_out)
         out.write(data)
+        if tail:
+            out.flush()
+            _head(tail, out, head_out)
         return
     env = dict(os.environ)
     env.setdefault("LESS", "FRX")  # quit at the end of a short page, keep colours
@@ -43,7 +54,7 @@ def page(
         return
     try:
         assert proc.stdin is not None
-        proc.stdin.write(head + data)
+        proc.stdin.write(head + data + tail)
         proc.stdin.close()
     except BrokenPipeError:  # the user quit the pager early
         pass

@@ -516,7 +516,9 @@ def _span_text(first: str | None, last: str | None, estimated: bool = False) -> 
         return f" in {s:.0f} s"
     if s < 7200:
         return f" in {s / 60:.0f} min"
-    return f" in {s / 3600:.1f} h"
+    if s < 2 * 86400:
+        return f" in {s / 3600:.1f} h"
+    return f" in {s / 86400:.0f} days"
 
 
 def _baseline_words(s: dict[str, Any]) -> str:

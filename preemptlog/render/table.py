@@ -44,6 +44,33 @@ SHORT_GATE = {
 }
 
 
+# What the verdict column's words mean, for the legend under the table (a person does not read gate ids).
+GATE_MEANING = {
+    "G1-kv-space": "KV space",
+    "G2-batch-variance": "batch variance (the guide's patched scheduler)",
+    "G3-queue-overflow": "queue overflow or priority",
+    "G4-prefix-conflict": "prefix conflict or a prefix-cache reset",
+    "undetermined": "no gate fired",
+}
+SUB_MEANING = {
+    "capacity": "fewer free KV blocks than needed",
+    "fragmentation": "no contiguous free run as long as needed",
+    "cache-reset": "reset_prefix_cache preempted every running request",
+}
+
+
+def verdict_legend(verdicts: list[str], *, full: bool) -> str:
+    """``verdict G1-kv/capacity: KV space, fewer free KV blocks than needed (--gate G1-kv-space)``: what
+    the verdicts the table shows mean."""
+    parts = []
+    for v in verdicts:
+        gate, _, sub = v.partition("/")
+        shown = (gate if full else SHORT_GATE.get(gate, gate)) + (f"/{sub}" if sub else "")
+        words = GATE_MEANING.get(gate, gate) + (f", {SUB_MEANING.get(sub, sub)}" if sub else "")
+        parts.append(f"{shown}: {words}")
+    return "verdict " + "; ".join(parts) + " (explain ID says why)"
+
+
 def display_rows(analysis: Analysis) -> pl.DataFrame:
     """Events for display: each run of reconstructed/interval events from one line becomes one row.
 
@@ -299,7 +326,7 @@ def render_table(
         )
     for cells in body:
         if cells["n"] != "1" and "request" in widths and len(cells["request"]) > widths["request"]:
-            cells["request"] = f"{cells['n']} folded"
+            cells["request"] = f"{cells['n']} counted"
         table.add_row(*[text(shorten(cells[n], widths[n], ell, event_head if n == "event" else None)) for n in names])
     if header:
         tz = analysis.tz
@@ -323,14 +350,17 @@ def render_table(
         if nv["count_visible"]:
             console.print(text("no preemption events found"))
         else:
-            why = nv.get("short") or nv["reason"]  # the summary says what to add (once)
-            console.print(text(f"preemptions not visible in this bundle ({why}): no events to list"))
+            # the summary says it is not visible, and what to add (once)
+            console.print(text("no events to list: this bundle does not show preemptions one by one"))
+    if header and verdict_short and "verdict" in widths:
+        console.print(text(verdict_legend(sorted(verdict_short), full=full_gate)))
     if header and folded:
         console.print(
             text(
-                "rows ending ~r* / ~i* fold the events counted on one line (no request id; placed in the interval "
-                "before that line, a time ending + is the first of them; 'N verdicts' when they differ): "
-                "`preemptlog explain ID` takes the folded id; -f ndjson lists each event."
+                "an id ending ~r* / ~i* is one row for the events counted on one line (V0's cumulative counter, a "
+                "stats line, a /metrics reading), with no request id each: a time ending + is the first of them, "
+                "'unplaced' a count with no time inside it; `preemptlog explain ID` takes it; -f ndjson lists each "
+                "event."
             )
         )
     out = buf.getvalue()
@@ -349,9 +379,10 @@ def write_table(
     head: bytes = b"",
     head_out: BinaryIO | None = None,
     pager: bool = True,
+    tail: bytes = b"",
 ) -> None:
-    """The table to ``out``: paged on a terminal taller than the screen (``head`` above it), plain
-    in a pipe."""
+    """The table to ``out``: paged on a terminal when it is taller than the screen with ``head``
+    above it and ``tail`` below it (pager.page), plain in a pipe."""
     from .pager import page, terminal_size
 
     size = terminal_size(out)
@@ -360,4 +391,4 @@ def write_table(
     data = render_table(
         analysis, width=w, columns=columns, wide=wide, header=header, color=color, unicode=unicode_ok()
     ).encode("utf-8", "replace")
-    page(data, out, head=head, head_out=head_out, pager=pager)
+    page(data, out, head=head, head_out=head_out, pager=pager, tail=tail)

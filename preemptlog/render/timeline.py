@@ -1,12 +1,14 @@
-"""The terminal timeline: preemptions per time bucket by gate, and a KV-usage sparkline below.
+"""The terminal timeline: one line per lane (each gate's preemptions, the KV cache usage, the waiting
+requests) on one time axis.
 
-Printed by ``preemptlog analyze`` on stderr after the summary, only when
-stderr is a terminal (``console.is_terminal``; tests pass a console with
-``force_terminal=True``) and without ``--quiet``. Time runs left to right,
-one column per bucket (the narrowest of 1 s, 2 s, 5 s, ... 1 week that fits the
-incident's span in the terminal); the sparkline rows share the columns of the histogram. Each gate
-has its own glyph as well as its own colour, so the chart reads with
-NO_COLOR too. Every string is printed as ``rich.text.Text`` (never markup).
+Printed by ``preemptlog analyze`` after the summary, only on a terminal (``console.is_terminal``;
+tests pass a console with ``force_terminal=True``) and without ``--quiet``; paged with the table
+when together they are taller than the screen. Time runs left to right, one column per bucket (the
+narrowest of 1 s, 2 s, 5 s, ... 1 week that fits the span of the events placed in time and of the
+suspected pressure intervals); each lane's glyphs ``▁``..``█`` are scaled to its own busiest column,
+and the lane's end says its total and peak (the KV lane its maximum, the headline's peak). Each gate
+keeps its colour. Counts with no place in time are said, never drawn in one column. Every string is
+printed as ``rich.text.Text`` (never markup).
 """
 
 from __future__ import annotations
@@ -53,25 +55,32 @@ BUCKET_SECONDS = (
     172800,
     604800,
 )
-HEIGHT = 8  # rows of the histogram
-GUTTER = 8  # label column width
+GUTTER = 8  # label column width of the KV lanes' names
 MAX_COLUMNS = 120
 MAX_ENGINES = 4  # sparkline rows; more engines share one row (their maximum)
 
 
 def print_timeline(analysis: Analysis, console: Console) -> None:
     """Print the timeline, or nothing when the console is not a terminal or there is nothing to draw."""
+    for line in terminal_lines(analysis, console):
+        console.print(line, soft_wrap=True, highlight=False)
+
+
+def terminal_lines(analysis: Analysis, console: Console) -> list:
+    """The timeline's lines for ``console`` (ASCII glyphs under a locale without them), or none when
+    the console is not a terminal."""
     if not console.is_terminal:
-        return
+        return []
     from ..outputs.safe import unicode_ok
 
     plain = not unicode_ok()
-    for line in timeline_lines(analysis, width=console.width):
-        if plain:  # the C locale: ASCII glyphs (one for one, so the styles stay in place)
-            from ..outputs.safe import ascii_text
+    lines = timeline_lines(analysis, width=console.width)
+    if plain:  # the C locale: ASCII glyphs (one for one, so the styles stay in place)
+        from ..outputs.safe import ascii_text
 
+        for line in lines:
             line.plain = ascii_text(line.plain)
-        console.print(line, soft_wrap=True, highlight=False)
+    return lines
 
 
 def _bucket(span_s: float, columns: int) -> int:
@@ -99,73 +108,93 @@ def _label(t: datetime, seconds: int, multi_day: bool) -> str:
     return t.strftime("%H:%M:%S" if seconds < 60 else "%H:%M")
 
 
+LABEL = 13  # lane label column width ("undetermined" and a space)
+MIN_SHOWN = 1  # a column with any event shows at least the lowest glyph
+
+
 def timeline_lines(analysis: Analysis, *, width: int = 100) -> list:
-    """The timeline as rich Text lines (empty when there is no timed event and no KV series)."""
+    """The timeline as rich Text lines, one per lane (empty when nothing is placed in time and no KV
+    series shows pressure).
+
+    Lanes: one per gate of the events placed in time (each column's glyph ``▁``..``█`` scaled to the
+    lane's own busiest column; a column with any event shows at least ``▁``), the KV cache usage (the
+    maximum of each column, bold red at the ceiling) and, when requests waited, the waiting count.
+    Columns cover the events placed in time and the suspected pressure intervals (so the KV lane's
+    maximum is the headline's peak). Events counted without a place in time (a V0 warning's
+    ``total_num_cumulative_preemption`` with no earlier line, one /metrics reading since the engine
+    started) are not drawn at a time they did not happen: one line says how many."""
     from rich.text import Text
 
     from ..clock.timebase import zone_info
 
     tz = analysis.tz
-    ev = analysis.events.select("event_id", "time")
+    ev = analysis.events
+    cols = [c for c in ("event_id", "time", "time_precision", "interval_start") if c in ev.columns]
+    ev = ev.select(cols)
+    if "time_precision" not in ev.columns:
+        ev = ev.with_columns(time_precision=pl.lit(None, pl.String))
+    if "interval_start" not in ev.columns:
+        ev = ev.with_columns(interval_start=pl.lit(None, pl.Datetime("us", "UTC")))
     if analysis.verdicts is not None and analysis.verdicts.height and ev.height:
         ev = ev.join(analysis.verdicts.select("event_id", "gate"), on="event_id", how="left")
     else:
         ev = ev.with_columns(gate=pl.lit(None, pl.String))
     ev = ev.with_columns(pl.col("gate").fill_null("undetermined"))
-    untimed = ev.filter(pl.col("time").is_null()).height
-    ev = ev.filter(pl.col("time").is_not_null())
+    # placed: a time of its own, or spread over the interval its count covers; not placed: no time, or
+    # a count whose interval has no start (all of them would be drawn in one second)
+    unplaced_mask = pl.col("time").is_null() | (
+        (pl.col("time_precision") == "interval") & pl.col("interval_start").is_null()
+    ).fill_null(False)
+    not_placed = ev.filter(unplaced_mask)
+    ev = ev.filter(~unplaced_mask)
     kv = _kv_frame(analysis)
-    if ev.height == 0:
+    waiting = _waiting_frame(analysis)
+    piv = analysis.frames.get("pressure_intervals")
+    bounds = []
+    if ev.height:
+        bounds += [ev.get_column("time").min(), ev.get_column("time").max()]
+    if piv is not None and piv.height:
+        near = piv
+        if bounds:  # the pressure around the events (not a span days away that would squash them)
+            lo, hi = bounds
+            slack = max(timedelta(minutes=2), hi - lo)
+            near = piv.filter((pl.col("end") >= lo - slack) & (pl.col("start") <= hi + slack))
+        if near.height:
+            bounds += [near.get_column("start").min(), near.get_column("end").max()]
+    if not bounds:
         return []
-    t0 = ev.get_column("time").min()
-    t1 = ev.get_column("time").max()
-    # The columns cover the events' span (the KV sparkline shares them).
-    columns = max(10, min(MAX_COLUMNS, width - GUTTER - 14))
+    t0, t1 = min(bounds), max(bounds)
+    columns = max(10, min(MAX_COLUMNS, width - LABEL - 24))
     seconds = _bucket((t1 - t0).total_seconds() + 1, columns)
-    every = f"{seconds}s"
-    start_utc = pl.Series([t0]).dt.truncate(every).item()
+    start_utc = pl.Series([t0]).dt.truncate(f"{seconds}s").item()
     start = start_utc.astimezone(zone_info(tz))
     n = int((t1 - start_utc).total_seconds() // seconds) + 1
-    col = ((pl.col("time") - pl.lit(start_utc)).dt.total_seconds() // seconds).cast(pl.Int64).alias("_c")
-    counts = ev.with_columns(col).group_by("_c", "gate").len()
-    grid: list[dict[str, int]] = [dict() for _ in range(n)]
-    for c, gate, k in counts.iter_rows():
-        if 0 <= c < n:
-            grid[c][gate] = grid[c].get(gate, 0) + k
-    totals = [sum(g.values()) for g in grid]
-    peak = max(totals) if totals else 0
-    order = [g for g in GATES] + sorted({g for cell in grid for g in cell} - set(GATES))
-
-    lines = []
-    unit = _unit(seconds)
-    lines.append(Text(f"Timeline: preemptions per {unit} by gate (tallest column {peak})", style="bold"))
-    # Cells of each column, bottom to top: gates stacked in GATES order, heights by cumulative rounding.
-    stacks: list[list[str]] = []
-    for cell, total in zip(grid, totals, strict=False):
-        stack: list[str] = []
-        if total:
-            present = [(g, cell[g]) for g in order if cell.get(g)]
-            # Every gate present in the column gets at least one cell (a rare gate stays visible).
-            height = min(HEIGHT, max(len(present), round(HEIGHT * total / peak), 1))
-            stack = _allocate(present, height)
-        stacks.append(stack)
     cw = max(1, min(3, columns // n))  # characters per column: few columns are drawn wider
-    for row in range(HEIGHT - 1, -1, -1):
-        label = str(peak) if row == HEIGHT - 1 else ""
-        line = _gutter(label)
-        for stack in stacks:
-            if row < len(stack):
-                glyph, style = GLYPHS.get(stack[row], ("#", "white"))
-                line.append(glyph * cw, style=style)
-            else:
+    col = ((pl.col("time") - pl.lit(start_utc)).dt.total_seconds() // seconds).cast(pl.Int64).alias("_c")
+    grid: dict[str, list[float]] = {}
+    if ev.height:
+        for c, gate, k in ev.with_columns(col).group_by("_c", "gate").len().iter_rows():
+            if 0 <= c < n:
+                grid.setdefault(gate, [0.0] * n)[c] += k
+    order = [g for g in GATES if g in grid] + sorted(set(grid) - set(GATES))
+    unit = _unit(seconds)
+    lines = [Text(f"Timeline, one column per {unit} ({tz}); each lane scaled to its own peak", style="bold")]
+    for g in order:
+        values = grid[g]
+        peak = max(values)
+        glyph_style = GLYPHS.get(g, ("#", "white"))[1]
+        line = _label_cell(_lane_name(g, width))
+        for v in values:
+            if not v:
                 line.append(" " * cw)
+                continue
+            lvl = max(MIN_SHOWN, round(v / peak * (len(SPARK) - 1)))
+            line.append(SPARK[lvl] * cw, style=glyph_style)
+        line.append(f"  {int(sum(values))}, up to {int(peak)} per {unit}", style="dim")
         lines.append(line)
-    lines.append(Text(f"{'0':>{GUTTER - 2}} └" + "─" * (n * cw), style="dim"))
-
-    # KV usage sparkline(s) on the same columns.
     ceiling = analysis.options.kv_ceiling if analysis.options.kv_ceiling is not None else 95.0
     for name, values in _spark_rows(kv, start_utc, seconds, n):
-        line = _gutter(name)
+        line = _label_cell(name)
         for v in values:
             if v is None:
                 line.append(" " * cw)
@@ -174,74 +203,85 @@ def timeline_lines(analysis: Analysis, *, width: int = 100) -> list:
                 line.append(ch * cw, style="bold red" if v >= ceiling else "cyan")
         present = [v for v in values if v is not None]
         if present:
-            line.append(f"  max {max(present):.1f}%", style="dim")
+            line.append(f"  max {max(present):g} %", style="dim")
         lines.append(line)
-
-    # Time axis: first and last column, and one in the middle when there is room.
+    wrow = _lane_values(waiting, start_utc, seconds, n)
+    if wrow is not None and any(wrow):
+        peak_w = max(v for v in wrow if v is not None)
+        line = _label_cell("waiting")
+        for v in wrow:
+            if v is None or not v:
+                line.append(" " * cw)
+            else:
+                line.append(SPARK[max(MIN_SHOWN, round(v / peak_w * (len(SPARK) - 1)))] * cw, style="magenta")
+        line.append(f"  up to {int(peak_w)}", style="dim")
+        lines.append(line)
+    # Time axis: the first and last column, and one in the middle when there is room.
     multi_day = start.date() != (start + timedelta(seconds=seconds * (n - 1))).date()
     first = _label(start, seconds, multi_day)
-    last_t = start + timedelta(seconds=seconds * (n - 1))
-    last = _label(last_t, seconds, multi_day)
+    last = _label(start + timedelta(seconds=seconds * (n - 1)), seconds, multi_day)
     w = n * cw
     axis = [" "] * max(w, len(first))
     axis[: len(first)] = list(first)
     if w >= len(first) + len(last) + 2 and n > 1:
-        at = (n - 1) * cw  # the last column's first character
-        a = min(at, w - len(last))
+        a = min((n - 1) * cw, w - len(last))
         axis[a : a + len(last)] = list(last)
         mid = (n // 2) * cw
         mid_label = _label(start + timedelta(seconds=seconds * (n // 2)), seconds, multi_day)
         if mid > len(first) + 1 and mid + len(mid_label) < a - 1:
             axis[mid : mid + len(mid_label)] = list(mid_label)
-    lines.append(Text(" " * GUTTER + "".join(axis).rstrip() + f"  ({tz})", style="dim"))
-
-    # The legend: one entry per gate drawn, on as many lines as the width needs (never wider).
-    by_gate = {g: sum(cell.get(g, 0) for cell in grid) for g in order}
-    items: list[Text] = []
-    for g in order:
-        if by_gate.get(g):
-            glyph, style = GLYPHS.get(g, ("#", "white"))
-            item = Text(glyph, style=style)
-            item.append(f" {g} {by_gate[g]}")
-            items.append(item)
-    if untimed:
-        items.append(Text(f"({untimed} event(s) without a time not shown)", style="dim"))
-    legend = Text(" " * GUTTER)
-    for item in items:
-        if len(legend) > GUTTER and len(legend) + 3 + len(item) > width:
-            lines.append(legend)
-            legend = Text(" " * GUTTER)
-        if len(legend) > GUTTER:
-            legend.append("   ")
-        legend.append_text(item)
-    lines.append(legend)
+    lines.append(Text(" " * LABEL + "".join(axis).rstrip(), style="dim"))
+    if not_placed.height:
+        lines.append(Text(" " * LABEL + _not_placed_words(not_placed, more=bool(ev.height)), style="dim"))
     return lines
 
 
-def _allocate(present: list[tuple[str, int]], height: int) -> list[str]:
-    """Cells (bottom to top) for the gates of one column: one each, the rest by largest remainder."""
-    if len(present) > height:
-        present = sorted(present, key=lambda gk: -gk[1])[:height]
-        present = [gk for gk in sorted(present, key=lambda gk: GATES.index(gk[0]) if gk[0] in GATES else 99)]
-    spare = height - len(present)
-    total = sum(k for _, k in present)
-    shares = [(spare * k / total) for _, k in present]
-    cells = [1 + int(x) for x in shares]
-    rest = height - sum(cells)
-    for i in sorted(range(len(present)), key=lambda i: -(shares[i] - int(shares[i])))[:rest]:
-        cells[i] += 1
-    out: list[str] = []
-    for (g, _), c in zip(present, cells, strict=False):
-        out.extend([g] * c)
-    return out
+def _lane_name(gate: str, width: int) -> str:
+    """The gate's id, its first word only where the line would be too narrow (``G1-kv``)."""
+    short = {
+        "G1-kv-space": "G1-kv",
+        "G2-batch-variance": "G2-batch",
+        "G3-queue-overflow": "G3-queue",
+        "G4-prefix-conflict": "G4-prefix",
+    }
+    name = gate if len(gate) < LABEL else short.get(gate, gate[: LABEL - 1])
+    return name if width >= 60 else short.get(gate, name)
 
 
-def _gutter(label: str) -> object:
+def _label_cell(name: str) -> object:
     from rich.text import Text
 
     line = Text()
-    line.append(f"{label:>{GUTTER - 2}} │", style="dim")
+    line.append(f"{name[: LABEL - 1]:<{LABEL}}", style="dim")
     return line
+
+
+def _not_placed_words(not_placed: pl.DataFrame, *, more: bool = True) -> str:
+    return f"{not_placed.height}{' more' if more else ''} counted without a place in time (not drawn)"
+
+
+def _waiting_frame(analysis: Analysis) -> pl.DataFrame:
+    """time, engine, waiting of the log's stats lines (else the /metrics gauges)."""
+    st = analysis.stats
+    if st.height and "waiting" in st.columns and st.get_column("waiting").drop_nulls().len():
+        return st.select("time", pl.col("engine").cast(pl.String), pl.col("waiting").cast(pl.Float64)).drop_nulls()
+    prom = analysis.frames.get("prom_series")
+    if prom is not None and prom.height and "waiting" in prom.columns and prom.get_column("waiting").drop_nulls().len():
+        return prom.select("time", pl.col("engine").cast(pl.String), pl.col("waiting").cast(pl.Float64)).drop_nulls()
+    return pl.DataFrame(schema={"time": pl.Datetime("us", "UTC"), "engine": pl.String, "waiting": pl.Float64})
+
+
+def _lane_values(df: pl.DataFrame, start, seconds: int, n: int) -> list[float | None] | None:
+    """The maximum of each column of a (time, engine, value) frame over every engine, or None."""
+    if df.height == 0:
+        return None
+    val = [c for c in df.columns if c not in ("time", "engine")][0]
+    col = ((pl.col("time") - pl.lit(start)).dt.total_seconds() // seconds).cast(pl.Int64).alias("_c")
+    agg = df.with_columns(col).filter((pl.col("_c") >= 0) & (pl.col("_c") < n)).group_by("_c").agg(pl.col(val).max())
+    out: list[float | None] = [None] * n
+    for c, v in agg.iter_rows():
+        out[c] = v
+    return out
 
 
 def _kv_frame(analysis: Analysis) -> pl.DataFrame:
@@ -275,6 +315,6 @@ def _spark_rows(kv: pl.DataFrame, start, seconds: int, n: int) -> list[tuple[str
         values: list[float | None] = [None] * n
         for _, c, v in agg.filter(pl.col("engine").eq_missing(eng)).iter_rows():
             values[c] = v
-        name = "KV %" if len(engines) == 1 else f"KV e{eng}"[: GUTTER - 2]
+        name = "KV %" if len(engines) == 1 else f"KV e{eng}"[: LABEL - 1]
         rows.append((name, values))
     return rows

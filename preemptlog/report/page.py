@@ -456,7 +456,7 @@ def _events(a: Analysis, s: dict) -> str:
             out.append(
                 f'<div class="group"><h3>{chip(g["gate"])}{label} · {sub.height} event(s)</h3><div class="cards">'
             )
-            for r in sub.iter_rows(named=True):
+            for r in _fold_counted(sub).iter_rows(named=True):
                 out.append(_event_card(r))
             out.append("</div></div>")
     else:
@@ -465,15 +465,42 @@ def _events(a: Analysis, s: dict) -> str:
     return "\n".join(out)
 
 
+def _fold_counted(ev: pl.DataFrame) -> pl.DataFrame:
+    """Events counted on one line (a V0 warning's ``total_num_cumulative_preemption``, a stats line's or a
+    /metrics reading's count: kinds ``reconstructed`` and ``interval``) are one card, as they are one row of
+    the terminal table (render/table.py display_rows): the run's first event, with ``_n`` (how many) and
+    ``_last`` (the last one's time); other events are their own card (``_n`` 1)."""
+    if ev.height == 0:
+        return ev.with_columns(_n=pl.lit(1, pl.UInt32), _last=pl.lit(None, pl.String))
+    base = (
+        pl.when(pl.col("kind").is_in(["reconstructed", "interval"]))
+        .then(pl.col("event_id").str.replace(r"~[ri]\d+$", ""))
+        .otherwise(pl.col("event_id"))
+    )
+    ev = ev.with_columns(_g=base)
+    firsts = ev.group_by("_g", "kind", maintain_order=True).agg(
+        pl.len().cast(pl.UInt32).alias("_n"), pl.col("time").last().alias("_last"), pl.col("event_id").first().alias("_id")
+    )
+    return (
+        ev.join(firsts, on=["_g", "kind"], how="left", maintain_order="left")
+        .filter(pl.col("event_id") == pl.col("_id"))
+        .drop("_g", "_id")
+    )
+
+
 def _event_card(r: dict) -> str:
     gate = r["gate"] or UNDETERMINED
+    n = int(r.get("_n") or 1)
+    ident = r["event_id"] if n == 1 else str(r["event_id"]).rsplit("~", 1)[0] + f"~{str(r['kind'])[:1]}*"
     head = [
         chip(gate),
         f"<span>{e(r['sub_kind'])}</span>" if r.get("sub_kind") else "",
         kind_tag(r["kind"]),
-        f'<span class="id mono">{e(r["event_id"])}</span>',
+        f'<span class="id mono">{e(ident)}</span>',
         f'<span class="mono muted">{e(r["time"] or "no time")}</span>',
     ]
+    if n > 1:  # one card for the events counted on one line
+        head.append(f"<b>{n} events</b>")
     body = [
         f'<div class="card" style="border-left-color:{gate_color(gate)}">',
         '<div class="head">' + "".join(head) + "</div>",
@@ -491,6 +518,8 @@ def _event_card(r: dict) -> str:
         facts.append(f"engine {e(r['engine'])}")
     if r.get("cumulative") is not None:
         facts.append(f"cumulative {e(r['cumulative'])}")
+    if n > 1:
+        facts.append(f"{n} events counted on this line, one verdict (the first shown); -f ndjson lists each")
     if r.get("interval_end"):
         facts.append(f"somewhere in {e(r.get('interval_start') or '?')} .. {e(r['interval_end'])}")
     facts.append(f'<span class="mono">{e(r["source"])}:{e(r["line"])}</span>')

@@ -96,7 +96,9 @@ def _in_flight(frames: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
     deltas = pl.concat(
         [
             spans.select("engine", pl.col("start").alias("time"), pl.lit(1).alias("d")),
-            spans.filter(pl.col("end").is_not_null()).select("engine", pl.col("end").alias("time"), pl.lit(-1).alias("d")),
+            spans.filter(pl.col("end").is_not_null()).select(
+                "engine", pl.col("end").alias("time"), pl.lit(-1).alias("d")
+            ),
         ]
     )
     return (
@@ -185,6 +187,7 @@ def _records_clock(analysis: Analysis) -> StepTime | None:
         f"= {sec * 1000:.3f} ms per step (constant; per-interval p10-p90 {p10 * 1000:.3f}-{p90 * 1000:.3f} ms){gaps}",
         True,
     )
+
 
 def _sources(df: pl.DataFrame | None) -> list[str]:
     if df is None or "source" not in df.columns:

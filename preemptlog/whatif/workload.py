@@ -542,7 +542,7 @@ def observed_config(analysis: Analysis) -> Observed:
             f"the vLLM version is not in the bundle: replayed as vLLM {sv.replayed}'s scheduler "
             "(give --base vllm_version=X for another)"
         )
-    seen: dict[str, Any] = {}
+    stated: dict[str, Any] = {}
     for key, cast in (
         ("reserve_full_isl", as_bool),
         ("watermark", _as_float),
@@ -552,7 +552,7 @@ def observed_config(analysis: Analysis) -> Observed:
     ):
         v = cast(get(CONFIG_KEYS.get(key, key)))
         if v is not None:
-            seen[key] = v
+            stated[key] = v
             prov[key] = prov.pop(CONFIG_KEYS.get(key, key))
     conf = ReplayConfig(
         num_gpu_blocks=blocks,
@@ -566,8 +566,8 @@ def observed_config(analysis: Analysis) -> Observed:
         gpu_memory_utilization=gmu,
         vllm_version=version,
     )
-    conf, dprov = with_version_defaults(conf, sv, keep=set(seen))
-    conf = replace(conf, **seen)
+    conf, dprov = with_version_defaults(conf, sv, keep=set(stated))
+    conf = replace(conf, **stated)
     return Observed(conf, {**prov, **dprov}, memory_lines(analysis), assumptions)
 
 

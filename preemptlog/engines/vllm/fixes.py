@@ -436,18 +436,20 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
         if nxt <= float(gmu.value):
             dropped.append({"id": "kv_room", "why": f"gpu_memory_utilization is already {gmu.value} ({gmu.how})"})
         else:
-            out.append(
-                _fix(
-                    "kv_room",
-                    "--gpu-memory-utilization",
-                    gmu.value,
-                    nxt,
-                    _known(gmu),
-                    "more KV cache blocks (or a larger tensor_parallel_size, or fewer concurrent sequences)",
-                    f["kv_room"],
-                    G1_KEYS,
-                )
+            item = _fix(
+                "kv_room",
+                "--gpu-memory-utilization",
+                gmu.value,
+                nxt,
+                _known(gmu),
+                "more KV cache blocks (or a larger tensor_parallel_size, or fewer concurrent sequences)",
+                f["kv_room"],
+                G1_KEYS,
             )
+            item["basis"] = (
+                "vLLM's own advice ('Increase gpu_memory_utilization'), +0.05: the bundle holds no pool and demand to size it"
+            )
+            out.append(item)
     else:
         out.append(
             _fix(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -146,16 +147,36 @@ def _build(spec: Spec) -> object:
     for role, name in FIELDS:
         g = fields.get((role, name))
         group_ids.append(-1 if g is None else progs[role].group(g))
-    hot = bytes(1 if m in spec.hot else 0 for m in spec.literals)
-    return _scan.Config(
-        markers,
-        hot,
-        [progs[r].pack() for r in ROLES],
-        tuple(group_ids),
-        spec.ids_start.encode("utf-8"),
-        spec.strip.encode("utf-8"),
-        spec.head_chars,
-    )
+    return _scan.Config(config_blob(spec, markers, progs, group_ids))
+
+
+def config_blob(spec: Spec, markers: list[bytes], progs: dict[str, Program], group_ids: list[int]) -> bytes:
+    """The C configuration (format: scan_core.c ``fs_config_load``; the fuzz target loads it too)."""
+    out = bytearray(b"FSC1")
+    out += struct.pack("<I", len(markers))
+    for m, lit in zip(markers, spec.literals):
+        out += struct.pack("<I", len(m)) + m + bytes([1 if lit in spec.hot else 0])
+    for role in ROLES:
+        code, sets, nslots, anchored, first, lits = progs[role].pack()
+        out += struct.pack("<I", len(code) // 12) + code
+        out += struct.pack("<I", len(sets) // 17) + sets
+        out += struct.pack("<III", nslots, anchored, len(first)) + first
+        out += struct.pack("<I", len(lits)) + lits
+    out += struct.pack(f"<{len(group_ids)}i", *group_ids)
+    ids = spec.ids_start.encode("utf-8")
+    strip = spec.strip.encode("utf-8")
+    out += struct.pack("<I", len(ids)) + ids + struct.pack("<I", len(strip)) + strip
+    out += struct.pack("<I", spec.head_chars)
+    return bytes(out)
+
+
+def blob_of(spec: Spec) -> bytes:
+    """The configuration blob of a spec (the fuzz target's config file)."""
+    markers = [m.encode("utf-8") for m in spec.literals]
+    progs = {role: compile_regex(pattern) for role, pattern, _ in spec.regexes}
+    fields = {(role, name): g for role, _, groups in spec.regexes for name, g in groups}
+    group_ids = [-1 if fields.get(f) is None else progs[f[0]].group(fields[f]) for f in FIELDS]
+    return config_blob(spec, markers, progs, group_ids)
 
 
 def enabled() -> bool:

@@ -258,154 +258,25 @@ typedef struct {
 } ConfigObject;
 
 static void Config_dealloc(ConfigObject *self) {
-    fs_config *c = &self->cfg;
-    for (int i = 0; i < c->nmarkers; i++) free(c->markers ? c->markers[i] : NULL);
-    free(c->markers);
-    free(c->mlen);
-    free(c->hot);
-    free(c->next_same);
-    for (int i = 0; i < FS_NPROG; i++) {
-        free(c->prog[i].code);
-        free(c->prog[i].sets);
-        free(c->prog[i].lits);
-    }
-    free(c->ids_start);
+    if (self->ready) fs_config_free(&self->cfg);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int take_prog(fs_prog *p, PyObject *t) {
-    const char *code, *sets, *first, *lits;
-    Py_ssize_t ncode, nsets, nfirst, nlits;
-    int nslots, anchored;
-    if (!PyArg_ParseTuple(t, "y#y#iiy#y#", &code, &ncode, &sets, &nsets, &nslots, &anchored, &first, &nfirst, &lits,
-                          &nlits))
-        return -1;
-    p->lits = malloc(nlits ? (size_t)nlits : 1);
-    if (!p->lits) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    memcpy(p->lits, lits, (size_t)nlits);
-    p->nlits = (int)nlits;
-    if (ncode % 12 || nsets % 17 || (nfirst != 0 && nfirst != 32) || nslots < 2 || nslots > 64) {
-        PyErr_SetString(PyExc_ValueError, "bad regex program");
-        return -1;
-    }
-    p->ncode = (int)(ncode / 12);
-    p->code = malloc((size_t)ncode);
-    p->nsets = (int)(nsets / 17);
-    p->sets = malloc(nsets ? (size_t)p->nsets * sizeof(fs_set) : 1);
-    if (!p->code || !p->sets) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    memcpy(p->code, code, (size_t)ncode);
-    for (int i = 0; i < p->nsets; i++) {
-        memcpy(p->sets[i].bits, sets + 17 * i, 16);
-        p->sets[i].mode = (uint8_t)sets[17 * i + 16];
-    }
-    /* every jump and set index in range */
-    for (int i = 0; i < p->ncode; i++) {
-        fs_inst *in = &p->code[i];
-        int bad = in->op < OP_MATCH || in->op > OP_LIT;
-        if (in->op == OP_SET || in->op == OP_RUN) bad |= in->a < 0 || in->a >= p->nsets;
-        if (in->op == OP_RUN) bad |= in->b < 0;
-        if (in->op == OP_LIT) bad |= in->a < 0 || in->b < 1 || (Py_ssize_t)in->a + in->b > nlits;
-        if (in->op == OP_SPLIT) bad |= in->a < 0 || in->a >= p->ncode || in->b < 0 || in->b >= p->ncode;
-        if (in->op == OP_JMP) bad |= in->a < 0 || in->a >= p->ncode;
-        if (in->op == OP_SAVE) bad |= in->a < 0 || in->a >= nslots;
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, "bad regex program");
-            return -1;
-        }
-    }
-    if (p->ncode == 0 || p->code[p->ncode - 1].op != OP_MATCH) {
-        PyErr_SetString(PyExc_ValueError, "bad regex program");
-        return -1;
-    }
-    p->nslots = nslots;
-    p->anchored = anchored;
-    p->has_first = nfirst == 32;
-    if (p->has_first) memcpy(p->first, first, 32);
-    fs_prog_init_norm(p);
-    return 0;
-}
-
 static int Config_init(ConfigObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"markers", "hot", "progs", "field_groups", "ids_start", "strip", "head_chars", NULL};
-    PyObject *markers, *progs, *groups;
-    const char *hot, *ids, *strip;
-    Py_ssize_t nhot, nids, nstrip;
-    int head_chars;
+    static char *kwlist[] = {"blob", NULL};
+    Py_buffer blob;
     if (self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "Config is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!y#O!O!y#y#i", kwlist, &PyList_Type, &markers, &hot, &nhot,
-                                     &PyList_Type, &progs, &PyTuple_Type, &groups, &ids, &nids, &strip, &nstrip,
-                                     &head_chars))
-        return -1;
-    fs_config *c = &self->cfg;
-    Py_ssize_t nm = PyList_GET_SIZE(markers);
-    if (nm < 1 || nm > 255 || nhot != nm || PyList_GET_SIZE(progs) != FS_NPROG ||
-        PyTuple_GET_SIZE(groups) != FS_NFIELD || head_chars < 1) {
-        PyErr_SetString(PyExc_ValueError, "bad fastscan configuration");
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*", kwlist, &blob)) return -1;
+    const char *why = NULL;
+    int r = fs_config_load(&self->cfg, (const uint8_t *)blob.buf, (size_t)blob.len, &why);
+    PyBuffer_Release(&blob);
+    if (r < 0) {
+        PyErr_SetString(PyExc_ValueError, why ? why : "bad fastscan configuration");
         return -1;
     }
-    c->markers = calloc((size_t)nm, sizeof(uint8_t *));
-    c->mlen = calloc((size_t)nm, sizeof(int));
-    c->hot = calloc((size_t)nm, 1);
-    c->next_same = calloc((size_t)nm, sizeof(int16_t));
-    if (!c->markers || !c->mlen || !c->hot || !c->next_same) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    c->nmarkers = (int)nm;
-    for (Py_ssize_t i = 0; i < nm; i++) {
-        PyObject *m = PyList_GET_ITEM(markers, i);
-        char *p;
-        Py_ssize_t l;
-        if (!PyBytes_Check(m) || PyBytes_AsStringAndSize(m, &p, &l) < 0 || l < 4 || l > 4096) {
-            PyErr_SetString(PyExc_ValueError, "a marker is bytes of 4 to 4096");
-            return -1;
-        }
-        c->markers[i] = malloc((size_t)l);
-        if (!c->markers[i]) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        memcpy(c->markers[i], p, (size_t)l);
-        c->mlen[i] = (int)l;
-        c->hot[i] = hot[i] != 0;
-    }
-    if (fs_config_init_markers(c) < 0) {
-        PyErr_SetString(PyExc_ValueError, "markers do not fit the table");
-        return -1;
-    }
-    for (int i = 0; i < FS_NPROG; i++)
-        if (take_prog(&c->prog[i], PyList_GET_ITEM(progs, i)) < 0) return -1;
-    const int prog_of_field[FS_NFIELD] = {P_HEADER, P_HEADER, P_HEADER,   P_HEADER,  P_HEADER, P_HEADER,
-                                          P_HEADER, P_FULL,   P_FULL,     P_FULL,    P_FULL,   P_FALLBACK,
-                                          P_PROC,   P_COMPOSE, P_REQID,   P_MAXTOK};
-    for (int i = 0; i < FS_NFIELD; i++) {
-        long g = PyLong_AsLong(PyTuple_GET_ITEM(groups, i));
-        if (g == -1 && PyErr_Occurred()) return -1;
-        if (g < -1 || 2 * g + 1 >= c->prog[prog_of_field[i]].nslots) {
-            PyErr_SetString(PyExc_ValueError, "a field's group is not in its regex");
-            return -1;
-        }
-        c->field_group[i] = (int)g;
-    }
-    c->ids_start = malloc(nids ? (size_t)nids : 1);
-    if (!c->ids_start) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    memcpy(c->ids_start, ids, (size_t)nids);
-    c->ids_start_len = (int)nids;
-    memset(c->strip, 0, sizeof(c->strip));
-    for (Py_ssize_t i = 0; i < nstrip; i++) c->strip[(uint8_t)strip[i]] = 1;
-    c->head_chars = head_chars;
     self->ready = 1;
     return 0;
 }
@@ -415,7 +286,7 @@ static PyTypeObject ConfigType = {
     .tp_basicsize = sizeof(ConfigObject),
     .tp_dealloc = (destructor)Config_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Markers, regex programs and field map of the compiled pass (fastscan/__init__.py builds it).",
+    .tp_doc = "Config(blob): markers, regex programs and field map of the compiled pass (fastscan/__init__.py).",
     .tp_init = (initproc)Config_init,
     .tp_new = PyType_GenericNew,
 };

@@ -927,3 +927,185 @@ void fs_scan_range(const fs_config *cfg, const uint8_t *buf, size_t size, size_t
     }
     o->lines = line;
 }
+
+/* ------------------------------------------------------------------ configuration blob */
+
+/* The configuration as fastscan/__init__.py serialises it (little-endian):
+ *   "FSC1", u32 markers, per marker: u32 length, bytes, u8 hot;
+ *   per program (FS_NPROG, scan_core.h P_* order): u32 ncode, ncode x (i32 op, a, b),
+ *     u32 nsets, nsets x (16-byte ASCII map, u8 non-ASCII mode), u32 nslots, u32 anchored,
+ *     u32 nfirst (0 or 32), first map, u32 nlits, literal pool;
+ *   FS_NFIELD x i32 group numbers; u32 + bytes: the token list's opening literal;
+ *   u32 + bytes: the characters stripped from a request id's end; u32 head_chars.
+ * Everything is checked (a jump or set index out of range is refused): the fuzz target loads the
+ * same blob. Returns 0, or -1 with *why set. */
+typedef struct {
+    const uint8_t *p;
+    size_t n, at;
+    int bad;
+} rd_t;
+
+static uint32_t rd_u32(rd_t *r) {
+    if (r->at + 4 > r->n) {
+        r->bad = 1;
+        return 0;
+    }
+    uint32_t v = (uint32_t)r->p[r->at] | ((uint32_t)r->p[r->at + 1] << 8) | ((uint32_t)r->p[r->at + 2] << 16) |
+                 ((uint32_t)r->p[r->at + 3] << 24);
+    r->at += 4;
+    return v;
+}
+
+static const uint8_t *rd_bytes(rd_t *r, size_t k) {
+    if (r->bad || k > r->n - r->at) {
+        r->bad = 1;
+        return NULL;
+    }
+    const uint8_t *q = r->p + r->at;
+    r->at += k;
+    return q;
+}
+
+static uint8_t *dup_bytes(const uint8_t *q, size_t k) {
+    uint8_t *d = malloc(k ? k : 1);
+    if (d && k) memcpy(d, q, k);
+    return d;
+}
+
+void fs_config_free(fs_config *c) {
+    if (c->markers)
+        for (int i = 0; i < c->nmarkers; i++) free(c->markers[i]);
+    free(c->markers);
+    free(c->mlen);
+    free(c->hot);
+    free(c->next_same);
+    for (int i = 0; i < FS_NPROG; i++) {
+        free(c->prog[i].code);
+        free(c->prog[i].sets);
+        free(c->prog[i].lits);
+    }
+    free(c->ids_start);
+    memset(c, 0, sizeof(*c));
+}
+
+static int load_prog(fs_prog *p, rd_t *r) {
+    uint32_t ncode = rd_u32(r);
+    if (r->bad || ncode < 1 || ncode > 100000) return -1;
+    const uint8_t *code = rd_bytes(r, (size_t)ncode * 12);
+    uint32_t nsets = rd_u32(r);
+    if (r->bad || nsets > 255) return -1;
+    const uint8_t *sets = rd_bytes(r, (size_t)nsets * 17);
+    uint32_t nslots = rd_u32(r), anchored = rd_u32(r), nfirst = rd_u32(r);
+    if (r->bad || nslots < 2 || nslots > FS_MAX_SLOTS || nslots % 2 || (nfirst != 0 && nfirst != 32)) return -1;
+    const uint8_t *first = rd_bytes(r, nfirst);
+    uint32_t nlits = rd_u32(r);
+    const uint8_t *lits = rd_bytes(r, nlits);
+    if (r->bad) return -1;
+    p->ncode = (int)ncode;
+    p->code = malloc((size_t)ncode * sizeof(fs_inst));
+    p->nsets = (int)nsets;
+    p->sets = malloc(nsets ? (size_t)nsets * sizeof(fs_set) : 1);
+    p->lits = dup_bytes(lits, nlits);
+    p->nlits = (int)nlits;
+    if (!p->code || !p->sets || !p->lits) return -1;
+    for (uint32_t i = 0; i < ncode; i++) {
+        rd_t c = {code + 12 * i, 12, 0, 0};
+        p->code[i].op = (int32_t)rd_u32(&c);
+        p->code[i].a = (int32_t)rd_u32(&c);
+        p->code[i].b = (int32_t)rd_u32(&c);
+    }
+    for (uint32_t i = 0; i < nsets; i++) {
+        memcpy(p->sets[i].bits, sets + 17 * i, 16);
+        p->sets[i].mode = sets[17 * i + 16];
+        if (p->sets[i].mode > NA_UNSURE) return -1;
+    }
+    for (int i = 0; i < p->ncode; i++) {
+        const fs_inst *in = &p->code[i];
+        int bad = in->op < OP_MATCH || in->op > OP_LIT;
+        if (in->op == OP_SET || in->op == OP_RUN) bad |= in->a < 0 || in->a >= p->nsets;
+        if (in->op == OP_RUN) bad |= in->b < 0 || in->b > 64;
+        if (in->op == OP_CHAR) bad |= in->a < 0 || in->a > 255;
+        if (in->op == OP_SPLIT) bad |= in->a < 0 || in->a >= p->ncode || in->b < 0 || in->b >= p->ncode;
+        if (in->op == OP_JMP) bad |= in->a < 0 || in->a >= p->ncode;
+        if (in->op == OP_SAVE) bad |= in->a < 0 || in->a >= (int)nslots;
+        if (in->op == OP_LIT) bad |= in->a < 0 || in->b < 1 || (int64_t)in->a + in->b > p->nlits;
+        if (bad) return -1;
+    }
+    if (p->code[p->ncode - 1].op != OP_MATCH) return -1;
+    p->nslots = (int)nslots;
+    p->anchored = anchored != 0;
+    p->has_first = nfirst == 32;
+    if (p->has_first) memcpy(p->first, first, 32);
+    fs_prog_init_norm(p);
+    return 0;
+}
+
+int fs_config_load(fs_config *c, const uint8_t *blob, size_t n, const char **why) {
+    static const int prog_of_field[FS_NFIELD] = {P_HEADER, P_HEADER, P_HEADER,  P_HEADER,   P_HEADER, P_HEADER,
+                                                 P_HEADER, P_FULL,   P_FULL,    P_FULL,     P_FULL,   P_FALLBACK,
+                                                 P_PROC,   P_COMPOSE, P_REQID,  P_MAXTOK};
+    rd_t r = {blob, n, 0, 0};
+    memset(c, 0, sizeof(*c));
+    *why = "bad configuration";
+    const uint8_t *magic = rd_bytes(&r, 4);
+    if (!magic || memcmp(magic, "FSC1", 4) != 0) return -1;
+    uint32_t nm = rd_u32(&r);
+    if (r.bad || nm < 1 || nm > 255) return -1;
+    c->markers = calloc(nm, sizeof(uint8_t *));
+    c->mlen = calloc(nm, sizeof(int));
+    c->hot = calloc(nm, 1);
+    c->next_same = calloc(nm, sizeof(int16_t));
+    if (!c->markers || !c->mlen || !c->hot || !c->next_same) goto fail;
+    c->nmarkers = (int)nm;
+    for (uint32_t i = 0; i < nm; i++) {
+        uint32_t l = rd_u32(&r);
+        if (r.bad || l < 4 || l > 4096) {
+            *why = "a marker is 4 to 4096 bytes";
+            goto fail;
+        }
+        const uint8_t *q = rd_bytes(&r, l);
+        const uint8_t *h = rd_bytes(&r, 1);
+        if (!q || !h) goto fail;
+        for (uint32_t k = 0; k < l; k++)
+            if (q[k] == '\n') goto fail;
+        c->markers[i] = dup_bytes(q, l);
+        if (!c->markers[i]) goto fail;
+        c->mlen[i] = (int)l;
+        c->hot[i] = h[0] != 0;
+    }
+    if (fs_config_init_markers(c) < 0) {
+        *why = "markers do not fit the table";
+        goto fail;
+    }
+    for (int i = 0; i < FS_NPROG; i++)
+        if (load_prog(&c->prog[i], &r) < 0) {
+            *why = "bad regex program";
+            goto fail;
+        }
+    for (int i = 0; i < FS_NFIELD; i++) {
+        int32_t g = (int32_t)rd_u32(&r);
+        if (r.bad || g < -1 || 2 * g + 1 >= c->prog[prog_of_field[i]].nslots) {
+            *why = "a field's group is not in its regex";
+            goto fail;
+        }
+        c->field_group[i] = g;
+    }
+    uint32_t nids = rd_u32(&r);
+    if (r.bad || nids > 4096) goto fail;
+    const uint8_t *ids = rd_bytes(&r, nids);
+    uint32_t nstrip = rd_u32(&r);
+    if (r.bad || nstrip > 256) goto fail;
+    const uint8_t *strip = rd_bytes(&r, nstrip);
+    uint32_t head = rd_u32(&r);
+    if (r.bad || head < 1 || head > (1u << 20) || r.at != n) goto fail;
+    c->ids_start = dup_bytes(ids, nids);
+    if (!c->ids_start) goto fail;
+    c->ids_start_len = (int)nids;
+    for (uint32_t i = 0; i < nstrip; i++) c->strip[strip[i]] = 1;
+    c->head_chars = (int)head;
+    *why = NULL;
+    return 0;
+fail:
+    fs_config_free(c);
+    return -1;
+}

@@ -139,6 +139,9 @@ typedef struct {
 } fs_out;
 
 int fs_config_init_markers(fs_config *cfg);
+/* Load the configuration blob fastscan/__init__.py writes (format: scan_core.c). 0, or -1 and *why. */
+int fs_config_load(fs_config *cfg, const uint8_t *blob, size_t n, const char **why);
+void fs_config_free(fs_config *cfg);
 /* the shape map of a program (after its code, sets and first map are set) */
 void fs_prog_init_norm(fs_prog *p);
 void fs_out_init(fs_out *o);
