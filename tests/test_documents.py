@@ -212,3 +212,13 @@ def test_cli_named_document_without_a_log_is_a_document(tmp_path):
     r = _cli("analyze", "notes.md", cwd=tmp_path)
     assert r.returncode == 3
     assert "notes.md (document)" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_named_markdown_holding_a_bare_log_is_read_whole_and_said(tmp_path):
+    p = tmp_path / "log.md"
+    p.write_text("\n".join(B.render("v04", r) for r in ROWS) + "\n")
+    a = run(p)
+    assert a.events.height == 3
+    assert any(
+        n.endswith("log.md as the vLLM log it holds (a document by its name, a log by its content)") for n in a.notes
+    )

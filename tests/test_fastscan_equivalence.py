@@ -232,18 +232,22 @@ def test_runs_across_windows(window: int, tmp_path: Path, monkeypatch: pytest.Mo
 
 # Lines the generator starts from: every sample and hand-written shape, the request lines of a
 # busy V1 server, stats, JSON, syslog and RFC 3339 prefixes.
-SEEDS = eq.HAND + [line for line, _ in vllm_log.SAMPLES] + [
-    "(APIServer pid=9805) DEBUG 11-20 08:00:00 [entrypoints/logger.py:60] Request chatcmpl-1d2 details: prompt: "
-    "'hi, there', prompt_token_ids: [1, 2, 3], prompt_embeds shape: None.",
-    "(APIServer pid=9805) INFO 11-20 08:00:00 [entrypoints/logger.py:43] Received request chatcmpl-8315: params: "
-    "SamplingParams(n=1, temperature=0.0, max_tokens=256, min_tokens=0), lora_request: None.",
-    "(EngineCore_DP1 pid=77) INFO 11-20 08:00:10 [loggers.py:1] Engine 001: Avg prompt throughput: 1.0 tokens/s, "
-    "Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 99.0%, Prefix cache hit rate: 1.0%",
-    "[2025-08-01 09:58:40 TP0] Decode batch. #running-req: 8, #token: 1000, token usage: 0.98, #queue-req: 2, ",
-    "Nov 30 05:10:38 gpu-host vllm[1234]: Sequence group 5 is preempted by PreemptionMode.RECOMPUTE mode",
-    "2024/05/01 10:00:00.123 INFO Added request slash-date.",
-    "INFO:     127.0.0.1:55352 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
-]
+SEEDS = (
+    eq.HAND
+    + [line for line, _ in vllm_log.SAMPLES]
+    + [
+        "(APIServer pid=9805) DEBUG 11-20 08:00:00 [entrypoints/logger.py:60] Request chatcmpl-1d2 details: prompt: "
+        "'hi, there', prompt_token_ids: [1, 2, 3], prompt_embeds shape: None.",
+        "(APIServer pid=9805) INFO 11-20 08:00:00 [entrypoints/logger.py:43] Received request chatcmpl-8315: params: "
+        "SamplingParams(n=1, temperature=0.0, max_tokens=256, min_tokens=0), lora_request: None.",
+        "(EngineCore_DP1 pid=77) INFO 11-20 08:00:10 [loggers.py:1] Engine 001: Avg prompt throughput: 1.0 tokens/s, "
+        "Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 99.0%, Prefix cache hit rate: 1.0%",
+        "[2025-08-01 09:58:40 TP0] Decode batch. #running-req: 8, #token: 1000, token usage: 0.98, #queue-req: 2, ",
+        "Nov 30 05:10:38 gpu-host vllm[1234]: Sequence group 5 is preempted by PreemptionMode.RECOMPUTE mode",
+        "2024/05/01 10:00:00.123 INFO Added request slash-date.",
+        'INFO:     127.0.0.1:55352 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    ]
+)
 NASTY = [
     b"\x00",
     b"\x00\x00\x00",

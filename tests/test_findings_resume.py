@@ -44,7 +44,7 @@ def test_without_resume_records_there_is_no_split(tmp_path):
     # vLLM 0.26 (V1) has prefix caching on by default: without resume records the 489 lost tokens are an
     # upper bound of the recompute (issue 38, item 11)
     assert rc["tokens_recomputed_at_most"] and rc["prefix_caching"]["on"] and rc["prefix_caching"]["assumed"]
-    assert head.startswith("up to 489 tokens recomputed (the tokens lost to preemption")
+    assert head.startswith("up to 489 tokens recomputed (lost to preemption, at most 33% of the tokens computed")
 
 
 def test_resume_records_split_lost_cached_and_recomputed(tmp_path):

@@ -63,8 +63,8 @@ def test_prefix_caching_seen_on_and_no_resume_records_is_an_upper_bound(tmp_path
     assert rc["prefix_caching"]["on"] is True and not rc["prefix_caching"]["assumed"]
     assert rc["prefix_caching"]["basis"].startswith("enable_prefix_caching=True (seen, b/vllm.log:2)")
     assert head.startswith(
-        "up to 489 tokens recomputed (the tokens lost to preemption, at most 33% of the tokens computed: prefix "
-        "caching was on and no resume records, part may have been re-served from the cache)"
+        "up to 489 tokens recomputed (lost to preemption, at most 33% of the tokens computed: prefix caching was "
+        "on, no resume records)"
     ), head
 
 
@@ -86,7 +86,7 @@ def test_prefix_caching_off_the_lost_tokens_are_the_recompute(tmp_path):
 def test_block_hashes_on_the_arrival_records_say_prefix_caching_was_on(tmp_path):
     rc, head = _run(_bundle(tmp_path, log=False, hashes=True))
     assert rc["prefix_caching"]["on"] is True and "block hashes on the arrival records" in rc["prefix_caching"]["basis"]
-    assert head.startswith("up to 489 tokens recomputed (the tokens lost to preemption: prefix caching was on"), head
+    assert head.startswith("up to 489 tokens recomputed (lost to preemption: prefix caching was on, no resume"), head
 
 
 def test_records_that_say_nothing_leave_the_tokens_as_they_are(tmp_path):

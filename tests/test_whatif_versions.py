@@ -223,3 +223,24 @@ def test_bad_values_of_the_new_settings_are_usage_errors(key, text):
 
     with pytest.raises(UsageError):
         parse_value(key, text)
+
+
+def test_a_fix_in_a_setting_the_version_lacks_is_dropped_in_vllms_words(tmp_path):
+    """verify_fixes (analyze's fixes): ``--watermark`` on a 0.18 incident would not start that vLLM."""
+    from preemptlog.analysis import AnalyzeOptions, analyze
+    from preemptlog.pipeline.bundle import Workspace
+    from preemptlog.whatif import verify_fixes
+
+    fix = {"id": "w", "option": "--watermark", "current": 0.0, "suggested": 0.02, "rank": 1, "expected_effect": "e"}
+    for version, gone in (("0.18.0", True), ("0.32.0", False)):
+        b = _bundle(tmp_path, f"fix{version}", _v1_log(version))
+        with Workspace() as ws:
+            kept, dropped = verify_fixes(analyze([str(b)], AnalyzeOptions(tz="UTC"), workspace=ws), [dict(fix)])
+        if gone:
+            assert kept == [] and len(dropped) == 1, (kept, dropped)
+            assert (
+                'vLLM 0.18.0 would not start: "vllm serve: error: unrecognized arguments: --watermark 0.02"'
+                in (dropped[0]["why"])
+            )
+        else:
+            assert dropped == [] and kept[0]["replay"]["status"] in ("calibrated", "uncalibrated")

@@ -150,6 +150,12 @@ def analyze(
                 )
             with progress(quiet, no_color):
                 full = run(paths, options, workspace=ws)
+            if verbose and not quiet:  # which log pass read the logs (issue 36)
+                from ..sources import fastscan, vllm_log
+
+                stderr_console(no_color).print(
+                    f"log pass: {fastscan.status(vllm_log.fast_spec())}", markup=False, highlight=False
+                )
             result = apply_filters(full, filters)
             data = with_columns(result, output_columns(fmt.value, wanted, wide))
             console = stderr_console(no_color) if not quiet else None
@@ -175,6 +181,7 @@ def analyze(
             # the top) when together they are taller than the screen.
             tail = render_lines(rest + terminal_lines(result, console), color=color) if first and console else b""
             if console is not None and not first:  # the answer before the data, in a pipe too
+                _check_columns(data, fmt.value, wanted, wide)  # a bad --columns is the only output (exit 2)
                 print_lines(head_lines, console)
                 console.file.flush()
             with open_output(
@@ -214,6 +221,22 @@ def analyze(
         return ExitCode.OK
 
     guarded(debug, body)
+
+
+def _check_columns(data, fmt: str, wanted, wide: bool) -> None:
+    """Raise the usage error of an unknown --columns name before anything is printed."""
+    import dataclasses
+
+    if not wanted:
+        return
+    if fmt == "table":
+        from ..render.table import resolve_columns
+
+        resolve_columns(wanted, wide)
+    elif data.events.height:
+        from ..render import event_rows
+
+        event_rows(dataclasses.replace(data, events=data.events.head(1)))
 
 
 def _incidents(paths, full, options, ws):

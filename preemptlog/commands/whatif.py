@@ -257,8 +257,8 @@ LABELS = [
     ("ttft_p95_s", "TTFT p95 (s)"),
     ("latency_p50_s", "latency p50 (s)"),
     ("latency_p95_s", "latency p95 (s)"),
-    ("throughput_tok_s", "throughput (tok/s)"),
-    ("unfinished", "unfinished requests"),
+    ("throughput_tok_s", "throughput tok/s"),
+    ("unfinished", "unfinished"),
 ]
 SIDE_BY_SIDE = 3  # up to this many replays side by side (every figure); more: one row each (the key ones)
 SWEEP = [
@@ -269,7 +269,9 @@ SWEEP = [
 ]
 
 
-def _table(res: Any, out: BinaryIO, no_color: bool, *, head: bytes = b"", tail: bytes = b"", pager: bool = True) -> None:
+def _table(
+    res: Any, out: BinaryIO, no_color: bool, *, head: bytes = b"", tail: bytes = b"", pager: bool = True
+) -> None:
     """The figures side by side, wrapped to the terminal's width (80 in a pipe): when the replays do not
     fit one table, several, each with the row labels and the incident's column. Paged with ``head``
     (what was done) above and ``tail`` (the assumptions) below when taller than the screen."""
@@ -307,7 +309,11 @@ def _table(res: Any, out: BinaryIO, no_color: bool, *, head: bytes = b"", tail: 
         for _, label in SWEEP:
             t.add_column(label, justify="right", no_wrap=True)
         t.add_column("status", no_wrap=True)
-        t.add_row("incident", *[cell(seen) if k == "preemptions" else "-" for k, _ in SWEEP], "measured" if seen is not None else "-")
+        t.add_row(
+            "incident",
+            *[cell(seen) if k == "preemptions" else "-" for k, _ in SWEEP],
+            "measured" if seen is not None else "-",
+        )
         for sc in res.scenarios:
             t.add_row(
                 "\n".join(x.strip() for x in sc.name.split(",")),  # one setting a line
@@ -315,21 +321,45 @@ def _table(res: Any, out: BinaryIO, no_color: bool, *, head: bytes = b"", tail: 
                 cell(sc.status),
             )
         console.print(t, markup=False)
-    else:
-        t = Table(header_style="bold", box=table_box(), title=title)  # type: ignore[no-untyped-call]
-        t.add_column("", overflow="fold")
-        t.add_column("incident", justify="right", overflow="fold")  # what the bundle shows
-        for sc in res.scenarios:
-            name = "replay: observed" if sc.name == "observed" else "replay: " + sc.name.replace(",", ", ")
-            t.add_column(cell(name), justify="right", overflow="fold")
-        for key, label in LABELS:
-            measured = ("not visible" if seen is None else seen) if key == "preemptions" else None
-            t.add_row(label, cell(measured), *[cell(sc.figures.get(key)) for sc in res.scenarios])
-        t.add_row("status", "measured" if seen is not None else "-", *[cell(sc.status) for sc in res.scenarios])
-        console.print(t, markup=False)
-    console.print(
-        "every row but the incident's is a replay; -f json or csv gives every figure", style="dim"
-    ) if len(res.scenarios) > SIDE_BY_SIDE else None
+    else:  # side by side, in as many tables as the width needs (each with the labels and the incident)
+        heads = [
+            "replay: observed" if sc.name == "observed" else "replay: " + sc.name.replace(",", ", ")
+            for sc in res.scenarios
+        ]
+        label_w = max(len(label) for _, label in LABELS)
+        inc_w = max(len("incident"), len(cell(seen)) if seen is not None else len("not visible"), len("measured"))
+
+        def col_w(i: int) -> int:
+            sc = res.scenarios[i]
+            return max([len(heads[i]), len(cell(sc.status))] + [len(cell(sc.figures.get(k))) for k, _ in LABELS])
+
+        groups: list[list[int]] = []
+        for i in range(len(res.scenarios)):
+            if groups:
+                used = label_w + inc_w + sum(col_w(j) for j in groups[-1]) + col_w(i)
+                if used + 3 * (len(groups[-1]) + 3) + 1 <= width:
+                    groups[-1].append(i)
+                    continue
+            groups.append([i])
+        for part in groups:
+            t = Table(
+                header_style="bold",
+                box=table_box(),  # type: ignore[no-untyped-call]
+                title=title
+                + (f", replays {part[0] + 1}-{part[-1] + 1} of {len(res.scenarios)}" if len(groups) > 1 else ""),
+            )
+            t.add_column("", no_wrap=True)
+            t.add_column("incident", justify="right", overflow="fold")  # what the bundle shows
+            for i in part:
+                t.add_column(cell(heads[i]), justify="right", overflow="fold")
+            for key, label in LABELS:
+                measured = ("not visible" if seen is None else seen) if key == "preemptions" else None
+                t.add_row(label, cell(measured), *[cell(res.scenarios[i].figures.get(key)) for i in part])
+            t.add_row("status", "measured" if seen is not None else "-", *[cell(res.scenarios[i].status) for i in part])
+            console.print(t, markup=False)
+    console.print("every row but the incident's is a replay; -f json or csv gives every figure", style="dim") if len(
+        res.scenarios
+    ) > SIDE_BY_SIDE else None
     page(buf.getvalue().encode(), out, head=head, tail=tail, pager=pager)
 
 
@@ -340,9 +370,8 @@ def _summary_lines(res: Any, a: Any, configs: list[dict[str, Any]], flags: list[
     cal = res.calibration
     head: list[str] = []
     asked = [s for s in res.scenarios if s.name != "observed"]
-    did = (
-        f"replayed {len(w.requests)} request(s) from {w.source} ({w.where}) under the observed configuration"
-        + (f" and {len(asked)} asked one(s)" if asked else "")
+    did = f"replayed {len(w.requests)} request(s) from {w.source} ({w.where}) under the observed configuration" + (
+        f" and {len(asked)} asked one(s)" if asked else ""
     )
     head.append(did)
     if not configs or not asked:

@@ -67,12 +67,12 @@ def recompute_words(rc: dict[str, Any]) -> str:
     and said; lost tokens that are only a lower bound then bound nothing recomputed."""
     n, share = _tokens(rc["tokens"]), rc.get("share_of_processed")
     pc = rc.get("prefix_caching") or {}
-    why = ("prefix caching on by default" if pc.get("assumed") else "prefix caching was on") + " and no resume records"
+    why = ("prefix caching on by default" if pc.get("assumed") else "prefix caching was on") + ", no resume records"
     if rc.get("tokens_recomputed_at_most"):
         if rc.get("tokens_is_lower_bound"):
-            return f"at least {n} tokens lost to preemption ({why}: how many were recomputed is not known)"
+            return f"at least {n} tokens lost to preemption ({why}: how many recomputed is not known)"
         most = f", at most {_pct(share)} of the tokens computed" if share is not None else ""
-        return f"up to {n} tokens recomputed (the tokens lost to preemption{most}: {why}, part may have been re-served from the cache)"
+        return f"up to {n} tokens recomputed (lost to preemption{most}: {why})"
     least = "at least " if rc.get("tokens_is_lower_bound") else ""
     return f"{least}{n} tokens recomputed" + (f" ({_pct(share)} of the tokens computed)" if share is not None else "")
 

@@ -60,6 +60,7 @@ from ..rules import load_rules
 from ..rules.model import RuleSet
 from ..rules.verdicts import verdicts as rule_verdicts
 from ..sources import LOG_KINDS, CrossFile, SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
+from ..sources.sniffing import document_name
 from . import profile as _profile
 from .bundle import collect, parse_kind_overrides
 
@@ -199,6 +200,8 @@ def read_logs(
         fix = reflow.plan(f.path)
         if fix.only:
             repaired.append(container_note(f, fix))
+        elif document_name(f.display) and not f.forced_kind:
+            repaired.append(container_note(f, None))
         if fix.needed and fix.describe():
             repaired.append(f"{f.display}: read as a capture or paste: {fix.describe()} (reflow.py)")
         if problem:
@@ -215,11 +218,13 @@ def read_logs(
     return records, request_rows, Report(notes=tuple(repaired), partial=partial)
 
 
-def container_note(f: InputFile, fix: Any) -> str:
+def container_note(f: InputFile, fix: Any | None) -> str:
     """``read the vLLM log inside the code fences of issue-5123.md (lines 12-18)``: a document that
     holds a log (reflow.py ``Plan.only``) was read for that log alone, at the document's own line numbers."""
     eng = next((e for e in engines.registered() if f.kind in e.log_kinds), None)
     what = f"the {eng.display} log" if eng is not None else f"the {f.kind} data"
+    if fix is None:  # named on the command line: a document by its name, read whole for its content
+        return f"read {f.display} as {what} it holds (a document by its name, a log by its content)"
     where = f" ({fix.lines()})" if fix.lines() else ""
     return (
         f"read {what} inside {fix.where()} {f.display}{where}: the text around it is not the log "

@@ -259,15 +259,25 @@ _LOG_LIKE = re.compile(
 _WORDS = re.compile(r"[A-Za-z][A-Za-z'’-]+")
 
 
+def _base_name(display: str) -> str:
+    name = display.replace("\\", "/").rsplit("/", 1)[-1].rsplit("!", 1)[-1]
+    for comp in (".gz", ".zst", ".bz2", ".xz"):
+        name = name.removesuffix(comp)
+    return name
+
+
+def document_name(display: str) -> bool:
+    """A document by its name (README, NOTES, SOURCES, *.md, ...)."""
+    name = _base_name(display)
+    return name.lower().endswith(DOC_SUFFIXES) or bool(DOC_NAMES.match(name))
+
+
 def is_document(display: str, head: str) -> bool:
     """A document, not a log: by its name (README, NOTES, SOURCES, *.md, ...), or a *.txt that is
     mostly prose (most lines are sentences of words, few look like log or table lines)."""
-    name = display.replace("\\", "/").rsplit("/", 1)[-1]
-    for comp in (".gz", ".zst", ".bz2", ".xz"):
-        name = name.removesuffix(comp)
-    low = name.lower()
-    if low.endswith(DOC_SUFFIXES) or DOC_NAMES.match(name):
+    if document_name(display):
         return True
+    low = _base_name(display).lower()
     if not low.endswith(".txt"):
         return False
     lines = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("```")]

@@ -346,6 +346,7 @@ def replay(
         if deadline_s is not None and (step & 1023) == 0 and time.perf_counter() - t_start > deadline_s:
             raise TimeoutError(f"replay passed {deadline_s:g} s at step {step}")
         budget = budget_full
+        admitted = 0
         scheduled: dict[str, int] = {}
         sched_order: list[_Req] = []
         victims: list[str] = []
@@ -448,6 +449,7 @@ def replay(
                     free -= need
                     r.held += need
                 running.append(r)
+                admitted += 1
                 scheduled[r.rid] = n
                 sched_order.append(r)
                 budget -= n
@@ -477,10 +479,69 @@ def replay(
             tr.finish_step[r.rid] = step
             n_done += 1
         tr.running.append(len(running))  # after the step, as the vLLM driver reads it
+        if pool is None and running and not victims and not finished and not admitted and len(running) <= budget_full:
+            k = _decode_stretch(running, bs, free, mml, max_steps - step)
+            if arrivals == "step" and pending:
+                k = min(k, max(0, math.ceil(pending[0][0] - step)))
+            if k >= 2:
+                # k steps in which every running request decodes one token and nothing arrives,
+                # finishes, is admitted or preempted (a head refused now is refused again: free
+                # blocks only shrink): the same trace as k turns of the loop, at a fraction of the
+                # cost (issue 36: the replay of a verified fix).
+                tok, n_run, n_wait = len(running), len(running), n_waiting()
+                if arrivals == "time":
+                    taken = 0
+                    while taken < k and not (pending and pending[0][0] <= now):
+                        now += clock.step(tok)
+                        taken += 1
+                    k = taken
+                if k:
+                    tr.preempted.extend([] for _ in range(k))
+                    tr.step_tokens.extend([tok] * k)
+                    tr.waiting.extend([n_wait] * k)
+                    tr.running.extend([n_run] * k)
+                    tr.output_tokens += tok * k
+                    for r in running:
+                        held = max(r.held, -(-(r.computed + k) // bs))
+                        free -= held - r.held
+                        r.held = held
+                        r.computed += k
+                        r.output += k
+                    step += k
+                    if deadline_s is not None and time.perf_counter() - t_start > deadline_s:
+                        raise TimeoutError(f"replay passed {deadline_s:g} s at step {step}")
     tr.unfinished = len(reqs) - n_done
     tr.wall_s = time.perf_counter() - t_start
     _ = math
     return tr
+
+
+def _decode_stretch(running: list[_Req], bs: int, free: int, mml: int, cap: int) -> int:
+    """The steps (at most ``cap``) for which every running request keeps decoding one token a step
+    without finishing, reaching max_model_len or needing more blocks than are free (0: not now)."""
+    k = cap
+    for r in running:
+        if r.output < 1 or r.computed != r.prompt + r.output - 1:
+            return 0  # a prefill, a recomputation or a request that was not scheduled
+        k = min(k, r.target - r.output - 1)
+        if mml:
+            k = min(k, mml - r.computed)
+    if k < 2:
+        return 0
+
+    def blocks(j: int) -> int:
+        return sum(max(0, -(-(r.computed + j) // bs) - r.held) for r in running)
+
+    if blocks(k) > free:
+        lo, hi = 0, k  # blocks(lo) <= free < blocks(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if blocks(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        k = lo
+    return k
 
 
 def _reorder_by_cached_prefix(waiting: deque[_Req], pool: _Pool, window: int, usage: float, cfg: ReplayConfig) -> None:

@@ -144,7 +144,7 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
     from . import engine_model
     from .core import refusal
     from .metrics import figures
-    from .workload import apply_settings
+    from .workload import apply_settings, version_refusal
 
     wl, obs, st, arr, f0, cal = base
     import time
@@ -181,8 +181,11 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
                 f1, notes = _FIX_CACHE[ck]
             else:
                 cfg, notes = apply_settings(obs, {key: value})
-                # the check is evaluable only when the bundle's own configuration passes it (core.whatif)
-                refused = None if refusal(wl, obs.config) else refusal(wl, cfg)
+                # a setting the incident's vLLM version does not have: refused in vLLM's own words; the
+                # start-up check is evaluable only when the bundle's own configuration passes it (core.whatif)
+                refused = version_refusal(obs, {key: value}, cfg) or (
+                    None if refusal(wl, obs.config) else refusal(wl, cfg)
+                )
                 if refused is not None:
                     f1, notes = None, [refused]
                     _FIX_CACHE[ck] = (f1, notes)

@@ -850,7 +850,7 @@ def held_levers(
 
     - ``--max-num-seqs floor(100 / (share x (1 + GROWTH_ROOM)))``: as many requests as fill the pool
       to 1 / 1.15 of it at the share the log shows, so the running set has room to grow (offered when
-      it lowers the running count the pool held);
+      it lowers the most running requests the pool held);
     - the pool for the requests in the engine at the worst sample (running + waiting, at most a
       max_num_seqs stated in the log) at that share and room: ``--num-gpu-blocks-override`` when the
       log pins the pool (up to the blocks the memory profile found), else ``--gpu-memory-utilization``
@@ -876,15 +876,16 @@ def held_levers(
         dropped.append(
             {"id": "capacity_max_num_seqs", "why": f"one running request holds {share:.0f} % of the KV pool ({seen})"}
         )
-    elif fit >= held["running"] or (mns is not None and fit >= mns.value):
+    elif fit >= held["running_max"] or (mns is not None and fit >= mns.value):
         dropped.append(
             {
                 "id": "capacity_max_num_seqs",
-                "why": f"max_num_seqs {fit} would not lower the {held['running']} running the pool held ({seen})",
+                "why": f"max_num_seqs {fit} would not lower the up to {held['running_max']} running the pool held "
+                f"({seen})",
             }
         )
     else:
-        basis = f"estimated from the stats lines: {ran} running held the KV pool, {each}; 15 % left for growth"
+        basis = f"estimated from the stats lines, {ran} running at {share:g} % of the KV pool each, 15 % kept free"
         out.append(
             fix_record(
                 "capacity_max_num_seqs",
@@ -906,7 +907,7 @@ def held_levers(
         in_engine = min(in_engine, int(mns.value))
     ratio = in_engine * share * room / 100
     demand = f"{in_engine} requests in the engine (running + waiting) at {each}, 15 % room: {ratio:.2f}x the pool"
-    basis = f"estimated from the stats lines: {in_engine} requests in the engine at {each}; 15 % room"
+    basis = f"estimated from the stats lines, {in_engine} requests in the engine at {share:g} % of the pool each, 15 % kept free"
     if ratio <= 1:
         for fid in ("capacity_num_gpu_blocks_override", "capacity_gpu_memory_utilization"):
             dropped.append({"id": fid, "why": f"the stats lines' demand fits the pool ({demand})"})

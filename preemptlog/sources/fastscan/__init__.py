@@ -33,7 +33,8 @@ from polars.io.plugins import register_io_source
 from ...inputs import reflow
 from ...inputs.textio import compression_of, scan_lines
 from .regex import Program, Unsupported, compile_regex
-from .split import SplitContext, read_split
+from .split import SplitContext as SplitContext
+from .split import read_split as read_split
 
 try:
     from . import _scan  # type: ignore[attr-defined]
@@ -145,8 +146,8 @@ def _build(spec: Spec) -> object:
         raise Unsupported(f"regex roles {sorted(progs)}")
     group_ids = []
     for role, name in FIELDS:
-        g = fields.get((role, name))
-        group_ids.append(-1 if g is None else progs[role].group(g))
+        wanted = fields.get((role, name))
+        group_ids.append(-1 if wanted is None else progs[role].group(wanted))
     return _scan.Config(config_blob(spec, markers, progs, group_ids))
 
 
@@ -154,7 +155,7 @@ def config_blob(spec: Spec, markers: list[bytes], progs: dict[str, Program], gro
     """The C configuration (format: scan_core.c ``fs_config_load``; the fuzz target loads it too)."""
     out = bytearray(b"FSC1")
     out += struct.pack("<I", len(markers))
-    for m, lit in zip(markers, spec.literals):
+    for m, lit in zip(markers, spec.literals, strict=True):
         out += struct.pack("<I", len(m)) + m + bytes([1 if lit in spec.hot else 0])
     for role in ROLES:
         code, sets, nslots, anchored, first, lits = progs[role].pack()
@@ -307,7 +308,7 @@ class Scan:
     def _fast(self, batches: list[object]) -> pl.DataFrame:
         enum = self.schema["marker"]
         names = pl.Series("marker", list(self.spec.literals), dtype=enum)
-        parts = [pl.DataFrame(b) for b in batches]
+        parts = [pl.DataFrame(b) for b in batches]  # type: ignore[arg-type]  # Arrow PyCapsule objects
         if not parts:
             df = pl.DataFrame(schema=_BATCH_SCHEMA)
         else:
@@ -337,7 +338,7 @@ class Scan:
                 pass
         lines = pl.Series([n for n, _, _ in slow], dtype=pl.UInt32)
         got = got.with_columns(n=lines.gather(got.get_column("n").cast(pl.Int64) - 2))
-        return got.select(list(self.schema)).cast(self.schema)
+        return got.select(list(self.schema)).cast(dict(self.schema.items()))
 
 
 def open_scan(path: str, file_id: int, spec: Spec, query: Query) -> Scan | None:

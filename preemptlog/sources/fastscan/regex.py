@@ -204,16 +204,28 @@ class _Compiler:
             greedy = op is C.MAX_REPEAT
             if _min_width(body) == 0:
                 raise Unsupported("a repeat of a body that can match empty")
-            if hi is C.MAXREPEAT and greedy and len(body) == 1 and body[0][0] in (C.IN, C.LITERAL, C.NOT_LITERAL, C.ANY):
+            if (
+                hi is C.MAXREPEAT
+                and greedy
+                and len(body) == 1
+                and body[0][0] in (C.IN, C.LITERAL, C.NOT_LITERAL, C.ANY)
+            ):
                 # a greedy run of one class: one instruction that takes the longest run and gives
                 # characters back one at a time on backtracking (same order as the loop below)
                 op1, av1 = body[0]
                 if op1 is C.LITERAL and isinstance(av1, int) and av1 >= 128:
                     pass  # a multi-byte literal: the general loop
                 else:
-                    items = {C.IN: lambda: av1, C.LITERAL: lambda: [(C.LITERAL, av1)],
-                             C.NOT_LITERAL: lambda: [(C.NEGATE, None), (C.LITERAL, av1)],
-                             C.ANY: lambda: [(C.NEGATE, None), (C.LITERAL, 10)]}[op1]()
+                    items: list[tuple[object, object]]
+                    if op1 is C.IN:
+                        assert isinstance(av1, list)
+                        items = av1
+                    elif op1 is C.LITERAL:
+                        items = [(C.LITERAL, av1)]
+                    elif op1 is C.NOT_LITERAL:
+                        items = [(C.NEGATE, None), (C.LITERAL, av1)]
+                    else:
+                        items = [(C.NEGATE, None), (C.LITERAL, 10)]
                     self.set(items)
                     at = len(self.p.code) - 1
                     self.p.code[at] = (OP_RUN, self.p.code[at][1], lo)

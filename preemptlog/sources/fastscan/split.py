@@ -117,7 +117,9 @@ def read_split(
         same = pl.lit(True)
         for c in parts:
             same = same & pl.col(c).eq_missing(pl.col(c).shift(1))
-        cont = is_hot & is_hot.shift(1).fill_null(False) & timed & timed.shift(1).fill_null(False) & same.fill_null(False)
+        cont = (
+            is_hot & is_hot.shift(1).fill_null(False) & timed & timed.shift(1).fill_null(False) & same.fill_null(False)
+        )
         ext = w if prev is None else pl.concat([prev, w], how="vertical")
         f = ext.select(_hot=is_hot, _cont=cont, _recv=pl.col("marker").is_in(recv_markers).fill_null(False))
         if prev is not None:
@@ -153,7 +155,9 @@ def read_split(
         # The kept rows' strings are copied out of the window's buffers (a filtered string keeps its
         # whole buffer alive: every window's request ids would stay in memory).
         strings = [c for c, t in kept.schema.items() if t == pl.String]
-        rec_parts.append(kept.with_columns(pl.concat_str([pl.lit("\x00"), pl.col(c)]).str.slice(1).alias(c) for c in strings))
+        rec_parts.append(
+            kept.with_columns(pl.concat_str([pl.lit("\x00"), pl.col(c)]).str.slice(1).alias(c) for c in strings)
+        )
         narrow = hot.select(*_NARROW, "_run", "_rank", "_start")
         start_rows.append((pl.Series(hot.get_column("_start")).arg_true() + hot_base).cast(pl.UInt32))
         hot_base += hot.height
@@ -241,7 +245,7 @@ def _assemble(
         if not group:
             continue
         received = 0 if is_det else n_received
-        if folded:
+        if spill is not None:
             n_rows = int(
                 pl.scan_parquet(spill.path).filter(pl.col("marker").is_in(group)).select(pl.len()).collect().item()
             )
@@ -279,7 +283,9 @@ def _assemble(
         )
         nulls = [c for c in ("max_tokens", "prompt_tokens") if rows.get_column(c).null_count() == rows.height]
         rows = rows.with_columns(pl.lit(None, pl.Int64).alias(c) for c in nulls)
-        out.append(ctx.hot_rows(ctx.file_id, is_det, rows.select(list(ctx.hot_columns)).lazy(), rows.height, received, False))
+        out.append(
+            ctx.hot_rows(ctx.file_id, is_det, rows.select(list(ctx.hot_columns)).lazy(), rows.height, received, False)
+        )
     if folded and not any(getattr(h, "folded", False) for h in out):
         assert spill is not None
         spill.drop()
