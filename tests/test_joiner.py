@@ -122,6 +122,7 @@ EXPECT_A = {
     "code_reset": (True, CODE_RESET_SRC),  # no version in the log: the 0.12+ reset cannot be ruled out
     "code_engine": ("vLLM V1 (fcfs)", V + "2"),
     "code_not_gates": ("G2-batch-variance,G3-queue-overflow,G4-prefix-conflict", CODE_V1_SRC),
+    "code_priority_path": (None, None),  # no line names V0's _schedule_priority_preemption
     # the stats lines at 05:10:30 and 05:10:40 (KV 95 % and 99.5 % with requests waiting) bracket the event
     "up_pressure": ("05:10:30-05:10:40 UTC: peak KV 99.5%, up to 14 waiting, running 31->29", V + "2, " + V + "18"),
     "up_failed_allocs": (None, None),  # the preempt record states no failed allocation

@@ -404,7 +404,9 @@ def test_mixed_bundle_without_each_warns_and_counts_both(mixed):
     a = analyze([str(mixed)], AnalyzeOptions(tz="UTC", year=2026))
     s = a.summary()
     assert s["engine_kind"] == "sglang+vllm" and set(s["engine_kinds"]) == {"sglang", "vllm"}
-    assert "preemptions/retractions" in s["headline"]
+    # two servers are not one incident: the headline says so, never one mixed sentence (issue 39 item 3)
+    assert s["headline"].startswith("Not one incident: 2 logs") and "preemptions/retractions" not in s["headline"]
+    assert sorted(s["incidents"]) == ["mixed/sglang.log", "mixed/vllm.log"]
     assert any("server" in w for w in a.warnings)  # two servers in one bundle
     fixes = {x["option"]: x.get("engine_kind", "vllm") for x in s["fixes"]}
     assert fixes.get("--schedule-conservativeness") == "sglang"

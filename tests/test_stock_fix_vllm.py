@@ -106,7 +106,7 @@ def test_a_stock_log_alone_gets_changes_that_halve_the_preemptions(runs, name):
     assert fixes[0]["option"] == "--num-gpu-blocks-override", fixes
     assert not any(x["option"] == "--gpu-memory-utilization" for x in fixes), fixes
     for x in fixes:
-        assert x["status"] == "not verified" and x["basis"].startswith("estimated from the stats lines"), x
+        assert x["status"] == "not verified" and x["basis"].startswith("estimated from"), x
         assert x["option"] in SPEC_KEY, x  # every proposed change is checked below
         after = changed[f"{name}|{x['option']}"]
         assert after["counter"] <= MAX_PREEMPTIONS * before["counter"], (

@@ -270,8 +270,8 @@ def _peak(a: Analysis, pool: dict[str, Any]) -> tuple[dict[str, Any] | None, str
 # A stats sample with requests waiting and the KV cache at least this full (percent) is one where the
 # pool, not max_num_seqs, holds the running count: the next request's prompt does not fit what is free.
 HELD_KV = 85.0
-# An estimate averages the share over at least this many such samples (one line is a snapshot).
-MIN_HELD = 2
+# An estimate averages the share over the samples (one line is a snapshot: the basis says how many).
+MIN_HELD = 1
 
 
 def held_share(a: Analysis) -> dict[str, Any] | None:
@@ -312,7 +312,8 @@ def held_share(a: Analysis) -> dict[str, Any] | None:
         "in_engine": int(in_engine),  # type: ignore[arg-type]
         "src": where,
         "text": f"{h.height} stats line(s) with requests waiting at KV usage >= {HELD_KV:g} % ({where}): "
-        f"{int(running.min())}-{int(running.max())} running, {share:.1f} % of the pool each on average",  # type: ignore[arg-type]
+        + (f"{int(running.min())}-{int(running.max())}" if running.min() != running.max() else f"{int(running.max())}")  # type: ignore[arg-type]
+        + f" running, {share:.1f} % of the pool each on average",
     }
 
 

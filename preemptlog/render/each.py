@@ -7,11 +7,12 @@ one combined output names the unit of every row in a ``server`` column:
 - several inputs on the command line: each input is a unit;
 - one folder with subfolders: each subfolder is a unit (files directly in the
   folder form one more unit, named after the folder);
-- otherwise (one folder of files, one file, one archive): each vLLM or SGLang log
-  stream (a log and its rotated parts) holding a server start is a unit, the
-  log streams without a start form one more, and the files of other kinds
-  (dmon, /metrics, block-table records) one more: they cannot be told apart
-  by server. A single server stays one unit.
+- otherwise (one folder of files, one file, one archive): each incident is a unit
+  (:func:`split_by_incident`): the vLLM or SGLang log streams (a log and its
+  rotated parts) grouped by server and by time (streams whose lines meet in
+  time and are not two servers are one), the files of other kinds (dmon,
+  /metrics, block-table records) with the incident they meet in time, else one
+  more unit. A single incident stays one unit.
 
 Outputs: ``ndjson`` / ``csv`` / ``parquet`` rows are the events of every unit
 with ``server`` first; ``json`` is ``{"servers": [{"server", "summary"}],
@@ -69,7 +70,7 @@ def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) 
     from ..analysis import AnalyzeOptions, analyze
 
     first = analyze(paths, AnalyzeOptions(kinds=kinds, rules=False), workspace=ws, stdin=stdin)
-    return split_by_server(paths, first)
+    return split_by_incident(paths, first)
 
 
 def split_by_server(paths: list[str], first: Analysis) -> list[Unit]:
@@ -132,12 +133,21 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
             for g in groups:
                 if g["lo"] is None or (sid in started and g["server"]):
                     continue
-                if span[0].timestamp() <= g["hi"].timestamp() + MEET_S and g["lo"].timestamp() <= span[1].timestamp() + MEET_S:
+                if (
+                    span[0].timestamp() <= g["hi"].timestamp() + MEET_S
+                    and g["lo"].timestamp() <= span[1].timestamp() + MEET_S
+                ):
                     home = g
                     break
         if home is None:
-            groups.append({"sids": [sid], "lo": span[0] if span else None, "hi": span[1] if span else None,
-                           "server": sid in started})
+            groups.append(
+                {
+                    "sids": [sid],
+                    "lo": span[0] if span else None,
+                    "hi": span[1] if span else None,
+                    "server": sid in started,
+                }
+            )
         else:
             home["sids"].append(sid)
             home["lo"], home["hi"] = min(home["lo"], span[0]), max(home["hi"], span[1])  # type: ignore[index]
@@ -181,7 +191,10 @@ def _source_spans(a: Analysis) -> dict[str, tuple[Any, Any]]:
     parts = [
         df.select(pl.col("source").cast(pl.String), pl.col("time"))
         for df in a.frames.values()
-        if df is not None and df.height and {"source", "time"} <= set(df.columns) and df.schema["time"] == pl.Datetime("us", "UTC")
+        if df is not None
+        and df.height
+        and {"source", "time"} <= set(df.columns)
+        and df.schema["time"] == pl.Datetime("us", "UTC")
     ]
     if not parts:
         return {}

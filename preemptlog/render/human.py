@@ -145,8 +145,10 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
             line += f"; counted {rec['total']} ({rec['quality']}) from " + ", ".join(names)
         else:
             how = "at least " if rec["quality"] == "lower bound" else ""
-            line += f"; {how}{rec['total']} counted by " + ", ".join(names) + (
-                " (exact)" if rec["quality"] == "exact" else ""
+            line += (
+                f"; {how}{rec['total']} counted by "
+                + ", ".join(names)
+                + (" (exact)" if rec["quality"] == "exact" else "")
             )
     return line
 
@@ -260,7 +262,9 @@ def _unit_lines(units: list[tuple[str, Analysis | None]], width: int) -> list[Te
         out += _lines(unit_line(name, unit), width, indent=2)
     rest = loud[MAX_UNITS:] + quiet
     if rest:
-        names = ", ".join(n.rsplit("/", 1)[-1] for n, _ in rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")
+        names = ", ".join(n.rsplit("/", 1)[-1] for n, _ in rest[:6]) + (
+            f" and {len(rest) - 6} more" if len(rest) > 6 else ""
+        )
         out += _lines(f"no preemption counted and no sign of pressure in the others: {names}", width, indent=2)
     return out
 

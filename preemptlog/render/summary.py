@@ -558,7 +558,9 @@ def _running_fell(spans: list[dict[str, Any]]) -> list[int] | None:
     fell = [
         (p["max_running"] - p["min_running"], p["max_running"], p["min_running"])
         for p in spans
-        if "shuffle" in (p.get("signals") or []) and p.get("max_running") is not None and p.get("min_running") is not None
+        if "shuffle" in (p.get("signals") or [])
+        and p.get("max_running") is not None
+        and p.get("min_running") is not None
     ]
     top = max(fell, default=None)
     return [top[1], top[2]] if top and top[0] > 0 else None
@@ -620,7 +622,9 @@ def headline(s: dict[str, Any]) -> str:
         pw = _pressure_words(c)
         if pw and not np_:  # none counted, but the stats lines show the pool at its ceiling
             return (
-                "0 " + noun(kinds, 0) + _zero_words(how, c)
+                "0 "
+                + noun(kinds, 0)
+                + _zero_words(how, c)
                 + f"; KV cache at the ceiling with requests waiting ({pw}): where preemptions can have happened"
                 + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
             )

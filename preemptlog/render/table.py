@@ -341,6 +341,8 @@ def render_table(
             what = f"{eng.display} {eng.plural(2)}"
             engine += "" if not k else f" ({what})" if k == ev.height else f" ({k} of them {what})"
         console.print(text(f"{rows.height} row(s), {ev.height} event(s){engine}; {day} ({tz}){where}"))
+    if header and verdict_short and "verdict" in widths:  # what the verdicts mean, before the rows (paged)
+        console.print(text(verdict_legend(sorted(verdict_short), full=full_gate)))
     if rows.height:
         console.print(table)
     else:
@@ -352,8 +354,6 @@ def render_table(
         else:
             # the summary says it is not visible, and what to add (once)
             console.print(text("no events to list: this bundle does not show preemptions one by one"))
-    if header and verdict_short and "verdict" in widths:
-        console.print(text(verdict_legend(sorted(verdict_short), full=full_gate)))
     if header and folded:
         console.print(
             text(

@@ -163,7 +163,7 @@ def timeline_lines(analysis: Analysis, *, width: int = 100) -> list:
             bounds += [near.get_column("start").min(), near.get_column("end").max()]
     if not bounds:
         return []
-    t0, t1 = min(bounds), max(bounds)
+    t0, t1 = min(bounds), max(bounds)  # type: ignore[type-var]  # datetimes (polars scalars are typed as every literal)
     columns = max(10, min(MAX_COLUMNS, width - LABEL - 24))
     seconds = _bucket((t1 - t0).total_seconds() + 1, columns)
     start_utc = pl.Series([t0]).dt.truncate(f"{seconds}s").item()
@@ -275,7 +275,7 @@ def _lane_values(df: pl.DataFrame, start, seconds: int, n: int) -> list[float | 
     """The maximum of each column of a (time, engine, value) frame over every engine, or None."""
     if df.height == 0:
         return None
-    val = [c for c in df.columns if c not in ("time", "engine")][0]
+    val = next(c for c in df.columns if c not in ("time", "engine"))
     col = ((pl.col("time") - pl.lit(start)).dt.total_seconds() // seconds).cast(pl.Int64).alias("_c")
     agg = df.with_columns(col).filter((pl.col("_c") >= 0) & (pl.col("_c") < n)).group_by("_c").agg(pl.col(val).max())
     out: list[float | None] = [None] * n

@@ -479,7 +479,9 @@ def _fold_counted(ev: pl.DataFrame) -> pl.DataFrame:
     )
     ev = ev.with_columns(_g=base)
     firsts = ev.group_by("_g", "kind", maintain_order=True).agg(
-        pl.len().cast(pl.UInt32).alias("_n"), pl.col("time").last().alias("_last"), pl.col("event_id").first().alias("_id")
+        pl.len().cast(pl.UInt32).alias("_n"),
+        pl.col("time").last().alias("_last"),
+        pl.col("event_id").first().alias("_id"),
     )
     return (
         ev.join(firsts, on=["_g", "kind"], how="left", maintain_order="left")

@@ -479,7 +479,15 @@ def replay(
             tr.finish_step[r.rid] = step
             n_done += 1
         tr.running.append(len(running))  # after the step, as the vLLM driver reads it
-        if pool is None and running and not victims and not finished and not admitted and len(running) <= budget_full:
+        if (
+            pool is None
+            and running
+            and not victims
+            and not finished
+            and not admitted
+            and len(scheduled) == len(running) <= budget_full
+            and all(v == 1 for v in scheduled.values())  # admission saw the stretch's budget
+        ):
             k = _decode_stretch(running, bs, free, mml, max_steps - step)
             if arrivals == "step" and pending:
                 k = min(k, max(0, math.ceil(pending[0][0] - step)))

@@ -29,7 +29,8 @@ def incident_seconds(analysis: AnalysisView) -> float | None:
     t = rec.get_column("time").drop_nulls()
     if t.len() < 2:
         return None
-    return float((t.max() - t.min()).total_seconds())  # type: ignore[operator]
+    lo, hi = t.min(), t.max()
+    return float((hi - lo).total_seconds())  # type: ignore[operator, union-attr]  # polars scalars are typed as every literal
 
 
 def check(res: Any, analysis: AnalysisView) -> list[str]:

@@ -504,6 +504,22 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
                 )
             except ValueError:
                 pass
+    if (
+        _last(seen, "scheduling_policy") is None
+        and records is not None
+        and records.height
+        and "kind" in records.columns
+    ):
+        # a line naming V0's _schedule_priority_preemption (trouble.py): that path runs only under priority
+        prio = records.filter(pl.col("kind") == "v0_priority_path").head(1)
+        if prio.height:
+            r = prio.row(0, named=True)
+            add(
+                "scheduling_policy",
+                "priority",
+                [{"time": r["time"], "source": r["source"], "line": r["n"]}],
+                "a line names _schedule_priority_preemption, which vLLM V0 runs only under --scheduling-policy priority",
+            )
     if _last(seen, "engine") is None:
         fam = None
         if stats is not None and stats.height:

@@ -841,6 +841,11 @@ GROWTH_ROOM = 0.15
 GMU_REACHABLE = 0.98
 
 
+def _lines(held: dict[str, Any]) -> str:
+    n = int(held["samples"])
+    return "the stats lines" if n > 1 else "one stats line"
+
+
 def held_levers(
     held: dict[str, Any], pool: dict[str, Any] | None, cfg: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -865,8 +870,10 @@ def held_levers(
     gmu, profiled = cfg.get("gpu_memory_utilization"), cfg.get("num_gpu_blocks_profiled")
     seen = held["text"]
     each = f"{share:.1f} % of the pool each"
-    ran = f"{held['running_min']}-{held['running_max']}" if held["running_min"] != held["running_max"] else str(
-        held["running"]
+    ran = (
+        f"{held['running_min']}-{held['running_max']}"
+        if held["running_min"] != held["running_max"]
+        else str(held["running"])
     )
     keys_seqs = G1_KEYS + ["G3-queue-overflow"]
     extra = {"estimated": "stats lines", "pressure": True}
@@ -885,7 +892,7 @@ def held_levers(
             }
         )
     else:
-        basis = f"estimated from the stats lines, {ran} running at {share:g} % of the KV pool each, 15 % kept free"
+        basis = f"estimated from {_lines(held)}, {ran} running at {share:g} % of the KV pool each, 15 % kept free"
         out.append(
             fix_record(
                 "capacity_max_num_seqs",
@@ -907,7 +914,7 @@ def held_levers(
         in_engine = min(in_engine, int(mns.value))
     ratio = in_engine * share * room / 100
     demand = f"{in_engine} requests in the engine (running + waiting) at {each}, 15 % room: {ratio:.2f}x the pool"
-    basis = f"estimated from the stats lines, {in_engine} requests in the engine at {share:g} % of the pool each, 15 % kept free"
+    basis = f"estimated from {_lines(held)}, {in_engine} requests in the engine at {share:g} % of the pool each, 15 % kept free"
     if ratio <= 1:
         for fid in ("capacity_num_gpu_blocks_override", "capacity_gpu_memory_utilization"):
             dropped.append({"id": fid, "why": f"the stats lines' demand fits the pool ({demand})"})
@@ -929,14 +936,21 @@ def held_levers(
                 }
             )
         else:
-            room_words = f"; the memory profile found {int(profiled.value)} blocks ({profiled.cite()})" if profiled else ""
+            room_words = (
+                f"; the memory profile found {int(profiled.value)} blocks ({profiled.cite()})" if profiled else ""
+            )
             out.append(
                 fix_record(
                     "capacity_num_gpu_blocks_override",
                     "--num-gpu-blocks-override",
                     int(override.value),
                     need,
-                    [override.cite(), *((pool or {}).get("inputs") or []), seen, *([profiled.cite()] if profiled else [])],
+                    [
+                        override.cite(),
+                        *((pool or {}).get("inputs") or []),
+                        seen,
+                        *([profiled.cite()] if profiled else []),
+                    ],
                     f"a KV pool of {need} blocks holds the {in_engine} requests in the engine at the peak "
                     f"({ratio:.2f}x the pool){room_words}",
                     f"num_gpu_blocks_override {int(override.value)} -> {need} = {int(override.value)} x {ratio:.2f} "
@@ -1038,7 +1052,7 @@ def _policy_fixes(a: AnalysisView) -> list[dict[str, Any]]:
     from ...model.fixes import fix_record
 
     row = _cfg(a).get("scheduling_policy")
-    if row is None or row.get("status") != "seen" or str(row.get("value")).strip("'\"") != "priority":
+    if row is None or row.get("status") == "default" or str(row.get("value")).strip("'\"") != "priority":
         return []
     where = f"{row['source']}:{row['line']}"
     return [
@@ -1047,7 +1061,7 @@ def _policy_fixes(a: AnalysisView) -> list[dict[str, Any]]:
             "--scheduling-policy",
             "priority",
             "fcfs",
-            [f"scheduling_policy=priority (seen, {where})"],
+            [f"scheduling_policy=priority ({row['status']}, {where})"],
             "a higher-priority request waits for a free slot instead of preempting running requests (it loses its "
             "priority); keeping priority keeps these preemptions: they are the policy at work",
             "--scheduling-policy fcfs: vLLM V0 preempts for priority (_schedule_priority_preemption) only under "

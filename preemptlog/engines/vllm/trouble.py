@@ -165,9 +165,9 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
         | ((pl.col("kind") == FRAME) & pl.col("text").fill_null("").str.contains("_schedule_priority_preemption"))
     )
     if pr.height:
-        out.frames["v0_priority_lines"] = pr.select(
-            "time", "stream", "source", pl.col("n").alias("line")
-        ).cast(polars_schema(PRIORITY_SCHEMA))
+        out.frames["v0_priority_lines"] = pr.select("time", "stream", "source", pl.col("n").alias("line")).cast(
+            polars_schema(PRIORITY_SCHEMA)
+        )
     cr = crashes(records)
     if cr.height:
         out.frames["engine_crashes"] = cr
