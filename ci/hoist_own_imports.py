@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "preemptlog"
-EDGE_FILES = {"cli.py", "__init__.py", "__main__.py"}
+EDGE_FILES = {"cli.py", "__init__.py", "__main__.py", "render/__init__.py"}  # render/__init__: OutputFormat for --help
 EDGE_DIRS = ("commands/", "capture/")
 
 
@@ -60,7 +60,7 @@ def module_names(tree: ast.Module) -> dict[str, str]:
     return names
 
 
-def hoist(path: Path) -> tuple[bool, list[str]]:
+def hoist(path: Path, write: bool = True) -> tuple[bool, list[str]]:
     src = path.read_text()
     tree = ast.parse(src)
     top = module_names(tree)
@@ -123,7 +123,8 @@ def hoist(path: Path) -> tuple[bool, list[str]]:
     removed_before = sum(1 for d in drop if d < last)
     at = last - removed_before
     out[at:at] = add
-    path.write_text("\n".join(out))
+    if write:
+        path.write_text("\n".join(out))
     return True, kept
 
 
@@ -137,12 +138,10 @@ def main(argv: list[str]) -> int:
         rel = path.relative_to(ROOT).as_posix()
         if edge(rel):
             continue
-        if "--check" in argv:
-            before = path.read_text()
-            did, k = hoist(path)
+        if "--check" in argv:  # reads only: never writes a file
+            did, k = hoist(path, write=False)
             if did:
                 changed.append(rel)
-                path.write_text(before)
         else:
             did, k = hoist(path)
             if did:

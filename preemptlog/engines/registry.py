@@ -21,6 +21,7 @@ import polars as pl
 
 from ..model import kinds as _kinds
 from ..model.config import version_tuple
+from ..sources import linetimes
 from ..sources import registry as _sources
 
 if TYPE_CHECKING:
@@ -336,7 +337,6 @@ def only_log(records: pl.DataFrame) -> Engine | None:
     read only for their time aside), or None."""
     if records.height == 0:
         return None
-    from ..sources import linetimes
 
     kinds = records.get_column("kind")
     for e in others():

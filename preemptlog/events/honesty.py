@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import engines
+from ..events.pressure import log_capability
+from ..events.reconcile import PROM_COUNTER
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView
 
 
 def _has_counter(recon: dict[str, Any]) -> bool:
-    from ..events.reconcile import PROM_COUNTER
 
     return any(x.get("source") == PROM_COUNTER for x in recon.get("sources", []))
 
@@ -80,7 +81,6 @@ def honesty_notes(a: AnalysisView) -> list[str]:
             "other source places: counted, not placed in time (no request id); the pressure intervals are where "
             "they can have happened."
         )
-    from ..events.pressure import log_capability
 
     cap = log_capability(a)
     recon = a.counters.get("reconciliation") or {}

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import engines
+from ..clock.timebase import iso
 from ..engines import LogCapability as LogCapability  # re-exported: moved to engines/common.py
 from ..model.frames import PolarsType, provenance_expr
 
@@ -235,7 +236,6 @@ def find_intervals(
 
 def describe(row: dict[str, Any], tz: str) -> str:
     """One human line for an interval row (times in ``tz``)."""
-    from ..clock.timebase import iso
 
     sig = {"kv": "KV >= ceiling with waiting requests", "shuffle": "running fell while waiting rose at the ceiling"}
     what = "; ".join(sig[s] for s in row["signals"])

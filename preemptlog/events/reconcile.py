@@ -49,7 +49,23 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..clock.timebase import iso
 from ..model import events as ev_mod
+from ..model.events import spread_interval
+from ..sources.prometheus import counter_events
+from .overlap import merge
+from .pressure import log_capability
+from .recordmatch import (
+    CLOCK_SLACK_S,
+    check_text,
+    count_groups,
+    coverage,
+    cross_check,
+    finishes,
+    record_events,
+    records_as_events,
+)
+from .servers import starts as server_starts
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView
@@ -81,8 +97,6 @@ def event_set(a: AnalysisView, parts: list[pl.DataFrame]) -> EventSet:
     ``a`` gives the rest of the analysis so far (bundle, stats, config, records, frames, counters,
     tz); its ``events`` are not read.
     """
-    from .overlap import merge
-    from .pressure import log_capability
 
     combined = ev_mod.combine(parts)
     notes: list[str] = []
@@ -124,8 +138,6 @@ def per_request_records(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFra
 
 def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
     """The events of ``a`` with counts reconciled across sources: (events, report, notes)."""
-    from ..clock.timebase import iso
-    from ..sources.prometheus import counter_events
 
     tz = a.tz
     ev = a.events
@@ -227,8 +239,6 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     rec_engines = set(rec_notes["engines"])
     checks = _record_checks(a, ev0, prom_src, baselines, rec_engines) if rec_used else {}
     if checks:
-        from .recordmatch import check_text
-
         disagreements.extend(t for t in (check_text(c, tz) for c in checks.values()) if t)
 
     # ---------------- what each source counted
@@ -616,9 +626,6 @@ def since_start(
     reading at or before it; the same value is the same count (counted once), a larger one adds
     the difference in between (placed like a scrape interval), a smaller one is a disagreement.
     """
-    from ..clock.timebase import iso
-    from ..sources.prometheus import counter_events
-    from .servers import starts as server_starts
 
     empty = SinceStart({}, {}, frozenset(), (), ())
     if pairs.height == 0 or "increase" not in pairs.columns:
@@ -829,7 +836,6 @@ def records_vs_counts(
     An engine whose log has per-preemption events of its own (V0 warnings, PREEMPTED markers) keeps
     them: its records are their evidence (matched by request id).
     """
-    from .recordmatch import record_events, records_as_events
 
     info: dict[str, Any] = {
         "notes": [],
@@ -860,7 +866,6 @@ def _record_checks(
 ) -> dict[tuple[str, str], Any]:
     """Each count source on its own (the events before any rule) against each engine's records:
     ``{(engine, source name): recordmatch.CrossCheck}``."""
-    from .recordmatch import count_groups, coverage, cross_check, finishes, record_events
 
     rec = record_events(a.frames)
     if rec is None or rec.height == 0 or ev0.height == 0:
@@ -898,8 +903,6 @@ def _histogram_check(a: AnalysisView, facts: dict[str, Any], tz: str) -> dict[st
     last scrape, with their preemption counts) against the finish records of the same span
     (``num_preemptions``: vLLM's own ``request.num_preemptions``). A request finishing within the
     clocks' slack of an edge may fall on either side: the records give a range."""
-    from ..clock.timebase import iso
-    from .recordmatch import CLOCK_SLACK_S
 
     hist = facts.get("histogram") or {}
     w = facts.get("window")
@@ -953,8 +956,6 @@ def _straddling(
     outside is N times the share of the interval outside the window (rounded). The events
     kept are re-placed evenly in the outside part of the interval.
     """
-    from ..clock.timebase import iso
-    from ..model.events import spread_interval
 
     base: dict[Any, tuple[Any, float]] = {}  # engine -> (end, value) of its first reading
     if pairs.height and "increase" in pairs.columns:
@@ -1018,7 +1019,6 @@ def _kind_counts(ev: pl.DataFrame, cond: pl.Expr) -> dict[str, int]:
 
 
 def _span(df: pl.DataFrame, tz: str) -> list[Any] | None:
-    from ..clock.timebase import iso
 
     t = df.get_column("time").drop_nulls() if "time" in df.columns else None
     if t is None or t.len() == 0:

@@ -44,6 +44,7 @@ from typing import Any
 
 import polars as pl
 
+from ..clock.timebase import iso
 from ..model import events as ev_mod
 from ..model.frames import provenance_expr
 
@@ -312,7 +313,6 @@ def cross_check(
 
 def check_text(c: CrossCheck, tz: str) -> str | None:
     """The disagreement a cross-check shows, in one sentence (None when it agrees)."""
-    from ..clock.timebase import iso
 
     parts = []
     if c.without_record_inside:
@@ -344,7 +344,6 @@ def records_as_events(
     source, line``). Engines whose log has per-preemption events (V0 warnings, PREEMPTED markers)
     keep them; their records are evidence.
     """
-    from ..clock.timebase import iso
 
     cov = coverage(frames, rec)
     per_event = (
@@ -544,7 +543,6 @@ def _counter_only(ranked: pl.DataFrame, base: pl.DataFrame, columns: list[str]) 
 
 def _death_notes(frames: dict[str, pl.DataFrame], covs: list[Coverage], tz: str) -> list[str]:
     """Where each engine's records stop, beside the log's engine death (sources/enginedeath.py)."""
-    from ..clock.timebase import iso
 
     deaths = frames.get("engine_deaths")
     if deaths is None or deaths.height == 0 or not covs:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from .. import engines
+from ..model.frames import empty_frame
 
 START_SCHEMA = {
     "stream": "Int32",
@@ -38,8 +39,6 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
     """Server starts in the records (see the module docstring): every engine says which of its
     records start a server, which name its version and what that version is (Engine.server_start)."""
     if records.height == 0 or "stream" not in records.columns:
-        from ..model.frames import empty_frame
-
         return empty_frame(START_SCHEMA)
     found = [(e, e.server_start(pl.col(f"_own{i}"))) for i, e in enumerate(engines.registered())]
     start, dated = pl.lit(False), pl.lit(False)

@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     from ..model.result import AnalysisView as Analysis
 
 from ..model.findings import EVENT_COLUMNS, FINDINGS_VERSION, Findings, as_dict, headline_part
+from . import capacity, mechanism, recompute, stall, thrash
 
 __all__ = ["EVENT_COLUMNS", "FINDINGS_VERSION", "Findings", "as_dict", "compute", "headline_part"]
 
 
 def compute(analysis: Analysis) -> Findings:
-    from . import capacity, mechanism, recompute, stall, thrash
 
     v = recompute.victims(analysis)
     pe = recompute.per_event(v, analysis)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
+from ..model.requests import stats_of
 from .common import Cfg, cfg_default, cfg_number, cfg_text, frame, src_expr
 
 if TYPE_CHECKING:
@@ -108,7 +110,6 @@ def request_tokens(a: Analysis) -> dict[str, Any] | None:
                     f"finished request(s) (vllm:request_prompt_tokens and vllm:request_generation_tokens, "
                     f"{v['req_prompt_sum'][1]})",
                 }
-    from ..model.requests import stats_of
 
     st = stats_of(a)
     if st.prompt_n >= 5 and st.max_tokens_mean() is not None:
@@ -327,7 +328,6 @@ def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None
 
 
 def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
-    from .. import engines
 
     capacity_fixes = engines.default().capacity_fixes  # the pool levers of the engine whose config keys these are
     assert capacity_fixes is not None

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .common import stats_intervals
+from ..rules.mechanisms import MECHANISM_EVIDENCE, active
+from ..rules.mechanisms import evaluate as run
+from ..rules.verdicts import event_frame
+from .common import frame, stats_intervals
 from .thrash import COMPLETE_KINDS
 
 if TYPE_CHECKING:
@@ -22,7 +25,6 @@ if TYPE_CHECKING:
 
 def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
     """``event_id`` + the mech_* columns."""
-    from ..rules.mechanisms import MECHANISM_EVIDENCE
 
     has_need = pl.col("p_needed").is_not_null() & pl.col("p_free").is_not_null()
     failed = (
@@ -126,7 +128,6 @@ def attributed(a: Analysis) -> pl.DataFrame | None:
     before the last count (the counter had counted them all). The interval's events are given to such requests in order (most preemptions
     first; which of the interval's interchangeable events is whose is not known), at most as many as
     the interval counts; the others stay unattributed. None when nothing is placed."""
-    from .common import frame
 
     br = frame(a, "bt_requests")
     ev = a.events
@@ -213,9 +214,6 @@ def attributed(a: Analysis) -> pl.DataFrame | None:
 def evaluate(a: Analysis, mech: pl.DataFrame) -> pl.DataFrame | None:
     """Per event: mechanism, mechanism_rule, mechanism_confidence, mechanism_evidence, mechanism_missing;
     None without a rule set (``--no-rules``)."""
-    from ..rules.mechanisms import active
-    from ..rules.mechanisms import evaluate as run
-    from ..rules.verdicts import event_frame
 
     rs = a.ruleset
     if rs is None or not active(rs) or a.events.height == 0:

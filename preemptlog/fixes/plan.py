@@ -31,6 +31,9 @@ import polars as pl
 
 from .. import engines
 from ..engines.common import G1_KEYS, verdict_key
+from ..model.config import in_force
+from ..rules.verdicts import fix_cell, fix_type, guide_model
+from ..whatif.verify import verify_fixes
 
 if TYPE_CHECKING:
     from ..findings import Findings
@@ -64,8 +67,6 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
             for x in mine:
                 x["replay"] = {"status": "not replayed", "why": eng.not_replayed}
         elif mine:  # nothing to replay: whatif is not even imported (start-up time)
-            from ..whatif.verify import verify_fixes
-
             mine, no_gain = verify_fixes(a, mine)
             mine_dropped.extend(no_gain)
             for x in mine:
@@ -127,7 +128,6 @@ def _status(x: dict[str, Any]) -> str:
 
 def current_label(a: AnalysisView, option: str) -> str | None:
     """Where the current value of an option's setting comes from: seen, derived or assumed."""
-    from ..model.config import in_force
 
     key = option.strip().split()[0].removeprefix("--").replace("-", "_") if option.startswith("--") else None
     if not key:
@@ -181,7 +181,6 @@ def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict
 
 
 def _guide_world(a: AnalysisView) -> bool:
-    from ..rules.verdicts import guide_model
 
     return guide_model(a)
 
@@ -191,7 +190,6 @@ def attach(
 ) -> pl.DataFrame | None:
     """Every event's ``fixes`` and ``recommendations``: the changes that address its verdict (its
     engine's: ``engine_kinds`` is event_id -> engine_kind, when the bundle has more than vLLM)."""
-    from ..rules.verdicts import fix_cell, fix_type
 
     if verdicts is None or verdicts.height == 0:
         return verdicts

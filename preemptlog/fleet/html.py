@@ -8,8 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..model import VERSION as __version__
+from ..report import plotly_js
 from ..report.escape import e
 from ..report.figure import GATE_COLORS
+from ..report.page import page_head
+from .report import headline
+from .tables import TITLES
 
 if TYPE_CHECKING:
     from .report import Window
@@ -84,11 +89,6 @@ def _figures(sections: dict[str, pl.DataFrame]) -> str:
 
 
 def render(sections: dict[str, pl.DataFrame], *, by: str, window: Window, source: str) -> str:
-    from ..model import VERSION as __version__
-    from ..report import plotly_js
-    from ..report.page import page_head
-    from .report import headline
-    from .tables import TITLES
 
     heading = "preemptlog fleet report"
     sub = f"{source} · times in UTC · preemptlog {__version__}" + (f" · {window.text()}" if window.text() else "")

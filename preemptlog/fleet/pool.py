@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExitCode
+from ..model.result import AnalyzeOptions
 from . import dataset
+from .work import analyse_bundle, crashed
 
 if TYPE_CHECKING:
     from ..model.result import AnalyzeOptions
@@ -82,7 +84,6 @@ def _written(result: BundleResult, out: str, started: float) -> Outcome:
 
 
 def _task(path: str) -> Outcome:
-    from .work import analyse_bundle
 
     started = time.monotonic()
     work = _STATE["work"] or analyse_bundle
@@ -164,7 +165,6 @@ def run(
 
     ``skip``: bundle ids already in the dataset (not analysed again). ``work``: the per-bundle
     function (default work.analyse_bundle; a module-level function, as the workers import it)."""
-    from ..model.result import AnalyzeOptions
 
     options = options or AnalyzeOptions()
     jobs = max(1, jobs)
@@ -192,7 +192,6 @@ def _map(
     work: Work | None,
     done: Callable[[Outcome], None],
 ) -> None:
-    from .work import crashed
 
     queue = deque(paths)
     suspects: list[str] = []

@@ -22,7 +22,9 @@ from typing import Any
 import polars as pl
 
 from ..errors import InputError, UsageError
+from ..model import VERSION as __version__
 from . import dataset, schema
+from .rows import cause_of
 
 BY = {"server": ["server"], "model": ["model"], "version": ["vllm_version"], "cause": ["cause"]}
 
@@ -117,7 +119,6 @@ def _sum_known(col: str) -> pl.Expr:
 def grouped(events: pl.LazyFrame, by: str) -> pl.LazyFrame:
     """Preemptions per group (model, version, server) with the causes and mechanisms in it, or,
     ``by="cause"``, one row per cause with the servers, models and versions it hit."""
-    from .rows import cause_of
 
     ev = events.with_columns(cause=cause_of(pl.col("gate"), pl.col("sub_kind")))
     if by == "cause":
@@ -258,7 +259,6 @@ def partial_share(inc: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def as_json(sections: dict[str, pl.DataFrame], *, by: str, window: Window) -> dict[str, Any]:
-    from ..model import VERSION as __version__
 
     def rows(df: pl.DataFrame) -> list[dict[str, Any]]:
         out = []

@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..engines import DEFAULT
+from ..events.servers import servers
+from ..model.events import public
 from ..model.frames import UTC_TIME
+from ..render.summary import fix_line
 from . import schema
 
 if TYPE_CHECKING:
@@ -45,7 +49,6 @@ CONFIG = (
 def engine_kind(analysis: Analysis, summary: dict[str, Any]) -> str:
     """Which engine the server ran (``vllm`` | ``sglang``): the summary's (summary._engines, from the
     events' ``engine_kind`` and the bundle's log kinds), else the default engine (engines.DEFAULT)."""
-    from ..engines import DEFAULT
 
     kind = summary.get("engine_kind")
     return str(kind) if kind else DEFAULT
@@ -62,7 +65,6 @@ def _config(summary: dict[str, Any], name: str) -> str | None:
 
 
 def _host(analysis: Analysis) -> str | None:
-    from ..events.servers import servers
 
     srv = servers(analysis.records)
     hosts = [h for h in srv.get_column("host").to_list() if h] if srv.height else []
@@ -107,7 +109,6 @@ def _day(day: date) -> pl.Expr:
 
 def event_frame(analysis: Analysis) -> pl.DataFrame:
     """The events with their verdict and per-event findings (UTC times), engine "0" when unnamed."""
-    from ..model.events import public
 
     ev = public(analysis.events).with_columns(pl.col("engine").fill_null("0"))
     v = analysis.verdicts
@@ -206,7 +207,6 @@ def incident_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict
     spans = stall.get("spans") or []
     fixes = summary.get("fixes") or []
     top = fixes[0] if fixes else None
-    from ..render.summary import fix_line
 
     recon = summary.get("reconciliation") or {}
     span = summary.get("log_span") or {}
@@ -287,7 +287,6 @@ def finding_rows(bundle_id: str, server: str, analysis: Analysis, summary: dict[
         )
         parts.append(g)
     rows: list[dict[str, Any]] = []
-    from ..render.summary import fix_line
 
     for x in summary.get("fixes") or []:
         rows.append(

@@ -40,7 +40,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..errors import UsageError
-from . import schema
+from ..model.result import AnalyzeOptions
+from . import dataset, schema
+from .dataset import arrow_schema, to_arrow
+from .work import analyse_bundle
 
 if TYPE_CHECKING:
     from ..model.result import AnalyzeOptions
@@ -124,8 +127,6 @@ def _envelope_schema() -> Any:
 def analyse_batches(batches: Iterator[Any], options: AnalyzeOptions, skip: frozenset[str]) -> Iterator[Any]:
     """mapInArrow's function on the executors: bundle paths in, one envelope row per table and
     day out (the rows as an Arrow IPC stream in ``payload``), and one ``_bundle`` row per bundle."""
-    from .dataset import to_arrow
-    from .work import analyse_bundle
 
     env = _envelope_schema()
     for batch in batches:
@@ -167,7 +168,6 @@ def analyse_batches(batches: Iterator[Any], options: AnalyzeOptions, skip: froze
 
 
 def _target_schema(table: str) -> Any:
-    from .dataset import arrow_schema
 
     s = arrow_schema(table).remove_metadata()
     return s.append(pa.field(schema.PARTITION, pa.date32()))
@@ -214,9 +214,6 @@ def run(
     _pyspark()
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-
-    from ..model.result import AnalyzeOptions
-    from . import dataset
 
     started = time.monotonic()
     options = options or AnalyzeOptions()

@@ -7,6 +7,10 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
+from ..outputs.console import binary_console
+from ..outputs.safe import text
+from .report import headline
+
 TITLES = {
     "servers": "Servers ranked by preemptions and tokens recomputed",
     "by": "Causes and mechanisms by {by}",
@@ -32,10 +36,6 @@ def _cell(v: Any) -> str:
 
 def write_tables(sections: dict[str, pl.DataFrame], out: BinaryIO, *, by: str) -> None:
     from rich.table import Table
-
-    from ..outputs.console import binary_console
-    from ..outputs.safe import text
-    from .report import headline
 
     with binary_console(out) as console:
         console.print(text(headline(sections)))

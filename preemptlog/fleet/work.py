@@ -22,10 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..analysis import analyze
 from ..errors import ExitCode, PreemptlogError
+from ..inputs.workspace import Workspace
 from ..model import VERSION as __version__
+from ..render.each import split_by_server, units
+from ..sources import vllm_log
 from . import rows, schema
-from .inputs import BundleInfo, digest, server_name
+from .inputs import BundleInfo, bundle_name, digest, server_name
 
 if TYPE_CHECKING:
     from ..model.result import Analysis, AnalyzeOptions
@@ -54,7 +58,6 @@ def _one_line(exc: BaseException) -> tuple[int, str]:
 
 def _log_subfolders(path: str, first: Analysis) -> set[str]:
     """The bundle folder's subfolders that hold a vLLM log (by the analysis's own file kinds)."""
-    from ..sources import vllm_log
 
     if not os.path.isdir(path):
         return set()
@@ -78,8 +81,6 @@ def _servers(path: str, options: AnalyzeOptions, ws: Any) -> list[tuple[str, Ana
     subfolder when two or more subfolders hold a vLLM log (``node1/``, ``node2/``; a ``logs/``
     beside a ``metrics/`` folder is one server), else by server start (each.split_by_server);
     one server keeps the first analysis."""
-    from ..analysis import analyze
-    from ..render.each import split_by_server, units
 
     first = analyze([path], options, workspace=ws)
     if len(_log_subfolders(path, first)) >= 2:
@@ -162,7 +163,6 @@ def _frame(table: str, rows_: list[dict[str, Any]]) -> pl.DataFrame:
 def analyse_bundle(path: str, options: AnalyzeOptions, skip: frozenset[str] = frozenset()) -> BundleResult:
     """Analyse one bundle into its rows of every table (see the module docstring). A bundle whose
     digest is in ``skip`` is not analysed (outcome ``skipped``)."""
-    from ..inputs.workspace import Workspace
 
     started = time.monotonic()
     try:
@@ -213,8 +213,6 @@ def analyse_bundle(path: str, options: AnalyzeOptions, skip: frozenset[str] = fr
 def unreadable(path: str) -> BundleInfo:
     """The info of a bundle that cannot be read for its digest: named by its path instead."""
     import hashlib
-
-    from .inputs import bundle_name
 
     pid = "p" + hashlib.sha256(os.path.abspath(path).encode("utf-8", "surrogateescape")).hexdigest()[:31]
     return BundleInfo(path, pid, bundle_name(path), 0, 0, datetime.now(UTC).date())

@@ -60,6 +60,8 @@ from pathlib import Path
 
 import polars as pl
 
+from .textio import file_size, read_head, scan_lines
+
 SAMPLE_BYTES = 1 << 20  # the head that decides a file's repair
 BARE_TAG_RE = r"^\[[A-Z][A-Z0-9_]{2,}\] "  # a bare record's own tag: never a continuation
 MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
@@ -166,7 +168,6 @@ NOTHING = Plan()
 
 
 def _sample(path: Path | str) -> list[str]:
-    from .textio import file_size, read_head
 
     raw = read_head(Path(path), SAMPLE_BYTES)
     # NUL bytes are no text: the readers drop them (textio.scan_lines), so the decision does too
@@ -547,7 +548,6 @@ def scan(path: Path | str, join: bool = True, wraps: bool = True) -> pl.LazyFram
     no hard-wrap detection (a concatenation of many files, whose line lengths say nothing
     about any one of them).
     """
-    from .textio import scan_lines
 
     return apply(scan_lines(path), plan(path, join=join, wraps=wraps))
 

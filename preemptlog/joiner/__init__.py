@@ -98,6 +98,7 @@ from .common import CONFLICT_S, DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK,
 from .config import CONFIG_KEYS
 from .core import compute, evidence, skew_notes
 from .declare import Evidence, docs_table
+from .declare import write_docs as _write
 from .explain import WINDOW_SCHEMA, window_rows
 from .sched import LOOKBACK_STEP_COLUMNS
 from .schema import DECLARED, EVIDENCE_SCHEMA, VALUE_COLUMNS, polars_schema
@@ -125,7 +126,6 @@ RENAMED_IN_2: dict[str, str] = {
 
 def write_docs(path: str = SOURCES_DOC) -> bool:
     """Regenerate the evidence table of docs/sources.md from the declarations."""
-    from .declare import write_docs as _write
 
     return _write(DECLARED, path)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from .. import engines
+from .common import asof, engine_key, src_expr
 from .declare import Evidence, cited
 from .spans import failed_in_spans, pressure_in_spans
 
@@ -155,7 +156,6 @@ def _priority_path(span: pl.DataFrame, lines: pl.DataFrame | None) -> pl.DataFra
     the lines are every span's engine's)."""
     if lines is None or lines.height == 0:
         return None
-    from .common import src_expr
 
     out = []
     for eng in span.get_column("_eng").unique(maintain_order=True).to_list():
@@ -171,7 +171,6 @@ def _priority_path(span: pl.DataFrame, lines: pl.DataFrame | None) -> pl.DataFra
 
 def _kv_max_before(span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.DataFrame | None) -> pl.DataFrame | None:
     """Running maximum of the engine's KV usage samples, as of the end of the event's span."""
-    from .common import asof, src_expr
 
     parts = []
     if stats is not None and stats.height:
@@ -196,7 +195,6 @@ def _kv_max_before(span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.Data
 
 
 def _eng(df: pl.DataFrame) -> pl.Expr:
-    from .common import engine_key
 
     return (engine_key("engine") if "engine" in df.columns else pl.lit("0")).alias("_eng")
 
@@ -205,7 +203,6 @@ def _failed_allocations(span: pl.DataFrame, bt: pl.DataFrame | None) -> pl.DataF
     """Preempt records of the event's engine inside its span that show a failed allocation."""
     if bt is None or bt.height == 0 or not {"action", "blocks_needed", "pool_free_blocks"} <= set(bt.columns):
         return None
-    from .common import src_expr
 
     rec = bt.filter(
         (pl.col("action") == "preempt")

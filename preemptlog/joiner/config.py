@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from ..model.config import in_force
 from .common import asof, src_expr
 from .declare import Evidence, cited
 
@@ -182,7 +183,6 @@ def section_config(
     run reads the values of its run (at or before t, else stated later in the run) and those of
     sources that belong to the whole bundle, else the default; never another run's. An event in
     no run reads the whole bundle's."""
-    from ..model.config import in_force
 
     if config is None or config.height == 0:
         return None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..model.frames import PolarsType
+from ..sources import vllm_log
 from .common import src_expr, us
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ def _kv_string(cols: list[str]) -> pl.Expr:
 def _with_run_lines(analysis: AnalysisView, r: pl.DataFrame) -> pl.DataFrame:
     """Records of a window with each request-line run (sources/vllm_log.py, issue 18) replaced by
     its lines, read again from the file: the rows one record per line would have given."""
-    from ..sources import vllm_log
 
     if "rq_count" not in r.columns or r.get_column("rq_count").null_count() == r.height:
         return r
@@ -52,7 +52,6 @@ def _with_run_lines(analysis: AnalysisView, r: pl.DataFrame) -> pl.DataFrame:
 
 def window_rows(analysis: AnalysisView, event_id: str, before: float, after: float) -> pl.DataFrame:
     """Every row of every source in one event's window, time-ordered (WINDOW_SCHEMA)."""
-    from ..sources import vllm_log
 
     ev = analysis.events.filter(pl.col("event_id") == event_id)
     schema: dict[str, PolarsType] = {

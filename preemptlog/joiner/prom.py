@@ -15,6 +15,7 @@ import polars as pl
 
 from .common import frame_of
 from .declare import Evidence
+from .stats import section_stats
 
 P = "prometheus"
 EVIDENCE = [
@@ -45,7 +46,6 @@ _FROM_STATS = {e.name.replace("prom_", "stats_", 1): e.name for e in EVIDENCE}
 
 
 def section_prom(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after_us: int) -> pl.DataFrame | None:
-    from .stats import section_stats
 
     ps = frame_of(frames, "prom_series")
     if ps is None:

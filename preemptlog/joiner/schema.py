@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import engines
+from ..model.frames import polars_schema as _polars_schema
 from . import code, config, dmon, kv, pool, prom, request, reset, sched, stats
 from .declare import Evidence, schema
 
@@ -32,7 +33,6 @@ VALUE_COLUMNS: list[str] = [e.name for e in DECLARED]
 
 
 def polars_schema() -> Schema:
-    from ..model.frames import polars_schema as _polars_schema
 
     return _polars_schema(EVIDENCE_SCHEMA)
 

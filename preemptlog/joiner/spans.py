@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..clock.timebase import iso
+
 SPAN = ["_eng", "_slo", "_shi"]
 _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
@@ -92,7 +94,6 @@ def pressure_in_spans(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFr
 def _pressure_texts(p: pl.DataFrame) -> pl.DataFrame:
     """One row per interval (``_p``): its ``up_pressure`` text and ``up_pressure_src``. A Python loop
     over the chosen intervals (never the events); the evidence list is cut to three lines first."""
-    from ..clock.timebase import iso
 
     rows = []
     small = p.select(

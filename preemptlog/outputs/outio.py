@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import OutputError, PipeClosed, UsageError
+from .safe import TerminalWriter
 
 
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
@@ -70,8 +71,6 @@ def open_output(
             raise PipeClosed("standard output is closed; nothing was written", hint="give -o FILE")
         full = CompleteWrites(stream)
         if terminal_text and _isatty(stream):
-            from .safe import TerminalWriter
-
             writer = TerminalWriter(full)
             yield writer  # type: ignore[misc]
             writer.flush()

@@ -48,6 +48,7 @@ from ..events.servers import mixed_warning
 from ..findings import compute as compute_findings
 from ..fixes.plan import attach as attach_fixes
 from ..fixes.plan import plan as plan_fixes
+from ..inputs import reflow
 from ..inputs.files import Bundle, InputFile
 from ..inputs.salvage import decompressed_copy, salvage
 from ..inputs.workspace import Workspace
@@ -154,7 +155,6 @@ def bundle_stage(paths: list[str], ws: Workspace, options: AnalyzeOptions, stdin
 
 def parse_other_sources(bundle: Bundle, ws: Workspace, debug: bool) -> tuple[list[tuple[str, Any]], Report]:
     """Phase 1 of every source kind but the vLLM log: [(kind, Parsed)], damage warnings."""
-    from ..inputs import reflow
 
     parsed: list[tuple[str, Any]] = []
     warnings: list[str] = []
@@ -186,7 +186,6 @@ def read_logs(
     goes (the problem is added to its InputFile's warnings and the run is partial)."""
     frames, log_files = _scan_small_files(log_files_of(bundle), ws)
     batched = bool(frames)
-    from ..inputs import reflow
 
     repaired: list[str] = []
     partial = False
@@ -472,7 +471,6 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
 
 def _with_line_times(records: pl.DataFrame, files: list[InputFile]) -> pl.DataFrame:
     """Add ``time_only`` rows (sources/linetimes.py) for files that have untimed records."""
-    from ..sources import linetimes
 
     if records.height == 0:
         return records
@@ -633,7 +631,6 @@ def _scan_file(
     With ``runs``, request lines become runs (vllm_log.read_split) and their per-request rows
     are appended to ``request_rows``.
     """
-    from ..sources import vllm_log
 
     try:
         if runs and request_rows is not None:
@@ -731,7 +728,6 @@ def _scan_small_files(files: list[InputFile], ws: Workspace) -> tuple[list[pl.Da
     read once, and every record gets its own file id and line number back. A batch that fails
     is left to the file-by-file path (which reports damage per file).
     """
-    from ..sources import vllm_log
 
     small = [f for f in files if f.compression is None and 0 < f.size <= SMALL_LOG_BYTES]
     if len(small) < SMALL_LOG_MIN_FILES:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .. import sources
 from ..errors import InputError, UsageError
+from ..inputs.archive import NotAnArchive, unpack
 from ..inputs.files import Bundle, InputFile
 
 # Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
@@ -109,8 +110,6 @@ def collect(
         if stat.S_ISDIR(st.st_mode):
             entries.extend(_walk(path, warnings))
         elif stat.S_ISREG(st.st_mode) and _archive_kind(path):
-            from ..inputs.archive import NotAnArchive, unpack
-
             try:
                 root = unpack(path, workspace, warnings)
             except NotAnArchive:

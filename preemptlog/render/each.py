@@ -28,6 +28,17 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import polars as pl
 
+from ..analysis import analyze
+from ..events.servers import servers
+from ..model import VERSION as __version__
+from ..outputs.console import binary_console
+from ..outputs.safe import text
+from ..sources import LOG_KINDS
+from . import SCHEMA_VERSION, OutputFormat, event_rows
+from .csvfmt import write_csv_frame
+from .jsonfmt import frame_rows, write_document
+from .table import display_rows
+
 if TYPE_CHECKING:
     from ..inputs.workspace import Workspace
     from ..model.result import Analysis, AnalyzeOptions
@@ -76,8 +87,6 @@ def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) 
 def split_by_server(paths: list[str], first: Analysis) -> list[Unit]:
     """The units of an analysis of ``paths`` made already (the fleet analyses the whole bundle
     first and splits only when it holds several servers): one unit when it holds one server."""
-    from ..events.servers import servers
-    from ..sources import LOG_KINDS
 
     bundle = first.bundle
     srv = servers(first.records)
@@ -108,8 +117,6 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
     of its own: servers.py); a stream without a time of its own is one on its own. The files of
     other kinds (dmon, /metrics, records) join the incident they meet in time, else form one more
     unit (``(other sources)``)."""
-    from ..events.servers import servers
-    from ..sources import LOG_KINDS
 
     bundle = first.bundle
     streams = bundle.streams()
@@ -205,7 +212,6 @@ def _source_spans(a: Analysis) -> dict[str, tuple[Any, Any]]:
 
 def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=None) -> list[tuple[str, Analysis]]:
     """Analyse every unit on its own: [(unit name, Analysis)]."""
-    from ..analysis import analyze
 
     out = []
     for u in units(paths, ws, options.kinds, stdin):
@@ -215,7 +221,6 @@ def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=Non
 
 def combined_rows(results: list[tuple[str, Analysis]]) -> pl.DataFrame:
     """Every unit's event rows (render.event_rows), ``server`` first."""
-    from . import event_rows
 
     frames = [event_rows(a).select(pl.lit(name).alias("server"), pl.all()) for name, a in results]
     frames = [f for f in frames if f.height] or frames[:1]
@@ -226,8 +231,6 @@ def write_each(
     results: list[tuple[str, Analysis]], fmt: OutputFormat, out: BinaryIO, *, csv_safe: bool = False
 ) -> None:
 
-    from . import OutputFormat
-
     if fmt is OutputFormat.table:
         _write_table(results, out)
         return
@@ -236,10 +239,6 @@ def write_each(
         if df.height:
             df.write_ndjson(out)
     elif fmt is OutputFormat.json:
-        from ..model import VERSION as __version__
-        from . import SCHEMA_VERSION
-        from .jsonfmt import frame_rows, write_document
-
         top = {
             "preemptlog": __version__,
             "schema_version": SCHEMA_VERSION,
@@ -247,8 +246,6 @@ def write_each(
         }
         write_document(top, frame_rows(df), out)
     elif fmt is OutputFormat.csv:
-        from .csvfmt import write_csv_frame
-
         write_csv_frame(df, out, safe=csv_safe)
     else:
         df.write_parquet(out)
@@ -256,10 +253,6 @@ def write_each(
 
 def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
     from rich.table import Table
-
-    from ..outputs.console import binary_console
-    from ..outputs.safe import text
-    from .table import display_rows
 
     with binary_console(out) as console:
         per = Table(header_style="bold", expand=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import ExitCode, UsageError
 
 _RE = re.compile(r"^\s*(any|unknown|count|rate)\s*(?:(>=|>)\s*([0-9.]+%?))?\s*$")
 
@@ -75,7 +75,6 @@ def outcome(conditions: list[Condition], summary: dict) -> tuple[int | None, lis
     """(exit code or None, stderr lines) for the conditions: FAIL_ON when a count condition holds,
     NOT_VISIBLE when ``unknown`` holds; a warning when a count condition cannot hold because the
     count is not visible. The lines are printed even with -q (they explain the exit code)."""
-    from ..errors import ExitCode
 
     lines: list[str] = []
     hit = [c for c in conditions if c.holds(summary)]

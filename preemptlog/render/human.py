@@ -16,7 +16,10 @@ import re
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from ..engines import noun
+from ..outputs.console import text_console
 from ..outputs.safe import neutralise
+from .summary import GATE_WORDS, _pressure_words, fix_line, top_fix
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -93,7 +96,6 @@ def headline_text(s: dict[str, Any]) -> str:
 def fix_brief(x: dict[str, Any]) -> str:
     """``option current -> suggested: verified by replay ... ; addresses N event(s)``: the change and
     whether it was checked; the why and the effect are in ``-v`` (summary.fix_line)."""
-    from .summary import fix_line
 
     full = fix_line(x)
     effect = str(x.get("expected_effect") or "")
@@ -114,7 +116,6 @@ def fix_brief(x: dict[str, Any]) -> str:
 def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = True) -> str:
     """Where the count comes from: the events by kind (and their ``gates`` when the headline does not
     name them), and the sources the reconciled count is made of."""
-    from ..engines import noun
 
     if not s["count_visible"]:
         nv = s.get("not_visible") or {}
@@ -221,7 +222,6 @@ def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
 def unit_line(name: str, unit: Analysis) -> str:
     """One incident of a bundle of several, in one sentence: its name, its count (or that it is not
     visible, and the signs of pressure), its cause's first words and its top change."""
-    from .summary import _pressure_words
 
     s = unit.summary()
     clauses = str(s["headline"]).split("; ")
@@ -278,7 +278,6 @@ def summary_lines(
 ) -> tuple[list[Text], list[Text]]:
     """(head, rest) of the summary as wrapped lines (summary's words; see the module docstring).
     ``units``: the incidents of a bundle of several, each analysed on its own (one line each)."""
-    from .summary import fix_line, top_fix
 
     s = analysis.summary()
     head = _lines(headline_text(s), width, style="bold")
@@ -407,7 +406,6 @@ GUIDE = (
 def _gates_line(s: dict[str, Any], head: list[Text]) -> str | None:
     """``G1-kv-space 242 (capacity 242)``: the gates by their ids (the table's and
     ``--gate``'s), when the headline does not already give them."""
-    from .summary import GATE_WORDS
 
     by_gate = {g: n for g, n in (s.get("by_gate") or {}).items() if n}
     said = " ".join(t.plain for t in head)
@@ -437,8 +435,6 @@ def print_lines(lines: list[Text], console: Console) -> None:
 def render_lines(lines: list[Text], *, color: bool) -> bytes:
     """The lines as text with ANSI styles when ``color`` (what the pager shows above the table)."""
     import io
-
-    from ..outputs.console import text_console
 
     buf = io.StringIO()
     print_lines(lines, text_console(buf, width=10_000, color=color))

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import polars as pl
 
+from ..findings import as_dict
+from ..model import VERSION as __version__
 from .rows import SCHEMA_VERSION, event_rows, iso_expr
 
 if TYPE_CHECKING:
@@ -36,7 +38,6 @@ def config_rows(analysis: Analysis) -> list[dict]:
 
 def head(analysis: Analysis) -> dict:
     """The document without its events."""
-    from ..model import VERSION as __version__
 
     return {
         "preemptlog": __version__,
@@ -51,7 +52,6 @@ def _findings(analysis: Analysis) -> dict | None:
     f = getattr(analysis, "findings", None)
     if f is None:
         return None
-    from ..findings import as_dict
 
     return as_dict(f, analysis.tz)
 

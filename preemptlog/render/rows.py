@@ -7,6 +7,11 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import polars as pl
 
+from ..clock.timebase import iso_text, typed_zone
+from ..findings import as_dict
+from ..model.events import public
+from .view import check_columns
+
 if TYPE_CHECKING:
     from ..model.result import Analysis
 
@@ -16,14 +21,12 @@ TIME_COLUMNS = ("time", "interval_start", "interval_end")
 
 
 def iso_expr(col: str, tz: str) -> pl.Expr:
-    from ..clock.timebase import iso_text
 
     return iso_text(pl.col(col), tz).alias(col)
 
 
 def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
     """The public event columns; times as ISO 8601 strings (or typed, in the output zone)."""
-    from ..model.events import public
 
     df = public(analysis.events)
     # The event columns first and unchanged, then the verdict (rules.verdicts.VERDICT_COLUMNS),
@@ -39,15 +42,12 @@ def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
         df = df.join(findings.per_event, on="event_id", how="left", maintain_order="left")
     wanted = getattr(analysis, "columns", None)
     if wanted is not None:  # --columns / the compact default, chosen before any formatter sees the frame
-        from .view import check_columns
-
         if df.height == 0:  # no events, so no verdict or evidence columns: the header stays the same
             df = df.with_columns([pl.lit(None, pl.String).alias(c) for c in wanted if c not in df.columns])
         df = df.select(check_columns(wanted, df.columns))
     cols = []
     schema = df.schema  # built once: per column it cost 20 ms on ~100 columns
     utc = pl.Datetime("us", "UTC")
-    from ..clock.timebase import typed_zone
 
     for c in df.columns:
         if c in TIME_COLUMNS or schema[c] == utc:
@@ -74,7 +74,5 @@ def _findings_metadata(analysis: Analysis) -> dict[str, str] | None:
     if f is None:
         return None
     import json
-
-    from ..findings import as_dict
 
     return {"preemptlog.findings": json.dumps(as_dict(f, analysis.tz), ensure_ascii=False, default=str)}

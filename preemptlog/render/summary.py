@@ -10,8 +10,11 @@ import polars as pl
 from .. import engines as registry  # ``engines`` is a local name here (a cause's engine labels)
 from ..clock.timebase import iso
 from ..events.visibility import count_visibility
+from ..model.config import in_force
 from ..model.requests import incident_requests
 from ..model.result import SUMMARIZER
+from ..rules.verdicts import guide_model
+from .each import split_by_incident
 
 if TYPE_CHECKING:
     from ..model.result import Analysis
@@ -52,7 +55,6 @@ def _repeated_requests(a: Analysis, ev: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def summarize(a: Analysis) -> dict[str, Any]:
-    from ..model.config import in_force
 
     ev = a.events
     tz = a.tz
@@ -210,7 +212,6 @@ def incident_names(a: Analysis) -> list[str] | None:
     """The incidents of a bundle that holds more than one (render/each.py split_by_incident: servers,
     and logs that do not meet in time), by name; None for one incident (or a filtered view: its
     figures are the whole bundle's)."""
-    from .each import split_by_incident
 
     if getattr(a, "filters", None) or len(a.bundle.streams()) < 2:
         return None
@@ -320,8 +321,6 @@ CODE_SENTENCE = {
 
 def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict[str, Any]:
     """The incident's cause in vLLM's terms (the headline's words; ``summary.cause`` in the JSON)."""
-    from ..model.config import in_force
-    from ..rules.verdicts import guide_model
 
     cfg = in_force(a.config)
     gen = (cfg.get("engine") or {}).get("value") if (cfg.get("engine") or {}).get("status") != "default" else None

@@ -16,8 +16,13 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import polars as pl
 
+from ..clock.timebase import zone_info
+from ..engines import others
+from ..events.visibility import count_visibility
 from ..outputs.console import text_console
 from ..outputs.safe import ascii_text, neutralise, text, unicode_ok
+from .pager import page, terminal_size
+from .view import check_columns
 
 if TYPE_CHECKING:
     from ..model.result import Analysis
@@ -203,8 +208,6 @@ def _fit(
 
 def resolve_columns(columns: list[str] | None, wide: bool) -> list[str]:
     if columns:
-        from .view import check_columns
-
         names = []
         for c in columns:
             c = ALIASES.get(c, c)
@@ -227,8 +230,6 @@ def render_table(
     """The table as text (ANSI styles only when ``color``)."""
     from rich import box
     from rich.table import Table
-
-    from ..clock.timebase import zone_info
 
     names = resolve_columns(columns, wide)
     rows = display_rows(analysis)
@@ -333,7 +334,6 @@ def render_table(
         day = days[0] if len(days) == 1 else (f"{days[0]} .. {days[-1]}" if days else "no time")
         where = f"; files under {prefix}" if prefix else ""
         ev = analysis.events
-        from ..engines import others
 
         engine = ""
         for eng in others():  # another engine's events in its words (SGLang's retractions)
@@ -346,8 +346,6 @@ def render_table(
     if rows.height:
         console.print(table)
     else:
-        from ..events.visibility import count_visibility
-
         nv = count_visibility(analysis)
         if nv["count_visible"]:
             console.print(text("no preemption events found"))
@@ -383,7 +381,6 @@ def write_table(
 ) -> None:
     """The table to ``out``: paged on a terminal when it is taller than the screen with ``head``
     above it and ``tail`` below it (pager.page), plain in a pipe."""
-    from .pager import page, terminal_size
 
     size = terminal_size(out)
     color = size is not None and not no_color and not os.environ.get("NO_COLOR")

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..clock.timebase import zone_info
+from ..outputs.safe import ascii_text, unicode_ok
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -71,13 +74,10 @@ def terminal_lines(analysis: Analysis, console: Console) -> list:
     the console is not a terminal."""
     if not console.is_terminal:
         return []
-    from ..outputs.safe import unicode_ok
 
     plain = not unicode_ok()
     lines = timeline_lines(analysis, width=console.width)
     if plain:  # the C locale: ASCII glyphs (one for one, so the styles stay in place)
-        from ..outputs.safe import ascii_text
-
         for line in lines:
             line.plain = ascii_text(line.plain)
     return lines
@@ -124,8 +124,6 @@ def timeline_lines(analysis: Analysis, *, width: int = 100) -> list:
     ``total_num_cumulative_preemption`` with no earlier line, one /metrics reading since the engine
     started) are not drawn at a time they did not happen: one line says how many."""
     from rich.text import Text
-
-    from ..clock.timebase import zone_info
 
     tz = analysis.tz
     ev = analysis.events

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..clock.timebase import zone_info
 from ..errors import UsageError
 from ..model.events import EVENT_KINDS, EVENTS_SCHEMA
 
@@ -160,7 +161,6 @@ def _clock(text: str) -> bool:
 
 
 def _iso(text: str, tz: str) -> datetime | None:
-    from ..clock.timebase import zone_info
 
     try:
         t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -173,8 +173,6 @@ def _iso(text: str, tz: str) -> datetime | None:
 
 def resolve_time(text: str, analysis: Analysis, last: datetime | None) -> datetime:
     """An absolute instant for a --since/--until value (relative ones count back from ``last``)."""
-
-    from ..clock.timebase import zone_info
 
     rel = _relative(text)
     if rel is not None or _clock(text):

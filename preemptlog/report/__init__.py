@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .figure import build_figure
+from .page import page
+from .series import plot_data
+
 if TYPE_CHECKING:
     from ..model.result import Analysis
 
@@ -31,9 +35,6 @@ def plotly_js() -> str:
 
 def figure_html(analysis: Analysis) -> str:
     import plotly.io as pio
-
-    from .figure import build_figure
-    from .series import plot_data
 
     fig = build_figure(plot_data(analysis))
     return pio.to_html(
@@ -73,6 +74,5 @@ NARROW_SCRIPT = """if (600 > window.innerWidth) {
 
 
 def render_html(analysis: Analysis, *, title: str | None = None) -> str:
-    from .page import page
 
     return page(analysis, figure_html(analysis), plotly_js(), title=title)

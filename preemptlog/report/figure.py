@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
+from ..outputs.safe import neutralise
 from .series import ESTIMATED_KINDS, UNDETERMINED, PlotData
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ GAP = 0.035
 
 def esc(value) -> str:
     """Log text for plotly labels: HTML-escaped, control characters made visible, kept short."""
-    from ..outputs.safe import neutralise
 
     s = neutralise("" if value is None else str(value))
     if len(s) > 240:

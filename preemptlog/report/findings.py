@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..findings import as_dict
 from ..model.findings import recompute_words
+from ..render.summary import fix_line
+from .escape import e
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -17,7 +20,6 @@ W, H, PAD = 720, 160, 30
 def _bars(rows: list[dict[str, Any]]) -> str:
     """One bar per minute: tokens recomputed (hatched where only a lower bound is known); the
     tokens processed in that minute as a tick above, when the stats lines give them."""
-    from .escape import e
 
     vals = [r for r in rows if r.get("tokens") is not None or r.get("processed_tokens") is not None]
     if not vals:
@@ -69,9 +71,6 @@ def _bars(rows: list[dict[str, Any]]) -> str:
 
 def section(a: Analysis) -> str:
     """``<section id="findings">`` or empty when the analysis has no findings."""
-    from ..findings import as_dict
-    from ..render.summary import fix_line
-    from .escape import e
 
     f = getattr(a, "findings", None)
     if f is None:

@@ -12,10 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..engines import DEFAULT, find, get, noun
 from ..joiner.schema import evidence_words
+from ..model import VERSION as __version__
 from ..model.events import EVENTS_SCHEMA
+from ..render import iso_expr
+from ..render.summary import fix_line
+from ..rules.verdicts import VERDICT_COLUMNS
 from .escape import e
 from .figure import GATE_COLORS, GATE_ORDER, gate_color
+from .findings import section
 from .series import ESTIMATED_KINDS, UNDETERMINED
 
 if TYPE_CHECKING:
@@ -125,7 +131,6 @@ def page_head(title: str, plotly_js: str) -> list[str]:
 
 
 def page(analysis: Analysis, figure_html: str, plotly_js: str, *, title: str | None = None) -> str:
-    from ..model import VERSION as __version__
 
     s = analysis.summary()
     heading = title or "preemptlog incident report"
@@ -151,14 +156,12 @@ def page(analysis: Analysis, figure_html: str, plotly_js: str, *, title: str | N
 
 
 def _findings_section(analysis: Analysis) -> str:
-    from .findings import section
 
     return section(analysis)
 
 
 def _first_screen(s: dict) -> str:
     """What happened, why and what to change: the headline, counts by gate and sub-kind, ranked fixes."""
-    from ..render.summary import fix_line
 
     cls = "" if s["count_visible"] else ' class="not-visible"'
     out = [f'<section id="verdict"{cls}><p class="headline">{e(s["headline"])}</p>']
@@ -216,8 +219,6 @@ def _tiles(s: dict, a: Analysis) -> str:
     out = ['<section id="overview"><div class="grid">']
     kinds = ", ".join(f"{n} {k}" for k, n in s["by_kind"].items() if n) or "none"
     if s["count_visible"]:
-        from ..engines import DEFAULT, noun
-
         word = noun(s.get("engine_kinds") or {}, 1)
         out.append(
             _tile(
@@ -389,8 +390,6 @@ def _config(s: dict, a: Analysis) -> str:
     out.append("</table></div>")
     cfg = a.config
     if cfg.height > len(s.get("config") or {}):
-        from ..render import iso_expr
-
         rows = cfg.with_columns(iso_expr("time", a.tz)) if cfg.schema.get("time") == pl.Datetime("us", "UTC") else cfg
         out.append(f"<details><summary>Every configuration row ({cfg.height}), with where it was seen</summary>")
         out.append("<table><tr><th>key</th><th>value</th><th>status</th><th>time</th><th>from</th><th>note</th></tr>")
@@ -407,8 +406,6 @@ def _config(s: dict, a: Analysis) -> str:
 
 def _event_frame(a: Analysis) -> pl.DataFrame:
     """Events with their verdicts and ISO times, in time order."""
-    from ..render import iso_expr
-    from ..rules.verdicts import VERDICT_COLUMNS
 
     ev = a.events.select(list(EVENTS_SCHEMA))  # the public event columns
     if a.verdicts is not None and a.verdicts.height and ev.height:
@@ -513,8 +510,6 @@ def _event_card(r: dict) -> str:
     if r.get("mode"):
         facts.append(f"mode {e(r['mode'])}")
     if r.get("engine_kind"):
-        from ..engines import find, get
-
         facts.append((find(r["engine_kind"]) or get(None)).display)
     if r.get("engine"):
         facts.append(f"engine {e(r['engine'])}")

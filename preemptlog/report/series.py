@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..clock.timebase import local_wall
+
 if TYPE_CHECKING:
     from ..model.result import Analysis
 
@@ -58,7 +60,6 @@ MARKER_COLUMNS = [
 
 def wall(col: str, tz: str) -> pl.Expr:
     """A UTC datetime column as wall-clock text in ``tz`` (what the plot's x axis shows)."""
-    from ..clock.timebase import local_wall
 
     return local_wall(pl.col(col), tz).dt.strftime("%Y-%m-%d %H:%M:%S%.3f").alias(col)
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import polars as pl
 
-from ..model.frames import provenance_expr
+from ..joiner import polars_schema
+from ..model.frames import PolarsType, polars_dtype, provenance_expr
 from . import expr as E
 from .model import GATES, Rule, RuleSet
 
@@ -405,8 +406,6 @@ EVENT_TYPES = {
 
 def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
     """A one-row frame with every evidence and event column (null unless given)."""
-    from ..joiner import polars_schema
-    from ..model.frames import PolarsType, polars_dtype
 
     schema: dict[str, PolarsType] = dict(polars_schema())
     for name, t in EVENT_TYPES.items():

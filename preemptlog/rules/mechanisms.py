@@ -28,6 +28,8 @@ from . import expr as E
 if TYPE_CHECKING:
     from .model import RuleSet
 
+from .engine import Compiler, _cite_structs
+from .engine import sample_frame as gate_frame
 from .model import MECH_FIELDS, MECHANISM_EVIDENCE, MECHANISMS, UNKNOWN, MechanismRule
 from .model import build_mechanism as build
 from .model import mechanism_known_names as known_names
@@ -57,7 +59,6 @@ def active(rs: RuleSet) -> list[MechanismRule]:
 
 def flags(frame: pl.DataFrame, rs: RuleSet, rules: list[MechanismRule]) -> pl.DataFrame:
     """``evaluable__<id>`` / ``fired__<id>`` per mechanism rule (nulls count as false)."""
-    from .engine import Compiler
 
     c = Compiler(rs, set(frame.columns))
     cols = []
@@ -87,7 +88,6 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
     """Per row: ``mechanism``, ``mechanism_rule``, ``mechanism_confidence``, ``mechanism_evidence``
     (the cited values with their lines), ``mechanism_missing`` (when unknown: the evidence the
     unevaluable rules lacked, i.e. what would tell)."""
-    from .engine import Compiler, _cite_structs
 
     rules = active(rs)
     df = flags(frame, rs, rules)
@@ -126,7 +126,6 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
 
 
 def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:
-    from .engine import sample_frame as gate_frame
 
     base: pl.DataFrame = gate_frame({k: v for k, v in evidence.items() if k not in MECHANISM_EVIDENCE})
     extra = {k: pl.Series(k, [evidence.get(k)], dtype=getattr(pl, t)) for k, (t, _) in MECHANISM_EVIDENCE.items()}

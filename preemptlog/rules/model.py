@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import engines
 from ..errors import UsageError
+from ..joiner import RENAMED_IN_2, VALUE_COLUMNS
 from . import expr as E
 
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
@@ -165,7 +166,6 @@ class RuleSet:
 
 
 def known_names() -> set[str]:
-    from ..joiner import VALUE_COLUMNS
 
     return set(VALUE_COLUMNS) | EVENT_NAMES | BUNDLE_NAMES
 
@@ -350,8 +350,6 @@ def validate(rs: RuleSet) -> None:
             _check_expr(f"{where} upstream_when", r.upstream_when, names_ok, rs)
         for n in r.requires + r.requires_any + r.assumption_sensitive:
             if n not in names_ok:
-                from ..joiner import RENAMED_IN_2
-
                 hint = f"renamed to {RENAMED_IN_2[n]!r} in output schema 2" if n in RENAMED_IN_2 else None
                 raise RulesError(f"{where}: requires unknown evidence {n!r}", hint=hint)
         for i, s in enumerate(r.samples):
@@ -370,8 +368,6 @@ def _check_expr(where: str, text: str, names_ok: set[str], rs: RuleSet) -> None:
     used, thr = E.names(node)
     bad = sorted(used - names_ok)
     if bad:
-        from ..joiner import RENAMED_IN_2
-
         renamed = [f"{b} is now {RENAMED_IN_2[b]}" for b in bad if b in RENAMED_IN_2]
         hint = (
             ("renamed in output schema 2 (evidence named by its source): " + ", ".join(renamed))

@@ -14,8 +14,8 @@ import polars as pl
 
 from .. import engines
 from ..model.frames import PolarsType
-from .engine import ENGINE_COLUMNS, evaluate
-from .factors import factors
+from .engine import ENGINE_COLUMNS, evaluate, fired_rules, used_names
+from .factors import FACTOR_INPUTS, factors
 from .model import RuleSet
 
 if TYPE_CHECKING:
@@ -120,8 +120,6 @@ def verdicts(analysis: AnalysisView, rs: RuleSet) -> pl.DataFrame:
     # A verdict depends only on the event's inputs, not on its id: evaluate each distinct
     # combination once (200 k reconstructed events of one counter jump are one row), then
     # give every event its group's verdict. Exact: grouping compares values, not hashes.
-    from .engine import used_names
-    from .factors import FACTOR_INPUTS
 
     used = used_names(rs, FACTOR_INPUTS)
     inputs = [
@@ -155,7 +153,6 @@ DECIDING_STEPS = ("lookback_short_step", "pool_short_step", "lookback_variance_s
 
 def decided_by(analysis: AnalysisView, event_id: str, event: dict[str, Any]) -> list[dict[str, Any]]:
     """For each fired gate: the rule, the scheduler step(s) or the interval, and the lines that decided it."""
-    from .engine import fired_rules
 
     if analysis.ruleset is None:
         return []

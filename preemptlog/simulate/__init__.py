@@ -13,12 +13,12 @@ analysis): the truth comes from the model's own state.
 
 from __future__ import annotations
 
+from . import bundle
+
 __all__ = ["Options", "simulate"]
 
 
 def __getattr__(name):
     if name in ("simulate", "Options"):
-        from . import bundle
-
         return getattr(bundle, name)
     raise AttributeError(name)

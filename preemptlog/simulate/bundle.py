@@ -26,9 +26,11 @@ from pathlib import Path
 
 from ..model import VERSION as __version__
 from . import families as F
+from .large import write_large
 from .model import Params, Sim
 from .options import DEFAULT_START, SimulateError, check_zone, coerce, parse_start
 from .scenarios import SCENARIOS, Scenario
+from .writers import BundleSink, Output
 
 BUNDLE_FILES = ("vllm.log", "executor.log", "blocktable.jsonl", "dmon.txt", "truth.jsonl", "scenario.json")
 
@@ -164,15 +166,12 @@ def simulate(opts: Options) -> dict:
         if k not in ("dmon", "executor", "blocktable"):
             raise SimulateError(f"--skew {k}=...: sources are dmon, executor, blocktable")
     if sc.kind == "large":
-        from .large import write_large
-
         prepare_dir(opts.out, opts.force)
         return write_large(sc, opts, fam, start)
     p = build_params(sc, opts)
     spec_out = dict(sc.spec()["output"])
     skews = {**spec_out.pop("skews", {}), **opts.skews}
     prepare_dir(opts.out, opts.force)
-    from .writers import BundleSink, Output
 
     output = Output(
         family=fam,

@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from ..analysis import AnalyzeOptions, analyze
 from ..errors import InputError
 
 GATES = ("G1-kv-space", "G2-batch-variance", "G3-queue-overflow", "G4-prefix-conflict")
@@ -74,7 +75,6 @@ class BundleScore:
 
 
 def score_bundle(path: str, *, rules_files: list[str] | None = None, sets: list[str] | None = None) -> BundleScore:
-    from ..analysis import AnalyzeOptions, analyze
 
     root = Path(path)
     scen_path, truth_path = root / "scenario.json", root / "truth.jsonl"

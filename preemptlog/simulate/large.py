@@ -33,6 +33,9 @@ from pathlib import Path
 from ..model import VERSION as __version__
 from . import families as F
 from .model import Params, sample_len
+from .options import SimulateError, coerce
+from .startup import Startup
+from .writers import WORDS
 
 CHUNK = 8 << 20
 _REQ = {"kind": "request"}
@@ -139,7 +142,6 @@ class _Out:
 
 
 def write_large(sc, opts, fam: F.Family, start: datetime) -> dict:
-    from .options import SimulateError, coerce
 
     lp = LargeParams()
     for k, v in sc.spec()["params"].items():
@@ -178,8 +180,6 @@ def write_large(sc, opts, fam: F.Family, start: datetime) -> dict:
 def _stream(
     out: _Out, sc, opts, fam: F.Family, lp: LargeParams, p: Params, rng, clock, hdr, out_dir: Path, size: int
 ) -> dict:
-    from .startup import Startup
-    from .writers import WORDS
 
     v1 = fam.engine == "V1"
     base_pid = 1000 + rng.randrange(60000)

@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..clock.timebase import Assumption, localize
+from ..inputs.textio import scan_lines
 from ..model.frames import PolarsType
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
@@ -277,7 +279,6 @@ def _coerce(v: Any, dtype: PolarsType) -> Any:
 
 def read_file(path: str) -> tuple[pl.DataFrame, int]:
     """Decode one JSONL file: (rows with the record fields and ``n``, bad line count)."""
-    from ..inputs.textio import scan_lines
 
     dtype = _record_dtype()
     lf = scan_lines(path).filter(pl.col("line").str.strip_chars() != "")
@@ -415,7 +416,6 @@ class BlockTableParsed:
         return out  # type: ignore[return-value]  # polars scalars are typed as every literal
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        from ..clock.timebase import Assumption, localize
 
         out = SourceOutput()
         steps, tables, events, requests, config = [], [], [], [], []

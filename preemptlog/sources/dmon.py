@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..clock.timebase import Assumption, localize, zone_info
+from ..inputs import reflow
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
@@ -148,7 +150,6 @@ class _FileData:
 
 def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
-    from ..inputs import reflow
 
     # Quoted (> ), fenced or indented captures read like plain ones (reflow.py);
     # an author's elision line (..., …) between samples is no sample.
@@ -245,7 +246,6 @@ class DmonParsed:
         return out
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        from ..clock.timebase import localize
 
         out = SourceOutput()
         frames = []
@@ -295,7 +295,6 @@ class DmonParsed:
 
 def _date_for_time_only(df: pl.DataFrame, ctx: TimeContext, display: str) -> tuple[pl.DataFrame, Assumption | None]:
     """Give a time-only capture its dates. Returns (frame with time, Assumption | None)."""
-    from ..clock.timebase import Assumption, localize, zone_info
 
     secs = (
         pl.col("_time").str.slice(0, 2).cast(pl.Int64, strict=False) * 3600

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..inputs.textio import scan_lines
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
@@ -83,7 +84,6 @@ def _count_list(inner: pl.Expr) -> pl.Expr:
 
 def read_file(path: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """One row per batch line: ts, dp_rank, per-type event and block counts, n."""
-    from ..inputs.textio import scan_lines
 
     lf = scan_lines(path).filter(pl.col("line").str.strip_chars() != "")
     line = pl.col("line")

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..inputs.textio import scan_lines
+from .vllm_log import ANSI_RE, FALLBACK_TS_RE, FULL_TS_RE, RECORD_SCHEMA, VLLM_HEADER_RE
+
 KIND = "time_only"
 HEAD = 200
 # Cheap "has a timestamp" test on a line's head: a vLLM header date, an ISO / RFC 3339
@@ -42,8 +45,6 @@ def time_lines(path: str, file_id: int, records: pl.DataFrame) -> pl.DataFrame |
     ``records`` are the file's records (columns n, mo, fdate, fb). Returns None
     when none of them is untimed.
     """
-    from ..inputs.textio import scan_lines
-    from .vllm_log import ANSI_RE, FALLBACK_TS_RE, FULL_TS_RE, RECORD_SCHEMA, VLLM_HEADER_RE
 
     per_line = records.group_by("n").agg(untimed(records).all().alias("_u"))
     if "n_last" in records.columns:

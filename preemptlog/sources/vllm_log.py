@@ -67,8 +67,10 @@ from typing import Any
 
 import polars as pl
 
+from ..inputs import reflow
+from ..inputs.textio import split_cr
 from . import fastscan
-from .registry import SourceKind, register, register_samples
+from .registry import SourceKind, families, register, register_samples
 
 KIND = "vllm-log"
 
@@ -206,14 +208,12 @@ RECORD_SCHEMA = {
 
 
 def all_markers() -> list[tuple[str, str]]:
-    from .registry import families
 
     extra = [m for fam in families().values() for m in fam.markers]
     return MARKERS + EXTRA_MARKERS + extra
 
 
 def all_verify() -> dict[str, str]:
-    from .registry import families
 
     out = dict(VERIFY)
     for fam in families().values():
@@ -294,7 +294,6 @@ def scan(path: str, file_id: int, wraps: bool = True) -> pl.LazyFrame:
     when it is built: the same records, this query running only on the lines it leaves
     (:func:`compiled`); ``PREEMPTLOG_SCANNER=polars`` keeps this query for every line.
     """
-    from ..inputs import reflow
 
     fast = compiled(path, file_id, wraps)
     if fast is not None:
@@ -304,7 +303,6 @@ def scan(path: str, file_id: int, wraps: bool = True) -> pl.LazyFrame:
 
 def scan_frame(lines: pl.LazyFrame, file_id: int) -> pl.LazyFrame:
     """The polars pass on an ``(n, line)`` frame (textio.scan_lines' schema): :func:`scan`'s query."""
-    from ..inputs.textio import split_cr
 
     markers = all_markers()
     literals = list(dict.fromkeys(m for m, _ in markers))

@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engines import replayed
 from ..errors import UsageError
+from ..model.config import in_force
 from . import engine_model
-from .engine_vllm import version_env
+from .engine_vllm import replay_vllm, replay_vllm_many, version_env
 from .metrics import StepTime, calibration, figures, observed_count, step_time
 from .workload import (
     VERSIONED,
+    NoWorkload,
     Observed,
     ReplayConfig,
     Workload,
@@ -144,7 +147,6 @@ def run_one(
         return engine_model.replay(
             workload, cfg, st.clock(), arrivals=arrivals, deadline_s=deadline_s, hash_block=hash_block
         )
-    from .engine_vllm import replay_vllm
 
     return replay_vllm(workload, cfg, st, arrivals=arrivals, python=vllm_python, hash_block_size=hash_block)
 
@@ -153,7 +155,6 @@ def refusal(workload: Workload, cfg: ReplayConfig) -> str | None:
     """``vLLM would not start: ...`` when vLLM 0.32's own start-up checks refuse ``cfg``
     (vllm.config.startup_refusals), else None. Without a max_model_len the longest request of the
     workload is the length checked: a server that served it had at least that."""
-    from ..engines import replayed
 
     startup_refusals = replayed().startup_refusals  # the start-up checks of the engine the what-if models
     assert startup_refusals is not None
@@ -216,8 +217,6 @@ def whatif(
     )
     cfgs = [obs.config] + [c for (_, c, _), why in zip(asked, refused, strict=True) if why is None]
     if engine == "vllm":
-        from .engine_vllm import replay_vllm_many
-
         traces = replay_vllm_many(wl, cfgs, st, arrivals=arr, python=vllm_python, hash_block_size=obs.config.block_size)
     else:
         hb = obs.config.block_size  # the block size the recorded block hashes were computed with
@@ -261,15 +260,12 @@ def whatif(
 def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workload, Observed, StepTime]:
     from dataclasses import replace
 
-    from .workload import NoWorkload
-
     wl = build_workload(analysis)
     try:
         obs = observed_config(analysis)
     except NoWorkload:
         if "num_gpu_blocks" not in base_sets:
             raise
-        from ..model.config import in_force
 
         bs = in_force(analysis.config).get("block_size", {}).get("value") or 16
         obs = Observed(

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..events.visibility import count_visibility
 from .engine_model import StepClock, Trace
 
 if TYPE_CHECKING:
@@ -307,7 +308,6 @@ def observed_count(analysis: Analysis) -> tuple[int | None, str]:
         n = bt.filter(pl.col("action") == "preempt").height
         if n:
             return n, "block-table preempt records"
-    from ..events.visibility import count_visibility
 
     vis = count_visibility(analysis)
     if not vis["count_visible"]:

@@ -30,7 +30,10 @@ import polars as pl
 
 from ..errors import PreemptlogError
 from ..model.requests import stats_of
-from .workload import SETTINGS, parse_value
+from . import engine_model
+from .core import refusal
+from .metrics import calibration, figures, observed_count, step_time
+from .workload import SETTINGS, apply_settings, build_workload, observed_config, parse_value, version_refusal
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView as Analysis
@@ -76,9 +79,6 @@ def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is analysis.requests and hit[1] is analysis.config:
         return hit[2]
-    from . import engine_model
-    from .metrics import calibration, figures, observed_count, step_time
-    from .workload import build_workload, observed_config
 
     try:
         wl = build_workload(analysis)
@@ -141,10 +141,6 @@ def verify_fixes(analysis: Analysis, fixes: list[dict[str, Any]]) -> tuple[list[
     base = _baseline(analysis)
     if base is None:
         return fixes, []
-    from . import engine_model
-    from .core import refusal
-    from .metrics import figures
-    from .workload import apply_settings, version_refusal
 
     wl, obs, st, arr, f0, cal = base
     import time

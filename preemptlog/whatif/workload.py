@@ -32,6 +32,7 @@ import polars as pl
 from .. import engines
 from ..engines import ReplayVersions, SchedulerVersion
 from ..errors import ExitCode, PreemptlogError, UsageError
+from ..model.config import in_force
 from ..model.requests import stats_of
 
 if TYPE_CHECKING:
@@ -433,7 +434,6 @@ _MEM_KEYS = {"kv_gib": "kv_cache_memory_gib", "weights_gib": "model_weights_gib"
 def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
     """Memory figures of the log (the config rows of vllm/config.py: 'Available KV cache memory',
     'Model loading took', the V0 profiling line), each with its file:line."""
-    from ..model.config import in_force
 
     cfg = in_force(analysis.config)
     out: dict[str, tuple[float, str]] = {}
@@ -450,7 +450,6 @@ def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
 
 def observed_config(analysis: Analysis) -> Observed:
     """The replay configuration the incident ran with (num_gpu_blocks must be known)."""
-    from ..model.config import in_force
 
     cfg = in_force(analysis.config)
     prov: dict[str, str] = {}

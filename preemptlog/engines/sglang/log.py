@@ -50,7 +50,10 @@ from typing import Any
 
 import polars as pl
 
+from ...model.events import capped_count
 from ...model.frames import polars_schema
+from ...model.schemas import CONFIG_SCHEMA, STATS_SCHEMA
+from ..common import arg_pattern as _arg
 from ..registry import ServerStart
 
 ENGINE_KIND = "sglang"
@@ -294,7 +297,6 @@ def events(ret: pl.DataFrame) -> pl.DataFrame:
     names none); ids ``<file>:<line>`` for the first, ``<file>:<line>~q<k>`` for the k-th of the
     line's N; ``cumulative``: requests retracted so far by the engine (DP rank) in the stream.
     """
-    from ...model.events import capped_count
 
     r = ret.filter(pl.col("retracted") > 0)
     if r.height == 0:
@@ -379,7 +381,6 @@ def stats_rows(b: pl.DataFrame) -> pl.DataFrame:
     """Batch lines as rows of the stats frame (vllm/stats.py STATS_SCHEMA, family ``sglang``):
     running = #running-req, waiting = #queue-req, kv_usage = token usage in percent, gen_tput
     (decode lines), prompt_tput (prefill lines' input throughput, 0.5.x)."""
-    from ...model.schemas import STATS_SCHEMA
 
     s = b.select(
         "time",
@@ -456,8 +457,6 @@ _NOTES = {
 def config_rows(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     """Configuration rows (vllm/config.py CONFIG_SCHEMA) from the start-up, KV-pool, weight-loading
     and server_args lines, and the derived engine kind, version family and hybrid pool."""
-    from ...model.schemas import CONFIG_SCHEMA
-    from ..common import arg_pattern as _arg
 
     schema = polars_schema(CONFIG_SCHEMA)
     parts = []
@@ -505,7 +504,6 @@ def config_rows(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl
 
 
 def _derived(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
-    from ...model.schemas import CONFIG_SCHEMA
 
     rows: list[dict[str, Any]] = []
 

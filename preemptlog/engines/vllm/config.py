@@ -23,7 +23,8 @@ import polars as pl
 from ...model.config import in_force as in_force  # re-exported (moved to model/config.py)
 from ...model.config import version_tuple as _version_tuple
 from ..common import arg_pattern as _arg
-from ..registry import ReplaySetting, ReplayVersions, SchedulerVersion
+from ..registry import ReplaySetting, ReplayVersions, SchedulerVersion, shown
+from .runs import record_runs
 from .stats import RUST_FAMILY, V1_STATS_FAMILIES
 
 # (record kind, key, regex with one group)
@@ -170,7 +171,6 @@ def parse(
     records: pl.DataFrame, stats: pl.DataFrame | None = None, extra: list[pl.DataFrame] | None = None
 ) -> pl.DataFrame:
     """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults."""
-    from .runs import record_runs
 
     cfg = records.filter(pl.col("kind").str.starts_with("cfg_"))
     # Each value belongs to the server run of its line (a restart resets the configuration).
@@ -263,7 +263,6 @@ def defaults_for(records: pl.DataFrame, seen: pl.DataFrame) -> list[tuple[str, s
     """The defaults of the engines the bundle shows (registry.shown: vLLM's unless every log line is
     another engine's, so an SGLang-only bundle is not given vLLM's block_size or max_num_seqs; an
     engine with record kinds of its own where its lines are in the bundle), in registration order."""
-    from ..registry import shown
 
     return [row for e in shown(records, seen) for row in e.defaults(seen)]
 

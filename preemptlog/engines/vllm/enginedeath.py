@@ -22,6 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from ...clock.timebase import iso
+from ...model.frames import polars_schema
 from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
 
 KILLED, DEAD, DIED = "engine_killed", "engine_dead", "engine_died"
@@ -51,8 +53,6 @@ DEATHS_SCHEMA = {
 
 
 def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
-    from ...clock.timebase import iso
-    from ...model.frames import polars_schema
 
     out = SourceOutput()
     kinds = [k for _, k in MARKERS]

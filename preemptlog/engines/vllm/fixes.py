@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...model.config import in_force
 from ...model.fixes import fix_record
 from ...model.requests import incident_requests
 from ..common import G1_KEYS, FixPart, is_change, verdict_key_counts
@@ -56,7 +57,6 @@ class Measured:
 
 
 def _cfg(analysis: AnalysisView) -> dict[str, dict[str, Any]]:
-    from ...model.config import in_force
 
     return in_force(analysis.config)
 
@@ -861,7 +861,6 @@ def held_levers(
       log pins the pool (up to the blocks the memory profile found), else ``--gpu-memory-utilization``
       (``x`` the same ratio, an upper bound: only the KV share must grow; offered up to 0.98).
     """
-    from ...model.fixes import fix_record
 
     out: list[dict[str, Any]] = []
     dropped: list[dict[str, str]] = []
@@ -1049,7 +1048,6 @@ def _policy_fixes(a: AnalysisView) -> list[dict[str, Any]]:
     """Under ``--scheduling-policy priority`` seen in the log, the policy itself is a lever for the
     preemptions it makes (V0's _schedule_priority_preemption: G3): ``fcfs`` makes a higher-priority
     request wait instead of preempting running ones."""
-    from ...model.fixes import fix_record
 
     row = _cfg(a).get("scheduling_policy")
     if row is None or row.get("status") == "default" or str(row.get("value")).strip("'\"") != "priority":

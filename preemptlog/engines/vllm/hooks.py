@@ -51,9 +51,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...model.frames import polars_schema as _polars_schema
 from ...sources.blocktable import BT_TEXT_SCHEMA
 from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
 from ...sources.vllm_log import engine_of_proc
+from .preemptions import marker_events
 
 if TYPE_CHECKING:
     from ...model.frames import Schema
@@ -122,7 +124,6 @@ HOOK_BATCH_SCHEMA = {
 
 
 def polars_schema(schema: dict[str, str]) -> Schema:
-    from ...model.frames import polars_schema as _polars_schema
 
     return _polars_schema(schema)
 
@@ -138,7 +139,6 @@ def _with_time_upper(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _marker_events(rows: pl.DataFrame) -> list[pl.DataFrame]:
     """Family lines that also carry the word PREEMPTED are marker events too."""
-    from .preemptions import marker_events
 
     pre = rows.filter(pl.col("text").str.contains(PREEMPTED_RE))
     if pre.height == 0:

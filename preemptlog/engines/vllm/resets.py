@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from ...model.frames import polars_schema
 from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
 from ...sources.vllm_log import engine_of_proc
 
@@ -32,7 +33,6 @@ RESETS_SCHEMA = {
 
 
 def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
-    from ...model.frames import polars_schema
 
     out = SourceOutput()
     rows = records.filter(pl.col("kind") == KIND) if records.height else records

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ...model.frames import polars_schema
 from ..registry import ServerStart
 from .preemptions import START_RE
 
@@ -47,7 +48,6 @@ def record_runs(records: pl.DataFrame) -> pl.DataFrame:
 
 def runs_table(records: pl.DataFrame) -> pl.DataFrame:
     """One row per server run (RUNS_SCHEMA)."""
-    from ...model.frames import polars_schema
 
     schema = polars_schema(RUNS_SCHEMA)
     if records.height == 0 or not set(records.columns) >= NEEDS:

@@ -25,6 +25,8 @@ from typing import Any
 
 import polars as pl
 
+from ...clock.timebase import iso
+from ...model.frames import polars_schema
 from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
 
 TRACEBACK, FRAME, EXCEPTION, FATAL, PRIORITY = (
@@ -82,7 +84,6 @@ def _vllm_file(path: str) -> str | None:
 def crashes(records: pl.DataFrame) -> pl.DataFrame:
     """The crashes of the log (``CRASHES_SCHEMA``): each exception line that ends a traceback, and each
     fatal-error line without one, with the deepest vLLM frame before it."""
-    from ...model.frames import polars_schema
 
     kinds = [TRACEBACK, FRAME, EXCEPTION, FATAL]
     r = records.filter(pl.col("kind").is_in(kinds)) if records.height else records
@@ -153,8 +154,6 @@ def crashes(records: pl.DataFrame) -> pl.DataFrame:
 
 
 def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
-    from ...clock.timebase import iso
-    from ...model.frames import polars_schema
 
     out = SourceOutput()
     if records.height == 0:

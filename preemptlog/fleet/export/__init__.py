@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ...errors import ExitCode, PreemptlogError
+from ...model.result import AnalyzeOptions
+from .. import dataset, schema
+from ..inputs import expand
+from ..work import analyse_bundle
 
 if TYPE_CHECKING:
     from ...model.result import AnalyzeOptions
@@ -38,7 +42,6 @@ class BundleFailed(PreemptlogError):
 
 
 def is_dataset(path: str) -> bool:
-    from .. import dataset, schema
 
     return os.path.isdir(path) and (
         os.path.exists(os.path.join(path, schema.MARKER)) or bool(dataset.files(path, "incidents"))
@@ -47,13 +50,9 @@ def is_dataset(path: str) -> bool:
 
 def load(source: str, options: AnalyzeOptions | None = None) -> Tables:
     """The events and incidents rows of a fleet dataset, or of one bundle analysed now."""
-    from .. import dataset
 
     if is_dataset(source):
         return Tables(dataset.scan(source, "events").collect(), dataset.scan(source, "incidents").collect())
-    from ...model.result import AnalyzeOptions
-    from ..inputs import expand
-    from ..work import analyse_bundle
 
     path = expand([source])[0]
     r = analyse_bundle(path, options or AnalyzeOptions())

@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from ...errors import UsageError
 from ..rows import cause_of
 
 LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -141,7 +142,6 @@ def _minus(t: datetime, seconds: int) -> datetime:
 
 
 def parse_labels(items: list[str] | None) -> dict[str, str]:
-    from ...errors import UsageError
 
     out: dict[str, str] = {}
     for item in items or []:

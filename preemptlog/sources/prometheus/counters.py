@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...model.events import capped_count, spread_interval
+from ...model.frames import polars_schema
+from ...model.schemas import CONFIG_SCHEMA
 from .names import (
     CONFIG_LABELS,
     CONFIG_SKIP_LABELS,
@@ -87,7 +90,6 @@ PROM_PREEMPTIONS_SCHEMA = {
 
 
 def _dtypes(schema: dict[str, str]) -> Schema:
-    from ...model.frames import polars_schema
 
     return polars_schema(schema)
 
@@ -294,12 +296,10 @@ def counter_events(pairs: pl.DataFrame) -> pl.DataFrame:
     is unknown); ids ``<source>:<line>~i<k>`` (``<source>:<line>:<col>~i<k>`` for
     JSON answers); ``cumulative`` is the counter value after the k-th one.
     """
-    from ...model.events import spread_interval
 
     p = pairs.filter(pl.col("increase") > 0)
     if p.height == 0:
         return p
-    from ...model.events import capped_count
 
     p = p.with_columns(_k=pl.int_ranges(1, capped_count(pl.col("increase")) + 1, dtype=pl.Int64)).explode("_k")
     where = pl.concat_str(
@@ -385,7 +385,6 @@ def _series(samples: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
 
 
 def _config_rows(samples: pl.DataFrame) -> pl.DataFrame:
-    from ...model.schemas import CONFIG_SCHEMA
 
     info = samples.filter(pl.col("field") == "cache_config").sort("time", "source", "n", nulls_last=True)
     rows = []

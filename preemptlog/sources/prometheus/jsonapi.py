@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...inputs.textio import read_head
 from .names import _FileData, _sample_schema, _ts_to_us, canonical_name, created, metrics
 from .text import _read_text
 
@@ -238,7 +239,6 @@ def _float_or_none(x: Any) -> float | None:
 
 
 def _is_json(f: InputFile) -> bool:
-    from ...inputs.textio import read_head
 
     try:
         head = read_head(f.path, 4096).decode("utf-8", "replace").lstrip()

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ...clock.timebase import Assumption, zone_info
+from ..registry import SourceOutput
 from .counters import _empty_frames, _facts
 from .names import PLACED, PromFiles, _ts_to_us, created
 
@@ -85,7 +87,6 @@ def _name_time(name: str) -> tuple[datetime | None, bool, str | None]:
 
 
 def _to_utc(dt: datetime, has_zone: bool, tz: str) -> datetime:
-    from ...clock.timebase import zone_info
 
     if has_zone:
         return dt.astimezone(UTC)
@@ -95,8 +96,6 @@ def _to_utc(dt: datetime, has_zone: bool, tz: str) -> datetime:
 def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
     """Each file's samples with their scrape times, on the file's own clock: frame ``prom_placed``
     (the pipeline moves its clock, per file, before :func:`_combine`)."""
-    from ...clock.timebase import Assumption
-    from ..registry import SourceOutput
 
     out = SourceOutput()
     frames = []

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ...inputs import reflow
 from .names import (
     _canonical_expr,
     _FileData,
@@ -67,7 +68,6 @@ BARE_TIME_RE = (
 
 
 def _parse_text(f: InputFile) -> _FileData:
-    from ...inputs import reflow
 
     known = list(metrics()) + list(created())
     sample_re_, meta_re_ = sample_re(), meta_re()
