@@ -7,7 +7,7 @@ scored twice: its *verdict* (gate, sub-kind and rule; the gates that must not fi
 mechanism) and *all* its expectations (also the deciding step and lines, the factors, the
 engine, the evidence values and their lines, the configuration and its status). Prints a
 markdown section; ``--append FILE`` adds it to FILE; ``--json`` prints the counts.
-tests/test_guide_world.py asserts the same expectations one by one (:func:`check`).
+tests/campaigns/test_guide_world.py asserts the same expectations one by one (:func:`check`).
 
     python bench/accuracy_guide_world.py [--append docs/accuracy.md] [--json]
 """

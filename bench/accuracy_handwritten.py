@@ -3,7 +3,7 @@
 Each scenario is one rule of evidence (issue 13) written by hand in seven vLLM header
 families; every event's expected gate and G1 sub-kind are in truth.json. Prints a
 markdown section (per scenario, per family); ``--append FILE`` adds it to FILE.
-tests/test_evidence_rules.py asserts the same truth event by event.
+tests/rules/test_evidence_rules.py asserts the same truth event by event.
 
     python bench/accuracy_handwritten.py [--append docs/accuracy.md]
 """

@@ -15,7 +15,7 @@
    with both passes (``vllm_log.read`` compiled and ``PREEMPTLOG_SCANNER=polars``): any difference
    fails the run and the input is written next to the crashes.
 
-Exit status 0: no crash, no leak, every input identical. tests/test_fastscan_fuzz.py runs it (a slow
+Exit status 0: no crash, no leak, every input identical. tests/sources/test_fastscan_fuzz.py runs it (a slow
 test, so CI runs it); ``PREEMPTLOG_FUZZ_SECONDS`` sets the campaign's length there.
 """
 

@@ -1,7 +1,7 @@
 """Write the README's demo block: what ``preemptlog analyze fixtures/demo`` prints, as it prints it today.
 
     python ci/gen_readme_demo.py            # rewrite the block in README.md
-    python ci/gen_readme_demo.py --check    # exit 1 when the block is stale (tests/test_readme.py checks it)
+    python ci/gen_readme_demo.py --check    # exit 1 when the block is stale (tests/house/test_readme.py checks it)
 
 The block is the summary ``preemptlog analyze fixtures/demo --tz UTC -f json -o /dev/null`` writes
 on standard error (a pipe: 80 columns, no colour), run from the checkout with no PREEMPTLOG_*

@@ -2,7 +2,7 @@
 
 The library imports polars and pyarrow at module top; only the CLI edge (cli.py, commands/,
 render/__init__.py, the package __init__) and the capture plugin (it runs inside vLLM) stay
-lazy, so ``preemptlog --help`` loads neither (tests/test_architecture.py checks it).
+lazy, so ``preemptlog --help`` loads neither (tests/house/test_architecture.py checks it).
 Idempotent: run it again after merging a branch that added in-function imports.
 
     python ci/hoist_imports.py [--keep-bodies FILE ...]

@@ -23,8 +23,8 @@ released wheels, /work/shared/domain/vllm-capture.md "Hook points by version"):
   ``KVCacheManager.watermark_blocks`` from 0.24.
 
 Verified versions (``SUPPORTED``): each range was run on that version's real scheduler and its
-records compared with the scheduler's own preemptions and resumes (tests/test_capture_vllm.py on
-0.32.0, tests/test_capture_vllm034.py on 0.34.0; 0.33.0 with the same test, run by hand). Another
+records compared with the scheduler's own preemptions and resumes (tests/capture/test_capture_vllm.py on
+0.32.0, tests/capture/test_capture_vllm034.py on 0.34.0; 0.33.0 with the same test, run by hand). Another
 version is recorded anyway where its hooks exist (an operator on a newer vLLM gets evidence,
 flagged): one warning in vLLM's log, and the first record of each file says ``"unverified": true``
 beside ``"vllm_version"`` (every file's first record names the version).
@@ -1171,7 +1171,7 @@ def fix_stats(cls: type, log: logging.Logger | None = None) -> bool:
 def install_stats_fix(version: str, *, log: logging.Logger) -> bool:
     v = parse_version(version)[:2]
     # 0.33's and 0.34's LoggingStatLogger are 0.32's but for the f-string of log_prefix: the reset
-    # before the test is still there (tests/test_capture_vllm034.py checks the fix on 0.34.0).
+    # before the test is still there (tests/capture/test_capture_vllm034.py checks the fix on 0.34.0).
     if len(v) < 2 or not (0, 11) <= v <= SUPPORTED[1]:
         log.warning(
             "preemptlog: PREEMPTLOG_FIX_STATS: vLLM %s is not a version this plugin knows; not applied",

@@ -150,12 +150,6 @@ def analyze(
                 )
             with progress(quiet, no_color):
                 full = run(paths, options, workspace=ws)
-            if verbose and not quiet:  # which log pass read the logs (issue 36)
-                from ..sources import fastscan, vllm_log
-
-                stderr_console(no_color).print(
-                    f"log pass: {fastscan.status(vllm_log.fast_spec())}", markup=False, highlight=False
-                )
             result = apply_filters(full, filters)
             data = with_columns(result, output_columns(fmt.value, wanted, wide))
             console = stderr_console(no_color) if not quiet else None
@@ -165,6 +159,11 @@ def analyze(
                 if console
                 else ([], [])
             )
+            if verbose and console is not None:  # which log pass read the logs (issue 36): after the answer
+                from ..render.human import _lines
+                from ..sources import fastscan, vllm_log
+
+                rest += _lines(f"log pass: {fastscan.status(vllm_log.fast_spec())}", summary_width(console), indent=2)
             # On a terminal the answer comes first: above the table (at the top of the paged text).
             first = (
                 not quiet

@@ -12,7 +12,7 @@ The field guide's four gates describe a patched scheduler; a gate no row of an e
 cannot trigger a preemption in that engine's upstream code (``not_in_upstream``).
 
 Rows are data (no logic per row); :func:`applicable` picks the rows that hold for an engine,
-generation, version and policy; tests/test_engine_facts.py checks the table's shape.
+generation, version and policy; tests/engines/test_engine_facts.py checks the table's shape.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ class Engine:
     """A serving engine: its words, its names in every input, and what it contributes to each stage.
 
     Optional contributions (``None``) are the ones an engine may not have; the rest every engine
-    fills (tests/test_engines_registry.py)."""
+    fills (tests/engines/test_engines_registry.py)."""
 
     name: str  # the ``engine_kind`` value
     display: str  # how prose names it ("vLLM")

@@ -15,7 +15,7 @@ events x rows (issue 36: 10 231 markers x one pressure interval citing its 19 36
   first four cited are gathered by row number; only when the records are not in time order are
   the rows inside the spans listed (still no more than the spans hold).
 
-The results are those of the cross joins they replace, row for row (tests/test_joiner_spans.py).
+The results are those of the cross joins they replace, row for row (tests/joiner/test_joiner_spans.py).
 """
 
 from __future__ import annotations

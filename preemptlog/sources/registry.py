@@ -96,7 +96,7 @@ class Sample:
 
     ``text`` is a line (a whole file for dmon); ``expect`` is what the module's own sample test
     checks (the fields of the row it makes: a dict; dmon: one dict per row). A sample marked
-    ``_bad`` or ``_dropped`` is one the source must flag or skip. tests/test_samples.py runs
+    ``_bad`` or ``_dropped`` is one the source must flag or skip. tests/sources/test_samples.py runs
     every registered sample; each module's tests check ``expect`` field by field.
     """
 

@@ -21,7 +21,7 @@ Line shapes recognised in front of the message (any combination):
   RFC 3339 prefix above; :data:`TRACING_LINE_RE` sniffs such a log);
 - other leading date shapes go to python-dateutil (see timebase.py).
 
-Records schema (dtypes declared in :data:`RECORD_SCHEMA`; tests/test_record_schema.py checks
+Records schema (dtypes declared in :data:`RECORD_SCHEMA`; tests/sources/test_record_schema.py checks
 that every column of the records frame has its line here). One line per column: name, dtype,
 meaning. Header fields are the raw text of the line's time, read into ``time`` by timebase.py.
 

@@ -15,7 +15,7 @@ One :class:`StormTracker` per server reads that server's successive :class:`Read
   increase from 0 (a storm of its own, opened at once).
 
 Nothing here reads a clock, a file or the network: readings and times come in, transitions go
-out, so the machine is tested on its own (tests/test_watch.py).
+out, so the machine is tested on its own (tests/watch/test_watch.py).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ register(
 register_family(RecordFamily(name=KIND, markers=MARKERS, from_records=from_records, verify=VERIFY))
 
 
-# Sample lines (tests/test_samples.py reads each alone; test_sglang.py checks the rest). C: built
+# Sample lines (tests/sources/test_samples.py reads each alone; test_sglang.py checks the rest). C: built
 # from the format string of the release named; R: quoted from the issue cited.
 SAMPLES: list[tuple[str, dict[str, Any]]] = [
     # C 0.2.0 managers/controller/tp_worker.py:543 (format "%(message)s": no time, no rank)

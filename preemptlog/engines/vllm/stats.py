@@ -161,7 +161,7 @@ def _from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
 register_family(RecordFamily(name=RUST_STATS, markers=[(RUST_MARKER, "stats")], from_records=_from_records))
 
 # Lines built from the format strings of log_stats.rs (vllm-rs of the 0.33.0 and 0.34.0 wheels), in
-# both prefixes; ``_stats``: the fields of the stats row the line makes (tests/test_rust_frontend.py).
+# both prefixes; ``_stats``: the fields of the stats row the line makes (tests/engines/test_rust_frontend.py).
 ESC = "\x1b"
 SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (

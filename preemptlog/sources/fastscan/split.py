@@ -9,7 +9,7 @@ the other rows and each run's first row (its request fields cleared, ``rq_count`
 and rank. A file with enough Received lines to be folded writes only its request rows to the
 spill file (marker, n, req_id, max_tokens, prompt_tokens: what ``HotRows`` scans), their
 positions counted among the request rows (runs are contiguous there, so runs and ranks are
-the same as among all rows). tests/test_fastscan_equivalence.py compares every output with
+the same as among all rows). tests/sources/test_fastscan_equivalence.py compares every output with
 ``_split_from``'s.
 
 The vllm_log functions it needs come in a :class:`SplitContext` (this package sits below

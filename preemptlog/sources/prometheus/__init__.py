@@ -158,7 +158,7 @@ register(
 )
 
 
-# Sample inputs (tests/test_samples.py): a whole scrape file each; ``expect`` names a frame and
+# Sample inputs (tests/sources/test_samples.py): a whole scrape file each; ``expect`` names a frame and
 # the fields of one of its rows, and the events the counter increases make.
 SAMPLES: list[tuple[str, dict[str, Any]]] = [
     (

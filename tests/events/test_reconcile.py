@@ -1,0 +1,327 @@
+"""One count from several sources, nothing counted twice (reconcile.py, docs/prometheus.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from preemptlog import AnalyzeOptions, analyze
+from preemptlog.events.reconcile import PROM_COUNTER, per_request_records
+
+from ..conftest import FIXTURES, write_lines
+
+T0 = datetime(2026, 3, 14, 10, 0, 0, tzinfo=UTC)
+
+
+def hms(sec: int) -> str:
+    return (T0 + timedelta(seconds=sec)).strftime("%H:%M:%S")
+
+
+def scrapes(values: list[int], step: int = 15, start: int = 0, engine: str | None = "0") -> list[str]:
+    lab = f'engine="{engine}",model_name="m"' if engine is not None else 'model_name="m"'
+    out = []
+    for i, v in enumerate(values):
+        t = (T0 + timedelta(seconds=start + step * i)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        out += [
+            f"# scrape {t}",
+            "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{{{lab}}} {float(v)}",
+        ]
+    return out
+
+
+def v1_stats(sec: int, pre: int | None, engine: str = "000") -> str:
+    p = f"Preemptions: {pre}, " if pre is not None else ""
+    return (
+        f"(APIServer pid=7) INFO 03-14 {hms(sec)} [loggers.py:208] Engine {engine}: Avg prompt throughput: 10.0 "
+        f"tokens/s, Avg generation throughput: 900.0 tokens/s, Running: 30 reqs, Waiting: 5 reqs, {p}GPU KV cache "
+        "usage: 99.0%, Prefix cache hit rate: 12.0%"
+    )
+
+
+def v0_warn(sec: int, rid: str, total: int) -> str:
+    return (
+        f"WARNING 03-14 {hms(sec)} [scheduler.py:1775] Sequence group {rid} is preempted by PreemptionMode.RECOMPUTE "
+        "mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+        f"gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+        f"total_num_cumulative_preemption={total}"
+    )
+
+
+def run(tmp_path, log_lines: list[str] | None, prom_lines: list[str] | None, **kw):
+    paths = []
+    if log_lines is not None:
+        paths.append(str(write_lines(tmp_path / "vllm.log", log_lines)))
+    if prom_lines is not None:
+        paths.append(str(write_lines(tmp_path / "metrics.prom", prom_lines)))
+    return analyze(paths, AnalyzeOptions(tz="UTC", **kw))
+
+
+def src(rec: dict, name: str) -> dict:
+    return next(s for s in rec["sources"] if s["source"].startswith(name))
+
+
+# --------------------------------------------------------------------------- the "done when" bundle
+
+
+def test_stock_v1_log_and_scrapes(in_root):
+    a = analyze(["fixtures/prometheus/stock-v1"], AnalyzeOptions(tz="UTC"))
+    pairs = a.frames["prom_preemptions"].filter(pl.col("increase").is_not_null())
+    counter_increase = int(pairs.get_column("increase").sum())
+    assert counter_increase == 25
+    ev = a.events
+    assert ev.height == counter_increase
+    assert set(ev.get_column("source").str.contains("metrics-").to_list()) == {True}
+    # every event lies in the interval of the scrape pair that produced it
+    joined = ev.join(pairs.select("source", "line", "start", "end"), on=["source", "line"], how="left")
+    assert (joined.get_column("interval_start") == joined.get_column("start")).all()
+    assert (
+        (joined.get_column("time") > joined.get_column("start"))
+        & (joined.get_column("time") <= joined.get_column("end"))
+    ).all()
+    s = a.summary()
+    assert s["config"]["block_size"] == {
+        "value": "16",
+        "status": "seen",
+        "from": "stock-v1/metrics-1773482415.prom:44",
+        "note": "label of vllm:cache_config_info (engine 0)",
+    }
+    assert s["config"]["num_gpu_blocks"]["value"] == "27153"
+    rec = s["reconciliation"]
+    assert rec["total"] == 25 and rec["quality"] == "exact" and rec["disagreements"] == []
+    assert src(rec, PROM_COUNTER)["count"] == 25 and src(rec, PROM_COUNTER)["in_events"] == 25
+    note = next(n for n in s["notes"] if "0.12.0" in n)
+    assert "comes from the Prometheus counter" in note
+    assert s["pressure_intervals"] and s["pressure_intervals"][0]["counted_events_in_interval"] == 22
+
+
+# --------------------------------------------------------------------------- log counts vs the counter
+
+
+def test_patched_v1_log_and_scrapes_are_not_counted_twice(tmp_path):
+    log = [
+        v1_stats(s, p)
+        for s, p in [(10, None), (20, 3), (30, None), (40, 4), (50, None), (60, None), (80, None), (90, 2)]
+    ]
+    prom = scrapes([0, 0, 3, 7, 7])  # 10:00:00 .. 10:01:00
+    a = run(tmp_path, log, prom)
+    ev = a.events
+    from_log = ev.filter(pl.col("source").str.ends_with("vllm.log"))
+    from_prom = ev.filter(pl.col("source").str.ends_with("metrics.prom"))
+    assert from_prom.height == 7
+    assert from_log.height == 2  # the 10:01:30 field lies outside the scrape window
+    assert (from_log.get_column("time") > T0 + timedelta(seconds=60)).all()
+    rec = a.summary()["reconciliation"]
+    assert rec["total"] == 9 == ev.height
+    assert src(rec, "log 'Preemptions: N'")["count"] == 9
+    assert src(rec, "log 'Preemptions: N'")["in_events"] == 2
+    assert src(rec, PROM_COUNTER)["count"] == 7
+    assert rec["log_events_outside_scrape_window"] == 2
+    assert rec["disagreements"] == []
+
+
+def test_disagreement_is_reported_not_hidden(tmp_path):
+    log = [v1_stats(s, p) for s, p in [(10, None), (20, 3), (30, None), (40, 9), (50, None)]]
+    a = run(tmp_path, log, scrapes([0, 0, 3, 7, 7]))
+    rec = a.summary()["reconciliation"]
+    assert a.events.height == 7  # the counter wins inside its window
+    assert len(rec["disagreements"]) == 1
+    d = rec["disagreements"][0]
+    assert "add up to 12" in d and "rose by 7" in d
+    assert any(n.startswith("sources disagree:") for n in a.notes)
+
+
+def test_v0_warnings_kept_reconstructed_replaced_by_the_counter(tmp_path):
+    log = [v0_warn(5, "seq-a", 1), v0_warn(50, "seq-b", 51)]
+    prom = scrapes([0, 30, 51], step=30, engine=None)  # V0: no engine label
+    a = run(tmp_path, log, prom)
+    ev = a.events
+    kinds = dict(ev.group_by("kind").len().iter_rows())
+    assert kinds == {"logged": 2, "interval": 49}
+    assert ev.height == 51  # = the counter's increase
+    assert sorted(ev.filter(pl.col("kind") == "logged").get_column("request_id").to_list()) == ["seq-a", "seq-b"]
+    per = ev.filter(pl.col("kind") == "interval").group_by("interval_end").len().sort("interval_end")
+    assert per.get_column("len").to_list() == [29, 20]  # 30 - 1 logged, 21 - 1 logged
+    rec = a.summary()["reconciliation"]
+    v0 = src(rec, "log V0 warnings")
+    assert v0["count"] == 51 and v0["in_events"] == 2 and not v0["exact"]
+    assert rec["total"] == 51 and rec["quality"] == "exact"
+
+
+def test_more_marker_lines_than_the_counter_keeps_lines_and_reports(tmp_path):
+    marker = "INFO 03-14 {} [scheduler.py:9] Engine 000: request req-{} PREEMPTED (patched)"
+    log = [marker.format(hms(s), i) for i, s in enumerate((20, 22, 24))]
+    a = run(tmp_path, log, scrapes([0, 0, 1]))  # +1 in (10:00:15, 10:00:30], 3 lines there
+    ev = a.events
+    assert ev.height == 3 and set(ev.get_column("kind").to_list()) == {"marker"}
+    rec = a.summary()["reconciliation"]
+    assert any("3 per-preemption line(s)" in d and "rose by 1" in d for d in rec["disagreements"])
+
+
+def test_single_reading_compared_with_the_log(tmp_path):
+    log = [v1_stats(s, p) for s, p in [(10, None), (20, 5), (30, 4)]]
+    prom = [
+        "# TYPE vllm:num_preemptions_total counter",
+        'vllm:num_preemptions_total{engine="0",model_name="m"} 6.0 '
+        + str(int((T0 + timedelta(seconds=40)).timestamp() * 1000)),
+    ]
+    a = run(tmp_path, log, prom)
+    rec = a.summary()["reconciliation"]
+    assert a.events.height == 9  # the log's own count: a single reading adds no events
+    assert rec["single_readings"][0]["value"] == 6
+    assert src(rec, "prometheus counter, single reading")["count"] == 6
+    assert any(
+        "counted 9 preemption(s) up to" in d and "counter's 6 since engine start" in d for d in rec["disagreements"]
+    )
+
+
+def test_two_engines_each_reconciled_on_its_own(tmp_path):
+    log = [v1_stats(10, None, "000"), v1_stats(10, None, "001"), v1_stats(20, 2, "000"), v1_stats(20, 1, "001")]
+    prom = scrapes([0, 2], step=30, engine="0") + scrapes([0, 1], step=30, engine="1")
+    a = run(tmp_path, log, prom)
+    ev = a.events
+    assert ev.height == 3
+    assert dict(ev.group_by("engine").len().iter_rows()) == {"0": 2, "1": 1}
+    assert set(ev.get_column("source").to_list()) == {str(tmp_path / "metrics.prom")}
+
+
+def test_without_prometheus_nothing_changes(tmp_path):
+    log = [v1_stats(s, p) for s, p in [(10, None), (20, 3), (30, 4)]]
+    a = run(tmp_path, log, None)
+    rec = a.summary()["reconciliation"]
+    assert a.events.height == 7 and rec["total"] == 7 and rec["quality"] == "exact"
+    assert rec["rule"].startswith("the log's 'Preemptions: N'")
+
+
+def test_v0_alone_is_a_lower_bound(tmp_path):
+    a = run(tmp_path, [v0_warn(5, "a", 1), v0_warn(50, "b", 51)], None)
+    rec = a.summary()["reconciliation"]
+    assert rec["total"] == 51 and rec["quality"] == "lower bound"
+    assert "49 more" in src(rec, "log V0 warnings")["note"]
+
+
+def test_block_table_records_are_found_by_shape():
+    t = [T0, T0 + timedelta(seconds=1)]
+    frames = {
+        "bt_events": pl.DataFrame({"time": t, "request_id": ["a", "b"], "action": ["preempt", "free"]}),
+        "blocktable_preempts": pl.DataFrame({"time": t, "request_id": ["a", "b"]}),
+        "prom_series": pl.DataFrame({"time": t}),
+        "dmon": pl.DataFrame({"time": t, "sm": [1, 2]}),
+    }
+    found = per_request_records(frames)
+    assert {k: v.height for k, v in found.items()} == {"bt_events": 1, "blocktable_preempts": 2}
+
+
+@pytest.mark.parametrize(
+    ("name", "quality"),
+    [
+        ("query_range-two-engines.json", "lower bound"),  # a drop without _created: the gap before it is unknown
+        ("concat-two-engines-reset.prom", "exact"),  # a drop with a new _created: a restart, counted from it (issue 38)
+    ],
+)
+def test_resets_without_created_make_the_total_a_lower_bound(in_root, name, quality):
+    a = analyze([f"fixtures/prometheus/{name}"], AnalyzeOptions(tz="UTC"))
+    rec = a.summary()["reconciliation"]
+    assert rec["quality"] == quality
+    assert ("reset" if quality == "lower bound" else "restart") in src(rec, PROM_COUNTER)["note"]
+    assert rec["total"] == a.events.height == src(rec, PROM_COUNTER)["count"]
+
+
+def test_fixture_dir_exists():
+    assert (FIXTURES / "prometheus" / "stock-v1").is_dir()
+
+
+@pytest.mark.parametrize("first_has_start", [True, False])
+def test_records_within_the_second_of_a_whole_second_stats_line_are_the_events(tmp_path, first_has_start):
+    """vLLM stamps its lines to the second: a 'Preemptions: N' line at 10:00:10 covers preemptions
+    up to 10:00:10.999. Records at 10:00:10.3 and .6 count the same preemptions, so they are the events
+    (a fast engine prints several stats lines within one second)."""
+    lines = ([v1_stats(0, None)] if first_has_start else []) + [v1_stats(10, 2)]
+    log = write_lines(tmp_path / "vllm.log", lines)
+    base = (T0 + timedelta(seconds=10)).timestamp()
+    recs = [
+        {
+            "type": "event",
+            "ts": base + frac,
+            "step": 5 + i,
+            "engine": "0",
+            "request_id": f"req-{i}",
+            "action": "preempt",
+            "blocks_before": 4,
+            "blocks_after": 0,
+            "blocks_needed": 3,
+            "pool_free_blocks": 1,
+            "v": 2,
+        }
+        for i, frac in enumerate((0.3, 0.6))
+    ]
+    import json
+
+    bt = write_lines(tmp_path / "records.jsonl", [json.dumps(r) for r in recs])
+    r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
+    kinds = r.events.get_column("kind").to_list()
+    assert kinds == ["record", "record"], (kinds, r.notes)
+    assert sorted(r.events.get_column("request_id").to_list()) == ["req-0", "req-1"]
+
+
+def _preempt_records(path: Path, times: list[float]) -> Path:
+    import json
+
+    recs = [
+        {
+            "type": "event",
+            "ts": t,
+            "step": 5 + i,
+            "engine": "0",
+            "request_id": f"req-{i}",
+            "action": "preempt",
+            "blocks_before": 4,
+            "blocks_after": 0,
+            "blocks_needed": 3,
+            "pool_free_blocks": 1,
+            "v": 2,
+        }
+        for i, t in enumerate(times)
+    ]
+    return write_lines(path, [json.dumps(r) for r in recs])
+
+
+@pytest.mark.parametrize(
+    ("after", "expect"),
+    [
+        # two of the three counted preemptions are stamped after the count's line (the records'
+        # clock behind the log's): the three records are the events, not 3 counts + 2 records
+        ((12.5, 13.0), ["record"] * 3),
+        # more records after the last count than the shortfall: the records are the events and
+        # the later ones are preemptions the log had not counted yet
+        ((12.5, 13.0, 14.0), ["record"] * 4),
+    ],
+)
+def test_records_stamped_after_the_last_count_are_not_counted_twice(tmp_path, after, expect):
+    log = write_lines(tmp_path / "vllm.log", [v1_stats(0, None), v1_stats(10, 3)])
+    base = T0.timestamp()
+    bt = _preempt_records(tmp_path / "records.jsonl", [base + 4.0] + [base + x for x in after])
+    r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
+    assert r.events.get_column("kind").to_list() == expect, r.notes
+    assert any("are the events" in n and "cross-checks" in n for n in r.notes), r.notes
+    assert r.counters["reconciliation"]["disagreements"] == []
+
+
+def test_a_count_before_the_first_record_is_kept_the_records_are_the_events(tmp_path):
+    # 2 counted in (0 s, 10 s], 1 in (10 s, 20 s]; records at 15 s (the file's first record) and 30 s.
+    # The first count lies wholly before the records begin: its 2 are events of the count (kind
+    # interval); the second is the record at 15 s; the record at 30 s is not counted yet (the lag).
+    log = write_lines(tmp_path / "vllm.log", [v1_stats(0, None), v1_stats(10, 2), v1_stats(20, 1)])
+    base = T0.timestamp()
+    bt = _preempt_records(tmp_path / "records.jsonl", [base + 15.0, base + 30.0])
+    r = analyze([str(log), str(bt)], AnalyzeOptions(year=2026, tz="UTC"))
+    kinds = sorted(r.events.get_column("kind").to_list())
+    assert kinds == ["interval", "interval", "record", "record"], (kinds, r.notes)
+    kept = r.events.filter(pl.col("kind") == "interval")
+    assert kept.get_column("time").max() <= T0 + timedelta(seconds=10), kept
+    assert any("before its first record" in n for n in r.notes), r.notes
+    assert r.counters["reconciliation"]["disagreements"] == []
