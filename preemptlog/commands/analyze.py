@@ -159,7 +159,7 @@ def analyze(
                 if console
                 else ([], [])
             )
-            if verbose and console is not None:  # which log pass read the logs (issue 36): after the answer
+            if verbose and console is not None:  # which log pass read the logs (compiled or polars), after the answer
                 from ..render.human import _lines
                 from ..sources import fastscan, vllm_log
 

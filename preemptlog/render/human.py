@@ -93,9 +93,10 @@ def headline_text(s: dict[str, Any]) -> str:
     return h
 
 
-def fix_brief(x: dict[str, Any]) -> str:
+def fix_brief(x: dict[str, Any], total: int | None = None) -> str:
     """``option current -> suggested: verified by replay ... ; addresses N event(s)``: the change and
-    whether it was checked; the why and the effect are in ``-v`` (summary.fix_line)."""
+    whether it was checked; the why and the effect are in ``-v`` (summary.fix_line). ``total``: the
+    incident's events (a change that addresses them all does not say so)."""
 
     full = fix_line(x)
     effect = str(x.get("expected_effect") or "")
@@ -109,7 +110,7 @@ def fix_brief(x: dict[str, Any]) -> str:
     else:
         how = ""
     n = x.get("events_addressed")
-    tail = "; ".join(p for p in (how, f"addresses {n} event(s)" if n else "") if p)
+    tail = "; ".join(p for p in (how, f"addresses {n} event(s)" if n and n != total else "") if p)
     return what + (f": {tail}" if tail else "")
 
 
@@ -286,7 +287,7 @@ def summary_lines(
         head += _unit_lines(units, width)
         fixes = []
     elif fixes:
-        top = top_fix(s) if verbose else fix_brief(fixes[0])
+        top = top_fix(s) if verbose else fix_brief(fixes[0], total=s.get("events"))
         head += _lines(f"Top fix: {top}", width, lead=("Top fix:", "bold"))
     rest: list[Text] = []
 

@@ -891,7 +891,7 @@ def held_levers(
             }
         )
     else:
-        basis = f"estimated from {_lines(held)}, {ran} running at {share:g} % of the KV pool each, 15 % kept free"
+        basis = f"estimated from {_lines(held)}, {ran} running at {share:g} % of the KV pool each"
         out.append(
             fix_record(
                 "capacity_max_num_seqs",
@@ -913,7 +913,7 @@ def held_levers(
         in_engine = min(in_engine, int(mns.value))
     ratio = in_engine * share * room / 100
     demand = f"{in_engine} requests in the engine (running + waiting) at {each}, 15 % room: {ratio:.2f}x the pool"
-    basis = f"estimated from {_lines(held)}, {in_engine} requests in the engine at {share:g} % of the pool each, 15 % kept free"
+    basis = f"estimated from {_lines(held)}, {in_engine} requests in the engine at {share:g} % of the pool each"
     if ratio <= 1:
         for fid in ("capacity_num_gpu_blocks_override", "capacity_gpu_memory_utilization"):
             dropped.append({"id": fid, "why": f"the stats lines' demand fits the pool ({demand})"})
