@@ -3,8 +3,8 @@
 ``sources/vllm_log.py`` reads a log with one lazy polars query (the *polars pass*, the reference).
 This package is a second implementation of the same query for plain (uncompressed, unrepaired)
 files: a C extension (``_scan.c`` + ``scan_core.c``, built by setuptools at install, optional)
-that maps the file, splits it into byte ranges on line boundaries, and scans them on every core
-without the GIL: lines split with memchr, the leftmost literal marker, and the record's fields
+that reads the file a window at a time (cut after a line feed), splits each window into byte
+ranges on line boundaries and scans them on every core without the GIL: lines split with memchr, the leftmost literal marker, and the record's fields
 from the *same regex strings* as the polars pass (compiled by :mod:`.regex` into programs for a
 small backtracking matcher). The columns reach polars through the Arrow C data interface
 (``Batch.__arrow_c_array__``), no Python object per row.
@@ -20,7 +20,6 @@ compiler at install). :func:`status` says which pass runs (``analyze -v``).
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import tempfile
@@ -249,33 +248,43 @@ class Scan:
         self.window = WINDOW_BYTES
 
     def frames(self) -> Iterator[pl.DataFrame]:
-        """Each window's records (the polars pass's scan columns), in file order."""
+        """Each window's records (the polars pass's scan columns), in file order.
+
+        The file is read (not mapped) a window at a time, cut after its last line feed (the next
+        window starts there): a file truncated while it is read (copytruncate) ends early instead
+        of faulting a mapping."""
         assert _scan is not None
-        with open(self.path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                return
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                start, lines = 0, 0
-                nthreads = threads()
-                page = mmap.PAGESIZE
-                while start < size:
-                    batches, slow, nxt, got = _scan.scan(self.config, mm, start, self.window, lines, nthreads)
-                    fast = self._fast(batches)
-                    del batches
-                    if slow:
-                        rows = self._slow(mm, slow)
-                        fast = fast.merge_sorted(rows, key="n") if fast.height else rows
-                    if fast.height:
-                        yield fast
-                    # the window's pages leave this process's memory (they stay in the page cache)
-                    lo, hi = (start // page) * page, (nxt // page) * page
-                    if hi > lo:
-                        try:
-                            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-                        except (AttributeError, OSError, ValueError):
-                            pass
-                    start, lines = nxt, lines + got
+        nthreads = threads()
+        lines = 0
+        off = 0
+        with open(self.path, "rb", buffering=0) as fh:
+            while True:
+                want = self.window
+                while True:  # a window ends after its last line feed (a longer line: a longer window)
+                    fh.seek(off)
+                    chunk = fh.read(want) or b""
+                    eof = len(chunk) < want
+                    cut = len(chunk) if eof else chunk.rfind(b"\n") + 1
+                    if cut or eof:
+                        break
+                    want *= 2
+                if cut == 0:
+                    return
+                view = memoryview(chunk)[:cut]
+                batches, slow, _nxt, n_lines = _scan.scan(self.config, view, 0, cut, lines, nthreads, off == 0)
+                fast = self._fast(batches)
+                del batches
+                if slow:
+                    rows = self._slow(view, slow)
+                    fast = fast.merge_sorted(rows, key="n") if fast.height else rows
+                view.release()
+                del chunk
+                if fast.height:
+                    yield fast
+                lines += n_lines
+                off += cut
+                if eof:
+                    return
 
     def frame(self) -> pl.DataFrame:
         """The whole file's records (scan columns)."""
@@ -321,14 +330,14 @@ class Scan:
             *[c for c in _BATCH_SCHEMA if c not in ("n", "mk")],
         )
 
-    def _slow(self, mm: mmap.mmap, slow: list[tuple[int, int, int]]) -> pl.DataFrame:
+    def _slow(self, buf: memoryview, slow: list[tuple[int, int, int]]) -> pl.DataFrame:
         """The slow lines read by the polars pass's own query, with their line numbers back."""
         fd, tmp = tempfile.mkstemp(prefix="preemptlog-slow.", suffix=".log")
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(b"\n")  # line 1 stays empty: a BOM on a slow line is no file's first bytes
                 for _n, off, length in slow:
-                    out.write(mm[off : off + length])
+                    out.write(buf[off : off + length])
                     out.write(b"\n")
             got = self.query(scan_lines(tmp)).collect()
         finally:

@@ -3,7 +3,7 @@
  * The pass itself is scan_core.c (its header comment says what is data given by Python and what
  * is code here). This file binds it: `Config(...)` takes the markers, regex programs and field
  * map from fastscan/__init__.py; `scan(config, buffer, start, window, line_base, threads)` scans
- * the lines that start in [start, start + window) of a buffer (an mmap of the log) on `threads`
+ * the lines that start in [start, start + window) of a buffer (a window of the log, cut after a line feed) on `threads`
  * threads without the GIL, each thread a byte range cut on a line boundary, and returns one
  * `Batch` per range (a struct array of the record columns, handed to polars through the Arrow
  * C data interface: `Batch.__arrow_c_array__`, zero copy), the slow lines by position, the
@@ -312,9 +312,11 @@ static PyObject *py_scan(PyObject *mod, PyObject *args) {
     ConfigObject *cfgo;
     Py_buffer view;
     Py_ssize_t start, window, base;
-    int threads;
+    int threads, file_start = 1;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "O!y*nnni", &ConfigType, &cfgo, &view, &start, &window, &base, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!y*nnni|p", &ConfigType, &cfgo, &view, &start, &window, &base, &threads,
+                          &file_start))
+        return NULL;
     if (!cfgo->ready || start < 0 || start > view.len || window < 1 || base < 0) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "bad scan arguments");
@@ -344,6 +346,7 @@ static PyObject *py_scan(PyObject *mod, PyObject *args) {
     cuts[threads] = we;
     for (int k = 0; k < threads; k++) {
         fs_out_init(&outs[k]);
+        outs[k].mid_file = !file_start;
         jobs[k].cfg = &cfgo->cfg;
         jobs[k].buf = buf;
         jobs[k].size = size;
@@ -443,7 +446,8 @@ static PyObject *py_search(PyObject *mod, PyObject *args) {
 
 static PyMethodDef module_methods[] = {
     {"scan", py_scan, METH_VARARGS,
-     "scan(config, buffer, start, window, line_base, threads) -> (batches, slow, next_start, lines)"},
+     "scan(config, buffer, start, window, line_base, threads, file_start=True) -> (batches, slow, next_start, "
+     "lines); file_start: the buffer's byte 0 is the file's first (a UTF-8 BOM there is dropped)"},
     {"search", py_search, METH_VARARGS, "search(config, program, bytes) -> (status, slots)"},
     {NULL, NULL, 0, NULL},
 };

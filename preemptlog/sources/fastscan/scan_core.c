@@ -920,7 +920,8 @@ void fs_scan_range(const fs_config *cfg, const uint8_t *buf, size_t size, size_t
         const uint8_t *nl = memchr(buf + p, '\n', size - p);
         size_t q = nl ? (size_t)(nl - buf) : size;
         size_t cs = p;
-        if (p == 0 && size >= 3 && buf[0] == 0xEF && buf[1] == 0xBB && buf[2] == 0xBF) cs = q >= 3 ? 3 : q;
+        if (p == 0 && !o->mid_file && size >= 3 && buf[0] == 0xEF && buf[1] == 0xBB && buf[2] == 0xBF)
+            cs = q >= 3 ? 3 : q;
         process_line(cfg, buf, cs, q, line, o);
         line++;
         p = nl ? q + 1 : size;

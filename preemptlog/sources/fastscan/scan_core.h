@@ -132,6 +132,7 @@ typedef struct {
     size_t nslow, capslow;
     int64_t lines; /* lines that start in the part */
     int oom;       /* an allocation failed: the caller falls back to the polars pass */
+    int mid_file;  /* the buffer does not start at the file's first byte (no BOM to drop at 0) */
     /* matcher scratch */
     void *stack;
     size_t stack_cap;
