@@ -258,19 +258,23 @@ class Scan:
         lines = 0
         off = 0
         with open(self.path, "rb", buffering=0) as fh:
+            # one buffer for every window (a fresh 64 MB allocation per window cost page faults)
+            size = os.fstat(fh.fileno()).st_size
+            buf = bytearray(max(1, min(self.window, size + 1)))
             while True:
-                want = self.window
-                while True:  # a window ends after its last line feed (a longer line: a longer window)
+                while True:  # a window ends after its last line feed (a longer line: a longer buffer)
                     fh.seek(off)
-                    chunk = fh.read(want) or b""
-                    eof = len(chunk) < want
-                    cut = len(chunk) if eof else chunk.rfind(b"\n") + 1
+                    got = fh.readinto(buf) or 0
+                    eof = got < len(buf)
+                    cut = got if eof else buf.rfind(b"\n", 0, got) + 1
                     if cut or eof:
                         break
-                    want *= 2
+                    buf = bytearray(2 * len(buf))  # a full buffer without a line feed
+                if not eof and len(buf) < self.window:  # the file grew past its size at open
+                    buf = bytearray(self.window)
                 if cut == 0:
                     return
-                view = memoryview(chunk)[:cut]
+                view = memoryview(buf)[:cut]
                 batches, slow, _nxt, n_lines = _scan.scan(self.config, view, 0, cut, lines, nthreads, off == 0)
                 fast = self._fast(batches)
                 del batches
@@ -278,7 +282,6 @@ class Scan:
                     rows = self._slow(view, slow)
                     fast = fast.merge_sorted(rows, key="n") if fast.height else rows
                 view.release()
-                del chunk
                 if fast.height:
                     yield fast
                 lines += n_lines
