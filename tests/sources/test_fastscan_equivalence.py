@@ -191,6 +191,45 @@ def test_hand_written_shapes(tmp_path: Path) -> None:
     read_both(b)
 
 
+# The head cache (scan_core.c head_results) keys a line's five head results by the bytes the head
+# programs read: a search that runs to the end of the head without a candidate (memchr/memmem or the
+# first-byte scan) read every byte, and a literal cut by the end read its bytes too. Lines that agree
+# up to where an earlier line's search gave up must not reuse its results (the fuzzer's case: a
+# level spelled "-NFO", then "INFO"; a process prefix, a date or a level later in the head).
+HEAD_CACHE_PAIRS = [
+    (
+        "2024-05-01T10:00:08.5+02:00 -NFO 05-01 10:00:08 [logger.py:1] Added request z.",
+        "2024-05-01T10:00:08.5+02:00 INFO 05-01 10:00:08 [logger.py:1] Added request z.",
+    ),
+    (  # lines of one length: the length does not tell them apart
+        "INFO 05-01 10:00:00 [x.py:1] Added request a. " + "x" * len("(EngineCore_DP1 pid=5)"),
+        "INFO 05-01 10:00:01 [x.py:1] Added request b. (EngineCore_DP1 pid=5)",
+    ),
+    (
+        "INFO 05-01 10:00:00 [x.py:1] Added request a.",
+        "INFO 05-01 10:00:01 [x.py:1] message (EngineCore_DP1 pid=5) Added request b.",
+    ),
+    (
+        "vllm-1  | something 05-01 10:00:00 [x.py:1] Added request a.",
+        "vllm-1  | something INFO 05-01 10:00:00 [x.py:1] Added request a.",
+    ),
+    (
+        "[pod/x] Added request a.",
+        "[pod/x] Added request a. (VllmWorker pid=9) INFO 05-01 10:00:00 [x.py:1]",
+    ),
+    ("INFO 05-01 10:00:00 [x.py:1] Added request a", "INFO 05-01 10:00:00 [x.py:1] Added request a."),
+]
+
+
+@needs_build
+@pytest.mark.parametrize("first,second", HEAD_CACHE_PAIRS)
+def test_head_cache_never_reuses_a_result_past_the_bytes_read(first: str, second: str, tmp_path: Path) -> None:
+    for text in (f"{first}\n{second}\n", f"{second}\n{first}\n", f"{first}\n{second}\n{first}\n{second}\n"):
+        p = tmp_path / "pair.log"
+        p.write_text(text, encoding="utf-8")
+        read_both(p)
+
+
 def _reqlog(tmp: Path, size: str = "600K") -> Path:
     out = tmp / "req.log"
     subprocess.run(

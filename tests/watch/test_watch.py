@@ -600,9 +600,10 @@ def test_soak_memory_stays_flat_while_the_log_grows_and_rotates(tmp_path):
         while time.time() - t0 < 24:
             time.sleep(1)
             samples.append((time.time() - t0, _rss_kb(p.pid)))
-        rc, err = stop(p, lines)
-        halt.set()
+        halt.set()  # the writer stops first, and the watch gets time to see its last rotation
         w.join()
+        time.sleep(3)
+        rc, err = stop(p, lines)
         hits = srv.hits
     assert rc == 0 and "Traceback" not in err, err[-2000:]
     early = [kb for t, kb in samples if 8 <= t < 10]

@@ -374,9 +374,10 @@ static int vm_run(const fs_prog *p, const uint8_t *s, int32_t len, int32_t start
                 continue;
             }
             while (j < k && pos + j < len && s[pos + j] == L[j]) j++;
-            if (pos + j >= len)
+            if (pos + j >= len) { /* the bytes up to the end matched the literal's start */
+                SEEN(len - 1);
                 tr->end = 1;
-            else
+            } else
                 SEEN(pos + j);
             goto fail;
         }
@@ -497,7 +498,8 @@ static int search_tracked(const fs_prog *p, const uint8_t *s, size_t n, int32_t 
                                 : p->prefix_len == 1
                                     ? memchr(s + i, p->prefix[0], (size_t)(len - i))
                                     : fs_memmem(s + i, (size_t)(len - i), p->prefix, (size_t)p->prefix_len);
-            if (!at) {
+            if (!at) { /* the search read every byte from i to the end */
+                SEEN(len - 1);
                 tr->end = 1;
                 return 0;
             }
@@ -505,7 +507,8 @@ static int search_tracked(const fs_prog *p, const uint8_t *s, size_t n, int32_t 
             SEEN(i + p->prefix_len - 1);
         } else if (p->has_first && !p->anchored) {
             i = first_scan(p, s, len, i);
-            if (i >= len) { /* a program with a first-byte map cannot match empty */
+            if (i >= len) { /* a program with a first-byte map cannot match empty; it read to the end */
+                SEEN(len - 1);
                 tr->end = 1;
                 return 0;
             }
