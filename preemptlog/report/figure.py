@@ -252,10 +252,47 @@ def build_figure(data: PlotData) -> go.Figure:
                 font=dict(size=12),
             )
         )
+    counted = sum(c for *_, c in data.counted)
+    lo, hi = domains["events"]
+    for i, (start, end, gate, count) in enumerate(data.counted[:20]):
+        # Events a counter (or a stats interval) counts over a span without placing them: one band over
+        # the span, its count written on it, never a marker per event at an invented time.
+        color = GATE_COLORS.get(gate, GATE_COLORS[UNDETERMINED])
+        shapes.append(
+            dict(
+                type="rect",
+                xref="x",
+                yref="paper",  # the events panel's band of the page (its axis may hold no trace)
+                x0=start,
+                x1=end,
+                y0=lo + 0.1 * (hi - lo),
+                y1=lo + 0.9 * (hi - lo),
+                fillcolor=color,
+                opacity=0.18,
+                line=dict(width=1, color=color, dash="dot"),
+                layer="below",
+            )
+        )
+        annotations.append(
+            dict(
+                text=esc(f"{count} {gate} {start[11:19]}-{end[11:19]}"),
+                xref="paper",  # at the panel's left: the span may start before the axis does
+                yref="paper",
+                x=0.01,
+                y=lo + (0.5 - 0.15 * (i % 3)) * (hi - lo),
+                xanchor="left",
+                showarrow=False,
+                font=dict(size=11, color=color),
+            )
+        )
     if data.untimed:
         annotations.append(
             dict(
-                text=f"{data.untimed} event(s) without a timestamp are not drawn",
+                text=(
+                    f"{data.untimed} event(s) without a timestamp are not drawn"
+                    if not counted
+                    else f"{data.untimed} event(s) not placed in time: bands over their spans"
+                ),
                 xref="paper",
                 yref="paper",
                 x=1,
@@ -266,7 +303,7 @@ def build_figure(data: PlotData) -> go.Figure:
                 font=dict(size=11, color="#a00"),
             )
         )
-    if not gates_present:
+    if not gates_present and not data.counted:
         annotations.append(
             dict(
                 text="no timed preemption event",

@@ -88,6 +88,7 @@ details > summary { cursor:pointer; color:var(--muted); }
 .scroll { max-width:100%; overflow-x:auto; }
 main, section, table, pre { max-width:100%; }
 td, th { overflow-wrap:anywhere; }
+th, td.num { overflow-wrap:normal; } td.num { white-space:nowrap; }  /* a count or a heading word stays whole */
 #verdict .cols > div { flex-basis: min(360px, 100%); }
 @media (max-width: 600px) {  /* a phone (390 px): narrower margins, the legend and words inside the screen */
   header { padding:10px 12px; } main { padding: 4px 10px 30px; }
@@ -206,7 +207,7 @@ def _legend() -> str:
         f'<p class="legend muted">Markers by gate: {gates}. Filled markers are events with a line of their own '
         "(logged ●, marker ◆, record ■); open markers are reconstructed (○) or interval (△) events, whose time "
         "is an estimate within an interval. When markers would overlap, bars count events per time bin (hatched: estimated "
-        "times). Shaded: suspected KV pressure intervals; dotted line: the KV ceiling. Drag to zoom the time axis "
+        "times). Shaded: suspected KV pressure intervals; a band over the preemption panel: events a counter counts over that span without placing them; dotted line: the KV ceiling. Drag to zoom the time axis "
         "of every panel, double-click to reset; hover shows every panel at that time.</p>"
     )
 

@@ -148,6 +148,9 @@ class PlotData:
     bins: pl.DataFrame | None = None  # time, gate, estimated, count
     bin_seconds: int | None = None
     untimed: int = 0
+    # Events counted over an interval and not placed in time (a counter between two readings, or since
+    # the engine's start): one band per (start, end, gate), with its count; (start, end, gate, count).
+    counted: list[tuple[str, str, str, int]] = field(default_factory=list)
     pressure: list[tuple[str, str, str]] = field(default_factory=list)  # (start, end, label)
     kv_ceiling: float | None = None
     events: int = 0
@@ -269,6 +272,20 @@ def plot_data(
     out.events = ev.height
     timed = ev.filter(pl.col("time").is_not_null())
     out.untimed = ev.height - timed.height
+    spans = (
+        ev.filter(
+            pl.col("time").is_null() & pl.col("interval_start").is_not_null() & pl.col("interval_end").is_not_null()
+        )
+        .group_by("interval_start", "interval_end", "gate")
+        .agg(pl.len().alias("count"))
+        .sort("interval_start", "interval_end", "gate")
+        .head(200)
+        .with_columns(wall("interval_start", tz), wall("interval_end", tz))
+    )
+    out.counted = [
+        (r["interval_start"], r["interval_end"], r["gate"] or UNDETERMINED, int(r["count"]))
+        for r in spans.iter_rows(named=True)
+    ]
     if timed.height <= max_markers and not (bin_overlaps and _overplotted(timed)):
         out.markers = timed.select(MARKER_COLUMNS).with_columns(
             wall("time", tz), wall("interval_start", tz), wall("interval_end", tz)

@@ -134,3 +134,74 @@ def test_colours_do_not_repeat_across_panels():
     # one colour, one thing: a metric of an engine, or one GPU (the same in its FB and SM panels)
     assert all(len(groups) == 1 for groups in lines.values()), lines
     assert len(lines) >= 8
+
+
+SCRAPE_SINCE_START = """# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 7.0
+vllm:num_preemptions_total{engine="1",model_name="m"} 3.0
+# TYPE vllm:num_preemptions_created gauge
+vllm:num_preemptions_created{engine="0",model_name="m"} 1773478800.0
+vllm:num_preemptions_created{engine="1",model_name="m"} 1773481500.0
+"""
+
+
+@pytest.mark.parametrize(
+    "bundle,want",
+    [
+        # the demo: one reading of vLLM's counter, since the engine's start (_created)
+        ("demo", [("03:09:02", "03:10:48", "G1-kv-space", 242)]),
+        # by hand: two engines started at other times, one reading (no log: no cause)
+        ("two-engines", [("09:00:00", "10:00:00", "undetermined", 7), ("09:45:00", "10:00:00", "undetermined", 3)]),
+    ],
+)
+def test_events_counted_over_a_span_are_one_band_with_their_count(bundle, want, tmp_path):
+    """Events a counter counts since the engine's start are not placed in time: the events panel shows
+    one band over each span that counts them, with its count, never 'no timed preemption event'."""
+    from preemptlog import AnalyzeOptions, analyze
+    from preemptlog.report.figure import build_figure
+    from preemptlog.report.series import plot_data
+
+    if bundle == "demo":
+        path = FIXTURES / "demo"
+    else:
+        path = tmp_path / "b"
+        path.mkdir()
+        (path / "metrics-1773482400.prom").write_text(SCRAPE_SINCE_START)
+    d = plot_data(analyze([str(path)], AnalyzeOptions(tz="UTC")))
+    got = [(s[11:19], e[11:19], g, n) for s, e, g, n in d.counted]
+    assert got == want
+    assert d.untimed == sum(n for *_, n in want)
+    fig = build_figure(d)
+    texts = [a.text for a in fig.layout.annotations]
+    assert "no timed preemption event" not in texts
+    for start, end, gate, n in want:
+        assert f"{n} {gate} {start}-{end}" in texts, texts
+        assert any(
+            s.type == "rect" and str(s.x0)[11:19] == start and str(s.x1)[11:19] == end for s in fig.layout.shapes
+        )
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+@pytest.mark.slow  # a report and a browser
+def test_the_screenshot_is_regenerated_by_a_script(browser, tmp_path):
+    """docs/report-screenshot.png (README, docs/report.md) is what bench/screenshot draws of today's demo."""
+    import subprocess
+
+    root = FIXTURES.parent
+    out = tmp_path / "shot.png"
+    r = subprocess.run(
+        [sys.executable, str(root / "bench" / "screenshot"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _png_size(out) == (1400, 1880) == _png_size(root / "docs" / "report-screenshot.png")
+    assert out.stat().st_size > 50_000  # a drawn page, not a blank one
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "](docs/report-screenshot.png)" in readme and "bench/screenshot" in readme
