@@ -19,6 +19,7 @@ vllm_log and never imports it).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,37 +54,29 @@ _NARROW = ("marker", "n", "req_id", "max_tokens", "prompt_tokens")
 
 
 class _Spill:
-    """The request rows of a folded file, written window by window (pyarrow's Parquet writer)."""
+    """The request rows of a folded file, written window by window: one Parquet part per window in a
+    private folder, read back as one table by the glob ``path`` (polars scans the parts in name order,
+    so row numbers run on across them). polars' own writer: no pyarrow import (0.26 s)."""
 
     def __init__(self, folder: str | None) -> None:
-        import pyarrow.parquet as pq
-
-        fd, self.path = tempfile.mkstemp(prefix="preemptlog-records.", suffix=".parquet", dir=folder)
-        os.close(fd)
-        self._pq = pq
-        self.writer: Any = None
+        self.folder = tempfile.mkdtemp(prefix="preemptlog-records.", dir=folder)
+        self.path = os.path.join(self.folder, "part-*.parquet")
+        self.parts = 0
 
     def write(self, df: pl.DataFrame) -> None:
         if df.height == 0:
             return
-        table = df.select(_NARROW).with_columns(pl.col("marker").cast(pl.String)).to_arrow()
-        if self.writer is None:
-            self.writer = self._pq.ParquetWriter(
-                self.path, table.schema, compression="lz4", use_dictionary=["marker"], write_statistics=False
-            )
-        self.writer.write_table(table)
+        part = os.path.join(self.folder, f"part-{self.parts:08d}.parquet")
+        df.select(_NARROW).with_columns(pl.col("marker").cast(pl.String)).write_parquet(
+            part, compression="lz4", statistics=False
+        )
+        self.parts += 1
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        return None
 
     def drop(self) -> None:
-        self.close()
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def read_split(
