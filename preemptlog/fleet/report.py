@@ -271,7 +271,7 @@ def as_json(sections: dict[str, pl.DataFrame], *, by: str, window: Window) -> di
         "preemptlog": __version__,
         "schema_version": schema.SCHEMA_VERSION,
         "window": window.text(),
-        "by": by,
+        "group_by": by,  # what the "by" section's rows are grouped by (the section keeps its name)
         "totals": totals,
         **{k: rows(v) for k, v in sections.items() if k != "totals"},
     }

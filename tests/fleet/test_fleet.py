@@ -365,7 +365,9 @@ def test_report_answers_the_fleet_questions(fleet):
 
 def test_report_by_and_window(fleet):
     _, out, _ = fleet
-    by_version = _report(out, "--by", "version")["by"]
+    doc_v = _report(out, "--by", "version")
+    assert doc_v["group_by"] == "version"  # the grouping is named beside its rows
+    by_version = doc_v["by"]
     assert {x["vllm_version"] for x in by_version} >= {"0.6.3", "0.12.0"}
     by_cause = _report(out, "--by", "cause")["by"]
     assert by_cause[0]["preemptions"] == max(x["preemptions"] for x in by_cause) and by_cause[0]["servers"] >= 1
