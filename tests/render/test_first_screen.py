@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import FIXTURES, ROOT
+from ..conftest import FIXTURES, ROOT, corpus2_dir, corpus_dir
 from ..support.ptyrun import run_on_pty
 
 _spec = importlib.util.spec_from_file_location("hw_build_first_screen", FIXTURES / "handwritten" / "build.py")
@@ -29,8 +29,7 @@ _spec.loader.exec_module(B)
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 V1_FAMILIES = ["v08", "apiserver", "kubectl", "iso", "json"]
-SHARED = ROOT.parent / "shared"
-CORPUS = [p for d in ("corpus", "corpus2") for p in sorted((SHARED / d).glob("vllm-*.log"))] if SHARED.exists() else []
+CORPUS = [p for d in (corpus_dir(), corpus2_dir()) if d is not None for p in sorted(d.glob("vllm-*.log"))]
 INTERNAL = ("interval;", "folded", "no stall", "(lower bound)", "single reading", "PREEMPTLOG_", "~r*  ")
 
 
