@@ -25,6 +25,7 @@ an open storm ends there, ``cut``, is saved and explained like the others, then 
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import threading
@@ -343,10 +344,8 @@ class Watch:
         storm = tr.storm
         assert storm is not None
         if tr.kind == "storm_start":
-            inc = self._open(srv, storm)
             r = scrape[1] if scrape is not None else None
-            if scrape is not None:
-                inc.add_scrape(scrape[0].t, scrape[0].body or b"", r.total if r else None)
+            # said first, then saved: the line does not wait for the storm's folder to be written
             self.output.event(
                 {
                     "event": "storm_start",
@@ -361,6 +360,9 @@ class Watch:
                     "kv_usage": r.kv_usage if r else None,
                 }
             )
+            inc = self._open(srv, storm)
+            if scrape is not None:
+                inc.add_scrape(scrape[0].t, scrape[0].body or b"", r.total if r else None)
             return scrape is not None
         # storm_end: the scrape that closed it after a quiet spell is the window's last
         added = False
@@ -409,6 +411,12 @@ class Watch:
         )
 
     def _work(self) -> None:
+        # The analyses yield the CPU to the scrapes and the follow loop (and to the server beside it):
+        # this thread, and the threads it starts, run at a lower priority (Linux: a thread is a task).
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
         while True:
             inc = self.jobs.get()
             if inc is None:
