@@ -212,9 +212,12 @@ def test_the_load_preempts_and_storms_open_within_two_intervals(scenario):
         (res["rise_a"], res["rise_b"]),
         strict=True,
     ):
-        # vLLM's counter moved at `rise` (the poller's 0.25 s reads): the line came within two intervals
+        # vLLM's counter moved at `rise` (the poller's 0.25 s reads): the storm opened (its `time`: the scrape
+        # that saw the rise) within two intervals; the line itself reaches the reader a moment later, which
+        # on a loaded 2-core runner (two test workers and a vLLM server) has taken up to 2.4 s: bounded loosely
         assert rise is not None
-        assert arrived - rise <= 2 * EVERY + 0.25, (arrived - rise, ev)
+        assert _t(ev["time"]) - rise <= 2 * EVERY + 0.25, (_t(ev["time"]) - rise, ev)
+        assert arrived - rise <= 2 * EVERY + 5.0, (arrived - rise, ev)
     # and against the records: the first preemption of each burst (vLLM counts it once the request
     # is next reported, so this includes vLLM's own lag): said, not asserted
     recs = res["records_all"]
