@@ -7,6 +7,7 @@ Set PREEMPTLOG_CORPUS to point elsewhere.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -110,3 +111,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names = SLOW.get(item.path.name, set())
         if "*" in names or getattr(item, "originalname", item.name) in names:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vllm_lock(request, tmp_path_factory):
+    """One lock file for the test workers of a run (``-n 2``): a module marked ``real_vllm`` holds it
+    shared for its whole run, one marked ``real_vllm_alone`` (it measures wall time against a real
+    server) exclusively, so no other vLLM run shares the runner's cores with it. Other modules: nothing."""
+    marks = {m.name for m in request.node.iter_markers()}
+    if "real_vllm" not in marks and "real_vllm_alone" not in marks:
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    lock = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "real-vllm.lock"
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if "real_vllm_alone" in marks else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

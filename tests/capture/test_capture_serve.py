@@ -37,9 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from .test_capture_vllm import vllm_python
+from .test_capture_vllm import ONE_VLLM_AT_A_TIME, vllm_python
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, ONE_VLLM_AT_A_TIME]
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = vllm_python()

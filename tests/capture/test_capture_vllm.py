@@ -50,10 +50,16 @@ def vllm_python() -> str | None:
 
 PY = vllm_python()
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# Every module that runs a real vLLM holds the runner's vLLM lock while its tests run (tests/conftest.py:
+# shared; `real_vllm_alone`: exclusive), so that the tests measuring wall time against a real server (the
+# replayed latency, the watch's storm lines) never share the 2-core runner with a second vLLM run: when the
+# two met in a CI run, the real p95 latency came out 2.7x the quiet run's and a storm line 7 s late.
+ONE_VLLM_AT_A_TIME = pytest.mark.real_vllm
 # The marks of every test that runs a real vLLM (this file's and the other *_vllm test files'): slow;
 # in CI (.ci/run builds the venv) a missing venv fails the test, elsewhere it is a skip.
 REAL_VLLM = [
     pytest.mark.slow,
+    ONE_VLLM_AT_A_TIME,
     pytest.mark.skipif(
         PY is None and not IN_CI,
         reason="no vLLM 0.32 venv (build it with ci/vllm-venv, or set PREEMPTLOG_VLLM_PYTHON); .ci/run builds it",

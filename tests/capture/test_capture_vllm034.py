@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_capture_vllm import IN_CI
+from .test_capture_vllm import IN_CI, ONE_VLLM_AT_A_TIME
 from .test_capture_vllm import PY as PY32
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def vllm034_python() -> str | None:
 PY34 = vllm034_python()
 PYTHONS = {"0.34": PY34, "0.32": PY32}
 BUILDS = {"0.34": "ci/vllm-034-venv (PREEMPTLOG_VLLM_034_PYTHON)", "0.32": "ci/vllm-venv (PREEMPTLOG_VLLM_PYTHON)"}
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, ONE_VLLM_AT_A_TIME]
 
 
 def needs(version: str) -> list:

@@ -48,7 +48,7 @@ from ..capture.test_capture_serve import (
 from ..capture.test_capture_vllm import REAL_VLLM
 from .test_watch import Lines, analyze_json, stop
 
-pytestmark = REAL_VLLM
+pytestmark = [*REAL_VLLM, pytest.mark.real_vllm_alone]
 
 EVERY, QUIET = 1.0, 20.0
 BURST = 72  # requests per burst (48 at a time): tens of preemptions in a 64-block pool

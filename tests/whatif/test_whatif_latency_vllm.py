@@ -20,7 +20,7 @@ import pytest
 
 from ..capture.test_capture_vllm import PRESSURE, PY, REAL_VLLM, run_driver
 
-pytestmark = REAL_VLLM
+pytestmark = [*REAL_VLLM, pytest.mark.real_vllm_alone]
 A = {**PRESSURE, "wall": 0.005, "log_every": 25}
 C = {**A, "max_num_seqs": 4}
 REC = {"PREEMPTLOG_RECORD": "{dir}/records.jsonl"}

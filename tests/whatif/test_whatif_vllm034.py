@@ -31,11 +31,12 @@ from preemptlog.whatif.engine_vllm import replay_vllm_many
 from preemptlog.whatif.metrics import StepTime
 from preemptlog.whatif.workload import ReplayConfig, Workload, WRequest
 
-from ..capture.test_capture_vllm import IN_CI
+from ..capture.test_capture_vllm import IN_CI, ONE_VLLM_AT_A_TIME
 from ..capture.test_capture_vllm034 import PY32, PY34, run_driver
 
 pytestmark = [
     pytest.mark.slow,
+    ONE_VLLM_AT_A_TIME,
     pytest.mark.skipif(
         (PY34 is None or PY32 is None) and not IN_CI,
         reason="no vLLM 0.34 venv (ci/vllm-034-venv) or 0.32 venv (ci/vllm-venv); .ci/run builds both",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ..capture.test_capture_vllm import PY
+from ..capture.test_capture_vllm import ONE_VLLM_AT_A_TIME, PY
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -41,6 +41,7 @@ def gpu_python() -> str | None:
 GPU_PY = gpu_python()
 pytestmark = [
     pytest.mark.slow,
+    ONE_VLLM_AT_A_TIME,
     pytest.mark.skipif(
         (GPU_PY is None or PY is None) and not IN_CI,
         reason="no vLLM 0.32 GPU-wheel venv (ci/vllm-gpu-venv) or CPU venv (ci/vllm-venv); .ci/run builds both",
