@@ -21,8 +21,10 @@ compiler at install). :func:`status` says which pass runs (``analyze -v``).
 from __future__ import annotations
 
 import os
+import queue
 import struct
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -41,7 +43,10 @@ except ImportError:  # no compiler at install: the polars pass reads every log
     _scan = None
 
 ENV = "PREEMPTLOG_SCANNER"
-WINDOW_BYTES = 64 << 20  # bytes scanned per call (memory: a window's pages and columns are held at once)
+# bytes scanned per call (memory: the buffer, and the columns of the window the caller holds and of
+# the one scanned ahead)
+WINDOW_BYTES = 32 << 20
+PREFETCH = 1  # windows scanned ahead while the caller works on one (0: no producer thread)
 
 # The batch columns, in _scan.c's order (scan_core.h C_*).
 COLUMNS = (
@@ -246,9 +251,65 @@ class Scan:
             **{c: t for c, t in _BATCH_SCHEMA.items() if c not in ("n", "mk")},
         }
         self.window = WINDOW_BYTES
+        self.prefetch = PREFETCH
 
     def frames(self) -> Iterator[pl.DataFrame]:
         """Each window's records (the polars pass's scan columns), in file order.
+
+        The next window is read and scanned by a producer thread while the caller works on this one
+        (the C scan runs without the GIL: the split and run logic in polars and the scan of the next
+        window share the cores); ``prefetch`` windows at most are scanned ahead. Errors of the
+        producer are raised here; a caller that stops early stops it."""
+        if self.prefetch <= 0:
+            yield from self._windows(threading.Event())
+            return
+        out: queue.Queue[tuple[str, object]] = queue.Queue()
+        halt = threading.Event()
+        # windows held at once: the caller's and the ones scanned ahead (a slot is freed when the
+        # caller asks for the next window)
+        room = threading.Semaphore(self.prefetch + 1)
+
+        def produce() -> None:
+            it = self._windows(halt)
+            try:
+                while True:
+                    while not room.acquire(timeout=0.1):
+                        if halt.is_set():
+                            return
+                    if halt.is_set():
+                        return
+                    df = next(it, None)
+                    if df is None:
+                        break
+                    out.put(("frame", df))
+                item: tuple[str, object] = ("end", None)
+            except BaseException as e:  # handed to the caller's thread, raised there
+                item = ("error", e)
+            finally:
+                it.close()
+            out.put(item)
+
+        worker = threading.Thread(target=produce, name="preemptlog-fastscan", daemon=True)
+        worker.start()
+        try:
+            while True:
+                kind, val = out.get()
+                if kind == "frame":
+                    assert isinstance(val, pl.DataFrame)
+                    yield val
+                    del val
+                    room.release()
+                elif kind == "error":
+                    assert isinstance(val, BaseException)
+                    raise val
+                else:
+                    return
+        finally:
+            halt.set()
+            worker.join()
+
+    def _windows(self, halt: threading.Event) -> Iterator[pl.DataFrame]:
+        """The windows, read and scanned in this thread (see :meth:`frames`).
 
         The file is read (not mapped) a window at a time, cut after its last line feed (the next
         window starts there): a file truncated while it is read (copytruncate) ends early instead
@@ -258,10 +319,10 @@ class Scan:
         lines = 0
         off = 0
         with open(self.path, "rb", buffering=0) as fh:
-            # one buffer for every window (a fresh 64 MB allocation per window cost page faults)
+            # one buffer for every window (a fresh allocation per window cost page faults)
             size = os.fstat(fh.fileno()).st_size
             buf = bytearray(max(1, min(self.window, size + 1)))
-            while True:
+            while not halt.is_set():
                 while True:  # a window ends after its last line feed (a longer line: a longer buffer)
                     fh.seek(off)
                     got = fh.readinto(buf) or 0

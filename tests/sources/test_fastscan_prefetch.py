@@ -1,0 +1,106 @@
+"""The compiled pass's producer thread (sources/fastscan ``Scan.frames``, issue 36).
+
+The next window is read and scanned by a thread while the caller works on the current one. What
+that must never change: the windows and their rows (the same frames as the pass without the
+thread, in file order, in windows of every size), an error of the scan (raised in the caller's
+thread, the same exception), and a caller that stops early (the thread ends; nothing keeps
+reading the file).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from preemptlog.sources import fastscan, vllm_log
+
+from ..conftest import ROOT
+
+pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="the compiled pass is not built (no C compiler)")
+
+
+@pytest.fixture(scope="module")
+def reqlog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prefetch") / "req.log"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "reqlog.py"),
+            str(out),
+            "--size",
+            "400K",
+            "--preemptions-per-gb",
+            "20000",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return out
+
+
+def _scan(path: Path, window: int, prefetch: int) -> fastscan.Scan:
+    scan = vllm_log.compiled(str(path), 1)
+    assert scan is not None
+    scan.window, scan.prefetch = window, prefetch
+    return scan
+
+
+def _producers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "preemptlog-fastscan"]
+
+
+@pytest.mark.parametrize("window", [2048, 65536, 1 << 26])
+def test_the_same_windows_with_and_without_the_thread(reqlog: Path, window: int) -> None:
+    alone = list(_scan(reqlog, window, 0).frames())
+    for prefetch in (1, 3):
+        got = list(_scan(reqlog, window, prefetch).frames())
+        assert [f.height for f in got] == [f.height for f in alone]
+        for g, w in zip(got, alone, strict=True):
+            assert_frame_equal(g, w)
+    whole = pl.concat(alone)
+    assert whole.get_column("n").is_sorted() and whole.height > 500
+    if window == 2048:
+        assert len(alone) > 50  # many windows: the queue was full and waited on
+
+
+def test_an_error_of_the_scan_is_raised_in_the_callers_thread(reqlog: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scan = _scan(reqlog, 4096, 1)
+    calls = {"n": 0}
+    real = scan._fast
+
+    def failing(batches: list[object]) -> pl.DataFrame:
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise MemoryError("the fifth window")
+        return real(batches)
+
+    monkeypatch.setattr(scan, "_fast", failing)
+    seen = 0
+    with pytest.raises(MemoryError, match="the fifth window"):
+        for _ in scan.frames():
+            seen += 1
+    assert seen == 4  # the four windows before it, in order, then the error
+    assert not _producers()
+
+
+def test_a_caller_that_stops_early_stops_the_thread(reqlog: Path) -> None:
+    scan = _scan(reqlog, 2048, 1)
+    frames = scan.frames()
+    first = next(frames)
+    assert first.height > 0
+    time.sleep(0.2)  # the producer has filled the queue and waits on it
+    assert len(_producers()) == 1
+    frames.close()
+    assert not _producers()
+    # and a consumer that takes only a few rows through the LazyFrame source (head): the same rows
+    got = _scan(reqlog, 2048, 1).lazy().head(7).collect()
+    want = pl.concat(list(_scan(reqlog, 2048, 0).frames())).head(7)
+    assert_frame_equal(got, want)
+    assert not _producers()
