@@ -25,7 +25,7 @@ import queue
 import struct
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 import polars as pl
@@ -308,7 +308,7 @@ class Scan:
             halt.set()
             worker.join()
 
-    def _windows(self, halt: threading.Event) -> Iterator[pl.DataFrame]:
+    def _windows(self, halt: threading.Event) -> Generator[pl.DataFrame, None, None]:
         """The windows, read and scanned in this thread (see :meth:`frames`).
 
         The file is read (not mapped) a window at a time, cut after its last line feed (the next
