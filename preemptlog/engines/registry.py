@@ -173,6 +173,9 @@ class Engine:
     not_replayed: str | None
     # what the bundle needs so its changes are replayed on the incident's own workload (fixes/plan.py)
     replay_hint: str | None = None
+    # the per-step records a capture of its own would add, and what they settle ((what, settles); the
+    # "to know more" of a bundle of its events without them; None: no such capture)
+    records_hint: tuple[str, str] | None = None
     log_facts: LogFacts | None = None  # parsers of the log pass's own records (None: a record family does)
     # the code facts its configuration in force settles, for its events (joiner/code.py)
     bundle_facts: Callable[[pl.DataFrame | None], dict[str, Any] | None] | None = None
@@ -330,6 +333,15 @@ def noun(kinds: dict[str, int], n: int) -> str:
     if not words or (len(words) == 1 and set(kinds) - {e.name for e in registered()}):
         return default().plural(n)
     return "/".join(words)
+
+
+def possessive(kinds: dict[str, int]) -> str:
+    """Whose counter: ``vLLM's``, ``SGLang's``; ``the engines'`` for a bundle of several; the default
+    engine's for none (the words of a count's source: render/human.py, render/summary.py)."""
+    names = [e.display for e in registered() if e.name in kinds]
+    if len(names) > 1:
+        return "the engines'"
+    return f"{(names[0] if names else default().display)}'s"
 
 
 def only_log(records: pl.DataFrame) -> Engine | None:

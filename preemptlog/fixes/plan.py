@@ -39,13 +39,6 @@ if TYPE_CHECKING:
     from ..findings import Findings
     from ..model.result import AnalysisView
 
-# What the plugin's records settle when a bundle has none (docs/capture.md).
-RECORDS_HINT = (
-    "preemptlog's vLLM plugin records (PREEMPTLOG_RECORD=FILE in the server's environment)",
-    "the demand at each failed allocation, so the pool levers are measured, not estimated, and every change "
-    "is replayed on the incident's own requests",
-)
-
 
 def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
     """``{"changes": [...], "to_know_more": [...], "dropped": [...]}`` for the incident."""
@@ -165,7 +158,10 @@ def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict
     bt = a.frames.get("bt_events")
     upstream = a.events.height and not _guide_world(a)
     if upstream and (bt is None or bt.height == 0):
-        add(*RECORDS_HINT)
+        present = set(engines.engine_kinds(a.events, a.config, a.records))
+        for eng in engines.registered():  # the capture of each engine whose events the bundle holds
+            if eng.records_hint is not None and eng.name in present:
+                add(*eng.records_hint)
     unverified = [x for x in changes if x.get("status") != "verified" and not (x.get("replay") or {}).get("status")]
     if unverified and not (a.requests.height or (bt is not None and bt.height)):
         for eng in engines.registered():  # what the engine's replay needs: its request lines

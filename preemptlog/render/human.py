@@ -16,7 +16,7 @@ import re
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from ..engines import noun
+from ..engines import noun, possessive
 from ..outputs.console import text_console
 from ..outputs.safe import neutralise
 from .summary import GATE_WORDS, _pressure_words, fix_line, top_fix
@@ -131,7 +131,7 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
         parts = [KIND_WORDS[name].format(n=k[name]) for name in KIND_WORDS if k[name]]
         srcs = [str(x["source"]) for x in (s.get("reconciliation") or {}).get("sources") or [] if x.get("in_events")]
         if [n for n in KIND_WORDS if k[n]] == ["interval"] and all(x.startswith("prometheus") for x in srcs) and srcs:
-            parts = []  # counted by vLLM's counter: the source says it (below)
+            parts = []  # counted by the engine's counter: the source says it (below)
     if gates:
         parts.append(gates)
     detail = f" ({'; '.join(parts)})" if parts else ""
@@ -142,7 +142,11 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
     rec = s.get("reconciliation") or {}
     used = [x for x in rec.get("sources") or [] if x.get("in_events")]
     if rec.get("total") is not None and used:
-        names = [str(x["source"]) if verbose else SOURCE_WORDS.get(str(x["source"]), str(x["source"])) for x in used]
+        whose = possessive(s.get("engine_kinds") or {})
+        names = [
+            str(x["source"]) if verbose else SOURCE_WORDS.get(str(x["source"]), str(x["source"])).format(whose=whose)
+            for x in used
+        ]
         if verbose:
             line += f"; counted {rec['total']} ({rec['quality']}) from " + ", ".join(names)
         else:
@@ -163,13 +167,13 @@ KIND_WORDS = {
     "marker": "{n} PREEMPTED lines",
     "record": "{n} plugin records",
 }
-SOURCE_WORDS = {
-    "prometheus counter, single reading": "vLLM's counter in one /metrics reading",
-    "prometheus counter (vllm:num_preemptions_total)": "vLLM's counter in the /metrics scrapes",
+SOURCE_WORDS = {  # {whose}: the engine's, as registry.possessive names it (SGLang's counter is SGLang's)
+    "prometheus counter, single reading": "{whose} counter in one /metrics reading",
+    "prometheus counter (vllm:num_preemptions_total)": "{whose} counter in the /metrics scrapes",
     "log 'Preemptions: N' stats fields": "the stats lines' 'Preemptions: N'",
     "log V0 warnings (total_num_cumulative_preemption)": "vLLM V0's warnings",
     "log lines marked PREEMPTED (patched scheduler, hooks)": "the PREEMPTED lines",
-    "prometheus histogram (vllm:request_num_preemptions)": "vLLM's per-request histogram",
+    "prometheus histogram (vllm:request_num_preemptions)": "{whose} per-request histogram",
 }
 
 

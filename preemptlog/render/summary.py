@@ -425,7 +425,7 @@ def _starts(unplaced: pl.DataFrame, tz: str) -> dict[str, str | None]:
     return {str(e): iso(t, tz) for e, t in g}
 
 
-def _since_words(c: dict[str, Any], last_event: str | None) -> str:
+def _since_words(c: dict[str, Any], last_event: str | None, whose: str = "vLLM's") -> str:
     """`` since the engine started at 05:05:00 (vLLM's counter at 05:09:52)``: the span of a count that
     holds unplaced events (a first reading since the engine's start), from that start to the last
     thing counted (issue 38: the span covers exactly what it counts)."""
@@ -437,7 +437,7 @@ def _since_words(c: dict[str, Any], last_event: str | None) -> str:
         since = f" since the engine started at {_hms(lo)}" if lo else " since the engine started"
     if last_event and hi and datetime.fromisoformat(last_event) > datetime.fromisoformat(hi):
         return since + f", to {_hms(last_event)}"
-    return since + f" (vLLM's counter at {_hms(hi)})"
+    return since + f" ({whose} counter at {_hms(hi)})"
 
 
 def not_a_preemption(f: Any, tz: str) -> dict[str, Any] | None:
@@ -639,7 +639,7 @@ def headline(s: dict[str, Any]) -> str:
     span = _span_text(s.get("first_event"), s.get("last_event"), estimated)
     if c.get("unplaced") and c.get("unplaced_span"):
         # the count runs from the engine's start: the placed events' own span is inside it
-        span = _since_words(c, s.get("last_event"))
+        span = _since_words(c, s.get("last_event"), registry.possessive(kinds))
     engines = c.get("engines") or []
     where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
     by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}

@@ -37,6 +37,7 @@ ENGINE = register_engine(
         "preemption when the request runs again.",
         not_replayed=None,  # the what-if model is vLLM's scheduler (whatif/)
         replay_hint=fixes.LOG_REQUESTS_HINT,
+        records_hint=fixes.RECORDS_HINT,
         log_facts=logfacts.LOG_FACTS,
         bundle_facts=codefacts.bundle_facts,
         capacity_fixes=fixes.capacity_fixes,

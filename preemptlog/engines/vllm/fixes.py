@@ -32,6 +32,12 @@ from ..common import ranked as _ranked
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
 
+# What the plugin's records settle when a bundle has none (docs/capture.md; fixes/plan.py's "to know more").
+RECORDS_HINT = (
+    "preemptlog's vLLM plugin records (PREEMPTLOG_RECORD=FILE in the server's environment)",
+    "the demand at each failed allocation, so the pool levers are measured, not estimated, and every change "
+    "is replayed on the incident's own requests",
+)
 LOG_REQUESTS_HINT = (
     "log requests (--enable-log-requests from vLLM 0.10.1, on by default before) and, from 0.11.1, "
     "DEBUG logging for prompt_token_ids"
