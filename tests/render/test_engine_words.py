@@ -104,7 +104,9 @@ def test_sglang_counts_are_sglangs(shape: str, tmp_path: Path) -> None:
 
 
 def test_vllm_counts_keep_vllms_words_and_the_plugin(tmp_path: Path) -> None:
-    err, doc = run(bundle(tmp_path / "v", {"a.prom": prom(VL, VL_LABELS, 0.0, T15), "b.prom": prom(VL, VL_LABELS, 4.0, T16)}))
+    err, doc = run(
+        bundle(tmp_path / "v", {"a.prom": prom(VL, VL_LABELS, 0.0, T15), "b.prom": prom(VL, VL_LABELS, 4.0, T16)})
+    )
     assert len(doc["events"]) == 4
     assert "vLLM's counter in the /metrics scrapes" in " ".join(err.split()), err
     assert any("vLLM plugin" in a for a in know_more(doc)), know_more(doc)
