@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -104,3 +105,20 @@ def test_a_caller_that_stops_early_stops_the_thread(reqlog: Path) -> None:
     want = pl.concat(list(_scan(reqlog, 2048, 0).frames())).head(7)
     assert_frame_equal(got, want)
     assert not _producers()
+
+
+@pytest.mark.parametrize("part", [997, 4096, 1 << 22])
+def test_a_window_read_in_parts_is_the_file(reqlog: Path, part: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window's parts are read by several threads at once: the same bytes, the same windows."""
+    monkeypatch.setattr(fastscan, "READ_PART_BYTES", part)
+    data = reqlog.read_bytes()
+    with open(reqlog, "rb", buffering=0) as fh, ThreadPoolExecutor(3) as pool:
+        for off, size in ((0, len(data) + 10), (1234, 50_000), (len(data) - 100, 4096), (len(data), 4096)):
+            buf = bytearray(size)
+            got = fastscan._read_at(fh.fileno(), buf, off, 4, pool)
+            assert got == min(size, len(data) - off)  # short at the file's end: what is there
+            assert bytes(buf[:got]) == data[off : off + got]
+    for prefetch in (0, 1):
+        alone = pl.concat(list(_scan(reqlog, 1 << 26, prefetch).frames()))
+        small = pl.concat(list(_scan(reqlog, 65536, prefetch).frames()))
+        assert_frame_equal(alone, small)
