@@ -301,6 +301,12 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "exact": True,
                 "in_events": prom_in_events,
                 "note": _prom_note(facts, pairs),
+                # the counters it was read from, by name: the key above is the source's kind, whatever the engine
+                "metrics": sorted(
+                    pairs.select(pl.col("raw").str.extract(r"^([^{\s]+)", 1).drop_nulls().unique())
+                    .to_series()
+                    .to_list()
+                ),
                 **_vs_records(checks, PROM_COUNTER),
             }
         )

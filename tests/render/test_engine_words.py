@@ -66,6 +66,12 @@ def run(path: Path) -> tuple[str, dict]:
     return p.stderr, json.loads(p.stdout)
 
 
+def counter_metrics(doc: dict) -> list[str]:
+    """The counter source's ``metrics`` (the reconciliation's JSON): which counters were read, by name."""
+    (src,) = [x for x in doc["summary"]["reconciliation"]["sources"] if x["source"].startswith("prometheus counter (")]
+    return src["metrics"]
+
+
 def know_more(doc: dict) -> list[str]:
     fixes = doc.get("fixes") or doc["summary"].get("fixes") or {}
     items = fixes.get("to_know_more") if isinstance(fixes, dict) else None
@@ -101,6 +107,8 @@ def test_sglang_counts_are_sglangs(shape: str, tmp_path: Path) -> None:
         assert "(SGLang's counter at 08:16:00)" in " ".join(err.split()), err
     assert not any("vLLM plugin" in a for a in know_more(doc)), know_more(doc)
     assert "vLLM plugin" not in err
+    if "one reading" not in shape:
+        assert counter_metrics(doc) == [SG]
 
 
 def test_vllm_counts_keep_vllms_words_and_the_plugin(tmp_path: Path) -> None:
@@ -109,6 +117,7 @@ def test_vllm_counts_keep_vllms_words_and_the_plugin(tmp_path: Path) -> None:
     )
     assert len(doc["events"]) == 4
     assert "vLLM's counter in the /metrics scrapes" in " ".join(err.split()), err
+    assert counter_metrics(doc) == [VL]
     assert any("vLLM plugin" in a for a in know_more(doc)), know_more(doc)
 
 
@@ -120,4 +129,5 @@ def test_both_engines_say_the_engines_counter(tmp_path: Path) -> None:
     err, doc = run(bundle(tmp_path / "both", files))
     assert len(doc["events"]) == 7
     assert "the engines' counter" in " ".join(err.split()), err
+    assert counter_metrics(doc) == sorted([SG, VL])
     assert any("vLLM plugin" in a for a in know_more(doc))  # the vLLM events would gain from it
