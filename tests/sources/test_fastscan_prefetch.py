@@ -9,6 +9,7 @@ reading the file).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -122,3 +123,20 @@ def test_a_window_read_in_parts_is_the_file(reqlog: Path, part: int, monkeypatch
         alone = pl.concat(list(_scan(reqlog, 1 << 26, prefetch).frames()))
         small = pl.concat(list(_scan(reqlog, 65536, prefetch).frames()))
         assert_frame_equal(alone, small)
+
+
+def test_a_file_that_grew_after_it_was_sized_is_read_whole(reqlog: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first window is sized by the file's size at open; a log still being written is longer when it
+    is read: the first (full) window is scanned as read, the next ones in windows of the full size
+    (before, the grown buffer replaced the one just read, and its window was scanned as zeros)."""
+    want = pl.concat(list(_scan(reqlog, 1 << 26, 0).frames()))
+    real = os.fstat
+
+    class Smaller:
+        def __init__(self, st: os.stat_result) -> None:
+            self.st_size = st.st_size // 3
+
+    monkeypatch.setattr(os, "fstat", lambda fd: Smaller(real(fd)))
+    for prefetch in (0, 1):
+        got = pl.concat(list(_scan(reqlog, 1 << 26, prefetch).frames()))
+        assert_frame_equal(got, want)

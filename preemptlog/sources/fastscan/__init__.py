@@ -332,8 +332,6 @@ class Scan:
                     if cut or eof:
                         break
                     buf = bytearray(2 * len(buf))  # a full buffer without a line feed
-                if not eof and len(buf) < self.window:  # the file grew past its size at open
-                    buf = bytearray(self.window)
                 if cut == 0:
                     return
                 view = memoryview(buf)[:cut]
@@ -350,6 +348,8 @@ class Scan:
                 off += cut
                 if eof:
                     return
+                if len(buf) < self.window:  # the file grew past its size at open: full windows from here
+                    buf = bytearray(self.window)
 
     def frame(self) -> pl.DataFrame:
         """The whole file's records (scan columns)."""
