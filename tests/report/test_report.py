@@ -26,6 +26,7 @@ from preemptlog.cli import app
 from preemptlog.errors import ExitCode
 
 from ..conftest import FIXTURES
+from ..support.browser import chromium_argv, find_chromium
 
 runner = CliRunner()
 EVIL = "<script>alert(1)</script>"
@@ -300,7 +301,7 @@ def test_grouping_threshold_per_event_cards(demo_report):
 
 # --------------------------------------------------------------------------- in a real browser
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
+CHROMIUM = find_chromium()
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run installs it)"
 )
@@ -334,29 +335,8 @@ PROBE = """<script>(function () {
 def _chromium(url: str, profile: Path, *, screenshot: Path | None = None, size: str = "1400,2200") -> str:
     """Load ``url`` with every network path closed; return the DOM after scripts ran."""
     profile.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-default-apps",
-        "--disable-extensions",
-        "--no-default-browser-check",
-        f"--user-data-dir={profile}",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--proxy-server=http://127.0.0.1:9",
-        "--proxy-bypass-list=<-loopback>",
-        "--virtual-time-budget=10000",
-        "--hide-scrollbars",
-        f"--window-size={size}",
-    ]
-    if screenshot is not None:
-        cmd.append(f"--screenshot={screenshot}")
-    cmd += ["--dump-dom", url]
+    assert CHROMIUM is not None
+    cmd = [*chromium_argv(CHROMIUM, profile, size, screenshot=screenshot, dump_dom=True), url]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=profile)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout
