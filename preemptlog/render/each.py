@@ -31,6 +31,7 @@ import polars as pl
 from ..analysis import analyze
 from ..events.servers import servers
 from ..model import VERSION as __version__
+from ..model.result import AnalyzeOptions
 from ..outputs.console import binary_console
 from ..outputs.safe import text
 from ..sources import LOG_KINDS
@@ -41,7 +42,7 @@ from .table import display_rows
 
 if TYPE_CHECKING:
     from ..inputs.workspace import Workspace
-    from ..model.result import Analysis, AnalyzeOptions
+    from ..model.result import Analysis
     from . import OutputFormat
 
 
@@ -78,8 +79,6 @@ def units(paths: list[str], ws: Workspace, kinds: list[str] | None = None, stdin
 
 
 def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) -> list[Unit]:
-    from ..analysis import AnalyzeOptions, analyze
-
     first = analyze(paths, AnalyzeOptions(kinds=kinds, rules=False), workspace=ws, stdin=stdin)
     return split_by_incident(paths, first)
 
