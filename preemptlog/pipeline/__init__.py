@@ -147,8 +147,8 @@ def bundle_stage(paths: list[str], ws: Workspace, options: AnalyzeOptions, stdin
         more = f" and {len(bundle.files) - 5} more" if len(bundle.files) > 5 else ""
         raise InputError(
             f"nothing recognisable in the input: {names}{more}" if bundle.files else "the input holds no files",
-            hint="expected a vLLM server log, dmon output, block-table records or /metrics scrapes; "
-            "--file-kind FILE=KIND forces a file's kind",
+            hint=f"expected a {' or '.join(e.display for e in engines.registered())} server log, dmon output, "
+            "block-table records or /metrics scrapes; --file-kind FILE=KIND forces a file's kind",
         )
     return bundle
 

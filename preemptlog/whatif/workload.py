@@ -248,6 +248,14 @@ def build_workload(analysis: Analysis) -> Workload:
     w = from_log(analysis)
     if w is not None:
         return w
+    kinds = engines.engine_kinds(analysis.events, analysis.config, analysis.records)
+    shown = [e for e in engines.registered() if e.name in kinds]
+    if shown and all(e.not_replayed for e in shown):  # only engines whose scheduler the model is not
+        raise NoWorkload(
+            f"nothing to replay: the bundle is {' and '.join(e.display for e in shown)}'s, and "
+            + "; ".join(str(e.not_replayed) for e in shown),
+            hint="analyze gives its changes, each with the reason it is not verified by a replay",
+        )
     raise NoWorkload(
         "no workload in the bundle: no block-table request records and no 'Received request' lines",
         hint="record requests with the preemptlog vLLM plugin (PREEMPTLOG_RECORD) or log requests "

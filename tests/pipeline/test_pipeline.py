@@ -103,8 +103,10 @@ def test_a_stage_after_the_verdicts_sees_them(tmp_path, monkeypatch):
 
 def test_nothing_recognisable_fails_before_the_sources(tmp_path):
     (tmp_path / "x.bin").write_bytes(b"\x00\x01\x02" * 100)
-    with Workspace() as ws, pytest.raises(InputError, match="nothing recognisable"):
+    with Workspace() as ws, pytest.raises(InputError, match="nothing recognisable") as err:
         pipeline.bundle_stage([str(tmp_path)], ws, OPTS, None)
+    # what it expected: every registered engine's server log by name
+    assert "a vLLM or SGLang server log" in str(err.value.hint)
 
 
 def test_rules_stage_takes_the_thresholds():

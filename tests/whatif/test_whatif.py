@@ -115,6 +115,31 @@ def test_no_request_lines_is_refused_with_exit_8(tmp_path):
     assert len(lines) == 1 and "no workload" in lines[0] and "Received request" in lines[0]
 
 
+@pytest.mark.parametrize("with_scrape", [False, True])
+def test_an_sglang_bundle_is_refused_in_its_engines_words(tmp_path, with_scrape):
+    """The what-if model is vLLM's scheduler: an SGLang bundle (its log, with or without its counter) is
+    not told to record requests with the vLLM plugin, but why nothing is replayed (exit 8, one line)."""
+    log = (
+        "[2026-11-02 08:15:30 TP0] Decode batch, #running-req: 60, #token: 199000, token usage: 1.00, "
+        "gen throughput (token/s): 2100.00, #queue-req: 12\n"
+        "[2026-11-02 08:15:31 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#new_token_ratio: 0.0980 -> 0.4210\n"
+    )
+    b = tmp_path / "sg"
+    b.mkdir()
+    (b / "sglang.log").write_text(log)
+    if with_scrape:
+        (b / "m.prom").write_text(
+            "# TYPE sglang:num_retracted_requests_total counter\n"
+            'sglang:num_retracted_requests_total{tp_rank="0"} 2.0 1793607360000\n'
+        )
+    p = _cli(str(b), "--tz", "UTC")
+    assert p.returncode == 8
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing to replay: the bundle is SGLang's" in lines[0], lines
+    assert "vLLM's scheduler, not SGLang's" in lines[0] and "PREEMPTLOG_RECORD" not in lines[0]
+
+
 def test_no_prompt_lengths_anywhere_is_refused(tmp_path):
     b = _bundle(tmp_path, "nothing", _log(prompt_ids=False, stats=False))
     p = _cli(str(b), "--tz", "UTC")
