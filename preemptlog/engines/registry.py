@@ -344,6 +344,16 @@ def possessive(kinds: dict[str, int]) -> str:
     return f"{(names[0] if names else default().display)}'s"
 
 
+def metric_owners(names: list[str]) -> dict[str, int]:
+    """The engines whose Prometheus prefix the canonical metric ``names`` carry (the default engine's for
+    a name with no other engine's prefix), as ``engine_kinds``-like keys: whose counter a count read."""
+    out: dict[str, int] = {}
+    for name in names:
+        eng = next((e for e in others() if name.startswith(e.metrics.prefix + ":")), default())
+        out[eng.name] = 0
+    return out
+
+
 def only_log(records: pl.DataFrame) -> Engine | None:
     """The engine with record kinds of its own whose lines are every log line of the bundle (lines
     read only for their time aside), or None."""

@@ -158,7 +158,7 @@ def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict
     bt = a.frames.get("bt_events")
     upstream = a.events.height and not _guide_world(a)
     if upstream and (bt is None or bt.height == 0):
-        present = set(engines.engine_kinds(a.events, a.config, a.records))
+        present = {k for k, n in engines.engine_kinds(a.events, a.config, a.records).items() if n}
         for eng in engines.registered():  # the capture of each engine whose events the bundle holds
             if eng.records_hint is not None and eng.name in present:
                 add(*eng.records_hint)

@@ -16,7 +16,7 @@ import re
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from ..engines import noun, possessive
+from ..engines import metric_owners, noun, possessive
 from ..outputs.console import text_console
 from ..outputs.safe import neutralise
 from .summary import GATE_WORDS, _pressure_words, fix_line, top_fix
@@ -142,9 +142,14 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
     rec = s.get("reconciliation") or {}
     used = [x for x in rec.get("sources") or [] if x.get("in_events")]
     if rec.get("total") is not None and used:
-        whose = possessive(s.get("engine_kinds") or {})
+        kinds = s.get("engine_kinds") or {}
         names = [
-            str(x["source"]) if verbose else SOURCE_WORDS.get(str(x["source"]), str(x["source"])).format(whose=whose)
+            str(x["source"])
+            if verbose
+            # whose counter: the engines of the counters it read (their metric names), else the bundle's
+            else SOURCE_WORDS.get(str(x["source"]), str(x["source"])).format(
+                whose=possessive(metric_owners(x["metrics"]) if x.get("metrics") else kinds)
+            )
             for x in used
         ]
         if verbose:

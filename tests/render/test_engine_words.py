@@ -131,3 +131,24 @@ def test_both_engines_say_the_engines_counter(tmp_path: Path) -> None:
     assert "the engines' counter" in " ".join(err.split()), err
     assert counter_metrics(doc) == sorted([SG, VL])
     assert any("vLLM plugin" in a for a in know_more(doc))  # the vLLM events would gain from it
+
+
+def test_a_vllm_log_without_events_beside_sglangs_counter(tmp_path: Path) -> None:
+    """A bundle with a vLLM stats log (no preemption) and SGLang's counter: the count is SGLang's counter's
+    (by the metric it read, not "the engines'"), and the vLLM plugin's records are not asked for: there
+    is no vLLM event for them to explain."""
+    stats = (
+        "INFO 11-02 08:15:{s:02d} [loggers.py:1] Engine 000: Avg prompt throughput: 100.0 tokens/s, Avg generation "
+        "throughput: 50.0 tokens/s, Running: 4 reqs, Waiting: 0 reqs, GPU KV cache usage: 10.0%, Prefix cache hit "
+        "rate: 0.0%\n"
+    )
+    files = {
+        "vllm.log": stats.format(s=10) + stats.format(s=20),
+        "a.prom": prom(SG, SG_LABELS, 0.0, T15),
+        "b.prom": prom(SG, SG_LABELS, 3.0, T16),
+    }
+    err, doc = run(bundle(tmp_path / "mix", files))
+    assert len(doc["events"]) == 3 and {e["engine_kind"] for e in doc["events"]} == {"sglang"}
+    words = " ".join(err.split())
+    assert "SGLang's counter in the /metrics scrapes" in words and "the engines' counter" not in words, err
+    assert not any("vLLM plugin" in a for a in know_more(doc)), know_more(doc)
