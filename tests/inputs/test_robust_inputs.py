@@ -10,7 +10,6 @@ import io
 import os
 import shutil
 import threading
-import time
 
 import polars as pl
 import pytest
@@ -317,25 +316,19 @@ def test_stdin_closed_or_empty(monkeypatch):
 
 
 def test_three_thousand_small_files(tmp_path):
-    """3000 small logs: collecting is linear (stream naming was quadratic: 10 s), and the logs are
-    read in one polars pass (one query per file was 15 s)."""
+    """3000 small logs: every file collected, named and read (how long it takes is bench/run's
+    "folder of 3000 small logs" row: tests never time)."""
     b = tmp_path / "many"
     b.mkdir()
     for i in range(3000):
         (b / f"node{i:04d}.log").write_text(M.format(i) + "\n" + (f"some text {i}\n" * (i % 3)))
-    t0 = time.perf_counter()
     with Workspace() as ws:
         bundle = collect([str(b)], ws)
         names = [bundle.stream_name(s) for s in bundle.streams()]
-    collect_s = time.perf_counter() - t0
-    assert len(bundle.files) == 3000 and len(names) == 3000
-    assert collect_s < 4.0, f"collecting 3000 files took {collect_s:.1f} s"
-    t0 = time.perf_counter()
+    assert len(bundle.files) == 3000 and len(set(names)) == 3000
     r = run([b])
-    total_s = time.perf_counter() - t0
     assert sorted(int(x) for x in marker_ids(r)) == list(range(3000))
     assert r.events.get_column("line").unique().to_list() == [1]
-    assert total_s < 10.0, f"analysing 3000 small logs took {total_s:.1f} s"
 
 
 # ---------------------------------------------------------------- time going wrong

@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -450,13 +449,11 @@ def test_analyze_reads_no_events_from_the_sidecar_files(tmp_path):
 # --------------------------------------------------------------------------- large
 
 
-def test_large_writes_the_size_fast_and_exactly(tmp_path):
+def test_large_writes_the_size_exactly(tmp_path):
     size = 5 << 20
-    t0 = time.perf_counter()
     out, rec = run(tmp_path, "large", size=size)
-    elapsed = time.perf_counter() - t0
     n = (out / "vllm.log").stat().st_size
-    assert size - 200_000 < n <= size and elapsed < 3.0
+    assert size - 200_000 < n <= size
     assert (out / "vllm.log").read_bytes().endswith(b"\n")
     t = rec["truth"]
     rows = truth(out)

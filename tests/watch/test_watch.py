@@ -11,6 +11,7 @@ so SIGTERM, the exit code and the last line are the ones a user gets.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -146,7 +147,7 @@ class Lines:
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc, self.events, self.raw = proc, [], []
-        self.arrived: list[float] = []
+        self.arrived: list[float] = []  # when each line reached the test (test_watch_vllm reports it)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -371,7 +372,6 @@ def test_storms_are_told_saved_and_explained_and_sigterm_cuts_the_last(tmp_path)
         t_set = time.time()
         srv.set(counter=7, running=16, waiting=30, kv=0.984)
         s1 = lines.wait_for(lambda e: e["event"] == "storm_start", 20)
-        latency = lines.arrived[lines.events.index(s1)] - t_set
         time.sleep(1.2)
         log.rename(tmp_path / "vllm.log.1")  # rotated mid-storm (the writer opens the name each time)
         srv.set(counter=20)
@@ -398,9 +398,9 @@ def test_storms_are_told_saved_and_explained_and_sigterm_cuts_the_last(tmp_path)
     assert kinds == [
         "start", "storm_start", "storm_end", "server_down", "server_up", "restart", "storm_start", "storm_end", "stop",
     ]  # fmt: skip
-    # storm 1: opened by the scrape after the counter moved, within two intervals; counted exactly
-    assert latency <= 2 * every, latency
-    assert _iso(s1["time"]) - t_set <= every + 0.3 and s1["preemptions"] == 7 and s1["kv_usage"] == 98.4
+    # storm 1: opened by the scrape after the counter moved, within two intervals by the watch's own
+    # clock (when the line reached this test depends on the machine's load: not asserted); counted exactly
+    assert _iso(s1["time"]) - t_set <= 2 * every and s1["preemptions"] == 7 and s1["kv_usage"] == 98.4
     assert e1["preemptions"] == 25 and e1["cut"] is False and e1["ended_by"] == "quiet"
     assert _iso(e1["time"]) - _iso(e1["last_preemption"]) >= 4.0
     assert "KV cache exhausted" in e1["cause"] and "vLLM V1 preempts" in e1["cause"]
@@ -444,14 +444,45 @@ def test_a_hanging_server_is_down_once_and_sigterm_still_stops_at_once(tmp_path)
         lines = Lines(p)
         down = lines.wait_for(lambda e: e["event"] == "server_down", 30)
         time.sleep(5)  # timeouts back off: no second line, no new request while one is in flight
-        t0 = time.time()
-        rc, err = stop(p, lines, timeout=30)
-        took = time.time() - t0
+        rc, err = stop(p, lines, timeout=60)
     assert rc == 0 and "Traceback" not in err, err[-2000:]
     assert down["error"] == "timed out"
     assert [e["event"] for e in lines.events] == ["start", "server_down", "stop"]
-    assert took < 5, took
+    assert lines.events[-1]["reason"] == "SIGTERM"
     assert srv.hits <= 4  # 2 s timeout, then 4 s, 8 s...: not one request a second
+
+
+def test_stop_does_not_wait_for_a_request_that_never_returns(tmp_path):
+    """The stop is structural, not a race against a clock: the scrape blocks until the test ends,
+    and the watch still finishes (a timeout here would mean it joined the request)."""
+    from preemptlog.watch import Watch, WatchOptions
+    from preemptlog.watch.output import NdjsonOutput
+
+    release, asked = threading.Event(), threading.Event()
+
+    def never(url: str, timeout: float) -> bytes:
+        asked.set()
+        release.wait()
+        raise TimeoutError("released")
+
+    out, err = io.StringIO(), io.StringIO()
+    opts = WatchOptions(servers=("http://127.0.0.1:9/metrics",), every=1.0, quiet=4.0, out=tmp_path / "o")
+    w = Watch(opts, NdjsonOutput(out, err), fetch=never)
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(w.run()), daemon=True)
+    t.start()
+    try:
+        assert asked.wait(60), "the watch never asked the server"
+        w.stop("SIGTERM")
+        t.join(120)
+        assert not t.is_alive(), "the watch waited for the request in flight"
+        assert not release.is_set()  # the request was still in flight when the watch had finished
+    finally:
+        release.set()
+    (outcome,) = done
+    assert outcome.storms == []
+    ev = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [e["event"] for e in ev] == ["start", "stop"] and ev[-1]["reason"] == "SIGTERM"
 
 
 @pytest.mark.parametrize(
