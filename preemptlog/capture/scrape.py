@@ -1,9 +1,11 @@
 """``preemptlog capture``: scrape a live vLLM ``/metrics`` (and follow its log) into a bundle.
 
 Each scrape goes to ``DIR/metrics-<epoch>.prom`` (written atomically through outio): the first line
-is ``# scrape <ISO time>`` (the time the scraper sent the request, with its offset), the second
-:data:`CAPTURE_MARK` (this file is preemptlog's own capture format: the Prometheus source takes that
-time as recorded, not assumed), then the body exactly as served. ``--log FILE``: what is appended to FILE after the start is copied to
+is ``# scrape <ISO time>`` (the time the answer arrived, with its offset: every count on the page was
+made by then, so a count never seems to lead the preemption it counts however slow the server was),
+the second :data:`CAPTURE_MARK` and how long the answer took (:func:`mark`: this file is preemptlog's
+own capture format: the Prometheus source takes that time as recorded, not assumed), then the body
+exactly as served. ``--log FILE``: what is appended to FILE after the start is copied to
 ``DIR/<name of FILE>`` (a truncated or rotated file is followed from its new start). A session log
 ``DIR/capture.jsonl`` (source kind ``capture``, sources/capture.py) records the start, the stop and
 every gap: a span in which scrapes failed, with the last error; ``preemptlog analyze DIR``
@@ -27,9 +29,18 @@ from pathlib import Path
 
 MANIFEST = "capture.jsonl"
 POLL_S = 0.2
-# The second line of every scrape file: the time on the first was recorded when the scrape was sent
-# (sources/prometheus/text.py reads it: such files' scrape times are facts, not assumptions).
+# The second line of every scrape file begins so: the time on the first was recorded by the scraper
+# when the answer arrived (sources/prometheus/text.py reads it: such files' scrape times are facts,
+# not assumptions). A page is made between the request and its answer; under load that took 2-9 s
+# (a `vllm serve` on a busy 2-core machine), and a page stamped when it was asked for held counts of
+# preemptions recorded after that stamp.
 CAPTURE_MARK = "# preemptlog capture: scrape time recorded by the scraper"
+
+
+def mark(took: float | None = None) -> str:
+    """The second line of a scrape file: :data:`CAPTURE_MARK` and how long the answer took."""
+    after = f" ({took:.3f} s after the request)" if took is not None else ""
+    return f"{CAPTURE_MARK} when the answer arrived{after}"
 
 
 def iso(ts: float) -> str:
@@ -182,10 +193,12 @@ class Capture:
             fh.write(json.dumps({"preemptlog_capture": 1, **obj}) + "\n")
 
     def _scrape(self, now: float) -> bool:
+        """One scrape sent at ``now``; its file is stamped with the time the answer arrived."""
         from ..outputs.outio import open_output
 
         try:
             body = scrape_once(self.url, timeout=max(1.0, min(self.every, 10.0)))
+            sent, now = now, max(now, self.clock())
         except Exception as exc:
             self.stats.failures += 1
             why = describe_error(exc)
@@ -201,7 +214,7 @@ class Capture:
         if (self.dir / name).exists():
             name = f"metrics-{int(now)}-{self.stats.scrapes}.prom"
         with open_output(str(self.dir / name)) as fh:
-            fh.write(f"# scrape {iso(now)}\n{CAPTURE_MARK}\n".encode())
+            fh.write(f"# scrape {iso(now)}\n{mark(now - sent)}\n".encode())
             fh.write(body if body.endswith(b"\n") or not body else body + b"\n")
         self.stats.scrapes += 1
         self.stats.files.append(name)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..analysis import analyze
-from ..capture.scrape import CAPTURE_MARK, MANIFEST, iso
+from ..capture.scrape import MANIFEST, iso, mark
 from ..errors import PreemptlogError
 from ..inputs.workspace import Workspace
 from ..model import VERSION
@@ -182,7 +182,7 @@ class Incident:
             k += 1
             name = f"metrics-{int(t)}-{k}.prom"
         with open(self.dir / name, "wb") as fh:
-            fh.write(f"# scrape {iso(t)}\n{CAPTURE_MARK}\n".encode())
+            fh.write(f"# scrape {iso(t)}\n{mark()}\n".encode())
             fh.write(body if body.endswith(b"\n") or not body else body + b"\n")
         self.scrapes += 1
         if not self.scrape_times:

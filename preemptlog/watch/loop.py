@@ -321,8 +321,8 @@ class Watch:
         for tr in srv.tracker.feed(reading):
             added = self._transition(srv, tr, (s, reading)) or added
         if srv.incident is not None and not added:
-            srv.incident.add_scrape(s.t, s.body, reading.total)
-        srv.scrapes.append((s.t, s.body, reading.total))
+            srv.incident.add_scrape(s.arrived, s.body, reading.total)
+        srv.scrapes.append((s.arrived, s.body, reading.total))
         srv.last = reading
         if srv.status_at == 0.0:
             self._status_event(srv, s.t)
@@ -362,14 +362,14 @@ class Watch:
             )
             inc = self._open(srv, storm)
             if scrape is not None:
-                inc.add_scrape(scrape[0].t, scrape[0].body or b"", r.total if r else None)
+                inc.add_scrape(scrape[0].arrived, scrape[0].body or b"", r.total if r else None)
             return scrape is not None
         # storm_end: the scrape that closed it after a quiet spell is the window's last
         added = False
         inc2 = srv.incident
         if inc2 is not None:
             if scrape is not None and storm.ended_by == "quiet":
-                inc2.add_scrape(scrape[0].t, scrape[0].body or b"", scrape[1].total)
+                inc2.add_scrape(scrape[0].arrived, scrape[0].body or b"", scrape[1].total)
                 added = True
             srv.incident = None
             self.jobs.put(inc2)

@@ -46,6 +46,12 @@ class Scrape:
     body: bytes | None
     error: str | None = None
 
+    @property
+    def arrived(self) -> float:
+        """When the answer arrived: the time a saved scrape file is stamped with (its page was made
+        by then; capture.scrape.mark). The watch's own events keep the time the scrape was sent."""
+        return self.t + self.took
+
 
 @dataclass(frozen=True)
 class Reading:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -29,20 +30,23 @@ TEXTS = json.loads(gzip.open(FIX, "rt").read())["texts"]
 class Server:
     """Serves TEXTS in turn; the requests whose number is in ``fail`` get an HTTP 500."""
 
-    def __init__(self, fail=()):
+    def __init__(self, fail=(), slow: float = 0.0):
         self.hits = 0
         self.fail = set(fail)
+        self.made: list[float] = []  # when each page was made (after ``slow`` seconds of waiting)
         outer = self
 
         class H(BaseHTTPRequestHandler):
             def do_GET(self):
                 n = outer.hits
                 outer.hits += 1
+                time.sleep(slow)  # a loaded server: the page is made well after the request
                 if n in outer.fail:
                     self.send_response(500)
                     self.end_headers()
                     return
                 body = TEXTS[min(n - sum(1 for f in outer.fail if f < n), len(TEXTS) - 1)].encode()
+                outer.made.append(time.time())
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -85,7 +89,10 @@ def test_capture_scrapes_records_a_gap_and_analyze_reads_it(tmp_path):
     assert len(files) >= 3  # t = 0, (1 fails, backs off 2 s), 3, 4, 5, 6
     for f, text in zip(files, TEXTS + [TEXTS[-1]] * len(files)):
         head, mark, body = f.read_text().split("\n", 2)
-        assert head.startswith("# scrape 20") and mark == CAPTURE_MARK and body == text
+        assert head.startswith("# scrape 20") and body == text
+        assert re.fullmatch(
+            re.escape(CAPTURE_MARK) + r" when the answer arrived \(\d+\.\d{3} s after the request\)", mark
+        )
     m = manifest(out)
     assert [r["type"] for r in m] == ["start", "gap", "stop"]
     assert m[1]["failures"] == 1 and m[1]["error"] == "HTTP 500 Internal Server Error"
@@ -265,3 +272,24 @@ def test_capture_source_sniffs_and_reports(tmp_path):
     )
     assert out.partial and len(out.warnings) == 1 and "2026-12-01T10:00:10" in out.warnings[0]
     assert len(out.notes) == 1 and "every 10.0 s" in out.notes[0]
+
+
+def test_a_slow_servers_page_is_stamped_when_it_arrived_not_when_it_was_asked(tmp_path):
+    """Counts on a page were made while the request waited: the file's time is the answer's, so a
+    count is never stamped before the preemptions it counts (a `vllm serve` on a loaded machine
+    answered 2-9 s late and its counts seemed to lead their records)."""
+    from datetime import datetime
+
+    out = tmp_path / "slow"
+    with Server(slow=0.6) as srv:
+        p = cli("capture", "--metrics", srv.url, "--every", "2s", "--for", "5s", "-o", str(out))
+        made = list(srv.made)
+    assert p.returncode == 0, p.stderr
+    files = sorted(out.glob("metrics-*.prom"))
+    assert len(files) == len(made) >= 2
+    for f, t_made in zip(files, made, strict=True):
+        head, mark, _ = f.read_text().split("\n", 2)
+        stamped = datetime.fromisoformat(head.removeprefix("# scrape ")).timestamp()
+        took = float(re.search(r"\((\d+\.\d+) s after the request\)", mark).group(1))
+        assert stamped >= t_made - 0.002, (stamped, t_made)  # ms rounding of the stamp
+        assert took >= 0.6

@@ -621,12 +621,15 @@ def test_soak_memory_stays_flat_while_the_log_grows_and_rotates(tmp_path):
             time.sleep(0.01)
 
     with Scripted() as srv:
-        w = threading.Thread(target=writer, daemon=True)
-        w.start()
         p = start_watch(
             "--metrics", srv.url, "--log", str(log), "--every", "1", "--quiet", "2", "-o", str(tmp_path / "o")
         )
         lines = Lines(p)
+        # the log starts moving once the watch follows it: a rotation during its start-up (imports take
+        # seconds on a loaded machine) is one it never saw, and would not be said
+        lines.wait_for(lambda e: e["event"] == "status", 60)
+        w = threading.Thread(target=writer, daemon=True)
+        w.start()
         t0, samples = time.time(), []
         while time.time() - t0 < 24:
             time.sleep(1)
