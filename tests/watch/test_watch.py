@@ -571,7 +571,11 @@ def test_on_a_terminal_a_live_status_line_per_server_and_a_line_per_storm(tmp_pa
     with Scripted() as srv:
 
         def script():
-            time.sleep(4)
+            # once the watch has read the calm page three times (its start-up is seconds on a loaded machine:
+            # a counter already at 12 on its first scrape would be where it started, not a storm)
+            t0 = time.time()
+            while srv.hits < 3 and time.time() - t0 < 60:
+                time.sleep(0.1)
             srv.set(counter=12, running=16, waiting=30, kv=0.99)
 
         threading.Thread(target=script, daemon=True).start()
