@@ -886,7 +886,7 @@ def _record_checks(
     ]
     out: dict[tuple[str, str], Any] = {}
     for name, part, base in families:
-        groups = count_groups(part, base)
+        groups = count_groups(part, base, a.frames.get("prom_answers"))
         if groups.height == 0:
             continue
         for eng, c in sorted(cov.items()):

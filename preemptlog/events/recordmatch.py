@@ -153,12 +153,17 @@ def coverage(frames: dict[str, pl.DataFrame], rec: pl.DataFrame) -> dict[str, Co
     }
 
 
-def count_groups(ev: pl.DataFrame, baselines: pl.DataFrame | None = None) -> pl.DataFrame:
-    """One row per count: ``_eng, source, line, start, end, n, limit, baseline``.
+def count_groups(
+    ev: pl.DataFrame, baselines: pl.DataFrame | None = None, answers: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """One row per count: ``_eng, source, line, start, end, n, limit, baseline, answer_s``.
 
     ``ev``'s count events (kinds interval, reconstructed) folded to the count they were made from;
     ``baselines`` (``engine, end, value``): first readings since engine start (no events, but they
     count the records before them). ``limit``: the latest record time the count can hold.
+    ``answers`` (``source, answer_s``: the capture files' frame ``prom_answers``): a scrape stamped
+    when its answer arrived, ``answer_s`` after its request; its page was made in between, so the
+    requests finished before it was sent are the ones its count surely holds (:func:`_lag`).
     """
     schema: dict[str, Any] = {
         "_eng": pl.String,
@@ -205,6 +210,11 @@ def count_groups(ev: pl.DataFrame, baselines: pl.DataFrame | None = None) -> pl.
             )
         )
     g = pl.concat(parts, how="vertical_relaxed").filter(pl.col("end").is_not_null())
+    if answers is not None and answers.height:
+        g = g.join(answers.unique("source"), on="source", how="left", maintain_order="left")
+        g = g.with_columns(pl.col("answer_s").fill_null(0.0))
+    else:
+        g = g.with_columns(answer_s=pl.lit(0.0))
     whole = pl.col("end").dt.truncate("1s") == pl.col("end")
     widened = pl.when(whole).then(pl.col("end") + pl.duration(microseconds=999_999)).otherwise(pl.col("end"))
     return g.with_columns(limit=widened + pl.duration(microseconds=int(CLOCK_SLACK_S * 1e6))).sort(
@@ -255,12 +265,17 @@ def _where(g: pl.DataFrame, cov: Coverage) -> pl.DataFrame:
     )
 
 
-def _lag(rec: pl.DataFrame, finished: pl.DataFrame, last: datetime | None, not_counted: int) -> tuple[int, int, int]:
-    """(records up to ``last``, within the lag, beyond it) for ``not_counted`` uncounted records."""
+def _lag(
+    rec: pl.DataFrame, finished: pl.DataFrame, last: datetime | None, not_counted: int, answer_s: float = 0.0
+) -> tuple[int, int, int]:
+    """(records up to ``last``, within the lag, beyond it) for ``not_counted`` uncounted records.
+    A request surely counted is one finished before the last count's page could have been made:
+    before its scrape was sent (``answer_s`` before its time, for a scrape stamped at its answer)."""
     if last is None:
         return 0, 0, 0
     upto = rec.filter(pl.col("time") <= last)
-    done = finished.filter(pl.col("_ft") <= last - _SLACK).select("request_id").unique()
+    sent = timedelta(seconds=max(0.0, answer_s or 0.0))
+    done = finished.filter(pl.col("_ft") <= last - _SLACK - sent).select("request_id").unique()
     pending = upto.join(done, on="request_id", how="anti").height if upto.height else 0
     within = min(not_counted, pending)
     return upto.height, within, max(0, not_counted - pending)
@@ -294,7 +309,7 @@ def cross_check(
     last_row = m.tail(1).row(0, named=True)
     last = last_row["limit"]
     not_counted = int(last_row["avail"]) - int(m.get_column("matched").sum())
-    upto, within, beyond = _lag(rec, finished, last, max(not_counted, 0))
+    upto, within, beyond = _lag(rec, finished, last, max(not_counted, 0), float(last_row["answer_s"] or 0.0))
     return CrossCheck(
         engine=engine,
         source=source,
@@ -365,7 +380,7 @@ def records_as_events(
         )
     if not engines:
         return RecordEvents(ev, 0, 0, 0, notes=tuple(notes), evidence_only=evidence_only)
-    groups = count_groups(ev, _baselines_for(ev, baselines))
+    groups = count_groups(ev, _baselines_for(ev, baselines), frames.get("prom_answers"))
     drop: list[pl.DataFrame] = []
     kept: list[pl.DataFrame] = []
     counter_only: dict[str, int] = {}

@@ -133,9 +133,22 @@ def write_records(path: Path, recs: list[dict]) -> Path:
     return write_lines(path, [json.dumps(r) for r in recs])
 
 
-def scrape_file(d: Path, sec: float, values: dict[str, int], hist: dict[str, tuple[int, int]] | None = None) -> Path:
-    """One scrape as ``preemptlog capture`` writes it: ``# scrape <ISO time>`` then the body."""
-    lines = [f"# scrape {at(sec).isoformat(timespec='milliseconds')}", "# TYPE vllm:num_preemptions_total counter"]
+def scrape_file(
+    d: Path,
+    sec: float,
+    values: dict[str, int],
+    hist: dict[str, tuple[int, int]] | None = None,
+    answer_s: float | None = None,
+) -> Path:
+    """One scrape as ``preemptlog capture`` writes it: ``# scrape <ISO time>`` then the body; with
+    ``answer_s``, capture's mark line too (the time is when the answer arrived, that long after
+    the request)."""
+    from preemptlog.capture.scrape import mark
+
+    lines = [f"# scrape {at(sec).isoformat(timespec='milliseconds')}"]
+    if answer_s is not None:
+        lines.append(mark(answer_s))
+    lines.append("# TYPE vllm:num_preemptions_total counter")
     lines += [f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} {float(v)}' for e, v in values.items()]
     if hist:
         lines.append("# TYPE vllm:request_num_preemptions histogram")
@@ -293,6 +306,39 @@ def test_records_not_counted_although_their_requests_finished_are_beyond_the_lag
     assert kinds(a) == {"record": 3}
     rec = a.counters["reconciliation"]
     assert any("2 preempt record(s) up to its last count" in d for d in rec["disagreements"]), rec
+
+
+def test_a_slow_scrape_stamped_at_its_answer_counts_records_made_while_it_waited(tmp_path):
+    """A loaded server answered 8 s late: the page (made while the request waited) counted the
+    preemptions recorded at 14-16 s; stamped when the answer arrived (20 s), the count holds them:
+    three records, no counter-only event."""
+    recs = records([(14.0, "a"), (15.0, "b"), (16.0, "c")], start=5.0, finish=40.0)
+    write_records(tmp_path / "records-1.jsonl", recs)
+    scrape_file(tmp_path, 10.0, {"0": 0}, answer_s=0.05)
+    scrape_file(tmp_path, 20.0, {"0": 3}, answer_s=8.0)
+    scrape_file(tmp_path, 45.0, {"0": 3}, answer_s=0.05)
+    a = run([tmp_path])
+    assert kinds(a) == {"record": 3}, (kinds(a), a.notes)
+    rec = a.counters["reconciliation"]
+    assert rec["total"] == 3 and rec["disagreements"] == [], rec
+
+
+@pytest.mark.parametrize(("answer_s", "beyond"), [(None, 2), (0.05, 2), (8.0, 0)])
+def test_requests_that_finished_while_the_last_scrape_waited_are_within_the_lag(tmp_path, answer_s, beyond):
+    """The last scrape was sent at 12 s and answered at 20 s, its page made at once and counting 1 of
+    3 records; b and c finished at 15 s, after the page. Only a scrape that says how long its answer
+    took (capture's mark) shows that they may have finished after it was made: within the lag, not a
+    disagreement. Without the mark (or answered at once) they finished 5 s before it: beyond the lag."""
+    recs = records([(10.2, "a"), (10.5, "b"), (10.8, "c")], start=5.0, finish=15.0)
+    write_records(tmp_path / "records-1.jsonl", recs)
+    scrape_file(tmp_path, 8.0, {"0": 0}, answer_s=None if answer_s is None else 0.05)
+    scrape_file(tmp_path, 20.0, {"0": 1}, answer_s=answer_s)
+    a = run([tmp_path])
+    assert kinds(a) == {"record": 3}
+    rec = a.counters["reconciliation"]
+    (check,) = next(s for s in rec["sources"] if s["source"].startswith("prometheus counter"))["vs_records"]
+    assert (check["records_not_yet_counted"], check["beyond_the_lag"]) == (2, beyond), check
+    assert bool(rec["disagreements"]) == bool(beyond), rec["disagreements"]
 
 
 def test_records_not_yet_counted_while_their_requests_wait_are_within_the_lag(tmp_path):

@@ -20,6 +20,8 @@ KIND = "prometheus"
 
 
 PLACED = "prom_placed"  # phase 2's per-file samples, between place and combine (sources.registry.CrossFile)
+# capture files: source -> how long its one scrape's answer took (its time is the answer's; events/recordmatch.py)
+ANSWERS = "prom_answers"
 
 
 # What is read: every registered engine's metric names (sources.registry.MetricTable; each
@@ -131,6 +133,7 @@ class _FileData:
     n_scrapes: int = 0
     warnings: list[str] = field(default_factory=list)
     recorded: bool = False  # preemptlog capture's own file: the separator time was recorded, not assumed
+    answer_s: float | None = None  # its mark line: how long the scrape's answer took (its time: the answer's)
 
 
 def _sample_schema() -> dict[str, Any]:

@@ -13,7 +13,7 @@ import polars as pl
 from ...clock.timebase import Assumption, zone_info
 from ..registry import SourceOutput
 from .counters import _empty_frames, _facts
-from .names import PLACED, PromFiles, _ts_to_us, created
+from .names import ANSWERS, PLACED, PromFiles, _ts_to_us, created
 
 if TYPE_CHECKING:
     from ..registry import SourceOutput, TimeContext
@@ -99,9 +99,12 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
 
     out = SourceOutput()
     frames = []
+    answers: list[tuple[str, float]] = []
     dated = list(created())
     for fd in parsed.files:
         f = fd.file
+        if fd.answer_s is not None and fd.n_scrapes == 1:  # a capture file: one scrape, stamped at its answer
+            answers.append((f.display, fd.answer_s))
         out.warnings.extend(f"{f.display}: {w}" for w in fd.warnings)
         if any("skipped" in w for w in fd.warnings):
             out.partial = True  # input that was there but could not be read: exit 5, like every source
@@ -176,6 +179,7 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
             .drop("_st")
         )
         frames.append(s)
+    out.frames[ANSWERS] = pl.DataFrame(answers, schema={"source": pl.String, "answer_s": pl.Float64}, orient="row")
     if not frames:
         out.frames.update(_empty_frames())
         out.counters["prometheus"] = _facts(None, None, parsed)

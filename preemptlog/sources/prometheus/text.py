@@ -51,6 +51,8 @@ SCRAPE_SEP_RE = r"^#[ \t]*(?:scrape(?:[_ ]?time)?|[Tt]imestamp)[ \t]*[:=]?[ \t]*
 # ``preemptlog capture``'s own files (capture/scrape.py CAPTURE_MARK): the separator's time is the
 # time the scraper recorded, not an assumption.
 CAPTURE_MARK_RE = r"^#[ \t]*preemptlog capture\b"
+# ... and how long the answer took (capture.scrape.mark): the page was made in that span before its time
+ANSWER_RE = r"\(([0-9]+(?:\.[0-9]+)?) s after the request\)"
 
 
 # The server a scrape came from, in a header line (llm-d-benchmark ``# Pod: <name>``).
@@ -118,6 +120,7 @@ def _parse_text(f: InputFile) -> _FileData:
             pl.when(is_meta).then(line.str.extract(meta_re_, 1) + line.str.slice(2, 4)).alias("meta_key"),
             pl.when(~is_sample & ~is_meta & ~is_pod & ~is_cap).then(sep_time).alias("sep_time"),
             pl.when(is_pod).then(line.str.extract(POD_RE, 1)).alias("pod"),
+            pl.when(is_cap).then(line.str.extract(ANSWER_RE, 1).cast(pl.Float64, strict=False)).alias("answer_s"),
         )
         .unnest("g")
         .with_columns(name=_canonical_expr(pl.col("name")))
@@ -131,8 +134,11 @@ def _parse_text(f: InputFile) -> _FileData:
     fd = _FileData(file=f, fmt="text", samples=pl.DataFrame(schema=_sample_schema()))
     if rows.height == 0:
         return fd
-    fd.recorded = bool((rows.get_column("kind") == "cap").any())
-    rows = rows.filter(pl.col("kind") != "cap")
+    caps = rows.filter(pl.col("kind") == "cap")
+    fd.recorded = caps.height > 0
+    took = caps.get_column("answer_s").drop_nulls()
+    fd.answer_s = float(took.max()) if took.len() else None  # type: ignore[arg-type]  # a float or None
+    rows = rows.filter(pl.col("kind") != "cap").drop("answer_s")
     # Scrape numbering: explicit separators open a block; inside a block, the
     # repeat of a HELP/TYPE line or of a series opens the next scrape.
     rows = rows.with_columns(
