@@ -141,7 +141,7 @@ class Incident:
     failures: int = 0
     gaps: list[dict[str, Any]] = field(default_factory=list)
     gap: dict[str, Any] | None = None
-    held: tuple[float, bytes] | None = None  # past MAX_SCRAPES: the latest scrape not written yet
+    held: tuple[float, bytes, float | None] | None = None  # past MAX_SCRAPES: the latest scrape not written yet
     last_total: float | None = None
     _log_fh: IO[bytes] | None = None
     _raw: dict[str, IO[bytes]] = field(default_factory=dict)
@@ -160,29 +160,29 @@ class Incident:
 
     # -- while the storm is open --------------------------------------------------------------
 
-    def add_scrape(self, t: float, body: bytes, total: float | None) -> None:
+    def add_scrape(self, t: float, body: bytes, total: float | None, took: float | None = None) -> None:
         """One scrape of the window. Past MAX_SCRAPES, a scrape whose counter did not move is held
         (only the latest: it is written when the next one moves, or at the end)."""
         moved = total != self.last_total
         self.last_total = total
         if self.scrapes >= MAX_SCRAPES and not moved:
-            self.held = (t, body)
+            self.held = (t, body, took)
             return
         if self.held is not None:
             self._write_scrape(*self.held)
             self.held = None
-        self._write_scrape(t, body)
+        self._write_scrape(t, body, took)
         if self.gap is not None:
             self._close_gap(t)
 
-    def _write_scrape(self, t: float, body: bytes) -> None:
+    def _write_scrape(self, t: float, body: bytes, took: float | None = None) -> None:
         name = f"metrics-{int(t)}.prom"
         k = 0
         while (self.dir / name).exists():
             k += 1
             name = f"metrics-{int(t)}-{k}.prom"
         with open(self.dir / name, "wb") as fh:
-            fh.write(f"# scrape {iso(t)}\n{mark()}\n".encode())
+            fh.write(f"# scrape {iso(t)}\n{mark(took)}\n".encode())
             fh.write(body if body.endswith(b"\n") or not body else body + b"\n")
         self.scrapes += 1
         if not self.scrape_times:

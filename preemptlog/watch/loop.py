@@ -80,7 +80,7 @@ class Server:
     scraper: Scraper
     log: Follower | None
     records: GlobFollower | None
-    scrapes: Ring[tuple[float, bytes, float | None]]
+    scrapes: Ring[tuple[float, bytes, float | None, float]]  # (answer time, page, counter total, answer took)
     lines: Ring[Line]
     recs: Ring[tuple[str, Line]]
     incident: Incident | None = None
@@ -321,8 +321,8 @@ class Watch:
         for tr in srv.tracker.feed(reading):
             added = self._transition(srv, tr, (s, reading)) or added
         if srv.incident is not None and not added:
-            srv.incident.add_scrape(s.arrived, s.body, reading.total)
-        srv.scrapes.append((s.arrived, s.body, reading.total))
+            srv.incident.add_scrape(s.arrived, s.body, reading.total, s.took)
+        srv.scrapes.append((s.arrived, s.body, reading.total, s.took))
         srv.last = reading
         if srv.status_at == 0.0:
             self._status_event(srv, s.t)
@@ -362,14 +362,14 @@ class Watch:
             )
             inc = self._open(srv, storm)
             if scrape is not None:
-                inc.add_scrape(scrape[0].arrived, scrape[0].body or b"", r.total if r else None)
+                inc.add_scrape(scrape[0].arrived, scrape[0].body or b"", r.total if r else None, scrape[0].took)
             return scrape is not None
         # storm_end: the scrape that closed it after a quiet spell is the window's last
         added = False
         inc2 = srv.incident
         if inc2 is not None:
             if scrape is not None and storm.ended_by == "quiet":
-                inc2.add_scrape(scrape[0].arrived, scrape[0].body or b"", scrape[1].total)
+                inc2.add_scrape(scrape[0].arrived, scrape[0].body or b"", scrape[1].total, scrape[0].took)
                 added = True
             srv.incident = None
             self.jobs.put(inc2)
@@ -388,8 +388,8 @@ class Watch:
         )
         past = list(srv.scrapes)
         keep = [p for i, p in enumerate(past) if p[0] >= storm.start - opts.pre or i == len(past) - 1]
-        for t, body, total in keep:
-            inc.add_scrape(t, body, total)
+        for t, body, total, took in keep:
+            inc.add_scrape(t, body, total, took)
         since = keep[0][0] if keep else storm.start - opts.pre
         inc.add_log([ln for ln in srv.lines if ln.t >= since])
         by: dict[str, list[Line]] = {}

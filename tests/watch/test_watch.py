@@ -420,7 +420,12 @@ def test_storms_are_told_saved_and_explained_and_sigterm_cuts_the_last(tmp_path)
         assert {"README.md", "capture.jsonl", "vllm.log"} <= names
         proms = sorted(b.glob("metrics-*.prom"))
         assert len(proms) == e["scrapes"] >= 3
-        assert all(f.read_text().split("\n", 2)[1].startswith("# preemptlog capture") for f in proms)
+        # capture's format: stamped when the answer arrived, the mark saying how long it took
+        assert all(
+            re.fullmatch(r"# preemptlog capture: .* when the answer arrived \(\d+\.\d{3} s after the request\)",
+                         f.read_text().split("\n", 2)[1])
+            for f in proms
+        )  # fmt: skip
         doc, a = analyze_json(b)
         assert a.returncode == 0, a.stderr[-2000:]
         assert len(doc["events"]) == e["preemptions"] == e["analyzed"]
