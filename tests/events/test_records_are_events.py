@@ -575,8 +575,45 @@ def test_an_engine_killed_mid_incident_is_said_with_where_its_evidence_stops(tmp
     assert kinds(a) == {"record": 2}
 
 
-def test_an_idle_server_stopped_is_a_note_not_a_warning(tmp_path):
-    write_lines(tmp_path / "vllm.log", [RUN.format(t=_t(10), p="0.0", r=0, w=0), KILL.format(t=_t(12))])
+@pytest.mark.parametrize("after", [False, True])
+def test_an_idle_server_stopped_is_a_note_not_a_warning(tmp_path, after):
+    lines = [RUN.format(t=_t(10), p="0.0", r=0, w=0), KILL.format(t=_t(12))]
+    if after:  # the API server's last line repeats an idle engine
+        lines.append(RUN.format(t=_t(13), p="0.0", r=0, w=0))
+    write_lines(tmp_path / "vllm.log", lines)
     a = run([tmp_path / "vllm.log"])
     assert not [w for w in a.warnings if "died" in w], a.warnings
     assert any("the engine was stopped at" in n and "idle" in n for n in a.notes), a.notes
+
+
+@pytest.mark.parametrize(
+    ("lines", "cites"),
+    [
+        # the stats line before the kill shows no request at that instant but tokens in its interval
+        (
+            [RUN.format(t=_t(10), p="1310.3", r=0, w=0), KILL.format(t=_t(12))],
+            ("while serving 2620.6 tokens/s (", "vllm.log:1)"),  # prompt + generation
+        ),
+        # idle by the line before; the line after repeats the engine's last report: 6 running, 25 waiting
+        (
+            [
+                RUN.format(t=_t(10), p="0.0", r=0, w=0),
+                KILL.format(t=_t(12)),
+                RUN.format(t=_t(13), p="1274.3", r=6, w=25),
+            ],
+            (
+                "with 6 running and 25 waiting request(s) (",
+                "vllm.log:3, the engine's last report, repeated after its death)",
+            ),
+        ),
+    ],
+)
+def test_a_busy_engine_killed_is_a_warning_whatever_instant_the_last_line_caught(tmp_path, lines, cites):
+    """A real `vllm serve` killed under load on a busy runner: its last stats line before the kill said
+    Running 0, Waiting 0 (an instant between two bursts, 1,310 prompt tokens/s in its interval) and the
+    line after it, the engine's last report, 6 running and 25 waiting; it was called idle."""
+    write_lines(tmp_path / "vllm.log", lines)
+    a = run([tmp_path / "vllm.log"])
+    died = [w for w in a.warnings if "died mid-incident" in w]
+    assert len(died) == 1 and all(c in died[0] for c in cites), a.warnings
+    assert not any("the engine was stopped at" in n for n in a.notes), a.notes

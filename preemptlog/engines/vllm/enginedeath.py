@@ -14,6 +14,14 @@ From these lines (literal markers, then a regex on the survivors): frame ``engin
 what, source, line, proc) and one warning per log stream: when the engine died, how, and how many
 stats lines after it are stale; reconcile.py adds where the block-table records of that engine
 stop. Evidence after the death is not evidence of the incident.
+
+Busy or idle is the engine's last known state: the last stats line at its death and the first after
+it (where the API server repeats what the engine last reported, with the tokens of its last
+messages). Any request running or waiting, or any token served, in either makes it a death
+mid-incident (a warning, as is a death with no stats line to tell). Only an engine idle in both gets
+a note instead.
+A stats line is an instant: a real `vllm serve` killed under load logged Running 0, Waiting 0 just
+before the kill (1,310 prompt tokens/s in that interval), then 6 running and 25 waiting after it.
 """
 
 from __future__ import annotations
@@ -74,6 +82,11 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
             # "Running: N reqs, Waiting: M reqs" (Python loggers), "Reqs Running: N, Waiting: M" (Rust frontend)
             _run=pl.col("text").str.extract(r"Running: (\d+)", 1).cast(pl.Int64, strict=False),
             _wait=pl.col("text").str.extract(r"Waiting: (\d+)", 1).cast(pl.Int64, strict=False),
+            # "Avg prompt throughput: X tokens/s, Avg generation throughput: Y" / "Avg prompt tput: X toks/s, ..."
+            _tput=pl.sum_horizontal(
+                pl.col("text").str.extract(rf"Avg {w} (?:throughput|tput): ([0-9.]+)", 1).cast(pl.Float64, strict=False)
+                for w in ("prompt", "generation")
+            ),
         )
     for (stream,), d in deaths.sort("time", "line", nulls_last=True).group_by("stream", maintain_order=True):
         first = d.row(0, named=True)
@@ -84,24 +97,30 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
         how = "; ".join(f"{WHAT[k]} ({d.filter(pl.col('what') == k).height} line(s))" for k in kinds_seen)
         mine = stats.filter(pl.col("stream") == stream) if stats.height else stats
         before = mine.filter(pl.col("time") <= t0).tail(1) if t0 is not None and mine.height else mine.head(0)
-        stale = mine.filter(pl.col("time") > t0).height if t0 is not None and mine.height else 0
-        busy = None
-        if before.height:
-            b = before.row(0, named=True)
-            busy = (b["_run"] or 0) + (b["_wait"] or 0), b
-        if busy is not None and busy[0] == 0:
+        after = mine.filter(pl.col("time") > t0) if t0 is not None and mine.height else mine.head(0)
+        stale = after.height
+        # The engine's last known state: the last stats line at its death and the first after it (the API
+        # server repeats there what the engine last reported, with the tokens of its last messages).
+        last = [r for r in (*before.iter_rows(named=True), *after.head(1).iter_rows(named=True))]
+        busy = [r for r in last if (r["_run"] or 0) + (r["_wait"] or 0) > 0 or (r["_tput"] or 0) > 0]
+        if last and not busy:
             # A stop of an idle server (vLLM force-kills EngineCore on every Ctrl-C): said, not a warning.
+            cites = " and ".join(f"{r['source']}:{r['n']}" for r in last)
             out.notes.append(
-                f"{where}: the engine was stopped at {when} ({how}); it was idle then (the last stats line, "
-                f"{busy[1]['source']}:{busy[1]['n']}, shows no running or waiting request)"
+                f"{where}: the engine was stopped at {when} ({how}); it was idle then (the stats lines around it, "
+                f"{cites}, show no running or waiting request and no throughput)"
             )
             continue
-        state = (
-            f" with {busy[1]['_run']} running and {busy[1]['_wait']} waiting request(s) "
-            f"({busy[1]['source']}:{busy[1]['n']})"
-            if busy is not None
-            else ""
-        )
+        b = next((r for r in busy if (r["_run"] or 0) + (r["_wait"] or 0) > 0), busy[0] if busy else None)
+        state = ""
+        if b is not None:
+            cite = f"{b['source']}:{b['n']}"
+            if b["time"] is not None and t0 is not None and b["time"] > t0:
+                cite += ", the engine's last report, repeated after its death"
+            if (b["_run"] or 0) + (b["_wait"] or 0) > 0:
+                state = f" with {b['_run']} running and {b['_wait']} waiting request(s) ({cite})"
+            else:  # no request at the instant of the line, tokens in its interval
+                state = f" while serving {b['_tput']:g} tokens/s ({cite})"
         out.warnings.append(
             f"{where}: the engine died mid-incident at {when}{state}: {how}; the engine's evidence stops there"
             + (
