@@ -594,6 +594,15 @@ def test_an_idle_server_stopped_is_a_note_not_a_warning(tmp_path, after):
             [RUN.format(t=_t(10), p="1310.3", r=0, w=0), KILL.format(t=_t(12))],
             ("while serving 2620.6 tokens/s (", "vllm.log:1)"),  # prompt + generation
         ),
+        # the Rust frontend's stats line (VLLM_USE_RUST_FRONTEND=1): its own words for the same facts
+        (
+            [
+                f"(RustFrontend pid=7) INFO {_t(10)} [log_stats.rs:88] Avg prompt tput: 1310.3 toks/s, Avg generation tput: "
+                "0.0 toks/s, Reqs Running: 0, Waiting: 0, GPU KV cache used: 99.0%, Prefix cache hit rate: 0.0%",
+                KILL.format(t=_t(12)),
+            ],
+            ("while serving 1310.3 tokens/s (", "vllm.log:1)"),
+        ),
         # idle by the line before; the line after repeats the engine's last report: 6 running, 25 waiting
         (
             [

@@ -87,7 +87,7 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
                 pl.col("text").str.extract(rf"Avg {w} (?:throughput|tput): ([0-9.]+)", 1).cast(pl.Float64, strict=False)
                 for w in ("prompt", "generation")
             ),
-        )
+        ).with_columns(_reqs=pl.col("_run").fill_null(0) + pl.col("_wait").fill_null(0))
     for (stream,), d in deaths.sort("time", "line", nulls_last=True).group_by("stream", maintain_order=True):
         first = d.row(0, named=True)
         t0 = first["time"]
@@ -101,8 +101,8 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
         stale = after.height
         # The engine's last known state: the last stats line at its death and the first after it (the API
         # server repeats there what the engine last reported, with the tokens of its last messages).
-        last = [r for r in (*before.iter_rows(named=True), *after.head(1).iter_rows(named=True))]
-        busy = [r for r in last if (r["_run"] or 0) + (r["_wait"] or 0) > 0 or (r["_tput"] or 0) > 0]
+        last = [*before.iter_rows(named=True), *after.head(1).iter_rows(named=True)]
+        busy = [r for r in last if r["_reqs"] > 0 or (r["_tput"] or 0) > 0]
         if last and not busy:
             # A stop of an idle server (vLLM force-kills EngineCore on every Ctrl-C): said, not a warning.
             cites = " and ".join(f"{r['source']}:{r['n']}" for r in last)
@@ -111,13 +111,13 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
                 f"{cites}, show no running or waiting request and no throughput)"
             )
             continue
-        b = next((r for r in busy if (r["_run"] or 0) + (r["_wait"] or 0) > 0), busy[0] if busy else None)
+        b = next((r for r in busy if r["_reqs"] > 0), busy[0] if busy else None)
         state = ""
         if b is not None:
             cite = f"{b['source']}:{b['n']}"
             if b["time"] is not None and t0 is not None and b["time"] > t0:
                 cite += ", the engine's last report, repeated after its death"
-            if (b["_run"] or 0) + (b["_wait"] or 0) > 0:
+            if b["_reqs"] > 0:
                 state = f" with {b['_run']} running and {b['_wait']} waiting request(s) ({cite})"
             else:  # no request at the instant of the line, tokens in its interval
                 state = f" while serving {b['_tput']:g} tokens/s ({cite})"
