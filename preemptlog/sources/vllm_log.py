@@ -769,8 +769,7 @@ class HotRows:
         if rows is not None:  # only these spill rows (``rows``: their ``_row``)
             keep = keep & pl.col("_row").is_in(rows.implode())
         return (
-            pl.scan_parquet(self.spill)
-            .with_row_index("_row")
+            _spill_rows(self.spill)
             .filter(keep)
             .select(
                 pl.lit(self.file_id, pl.UInt16).alias("file_id"),
@@ -791,6 +790,14 @@ class HotRows:
         return rows.with_columns(rq_run=run.cast(pl.UInt32), rq_rank=rank.cast(pl.UInt32))
 
 
+def _spill_rows(path: str) -> pl.LazyFrame:
+    """A spill file's rows with ``_row``, their position among the file's request rows: the
+    compiled pass writes it (its spill holds some kinds only: fastscan/split.py), the polars pass's
+    spill holds every row (its row index)."""
+    lf = pl.scan_parquet(path)
+    return lf if "_row" in lf.collect_schema() else lf.with_row_index("_row")
+
+
 def _kind_of_marker() -> dict[str, str]:
     kinds: dict[str, str] = {}
     for marker, kind in all_markers():
@@ -803,8 +810,7 @@ def _hot_query(tmp: str, file_id: int, markers: list[str], starts: pl.Series) ->
     starts at or before it, its rank its distance to that start."""
     run_at = pl.lit(starts).search_sorted(pl.col("_row"), side="right").cast(pl.Int64) - 1
     return (
-        pl.scan_parquet(tmp)
-        .with_row_index("_row")
+        _spill_rows(tmp)
         .filter(pl.col("marker").is_in(markers))
         .with_columns(_r=run_at)
         .select(
@@ -855,7 +861,7 @@ def read_split(
 
     fast = compiled(path, file_id, wraps)
     if fast is not None:  # the compiled pass: the same runs, window by window (fastscan/split.py)
-        return fastscan.read_split(fast.frames(), fast.schema, fast_split_context(file_id, runs, spill_dir))
+        return fastscan.read_split(fast.pairs(), fast.schema, fast_split_context(file_id, runs, spill_dir))
     lf = scan(path, file_id, wraps)
     try:
         size = os.path.getsize(path)

@@ -385,6 +385,9 @@ def test_hostile_lines_campaign(data: bytes, tmp_path_factory: pytest.TempPathFa
     p = tmp / "h.log"
     p.write_bytes(data)
     read_both(p)
+    with scanner(None, PREEMPTLOG_REQUEST_RUNS_MIN="0", PREEMPTLOG_REQUEST_FOLD_MIN="0"):
+        split_both(p, tmp, True, True)
+        split_both(p, tmp, True, False)
 
 
 # ---------------------------------------------------------------------------- the matcher alone

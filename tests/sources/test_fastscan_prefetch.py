@@ -72,6 +72,42 @@ def test_the_same_windows_with_and_without_the_thread(reqlog: Path, window: int)
         assert len(alone) > 50  # many windows: the queue was full and waited on
 
 
+def _with_slow_lines(reqlog: Path, tmp: Path) -> Path:
+    """The request-heavy log with lines the C pass hands to the polars pass (NUL, ESC, a stray CR)
+    among its request lines and its other records, every 97th line."""
+    out = tmp / "slow.log"
+    lines = reqlog.read_bytes().split(b"\n")
+    for i in range(3, len(lines), 97):
+        k = (i // 97) % 3
+        lines[i] = lines[i].replace(b"] ", b"] \x1b[0m", 1) if k == 0 else lines[i] + (b"\x00" if k == 1 else b"\rx")
+    out.write_bytes(b"\n".join(lines))
+    return out
+
+
+@pytest.mark.parametrize("window", [2048, 65536, 1 << 26])
+def test_pairs_are_the_windows_apart(reqlog: Path, window: int, tmp_path: Path) -> None:
+    """``Scan.pairs`` (the run logic's input, fastscan/split.py): each window's request rows apart from
+    its other records, written by the C pass to columns of their own. Merged on the line number they
+    are the window of ``frames``, row for row; the request rows are exactly the rows of request
+    markers, lines the polars pass reads (NUL, ESC, CR) included; every column is one chunk."""
+    hot = sorted(vllm_log.fast_spec().hot)
+    for path in (reqlog, _with_slow_lines(reqlog, tmp_path)):
+        for prefetch in (0, 1):
+            frames = list(_scan(path, window, prefetch).frames())
+            pairs = list(_scan(path, window, prefetch).pairs())
+            assert len(pairs) == len(frames)
+            for (main, req), want in zip(pairs, frames, strict=True):
+                assert req.height and main.get_column("n").is_sorted() and req.get_column("n").is_sorted()
+                assert req.get_column("marker").is_in(hot).all()
+                assert not main.get_column("marker").is_in(hot).any()
+                assert set(req.n_chunks("all")) == {1}
+                merged = main.merge_sorted(req, key="n") if main.height else req
+                assert_frame_equal(merged, want)
+    slow = pl.concat(list(_scan(_with_slow_lines(reqlog, tmp_path), 1 << 26, 0).frames()))
+    fast = pl.concat(list(_scan(reqlog, 1 << 26, 0).frames()))
+    assert slow.height == fast.height  # the altered lines are records still (read by the polars pass)
+
+
 def test_an_error_of_the_scan_is_raised_in_the_callers_thread(reqlog: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     scan = _scan(reqlog, 4096, 1)
     calls = {"n": 0}

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 from polars.io.plugins import register_io_source
@@ -261,8 +262,20 @@ class Scan:
         (the C scan runs without the GIL: the split and run logic in polars and the scan of the next
         window share the cores); ``prefetch`` windows at most are scanned ahead. Errors of the
         producer are raised here; a caller that stops early stops it."""
+        yield from self._produce(False)
+
+    def pairs(self) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+        """Each window's records as two frames, (the records of other kinds, the request rows:
+        markers of ``spec.hot``), each in file order (``n``): the window of :meth:`frames` is
+        their merge on ``n``. The C pass writes the request rows to columns of their own, so the
+        run logic (fastscan/split.py) reads them without filtering the window (two filters of
+        every row cost more than the scan of the request rows' fields)."""
+        yield from self._produce(True)
+
+    def _produce(self, split: bool) -> Iterator[Any]:
+        """The windows of :meth:`frames` or :meth:`pairs`, scanned ahead by a producer thread."""
         if self.prefetch <= 0:
-            yield from self._windows(threading.Event())
+            yield from self._windows(threading.Event(), split)
             return
         out: queue.Queue[tuple[str, object]] = queue.Queue()
         halt = threading.Event()
@@ -271,7 +284,7 @@ class Scan:
         room = threading.Semaphore(self.prefetch + 1)
 
         def produce() -> None:
-            it = self._windows(halt)
+            it = self._windows(halt, split)
             try:
                 while True:
                     while not room.acquire(timeout=0.1):
@@ -296,7 +309,6 @@ class Scan:
             while True:
                 kind, val = out.get()
                 if kind == "frame":
-                    assert isinstance(val, pl.DataFrame)
                     yield val
                     del val
                     room.release()
@@ -309,8 +321,9 @@ class Scan:
             halt.set()
             worker.join()
 
-    def _windows(self, halt: threading.Event) -> Generator[pl.DataFrame, None, None]:
-        """The windows, read and scanned in this thread (see :meth:`frames`).
+    def _windows(self, halt: threading.Event, split: bool = False) -> Generator[Any, None, None]:
+        """The windows, read and scanned in this thread (see :meth:`frames`; ``split``: as the
+        pairs of :meth:`pairs`).
 
         The file is read (not mapped) a window at a time, cut after its last line feed (the next
         window starts there): a file truncated while it is read (copytruncate) ends early instead
@@ -335,14 +348,25 @@ class Scan:
                 if cut == 0:
                     return
                 view = memoryview(buf)[:cut]
-                batches, slow, _nxt, n_lines = _scan.scan(self.config, view, 0, cut, lines, nthreads, off == 0)
-                fast = self._fast(batches)
-                del batches
+                got = _scan.scan(self.config, view, 0, cut, lines, nthreads, off == 0, split)
+                batches, slow, _nxt, n_lines = got[:4]
+                fast = self._fast(batches, True) if split else self._fast(batches)
+                hot = self._fast(got[4], True) if split else None
+                del batches, got
                 if slow:
                     rows = self._slow(view, slow)
-                    fast = fast.merge_sorted(rows, key="n") if fast.height else rows
+                    if hot is not None:
+                        is_hot = rows.get_column("marker").is_in(list(self.spec.hot)).fill_null(False)
+                        hot = _merged(hot, rows.filter(is_hot)).rechunk()
+                        rows = rows.filter(~is_hot)
+                    fast = _merged(fast, rows)
+                    if hot is not None:
+                        fast = fast.rechunk()
                 view.release()
-                if fast.height:
+                if hot is not None:
+                    if fast.height or hot.height:
+                        yield fast, hot
+                elif fast.height:
                     yield fast
                 lines += n_lines
                 off += cut
@@ -379,14 +403,17 @@ class Scan:
 
         return register_io_source(source, schema=self.schema, explain_name="preemptlog fastscan")
 
-    def _fast(self, batches: list[object]) -> pl.DataFrame:
+    def _fast(self, batches: list[object], rechunk: bool = False) -> pl.DataFrame:
+        """The records of a window's batches (one per thread's range) as one frame; ``rechunk``: in
+        one chunk per column (the run logic adds computed columns to the request rows, and a frame
+        whose columns are chunked differently is copied into one chunk by every select and filter)."""
         enum = self.schema["marker"]
         names = pl.Series("marker", list(self.spec.literals), dtype=enum)
         parts = [pl.DataFrame(b) for b in batches]  # type: ignore[arg-type]  # Arrow PyCapsule objects
         if not parts:
             df = pl.DataFrame(schema=_BATCH_SCHEMA)
         else:
-            df = pl.concat(parts, how="vertical", rechunk=False) if len(parts) > 1 else parts[0]
+            df = pl.concat(parts, how="vertical", rechunk=rechunk) if len(parts) > 1 else parts[0]
         return df.select(
             pl.lit(self.file_id, pl.UInt16).alias("file_id"),
             "n",
@@ -413,6 +440,13 @@ class Scan:
         lines = pl.Series([n for n, _, _ in slow], dtype=pl.UInt32)
         got = got.with_columns(n=lines.gather(got.get_column("n").cast(pl.Int64) - 2))
         return got.select(list(self.schema)).cast(dict(self.schema.items()))
+
+
+def _merged(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """Two frames of records in file order, as one (their line numbers ``n`` differ)."""
+    if not b.height:
+        return a
+    return a.merge_sorted(b, key="n") if a.height else b
 
 
 READ_PART_BYTES = 4 << 20  # a window is read in parts of at least this size, one per core

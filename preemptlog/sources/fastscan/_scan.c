@@ -7,7 +7,8 @@
  * threads without the GIL, each thread a byte range cut on a line boundary, and returns one
  * `Batch` per range (a struct array of the record columns, handed to polars through the Arrow
  * C data interface: `Batch.__arrow_c_array__`, zero copy), the slow lines by position, the
- * offset where the next window starts and the number of lines read.
+ * offset where the next window starts and the number of lines read; with `split`, a fifth item:
+ * the Batches of the request rows (markers marked hot), which then leave the first list.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -308,14 +309,40 @@ static void *run_job(void *arg) {
 
 #define FS_MAX_THREADS 16
 
+/* Move a range's rows into a Batch appended to `list` (none when it has no rows); `o` is left
+ * empty either way. 0, or -1 with an exception set. */
+static int add_batch(PyObject *list, fs_out *o) {
+    if (o->rows == 0) {
+        fs_out_free(o);
+        return 0;
+    }
+    BatchObject *b = PyObject_New(BatchObject, &BatchType);
+    if (!b) return -1;
+    b->out = *o;
+    b->exported = 0;
+    b->out.hot_rows = NULL;
+    free(b->out.slow);
+    b->out.slow = NULL;
+    b->out.nslow = b->out.capslow = 0;
+    free(b->out.stack);
+    b->out.stack = NULL;
+    b->out.stack_cap = 0;
+    free(b->out.cache);
+    b->out.cache = NULL;
+    memset(o, 0, sizeof(fs_out));
+    int r = PyList_Append(list, (PyObject *)b);
+    Py_DECREF(b);
+    return r;
+}
+
 static PyObject *py_scan(PyObject *mod, PyObject *args) {
     ConfigObject *cfgo;
     Py_buffer view;
     Py_ssize_t start, window, base;
-    int threads, file_start = 1;
+    int threads, file_start = 1, split = 0;
     (void)mod;
-    if (!PyArg_ParseTuple(args, "O!y*nnni|p", &ConfigType, &cfgo, &view, &start, &window, &base, &threads,
-                          &file_start))
+    if (!PyArg_ParseTuple(args, "O!y*nnni|pp", &ConfigType, &cfgo, &view, &start, &window, &base, &threads,
+                          &file_start, &split))
         return NULL;
     if (!cfgo->ready || start < 0 || start > view.len || window < 1 || base < 0) {
         PyBuffer_Release(&view);
@@ -328,7 +355,7 @@ static PyObject *py_scan(PyObject *mod, PyObject *args) {
     size_t size = (size_t)view.len;
     size_t s0 = (size_t)start;
     size_t we = s0 + (size_t)window > size || s0 + (size_t)window < s0 ? size : s0 + (size_t)window;
-    fs_out outs[FS_MAX_THREADS];
+    fs_out outs[FS_MAX_THREADS], hots[FS_MAX_THREADS];
     job jobs[FS_MAX_THREADS];
     pthread_t tids[FS_MAX_THREADS];
     int started[FS_MAX_THREADS];
@@ -346,7 +373,9 @@ static PyObject *py_scan(PyObject *mod, PyObject *args) {
     cuts[threads] = we;
     for (int k = 0; k < threads; k++) {
         fs_out_init(&outs[k]);
+        fs_out_init(&hots[k]);
         outs[k].mid_file = !file_start;
+        outs[k].hot_rows = split ? &hots[k] : NULL;
         jobs[k].cfg = &cfgo->cfg;
         jobs[k].buf = buf;
         jobs[k].size = size;
@@ -364,6 +393,8 @@ static PyObject *py_scan(PyObject *mod, PyObject *args) {
         fs_col *nc = &outs[k].cols[C_N];
         uint32_t *n = (uint32_t *)nc->values.p;
         for (int64_t i = 0; i < outs[k].rows; i++) n[i] = (uint32_t)(n[i] + lines + 1);
+        uint32_t *hn = (uint32_t *)hots[k].cols[C_N].values.p;
+        for (int64_t i = 0; i < hots[k].rows; i++) hn[i] = (uint32_t)(hn[i] + lines + 1);
         for (size_t i = 0; i < outs[k].nslow; i++) outs[k].slow[i].n += lines + 1;
         lines += outs[k].lines;
     }
@@ -371,12 +402,20 @@ static PyObject *py_scan(PyObject *mod, PyObject *args) {
     PyBuffer_Release(&view);
     int oom = 0;
     for (int k = 0; k < threads; k++) oom |= outs[k].oom;
-    PyObject *batches = PyList_New(0), *slow = PyList_New(0);
-    if (oom || !batches || !slow) {
-        for (int k = 0; k < threads; k++) fs_out_free(&outs[k]);
+    PyObject *batches = PyList_New(0), *slow = PyList_New(0), *hot_batches = PyList_New(0);
+    if (oom || !batches || !slow || !hot_batches) {
+        for (int k = 0; k < threads; k++) {
+            fs_out_free(&outs[k]);
+            fs_out_free(&hots[k]);
+        }
         Py_XDECREF(batches);
         Py_XDECREF(slow);
+        Py_XDECREF(hot_batches);
         return oom ? PyErr_NoMemory() : NULL;
+    }
+    for (int k = 0; k < threads; k++) {
+        outs[k].hot_rows = NULL;
+        if (add_batch(hot_batches, &hots[k]) < 0) goto fail;
     }
     for (int k = 0; k < threads; k++) {
         for (size_t i = 0; i < outs[k].nslow; i++) {
@@ -389,32 +428,19 @@ static PyObject *py_scan(PyObject *mod, PyObject *args) {
             }
             Py_DECREF(t);
         }
-        if (outs[k].rows == 0) {
-            fs_out_free(&outs[k]);
-            continue;
-        }
-        BatchObject *b = PyObject_New(BatchObject, &BatchType);
-        if (!b) goto fail;
-        b->out = outs[k];
-        b->exported = 0;
-        free(b->out.slow);
-        b->out.slow = NULL;
-        b->out.nslow = b->out.capslow = 0;
-        free(b->out.stack);
-        b->out.stack = NULL;
-        b->out.stack_cap = 0;
-        memset(&outs[k], 0, sizeof(fs_out));
-        if (PyList_Append(batches, (PyObject *)b) < 0) {
-            Py_DECREF(b);
-            goto fail;
-        }
-        Py_DECREF(b);
+        if (add_batch(batches, &outs[k]) < 0) goto fail;
     }
+    if (split) return Py_BuildValue("(NNnLN)", batches, slow, (Py_ssize_t)we, (long long)(lines - base), hot_batches);
+    Py_DECREF(hot_batches);
     return Py_BuildValue("(NNnL)", batches, slow, (Py_ssize_t)we, (long long)(lines - base));
 fail:
-    for (int k = 0; k < threads; k++) fs_out_free(&outs[k]);
+    for (int k = 0; k < threads; k++) {
+        fs_out_free(&outs[k]);
+        fs_out_free(&hots[k]);
+    }
     Py_DECREF(batches);
     Py_DECREF(slow);
+    Py_DECREF(hot_batches);
     return NULL;
 }
 
@@ -446,8 +472,9 @@ static PyObject *py_search(PyObject *mod, PyObject *args) {
 
 static PyMethodDef module_methods[] = {
     {"scan", py_scan, METH_VARARGS,
-     "scan(config, buffer, start, window, line_base, threads, file_start=True) -> (batches, slow, next_start, "
-     "lines); file_start: the buffer's byte 0 is the file's first (a UTF-8 BOM there is dropped)"},
+     "scan(config, buffer, start, window, line_base, threads, file_start=True, split=False) -> (batches, slow, "
+     "next_start, lines[, request_batches]); file_start: the buffer's byte 0 is the file's first (a UTF-8 BOM there "
+     "is dropped); split: the request rows in a list of their own"},
     {"search", py_search, METH_VARARGS, "search(config, program, bytes) -> (status, slots)"},
     {NULL, NULL, 0, NULL},
 };

@@ -86,6 +86,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fs_out_free(&a);
     fs_out_free(&b);
 
+    /* the request rows written apart (Scan.pairs): together, the same rows in the same order */
+    fs_out rest, req;
+    fs_out_init(&rest);
+    fs_out_init(&req);
+    rest.hot_rows = &req;
+    fs_scan_range(&cfg, data, size, 0, size, &rest);
+    rest.hot_rows = NULL;
+    check_out(&rest, size);
+    req.lines = rest.lines;
+    check_out(&req, size);
+    if (rest.rows + req.rows != whole.rows || rest.nslow != whole.nslow || rest.lines != whole.lines) abort();
+    const uint32_t *nr = (const uint32_t *)rest.cols[C_N].values.p, *nq = (const uint32_t *)req.cols[C_N].values.p;
+    const uint8_t *mr = rest.cols[C_MK].values.p, *mq = req.cols[C_MK].values.p;
+    for (int64_t i = 0, j = 0, k = 0; i < whole.rows; i++) {
+        int from_req = k < req.rows && (j >= rest.rows || nq[k] < nr[j]);
+        uint32_t got = from_req ? nq[k] : nr[j];
+        uint8_t mk = from_req ? mq[k++] : mr[j++];
+        if (got != nw[i] || mk != mw[i] || cfg.hot[mk] != from_req) abort();
+    }
+    for (int c = 0; c < FS_NCOL; c++)
+        if (whole.cols[c].data.len != rest.cols[c].data.len + req.cols[c].data.len) abort();
+    fs_out_free(&rest);
+    fs_out_free(&req);
+
     size_t head = size < 4096 ? size : 4096;
     int32_t slots[64];
     for (int k = 0; k < FS_NPROG; k++) {

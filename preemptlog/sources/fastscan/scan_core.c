@@ -630,7 +630,9 @@ static uint8_t head_norm(const fs_config *cfg, uint8_t c) {
     return (c >= '0' && c <= '9') ? '0' : c;
 }
 
-static void head_results(const fs_config *cfg, const uint8_t *s, size_t n, fs_out *o, head_res *out) {
+/* The head programs' results for a line: a cached result (by reference: it stays valid until the
+ * next call), or computed into `out` (and cached). */
+static const head_res *head_results(const fs_config *cfg, const uint8_t *s, size_t n, fs_out *o, head_res *out) {
     if (!o->cache) o->cache = calloc(1, sizeof(cache_t));
     cache_t *c = (cache_t *)o->cache;
     if (c) {
@@ -661,8 +663,7 @@ static void head_results(const fs_config *cfg, const uint8_t *s, size_t n, fs_ou
                 i = memcmp(s, e->key, (size_t)e->klen) == 0 ? e->klen : 0;
             }
             if (i < e->klen) continue;
-            *out = e->res;
-            return;
+            return &e->res;
         }
     }
     track_t tr = {-1, 0};
@@ -681,6 +682,7 @@ static void head_results(const fs_config *cfg, const uint8_t *s, size_t n, fs_ou
         e->res = *out;
         for (int32_t i = 0; i < klen; i++) e->key[i] = head_norm(cfg, s[i]);
     }
+    return out;
 }
 
 /* ------------------------------------------------------------------ markers */
@@ -805,10 +807,10 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
     int64_t maxtok = 0, prompt = 0;
     int maxok = 0, promptok = 0;
 
-    head_res hr;
-    head_results(cfg, s, hl, o, &hr);
-    int r = hr.r[P_HEADER];
-    const int32_t *hs = hr.slots[P_HEADER];
+    head_res hr_buf;
+    const head_res *hp = head_results(cfg, s, hl, o, &hr_buf);
+    int r = hp->r[P_HEADER];
+    const int32_t *hs = hp->slots[P_HEADER];
     if (r < 0) return -1;
     if (r == 1) {
         if (!hot) str[C_LEVEL] = group(hs, fg[F_LEVEL], s);
@@ -820,24 +822,24 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
         }
         str[C_HFRAC] = group(hs, fg[F_HFRAC], s);
     }
-    r = hr.r[P_FULL];
+    r = hp->r[P_FULL];
     if (r < 0) return -1;
     if (r == 1) {
-        str[C_FDATE] = group(hr.slots[P_FULL], fg[F_FDATE], s);
-        str[C_FTIME] = group(hr.slots[P_FULL], fg[F_FTIME], s);
-        str[C_FFRAC] = group(hr.slots[P_FULL], fg[F_FFRAC], s);
-        str[C_FZONE] = group(hr.slots[P_FULL], fg[F_FZONE], s);
+        str[C_FDATE] = group(hp->slots[P_FULL], fg[F_FDATE], s);
+        str[C_FTIME] = group(hp->slots[P_FULL], fg[F_FTIME], s);
+        str[C_FFRAC] = group(hp->slots[P_FULL], fg[F_FFRAC], s);
+        str[C_FZONE] = group(hp->slots[P_FULL], fg[F_FZONE], s);
     }
-    r = hr.r[P_FALLBACK];
+    r = hp->r[P_FALLBACK];
     if (r < 0) return -1;
-    if (r == 1) str[C_FB] = group(hr.slots[P_FALLBACK], fg[F_FB], s);
+    if (r == 1) str[C_FB] = group(hp->slots[P_FALLBACK], fg[F_FB], s);
     if (!hot) {
-        r = hr.r[P_PROC];
+        r = hp->r[P_PROC];
         if (r < 0) return -1;
-        if (r == 1) str[C_PROC] = group(hr.slots[P_PROC], fg[F_PROC], s);
-        r = hr.r[P_COMPOSE];
+        if (r == 1) str[C_PROC] = group(hp->slots[P_PROC], fg[F_PROC], s);
+        r = hp->r[P_COMPOSE];
         if (r < 0) return -1;
-        if (r == 1) str[C_COMPOSE] = group(hr.slots[P_COMPOSE], fg[F_COMPOSE], s);
+        if (r == 1) str[C_COMPOSE] = group(hp->slots[P_COMPOSE], fg[F_COMPOSE], s);
         str[C_TEXT].p = s;
         str[C_TEXT].len = (int64_t)n;
     } else {
@@ -868,9 +870,10 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
             }
         }
     }
-    /* append the row */
-    int64_t row = o->rows;
-    fs_col *c = o->cols;
+    /* append the row (a request row to the second output when the caller asked for one) */
+    fs_out *d = hot && o->hot_rows ? o->hot_rows : o;
+    int64_t row = d->rows;
+    fs_col *c = d->cols;
     uint32_t n32 = (uint32_t)line;
     uint8_t mk8 = (uint8_t)mk;
     int bad = col_fixed(&c[C_N], row, &n32, 4, 1) | col_fixed(&c[C_MK], row, &mk8, 1, 1);
@@ -888,7 +891,7 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
     bad |= col_fixed(&c[C_MAXTOK], row, &maxtok, 8, maxok);
     bad |= col_fixed(&c[C_PROMPT], row, &prompt, 8, promptok);
     if (bad) o->oom = 1;
-    o->rows++;
+    d->rows++;
     return 0;
 }
 

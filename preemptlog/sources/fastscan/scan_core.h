@@ -125,9 +125,12 @@ typedef struct {
     uint64_t len;
 } fs_slow;
 
-typedef struct {
+typedef struct fs_out {
     fs_col cols[FS_NCOL];
     int64_t rows;
+    /* where the rows of request markers (cfg->hot) go, when set: the caller's second output (its
+     * columns and rows only; slow lines, scratch and oom stay here). NULL: every row here. */
+    struct fs_out *hot_rows;
     fs_slow *slow;
     size_t nslow, capslow;
     int64_t lines; /* lines that start in the part */

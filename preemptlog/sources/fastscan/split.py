@@ -54,45 +54,56 @@ _NARROW = ("marker", "n", "req_id", "max_tokens", "prompt_tokens")
 
 
 class _Spill:
-    """The request rows of a folded file, written window by window: one Parquet part per window in a
-    private folder, read back as one table by the glob ``path`` (polars scans the parts in name order,
-    so row numbers run on across them). polars' own writer: no pyarrow import (0.26 s)."""
+    """The request rows of a folded file, written window by window: one Parquet part per window and
+    group in a private folder, read back as one table per group by the glob :meth:`path` (polars
+    scans the parts in name order). A group is the markers of one HotRows (Received / Finished /
+    Aborted, or details); other request rows (Added) are only counted, so they are not written, and
+    each row keeps its position among all the file's request rows as ``_row`` (runs and ranks are
+    found from it: vllm_log.HotRows.locate). Each group's reads decode its own rows only.
+    polars' own writer: no pyarrow import (0.26 s)."""
 
-    def __init__(self, folder: str | None) -> None:
+    def __init__(self, folder: str | None, groups: dict[str, list[str]]) -> None:
         self.folder = tempfile.mkdtemp(prefix="preemptlog-records.", dir=folder)
-        self.path = os.path.join(self.folder, "part-*.parquet")
+        self.groups = {name: markers for name, markers in groups.items() if markers}
+        self.rows = dict.fromkeys(self.groups, 0)  # rows written per group
         self.parts = 0
+
+    def path(self, group: str) -> str:
+        return os.path.join(self.folder, f"{group}-*.parquet")
 
     def write(self, df: pl.DataFrame) -> None:
         if df.height == 0:
             return
-        part = os.path.join(self.folder, f"part-{self.parts:08d}.parquet")
-        # the marker stays an Enum (a dictionary page and a byte per row: a third less to encode than strings;
-        # is_in on the markers' names reads it back alike)
-        df.select(_NARROW).write_parquet(part, compression="lz4", statistics=False)
+        for name, markers in self.groups.items():
+            part = df.filter(pl.col("marker").is_in(markers))
+            if part.height == 0:
+                continue
+            # the marker stays an Enum (a dictionary page and a byte per row: a third less to encode
+            # than strings; is_in on the markers' names reads it back alike)
+            part.select(*_NARROW, "_row").write_parquet(
+                os.path.join(self.folder, f"{name}-{self.parts:08d}.parquet"), compression="lz4", statistics=False
+            )
+            self.rows[name] += part.height
         self.parts += 1
-
-    def close(self) -> None:
-        return None
 
     def drop(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def read_split(
-    frames: Iterable[pl.DataFrame], schema: dict[str, pl.DataType], ctx: SplitContext
+    pairs: Iterable[tuple[pl.DataFrame, pl.DataFrame]], schema: dict[str, pl.DataType], ctx: SplitContext
 ) -> tuple[pl.DataFrame, list[Any]]:
-    """(records, per-request rows) as vllm_log.read_split gives them, from the compiled pass's windows."""
-    hot_markers = [m for m, k in ctx.kinds.items() if k in ctx.hot_kinds]
+    """(records, per-request rows) as vllm_log.read_split gives them, from the compiled pass's windows
+    (``Scan.pairs``: each window's other records and its request rows, apart)."""
     recv_markers = [m for m, k in ctx.kinds.items() if k == "req_received"]
     main_markers = [m for m, k in ctx.kinds.items() if k in ctx.kept_kinds and k != "req_details"]
     det_markers = [m for m, k in ctx.kinds.items() if k in ctx.kept_kinds and k == "req_details"]
     parts = ctx.time_parts
-    held: list[pl.DataFrame] = []  # every row, until the file has enough request rows for runs
+    held: list[tuple[pl.DataFrame, pl.DataFrame]] = []  # every window, until the file has enough request rows
     n_hot = 0
     runs_on = False
     # state of the runs mode
-    prev: pl.DataFrame | None = None  # the previous window's last row
+    prev: pl.DataFrame | None = None  # the previous window's last record when it was a request row
     carry_rank = 0  # rows of the run open at the previous window's end
     run_base = 0  # runs before this window
     hot_base = 0  # request rows before this window
@@ -102,60 +113,79 @@ def read_split(
     hot_mem: list[pl.DataFrame] = []  # request rows in memory (a file not folded)
     start_rows: list[pl.Series] = []  # each run's first row among the request rows (``starts``)
     spill: _Spill | None = None
+    clock = ("mo", "fdate", "fb")  # a row is timed when one of these is set
+    flag_cols = list(dict.fromkeys(["_b", "marker", *clock, *parts]))
 
-    def split_window(w: pl.DataFrame) -> None:
+    def continues(ext: pl.DataFrame) -> pl.Expr:
+        """A request row continues the run of the row before it when that row is a request row too
+        (no other record between them: as many other records lie before both, ``_b``), both are
+        timed and their time parts are equal. Only the columns this window sets are compared (a
+        column null in every row compares equal everywhere), and a window whose rows all carry
+        one clock column is timed throughout."""
+        live = [c for c in parts if ext.get_column(c).null_count() < ext.height]
+        cont = pl.col("_b").eq(pl.col("_b").shift(1)).fill_null(False)
+        if not any(ext.get_column(c).null_count() == 0 for c in clock):
+            timed = pl.any_horizontal(pl.col(c).is_not_null() for c in clock)
+            cont = cont & timed & timed.shift(1).fill_null(False)
+        for c in live:
+            cont = cont & pl.col(c).eq_missing(pl.col(c).shift(1)).fill_null(False)
+        return cont
+
+    def split_window(main: pl.DataFrame, hot: pl.DataFrame) -> None:
         nonlocal prev, carry_rank, run_base, hot_base, n_received, spill
-        is_hot = pl.col("marker").is_in(hot_markers).fill_null(False)
-        timed = pl.col("mo").is_not_null() | pl.col("fdate").is_not_null() | pl.col("fb").is_not_null()
-        same = pl.lit(True)
-        for c in parts:
-            same = same & pl.col(c).eq_missing(pl.col(c).shift(1))
-        cont = (
-            is_hot & is_hot.shift(1).fill_null(False) & timed & timed.shift(1).fill_null(False) & same.fill_null(False)
-        )
-        ext = w if prev is None else pl.concat([prev, w], how="vertical")
-        f = ext.select(_hot=is_hot, _cont=cont, _recv=pl.col("marker").is_in(recv_markers).fill_null(False))
-        if prev is not None:
-            f = f.slice(1)
-        prev = w.tail(1)
-        start = f.get_column("_hot") & ~f.get_column("_cont")
-        pos = pl.int_range(w.height, dtype=pl.Int64, eager=True)
-        start_pos = pl.when(start).then(pos).otherwise(None).forward_fill()
-        local = start.cast(pl.Int64).cum_sum()
-        run = (local + run_base - 1).cast(pl.Int64)
-        rank = pl.select(pl.when(start_pos.is_null()).then(pos + carry_rank).otherwise(pos - start_pos)).to_series()
-        w = w.with_columns(
-            _hot=f.get_column("_hot"),
-            _start=start,
-            _recv=f.get_column("_recv"),
-            _run=run,
-            _rank=rank,
-        )
-        hot = w.select(*_NARROW, "_hot", "_start", "_recv", "_run", "_rank").filter(pl.col("_hot"))
+        last_hot = hot.height > 0 and (main.height == 0 or hot.get_column("n")[-1] > main.get_column("n")[-1])
         if hot.height:
+            # other records before each request row (the window's first rows: 0, like the carried row)
+            before = main.get_column("n").search_sorted(hot.get_column("n"), side="left").cast(pl.UInt32)
+            ext = hot.with_columns(_b=before).select(flag_cols)
+            if prev is not None:
+                ext = pl.concat([prev.with_columns(_b=pl.lit(0, pl.UInt32)).select(flag_cols), ext], how="vertical")
+            f = ext.select(_cont=continues(ext), _recv=pl.col("marker").is_in(recv_markers).fill_null(False))
+            if prev is not None:
+                f = f.slice(1)
+            start = ~f.get_column("_cont")
+            pos = pl.int_range(hot.height, dtype=pl.Int64, eager=True)
+            start_pos = pl.when(start).then(pos).otherwise(None).forward_fill()
+            run = (start.cast(pl.Int64).cum_sum() + run_base - 1).cast(pl.Int64)
+            rank = pl.select(pl.when(start_pos.is_null()).then(pos + carry_rank).otherwise(pos - start_pos)).to_series()
+            hot = hot.with_columns(_hot=pl.lit(True), _start=start, _recv=f.get_column("_recv"), _run=run, _rank=rank)
             stats.append(
                 hot.group_by("_run").agg(
                     pl.len().alias("c"), pl.col("n").max().alias("n_last"), pl.col("_recv").sum().alias("r")
                 )
             )
             n_received += int(hot.get_column("_recv").sum())
-            last = w.row(w.height - 1, named=True)
-            carry_rank = int(last["_rank"]) + 1 if last["_hot"] else 0
+            carry_rank = int(rank[-1]) + 1 if last_hot else 0
+            run_base += int(start.sum())
+            starts = hot.filter(pl.col("_start"))
         else:
             carry_rank = 0
-        run_base += int(start.sum())
-        kept = w.filter(~pl.col("_hot") | pl.col("_start"))
+            starts = None
+        prev = hot.tail(1) if last_hot else None
+        kept = main.with_columns(
+            _hot=pl.lit(False),
+            _start=pl.lit(False),
+            _recv=pl.lit(False),
+            _run=pl.lit(None, pl.Int64),
+            _rank=pl.lit(None, pl.Int64),
+        )
+        if starts is not None:
+            kept = kept.merge_sorted(starts, key="n") if kept.height else starts
         # The kept rows' strings are copied out of the window's buffers (a filtered string keeps its
         # whole buffer alive: every window's request ids would stay in memory).
         strings = [c for c, t in kept.schema.items() if t == pl.String]
         rec_parts.append(
             kept.with_columns(pl.concat_str([pl.lit("\x00"), pl.col(c)]).str.slice(1).alias(c) for c in strings)
         )
-        narrow = hot.select(*_NARROW, "_run", "_rank", "_start")
-        start_rows.append((pl.Series(hot.get_column("_start")).arg_true() + hot_base).cast(pl.UInt32))
+        if not hot.height:
+            return
+        narrow = hot.select(*_NARROW, "_run", "_rank", "_start").with_columns(
+            _row=pl.int_range(hot_base, hot_base + hot.height, dtype=pl.UInt32)
+        )
+        start_rows.append((hot.get_column("_start").arg_true() + hot_base).cast(pl.UInt32))
         hot_base += hot.height
         if spill is None and ctx.spill_dir is not None and n_received >= ctx.fold_min:
-            spill = _Spill(ctx.spill_dir)
+            spill = _Spill(ctx.spill_dir, {"main": main_markers, "details": det_markers})
             for h in hot_mem:
                 spill.write(h)
             hot_mem.clear()
@@ -165,21 +195,25 @@ def read_split(
             hot_mem.append(narrow)
 
     try:
-        for w in frames:
+        for main, hot in pairs:
             if not runs_on:
-                held.append(w)
-                n_hot += int(w.select(pl.col("marker").is_in(hot_markers).sum()).item())
+                held.append((main, hot))
+                n_hot += hot.height
                 if ctx.runs and n_hot > 0 and n_hot >= ctx.runs_min:
                     runs_on = True
-                    for h in held:
-                        split_window(h)
+                    for m, h in held:
+                        split_window(m, h)
                     held.clear()
                 continue
-            split_window(w)
+            split_window(main, hot)
         if not runs_on:
             if not held:
                 return ctx.with_run_columns(ctx.finish(ctx.compact(pl.DataFrame(schema=schema)))), []
-            whole = pl.concat(held, how="vertical") if len(held) > 1 else held[0]
+            mains = pl.concat([m for m, _ in held], how="vertical")
+            hots = pl.concat([h for _, h in held], how="vertical")
+            whole = (
+                mains.merge_sorted(hots, key="n") if mains.height and hots.height else mains if mains.height else hots
+            )
             return ctx.with_run_columns(ctx.finish(ctx.compact(whole))), []
         starts = pl.concat(start_rows) if start_rows else pl.Series([], dtype=pl.UInt32)
         return _assemble(ctx, rec_parts, stats, hot_mem, starts, spill, n_received, main_markers, det_markers)
@@ -229,7 +263,6 @@ def _assemble(
     hot: pl.DataFrame | None = None
     if folded:
         assert spill is not None
-        spill.close()
         runs_received = runs.get_column("r").cast(pl.UInt32).alias("rq_recv")
     elif hot_mem:
         hot = pl.concat(hot_mem, how="vertical")
@@ -239,12 +272,11 @@ def _assemble(
             continue
         received = 0 if is_det else n_received
         if spill is not None:
-            n_rows = int(
-                pl.scan_parquet(spill.path).filter(pl.col("marker").is_in(group)).select(pl.len()).collect().item()
-            )
+            name = "details" if is_det else "main"
+            n_rows = spill.rows.get(name, 0)
             if n_rows == 0:
                 continue
-            lf = ctx.hot_query(spill.path, ctx.file_id, group, starts)
+            lf = ctx.hot_query(spill.path(name), ctx.file_id, group, starts)
             out.append(
                 ctx.hot_rows(
                     ctx.file_id,
@@ -253,7 +285,7 @@ def _assemble(
                     n_rows,
                     received,
                     True,
-                    spill=spill.path,
+                    spill=spill.path(name),
                     starts=starts,
                     runs_received=None if is_det else runs_received,
                 )
