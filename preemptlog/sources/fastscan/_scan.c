@@ -50,8 +50,9 @@ struct ArrowArray {
 static const char *COL_NAMES[FS_NCOL] = {"n",     "mk",    "level", "proc",   "compose", "mo",         "dd",
                                          "hh",    "mi",    "ss",    "hfrac",  "fdate",   "ftime",      "ffrac",
                                          "fzone", "fb",    "text",  "req_id", "max_tokens", "prompt_tokens"};
-static const char *COL_FORMATS[FS_NCOL] = {"I", "C", "u", "u", "u", "c", "c", "c", "c", "c",
-                                           "u", "u", "u", "u", "u", "u", "u", "u", "l", "l"};
+/* the fixed-width columns' formats (the string columns are string views, "vu": fs_out_views) */
+static const char *COL_FORMATS[FS_NCOL] = {"I", "C", "vu", "vu", "vu", "c",  "c",  "c",  "c", "c",
+                                           "vu", "vu", "vu", "vu", "vu", "vu", "vu", "vu", "l", "l"};
 
 static void release_child_schema(struct ArrowSchema *s) { s->release = NULL; }
 
@@ -67,8 +68,9 @@ static void release_struct_schema(struct ArrowSchema *s) {
 }
 
 typedef struct {
-    const void *bufs[3];
+    const void *bufs[4]; /* validity, values (or views), data, data size (views) */
     void *own[3];
+    int64_t size;
 } child_priv;
 
 static void release_child_array(struct ArrowArray *a) {
@@ -180,10 +182,12 @@ static struct ArrowArray *make_array(fs_out *o) {
             return NULL;
         }
         fs_col *col = &o->cols[i];
-        int is_str = COL_FORMATS[i][0] == 'u';
+        int is_str = fs_is_string_col(i);
         c->length = o->rows;
         c->null_count = col->nulls;
-        c->n_buffers = is_str ? 3 : 2;
+        c->n_buffers = is_str ? 4 : 2; /* a view array: validity, views, one data buffer, its size */
+        p->size = (int64_t)col->data.len;
+        p->bufs[3] = &p->size;
         /* ownership moves to the array */
         p->own[0] = col->valid.p;
         p->own[1] = col->values.p;
@@ -201,6 +205,7 @@ static struct ArrowArray *make_array(fs_out *o) {
 }
 
 static PyObject *Batch_arrow_c_array(BatchObject *self, PyObject *args, PyObject *kwargs) {
+    if (fs_out_views(&self->out) < 0) return PyErr_NoMemory(); /* done by the scan's threads already */
     static char *kwlist[] = {"requested_schema", NULL};
     PyObject *requested = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O", kwlist, &requested)) return NULL;
@@ -304,6 +309,9 @@ typedef struct {
 static void *run_job(void *arg) {
     job *j = (job *)arg;
     fs_scan_range(j->cfg, j->buf, j->size, j->start, j->end, j->out);
+    /* the string columns as polars holds them, on this thread (oom is seen by the caller) */
+    if (!j->out->oom) fs_out_views(j->out);
+    if (!j->out->oom && j->out->hot_rows && fs_out_views(j->out->hot_rows) < 0) j->out->oom = 1;
     return NULL;
 }
 

@@ -55,6 +55,41 @@ static void check_out(const fs_out *o, size_t size) {
     if (o->rows && (int64_t)n[o->rows - 1] >= o->lines) abort();
 }
 
+static int bit(const fs_col *c, int64_t i) { return (c->valid.p[i >> 3] >> (i & 7)) & 1; }
+
+/* a range's output as views (g) against the whole's (w) from row `at`: the same validity and values
+ * (line numbers aside: a range's are its own) */
+static void check_views(const fs_out *w, const fs_out *g, int64_t at) {
+    if (at + g->rows > w->rows) abort();
+    for (int c = 0; c < FS_NCOL; c++) {
+        const fs_col *x = &w->cols[c], *y = &g->cols[c];
+        for (int64_t j = 0; j < g->rows; j++) {
+            int64_t i = at + j;
+            if (bit(x, i) != bit(y, j)) abort();
+            if (!fs_is_string_col(c)) {
+                size_t k = c == C_N ? 4 : (c == C_MAXTOK || c == C_PROMPT) ? 8 : 1;
+                if (c != C_N && memcmp(x->values.p + k * (size_t)i, y->values.p + k * (size_t)j, k)) abort();
+                continue;
+            }
+            if (x->values.len < 16 * (size_t)w->rows || y->values.len != 16 * (size_t)g->rows) abort();
+            const uint8_t *vx = x->values.p + 16 * (size_t)i, *vy = y->values.p + 16 * (size_t)j;
+            int32_t lx, ly, ox, oy;
+            memcpy(&lx, vx, 4);
+            memcpy(&ly, vy, 4);
+            if (lx != ly || lx < 0) abort();
+            if (lx <= 12) {
+                if (memcmp(vx, vy, 16)) abort(); /* inline bytes, zero padded */
+                continue;
+            }
+            memcpy(&ox, vx + 12, 4);
+            memcpy(&oy, vy + 12, 4);
+            if (memcmp(vx + 4, vy + 4, 8) || (size_t)ox + (size_t)lx > x->data.len || (size_t)oy + (size_t)ly > y->data.len)
+                abort();
+            if (memcmp(x->data.p + ox, y->data.p + oy, (size_t)lx) || memcmp(vx + 4, x->data.p + ox, 4)) abort();
+        }
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!loaded) return 0;
     fs_out whole, a, b;
@@ -83,6 +118,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int c = 0; c < FS_NCOL; c++) /* the string columns hold the same bytes */
         if (whole.cols[c].data.len != a.cols[c].data.len + b.cols[c].data.len) abort();
+    /* the ranges' columns as views, appended (one batch per window): the whole range's, value for value */
+    fs_out wv;
+    fs_out_init(&wv);
+    fs_scan_range(&cfg, data, size, 0, size, &wv);
+    if (fs_out_views(&wv) < 0 || fs_out_views(&a) < 0 || fs_out_views(&b) < 0) abort();
+    check_views(&wv, &a, 0);
+    check_views(&wv, &b, a.rows);
+    fs_out_free(&wv);
     fs_out_free(&a);
     fs_out_free(&b);
 

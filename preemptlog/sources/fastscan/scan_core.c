@@ -119,6 +119,51 @@ static inline int col_fixed(fs_col *c, int64_t row, const void *v, size_t width,
 
 void fs_out_init(fs_out *o) { memset(o, 0, sizeof(*o)); }
 
+int fs_is_string_col(int c) {
+    return c == C_LEVEL || c == C_PROC || c == C_COMPOSE || (c >= C_HFRAC && c <= C_TEXT) || c == C_REQID;
+}
+
+/* The string columns' int32 offsets replaced by Arrow string views (16 bytes a row: the length and
+ * the bytes inline up to 12, else the length, a 4-byte prefix, buffer 0 and the offset), the bytes
+ * left where they are: what polars holds, made here by each scanning thread instead of by polars
+ * on one. 0, or -1 (out of memory: o->oom). */
+int fs_out_views(fs_out *o) {
+    if (o->views) return 0;
+    for (int c = 0; c < FS_NCOL; c++) {
+        if (!fs_is_string_col(c)) continue;
+        fs_col *col = &o->cols[c];
+        size_t bytes = (size_t)(o->rows > 0 ? o->rows : 1) * 16;
+        uint8_t *v = calloc(1, bytes);
+        if (!v) {
+            o->oom = 1;
+            return -1;
+        }
+        const int32_t *off = (const int32_t *)col->values.p;
+        for (int64_t i = 0; off && i < o->rows; i++) {
+            int32_t a = off[i], len = off[i + 1] - a;
+            uint8_t *w = v + 16 * (size_t)i;
+            memcpy(w, &len, 4);
+            if (len <= 12) {
+                if (len > 0) memcpy(w + 4, col->data.p + a, (size_t)len);
+            } else {
+                int32_t buf = 0;
+                memcpy(w + 4, col->data.p + a, 4);
+                memcpy(w + 8, &buf, 4);
+                memcpy(w + 12, &a, 4);
+            }
+        }
+        free(col->values.p);
+        col->values.p = v;
+        col->values.cap = bytes;
+        col->values.len = 16 * (size_t)o->rows;
+    }
+    o->views = 1;
+    return 0;
+}
+
+
+
+
 void fs_out_free(fs_out *o) {
     for (int i = 0; i < FS_NCOL; i++) {
         free(o->cols[i].valid.p);

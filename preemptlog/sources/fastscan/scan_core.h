@@ -135,6 +135,7 @@ typedef struct fs_out {
     size_t nslow, capslow;
     int64_t lines; /* lines that start in the part */
     int oom;       /* an allocation failed: the caller falls back to the polars pass */
+    int views;     /* the string columns hold Arrow string views (fs_out_views), not offsets */
     int mid_file;  /* the buffer does not start at the file's first byte (no BOM to drop at 0) */
     /* matcher scratch */
     void *stack;
@@ -150,6 +151,11 @@ void fs_config_free(fs_config *cfg);
 void fs_prog_init_norm(fs_prog *p);
 void fs_out_init(fs_out *o);
 void fs_out_free(fs_out *o);
+/* 1 for the string columns (C_LEVEL, ...) */
+int fs_is_string_col(int c);
+/* the string columns as Arrow string views (after the scan; scan_core.c). 0, or -1 (o->oom) */
+int fs_out_views(fs_out *o);
+
 /* Scan the lines that start in [start, end) of buf (size bytes: lines may run past end). */
 void fs_scan_range(const fs_config *cfg, const uint8_t *buf, size_t size, size_t start, size_t end, fs_out *o);
 /* The regex matcher alone (tests, fuzzing): 1 match, 0 none, -1 unsure; slots get offsets. */
