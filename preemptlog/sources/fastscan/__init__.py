@@ -37,6 +37,7 @@ from ...inputs import reflow
 from ...inputs.textio import compression_of, scan_lines
 from .regex import Program, Unsupported, compile_regex
 from .split import SplitContext as SplitContext
+from .split import merged
 from .split import read_split as read_split
 
 try:
@@ -357,9 +358,9 @@ class Scan:
                     rows = self._slow(view, slow)
                     if hot is not None:
                         is_hot = rows.get_column("marker").is_in(list(self.spec.hot)).fill_null(False)
-                        hot = _merged(hot, rows.filter(is_hot)).rechunk()
+                        hot = merged(hot, rows.filter(is_hot)).rechunk()
                         rows = rows.filter(~is_hot)
-                    fast = _merged(fast, rows)
+                    fast = merged(fast, rows)
                     if hot is not None:
                         fast = fast.rechunk()
                 view.release()
@@ -440,13 +441,6 @@ class Scan:
         lines = pl.Series([n for n, _, _ in slow], dtype=pl.UInt32)
         got = got.with_columns(n=lines.gather(got.get_column("n").cast(pl.Int64) - 2))
         return got.select(list(self.schema)).cast(dict(self.schema.items()))
-
-
-def _merged(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
-    """Two frames of records in file order, as one (their line numbers ``n`` differ)."""
-    if not b.height:
-        return a
-    return a.merge_sorted(b, key="n") if a.height else b
 
 
 READ_PART_BYTES = 4 << 20  # a window is read in parts of at least this size, one per core

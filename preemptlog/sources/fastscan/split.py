@@ -53,6 +53,14 @@ class SplitContext:
 _NARROW = ("marker", "n", "req_id", "max_tokens", "prompt_tokens")
 
 
+def merged(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """Two frames of records, each in file order, as one in file order (their line numbers ``n``
+    differ: one record per line)."""
+    if not b.height:
+        return a
+    return a.merge_sorted(b, key="n") if a.height else b
+
+
 class _Spill:
     """The request rows of a folded file, written window by window: one Parquet part per window and
     group in a private folder, read back as one table per group by the glob :meth:`path` (polars
@@ -170,7 +178,7 @@ def read_split(
             _rank=pl.lit(None, pl.Int64),
         )
         if starts is not None:
-            kept = kept.merge_sorted(starts, key="n") if kept.height else starts
+            kept = merged(kept, starts)
         # The kept rows' strings are copied out of the window's buffers (a filtered string keeps its
         # whole buffer alive: every window's request ids would stay in memory).
         strings = [c for c, t in kept.schema.items() if t == pl.String]
@@ -209,10 +217,8 @@ def read_split(
         if not runs_on:
             if not held:
                 return ctx.with_run_columns(ctx.finish(ctx.compact(pl.DataFrame(schema=schema)))), []
-            mains = pl.concat([m for m, _ in held], how="vertical")
-            hots = pl.concat([h for _, h in held], how="vertical")
-            whole = (
-                mains.merge_sorted(hots, key="n") if mains.height and hots.height else mains if mains.height else hots
+            whole = merged(
+                pl.concat([m for m, _ in held], how="vertical"), pl.concat([h for _, h in held], how="vertical")
             )
             return ctx.with_run_columns(ctx.finish(ctx.compact(whole))), []
         starts = pl.concat(start_rows) if start_rows else pl.Series([], dtype=pl.UInt32)
