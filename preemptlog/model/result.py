@@ -8,6 +8,7 @@ them), and nothing here imports a stage (``Analysis.summary`` loads summary.py o
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,7 +107,13 @@ class Analysis:
         first use)."""
         if not SUMMARIZER:
             importlib.import_module("preemptlog.render.summary")
-        return SUMMARIZER[0](self)
+        # Made once per analysis (a frozen record; a command asks for it up to three times, 10-20 ms
+        # each) and handed out as a copy: a caller may change its own.
+        cached = self.__dict__.get("_summary")
+        if cached is None:
+            cached = SUMMARIZER[0](self)
+            object.__setattr__(self, "_summary", cached)
+        return copy.deepcopy(cached)
 
 
 # The function behind Analysis.summary(): render.summary.summarize, registered by that module on import

@@ -25,6 +25,7 @@ treats a null condition as "not fired". ``present(x)`` is ``x is not null``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -255,7 +256,15 @@ class _Parser:
 
 
 def parse(text: str) -> Node:
-    if not isinstance(text, str) or not text.strip():
+    """The tree of ``text`` (trees are immutable: a text met again is parsed once)."""
+    if not isinstance(text, str):
+        raise ExprError("empty expression")
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Node:
+    if not text.strip():
         raise ExprError("empty expression")
     if len(text) > 2000:
         raise ExprError("expression longer than 2000 characters")

@@ -28,7 +28,7 @@ from . import expr as E
 if TYPE_CHECKING:
     from .model import RuleSet
 
-from .engine import Compiler, _cite_structs
+from .engine import EVIDENCE_DTYPE, WINNER, Compiler, _cite_structs, first_true, has_cites, per_winner, winners
 from .engine import sample_frame as gate_frame
 from .model import MECH_FIELDS, MECHANISM_EVIDENCE, MECHANISMS, UNKNOWN, MechanismRule
 from .model import build_mechanism as build
@@ -92,13 +92,14 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
     rules = active(rs)
     df = flags(frame, rs, rules)
     c = Compiler(rs, set(frame.columns))
+    # the first rule that fired, then only the rules that won somewhere (rules/engine.py)
+    df = df.with_columns(first_true([pl.col(f"mfired__{r.id}") for r in rules]).alias(WINNER))
+    won = winners(df)
 
     def chain(value: Any, default: pl.Expr) -> pl.Expr:
-        expr: Any = None
-        for r in rules:
-            cond = pl.col(f"mfired__{r.id}")
-            expr = pl.when(cond).then(value(r)) if expr is None else expr.when(cond).then(value(r))
-        return default if expr is None else expr.otherwise(default)
+        return per_winner(won, lambda i: value(rules[i]), default)
+
+    cited = EVIDENCE_DTYPE if any(has_cites(r.cite) for r in rules) else pl.Null
 
     missing_parts = []
     for r in rules:
@@ -119,6 +120,7 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
         chain(lambda r: pl.lit(r.confidence), pl.lit("none")).alias("mechanism_confidence"),
         # A cited value without a line (a default preemptlog assumed) is not evidence: left out.
         chain(lambda r: _cite_structs(c, r.cite, df.schema), pl.lit(None))
+        .cast(cited)
         .list.eval(pl.element().filter(pl.element().struct.field("src").is_not_null()))
         .alias("mechanism_evidence"),
         pl.when(any_fired).then(pl.lit([], pl.List(pl.String))).otherwise(missing).alias("mechanism_missing"),

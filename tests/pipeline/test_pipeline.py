@@ -51,6 +51,25 @@ def test_views_are_copies(demo):
     assert (demo.events.height, demo.filters, demo.columns) == before
 
 
+def test_the_summary_is_made_once_and_handed_out_as_a_copy(demo, monkeypatch):
+    from preemptlog.model import result
+
+    fresh = analyze([DEMO], OPTS)
+    first = fresh.summary()
+    made = result.SUMMARIZER[0]
+    calls = []
+    monkeypatch.setattr(result, "SUMMARIZER", [lambda a: calls.append(a) or made(a)])
+    nested = next(k for k, v in first.items() if isinstance(v, (dict, list)) and v)
+    first[nested].clear()  # a caller changes its copy, deep inside
+    first["events"] = "changed by a caller"
+    again = fresh.summary()
+    assert calls == [], "the second call reads the summary made by the first"
+    assert again == demo.summary() and again["events"] != "changed by a caller" and again[nested]
+    # a view is another analysis: its own summary
+    view = apply_filters(fresh, Filters(gates=[fresh.verdicts.get_column("gate").drop_nulls()[0]]))
+    assert view.summary() != again and any(c is view for c in calls)
+
+
 def test_explain_does_not_touch_the_analysis(demo):
     from preemptlog.commands.explain import build
 
