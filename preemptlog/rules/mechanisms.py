@@ -28,7 +28,17 @@ from . import expr as E
 if TYPE_CHECKING:
     from .model import RuleSet
 
-from .engine import EVIDENCE_DTYPE, WINNER, Compiler, _cite_structs, first_true, has_cites, per_winner, winners
+from .engine import (
+    EVIDENCE_DTYPE,
+    WINNER,
+    Compiler,
+    cited_lists,
+    first_true,
+    has_cites,
+    lists_per_row,
+    per_winner,
+    winners,
+)
 from .engine import sample_frame as gate_frame
 from .model import MECH_FIELDS, MECHANISM_EVIDENCE, MECHANISMS, UNKNOWN, MechanismRule
 from .model import build_mechanism as build
@@ -101,30 +111,28 @@ def evaluate(frame: pl.DataFrame, rs: RuleSet) -> pl.DataFrame:
 
     cited = EVIDENCE_DTYPE if any(has_cites(r.cite) for r in rules) else pl.Null
 
-    missing_parts = []
-    for r in rules:
-        for n in r.requires + r.requires_any:
-            missing_parts.append(pl.when(~c.present(n) & _applies(r, frame)).then(pl.lit(f"{r.mechanism}: {n}")))
-    missing = (
-        pl.concat_list(missing_parts).list.drop_nulls().list.unique(maintain_order=True)
-        if missing_parts
-        else pl.lit([], pl.List(pl.String))
-    )
     any_fired = pl.lit(False)
     for r in rules:
         any_fired = any_fired | pl.col(f"mfired__{r.id}")
-    return df.select(
+    # when no rule fired: what the rules that could not be evaluated lacked, each once
+    missing_parts = []
+    for r in rules:
+        for n in r.requires + r.requires_any:
+            cond = ~any_fired & ~c.present(n) & _applies(r, frame)
+            missing_parts.append((cond, pl.lit(f"{r.mechanism}: {n}")))
+    missing = lists_per_row(df, missing_parts, pl.String, unique=True)
+    out = df.select(
         "event_id",
         chain(lambda r: pl.lit(r.mechanism), pl.lit(UNKNOWN)).alias("mechanism"),
         chain(lambda r: pl.lit(r.id), pl.lit(None, pl.String)).alias("mechanism_rule"),
         chain(lambda r: pl.lit(r.confidence), pl.lit("none")).alias("mechanism_confidence"),
-        # A cited value without a line (a default preemptlog assumed) is not evidence: left out.
-        chain(lambda r: _cite_structs(c, r.cite, df.schema), pl.lit(None))
-        .cast(cited)
-        .list.eval(pl.element().filter(pl.element().struct.field("src").is_not_null()))
-        .alias("mechanism_evidence"),
-        pl.when(any_fired).then(pl.lit([], pl.List(pl.String))).otherwise(missing).alias("mechanism_missing"),
     )
+    out = out.with_columns(missing.alias("mechanism_missing"))
+    # A cited value without a line (a default preemptlog assumed) is not evidence: left out.
+    evidence = cited_lists(
+        df, won, lambda i: rules[i].cite, c, cited, keep=lambda v: v.struct.field("src").is_not_null()
+    )
+    return out.insert_column(out.columns.index("mechanism_missing"), evidence.alias("mechanism_evidence"))
 
 
 def sample_frame(evidence: dict[str, Any]) -> pl.DataFrame:

@@ -49,7 +49,7 @@ ENV = "PREEMPTLOG_SCANNER"
 # bytes scanned per call (memory: the buffer, and the columns of the window the caller holds and of
 # the one scanned ahead)
 WINDOW_BYTES = 32 << 20
-PREFETCH = 1  # windows scanned ahead while the caller works on one (0: no producer thread)
+PREFETCH = 2  # windows scanned ahead while the caller works on one (0: no producer thread)
 
 # The batch columns, in _scan.c's order (scan_core.h C_*).
 COLUMNS = (
