@@ -475,17 +475,20 @@ def _folded(
     ps = _Passes(records, hot)
     recv = _split_ids(ps.rows_of(["req_received"]))
     done = _owned(_split_ids(ps.rows_of(["req_finished", "req_aborted"])))
+
     # Details: a 0.14+ internal id (<external>-<8 chars>) names its received request when that
     # id was received (the pairing of _parse_frames), by key.
-    det_ids = (
-        _split_ids(ps.rows_of(["req_details"]))
-        .with_columns(
-            pl.when(pl.col("request_id").str.contains(_SUFFIX_RE))
-            .then(pl.col("request_id").str.replace(_SUFFIX_RE, ""))
-            .alias("_base")
+    def det_ids(spill_rows: dict[int, pl.Series] | None = None) -> pl.LazyFrame:
+        return (
+            _split_ids(ps.rows_of(["req_details"], spill_rows))
+            .with_columns(
+                pl.when(pl.col("request_id").str.contains(_SUFFIX_RE))
+                .then(pl.col("request_id").str.replace(_SUFFIX_RE, ""))
+                .alias("_base")
+            )
+            .with_columns(_keys("_base", "_b1", "_b2"))
         )
-        .with_columns(_keys("_base", "_b1", "_b2"))
-    )
+
     work = next((os.path.dirname(h.spill) for h in hot if h.spill), None)
     with _SideFiles(work) as side:
         # One pass over the received rows: their keys and what the counts read, to a narrow file.
@@ -494,12 +497,25 @@ def _folded(
             "stream", "_k1", "_k2", "time", "prompt_tokens", "max_tokens", "source", "_multi", "_sub", "file_id", "_row"
         ).sink_parquet(side_r, compression="lz4", statistics=False)
         rk = pl.scan_parquet(side_r)
-        bases = (
-            det_ids.filter(pl.col("_base").is_not_null() & (pl.col("_base") != pl.col("request_id")))
-            .select("_b1", "_b2")
-            .unique()
-            .collect(engine="streaming")
-        )
+        # One pass over the details rows likewise (their ids split, stripped and keyed once): what
+        # the pairing, the counts and the lookup of the named rows read.
+        side_x = side.new("details-keys")
+        det_ids().select(
+            "_k1",
+            "_k2",
+            "_b1",
+            "_b2",
+            (pl.col("_base").is_not_null() & (pl.col("_base") != pl.col("request_id"))).fill_null(False).alias("_bd"),
+            "prompt_tokens",
+            "stream",
+            "_ord",
+            "_sub",
+            "_multi",
+            "file_id",
+            "_row",
+        ).sink_parquet(side_x, compression="lz4", statistics=False)
+        dx = pl.scan_parquet(side_x)
+        bases = dx.filter(pl.col("_bd")).select("_b1", "_b2").unique().collect(engine="streaming")
         if bases.height:
             seen = (
                 rk.select("_k1", "_k2")
@@ -509,19 +525,19 @@ def _folded(
                 .collect(engine="streaming")
                 .with_columns(_seen=pl.lit(True))
             )
-            det_keyed = det_ids.join(
+            det_keyed = dx.join(
                 seen.lazy(), left_on=["_b1", "_b2"], right_on=["_k1", "_k2"], how="left", maintain_order="left"
             ).with_columns(
                 _d1=pl.when(pl.col("_seen").fill_null(False)).then(pl.col("_b1")).otherwise(pl.col("_k1")),
                 _d2=pl.when(pl.col("_seen").fill_null(False)).then(pl.col("_b2")).otherwise(pl.col("_k2")),
             )
         else:
-            det_keyed = det_ids.with_columns(_d1=pl.col("_k1"), _d2=pl.col("_k2"))
+            det_keyed = dx.with_columns(_d1=pl.col("_k1"), _d2=pl.col("_k2"))
         side_d = side.new("details")
         det_keyed.filter(pl.col("prompt_tokens").is_not_null()).select(
             "_d1", "_d2", "prompt_tokens", "stream", "_ord", "_sub"
         ).sink_parquet(side_d, compression="lz4", statistics=False)
-        det_multi = bool(det_ids.select(pl.col("_multi").any()).collect(engine="streaming").item())
+        det_multi = bool(dx.select(pl.col("_multi").any()).collect(engine="streaming").item())
         # A folded file's further ids of multi-id Received lines (its runs count lines).
         extra = ps.located(
             rk.filter(pl.col("_row").is_not_null() & (pl.col("_sub") > 0))
@@ -549,7 +565,15 @@ def _folded(
             .unique()
             .collect(engine="streaming")
         )
-    spill_rows = {int(fid): g.get_column("_row").sort() for (fid,), g in hits.group_by("file_id") if fid is not None}
+        # The details rows whose id or external id may be named (the candidates, matched below).
+        det_hits = (
+            dx.filter((pl.col("_k1").is_in(k1s) | pl.col("_b1").is_in(k1s)) & pl.col("_row").is_not_null())
+            .select("file_id", "_row")
+            .unique()
+            .collect(engine="streaming")
+        )
+    spill_rows = _by_file(hits)
+    det_rows_read = _by_file(det_hits)
     recv_named = ps.located(
         _owned(
             _split_ids(ps.rows_of(["req_received"], spill_rows))
@@ -557,7 +581,9 @@ def _folded(
             .join(want.lazy(), on=["_k1", "_k2"], how="semi")
         )
     )
-    cand = _owned(det_ids.filter(pl.col("_k1").is_in(k1s) | pl.col("_b1").is_in(k1s))).with_row_index("_i")
+    cand = _owned(det_ids(det_rows_read).filter(pl.col("_k1").is_in(k1s) | pl.col("_b1").is_in(k1s))).with_row_index(
+        "_i"
+    )
     det_named = ps.located(
         pl.concat(
             [
@@ -581,6 +607,11 @@ def _folded(
     main_rows = rows(pl.concat([recv_named.select(done.columns), done], how="vertical"), main_multi)
     det_rows = rows(det_named.select(done.columns), det_multi)
     return _parse_frames(main_rows, det_rows), stats
+
+
+def _by_file(hits: pl.DataFrame) -> dict[int, pl.Series]:
+    """The spill rows to read back (``_row``, sorted) per folded file, from (file_id, _row) rows."""
+    return {int(fid): g.get_column("_row").sort() for (fid,), g in hits.group_by("file_id") if fid is not None}
 
 
 def _folded_counts(
