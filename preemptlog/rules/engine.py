@@ -172,33 +172,23 @@ def cited_lists(
     """Per row of ``df``: :func:`_cite_structs` of the items of the rule that won it (``items_of``
     its :data:`WINNER` index), the structs ``keep`` accepts; null where no rule won or the winner
     cites nothing. ``dtype``: :data:`EVIDENCE_DTYPE`, or ``pl.Null`` when no candidate rule cites
-    anything (the type the chain of every rule had). Made in long form (one row per cited value of the winners' own rows, then a
-    list per row): a list of structs built and filtered per row costs ~10 us a row."""
-    rows = df.lazy().with_row_index("_r")
-    inner = EVIDENCE_DTYPE.inner
-    parts, listed = [], []
+    anything (the type the chain of every rule had). Made by :func:`lists_per_row` on the winners'
+    own rows: a list of structs built and filtered per row costs ~10 us a row."""
+    items, listed = [], []
     for i in won:
         structs = _cite_items(c, items_of(i))
-        if not structs:
-            continue
-        listed.append(i)
-        mine = rows.filter(pl.col(WINNER) == i)
-        for k, st in enumerate(structs):
-            v = mine.select("_r", pl.lit(k, pl.UInt16).alias("_k"), st.cast(inner).alias("_v"))
-            ok = pl.col("_v").struct.field("value").is_not_null()
-            parts.append(v.filter(ok if keep is None else ok & keep(pl.col("_v"))))
+        if structs:
+            listed.append(i)
+            items += [(pl.col(WINNER) == i, st) for st in structs]
     if not listed:
         return pl.Series("_v", [None] * df.height, dtype=dtype)
-    per_row = pl.concat(parts, how="vertical").sort("_r", "_k").group_by("_r", maintain_order=True).agg(pl.col("_v"))
-    out = rows.select("_r", WINNER).join(per_row, on="_r", how="left", maintain_order="left")
-    empty = pl.lit([], EVIDENCE_DTYPE)
-    return (
-        out.select(
-            pl.when(pl.col(WINNER).is_in(listed)).then(pl.col("_v").fill_null(empty)).cast(EVIDENCE_DTYPE).alias("_v")
-        )
-        .collect()
-        .get_column("_v")
-    )
+
+    def cited(v: pl.Expr) -> pl.Expr:  # a value to cite, and one ``keep`` accepts
+        ok = v.struct.field("value").is_not_null()
+        return ok if keep is None else ok & keep(v)
+
+    lists = lists_per_row(df, items, EVIDENCE_DTYPE.inner, keep=cited)
+    return df.select(pl.when(pl.col(WINNER).is_in(listed)).then(lists).alias("_v")).get_column("_v")
 
 
 def _src_for(c: Compiler, node: E.Node) -> pl.Expr:
@@ -443,10 +433,15 @@ def _not_in_upstream(df: pl.DataFrame, rules: list[Rule], c: Compiler) -> pl.Ser
 
 
 def lists_per_row(
-    df: pl.DataFrame, items: Sequence[tuple[pl.Expr, pl.Expr]], inner: Any, unique: bool = False
+    df: pl.DataFrame,
+    items: Sequence[tuple[pl.Expr, pl.Expr]],
+    inner: Any,
+    unique: bool = False,
+    keep: Callable[[pl.Expr], pl.Expr] | None = None,
 ) -> pl.Series:
-    """Per row of ``df``: the values of the ``(condition, value)`` items whose condition holds, in
-    item order (an empty list when none; ``unique``: each value once, where it first came). Made
+    """Per row of ``df``: the values of the ``(condition, value)`` items whose condition holds and
+    that ``keep`` accepts, in item order (an empty list when none; ``unique``: each value once,
+    where it first came). A value is computed on its condition's rows only. Made
     in long form, one row per value and then a list per row: ``concat_list`` per row and a list's
     ``unique`` cost ~5-14 us a row."""
     rows = df.lazy().with_row_index("_r")
@@ -457,6 +452,8 @@ def lists_per_row(
         rows.filter(cond.fill_null(False)).select("_r", pl.lit(k, pl.UInt16).alias("_k"), value.cast(inner).alias("_v"))
         for k, (cond, value) in enumerate(items)
     ]
+    if keep is not None:
+        parts = [p.filter(keep(pl.col("_v"))) for p in parts]
     long = pl.concat(parts, how="vertical").sort("_r", "_k")
     if unique:
         long = long.unique(subset=["_r", "_v"], keep="first", maintain_order=True)
