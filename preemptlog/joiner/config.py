@@ -176,13 +176,21 @@ def _forced(rows: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
+# Event x key rows a pass of section_config holds (the keys are taken in groups of this many
+# rows: all at once for up to ~100 k events, one at a time from ~1 M).
+KEY_ROWS = 1 << 20
+
+
 def section_config(
     ev: pl.DataFrame, config: pl.DataFrame | None, runs: pl.DataFrame | None = None
 ) -> pl.DataFrame | None:
     """The configuration in force at each event. A server run has its own (issue 25): an event of a
     run reads the values of its run (at or before t, else stated later in the run) and those of
     sources that belong to the whole bundle, else the default; never another run's. An event in
-    no run reads the whole bundle's."""
+    no run reads the whole bundle's.
+
+    Every key is read in the same few queries (one row per event and key, the as-of joins by key):
+    a query per key and step cost ~190 small queries at one event."""
 
     if config is None or config.height == 0:
         return None
@@ -192,108 +200,162 @@ def section_config(
     forced = in_force(cfg)
     # Outside any run: the bundle's values (another run's never reach an event of a run).
     forced_free = in_force(cfg.filter(pl.col("run").is_null()))
-    evr = ev.select("_i", "_t").join(event_runs(ev, runs), on="_i", how="left")
-    scoped = evr.get_column("_run").is_not_null().any()
-    out = ev.select("_i")
+    evr = ev.select("_i", "_t").join(event_runs(ev, runs), on="_i", how="left", maintain_order="left")
+    scoped = bool(evr.get_column("_run").is_not_null().any())
     dtypes = {e.name: e.dtype for e in EVIDENCE}
-    for col, key in CONFIG_KEYS.items():
-        stated = cfg.filter((pl.col("key") == key) & (pl.col("status") != "default") & pl.col("time").is_not_null())
-        j = _values_for(evr, stated, forced.get(key), forced_free.get(key), key, cfg, scoped)
-        j = j.select("_i", *cited(col, _cast_cfg(pl.col("_v"), dtypes[col]), pl.col("_s"), pl.col("_st")))
-        out = out.join(j, on="_i", how="left")
+    names = list(CONFIG_KEYS)
+    step = max(1, KEY_ROWS // max(1, evr.height))
+    out = ev.select("_i")
+    for a in range(0, len(names), step):
+        group = names[a : a + step]
+        wide = _values(evr, cfg, [CONFIG_KEYS[c] for c in group], forced, forced_free, scoped)
+        cols = []
+        for j, col in enumerate(group):
+            cols += cited(col, _cast_cfg(pl.col(f"_v{j}"), dtypes[col]), pl.col(f"_s{j}"), pl.col(f"_st{j}"))
+        out = out.join(wide.select("_i", *cols), on="_i", how="left", maintain_order="left")
     return out
 
 
-def _lit_row(row: dict[str, Any] | None) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+def _lit_row(row: dict[str, Any] | None) -> tuple[str | None, str | None, str | None]:
     val = row["value"] if row else None
     src = f"{row['source']}:{row['line']}" if row and row.get("source") else None
     status = row["status"] if row else None
-    return pl.lit(val, pl.String), pl.lit(src, pl.String), pl.lit(status, pl.String)
+    return val, src, status
 
 
-def _values_for(
+def _values(
     evr: pl.DataFrame,
-    stated: pl.DataFrame,
-    fb: dict[str, Any] | None,
-    fb_free: dict[str, Any] | None,
-    key: str,
     cfg: pl.DataFrame,
+    keys: list[str],
+    forced: dict[str, dict[str, Any]],
+    forced_free: dict[str, dict[str, Any]],
     scoped: bool,
 ) -> pl.DataFrame:
-    """Per event: ``_v``, ``_s``, ``_st`` of one key."""
-    fv, fs, fst = _lit_row(fb)
-    free_v, free_s, free_st = _lit_row(fb_free)
-    cols = ["time", "value", "status", "_csrc"]
-    in_run = pl.col("_run").is_not_null()
-    if stated.height == 0:
-        return evr.select(
-            "_i",
-            pl.when(in_run).then(free_v).otherwise(fv).alias("_v"),
-            pl.when(in_run).then(free_s).otherwise(fs).alias("_s"),
-            pl.when(in_run).then(free_st).otherwise(fst).alias("_st"),
-        )
-    # An event in no run: the last value at or before t over the whole bundle, else the bundle's.
-    anyrun = asof(evr.select("_i", "_t"), stated.select(cols), left_on="_t", right_on="time")
-    anyrun = anyrun.select(
-        "_i",
-        pl.when(pl.col("time").is_not_null()).then(pl.col("value")).otherwise(fv).alias("_v0"),
-        pl.when(pl.col("time").is_not_null()).then(pl.col("_csrc")).otherwise(fs).alias("_s0"),
-        pl.when(pl.col("time").is_not_null()).then(pl.col("status")).otherwise(fst).alias("_st0"),
+    """Per event (``_i``, one row each): ``_v{j}``, ``_s{j}``, ``_st{j}`` of ``keys[j]``."""
+    s = pl.String
+    fb = [_lit_row(forced.get(k)) for k in keys]
+    free = [_lit_row(forced_free.get(k)) for k in keys]
+    stated = cfg.filter(
+        pl.col("key").is_in(keys) & (pl.col("status") != "default") & pl.col("time").is_not_null()
+    ).select("key", "time", "value", "status", "_csrc", "run")
+    has = set(stated.get_column("key").unique().to_list())
+    kf = pl.DataFrame(
+        {
+            "key": keys,
+            "_k": list(range(len(keys))),
+            "_fv": [x[0] for x in fb],
+            "_fs": [x[1] for x in fb],
+            "_fst": [x[2] for x in fb],
+            "_gv": [x[0] for x in free],
+            "_gs": [x[1] for x in free],
+            "_gst": [x[2] for x in free],
+            "_has": [k in has for k in keys],
+        },
+        schema={
+            "key": s,
+            "_k": pl.UInt32,
+            "_fv": s,
+            "_fs": s,
+            "_fst": s,
+            "_gv": s,
+            "_gs": s,
+            "_gst": s,
+            "_has": pl.Boolean,
+        },
     )
-    out = evr.join(anyrun, on="_i", how="left")
+    cols = ["time", "value", "status", "_csrc"]
+    ek = evr.select("_i", "_t", "_run").join(kf.select("key"), how="cross")
+    # An event in no run: the last value at or before t over the whole bundle, else the bundle's.
+    x = asof(ek, stated.select("key", *cols), left_on="_t", right_on="time", by=["key"]).join(kf, on="key", how="left")
+    found = pl.col("time").is_not_null()
+    x = x.with_columns(
+        pl.when(found).then(pl.col("value")).otherwise(pl.col("_fv")).alias("_v0"),
+        pl.when(found).then(pl.col("_csrc")).otherwise(pl.col("_fs")).alias("_s0"),
+        pl.when(found).then(pl.col("status")).otherwise(pl.col("_fst")).alias("_st0"),
+    )
     if not scoped:
-        return out.select("_i", pl.col("_v0").alias("_v"), pl.col("_s0").alias("_s"), pl.col("_st0").alias("_st"))
-    # An event of a run: its run's last value at or before t, or the bundle's own sources'
-    # (whichever is later), else the run's value in force, else the bundle's own, else default.
+        x = x.select("_i", "_k", pl.col("_v0").alias("_v"), pl.col("_s0").alias("_s"), pl.col("_st0").alias("_st"))
+    else:
+        x = _scoped(x, cfg, stated, keys, cols)
+    x = x.sort("_i", "_k")
+    n = len(keys)
+    picked = [pl.col("_i").gather_every(n)]
+    for j in range(n):
+        picked += [pl.col(c).gather_every(n, offset=j).alias(f"{c}{j}") for c in ("_v", "_s", "_st")]
+    return x.select(picked)
+
+
+def _scoped(x: pl.DataFrame, cfg: pl.DataFrame, stated: pl.DataFrame, keys: list[str], cols: list[str]) -> pl.DataFrame:
+    """``x`` (per event and key: ``_v0``.., the key's fallbacks) with the values of the event's own
+    run: its run's last value at or before t, or the bundle's own sources' (whichever is later),
+    else the run's value in force, else the bundle's own, else default. A key stated at no time
+    reads the bundle's own value (or default) in every run."""
+    in_run = pl.col("_run").is_not_null()
     mine = stated.filter(pl.col("run").is_not_null()).rename({"run": "_run"})
     free = stated.filter(pl.col("run").is_null())
+    left = x.filter(in_run)
     r = asof(
-        out.filter(in_run).select("_i", "_t", "_run"),
-        mine.select("_run", *cols),
+        left.select("_i", "_t", "_run", "key"),
+        mine.select("_run", "key", *cols),
         left_on="_t",
         right_on="time",
-        by=["_run"],
+        by=["key", "_run"],
     ).select(
         "_i",
+        "key",
         pl.col("time").alias("_tr"),
         pl.col("value").alias("_vr"),
         pl.col("_csrc").alias("_sr"),
         pl.col("status").alias("_str"),
     )
-    f = asof(out.filter(in_run).select("_i", "_t"), free.select(cols), left_on="_t", right_on="time").select(
+    f = asof(
+        left.select("_i", "_t", "key"), free.select("key", *cols), left_on="_t", right_on="time", by=["key"]
+    ).select(
         "_i",
+        "key",
         pl.col("time").alias("_tf"),
         pl.col("value").alias("_vf"),
         pl.col("_csrc").alias("_sf"),
         pl.col("status").alias("_stf"),
     )
-    later = cfg.filter((pl.col("key") == key) & pl.col("run").is_not_null())
+    later = cfg.filter(pl.col("key").is_in(keys) & pl.col("run").is_not_null())
     run_forced = (
-        _forced(later.rename({"run": "_run"}), ["_run"]).rename({"value": "_vl", "_csrc": "_sl", "status": "_stl"})
+        _forced(later.rename({"run": "_run"}), ["key", "_run"]).rename(
+            {"value": "_vl", "_csrc": "_sl", "status": "_stl"}
+        )
         if later.height
-        else pl.DataFrame(schema={"_run": pl.Int32, "_vl": pl.String, "_sl": pl.String, "_stl": pl.String})
+        else pl.DataFrame(
+            schema={"key": pl.String, "_run": pl.Int32, "_vl": pl.String, "_sl": pl.String, "_stl": pl.String}
+        )
     )
-    out = out.join(r, on="_i", how="left").join(f, on="_i", how="left").join(run_forced, on="_run", how="left")
+    x = (
+        x.join(r, on=["_i", "key"], how="left")
+        .join(f, on=["_i", "key"], how="left")
+        .join(run_forced, on=["key", "_run"], how="left")
+    )
     use_r = pl.col("_tr").is_not_null() & (pl.col("_tf").is_null() | (pl.col("_tr") >= pl.col("_tf")))
     use_f = pl.col("_tf").is_not_null()
     use_l = pl.col("_vl").is_not_null()
 
-    def pick(a: str, b: str, c: str, d: pl.Expr, z: str) -> pl.Expr:
+    def pick(a: str, b: str, c: str, d: str, z: str) -> pl.Expr:
         return (
             pl.when(~in_run)
             .then(pl.col(z))
+            .when(~pl.col("_has"))
+            .then(pl.col(d))
             .when(use_r)
             .then(pl.col(a))
             .when(use_f)
             .then(pl.col(b))
             .when(use_l)
             .then(pl.col(c))
-            .otherwise(d)
+            .otherwise(pl.col(d))
         )
 
-    return out.select(
+    return x.select(
         "_i",
-        pick("_vr", "_vf", "_vl", free_v, "_v0").alias("_v"),
-        pick("_sr", "_sf", "_sl", free_s, "_s0").alias("_s"),
-        pick("_str", "_stf", "_stl", free_st, "_st0").alias("_st"),
+        "_k",
+        pick("_vr", "_vf", "_vl", "_gv", "_v0").alias("_v"),
+        pick("_sr", "_sf", "_sl", "_gs", "_s0").alias("_s"),
+        pick("_str", "_stf", "_stl", "_gst", "_st0").alias("_st"),
     )

@@ -177,25 +177,7 @@ def parse(
     runs = record_runs(records)
     cfg = cfg.join(runs, on="seq", how="left") if "seq" in cfg.columns else cfg.with_columns(run=pl.lit(None, pl.Int32))
     cfg = cfg.select("kind", "text", "time", "source", "n", "run")
-    parts = []
-    if cfg.height:
-        for kind in cfg.get_column("kind").unique().to_list():
-            sub = cfg.filter(pl.col("kind") == kind)
-            for k, key, rx in EXTRACTORS:
-                if k != kind:
-                    continue
-                parts.append(
-                    sub.select(
-                        pl.lit(key).alias("key"),
-                        pl.col("text").str.extract(rx, 1).alias("value"),
-                        pl.lit("seen").alias("status"),
-                        "time",
-                        "source",
-                        pl.col("n").alias("line"),
-                        pl.lit(None, pl.String).alias("note"),
-                        "run",
-                    ).filter(pl.col("value").is_not_null())
-                )
+    parts = [_extracted(cfg)] if cfg.height else []
     schema = {
         "key": pl.String,
         "value": pl.String,
@@ -227,7 +209,7 @@ def parse(
         if "run" not in more.columns:  # other sources' values are the bundle's
             more = more.with_columns(run=pl.lit(None, pl.Int32))
         seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
-    seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True)
+    seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True, maintain_order=True)
     derived = _derive(seen, stats, records)
     out = pl.concat([seen, derived], how="vertical")
     have = _stated_in_every_run(out, set(runs.get_column("run").unique().to_list()))
@@ -248,6 +230,48 @@ def parse(
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=schema)], how="vertical")
     return out
+
+
+def _extracted(cfg: pl.DataFrame) -> pl.DataFrame:
+    """The values the EXTRACTORS find in config lines (``kind``, ``text``, ``time``, ``source``,
+    ``n``, ``run``): one row per extractor and line it matched, in extractor order, lines in order
+    within each. Every extractor runs in one query (a value column each, on its kind's rows): a
+    query per extractor cost ~0.3 ms each, 62 of them."""
+    kinds = set(cfg.get_column("kind").unique().to_list())
+    mine = [(j, k, key, rx) for j, (k, key, rx) in enumerate(EXTRACTORS) if k in kinds]
+    wide = cfg.with_row_index("_o").select(
+        "_o",
+        "time",
+        "source",
+        pl.col("n").alias("line"),
+        "run",
+        *[pl.when(pl.col("kind") == k).then(pl.col("text").str.extract(rx, 1)).alias(f"_x{j}") for j, k, _, rx in mine],
+    )
+    keys = pl.DataFrame(
+        {"_x": [f"_x{j}" for j, *_ in mine], "key": [key for _, _, key, _ in mine], "_e": list(range(len(mine)))},
+        schema={"_x": pl.String, "key": pl.String, "_e": pl.UInt32},
+    )
+    return (
+        wide.unpivot(
+            on=keys.get_column("_x").to_list(),
+            index=["_o", "time", "source", "line", "run"],
+            variable_name="_x",
+            value_name="value",
+        )
+        .filter(pl.col("value").is_not_null())
+        .join(keys, on="_x", how="left")
+        .sort("_e", "_o")
+        .select(
+            "key",
+            pl.col("value").cast(pl.String),
+            pl.lit("seen").alias("status"),
+            "time",
+            "source",
+            "line",
+            pl.lit(None, pl.String).alias("note"),
+            "run",
+        )
+    )
 
 
 def _stated_in_every_run(rows: pl.DataFrame, run_ids: set[int]) -> set[str]:
