@@ -264,9 +264,12 @@ def _values(
         },
     )
     cols = ["time", "value", "status", "_csrc"]
-    ek = evr.select("_i", "_t", "_run").join(kf.select("key"), how="cross")
+    # keys by their index (_k): integer groups in the as-of joins, none for one key
+    stated = stated.join(kf.select("key", "_k"), on="key", how="left", maintain_order="left")
+    by = ["_k"] if len(keys) > 1 else None
+    ek = evr.select("_i", "_t", "_run").join(kf.select("_k"), how="cross")
     # An event in no run: the last value at or before t over the whole bundle, else the bundle's.
-    x = asof(ek, stated.select("key", *cols), left_on="_t", right_on="time", by=["key"]).join(kf, on="key", how="left")
+    x = asof(ek, stated.select("_k", *cols), left_on="_t", right_on="time", by=by).join(kf, on="_k", how="left")
     found = pl.col("time").is_not_null()
     x = x.with_columns(
         pl.when(found).then(pl.col("value")).otherwise(pl.col("_fv")).alias("_v0"),
@@ -276,7 +279,7 @@ def _values(
     if not scoped:
         x = x.select("_i", "_k", pl.col("_v0").alias("_v"), pl.col("_s0").alias("_s"), pl.col("_st0").alias("_st"))
     else:
-        x = _scoped(x, cfg, stated, keys, cols)
+        x = _scoped(x, cfg, stated, kf, cols, by)
     x = x.sort("_i", "_k")
     n = len(keys)
     picked = [pl.col("_i").gather_every(n)]
@@ -285,7 +288,9 @@ def _values(
     return x.select(picked)
 
 
-def _scoped(x: pl.DataFrame, cfg: pl.DataFrame, stated: pl.DataFrame, keys: list[str], cols: list[str]) -> pl.DataFrame:
+def _scoped(
+    x: pl.DataFrame, cfg: pl.DataFrame, stated: pl.DataFrame, kf: pl.DataFrame, cols: list[str], by: list[str] | None
+) -> pl.DataFrame:
     """``x`` (per event and key: ``_v0``.., the key's fallbacks) with the values of the event's own
     run: its run's last value at or before t, or the bundle's own sources' (whichever is later),
     else the run's value in force, else the bundle's own, else default. A key stated at no time
@@ -295,43 +300,43 @@ def _scoped(x: pl.DataFrame, cfg: pl.DataFrame, stated: pl.DataFrame, keys: list
     free = stated.filter(pl.col("run").is_null())
     left = x.filter(in_run)
     r = asof(
-        left.select("_i", "_t", "_run", "key"),
-        mine.select("_run", "key", *cols),
+        left.select("_i", "_t", "_run", "_k"),
+        mine.select("_run", "_k", *cols),
         left_on="_t",
         right_on="time",
-        by=["key", "_run"],
+        by=[*(by or []), "_run"],
     ).select(
         "_i",
-        "key",
+        "_k",
         pl.col("time").alias("_tr"),
         pl.col("value").alias("_vr"),
         pl.col("_csrc").alias("_sr"),
         pl.col("status").alias("_str"),
     )
-    f = asof(
-        left.select("_i", "_t", "key"), free.select("key", *cols), left_on="_t", right_on="time", by=["key"]
-    ).select(
+    f = asof(left.select("_i", "_t", "_k"), free.select("_k", *cols), left_on="_t", right_on="time", by=by).select(
         "_i",
-        "key",
+        "_k",
         pl.col("time").alias("_tf"),
         pl.col("value").alias("_vf"),
         pl.col("_csrc").alias("_sf"),
         pl.col("status").alias("_stf"),
     )
-    later = cfg.filter(pl.col("key").is_in(keys) & pl.col("run").is_not_null())
+    later = cfg.join(kf.select("key", "_k"), on="key", how="inner", maintain_order="left").filter(
+        pl.col("run").is_not_null()
+    )
     run_forced = (
-        _forced(later.rename({"run": "_run"}), ["key", "_run"]).rename(
+        _forced(later.rename({"run": "_run"}), ["_k", "_run"]).rename(
             {"value": "_vl", "_csrc": "_sl", "status": "_stl"}
         )
         if later.height
         else pl.DataFrame(
-            schema={"key": pl.String, "_run": pl.Int32, "_vl": pl.String, "_sl": pl.String, "_stl": pl.String}
+            schema={"_k": pl.UInt32, "_run": pl.Int32, "_vl": pl.String, "_sl": pl.String, "_stl": pl.String}
         )
     )
     x = (
-        x.join(r, on=["_i", "key"], how="left")
-        .join(f, on=["_i", "key"], how="left")
-        .join(run_forced, on=["key", "_run"], how="left")
+        x.join(r, on=["_i", "_k"], how="left")
+        .join(f, on=["_i", "_k"], how="left")
+        .join(run_forced, on=["_k", "_run"], how="left")
     )
     use_r = pl.col("_tr").is_not_null() & (pl.col("_tf").is_null() | (pl.col("_tr") >= pl.col("_tf")))
     use_f = pl.col("_tf").is_not_null()

@@ -20,13 +20,17 @@
  *     on the whole line; request kinds get req_id / max_tokens / prompt_tokens (the commas of the
  *     token list + 1, 0 for an empty list) and no level / process / compose / text; the other
  *     kinds get the prefixes and the line as text;
- *   - the ANSI strip, JSON lines, the CR split and the reader's repairs are not done here: a line
- *     that needs any of them is a *slow line* (below).
+ *   - a line with ESC bytes has vllm_log.ANSI_RE's sequences removed (ansi_strip) from its head
+ *     (cut first, then stripped) for the header regexes, and from the whole line for its text;
+ *     the request regexes read the line as it is (as the polars pass's query does);
+ *   - JSON lines, the CR split and the reader's repairs are not done here: a line that needs any
+ *     of them is a *slow line* (below).
  *
  * Slow lines are handed back by position and read by the polars pass itself (the caller writes
  * them to a file and runs vllm_log's query on it), so they give exactly the reference's rows:
  * a line with a NUL byte (the reader drops NULs, which can join a marker), and a line with a
- * marker that also has an ESC, a 0x1F, an inner CR, invalid UTF-8, starts with `{` (JSON), is
+ * marker that also has a 0x1F, an inner CR, invalid UTF-8, starts with `{` (JSON; after the
+ * ANSI strip too), is
  * longer than FS_MAX_FAST, or on which a regex answered "unsure" (a non-ASCII character
  * reaching a Unicode class this matcher does not tabulate, or a backtracking budget spent).
  */
@@ -173,6 +177,8 @@ void fs_out_free(fs_out *o) {
     free(o->slow);
     free(o->stack);
     free(o->cache);
+    free(o->ansi_head.p);
+    free(o->ansi_text.p);
     memset(o, 0, sizeof(*o));
 }
 
@@ -835,6 +841,52 @@ static size_t head_len(const uint8_t *s, size_t n, int high, int chars) {
     return i > n ? n : i;
 }
 
+/* The length of vllm_log.ANSI_RE's match at s[i] (an ESC), 0 for none: a CSI sequence
+ * `ESC [ [0-9;?]* [A-Za-z]` or an OSC one `ESC ] [^BEL ESC]* (BEL | ESC \)`. Neither class can
+ * give back what its star took (a shorter run ends on a byte of the class, never on the final
+ * letter, BEL or ESC), so the regex's greedy match is the one found here. */
+static size_t ansi_match(const uint8_t *s, size_t n, size_t i) {
+    if (i + 1 >= n) return 0;
+    size_t j = i + 2;
+    if (s[i + 1] == '[') {
+        while (j < n && ((uint8_t)(s[j] - '0') < 10 || s[j] == ';' || s[j] == '?')) j++;
+        if (j < n && (uint8_t)((s[j] | 0x20) - 'a') < 26) return j + 1 - i;
+        return 0;
+    }
+    if (s[i + 1] == ']') {
+        while (j < n && s[j] != 0x07 && s[j] != 0x1b) j++;
+        if (j < n && s[j] == 0x07) return j + 1 - i;
+        if (j + 1 < n && s[j] == 0x1b && s[j + 1] == '\\') return j + 2 - i;
+        return 0;
+    }
+    return 0;
+}
+
+/* `str.replace_all(ANSI_RE, "")` of s[0:n] into b (leftmost matches, left to right; an ESC that
+ * starts none is kept). 0, or -1 (out of memory). */
+static int ansi_strip(const uint8_t *s, size_t n, fs_buf *b) {
+    b->len = 0;
+    if (buf_reserve(b, n ? n : 1)) return -1;
+    uint8_t *d = b->p;
+    size_t i = 0, k = 0;
+    while (i < n) {
+        const uint8_t *e = memchr(s + i, 0x1b, n - i);
+        size_t j = e ? (size_t)(e - s) : n;
+        memcpy(d + k, s + i, j - i);
+        k += j - i;
+        if (j >= n) break;
+        size_t m = ansi_match(s, n, j);
+        if (m) {
+            i = j + m;
+        } else {
+            d[k++] = 0x1b;
+            i = j + 1;
+        }
+    }
+    b->len = k;
+    return 0;
+}
+
 /* 0: row added, -1: slow line */
 static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned flags, int mk, int64_t line,
                    fs_out *o) {
@@ -842,6 +894,27 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
     const int hot = cfg->hot[mk];
     const int *fg = cfg->field_group;
     size_t hl = head_len(s, n, (flags & FL_HIGH) != 0, cfg->head_chars);
+    /* h: the head the header regexes read (ANSI stripped after the cut, as the polars pass's
+     * query strips its head), t: the text of a non-request row (the whole line, stripped) */
+    const uint8_t *h = s, *t = s;
+    size_t tn = n;
+    if (flags & FL_ESC) {
+        if (ansi_strip(s, hl, &o->ansi_head)) {
+            o->oom = 1;
+            return -1;
+        }
+        h = o->ansi_head.p;
+        hl = o->ansi_head.len;
+        if (hl > 0 && h[0] == '{') return -1; /* JSON once stripped: the polars pass reads it */
+        if (!hot) {
+            if (ansi_strip(s, n, &o->ansi_text)) {
+                o->oom = 1;
+                return -1;
+            }
+            t = o->ansi_text.p;
+            tn = o->ansi_text.len;
+        }
+    }
     sv str[FS_NCOL];
     for (int i = 0; i < FS_NCOL; i++) {
         str[i].p = NULL;
@@ -853,40 +926,40 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
     int maxok = 0, promptok = 0;
 
     head_res hr_buf;
-    const head_res *hp = head_results(cfg, s, hl, o, &hr_buf);
+    const head_res *hp = head_results(cfg, h, hl, o, &hr_buf);
     int r = hp->r[P_HEADER];
     const int32_t *hs = hp->slots[P_HEADER];
     if (r < 0) return -1;
     if (r == 1) {
-        if (!hot) str[C_LEVEL] = group(hs, fg[F_LEVEL], s);
+        if (!hot) str[C_LEVEL] = group(hs, fg[F_LEVEL], h);
         const int fields[5] = {F_MO, F_DD, F_HH, F_MI, F_SS};
         for (int k = 0; k < 5; k++) {
-            int q = parse_int(group(hs, fg[fields[k]], s), -128, 127, &num[k]);
+            int q = parse_int(group(hs, fg[fields[k]], h), -128, 127, &num[k]);
             if (q < 0) return -1;
             numok[k] = q;
         }
-        str[C_HFRAC] = group(hs, fg[F_HFRAC], s);
+        str[C_HFRAC] = group(hs, fg[F_HFRAC], h);
     }
     r = hp->r[P_FULL];
     if (r < 0) return -1;
     if (r == 1) {
-        str[C_FDATE] = group(hp->slots[P_FULL], fg[F_FDATE], s);
-        str[C_FTIME] = group(hp->slots[P_FULL], fg[F_FTIME], s);
-        str[C_FFRAC] = group(hp->slots[P_FULL], fg[F_FFRAC], s);
-        str[C_FZONE] = group(hp->slots[P_FULL], fg[F_FZONE], s);
+        str[C_FDATE] = group(hp->slots[P_FULL], fg[F_FDATE], h);
+        str[C_FTIME] = group(hp->slots[P_FULL], fg[F_FTIME], h);
+        str[C_FFRAC] = group(hp->slots[P_FULL], fg[F_FFRAC], h);
+        str[C_FZONE] = group(hp->slots[P_FULL], fg[F_FZONE], h);
     }
     r = hp->r[P_FALLBACK];
     if (r < 0) return -1;
-    if (r == 1) str[C_FB] = group(hp->slots[P_FALLBACK], fg[F_FB], s);
+    if (r == 1) str[C_FB] = group(hp->slots[P_FALLBACK], fg[F_FB], h);
     if (!hot) {
         r = hp->r[P_PROC];
         if (r < 0) return -1;
-        if (r == 1) str[C_PROC] = group(hp->slots[P_PROC], fg[F_PROC], s);
+        if (r == 1) str[C_PROC] = group(hp->slots[P_PROC], fg[F_PROC], h);
         r = hp->r[P_COMPOSE];
         if (r < 0) return -1;
-        if (r == 1) str[C_COMPOSE] = group(hp->slots[P_COMPOSE], fg[F_COMPOSE], s);
-        str[C_TEXT].p = s;
-        str[C_TEXT].len = (int64_t)n;
+        if (r == 1) str[C_COMPOSE] = group(hp->slots[P_COMPOSE], fg[F_COMPOSE], h);
+        str[C_TEXT].p = t;
+        str[C_TEXT].len = (int64_t)tn;
     } else {
         r = fs_search(&cfg->prog[P_REQID], s, n, sl, o);
         if (r < 0) return -1;
@@ -953,7 +1026,7 @@ static void process_line(const fs_config *cfg, const uint8_t *buf, size_t cs, si
     size_t at = 0;
     int mk = find_marker(cfg, s, n, &at);
     if (mk < 0) return;
-    if ((f & (FL_ESC | FL_US | FL_CR)) || n > FS_MAX_FAST || s[0] == '{' ||
+    if ((f & (FL_US | FL_CR)) || n > FS_MAX_FAST || s[0] == '{' ||
         ((f & FL_HIGH) && !utf8_valid(s, n)) || extract(cfg, s, n, f, mk, line, o) < 0)
         add_slow(o, line, cs, q - cs);
 }

@@ -141,6 +141,7 @@ typedef struct fs_out {
     void *stack;
     size_t stack_cap;
     void *cache; /* per program, a few recent results by line shape (scan_core.c) */
+    fs_buf ansi_head, ansi_text; /* a line with ESC bytes: its head and its text, ANSI stripped */
 } fs_out;
 
 int fs_config_init_markers(fs_config *cfg);
