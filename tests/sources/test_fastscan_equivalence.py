@@ -294,6 +294,16 @@ NASTY = [
     b"\x1b[32m",
     b"\x1b[0m",
     b"\x1b]8;;http://x\x07",
+    b"\x1b[1;36m",
+    b"\x1b[0;0m",
+    b"\x1b[?25h",
+    b"\x1b",
+    b"\x1b[",
+    b"\x1b[12;",
+    b"\x1b]",
+    b"\x1b]0;t\x1b\\",
+    b"\x1b]0;t\x1bX",
+    b"\x1b]0;\xe4\xbd\xa0\x07",
     b"\x1f",
     b"\x1f\x1f",
     b"\xff",
@@ -470,3 +480,38 @@ def test_analysis_outputs_byte_identical(path: Path, in_root: None) -> None:
         summary.pop("inputs", None)
         outs.append((buf.getvalue(), json.dumps(summary, sort_keys=True, default=str)))
     assert outs[0] == outs[1]
+
+
+# ---------------------------------------------------------------------------- ANSI at the head's end
+
+
+# The header regexes read the head cut at HEAD_CHARS characters and then ANSI-stripped (the polars
+# pass's order): a sequence cut by the end of the head stays in it, whole or in part, while the
+# text (the whole line, stripped) loses it. Characters before it may be multi-byte.
+def _ansi_at_cut(pad: str, seq: str, shift: int) -> str:
+    head = "\x1b[1;36m(VllmWorkerProcess pid=1)\x1b[0;0m INFO 05-01 10:00:10 [a.py:1] "
+    fill = vllm_log.HEAD_CHARS - len(head) - shift
+    return head + (pad * fill)[:fill] + seq + " Sequence group 9 is preempted by PreemptionMode.RECOMPUTE mode"
+
+
+@needs_build
+@pytest.mark.parametrize("pad", ["x", "é", "你"])
+@pytest.mark.parametrize("seq", ["\x1b[0;0m", "\x1b]8;;http://x\x07", "\x1b]0;t\x1b\\", "\x1b"])
+def test_ansi_cut_by_the_head_end_same_in_both_passes(
+    pad: str, seq: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [_ansi_at_cut(pad, seq, shift) for shift in range(0, len(seq) + 2)]
+    p = tmp_path / "cut.log"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    slow: list[int] = []
+    real = fastscan.Scan._slow
+
+    def counted(self: fastscan.Scan, buf: memoryview, rows: list) -> pl.DataFrame:
+        slow.append(len(rows))
+        return real(self, buf, rows)
+
+    monkeypatch.setattr(fastscan.Scan, "_slow", counted)
+    read_both(p)
+    with scanner(None):
+        assert vllm_log.read(str(p), 3).height == len(lines)
+    assert sum(slow) == 0  # coloured lines are the compiled pass's own, not handed to polars

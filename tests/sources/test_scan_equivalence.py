@@ -85,6 +85,17 @@ HAND = [
     "2024-05-01T10:00:08.5+02:00 INFO 05-01 10:00:08 [logger.py:1] Added request z.",
     "[pod/vllm-0/vllm] 2024-05-01T10:00:09Z INFO 05-01 10:00:09 [logger.py:1] Added request k8.",
     "\x1b[32mINFO\x1b[0m 05-01 10:00:10 [loggers.py:1] Added request ansi.",
+    # vLLM's coloured worker prefix (V0 multiprocessing, 0.4.3-0.11.2), on a kept and a request line
+    "\x1b[1;36m(VllmWorkerProcess pid=56461)\x1b[0;0m INFO 11-29 23:58:06 [model_runner.py:1110] Loading model "
+    "weights took 7.1201 GB",
+    "\x1b[1;36m(APIServer pid=7)\x1b[0;0m INFO 05-01 10:00:10 [logger.py:43] Received request \x1b[1mcol\x1b[0m: "
+    "params: SamplingParams(max_tokens=\x1b[1m5\x1b[0m), prompt_token_ids: [1, 2], lora_request: None.",
+    "\x1b]0;title\x07\x1b]8;;http://x\x1b\\INFO 05-01 10:00:10 [a.py:1] Sequence group 9 is preempted by "
+    "PreemptionMode.RECOMPUTE mode \x1b]8;;\x1b\\",
+    "\x1b[ INFO \x1b]unterminated \x1b[12;?x 05-01 10:00:10 [a.py:1] Added request esc-kept.\x1b",
+    "\x1b[0m{not json once stripped?} INFO 05-01 10:00:10 [a.py:1] Added request brace.",
+    '\x1b[0m{"asctime": "2026-03-01 10:00:01,500", "levelname": "INFO", "name": "x", "processName": "APIServer", '
+    '"process": 7, "message": "Added request j2 (JSON once stripped)."}',
     "INFO 05-01 10:00:11 [a.py:1] Added request cr1.\rINFO 05-01 10:00:12 [a.py:1] Added request cr2.",
     '{"asctime": "2026-03-01 10:00:00,500", "levelname": "INFO", "name": "x", "processName": "APIServer", '
     '"process": 7, "message": "Added request j1."}',

@@ -9,7 +9,7 @@ from the *same regex strings* as the polars pass (compiled by :mod:`.regex` into
 small backtracking matcher). The columns reach polars through the Arrow C data interface
 (``Batch.__arrow_c_array__``), no Python object per row.
 
-Lines the C pass does not decide itself (a NUL byte; a marker line with ESC, 0x1F, an inner CR,
+Lines the C pass does not decide itself (a NUL byte; a marker line with 0x1F, an inner CR,
 invalid UTF-8, JSON, or a character a Unicode class cannot tabulate) come back by position; they
 are written to a small file and read by the polars pass's own query (``query`` below), so every
 row is the reference's. What is data and what is code: ``scan_core.c``'s header comment.

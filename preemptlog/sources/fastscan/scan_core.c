@@ -905,7 +905,7 @@ static int extract(const fs_config *cfg, const uint8_t *s, size_t n, unsigned fl
         }
         h = o->ansi_head.p;
         hl = o->ansi_head.len;
-        if (hl > 0 && h[0] == '{') return -1; /* JSON once stripped: the polars pass reads it */
+        if (hl > 0 && h[0] == '{') return -1; /* JSON once stripped: left to the polars pass's query */
         if (!hot) {
             if (ansi_strip(s, n, &o->ansi_text)) {
                 o->oom = 1;
