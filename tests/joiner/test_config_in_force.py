@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from preemptlog.joiner import config as jc
 from preemptlog.joiner.common import asof, src_expr
+from preemptlog.model import schemas
 from preemptlog.model.config import in_force
 from preemptlog.model.evidence import cited
+from preemptlog.model.frames import polars_schema
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 11, 20, 8, 0, 0, tzinfo=UTC)
@@ -127,16 +129,7 @@ def old_section_config(ev, config, runs=None):  # type: ignore[no-untyped-def]
 
 KEYS = [*jc.CONFIG_KEYS.values(), "speculative_model", "num_speculative_tokens", "model"]
 VALUES = ["16", "32", "1,024", "0.9", "True", "false", "None", "fcfs", "'priority'", "x", ""]
-CONFIG_SCHEMA = {
-    "key": pl.String,
-    "value": pl.String,
-    "status": pl.String,
-    "time": pl.Datetime("us", "UTC"),
-    "source": pl.String,
-    "line": pl.UInt32,
-    "note": pl.String,
-    "run": pl.Int32,
-}
+CONFIG_SCHEMA = polars_schema(schemas.CONFIG_SCHEMA)
 EV_SCHEMA = {"_i": pl.UInt32, "_t": pl.Datetime("us", "UTC"), "stream": pl.Int32, "seq": pl.UInt32}
 RUNS_SCHEMA = {
     "run": pl.Int32,

@@ -22,6 +22,8 @@ import polars as pl
 
 from ...model.config import in_force as in_force  # re-exported (moved to model/config.py)
 from ...model.config import version_tuple as _version_tuple
+from ...model.frames import polars_schema
+from ...model.schemas import CONFIG_SCHEMA
 from ..common import arg_pattern as _arg
 from ..registry import ReplaySetting, ReplayVersions, SchedulerVersion, shown
 from .runs import record_runs
@@ -178,16 +180,7 @@ def parse(
     cfg = cfg.join(runs, on="seq", how="left") if "seq" in cfg.columns else cfg.with_columns(run=pl.lit(None, pl.Int32))
     cfg = cfg.select("kind", "text", "time", "source", "n", "run")
     parts = [_extracted(cfg)] if cfg.height else []
-    schema = {
-        "key": pl.String,
-        "value": pl.String,
-        "status": pl.String,
-        "time": pl.Datetime("us", "UTC"),
-        "source": pl.String,
-        "line": pl.UInt32,
-        "note": pl.String,
-        "run": pl.Int32,
-    }
+    schema = polars_schema(CONFIG_SCHEMA)
     seen = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
     # _arg values end with their delimiter; speculative_config's own regex keeps its closing bracket.
     closed = (
@@ -575,16 +568,7 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
                 add("engine", "V1", [marks["V1"]], f"{marks['V1']['what']}: written only by vLLM's V1 engine")
             elif marks["V0"] and not marks["V1"]:
                 add("engine", "V0", [marks["V0"]], f"{marks['V0']['what']}: written only by vLLM's V0 engine")
-    schema = {
-        "key": pl.String,
-        "value": pl.String,
-        "status": pl.String,
-        "time": pl.Datetime("us", "UTC"),
-        "source": pl.String,
-        "line": pl.UInt32,
-        "note": pl.String,
-        "run": pl.Int32,
-    }
+    schema = polars_schema(CONFIG_SCHEMA)
     return pl.DataFrame(rows, schema=schema)
 
 
