@@ -108,7 +108,7 @@ def analyze(
     def body() -> int:
         from ..analysis import analyze as run
         from ..inputs.workspace import Workspace
-        from ..outputs.outio import open_output
+        from ..outputs.outio import check_not_given, open_output
         from ..outputs.safe import neutralise
         from ..render import failon, write
         from ..render.human import print_lines, render_lines, summary_lines, summary_width
@@ -131,6 +131,7 @@ def analyze(
             from ..errors import UsageError
 
             raise UsageError(f"--format {fmt.value} is binary; use -o FILE or a pipe")
+        check_not_given(output, paths)
         with Workspace() as ws:
             options = analysis.options(debug=debug, kinds=overrides)
             if each:

@@ -112,7 +112,7 @@ def explain(
         from ..analysis import analyze as run
         from ..errors import UsageError
         from ..inputs.workspace import Workspace
-        from ..outputs.outio import open_output
+        from ..outputs.outio import check_not_given, open_output
         from ..render.view import apply_filters
 
         ident, inputs = event_id, list(paths or [])
@@ -120,8 +120,8 @@ def explain(
             ident, inputs = None, [ident] + inputs  # `explain --request R bundle/`: the first argument is a path
         if ident is None and not request:
             raise UsageError("give an EVENT_ID or --request ID", hint="list the ids with: preemptlog analyze PATHS")
-        if not inputs and ident is not None and not request and (ident == "-" or os.path.exists(ident)):
-            inputs = [ident]  # `explain BUNDLE`: the bundle's top events, to pick one
+        if not inputs and ident is not None and not request and (ident == "-" or _a_path(ident)):
+            inputs = [ident]  # `explain BUNDLE`: the bundle's top events, to pick one (or why it cannot be read)
             ident = None
         if not inputs:
             raise UsageError(
@@ -137,6 +137,7 @@ def explain(
             min_confidence=min_confidence,
         )
         fmt = format or (ExplainFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ExplainFormat.json)
+        check_not_given(output, inputs)
         with Workspace() as ws:
             options = analysis.options(debug=debug, kinds=overrides)
             from .runner import progress
@@ -293,6 +294,16 @@ def _ambiguous(given: str, candidates: list[str]):
     )
 
 
+def _a_path(given: str) -> bool:
+    """``explain X`` alone: X is a path when something is there (a broken link too) or when it has
+    no event id's ``:LINE`` ending (``vllm.log:1234``, ``…:3~i1``, ``…:7~r*``): a missing path is
+    then reported as one, not as an event without its bundle."""
+    import os
+    import re
+
+    return os.path.lexists(given) or not re.search(r":\d+(?:~[a-z]\w*\*?)?$", given)
+
+
 def _id_matches(given: str):
     """An expression: event_id is ``given``, or ends with ``/given`` (the table strips the folder given);
     a folded ``~r*`` / ``~i*`` matches its run; an ellipsis (``…``, or ``..`` in ASCII) the table put in
@@ -380,7 +391,9 @@ def build(
         keep = pl.col("src").is_in(sorted(cited | {own}))
         rid = event.get("request_id")
         if rid:
-            keep |= pl.col("value").str.contains(rid, literal=True)
+            # Aho-Corasick, not a regex: a literal regex of a very long id (a 400 k character id
+            # in a damaged log) exceeds polars' compiled-regex size limit
+            keep |= pl.col("value").str.contains_any([rid])
         win = win.filter(keep)
     scoped = win.height
     if limit is not None:

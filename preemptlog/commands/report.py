@@ -79,7 +79,7 @@ def report(
         from ..analysis import analyze as run
         from ..errors import UsageError
         from ..inputs.workspace import Workspace
-        from ..outputs.outio import open_output
+        from ..outputs.outio import check_not_given, open_output
         from ..render.view import apply_filters
         from .runner import progress
 
@@ -98,6 +98,7 @@ def report(
             import plotly  # noqa: F401
         except ImportError:
             raise UsageError("preemptlog report needs the plotly package", hint="pip install 'plotly>=6'") from None
+        check_not_given(output, paths)
         with Workspace() as ws:
             options = analysis.options(debug=debug, kinds=overrides)
             with progress(quiet, no_color):

@@ -151,7 +151,7 @@ def whatif_command(
         import re
 
         from ..analysis import analyze
-        from ..outputs.outio import open_output
+        from ..outputs.outio import check_not_given, open_output
         from ..pipeline.bundle import Workspace
         from ..whatif import expand, whatif
         from ..whatif.workload import parse_sets
@@ -161,7 +161,7 @@ def whatif_command(
 
             raise UsageError("--config and --sweep do not combine", hint="give several --config instead")
         configs = expand(list(set_ or []), list(sweep or []), list(config or []))
-        base_sets = parse_sets(list(base or []))
+        base_sets = parse_sets(list(base or []), "--base")
         fmt = format or default_format(output)
         py = vllm_python  # else the venv of the incident's version (whatif.engine_vllm.python_for)
         if (
@@ -176,6 +176,7 @@ def whatif_command(
                 hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds 0.32; "
                 "PREEMPTLOG_VLLM_034_PYTHON: ci/vllm-034-venv, 0.34)",
             )
+        check_not_given(output, list(bundle))
         options = analysis.options(debug=debug, keep_request_rows=True)
         with Workspace() as ws:
             a = analyze(list(bundle), options, workspace=ws)

@@ -37,6 +37,8 @@ def count_visibility(a: Analysis) -> dict[str, Any]:
         )
         if cap.family == "V1" and "never print" in cap.reason:
             short = f"{log}: stock builds never print a preemption count"
+        elif not cap.version and not cap.family:  # nothing tells which vLLM wrote it
+            short = "this log: no preemption line or count, and no line naming its vLLM version or engine"
         else:
             short = f"{log}: this version logs no preemption count"
         return {"count_visible": False, "short": short, "reason": cap.reason, "remedy": cap.remedy}

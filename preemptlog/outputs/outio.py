@@ -58,6 +58,15 @@ def check_not_input(target: str, protect: Iterable[os.PathLike | str]) -> None:
             continue
 
 
+def check_not_given(target: str | None, paths: Iterable[str]) -> None:
+    """Before any work: UsageError if ``-o target`` is (a link to) a file given on the command line
+    (a file found inside a given folder or archive is refused by :func:`open_output` once the
+    bundle is read)."""
+    if target in (None, "-"):
+        return
+    check_not_input(target, [p for p in paths if p != "-"])
+
+
 @contextlib.contextmanager
 def open_output(
     target: str | None, *, protect: Iterable[os.PathLike | str] = (), terminal_text: bool = False

@@ -74,7 +74,7 @@ def failed(conditions: list[Condition], summary: dict) -> list[str]:
 def outcome(conditions: list[Condition], summary: dict) -> tuple[int | None, list[str]]:
     """(exit code or None, stderr lines) for the conditions: FAIL_ON when a count condition holds,
     NOT_VISIBLE when ``unknown`` holds; a warning when a count condition cannot hold because the
-    count is not visible. The lines are printed even with -q (they explain the exit code)."""
+    count is not visible, or a rate condition because no request count divides it. The lines are printed even with -q (they explain the exit code)."""
 
     lines: list[str] = []
     hit = [c for c in conditions if c.holds(summary)]
@@ -84,6 +84,13 @@ def outcome(conditions: list[Condition], summary: dict) -> tuple[int | None, lis
             lines.append(
                 f"preemptlog: warning: --fail-on {', '.join(vacuous)} cannot hold: the preemption count is not "
                 "visible in this bundle (add --fail-on unknown to fail on that)"
+            )
+    elif summary.get("preemption_rate") is None:
+        no_rate = [c.text for c in conditions if c.what == "rate"]
+        if no_rate:
+            lines.append(
+                f"preemptlog: warning: --fail-on {', '.join(no_rate)} cannot hold: the bundle logs no received "
+                "requests to divide the preemptions by (use count>N to gate on the count)"
             )
     counted = [c.text for c in hit if c.what != "unknown"]
     if counted:

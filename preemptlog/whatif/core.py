@@ -114,7 +114,7 @@ def expand(sets: list[str], sweeps: list[str], configs: list[str] | None = None)
     keys is their product); each ``--config k=v,k=v`` is one more configuration (on top of --set)."""
     base = parse_sets(sets)
     if configs:
-        return [{**base, **parse_sets([x for x in c.split(",") if x.strip()])} for c in configs]
+        return [{**base, **parse_sets([x for x in c.split(",") if x.strip()], "--config")} for c in configs]
     combos: list[dict[str, Any]] = [dict(base)]
     for sw in sweeps:
         if "=" not in sw:
@@ -123,7 +123,7 @@ def expand(sets: list[str], sweeps: list[str], configs: list[str] | None = None)
         vals = [v for v in vs.split(",") if v.strip()]
         if not vals:
             raise UsageError(f"--sweep {sw!r}: no values")
-        parsed = [parse_sets([f"{k.strip()}={v}"]) for v in vals]
+        parsed = [parse_sets([f"{k.strip()}={v}"], "--sweep") for v in vals]
         combos = [{**c, **p} for c in combos for p in parsed]
     return [c for c in combos if c] if (sets or sweeps) else []
 

@@ -363,10 +363,11 @@ def length_limits(workload: Workload, max_model_len: int | None) -> str | None:
     return f"max_model_len {max_model_len}: " + "; ".join(parts) if parts else None
 
 
-def parse_value(key: str, text: str) -> Any:
-    """One ``--set`` value, checked; UsageError names the key and what it takes."""
+def parse_value(key: str, text: str, option: str = "--set") -> Any:
+    """One ``--set`` value, checked; UsageError names the option it came with (``option``), the key
+    and what it takes."""
     if key not in SETTINGS:
-        raise UsageError(f"--set {key}: not a replay setting", hint="one of " + ", ".join(SETTINGS))
+        raise UsageError(f"{option} {key}: not a replay setting", hint="one of " + ", ".join(SETTINGS))
     kind = SETTINGS[key][0]
     t = text.strip()
     try:
@@ -413,16 +414,17 @@ def parse_value(key: str, text: str) -> Any:
             "float": "a number in (0, 1]" if key != "watermark" else "a number in [0, 1)",
             "bool": "true or false",
         }.get(kind, "one of " + kind.split(":", 1)[-1])
-        raise UsageError(f"--set {key}={text!r}: not {want}") from None
+        raise UsageError(f"{option} {key}={text!r}: not {want}") from None
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
+def parse_sets(items: list[str], option: str = "--set") -> dict[str, Any]:
+    """NAME=VALUE items of ``option`` (--set, --base, --sweep, --config), checked."""
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise UsageError(f"--set expects NAME=VALUE, got {item!r}", hint="e.g. --set max_num_seqs=32")
+            raise UsageError(f"{option} expects NAME=VALUE, got {item!r}", hint=f"e.g. {option} max_num_seqs=32")
         k, v = item.split("=", 1)
-        out[k.strip()] = parse_value(k.strip(), v)
+        out[k.strip()] = parse_value(k.strip(), v, option)
     return out
 
 

@@ -3,6 +3,7 @@ closed pipes and streams, Ctrl-C and SIGTERM, output files, one-line errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -322,3 +323,97 @@ def test_usage_errors_are_one_line_too():
         assert len(lines) == 1 and lines[0].startswith("preemptlog: error: ") and "--help" in lines[0], lines
     p = subprocess.run(PY + ["analyze", "--help"], capture_output=True, env=env(), timeout=60)
     assert p.returncode == 0 and b"Examples" in p.stdout
+
+
+# ---------------------------------------------------------------- found by hand-written inputs
+
+V0_WARNING = (
+    "WARNING 05-09 10:00:{:02d} scheduler.py:1077] Sequence group {} is preempted by PreemptionMode.RECOMPUTE "
+    "mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+    "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+    "total_num_cumulative_preemption={}"
+)
+
+
+def _run(args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(PY + args, capture_output=True, env=env(), timeout=120, input=stdin)
+
+
+def test_explain_reads_an_event_of_a_very_long_request_id(tmp_path):
+    """A 400 000 character request id (a damaged log): explain used a literal regex of the id to
+    keep the request's window rows, which polars refused (compiled regex size limit: exit 1)."""
+    rid = "cmpl-" + "A" * 400_000
+    log = write_lines(tmp_path / "long.log", [V0_WARNING.format(1, rid, 1)])
+    p = _run(["explain", "long.log:1", str(log), "--tz", "UTC", "-f", "json", "--no-pager"])
+    assert p.returncode == 0, p.stderr.decode()[:500]
+    doc = json.loads(p.stdout)
+    assert doc["event"]["request_id"] == rid
+    assert [r["src"] for r in doc["window"]] == [f"{log}:1"]  # its own line (the value cut to a preview)
+
+
+@pytest.mark.parametrize("command", ["analyze", "explain", "report", "whatif"])
+def test_output_over_a_given_input_is_refused_before_any_work(tmp_path, command):
+    """-o naming a file given on the command line: refused first (one line, exit 2), not after the
+    analysis (analyze printed its whole summary before refusing)."""
+    log = write_lines(tmp_path / "vllm.log", [V0_WARNING.format(i, f"r{i}", i) for i in range(1, 4)])
+    before = log.read_bytes()
+    args = {
+        "explain": ["explain", "vllm.log:1", str(log), "--tz", "UTC"],
+        "whatif": ["whatif", str(log), "--set", "max_num_seqs=8"],
+    }.get(command, [command, str(log), "--tz", "UTC"]) + ["-o", str(log)]
+    p = _run(args)
+    err = p.stderr.decode().strip().splitlines()
+    assert p.returncode == ExitCode.USAGE, err
+    assert len(err) == 1 and "is one of the inputs" in err[0], err
+    assert log.read_bytes() == before
+
+
+def test_fail_on_rate_without_a_request_count_says_it_cannot_hold(tmp_path):
+    """rate>X on a bundle that logs no received request: it cannot hold; the run says so (even with
+    -q) instead of passing silently, as any / count do when the count is not visible."""
+    log = write_lines(tmp_path / "vllm.log", [V0_WARNING.format(i, f"r{i}", i) for i in range(1, 4)])
+    p = _run(["analyze", str(log), "--tz", "UTC", "-q", "-f", "ndjson", "--fail-on", "rate>5%"])
+    assert p.returncode == 0
+    assert "--fail-on rate>5% cannot hold: the bundle logs no received requests" in p.stderr.decode()
+    q = _run(["analyze", str(log), "--tz", "UTC", "-q", "-f", "ndjson", "--fail-on", "count>1"])
+    assert q.returncode == ExitCode.FAIL_ON and "cannot hold" not in q.stderr.decode()
+
+
+def test_whatif_names_the_option_a_bad_value_came_with(tmp_path):
+    log = write_lines(tmp_path / "vllm.log", [V0_WARNING.format(1, "r1", 1)])
+    for opt, item in (("--base", "num_gpu_blocks=0"), ("--set", "max_num_seqs=0"), ("--sweep", "max_num_seqs=4,0")):
+        p = _run(["whatif", str(log), opt, item])
+        err = p.stderr.decode().strip().splitlines()
+        assert p.returncode == ExitCode.USAGE and len(err) == 1, err
+        assert f"error: {opt} " in err[0] and "not a positive integer" in err[0], err
+
+
+def test_explain_of_a_missing_path_says_so(tmp_path):
+    """`explain PATH` alone, PATH missing or a broken link: the path's problem (exit 3), not "give the
+    bundle the event 'PATH' comes from"; an event id alone still asks for its bundle."""
+    (tmp_path / "gone.log").symlink_to(tmp_path / "nowhere.log")
+    p = _run(["explain", str(tmp_path / "gone.log"), "--no-pager"])
+    assert p.returncode == ExitCode.INPUT and "symbolic link to a missing file" in p.stderr.decode()
+    p = _run(["explain", str(tmp_path / "missing.log"), "--no-pager"])
+    assert p.returncode == ExitCode.INPUT and "no such file or folder" in p.stderr.decode()
+    p = _run(["explain", "vllm.log:12", "--no-pager"])
+    assert p.returncode == ExitCode.USAGE and "give the bundle or log PATH" in p.stderr.decode()
+
+
+def test_a_log_naming_no_version_is_not_said_to_be_of_a_version(tmp_path):
+    """A log holding only a traceback: nothing names its vLLM version or engine, so the headline
+    does not say "this version logs no preemption count"."""
+    log = write_lines(
+        tmp_path / "tb.log",
+        [
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3.10/site-packages/vllm/engine/async_llm_engine.py", line 700, in run_engine_loop',
+            '    raise RuntimeError("CUDA out of memory")',
+            "RuntimeError: CUDA out of memory",
+        ],
+    )
+    p = _run(["analyze", str(log), "--tz", "UTC", "-f", "json"])
+    assert p.returncode == 0, p.stderr.decode()
+    head = " ".join(p.stderr.decode().split())
+    assert "not visible (this log: no preemption line or count, and no line naming its vLLM version" in head, head
+    assert "this version" not in head
