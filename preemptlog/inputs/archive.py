@@ -1,5 +1,10 @@
 """Safe unpacking of bundle archives (.tar, .tar.gz/.tgz, .tar.bz2, .tar.xz, .tar.zst, .zip).
 
+An archive is known by its content (:func:`content_kind`: a zip signature at the start; a tar
+header, ``ustar`` at offset 257 with a valid checksum, directly or after gzip/bz2/xz/zstd
+decompression), whatever its name and wherever it is found; a name alone (``.tar.gz``...) still
+makes the walker try it. A gzip'd log is not an archive: only a compressed tar is.
+
 Members are copied one by one into a private temporary folder (inside the
 run's Workspace), never with ``extractall``, and nothing is ever written
 outside that folder. Refused with an error (exit code 3, the archive named):
@@ -14,17 +19,21 @@ outside that folder. Refused with an error (exit code 3, the archive named):
   lying header cannot get past them; members that are skipped are charged
   their declared size (the decompressor still has to run over them).
 
-Limits, from the environment (read at each unpack):
+Limits, from the environment (read for each outermost archive):
 
 - ``PREEMPTLOG_ARCHIVE_MAX_MEMBERS`` (default 20000),
 - ``PREEMPTLOG_ARCHIVE_MAX_BYTES`` (default 32 GiB; suffixes K, M, G, T),
 - ``PREEMPTLOG_ARCHIVE_MAX_RATIO`` (default 200).
 
-Devices, FIFOs and sockets are skipped. A damaged archive (truncated,
-corrupt) keeps the members unpacked before the damage, with a warning (the
-run ends with PARTIAL); damage before the first member is an error. A file
-named like an archive that is not one raises :class:`NotAnArchive` so the
-caller can read it as a plain file.
+One :class:`Budget` covers an archive and every archive inside it (the walker unpacks nested
+archives with the budget of the outermost one), so a nested bomb is refused like a flat one.
+
+Devices, FIFOs and sockets are skipped. A damaged tar (truncated, corrupt) keeps the members
+unpacked before the damage, with a warning (the run ends with PARTIAL); a zip is read member by
+member from its central directory, so a damaged member is skipped with a warning and the others
+are read. Damage before the first member (or in every member of a zip) raises
+:class:`ArchiveUnreadable`. A file named like an archive that is not one raises
+:class:`NotAnArchive` so the caller can read it as a plain file.
 """
 
 from __future__ import annotations
@@ -34,11 +43,12 @@ import errno
 import os
 import posixpath
 import re
+import stat
 import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import InputError, UsageError
 
@@ -65,6 +75,14 @@ UNSAFE_HINT = "if you trust the archive, unpack it yourself and pass the folder"
 class ArchiveRefused(InputError):
     def __init__(self, message: str, *, hint: str | None = UNSAFE_HINT) -> None:
         super().__init__(message, hint=hint)
+
+
+class ArchiveUnreadable(InputError):
+    """The archive is damaged before its first member, or unsupported: ``reason`` without its name."""
+
+    def __init__(self, archive: str, reason: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{archive}: {reason}", hint=hint)
+        self.reason = reason
 
 
 class NotAnArchive(Exception):
@@ -135,43 +153,72 @@ def link_escapes(member_name: str, target: str) -> bool:
     return joined == ".." or joined.startswith("../") or joined.startswith("/")
 
 
-class _Budget:
+class Budget:
+    """What an archive, with every archive inside it, may unpack: members and bytes are counted over
+    the whole tree, and the unpacked/packed ratio against the outermost archive's size. It also
+    holds what the archive being unpacked has given so far (for the damage warning)."""
+
     def __init__(self, archive: str, packed_size: int, limits: Limits) -> None:
-        self.archive = archive
+        self.top = archive  # the outermost archive
         self.packed = max(packed_size, 1)
         self.limits = limits
-        self.total = 0
-        self.members = 0
+        self.total = 0  # bytes unpacked in the whole tree
+        self.members = 0  # members met in the whole tree
+        self.archive = archive  # the archive being unpacked, and its progress:
+        self.here_bytes = 0
+        self.here_members = 0
         self.done = 0  # members copied completely
+
+    @classmethod
+    def for_archive(cls, path: Path, name: str | None = None) -> Budget:
+        """A fresh budget for an outermost archive (limits read from the environment now)."""
+        name = name or str(path)
+        limits = limits_from_env()
+        try:
+            packed = path.stat().st_size
+        except OSError as exc:
+            raise ArchiveUnreadable(name, f"cannot read ({exc.strerror})") from None
+        return cls(name, packed, limits)
+
+    def begin(self, archive: str) -> None:
+        self.archive = archive
+        self.here_bytes = self.here_members = self.done = 0
 
     @property
     def anything(self) -> bool:
-        return self.total > 0 or self.done > 0
+        return self.here_bytes > 0 or self.done > 0
+
+    def _around(self) -> str:
+        return "" if self.archive == self.top else " (with the archives around it)"
 
     def member(self) -> None:
         self.members += 1
+        self.here_members += 1
         if self.members > self.limits.max_members:
             raise ArchiveRefused(
-                f"{self.archive}: more than {self.limits.max_members} members; archive refused",
+                f"{self.archive}: more than {self.limits.max_members} members{self._around()}; archive refused",
                 hint=f"raise {ENV_MEMBERS} if this archive is trusted",
             )
 
     def add(self, n: int) -> None:
         self.total += n
+        self.here_bytes += n
         if self.total > self.limits.max_bytes:
             raise ArchiveRefused(
-                f"{self.archive}: unpacks to more than {_human(self.limits.max_bytes)}; archive refused",
+                f"{self.archive}: unpacks to more than {_human(self.limits.max_bytes)}{self._around()}; "
+                "archive refused",
                 hint=f"raise {ENV_BYTES} if this archive is trusted",
             )
         if self.total > RATIO_FLOOR_BYTES and self.total / self.packed > self.limits.max_ratio:
+            size = "its size" if self.archive == self.top else f"the size of {self.top}"
             raise ArchiveRefused(
-                f"{self.archive}: unpacks to more than {self.limits.max_ratio:g} times its size "
+                f"{self.archive}: unpacks to more than {self.limits.max_ratio:g} times {size} "
                 "(a decompression bomb?); archive refused",
                 hint=f"raise {ENV_RATIO} if this archive is trusted",
             )
 
 
-def _copy(src: BinaryIO, dest: Path, budget: _Budget) -> None:
+def _copy(src: BinaryIO, dest: Path, budget: Budget) -> None:
     with open(dest, "xb") as out:
         while True:
             chunk = src.read(CHUNK)
@@ -182,28 +229,148 @@ def _copy(src: BinaryIO, dest: Path, budget: _Budget) -> None:
     budget.done += 1
 
 
-def unpack(path: Path, workspace: Workspace, warnings: list[str] | None = None) -> Path:
+# ---------------------------------------------------------------------------------- what is an archive
+
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; the end record of an empty zip
+TAR_BLOCK = 512
+HEAD_INPUT_CAP = 4 << 20  # compressed bytes read at most to see the first tar block (a bz2 block is <= 900 KB)
+
+
+def is_tar_header(block: bytes) -> bool:
+    """A POSIX/GNU tar header: ``ustar`` at offset 257 and a checksum that adds up (so a text that
+    happens to hold "ustar" there, a "mustard" at byte 257, is not taken for a tar)."""
+    if len(block) < TAR_BLOCK or block[257:262] != b"ustar":
+        return False
+    field = block[148:156].replace(b"\x00", b" ").strip()
+    try:
+        stored = int(field, 8)
+    except ValueError:
+        return False
+    rest = block[:148] + b" " * 8 + block[156:TAR_BLOCK]
+    unsigned = sum(rest)
+    signed = unsigned - 256 * sum(1 for b in rest if b > 127)
+    return stored in (unsigned, signed)
+
+
+def _decompressed_head(fh: BinaryIO, first: bytes) -> bytes:
+    """The first tar block's worth of a gzip/bz2/xz/zstd stream (b"" when it is none, or cannot say)."""
+    import bz2
+    import lzma
+    import zlib
+
+    d: Any
+    zlib_type = type(zlib.decompressobj())
+    if first.startswith(b"\x1f\x8b"):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif first.startswith(b"BZh"):
+        d = bz2.BZ2Decompressor()
+    elif first.startswith(b"\xfd7zXZ\x00"):
+        d = lzma.LZMADecompressor()
+    elif first.startswith(b"\x28\xb5\x2f\xfd"):
+        try:
+            import zstandard
+        except ImportError:
+            return b""
+        fh.seek(0)
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(fh, closefd=False) as r:
+                return bytes(r.read(TAR_BLOCK))
+        except zstandard.ZstdError:
+            return b""
+    else:
+        return b""
+    out = b""
+    data = first
+    read = len(first)
+    try:
+        for _ in range(1 << 12):  # bounded: each turn consumes input or gives output
+            if len(out) >= TAR_BLOCK:
+                break
+            # max_length: a compressible stream never inflates in memory to see 512 bytes
+            out += d.decompress(data, TAR_BLOCK - len(out))
+            if d.eof:
+                break
+            if isinstance(d, zlib_type):
+                data = d.unconsumed_tail
+                if data:
+                    continue
+            else:
+                data = b""
+                if not d.needs_input:
+                    continue
+            if read >= HEAD_INPUT_CAP:
+                break
+            data = fh.read(1 << 16)
+            if not data:
+                break
+            read += len(data)
+    except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError):
+        return out
+    return out[:TAR_BLOCK]
+
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def content_kind(path: Path) -> str | None:
+    """``"zip"`` or ``"tar"`` when the bytes of ``path`` say it is an archive (a tar maybe compressed),
+    whatever its name; None otherwise, and for what is not a regular file or cannot be read (never
+    opens a FIFO or a device for reading: it is checked before anything is read)."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            first = fh.read(TAR_BLOCK)
+            if first[:4] in ZIP_MAGICS:
+                return "zip"
+            if is_tar_header(first):
+                return "tar"
+            return "tar" if is_tar_header(_decompressed_head(fh, first)) else None
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------- unpacking
+
+
+def unpack(
+    path: Path,
+    workspace: Workspace,
+    warnings: list[str] | None = None,
+    *,
+    name: str | None = None,
+    budget: Budget | None = None,
+) -> Path:
     """Unpack an archive into a fresh folder inside the workspace; returns that folder.
 
-    Damage after at least one member was unpacked is appended to ``warnings``
-    (the members before it are kept); other damage raises InputError.
+    ``name`` is the archive's name in messages (its path by default); ``budget`` the budget of the
+    outermost archive when this one was found inside another (a fresh one by default). Damage after
+    at least one member was unpacked is appended to ``warnings`` (the members before it are kept; in
+    a zip, the damaged member is skipped and the others read); damage before (or unsupported)
+    raises ArchiveUnreadable, hostile content ArchiveRefused, a file that is no archive NotAnArchive.
     """
-    name = str(path)
+    name = name or str(path)
     warnings = warnings if warnings is not None else []
-    limits = limits_from_env()
-    try:
-        packed = path.stat().st_size
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read ({exc.strerror})") from None
+    if budget is None:
+        budget = Budget.for_archive(path, name)
+    budget.begin(name)
     root = Path(os.path.join(workspace.path, f"archive-{len(os.listdir(workspace.path))}"))
     root.mkdir()
-    budget = _Budget(name, packed, limits)
+    kind = content_kind(path)
     try:
-        if zipfile.is_zipfile(path):
-            _unpack_zip(path, root, budget, warnings)
+        if kind is None and zipfile.is_zipfile(path):  # named .zip, its data after a prefix (self-extracting)
+            kind = "zip"
+        if kind == "zip":
+            if not zipfile.is_zipfile(path):
+                raise ArchiveUnreadable(name, "damaged zip archive (no central directory: truncated?)")
+            _unpack_zip(path, name, root, budget, warnings)
         else:
-            _unpack_tar(path, root, budget, warnings)
-    except (ArchiveRefused, NotAnArchive):
+            _unpack_tar(path, name, root, budget, warnings)
+    except (ArchiveRefused, ArchiveUnreadable, NotAnArchive):
         raise
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -212,16 +379,21 @@ def unpack(path: Path, workspace: Workspace, warnings: list[str] | None = None) 
                 hint="free some space, or point TMPDIR at a bigger disk",
             ) from None
         if budget.anything:
-            warnings.append(_damaged(name, budget, str(exc)))
+            warnings.append(_damaged(name, budget, _detail(exc)))
             return root
-        raise InputError(f"{name}: damaged or unsupported archive ({exc})") from None
+        raise ArchiveUnreadable(name, f"damaged or unsupported archive ({_detail(exc)})") from None
     except _decode_errors() as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if budget.anything:
-            warnings.append(_damaged(name, budget, detail))
+            warnings.append(_damaged(name, budget, _detail(exc)))
             return root
-        raise InputError(f"{name}: damaged or unsupported archive ({detail})") from None
+        raise ArchiveUnreadable(name, f"damaged or unsupported archive ({_detail(exc)})") from None
     return root
+
+
+def _detail(exc: BaseException) -> str:
+    """An exception's message on one line (its type when it has none)."""
+    text = str(exc).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
 
 
 def _decode_errors() -> tuple[type[BaseException], ...]:
@@ -247,9 +419,9 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _damaged(name: str, budget: _Budget, detail: str) -> str:
+def _damaged(name: str, budget: Budget, detail: str) -> str:
     return f"archive {name} is damaged ({detail}): read the {budget.done} member(s) unpacked before the damage" + (
-        " and the start of the next one" if budget.members > budget.done else ""
+        " and the start of the next one" if budget.here_members > budget.done else ""
     )
 
 
@@ -276,57 +448,79 @@ def _target(root: Path, safe: str, archive: str, warnings: list[str]) -> Path | 
     return dest
 
 
-def _unpack_zip(path: Path, root: Path, budget: _Budget, warnings: list[str]) -> None:
+MAX_MEMBER_WARNINGS = 10  # damaged zip members named one by one; the rest in one line
+
+
+def _unpack_zip(path: Path, name: str, root: Path, budget: Budget, warnings: list[str]) -> None:
+    """Every member read on its own from the central directory: a damaged one is skipped (a warning
+    names it and why), the others are read; every member damaged is ArchiveUnreadable."""
+    damaged: list[tuple[str, str]] = []
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
-        if len(infos) > budget.limits.max_members:  # known from the central directory: refuse early
+        if budget.members + len(infos) > budget.limits.max_members:  # known from the central directory
             budget.members = budget.limits.max_members
             budget.member()
         for info in infos:
             budget.member()
-            safe = safe_name(str(path), info.filename)
+            safe = safe_name(name, info.filename)
             if safe is None or info.is_dir():
                 continue
             mode = (info.external_attr >> 16) & 0o170000
             if mode == 0o120000:  # a symlink stored in a zip: its data is the target
-                with zf.open(info) as src:
-                    target = src.read(4096).decode("utf-8", "replace")
+                try:
+                    with zf.open(info) as src:
+                        target = src.read(4096).decode("utf-8", "replace")
+                except _decode_errors() as exc:
+                    damaged.append((info.filename, _detail(exc)))
+                    continue  # no link is ever created: an unreadable one is just not read
                 if link_escapes(safe, target):
                     raise ArchiveRefused(
-                        f"{path}: member {info.filename!r} is a link to {target!r} outside the archive; archive refused"
+                        f"{name}: member {info.filename!r} is a link to {target!r} outside the archive; archive refused"
                     )
                 continue
             if mode and mode != 0o100000:  # device, FIFO, socket
                 continue
-            dest = _target(root, safe, str(path), warnings)
+            dest = _target(root, safe, name, warnings)
             if dest is None:
                 budget.add(info.file_size)
                 continue
-            with zf.open(info) as src:
-                _copy(src, dest, budget)
+            try:
+                with zf.open(info) as src:
+                    _copy(src, dest, budget)
+            except _decode_errors() as exc:
+                dest.unlink(missing_ok=True)  # what was copied of it is not trusted
+                damaged.append((info.filename, _detail(exc)))
+    if damaged and budget.done == 0:
+        raise ArchiveUnreadable(name, f"damaged or unsupported archive ({damaged[0][1]})")
+    for member, detail in damaged[:MAX_MEMBER_WARNINGS]:
+        warnings.append(f"{name}: member {member!r} is damaged ({detail}): skipped, the other members read")
+    if len(damaged) > MAX_MEMBER_WARNINGS:
+        warnings.append(f"{name}: {len(damaged) - MAX_MEMBER_WARNINGS} more damaged member(s) skipped")
 
 
-def _open_tar(path: Path, stack: contextlib.ExitStack) -> tarfile.TarFile:
+def _open_tar(path: Path, name: str, stack: contextlib.ExitStack) -> tarfile.TarFile:
     with open(path, "rb") as fh:
         magic = fh.read(262)
     if magic[:4] == b"\x28\xb5\x2f\xfd":
         try:
             import zstandard
         except ImportError:
-            raise InputError(f"{path}: .tar.zst needs the zstandard package (pip install zstandard)") from None
+            raise ArchiveUnreadable(
+                name, "a .tar.zst needs the zstandard package", hint="pip install zstandard"
+            ) from None
         with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as peek:
             try:
                 first = peek.read(512)
             except zstandard.ZstdError:
                 first = b""
         if first[257:262] != b"ustar" and len(first) >= 262:
-            raise NotAnArchive(str(path))
+            raise NotAnArchive(name)
         raw = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the ExitStack
         fileobj = stack.enter_context(zstandard.ZstdDecompressor().stream_reader(raw))
         return stack.enter_context(tarfile.open(fileobj=fileobj, mode="r|"))
     is_tar = magic[257:262] == b"ustar" if len(magic) >= 262 else False
     if magic[:4] == b"PK\x03\x04":
-        raise InputError(f"{path}: damaged zip archive (no central directory: truncated?)")
+        raise ArchiveUnreadable(name, "damaged zip archive (no central directory: truncated?)")
     try:
         return stack.enter_context(tarfile.open(path, "r:*"))
     except tarfile.ReadError:
@@ -334,27 +528,27 @@ def _open_tar(path: Path, stack: contextlib.ExitStack) -> tarfile.TarFile:
             raise
         # Not a tar at all, or a compressed file that holds no tar (a gzip of a log named .tar.gz):
         # the caller reads it as a plain file, recognised by its content.
-        raise NotAnArchive(str(path)) from None
+        raise NotAnArchive(name) from None
 
 
-def _unpack_tar(path: Path, root: Path, budget: _Budget, warnings: list[str]) -> None:
+def _unpack_tar(path: Path, name: str, root: Path, budget: Budget, warnings: list[str]) -> None:
     with contextlib.ExitStack() as stack:
-        tf = _open_tar(path, stack)
+        tf = _open_tar(path, name, stack)
         for member in tf:
             budget.member()
-            safe = safe_name(str(path), member.name)
+            safe = safe_name(name, member.name)
             if member.issym() or member.islnk():
                 # A hard link's target is relative to the archive root, a symlink's to its folder.
                 base = (safe or "") if member.issym() else ""
                 if link_escapes(base, member.linkname):
                     raise ArchiveRefused(
-                        f"{path}: member {member.name!r} is a link to {member.linkname!r} outside the archive; "
+                        f"{name}: member {member.name!r} is a link to {member.linkname!r} outside the archive; "
                         "archive refused"
                     )
                 continue
             if safe is None or member.isdir() or not member.isreg():
                 continue
-            dest = _target(root, safe, str(path), warnings)
+            dest = _target(root, safe, name, warnings)
             if dest is None:
                 budget.add(member.size)
                 continue

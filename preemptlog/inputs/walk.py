@@ -1,16 +1,19 @@
 """Walking the inputs: folders (links kept inside, no loops, FIFOs and devices never opened),
-unpacked archives, standard input spooled to the workspace (moved from bundle.py)."""
+archives (known by their content wherever they are found, nested ones too: :func:`expand_archives`),
+standard input spooled to the workspace (moved from bundle.py)."""
 
 from __future__ import annotations
 
 import errno
 import os
 import shutil
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from .archive import ArchiveRefused, ArchiveUnreadable, Budget, NotAnArchive, content_kind, unpack
 from .workspace import Workspace
 
 MAX_FILES = 65_000  # file ids are UInt16 in the records frame
@@ -198,6 +201,103 @@ def _walk_unpacked(root: Path, archive_name: str) -> list[tuple[Path, str]]:
         for name in filenames:
             full = Path(dirpath) / name
             out.append((full, f"{archive_name}!{full.relative_to(root)}"))
+    return out
+
+
+MAX_ARCHIVE_NESTING = 3  # archives inside archives unpacked at most this many levels deep
+# Zip files that are documents or packages, not bundles: kept whole (read as a binary file, "not
+# recognised") rather than unpacked into a list of XML members.
+ZIP_DOCUMENTS = (
+    ".docx",
+    ".xlsx",
+    ".pptx",
+    ".odt",
+    ".ods",
+    ".odp",
+    ".epub",
+    ".jar",
+    ".war",
+    ".whl",
+    ".apk",
+    ".ipynb.zip",
+)
+
+
+def expand_archives(
+    entries: list[_Entry], workspace: Workspace, warnings: list[str], originals: list[Path]
+) -> list[_Entry]:
+    """Every entry that is an archive replaced, in place, by its members (``<archive>!<member>``).
+
+    An archive is known by its content (archive.content_kind), whatever its name and wherever it is:
+    named on the command line, piped to standard input, found in a folder or inside another
+    archive (unpacked down to MAX_ARCHIVE_NESTING levels, with the outermost archive's budget, so
+    a nested bomb is refused like a flat one). A name alone (``x.tar.gz``) makes it tried too: a
+    file that is not one is read as a plain file. A refused archive is an error wherever it is; a
+    damaged one found in a folder or an archive becomes an unreadable entry (the run is partial),
+    one named on the command line is an error, as before. The same archive reached twice is read once.
+    An archive that is the user's own file joins ``originals``.
+    """
+    done: set[tuple[int, int]] = set()
+    expanded: dict[int, list[_Entry]] = {}
+    count = 0
+    # Archives reached through a symbolic link last: one reached twice keeps its own name.
+    for i in sorted(range(len(entries)), key=lambda i: (entries[i].path.is_symlink(), i)):
+        expanded[i] = _expand(entries[i], 0, None, workspace, warnings, originals, done)
+        count += len(expanded[i])
+        if count > MAX_FILES:
+            break  # the caller refuses the bundle
+    return [e for i, entry in enumerate(entries) for e in expanded.get(i, [entry])]
+
+
+def _expand(
+    e: _Entry,
+    level: int,
+    budget: Budget | None,
+    workspace: Workspace,
+    warnings: list[str],
+    originals: list[Path],
+    done: set[tuple[int, int]],
+) -> list[_Entry]:
+    if e.skip:
+        return [e]
+    try:
+        st = os.stat(e.path)
+    except OSError:
+        return [e]  # described (and reported) as unreadable later
+    if not stat.S_ISREG(st.st_mode):
+        return [e]
+    kind = content_kind(e.path) or _archive_kind(e.path)
+    if not kind or (kind == "zip" and e.path.name.lower().endswith(ZIP_DOCUMENTS)):
+        return [e]
+    key = (st.st_dev, st.st_ino)
+    if key in done:
+        return []  # the same archive reached twice (given twice, a link to it): read once
+    if level >= MAX_ARCHIVE_NESTING:
+        e.skip = (
+            f"an archive inside {level} archives: not unpacked "
+            f"(archives are unpacked {MAX_ARCHIVE_NESTING} levels deep at most): skipped"
+        )
+        return [e]
+    try:
+        if budget is None:  # an outermost archive: its budget covers every archive inside it
+            budget = Budget.for_archive(e.path, e.display)
+        root = unpack(e.path, workspace, warnings, name=e.display, budget=budget)
+    except NotAnArchive:
+        return [e]  # named like an archive, holding something else: read by its content
+    except ArchiveRefused:
+        raise
+    except ArchiveUnreadable as exc:
+        if not e.in_bundle:
+            raise  # named on the command line: the error it always was
+        e.skip = f"{exc.reason}: skipped" + (f" ({exc.hint})" if exc.hint else "")
+        return [e]
+    done.add(key)
+    if e.original:
+        originals.append(e.path)
+    out: list[_Entry] = []
+    for member, display in _walk_unpacked(root, e.display):
+        inner = _Entry(member, display, original=False, in_bundle=True)
+        out.extend(_expand(inner, level + 1, budget, workspace, warnings, originals, done))
     return out
 
 

@@ -1,9 +1,10 @@
 """An incident bundle: the files given on the command line, sniffed and ordered.
 
 Inputs are files, folders (walked recursively), ``-`` for standard input
-(spooled to a private temporary file) and archives (``.tar``,
-``.tar.gz``/``.tgz``, ``.tar.bz2``, ``.tar.xz``, ``.tar.zst``, ``.zip``;
-unpacked safely by archive.py). Every file is recognised by its content, not
+(spooled to a private temporary file) and archives (tar, plain or gzip/bz2/xz/zstd
+compressed, and zip; unpacked safely by archive.py), known by their content
+wherever they are found: on the command line, in a folder, inside another archive
+(walk.expand_archives; a gzip'd log is a log). Every file is recognised by its content, not
 its name (a sample of every line's start, so a 10 MB first line hides
 nothing; the tail too when the head is not recognised); ``--kind FILE=KIND``
 overrides.
@@ -37,12 +38,11 @@ from pathlib import Path
 
 from .. import sources
 from ..errors import InputError, UsageError
-from ..inputs.archive import NotAnArchive, unpack
 from ..inputs.files import Bundle, InputFile
 
 # Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
 from ..inputs.rotation import _assign_streams, rotation_key
-from ..inputs.walk import MAX_FILES, _archive_kind, _Entry, _spool_stdin, _stat_problem, _walk, _walk_unpacked
+from ..inputs.walk import MAX_FILES, _Entry, _spool_stdin, _stat_problem, _walk, expand_archives
 from ..inputs.workspace import Workspace
 from ..sources.sniffing import _capped_lines, _describe, _is_text, _utf16_without_bom
 
@@ -71,6 +71,13 @@ def parse_kind_overrides(items: list[str] | None) -> dict[str, str]:
             raise UsageError(f"--kind {item!r}: unknown kind {kind!r}", hint="known: " + ", ".join(sorted(known)))
         out[name] = kind
     return out
+
+
+def _check_count(entries: list[_Entry]) -> None:
+    if len(entries) > MAX_FILES:
+        raise InputError(
+            f"too many files ({len(entries)}); the limit is {MAX_FILES}", hint="analyse the bundle in parts"
+        )
 
 
 def collect(
@@ -109,16 +116,6 @@ def collect(
             continue
         if stat.S_ISDIR(st.st_mode):
             entries.extend(_walk(path, warnings))
-        elif stat.S_ISREG(st.st_mode) and _archive_kind(path):
-            try:
-                root = unpack(path, workspace, warnings)
-            except NotAnArchive:
-                entries.append(_Entry(path, p))
-                continue
-            originals.append(path)
-            entries.extend(
-                _Entry(member, display, original=False, in_bundle=True) for member, display in _walk_unpacked(root, p)
-            )
         else:
             entries.append(_Entry(path, p))
     if problems:
@@ -126,10 +123,9 @@ def collect(
             more = f" (and {len(problems) - 1} more input(s) that cannot be read)" if len(problems) > 1 else ""
             raise InputError(problems[0] + more)
         warnings.extend(f"{msg}: skipped" for msg in problems)
-    if len(entries) > MAX_FILES:
-        raise InputError(
-            f"too many files ({len(entries)}); the limit is {MAX_FILES}", hint="analyse the bundle in parts"
-        )
+    _check_count(entries)  # before unpacking archives: no work for a bundle refused anyway
+    entries = expand_archives(entries, workspace, warnings, originals)
+    _check_count(entries)
 
     # Files reached through a symbolic link are described last, so that a file
     # reached twice keeps its own name rather than the link's.
