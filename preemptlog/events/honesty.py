@@ -37,6 +37,18 @@ def honesty_notes(a: AnalysisView) -> list[str]:
                 f"{v0['counter_inferred']} V0 warning(s) had their total_num_cumulative_preemption cut off; "
                 "inferred as the previous logged value + 50 (V0 logs every 50th preemption)."
             )
+        if v0.get("counter_out_of_range"):
+            n, inferred = v0["counter_out_of_range"], v0.get("counter_out_of_range_inferred", 0)
+            how: list[str] = []
+            if inferred:
+                how.append(f"{inferred} inferred as the previous logged value + 50 (V0 logs every 50th preemption)")
+            if n - inferred:
+                how.append(f"{n - inferred} left without one (the count around them is a lower bound)")
+            notes.append(
+                f"{n} V0 warning(s) had a total_num_cumulative_preemption out of range (more digits than a 64-bit "
+                f"counter holds: a damaged value, not a count; first at {v0.get('counter_out_of_range_first')}): "
+                f"read as a missing counter, {', '.join(how)}."
+            )
         if v0.get("without_counter"):
             notes.append(
                 f"{v0['without_counter']} V0 warning(s) had no readable total_num_cumulative_preemption "

@@ -29,6 +29,13 @@ def in_force(config: pl.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
+# A version as an engine writes it: digits and dots, then PEP 440's pre-release, post and dev parts
+# and a local part (``0.6.3``, ``0.6.3.post1``, ``0.11.1rc2.dev57+g1234abc``, ``0.8.5+cu121``). A
+# version read from a line is the longest prefix of this shape (``0.6.3</title>...`` is 0.6.3); a
+# text with none names no version. No look-around: the polars regexes embed it.
+VERSION_SHAPE = r"\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.?post\d+)?(?:\.?dev\d+)?(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?"
+
+
 def version_tuple(text: str) -> tuple[int, ...] | None:
     """``0.11.1`` / ``v0.8`` -> (0, 11, 1) / (0, 8, 0); None when the text is not a version."""
     m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)

@@ -89,3 +89,10 @@ def write_docs(declared: list[Evidence], path: str | Path) -> bool:
         p.write_text(new)
         return True
     return False
+
+
+# A usage or hit-rate percentage (KV cache usage, prefix cache hit rate: a fraction of blocks) is
+# within [0, 100]; up to PERCENT_MAX for the rounding of "%.1f". Any other value (inf, nan, 250 %,
+# a gauge of 2.5) is no reading: missing, never 0 and never a value (engines' log stats lines and
+# the /metrics gauges read it alike).
+PERCENT_MAX = 100.05

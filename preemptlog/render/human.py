@@ -355,7 +355,8 @@ def summary_lines(
         put(f"preempted more than once: {top}" + (f" and {len(rep) - 5} more" if len(rep) > 5 else ""))
     st = s["stats"]
     if st["lines"]:
-        put(f"{st['lines']} stats line(s); max KV cache usage {st['max_kv_usage']}%, max waiting {st['max_waiting']}")
+        kv = "no KV cache usage read" if st["max_kv_usage"] is None else f"max KV cache usage {st['max_kv_usage']}%"
+        put(f"{st['lines']} stats line(s); {kv}, max waiting {st['max_waiting']}")
     rec = s.get("reconciliation") or {}
     if len(rec.get("sources") or []) > 1 or any(x["source"].startswith("prometheus") for x in rec.get("sources") or []):
         put(f"reconciled count: {rec['total']} ({rec['quality']}): {rec['rule']}")

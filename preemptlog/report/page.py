@@ -265,7 +265,8 @@ def _tiles(s: dict, a: Analysis) -> str:
         )
     st = s["stats"]
     if st["lines"]:
-        out.append(_tile(f"{st['max_kv_usage']}%", f"max KV cache usage ({st['lines']} stats lines)"))
+        kv = "–" if st["max_kv_usage"] is None else f"{st['max_kv_usage']}%"  # no reading: not 0
+        out.append(_tile(kv, f"max KV cache usage ({st['lines']} stats lines)"))
         out.append(_tile(st["max_waiting"], "max waiting requests"))
     if s.get("by_gate"):
         top = sorted(((n, g) for g, n in s["by_gate"].items() if n), reverse=True)

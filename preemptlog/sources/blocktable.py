@@ -51,6 +51,7 @@ import polars as pl
 
 from ..clock.timebase import Assumption, localize
 from ..inputs.textio import scan_lines
+from ..model.config import VERSION_SHAPE
 from ..model.frames import PolarsType
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
@@ -488,12 +489,15 @@ class BlockTableParsed:
                         pl.lit("block-table step record").alias("note"),
                     )
                 )
-            ver = df.filter(pl.col("vllm_version").is_not_null()).head(1)
-            if ver.height:  # the version of the vLLM that wrote the records (its scheduler: the what-if)
+            # the version of the vLLM that wrote the records (its scheduler: the what-if): the longest
+            # prefix of a version's shape (model.config.VERSION_SHAPE), none when nothing has it
+            version = pl.col("vllm_version").str.extract(rf"^v?({VERSION_SHAPE})", 1)
+            ver = df.filter(version.is_not_null()).head(1)
+            if ver.height:
                 config.append(
                     ver.select(
                         pl.lit("vllm_version").alias("key"),
-                        pl.col("vllm_version").alias("value"),
+                        version.alias("value"),
                         pl.lit("seen").alias("status"),
                         "time",
                         "source",

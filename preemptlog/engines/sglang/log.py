@@ -51,6 +51,7 @@ from typing import Any
 import polars as pl
 
 from ...model.events import capped_count
+from ...model.evidence import PERCENT_MAX
 from ...model.frames import polars_schema
 from ...model.schemas import CONFIG_SCHEMA, STATS_SCHEMA
 from ..common import arg_pattern as _arg
@@ -396,7 +397,10 @@ def stats_rows(b: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, pl.Int64).alias("swapped"),
         pl.lit(None, pl.Int64).alias("deferred"),
         pl.lit(None, pl.Int64).alias("preemptions"),
-        (pl.col("token_usage") * 100.0).alias("kv_usage"),
+        # a fraction of the pool; one beyond [0, 1] (a damaged line) is no reading (model.evidence)
+        pl.when((pl.col("token_usage") * 100.0).is_between(0.0, PERCENT_MAX))
+        .then(pl.col("token_usage") * 100.0)
+        .alias("kv_usage"),
         pl.lit(None, pl.Float64).alias("cpu_kv_usage"),
         pl.lit(None, pl.Float64).alias("prefix_hit"),
         "source",
@@ -578,6 +582,13 @@ def from_records(records: pl.DataFrame) -> dict[str, Any]:
     if alloc:
         notes.append(
             f"SGLang: {alloc} 'Decode out of memory.' error line(s): failed allocations, not retractions (not counted)"
+        )
+    bad = b.filter((pl.col("token_usage") * 100.0 > PERCENT_MAX).fill_null(False))
+    if bad.height:
+        first = bad.sort("stream", "seq").row(0, named=True)
+        notes.append(
+            f"SGLang: {bad.height} batch line(s) with a token usage beyond 1.0 (first: {first['token_usage']:g} at "
+            f"{first['source']}:{first['line']}): read as missing (not evaluable), never as a reading"
         )
     return {
         "frames": {"sgl_retractions": ret, "sgl_batches": b, "sgl_config": cfg},

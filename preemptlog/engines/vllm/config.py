@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
+from ...model.config import VERSION_SHAPE
 from ...model.config import in_force as in_force  # re-exported (moved to model/config.py)
 from ...model.config import version_tuple as _version_tuple
 from ...model.frames import polars_schema
@@ -31,7 +32,8 @@ from .stats import RUST_FAMILY, V1_STATS_FAMILIES
 
 # (record kind, key, regex with one group)
 EXTRACTORS: list[tuple[str, str, str]] = [
-    ("cfg_engine", "vllm_version", r"engine \(v([^)\s]+)\)"),
+    # the version: its longest prefix of VERSION_SHAPE, what follows up to the closing parenthesis left
+    ("cfg_engine", "vllm_version", rf"engine \(v({VERSION_SHAPE})[^)]*\)"),
     ("cfg_engine", "engine", r"Initializing an? (V[01]) LLM engine"),
     ("cfg_engine", "model", _arg("model")),
     ("cfg_engine", "max_model_len", _arg("max_seq_len")),
@@ -56,7 +58,7 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_kv_size", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
     ("cfg_concurrency", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
     ("cfg_concurrency", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
-    ("cfg_version", "vllm_version", r"server version (v?[0-9][\w.+-]*)"),
+    ("cfg_version", "vllm_version", rf"server version v?({VERSION_SHAPE})"),
     ("cfg_max_len", "max_model_len", r"Using max model len (\d+)"),
     ("cfg_num_gpu_blocks", "num_gpu_blocks", r"num_gpu_blocks is: (\d+)"),
     ("cfg_max_num_seqs", "max_num_seqs", r"max_num_seqs to (\d+)"),

@@ -21,7 +21,8 @@ from . import config, preemptions, requests, runs, stats
 
 def log_events(records: pl.DataFrame, stats_rows: pl.DataFrame) -> LogEvents:
     """The log's events: V0 warnings (logged, and reconstructed from the counter), V1 interval
-    counts, markers; the V0 facts (counter ``v0``) and the warning of implausibly large counts."""
+    counts, markers; the V0 facts (counter ``v0``), the warning of implausibly large counts and the
+    one of stats-line percentages that are no reading (stats.not_readings_warning)."""
     logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
     interval = preemptions.interval_events(stats_rows, records)
     warnings: list[str] = []
@@ -33,6 +34,9 @@ def log_events(records: pl.DataFrame, stats_rows: pl.DataFrame) -> LogEvents:
             f"{ev.MAX_EVENTS_PER_COUNT} events made from one count, {ev.MAX_EVENTS_FROM_COUNTS} in all"
         )
         partial = True
+    bad_percent = stats.not_readings_warning(records)
+    if bad_percent:
+        warnings.append(bad_percent)
     markers = preemptions.marker_events(records)
     return LogEvents(
         parts=[logged, recon, interval, markers], counters={"v0": v0facts}, warnings=warnings, partial=partial

@@ -10,7 +10,8 @@ Three families (facts page section 0):
   and this one (``time_precision = "interval"``; ``interval_start`` is null
   when the counter started before the log did). A counter that goes down is a
   restart; an identical line seen twice (overlapping rotated files) counts once;
-  a warning whose counter was cut off is the previous logged value + 50.
+  a warning whose counter was cut off, or is out of range (digits no 64-bit integer holds: a
+  damaged value, reported as such), is the previous logged value + 50.
 - **interval**: V1 stats ``Preemptions: <n>`` (0.11.1+ with the PR #38452 fix):
   n events in the interval since the previous stats line of the same engine (of the same
   process and server run: a restart, seen by its start banner, starts a new chain).
@@ -52,6 +53,9 @@ MARKER_ID_RES = [
     r"\b[Rr]equest\s+['\"]?([A-Za-z0-9_.\-]*\d[A-Za-z0-9_.\-]*)",
 ]
 
+
+# The V0 warning's counter written in digits (a line cut before them has none).
+COUNTER_DIGITS_RE = r"total_num_cumulative_preemption=\d"
 
 # A server (re)start: the API server's version banner, or an engine initialising. A crash dump
 # repeats "... LLM engine (vX) with config:" without "Initializing", so it is no start.
@@ -111,6 +115,9 @@ def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
             mode=t.str.extract(r"PreemptionMode\.(\w+)", 1),
             cumulative=t.str.extract(r"total_num_cumulative_preemption=(\d+)", 1).cast(pl.Int64, strict=False),
         )
+        # A counter written in digits that no 64-bit integer holds (1 followed by 300 zeros) is no
+        # count: a damaged value, read as a missing counter (below) and reported as out of range.
+        .with_columns(_oor=pl.col("cumulative").is_null() & t.str.contains(COUNTER_DIGITS_RE))
         .sort("seq")
     )
     facts = {"logged_lines": v0.height, "duplicates": 0, "runs": 0, "last_totals": [], "without_counter": 0}
@@ -144,8 +151,15 @@ def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
         _inferred=ok,
         cumulative=pl.when(ok).then(inferred).otherwise(known),
     )
-    facts["counter_inferred"] = v0.filter(pl.col("_inferred")).height
-    facts["without_counter"] = v0.filter(pl.col("cumulative").is_null()).height
+    oor = pl.col("_oor")
+    facts["counter_inferred"] = v0.filter(pl.col("_inferred") & ~oor).height
+    facts["without_counter"] = v0.filter(pl.col("cumulative").is_null() & ~oor).height
+    bad = v0.filter(oor).sort("stream", "seq")
+    facts["counter_out_of_range"] = bad.height
+    if bad.height:
+        first = bad.row(0, named=True)
+        facts["counter_out_of_range_first"] = f"{first['source']}:{first['n']}"
+        facts["counter_out_of_range_inferred"] = bad.filter(pl.col("_inferred")).height
 
     prev_known = pl.col("cumulative").forward_fill().shift(1).over(grp)
     v0 = v0.with_columns(_run=(pl.col("cumulative") < prev_known).fill_null(False).cast(pl.Int32).cum_sum().over(grp))

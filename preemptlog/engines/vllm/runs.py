@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ...model.config import VERSION_SHAPE
 from ...model.frames import polars_schema
 from ..registry import ServerStart
 from .preemptions import START_RE
@@ -109,7 +110,8 @@ def _numbered(records: pl.DataFrame) -> pl.DataFrame:
 
 # ---------------------------------------------------------------------- server starts (events/servers.py)
 
-VERSION_RE = r"(?:server version |LLM engine \(v)v?([0-9][\w.+-]*?)\)?(?:\s|$|,)"
+# The version a start names: the longest prefix of VERSION_SHAPE after the words (model.config).
+VERSION_RE = rf"(?:server version |LLM engine \(v)v?({VERSION_SHAPE})"
 
 
 def server_start(own: pl.Expr) -> ServerStart:

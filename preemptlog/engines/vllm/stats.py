@@ -7,7 +7,10 @@ percent (GPU, or XPU... from 0.30; the Rust frontend's ``GPU KV cache used``, th
 mean). ``preemptions`` is the V1 ``Preemptions:`` field (0.11.1+; stock Python-frontend builds
 never print it), null when absent; on a Rust-frontend line it is never null (below).
 ``prefix_hit`` is V1's ``Prefix cache hit rate`` or the V0 follow-up line
-``Prefix cache hit rate: GPU: x%`` joined to its stats line.
+``Prefix cache hit rate: GPU: x%`` joined to its stats line. These percentages are shares of used
+blocks (of hit tokens): a value that is not a finite number within [0, 100] (``PERCENT_MAX`` for the
+rounding) is no reading, null (``inf%``, ``nan%``, ``250.0%``; never 0, never read from the next
+field), and :func:`not_readings_warning` says how many with the first file:line.
 
 **The Rust frontend's line** (``VLLM_USE_RUST_FRONTEND=1``, vLLM 0.33.0 and 0.34.0:
 ``rust/src/llm/src/log_stats.rs``, the ``vllm-rs`` binary of the wheel, which carries the format
@@ -36,6 +39,7 @@ from typing import Any
 
 import polars as pl
 
+from ...model.evidence import PERCENT_MAX
 from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
 
 RUST_MARKER = "Avg prompt tput: "  # the Rust frontend's line (the Python loggers write "throughput")
@@ -43,7 +47,11 @@ RUST_FAMILY = "v1-rust"  # the stats frame's family of the Rust frontend's lines
 RUST_STATS = "vllm-rust-stats"  # the record family (sources.registry) of the Rust frontend's line
 V1_STATS_FAMILIES = frozenset({"v1", RUST_FAMILY})  # the families a V1 engine writes
 RUST_INTERVAL_S = 10  # VLLM_LOG_STATS_INTERVAL's default: the seconds a line's counts cover
-RUST_WHOLE_RE = r"KV cache used: [\d.]+%"  # the field after the Preemptions one: the line was not cut before it
+RUST_WHOLE_RE = r"KV cache used: [^\s%]*%"  # the field after the Preemptions one: the line was not cut before it
+
+# A percentage field's value as written: what stands up to its "%" (kept: a value cut at the end of
+# the line has none).
+_PCT = r"([^\s%]*%?)"
 
 # The fields of each line family: column -> (dtype, regex in the Python loggers' line (V0
 # metrics.py, V1 loggers.py), regex in the Rust frontend's line; None: the family has no such field).
@@ -55,21 +63,47 @@ FIELDS: dict[str, tuple[Any, str | None, str | None]] = {
     "swapped": (pl.Int64, r"Swapped: (\d+) reqs", None),
     "deferred": (pl.Int64, r"Deferred: (\d+) reqs", r"Deferred: (\d+) reqs"),
     "preemptions": (pl.Int64, r"Preemptions: (\d+)", r"Preemptions: (\d+)"),
-    "kv_usage": (pl.Float64, r"[A-Z]+ KV cache usage: ([\d.]+)%", r"[A-Z]+ KV cache used: ([\d.]+)%"),
-    "cpu_kv_usage": (pl.Float64, r"CPU KV cache usage: ([\d.]+)%", None),
-    "prefix_hit": (pl.Float64, r"Prefix cache hit rate: ([\d.]+)%", r"Prefix cache hit rate: ([\d.]+)%"),
+    # the percentages: the first field of that name (a V0 line's device usage comes before its CPU
+    # one), its whole value (_percent judges it: a value that is no percentage is not a reading)
+    "kv_usage": (pl.Float64, rf"[A-Z]+ KV cache usage: {_PCT}", rf"[A-Z]+ KV cache used: {_PCT}"),
+    "cpu_kv_usage": (pl.Float64, rf"CPU KV cache usage: {_PCT}", None),
+    "prefix_hit": (pl.Float64, rf"Prefix cache hit rate: {_PCT}", rf"Prefix cache hit rate: {_PCT}"),
 }
+PERCENT_FIELDS = ("kv_usage", "cpu_kv_usage", "prefix_hit")
+V0_PREFIX_RX = rf"Prefix cache hit rate: GPU: {_PCT}"  # V0's follow-up line (kind stats_prefix)
+# vLLM computes these as shares of used blocks (or of hit tokens): a reading is a finite number in
+# [0, 100] (model.evidence.PERCENT_MAX: the rounding of "%.1f").
 
 
 def _num(text: pl.Expr, rx: str, dtype) -> pl.Expr:
     return text.str.extract(rx, 1).str.replace_all(",", "", literal=True).cast(dtype, strict=False)
 
 
+def _percent(text: pl.Expr, rx: str) -> tuple[pl.Expr, pl.Expr]:
+    """A percentage field (``rx``'s group: its value up to its ``%``) -> (reading, not a reading).
+
+    The reading is the value when it is a finite number within [0, PERCENT_MAX], else null (``inf%``,
+    ``nan%``, ``250.0%``, ``-1%``, ``%``: missing, never 0 and never a value). The second is true for
+    such a field, false where the line has no such field or ends inside its value (a cut line)."""
+    tok = text.str.extract(rx, 1)
+    whole = tok.str.ends_with("%")
+    num = tok.str.strip_suffix("%").cast(pl.Float64, strict=False)
+    ok = (whole & num.is_finite() & num.is_between(0.0, PERCENT_MAX)).fill_null(False)
+    cut = (~whole & text.str.strip_chars_end().str.ends_with(tok)).fill_null(False)
+    return pl.when(ok).then(num), tok.is_not_null() & ~ok & ~cut
+
+
+def _value(text: pl.Expr, name: str, rx: str | None, dtype: Any) -> pl.Expr:
+    if rx is None:
+        return pl.lit(None, dtype)
+    return _percent(text, rx)[0] if name in PERCENT_FIELDS else _num(text, rx, dtype)
+
+
 def _field(name: str, rust: pl.Expr) -> pl.Expr:
     dtype, py_rx, rust_rx = FIELDS[name]
     t = pl.col("text")
-    py = _num(t, py_rx, dtype) if py_rx else pl.lit(None, dtype)
-    rs = _num(t, rust_rx, dtype) if rust_rx else pl.lit(None, dtype)
+    py = _value(t, name, py_rx, dtype)
+    rs = _value(t, name, rust_rx, dtype)
     if name == "preemptions":
         # The Rust logger prints the field only when p > 0: no field is 0, on a whole line (one that
         # reaches the KV field after it); a line cut before it says nothing.
@@ -109,7 +143,7 @@ def parse(records: pl.DataFrame) -> pl.DataFrame:
     v0_prefix = records.filter(pl.col("kind") == "stats_prefix").select(
         "stream",
         "seq",
-        _num(pl.col("text"), r"Prefix cache hit rate: GPU: ([\d.]+)%", pl.Float64).alias("_gpu_hit"),
+        _percent(pl.col("text"), V0_PREFIX_RX)[0].alias("_gpu_hit"),
     )
     if v0_prefix.height and stats.height:
         stats = stats.sort("seq")
@@ -129,6 +163,72 @@ def parse(records: pl.DataFrame) -> pl.DataFrame:
             .drop("_gpu_hit")
         )
     return stats.sort("seq")
+
+
+# What a note calls each percentage field (the Rust frontend's "KV cache used" is the KV cache usage).
+PERCENT_WORDS = {
+    "kv_usage": "KV cache usage",
+    "cpu_kv_usage": "CPU KV cache usage",
+    "prefix_hit": "prefix cache hit rate",
+}
+
+
+_BAD_SCHEMA = {
+    "stream": pl.Int64,
+    "seq": pl.Int64,
+    "source": pl.String,
+    "line": pl.Int64,
+    "field": pl.String,
+    "value": pl.String,
+}
+
+
+def not_readings(records: pl.DataFrame) -> pl.DataFrame:
+    """The percentage fields of the stats lines (and of V0's prefix cache line) that are not a reading
+    (:func:`_percent`): one row per field, in the bundle's order (``stream``, ``seq``, ``source``, ``line``,
+    ``field``, ``value`` as written)."""
+    t = pl.col("text")
+    rust = t.str.contains(RUST_MARKER, literal=True)
+    stats = records.filter(pl.col("kind") == "stats")
+    prefix = records.filter(pl.col("kind") == "stats_prefix")
+    parts = []
+    for name in PERCENT_FIELDS:
+        _, py_rx, rust_rx = FIELDS[name]
+        for rx, which in ((py_rx, ~rust), (rust_rx, rust)):
+            if rx is not None and stats.height:
+                parts.append(_bad_rows(stats.filter(which), rx, name))
+    if prefix.height:
+        parts.append(_bad_rows(prefix, V0_PREFIX_RX, "prefix_hit"))
+    if not parts:
+        return pl.DataFrame(schema=_BAD_SCHEMA)
+    return pl.concat(parts).sort("stream", "seq", maintain_order=True)
+
+
+def _bad_rows(rows: pl.DataFrame, rx: str, name: str) -> pl.DataFrame:
+    t = pl.col("text")
+    return rows.filter(_percent(t, rx)[1]).select(
+        pl.col("stream").cast(pl.Int64),
+        pl.col("seq").cast(pl.Int64),
+        pl.col("source").cast(pl.String),
+        pl.col("n").cast(pl.Int64).alias("line"),
+        pl.lit(name).alias("field"),
+        t.str.extract(rx, 1).alias("value"),
+    )
+
+
+def not_readings_warning(records: pl.DataFrame) -> str | None:
+    """One warning for every percentage of the stats lines that is not a reading: how many, and the first."""
+    bad = not_readings(records)
+    if bad.height == 0:
+        return None
+    first = bad.row(0, named=True)
+    value = first["value"] if len(first["value"]) <= 24 else first["value"][:23] + "…"
+    lines = bad.select("stream", "seq").n_unique()
+    return (
+        f"{bad.height} KV cache usage / prefix cache hit rate value(s) in {lines} stats line(s) are not a percentage "
+        f"within 0-100 (first: {PERCENT_WORDS[first['field']]} '{value}' at {first['source']}:{first['line']}): "
+        "each is read as missing (not evaluable), never as 0 or as a reading"
+    )
 
 
 def rust_note(records: pl.DataFrame) -> SourceOutput:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ...model.events import capped_count, spread_interval
+from ...model.evidence import PERCENT_MAX
 from ...model.frames import polars_schema
 from ...model.schemas import CONFIG_SCHEMA
 from .names import (
@@ -94,6 +95,9 @@ def _dtypes(schema: dict[str, str]) -> Schema:
     return polars_schema(schema)
 
 
+PERCENT_GAUGES = ("kv_usage", "cpu_kv_usage", "prefix_hit_rate_gauge")  # fields read in percent
+
+
 def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
     """Across files, on the common clock: ranks of one engine, counter increases (a series spans
     files), events, series, config and the counter facts."""
@@ -114,6 +118,19 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         value=pl.col("value")
         * pl.col("name").replace_strict({k: v[2] for k, v in known.items()}, default=1.0, return_dtype=pl.Float64),
     )
+    # A usage or hit-rate gauge (scaled to percent) that is no percentage (NaN, Inf, 2.5 -> 250 %, a
+    # negative value) is no reading: missing, never a value, never the largest of the ranks below.
+    pct = pl.col("field").is_in(PERCENT_GAUGES)
+    bad = pct & ~(pl.col("value").is_finite() & pl.col("value").is_between(0.0, PERCENT_MAX)).fill_null(False)
+    bad_rows = s.filter(bad & pl.col("value").is_not_null())
+    if bad_rows.height:
+        first = bad_rows.sort("file_id", "n").row(0, named=True)
+        out.warnings.append(
+            f"Prometheus: {bad_rows.height} usage / hit-rate gauge sample(s) are not a percentage within 0-100 "
+            f"(first: {first['name']} {first['value'] / 100.0:g} at {first['source']}:{first['n']}): each is read "
+            "as missing (not evaluable), never as 0 or as a reading"
+        )
+    s = s.with_columns(value=pl.when(bad).then(None).otherwise(pl.col("value")))
     # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
     # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
