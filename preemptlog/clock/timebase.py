@@ -310,6 +310,141 @@ def offset_for(offsets: dict[str, float], display: str, kind: str) -> float:
     return offsets.get(display, offsets.get(kind, 0.0))
 
 
+# --------------------------------------------------------------------------
+# --offset SOURCE=DURATION resolved against the bundle
+
+
+@dataclass(frozen=True)
+class OffsetFile:
+    """A file of the bundle as ``--offset`` can name it."""
+
+    display: str  # the name outputs show (``x04/sglang.log``, ``b.tar.gz!dir/vllm.log``)
+    kind: str  # the source kind the sniffer (or --file-kind) gave it
+    path: str | None = None  # the file on disk as read, for a SOURCE given as a path (None: stdin)
+
+
+@dataclass(frozen=True)
+class ClockOffsets:
+    """The ``--offset`` of every file of a bundle (:func:`resolve_offsets`).
+
+    ``by_file``: seconds per file (display name), every file of the bundle (0 for a file no offset
+    names); a file's own offset beats its kind's. ``by_kind``: the offsets given by kind name, for
+    rows that name no file. ``assumptions``: the offsets applied; ``warnings``: those that were not
+    (a kind the bundle has no file of).
+    """
+
+    by_file: dict[str, float] = field(default_factory=dict)
+    by_kind: dict[str, float] = field(default_factory=dict)
+    assumptions: tuple[Assumption, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def moves(self) -> bool:
+        """Whether any clock moves."""
+        return any(self.by_file.values()) or any(self.by_kind.values())
+
+    def of(self, display: str | None, kind: str) -> float:
+        """The seconds for a row of a source kind's frame naming ``display`` (None: no file)."""
+        if display is not None and display in self.by_file:
+            return self.by_file[display]
+        return self.by_kind.get(kind, 0.0)
+
+
+def _norm_path(name: str) -> str:
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    return ("/" if name.startswith("/") else "") + "/".join(parts)
+
+
+def _names_file(key: str, display: str) -> bool:
+    """``key`` names the file shown as ``display``: the whole name, or a tail of it that starts
+    after a ``/`` (or an archive's ``!``): ``sglang.log`` and ``x04/sglang.log`` name ``x04/sglang.log``."""
+    d = _norm_path(display)
+    return d == key or (d.endswith(key) and d[-len(key) - 1] in "/!")
+
+
+def _same_file(key: str, path: str | None) -> bool:
+    if path is None:
+        return False
+    try:
+        return os.path.samefile(key, path)
+    except (OSError, ValueError):
+        return False
+
+
+def _listed(names: list[str], limit: int = 6) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _one_per_kind_first(files: list[OffsetFile]) -> list[str]:
+    """The files' names, the first of each kind first (a list cut short still shows every kind's)."""
+    firsts = list({f.kind: f.display for f in reversed(files)}.values())[::-1]
+    return firsts + [f.display for f in files if f.display not in firsts]
+
+
+def resolve_offsets(given: dict[str, float], files: list[OffsetFile], kinds: list[str]) -> ClockOffsets:
+    """``--offset SOURCE=SECONDS`` pairs put on the files of a bundle, before anything is read.
+
+    A SOURCE is a source kind (``kinds``: every kind ``--file-kind`` accepts, ``sglang-log`` too),
+    which applies to every file of that kind, or one file of the bundle: by its display name, by a
+    tail of it on ``/`` boundaries (``node1/dmon.txt``), by its basename when that names one file,
+    or by its path on disk. A file's own offset beats its kind's.
+
+    UsageError: a SOURCE that is neither a kind nor a file of the bundle (naming what it could be),
+    a name that fits two files (naming both), one file given two different offsets. A kind the
+    bundle has no file of is a warning (the same options serve many bundles: fleet, watch) and is
+    not listed as applied.
+    """
+    known = set(kinds)
+    by_kind: dict[str, float] = {}
+    of_kind: dict[str, float] = {}
+    own: dict[str, tuple[str, float]] = {}  # display -> (SOURCE, seconds)
+    assumptions: list[Assumption] = []
+    warnings: list[str] = []
+    for key, secs in given.items():
+        spelled = f"--offset {key}={secs:+g}s"
+        if key in known:
+            matched = [f for f in files if f.kind == key]
+            if not matched:
+                present = sorted({f.kind for f in files if f.kind in known})
+                warnings.append(
+                    f"{spelled} not applied: the bundle has no {key} file"
+                    + (f" (its kinds: {', '.join(present)})" if present else "")
+                )
+                continue
+            by_kind[key] = secs
+            for f in matched:
+                of_kind[f.display] = secs
+            assumptions.append(Assumption("offset", f"{secs:+g}s", f"--offset {key}", scope=key))
+            continue
+        name = _norm_path(key.strip())
+        matched = [f for f in files if name and _names_file(name, f.display)]
+        exact = [f for f in matched if _norm_path(f.display) == name]
+        if exact:
+            matched = exact
+        if not matched:
+            matched = [f for f in files if _same_file(key, f.path)]
+        if len(matched) > 1:
+            raise UsageError(
+                f"{spelled}: {key!r} names {len(matched)} files: {_listed([f.display for f in matched])}",
+                hint=f"give more of its path, e.g. {matched[0].display}",
+            )
+        if not matched:
+            raise UsageError(
+                f"{spelled}: {key!r} is neither a source kind nor a file of the bundle",
+                hint=f"a kind ({', '.join(sorted(known))}) or a file ({_listed(_one_per_kind_first(files)) or 'none'})",
+            )
+        f = matched[0]
+        if f.display in own and own[f.display][1] != secs:
+            raise UsageError(
+                f"{spelled}: {f.display} already has --offset {own[f.display][0]}={own[f.display][1]:+g}s",
+                hint="give one offset per file",
+            )
+        own[f.display] = (key, secs)
+        assumptions.append(Assumption("offset", f"{secs:+g}s", f"--offset {key}", scope=f.display))
+    by_file = {f.display: own[f.display][1] if f.display in own else of_kind.get(f.display, 0.0) for f in files}
+    return ClockOffsets(by_file, by_kind, tuple(assumptions), tuple(warnings))
+
+
 def shift(df: pl.DataFrame, seconds: float | pl.Expr, column: str = "time") -> pl.DataFrame:
     """``column`` moved by ``seconds`` (a number or a Float64 expression), to the nearest
     microsecond: a clock offset (``--offset``, applied by pipeline.on_clock)."""

@@ -207,7 +207,8 @@ def analyze(
 
                 print_lines(rest, console)
                 print_timeline(result, console)  # only on a terminal
-        code, lines = failon.outcome(conditions, summary)
+            hidden = _not_visible(paths, full, options, ws, units) if _asks_unknown(conditions) else None
+        code, lines = failon.outcome(conditions, summary, not_visible=hidden)
         if quiet and result.partial and code is None and summary["warnings"]:  # -q keeps what explains exit 5
             w = summary["warnings"]
             more = f" (and {len(w) - 1} more warning(s): run without -q to see them)" if len(w) > 1 else ""
@@ -254,31 +255,71 @@ def _incidents(paths, full, options, ws):
     return done + [(u.name, None) for u in units[most:]]
 
 
+def _asks_unknown(conditions) -> bool:
+    return any(c.what == "unknown" for c in conditions)
+
+
+def _not_visible(paths, full, options, ws, done=None) -> list[str]:
+    """The incidents of a bundle of several (summary ``incidents``) whose own counts are not visible,
+    each analysed on its own as the summary's one line each (``done``: those analysed already, by
+    :func:`_incidents`; the others without the rules, which the count does not depend on). The
+    bundle's total is not known when one of them cannot show its count: ``--fail-on unknown`` holds.
+    The files of no server's log that meet none in time (``(other sources)``: dmon, records) are no
+    server's count."""
+    import dataclasses
+
+    from ..analysis import analyze as run
+    from ..render.each import split_by_incident
+    from ..sources import LOG_KINDS
+
+    if not full.summary().get("incidents"):
+        return []
+    known = {name: a for name, a in done or [] if a is not None}
+    quick = dataclasses.replace(options, rules=False)
+    out = []
+    for u in split_by_incident(paths, full):
+        a = known.get(u.name) or run(u.paths, quick, workspace=ws)
+        if a.summary().get("count_visible") is False and any(f.kind in LOG_KINDS for f in a.bundle.files):
+            out.append(u.name)
+    return out
+
+
 def _each(
     paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, verbose=False, filters=None, columns=None
 ) -> int:
-    """--each: every unit analysed on its own (each.py), one combined output, the worst exit code.
+    """--each: every unit analysed on its own (each.py), one combined output; the exit code of the
+    units' outcomes combined as one run's (failon.decide: FAIL_ON over NOT_VISIBLE over PARTIAL).
     Filters and the column choice apply to every unit, as without --each."""
     from ..outputs.outio import open_output
+    from ..outputs.safe import neutralise
     from ..render import failon
     from ..render.each import run_each, write_each
     from ..render.human import print_summary
     from ..render.view import apply_filters, with_columns
+    from ..sources import LOG_KINDS
 
-    results = [(name, with_columns(apply_filters(a, filters), columns)) for name, a in run_each(paths, options, ws)]
+    full = run_each(paths, options, ws)
+    results = [(name, with_columns(apply_filters(a, filters), columns)) for name, a in full]
     protect = [p for _, a in results for p in a.bundle.originals]
     with open_output(output, protect=protect, terminal_text=fmt.value in ("json", "ndjson", "csv")) as out:
         write_each(results, fmt, out, csv_safe=csv_safe)
-    failed: list[str] = []
-    for name, a in results:
+    # A unit of no server's log (dmon, records) beside units of logs has no count to hide, as in one run.
+    logs = [any(f.kind in LOG_KINDS for f in a.bundle.files) for _, a in full]
+    judged = []
+    for (name, a), (_, whole), has_log in zip(results, full, logs, strict=True):
         if not quiet:
             console = stderr_console(no_color)
             console.print(f"[bold]== server {name}[/bold]", markup=True, highlight=False)
             print_summary(a, console, verbose=verbose)
-        failed += [c for c in failon.failed(conditions, a.summary()) if c not in failed]
-    if failed:
-        sys.stderr.write(f"preemptlog: --fail-on {', '.join(failed)}: condition met\n")
-        return ExitCode.FAIL_ON
+        # A unit that is itself several incidents (an input of several servers): each one's count, as one run.
+        hidden = _not_visible([name], whole, options, ws) if _asks_unknown(conditions) else None
+        server = has_log or not any(logs)
+        judged.append((name, failon.judge(conditions, a.summary(), not_visible=hidden, where=name, server=server)))
+    code, lines = failon.decide(judged)
+    for line in lines:  # even with -q: they explain the exit code
+        sys.stderr.write(neutralise(line) + "\n")
+    if code is not None:
+        return code
     if any(a.partial for _, a in results):
         return ExitCode.PARTIAL
     return ExitCode.OK

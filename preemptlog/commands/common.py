@@ -182,6 +182,7 @@ def filters_from(*, kind, since, until, gate, request, min_confidence, file_kind
     overrides, kinds = split_kind_option(kind)
     if overrides:
         sys.stderr.write("preemptlog: note: --kind FILE=KIND is --file-kind FILE=KIND now (the old spelling works)\n")
+        check_file_kinds(overrides, "--kind")
     overrides += file_kinds(file_kind)
     return overrides, make_filters(
         since=since, until=until, gate=gate, request=request, kinds=kinds, min_confidence=min_confidence
@@ -189,13 +190,29 @@ def filters_from(*, kind, since, until, gate, request, min_confidence, file_kind
 
 
 def file_kinds(items: list[str] | None) -> list[str]:
-    """``--file-kind FILE=KIND`` values, checked for their ``=`` (the kind is checked by the pipeline)."""
+    """``--file-kind FILE=KIND`` values, checked: the ``=`` and the kind (:func:`check_file_kinds`)."""
     from ..errors import UsageError
 
     for item in items or []:
         if "=" not in item:
             raise UsageError(f"--file-kind expects FILE=KIND, got {item!r}", hint="e.g. --file-kind dmon.txt=dmon")
+    check_file_kinds(items, "--file-kind")
     return list(items or [])
+
+
+def check_file_kinds(items: list[str] | None, option: str) -> None:
+    """Each ``FILE=KIND`` names a known source kind (or ``ignore``), else a usage error naming the
+    option it came with (``--file-kind``, or ``--kind``, its old spelling): the pipeline checks them
+    again (pipeline.bundle.parse_kind_overrides), but it cannot tell which option the user typed."""
+    from .. import engines, sources
+    from ..errors import UsageError
+
+    engines.registered()  # every engine's log kind is a source kind once the engines are loaded
+    known = set(sources.kinds()) | {"ignore"}  # as parse_kind_overrides
+    for item in items or []:
+        kind = item.rsplit("=", 1)[1]
+        if kind not in known:
+            raise UsageError(f"{option} {item!r}: unknown kind {kind!r}", hint="known: " + ", ".join(sorted(known)))
 
 
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "": 1.0}

@@ -201,6 +201,10 @@ class Engine:
     # what its scheduler's code says of when it preempts, for the summary's cause (``code``) of a bundle
     # of its events alone (None: the default engine's words by generation, render/summary.py)
     cause_code: str | None = None
+    # the same words given the bundle, where what it shows adds a trigger the static words leave out (vLLM
+    # V1: a reset of the prefix cache in the log; SGLang: retractions SGLANG_TEST_RETRACT forced); None
+    # from the call: the static words stand (``cause_code``, or the default engine's words by generation)
+    cause_words: Callable[[AnalysisView], str | None] | None = None
 
     @property
     def default(self) -> bool:

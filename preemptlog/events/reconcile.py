@@ -517,9 +517,17 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         else:
             rule = "V0 warnings (1 in 50): none in this log, which does not begin at a start banner"
             quality = "lower bound"
+    elif cap.has_log and cap.counts == "exact":
+        # the engine's log prints every preemption (SGLang: every retraction): its count, 0 included
+        rule = f"the log's own lines, one per preemption: {cap.reason}"
+        quality = "exact"
     else:
         rule = "events found in the inputs"
         quality = "unknown" if not total else "lower bound"
+    if quality == "exact" and field_lines and v0.get("logged_lines"):
+        # a V0 server beside the counted one: its warnings show 1 preemption in 50
+        quality = "lower bound"
+        rule += "; plus a V0 server's warnings and reconstructed counts (1 in 50 logged): a lower bound"
     # An engine whose only reading is a baseline (it started before the log) and that nothing else counts
     # in the log's window: its preemptions there are not in the total.
     counted_e = set(timed.get_column("engine").to_list()) if timed.height else set()

@@ -327,9 +327,18 @@ def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None
     return None if r is None else {"max": int(r["prompt_tokens"]), "src": r["prompt_src"], "victims": pr.height}
 
 
+def lever_engine(a: Analysis) -> engines.Engine:
+    """The engine whose levers the capacity arithmetic is said in: the one engine the bundle shows when
+    it has levers of its own (an SGLang log's: ``--max-running-requests``), else the default engine's
+    (whose configuration keys the pool and demand are read from)."""
+    shown = list(engines.engine_kinds(a.events, a.config, a.records))
+    own = engines.find(shown[0]) if len(shown) == 1 else None
+    return own if own is not None and own.capacity_fixes is not None else engines.default()
+
+
 def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
 
-    capacity_fixes = engines.default().capacity_fixes  # the pool levers of the engine whose config keys these are
+    capacity_fixes = lever_engine(a).capacity_fixes
     assert capacity_fixes is not None
     pool = _pool(a)
     peak, peak_why = _peak(a, pool) if pool is not None and pool["blocks"] else (None, None)
@@ -348,6 +357,7 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
             "max_concurrency",
             "num_gpu_blocks_override",
             "num_gpu_blocks_profiled",
+            "max_running_requests",  # SGLang's running limit (its levers')
         )
     }
     # vLLM's own default for the bundle's version stands in for a value the log does not print,

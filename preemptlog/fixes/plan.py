@@ -45,6 +45,12 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
     if a.ruleset is None:
         return {"changes": [], "to_know_more": [], "dropped": []}
     per = engines.split_verdicts(a.events, a.verdicts)  # each engine's events get its own changes
+    judged = per.get(engines.DEFAULT)
+    unjudged = set(per) == {engines.DEFAULT} and (judged is None or judged.height == 0)
+    if unjudged:
+        # no verdict (no event counted): the changes of each engine the bundle shows (an SGLang log's
+        # pressure gets SGLang's flags, never vLLM's)
+        per = {k: None for k in engines.engine_kinds(a.events, a.config, a.records)}
     changes: list[dict[str, Any]] = []
     know: list[dict[str, Any]] = []
     dropped: list[dict[str, str]] = []
@@ -52,7 +58,7 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
         if eng.name not in per:
             continue
         v = per[eng.name]
-        if eng.default and len(per) > 1 and (v is None or v.height == 0):
+        if eng.default and len(per) > 1 and not unjudged and (v is None or v.height == 0):
             continue  # only other engines' events: none of the default engine's changes
         part = eng.fixes(a, findings, v)
         mine, mine_dropped = part.changes, list(part.dropped)

@@ -18,8 +18,10 @@ Stages return their notes and warnings (:class:`Report`) instead of appending to
 object; :func:`run` puts them together in the order the outputs have always shown them.
 The clock offsets (``--offset KIND_OR_FILE=SECONDS``) are applied here, once, to every source's
 output (:func:`on_clock`): every time-typed column of every frame, per row by the file named in its
-``source`` (``timebase.offset_for``: a file's offset beats its kind's; ``timebase.shift``). The
-sources know nothing of offsets. The vLLM log records are moved before the record families
+``source`` (``timebase.shift``). Each SOURCE is first put on the files of the bundle, before any is
+read (:func:`clock_offsets`, ``timebase.resolve_offsets``: a kind names every file of that kind,
+SGLang's log included, a name or path tail one file; one that names no file is a usage error; a
+file's offset beats its kind's). The sources know nothing of offsets. The vLLM log records are moved before the record families
 read them (their frames derive from the moved times and are not moved again) and before the
 span the other sources date themselves by (``TimeContext.reference``) is taken. A source that
 derives something across files (Prometheus: a counter series spans files) is placed per file,
@@ -39,7 +41,18 @@ from typing import IO, Any
 import polars as pl
 
 from .. import engines
-from ..clock.timebase import Assumption, StreamMeta, TimeOptions, check_zone, local_zone, offset_for, resolve, shift
+from ..clock.timebase import (
+    Assumption,
+    ClockOffsets,
+    OffsetFile,
+    StreamMeta,
+    TimeOptions,
+    check_zone,
+    local_zone,
+    resolve,
+    resolve_offsets,
+    shift,
+)
 from ..errors import InputError
 from ..events.honesty import honesty_notes
 from ..events.pressure import find_intervals
@@ -236,8 +249,24 @@ def log_files_of(bundle: Bundle) -> list[InputFile]:
     return [f for f in bundle.files if f.kind in LOG_KINDS]
 
 
+def clock_offsets(bundle: Bundle, options: AnalyzeOptions) -> ClockOffsets:
+    """The ``--offset`` pairs put on the files of the bundle (``timebase.resolve_offsets``): a
+    SOURCE that names no file is a UsageError here, before anything is read."""
+    files = [
+        OffsetFile(f.display, f.kind, None if f.is_stdin else str(f.path))
+        for f in bundle.files
+        if f.stream >= 0  # the files that are read
+    ]
+    return resolve_offsets(options.offsets, files, list(kinds()))
+
+
 def one_clock(
-    records: pl.DataFrame, bundle: Bundle, options: AnalyzeOptions, tz: str, anchors: list[tuple[Any, str]]
+    records: pl.DataFrame,
+    bundle: Bundle,
+    options: AnalyzeOptions,
+    tz: str,
+    anchors: list[tuple[Any, str]],
+    offsets: ClockOffsets | None = None,
 ) -> tuple[pl.DataFrame, TimeContext, Report]:
     """The log records on one clock (year, zone, order: timebase.resolve; provenance; rotated
     overlap read once; the logs' --offset), and the time context the other sources resolve in."""
@@ -269,11 +298,13 @@ def one_clock(
     mixed = mixed_warning(records)
     if mixed:
         warnings.append(mixed)
-    records = on_clock(records, options.offsets, vllm_log.KIND)
+    if offsets is None:
+        offsets = clock_offsets(bundle, options)
+    records = on_clock(records, offsets, vllm_log.KIND)
     assumptions = list(tres.assumptions)
     warnings.extend(tres.warnings)
-    for key, sec in sorted(options.offsets.items()):
-        assumptions.append(Assumption("offset", f"{sec:+g}s", f"--offset {key}", scope=key))
+    assumptions.extend(sorted(offsets.assumptions, key=lambda a: str(a.source)))
+    warnings.extend(offsets.warnings)
     timed = records.filter(pl.col("time").is_not_null()).get_column("time") if records.height else None
     reference = (timed.min(), timed.max()) if timed is not None and timed.len() else None
     ctx = TimeContext(
@@ -287,12 +318,13 @@ def one_clock(
 
 def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: str, prof: Profile) -> SourceFrames:
     """Every source read and put on one clock: the frames the later stages work on."""
+    offsets = clock_offsets(bundle, options)  # a SOURCE that names no file fails before any reading
     parsed, phase1 = parse_other_sources(bundle, ws, options.debug)
     other_anchors = [a for _, p in parsed for a in p.anchors()]
     prof.mark("other sources, phase 1")
     records, request_rows, logs = read_logs(bundle, ws, options.debug, prof, options.keep_request_rows)
     prof.mark(f"vllm logs ({records.height} rec)")
-    records, ctx, clock = one_clock(records, bundle, options, tz, other_anchors)
+    records, ctx, clock = one_clock(records, bundle, options, tz, other_anchors, offsets)
     prof.mark("timebase")
 
     outputs: list[SourceOutput] = [fam.from_records(records, ctx) for fam in families().values()]
@@ -300,7 +332,7 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     records = records.filter(pl.col("kind") != linetimes.KIND)
     untimed_notes, untimed_counts = _untimed_report(records)
     for name, p in parsed:
-        outputs.append(resolve_on_clock(p, name, ctx, options.offsets))
+        outputs.append(resolve_on_clock(p, name, ctx, offsets))
     prof.mark("families, phase 2")
 
     # The log pass's own records are read by the engine whose parsers they are (engines.log_reader:
@@ -565,22 +597,23 @@ def _drop_rotation_overlap(records: pl.DataFrame, file_stream: dict[int, tuple[i
     return (kept.drop("_ord", "_key") if dropped else records), dropped
 
 
-def on_clock(df: pl.DataFrame, offsets: dict[str, float], kind: str) -> pl.DataFrame:
+def on_clock(df: pl.DataFrame, offsets: ClockOffsets, kind: str) -> pl.DataFrame:
     """Every time-typed (Datetime) column of a source kind's frame moved by its file's ``--offset``.
 
-    The file is the row's ``source`` (rows without one take the kind's offset):
-    ``timebase.offset_for`` per file, ``timebase.shift`` per column.
+    The file is the row's ``source`` (rows without one take the offset given to ``kind`` by
+    name): ``ClockOffsets.of`` per file, ``timebase.shift`` per column. The file decides, not
+    ``kind``: the log records of every log kind come here as ``vllm-log``'s.
     """
-    if not offsets or df.height == 0:
+    if not offsets.moves() or df.height == 0:
         return df
     cols = [c for c, t in df.schema.items() if isinstance(t, pl.Datetime)]
     if not cols:
         return df
-    default = offsets.get(kind, 0.0)
+    default = offsets.of(None, kind)
     secs: float | pl.Expr = default
     if "source" in df.columns:
         files = df.get_column("source").unique()
-        per = {str(f): offset_for(offsets, str(f), kind) for f in files.drop_nulls().to_list()}
+        per = {str(f): offsets.of(str(f), kind) for f in files.drop_nulls().to_list()}
         values = set(per.values()) | ({default} if files.null_count() else set())
         if len(values) > 1:
             secs = pl.col("source").replace_strict(per, default=default, return_dtype=pl.Float64)
@@ -591,10 +624,10 @@ def on_clock(df: pl.DataFrame, offsets: dict[str, float], kind: str) -> pl.DataF
     return df
 
 
-def output_on_clock(out: SourceOutput, offsets: dict[str, float], kind: str) -> SourceOutput:
+def output_on_clock(out: SourceOutput, offsets: ClockOffsets, kind: str) -> SourceOutput:
     """A source's output with every frame, event frame and config row on the common clock (and
     the frames it keeps sorted sorted again)."""
-    if not offsets:
+    if not offsets.moves():
         return out
     frames = {}
     for name, df in out.frames.items():
@@ -610,7 +643,7 @@ def output_on_clock(out: SourceOutput, offsets: dict[str, float], kind: str) -> 
     )
 
 
-def resolve_on_clock(parsed: Any, kind: str, ctx: TimeContext, offsets: dict[str, float]) -> SourceOutput:
+def resolve_on_clock(parsed: Any, kind: str, ctx: TimeContext, offsets: ClockOffsets) -> SourceOutput:
     """Phase 2 of a source kind, its output moved by the ``--offset`` of its files (once)."""
     if isinstance(parsed, CrossFile):
         return parsed.combine(output_on_clock(parsed.place(ctx), offsets, kind))

@@ -218,10 +218,14 @@ def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=Non
     return out
 
 
-def combined_rows(results: list[tuple[str, Analysis]]) -> pl.DataFrame:
-    """Every unit's event rows (render.event_rows), ``server`` first."""
+def combined_rows(results: list[tuple[str, Analysis]], *, text_times: bool = True) -> pl.DataFrame:
+    """Every unit's event rows (render.event_rows), ``server`` first; times as text, or typed
+    (``text_times=False``: parquet, as a single run writes them)."""
 
-    frames = [event_rows(a).select(pl.lit(name).alias("server"), pl.all()) for name, a in results]
+    frames = [
+        event_rows(a, text_times=text_times).select(pl.lit(name, pl.String).alias("server"), pl.all())
+        for name, a in results
+    ]
     frames = [f for f in frames if f.height] or frames[:1]
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"server": pl.String})
 
@@ -233,7 +237,7 @@ def write_each(
     if fmt is OutputFormat.table:
         _write_table(results, out)
         return
-    df = combined_rows(results)
+    df = combined_rows(results, text_times=fmt is not OutputFormat.parquet)
     if fmt is OutputFormat.ndjson:
         if df.height:
             df.write_ndjson(out)

@@ -7,7 +7,11 @@ Grammar (several conditions may be given; any one that holds fails the run):
 - ``rate>X`` (also ``>=``): preemptions per received request, ``X`` a fraction
   (``0.05``) or a percentage (``5%``); never holds when requests were not logged;
 - ``unknown``: the bundle cannot show the count (summary ``count_visible`` false:
-  a stock V1 log without /metrics scrapes); exit code NOT_VISIBLE, not FAIL_ON.
+  a stock V1 log without /metrics scrapes), or one of its incidents cannot (a bundle of
+  several servers: its total is not known then either); exit code NOT_VISIBLE, not FAIL_ON.
+
+With ``--each`` every unit is judged on its own and :func:`decide` combines them with the
+precedence of one run: FAIL_ON (a count condition holds in any unit) over NOT_VISIBLE.
 """
 
 from __future__ import annotations
@@ -71,32 +75,112 @@ def failed(conditions: list[Condition], summary: dict) -> list[str]:
     return [c.text for c in conditions if c.holds(summary)]
 
 
-def outcome(conditions: list[Condition], summary: dict) -> tuple[int | None, list[str]]:
-    """(exit code or None, stderr lines) for the conditions: FAIL_ON when a count condition holds,
-    NOT_VISIBLE when ``unknown`` holds; a warning when a count condition cannot hold because the
-    count is not visible, or a rate condition because no request count divides it. The lines are printed even with -q (they explain the exit code)."""
+@dataclass(frozen=True)
+class Judged:
+    """What the conditions say of one analysis (a bundle, or one unit of ``--each``)."""
 
+    met: tuple[str, ...] = ()  # the conditions on the count (any, count, rate) that hold
+    # ``unknown`` holds: () when the analysis's own count is not visible, else the names of its
+    # incidents whose counts are not visible (the bundle's total is then not known either); None: it does not.
+    not_visible: tuple[str, ...] | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def judge(
+    conditions: list[Condition],
+    summary: dict,
+    *,
+    not_visible: list[str] | None = None,
+    where: str | None = None,
+    server: bool = True,
+) -> Judged:
+    """The conditions on one summary. ``not_visible``: the incidents of a bundle of several whose own
+    counts are not visible (each analysed on its own, as the summary's one line each): ``unknown``
+    holds then too, though the bundle counted the others. ``where``: the unit's name (``--each``),
+    for the warnings. ``server=False``: a unit of ``--each`` that holds no server's log (dmon,
+    records) beside units that do: it has no count of its own to hide (as such files are no
+    incident's count in one run)."""
+
+    hidden_words = (
+        f"the preemption count of {where} is not visible"
+        if where
+        else "the preemption count is not visible in this bundle"
+    )
     lines: list[str] = []
-    hit = [c for c in conditions if c.holds(summary)]
-    if summary.get("count_visible") is False:
+    whole = summary.get("count_visible") is False
+    asked = any(c.what == "unknown" for c in conditions)
+    if not server:  # no count of its own, nothing to warn of
+        whole = False
+    elif whole:
         vacuous = [c.text for c in conditions if c.what in ("any", "count", "rate")]
-        if vacuous and not any(c.what == "unknown" for c in conditions):
+        if vacuous and not asked:
             lines.append(
-                f"preemptlog: warning: --fail-on {', '.join(vacuous)} cannot hold: the preemption count is not "
-                "visible in this bundle (add --fail-on unknown to fail on that)"
+                f"preemptlog: warning: --fail-on {', '.join(vacuous)} cannot hold: {hidden_words} "
+                "(add --fail-on unknown to fail on that)"
             )
     elif summary.get("preemption_rate") is None:
         no_rate = [c.text for c in conditions if c.what == "rate"]
         if no_rate:
             lines.append(
-                f"preemptlog: warning: --fail-on {', '.join(no_rate)} cannot hold: the bundle logs no received "
-                "requests to divide the preemptions by (use count>N to gate on the count)"
+                f"preemptlog: warning: --fail-on {', '.join(no_rate)} cannot hold: "
+                + (f"{where} logs" if where else "the bundle logs")
+                + " no received requests to divide the preemptions by (use count>N to gate on the count)"
             )
-    counted = [c.text for c in hit if c.what != "unknown"]
-    if counted:
-        lines.append(f"preemptlog: --fail-on {', '.join(counted)}: condition met")
+    met = tuple(c.text for c in conditions if c.what != "unknown" and c.holds(summary))
+    hidden: tuple[str, ...] | None = None
+    if asked and whole:
+        hidden = ()
+    elif asked and not_visible:
+        hidden = tuple(not_visible)
+    return Judged(met, hidden, tuple(lines))
+
+
+def decide(judged: list[tuple[str | None, Judged]]) -> tuple[int | None, list[str]]:
+    """(exit code or None, stderr lines) of one analysis (name None) or of every unit of ``--each``
+    (each named), with one precedence: FAIL_ON when a condition on the count holds in any, else
+    NOT_VISIBLE when ``unknown`` holds in any; PARTIAL is the caller's, below both."""
+
+    lines = [w for _, j in judged for w in j.warnings]
+    met: dict[str, None] = {}
+    where: dict[str, None] = {}
+    for name, j in judged:
+        met.update(dict.fromkeys(j.met))
+        if j.met and name is not None:
+            where[name] = None
+    if met:
+        at = f" (server {', '.join(where)})" if where else ""
+        lines.append(f"preemptlog: --fail-on {', '.join(met)}: condition met{at}")
         return ExitCode.FAIL_ON, lines
-    if hit:
+    hidden: dict[str, None] = {}
+    whole = False
+    for name, j in judged:
+        if j.not_visible is None:
+            continue
+        if j.not_visible:
+            hidden.update(dict.fromkeys(j.not_visible))
+        elif name is not None:
+            hidden[name] = None
+        else:
+            whole = True
+    if whole:
         lines.append("preemptlog: --fail-on unknown: the preemption count is not visible in this bundle")
+    elif hidden:
+        total = ", so the bundle's total is not known either" if all(n is None for n, _ in judged) else ""
+        lines.append(
+            f"preemptlog: --fail-on unknown: the preemption count of {', '.join(hidden)} is not visible{total}"
+        )
+    if whole or hidden:
         return ExitCode.NOT_VISIBLE, lines
     return None, lines
+
+
+def outcome(
+    conditions: list[Condition], summary: dict, *, not_visible: list[str] | None = None
+) -> tuple[int | None, list[str]]:
+    """(exit code or None, stderr lines) for the conditions: FAIL_ON when a count condition holds,
+    NOT_VISIBLE when ``unknown`` holds (the count is not visible, or one incident's of a bundle of
+    several: ``not_visible``); a warning when a count condition cannot hold because the count is not
+    visible, or a rate condition because no request count divides it. The lines are printed even with
+    -q (they explain the exit code)."""
+
+    return decide([(None, judge(conditions, summary, not_visible=not_visible))])

@@ -20,6 +20,7 @@ from ..engines import metric_owners, noun, possessive
 from ..outputs.console import text_console
 from ..outputs.safe import neutralise
 from .summary import GATE_WORDS, _pressure_words, fix_line, top_fix
+from .view import filtered_headline
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,9 +86,10 @@ def _times(text: str, n: int) -> str:
 
 
 def headline_text(s: dict[str, Any]) -> str:
-    """The headline as a person reads it: the summary's own, except that a filtered view drops the
-    figures of the whole bundle (the rate per received request)."""
-    h = str(s["headline"])
+    """The headline as a person reads it: the summary's own, except that a filtered view says how
+    many it shows of how many first and drops the figures of the whole bundle (view.filtered_headline;
+    the rate per received request)."""
+    h = filtered_headline(s)
     if s.get("filters") and s.get("preemption_rate") is not None:
         h = re.sub(r" \(\d+\.\d+ per received request\)", "", h, count=1)
     return h

@@ -10,6 +10,10 @@ import polars as pl
 from ..clock.timebase import iso_text, typed_zone
 from ..findings import as_dict
 from ..model.events import public
+from ..rules import mechanisms
+from ..rules.engine import evaluate, sample_frame
+from ..rules.factors import factors
+from ..rules.verdicts import fix_type
 from .view import check_columns
 
 if TYPE_CHECKING:
@@ -30,16 +34,24 @@ def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
 
     df = public(analysis.events)
     # The event columns first and unchanged, then the verdict (rules.verdicts.VERDICT_COLUMNS),
-    # then the joiner's evidence (joiner.EVIDENCE_SCHEMA).
+    # then the joiner's evidence (joiner.EVIDENCE_SCHEMA), then the findings' per-event columns.
+    # No events: the same columns of the same types as a run with events (one schema for every
+    # file of a dataset), so the empty frames are joined too, typed as the rules type them.
+    empty = df.height == 0
     verdicts = getattr(analysis, "verdicts", None)
-    if verdicts is not None and verdicts.height and df.height:
+    if _joinable(verdicts, empty):
+        if empty:
+            verdicts = _typed_like_a_run(verdicts, _verdict_types(analysis))
         df = df.join(verdicts, on="event_id", how="left", maintain_order="left")
     evidence = getattr(analysis, "evidence", None)
-    if evidence is not None and evidence.height and df.height:
+    if _joinable(evidence, empty):
         df = df.join(evidence, on="event_id", how="left", maintain_order="left")
     findings = getattr(analysis, "findings", None)  # mechanism and recompute cost, after the evidence
-    if findings is not None and findings.per_event.height and df.height:
-        df = df.join(findings.per_event, on="event_id", how="left", maintain_order="left")
+    per_event = findings.per_event if findings is not None else None
+    if _joinable(per_event, empty):
+        if empty:
+            per_event = _typed_like_a_run(per_event, _mechanism_types(analysis))
+        df = df.join(per_event, on="event_id", how="left", maintain_order="left")
     wanted = getattr(analysis, "columns", None)
     if wanted is not None:  # --columns / the compact default, chosen before any formatter sees the frame
         if df.height == 0:  # no events, so no verdict or evidence columns: the header stays the same
@@ -57,6 +69,45 @@ def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
         else:
             cols.append(pl.col(c))
     return df.select(cols)
+
+
+def _joinable(frame: pl.DataFrame | None, empty: bool) -> bool:
+    """Join ``frame`` (verdicts, evidence, per-event findings) to the event rows: when it has rows,
+    or when there are no events (its columns give the empty result its full header)."""
+    if frame is None or "event_id" not in frame.columns:
+        return False
+    return empty or frame.height > 0
+
+
+def _typed_like_a_run(frame: pl.DataFrame, types: dict[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame with the column types a run with events gives (the verdicts of no event are
+    typed String, the mechanism's cited values Null: a parquet file of no event would not share the
+    schema of the others)."""
+    return pl.DataFrame(schema={c: types.get(c, t) for c, t in frame.schema.items()})
+
+
+def _verdict_types(analysis: Analysis) -> dict[str, pl.DataType]:
+    """The verdict columns' types as rules.verdicts gives them on events: the rule engine's columns
+    evaluated on zero rows, the factors, the recommendations and the fixes."""
+    rs = getattr(analysis, "ruleset", None)
+    if rs is None:
+        return {}
+    frame = sample_frame({}).head(0)
+    types: dict[str, pl.DataType] = dict(evaluate(frame, rs).schema)
+    types["contributing_factors"] = frame.select(factors(frame, rs).alias("_f")).schema["_f"]
+    types["recommendations"] = pl.List(pl.String)
+    types["fixes"] = fix_type()
+    return types
+
+
+def _mechanism_types(analysis: Analysis) -> dict[str, pl.DataType]:
+    """``mechanism_evidence``'s type as findings.mechanism gives it on events (rules/mechanisms.py);
+    the other per-event findings columns are typed already without events."""
+    rs = getattr(analysis, "ruleset", None)
+    if rs is None or not mechanisms.active(rs):
+        return {}
+    out = mechanisms.evaluate(mechanisms.sample_frame({}).head(0), rs)
+    return {"mechanism_evidence": out.schema["mechanism_evidence"]}
 
 
 def write_parquet(analysis: Analysis, out: BinaryIO) -> None:

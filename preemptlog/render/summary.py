@@ -15,6 +15,7 @@ from ..model.requests import incident_requests
 from ..model.result import SUMMARIZER
 from ..rules.verdicts import guide_model
 from .each import split_by_incident
+from .view import filtered_headline
 
 if TYPE_CHECKING:
     from ..model.result import Analysis
@@ -201,6 +202,8 @@ def summarize(a: Analysis) -> dict[str, Any]:
         out["not_a_preemption"] = np_
     out["crashes"] = crash_rows(a)
     out["headline"] = headline(out) + crash_words(out)
+    if out.get("filters"):  # a filtered view: how many are shown of how many, never the total's quality
+        out["headline"] = filtered_headline(out)
     out["incidents"] = incident_names(a)
     if out["incidents"]:  # several servers or runs: one answer each, never one mixed sentence
         out["headline"] = not_one_incident(out["incidents"])
@@ -343,7 +346,10 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         "engine": own.display if own else "+".join(e.display for e in shown) or registry.default().display,
         "generation": gen if own is None else None,
         "version": version if own is None else None,
-        "code": (own.cause_code or CODE_SENTENCE[None]) if own else CODE_SENTENCE.get(gen, CODE_SENTENCE[None]),
+        # the engine's words given the bundle (a reset of the prefix cache, forced retractions), else its
+        # static words, else the default engine's by generation
+        "code": next((w for e in shown if e.cause_words is not None and (w := e.cause_words(a))), None)
+        or ((own.cause_code or CODE_SENTENCE[None]) if own else CODE_SENTENCE.get(gen, CODE_SENTENCE[None])),
         "by_rule": rules,
         "contradicted": sum(n for r, n in rules.items() if r.endswith("-contradicted")),
         "cache_reset": resets["events"],

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
 from ..clock.timebase import zone_info
 from ..errors import UsageError
 from ..model.events import EVENT_KINDS, EVENTS_SCHEMA
@@ -139,6 +140,7 @@ def make_filters(*, since=None, until=None, gate=None, request=None, kinds=None,
                 hint="ISO 8601 (2026-11-29T23:58:20, with or without a zone), HH:MM[:SS] on the last line's day, "
                 "or relative to the last line: -30m, -90s, -2h",
             )
+    _check_window(since, until)
     return Filters(
         since=since,
         until=until,
@@ -147,6 +149,44 @@ def make_filters(*, since=None, until=None, gate=None, request=None, kinds=None,
         kinds=list(kinds or []),
         min_confidence=min_confidence.lower() if min_confidence else None,
     )
+
+
+def _window_error(since: str, until: str) -> UsageError:
+    return UsageError(
+        f"--since {since} is later than --until {until}: no event can be shown",
+        hint="--since is the start of the window, --until its end",
+    )
+
+
+def _check_window(since: str | None, until: str | None) -> None:
+    """``--since`` later than ``--until`` is a usage error, here when the two compare without the
+    bundle (both relative, both HH:MM[:SS] on the same day, both ISO); else apply_filters checks."""
+    if not since or not until:
+        return
+    rs, ru = _relative(since), _relative(until)
+    if rs is not None and ru is not None:
+        if rs < ru:  # -30m is later than -90m
+            raise _window_error(since, until)
+        return
+    if _clock(since) and _clock(until):
+        if _clock_seconds(since) > _clock_seconds(until):
+            raise _window_error(since, until)
+        return
+    a, b = _iso(since, "UTC"), _iso(until, "UTC")
+    if a is not None and b is not None and _has_zone(since) == _has_zone(until) and a > b:
+        raise _window_error(since, until)
+
+
+def _clock_seconds(text: str) -> float:
+    parts = [float(x) for x in text.strip().split(":")]
+    return parts[0] * 3600 + parts[1] * 60 + (parts[2] if len(parts) > 2 else 0.0)
+
+
+def _has_zone(text: str) -> bool:
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).tzinfo is not None
+    except ValueError:
+        return False
 
 
 def _relative(text: str) -> float | None:
@@ -214,10 +254,14 @@ def apply_filters(analysis: Analysis, f: Filters | None) -> Analysis:
         keep = keep.with_columns(gate=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String))
     cond = pl.lit(True)
     last = _last_line_time(analysis)
-    if f.since:
-        cond &= pl.col("time") >= pl.lit(resolve_time(f.since, analysis, last)).dt.cast_time_unit("us")
-    if f.until:
-        cond &= pl.col("time") <= pl.lit(resolve_time(f.until, analysis, last)).dt.cast_time_unit("us")
+    since = resolve_time(f.since, analysis, last) if f.since else None
+    until = resolve_time(f.until, analysis, last) if f.until else None
+    if f.since and f.until and since is not None and until is not None and since > until:
+        raise _window_error(f.since, f.until)
+    if since is not None:
+        cond &= pl.col("time") >= pl.lit(since).dt.cast_time_unit("us")
+    if until is not None:
+        cond &= pl.col("time") <= pl.lit(until).dt.cast_time_unit("us")
     if f.gates:
         cond &= pl.col("gate").fill_null("undetermined").is_in(f.gates)
     if f.requests:
@@ -243,6 +287,39 @@ def apply_filters(analysis: Analysis, f: Filters | None) -> Analysis:
         filters={"text": f.text(), "kept": kept.height, "total": ev.height},
     )
     return view
+
+
+def filtered_headline(s: dict[str, Any]) -> str:
+    """The first line of a filtered view's summary (``s``: render.summary of the view): how many
+    are shown of how many, first (``0 of 5 preemptions shown (--min-confidence high)``), never a
+    word that belongs to the whole bundle's count: the quality of a count of 0 (``(exact)``, a V0
+    log's ``can miss up to 49``) and the pressure where none is shown are the bundle's, not the
+    view's. Without a filter, the summary's own headline."""
+    f = s.get("filters")
+    h = str(s["headline"])
+    if not f:
+        return h
+    kept, total = int(f["kept"]), int(f["total"])
+    kinds = s.get("engine_kinds") or _input_engines(s) or {engines.DEFAULT: total}
+    # not visible: no count to be a share of (the events shown are not a count of preemptions)
+    what = engines.noun(kinds, total) if s.get("count_visible") else "event(s)"
+    shown = f"{kept} of {total} {what} shown ({f['text']})"
+    if h.startswith(shown):  # said already (the summary's own headline, once it says it)
+        return h
+    if not s.get("count_visible"):
+        return f"{shown}; {h}"
+    if kept == 0:
+        return shown
+    lead = f"{kept} {engines.noun(kinds, kept)}"
+    if h.startswith(lead):
+        return shown + h[len(lead) :]
+    return f"{shown}; {h}"
+
+
+def _input_engines(s: dict[str, Any]) -> dict[str, int]:
+    """The engines whose logs are among the inputs (a view that shows no event has no engine of its own)."""
+    kinds = {str(x.get("kind")) for x in s.get("inputs") or []}
+    return {e.name: 0 for e in engines.registered() if kinds & set(e.log_kinds)}
 
 
 def with_columns(analysis: Analysis, columns: list[str] | None) -> Analysis:

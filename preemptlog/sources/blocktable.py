@@ -25,13 +25,18 @@ over computed ones), ``num_computed_tokens`` / ``priority`` on tables, and on pr
 
 Time is ``time`` (ISO 8601; without an offset it is local time in ``--tz``)
 or ``ts`` (epoch seconds, UTC). Extra fields are ignored; ``engine`` may be a
-string or a number. Lines that are not JSON objects of this format (bad JSON,
-wrong types, missing required fields, no time) are counted and reported,
-never fatal; blank lines are skipped.
+string or a non-negative integer. Lines that are not JSON objects of this format (bad JSON,
+wrong types, missing required fields, no time, any other constraint of the schema file:
+``minimum``, ``enum``, list shapes; :func:`_valid_expr` reads them from the file) are counted
+and reported, never fatal; blank lines are skipped. An identical record (every field read equal)
+seen twice in one file is read once, with a note (two files' records are never merged: two
+servers' records can be alike).
 
 Reading: every line is decoded by polars with an explicit schema
 (``str.json_decode``); only a file where that fails falls back to Python's
-``json`` line by line to find and count the bad lines.
+``json`` line by line to find and count the bad lines. Both reads keep the same records: what
+polars' decoder does not check (a number read as a string's text, a fraction or a bool truncated
+into an integer) is found by one regex over the raw lines that may hold it (:func:`read_file`).
 
 Frames: ``bt_steps`` (with the largest contiguous free run and the number of
 free regions, computed from ``free_regions`` or, vectorised, from
@@ -44,7 +49,11 @@ preemption events (kind ``record``).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -155,7 +164,7 @@ BT_REQUESTS_SCHEMA = {
 ISO_RE = r"^\s*(?P<d>\d{4}-\d\d-\d\d)[T ](?P<t>\d\d:\d\d:\d\d)(?:[.,](?P<f>\d{1,9}))?\s*(?P<z>Z|z|[+-]\d\d:?\d\d)?\s*$"
 
 
-def _record_dtype() -> pl.DataType:
+def _record_dtype() -> pl.Struct:
     return pl.Struct(
         {
             "type": pl.String,
@@ -202,8 +211,137 @@ def _record_dtype() -> pl.DataType:
             "block_hashes": pl.List(pl.String),
             "v": pl.Int64,  # format version: 2 = preemptlog's vLLM plugin (upstream vLLM's scheduler)
             "vllm_version": pl.String,  # the plugin's header: the first record of each file names vLLM's version
+            "arrival_time": pl.Float64,  # not read: decoded for its type and its dot (read_file)
         }
     )
+
+
+# The schema (preemptlog/data/blocktable.schema.json) is what a record must meet: its constraints
+# become one polars expression (_valid_expr). JSON types are the decoder's part (read_file): polars'
+# JSON decoder errs on a string where a number belongs (the file then takes the Python path, which
+# checks every type), but reads a number or a bool into a string field as its text, and truncates a
+# fraction or a bool into an integer. The columnar read looks at the raw line again, with one regex
+# (_wrong_json_re), only where that may have happened: a string field whose text looks like a number
+# or a bool, a line with a ``true``/``false`` or with more dots than its fractional numbers and
+# strings hold. ``engine`` may also be a non-negative integer (the schema says so).
+NUMBER_TEXT = r"^(?:-?[0-9][0-9.eE+-]*|true|false)$"
+PROSE = ("time", "reason", "vllm_version", "prefix_id")  # string fields whose dots are expected
+INT_TEXT = r"^[0-9]+$"
+STRING_OR_INT = ("engine",)
+
+
+def _wrong_json_re() -> str:
+    """A field of the record with a value of the wrong JSON kind (a schema key inside an extra nested
+    object reads as the record's own)."""
+    strings, numbers, integers, number_lists, string_lists = [], [], [], [], []
+    for f in _record_dtype().fields:
+        t = f.dtype
+        if t == pl.String and f.name not in STRING_OR_INT:
+            strings.append(f.name)
+        elif t in (pl.Int64, pl.Float64):
+            numbers.append(f.name)
+            if t == pl.Int64:
+                integers.append(f.name)
+        elif isinstance(t, pl.List) and isinstance(t.inner, pl.Struct):  # ``shared``: its objects' integers
+            numbers += [g.name for g in t.inner.fields]
+            integers += [g.name for g in t.inner.fields]
+        elif isinstance(t, pl.List) and t.inner == pl.String:
+            string_lists.append(f.name)
+        elif isinstance(t, pl.List):
+            number_lists.append(f.name)
+
+    def keys(names: list[str]) -> str:
+        return '"(?:' + "|".join(sorted(set(names))) + ')"' + r"\s*:\s*"
+
+    quoted = r'"(?:[^"\\]|\\.)*"'
+    return "|".join(
+        [
+            keys(strings) + "[-0-9tf]",  # a number or a bool for a string
+            keys(numbers) + "[tf]",  # a bool for a number
+            keys(integers) + r"-?[0-9]*\.[0-9]*[1-9][0-9]*[\s,}]",  # a fraction for an integer (3.0 is one)
+            keys(list(STRING_OR_INT)) + r"(?:[-tf]|[0-9]+[.eE])",  # engine: a string or a whole number >= 0
+            keys(number_lists) + r'\[[^"{}]*?(?:true|false|\.[0-9]*[1-9][0-9]*[\s,\]])',  # a bool or a fraction in them
+            keys(string_lists)
+            + r"\[\s*(?:"
+            + quoted
+            + r"\s*,\s*)*[^\s\]"
+            + '"'
+            + "]",  # a bare item in a list of strings
+        ]
+    )
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    text = resources.files("preemptlog").joinpath("data/blocktable.schema.json").read_text("utf-8")
+    out: dict[str, Any] = json.loads(text)
+    return out
+
+
+def _holds(
+    expr: pl.Expr, spec: dict[str, Any], dtype: PolarsType, *, required: bool = False, least: Any = ...
+) -> pl.Expr:
+    """True where the value meets ``spec``: the JSON Schema keywords the schema file uses (enum, const,
+    minimum, items, prefixItems, minItems, maxItems, an object's properties and required). A null is
+    an absent value (the plugin writes null for what it does not know); ``required``: it must be there.
+    ``least``: the smallest value of the column (of a list column's items) when known (_minima), so
+    that a minimum every value meets costs nothing per row."""
+    parts: list[pl.Expr] = []
+    if "enum" in spec:
+        parts.append(expr.is_in(spec["enum"]))
+    if "const" in spec:
+        parts.append(expr == spec["const"])
+    if "minimum" in spec and dtype.is_numeric() and (least is ... or (least is not None and least < spec["minimum"])):
+        parts.append(expr >= spec["minimum"])
+    if isinstance(dtype, pl.List):
+        n = expr.list.len()
+        if "minItems" in spec:
+            parts.append(n >= spec["minItems"])
+        if "maxItems" in spec:
+            parts.append(n <= spec["maxItems"])
+        prefix = spec.get("prefixItems", [])
+        for i, sub in enumerate(prefix):
+            at = expr.list.get(i, null_on_oob=True)
+            parts.append((n <= i) | _holds(at, sub, dtype.inner, required=True))
+        if "items" in spec:
+            if prefix:  # not used by the schema; items after the prefix would need a slice
+                raise ValueError("blocktable schema: items with prefixItems")
+            item = _holds(pl.element(), spec["items"], dtype.inner, required=True, least=least)
+            parts.append(expr.list.eval(item).list.all())
+    if isinstance(dtype, pl.Struct):
+        fields = {f.name: f.dtype for f in dtype.fields}
+        parts.extend(_object_holds(expr.struct.field, spec, fields))
+    if not parts:
+        return expr.is_not_null() if required else pl.lit(True)
+    ok = pl.all_horizontal(parts)
+    return (expr.is_not_null() & ok) if required else (expr.is_null() | ok)
+
+
+def _object_holds(
+    get: Callable[[str], pl.Expr],
+    spec: dict[str, Any],
+    fields: dict[str, PolarsType],
+    least: dict[str, Any] | None = None,
+) -> list[pl.Expr]:
+    least = least or {}
+    out = [get(r).is_not_null() for r in spec.get("required", []) if r in fields]
+    for k, sub in spec.get("properties", {}).items():
+        if k in fields:
+            part = _holds(get(k), sub, fields[k], least=least.get(k, ...))
+            if not part.meta.eq(pl.lit(True)):  # nothing to check (a type the decoder checked)
+                out.append(part)
+    return out
+
+
+def _minima(df: pl.DataFrame) -> dict[str, Any]:
+    """The smallest value of each number column and of each list of numbers' items (None: no value)."""
+    exprs = []
+    for k, t in df.schema.items():
+        if t.is_numeric():
+            exprs.append(pl.col(k).min())
+        elif isinstance(t, pl.List) and t.inner.is_numeric():
+            exprs.append(pl.col(k).list.min().min())
+    return df.select(exprs).row(0, named=True) if exprs and df.height else {}
 
 
 def _sniff(head: str) -> int:
@@ -222,9 +360,7 @@ def _sniff(head: str) -> int:
 
 def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict[str, Any]], int]:
     """The slow path for a damaged file: json.loads per line, wrong types become bad lines."""
-    import json
-
-    fields = _record_dtype().to_schema()  # type: ignore[attr-defined]
+    fields = _record_dtype().to_schema()
     out, bad = [], 0
     for n, text in lines:
         try:
@@ -243,7 +379,7 @@ def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict[str, Any]], in
                 row[name] = None
                 continue
             try:
-                row[name] = _coerce(v, dtype)
+                row[name] = _coerce(v, dtype, name)
             except (TypeError, ValueError, OverflowError):
                 ok = False
                 break
@@ -254,12 +390,17 @@ def _python_rows(lines: list[tuple[int, str]]) -> tuple[list[dict[str, Any]], in
     return out, bad
 
 
-def _coerce(v: Any, dtype: PolarsType) -> Any:
+def _coerce(v: Any, dtype: PolarsType, name: str = "") -> Any:
+    """``v`` as ``dtype`` when its JSON type is the schema's, else TypeError (the columnar read's rules)."""
     if dtype == pl.String:
-        if isinstance(v, (str, int)) and not isinstance(v, bool):
+        if isinstance(v, str):
+            return v
+        if name in STRING_OR_INT and isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             return str(v)
         raise TypeError
     if dtype == pl.Int64:
+        if isinstance(v, float) and v.is_integer():  # JSON Schema: 3.0 is an integer
+            v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
             raise TypeError
         return v
@@ -279,41 +420,69 @@ def _coerce(v: Any, dtype: PolarsType) -> Any:
 
 
 def read_file(path: str) -> tuple[pl.DataFrame, int]:
-    """Decode one JSONL file: (rows with the record fields and ``n``, bad line count)."""
+    """Decode one JSONL file: (rows with the record fields and ``n``, bad line count). The bad lines
+    here are those whose JSON types are not the schema's; _valid_expr checks the rest."""
 
     dtype = _record_dtype()
     lf = scan_lines(path).filter(pl.col("line").str.strip_chars() != "")
+    line = pl.col("line")
     try:
-        df = lf.select("n", pl.col("line").str.json_decode(dtype).alias("r")).collect().unnest("r")
-        bad = 0
+        df = (
+            lf.select(
+                "n",
+                line.str.json_decode(dtype).alias("r"),
+                line.str.count_matches(r"\.|true|false").alias("_marks"),
+            )
+            .collect()
+            .unnest("r")
+        )
     except pl.exceptions.PolarsError:
         lines = lf.select("n", "line").collect()
         rows, bad = _python_rows(list(lines.iter_rows()))
-        schema = {"n": pl.UInt32, **dtype.to_schema()}  # type: ignore[attr-defined]
+        schema = {"n": pl.UInt32, **dtype.to_schema()}
         df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
-    return df, bad
-
-
-def _valid_expr() -> pl.Expr:
+        return df, bad
+    fields = {f.name: f.dtype for f in dtype.fields}
+    texts = [k for k, t in fields.items() if t == pl.String]
     c = pl.col
-    has_time = c("time").is_not_null() | c("ts").is_not_null()
-    step_ok = (c("type") == "step") & c("step").is_not_null() & c("num_free_blocks").is_not_null()
-    table_ok = (
-        (c("type") == "table") & c("step").is_not_null() & c("request_id").is_not_null() & c("block_ids").is_not_null()
+    # the dots a line's own values explain: a fractional number (ts, arrival_time), the dots in the
+    # strings that hold text; a dot anywhere else, or a true / false, sends the line to the regex
+    dots = pl.sum_horizontal(
+        *[(c(k) != c(k).floor()).cast(pl.UInt32) for k, t in fields.items() if t == pl.Float64],
+        *[c(k).str.count_matches(".", literal=True) for k in PROSE],
     )
-    event_ok = (
-        (c("type") == "event")
-        & c("step").is_not_null()
-        & c("request_id").is_not_null()
-        & c("action").is_in(list(ACTIONS))
+    # the text of a number or a bool in a string field (not in an enum's: the enum check rejects it)
+    enums = {k for alt in _schema()["oneOf"] for k, sub in alt["properties"].items() if "enum" in sub}
+    looks = [
+        c(k).str.contains(NUMBER_TEXT) & (~c(k).str.contains(INT_TEXT) if k in STRING_OR_INT else True)
+        for k in texts
+        if k not in enums | {"type"}
+    ]
+    looks.append(c("block_hashes").list.eval(pl.element().str.contains(NUMBER_TEXT)).list.any())
+    sus = df.filter(pl.any_horizontal(c("_marks") > dots, *looks).fill_null(False)).select("n")
+    df = df.drop("_marks")
+    if sus.height == 0:
+        return df, 0
+    hit = lf.join(sus.lazy(), on="n", how="semi").filter(line.str.contains(_wrong_json_re())).select("n").collect()
+    return df.filter(~c("n").is_in(hit.get_column("n").implode())), hit.height
+
+
+def _valid_expr(least: dict[str, Any] | None = None) -> pl.Expr:
+    """The schema's constraints (preemptlog/data/blocktable.schema.json) over the decoded records: the
+    type, the time (``anyOf``), the record of its type (``oneOf``), every declared property the reader
+    decodes (enum, minimum, list items and shapes, ``shared``'s objects) and the required ones.
+    ``least``: the columns' smallest values (_minima), to leave out the minimums every row meets."""
+    sch = _schema()
+    fields = dict(_record_dtype().to_schema())
+    top = _object_holds(pl.col, sch, fields, least)
+    any_of = pl.any_horizontal([pl.all_horizontal(_object_holds(pl.col, alt, fields)) for alt in sch["anyOf"]])
+    one_of = pl.sum_horizontal(
+        [
+            pl.all_horizontal(_object_holds(pl.col, alt, fields, least)).fill_null(False).cast(pl.Int32)
+            for alt in sch["oneOf"]
+        ]
     )
-    request_ok = (
-        (c("type") == "request")
-        & c("step").is_not_null()
-        & c("request_id").is_not_null()
-        & c("phase").is_in(list(PHASES))
-    )
-    return (has_time & (step_ok | table_ok | event_ok | request_ok)).fill_null(False)
+    return pl.all_horizontal([*top, any_of, one_of == 1]).fill_null(False)
 
 
 def _time_parts(df: pl.DataFrame) -> pl.DataFrame:
@@ -389,17 +558,50 @@ class BlockTableParsed:
         for f in files:
             df, bad = read_file(str(f.path))
             total = df.height + bad
-            good = df.filter(_valid_expr())
+            good = df.filter(_valid_expr(_minima(df)))
             bad += df.height - good.height
             good = _time_parts(good).with_columns(_exact=_exact_time())
             # A time outside 1970-2200 is a bad line (year 0 or 30000 cannot reach Python datetimes).
             sane = pl.coalesce(pl.col("_exact").dt.year(), _naive_time().dt.year()).is_between(1970, 2200)
-            sane = sane.fill_null(True) & (pl.col("ts").is_null() | pl.col("ts").is_between(0, 7258118400))
+            # no time that reads (a 'time' that is no ISO 8601 and no 'ts') is no time: a bad line
+            sane = sane.fill_null(False) & (pl.col("ts").is_null() | pl.col("ts").is_between(0, 7258118400))
             kept = good.filter(sane)
             bad += good.height - kept.height
             good = kept
             self.items.append((f, good, bad, total))
-        _ = pl
+        self.repeats = self._drop_repeats()
+
+    def _drop_repeats(self) -> dict[int, int]:
+        """An identical record (every field equal) read twice in one file (a line written twice, a file
+        appended to itself) is one record, as an identical V0 warning line is one event: the first is
+        kept. Two files are never merged so: equal records of two files are two servers' (or two
+        captures') until something says otherwise. Returns the number dropped per item."""
+        keys = list(_record_dtype().to_schema())
+        # candidates first (a hash of a few fields: equal records have equal hashes), then every field
+        cheap = pl.lit(0, pl.UInt64)
+        for seed, k in enumerate(("type", "step", "ts", "time", "request_id", "action", "phase")):
+            cheap = cheap ^ pl.col(k).hash(seed)
+        hashes = [df.select(cheap).to_series() for _, df, _, _ in self.items]
+        every = pl.concat(hashes) if hashes else pl.Series(dtype=pl.UInt64)
+        if every.n_unique() == every.len():
+            return {}
+        twice = every.is_duplicated()
+        parts, start = [], 0
+        for i, ((_, df, _, _), h) in enumerate(zip(self.items, hashes, strict=True)):
+            mask = twice.slice(start, h.len())
+            start += h.len()
+            if mask.any():
+                part = df.select(keys).with_row_index("_r").filter(mask)
+                parts.append(part.with_columns(_i=pl.lit(i, pl.Int32)))
+        again = pl.concat(parts).filter(~pl.struct([*keys, "_i"]).is_first_distinct())
+        out: dict[int, int] = {}
+        for i, (f, df, bad, total) in enumerate(self.items):
+            drop = again.filter(pl.col("_i") == i).get_column("_r")
+            if drop.len():
+                df = df.with_row_index("_r").filter(~pl.col("_r").is_in(drop.implode())).drop("_r")
+                self.items[i] = (f, df, bad, total)
+                out[i] = drop.len()
+        return out
 
     def anchors(self) -> list[tuple[datetime, str]]:
         out = []
@@ -421,15 +623,20 @@ class BlockTableParsed:
         out = SourceOutput()
         steps, tables, events, requests, config = [], [], [], [], []
         counters = []
-        for f, df, bad, total in self.items:
+        for k, (f, df, bad, total) in enumerate(self.items):
             # Format 2 is written by preemptlog's vLLM plugin, from upstream vLLM's own scheduler;
             # other records come from an instrumented scheduler (the field guide's).
             plugin = bool(df.height and df.get_column("v").eq(2).any())
             counters.append({"file": f.display, "records": df.height, "bad_lines": bad, "format": 2 if plugin else 1})
+            if self.repeats.get(k):
+                out.notes.append(
+                    f"{f.display}: {self.repeats[k]} block-table record(s) identical to an earlier one of the file "
+                    "(every field equal: a line written twice) were read once"
+                )
             if bad:
                 out.warnings.append(
                     f"{f.display}: {bad} of {total} line(s) are not block-table records (bad JSON, wrong types, "
-                    "missing type/step/time or required fields): skipped"
+                    "missing type/step/time or required fields, values the schema excludes): skipped"
                 )
                 out.partial = True
             if df.height == 0:

@@ -158,7 +158,7 @@ def test_a_filtered_headline_has_the_filtered_figures_only(stock):
     p = in_pipes(["analyze", demo, "--tz", "UTC", "--gate", "G3", "-f", "ndjson"])
     assert p.returncode == 0, p.stderr
     text = words(p.stderr.splitlines())
-    assert text.startswith("1 preemption")
+    assert text.startswith("1 of 226 preemptions shown (--gate G3-queue-overflow)")  # shown of how many, first
     assert "per received request" not in text  # the rate divides by the whole bundle's requests
     assert "tokens recomputed" not in text  # the cost is the whole bundle's
     assert "filtered (--gate G3-queue-overflow): 1 of 226 event(s) shown" in text

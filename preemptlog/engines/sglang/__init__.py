@@ -35,8 +35,9 @@ ENGINE = register_engine(
         tokens_unknown="unknown: SGLang's retraction line names no request and prints #new_tokens_gained only from "
         "0.5.10 (/metrics sglang:num_retracted_{input,output}_tokens_total give the incident's total)",
         recompute_counters=summary.recompute_counters,
-        cause_code="SGLang retracts running requests only when its KV pool cannot hold the next decode step "
-        "(scheduler update_running_batch: check_decode_mem failed)",
+        capacity_fixes=fixes.capacity_fixes,
+        cause_code=summary.CAUSE_CODE,
+        cause_words=summary.cause_words,
     )
 )
 

@@ -31,6 +31,7 @@ from ...model.fixes import fix_record
 from ..common import FixPart, is_change, ranked, verdict_key_counts
 from . import knobs
 from .log import ENGINE_KIND as SGLANG
+from .log import forced
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
@@ -64,10 +65,13 @@ def _fix(
 
 
 def _events(analysis: AnalysisView) -> pl.DataFrame:
+    """SGLang's retractions that KV pressure made: the ones SGLANG_TEST_RETRACT forced ('Testing
+    retraction.') are no evidence for a KV fix (log.forced)."""
     ev = analysis.events
     if ev.height == 0:
         return ev
-    return ev.filter(pl.col("engine_kind") == SGLANG)
+    ev = ev.filter(pl.col("engine_kind") == SGLANG)
+    return ev.filter(~forced(ev, analysis.frames.get("sgl_retractions"))) if ev.height else ev
 
 
 def _per_minute(ev: pl.DataFrame) -> tuple[float | None, float]:
@@ -342,7 +346,100 @@ def candidates(analysis: AnalysisView) -> tuple[list[dict[str, Any]], list[dict[
 
 def plan_part(analysis: AnalysisView, findings: Any, verdicts: Any) -> FixPart:
     """SGLang's changes for its events (the engine's ``fixes``): its candidates ranked over its
-    events' verdicts; only the changes (a fix it cannot compute is not listed). ``findings`` unused."""
+    events' verdicts; only the changes (a fix it cannot compute is not listed). Without a retraction
+    KV pressure made, the changes the pressure its batch lines show supports (:func:`_pressure_part`)."""
+    if _events(analysis).height == 0:
+        return _pressure_part(analysis, findings)
     found, dropped = candidates(analysis)
     changes = [x for x in ranked(found, verdict_key_counts(verdicts)) if is_change(x)]
     return FixPart(changes=changes, know=[], dropped=dropped)
+
+
+# ------------------------------------------------------------- no retraction: the pressure of the batch lines
+
+# The share of the pool the running set keeps free to grow into when a running limit is estimated from the
+# batch lines (preemptlog's estimate, the same room as vLLM's held levers; SGLang's own admission reserves
+# by its new-token ratio instead).
+GROWTH_ROOM = 0.15
+# What would show how far the running requests grow (SGLang's request log; preemptlog does not read it).
+# (no ': ' nor '; ' in it: fixes/plan.to_know_more splits a fix's ``missing`` on them)
+REQUEST_LOG = (
+    "SGLang's request log (--log-requests, with --log-requests-level 1 or more for max_new_tokens), each "
+    "request's prompt_tokens and completion_tokens in its 'Finish' line"
+)
+
+
+def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """SGLang's levers of the capacity finding (the engine's ``capacity_fixes``, findings/capacity.py, for
+    a bundle of SGLang's lines alone): where the batch lines show the pool holding back waiting requests
+    (``held``: token usage >= 85 % with #queue-req > 0), ``--max-running-requests floor(100 / (share x
+    1.15))``, as many requests as fill the pool to 1 / 1.15 at the share one running request held
+    (offered when it lowers the most running requests the pool held and the limit in force). Estimated,
+    never verified (not replayed: the what-if model is vLLM's)."""
+    held = c.get("held")
+    if not held:
+        return [], []
+    fid = "sglang_capacity_max_running_requests"
+    cur = (c.get("cfg") or {}).get("max_running_requests")
+    share, room = float(held["share"]), 1 + GROWTH_ROOM
+    seen = held["text"]
+    fit = int(100 // (share * room)) if share > 0 else 0
+    if fit < 1:
+        return [], [{"id": fid, "why": f"one running request holds {share:.0f} % of the KV pool ({seen})"}]
+    if fit >= held["running_max"] or (cur is not None and fit >= cur.value):
+        return [], [
+            {
+                "id": fid,
+                "why": f"--max-running-requests {fit} would not lower the up to {held['running_max']} running the "
+                f"pool held ({seen})" + (f" or the limit in force ({cur.cite()})" if cur is not None else ""),
+            }
+        ]
+    ran = (
+        f"{held['running_min']}-{held['running_max']}"
+        if held["running_min"] != held["running_max"]
+        else str(held["running"])
+    )
+    fix = _fix(
+        fid,
+        "--max-running-requests",
+        None if cur is None else f"{cur.value:g}",
+        str(fit),
+        [seen, *([cur.cite()] if cur is not None else [])],
+        f"{fit} running requests at {share:.1f} % of the KV pool each fill {fit * share:.0f} % of it and have room "
+        "to grow: fewer retractions, more requests waiting",
+    )
+    fix.update(
+        basis=f"estimated from the batch lines, {ran} running at {share:g} % of the KV pool each",
+        formula=f"--max-running-requests {fit} = floor(100 % / ({share:.1f} % per running request x {room:g}))",
+        estimated="batch lines",
+        pressure=True,
+    )
+    return [fix], []
+
+
+def _pressure_part(analysis: AnalysisView, findings: Any) -> FixPart:
+    """No retraction KV pressure made: the changes the batch lines' pressure supports (the capacity
+    finding's SGLang levers, :func:`capacity_fixes`; ``--mem-fraction-static`` when the start-up line
+    leaves room for it), addressing no event; and what would settle the estimate (SGLang's request log)."""
+    cap = (getattr(findings, "capacity", None) if findings is not None else None) or {}
+    computed = [dict(x) for x in cap.get("fixes") or [] if x.get("engine_kind") == SGLANG and x.get("pressure")]
+    dropped = [d for d in cap.get("dropped") or [] if str(d.get("id", "")).startswith(SGLANG)]
+    if not computed:
+        return FixPart(changes=[], know=[], dropped=dropped)
+    mem, why = _mem_fraction(analysis)
+    if mem is not None and is_change(mem):
+        computed.append({**mem, "pressure": True})
+    if why is not None:
+        dropped.append(why)
+    for i, x in enumerate(computed, 1):
+        x["events_addressed"] = 0
+        x["rank"] = i
+    know = {
+        "id": "sglang_request_log",
+        "option": "--max-running-requests",
+        "suggested": None,
+        "missing": REQUEST_LOG,
+        "expected_effect": "how far the running requests grow past the share of the pool the batch lines show, "
+        "read by hand: preemptlog does not parse SGLang's request lines yet",
+    }
+    return FixPart(changes=computed, know=[know], dropped=dropped)

@@ -341,6 +341,29 @@ def events(ret: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def forced(events: pl.DataFrame, ret: pl.DataFrame | None) -> pl.Series:
+    """Per row of ``events``: whether it is a retraction SGLANG_TEST_RETRACT forced (its line says
+    ``Testing retraction.``, ``kv_full`` false), matched to its retraction line by stream and order
+    (evidence.py does the same). False for every other row (another engine's, a counter's): those
+    say nothing of a forced retraction."""
+    if (
+        events.height == 0
+        or ret is None
+        or ret.height == 0
+        or not {"stream", "seq", "engine_kind"} <= set(events.columns)
+    ):
+        return pl.Series("forced", [False] * events.height, dtype=pl.Boolean)
+    lines = ret.filter(~pl.col("kv_full")).select(
+        pl.col("stream").cast(pl.Int32), pl.col("seq").cast(pl.UInt32), pl.lit(True).alias("_forced")
+    )
+    j = events.select(
+        (pl.col("engine_kind") == ENGINE_KIND).fill_null(False).alias("_own"),
+        pl.col("stream").cast(pl.Int32),
+        pl.col("seq").cast(pl.UInt32),
+    ).join(lines.unique(["stream", "seq"]), on=["stream", "seq"], how="left", maintain_order="left")
+    return (j.get_column("_own") & j.get_column("_forced").fill_null(False)).alias("forced")
+
+
 def batches(records: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Decode and Prefill batch lines (BATCHES_SCHEMA), one TP rank's per (second, engine, message)."""
     t = pl.col("text")

@@ -18,6 +18,7 @@ import polars as pl
 from ..common import LogCapability
 from . import knobs
 from .log import ENGINE_KIND as SGLANG
+from .log import forced
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
@@ -31,7 +32,10 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
         return None
     ret = ret if ret is not None else pl.DataFrame()
     ev = a.events.filter(pl.col("engine_kind") == SGLANG) if a.events.height else a.events
-    timed = ev.filter(pl.col("time").is_not_null()) if ev.height else ev
+    # The rate against SGLang's 'about once a minute is okay' is of the retractions KV pressure made:
+    # the ones SGLANG_TEST_RETRACT forced ('Testing retraction.') are not (log.forced).
+    pressure = ev.filter(~forced(ev, ret)) if ev.height else ev
+    timed = pressure.filter(pl.col("time").is_not_null()) if pressure.height else pressure
     per_minute, span = None, None
     if timed.height > 1:
         span = float(timed.select((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds()).item()) / 1e6
@@ -60,27 +64,56 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
 
 def headline_words(s: dict[str, Any]) -> str:
     """The headline's words in SGLang's terms (after the gates): what SGLang said, how often against its
-    own 'about once a minute is okay', and how many came with the new-token ratio at its floor."""
+    own 'about once a minute is okay', and how many came with the new-token ratio at its floor. Only
+    the lines KV pressure made are quoted and rated: 'Testing retraction.' lines (SGLANG_TEST_RETRACT)
+    are said as forced, never as 'KV cache pool is full'."""
     sg = s.get("sglang") or {}
     if not sg.get("retractions"):
         return ""
+    n_forced = int(sg.get("forced_by_test") or 0)
+    kv_lines = int(sg.get("retraction_lines") or 0) - n_forced
     fams = sg.get("version_family") or {}
-    said = (
-        "'decode out of memory happened'"
-        if set(fams) == {"0.1-0.2"}
-        else "'Decode out of memory happened'"
-        if set(fams) <= {"0.1-0.2", "0.3.0-0.4.6"}
-        else "'KV cache pool is full'"
+    parts = []
+    if kv_lines > 0:
+        said = (
+            "'decode out of memory happened'"
+            if set(fams) == {"0.1-0.2"}
+            else "'Decode out of memory happened'"
+            if set(fams) <= {"0.1-0.2", "0.3.0-0.4.6"}
+            else "'KV cache pool is full'"
+        )
+        parts.append(f"{said} on {kv_lines} line(s)")
+        pm = sg.get("per_minute")  # of the retractions KV pressure made (section)
+        if pm is not None:
+            ok = "more often than" if pm > sg["docs_ok_per_minute"] else "within"
+            # under a minute, per_minute is the count of those retractions (a burst: its count)
+            rate = f"{pm:g} within a minute" if (sg.get("span_s") or 0) < 60 else f"{pm:g} per minute"
+            parts.append(f"{rate} ({ok} its docs' 'about once a minute is okay')")
+        if sg.get("ratio_at_floor"):
+            parts.append(f"the new-token ratio at its floor before {sg['ratio_at_floor']}")
+    if n_forced:
+        parts.append(f"{n_forced} 'Testing retraction.' line(s) forced by SGLANG_TEST_RETRACT, not KV pressure")
+    return "; SGLang: " + ", ".join(parts)
+
+
+CAUSE_CODE = (
+    "SGLang retracts running requests only when its KV pool cannot hold the next decode step "
+    "(scheduler update_running_batch: check_decode_mem failed)"
+)
+
+
+def cause_words(a: AnalysisView) -> str | None:
+    """The summary's cause (``code``) of a bundle with retractions SGLANG_TEST_RETRACT forced: not only
+    KV pressure then (None otherwise: :data:`CAUSE_CODE` stands)."""
+    ev = a.events.filter(pl.col("engine_kind") == SGLANG) if a.events.height else a.events
+    n = int(forced(ev, a.frames.get("sgl_retractions")).sum()) if ev.height else 0
+    if not n:
+        return None
+    return (
+        "SGLang retracts running requests when its KV pool cannot hold the next decode step (scheduler "
+        "update_running_batch: check_decode_mem failed), and when SGLANG_TEST_RETRACT forces it: "
+        f"{n} of these retraction(s) are forced ('Testing retraction.'), not KV pressure"
     )
-    parts = [f"SGLang: {said} on {sg['retraction_lines']} line(s)"]
-    pm = sg.get("per_minute")
-    if pm is not None:
-        ok = "more often than" if pm > sg["docs_ok_per_minute"] else "within"
-        rate = f"{sg['retractions']} within a minute" if (sg.get("span_s") or 0) < 60 else f"{pm:g} per minute"
-        parts.append(f"{rate} ({ok} its docs' 'about once a minute is okay')")
-    if sg.get("ratio_at_floor"):
-        parts.append(f"the new-token ratio at its floor before {sg['ratio_at_floor']}")
-    return "; " + ", ".join(parts)
 
 
 REASON = (

@@ -47,6 +47,7 @@ ENGINE = register_engine(
         # V1's request status enum (vllm/v1/request.py): a line printing it shows upstream vLLM's own state
         status_marker=r"\bRequestStatus\.PREEMPTED\b",
         cache_reset_call="reset_prefix_cache(reset_running_requests=True)",
+        cause_words=codefacts.cause_words,
     )
 )
 

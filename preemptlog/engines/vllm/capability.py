@@ -17,6 +17,7 @@ import polars as pl
 from ...model.config import in_force
 from ...model.config import version_tuple as _version_tuple
 from ..common import LogCapability
+from .codefacts import reset_words
 from .stats import RUST_FAMILY, V1_STATS_FAMILIES
 
 RUST_SINCE = (0, 33, 0)  # the first release with the Rust frontend
@@ -126,6 +127,12 @@ def log_capability(a: AnalysisView) -> LogCapability:
             "builds: vllm-project/vllm PR #38452)" + no_stats
         )
         cap.remedy = V1_REMEDY_WITH_PLUGIN
+    # A reset of the prefix cache in the log: from 0.12.0 it can preempt every running request too, which
+    # the log does not count either (not only a failed KV-block allocation).
+    reset = reset_words(a.config, a.frames.get("cache_resets"))
+    if reset:
+        cap.reason = cap.reason.rstrip(". ") + f". Also, {reset}"
+        cap.details["cache_resets"] = reset
     return cap
 
 

@@ -8,13 +8,16 @@ Registered as the engine's ``bundle_facts`` (joiner/code.py asks every engine fo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ...model.config import in_force
 from ...model.config import version_tuple as _version_tuple
 from .. import facts as F
+
+if TYPE_CHECKING:
+    from ...model.result import AnalysisView
 
 
 def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
@@ -64,3 +67,55 @@ def bundle_facts(config: pl.DataFrame | None) -> dict[str, Any] | None:
         "label": label,
         "not_gates": ",".join(not_gates),
     }
+
+
+# The words of the code fact a V1 bundle's reset of the prefix cache points at (engines/facts.py).
+RESET_FACT = "vllm-v1-reset-prefix-cache"
+# The trigger every V1 version has (the headline's words for a stock V1 log, render/summary.py).
+V1_ALLOCATION = "vLLM V1 preempts a running request when a KV-block allocation fails"
+
+
+def _reset_fact() -> F.CodeFact:
+    return next(f for f in F.rows_of(F.VLLM) if f.id == RESET_FACT)
+
+
+def reset_words(config: pl.DataFrame | None, resets: pl.DataFrame | None) -> str | None:
+    """What the resets of the prefix cache a V1 log shows (frame ``cache_resets``: its 'Successfully
+    reset prefix cache' lines, resets.py) mean for its preemptions, by the version the bundle shows:
+    from 0.12.0 ``reset_prefix_cache(reset_running_requests=True)`` preempts every running request
+    (the code fact :data:`RESET_FACT`, its source cited); before, a reset with requests running fails
+    (no preemption). None without a reset line, or for a V0 log (V0's reset never preempts)."""
+    if resets is None or resets.height == 0:
+        return None
+    cfg = in_force(config) if config is not None and config.height else {}
+    gen_row = cfg.get("engine")
+    gen = gen_row["value"] if gen_row and gen_row["status"] != "default" else None
+    if gen == "V0":
+        return None
+    ver_row = cfg.get("vllm_version")
+    ver_text = ver_row["value"] if ver_row and ver_row["status"] != "default" else None
+    ver = _version_tuple(ver_text) if ver_text else None
+    fact = _reset_fact()
+    since = ".".join(str(x) for x in fact.since or ())
+    first = resets.sort("time", nulls_last=True).row(0, named=True)
+    where = f"{first['source']}:{first['line']}" + (f" +{resets.height - 1} more" if resets.height > 1 else "")
+    shown = f"the log shows {resets.height} reset(s) of the prefix cache ('Successfully reset prefix cache', {where})"
+    call = "reset_prefix_cache(reset_running_requests=True)"
+    if ver is not None and fact.since is not None and ver < fact.since:
+        return (
+            f"{shown}: in vLLM {ver_text} a reset does not preempt (reset_running_requests came in {since}: before, "
+            "a reset with requests running fails)"
+        )
+    which = f"in vLLM {ver_text}" if ver is not None else "in V1"
+    return (
+        f"{shown}: {which} a reset can also preempt: from {since}, {call} preempts every running request "
+        f"(vLLM source: {fact.source.split('; ')[0]}); the log does not say whether this one did"
+    )
+
+
+def cause_words(a: AnalysisView) -> str | None:
+    """The summary's cause (``code``) of a V1 bundle whose log shows a reset of the prefix cache: a failed
+    KV-block allocation is not the only trigger then (:func:`reset_words`). None otherwise (the words
+    by generation stand)."""
+    words = reset_words(a.config, a.frames.get("cache_resets"))
+    return f"{V1_ALLOCATION}; {words}" if words else None

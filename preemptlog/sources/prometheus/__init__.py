@@ -14,7 +14,10 @@ Accepted inputs (recognised by content, see :func:`_sniff`):
   ``date -Is`` writes it, epoch seconds as ``date +%s`` writes it, or the
   default ``date`` output), ``# EOF``, and with no separator at all: the repeat
   of a ``# HELP``/``# TYPE`` line or of a series already seen (the next scrape
-  began). A time on a separator line applies to the scrape that follows it;
+  began). Where there are separators they decide: from one to the next is one
+  scrape, whatever it repeats (two servers' pages appended after one separator;
+  a series read twice there keeps its largest value, with a note). A time on a
+  separator line applies to the scrape that follows it;
 - the JSON of Prometheus's HTTP API ``/api/v1/query_range`` (``matrix``) and
   ``/api/v1/query`` (``vector``), one answer per file or one per line;
 - AIPerf ``server_metrics_export.jsonl`` records (:func:`_aiperf_parts`) and

@@ -139,8 +139,13 @@ def _parse_text(f: InputFile) -> _FileData:
     took = caps.get_column("answer_s").drop_nulls()
     fd.answer_s = float(took.max()) if took.len() else None  # type: ignore[arg-type]  # a float or None
     rows = rows.filter(pl.col("kind") != "cap").drop("answer_s")
-    # Scrape numbering: explicit separators open a block; inside a block, the
-    # repeat of a HELP/TYPE line or of a series opens the next scrape.
+    # Scrape numbering: explicit separators (a time line, ``---``, ``# EOF``) open a block and decide:
+    # a block opened by one is one scrape, whatever it repeats (``curl a >> f; curl b >> f`` after
+    # one ``# scrape`` line repeats every HELP/TYPE: one scrape of two servers). Only in the block
+    # before the first separator (block 0: files without separators) does the repeat of a
+    # HELP/TYPE line or of a series open the next scrape. A series read twice in one separator
+    # block is one scrape all the same (another server with the same labels and a second scrape
+    # without its separator look alike): counters._combine keeps its largest value, with a note.
     rows = rows.with_columns(
         blk=pl.col("kind").is_in(["sep", "eof"]).cast(pl.Int32).cum_sum(),
         key=pl.when(pl.col("kind") == "sample")
@@ -150,7 +155,9 @@ def _parse_text(f: InputFile) -> _FileData:
     )
     rows = rows.with_columns(_pod=pl.col("pod").forward_fill())  # a "# Pod:" header names the scrapes below it
     rows = rows.with_columns(
-        occ=pl.when(pl.col("key").is_not_null()).then(pl.int_range(pl.len()).over("blk", "key")).otherwise(0)
+        occ=pl.when(pl.col("key").is_not_null() & (pl.col("blk") == 0))
+        .then(pl.int_range(pl.len()).over("blk", "key"))
+        .otherwise(0)
     ).with_columns(rep=pl.col("occ").cum_max().over("blk"))
     seps = (
         rows.filter(pl.col("kind") == "sep")
