@@ -184,13 +184,15 @@ def test_a_stock_v1_log_with_a_reset_says_a_reset_can_preempt(tmp_path):
     assert cause is not None
     words = cause(a)
     assert words is not None and "only when" not in words
-    assert words.startswith("vLLM V1 preempts a running request when a KV-block allocation fails; ")
+    assert words.startswith("vLLM V1 preempts a running request when a KV-block allocation fails, or (from 0.12.0)")
+    assert "the log shows 1 reset(s) (" in words and "vllm.log:5)" in words
 
 
 def test_a_reset_before_0_12_does_not_preempt(tmp_path):
     a = analyze([str(_write(tmp_path, "vllm.log", _reset_log("0.11.0")))], AnalyzeOptions(tz="UTC", year=2026))
     reason = a.summary()["not_visible"]["reason"]
     assert "in vLLM 0.11.0 a reset does not preempt" in reason
+    assert engines.default().cause_words(a) is None  # type: ignore[misc]  # the headline's words stand
 
 
 def test_a_stock_v1_log_without_a_reset_keeps_its_words(tmp_path):

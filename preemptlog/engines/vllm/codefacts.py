@@ -117,5 +117,15 @@ def cause_words(a: AnalysisView) -> str | None:
     """The summary's cause (``code``) of a V1 bundle whose log shows a reset of the prefix cache: a failed
     KV-block allocation is not the only trigger then (:func:`reset_words`). None otherwise (the words
     by generation stand)."""
-    words = reset_words(a.config, a.frames.get("cache_resets"))
-    return f"{V1_ALLOCATION}; {words}" if words else None
+    resets = a.frames.get("cache_resets")
+    words = reset_words(a.config, resets)
+    if not words or resets is None or " a reset does not preempt " in words:
+        return None  # no reset, or a version whose reset never preempts: the words by generation stand
+    # the headline's short form: the full words, with vLLM's source cited, are the capability's reason
+    first = resets.sort("time", nulls_last=True).row(0, named=True)
+    where = f"{first['source']}:{first['line']}" + (f" +{resets.height - 1} more" if resets.height > 1 else "")
+    since = ".".join(str(x) for x in _reset_fact().since or ())
+    return (
+        f"{V1_ALLOCATION}, or (from {since}) when its prefix cache is reset with requests running "
+        f"(reset_prefix_cache(reset_running_requests=True)): the log shows {resets.height} reset(s) ({where})"
+    )
