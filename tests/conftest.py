@@ -64,6 +64,24 @@ def write_lines(path: Path, lines: list[str], newline: str = "\n") -> Path:
     return path
 
 
+def analyze_json(*args: str) -> dict:
+    """``preemptlog analyze ARGS --tz UTC -f json`` as a real process (exit 0 asserted): its summary."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", *args, "--tz", "UTC", "-f", "json"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, NO_COLOR="1", TZ="UTC"),
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["summary"]
+
+
 # The slowest tests (python -m pytest --durations=40 on two cores: 3 s to 90 s each, about
 # half of the suite's time): marked `slow`, so `-m "not slow"` is the fast edit loop.
 # .ci/run runs them all. Key: test file -> test function names (every parametrisation).

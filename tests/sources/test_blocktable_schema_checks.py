@@ -4,9 +4,6 @@ the Python one a damaged file takes), and an identical record read twice is one 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -14,7 +11,7 @@ from preemptlog.analysis import AnalyzeOptions, analyze
 from preemptlog.pipeline.bundle import InputFile
 from preemptlog.sources import blocktable
 
-from ..conftest import write_lines
+from ..conftest import analyze_json, write_lines
 
 TS = 1773482405  # 2026-03-14T10:00:05Z
 EVENT = {"type": "event", "ts": TS, "step": 1, "request_id": "r", "action": "preempt"}
@@ -162,16 +159,7 @@ def test_a_line_written_twice_in_one_file_is_one_record(tmp_path):
 def test_cli_counts_a_duplicated_preempt_line_once(tmp_path):
     rec = _line(EVENT, request_id="d1", blocks_before=2, blocks_after=0)
     p = write_lines(tmp_path / "dup.jsonl", [rec, rec, _line(EVENT, request_id="d2", step=2, ts=TS + 1)])
-    out = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", str(p), "--tz", "UTC", "-f", "json"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, NO_COLOR="1", TZ="UTC"),
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    summary = json.loads(out.stdout)["summary"]
+    summary = analyze_json(str(p))
     assert summary["events"] == 2
     assert summary["requests_preempted_more_than_once"] == []
     assert any("identical to an earlier one" in n for n in summary["notes"])

@@ -3,17 +3,14 @@ decide; a repeated HELP/TYPE line opens a new scrape only before the first separ
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 import polars as pl
 
 from preemptlog import AnalyzeOptions, analyze
 
-from ..conftest import write_lines
+from ..conftest import analyze_json, write_lines
 
 E0 = 1773482400  # 2026-03-14T10:00:00Z
 NAME = "vllm:num_preemptions_total"
@@ -143,16 +140,7 @@ def test_before_the_first_separator_the_repeat_rule_holds(tmp_path):
 
 def test_cli_headline_spans_the_scrapes_not_the_mtime(tmp_path):
     p = two_models(tmp_path)
-    out = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", str(p), "--tz", "UTC", "-f", "json"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, NO_COLOR="1", TZ="UTC"),
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    s = json.loads(out.stdout)["summary"]
+    s = analyze_json(str(p))
     assert s["events"] == 9 and s["events_without_time"] == 0
     assert s["last_event"] == "2026-03-14T10:00:20+00:00"
     assert s["headline"].startswith("9 preemptions in 15 s")
