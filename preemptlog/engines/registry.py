@@ -185,8 +185,16 @@ class Engine:
     tokens_unknown: str | None = None  # why an event's recomputed tokens are unknown, in its terms
     # its own recompute cost from its counters (findings' recompute ``<name>_counters``)
     recompute_counters: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+    # tokens its own log gives an event (findings/recompute.py): (analysis, the events' event_id, stream, seq and
+    # _sub) -> rows (event_id, tokens, tokens_src) or None; and the words of that basis
+    event_tokens: Callable[[AnalysisView, pl.DataFrame], pl.DataFrame | None] | None = None
+    event_tokens_basis: str | None = None
     # the KV pool levers of the capacity finding (findings/capacity.py): inputs -> (fixes, dropped)
     capacity_fixes: Callable[[dict[str, Any]], tuple[list[dict[str, Any]], list[dict[str, str]]]] | None = None
+    # the configuration keys its capacity levers read (the inputs' ``cfg``), and those of them whose default
+    # for the bundle's version stands in, labelled assumed, when the log does not print them
+    capacity_keys: tuple[str, ...] | None = None
+    capacity_defaults: tuple[str, ...] | None = None
     startup_refusals: Callable[..., list[str]] | None = None  # why it would refuse to start (whatif)
     replay_versions: ReplayVersions | None = None  # its scheduler's versions, for the what-if's replays
     # whether prefix caching was on, and why: (configuration, frames) -> (on, basis); None: not known

@@ -338,7 +338,8 @@ def lever_engine(a: Analysis) -> engines.Engine:
 
 def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
 
-    capacity_fixes = lever_engine(a).capacity_fixes
+    lever = lever_engine(a)
+    capacity_fixes = lever.capacity_fixes
     assert capacity_fixes is not None
     pool = _pool(a)
     peak, peak_why = _peak(a, pool) if pool is not None and pool["blocks"] else (None, None)
@@ -346,24 +347,14 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
         peak = _peak_estimated(a, pool)  # a stock bundle: estimated from what it holds, said so
     failed = _failed(a)
     held = held_share(a)  # a stock log's stats lines: the levers' basis when no peak demand is measured
-    cfg: dict[str, Cfg | None] = {
-        k: cfg_number(a, k)
-        for k in (
-            "gpu_memory_utilization",
-            "max_num_seqs",
-            "max_model_len",
-            "max_num_batched_tokens",
-            "kv_cache_memory_gib",
-            "max_concurrency",
-            "num_gpu_blocks_override",
-            "num_gpu_blocks_profiled",
-            "max_running_requests",  # SGLang's running limit (its levers')
-        )
-    }
-    # vLLM's own default for the bundle's version stands in for a value the log does not print,
+    # the keys the lever engine's levers read (its own declaration: engines/), the default engine's with them
+    # (the pool and demand are read from its configuration keys)
+    keys = dict.fromkeys((*(engines.default().capacity_keys or ()), *(lever.capacity_keys or ())))
+    cfg: dict[str, Cfg | None] = {k: cfg_number(a, k) for k in keys}
+    # The engine's own default for the bundle's version stands in for a value the log does not print,
     # labelled as assumed (never preemptlog's own guess: without the version there is none).
-    for k in ("gpu_memory_utilization", "max_num_seqs"):
-        if cfg[k] is None:
+    for k in lever.capacity_defaults or ():
+        if cfg.get(k) is None:
             cfg[k] = cfg_default(a, k)
     chunked = cfg_text(a, "enable_chunked_prefill")
     version = cfg_text(a, "vllm_version")

@@ -23,6 +23,7 @@ counts each prompt once and leaves recomputation out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -127,36 +128,40 @@ def victims(a: Analysis) -> pl.DataFrame:
         )
     ev = _with_tables(a, ev)
     ev = _with_prompts(a, ev)
-    return _with_sglang(a, ev)
+    return _with_engines(a, ev)
 
 
-def _with_sglang(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
-    """SGLang 0.5.10+: ``#new_tokens_gained`` of the event's retraction line (the KV it freed, which
-    is prefilled again when the request runs again), split evenly over the line's requests (the
-    remainder on the line's first event)."""
-    ret = frame(a, "sgl_retractions")
-    cols = {"s_gained": pl.Int64, "s_gained_src": pl.String}
-    if ret is None or ev.height == 0 or "stream" not in a.events.columns:
+def _engine_words(words: Callable[[engines.Engine], str | None]) -> pl.Expr:
+    """Each engine's words for its own events (``engine_kind``), null for an engine without them."""
+    out: Any = None
+    for eng in engines.registered():
+        w = words(eng)
+        if w is None:
+            continue
+        cond = pl.col("engine_kind") == eng.name
+        out = pl.when(cond).then(pl.lit(w)) if out is None else out.when(cond).then(pl.lit(w))
+    return pl.lit(None, pl.String) if out is None else out.otherwise(pl.lit(None, pl.String))
+
+
+def _with_engines(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
+    """The tokens an engine's own log gives an event (``e_gained``, ``e_gained_src``: each engine's
+    ``event_tokens``, of its own events only; SGLang's retraction line)."""
+    cols = {"e_gained": pl.Int64, "e_gained_src": pl.String}
+    parts: list[pl.DataFrame] = []
+    if ev.height and "stream" in a.events.columns:
+        for eng in engines.registered():
+            if eng.event_tokens is None:
+                continue
+            keys = a.events.filter(engines.events_of(eng.name)).select(
+                "event_id", pl.col("stream").cast(pl.Int32), pl.col("seq").cast(pl.UInt32), "_sub"
+            )
+            got = eng.event_tokens(a, keys)
+            if got is not None and got.height:
+                parts.append(got.select(pl.col("event_id"), pl.col("tokens").cast(pl.Int64), pl.col("tokens_src")))
+    if not parts:
         return ev.with_columns([pl.lit(None, t).alias(c) for c, t in cols.items()])
-    r = ret.filter(pl.col("new_tokens_gained").is_not_null() & (pl.col("retracted") > 0)).select(
-        pl.col("stream").cast(pl.Int32),
-        pl.col("seq").cast(pl.UInt32),
-        pl.col("new_tokens_gained").alias("_g"),
-        pl.col("retracted").alias("_n"),
-        src_expr().alias("s_gained_src"),
-    )
-    keys = a.events.select("event_id", pl.col("stream").cast(pl.Int32), pl.col("seq").cast(pl.UInt32), "_sub")
-    j = keys.join(r, on=["stream", "seq"], how="inner").select(
-        "event_id",
-        (
-            pl.col("_g").clip(lower_bound=0) // pl.col("_n")
-            + pl.when(pl.col("_sub") == 1).then(pl.col("_g").clip(lower_bound=0) % pl.col("_n")).otherwise(0)
-        )
-        .cast(pl.Int64)
-        .alias("s_gained"),
-        "s_gained_src",
-    )
-    return ev.join(j, on="event_id", how="left")
+    got = pl.concat(parts).unique("event_id", keep="first", maintain_order=True)
+    return ev.join(got.rename({"tokens": "e_gained", "tokens_src": "e_gained_src"}), on="event_id", how="left")
 
 
 def _with_tables(a: Analysis, ev: pl.DataFrame) -> pl.DataFrame:
@@ -265,8 +270,8 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         .then(pl.col("t_computed"))
         .when(pl.col("t_tokens").is_not_null())
         .then(pl.col("t_tokens"))
-        .when(pl.col("s_gained").is_not_null())
-        .then(pl.col("s_gained"))
+        .when(pl.col("e_gained").is_not_null())
+        .then(pl.col("e_gained"))
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.col("prompt_tokens"))
     )
@@ -274,7 +279,7 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         pl.when(swap | pl.col("p_lost").is_not_null() | pl.col("t_computed").is_not_null())
         .then(pl.lit("exact"))
         .when(
-            pl.col("t_tokens").is_not_null() | pl.col("s_gained").is_not_null() | pl.col("prompt_tokens").is_not_null()
+            pl.col("t_tokens").is_not_null() | pl.col("e_gained").is_not_null() | pl.col("prompt_tokens").is_not_null()
         )
         .then(pl.lit("lower"))
     )
@@ -287,13 +292,8 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         .then(pl.lit("num_computed_tokens of the victim's table at the preemption step"))
         .when(pl.col("t_tokens").is_not_null())
         .then(pl.lit("num_tokens of the victim's latest table before the event (prompt + generated so far; at least)"))
-        .when(pl.col("s_gained").is_not_null())
-        .then(
-            pl.lit(
-                "#new_tokens_gained of SGLang's retraction line: the KV it freed, prefilled again when the request runs "
-                "again (at least; split evenly over the line's requests)"
-            )
-        )
+        .when(pl.col("e_gained").is_not_null())
+        .then(_engine_words(lambda e: e.event_tokens_basis))
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.lit("the victim's prompt length (at least; what it generated before is not in the bundle)"))
     )
@@ -314,8 +314,8 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         .then(pl.col("t_computed_src"))
         .when(pl.col("t_tokens").is_not_null())
         .then(pl.col("t_tokens_src"))
-        .when(pl.col("s_gained").is_not_null())
-        .then(pl.col("s_gained_src"))
+        .when(pl.col("e_gained").is_not_null())
+        .then(pl.col("e_gained_src"))
         .when(pl.col("prompt_tokens").is_not_null())
         .then(pl.col("prompt_src"))
     )

@@ -210,16 +210,23 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-def _engine_literals(text: str, names: tuple[str, ...], prefixes: tuple[str, ...]) -> list[tuple[int, str]]:
-    """(line, value) of the string constants in code (not docstrings) that are an engine's name or
-    one of its metric names (``<prefix>:name``)."""
+def _engine_literals(
+    text: str, names: tuple[str, ...], prefixes: tuple[str, ...], records: tuple[str, ...] = ()
+) -> list[tuple[int, str]]:
+    """(line, value) of the string constants in code (not docstrings) that are an engine's name, one
+    of its metric names (``<prefix>:name``) or one of its record kinds or frames (``records``: the
+    engines' ``record_prefix``, e.g. ``sgl_retractions``)."""
     tree = ast.parse(text)
     docs = _docstrings(tree)
     hits = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             v = node.value
-            if v in names or any(v.startswith(p + ":") and " " not in v for p in prefixes):
+            if (
+                v in names
+                or any(v.startswith(p + ":") and " " not in v for p in prefixes)
+                or any(v.startswith(r) and " " not in v for r in records)
+            ):
                 hits.append((node.lineno, v))
     return sorted(hits)
 
@@ -227,12 +234,13 @@ def _engine_literals(text: str, names: tuple[str, ...], prefixes: tuple[str, ...
 def test_no_module_outside_engines_names_an_engine_in_code():
     names = engines.names()
     prefixes = tuple(e.metrics.prefix for e in engines.registered())
+    records = tuple(e.record_prefix for e in engines.registered() if e.record_prefix)
     bad = []
     for path in sorted((ROOT / "preemptlog").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
         if rel.startswith("preemptlog/engines/") or any(rel.startswith(a) for a in ALLOWED):
             continue
-        bad += [f"{rel}:{line}: {v!r}" for line, v in _engine_literals(path.read_text(), names, prefixes)]
+        bad += [f"{rel}:{line}: {v!r}" for line, v in _engine_literals(path.read_text(), names, prefixes, records)]
     assert not bad, "engine names in code outside engines/ (ask the registry):\n" + "\n".join(bad)
 
 
@@ -240,6 +248,19 @@ def test_the_literal_check_sees_a_comparison_and_a_metric_name():
     text = '"""Doc naming vllm."""\nx = kind == "sglang"\ny = "vllm:num_preemptions_total"\nz = "vLLM words"\n'
     got = _engine_literals(text, ("vllm", "sglang"), ("vllm", "sglang"))
     assert got == [(2, "sglang"), (3, "vllm:num_preemptions_total")]
+    frames = 'r = a.frames.get("sgl_retractions")\nw = "sgl_ and more words"\n'
+    assert _engine_literals(frames, ("vllm", "sglang"), (), ("sgl_",)) == [(1, "sgl_retractions")]
+
+
+def test_the_capacity_finding_reads_the_keys_its_lever_engine_declares():
+    """findings/capacity.py names no engine's configuration key: each engine declares the keys its
+    levers read (``capacity_keys``), and the default engine's are read with them (the pool's)."""
+    text = (ROOT / "preemptlog/findings/capacity.py").read_text()
+    for e in engines.registered():
+        for key in e.capacity_keys or ():
+            assert f'"{key}"' not in text, key
+    assert "max_running_requests" in (engines.get("sglang").capacity_keys or ())
+    assert {"gpu_memory_utilization", "max_num_seqs"} <= set(engines.default().capacity_defaults or ())
 
 
 def test_allowed_files_exist():

@@ -35,7 +35,10 @@ ENGINE = register_engine(
         tokens_unknown="unknown: SGLang's retraction line names no request and prints #new_tokens_gained only from "
         "0.5.10 (/metrics sglang:num_retracted_{input,output}_tokens_total give the incident's total)",
         recompute_counters=summary.recompute_counters,
+        event_tokens=summary.event_tokens,
+        event_tokens_basis=summary.EVENT_TOKENS_BASIS,
         capacity_fixes=fixes.capacity_fixes,
+        capacity_keys=fixes.CAPACITY_KEYS,
         cause_code=summary.CAUSE_CODE,
         cause_words=summary.cause_words,
     )

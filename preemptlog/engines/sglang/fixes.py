@@ -369,6 +369,9 @@ REQUEST_LOG = (
 )
 
 
+CAPACITY_KEYS = ("max_running_requests",)  # the configuration key its capacity lever reads (the limit in force)
+
+
 def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """SGLang's levers of the capacity finding (the engine's ``capacity_fixes``, findings/capacity.py, for
     a bundle of SGLang's lines alone): where the batch lines show the pool holding back waiting requests

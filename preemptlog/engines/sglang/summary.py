@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...model.frames import provenance_expr
 from ..common import LogCapability
 from . import knobs
 from .log import ENGINE_KIND as SGLANG
@@ -131,7 +132,7 @@ def recompute_counters(counters: dict[str, Any]) -> dict[str, Any] | None:
     """SGLang's own recompute cost (0.5.10+ /metrics): the input and output tokens of the requests it
     retracted, ``sglang:num_retracted_{input,output}_tokens_total`` increases (at most what is prefilled
     again: the radix cache may keep a prefix). The findings' ``sglang_counters``."""
-    got = (counters.get("prometheus") or {}).get("sglang_retracted_tokens")
+    got = (counters.get("prometheus") or {}).get("retracted_tokens")
     if not got:
         return None
     return {
@@ -140,3 +141,35 @@ def recompute_counters(counters: dict[str, Any]) -> dict[str, Any] | None:
         "basis": "sglang:num_retracted_input_tokens_total + sglang:num_retracted_output_tokens_total increases "
         "(the retracted requests' prompt and generated tokens: at most what is prefilled again)",
     }
+
+
+EVENT_TOKENS_BASIS = (
+    "#new_tokens_gained of SGLang's retraction line: the KV it freed, prefilled again when the request runs again "
+    "(at least; split evenly over the line's requests)"
+)
+
+
+def event_tokens(a: AnalysisView, keys: pl.DataFrame) -> pl.DataFrame | None:
+    """SGLang 0.5.10+: ``#new_tokens_gained`` of the event's retraction line (the KV it freed, which is
+    prefilled again when the request runs again), split evenly over the line's requests (the remainder on
+    the line's first event). ``keys``: the events' ``event_id``, ``stream``, ``seq``, ``_sub``; the rows
+    (``event_id``, ``tokens``, ``tokens_src``) of the events a retraction line of theirs gives (the engine's
+    ``event_tokens``, findings/recompute.py)."""
+    ret = a.frames.get("sgl_retractions")
+    if ret is None or ret.height == 0 or keys.height == 0:
+        return None
+    r = ret.filter(pl.col("new_tokens_gained").is_not_null() & (pl.col("retracted") > 0)).select(
+        pl.col("stream").cast(pl.Int32),
+        pl.col("seq").cast(pl.UInt32),
+        pl.col("new_tokens_gained").alias("_g"),
+        pl.col("retracted").alias("_n"),
+        provenance_expr().alias("tokens_src"),
+    )
+    gained = pl.col("_g").clip(lower_bound=0)
+    return keys.join(r, on=["stream", "seq"], how="inner").select(
+        "event_id",
+        (gained // pl.col("_n") + pl.when(pl.col("_sub") == 1).then(gained % pl.col("_n")).otherwise(0))
+        .cast(pl.Int64)
+        .alias("tokens"),
+        "tokens_src",
+    )

@@ -587,6 +587,21 @@ def _ver(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
+# the configuration keys the capacity levers read (findings/capacity.py gives them as the inputs' ``cfg``), and
+# those whose default for the bundle's version stands in, assumed, when the log does not print them
+CAPACITY_KEYS = (
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "kv_cache_memory_gib",
+    "max_concurrency",
+    "num_gpu_blocks_override",
+    "num_gpu_blocks_profiled",
+)
+CAPACITY_DEFAULTS = ("gpu_memory_utilization", "max_num_seqs")
+
+
 def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Fixes computed from the KV pool and the observed peak demand (findings/capacity.py), same
     dict shape as :func:`_fix` (``option`` + ``suggested`` replay the fix). Each names its inputs

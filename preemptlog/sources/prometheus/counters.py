@@ -460,11 +460,11 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
         "window": None,
         "counter_totals": [],
         "histogram": None,
-        "sglang_retracted_tokens": None,
+        "retracted_tokens": None,
     }
     if pre is None or pre.height == 0:
         if counters is not None:
-            facts["sglang_retracted_tokens"] = _retracted_tokens(counters)
+            facts["retracted_tokens"] = _retracted_tokens(counters)
         return facts
     grp = ["scope", "engine", "model_name"]
     facts["series"] = pre.select(grp).unique().height
@@ -503,7 +503,7 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
         for r in last.sort(grp).iter_rows(named=True)
     ]
     if counters is not None:
-        facts["sglang_retracted_tokens"] = _retracted_tokens(counters)
+        facts["retracted_tokens"] = _retracted_tokens(counters)
         h = counters.filter(pl.col("field").is_in(["hist_sum", "hist_count"]))
         if h.height:
             # A series read once counts since the engine's start (its value); a series read more than
@@ -526,9 +526,11 @@ def _facts(pre: pl.DataFrame | None, counters: pl.DataFrame | None, parsed: Prom
 
 
 def _retracted_tokens(counters: pl.DataFrame) -> dict[str, Any] | None:
-    """SGLang 0.5.10+: the input and output tokens of the retracted requests, the increase of
-    ``sglang:num_retracted_{input,output}_tokens_total`` between the first and last scrape of each
-    series (the KV SGLang threw away: at most what is recomputed, as the radix cache may keep a prefix)."""
+    """The input and output tokens of the preempted (retracted) requests, the increase of the counters an
+    engine's metric table names ``retracted_input_tokens`` / ``retracted_output_tokens`` (SGLang 0.5.10+'s
+    ``sglang:num_retracted_{input,output}_tokens_total``) between the first and last scrape of each series:
+    the KV the engine threw away, at most what is recomputed (a prefix cache may keep a prefix). The
+    engine's ``recompute_counters`` reads it."""
     t = counters.filter(
         pl.col("field").is_in(["retracted_input_tokens", "retracted_output_tokens"]) & pl.col("inc_f").is_not_null()
     )
