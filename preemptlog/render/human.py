@@ -255,7 +255,9 @@ MAX_UNITS = 12  # incidents listed one line each; the rest counted (--each gives
 
 def _unit_lines(units: list[tuple[str, Analysis | None]], width: int) -> list[Text]:
     """One line per incident, those with preemptions first, then those with pressure or a change; the
-    quiet ones (nothing counted, no sign of pressure) named together on one line."""
+    quiet ones named together, one line per kind of quiet: none counted and no sign of pressure, a
+    count not visible (a stock V1 log) and no sign of pressure, not analysed; the incidents past
+    ``MAX_UNITS`` named on a line that says they have preemptions, pressure or a change (--each)."""
 
     def rank(u: tuple[str, Analysis | None]) -> int:
         if u[1] is None:
@@ -265,19 +267,42 @@ def _unit_lines(units: list[tuple[str, Analysis | None]], width: int) -> list[Te
             return 0
         return 1 if (s.get("fixes") or (s.get("cause") or {}).get("pressure")) else 2
 
+    def names(group: list[tuple[str, Analysis | None]]) -> str:
+        return ", ".join(n.rsplit("/", 1)[-1] for n, _ in group[:6]) + (
+            f" and {len(group) - 6} more" if len(group) > 6 else ""
+        )
+
     ranked = sorted(units, key=rank)  # stable: the order of their start within a rank
     out: list[Text] = []
     loud = [u for u in ranked if rank(u) < 2]
-    quiet = [u for u in ranked if rank(u) >= 2]
     for name, unit in loud[:MAX_UNITS]:
         assert unit is not None
         out += _lines(unit_line(name, unit), width, indent=2)
-    rest = loud[MAX_UNITS:] + quiet
-    if rest:
-        names = ", ".join(n.rsplit("/", 1)[-1] for n, _ in rest[:6]) + (
-            f" and {len(rest) - 6} more" if len(rest) > 6 else ""
+    more = loud[MAX_UNITS:]
+    if more:
+        out += _lines(
+            f"{len(more)} more with preemptions, pressure or a change (--each gives each one's answer): {names(more)}",
+            width,
+            indent=2,
         )
-        out += _lines(f"no preemption counted and no sign of pressure in the others: {names}", width, indent=2)
+    quiet = [u for u in ranked if rank(u) == 2]
+    counted = [u for u in quiet if u[1] is not None and u[1].summary()["count_visible"]]
+    hidden = [u for u in quiet if u not in counted]
+    others = " in the others" if loud else ""
+    if counted:
+        out += _lines(f"no preemption counted and no sign of pressure{others}: {names(counted)}", width, indent=2)
+    if hidden:
+        # their headline's reason when they share one ("(V1 log: stock builds never print a preemption count)")
+        why = {
+            str(u[1].summary()["headline"]).split("; ")[0].removeprefix("Preemptions: not visible").strip()
+            for u in hidden
+            if u[1] is not None
+        }
+        reason = f" {next(iter(why))}" if len(why) == 1 and next(iter(why)).startswith("(") else ""
+        out += _lines(f"count not visible{reason} and no sign of pressure{others}: {names(hidden)}", width, indent=2)
+    lost = [u for u in ranked if rank(u) == 3]
+    if lost:
+        out += _lines(f"not analysed: {names(lost)}", width, indent=2)
     return out
 
 

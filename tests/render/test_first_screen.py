@@ -253,6 +253,29 @@ def test_a_folder_of_unrelated_logs_is_not_one_incident(tmp_path):
     assert "Top fix:" not in said  # no change for a mixed sentence; each line has its own
 
 
+def test_quiet_logs_of_a_folder_are_named_by_what_their_count_says(tmp_path):
+    """A stock V1 log with no pressure is not said to have counted no preemption: its count is not
+    visible. A V0 log that counts none is quiet and counted; each group is named on its own line."""
+    b = tmp_path / "bundle"
+    write(
+        b / "a.log",
+        "v04",
+        [B.log("10:13:51", "WARNING", "scheduler.py:1242", B.V0_WARN.format(rid="c1", mode="RECOMPUTE", n=7))],
+    )
+    calm = [v1(t, 4, 0, 20.0) for t in ("14:00:10", "14:00:20", "14:00:30")]
+    write(b / "b.log", "v08", [dict(START_V1, t="14:00:00"), dict(POOL, t="14:00:01"), *calm])
+    write(b / "c.log", "v04", [v0(t, 3, 0, 10.0) for t in ("20:00:10", "20:00:20", "20:00:30")])
+    s = summary(b)
+    assert s["incidents"] and len(s["incidents"]) == 3
+    said = words(cli("analyze", str(b), "--tz", "UTC", "--year", str(B.YEAR), "-f", "ndjson").stderr.splitlines())
+    assert "a.log: 7 preemptions" in said
+    assert "no preemption counted and no sign of pressure in the others: c.log" in said
+    assert (
+        "count not visible (vLLM 0.32.0 V1 log: stock builds never print a preemption count) and no sign of pressure "
+        "in the others: b.log" in said
+    )
+
+
 def test_logs_that_meet_in_time_are_one_incident(tmp_path):
     b = tmp_path / "bundle"
     write(b / "a.log", "v08", [START_V1, POOL, *PRESSURE_V1[:3]])
