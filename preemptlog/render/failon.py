@@ -127,6 +127,18 @@ def judge(
                 + " no received requests to divide the preemptions by (use count>N to gate on the count)"
             )
     met = tuple(c.text for c in conditions if c.what != "unknown" and c.holds(summary))
+    quality = (summary.get("reconciliation") or {}).get("quality")
+    if server and not whole and quality == "lower bound":
+        # the count is a lower bound (a server whose count is not visible beside counted ones, or V0's
+        # sampled lines): a count condition that does not hold on it may hold on the true count
+        short = [c.text for c in conditions if c.what in ("any", "count", "rate") and c.text not in met]
+        if short:
+            lines.append(
+                f"preemptlog: warning: --fail-on {', '.join(short)} does not hold on "
+                + (f"{where}'s" if where else "the bundle's")
+                + f" {summary.get('events') or 0} preemption(s), a lower bound: the true count may be higher "
+                "(-v: count per source)"
+            )
     hidden: tuple[str, ...] | None = None
     if asked and whole:
         hidden = ()

@@ -1,0 +1,58 @@
+"""``--fail-on`` on a count that is a lower bound (render/failon.py): a count condition that does not
+hold on it is said to be judged on a lower bound (a server whose count is not visible beside counted
+ones, V0's sampled lines), never passed in silence; one that holds needs no warning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from preemptlog.render import failon
+
+from ..conftest import ROOT
+
+
+def _summary(events: int, quality: str | None, visible: bool = True) -> dict:
+    return {
+        "events": events,
+        "count_visible": visible,
+        "preemption_rate": None,
+        "reconciliation": {"quality": quality, "total": events},
+    }
+
+
+def test_a_condition_short_of_a_lower_bound_warns():
+    j = failon.judge(failon.parse(["count>100"]), _summary(40, "lower bound"))
+    assert j.met == ()
+    assert len(j.warnings) == 1
+    assert "count>100 does not hold on the bundle's 40 preemption(s), a lower bound" in j.warnings[0]
+
+
+def test_a_condition_met_or_an_exact_count_does_not_warn():
+    assert failon.judge(failon.parse(["count>10"]), _summary(40, "lower bound")).warnings == ()
+    assert failon.judge(failon.parse(["count>100"]), _summary(40, "exact")).warnings == ()
+    # any on 0 events of a lower bound: the true count may be 1
+    j = failon.judge(failon.parse(["any"]), _summary(0, "lower bound"))
+    assert j.met == () and "any does not hold" in j.warnings[0]
+
+
+def test_each_unit_names_itself_and_a_unit_without_a_server_is_silent():
+    j = failon.judge(failon.parse(["count>9"]), _summary(3, "lower bound"), where="b/v0.log")
+    assert "on b/v0.log's 3 preemption(s)" in j.warnings[0]
+    assert failon.judge(failon.parse(["count>9"]), _summary(3, "lower bound"), server=False).warnings == ()
+
+
+def test_a_v0_log_beside_a_stock_v1_log_warns_in_a_real_run(tmp_path, corpus):
+    b = tmp_path / "b"
+    b.mkdir()
+    for name in ("vllm-8219-inline-preempt.log", "vllm-v0171-memsuit-stats-waiting.log"):
+        (b / name).write_bytes((corpus / name).read_bytes())
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", str(b), "-q", "-f", "json", "--fail-on", "count>5000"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "count>5000 does not hold on the bundle's 4251 preemption(s), a lower bound" in p.stderr
