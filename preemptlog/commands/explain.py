@@ -146,7 +146,34 @@ def explain(
                 result = run(inputs, options, workspace=ws)
             if ident is None and not request:
                 return _top_events(apply_filters(result, filters), inputs)
-            ids, run_note = resolve_ids(apply_filters(result, filters), ident, list(request or []))
+            view = apply_filters(result, filters)
+            try:
+                ids, run_note = resolve_ids(view, ident, list(request or []))
+            except UsageError as first:
+                # not in the events the filters keep: say so when the bundle has it, never "no event"
+                if view.events.height == result.events.height:
+                    raise
+                try:
+                    resolve_ids(result, ident, list(request or []))
+                except UsageError as whole:  # the bundle lacks it too: said of the whole bundle (its count)
+                    raise whole from first
+                given = [
+                    f"{name} {getattr(v, 'value', v)}"
+                    for name, vals in (
+                        ("--since", [since] if since else []),
+                        ("--until", [until] if until else []),
+                        ("--gate", gate or []),
+                        ("--kind", kind or []),
+                        ("--min-confidence", [min_confidence] if min_confidence else []),
+                    )
+                    for v in vals
+                ]
+                what = f"event {ident!r} is" if not request else f"the preemptions of {', '.join(request)} are"
+                raise UsageError(
+                    f"{what} left out by the filters ({' '.join(given) or 'given'}): "
+                    f"{view.events.height} of the bundle's {result.events.height} event(s) pass them",
+                    hint="drop or widen the filters to explain it",
+                ) from None
             if len(ids) == 1 and not request:  # a bundle of several incidents: the event's own, analysed alone
                 result, ids = _own_incident(result, ids[0], inputs, options, ws)
             docs = [build(result, i, options.before, options.after, all_rows=all_rows, limit=limit) for i in ids]

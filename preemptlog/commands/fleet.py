@@ -65,7 +65,10 @@ class _BundleProgress:
 
     def _label(self) -> str:
         c = self.counts
-        return f"bundles (ok {c['ok']}, damaged {c['partial']}, failed {c['error']}, skipped {c['skipped']})"
+        return (
+            f"bundles (ok {c['ok']}, damaged {c['partial']}, failed {c['error']}, "
+            f"skipped {c['skipped'] + c.get('duplicate', 0)})"
+        )
 
     def advance(self, outcome: str) -> None:
         import time
@@ -164,11 +167,18 @@ def run(
 
     def body() -> int:
         from ..fleet import dataset
-        from ..fleet.inputs import expand
+        from ..fleet.inputs import expand, outside
 
         imports_done()
         options = analysis.options(debug=debug)
-        paths = expand(bundles)
+        paths, dataset_itself = outside(expand(bundles), out)
+        if dataset_itself and not quiet:
+            from ..outputs.safe import neutralise
+
+            for p in dataset_itself:
+                sys.stderr.write(
+                    neutralise(f"preemptlog: note: {p}: the dataset itself (--out), not a bundle: skipped") + "\n"
+                )
         dataset.check_dataset(out)
         skip: frozenset[str] = frozenset()
         if not force:
@@ -191,14 +201,20 @@ def run(
             from ..outputs.safe import markup
 
             console = stderr_console(no_color)
+            dups = stats.count("duplicate")
+            also = f", {dups} skipped (the same content as another bundle of this run)" if dups else ""
             console.print(
                 f"[bold]{stats.count('ok') + stats.count('partial')} bundle(s) analysed, {stats.count('error')} failed, "
-                f"{stats.count('skipped')} skipped (already in the dataset) in {stats.seconds:.1f} s[/bold]"
+                f"{stats.count('skipped')} skipped (already in the dataset){also} in {stats.seconds:.1f} s[/bold]"
             )
             console.print(
                 f"wrote {markup(out)}: "
                 + ", ".join(f"{t} {stats.rows(t)} row(s)" for t in ("events", "incidents", "findings", "errors"))
             )
+        from ..outputs.safe import neutralise as _inert
+
+        for o in [o for o in stats.outcomes if o.outcome == "duplicate"][:5]:  # said even with -q: rows left out
+            sys.stderr.write(_inert(f"preemptlog: duplicate: {o.path}: {o.message}: its rows are not added") + "\n")
         for o in failed[:5]:
             from ..outputs.safe import neutralise
 

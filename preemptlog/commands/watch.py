@@ -150,6 +150,7 @@ def watch(
         for url in metrics:
             if not url.startswith(("http://", "https://")):
                 raise UsageError(f"--metrics {url!r}: not an http(s) URL", hint="e.g. http://127.0.0.1:8000/metrics")
+            _check_url("--metrics", url)
         dup = sorted({u for u in metrics if metrics.count(u) > 1})
         if dup:
             raise UsageError(f"--metrics {dup[0]}: given twice")
@@ -171,6 +172,8 @@ def watch(
             raise UsageError(f"--out {out}: cannot create ({exc.strerror or exc})") from None
         if grafana_url is not None and not grafana_url.startswith(("http://", "https://")):
             raise UsageError(f"--grafana-url {grafana_url!r}: not an http(s) URL", hint="e.g. https://grafana:3000")
+        if grafana_url is not None:
+            _check_url("--grafana-url", grafana_url)
         fmt = (format.value if format is not None else None) or ("text" if sys.stdout.isatty() else "ndjson")
         opts = WatchOptions(
             servers=tuple(metrics),
@@ -191,17 +194,80 @@ def watch(
         finally:
             restore()
         received = sum(int(s.get("requests_received") or 0) for s in outcome.storms)
-        summary = {
-            "events": outcome.preemptions,
-            "count_visible": len(outcome.servers_never_up) < len(metrics),
-            "preemption_rate": outcome.preemptions / received if received else None,
-        }
-        code, lines = failon.outcome(conditions, summary)
+        hidden = {url: "it never answered a scrape" for url in outcome.servers_never_up}
+        hidden.update(
+            {url: "its page never showed a readable preemption counter" for url in outcome.servers_no_counter}
+        )
+        rate = outcome.preemptions / received if received else None
+        code, lines = judge(conditions, outcome.preemptions, rate, len(metrics), hidden)
         for line in lines:
             sys.stderr.write(line + "\n")
         return int(code) if code is not None else int(ExitCode.OK)
 
     guarded(debug, body)
+
+
+def judge(
+    conditions: list[Any], preemptions: int, rate: float | None, servers: int, hidden: dict[str, str]
+) -> tuple[int | None, list[str]]:
+    """(exit code or None, stderr lines) of ``--fail-on`` on a watch: the conditions on the count are
+    judged on the storms' total; ``hidden`` (server -> why) are the servers whose preemptions the watch
+    could not see. When some are hidden the total is a lower bound: a count condition that does not hold
+    is said to be unsure (it may hold on the servers not seen), and ``unknown`` holds (exit 6) unless a
+    condition on the count holds (exit 4 wins, as in ``analyze``)."""
+    from ..errors import ExitCode
+    from ..render import failon
+
+    if not hidden:
+        return failon.outcome(conditions, {"events": preemptions, "count_visible": True, "preemption_rate": rate})
+    whole = len(hidden) >= servers
+    which = "; ".join(f"{url}: {why}" for url, why in hidden.items())
+    summary = {"events": preemptions, "count_visible": not whole, "preemption_rate": rate}
+    asked = any(c.what == "unknown" for c in conditions)
+    met = [c.text for c in conditions if c.what != "unknown" and c.holds(summary)]
+    unmet = [c.text for c in conditions if c.what != "unknown" and c.text not in met]
+    lines: list[str] = []
+    if whole:
+        words = f"no server's preemption count was seen ({which})"
+        if unmet and not asked:
+            lines.append(
+                f"preemptlog: warning: --fail-on {', '.join(unmet)} cannot hold: {words} "
+                "(add --fail-on unknown to fail on that)"
+            )
+    else:
+        words = f"the preemption count of {which} is not visible"
+        if unmet:
+            lines.append(
+                f"preemptlog: warning: --fail-on {', '.join(unmet)}: not met on the servers seen, but the total "
+                f"({preemptions}) is a lower bound: {words}"
+                + ("" if asked else " (add --fail-on unknown to fail on that)")
+            )
+    if met:
+        lines.append(f"preemptlog: --fail-on {', '.join(met)}: condition met")
+        return int(ExitCode.FAIL_ON), lines
+    if asked:
+        total = "" if whole else ", so the total is not known either"
+        lines.append(f"preemptlog: --fail-on unknown: {words}{total}")
+        return int(ExitCode.NOT_VISIBLE), lines
+    return None, lines
+
+
+def _check_url(name: str, url: str) -> None:
+    """A URL no request can be sent to (a bad IPv6 literal, a port that is no number, no host) is a bad
+    command line, said once, not a server down at every scrape until the watch is stopped."""
+    from urllib.parse import urlsplit
+
+    from ..errors import UsageError
+
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise UsageError(
+            f"{name} {url!r}: not a valid URL ({exc})", hint="e.g. http://127.0.0.1:8000/metrics"
+        ) from None
+    if not host:
+        raise UsageError(f"{name} {url!r}: no host in the URL", hint="e.g. http://127.0.0.1:8000/metrics")
 
 
 def _seconds(name: str, text: str) -> float:

@@ -180,14 +180,18 @@ def whatif_command(
         options = analysis.options(debug=debug, keep_request_rows=True)
         with Workspace() as ws:
             a = analyze(list(bundle), options, workspace=ws)
-            res = whatif(
-                a,
-                configs,
-                engine=engine.value,
-                arrivals=arrivals.value if arrivals else None,
-                vllm_python=py,
-                base_sets=base_sets,
-            )
+            try:
+                res = whatif(
+                    a,
+                    configs,
+                    engine=engine.value,
+                    arrivals=arrivals.value if arrivals else None,
+                    vllm_python=py,
+                    base_sets=base_sets,
+                )
+            except Exception:
+                _damage(a)  # a workload missing because an input was damaged: the damage is said first
+                raise
             from ..whatif.sanity import check
 
             flags = check(res, a)
@@ -211,9 +215,24 @@ def whatif_command(
                 )
             if not on_terminal:
                 _print(tail, console)
+        if a.partial:  # the replay ran on what could be read: exit 5, as analyze of the bundle
+            _damage(a)
+            return ExitCode.PARTIAL
         return ExitCode.OK
 
     guarded(debug, body)
+
+
+def _damage(a: Any) -> None:
+    """The analysis's first warning when some input was damaged or skipped (even with -q: it explains
+    exit 5, or a workload that is missing because of it), as analyze -q says it."""
+    if not a.partial or not a.warnings:
+        return
+    from ..outputs.safe import neutralise
+
+    w = a.warnings
+    more = f" (and {len(w) - 1} more warning(s): preemptlog analyze shows them)" if len(w) > 1 else ""
+    sys.stderr.write(neutralise(f"preemptlog: warning: {' '.join(str(w[0]).split())}{more}") + "\n")
 
 
 def _write(

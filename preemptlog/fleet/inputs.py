@@ -14,11 +14,12 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.zst", ".tzst", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 FILE_SUFFIXES = (".gz", ".zst", ".log", ".txt", ".jsonl", ".ndjson", ".json", ".prom", ".out")
@@ -74,6 +75,28 @@ def expand(patterns: list[str]) -> list[str]:
     return out
 
 
+def outside(paths: list[str], out: str) -> tuple[list[str], list[str]]:
+    """(the bundles, the arguments that are the dataset ``out`` or inside it: a glob such as ``'fl/*'``
+    with ``--out fl/ds`` matches the dataset on a re-run, which is no bundle). A bundle folder that holds
+    the dataset is refused: its digest would change with every run (its rows added again each time)."""
+
+    root = os.path.realpath(out)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for p in paths:
+        real = os.path.realpath(p)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            dropped.append(p)
+        elif os.path.isdir(p) and root.startswith(real.rstrip(os.sep) + os.sep):
+            raise UsageError(
+                f"--out {out} is inside the bundle {p}: the dataset would be read as part of it",
+                hint="give --out a folder outside the bundles",
+            )
+        else:
+            kept.append(p)
+    return kept, dropped
+
+
 def _files(path: str) -> list[tuple[str, str]]:
     """(relative name, path) of every regular file of the bundle, sorted; links to folders are not followed."""
     if not os.path.isdir(path):
@@ -97,6 +120,8 @@ def digest(path: str) -> BundleInfo:
     for rel, full in files:
         try:
             st = os.stat(full)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the worker for ever, a device never end
+                raise InputError(f"{full}: not a regular file ({_file_type(st.st_mode)}): not read")
             with open(full, "rb") as fh:
                 h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + str(st.st_size).encode() + b"\0")
                 while chunk := fh.read(_CHUNK):
@@ -113,6 +138,16 @@ def digest(path: str) -> BundleInfo:
             newest = 0.0
     day = datetime.fromtimestamp(newest, UTC).date()
     return BundleInfo(path, h.hexdigest()[:32], bundle_name(path), total, len(files), day)
+
+
+def _file_type(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
 
 
 def _stem(name: str) -> str:

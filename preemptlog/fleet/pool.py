@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class Outcome:
     path: str
     bundle_id: str | None
-    outcome: str  # ok | partial | error | skipped
+    outcome: str  # ok | partial | error | skipped | duplicate (the same content as a bundle of this run)
     exit_code: int = 0
     message: str | None = None
     rows: dict[str, int] = field(default_factory=dict)
@@ -61,15 +61,49 @@ Work = Callable[[str, "AnalyzeOptions", frozenset[str]], "BundleResult"]
 _STATE: dict[str, Any] = {}
 
 
-def _init(out: str, options: AnalyzeOptions, skip: frozenset[str], work: Work | None) -> None:
+def _init(out: str, options: AnalyzeOptions, skip: frozenset[str], work: Work | None, claims: str | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _STATE.update(out=out, options=options, skip=skip, work=work)
+    _STATE.update(out=out, options=options, skip=skip, work=work, claims=claims)
 
 
-def _written(result: BundleResult, out: str, started: float) -> Outcome:
-    if result.outcome != "skipped":
-        dataset.write_bundle(out, result.bundle_id, result.tables)
+def claim(claims: str | None, bundle_id: str, path: str) -> str | None:
+    """Claim ``bundle_id`` for ``path`` in this run: None when it is this path's, else the path of the
+    bundle of this run that holds the same content already. A bundle's parts are named by its digest,
+    so two copies of one bundle (``srv-1/`` and ``srv-2/``, same bytes) would write the same files: the
+    second would replace the first's rows while both were counted as analysed. The claim is a file
+    created exclusively (``O_EXCL``) in a folder of the run: atomic between the worker processes."""
+    if claims is None:
+        return None
+    mark = os.path.join(claims, bundle_id)
+    try:
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        try:
+            with open(mark, encoding="utf-8", errors="replace") as fh:
+                other = fh.read()
+        except OSError:
+            other = ""
+        return None if other == path else (other or "another bundle of this run")
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
+        fh.write(path)
+    return None
+
+
+def _written(result: BundleResult, out: str, started: float, claims: str | None = None) -> Outcome:
     import resource
+
+    if result.outcome != "skipped":
+        other = claim(claims, result.bundle_id, result.path)
+        if other is not None:  # a copy of a bundle of this run: its rows are the other's, not written twice
+            return Outcome(
+                path=result.path,
+                bundle_id=result.bundle_id,
+                outcome="duplicate",
+                message=f"the same content as {other} (analysed once, as {other})",
+                seconds=time.monotonic() - started,
+                peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            )
+        dataset.write_bundle(out, result.bundle_id, result.tables)
 
     return Outcome(
         path=result.path,
@@ -87,15 +121,17 @@ def _task(path: str) -> Outcome:
 
     started = time.monotonic()
     work = _STATE["work"] or analyse_bundle
-    return _written(work(path, _STATE["options"], _STATE["skip"]), _STATE["out"], started)
+    return _written(work(path, _STATE["options"], _STATE["skip"]), _STATE["out"], started, _STATE.get("claims"))
 
 
-def _pool(jobs: int, out: str, options: AnalyzeOptions, skip: frozenset[str], work: Work | None) -> ProcessPoolExecutor:
+def _pool(
+    jobs: int, out: str, options: AnalyzeOptions, skip: frozenset[str], work: Work | None, claims: str | None = None
+) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_init,
-        initargs=(out, options, skip, work),
+        initargs=(out, options, skip, work, claims),
     )
 
 
@@ -178,8 +214,15 @@ def run(
         if on_outcome is not None:
             on_outcome(o)
 
-    with _worker_threads(jobs):
-        _map(paths, out, jobs, options, skip, work, done)
+    import shutil
+    import tempfile
+
+    claims = tempfile.mkdtemp(prefix="preemptlog-fleet-claims-")  # the digests of this run (claim)
+    try:
+        with _worker_threads(jobs):
+            _map(paths, out, jobs, options, skip, work, done, claims)
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
     return RunStats(outcomes, time.monotonic() - started)
 
 
@@ -191,12 +234,13 @@ def _map(
     skip: frozenset[str],
     work: Work | None,
     done: Callable[[Outcome], None],
+    claims: str | None = None,
 ) -> None:
 
     queue = deque(paths)
     suspects: list[str] = []
     while queue:
-        pool = _pool(jobs, out, options, skip, work)
+        pool = _pool(jobs, out, options, skip, work, claims)
         inflight: dict[Future[Outcome], str] = {}
         try:
             while queue or inflight:
@@ -217,7 +261,7 @@ def _map(
             raise
         pool.shutdown(wait=True)
     for p in suspects:  # alone, each in a pool of its own: the one that breaks it again is the crash
-        pool = _pool(1, out, options, skip, work)
+        pool = _pool(1, out, options, skip, work, claims)
         workers: list[Any] = []
         try:
             fut = pool.submit(_task, p)
@@ -228,7 +272,7 @@ def _map(
             why = _death(workers or _workers(pool))
             _stop(pool)
             result = crashed(p, int(ExitCode.INTERNAL), f"the analysis process died: {why}")
-            done(_written(result, out, time.monotonic()))
+            done(_written(result, out, time.monotonic(), claims))
         except BaseException:
             _stop(pool)
             raise

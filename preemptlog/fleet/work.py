@@ -18,12 +18,14 @@ import resource
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..analysis import analyze
 from ..errors import ExitCode, PreemptlogError
+from ..inputs.archive import content_kind
 from ..inputs.workspace import Workspace
 from ..model import VERSION as __version__
 from ..render.each import split_by_server, units
@@ -56,12 +58,36 @@ def _one_line(exc: BaseException) -> tuple[int, str]:
     return int(ExitCode.INTERNAL), f"internal error: {type(exc).__name__}: {detail}"
 
 
-def _log_subfolders(path: str, first: Analysis) -> set[str]:
+def _archive_root(path: str, first: Analysis) -> str | None:
+    """The folder a bundle archive was unpacked into by the analysis (in its workspace), or None when
+    the bundle is no archive. An archive is known by its bytes (inputs/archive.py ``content_kind``),
+    as the analysis knows it, whatever its name (``srv-07.log``, ``srv-07``). An archive that holds one
+    folder (``tar czf srv.tar.gz srv/``) is that folder: its root is the folder inside."""
+
+    if os.path.isdir(path) or content_kind(Path(path)) is None:
+        return None
+    roots: set[str] = set()
+    for f in first.bundle.of_kind(vllm_log.KIND):
+        _, sep, member = f.display.partition("!")
+        full = str(f.path)
+        if not sep or "!" in member or not full.endswith(os.sep + member.replace("/", os.sep)):
+            continue
+        roots.add(full[: -len(member) - 1])
+    if len(roots) != 1:
+        return None
+    root = roots.pop()
+    inside = [e for e in os.listdir(root) if not e.startswith(".") and e != "__MACOSX"]  # macOS zip's resource forks
+    if len(inside) == 1 and os.path.isdir(os.path.join(root, inside[0])):
+        root = os.path.join(root, inside[0])
+    return root
+
+
+def _log_subfolders(root: str, first: Analysis) -> set[str]:
     """The bundle folder's subfolders that hold a vLLM log (by the analysis's own file kinds)."""
 
-    if not os.path.isdir(path):
+    if not os.path.isdir(root):
         return set()
-    root = os.path.realpath(path)
+    root = os.path.realpath(root)
     out: set[str] = set()
     for f in first.bundle.of_kind(vllm_log.KIND):
         try:
@@ -83,8 +109,9 @@ def _servers(path: str, options: AnalyzeOptions, ws: Any) -> list[tuple[str, Ana
     one server keeps the first analysis."""
 
     first = analyze([path], options, workspace=ws)
-    if len(_log_subfolders(path, first)) >= 2:
-        found = units([path], ws, options.kinds)
+    root = _archive_root(path, first) or path  # an archive is split like the folder it holds
+    if len(_log_subfolders(root, first)) >= 2:
+        found = units([root], ws, options.kinds)
     else:
         found = split_by_server([path], first)
     if len(found) <= 1:

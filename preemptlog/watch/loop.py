@@ -91,6 +91,9 @@ class Server:
     last_ok: float | None = None
     status_at: float = 0.0
     ever_up: bool = False
+    ever_counted: bool = False  # a page of it showed the preemption counter (its count is visible)
+    said: set[str] = field(default_factory=set)  # the notes said once
+    counted: tuple[float, bytes, float | None, float] | None = None  # the last scrape whose counter was read
 
 
 @dataclass
@@ -98,6 +101,8 @@ class Outcome:
     storms: list[dict[str, Any]]
     reason: str
     servers_never_up: list[str]
+    # answered, but no page showed a readable preemption counter: their preemptions were not seen
+    servers_no_counter: list[str] = field(default_factory=list)
 
     @property
     def preemptions(self) -> int:
@@ -248,6 +253,8 @@ class Watch:
                 srv.log.close()
             if srv.records is not None:
                 srv.records.close()
+        never = [s.url for s in self.servers.values() if not s.ever_up]
+        blind = [s.url for s in self.servers.values() if s.ever_up and not s.ever_counted]
         self.output.event(
             {
                 "event": "stop",
@@ -255,11 +262,13 @@ class Watch:
                 "reason": self.reason or "stopped",
                 "storms": len(self.storms),
                 "preemptions": sum(int(s.get("preemptions") or 0) for s in self.storms),
+                # the servers whose preemptions were not seen (never answered, no readable counter):
+                # when any, ``preemptions`` is a lower bound
+                "not_visible": never + blind,
             }
         )
         self.output.close()
-        never = [s.url for s in self.servers.values() if not s.ever_up]
-        return Outcome(self.storms, self.reason, never)
+        return Outcome(self.storms, self.reason, never, blind)
 
     def _follow(self) -> None:
         for srv in self.servers.values():
@@ -317,15 +326,41 @@ class Watch:
                 }
             )
         srv.state, srv.error, srv.last_ok, srv.ever_up = "up", None, s.t, True
+        self._visibility(srv, reading)
         added = False
         for tr in srv.tracker.feed(reading):
             added = self._transition(srv, tr, (s, reading)) or added
         if srv.incident is not None and not added:
             srv.incident.add_scrape(s.arrived, s.body, reading.total, s.took)
         srv.scrapes.append((s.arrived, s.body, reading.total, s.took))
+        if reading.total is not None:
+            srv.counted = (s.arrived, s.body, reading.total, s.took)
         srv.last = reading
         if srv.status_at == 0.0:
             self._status_event(srv, s.t)
+
+    def _visibility(self, srv: Server, reading: Reading) -> None:
+        """Say once when a server's page cannot show its preemptions (no counter, or one that is not
+        a number); the count of such a server is not visible (``--fail-on unknown``)."""
+        say = self._say_for(srv.url)
+        if reading.counters:
+            if "no counter" in srv.said and "counter found" not in srv.said:
+                srv.said.add("counter found")
+                say("the preemption counter is on its page now: its preemptions are counted from here")
+            srv.ever_counted = True
+        elif reading.unreadable is not None:
+            if "unreadable" not in srv.said:
+                srv.said.add("unreadable")
+                say(
+                    f"the preemption counter reads {reading.unreadable}: the scrapes that show it are not counted "
+                    "(the count goes on from the next readable one)"
+                )
+        elif not srv.ever_counted and "no counter" not in srv.said:
+            srv.said.add("no counter")
+            say(
+                "its /metrics page has no preemption counter (vllm:num_preemptions_total; SGLang: "
+                "sglang:num_retracted_requests_total): its preemptions cannot be seen until it shows one"
+            )
 
     def _transition(self, srv: Server, tr: Transition, scrape: tuple[Scrape, Reading] | None) -> bool:
         """Say one transition and act on the storm's folder; True when ``scrape`` went into it."""
@@ -387,7 +422,12 @@ class Watch:
             records=srv.records.pattern if srv.records is not None else None,
         )
         past = list(srv.scrapes)
-        keep = [p for i, p in enumerate(past) if p[0] >= storm.start - opts.pre or i == len(past) - 1]
+        keep = [p for p in past if p[0] >= storm.start - opts.pre]
+        # the baseline is the last scrape whose counter was read (the tracker's last reading), kept even
+        # when pages without a readable counter came after it (and pushed it out of the ring)
+        base = srv.counted if srv.counted is not None else (past[-1] if past else None)
+        if base is not None and base not in keep:
+            keep.insert(0, base)
         for t, body, total, took in keep:
             inc.add_scrape(t, body, total, took)
         since = keep[0][0] if keep else storm.start - opts.pre

@@ -11,6 +11,7 @@ reaches a terminal (outputs/safe.py).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from datetime import datetime
@@ -37,7 +38,7 @@ class NdjsonOutput:
         self.err = err or sys.stderr
 
     def event(self, obj: dict[str, Any]) -> None:
-        self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self.out.write(json.dumps(finite(obj), ensure_ascii=False, allow_nan=False) + "\n")
         self.out.flush()
 
     def note(self, text: str) -> None:
@@ -49,6 +50,18 @@ class NdjsonOutput:
 
     def close(self) -> None:
         self.out.flush()
+
+
+def finite(v: Any) -> Any:
+    """``v`` with every NaN or infinite number made null: JSON has no such numbers (``jq`` rejects a
+    line holding one), and a gauge that is not a number says nothing."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite(x) for x in v]
+    return v
 
 
 def _hms(t: str | None) -> str:

@@ -18,6 +18,7 @@ standard library (a page every few seconds, for days): no data frame.
 
 from __future__ import annotations
 
+import math
 import queue
 import re
 import socket
@@ -63,6 +64,8 @@ class Reading:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None  # percent: the fullest engine's
+    # the page has the counter but a sample of it is not a number (NaN, +Inf): not counted (``counters`` empty)
+    unreadable: str | None = None
 
     @property
     def total(self) -> float | None:
@@ -99,7 +102,8 @@ def parse(body: bytes, t: float) -> Reading:
             continue
         labels = m.group(2) or ""
         if name in made:
-            created_by.setdefault(name, {})[labels] = value
+            if math.isfinite(value):  # a NaN _created would differ from itself: a restart at every scrape
+                created_by.setdefault(name, {})[labels] = value
             continue
         w = wanted.get(name)
         if w is None:
@@ -107,11 +111,15 @@ def parse(body: bytes, t: float) -> Reading:
         fld, scale, _ = w
         if fld == "preemptions":
             by_name.setdefault(name, {})[labels] = value
-        else:
+        elif math.isfinite(value):  # a NaN or infinite gauge says nothing (and is no JSON number)
             found.setdefault(fld, {}).setdefault(name, []).append(value * scale)
     counters: dict[str, float] = {}
+    unreadable: str | None = None
     if by_name:  # one name of the counter (the first in the engines' order that the page has)
         counters = by_name[min(by_name, key=lambda n: wanted[n][2])]
+        bad = sorted({repr(v) for v in counters.values() if not math.isfinite(v)})
+        if bad:  # a counter that is not a number cannot be counted: the page is read as one without it
+            counters, unreadable = {}, ", ".join(b.replace("nan", "NaN").replace("inf", "Inf") for b in bad)
     series_created: dict[str, float] = {}
     if created_by:
         series_created = created_by[min(created_by, key=lambda n: made[n])]
@@ -130,6 +138,7 @@ def parse(body: bytes, t: float) -> Reading:
         running=sum(running) if running else None,
         waiting=sum(waiting) if waiting else None,
         kv_usage=max(kv) if kv else None,
+        unreadable=unreadable,
     )
 
 

@@ -116,6 +116,7 @@ def expand(sets: list[str], sweeps: list[str], configs: list[str] | None = None)
     if configs:
         return [{**base, **parse_sets([x for x in c.split(",") if x.strip()], "--config")} for c in configs]
     combos: list[dict[str, Any]] = [dict(base)]
+    swept: set[str] = set()
     for sw in sweeps:
         if "=" not in sw:
             raise UsageError(f"--sweep expects NAME=V1,V2,..., got {sw!r}", hint="e.g. --sweep max_num_seqs=16,32,64")
@@ -123,7 +124,15 @@ def expand(sets: list[str], sweeps: list[str], configs: list[str] | None = None)
         vals = [v for v in vs.split(",") if v.strip()]
         if not vals:
             raise UsageError(f"--sweep {sw!r}: no values")
+        if k.strip() in swept:  # two sweeps of one setting: the second would silently replace the first
+            raise UsageError(
+                f"--sweep {k.strip()} given twice", hint=f"give its values in one --sweep {k.strip()}=V1,V2"
+            )
+        swept.add(k.strip())
         parsed = [parse_sets([f"{k.strip()}={v}"], "--sweep") for v in vals]
+        dup = next((v for i, (v, p) in enumerate(zip(vals, parsed, strict=True)) if p in parsed[:i]), None)
+        if dup is not None:  # the same configuration replayed twice: two identical rows
+            raise UsageError(f"--sweep {sw!r}: {dup.strip()} given twice", hint="give each value once")
         combos = [{**c, **p} for c in combos for p in parsed]
     return [c for c in combos if c] if (sets or sweeps) else []
 

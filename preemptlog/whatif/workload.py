@@ -424,7 +424,13 @@ def parse_sets(items: list[str], option: str = "--set") -> dict[str, Any]:
         if "=" not in item:
             raise UsageError(f"{option} expects NAME=VALUE, got {item!r}", hint=f"e.g. {option} max_num_seqs=32")
         k, v = item.split("=", 1)
-        out[k.strip()] = parse_value(k.strip(), v, option)
+        value = parse_value(k.strip(), v, option)
+        if k.strip() in out and out[k.strip()] != value:  # which one was meant: said, never picked
+            raise UsageError(
+                f"{option} {k.strip()} given twice ({out[k.strip()]}, then {value})",
+                hint=f"to compare values: --sweep {k.strip()}=V1,V2" if option == "--set" else f"give {k.strip()} once",
+            )
+        out[k.strip()] = value
     return out
 
 
