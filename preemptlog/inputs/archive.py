@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import posixpath
 import re
 import stat
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -168,6 +170,7 @@ class Budget:
         self.here_bytes = 0
         self.here_members = 0
         self.done = 0  # members copied completely
+        self.begun = 0  # members whose copy began (one more than done while a copy is cut)
 
     @classmethod
     def for_archive(cls, path: Path, name: str | None = None) -> Budget:
@@ -182,7 +185,7 @@ class Budget:
 
     def begin(self, archive: str) -> None:
         self.archive = archive
-        self.here_bytes = self.here_members = self.done = 0
+        self.here_bytes = self.here_members = self.done = self.begun = 0
 
     @property
     def anything(self) -> bool:
@@ -218,14 +221,26 @@ class Budget:
             )
 
 
-def _copy(src: BinaryIO, dest: Path, budget: Budget) -> None:
+def _copy(src: BinaryIO, dest: Path, budget: Budget, *, salvage: Callable[[BinaryIO, int], None] | None = None) -> None:
+    """Copy a member to ``dest``. ``salvage``: on a read that fails (the archive is cut inside this
+    member), called with the open ``dest`` and the bytes copied so far to write what the archive
+    still holds of it, before the error goes on to the caller (a tar has no checksum of its data:
+    the bytes before the cut are the member's own)."""
+    budget.begun += 1
     with open(dest, "xb") as out:
+        copied = 0
         while True:
-            chunk = src.read(CHUNK)
+            try:
+                chunk = src.read(CHUNK)
+            except _decode_errors():
+                if salvage is not None:
+                    salvage(out, copied)
+                raise
             if not chunk:
                 break
             budget.add(len(chunk))
             out.write(chunk)
+            copied += len(chunk)
     budget.done += 1
 
 
@@ -421,7 +436,7 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
 
 def _damaged(name: str, budget: Budget, detail: str) -> str:
     return f"archive {name} is damaged ({detail}): read the {budget.done} member(s) unpacked before the damage" + (
-        " and the start of the next one" if budget.here_members > budget.done else ""
+        " and the start of the next one" if budget.begun > budget.done else ""
     )
 
 
@@ -556,4 +571,56 @@ def _unpack_tar(path: Path, name: str, root: Path, budget: Budget, warnings: lis
             if src is None:
                 continue
             with src:
-                _copy(src, dest, budget)
+                _copy(src, dest, budget, salvage=_tar_salvage(tf, member, budget))
+        _tar_end_check(tf, name, budget)
+
+
+def _raw_tar(tf: tarfile.TarFile) -> BinaryIO | None:
+    """The tar's own file when it is read uncompressed from a file (seeking in it is cheap), else None."""
+    fh = tf.fileobj
+    return fh if isinstance(fh, io.BufferedReader | io.FileIO) else None
+
+
+SALVAGE_CHUNK = 64 << 10  # a compressed tar cut inside a member: read back in pieces this large
+
+
+def _tar_salvage(tf: tarfile.TarFile, member: tarfile.TarInfo, budget: Budget) -> Callable[[BinaryIO, int], None]:
+    """What a tar still holds of a member it is cut inside (``_copy``'s ``salvage``): its bytes from
+    where the copy stopped to the cut. A read of the member fails whole when it comes short, so without
+    this a member cut anywhere in its last chunk is unpacked empty. An uncompressed tar is read to its
+    end; a compressed one (going back in it decompresses it again from its start, once) in pieces of
+    ``SALVAGE_CHUNK`` until the piece that meets the cut; a stream read once (zstd) keeps what it had."""
+
+    def salvage(out: BinaryIO, copied: int) -> None:
+        if member.sparse is not None:
+            return
+        raw = _raw_tar(tf)
+        fh = raw if raw is not None else tf.fileobj
+        piece = CHUNK if raw is not None else SALVAGE_CHUNK
+        try:
+            fh.seek(member.offset_data + copied)
+            left = member.size - copied
+            while left > 0:
+                got = fh.read(min(piece, left))
+                if not got:
+                    break
+                budget.add(len(got))
+                out.write(got)
+                left -= len(got)
+        except (OSError, *_decode_errors()):
+            return  # the piece that meets the cut (or a stream that cannot go back): what was written stays
+
+    return salvage
+
+
+def _tar_end_check(tf: tarfile.TarFile, name: str, budget: Budget) -> None:
+    """An uncompressed tar cut inside a member's header ends its member list without an error
+    (tarfile takes a short header for the end of the archive): bytes other than the end-of-archive
+    zero blocks where the next header would start are that cut header, said as damage."""
+    raw = _raw_tar(tf)
+    if raw is None:
+        return
+    raw.seek(tf.offset)
+    head = raw.read(TAR_BLOCK)  # the end-of-archive marker is a zero block; anything else is a header
+    if head.strip(b"\0"):
+        raise tarfile.ReadError(f"a member header is cut or unreadable at byte {tf.offset}")
