@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..model.requests import with_request_key
 from ..rules.mechanisms import MECHANISM_EVIDENCE, active
 from ..rules.mechanisms import evaluate as run
 from ..rules.verdicts import event_frame
@@ -42,16 +43,25 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
         mech_step_running=pl.when(pl.col("p_step").is_not_null()).then(pl.col("p_running").max().over(step_key)),
     )
     complete = pl.col("kind").is_in(COMPLETE_KINDS) & pl.col("request_id").is_not_null()
+    # a request is (server, id): model.requests.with_request_key, as every count of a request's preemptions
+    keys = with_request_key(
+        a.events.select(
+            "event_id", "request_id", "kind", "source", *[c for c in ("stream", "seq") if c in a.events.columns]
+        ),
+        a.records,
+    ).select("event_id", "_rkey")
+    df = df.join(keys, on="event_id", how="left", maintain_order="left")
     df = df.with_columns(_t=pl.col("time").dt.epoch("us").fill_null(0), _o=pl.int_range(pl.len()))
     df = (
         df.sort("_t", "_o")
         .with_columns(
-            mech_request_preemptions=pl.when(complete).then(pl.len().over("request_id", complete)).cast(pl.Int64),
+            mech_request_preemptions=pl.when(complete).then(pl.len().over("_rkey", complete)).cast(pl.Int64),
             mech_request_index=pl.when(complete)
-            .then(pl.int_range(1, pl.len() + 1).over("request_id", complete))
+            .then(pl.int_range(1, pl.len() + 1).over("_rkey", complete))
             .cast(pl.Int64),
         )
         .sort("_o")
+        .drop("_rkey")
     )
     df = df.with_columns(
         mech_prompt_tokens=pl.col("prompt_tokens"),

@@ -195,3 +195,38 @@ def incident_requests(a: Any) -> RequestStats:
     if bt is not None and bt.height and (bt.get_column("phase") == "arrival").any():
         return RequestStats.of_records(bt)
     return stats_of(a)
+
+
+def with_request_key(ev: pl.DataFrame, records: pl.DataFrame | None) -> pl.DataFrame:
+    """``ev`` with ``_who`` and ``_proc`` and ``_rkey``: which request an event preempted, a request
+    being (server, id). Two servers (or two copies of one log) reuse ids, so ids are told apart per
+    stream; within a stream, per process (two Ray workers' sequence group 63 are two): a log event
+    takes its process prefix (``Name pid=N``) from its record; an event of another source (no stream)
+    is told apart by its source file. ``_rkey`` is null for an event that names no request. Every
+    count of a request's preemptions (the summary's, the verdicts', the mechanisms') keys by it."""
+    cols = ev.columns
+    stream = pl.col("stream") if "stream" in cols else pl.lit(None, pl.Int32)
+    from_log = (pl.col("kind").is_in(["logged", "marker"]) & stream.is_not_null()) if "kind" in cols else pl.lit(False)
+    if records is not None and records.height and "proc" in records.columns and "stream" in cols and "seq" in cols:
+        procs = records.select(
+            pl.col("stream").cast(ev.schema["stream"]), pl.col("seq").cast(ev.schema["seq"]), pl.col("proc").alias("_p")
+        )
+        ev = ev.join(procs, on=["stream", "seq"], how="left", maintain_order="left")
+        ev = ev.with_columns(_proc=pl.when(from_log).then(pl.col("_p"))).drop("_p")
+    else:
+        ev = ev.with_columns(_proc=pl.lit(None, pl.String))
+    source = pl.col("source") if "source" in cols else pl.lit(None, pl.String)
+    ev = ev.with_columns(_who=pl.when(stream.is_not_null()).then(pl.lit(None, pl.String)).otherwise(source))
+    return ev.with_columns(
+        _rkey=pl.when(pl.col("request_id").is_not_null()).then(
+            pl.concat_str(
+                [
+                    stream.cast(pl.String).fill_null(""),
+                    pl.col("_who").fill_null(""),
+                    pl.col("_proc").fill_null(""),
+                    pl.col("request_id"),
+                ],
+                separator="\x1f",
+            )
+        )
+    )

@@ -11,7 +11,7 @@ from .. import engines as registry  # ``engines`` is a local name here (a cause'
 from ..clock.timebase import iso
 from ..events.visibility import count_visibility
 from ..model.config import in_force
-from ..model.requests import incident_requests
+from ..model.requests import incident_requests, with_request_key
 from ..model.result import SUMMARIZER
 from ..rules.verdicts import guide_model
 from .each import split_by_incident
@@ -30,17 +30,7 @@ def _repeated_requests(a: Analysis, ev: pl.DataFrame) -> list[dict[str, Any]]:
     with_id = ev.filter(pl.col("request_id").is_not_null())
     if not with_id.height:
         return []
-    from_log = pl.col("kind").is_in(["logged", "marker"]) & pl.col("stream").is_not_null()
-    if "proc" in a.records.columns and a.records.height:
-        procs = a.records.select("stream", "seq", pl.col("proc").alias("_proc"))
-        with_id = with_id.join(procs, on=["stream", "seq"], how="left").with_columns(
-            _proc=pl.when(from_log).then(pl.col("_proc"))
-        )
-    else:
-        with_id = with_id.with_columns(_proc=pl.lit(None, pl.String))
-    with_id = with_id.with_columns(
-        _who=pl.when(pl.col("stream").is_not_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("source"))
-    )
+    with_id = with_request_key(with_id, a.records)  # the one identity every count of a request keys by
     keys = ["stream", "_who", "_proc", "request_id"]
     rep = (
         with_id.group_by(keys)

@@ -14,6 +14,7 @@ import polars as pl
 
 from .. import engines
 from ..model.frames import PolarsType
+from ..model.requests import with_request_key
 from .engine import ENGINE_COLUMNS, evaluate, fired_rules, used_names
 from .factors import FACTOR_INPUTS, factors
 from .model import RuleSet
@@ -74,13 +75,18 @@ def event_frame(analysis: AnalysisView) -> pl.DataFrame:
     )
     if analysis.evidence is not None and analysis.evidence.height:
         ev = ev.join(analysis.evidence, on="event_id", how="left")
-    counts = (
-        ev.filter(pl.col("request_id").is_not_null())
-        .group_by("request_id")
-        .len()
-        .rename({"len": "_request_preemptions"})
+    # A request is (server, id) (model.requests.with_request_key): a request id two servers reuse is two
+    # requests, each preempted as often as its own server says.
+    keys = with_request_key(
+        analysis.events.select(
+            "event_id", "request_id", "kind", "source", *[c for c in ("stream", "seq") if c in analysis.events.columns]
+        ),
+        analysis.records,
+    ).select("event_id", "_rkey")
+    counts = keys.filter(pl.col("_rkey").is_not_null()).group_by("_rkey").len().rename({"len": "_request_preemptions"})
+    return ev.join(keys.join(counts, on="_rkey", how="left").drop("_rkey"), on="event_id", how="left").with_columns(
+        guide_model=pl.lit(guide_model(analysis))
     )
-    return ev.join(counts, on="request_id", how="left").with_columns(guide_model=pl.lit(guide_model(analysis)))
 
 
 def guide_model(analysis: AnalysisView) -> bool:
