@@ -826,6 +826,7 @@ def resolve(
         .then(pl.col("_yl_prec"))
     )
     df = df.with_columns(time=time, time_precision=prec)
+    result.warnings.extend(_steps_back(df, records, streams, file_stream, tz))
     # Lines without a timestamp take the time of the nearest preceding timed line of the stream
     # ("inherited"), else of the nearest following one ("inherited-later"), else none ("unknown").
     # The timed lines include those read only for their time (sources/linetimes.py).
@@ -842,6 +843,69 @@ def resolve(
         time=pl.coalesce(earlier, later),
     )
     return records.with_columns(df.get_column("time"), df.get_column("time_precision")), result
+
+
+CLOCK_BACK_S = 60  # a stream's clock going back by more than this is no reordering of lines
+
+
+def _steps_back(
+    df: pl.DataFrame,
+    records: pl.DataFrame,
+    streams: dict[int, StreamMeta],
+    file_stream: dict[int, tuple[int, int]],
+    tz: str,
+) -> list[str]:
+    """A warning per stream whose clock goes back by more than CLOCK_BACK_S (the first such line, and
+    how many): a server restarted on another clock (a container started with another TZ), or two
+    servers' output in one file. Lines a few seconds out of order (processes sharing stdout) and the
+    fall-back hour (instants, not wall times, are compared) are no step back. The lines are placed as
+    stamped, so what comes after the step sorts among, or before, what came before it: said.
+
+    ``df`` holds ``stream`` and ``time`` (the line's own timestamp, not inherited) in the row order
+    of ``records`` (``file_id``, ``n``)."""
+    timed = df.select(
+        pl.col("stream"),
+        pl.col("time"),
+        records.get_column("n").alias("_n") if "n" in records.columns else pl.lit(None, pl.UInt32).alias("_n"),
+        records.get_column("file_id").alias("_f"),
+    ).filter(pl.col("time").is_not_null())
+    # against the line before (not the latest time so far: the lines after one step back are no more steps)
+    before = pl.col("time").shift(1).over("stream")
+    stepped = timed.with_columns(_before=before, _back=before - pl.col("time")).filter(
+        pl.col("_back") > pl.duration(seconds=CLOCK_BACK_S)
+    )
+    if stepped.height == 0:
+        return []
+    files_of: dict[int, int] = {}
+    for sid, _order in file_stream.values():
+        files_of[sid] = files_of.get(sid, 0) + 1
+    out = []
+    for (sid,), grp in stepped.group_by("stream", maintain_order=True):
+        r = grp.row(0, named=True)
+        meta = streams.get(int(sid)) if sid is not None else None
+        name = meta.name if meta is not None else "a log"
+        where = (
+            f"line {r['_n']}"
+            if files_of.get(int(sid), 1) == 1
+            else f"line {r['_n']} of its file {file_stream[r['_f']][1] + 1} (oldest first)"
+        )
+        secs = r["_back"].total_seconds()
+        more = f"; {grp.height - 1} more step(s) back later" if grp.height > 1 else ""
+        out.append(
+            f"{name}: its clock goes back by {_back_words(secs)} at {where} ({iso(r['_before'], tz)} before it, "
+            f"{iso(r['time'], tz)} there){more}: a restart on another clock (a zone?), two servers' output in one file or excerpts pasted out of "
+            "order; lines are placed as stamped, so the lines after it sort before those it went back over"
+        )
+    return out
+
+
+def _back_words(seconds: float) -> str:
+    s = int(round(seconds))
+    if s >= 86400:
+        return f"{s / 86400:.1f} days"
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return " ".join(p for p in (f"{h} h" if h else "", f"{m} min" if m else "", f"{sec} s" if sec else "") if p)
 
 
 def _as_dt(year: int, row: dict[str, Any]) -> datetime:

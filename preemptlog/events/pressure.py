@@ -217,21 +217,48 @@ def find_intervals(
         )
     )
     out = out.select(list(_schema())).cast(_schema())
-    # Scraped gauges only add what the log's stats lines do not already show (same engine, overlapping time).
+    # Scraped gauges only add what the log's stats lines do not already show (same engine, overlapping
+    # time, same server: not when the two lie in two folders side by side, two servers' files).
     log_iv = out.filter(pl.col("series") == "log")
     prom_iv = out.filter(pl.col("series") == "prometheus")
     if log_iv.height and prom_iv.height:
-        lo = log_iv.select("engine", pl.col("since").fill_null(pl.col("start")).alias("_a"), pl.col("end").alias("_b"))
+        out = out.with_columns(_br=_branches(out))
+        log_iv = out.filter(pl.col("series") == "log")
+        prom_iv = out.filter(pl.col("series") == "prometheus")
+        lo = log_iv.select(
+            "engine",
+            pl.col("since").fill_null(pl.col("start")).alias("_a"),
+            pl.col("end").alias("_b"),
+            pl.col("_br").alias("_lbr"),
+        )
         overlap = (
             prom_iv.with_row_index("_i")
             .join(lo, on="engine", how="inner")
-            .filter((pl.col("start") <= pl.col("_b")) & (pl.col("end") >= pl.col("_a")))
+            .filter(
+                (pl.col("start") <= pl.col("_b"))
+                & (pl.col("end") >= pl.col("_a"))
+                & (pl.col("_br").is_null() | pl.col("_lbr").is_null() | (pl.col("_br") == pl.col("_lbr")))
+            )
             .get_column("_i")
             .unique()
         )
         prom_iv = prom_iv.with_row_index("_i").filter(~pl.col("_i").is_in(overlap.implode())).drop("_i")
-        out = pl.concat([log_iv, prom_iv])
+        out = pl.concat([log_iv, prom_iv]).drop("_br")
     return out.sort("start", "series", "engine")
+
+
+def _branches(iv: pl.DataFrame) -> pl.Series:
+    """Per interval, the folder below the one all intervals' files share that its first evidence file
+    lies in (``a`` for ``incident/a/logs/vllm.log:3`` when another lies in ``incident/b``); null for a
+    file directly in the shared folder (no side to tell)."""
+    files = iv.get_column("evidence").list.first().str.replace(r":[0-9-]+$", "").str.replace_all("!", "/", literal=True)
+    parts = [[p for p in (f or "").split("/")[:-1] if p] for f in files.to_list()]
+    root = 0
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        root += 1
+    return pl.Series("_br", [p[root] if len(p) > root else None for p in parts], dtype=pl.String)
 
 
 def describe(row: dict[str, Any], tz: str) -> str:

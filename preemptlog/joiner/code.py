@@ -23,6 +23,7 @@ from .. import engines
 from .common import asof, engine_key, src_expr
 from .declare import Evidence, cited
 from .spans import failed_in_spans, pressure_in_spans
+from .stats import MAX_DEPTH, _prefix, lanes
 
 SOURCE = "engine code (engine_facts.py), vllm-log (config)"
 EVIDENCE = [
@@ -104,6 +105,7 @@ def section_code(
     span = events.select(
         "_i",
         "_eng",
+        *[c for c in ("stream", "source") if c in events.columns],
         pl.when(point)
         .then(pl.col("time") - pl.duration(microseconds=before_us))
         .otherwise(pl.col("interval_start"))
@@ -136,7 +138,9 @@ def section_code(
         out = out.with_columns([xs[0] if len(xs) == 1 else pl.coalesce(xs).alias(n) for n, xs in cols.items()])
         if masked:
             out = out.drop("engine_kind")
-    pressure = pressure_in_spans(span, frames.get("pressure_intervals"))
+    pressure = pressure_in_spans(
+        *_own_server_pressure(span, frames.get("pressure_intervals"), stats, frames.get("prom_series"))
+    )
     if pressure is not None:
         out = out.join(pressure, on="_i", how="left")
     failed = _failed_allocations(span, frames.get("bt_events"))
@@ -174,24 +178,161 @@ def _kv_max_before(span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.Data
 
     parts = []
     if stats is not None and stats.height:
-        parts.append(stats.select("time", _eng(stats), "kv_usage", src_expr().alias("_src")))
+        parts.append(
+            stats.select(
+                "time",
+                _eng(stats),
+                "kv_usage",
+                src_expr().alias("_src"),
+                (pl.col("stream") if "stream" in stats.columns else pl.lit(None)).cast(pl.Int32).alias("stream"),
+                pl.col("source").cast(pl.String),
+            )
+        )
     if prom is not None and prom.height and "kv_usage" in prom.columns:
-        parts.append(prom.select("time", _eng(prom), "kv_usage", src_expr().alias("_src")))
+        parts.append(
+            prom.select(
+                "time",
+                _eng(prom),
+                "kv_usage",
+                src_expr().alias("_src"),
+                pl.lit(None, pl.Int32).alias("stream"),  # a scrape is no log stream
+                pl.col("source").cast(pl.String),
+            )
+        )
     if not parts:
         return None
-    s = pl.concat(parts).filter(pl.col("time").is_not_null() & pl.col("kv_usage").is_not_null()).sort("time")
+    s = pl.concat(parts).filter(pl.col("time").is_not_null() & pl.col("kv_usage").is_not_null())
     if s.height == 0:
         return None
-    # The running max and the line it was reached at, per engine.
-    s = s.with_columns(_max=pl.col("kv_usage").cum_max().over("_eng"))
-    s = s.with_columns(
-        _msrc=pl.when(pl.col("kv_usage") == pl.col("_max")).then(pl.col("_src")).forward_fill().over("_eng")
-    )
-    left = span.filter(pl.col("_shi").is_not_null()).select("_i", "_eng", "_shi")
+    # The running max and the line it was reached at, per lane (engine and place).
+    left = span.filter(pl.col("_shi").is_not_null())
     if left.height == 0:
         return None
-    j = asof(left, s.select("time", "_eng", "_max", "_msrc"), left_on="_shi", right_on="time", by=["_eng"])
+    # Per lane (stats.py lanes): the samples of the event's folder (its server's log and scrapes),
+    # else every sample of its engine.
+    left, s = lanes(left, s, own_stream=False)
+    s = s.sort("time")
+    s = s.with_columns(_max=pl.col("kv_usage").cum_max().over("_ek"))
+    s = s.with_columns(
+        _msrc=pl.when(pl.col("kv_usage") == pl.col("_max")).then(pl.col("_src")).forward_fill().over("_ek")
+    )
+    j = asof(
+        left.select("_i", "_ek", "_shi"),
+        s.select("time", "_ek", "_max", "_msrc", pl.col("time").alias("_last")),
+        left_on="_shi",
+        right_on="time",
+        by=["_ek"],
+    )
+    seen = _observed(left, s)
+    j = j.join(seen, on="_i", how="left").with_columns(
+        _max=pl.when(pl.col("_seen").fill_null(False)).then(pl.col("_max")),
+        _msrc=pl.when(pl.col("_seen").fill_null(False)).then(pl.col("_msrc")),
+    )
     return j.select("_i", *cited("up_kv_max_before", pl.col("_max"), pl.col("_msrc")))
+
+
+# The KV usage samples observe an event's span when none of them is further than this from the next:
+# a running engine prints its stats line every few seconds and is scraped every few seconds to a
+# minute; a longer gap (a log that ended, a lone reading long after it) is time nobody saw.
+OBSERVED_GAP_S = 600
+
+
+def _observed(left: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
+    """Per event (``_i``), ``_seen``: its lane's KV samples observe its whole span [``_slo``, ``_shi``]: a
+    sample within OBSERVED_GAP_S of each end, and no instant inside further than that from every sample. A maximum "before the
+    event" below the contradiction threshold says the pool was never full only where it was watched: an
+    event counted since the engine's start, or placed an hour after the last stats line, is outside
+    what the samples saw (its maximum is then not evaluable, never a contradiction)."""
+    g = pl.duration(seconds=OBSERVED_GAP_S)
+    st = s.select("_ek", "time").sort("_ek", "time")
+    ends = st.group_by("_ek").agg(pl.col("time").min().alias("_first"), pl.col("time").max().alias("_lastt"))
+    gaps = (
+        st.with_columns(_prev=pl.col("time").shift(1).over("_ek"))
+        .filter((pl.col("time") - pl.col("_prev")) > g)
+        .select("_ek", pl.col("_prev").alias("_g0"), pl.col("time").alias("_g1"))
+    )
+    ev = left.select("_i", "_ek", pl.coalesce("_slo", "_shi").alias("_lo"), pl.col("_shi").alias("_hi"))
+    ev = ev.join(ends, on="_ek", how="left").with_columns(
+        _seen=(pl.col("_first") <= pl.col("_lo") + g) & (pl.col("_lastt") >= pl.col("_hi") - g)
+    )
+    if gaps.height:
+        holed = (
+            ev.select("_i", "_ek", "_lo", "_hi")
+            .join(gaps, on="_ek", how="inner")
+            # the unwatched part of a gap: further than OBSERVED_GAP_S from both its samples
+            .filter((pl.col("_g1") - g > pl.col("_lo")) & (pl.col("_g0") + g < pl.col("_hi")))
+            .select("_i")
+            .unique()
+        )
+        ev = ev.with_columns(_seen=pl.col("_seen") & ~pl.col("_i").is_in(holed.get_column("_i").implode()))
+    return ev.select("_i", "_seen")
+
+
+def _own_server_pressure(
+    span: pl.DataFrame, piv: pl.DataFrame | None, stats: pl.DataFrame | None, prom: pl.DataFrame | None
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The spans and pressure intervals keyed by place (``_ek``): a log event whose log has stats lines
+    reads that log's intervals, else an event reads the intervals under its server's folder (below),
+    else every interval (stats.py lanes, over the place only:
+    pressure_in_spans matches the engine). Two servers' logs and scrapes both call their engine "0":
+    one server's pressure does not corroborate the other's preemption, and a server whose samples
+    show no pressure has none."""
+    if piv is None or piv.height == 0 or "source" not in span.columns:
+        return span, piv
+    # The place of an event's server: the deepest folder above its file that holds log stats lines
+    # (a server with a log has its pressure intervals there: scraped intervals that overlap them are
+    # dropped, events/pressure.py), else scrapes (a server known by its scrapes alone).
+    sp = span.with_columns(_eng0=pl.col("_eng"), _eng=pl.lit("x"), _ek=pl.lit("x|*"))
+    # A log event whose own log (stream) has stats lines reads that log's intervals only: two servers'
+    # logs in one folder (no folder tells them apart) are two streams.
+    by_stream = None
+    if stats is not None and stats.height and {"stream", "source"} <= set(stats.columns) and "stream" in sp.columns:
+        by_stream = (
+            stats.select(pl.col("source").cast(pl.String), pl.col("stream").cast(pl.Int32)).unique().drop_nulls()
+        )
+        own = by_stream.get_column("stream").unique().implode()
+        sp = sp.with_columns(
+            _ek=pl.when(pl.col("stream").cast(pl.Int32).is_in(own))
+            .then(pl.concat_str([pl.lit("x|s:"), pl.col("stream").cast(pl.String)]))
+            .otherwise(pl.col("_ek"))
+        )
+    sp = sp.drop("stream", strict=False)
+    for df in (stats, prom):
+        if df is None or df.height == 0 or "source" not in df.columns:
+            continue
+        samples = df.select(pl.col("source").cast(pl.String)).unique().with_columns(_eng=pl.lit("x"))
+        todo = sp.filter(pl.col("_ek") == "x|*")
+        if todo.height == 0:
+            break
+        placed, _ = lanes(todo.drop("_ek"), samples, own_stream=False)
+        sp = sp.update(placed.select("_i", "_ek"), on="_i", how="left")
+    file = pl.col("evidence").list.first().str.replace(r":[0-9-]+$", "")  # file:line -> file
+    p = piv.with_row_index("_p").with_columns(_file=file)
+    # each interval under every folder above its file (the key an event of that folder chose), and "*"
+    p = (
+        pl.concat(
+            [
+                *(
+                    p.with_columns(_ek=pl.concat_str([pl.lit(f"x|d{k}:"), _prefix(k, "_file")]))
+                    for k in range(1, MAX_DEPTH + 1)
+                ),
+                p.with_columns(_ek=pl.lit("x|*")),
+                *(
+                    [
+                        p.join(by_stream, left_on="_file", right_on="source", how="inner")
+                        .with_columns(_ek=pl.concat_str([pl.lit("x|s:"), pl.col("stream").cast(pl.String)]))
+                        .drop("stream")
+                    ]
+                    if by_stream is not None
+                    else []
+                ),
+            ],
+            how="vertical",
+        )
+        .filter(pl.col("_ek").is_not_null())
+        .drop("_file")
+    )
+    return sp.with_columns(_eng=pl.col("_eng0")).drop("_eng0"), p
 
 
 def _eng(df: pl.DataFrame) -> pl.Expr:

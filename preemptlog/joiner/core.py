@@ -51,6 +51,7 @@ def compute(
     base = events.with_row_index("_i")
     for c, dt in (
         ("request_id", pl.String),
+        ("source", pl.String),
         ("stream", pl.Int32),
         ("seq", pl.UInt32),
         ("kind", pl.String),
@@ -147,6 +148,7 @@ def _joined_events(
             "_i",
             t.alias("time"),
             "request_id",
+            pl.col("source").alias("_file"),  # its file (stats.py lanes); not "source": sections join that name
             "stream",
             "seq",
             "kind",

@@ -8,6 +8,7 @@ import polars as pl
 
 from .common import asof, frame_of, window_max
 from .declare import Evidence, cited
+from .stats import lanes
 
 EVIDENCE = [
     Evidence("dmon_fb_at_mb", "Float64", "dmon", "bundle", "frame-buffer use as of t, largest over the sample's GPUs"),
@@ -34,7 +35,19 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
     dm = dm.select("time", "gpu", *have, "source", "line")
     if not dm.get_column("time").is_sorted():
         dm = dm.sort("time", maintain_order=True)
-    dm = dm.with_row_index("_row")
+    if "fb_mb" in have:
+        # A rise between consecutive samples of one GPU of one capture (two hosts' GPU 0 are two GPUs).
+        dm = dm.with_columns(_rise=pl.col("fb_mb") - pl.col("fb_mb").shift(1).over("source", "gpu"))
+    # An event reads the captures of its own folder when it has one (two servers' bundles side by
+    # side: one host's GPUs are no evidence for the other's preemption), else every capture.
+    here = ev.select(
+        "_i",
+        "_t",
+        "_hi",
+        pl.col("_file").alias("source") if "_file" in ev.columns else pl.lit(None, pl.String).alias("source"),
+    )
+    ev, dm = lanes(here.with_columns(_eng=pl.lit("x")), dm.with_columns(_eng=pl.lit("x")), own_stream=False)
+    dm = dm.sort("time", maintain_order=True).with_row_index("_row")
     big = 1 << 34
     row = pl.col("_row").cast(pl.Int64)
     # Values are encoded with their row (fixed point x10) so that max() also says where.
@@ -61,8 +74,10 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         ).to_series()
 
     # The sample as of t: the largest value over the GPUs of that timestamp.
-    per_t = dm.group_by("time").agg([pl.col(f"_e_{c}").max() for c in have]).sort("time")
-    at = asof(ev.select("_i", "_t"), per_t, left_on="_t", right_on="time", tolerance=f"{before_us}us")
+    per_t = dm.group_by("_ek", "time").agg([pl.col(f"_e_{c}").max() for c in have]).sort("time")
+    at = asof(
+        ev.select("_i", "_t", "_ek"), per_t, left_on="_t", right_on="time", by=["_ek"], tolerance=f"{before_us}us"
+    )
     name = {"fb_mb": "dmon_fb_at_mb", "sm_pct": "dmon_sm_at_pct", "mem_pct": "dmon_mem_at_pct"}
     out = at.select("_i")
     for c in have:
@@ -74,10 +89,10 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         )
     if "fb_mb" in have:
         # Largest rise of one GPU's fb between consecutive samples, for a rise sampled in the window.
-        jump = pl.col("fb_mb") - pl.col("fb_mb").shift(1).over("gpu")
+        jump = pl.col("_rise")
         jump = pl.when(jump.abs() < 1e8).then(jump).round().cast(pl.Int64, strict=False)
-        g = dm.select("time", (jump * big + row).alias("_enc"))
-        mx = window_max(ev, g, "_enc", before_us + after_us)
+        g = dm.select("time", "_ek", (jump * big + row).alias("_enc"))
+        mx = window_max(ev, g, "_enc", before_us + after_us, by="_ek")
         v, r = decode("_max")
         mx = mx.with_columns(_jump=v.cast(pl.Float64), _jrow=r)
         rows = mx.get_column("_jrow").fill_null(0).cast(pl.UInt32)

@@ -68,7 +68,7 @@ def section_prom(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
             "line",
         )
     )
-    out = section_stats(ev, series, before_us, after_us)
+    out = section_stats(ev, series, before_us, after_us, own_stream=False)  # scrapes are no log stream
     if out is None:
         return None
     return out.rename(

@@ -31,8 +31,10 @@ CITED = 4  # records cited by up_failed_allocs before "(+N more)"
 
 
 def _spans(span: pl.DataFrame) -> pl.DataFrame:
-    """The distinct spans, each with its events (``_i`` list) and a number ``_sp``."""
-    return span.group_by(SPAN, maintain_order=True).agg(pl.col("_i")).with_row_index("_sp")
+    """The distinct spans (and places ``_ek``, when given), each with its events (``_i`` list) and a
+    number ``_sp``."""
+    key = [*SPAN, "_ek"] if "_ek" in span.columns else SPAN
+    return span.group_by(key, maintain_order=True).agg(pl.col("_i")).with_row_index("_sp")
 
 
 def _us(col: str, fill: int) -> pl.Expr:
@@ -47,12 +49,18 @@ def pressure_in_spans(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFr
     ``span``: ``_i``, ``_eng``, ``_slo``, ``_shi`` (a null end is unbounded). ``piv``: the pressure
     intervals (events/pressure.py) of every engine. Overlap: the interval ends at or after ``_slo``
     and starts (``since``, else ``start``) at or before ``_shi``. Strongest: highest peak KV usage,
-    then most waiting (nulls last), then the earlier interval in ``piv``.
+    then most waiting (nulls last), then the earlier interval in ``piv``. When both carry a place key
+    ``_ek`` (code.py ``_own_server_pressure``: ``piv`` then holds one row per place, its own number
+    ``_p``), a span reads only the intervals of its place.
     """
     if piv is None or piv.height == 0:
         return None
-    p = piv.with_row_index("_p").select(
+    placed = "_ek" in span.columns and "_ek" in piv.columns
+    if "_p" not in piv.columns:
+        piv = piv.with_row_index("_p")
+    p = piv.select(
         "_p",
+        pl.col("_ek").alias("_pek") if placed else pl.lit("*").alias("_pek"),
         pl.col("engine").cast(pl.String).fill_null("0").alias("_peng"),
         pl.col("end").dt.epoch("us").alias("_pend"),
         pl.coalesce("since", "start").dt.epoch("us").alias("_plo"),
@@ -60,7 +68,13 @@ def pressure_in_spans(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFr
         "max_waiting",
     )
     spans = _spans(span)
-    s = spans.select("_sp", "_eng", _us("_slo", _I64_MIN).alias("_lo"), _us("_shi", _I64_MAX).alias("_hi"))
+    s = spans.select(
+        "_sp",
+        "_eng",
+        pl.col("_ek") if placed else pl.lit("*").alias("_ek"),
+        _us("_slo", _I64_MIN).alias("_lo"),
+        _us("_shi", _I64_MAX).alias("_hi"),
+    )
     known = pl.col("_pend").is_not_null() & pl.col("_plo").is_not_null()
     # Only the overlapping pairs are made (an inequality join), never spans x intervals.
     pairs = s.join_where(p.filter(known), pl.col("_pend") >= pl.col("_lo"), pl.col("_plo") <= pl.col("_hi"))
@@ -73,7 +87,10 @@ def pressure_in_spans(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFr
         )
         pairs = pl.concat([pairs, more.select(pairs.columns)], how="vertical")
     hits = (
-        pairs.filter((pl.col("_peng") == pl.col("_eng")) | (pl.col("_peng") == "all") | (pl.col("_eng") == "all"))
+        pairs.filter(
+            ((pl.col("_peng") == pl.col("_eng")) | (pl.col("_peng") == "all") | (pl.col("_eng") == "all"))
+            & (pl.col("_pek") == pl.col("_ek"))
+        )
         .sort(
             ["peak_kv_usage", "max_waiting", "_p"], descending=[True, True, False], nulls_last=True, maintain_order=True
         )
@@ -82,13 +99,22 @@ def pressure_in_spans(span: pl.DataFrame, piv: pl.DataFrame | None) -> pl.DataFr
     )
     if hits.height == 0:
         return None
-    texts = _pressure_texts(piv.with_row_index("_p").join(hits.select("_p").unique(), on="_p", how="semi"))
+    texts = _pressure_texts(
+        piv.unique("_p", keep="first", maintain_order=True).join(hits.select("_p").unique(), on="_p", how="semi")
+    )
     return (
         hits.join(spans.select("_sp", "_i"), on="_sp", how="left")
         .join(texts, on="_p", how="left")
         .explode("_i")
         .select(pl.col("_i").cast(pl.UInt32), "up_pressure", "up_pressure_src")
     )
+
+
+def pressure_src(evidence: list[str], n: int | None = None) -> str:
+    """How an event cites a pressure interval (``up_pressure_src``): its first three evidence lines,
+    ``(+N more)``; the summary finds the intervals the events cite by it."""
+    n = len(evidence) if n is None else n
+    return ", ".join(evidence[:3]) + (f" (+{n - 3} more)" if n > 3 else "")
 
 
 def _pressure_texts(p: pl.DataFrame) -> pl.DataFrame:
@@ -112,8 +138,7 @@ def _pressure_texts(p: pl.DataFrame) -> pl.DataFrame:
             f"{(iso(r['start'], 'UTC') or '')[11:19]}-{(iso(r['end'], 'UTC') or '')[11:19]} UTC: peak KV {r['peak_kv_usage']:.1f}%, up "
             f"to {r['max_waiting']} waiting, running {r['max_running']}->{r['min_running']}"
         )
-        ev, n = list(r["_ev3"] or []), r["_evn"]
-        src = ", ".join(ev) + (f" (+{n - 3} more)" if n > 3 else "")
+        src = pressure_src(list(r["_ev3"] or []), r["_evn"])
         rows.append({"_p": r["_p"], "up_pressure": text, "up_pressure_src": src or None})
     return pl.DataFrame(rows, schema={"_p": pl.UInt32, "up_pressure": pl.String, "up_pressure_src": pl.String})
 

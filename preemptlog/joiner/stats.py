@@ -50,11 +50,18 @@ EVIDENCE = [
 ]
 
 
-def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, after_us: int) -> pl.DataFrame | None:
-    """Stats-line evidence, per engine (rule 4 of issue 13).
+def section_stats(
+    ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, after_us: int, *, own_stream: bool = True
+) -> pl.DataFrame | None:
+    """Stats-line evidence, per engine (rule 4 of issue 13) and per log (``own_stream``).
 
     An event only reads stats lines of its own engine (``Engine NNN``; ``N Engines
     Aggregated`` lines are engine ``all``; a line or event without one is engine "0").
+    Two servers' logs in one bundle both call their engine "0", and one server's line is no
+    evidence for the other's preemption (:func:`lanes`): a log event whose stream (a log and its
+    rotated parts; ``own_stream``) has lines of its engine reads only those, else an event whose
+    folder has lines of its engine (a /metrics scrape or a record beside its server's log) reads
+    only those, else every line of its engine.
     An event spread in a counted interval (``_iend``: a ``Preemptions: N`` line, a V0 counter
     jump, a Prometheus increase) is judged by the interval itself (rule 3 of issue 13, issue 25):
     the engine's lines in ``[interval_start, interval_end]`` (for ``Preemptions: N``, the line
@@ -65,28 +72,29 @@ def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, 
     st = stats.filter(pl.col("time").is_not_null())
     if st.height == 0:
         return None
-    st = with_eng(st).sort("time", "stream", "seq").with_row_index("_row").with_columns(_ssrc=src_expr())
+    ev, st = lanes(ev.rename({"_file": "source"}, strict=False), with_eng(st), own_stream)
+    st = st.sort("time", "stream", "seq").with_row_index("_row").with_columns(_ssrc=src_expr())
     tol = f"{before_us}us"
-    by = ["_eng"]
+    by = ["_ek"]
     at = asof(
-        ev.select("_i", "_t", "_eng"),
-        st.select("time", "_eng", "kv_usage", "waiting", "running", "_ssrc"),
+        ev.select("_i", "_t", "_ek"),
+        st.select("time", "_ek", "kv_usage", "waiting", "running", "_ssrc"),
         left_on="_t",
         right_on="time",
         by=by,
         tolerance=tol,
     )
     hi = asof(
-        ev.select("_i", "_hi", "_eng"),
-        st.select("time", "_eng", "waiting", "running", "_ssrc"),
+        ev.select("_i", "_hi", "_ek"),
+        st.select("time", "_ek", "waiting", "running", "_ssrc"),
         left_on="_hi",
         right_on="time",
         by=by,
         tolerance=tol,
     )
     lo = asof(
-        ev.select("_i", "_lo", "_eng"),
-        st.select("time", "_eng", "waiting", "running"),
+        ev.select("_i", "_lo", "_ek"),
+        st.select("time", "_ek", "waiting", "running"),
         left_on="_lo",
         right_on="time",
         by=by,
@@ -94,8 +102,8 @@ def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, 
     )
     # No stats line before the window: the change is counted from the first one inside it.
     first = asof(
-        ev.select("_i", "_lo", "_eng"),
-        st.select("time", "_eng", "waiting", "running"),
+        ev.select("_i", "_lo", "_ek"),
+        st.select("time", "_ek", "waiting", "running"),
         left_on="_lo",
         right_on="time",
         by=by,
@@ -114,12 +122,12 @@ def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, 
     big = 1 << 32
     enc = st.select(
         "time",
-        "_eng",
+        "_ek",
         pl.when(pl.col("kv_usage").is_between(-1e6, 1e6))  # absurd values (1e22 %) would overflow the encoding
         .then((pl.col("kv_usage") * 1000).round().cast(pl.Int64) * big + pl.col("_row").cast(pl.Int64))
         .alias("_enc"),
     )
-    mx = window_max(ev, enc, "_enc", before_us + after_us, by="_eng")
+    mx = window_max(ev, enc, "_enc", before_us + after_us, by="_ek")
     mx_val = (pl.col("_max").floordiv(big)) / 1000.0
     mx_row = pl.col("_max") - pl.col("_max").floordiv(big) * big
     mx = mx.with_columns(stats_kv_usage_max=mx_val, _mrow=mx_row)
@@ -162,30 +170,100 @@ def section_stats(ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, 
     return pl.concat([window.join(interval.select("_i"), on="_i", how="anti"), interval], how="vertical")
 
 
+def _folder(col: str = "source") -> pl.Expr:
+    """The folder of a file's display name (``incident/a/vllm.log`` -> ``incident/a``; an archive
+    member's ``x.tar.gz!a/vllm.log`` -> ``x.tar.gz/a``): where a bundle keeps one server's files."""
+    return pl.col(col).cast(pl.String).str.replace_all("!", "/", literal=True).str.extract(r"^(.*)/[^/]*$", 1)
+
+
+MAX_DEPTH = 12  # folder levels a lane looks up through
+
+
+def _prefix(k: int, col: str = "source") -> pl.Expr:
+    """The first ``k`` folders of a file's folder (``x/a/logs/vllm.log``, k=2 -> ``x/a``), null when
+    it has fewer."""
+    return _folder(col).str.extract(r"^/?((?:[^/]+/){" + str(k - 1) + r"}[^/]+)", 1)
+
+
+def _shared_depth(folders: list[str | None]) -> int:
+    """How many leading folders every one of ``folders`` shares (0 when one is None: a file at the
+    top, or none at all)."""
+    parts = [[p for p in f.split("/") if p] if f is not None else [] for f in folders]
+    if not parts:
+        return 0
+    n = 0
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        n += 1
+    return n
+
+
+def lanes(ev: pl.DataFrame, st: pl.DataFrame, own_stream: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The lookup key ``_ek`` of events and stats lines, the nearest place first: ``engine|s:stream``
+    for a log event whose stream (own_stream) has lines of its engine, else ``engine|dK:folder`` for
+    the deepest folder above the event's file that holds lines of its engine (its own folder, else the
+    one above it: a bundle keeps one server's files under one folder, ``a/logs/vllm.log`` and
+    ``a/metrics/01.prom``; two servers side by side are two folders), else ``engine|*``: the engine's
+    lines of every stream and folder. The lines are copied under each key some event uses (a few
+    stats lines or scrapes per event window)."""
+    star = pl.concat_str([pl.col("_eng"), pl.lit("|*")])
+    levels: list[tuple[str, pl.Expr]] = []
+    if own_stream and "stream" in st.columns and "stream" in ev.columns:
+        levels.append(("s", pl.col("stream").cast(pl.String)))
+    if "source" in st.columns and "source" in ev.columns:
+        depth = ev.select(_folder().str.count_matches("/").max()).item()
+        # Only folders below the one every file shares (the bundle's own folder holds every server:
+        # looking up to it is looking everywhere, the "*" lane).
+        folders = pl.concat([ev.select(_folder().alias("f")), st.select(_folder().alias("f"))]).get_column("f")
+        root = _shared_depth(folders.unique().to_list())
+        for k in range(min(int(depth or 0) + 1, MAX_DEPTH), root, -1):
+            levels.append((f"d{k}", _prefix(k)))
+    ev = ev.with_columns(_ek=star)
+    copies = []
+    chosen = pl.lit(None, pl.String)
+    keys = []
+    for tag, place in levels:
+        lane = pl.concat_str([pl.col("_eng"), pl.lit(f"|{tag}:"), place])
+        rows = st.with_columns(_ek=lane).filter(pl.col("_ek").is_not_null())
+        have = rows.get_column("_ek").unique().implode()
+        keys.append((rows, tag))
+        chosen = pl.coalesce(chosen, pl.when(lane.is_in(have)).then(lane))
+    ev = ev.with_columns(_ek=pl.coalesce(chosen, star))
+    used = set(ev.get_column("_ek").unique().to_list())
+    for rows, tag in keys:
+        if any(k.split("|", 1)[1].startswith(f"{tag}:") for k in used if "|" in k):
+            copies.append(rows.filter(pl.col("_ek").is_in(list(used))))
+    if any(k.endswith("|*") for k in used):
+        copies.append(st.with_columns(_ek=star))
+    st = pl.concat(copies, how="vertical") if copies else st.with_columns(_ek=star).clear()
+    return ev, st
+
+
 def _interval_lines(iv: pl.DataFrame, st: pl.DataFrame, before_us: int) -> pl.DataFrame:
     """A counted interval judged by its own lines (rule 3 of issue 13): the engine's stats lines
     in ``[_lo, _iend]`` (for a ``Preemptions: N`` line, the previous line and the reporting one),
     else the reporting line alone (the last at or before the end, at most ``before`` ahead of the start). Maxima over
     them, ``*_at`` of the reporting line, ``*_delta`` reporting minus first; cited first and last."""
     lines = (
-        st.sort("_eng", "time", "seq")
+        st.sort("_ek", "time", "seq")
         .with_row_index("_r")
-        .select("_r", "time", "_eng", "kv_usage", "waiting", "running", "_ssrc")
+        .select("_r", "time", "_ek", "kv_usage", "waiting", "running", "_ssrc")
     )
     first = asof(
-        iv.select("_i", "_lo", "_eng"),
-        lines.select("time", "_eng", "_r"),
+        iv.select("_i", "_lo", "_ek"),
+        lines.select("time", "_ek", "_r"),
         left_on="_lo",
         right_on="time",
-        by=["_eng"],
+        by=["_ek"],
         strategy="forward",
     )
     last = asof(
-        iv.select("_i", "_lo", "_iend", "_eng"),
-        lines.select("time", "_eng", "_r"),
+        iv.select("_i", "_lo", "_iend", "_ek"),
+        lines.select("time", "_ek", "_r"),
         left_on="_iend",
         right_on="time",
-        by=["_eng"],
+        by=["_ek"],
     )
     # The reporting line is in the interval, or at most `before` ahead of its start.
     last = last.filter(pl.col("time") >= pl.col("_lo") - pl.duration(microseconds=before_us))

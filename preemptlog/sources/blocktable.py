@@ -62,6 +62,7 @@ from ..clock.timebase import Assumption, localize
 from ..inputs.textio import scan_lines
 from ..model.config import VERSION_SHAPE
 from ..model.frames import PolarsType
+from .meets import MeetsLog
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
@@ -552,7 +553,10 @@ def free_runs(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("_reg_max", "_reg_n", "_ids_max", "_ids_n")
 
 
-class BlockTableParsed:
+class BlockTableParsed(MeetsLog):
+    MEETS_WHAT, MEETS_KIND = "block-table records", KIND
+    MEETS_WHY = "their preemptions and pool states lie where the log has no line, and explain none of its own"
+
     def __init__(self, files: list[InputFile]) -> None:
         self.items: list[tuple[InputFile, pl.DataFrame, int, int]] = []
         for f in files:
@@ -618,8 +622,7 @@ class BlockTableParsed:
         _ = pl
         return out  # type: ignore[return-value]  # polars scalars are typed as every literal
 
-    def resolve(self, ctx: TimeContext) -> SourceOutput:
-
+    def _resolve(self, ctx: TimeContext) -> SourceOutput:
         out = SourceOutput()
         steps, tables, events, requests, config = [], [], [], [], []
         counters = []

@@ -42,6 +42,7 @@ import polars as pl
 
 from ..clock.timebase import Assumption, localize, zone_info
 from ..inputs import reflow
+from .meets import MeetsLog
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
@@ -227,7 +228,9 @@ def _naive_expr() -> pl.Expr:
     )
 
 
-class DmonParsed:
+class DmonParsed(MeetsLog):
+    MEETS_WHAT, MEETS_KIND = "dmon samples", KIND
+
     def __init__(self, files: list[InputFile]) -> None:
         self.items: list[tuple[InputFile, pl.DataFrame, dict[str, Any]]] = []
         for f in files:
@@ -245,8 +248,7 @@ class DmonParsed:
                     out.append((t.replace(tzinfo=UTC), f"dmon -o DT date in {f.display}"))
         return out
 
-    def resolve(self, ctx: TimeContext) -> SourceOutput:
-
+    def _resolve(self, ctx: TimeContext) -> SourceOutput:
         out = SourceOutput()
         frames = []
         for f, df, facts in self.items:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..inputs.textio import scan_lines
+from .meets import MeetsLog
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
 if TYPE_CHECKING:
@@ -142,7 +143,9 @@ def read_file(path: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     return df.drop("_ev", "_valid", "_dict", "_stored_counted", "_removed_counted"), facts
 
 
-class KvEventsParsed:
+class KvEventsParsed(MeetsLog):
+    MEETS_WHAT, MEETS_KIND = "KV cache events", KIND
+
     def __init__(self, files: list[InputFile]) -> None:
         self.items = []
         for f in files:
@@ -162,7 +165,7 @@ class KvEventsParsed:
                         pass
         return out
 
-    def resolve(self, ctx: TimeContext) -> SourceOutput:
+    def _resolve(self, ctx: TimeContext) -> SourceOutput:
         out = SourceOutput()
         frames = []
         for f, df, facts in self.items:

@@ -62,12 +62,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
+from ..meets import not_meeting
 from ..registry import SourceKind, register, register_samples
 
 # Re-exported: the names other modules and the tests import from ``sources.prometheus``.
 from .counters import PROM_PREEMPTIONS_SCHEMA, PROM_SAMPLES_SCHEMA, PROM_SERIES_SCHEMA, _combine, counter_events
 from .jsonapi import _is_json, _parse_json
-from .names import KIND, _FileData, canonical_name, mentions_engine, name_prefix_re
+from .names import KIND, _FileData, canonical_name, created, mentions_engine, name_prefix_re
 from .scrapetime import _name_time, _parse_time_text, _place
 from .text import _parse_text
 
@@ -131,16 +134,40 @@ class PromParsed:
                 dt, zoned, _ = _name_time(fd.file.display)
                 if dt is not None and zoned:
                     out.append((dt.astimezone(UTC), f"the file name of {fd.file.display}"))
+        # A counter's _created (seconds since the epoch: exact, with a year) is its engine's start: a
+        # year-less log whose server start it meets is of its year (a single reading whose only time is
+        # the file's mtime, written long after, dates nothing). After the scrape times: they win a tie.
+        names = list(created())
+        for fd in self.files:
+            s = fd.samples
+            if not s.height:
+                continue
+            got = s.filter(pl.col("name").is_in(names) & pl.col("value").is_finite() & (pl.col("value") > 0))
+            if got.height:
+                first = float(got.get_column("value").min())  # type: ignore[arg-type]
+                try:
+                    when = datetime.fromtimestamp(first, UTC)
+                except (OverflowError, OSError, ValueError):
+                    continue
+                out.append((when, f"a counter's engine start (_created) in {fd.file.display}"))
         return out
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
-        return _combine(self, _place(self, ctx))
+        return self.combine(self.place(ctx))
 
     def place(self, ctx: TimeContext) -> SourceOutput:
+        self._ctx = ctx
         return _place(self, ctx)
 
     def combine(self, placed: SourceOutput) -> SourceOutput:
-        return _combine(self, placed)
+        out = _combine(self, placed)
+        # Scrapes on another clock (a zone) or of another day: said, never silently counted (meets.py).
+        why = (
+            "their gauges explain none of the log's preemptions, and their counter's increases (and the engine "
+            "start it counts from) lie where the log has no line"
+        )
+        out.warnings.extend(not_meeting(out, getattr(self, "_ctx", None), "scrapes (and counter starts)", KIND, why))
+        return out
 
 
 def parse(files: list[InputFile]) -> PromParsed:
