@@ -173,16 +173,20 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
         fspan = by_source.get(f.display)
         home = None
         if fspan is not None:
-            home = next(
-                (
-                    u
-                    for u, g in zip(out, groups, strict=False)
-                    if g["lo"] is not None
-                    and fspan[0].timestamp() <= g["hi"].timestamp() + MEET_S
-                    and g["lo"].timestamp() <= fspan[1].timestamp() + MEET_S
-                ),
-                None,
-            )
+            meets = [
+                (u, g)
+                for u, g in zip(out, groups, strict=False)
+                if g["lo"] is not None
+                and fspan[0].timestamp() <= g["hi"].timestamp() + MEET_S
+                and g["lo"].timestamp() <= fspan[1].timestamp() + MEET_S
+            ]
+            # of the incidents it meets in time, the one whose logs lie nearest it in the bundle's
+            # folders (a/metrics.prom goes with a/vllm.log, not with b/vllm.log that started first)
+            near = [
+                (max(_shared(f.display, lf.display) for sid in g["sids"] for lf in streams[sid]), u) for u, g in meets
+            ]
+            best = max((n for n, _ in near), default=0)
+            home = next((u for n, u in near if n == best), None)
         if home is None:
             rest.append(str(f.path))
         else:
@@ -190,6 +194,17 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
     if rest:
         out.append(Unit("(other sources)", rest))
     return out
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading folders two display names share (``x/a/m.prom``, ``x/a/vllm.log`` -> 2)."""
+    pa, pb = a.replace("!", "/").split("/")[:-1], b.replace("!", "/").split("/")[:-1]
+    n = 0
+    for x, y in zip(pa, pb, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _source_spans(a: Analysis) -> dict[str, tuple[Any, Any]]:

@@ -10,6 +10,7 @@ import polars as pl
 from .. import engines as registry  # ``engines`` is a local name here (a cause's engine labels)
 from ..clock.timebase import iso
 from ..events.visibility import count_visibility
+from ..joiner.spans import pressure_src
 from ..model.config import in_force
 from ..model.requests import incident_requests, with_request_key
 from ..model.result import SUMMARIZER
@@ -217,7 +218,7 @@ def not_one_incident(names: list[str]) -> str:
     logs = [n for n in names if not n.startswith("(")]
     other = " and other sources" if len(logs) < len(names) else ""
     return (
-        f"Not one incident: {len(logs)} logs of servers or runs that do not meet in time{other}; each one's "
+        f"Not one incident: {len(logs)} logs of different servers or of runs that do not meet in time{other}; each one's "
         "answer is its own (preemptlog analyze --each)"
     )
 
@@ -324,7 +325,7 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         rules = {str(r): n for r, n in ev.group_by("rule").len().sort("rule").iter_rows() if r is not None}
     unplaced = ev.filter(pl.col("time_precision") == "unplaced") if ev.height else ev
     engines = sorted({str(e) for e in ev.get_column("engine").fill_null("0").to_list()}) if ev.height else []
-    spans = [p for p in pressure if p.get("start") and p.get("end")]
+    spans = _cited_spans(a, ev, [p for p in pressure if p.get("start") and p.get("end")])
     peak = max((p["peak_kv_usage"] for p in spans if p.get("peak_kv_usage") is not None), default=None)
     waiting = max((p["max_waiting"] for p in spans if p.get("max_waiting") is not None), default=None)
     # The engine the bundle shows (one engine's words; both named for a bundle of two engines).
@@ -366,6 +367,22 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         if spans
         else None,
     }
+
+
+def _cited_spans(a: Analysis, ev: pl.DataFrame, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pressure intervals the events' own evidence cites (``up_pressure_src``, joiner/spans.py: each
+    event's strongest interval of its engine and server overlapping it), so the cause never quotes
+    another engine's, server's or hour's pressure; every interval when there is no event to cite one (a
+    count not visible, or 0) or the evidence has no such column."""
+    evid = a.evidence
+    if not ev.height or evid is None or not evid.height or not {"up_pressure_src", "code_engine"} <= set(evid.columns):
+        return spans
+    # the events the engine-code section judged (code_engine): the others carry no pressure citation at all
+    mine = evid.join(ev.select("event_id"), on="event_id", how="semi").filter(pl.col("code_engine").is_not_null())
+    if not mine.height:
+        return spans
+    cited = set(mine.get_column("up_pressure_src").drop_nulls().to_list())
+    return [p for p in spans if pressure_src(list(p.get("evidence") or [])) in cited]
 
 
 def _resets(a: Analysis, ev: pl.DataFrame) -> dict[str, Any]:
@@ -731,17 +748,44 @@ def fix_line(x: dict[str, Any]) -> str:
 
 
 def pressure_rows(a: Analysis) -> list[dict[str, Any]]:
-    """Suspected pressure intervals (pressure.py), with the counted events that fall in each, for comparison."""
+    """Suspected pressure intervals (pressure.py), with the counted events that fall in each (its engine,
+    its time in the interval), for comparison: an event the engine-code section judged counts in the
+    interval it cites (``up_pressure_src``: of its own engine and server), none when it cites none;
+    another, in an interval of its own log when its log has stats lines (two servers both call their
+    engine "0")."""
     piv = a.frames.get("pressure_intervals")
     if piv is None or piv.height == 0:
         return []
     out = []
     ev = a.events.filter(pl.col("time").is_not_null()) if a.events.height else a.events
+    evid = a.evidence
+    if ev.height and evid is not None and evid.height and {"up_pressure_src", "code_engine"} <= set(evid.columns):
+        ev = ev.join(evid.select("event_id", "up_pressure_src", "code_engine"), on="event_id", how="left")
+    else:
+        ev = ev.with_columns(up_pressure_src=pl.lit(None, pl.String), code_engine=pl.lit(None, pl.String))
+    # the log each stats line's file is (source -> stream): an event of a log with stats lines of its own
+    # counts only in that log's intervals
+    st = a.stats
+    logs: dict[str, int] = {}
+    if st is not None and st.height and {"source", "stream"} <= set(st.columns):
+        pairs = st.select(pl.col("source").cast(pl.String), pl.col("stream").cast(pl.Int64)).unique().drop_nulls()
+        logs = dict(pairs.iter_rows())
+    ev = ev.with_columns(
+        _st=pl.col("stream").cast(pl.Int64) if "stream" in ev.columns else pl.lit(None, pl.Int64),
+    ).with_columns(_own=pl.col("_st").is_in(list(set(logs.values()))).fill_null(False))
     for r in piv.iter_rows(named=True):
         lo = r["since"] or r["start"]
+        mine = pressure_src(list(r["evidence"] or []))
+        first = str((r["evidence"] or [""])[0]).rsplit(":", 1)[0]
+        its_log = logs.get(first) if r["series"] == "log" else None
+        same_log = ~pl.col("_own") | (pl.col("_st") == its_log) if its_log is not None else ~pl.col("_own")
+        inside = (pl.col("engine").fill_null("0") == r["engine"]) & (pl.col("time") > lo) & (pl.col("time") <= r["end"])
         counted = (
             ev.filter(
-                (pl.col("engine").fill_null("0") == r["engine"]) & (pl.col("time") > lo) & (pl.col("time") <= r["end"])
+                inside
+                & pl.when(pl.col("code_engine").is_not_null())  # judged: the interval it cites, if any
+                .then(pl.col("up_pressure_src").fill_null("") == mine)
+                .otherwise(same_log)
             ).height
             if ev.height
             else 0
