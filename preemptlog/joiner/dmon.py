@@ -10,6 +10,12 @@ from .common import asof, frame_of, window_max
 from .declare import Evidence, cited
 from .stats import lanes
 
+
+def _folder_of(display: str) -> str:
+    """A file's folder in the bundle (an archive member's ``x.tar.gz!a/f`` -> ``x.tar.gz/a``)."""
+    return display.replace("!", "/").rpartition("/")[0]
+
+
 EVIDENCE = [
     Evidence("dmon_fb_at_mb", "Float64", "dmon", "bundle", "frame-buffer use as of t, largest over the sample's GPUs"),
     Evidence(
@@ -46,8 +52,14 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         "_hi",
         pl.col("_file").alias("source") if "_file" in ev.columns else pl.lit(None, pl.String).alias("source"),
     )
-    ev, dm = lanes(here.with_columns(_eng=pl.lit("x")), dm.with_columns(_eng=pl.lit("x")), own_stream=False)
-    dm = dm.sort("time", maintain_order=True).with_row_index("_row")
+    places = {_folder_of(str(x)) for x in dm.get_column("source").unique().to_list()}
+    if len(places) > 1:
+        ev, dm = lanes(here.with_columns(_eng=pl.lit("x")), dm.with_columns(_eng=pl.lit("x")), own_stream=False)
+        dm = dm.sort("time", maintain_order=True)
+        key: list[str] = ["_ek"]
+    else:  # the captures of one folder: every event reads them all (no lane to tell apart, no copy)
+        ev, key = here, []
+    dm = dm.with_row_index("_row")
     big = 1 << 34
     row = pl.col("_row").cast(pl.Int64)
     # Values are encoded with their row (fixed point x10) so that max() also says where.
@@ -74,9 +86,9 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         ).to_series()
 
     # The sample as of t: the largest value over the GPUs of that timestamp.
-    per_t = dm.group_by("_ek", "time").agg([pl.col(f"_e_{c}").max() for c in have]).sort("time")
+    per_t = dm.group_by(*key, "time").agg([pl.col(f"_e_{c}").max() for c in have]).sort("time")
     at = asof(
-        ev.select("_i", "_t", "_ek"), per_t, left_on="_t", right_on="time", by=["_ek"], tolerance=f"{before_us}us"
+        ev.select("_i", "_t", *key), per_t, left_on="_t", right_on="time", by=key or None, tolerance=f"{before_us}us"
     )
     name = {"fb_mb": "dmon_fb_at_mb", "sm_pct": "dmon_sm_at_pct", "mem_pct": "dmon_mem_at_pct"}
     out = at.select("_i")
@@ -91,8 +103,8 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         # Largest rise of one GPU's fb between consecutive samples, for a rise sampled in the window.
         jump = pl.col("_rise")
         jump = pl.when(jump.abs() < 1e8).then(jump).round().cast(pl.Int64, strict=False)
-        g = dm.select("time", "_ek", (jump * big + row).alias("_enc"))
-        mx = window_max(ev, g, "_enc", before_us + after_us, by="_ek")
+        g = dm.select("time", *key, (jump * big + row).alias("_enc"))
+        mx = window_max(ev, g, "_enc", before_us + after_us, by=key[0] if key else None)
         v, r = decode("_max")
         mx = mx.with_columns(_jump=v.cast(pl.Float64), _jrow=r)
         rows = mx.get_column("_jrow").fill_null(0).cast(pl.UInt32)
