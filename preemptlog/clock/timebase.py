@@ -349,6 +349,17 @@ class ClockOffsets:
         return self.by_kind.get(kind, 0.0)
 
 
+def offset_words(secs: float) -> str:
+    """An offset as a user types it: ``-2h``, ``+90m``, ``+1.5s`` (whole hours or minutes when it is)."""
+    if secs and secs == int(secs):
+        whole = int(secs)
+        if whole % 3600 == 0:
+            return f"{whole // 3600:+d}h"
+        if whole % 60 == 0:
+            return f"{whole // 60:+d}m"
+    return f"{secs:+g}s"
+
+
 def _norm_path(name: str) -> str:
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
     return ("/" if name.startswith("/") else "") + "/".join(parts)
@@ -401,7 +412,7 @@ def resolve_offsets(given: dict[str, float], files: list[OffsetFile], kinds: lis
     assumptions: list[Assumption] = []
     warnings: list[str] = []
     for key, secs in given.items():
-        spelled = f"--offset {key}={secs:+g}s"
+        spelled = f"--offset {key}={offset_words(secs)}"
         if key in known:
             matched = [f for f in files if f.kind == key]
             if not matched:
@@ -436,7 +447,7 @@ def resolve_offsets(given: dict[str, float], files: list[OffsetFile], kinds: lis
         f = matched[0]
         if f.display in own and own[f.display][1] != secs:
             raise UsageError(
-                f"{spelled}: {f.display} already has --offset {own[f.display][0]}={own[f.display][1]:+g}s",
+                f"{spelled}: {f.display} already has --offset {own[f.display][0]}={offset_words(own[f.display][1])}",
                 hint="give one offset per file",
             )
         own[f.display] = (key, secs)

@@ -149,3 +149,16 @@ def test_the_cli_says_it_on_one_line_exit_2(sgl):
     assert len(lines) == 1 and lines[0].startswith("preemptlog: error: --offset nosuch=+5s"), p.stderr
     assert "sglang-log" in lines[0] and "b/sglang.log" in lines[0]
     assert p.stdout == ""
+
+
+def test_an_offset_is_spelled_as_typed_in_its_errors():
+    from preemptlog.clock.timebase import offset_words
+
+    assert [offset_words(x) for x in (-7200, 5400, 90, 1.5, -0.25, 60)] == [
+        "-2h",
+        "+90m",
+        "+90s",
+        "+1.5s",
+        "-0.25s",
+        "+1m",
+    ]
