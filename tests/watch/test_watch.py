@@ -49,8 +49,9 @@ def page(counter: float, created: float = CREATED_0, running: int = 5, waiting: 
 class Scripted:
     """A /metrics server whose page the test sets (``set``); ``mode`` 'ok', '500' or 'hang'."""
 
-    def __init__(self) -> None:
+    def __init__(self, text: str | None = None) -> None:
         self.counter, self.created, self.running, self.waiting, self.kv = 0.0, CREATED_0, 5, 0, 0.5
+        self.text = text  # served as it is when given (a hand-written page), else the real page with the values
         self.mode = "ok"
         self.hits = 0
         self.lock = threading.Lock()
@@ -61,7 +62,10 @@ class Scripted:
                 with outer.lock:
                     outer.hits += 1
                     mode = outer.mode
-                    body = page(outer.counter, outer.created, outer.running, outer.waiting, outer.kv).encode()
+                    text = outer.text
+                    if text is None:
+                        text = page(outer.counter, outer.created, outer.running, outer.waiting, outer.kv)
+                    body = text.encode()
                 if mode == "hang":
                     time.sleep(12)
                     return

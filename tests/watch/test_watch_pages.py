@@ -11,12 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from .test_watch import Scripted
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,33 +40,15 @@ def vllm_page(counter: str, kv: str = "0.5", created: str = "1700000000.0", wait
 NO_COUNTER = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
 
 
-class Page:
-    """A /metrics server on loopback serving ``self.text`` (set by the test)."""
+class Page(Scripted):
+    """A /metrics server on loopback serving ``self.text`` (set by the test), started at once."""
 
     def __init__(self, text: str) -> None:
-        self.text = text
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = outer.text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        super().__init__(text)
+        self.thread.start()
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.__exit__()
 
 
 def watch(tmp: Path, urls: list[str], *args: str, script=None, duration: str = "5") -> tuple[int, list[dict], str]:
