@@ -207,7 +207,10 @@ def analyze(
 
                 print_lines(rest, console)
                 print_timeline(result, console)  # only on a terminal
-            hidden = _not_visible(paths, full, options, ws, units) if _asks_unknown(conditions) else None
+            # the incidents whose own counts are not visible: `unknown` holds, and a count condition that
+            # does not hold is judged on a lower bound
+            asks = _asks_unknown(conditions) or any(c.what in ("any", "count", "rate") for c in conditions)
+            hidden = _not_visible(paths, full, options, ws, units) if asks else None
         code, lines = failon.outcome(conditions, summary, not_visible=hidden)
         if quiet and result.partial and code is None and summary["warnings"]:  # -q keeps what explains exit 5
             w = summary["warnings"]

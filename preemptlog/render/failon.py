@@ -86,6 +86,10 @@ class Judged:
     warnings: tuple[str, ...] = ()
 
 
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def judge(
     conditions: list[Condition],
     summary: dict,
@@ -128,16 +132,21 @@ def judge(
             )
     met = tuple(c.text for c in conditions if c.what != "unknown" and c.holds(summary))
     quality = (summary.get("reconciliation") or {}).get("quality")
-    if server and not whole and quality == "lower bound":
-        # the count is a lower bound (a server whose count is not visible beside counted ones, or V0's
-        # sampled lines): a count condition that does not hold on it may hold on the true count
+    if server and not whole and (quality == "lower bound" or not_visible):
+        # the count is a lower bound (a server whose count is not visible beside counted ones: the
+        # reconciliation's quality, or an incident of a bundle of several that cannot show its own; or
+        # V0's sampled lines): a count condition that does not hold on it may hold on the true count
         short = [c.text for c in conditions if c.what in ("any", "count", "rate") and c.text not in met]
         if short:
             lines.append(
                 f"preemptlog: warning: --fail-on {', '.join(short)} does not hold on "
                 + (f"{where}'s" if where else "the bundle's")
                 + f" {summary.get('events') or 0} preemption(s), a lower bound: the true count may be higher "
-                "(-v: count per source)"
+                + (
+                    f"({_names(not_visible)}: count not visible)"
+                    if not_visible and quality != "lower bound"
+                    else "(-v: count per source)"
+                )
             )
     hidden: tuple[str, ...] | None = None
     if asked and whole:

@@ -9,7 +9,7 @@ import sys
 
 from preemptlog.render import failon
 
-from ..conftest import ROOT
+from ..conftest import FIXTURES, ROOT
 
 
 def _summary(events: int, quality: str | None, visible: bool = True) -> dict:
@@ -56,3 +56,22 @@ def test_a_v0_log_beside_a_stock_v1_log_warns_in_a_real_run(tmp_path, corpus):
     )
     assert p.returncode == 0, p.stderr
     assert "count>5000 does not hold on the bundle's 4251 preemption(s), a lower bound" in p.stderr
+
+
+def test_an_incident_whose_count_is_not_visible_makes_the_total_a_lower_bound(tmp_path):
+    """Two servers side by side: a/ counted by its /metrics scrape (242), b/ a stock V1 log alone. The
+    bundle's 242 leaves b's preemptions out: a count condition short of it says so, naming b."""
+    for name in ("a", "b"):
+        (tmp_path / "two" / name).mkdir(parents=True)
+    for f in (FIXTURES / "demo").iterdir():
+        if f.is_file() and (f.name == "vllm.log" or f.suffix == ".prom"):
+            (tmp_path / "two" / "a" / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "two" / "b" / "vllm.log").write_bytes((FIXTURES / "demo" / "vllm.log").read_bytes())
+    args = [sys.executable, "-m", "preemptlog", "analyze", str(tmp_path / "two"), "--tz", "UTC", "-q", "-f", "json"]
+    p = subprocess.run([*args, "--fail-on", "count>300"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr
+    said = " ".join(p.stderr.split())
+    assert "count>300 does not hold on the bundle's 242 preemption(s), a lower bound" in said
+    assert "two/b/vllm.log: count not visible" in said
+    p = subprocess.run([*args, "--fail-on", "count>30"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 4 and "lower bound" not in p.stderr
