@@ -8,7 +8,10 @@ Set PREEMPTLOG_CORPUS to point elsewhere.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,20 +67,22 @@ def write_lines(path: Path, lines: list[str], newline: str = "\n") -> Path:
     return path
 
 
-def analyze_json(*args: str) -> dict:
-    """``preemptlog analyze ARGS --tz UTC -f json`` as a real process (exit 0 asserted): its summary."""
-    import json
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", *args, "--tz", "UTC", "-f", "json"],
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``preemptlog ARGS`` as a real process with pipes (text, no colour, TZ=UTC), from the checkout."""
+    return subprocess.run(
+        [sys.executable, "-m", "preemptlog", *args],
         capture_output=True,
         text=True,
+        cwd=ROOT,
         env=dict(os.environ, NO_COLOR="1", TZ="UTC"),
-        timeout=120,
+        timeout=300,
         check=False,
     )
+
+
+def analyze_json(*args: str) -> dict:
+    """``preemptlog analyze ARGS --tz UTC -f json`` as a real process (exit 0 asserted): its summary."""
+    out = run_cli("analyze", *args, "--tz", "UTC", "-f", "json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["summary"]
 

@@ -38,6 +38,7 @@ from .. import engines
 from ..clock.timebase import iso
 from ..engines import LogCapability as LogCapability  # re-exported: moved to engines/common.py
 from ..model.frames import PolarsType, provenance_expr
+from ..model.places import folders, shared_depth
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView
@@ -251,13 +252,9 @@ def _branches(iv: pl.DataFrame) -> pl.Series:
     """Per interval, the folder below the one all intervals' files share that its first evidence file
     lies in (``a`` for ``incident/a/logs/vllm.log:3`` when another lies in ``incident/b``); null for a
     file directly in the shared folder (no side to tell)."""
-    files = iv.get_column("evidence").list.first().str.replace(r":[0-9-]+$", "").str.replace_all("!", "/", literal=True)
-    parts = [[p for p in (f or "").split("/")[:-1] if p] for f in files.to_list()]
-    root = 0
-    for level in zip(*parts, strict=False):
-        if len(set(level)) != 1:
-            break
-        root += 1
+    files = iv.get_column("evidence").list.first().str.replace(r":[0-9-]+$", "")
+    parts = [folders(f) for f in files.to_list()]
+    root = shared_depth(parts)
     return pl.Series("_br", [p[root] if len(p) > root else None for p in parts], dtype=pl.String)
 
 

@@ -6,15 +6,10 @@ from typing import Any
 
 import polars as pl
 
+from ..model.places import folders
 from .common import asof, frame_of, window_max
 from .declare import Evidence, cited
 from .stats import lanes
-
-
-def _folder_of(display: str) -> str:
-    """A file's folder in the bundle (an archive member's ``x.tar.gz!a/f`` -> ``x.tar.gz/a``)."""
-    return display.replace("!", "/").rpartition("/")[0]
-
 
 EVIDENCE = [
     Evidence("dmon_fb_at_mb", "Float64", "dmon", "bundle", "frame-buffer use as of t, largest over the sample's GPUs"),
@@ -52,7 +47,7 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         "_hi",
         pl.col("_file").alias("source") if "_file" in ev.columns else pl.lit(None, pl.String).alias("source"),
     )
-    places = {_folder_of(str(x)) for x in dm.get_column("source").unique().to_list()}
+    places = {tuple(folders(str(x))) for x in dm.get_column("source").unique().to_list()}
     if len(places) > 1:
         ev, dm = lanes(here.with_columns(_eng=pl.lit("x")), dm.with_columns(_eng=pl.lit("x")), own_stream=False)
         dm = dm.sort("time", maintain_order=True)

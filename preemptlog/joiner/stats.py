@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..model.places import folders, shared_depth
 from .common import asof, src_expr, window_max, with_eng
 from .declare import Evidence, cited
 
@@ -185,20 +186,6 @@ def _prefix(k: int, col: str = "source") -> pl.Expr:
     return _folder(col).str.extract(r"^/?((?:[^/]+/){" + str(k - 1) + r"}[^/]+)", 1)
 
 
-def _shared_depth(folders: list[str | None]) -> int:
-    """How many leading folders every one of ``folders`` shares (0 when one is None: a file at the
-    top, or none at all)."""
-    parts = [[p for p in f.split("/") if p] if f is not None else [] for f in folders]
-    if not parts:
-        return 0
-    n = 0
-    for level in zip(*parts, strict=False):
-        if len(set(level)) != 1:
-            break
-        n += 1
-    return n
-
-
 def lanes(ev: pl.DataFrame, st: pl.DataFrame, own_stream: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The lookup key ``_ek`` of events and stats lines, the nearest place first: ``engine|s:stream``
     for a log event whose stream (own_stream) has lines of its engine, else ``engine|dK:folder`` for
@@ -215,8 +202,8 @@ def lanes(ev: pl.DataFrame, st: pl.DataFrame, own_stream: bool) -> tuple[pl.Data
         depth = ev.select(_folder().str.count_matches("/").max()).item()
         # Only folders below the one every file shares (the bundle's own folder holds every server:
         # looking up to it is looking everywhere, the "*" lane).
-        folders = pl.concat([ev.select(_folder().alias("f")), st.select(_folder().alias("f"))]).get_column("f")
-        root = _shared_depth(folders.unique().to_list())
+        names = pl.concat([df.select(pl.col("source").cast(pl.String)) for df in (ev, st)]).get_column("source")
+        root = shared_depth(folders(x) for x in names.unique().to_list())
         for k in range(min(int(depth or 0) + 1, MAX_DEPTH), root, -1):
             levels.append((f"d{k}", _prefix(k)))
     ev = ev.with_columns(_ek=star)

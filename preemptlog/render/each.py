@@ -31,6 +31,7 @@ import polars as pl
 from ..analysis import analyze
 from ..events.servers import servers
 from ..model import VERSION as __version__
+from ..model.places import folders, shared_depth
 from ..model.result import AnalyzeOptions
 from ..outputs.console import binary_console
 from ..outputs.safe import text
@@ -183,7 +184,15 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
             # of the incidents it meets in time, the one whose logs lie nearest it in the bundle's
             # folders (a/metrics.prom goes with a/vllm.log, not with b/vllm.log that started first)
             near = [
-                (max(_shared(f.display, lf.display) for sid in g["sids"] for lf in streams[sid]), u) for u, g in meets
+                (
+                    max(
+                        shared_depth([folders(f.display), folders(lf.display)])
+                        for sid in g["sids"]
+                        for lf in streams[sid]
+                    ),
+                    u,
+                )
+                for u, g in meets
             ]
             best = max((n for n, _ in near), default=0)
             home = next((u for n, u in near if n == best), None)
@@ -194,17 +203,6 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
     if rest:
         out.append(Unit("(other sources)", rest))
     return out
-
-
-def _shared(a: str, b: str) -> int:
-    """How many leading folders two display names share (``x/a/m.prom``, ``x/a/vllm.log`` -> 2)."""
-    pa, pb = a.replace("!", "/").split("/")[:-1], b.replace("!", "/").split("/")[:-1]
-    n = 0
-    for x, y in zip(pa, pb, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _source_spans(a: Analysis) -> dict[str, tuple[Any, Any]]:

@@ -4,12 +4,9 @@ ones, V0's sampled lines), never passed in silence; one that holds needs no warn
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from preemptlog.render import failon
 
-from ..conftest import FIXTURES, ROOT
+from ..conftest import FIXTURES, run_cli
 
 
 def _summary(events: int, quality: str | None, visible: bool = True) -> dict:
@@ -47,13 +44,7 @@ def test_a_v0_log_beside_a_stock_v1_log_warns_in_a_real_run(tmp_path, corpus):
     b.mkdir()
     for name in ("vllm-8219-inline-preempt.log", "vllm-v0171-memsuit-stats-waiting.log"):
         (b / name).write_bytes((corpus / name).read_bytes())
-    p = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", str(b), "-q", "-f", "json", "--fail-on", "count>5000"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+    p = run_cli("analyze", str(b), "-q", "-f", "json", "--fail-on", "count>5000")
     assert p.returncode == 0, p.stderr
     assert "count>5000 does not hold on the bundle's 4251 preemption(s), a lower bound" in p.stderr
 
@@ -67,11 +58,11 @@ def test_an_incident_whose_count_is_not_visible_makes_the_total_a_lower_bound(tm
         if f.is_file() and (f.name == "vllm.log" or f.suffix == ".prom"):
             (tmp_path / "two" / "a" / f.name).write_bytes(f.read_bytes())
     (tmp_path / "two" / "b" / "vllm.log").write_bytes((FIXTURES / "demo" / "vllm.log").read_bytes())
-    args = [sys.executable, "-m", "preemptlog", "analyze", str(tmp_path / "two"), "--tz", "UTC", "-q", "-f", "json"]
-    p = subprocess.run([*args, "--fail-on", "count>300"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    args = ["analyze", str(tmp_path / "two"), "--tz", "UTC", "-q", "-f", "json"]
+    p = run_cli(*args, "--fail-on", "count>300")
     assert p.returncode == 0, p.stderr
     said = " ".join(p.stderr.split())
     assert "count>300 does not hold on the bundle's 242 preemption(s), a lower bound" in said
     assert "two/b/vllm.log: count not visible" in said
-    p = subprocess.run([*args, "--fail-on", "count>30"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    p = run_cli(*args, "--fail-on", "count>30")
     assert p.returncode == 4 and "lower bound" not in p.stderr
