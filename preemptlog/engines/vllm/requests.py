@@ -308,8 +308,11 @@ def _keys(col: str, k1: str, k2: str) -> list[pl.Expr]:
 def _split_ids(lf: pl.LazyFrame) -> pl.LazyFrame:
     """One row per request id (``request_id``: split and stripped as :func:`_parse_frames` does),
     its key (``_k1``, ``_k2``), ``_sub`` (its place in its line) and ``_multi`` (a multi-id line)."""
-    lf = lf.with_columns(pl.col("req_id").str.split(",").alias("request_id"))
-    n_ids = pl.col("request_id").list.len().fill_null(1).clip(lower_bound=1)
+    # A line cut right after its verb has no id: it stays one row with a null id (a null list
+    # would explode to a row that ``_sub``'s one-element range does not match).
+    no_id = pl.lit(pl.Series([[None]], dtype=pl.List(pl.String)))
+    lf = lf.with_columns(pl.col("req_id").str.split(",").fill_null(no_id).alias("request_id"))
+    n_ids = pl.col("request_id").list.len().clip(lower_bound=1)
     lf = lf.with_columns(_sub=pl.int_ranges(n_ids, dtype=pl.UInt32), _multi=n_ids > 1)
     lf = lf.explode("request_id", "_sub")
     lf = lf.with_columns(pl.col("request_id").str.strip_chars(" .:"))
@@ -450,7 +453,9 @@ class _Passes:
             if h.details or h.runs_received is None:
                 continue
             rf = self.runs[h.file_id].select("time").with_columns(n=h.runs_received.cast(pl.Int64))
-            parts.append(rf.filter(pl.col("time").is_not_null()).group_by(bucket).agg(pl.col("n").sum()))
+            # a run of other request lines holds no Received line: no bucket of its own
+            timed = rf.filter(pl.col("time").is_not_null() & (pl.col("n") > 0))
+            parts.append(timed.group_by(bucket).agg(pl.col("n").sum()))
         if extra.height:
             parts.append(
                 extra.filter(pl.col("time").is_not_null()).group_by(bucket).agg(pl.len().cast(pl.Int64).alias("n"))
