@@ -500,7 +500,7 @@ def _folded(
         side_r = side.new("received")
         recv.select(
             "stream", "_k1", "_k2", "time", "prompt_tokens", "max_tokens", "source", "_multi", "_sub", "file_id", "_row"
-        ).sink_parquet(side_r, compression="lz4", statistics=False)
+        ).sink_parquet(side_r, compression="uncompressed", statistics=False)
         rk = pl.scan_parquet(side_r)
         # One pass over the details rows likewise (their ids split, stripped and keyed once): what
         # the pairing, the counts and the lookup of the named rows read.
@@ -518,7 +518,7 @@ def _folded(
             "_multi",
             "file_id",
             "_row",
-        ).sink_parquet(side_x, compression="lz4", statistics=False)
+        ).sink_parquet(side_x, compression="uncompressed", statistics=False)
         dx = pl.scan_parquet(side_x)
         bases = dx.filter(pl.col("_bd")).select("_b1", "_b2").unique().collect(engine="streaming")
         if bases.height:
@@ -541,7 +541,7 @@ def _folded(
         side_d = side.new("details")
         det_keyed.filter(pl.col("prompt_tokens").is_not_null()).select(
             "_d1", "_d2", "prompt_tokens", "stream", "_ord", "_sub"
-        ).sink_parquet(side_d, compression="lz4", statistics=False)
+        ).sink_parquet(side_d, compression="uncompressed", statistics=False)
         det_multi = bool(dx.select(pl.col("_multi").any()).collect(engine="streaming").item())
         # A folded file's further ids of multi-id Received lines (its runs count lines).
         extra = ps.located(
