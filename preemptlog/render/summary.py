@@ -245,9 +245,11 @@ def crash_words(s: dict[str, Any]) -> str:
     when = f" at {_hms(x['time'])}" if x.get("time") else ""
     same = ""
     first, last = s.get("first_event"), s.get("last_event")
-    if x.get("time") and first and last and _hms(first) <= _hms(x["time"]) <= _hms(last):
+    at, lo, hi = _instant(x.get("time")), _instant(first), _instant(last)
+    # compared as instants (a clock read as text sorts 23:59 after 00:01, and repeats an hour in the fall)
+    if at is not None and lo is not None and hi is not None and lo <= at <= hi:
         same = ", among the preemptions"
-    elif x.get("time") and last and _hms(last) == _hms(x["time"]):
+    elif at is not None and _same_second(x.get("time"), last):
         same = ", the second of a preemption"
     more = f" (and {len(cr) - 1} more)" if len(cr) > 1 else ""
     return f"; then {x['what']}{inside}{when}{same}{more}"
@@ -505,7 +507,7 @@ def _stall_words(np_: dict[str, Any]) -> str:
     more = f", and {np_['spans'] - 1} more stall(s)" if np_["spans"] > 1 else ""
     words = (
         f"not a preemption: {sp['max_waiting']} request(s) waiting, none running, for {dur} "
-        f"({_hms(t0)}-{_hms(t1)}, {lines}){more}"
+        f"({_hms_span(t0, t1)}, {lines}){more}"
     )
     holds = np_.get("holds") or []
     if holds:
@@ -551,6 +553,43 @@ def _hms(t: str | None) -> str:
     return t[11:19] if t and len(t) >= 19 else (t or "?")
 
 
+def _instant(t: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(t) if t else None
+    except ValueError:
+        return None
+
+
+def _same_second(t0: str | None, t1: str | None) -> bool:
+    a, b = _instant(t0), _instant(t1)
+    if a is None or b is None:
+        return _hms(t0) == _hms(t1)
+    return a.replace(microsecond=0) == b.replace(microsecond=0)
+
+
+def _hms_span(t0: str | None, t1: str | None) -> str:
+    """``02:10:00-02:40:00``; with each end's UTC offset when they differ (a span over a DST change:
+    ``02:59:40+02:00 to 02:00:00+01:00``, where the wall clock went back), and with dates when the span
+    covers more than a day."""
+    a, b = _instant(t0), _instant(t1)
+    if a is None or b is None:
+        return f"{_hms(t0)}-{_hms(t1)}"
+    if abs((b - a).total_seconds()) >= 86400:
+        return f"{a:%Y-%m-%d %H:%M:%S} to {b:%Y-%m-%d %H:%M:%S}"
+    if a.utcoffset() != b.utcoffset():
+        return f"{_hms(t0)}{_offset(a)} to {_hms(t1)}{_offset(b)}"
+    return f"{_hms(t0)}-{_hms(t1)}"
+
+
+def _offset(t: datetime) -> str:
+    off = t.utcoffset()
+    if off is None:
+        return ""
+    mins = int(off.total_seconds() // 60)
+    sign = "+" if mins >= 0 else "-"
+    return f"{sign}{abs(mins) // 60:02d}:{abs(mins) % 60:02d}"
+
+
 def _zero_words(quality: str | None, c: dict[str, Any]) -> str:
     """What a count of 0 means, in words: ``(exact)``, or for a V0 log that only shows a lower bound
     ``logged (V0 logs the 1st, 51st, 101st... preemption: ...)``."""
@@ -594,7 +633,7 @@ def _pressure_words(c: dict[str, Any]) -> str:
     first = p.get("first")
     if first:
         more = p["spans"] - 1
-        when = f"at {_hms(first[0])}" if _hms(first[0]) == _hms(first[1]) else f"{_hms(first[0])}-{_hms(first[1])}"
+        when = f"at {_hms(first[0])}" if _same_second(first[0], first[1]) else _hms_span(first[0], first[1])
         parts.append(when + (f" and {more} more span{'s' if more > 1 else ''}" if more else ""))
     return ", ".join(parts)
 

@@ -204,6 +204,26 @@ def test_spec_budget_kept_when_speculative_decoding_is_on(tmp_path):
     assert not any(x["id"] == "kv_room" for x in same) and any(d["id"] == "kv_room" for d in dropped)
 
 
+def test_kv_room_cites_where_vllm_gives_the_advice():
+    """V0 says it in its preemption warning; V1 logs no preemption line, its docs say it."""
+    from preemptlog.engines.vllm.fixes import Measured, structured
+
+    names = ("block_size", "max_num_seqs", "max_num_batched_tokens", "peak_rps", "p95_latency_s", "avg_output_len")
+    m = {k: Measured(None, f"{k} unknown") for k in names}
+    m["max_model_len"] = Measured(4096, "max_model_len seen (v.log:2)")
+    m["speculative"] = Measured(False, "speculative_config None (v.log:2)")
+    m["gpu_memory_utilization"] = Measured(0.85, "gpu_memory_utilization seen (v.log:2)")
+    basis = {}
+    for engine in ("V0", "V1", None):
+        fixes, _ = structured(dict(m), engine)
+        kv = next(x for x in fixes if x["id"] == "kv_room")
+        assert kv["suggested"] == 0.9
+        basis[engine] = kv["basis"]
+    assert "V0 preemption warning" in basis["V0"] and "tensor_parallel_size" in basis["V0"]
+    assert "Optimization and Tuning" in basis["V1"] and "warning" not in basis["V1"]
+    assert basis[None] == basis["V1"]
+
+
 def test_quiet_keeps_the_warnings_behind_exit_5(tmp_path):
     import gzip
 

@@ -246,11 +246,23 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
         nxt = min(0.95, round(float(gmu.value) + 0.05, 2))
         out["kv_room"] = (
             f"give the KV cache more room: gpu_memory_utilization {gmu.value} -> {nxt} ({gmu.how}), a larger "
-            "tensor_parallel_size, or fewer concurrent sequences (vLLM's own advice in its V0 warning)"
+            "tensor_parallel_size, or fewer concurrent sequences (vLLM's own advice: its V0 preemption warning, and its "
+            "docs for V1, Optimization and Tuning > Preemption)"
         )
     else:
         out["kv_room"] = "give the KV cache more room: raise gpu_memory_utilization or tensor_parallel_size"
     return out
+
+
+def _advice(engine: str | None) -> str:
+    """Where vLLM itself advises more KV room: the V0 engine's preemption warning says it on every
+    preemption; V1 logs no preemption line, and its docs say it (docs/configuration/optimization.md)."""
+    if engine == "V0":
+        return (
+            "vLLM's own advice in its V0 preemption warning ('Increase gpu_memory_utilization or "
+            "tensor_parallel_size to provide more KV cache memory')"
+        )
+    return "vLLM's own advice (its docs, Optimization and Tuning > Preemption: 'Increase gpu_memory_utilization')"
 
 
 def _known(*ms: Measured | None) -> list[str]:
@@ -452,9 +464,7 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
                 f["kv_room"],
                 G1_KEYS,
             )
-            item["basis"] = (
-                "vLLM's own advice ('Increase gpu_memory_utilization'), +0.05: the bundle holds no pool and demand to size it"
-            )
+            item["basis"] = f"{_advice(engine)}, +0.05: the bundle holds no pool and demand to size it"
             out.append(item)
     else:
         out.append(
