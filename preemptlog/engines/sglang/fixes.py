@@ -21,6 +21,7 @@ not replayed: the what-if model is vLLM's scheduler (whatif/); ``replay`` says s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -166,9 +167,34 @@ def _running_after(analysis: AnalysisView, ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def dp_attention(get: Any) -> tuple[int, Any, float | None]:
+    """(D, the flag's current value as a Cfg or None, one DP rank's limit or None) of the limit in force.
+    ``get(key)`` reads a configuration number (cfg_number). With ``--enable-dp-attention`` and dp_size
+    D > 1 (log._dp_attention) SGLang gives each DP rank ``max_running_requests // D``: the batch lines
+    and the start-up line are one rank's, the flag is all ranks' (server_args' value, else the start-up
+    line's x D). Without DP attention D = 1 and the flag is the limit in force."""
+    cur = get("max_running_requests")
+    dpa = get("dp_attention_size")
+    d = int(dpa.value) if dpa is not None and dpa.value >= 2 else 1
+    if d == 1:
+        return 1, cur, None if cur is None else cur.value
+    flag = get("max_running_requests_flag")
+    if cur is not None and flag is not None and cur.src == flag.src:  # no start-up line: the flag is in force
+        return d, flag, flag.value // d
+    if flag is not None:
+        return d, flag, None if cur is None else cur.value
+    if cur is not None:  # the start-up line's, one rank's: the flag is D times it
+        return (
+            d,
+            dataclasses.replace(cur, key=f"max_running_requests x {d}", value=cur.value * d, status="derived"),
+            cur.value,
+        )
+    return d, None, None
+
+
 def _max_running(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
     after = _running_after(analysis, ev)
-    cur = cfg_number(analysis, "max_running_requests")
+    d, cur, per_rank = dp_attention(lambda k: cfg_number(analysis, k))
     if after.height == 0:
         return _fix(
             "sglang_max_running_requests",
@@ -180,15 +206,21 @@ def _max_running(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, An
             missing="no SGLang 'Decode batch' line after the retractions (the running count SGLang settled at)",
         ), None
     low = after.sort("running").row(0, named=True)
-    sugg = max(int(low["running"]), 1)
-    if cur is not None and sugg >= cur.value:
+    rank = max(int(low["running"]), 1)
+    sugg = rank * d
+    if per_rank is not None and rank >= per_rank:
         return None, {
             "id": "sglang_max_running_requests",
-            "why": f"the batch after the retractions ({sugg} running, {low['_src']}) is not below the limit in force "
-            f"({cur.cite()})",
+            "why": f"the batch after the retractions ({rank} running, {low['_src']}) is not below the limit in force "
+            f"({cur.cite() if cur is not None else ''}"
+            + (f", {per_rank:g} per DP rank with DP attention" if d > 1 else "")
+            + ")",
         }
-    inputs = [f"{sugg} running after the retraction ({low['_src']})"] + ([cur.cite()] if cur else [])
-    effect = f"no more running requests than the batch SGLang itself shrank to after retracting ({sugg})"
+    inputs = [f"{rank} running after the retraction ({low['_src']})"] + ([cur.cite()] if cur else [])
+    effect = f"no more running requests than the batch SGLang itself shrank to after retracting ({rank})"
+    if d > 1:
+        inputs.append(f"dp_attention_size={d} (enable_dp_attention: each DP rank gets max_running_requests // {d})")
+        effect += f" on each of the {d} DP ranks: {rank} x {d} = {sugg} (SGLang divides the flag by dp_size)"
     return _fix(
         "sglang_max_running_requests",
         "--max-running-requests",
@@ -369,7 +401,8 @@ REQUEST_LOG = (
 )
 
 
-CAPACITY_KEYS = ("max_running_requests",)  # the configuration key its capacity lever reads (the limit in force)
+# the configuration keys its capacity lever reads (the limit in force; with DP attention the flag and D, dp_attention)
+CAPACITY_KEYS = ("max_running_requests", "dp_attention_size", "max_running_requests_flag")
 
 
 def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -383,17 +416,18 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     if not held:
         return [], []
     fid = "sglang_capacity_max_running_requests"
-    cur = (c.get("cfg") or {}).get("max_running_requests")
+    cfg = c.get("cfg") or {}
+    d, cur, per_rank = dp_attention(cfg.get)  # the batch lines are one DP rank's: the flag is D times a rank's
     share, room = float(held["share"]), 1 + GROWTH_ROOM
     seen = held["text"]
     fit = int(100 // (share * room)) if share > 0 else 0
     if fit < 1:
         return [], [{"id": fid, "why": f"one running request holds {share:.0f} % of the KV pool ({seen})"}]
-    if fit >= held["running_max"] or (cur is not None and fit >= cur.value):
+    if fit >= held["running_max"] or (per_rank is not None and fit >= per_rank):
         return [], [
             {
                 "id": fid,
-                "why": f"--max-running-requests {fit} would not lower the up to {held['running_max']} running the "
+                "why": f"--max-running-requests {fit * d} would not lower the up to {held['running_max']} running the "
                 f"pool held ({seen})" + (f" or the limit in force ({cur.cite()})" if cur is not None else ""),
             }
         ]
@@ -402,18 +436,22 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         if held["running_min"] != held["running_max"]
         else str(held["running"])
     )
+    per_dp = (
+        f" on each of the {d} DP ranks (SGLang gives each max_running_requests // {d}: {fit} x {d})" if d > 1 else ""
+    )
     fix = _fix(
         fid,
         "--max-running-requests",
         None if cur is None else f"{cur.value:g}",
-        str(fit),
+        str(fit * d),
         [seen, *([cur.cite()] if cur is not None else [])],
         f"{fit} running requests at {share:.1f} % of the KV pool each fill {fit * share:.0f} % of it and have room "
-        "to grow: fewer retractions, more requests waiting",
+        f"to grow{per_dp}: fewer retractions, more requests waiting",
     )
     fix.update(
         basis=f"estimated from the batch lines, {ran} running at {share:g} % of the KV pool each",
-        formula=f"--max-running-requests {fit} = floor(100 % / ({share:.1f} % per running request x {room:g}))",
+        formula=f"--max-running-requests {fit * d} = floor(100 % / ({share:.1f} % per running request x {room:g}))"
+        + (f" x {d} DP ranks" if d > 1 else ""),
         estimated="batch lines",
         pressure=True,
     )

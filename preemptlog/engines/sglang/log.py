@@ -30,7 +30,9 @@ formatter, an ISO prefix): then the ranks are not in the line and the process (J
 ``processName``/``process``) stands in for the rank.
 
 **TP ranks**: every TP rank of a DP group runs the same scheduler step and prints the same
-retraction line (sglang issue #4184: ``TP8`` .. ``TP15``). Per (stream, DP rank, message), the k-th
+retraction line (sglang issue #4184: ``TP8`` .. ``TP15``), and so does every PP stage (each runs the
+scheduler step, ``PP0 TP0`` and ``PP1 TP0`` are two copies): a process is told by its rank tokens other
+than DP (PP, ATTN_CP, MOE_DP, TP, EP; :func:`copy_rank`). Per (stream, DP rank, message), the k-th
 line of each TP rank within one burst (lines no more than COPY_WINDOW_US apart: TP copies differ by
 a few ms with ``SGLANG_LOG_MS``, or straddle a second boundary without it) are one step, whatever
 order the ranks' lines come in; the lowest rank's line is kept. So the count is one event per
@@ -79,6 +81,12 @@ RETRACT_RE = (
     r"(?:, #new_tokens_gained: (?P<gained>-?\d+))?"
     r"(?:, #mamba_num_gained: (?P<mamba>-?\d+))?"
     r"(?:, #new_token_ratio: (?P<r0>\d+(?:\.\d+)?) -> (?P<r1>\d+(?:\.\d+)?))?"
+)
+# A retraction line cut before its count could be read (a truncated capture, a line wrapped at a fixed
+# width, a log cut mid-write): SGLang said it retracted, not how many (source.py VERIFY keeps it).
+CUT_RE = (
+    r"(?:KV cache pool is full\. Retract requests\.|Testing retraction\.|Decode out of memory happened\."
+    r"|decode out of memory happened,)\s*(?:#[a-z_]*(?::\s*)?)?$"
 )
 MESSAGE_RE = r"((?:KV cache pool is full|Testing retraction|[Dd]ecode out of memory happened)\..*|decode out of memory happened,.*)$"
 BATCH_MESSAGE_RE = r"((?:Decode|Prefill) batch.*|#running-req: .*)$"
@@ -150,7 +158,7 @@ def _ranks(text: pl.Expr, proc: pl.Expr | None = None) -> tuple[pl.Expr, pl.Expr
     gives its schedulers (``sglang::scheduler_DP1_TP2``)."""
     ranks = text.str.extract(PREFIX_RE, 1)
     who = pl.lit(None, pl.String) if proc is None else proc
-    dp = pl.coalesce(ranks.str.extract(r"(?:^| )DP(\d+)", 1), who.str.extract(r"(?:^|[\s_:])DP(\d+)", 1))
+    dp = pl.coalesce(ranks.str.extract(r"(?:^| )DP(\d+)", 1), _proc_tokens(who).str.extract(r"\bDP(\d+)\b", 1))
     tp = pl.coalesce(
         ranks.str.extract(r"(?:^| )TP(\d+)", 1),
         text.str.extract(r"\[gpu_id=(\d+)\]", 1),
@@ -159,6 +167,40 @@ def _ranks(text: pl.Expr, proc: pl.Expr | None = None) -> tuple[pl.Expr, pl.Expr
     ).cast(pl.Int64, strict=False)
     engine = dp.cast(pl.Int64, strict=False).cast(pl.String).fill_null("0")
     return ranks, engine, tp
+
+
+# The rank tokens of a scheduler process other than its DP rank (0.5.10+ prefix order DP PP ATTN_CP MOE_DP TP
+# EP; 0.4.10-0.5.5 DP TP EP PP): every process of one DP rank runs the same scheduler step (each PP stage
+# runs update_running_batch too, scheduler_pp_mixin event_loop_pp) and prints the same line.
+COPY_RANKS = ("PP", "ATTNCP", "MOEDP", "TP", "EP")
+
+
+def _proc_tokens(proc: pl.Expr) -> pl.Expr:
+    """A scheduler's process name (``sglang::scheduler_DP1_PP0_MOE_DP0_TP2``) or the prefix's rank
+    tokens with the two-word tokens joined (``MOE_DP`` -> ``MOEDP``, ``ATTN_CP`` -> ``ATTNCP``) and
+    ``_`` read as a space, so ``DP`` is never read out of ``MOE_DP``."""
+    return (
+        proc.str.replace_all("ATTN_CP", "ATTNCP", literal=True)
+        .str.replace_all("MOE_DP", "MOEDP", literal=True)
+        .str.replace_all("_", " ", literal=True)
+    )
+
+
+def copy_rank(text: pl.Expr, proc: pl.Expr | None = None) -> pl.Expr:
+    """Which process of its DP rank printed the line: its rank tokens other than DP (PP, ATTN_CP,
+    MOE_DP, TP, EP) from the bracketed prefix, else from the process name a JSON formatter gives,
+    numbers zero-padded so that they sort (``PP000001 TP000000``); null when the line names none."""
+    ranks = _proc_tokens(text.str.extract(PREFIX_RE, 1))
+    who = pl.lit(None, pl.String) if proc is None else _proc_tokens(proc)
+    rx = r"\b(?:" + "|".join(COPY_RANKS) + r")\d+\b"
+
+    def key(s: pl.Expr) -> pl.Expr:
+        toks = s.str.extract_all(rx).list.eval(
+            pl.element().str.extract(r"^([A-Z]+)", 1) + pl.element().str.extract(r"(\d+)$", 1).str.pad_start(6, "0")
+        )
+        return pl.when(toks.list.len() > 0).then(toks.list.join(" "))
+
+    return pl.coalesce(key(ranks), key(who))
 
 
 # TP copies of one scheduler step: a few ms apart with SGLANG_LOG_MS, up to a second apart across a
@@ -190,8 +232,8 @@ def _one_per_rank_group(df: pl.DataFrame, message: str, sizes: pl.DataFrame | No
     lowest rank's line. Returns the kept rows (``rank_lines``: copies of it printed by other ranks)
     and how many lines were collapsed.
 
-    Every TP rank of a DP group prints the same line in the same step, so the k-th line of a message
-    from each rank of a DP rank (per stream) within one burst (lines of that message no more than
+    Every TP rank (and PP stage) of a DP group prints the same line in the same step, so the k-th line
+    of a message from each process of a DP rank (:func:`copy_rank`; per stream) within one burst (lines of that message no more than
     COPY_WINDOW_US apart) are copies of one step, whatever order the ranks' lines come in and whether
     the stamps carry milliseconds (``SGLANG_LOG_MS``) or straddle a second; never across DP ranks. A
     rank that printed the line twice in a burst printed two steps. Lines that name no rank (0.1-0.2's
@@ -201,7 +243,7 @@ def _one_per_rank_group(df: pl.DataFrame, message: str, sizes: pl.DataFrame | No
     if df.height == 0:
         return df.with_columns(rank_lines=pl.lit(0, pl.UInt32)), 0
     who = pl.coalesce(
-        pl.col("tp").cast(pl.String).str.pad_start(6, "0"), pl.col("proc"), pl.lit("")
+        pl.col("_copy"), pl.col("tp").cast(pl.String).str.pad_start(6, "0"), pl.col("proc"), pl.lit("")
     )  # zero-padded: TP10 sorts after TP9
     key = ["stream", "engine", message]
     t = pl.col("time")
@@ -254,7 +296,7 @@ def retractions(records: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     """The kept retraction lines (RETRACTIONS_SCHEMA) and counts for the notes."""
     t = pl.col("text")
     rows = records.filter(pl.col("kind") == RETRACT)
-    facts = {"lines": rows.height, "collapsed": 0, "test": 0, "zero": 0}
+    facts: dict[str, Any] = {"lines": rows.height, "collapsed": 0, "test": 0, "zero": 0, "cut": 0, "cut_first": None}
     ranks, engine, tp = _ranks(t, pl.col("proc"))
     f = t.str.extract_groups(RETRACT_RE)
     df = rows.select(
@@ -269,6 +311,7 @@ def retractions(records: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         tp.alias("tp"),
         ranks.alias("ranks"),
         pl.col("proc"),
+        copy_rank(t, pl.col("proc")).alias("_copy"),
         f.struct.field("head").alias("_head"),
         f.struct.field("n").cast(pl.Int64, strict=False).alias("retracted"),
         f.struct.field("gained").cast(pl.Int64, strict=False).alias("new_tokens_gained"),
@@ -277,7 +320,28 @@ def retractions(records: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         f.struct.field("r1").cast(pl.Float64, strict=False).alias("ratio_after"),
         t.str.extract(MESSAGE_RE, 1).alias("_msg"),
         t.str.strip_chars().str.slice(0, RAW_LIMIT).alias("raw"),
-    ).filter(pl.col("retracted").is_not_null())
+    )
+    # Lines cut before their #retracted_reqs: no count to add (how many is unknown), said in a note and
+    # in the count's label (summary.log_capability: a lower bound), never dropped without a word.
+    # A cut copy of a line another rank of its DP rank printed whole (COPY_WINDOW_US apart) loses nothing.
+    cut = df.filter(pl.col("retracted").is_null() & pl.col("raw").str.contains(CUT_RE))
+    whole = df.filter(pl.col("retracted").is_not_null())
+    if cut.height and whole.height:
+        rank = pl.coalesce(pl.col("_copy"), pl.col("tp").cast(pl.String), pl.col("proc"), pl.lit(""))
+        near = (
+            cut.with_columns(_r=rank)
+            .join(whole.with_columns(_r=rank), on=["stream", "engine"], how="inner", suffix="_w")
+            .filter(
+                (pl.col("_r") != pl.col("_r_w"))
+                & ((pl.col("time") - pl.col("time_w")).dt.total_microseconds().abs() <= COPY_WINDOW_US).fill_null(False)
+            )
+        )
+        cut = cut.join(near.select("stream", "seq").unique(), on=["stream", "seq"], how="anti")
+    if cut.height:
+        first = cut.sort("stream", "seq").row(0, named=True)
+        facts["cut"] = cut.height
+        facts["cut_first"] = f"{first['source']}:{first['line']}"
+    df = df.filter(pl.col("retracted").is_not_null())
     df, facts["collapsed"] = _one_per_rank_group(df, "_msg", tp_sizes(records))
     wording = (
         pl.when(pl.col("_head").str.starts_with("KV cache pool") & pl.col("new_tokens_gained").is_not_null())
@@ -382,6 +446,7 @@ def batches(records: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         engine.alias("engine"),
         tp.alias("tp"),
         pl.col("proc"),
+        copy_rank(t, pl.col("proc")).alias("_copy"),
         pl.when(pl.col("kind") == DECODE).then(pl.lit("decode")).otherwise(pl.lit("prefill")).alias("phase"),
         _num(t, r"#running-req: (\d+)", pl.Int64).alias("running"),
         _num(t, r"#queue-req: (\d+)", pl.Int64).alias("queue"),
@@ -524,7 +589,7 @@ def config_rows(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl
         )
     seen = pl.concat([seen.filter(~pl.col("key").str.starts_with("_")), *kv], how="vertical")
     seen = seen.unique(["key", "value"], keep="first", maintain_order=True)
-    derived = _derived(records, ret, b)
+    derived = pl.concat([_derived(records, ret, b), _dp_attention(seen)], how="vertical")
     # SGLang's configuration is the bundle's (no server run of its own: vllm/runs.py numbers vLLM's)
     seen, derived = (x if "run" in x.columns else x.with_columns(run=pl.lit(None, pl.Int32)) for x in (seen, derived))
     return pl.concat([seen.cast(schema), derived.cast(schema)], how="vertical").select(list(CONFIG_SCHEMA))
@@ -579,6 +644,49 @@ def _derived(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl.Da
     return pl.DataFrame(rows, schema=polars_schema(CONFIG_SCHEMA))
 
 
+def _dp_attention(seen: pl.DataFrame) -> pl.DataFrame:
+    """With ``--enable-dp-attention`` and ``--dp-size D`` > 1 SGLang gives each DP rank
+    ``max_running_requests // D`` (scheduler / model_runner): the start-up line's
+    ``max_running_requests`` is one rank's, the flag is D times it. Rows ``dp_attention_size`` (D) and
+    ``max_running_requests_flag`` (the server_args value, when it names one), cited at the server_args
+    line; none without DP attention."""
+    schema = polars_schema(CONFIG_SCHEMA)
+    on = seen.filter((pl.col("key") == "enable_dp_attention") & (pl.col("value").str.to_lowercase() == "true"))
+    if on.height == 0:
+        return pl.DataFrame(schema=schema).select(list(CONFIG_SCHEMA))
+    at = on.select("source", "line")
+    args = seen.join(at, on=["source", "line"], how="semi")
+    dp = args.filter(pl.col("key") == "data_parallel_size").get_column("value").cast(pl.Int64, strict=False)
+    if dp.len() == 0 or dp.max() is None or int(dp.max()) < 2:  # type: ignore[arg-type]
+        return pl.DataFrame(schema=schema).select(list(CONFIG_SCHEMA))
+    d = int(dp.max())  # type: ignore[arg-type]
+    row = on.row(0, named=True)
+    rows = [
+        {
+            **{k: row[k] for k in ("time", "source", "line")},
+            "key": "dp_attention_size",
+            "value": str(d),
+            "status": "derived",
+            "note": f"enable_dp_attention with dp_size {d}: SGLang gives each DP rank max_running_requests // {d} "
+            "(the start-up line's max_running_requests is one rank's)",
+        }
+    ]
+    flag = args.filter(pl.col("key") == "max_running_requests")
+    if flag.height:
+        f = flag.row(0, named=True)
+        rows.append(
+            {
+                **{k: f[k] for k in ("time", "source", "line")},
+                "key": "max_running_requests_flag",
+                "value": f["value"],
+                "status": "derived",
+                "note": "--max-running-requests as given (server_args): all DP ranks together with DP attention",
+            }
+        )
+    out = pl.DataFrame(rows).with_columns(run=pl.lit(None, pl.Int32))
+    return out.cast({k: v for k, v in schema.items() if k in out.columns}).select(list(CONFIG_SCHEMA))
+
+
 def from_records(records: pl.DataFrame) -> dict[str, Any]:
     """Everything the SGLang lines of the records give: frames, events, stats rows, config rows, notes."""
     rec = records.filter(pl.col("kind").is_in(list(KINDS)))
@@ -598,6 +706,11 @@ def from_records(records: pl.DataFrame) -> dict[str, Any]:
         notes.append(
             f"SGLang: {facts['test']} 'Testing retraction.' line(s): retractions forced by SGLANG_TEST_RETRACT, "
             "not KV pressure"
+        )
+    if facts["cut"]:
+        notes.append(
+            f"SGLang: {facts['cut']} retraction line(s) cut before their #retracted_reqs (first: {facts['cut_first']}): "
+            "SGLang retracted there, how many is not in the line, so they are not counted and the count is a lower bound"
         )
     if facts["zero"]:
         notes.append(f"SGLang: {facts['zero']} retraction line(s) retracted no request (#retracted_reqs: 0)")

@@ -54,7 +54,7 @@ MARKERS: list[tuple[str, str]] = [
     ("Load weight begin. avail mem=", sgl.WEIGHTS),
 ]
 VERIFY = {
-    sgl.RETRACT: r"#retracted_reqs: \d",
+    sgl.RETRACT: r"#retracted_reqs: \d|" + sgl.CUT_RE,  # or cut before its count (log.retractions notes it)
     # 0.1.x printed "This should nerver happen." [sic] (managers/router/infer_batch.py)
     sgl.ALLOC_ERROR: r"Decode out of memory\. (?:Try to lower your batch size|This should ne?r?ver happen)",
     sgl.DECODE: r"Decode batch[^,.#]*[.,] #running-req: \d|(?:^|\s)#running-req: \d+, #token: \d+, token usage: ",
