@@ -107,13 +107,27 @@ for _k in ARG_KEYS:
 
 # vLLM's own defaults, used when the log is silent: (key, first version, value, where vLLM sets it),
 # newest first; read from the released wheels' source (gpu_memory_utilization: 0.9 in 0.4-0.19.1,
-# 0.92 from 0.20.0 through 0.32.0). A default row's note says "assumed: vLLM X.Y default (file)".
+# 0.92 from 0.20.0 through 0.33.0; 0.34.0 leaves it unset, which resolves to 1.0 under the extensible
+# KV cache, on by default on CUDA and ROCm, and to 0.92 without it; block_size: DEFAULT_BLOCK_SIZE 16
+# through 0.33.0, 64 in 0.34.0). A default row's note says "assumed: vLLM X.Y default (file)".
 VERSION_DEFAULTS: dict[str, list[tuple[tuple[int, ...] | None, str, str]]] = {
     "gpu_memory_utilization": [
+        (
+            (0, 34, 0),
+            "1.0",
+            "vllm/config/cache.py CacheConfig.resolved_gpu_memory_utilization: unset, 1.0 under the extensible KV "
+            "cache, on by default on CUDA and ROCm (the cache is sized from the memory measured after warmup), "
+            "0.92 without it",
+        ),
         ((0, 20, 0), "0.92", "vllm/config/cache.py CacheConfig.gpu_memory_utilization"),
         (None, "0.9", "vllm/config/cache.py (vllm/config.py before 0.10) CacheConfig.gpu_memory_utilization"),
     ],
     "block_size": [
+        (
+            (0, 34, 0),
+            "64",
+            "vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, on CUDA (an attention backend may pick another)",
+        ),
         (
             None,
             "16",
@@ -142,10 +156,11 @@ def default_rows(version: str | None) -> list[tuple[str, str, str]]:
         if chosen is None:
             chosen = rows[-1] if vt is not None else rows[0] if len(rows) == 1 else None
         if chosen is None:  # the version is not in the bundle and the default changed between versions
-            newest, oldest = rows[0], rows[-1]
-            since = ".".join(str(x) for x in newest[0] or ())
+            oldest, newer = rows[-1], rows[-2::-1]
+            since = [".".join(str(x) for x in r[0] or ()) for r in newer]
+            changes = ", ".join(f"{r[1]} from {v}" for r, v in zip(newer, since, strict=True))
             note = (
-                f"assumed: vLLM's default ({oldest[1]} before {since}, {newest[1]} from {since}; the version is not in "
+                f"assumed: vLLM's default ({oldest[1]} before {since[0]}, {changes}; the version is not in "
                 f"the bundle; {oldest[2]})"
             )
             out.append((key, oldest[1], note))

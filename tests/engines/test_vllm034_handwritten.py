@@ -1,0 +1,85 @@
+"""vLLM 0.33 / 0.34 logs written by hand: the defaults a silent log is given, by version.
+
+vLLM 0.34.0 changed two defaults a preemption analysis leans on (read from the 0.33.0 and 0.34.0
+wheels, vllm/config/cache.py): ``CacheConfig.DEFAULT_BLOCK_SIZE`` went from 16 to 64, and
+``gpu_memory_utilization`` is unset, resolving to 1.0 under the extensible KV cache (on by default on
+CUDA and ROCm: the cache is sized from the memory measured after warmup) and to 0.92 without it
+(``resolved_gpu_memory_utilization``). A 0.34 log that does not state them must not be told to
+"raise" gpu_memory_utilization to a value below the one in force, which would shrink the KV cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from preemptlog.analysis import AnalyzeOptions, analyze
+from preemptlog.engines.vllm.config import default_rows
+
+OPTS = AnalyzeOptions(tz="UTC", year=2026)
+
+
+def _rust(running: int, waiting: int, kv: float, p: int = 0) -> str:
+    pre = f", Preemptions: {p}" if p else ""
+    return (
+        f"(RustFrontend pid=4300) INFO 12-01 10:00:{running % 6}0 [llm/src/log_stats.rs:300] Avg prompt tput: 10.0 "
+        f"toks/s, Avg generation tput: 900.0 toks/s, Reqs Running: {running}, Waiting: {waiting}{pre}, GPU KV cache "
+        f"used: {kv:.1f}%, Prefix cache hit rate: 3.0%"
+    )
+
+
+def _log(tmp_path: Path, version: str, args: str = "") -> Path:
+    lines = [
+        f"(APIServer pid=1) INFO 12-01 09:59:30 [startup.py:40] vLLM server version {version}, serving model m",
+        f"(APIServer pid=1) INFO 12-01 09:59:30 [startup.py:52] non-default args: {{'model_tag': 'm'{args}}}",
+        f"(EngineCore pid=42) INFO 12-01 09:59:35 [core.py:101] Initializing a V1 LLM engine (v{version}) with config: "
+        "model='m', max_seq_len=8192, enable_prefix_caching=True, enable_chunked_prefill=True",
+        "(EngineCore pid=42) INFO 12-01 09:59:40 [kv_cache_utils.py:1170] GPU KV cache size: 90,000 tokens, "
+        "Maximum concurrency for 8,192 tokens per request: 10.99x",
+        _rust(60, 0, 70.0),
+        _rust(61, 30, 99.0, p=5),
+        _rust(62, 25, 98.7, p=3),
+    ]
+    p = tmp_path / f"vllm-{version}.log"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+def _config(a) -> dict[str, dict]:
+    return a.summary()["config"]
+
+
+def test_a_034_log_silent_on_the_pool_settings_gets_034_defaults_and_no_fix_that_shrinks_the_cache(tmp_path):
+    a = analyze([str(_log(tmp_path, "0.34.0"))], OPTS)
+    s = a.summary()
+    assert s["reconciliation"]["total"] == 8 and s["reconciliation"]["quality"] == "exact"
+    cfg = _config(a)
+    assert cfg["block_size"]["value"] == "64" and cfg["block_size"]["status"] == "default"
+    gmu = cfg["gpu_memory_utilization"]
+    assert gmu["value"] == "1.0" and gmu["status"] == "default" and "extensible KV cache" in gmu["note"]
+    for fix in s["fixes"]:
+        if fix["option"] == "--gpu-memory-utilization" and fix["suggested"] is not None:
+            assert float(fix["suggested"]) > 1.0, fix  # never below the value in force
+    assert any(d["id"] == "kv_room" and "already 1.0" in d["why"] for d in s["fixes_dropped"])
+
+
+def test_a_034_log_stating_gpu_memory_utilization_keeps_its_value(tmp_path):
+    a = analyze([str(_log(tmp_path, "0.34.0", ", 'gpu_memory_utilization': 0.8, 'block_size': 32"))], OPTS)
+    cfg = _config(a)
+    assert (cfg["gpu_memory_utilization"]["value"], cfg["gpu_memory_utilization"]["status"]) == ("0.8", "seen")
+    assert (cfg["block_size"]["value"], cfg["block_size"]["status"]) == ("32", "seen")
+
+
+def test_a_033_log_keeps_the_old_defaults(tmp_path):
+    a = analyze([str(_log(tmp_path, "0.33.0"))], OPTS)
+    cfg = _config(a)
+    assert cfg["block_size"]["value"] == "16"
+    assert cfg["gpu_memory_utilization"]["value"] == "0.92"
+
+
+def test_without_a_version_the_note_names_every_default_of_the_key():
+    rows = {k: (v, note) for k, v, note in default_rows(None)}
+    value, note = rows["gpu_memory_utilization"]
+    assert value == "0.9"
+    assert "0.9 before 0.20.0, 0.92 from 0.20.0, 1.0 from 0.34.0" in note
+    value, note = rows["block_size"]
+    assert value == "16" and "16 before 0.34.0, 64 from 0.34.0" in note
