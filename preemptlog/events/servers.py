@@ -14,7 +14,8 @@ Analysing a mixed bundle as one incident adds counts of unrelated servers
 together, so the analysis warns and ``preemptlog analyze --each`` (each.py)
 analyses every server separately.
 
-Frame of :func:`starts` (``START_SCHEMA``): one row per start.
+Frame of :func:`starts` (``START_SCHEMA``): one row per start, with the display name of the engine
+whose line it is (``engine``: the warning names each server by it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ START_SCHEMA = {
     "version": "String",
     "process": "String",
     "host": "String",
+    "engine": "String",
 }
 
 
@@ -45,9 +47,11 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
     for _, st in found:
         start, dated = start | st.start, dated | st.dated
     version = next((st.version for e, st in found if e.default), pl.lit(None, pl.String))
+    engine = pl.lit(engines.default().display, pl.String)
     for i, (e, st) in reversed(list(enumerate(found))):
         if not e.default:
             version = pl.when(pl.col(f"_own{i}")).then(st.version).otherwise(version)
+            engine = pl.when(pl.col(f"_own{i}")).then(pl.lit(e.display, pl.String)).otherwise(engine)
     r = records.sort("stream", "seq") if "seq" in records.columns else records
     r = r.with_columns([engines.owns(e).fill_null(False).alias(f"_own{i}") for i, (e, _) in enumerate(found)])
     rows = r.filter(start).with_columns(_ver=dated)
@@ -61,6 +65,7 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
         version.alias("version"),
         pl.col("proc").str.extract(r"^(.*?pid=\d+)", 1).alias("process"),
         pl.coalesce(pl.col("proc").str.extract(r"ip=([0-9A-Fa-f.:]+)", 1), pl.col("compose")).alias("host"),
+        engine.alias("engine"),
     )
 
 
@@ -75,6 +80,7 @@ def servers(records: pl.DataFrame) -> pl.DataFrame:
             pl.col("time").first(),
             pl.len().alias("starts"),
             pl.col("process").drop_nulls().unique(maintain_order=True).alias("processes"),
+            pl.col("engine").first(),
         )
         .sort("stream", "line")
     )
@@ -87,7 +93,10 @@ def mixed_warning(records: pl.DataFrame) -> str | None:
         return None
     parts = []
     for r in srv.head(6).iter_rows(named=True):
-        what = f"vLLM {r['version']}" if r["version"] != "?" else "vLLM"
+        name = r["engine"] or engines.default().display
+        # an engine that prints no version stands in its own name for one (SGLang's "sglang")
+        named = r["version"] not in ("?", "") and r["version"].lower() != name.lower()
+        what = f"{name} {r['version']}" if named else name
         if r["host"]:
             what += f" on {r['host']}"
         if r["processes"]:
@@ -95,6 +104,12 @@ def mixed_warning(records: pl.DataFrame) -> str | None:
         parts.append(f"{what} started at {r['source']}:{r['line']}")
     more = f" and {srv.height - 6} more" if srv.height > 6 else ""
     return (
-        f"the input holds {srv.height} vLLM servers, not one incident: {'; '.join(parts)}{more}; they are counted "
+        f"the input holds {srv.height} {_kinds(srv)} servers, not one incident: {'; '.join(parts)}{more}; they are counted "
         "together here: preemptlog analyze --each analyses each server (or each subfolder) separately"
     )
+
+
+def _kinds(srv: pl.DataFrame) -> str:
+    """``vLLM``, ``SGLang`` or ``vLLM and SGLang``: the engines of the servers, as their display names."""
+    names = [str(n) for n in srv.get_column("engine").fill_null(engines.default().display).unique(maintain_order=True)]
+    return " and ".join(names)

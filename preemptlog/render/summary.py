@@ -638,6 +638,10 @@ def _pressure_words(c: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+# A count of 0 whose quality is unknown (a line that says it happened without saying how often).
+UNKNOWN_ZERO = " counted (not known to be all)"
+
+
 def headline(s: dict[str, Any]) -> str:
     """The first line of the summary: how many, and why in vLLM's words (plain text, no markup)."""
     c = s.get("cause") or {}
@@ -672,18 +676,25 @@ def headline(s: dict[str, Any]) -> str:
         np_ = s.get("not_a_preemption")
         pw = _pressure_words(c)
         if pw and not np_:  # none counted, but the stats lines show the pool at its ceiling
+            # an exact 0 says none happened there (requests waited instead); a lower bound leaves room
+            ceiling = (
+                f"; KV cache at the ceiling with requests waiting ({pw}), and none there: requests waited for KV blocks"
+                if how == "exact"
+                else f"; KV cache at the ceiling with requests waiting ({pw}): where {noun(kinds, 2)} can have happened"
+            )
             return (
                 "0 "
                 + noun(kinds, 0)
                 + _zero_words(how, c)
-                + f"; KV cache at the ceiling with requests waiting ({pw}): where preemptions can have happened"
+                + ceiling
                 + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
             )
         return (
             "0 "
             + noun(kinds, 0)
-            + (_zero_words(how, c) if how and how != "unknown" else "")
+            + (_zero_words(how, c) if how and how != "unknown" else UNKNOWN_ZERO if how == "unknown" else "")
             + (": " + _stall_words(np_) if np_ else "")
+            + "".join(e.headline_words(s) for e in registry.registered() if e.headline_words is not None)
         )
     word = noun(kinds, n)  # each engine's events in its word (SGLang's retractions)
     k = s.get("by_kind") or {}

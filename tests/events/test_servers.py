@@ -160,3 +160,31 @@ def test_each_reads_standard_input_once(tmp_path):
     assert r.exit_code == ExitCode.OK, r.output
     rows = _ndjson(r.stdout)
     assert len(rows) == 51 and {row["server"] for row in rows} == {"<stdin>"}
+
+
+def test_servers_are_named_by_their_engine(tmp_path):
+    """SGLang prints no version: its servers are named SGLang, never 'vLLM sglang'."""
+    for name in ("a", "b"):
+        write_lines(
+            tmp_path / f"{name}.log",
+            [
+                f"[2026-03-01 10:00:00] server_args=ServerArgs(model_path='{name}', tp_size=1)",
+                "[2026-03-01 10:00:05] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+                "#new_token_ratio: 0.0980 -> 0.3100",
+            ],
+        )
+    write_lines(
+        tmp_path / "v.log",
+        [
+            "INFO 03-01 10:00:00 api_server.py:1] vLLM API server version 0.6.3",
+            "WARNING 03-01 10:00:05 scheduler.py:1057] Sequence group c1 is preempted by PreemptionMode.RECOMPUTE "
+            "mode because there is not enough KV cache space. total_num_cumulative_preemption=1",
+        ],
+    )
+    res = analyze([str(tmp_path)], AnalyzeOptions(tz="UTC", year=2026))
+    warn = [w for w in res.warnings if "servers, not one incident" in w]
+    assert warn, res.warnings
+    assert warn[0].startswith("the input holds 3 SGLang and vLLM servers")
+    assert "SGLang started at" in warn[0] and "vLLM 0.6.3 started at" in warn[0]
+    assert "vLLM sglang" not in warn[0]
+    assert servers(res.records).get_column("engine").to_list() == ["SGLang", "SGLang", "vLLM"]

@@ -73,7 +73,9 @@ def headline_words(s: dict[str, Any]) -> str:
     are said as forced, never as 'KV cache pool is full'."""
     sg = s.get("sglang") or {}
     if not sg.get("retractions"):
-        return ""
+        cut = int(sg.get("lines_cut_before_count") or 0)
+        # none counted, but lines that say SGLang retracted (cut before how many): never a bare 0
+        return f"; SGLang: {cut} retraction line(s) cut before their count: it retracted there" if cut else ""
     n_forced = int(sg.get("forced_by_test") or 0)
     kv_lines = int(sg.get("retraction_lines") or 0) - n_forced
     fams = sg.get("version_family") or {}
