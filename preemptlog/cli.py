@@ -169,5 +169,11 @@ def _main() -> None:
         if _is_broken_pipe(exc):  # e.g. `preemptlog --help | head -1`
             _silence(1)
             sys.exit(int(ExitCode.PIPE_CLOSED))
-        raise
+        if exc.filename is not None:
+            raise
+        # --help or --version written to a full disk (`> /dev/full`): the output's fault, one line
+        # (errors.OutputError); what is still buffered is dropped, not written again at exit.
+        _silence(1)
+        _say(f"preemptlog: error: standard output: cannot write ({exc.strerror or exc}); the output is incomplete")
+        sys.exit(int(ExitCode.USAGE))
     sys.exit(int(code or 0))

@@ -32,7 +32,7 @@ from .common import (
     filters_from,
 )
 from .options import ANALYSIS, AnalysisArgs, analysis_options
-from .runner import guarded, imports_done, progress, stderr_console
+from .runner import guarded, imports_done, progress, stderr_console, writing_to
 
 EachOpt = Annotated[
     bool,
@@ -184,9 +184,12 @@ def analyze(
                 _check_columns(data, fmt.value, wanted, wide)  # a bad --columns is the only output (exit 2)
                 print_lines(head_lines, console)
                 console.file.flush()
-            with open_output(
-                output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
-            ) as out:
+            with (
+                writing_to(output),
+                open_output(
+                    output, protect=result.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
+                ) as out,
+            ):
                 write(
                     data,
                     fmt,
@@ -304,7 +307,10 @@ def _each(
     full = run_each(paths, options, ws)
     results = [(name, with_columns(apply_filters(a, filters), columns)) for name, a in full]
     protect = [p for _, a in results for p in a.bundle.originals]
-    with open_output(output, protect=protect, terminal_text=fmt.value in ("json", "ndjson", "csv")) as out:
+    with (
+        writing_to(output),
+        open_output(output, protect=protect, terminal_text=fmt.value in ("json", "ndjson", "csv")) as out,
+    ):
         write_each(results, fmt, out, csv_safe=csv_safe)
     # A unit of no server's log (dmon, records) beside units of logs has no count to hide, as in one run.
     logs = [any(f.kind in LOG_KINDS for f in a.bundle.files) for _, a in full]

@@ -26,8 +26,8 @@ def command_group(name: str, help: str) -> typer.Typer:
 def default_format(output: str | None) -> OutputFormat:
     env = os.environ.get("PREEMPTLOG_FORMAT")
     if env:
-        try:
-            return OutputFormat(env)
+        try:  # as --format reads it: JSON is json
+            return OutputFormat(env.strip().lower())
         except ValueError:
             from ..errors import UsageError
 

@@ -10,7 +10,7 @@ import typer
 from ..errors import ExitCode
 from .common import DebugOpt, QuietOpt
 from .options import RulesOpt, ThresholdOpt
-from .runner import guarded
+from .runner import guarded, writing_to
 
 
 class EvalFormat(str, Enum):
@@ -49,7 +49,7 @@ def eval_command(
         import json
         import sys
 
-        from ..simulate.evaluate import PREDICTED, aggregate, score_bundle
+        from ..simulate.evaluate import aggregate, score_bundle
         from .options import note_old_set
 
         note_old_set(set_)
@@ -58,56 +58,64 @@ def eval_command(
         fmt = format or (EvalFormat.table if sys.stdout.isatty() else EvalFormat.json)
         if fmt is EvalFormat.json:
             doc = {"bundles": [s.as_dict() for s in scores], "total": total}
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            with writing_to(None):
+                sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return ExitCode.OK
-        from rich.table import Table
-
-        from ..outputs.console import console as make_console
-        from ..outputs.safe import table_box, text
-
-        console = make_console()
-        t = Table(title=text("per bundle"), header_style="bold", box=table_box())
-        for c in ("scenario", "family", "truth", "visible", "events", "recall", "matched", "gate acc.", "G1 sub acc."):
-            t.add_column(c)
-        for s in scores:
-            acc = f"{s.accuracy:.1%}" if s.accuracy is not None else "-"
-            rec = f"{s.recall_visible:.1%}" if s.recall_visible is not None else "-"
-            sub = f"{s.sub_correct / s.sub_total:.1%}" if s.sub_total else "-"
-            t.add_row(
-                text(s.scenario),
-                text(s.family),
-                text(s.truth_total),
-                text(s.truth_visible),
-                text(s.events),
-                text(rec),
-                text(s.matched),
-                text(acc),
-                text(sub),
-            )
-        console.print(t)
-        g = Table(title=text("per gate (matched events)"), header_style="bold", box=table_box())
-        for c in ("gate", "precision", "recall", "support"):
-            g.add_column(c)
-        for gate, m in total["per_gate"].items():
-            fmt_ = lambda x: f"{x:.1%}" if x is not None else "-"  # noqa: E731
-            g.add_row(text(gate), text(fmt_(m["precision"])), text(fmt_(m["recall"])), text(m["support"]))
-        console.print(g)
-        c = Table(title=text("confusion (rows: truth, columns: verdict)"), header_style="bold", box=table_box())
-        c.add_column("truth")
-        for p in PREDICTED:
-            c.add_column(p)
-        for gate, row in total["confusion"].items():
-            c.add_row(text(gate), *[text(row[p]) for p in PREDICTED])
-        console.print(c)
-        acc = total["gate_accuracy"]
-        console.print(
-            text(
-                f"gate accuracy {acc:.1%} over {total['matched_events']} matched events; "
-                f"event recall {total['event_recall_visible']:.1%}"
-                if acc is not None and total["event_recall_visible"] is not None
-                else "no matched events"
-            )
-        )
+        with writing_to(None):
+            _print_tables(scores, total)
         return ExitCode.OK
 
     guarded(debug, body)
+
+
+def _print_tables(scores, total) -> None:
+    """The tables of ``eval`` on standard output (rich)."""
+    from rich.table import Table
+
+    from ..outputs.console import console as make_console
+    from ..outputs.safe import table_box, text
+    from ..simulate.evaluate import PREDICTED
+
+    console = make_console()
+    t = Table(title=text("per bundle"), header_style="bold", box=table_box())
+    for c in ("scenario", "family", "truth", "visible", "events", "recall", "matched", "gate acc.", "G1 sub acc."):
+        t.add_column(c)
+    for s in scores:
+        acc = f"{s.accuracy:.1%}" if s.accuracy is not None else "-"
+        rec = f"{s.recall_visible:.1%}" if s.recall_visible is not None else "-"
+        sub = f"{s.sub_correct / s.sub_total:.1%}" if s.sub_total else "-"
+        t.add_row(
+            text(s.scenario),
+            text(s.family),
+            text(s.truth_total),
+            text(s.truth_visible),
+            text(s.events),
+            text(rec),
+            text(s.matched),
+            text(acc),
+            text(sub),
+        )
+    console.print(t)
+    g = Table(title=text("per gate (matched events)"), header_style="bold", box=table_box())
+    for c in ("gate", "precision", "recall", "support"):
+        g.add_column(c)
+    for gate, m in total["per_gate"].items():
+        fmt_ = lambda x: f"{x:.1%}" if x is not None else "-"  # noqa: E731
+        g.add_row(text(gate), text(fmt_(m["precision"])), text(fmt_(m["recall"])), text(m["support"]))
+    console.print(g)
+    c = Table(title=text("confusion (rows: truth, columns: verdict)"), header_style="bold", box=table_box())
+    c.add_column("truth")
+    for p in PREDICTED:
+        c.add_column(p)
+    for gate, row in total["confusion"].items():
+        c.add_row(text(gate), *[text(row[p]) for p in PREDICTED])
+    console.print(c)
+    acc = total["gate_accuracy"]
+    console.print(
+        text(
+            f"gate accuracy {acc:.1%} over {total['matched_events']} matched events; "
+            f"event recall {total['event_recall_visible']:.1%}"
+            if acc is not None and total["event_recall_visible"] is not None
+            else "no matched events"
+        )
+    )

@@ -25,7 +25,7 @@ from .common import (
     filters_from,
 )
 from .options import ANALYSIS, AnalysisArgs, analysis_options
-from .runner import guarded
+from .runner import guarded, writing_to
 
 
 class ExplainFormat(str, Enum):
@@ -179,9 +179,12 @@ def explain(
             docs = [build(result, i, options.before, options.after, all_rows=all_rows, limit=limit) for i in ids]
             if run_note:
                 docs[0]["run"] = run_note
-            with open_output(
-                output, protect=result.bundle.originals, terminal_text=fmt is not ExplainFormat.table
-            ) as out:
+            with (
+                writing_to(output),
+                open_output(
+                    output, protect=result.bundle.originals, terminal_text=fmt is not ExplainFormat.table
+                ) as out,
+            ):
                 if fmt is ExplainFormat.json:
                     doc = (
                         docs[0]

@@ -11,7 +11,7 @@ import typer
 from ..errors import ExitCode
 from .common import DebugOpt, QuietOpt, command_group
 from .options import ANALYSIS, AnalysisArgs, analysis_options
-from .runner import guarded, imports_done
+from .runner import guarded, imports_done, writing_to
 
 app = command_group(
     "export", "Export a bundle's or a fleet dataset's preemptions: Grafana annotations, OpenMetrics for backfill."
@@ -113,7 +113,7 @@ def grafana(
                 )
             if output is None:
                 return ExitCode.OK
-        with open_output(output, terminal_text=True) as fh:
+        with writing_to(output), open_output(output, terminal_text=True) as fh:
             fh.write((json.dumps(items, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         if not quiet and url is None:
             sys.stderr.write(f"{len(items)} annotation(s)\n")
@@ -158,7 +158,7 @@ def openmetrics(
         labels = om.parse_labels(label)
         t = _load(source, analysis, debug)
         text, untimed = om.render(t.events, t.incidents, bin_s=bin_, labels=labels)
-        with open_output(output, terminal_text=True) as fh:
+        with writing_to(output), open_output(output, terminal_text=True) as fh:
             fh.write(text.encode("utf-8"))
         if not quiet and untimed:
             sys.stderr.write(f"preemptlog: {untimed} event(s) without a time left out (they cannot be placed)\n")

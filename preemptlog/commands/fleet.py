@@ -11,7 +11,7 @@ import typer
 from ..errors import ExitCode
 from .common import DebugOpt, NoColorOpt, QuietOpt, command_group
 from .options import ANALYSIS, AnalysisArgs, analysis_options
-from .runner import guarded, imports_done, stderr_console
+from .runner import guarded, imports_done, stderr_console, writing_to
 
 app = command_group(
     "fleet", "Many servers' incident bundles analysed into one Parquet dataset, and the fleet's report from it."
@@ -296,11 +296,16 @@ def report(
 
         imports_done()
         window = fr.Window(fr.parse_time(since, "--since"), fr.parse_time(until, "--until", end=True))
+        if window.since is not None and window.until is not None and window.since > window.until:
+            raise UsageError(
+                f"--since {since} is later than --until {until}: no bundle can be shown",
+                hint="--since is the start of the window, --until its end",
+            )
         fmt = format or (ReportFormat.table if (output in (None, "-") and sys.stdout.isatty()) else ReportFormat.json)
         if fmt is ReportFormat.html and output is None and sys.stdout.isatty():
             raise UsageError("the html report is a file; give -o FILE (or -o - for standard output)")
         sections = fr.report(dataset_dir, by=by.value, window=window)
-        with open_output(output, terminal_text=fmt is not ReportFormat.table) as fh:
+        with writing_to(output), open_output(output, terminal_text=fmt is not ReportFormat.table) as fh:
             if fmt is ReportFormat.json:
                 doc = fr.as_json(sections, by=by.value, window=window)
                 fh.write((json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8"))

@@ -110,6 +110,27 @@ def note_old_set(values: list[str] | None) -> None:
         sys.stderr.write("preemptlog: note: a rules threshold is --threshold NAME=VALUE now (--set still works)\n")
 
 
+MAX_SECONDS = 100 * 365.25 * 86400
+"""The longest clock shift (--offset) or evidence window (--before, --after): 100 years, more than
+any clock error (a host that booted at 1970) or incident; beyond it the times leave what a
+timestamp can hold (an internal error, or a crash of polars), so a longer one is a usage error."""
+
+
+def check_seconds(option: str, value: float, shown: str | None = None) -> float:
+    """``value`` (seconds, of ``option``) when it is a finite number within :data:`MAX_SECONDS`,
+    else a UsageError naming the option and the value as given (``shown``)."""
+    import math
+
+    from ..errors import UsageError
+
+    if not math.isfinite(value) or abs(value) > MAX_SECONDS:
+        raise UsageError(
+            f"{option} {shown if shown is not None else f'{value:g}'}: not a number of seconds within 100 years",
+            hint=f"at most {MAX_SECONDS:.0f} s",
+        )
+    return value
+
+
 def parse_offsets(items: list[str] | None) -> dict[str, float]:
     """``--offset KIND_OR_FILE=±DURATION`` pairs -> {kind or file: seconds}."""
     from ..errors import UsageError
@@ -120,11 +141,12 @@ def parse_offsets(items: list[str] | None) -> dict[str, float]:
             raise UsageError(f"--offset expects KIND_OR_FILE=DURATION, got {item!r}", hint="e.g. --offset dmon=-2s")
         key, value = item.rsplit("=", 1)
         try:
-            out[key.strip()] = parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError:
             raise UsageError(
                 f"--offset {item!r}: {value!r} is not a duration", hint="e.g. -2s, +1.5s, 500ms, -1m"
             ) from None
+        out[key.strip()] = check_seconds("--offset", seconds, repr(item))
     return out
 
 
@@ -151,6 +173,8 @@ class AnalysisArgs:
 
         if self.old_set:
             note_old_set(self.threshold)
+        check_seconds("--before", self.before)
+        check_seconds("--after", self.after)
         return AnalyzeOptions(
             year=self.year,
             tz=self.tz,

@@ -21,7 +21,7 @@ from .common import (
     filters_from,
 )
 from .options import ANALYSIS, AnalysisArgs, analysis_options
-from .runner import guarded, stderr_console
+from .runner import guarded, stderr_console, writing_to
 
 
 def register(app: typer.Typer) -> None:
@@ -107,7 +107,7 @@ def report(
 
             doc = render_html(result, title=title).encode("utf-8")
             # Never over an input file; on a terminal (-o -), control characters are shown as escapes.
-            with open_output(output, protect=result.bundle.originals, terminal_text=True) as out:
+            with writing_to(output), open_output(output, protect=result.bundle.originals, terminal_text=True) as out:
                 out.write(doc)
         if not quiet:
             from ..outputs.safe import markup

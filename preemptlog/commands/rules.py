@@ -10,7 +10,7 @@ import typer
 from ..errors import ExitCode
 from .common import DebugOpt, QuietOpt
 from .options import RulesOpt, ThresholdOpt
-from .runner import guarded
+from .runner import guarded, writing_to
 
 
 class RulesFormat(str, Enum):
@@ -80,10 +80,11 @@ def rules_command(
             doc["samples"] = [
                 {"rule": r.rule, "sample": r.index, "expect": r.expect, "got": r.got, "ok": r.ok} for r in results
             ]
-        if fmt is RulesFormat.json:
-            sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-        else:
-            _print(doc, evidence)
+        with writing_to(None):
+            if fmt is RulesFormat.json:
+                sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+            else:
+                _print(doc, evidence)
         failed = [r for r in results if not r.ok]
         for r in failed:
             sys.stderr.write(f"preemptlog: rule {r.rule} sample {r.index}: expected {r.expect}, got {r.got}\n")

@@ -213,6 +213,30 @@ def guarded(debug: bool, body: Callable[[], int]) -> None:
     raise typer.Exit(int(code))
 
 
+@contextlib.contextmanager
+def writing_to(target: str | None) -> Iterator[None]:
+    """Around the writing of a command's data to ``target`` (``-o FILE``; None or ``-``: standard
+    output): a write that fails there (disk full, quota, I/O error: an OSError without a file
+    name) is the destination's fault, an OutputError naming it (exit 2, as for a regular ``-o``
+    file), not a failure to read the input. A reader gone away stays a broken pipe (exit 141).
+    Standard output is flushed inside, so its last buffered bytes fail here too, not at exit."""
+    stdout = target in (None, "-")
+    try:
+        yield
+        if stdout and sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError as exc:
+        if _is_broken_pipe(exc) or exc.filename is not None:
+            raise
+        from ..errors import OutputError
+
+        reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        if stdout:
+            _silence(1)  # what is still buffered must not fail again at exit
+            raise OutputError(f"standard output: cannot write ({reason}); the output is incomplete") from None
+        raise OutputError(f"-o {target}: cannot write ({reason})") from None
+
+
 def _is_broken_pipe(exc: BaseException) -> bool:
     import errno
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from .common import DebugOpt, NoColorOpt, QuietOpt
-from .runner import guarded, stderr_console
+from .runner import guarded, stderr_console, writing_to
 
 # Kept literal so that --help does not import the simulator (tests check it
 # matches preemptlog.simulate.families.FAMILIES).
@@ -136,10 +136,14 @@ def simulate(
     """
 
     def body() -> int:
+        import math
+
         from ..errors import UsageError
+        from .options import check_seconds
 
         if list_:
-            return _list(scenario)
+            with writing_to(None):
+                return _list(scenario)
         if scenario is None:
             raise UsageError("missing SCENARIO", hint="see preemptlog simulate --list")
         if output is None:
@@ -166,6 +170,11 @@ def simulate(
                 raise UsageError(str(exc)) from None
         elif duration is not None and SCENARIOS[scenario].kind == "large":
             raise UsageError("the large scenario is sized with --size, not --duration")
+        if duration is not None and not (math.isfinite(duration) and duration > 0):
+            raise UsageError(f"--duration {duration:g}: not a positive number of seconds", hint="e.g. --duration 120")
+        skews = _pairs(skew, "--skew", float)
+        for name, seconds in skews.items():
+            check_seconds("--skew", seconds, repr(f"{name}={seconds:g}"))
         opts = Options(
             scenario=scenario,
             out=output,
@@ -185,7 +194,7 @@ def simulate(
             dmon_select=dmon_select,
             dmon_dates=dmon_dates,
             dmon_header_every=dmon_header_every,
-            skews=_pairs(skew, "--skew", float),
+            skews=skews,
             sets=_pairs(set_, "--set", str),
         )
         try:

@@ -11,7 +11,7 @@ import typer
 from ..errors import ExitCode
 from .common import DebugOpt, FormatOpt, NoColorOpt, NoPagerOpt, OutputOpt, QuietOpt, default_format
 from .options import ANALYSIS, AnalysisArgs, analysis_options
-from .runner import guarded, stderr_console
+from .runner import guarded, stderr_console, writing_to
 
 
 class Engine(str, Enum):
@@ -176,6 +176,10 @@ def whatif_command(
                 hint="give --vllm-python PYTHON or set PREEMPTLOG_VLLM_PYTHON (ci/vllm-venv builds 0.32; "
                 "PREEMPTLOG_VLLM_034_PYTHON: ci/vllm-034-venv, 0.34)",
             )
+        if engine is Engine.vllm and py and os.path.exists(py) and not (os.path.isfile(py) and os.access(py, os.X_OK)):
+            from ..errors import UsageError
+
+            raise UsageError(f"--vllm-python {py}: not an executable file", hint="give the python of a venv with vLLM")
         check_not_given(output, list(bundle))
         options = analysis.options(debug=debug, keep_request_rows=True)
         with Workspace() as ws:
@@ -200,9 +204,12 @@ def whatif_command(
             on_terminal = fmt.value == "table" and output in (None, "-") and sys.stdout.isatty()
             if not on_terminal:  # what was done and the answer's caveats before the data (a pipe, a file)
                 _print(head, console)
-            with open_output(
-                output, protect=a.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
-            ) as out:
+            with (
+                writing_to(output),
+                open_output(
+                    output, protect=a.bundle.originals, terminal_text=fmt.value in ("json", "ndjson", "csv")
+                ) as out,
+            ):
                 _write(
                     res,
                     fmt.value,

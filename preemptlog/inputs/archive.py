@@ -101,20 +101,26 @@ class Limits:
 _SUFFIX = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
-def _env_number(name: str, default: float, *, sizes: bool = False) -> float:
+def _env_number(name: str, default: float, *, sizes: bool = False, whole: bool = False) -> float:
+    """The limit set by ``$name`` (``default`` when unset): a positive number (``sizes``: with a K, M,
+    G or T suffix; ``whole``: a count, so a whole number), never one that a count of members or
+    bytes rounds down to 0 (``0.5`` members, ``0.1`` bytes), which would refuse every archive."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
-    pattern = r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?" if sizes else r"(\d+(?:\.\d+)?)()"
+    number = r"(\d+)" if whole else r"(\d+(?:\.\d+)?)"
+    pattern = number + (r"\s*([KMGT]?)(?:i?B)?" if sizes else r"()")
     m = re.fullmatch(pattern, raw, re.I)
-    if not m or float(m.group(1)) <= 0:
-        raise UsageError(f"{name}={raw!r} is not a positive number", hint="e.g. 64G" if sizes else "e.g. 500")
-    return float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    value = float(m.group(1)) * _SUFFIX[m.group(2).upper()] if m else 0.0
+    if value <= 0 or ((whole or sizes) and value < 1):
+        kind = "a positive whole number" if whole else "a positive number" if not sizes else "a positive size"
+        raise UsageError(f"{name}={raw!r} is not {kind}", hint="e.g. 64G" if sizes else "e.g. 500")
+    return value
 
 
 def limits_from_env() -> Limits:
     return Limits(
-        max_members=int(_env_number(ENV_MEMBERS, MAX_MEMBERS)),
+        max_members=int(_env_number(ENV_MEMBERS, MAX_MEMBERS, whole=True)),
         max_bytes=int(_env_number(ENV_BYTES, MAX_TOTAL_BYTES, sizes=True)),
         max_ratio=_env_number(ENV_RATIO, MAX_RATIO),
     )
