@@ -64,7 +64,20 @@ def check_not_given(target: str | None, paths: Iterable[str]) -> None:
     bundle is read)."""
     if target in (None, "-"):
         return
+    check_name(target)
     check_not_input(target, [p for p in paths if p != "-"])
+    # what open_output would refuse after the analysis, refused before it (no work thrown away)
+    dest = Path(os.path.realpath(target))
+    if dest.is_dir():
+        raise UsageError(f"-o {target}: is a folder", hint="give a file name")
+    if not dest.parent.is_dir():
+        raise UsageError(f"-o {target}: folder {dest.parent} does not exist")
+
+
+def check_name(target: str) -> None:
+    """UsageError for an empty ``-o`` (``-o "$UNSET"``): no file name, not the current folder."""
+    if not target.strip():
+        raise UsageError("-o: the file name is empty", hint="give a file name, or - for standard output")
 
 
 @contextlib.contextmanager
@@ -87,6 +100,7 @@ def open_output(
         yield full  # type: ignore[misc]
         full.flush()
         return
+    check_name(target)
     check_not_input(target, protect)
     dest = Path(target)
     try:

@@ -3,6 +3,7 @@ then the evidence, times as ISO 8601 text in the output zone (or typed)."""
 
 from __future__ import annotations
 
+import io
 from typing import TYPE_CHECKING, BinaryIO
 
 import polars as pl
@@ -113,10 +114,14 @@ def _mechanism_types(analysis: Analysis) -> dict[str, pl.DataType]:
 def write_parquet(analysis: Analysis, out: BinaryIO) -> None:
     df = event_rows(analysis, text_times=False)
     meta = _findings_metadata(analysis)  # the incident's findings as file metadata
+    # Made in memory, then written: polars' writer reports a failing destination (a full disk, a closed
+    # pipe) as its own ComputeError, hiding the OSError the command turns into its exit code.
+    buf = io.BytesIO()
     if meta:
-        df.write_parquet(out, metadata=meta)
+        df.write_parquet(buf, metadata=meta)
     else:
-        df.write_parquet(out)
+        df.write_parquet(buf)
+    out.write(buf.getbuffer())
 
 
 def _findings_metadata(analysis: Analysis) -> dict[str, str] | None:

@@ -59,6 +59,7 @@ needs_full = pytest.mark.skipif(not os.path.exists(FULL), reason="no /dev/full o
         ["analyze", "{log}", "-f", "ndjson"],
         ["analyze", "{log}", "-f", "csv"],
         ["analyze", "{log}", "-f", "table"],
+        ["analyze", "{log}", "-f", "parquet"],
         ["analyze", "{log}", "--each", "-f", "json"],
         ["explain", "{log}:1", "{log}", "-f", "json"],
         ["report", "{log}", "-o", "-"],
@@ -179,3 +180,25 @@ def test_vllm_python_that_is_not_an_executable_is_a_usage_error(tmp_path):
         out = run("whatif", log, "--engine", "vllm", "--vllm-python", py, "-q")
         assert out.returncode == ExitCode.USAGE, out.stderr
         one_line_error(out.stderr, "--vllm-python")
+
+
+# ---------------------------------------------------------------- -o refused before any work
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "explain", "whatif"])
+def test_output_name_empty_or_in_a_missing_folder_is_refused_before_the_analysis(tmp_path, command):
+    """``-o "$UNSET"`` is an empty name (not "is a folder": the current one), and a missing folder or a
+    folder as -o is refused before the analysis: one line, exit 2, nothing on standard output."""
+    log = str(small_log(tmp_path / "vllm.log"))
+    args = [command, f"{log}:1", log] if command == "explain" else [command, log]
+    for target, words in (
+        ("", ["-o", "file name is empty"]),
+        (str(tmp_path / "missing" / "out.json"), ["does not exist"]),
+        (str(tmp_path), ["is a folder"]),
+    ):
+        out = run(*args, "-o", target)
+        assert out.returncode == ExitCode.USAGE, out.stderr
+        one_line_error(out.stderr, *words)
+        assert out.stdout == ""
+        # refused before the analysis: no headline was written
+        assert "preemption" not in out.stderr.replace("preemptlog: error", "")
