@@ -46,6 +46,7 @@ from .registry import (
     replayed,
     shown,
     split_verdicts,
+    stats_of,
     tie_order,
     unregister_engine,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "replayed",
     "shown",
     "split_verdicts",
+    "stats_of",
     "tie_order",
     "unregister_engine",
 ]

@@ -285,6 +285,16 @@ def events_of(name: str, col: str = "engine_kind") -> pl.Expr:
     return kind_expr(col) == name
 
 
+def stats_of(engine: Engine, col: str = "family") -> pl.Expr:
+    """Rows of the stats frame that are ``engine``'s (its ``stats_families``); the default engine's are
+    also the rows of no other registered engine's family."""
+    fam = pl.col(col)
+    if engine.default:
+        theirs = [f for e in others() for f in e.stats_families]
+        return ~fam.is_in(theirs).fill_null(False)
+    return fam.is_in(list(engine.stats_families)).fill_null(False)
+
+
 def owns(engine: Engine, kind: pl.Expr | None = None) -> pl.Expr:
     """Records of the single log pass that are ``engine``'s lines (by their record kind): its
     prefix, or (the pass's own kinds) every kind no other engine's prefix claims."""

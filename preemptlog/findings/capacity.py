@@ -275,7 +275,7 @@ HELD_KV = 85.0
 MIN_HELD = 1
 
 
-def held_share(a: Analysis) -> dict[str, Any] | None:
+def held_share(a: Analysis, engine: engines.Engine | None = None) -> dict[str, Any] | None:
     """What a stock log's stats lines say of the KV pool per running request, where the pool held
     back waiting requests (KV usage >= :data:`HELD_KV` % with requests waiting), in a log that shows
     pressure (a suspected pressure interval of its stats lines: pressure.py). Per sample, the share of
@@ -283,8 +283,11 @@ def held_share(a: Analysis) -> dict[str, Any] | None:
     the pool), ``running`` the median running count of those samples and ``in_engine`` the most
     requests in the engine (running + waiting) at one of them. Lines aggregated over several engines
     (``N Engines Aggregated``) are left out: their running count is not one engine's. None when the
-    log shows no pressure or fewer than :data:`MIN_HELD` such samples."""
+    log shows no pressure or fewer than :data:`MIN_HELD` such samples. With ``engine``, only that
+    engine's stats lines (its levers are said from them: another engine's batch lines never size them)."""
     st = a.stats
+    if engine is not None and st.height and "family" in st.columns:
+        st = st.filter(engines.stats_of(engine))
     piv = frame(a, "pressure_intervals")
     if st.height == 0 or piv is None or piv.filter(pl.col("series") == "log").height == 0:
         return None
@@ -346,7 +349,7 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
     if peak is None and pool is not None and pool["blocks"]:
         peak = _peak_estimated(a, pool)  # a stock bundle: estimated from what it holds, said so
     failed = _failed(a)
-    held = held_share(a)  # a stock log's stats lines: the levers' basis when no peak demand is measured
+    held = held_share(a, lever)  # a stock log's stats lines: the levers' basis when no peak demand is measured
     # the keys the lever engine's levers read (its own declaration: engines/), the default engine's with them
     # (the pool and demand are read from its configuration keys)
     keys = dict.fromkeys((*(engines.default().capacity_keys or ()), *(lever.capacity_keys or ())))
