@@ -83,3 +83,24 @@ def test_without_a_version_the_note_names_every_default_of_the_key():
     assert "0.9 before 0.20.0, 0.92 from 0.20.0, 1.0 from 0.34.0" in note
     value, note = rows["block_size"]
     assert value == "16" and "16 before 0.34.0, 64 from 0.34.0" in note
+
+
+def _kv_room(s: dict) -> dict | None:
+    return next((f for f in s["fixes"] if f["option"] == "--gpu-memory-utilization"), None)
+
+
+def test_a_034_log_with_gpu_memory_utilization_below_1_is_told_to_leave_it_unset(tmp_path):
+    """vLLM 0.34's CacheConfig: with the extensible KV cache (its default on CUDA and ROCm) leave it unset;
+    a lower value takes memory away from the KV cache. Never "+0.05" (0.85 -> 0.9) there."""
+    a = analyze([str(_log(tmp_path, "0.34.0", ", 'gpu_memory_utilization': 0.85"))], OPTS)
+    fix = _kv_room(a.summary())
+    assert fix is not None and float(fix["current"]) == 0.85 and float(fix["suggested"]) == 1.0, fix
+    assert any(i.startswith("vllm_version seen") and "vllm-0.34.0.log:" in i for i in fix["inputs"]), fix
+    words = " ".join(map(str, a.summary()["fixes"]))
+    assert "extensible KV cache" in words
+
+
+def test_a_033_log_with_gpu_memory_utilization_below_the_cap_keeps_the_step(tmp_path):
+    a = analyze([str(_log(tmp_path, "0.33.0", ", 'gpu_memory_utilization': 0.85"))], OPTS)
+    fix = _kv_room(a.summary())
+    assert fix is not None and float(fix["suggested"]) == 0.9, fix

@@ -145,6 +145,11 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
     out["max_num_seqs"] = c("max_num_seqs", int)
     out["max_num_batched_tokens"] = c("max_num_batched_tokens", int)
     out["gpu_memory_utilization"] = c("gpu_memory_utilization", float)
+    ver = cfg.get("vllm_version")
+    if ver is not None and ver.get("source"):  # only a version the bundle states
+        out["vllm_version"] = Measured(
+            str(ver["value"]), f"vllm_version {ver['status']} ({ver['source']}:{ver['line']})"
+        )
     out["max_model_len"] = c("max_model_len", int)
     out["enable_chunked_prefill"] = c(
         "enable_chunked_prefill", lambda v: str(v).strip().lower() in ("true", "1", "yes")
@@ -252,6 +257,15 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
     else:
         out["kv_room"] = "give the KV cache more room: raise gpu_memory_utilization or tensor_parallel_size"
     return out
+
+
+# vLLM 0.34.0's CacheConfig: gpu_memory_utilization unset resolves to 1.0 under the extensible KV cache.
+EXTENSIBLE_KV_SINCE = (0, 34, 0)
+EXTENSIBLE_BASIS = (
+    "vLLM's own advice (vllm/config/cache.py 0.34.0 CacheConfig.gpu_memory_utilization: 'With the extensible "
+    "KV cache (the default on CUDA and ROCm), leave this unset ... A lower value takes memory away from the KV "
+    "cache')"
+)
 
 
 def _advice(engine: str | None) -> str:
@@ -449,7 +463,25 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
         )
     )
     gmu = m["gpu_memory_utilization"]
-    if gmu.known:
+    ver = m.get("vllm_version")
+    extensible = ver is not None and ver.known and _ver(str(ver.value)) >= EXTENSIBLE_KV_SINCE
+    if gmu.known and extensible and float(gmu.value) < 1.0:
+        # vLLM 0.34+: the extensible KV cache (its default on CUDA and ROCm) sizes the pool from the memory
+        # measured after warmup; a set value below 1.0 takes memory away from the KV cache.
+        item = _fix(
+            "kv_room",
+            "--gpu-memory-utilization",
+            gmu.value,
+            1.0,
+            _known(gmu, ver),
+            "more KV cache blocks: the pool sized from the memory measured after warmup",
+            f"leave gpu_memory_utilization unset (1.0 under vLLM {ver.value}'s extensible KV cache, its default "  # type: ignore[union-attr]
+            f"on CUDA and ROCm), unless other processes share the GPU; now {gmu.value} ({gmu.how})",
+            G1_KEYS,
+        )
+        item["basis"] = EXTENSIBLE_BASIS
+        out.append(item)
+    elif gmu.known:
         nxt = min(0.95, round(float(gmu.value) + 0.05, 2))
         if nxt <= float(gmu.value):
             dropped.append({"id": "kv_room", "why": f"gpu_memory_utilization is already {gmu.value} ({gmu.how})"})
