@@ -175,6 +175,13 @@ class AnalysisArgs:
             note_old_set(self.threshold)
         check_seconds("--before", self.before)
         check_seconds("--after", self.after)
+        if self.tz is not None and not self.tz.strip():  # --tz "$UNSET": no zone, not this machine's
+            from ..errors import UsageError
+
+            raise UsageError(
+                "--tz: the zone is empty",
+                hint="an IANA name (Europe/Berlin) or +HH:MM; leave --tz out for this machine's",
+            )
         return AnalyzeOptions(
             year=self.year,
             tz=self.tz,

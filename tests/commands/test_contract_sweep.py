@@ -202,3 +202,12 @@ def test_output_name_empty_or_in_a_missing_folder_is_refused_before_the_analysis
         assert out.stdout == ""
         # refused before the analysis: no headline was written
         assert "preemption" not in out.stderr.replace("preemptlog: error", "")
+
+
+@pytest.mark.parametrize("zone", ["", "  "])
+def test_an_empty_zone_is_a_usage_error(tmp_path, zone):
+    """``--tz "$UNSET"`` names no zone: refused, not read as this machine's zone."""
+    log = str(small_log(tmp_path / "vllm.log"))
+    out = run("analyze", log, "--tz", zone, "-q")
+    assert out.returncode == ExitCode.USAGE, out.stderr
+    one_line_error(out.stderr, "--tz", "empty")
