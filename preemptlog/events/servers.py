@@ -103,9 +103,31 @@ def mixed_warning(records: pl.DataFrame) -> str | None:
             what += f" ({r['processes'][0]})"
         parts.append(f"{what} started at {r['source']}:{r['line']}")
     more = f" and {srv.height - 6} more" if srv.height > 6 else ""
+    # --each splits a bundle by file: servers sharing a file (one container prefix each: docker compose,
+    # kubectl logs --prefix) stay together there, so the way to part them is said instead
+    shared = srv.group_by("stream", maintain_order=True).agg(
+        pl.col("host").n_unique().alias("hosts"),
+        pl.col("source").first(),
+        pl.col("line").get(1, null_on_oob=True).alias("second"),
+    )
+    by_host = shared.filter(pl.col("hosts") > 1)
+    restarted = shared.filter((pl.col("hosts") == 1) & pl.col("second").is_not_null())
+    if by_host.height:
+        how = (
+            f"{by_host.get_column('source')[0]} holds the lines of several of them (told apart by their container "
+            "prefix): split it by that prefix (e.g. grep '^\\[pod/NAME/' or '^NAME *|') and analyse each part"
+        )
+    elif restarted.height:
+        r = restarted.row(0, named=True)
+        how = (
+            f"{r['source']} holds a restart as another version (at line {r['second']}): --since and --until keep "
+            "the events of one run"
+        )
+    else:
+        how = "preemptlog analyze --each analyses each server (or each subfolder) separately"
     return (
         f"the input holds {srv.height} {_kinds(srv)} servers, not one incident: {'; '.join(parts)}{more}; they are counted "
-        "together here: preemptlog analyze --each analyses each server (or each subfolder) separately"
+        f"together here: {how}"
     )
 
 

@@ -155,7 +155,9 @@ FALLBACK_TS_RE = (
     r"[ T,]+\d{1,2}:\d\d(?::\d\d)?(?:[.,]\d{1,9})?(?:\s?(?:Z|[+-]\d\d:?\d\d|UTC))?)"
 )
 PROC_RE = r"\(([A-Za-z_][^()]*?pid=\d+(?:,\s*ip=[0-9A-Fa-f.:]+)?)\)"
-COMPOSE_RE = r"^([A-Za-z0-9][\w.-]*)\s+\|\s"
+# The container a line came from: docker compose's ``svc  | `` or kubectl logs --prefix's
+# ``[pod/NAME/CONTAINER] `` (the pod: one server of a replicated deployment), as the ``compose`` column.
+COMPOSE_RE = r"^(?:\[pod/)?([A-Za-z0-9][\w.-]*)(?:/[^\]\s]*\]|\s+\|)\s"
 # The engine a process prefix names (facts page 1b): the data-parallel rank of
 # ``EngineCore_DPn``, ``DPEngineCoreActor_DPn``, ``DPn`` and worker ranks ``Worker_DPn_TPm``;
 # ``EngineCore_n`` (0.8.5-0.10.1); the one engine of a process without a DP index

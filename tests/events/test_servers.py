@@ -188,3 +188,44 @@ def test_servers_are_named_by_their_engine(tmp_path):
     assert "SGLang started at" in warn[0] and "vLLM 0.6.3 started at" in warn[0]
     assert "vLLM sglang" not in warn[0]
     assert servers(res.records).get_column("engine").to_list() == ["SGLang", "SGLang", "vLLM"]
+
+
+def _stats_line(prefix: str, t: int, running: int, kv: float, pre: int) -> str:
+    return (
+        f"{prefix}INFO 05-01 10:00:{t:02d} [loggers.py:118] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
+        f"Avg generation throughput: 5.0 tokens/s, Running: {running} reqs, Waiting: 5 reqs, Preemptions: {pre}, "
+        f"GPU KV cache usage: {kv}%, Prefix cache hit rate: 0.0%"
+    )
+
+
+def test_two_pods_in_one_kubectl_prefix_file_are_two_servers(tmp_path):
+    """``kubectl logs -l app=vllm --prefix``: each line starts ``[pod/NAME/CONTAINER] ``; two pods in one
+    file are two servers (as docker compose's ``svc | ``), and the hint says how to part them (--each
+    splits by file, so it cannot)."""
+    lines = []
+    for pod in ("vllm-a", "vllm-b"):
+        lines.append(f"[pod/{pod}/vllm] INFO 05-01 09:59:59 [api_server.py:1] vLLM API server version 0.10.0")
+    for t in range(0, 60, 10):
+        lines.append(_stats_line("[pod/vllm-a/vllm] ", t, 30, 99.0, 2 if t == 30 else 0))
+        lines.append(_stats_line("[pod/vllm-b/vllm] ", t, 3, 20.0, 0))
+    write_lines(tmp_path / "pods.log", lines)
+    res = analyze([str(tmp_path / "pods.log")], AnalyzeOptions(tz="UTC", year=2026))
+    srv = servers(res.records)
+    assert srv.get_column("host").to_list() == ["vllm-a", "vllm-b"]
+    warn = [w for w in res.warnings if "servers, not one incident" in w]
+    assert warn and "on vllm-a" in warn[0] and "on vllm-b" in warn[0]
+    assert "container prefix" in warn[0] and "--each" not in warn[0]
+    assert res.summary()["events"] == 2
+
+
+def test_a_restart_as_another_version_in_one_file_points_at_since_until(tmp_path):
+    lines = [
+        "INFO 05-01 09:00:00 [api_server.py:1] vLLM API server version 0.9.2",
+        _stats_line("", 10, 3, 20.0, 0),
+        "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.0",
+        _stats_line("", 20, 30, 99.0, 2),
+    ]
+    write_lines(tmp_path / "vllm.log", lines)
+    res = analyze([str(tmp_path / "vllm.log")], AnalyzeOptions(tz="UTC", year=2026))
+    warn = [w for w in res.warnings if "servers, not one incident" in w]
+    assert warn and "a restart as another version (at line 3)" in warn[0] and "--since" in warn[0]
