@@ -25,6 +25,13 @@ that goes back by more than 12 hours is the next day (midnight crossing).
 Without date columns and nothing to anchor them, and for ``-o D`` alone or no
 ``-o`` at all, samples are *untimed* (``time`` null): they are listed, but no
 window can contain them. Every such choice is reported as an assumption.
+Stamps are read by shape: a date ``YYYYMMDD`` (or ``YYYY-MM-DD``,
+``YYYY/MM/DD``), a time ``HH:MM:SS`` (``.fff`` ignored) or ``HH:MM`` (timed to
+the minute, ``time_precision`` ``1m``, and a note); a stamp of no such shape
+leaves its row untimed, with a warning at its file:line.
+
+MIG: columns whose unit is ``Idx`` besides ``gpu`` (``gi``, ``ci``) are read as
+``<name>_idx``; with ``gpu`` they name the device a row is about.
 
 Frame ``dmon`` (:data:`DMON_SCHEMA` lists the fixed columns; one Float64
 column per metric present, named ``<metric>_<unit>``, e.g. ``fb_mb``,
@@ -63,6 +70,8 @@ DMON_SCHEMA = {
 # dmon column name -> frame column name (unit in the name).
 KNOWN_COLUMNS = {
     "gpu": "gpu",
+    "gi": "gi_idx",  # MIG GPU instance (unit Idx): with gpu and ci, the device a row is about
+    "ci": "ci_idx",  # MIG compute instance
     "pwr": "pwr_w",
     "gtemp": "gtemp_c",
     "mtemp": "mtemp_c",
@@ -222,10 +231,34 @@ def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     return df, facts
 
 
+# dmon writes ``YYYYMMDD`` and ``HH:MM:SS``; a capture passed through other hands (a reformatted
+# paste, another logger) may say ``YYYY-MM-DD``/``YYYY/MM/DD`` and ``HH:MM`` (no seconds) or
+# ``HH:MM:SS.fff``. Each token is read by its own shape; one that fits none leaves its row untimed
+# and counted (never silently).
+DATE_RE = r"^(\d{4})[-/.]?(\d{2})[-/.]?(\d{2})$"
+TIME_RE = r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:[.,]\d+)?)?$"
+
+
+def _day_expr() -> pl.Expr:
+    """The ``_date`` token as ``YYYYMMDD`` (null when it has no date shape)."""
+    return pl.col("_date").str.replace(DATE_RE, "${1}${2}${3}").str.to_date("%Y%m%d", strict=False)
+
+
+def _secs_expr() -> pl.Expr:
+    """Seconds since midnight of the ``_time`` token (null when it has no time-of-day shape)."""
+    parts = [pl.col("_time").str.extract(TIME_RE, k).cast(pl.Int64, strict=False) for k in (1, 2, 3)]
+    secs = parts[0] * 3600 + parts[1] * 60 + parts[2].fill_null(0)
+    return pl.when((parts[0] < 24) & (parts[1] < 60) & (parts[2].fill_null(0) < 60)).then(secs)
+
+
+def _precision_expr() -> pl.Expr:
+    """``1s``, or ``1m`` for a time written without seconds (``HH:MM``)."""
+    has_s = pl.col("_time").str.extract(TIME_RE, 3).is_not_null()
+    return pl.when(has_s).then(pl.lit("1s")).otherwise(pl.lit("1m"))
+
+
 def _naive_expr() -> pl.Expr:
-    return pl.concat_str([pl.col("_date"), pl.lit(" "), pl.col("_time")]).str.to_datetime(
-        "%Y%m%d %H:%M:%S", time_unit="us", strict=False
-    )
+    return _day_expr().cast(pl.Datetime("us")) + pl.duration(seconds=_secs_expr())
 
 
 class DmonParsed(MeetsLog):
@@ -262,18 +295,37 @@ class DmonParsed(MeetsLog):
             df = df.filter(pl.col("gpu").is_not_null() | pl.lit(df.height == 0))
             has_date = df.get_column("_date").is_not_null().any() if df.height else False
             has_time = df.get_column("_time").is_not_null().any() if df.height else False
+            if has_time:
+                # A stamp dmon's clock columns hold but no date/time shape fits: that row is untimed, said.
+                stamp = _secs_expr().is_null() | (_day_expr().is_null() if has_date else pl.lit(False))
+                unread = df.filter(pl.col("_time").is_not_null() & stamp)
+                if unread.height:
+                    first = unread.row(0, named=True)
+                    shown = " ".join(x for x in (first["_date"], first["_time"]) if x is not None)
+                    out.warnings.append(
+                        f"{f.display}:{first['line']}: {unread.height} dmon sample(s) have a date/time that is not "
+                        f"YYYYMMDD HH:MM[:SS] (first: {shown!r}): untimed, no event reads them"
+                    )
+                    out.partial = True
+                if df.filter(pl.col("_time").is_not_null() & ~stamp).height and (
+                    df.select((_precision_expr() == "1m") & ~stamp).to_series().any()
+                ):
+                    out.notes.append(
+                        f"{f.display}: dmon times without seconds (HH:MM): its samples are timed to the minute"
+                    )
             if has_date and has_time:
                 naive = _naive_expr()
-                df = df.with_columns(time=localize(naive, ctx.tz), time_precision=pl.lit("1s"))
+                df = df.with_columns(time=localize(naive, ctx.tz), time_precision=_precision_expr())
             elif has_time:
+                readable = bool(df.select(_secs_expr().is_not_null().any()).item())
                 df, assumption = _date_for_time_only(df, ctx, f.display)
-                if assumption is None:
+                if assumption is not None:
+                    out.assumptions.append(assumption)
+                elif readable:
                     out.notes.append(
                         f"{f.display}: dmon -o T gives the time of day but no date, and nothing else in the bundle "
                         "has a date: its samples are untimed"
                     )
-                else:
-                    out.assumptions.append(assumption)
             else:
                 what = "only the date (-o D)" if has_date else "no date or time columns (run dmon with -o DT)"
                 out.notes.append(f"{f.display}: dmon capture has {what}: its {df.height} samples are untimed")
@@ -298,12 +350,13 @@ class DmonParsed(MeetsLog):
 def _date_for_time_only(df: pl.DataFrame, ctx: TimeContext, display: str) -> tuple[pl.DataFrame, Assumption | None]:
     """Give a time-only capture its dates. Returns (frame with time, Assumption | None)."""
 
-    secs = (
-        pl.col("_time").str.slice(0, 2).cast(pl.Int64, strict=False) * 3600
-        + pl.col("_time").str.slice(3, 2).cast(pl.Int64, strict=False) * 60
-        + pl.col("_time").str.slice(6, 2).cast(pl.Int64, strict=False)
+    df = df.with_columns(_secs=_secs_expr(), _prec=_precision_expr())
+    untimed = df.filter(pl.col("_secs").is_null()).with_columns(
+        time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")
     )
-    df = df.with_columns(_secs=secs)
+    df = df.filter(pl.col("_secs").is_not_null())
+    if df.height == 0:
+        return untimed.drop("_secs", "_prec"), None
     df = df.with_columns(_day=(pl.col("_secs").diff() < -MIDNIGHT_BACKSTEP).fill_null(False).cast(pl.Int32).cum_sum())
     zinfo = zone_info(ctx.tz)
     if ctx.reference is not None:
@@ -312,20 +365,12 @@ def _date_for_time_only(df: pl.DataFrame, ctx: TimeContext, display: str) -> tup
     else:
         full = [a for a, _ in ctx.anchors]
         if not full:
-            return (
-                df.with_columns(time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")).drop(
-                    "_secs", "_day"
-                ),
-                None,
-            )
+            timed = df.with_columns(time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown"))
+            return pl.concat([timed.drop("_day"), untimed]).sort("line").drop("_secs", "_prec"), None
         ref0, ref1 = min(full), max(full)
         basis = "the full timestamps of the other sources"
     first = df.row(0, named=True)
     last = df.row(df.height - 1, named=True)
-    if first["_secs"] is None or last["_secs"] is None:
-        return df.with_columns(time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown")).drop(
-            "_secs", "_day"
-        ), None
     l0 = ref0.astimezone(zinfo).replace(tzinfo=None)
     l1 = ref1.astimezone(zinfo).replace(tzinfo=None)
     best = None
@@ -344,7 +389,8 @@ def _date_for_time_only(df: pl.DataFrame, ctx: TimeContext, display: str) -> tup
     naive = pl.datetime(day0.year, day0.month, day0.day, time_unit="us") + pl.duration(
         days=pl.col("_day"), seconds=pl.col("_secs")
     )
-    df = df.with_columns(time=localize(naive, ctx.tz), time_precision=pl.lit("1s")).drop("_secs", "_day")
+    df = df.with_columns(time=localize(naive, ctx.tz), time_precision=pl.col("_prec")).drop("_day")
+    df = pl.concat([df, untimed]).sort("line").drop("_secs", "_prec")
     days = last["_day"]
     span = day0.isoformat() if not days else f"{day0.isoformat()} (+{days} day(s): crosses midnight)"
     return df, Assumption("dmon date", span, f"dmon -o T has no date; chose the day closest to {basis}", scope=display)
