@@ -149,7 +149,11 @@ def find_intervals(
                     pl.col("waiting").cast(pl.Float64),
                     pl.col("kv_usage").cast(pl.Float64),
                     "source",
-                    pl.col("line").cast(pl.UInt32),
+                    # a scrape holds each gauge on its own line: cite the KV gauge that flags the sample
+                    # (else the waiting gauge), never the scrape's first line (another metric's)
+                    pl.coalesce([c for c in ("kv_usage_line", "waiting_line") if c in ps.columns] + ["line"])
+                    .cast(pl.UInt32)
+                    .alias("line"),
                 )
             )
     if not parts:

@@ -81,7 +81,7 @@ def compute(a: Analysis) -> dict[str, Any]:
             src_expr().last().alias("last_line"),
             pl.col("kv_usage").max().alias("max_kv_usage"),
             pl.col("deferred").max().alias("max_deferred"),
-            src_expr().filter(pl.col("deferred") > 0).first().alias("deferred_line"),
+            _at_max("deferred").alias("deferred_line"),
             pl.col("prompt_tput").max().alias("max_prompt_tput"),
         )
         .filter(pl.col("lines") >= MIN_LINES)
@@ -143,6 +143,12 @@ def _counted_in(a: Analysis, engine: str | None, start: Any, end: Any) -> dict[s
     return out
 
 
+def _at_max(col: str, line: str = "line") -> pl.Expr:
+    """``file:line`` of the first row where ``col`` is at its (positive) maximum: the line of the value
+    a span reports as its maximum (null when none is above 0)."""
+    return src_expr(line=line).filter((pl.col(col) > 0) & (pl.col(col) == pl.col(col).max())).first()
+
+
 def _scrape_spans(a: Analysis) -> list[dict[str, Any]] | None:
     """Stall spans of /metrics scrapes: consecutive scrapes of one engine with requests waiting and none
     running (None: no scrape reads both gauges)."""
@@ -166,13 +172,17 @@ def _scrape_spans(a: Analysis) -> list[dict[str, Any]] | None:
             pl.col("time").max().alias("end"),
             pl.col("waiting").max().alias("max_waiting"),
             pl.col("running").max().alias("running"),
-            src_expr().first().alias("first_line"),
-            src_expr().last().alias("last_line"),
+            # A scrape holds each gauge on its own line (prom_series ``<gauge>_line``): a figure cites its
+            # own sample; the span's ends, the waiting gauge that makes it a stall.
+            src_expr(line="waiting_line").first().alias("first_line"),
+            src_expr(line="waiting_line").last().alias("last_line"),
             pl.col("kv_usage").max().alias("max_kv_usage"),
+            src_expr(line="kv_usage_line").filter(pl.col("kv_usage").is_not_null()).first().alias("kv_first_line"),
+            src_expr(line="kv_usage_line").filter(pl.col("kv_usage").is_not_null()).last().alias("kv_last_line"),
             pl.col("waiting_capacity").max().alias("max_capacity"),
-            src_expr().filter(pl.col("waiting_capacity") > 0).first().alias("capacity_line"),
+            _at_max("waiting_capacity", "waiting_capacity_line").alias("capacity_line"),
             pl.col("waiting_deferred").max().alias("max_deferred"),
-            src_expr().filter(pl.col("waiting_deferred") > 0).first().alias("deferred_line"),
+            _at_max("waiting_deferred", "waiting_deferred_line").alias("deferred_line"),
         )
         .filter(pl.col("lines") >= MIN_LINES)
         .sort("start")
@@ -192,6 +202,8 @@ def _scrape_spans(a: Analysis) -> list[dict[str, Any]] | None:
             "source": "scrapes",
             "nothing_ran": r["running"] == 0,
             "max_kv_usage": r["max_kv_usage"],
+            "kv_first_line": r["kv_first_line"],
+            "kv_last_line": r["kv_last_line"],
             "max_capacity": None if r["max_capacity"] is None else int(r["max_capacity"]),
             "capacity_line": r["capacity_line"],
             "max_deferred": None if r["max_deferred"] is None else int(r["max_deferred"]),
@@ -245,7 +257,7 @@ def _holds(a: Analysis, spans: list[dict[str, Any]], nf: dict[str, Any]) -> dict
                 "evidence": [
                     f'vllm:num_requests_waiting_by_reason{{reason="capacity"}} {s["max_capacity"]} ({s["capacity_line"]})',
                     *(
-                        [f"vllm:kv_cache_usage_perc max {kv:g} % over {s['first_line']} .. {s['last_line']}"]
+                        [f"vllm:kv_cache_usage_perc max {kv:g} % over {s['kv_first_line']} .. {s['kv_last_line']}"]
                         if kv is not None
                         else []
                     ),

@@ -194,7 +194,8 @@ def _kv_max_before(span: pl.DataFrame, stats: pl.DataFrame | None, prom: pl.Data
                 "time",
                 _eng(prom),
                 "kv_usage",
-                src_expr().alias("_src"),
+                # the gauge's own sample, never the scrape's first line (another metric's)
+                src_expr(line="kv_usage_line" if "kv_usage_line" in prom.columns else "line").alias("_src"),
                 pl.lit(None, pl.Int32).alias("stream"),  # a scrape is no log stream
                 pl.col("source").cast(pl.String),
             )

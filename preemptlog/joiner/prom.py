@@ -66,6 +66,8 @@ def section_prom(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
             pl.col("seq").cast(pl.UInt32),
             "source",
             "line",
+            # each gauge's own sample line: section_stats cites each value by it (a scrape is no stats line)
+            *(c for c in ("kv_usage_line", "waiting_line", "running_line") if c in ps.columns),
         )
     )
     out = section_stats(ev, series, before_us, after_us, own_stream=False)  # scrapes are no log stream

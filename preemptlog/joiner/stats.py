@@ -75,11 +75,13 @@ def section_stats(
         return None
     ev, st = lanes(ev.rename({"_file": "source"}, strict=False), with_eng(st), own_stream)
     st = st.sort("time", "stream", "seq").with_row_index("_row").with_columns(_ssrc=src_expr())
+    k, w, r = _value_srcs(st)
+    st = st.with_columns(src_expr(line=f"{c}_line").alias(n) for c, n in _OWN.items() if n in (k, w, r))
     tol = f"{before_us}us"
     by = ["_ek"]
     at = asof(
         ev.select("_i", "_t", "_ek"),
-        st.select("time", "_ek", "kv_usage", "waiting", "running", "_ssrc"),
+        st.select("time", "_ek", "kv_usage", "waiting", "running", *_uniq(k, w, r)),
         left_on="_t",
         right_on="time",
         by=by,
@@ -87,7 +89,7 @@ def section_stats(
     )
     hi = asof(
         ev.select("_i", "_hi", "_ek"),
-        st.select("time", "_ek", "waiting", "running", "_ssrc"),
+        st.select("time", "_ek", "waiting", "running", *_uniq(w, r)),
         left_on="_hi",
         right_on="time",
         by=by,
@@ -132,7 +134,7 @@ def section_stats(
     mx_val = (pl.col("_max").floordiv(big)) / 1000.0
     mx_row = pl.col("_max") - pl.col("_max").floordiv(big) * big
     mx = mx.with_columns(stats_kv_usage_max=mx_val, _mrow=mx_row)
-    srcs = st.get_column("_ssrc")
+    srcs = st.get_column(k)
     mx = mx.with_columns(
         stats_kv_usage_max_src=pl.when(pl.col("_max").is_not_null()).then(
             srcs.gather(mx.get_column("_mrow").fill_null(0).cast(pl.UInt32))
@@ -141,10 +143,13 @@ def section_stats(
 
     j = (
         ev.select("_i")
-        .join(at.select("_i", "kv_usage", "waiting", "running", "_ssrc"), on="_i", how="left")
+        .join(at.select("_i", "kv_usage", "waiting", "running", *_uniq(k, w, r)), on="_i", how="left")
         .join(
             hi.select(
-                "_i", pl.col("waiting").alias("_wh"), pl.col("running").alias("_rh"), pl.col("_ssrc").alias("_ssrc_h")
+                "_i",
+                pl.col("waiting").alias("_wh"),
+                pl.col("running").alias("_rh"),
+                *(pl.col(c).alias(f"{c}_h") for c in _uniq(w, r)),
             ),
             on="_i",
             how="left",
@@ -157,18 +162,33 @@ def section_stats(
     window = j.select(
         "_i",
         *cited("stats_kv_usage_max", pl.col("stats_kv_usage_max"), pl.col("stats_kv_usage_max_src")),
-        *cited("stats_kv_usage_at", pl.col("kv_usage"), pl.col("_ssrc")),
-        *cited("stats_waiting_at", pl.col("waiting"), pl.col("_ssrc")),
-        *cited("stats_waiting_delta", wd, pl.col("_ssrc_h")),
-        *cited("stats_running_at", pl.col("running"), pl.col("_ssrc")),
-        *cited("stats_running_delta", rd, pl.col("_ssrc_h")),
+        *cited("stats_kv_usage_at", pl.col("kv_usage"), pl.col(k)),
+        *cited("stats_waiting_at", pl.col("waiting"), pl.col(w)),
+        *cited("stats_waiting_delta", wd, pl.col(f"{w}_h")),
+        *cited("stats_running_at", pl.col("running"), pl.col(r)),
+        *cited("stats_running_delta", rd, pl.col(f"{r}_h")),
     )
     iv = ev.filter(pl.col("_iend").is_not_null())
     if iv.height == 0:
         return window
-    interval = _interval_lines(iv, st, before_us)
+    interval = _interval_lines(iv, st, before_us, (k, w, r))
     interval = interval.select(window.columns).cast(window.schema)
     return pl.concat([window.join(interval.select("_i"), on="_i", how="anti"), interval], how="vertical")
+
+
+# A /metrics scrape holds each gauge on its own line (prom_series ``<gauge>_line``): each value is cited by
+# its own sample, never by the scrape's first line; a stats line holds all three (``_ssrc``).
+_OWN = {"kv_usage": "_ksrc", "waiting": "_wsrc", "running": "_rsrc"}
+
+
+def _value_srcs(st: pl.DataFrame) -> tuple[str, str, str]:
+    """The ``file:line`` columns that cite kv_usage, waiting and running of ``st``'s rows."""
+    k, w, r = (n if f"{c}_line" in st.columns else "_ssrc" for c, n in _OWN.items())
+    return k, w, r
+
+
+def _uniq(*cols: str) -> list[str]:
+    return list(dict.fromkeys(cols))
 
 
 def _folder(col: str = "source") -> pl.Expr:
@@ -227,15 +247,17 @@ def lanes(ev: pl.DataFrame, st: pl.DataFrame, own_stream: bool) -> tuple[pl.Data
     return ev, st
 
 
-def _interval_lines(iv: pl.DataFrame, st: pl.DataFrame, before_us: int) -> pl.DataFrame:
+def _interval_lines(iv: pl.DataFrame, st: pl.DataFrame, before_us: int, srcs: tuple[str, str, str]) -> pl.DataFrame:
     """A counted interval judged by its own lines (rule 3 of issue 13): the engine's stats lines
     in ``[_lo, _iend]`` (for a ``Preemptions: N`` line, the previous line and the reporting one),
     else the reporting line alone (the last at or before the end, at most ``before`` ahead of the start). Maxima over
-    them, ``*_at`` of the reporting line, ``*_delta`` reporting minus first; cited first and last."""
+    them, ``*_at`` of the reporting line, ``*_delta`` reporting minus first; cited first and last, each
+    value by its own line (``srcs``: the kv_usage, waiting and running ``file:line`` columns)."""
+    k, w, r = srcs
     lines = (
         st.sort("_ek", "time", "seq")
         .with_row_index("_r")
-        .select("_r", "time", "_ek", "kv_usage", "waiting", "running", "_ssrc")
+        .select("_r", "time", "_ek", "kv_usage", "waiting", "running", *_uniq(k, w, r))
     )
     first = asof(
         iv.select("_i", "_lo", "_ek"),
@@ -264,28 +286,34 @@ def _interval_lines(iv: pl.DataFrame, st: pl.DataFrame, before_us: int) -> pl.Da
         .join(lines, on="_r", how="left")
         .sort("_i", "_r")
     )
-    both = pl.concat_str([pl.col("_ssrc").first(), pl.lit("; "), pl.col("_ssrc").last()])
-    one = pl.len() == 1
-    src2 = pl.when(one).then(pl.col("_ssrc").last()).otherwise(both)
+
+    def ends(c: str) -> pl.Expr:  # the first and last lines with the value ("a; b"), one when alone
+        got = pl.col(c).drop_nulls()
+        return (
+            pl.when(got.len() <= 1).then(got.last()).otherwise(pl.concat_str([got.first(), pl.lit("; "), got.last()]))
+        )
+
     kv = pl.col("kv_usage")
     agg = rng.group_by("_i").agg(
         kv.max().alias("_kv_max"),
-        pl.col("_ssrc").sort_by(kv.fill_null(-1.0), descending=True).first().alias("_kv_src"),
         kv.last().alias("_kv_at"),
         pl.col("waiting").max().alias("_w_max"),
         (pl.col("waiting").last() - pl.col("waiting").first()).alias("_w_d"),
         pl.col("running").last().alias("_r_at"),
         (pl.col("running").last() - pl.col("running").first()).alias("_r_d"),
-        pl.col("_ssrc").last().alias("_last_src"),
-        src2.alias("_both"),
+        pl.col(k).last().alias("_k_last"),
+        pl.col(r).last().alias("_r_last"),
+        ends(k).alias("_k_both"),
+        ends(w).alias("_w_both"),
+        ends(r).alias("_r_both"),
     )
     out = iv.select("_i").join(agg, on="_i", how="left")
     return out.select(
         "_i",
-        *cited("stats_kv_usage_max", pl.col("_kv_max"), pl.col("_both")),
-        *cited("stats_kv_usage_at", pl.col("_kv_at"), pl.col("_last_src")),
-        *cited("stats_waiting_at", pl.col("_w_max"), pl.col("_both")),
-        *cited("stats_waiting_delta", pl.when(pl.len() > 0).then(pl.col("_w_d")), pl.col("_both")),
-        *cited("stats_running_at", pl.col("_r_at"), pl.col("_last_src")),
-        *cited("stats_running_delta", pl.col("_r_d"), pl.col("_both")),
+        *cited("stats_kv_usage_max", pl.col("_kv_max"), pl.col("_k_both")),
+        *cited("stats_kv_usage_at", pl.col("_kv_at"), pl.col("_k_last")),
+        *cited("stats_waiting_at", pl.col("_w_max"), pl.col("_w_both")),
+        *cited("stats_waiting_delta", pl.when(pl.len() > 0).then(pl.col("_w_d")), pl.col("_w_both")),
+        *cited("stats_running_at", pl.col("_r_at"), pl.col("_r_last")),
+        *cited("stats_running_delta", pl.col("_r_d"), pl.col("_r_both")),
     )

@@ -106,6 +106,8 @@ MARKERS: list[tuple[str, str]] = [
     ("max_num_seqs to ", "cfg_max_num_seqs"),
     ("Available KV cache memory: ", "cfg_kv_memory"),
     ("num_gpu_blocks_override=", "cfg_override"),
+    # 0.32+ (vllm/platforms/interface.py): the block size the attention backend(s) chose
+    ("Setting kv cache block size to ", "cfg_block_size"),
     # memory lines for `whatif` (the KV pool under another gpu_memory_utilization, issue 16)
     ("Model loading took ", "cfg_weights"),
     ("Loading model weights took ", "cfg_weights"),
@@ -663,6 +665,14 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         "(EngineCore pid=5521) INFO 12-02 00:39:10 [kv_cache_utils.py:2619] Overriding num_gpu_blocks=8192 with "
         "num_gpu_blocks_override=64",
         {"kind": "cfg_override", "proc": "EngineCore pid=5521"},
+    ),
+    (
+        # vLLM 0.32-0.34 (vllm/platforms/interface.py update_block_size_for_backend, "Setting kv cache block
+        # size to %d for %s backend(s)."): the block size the attention backend(s) set, logged when
+        # --block-size is not given and the size differs from CacheConfig.DEFAULT_BLOCK_SIZE
+        "(EngineCore pid=42) INFO 12-01 09:59:33 [interface.py:787] Setting kv cache block size to 32 for "
+        "FLASH_ATTN backend(s).",
+        {"kind": "cfg_block_size", "proc": "EngineCore pid=42"},
     ),
     (
         "Nov 30 05:10:38 gpu-host vllm[1234]: Sequence group 5 is preempted by PreemptionMode.RECOMPUTE mode "

@@ -66,7 +66,8 @@ def test_a_servers_preemption_is_corroborated_by_its_own_server_only(tmp_path: P
     assert b.height == 1
     row = b.row(0, named=True)
     # B's own gauges and lines: 40 %, never A's 99 %
-    assert row["prom_kv_usage_at"] == 40.0 and row["prom_kv_usage_at_src"].endswith("metrics.prom:17")
+    # the KV gauge's own line (the third scrape's line 21), never the scrape's first sample (the counter, 17)
+    assert row["prom_kv_usage_at"] == 40.0 and row["prom_kv_usage_at_src"].endswith("metrics.prom:21")
     assert row["prom_kv_usage_at_src"].startswith("b/") or "/b/" in row["prom_kv_usage_at_src"]
     assert row["stats_kv_usage_at"] == 40.0 and row["stats_kv_usage_at_src"].endswith("vllm.log:5")
     assert "/b/" in "/" + row["stats_kv_usage_at_src"]

@@ -5,8 +5,9 @@ Sources (facts page section 4): the engine config line (``... with config:``),
 ``Chunked prefill is enabled with max_num_batched_tokens=N``,
 ``# GPU blocks: N, # CPU blocks: M`` / ``# cuda blocks``, ``GPU KV cache size:
 N tokens``, ``Maximum concurrency for N tokens per request: Xx``, the server
-version line, ``Using max model len N``, DEBUG ``num_gpu_blocks is: N`` and
-``Setting/Defaulting max_num_seqs to N``.
+version line, ``Using max model len N``, DEBUG ``num_gpu_blocks is: N``,
+``Setting/Defaulting max_num_seqs to N`` and ``Setting kv cache block size to N for X
+backend(s).`` (0.32+).
 
 Frame (``CONFIG_SCHEMA``), long format, one row per value seen:
 key, value (text as logged), status (``seen`` | ``derived`` | ``default``),
@@ -68,6 +69,9 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_override", "num_gpu_blocks", r"with num_gpu_blocks_override=(\d+)"),
     # ... and the blocks the memory profile found, what the GPU holds (a pinned pool can grow to it)
     ("cfg_override", "num_gpu_blocks_profiled", r"Overriding num_gpu_blocks=(\d+) with"),
+    # 0.32+ (vllm/platforms/interface.py update_block_size_for_backend): "Setting kv cache block size to
+    # 32 for FLASH_ATTN backend(s)." -- the block size the engine set (see _backend_block_size)
+    ("cfg_block_size", "block_size", r"Setting kv cache block size to (\d+) for "),
     # memory lines (issue 16, `whatif`): V1 gpu_model_runner / V0 model_runner and the V0 profiling line
     ("cfg_weights", "model_weights_gib", r"(?:Model loading took|Loading model weights took) ([\d.]+) ?Gi?B"),
     ("cfg_total_mem", "total_gpu_memory_gib", r"total_gpu_memory \(([\d.]+) ?GiB\)"),
@@ -220,6 +224,7 @@ def parse(
             more = more.with_columns(run=pl.lit(None, pl.Int32))
         seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
     seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True, maintain_order=True)
+    seen = _backend_block_size(seen, cfg)
     derived = _derive(seen, stats, records)
     out = pl.concat([seen, derived], how="vertical")
     have = _stated_in_every_run(out, set(runs.get_column("run").unique().to_list()))
@@ -240,6 +245,43 @@ def parse(
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=schema)], how="vertical")
     return out
+
+
+BACKEND_BLOCK_SIZE_NOTE = (
+    "the block size vLLM's attention backend(s) set (vllm/platforms/interface.py update_block_size_for_backend, "
+    "logged when --block-size is not given)"
+)
+
+
+def _backend_block_size(seen: pl.DataFrame, cfg: pl.DataFrame) -> pl.DataFrame:
+    """``Setting kv cache block size to N for X backend(s).`` (``cfg_block_size``) is the block size in
+    force in its server run, over a ``block_size`` of the run's args or engine config line.
+
+    vLLM 0.32-0.34 (vllm/platforms/interface.py ``update_block_size_for_backend``) logs the line only
+    when the user did not set --block-size (``CacheConfig.user_specified_block_size``), after the args
+    are parsed, and then sets ``cache_config.block_size`` to N: it reports the size the engine used.
+    A run whose log shows both (two servers' lines in one file, lines out of order) has the line as the
+    stronger evidence: an args/engine-line ``block_size`` of the same run at or after it is dropped, so
+    "the last value" is the line's whatever the order; earlier ones stay (the line overrides them in
+    time). Values of another run, and of other sources (a /metrics ``cache_config_info``), are left."""
+    if cfg.height == 0 or "cfg_block_size" not in set(cfg.get_column("kind").unique().to_list()):
+        return seen
+    kinds = cfg.select("source", pl.col("n").alias("line"), pl.col("kind").alias("_kind")).unique(["source", "line"])
+    s = seen.with_row_index("_o").join(kinds, on=["source", "line"], how="left").sort("_o")
+    backend = (pl.col("key") == "block_size") & (pl.col("_kind") == "cfg_block_size")
+    first = pl.col("time").filter(backend).min().over("run")  # the run's first such line (null run: one group)
+    weaker = (
+        (pl.col("key") == "block_size") & pl.col("_kind").is_in(["cfg_args", "cfg_engine"]) & (pl.col("time") >= first)
+    ).fill_null(False)
+    return (
+        s.filter(~weaker)
+        .with_columns(
+            note=pl.when(backend.fill_null(False) & pl.col("note").is_null())
+            .then(pl.lit(BACKEND_BLOCK_SIZE_NOTE))
+            .otherwise(pl.col("note"))
+        )
+        .select(seen.columns)
+    )
 
 
 def _extracted(cfg: pl.DataFrame) -> pl.DataFrame:

@@ -44,6 +44,19 @@ PROM_SAMPLES_SCHEMA = {
 }
 
 
+# The series frame's values read from one sample of the scrape (each with its own line, ``<name>_line``).
+SERIES_GAUGES = (
+    "running",
+    "waiting",
+    "waiting_capacity",
+    "waiting_deferred",
+    "swapped",
+    "kv_usage",
+    "cpu_kv_usage",
+    "preemptions_total",
+)
+
+
 PROM_SERIES_SCHEMA = {
     "time": "Datetime(time_unit='us', time_zone='UTC')",
     "scope": "String",
@@ -63,7 +76,10 @@ PROM_SERIES_SCHEMA = {
     "finished_preemptions": "Float64",  # vllm:request_num_preemptions_sum increase
     "finished_preempted_requests": "Float64",  # count increase - bucket{le="0"} increase: preempted at least once
     "source": "String",
-    "line": "UInt32",
+    "line": "UInt32",  # the scrape's first sample line of the engine (order only: cite a value by its own line)
+    # Each gauge's own sample line (``<field>_line``, null without the sample): a scrape holds every
+    # gauge on a line of its own, so a value is cited by its line, never by ``line``.
+    **{f"{f}_line": "UInt32" for f in SERIES_GAUGES},
 }
 
 
@@ -359,11 +375,13 @@ def counter_events(pairs: pl.DataFrame) -> pl.DataFrame:
 def _series(samples: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
     keys = ["scope", "scrape_id", "engine", "model_name"]
 
-    def first(fld: str, extra: pl.Expr | None = None) -> pl.Expr:
+    def first(col: str, fld: str, extra: pl.Expr | None = None) -> list[pl.Expr]:
+        """The field's value in the scrape and its own sample's line (the same row: ``value`` and ``n``
+        filtered alike, in line order)."""
         cond = pl.col("field") == fld
         if extra is not None:
             cond = cond & extra
-        return pl.col("value").filter(cond).first()
+        return [pl.col("value").filter(cond).first().alias(col), pl.col("n").filter(cond).first().alias(f"{col}_line")]
 
     g = (
         samples.filter(pl.col("field") != "cache_config")
@@ -372,15 +390,15 @@ def _series(samples: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
             pl.col("time").max(),
             pl.col("source").first(),
             pl.col("n").min().alias("line"),
-            first("running").alias("running"),
-            first("waiting").alias("waiting"),
-            first("waiting_by_reason", pl.col("reason") == "capacity").alias("waiting_capacity"),
-            first("waiting_by_reason", pl.col("reason") == "deferred").alias("waiting_deferred"),
-            first("swapped").alias("swapped"),
-            first("kv_usage").alias("kv_usage"),
-            first("cpu_kv_usage").alias("cpu_kv_usage"),
-            first("preemptions").alias("preemptions_total"),
-            first("prefix_hit_rate_gauge").alias("_hit_gauge"),
+            *first("running", "running"),
+            *first("waiting", "waiting"),
+            *first("waiting_capacity", "waiting_by_reason", pl.col("reason") == "capacity"),
+            *first("waiting_deferred", "waiting_by_reason", pl.col("reason") == "deferred"),
+            *first("swapped", "swapped"),
+            *first("kv_usage", "kv_usage"),
+            *first("cpu_kv_usage", "cpu_kv_usage"),
+            *first("preemptions_total", "preemptions"),
+            pl.col("value").filter(pl.col("field") == "prefix_hit_rate_gauge").first().alias("_hit_gauge"),
         )
     )
     le0 = pl.col("le").cast(pl.Float64, strict=False) == 0.0
