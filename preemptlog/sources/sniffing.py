@@ -272,6 +272,21 @@ def document_name(display: str) -> bool:
     return name.lower().endswith(DOC_SUFFIXES) or bool(DOC_NAMES.match(name))
 
 
+# ``nvidia-smi --query-gpu=timestamp,index,memory.used,... --format=csv [-l 1]``: its header names the
+# queried fields (``memory.used [MiB]``, ``utilization.gpu [%]``).
+_GPU_QUERY_RE = re.compile(
+    r"^\s*(?:timestamp|index|name|pci\.bus_id|uuid)\s*,.*\b(?:memory\.used|memory\.total|utilization\.gpu|"
+    r"utilization\.memory|power\.draw)\b",
+    re.IGNORECASE,
+)
+
+
+def gpu_query_output(head: str) -> str | None:
+    """``nvidia-smi --query-gpu`` when the first line of ``head`` is that tool's CSV header, else None."""
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return "nvidia-smi --query-gpu" if _GPU_QUERY_RE.match(first) else None
+
+
 def is_document(display: str, head: str) -> bool:
     """A document, not a log: by its name (README, NOTES, SOURCES, *.md, ...), or a *.txt that is
     mostly prose (most lines are sentences of words, few look like log or table lines)."""
@@ -393,6 +408,12 @@ def _describe(
             kind, score = sniff(tail.decode("utf-8", "replace"))
         if kind == "unknown" and is_document(display, head.decode("utf-8", "replace")):
             kind = "document"  # named, read, and holding no log
+        if kind == "unknown" and (tool := gpu_query_output(head.decode("utf-8", "replace"))):
+            # meant as GPU evidence, in a shape no source reads: said, not left to -v's "not recognised"
+            damage.append(
+                f"{display}: {tool} output is not read (its columns are chosen per capture); capture GPU memory "
+                "and utilisation with `nvidia-smi dmon -o DT -s um` beside the log"
+            )
     recognised = kind not in UNRECOGNISED and kind != "ignore"
     if cut and recognised:
         damage.append(
