@@ -89,7 +89,9 @@ class _Spill:
             # the marker stays an Enum (a dictionary page and a byte per row: a third less to encode
             # than strings; is_in on the markers' names reads it back alike)
             part.select(*_NARROW, "_row").write_parquet(
-                os.path.join(self.folder, f"{name}-{self.parts:08d}.parquet"), compression="uncompressed", statistics=False
+                os.path.join(self.folder, f"{name}-{self.parts:08d}.parquet"),
+                compression="uncompressed",
+                statistics=False,
             )
             self.rows[name] += part.height
         self.parts += 1
