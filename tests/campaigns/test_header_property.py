@@ -81,7 +81,8 @@ def wrapped_lines(draw):
         "ss": ss,
         "proc": proc,
         "fdate": f"2024-{mo:02d}-{dd:02d}" if rfc else None,
-        "compose": "vllm-1" if "compose" in outer else None,
+        # the container: docker compose's service, kubectl --prefix's pod
+        "compose": "vllm-1" if "compose" in outer else "vllm-0" if outer == "kubectl" else None,
     }
     return line, expected, rid
 
