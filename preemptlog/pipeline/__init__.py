@@ -54,6 +54,7 @@ from ..clock.timebase import (
     shift,
 )
 from ..errors import InputError
+from ..events import zonefit
 from ..events.honesty import honesty_notes
 from ..events.pressure import find_intervals
 from ..events.reconcile import event_set, per_request_records
@@ -73,7 +74,18 @@ from ..model.result import Analysis, AnalyzeOptions
 from ..rules import load_rules
 from ..rules.model import RuleSet
 from ..rules.verdicts import verdicts as rule_verdicts
-from ..sources import LOG_KINDS, CrossFile, SourceKind, SourceOutput, TimeContext, families, kinds, linetimes, vllm_log
+from ..sources import (
+    LOG_KINDS,
+    CrossFile,
+    DatesEngines,
+    SourceKind,
+    SourceOutput,
+    TimeContext,
+    families,
+    kinds,
+    linetimes,
+    vllm_log,
+)
 from ..sources.sniffing import document_name
 from . import profile as _profile
 from .bundle import collect, parse_kind_overrides
@@ -324,7 +336,23 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     prof.mark("other sources, phase 1")
     records, request_rows, logs = read_logs(bundle, ws, options.debug, prof, options.keep_request_rows)
     prof.mark(f"vllm logs ({records.height} rec)")
+    read = records
     records, ctx, clock = one_clock(records, bundle, options, tz, other_anchors, offsets)
+    if not options.tz and not options.offsets:
+        # The logs' zone, when the bundle's exact engine starts say it is not the assumed one.
+        evidence = [e for _, p in parsed if isinstance(p, DatesEngines) for e in p.engine_starts()]
+        zf = zonefit.fit(records, evidence, tz)
+        if zf is not None:
+            tz = zf.zone
+            records, ctx, clock = one_clock(
+                read, bundle, dataclasses.replace(options, tz=tz), tz, other_anchors, offsets
+            )
+            said = [
+                Assumption("zone", tz, zf.why) if a.topic == "zone" and a.scope == "bundle" else a
+                for a in clock.assumptions
+            ]
+            clock = dataclasses.replace(clock, assumptions=tuple(said))
+    del read
     prof.mark("timebase")
 
     outputs: list[SourceOutput] = [fam.from_records(records, ctx) for fam in families().values()]
@@ -418,6 +446,7 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
     head = bundle_report(bundle)
     prof.mark("bundle")
     src = sources_stage(bundle, ws, options, tz, prof)
+    tz = src.tz  # the zone the logs were read in (sources_stage may find it: events/zonefit.py)
     options = dataclasses.replace(options, kv_ceiling=rules.kv_ceiling, lookback_steps=rules.lookback_steps)
     draft = Draft(
         bundle=bundle,

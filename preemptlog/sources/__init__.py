@@ -28,6 +28,8 @@ from . import registry
 from .registry import (
     LOG_KINDS,
     CrossFile,
+    DatesEngines,
+    EngineStarts,
     Parsed,
     RecordFamily,
     Sample,
@@ -65,6 +67,8 @@ __all__ = [
     "BUILTIN_MODULES",
     "LOG_KINDS",
     "CrossFile",
+    "DatesEngines",
+    "EngineStarts",
     "Parsed",
     "RecordFamily",
     "Sample",

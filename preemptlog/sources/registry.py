@@ -62,6 +62,24 @@ class Parsed(Protocol):
     def resolve(self, ctx: TimeContext) -> SourceOutput: ...
 
 
+@dataclass(frozen=True)
+class EngineStarts:
+    """One file's engine starts that are exact instants (a counter's ``_created``: seconds since the
+    epoch) and the exact instants it was read at (zoned or epoch times: never a local time read in
+    the assumed zone). The pipeline's zone check (events/zonefit.py) lays them on the logs' start-ups."""
+
+    display: str
+    starts: tuple[tuple[datetime, str], ...]  # (instant, file:line)
+    readings: tuple[datetime, ...]
+
+
+@runtime_checkable
+class DatesEngines(Protocol):
+    """A phase 1 source that knows when engines started, exactly (Prometheus: ``_created``)."""
+
+    def engine_starts(self) -> list[EngineStarts]: ...
+
+
 @runtime_checkable
 class CrossFile(Protocol):
     """``resolve(ctx)`` is ``combine(place(ctx))``; the pipeline moves the clocks in between."""

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..meets import not_meeting
-from ..registry import SourceKind, register, register_samples
+from ..registry import EngineStarts, SourceKind, register, register_samples
 
 # Re-exported: the names other modules and the tests import from ``sources.prometheus``.
 from .counters import PROM_PREEMPTIONS_SCHEMA, PROM_SAMPLES_SCHEMA, PROM_SERIES_SCHEMA, _combine, counter_events
@@ -150,6 +150,48 @@ class PromParsed:
                 except (OverflowError, OSError, ValueError):
                     continue
                 out.append((when, f"a counter's engine start (_created) in {fd.file.display}"))
+        return out
+
+    def engine_starts(self) -> list[EngineStarts]:
+        """Per file: every distinct ``_created`` value (its engine's start, exact) at its first line,
+        and the file's exact reading times: sample timestamps, zoned separator times, a zoned time in
+        a single scrape's file name, else the last scrape's file mtime. A local time without a zone
+        is no evidence here (it would be read in the zone under test)."""
+        names = list(created())
+        out: list[EngineStarts] = []
+        for fd in self.files:
+            s = fd.samples
+            if not s.height:
+                continue
+            got = (
+                s.filter(pl.col("name").is_in(names) & pl.col("value").is_finite() & (pl.col("value") > 0))
+                .group_by("value")
+                .agg(pl.col("n").min())
+                .sort("value")
+            )
+            starts: list[tuple[datetime, str]] = []
+            for value, n in got.iter_rows():
+                try:
+                    starts.append((datetime.fromtimestamp(value, UTC), f"{fd.file.display}:{n}"))
+                except (OverflowError, OSError, ValueError):
+                    continue
+            if not starts:
+                continue
+            readings: list[datetime] = []
+            ts = s.get_column("ts_us").drop_nulls()
+            if ts.len():
+                readings += [datetime.fromtimestamp(int(v) / 1e6, UTC) for v in (ts.min(), ts.max())]  # type: ignore[arg-type]
+            for t in fd.sep_times.values():
+                dt, zoned = _parse_time_text(t)
+                if dt is not None and zoned:
+                    readings.append(dt.astimezone(UTC))
+            if not readings and fd.n_scrapes == 1:
+                ndt, nzoned, _ = _name_time(fd.file.display)
+                if ndt is not None and nzoned:
+                    readings.append(ndt.astimezone(UTC))
+            if not readings and fd.file.mtime is not None:
+                readings.append(datetime.fromtimestamp(fd.file.mtime, UTC))
+            out.append(EngineStarts(fd.file.display, tuple(starts), tuple(readings)))
         return out
 
     def resolve(self, ctx: TimeContext) -> SourceOutput:
