@@ -18,7 +18,8 @@ Line shapes recognised in front of the message (any combination):
 - vLLM 0.32+ JSON lines (``asctime levelname name processName process message``);
 - the Rust ``tracing`` subscriber's default prefix (vLLM's Rust frontend, 0.33+:
   ``2026-12-01T10:00:10.123456Z  INFO vllm_llm::log_stats: ...``; its full date is read as the
-  RFC 3339 prefix above; :data:`TRACING_LINE_RE` sniffs such a log);
+  RFC 3339 prefix above; :data:`TRACING_LINE_RE` sniffs such a log) and its JSON lines
+  (``timestamp level fields.message target``: :data:`TRACING_JSON_RE`);
 - other leading date shapes go to python-dateutil (see timebase.py).
 
 Records schema (dtypes declared in :data:`RECORD_SCHEMA`; tests/sources/test_record_schema.py checks
@@ -233,6 +234,12 @@ TRACING_LINE_RE = (
 )
 
 
+# The same subscriber's JSON lines (``tracing_subscriber::fmt().json()``): ``{"timestamp": ...,
+# "level": "INFO", "fields": {"message": ...}, "target": "vllm_llm::log_stats"}`` (``message`` at the
+# top with ``flatten_event``); keys in any order.
+TRACING_JSON_RE = r'(?m)^\{(?=[^\n]*"level"\s*:\s*"(?:TRACE|DEBUG|INFO|WARN|ERROR)")(?=[^\n]*"target"\s*:\s*"vllm_)'
+
+
 def _sniff(head: str) -> int:
     import re
 
@@ -241,6 +248,8 @@ def _sniff(head: str) -> int:
     if re.search(TRACING_LINE_RE, re.sub(ANSI_RE, "", head) if "\x1b" in head else head):
         return 45
     if re.search(r'^\{.*"levelname".*"message"', head, re.M):
+        return 40
+    if re.search(TRACING_JSON_RE, head):
         return 40
     if re.match(r'\s*(?:\{|\[\s*(?:[{\["\d-]|$))', head):
         return 0  # a JSON document (or other JSON lines), not a log that merely mentions a marker
@@ -341,9 +350,16 @@ def scan_frame(lines: pl.LazyFrame, file_id: int) -> pl.LazyFrame:
         # Request lines keep no process or compose prefix (see the select below).
         proc=pl.when(~pl.col("_hot")).then(pl.col("head")).str.extract(PROC_RE, 1),
         compose=pl.when(~pl.col("_hot")).then(pl.col("head")).str.extract(COMPOSE_RE, 1),
-        j_asctime=json_line.str.json_path_match("$.asctime"),
-        j_level=json_line.str.json_path_match("$.levelname"),
-        j_msg=json_line.str.json_path_match("$.message"),
+        # Python's JSON lines (asctime, levelname, message), else Rust tracing's (timestamp, level,
+        # fields.message or a flattened message; its WARN is Python's WARNING).
+        j_asctime=pl.coalesce(json_line.str.json_path_match("$.asctime"), json_line.str.json_path_match("$.timestamp")),
+        j_level=pl.coalesce(
+            json_line.str.json_path_match("$.levelname"),
+            json_line.str.json_path_match("$.level").replace({"WARN": "WARNING", "TRACE": "DEBUG"}),
+        ),
+        j_msg=pl.coalesce(
+            json_line.str.json_path_match("$.message"), json_line.str.json_path_match("$.fields.message")
+        ),
         j_proc=pl.concat_str(
             [
                 json_line.str.json_path_match("$.processName"),

@@ -12,6 +12,7 @@ requests waiting.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -63,11 +64,22 @@ def compose_prefix(hms: str, msg: str, level: str = "INFO") -> str:
     return "vllm-1  | " + tracing_prefix(hms, msg, level)
 
 
+def tracing_json(hms: str, msg: str, level: str = "INFO", flat: bool = False) -> str:
+    """The subscriber's JSON lines (``fmt().json()``): the message under ``fields``, or at the top
+    (``flatten_event(true)``), keys in the order that formatter writes them."""
+    ts, target = f"2026-12-01T{hms}.000250Z", "vllm_llm::log_stats"
+    if flat:
+        return json.dumps({"timestamp": ts, "level": level, "message": msg, "target": target, "threadName": "tokio-rt"})
+    return json.dumps({"timestamp": ts, "level": level, "fields": {"message": msg}, "target": target})
+
+
 SHAPES = {
     "vllm": vllm_prefix,
     "tracing": tracing_prefix,
     "ansi": lambda h, m, level="INFO": tracing_prefix(h, m, level, True),
     "compose": compose_prefix,
+    "json": tracing_json,
+    "json-flat": lambda h, m, level="INFO": tracing_json(h, m, level, True),
 }
 
 HEAD_034 = [
@@ -257,6 +269,33 @@ def test_a_tracing_log_is_a_vllm_log_before_its_first_stats_line():
     )
     assert sources.sniff(head)[0] == vllm_log.KIND
     assert sources.sniff("2026-12-01T10:00:00Z  INFO hyper::server: listening\n")[0] != vllm_log.KIND
+
+
+def test_tracing_json_lines_are_a_vllm_log_by_their_target():
+    """The JSON formatter's lines: a vLLM log by a ``vllm_*`` target, whatever the key order; another
+    program's tracing JSON is not."""
+    line = tracing_json("10:00:00", "starting the Rust frontend")
+    assert sources.sniff(line + "\n")[0] == vllm_log.KIND
+    reordered = json.dumps({"target": "vllm_rs", "fields": {"message": "listening"}, "level": "WARN", "timestamp": "x"})
+    assert sources.sniff(reordered + "\n")[0] == vllm_log.KIND
+    other = json.dumps(
+        {"timestamp": "2026-12-01T10:00:00Z", "level": "INFO", "fields": {"message": "m"}, "target": "hyper"}
+    )
+    assert sources.sniff(other + "\n")[0] != vllm_log.KIND
+
+
+def test_tracing_json_levels_and_times_are_read(tmp_path):
+    a = _analyze(
+        tmp_path,
+        [tracing_json("10:00:10", _rust(5, 0, 10.0), "WARN"), tracing_json("10:00:20", _rust(6, 9, 99.0, p=3))],
+    )
+    rec = a.records.filter(pl.col("kind") == "stats").sort("n")
+    assert rec.get_column("level").to_list() == ["WARNING", "INFO"]
+    assert [t.isoformat() for t in rec.get_column("time")] == [
+        "2026-12-01T10:00:10.000250+00:00",
+        "2026-12-01T10:00:20.000250+00:00",
+    ]
+    assert rec.get_column("text").to_list()[1].startswith("Avg prompt tput")
 
 
 def test_an_engine_death_reads_the_rust_line_s_running_and_waiting(tmp_path):
