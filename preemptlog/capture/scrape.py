@@ -99,7 +99,12 @@ class LogFollower:
         return self._read()
 
     def _read(self) -> int:
-        data = self.fh.read()
+        try:
+            data = self.fh.read()
+        except OSError as exc:  # the followed log's (an input's): named, never taken for the output's
+            if exc.filename is None:
+                exc.filename = str(self.src)
+            raise
         if not data:
             return 0
         self.pos += len(data)

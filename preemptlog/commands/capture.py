@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from .common import DebugOpt, QuietOpt
-from .runner import _say, guarded
+from .runner import _say, guarded, writing_into
 
 
 def register(app: typer.Typer) -> None:
@@ -66,7 +66,7 @@ def capture(
 
     def body() -> int:
         from ..capture.scrape import Capture
-        from ..errors import ExitCode, InputError, UsageError
+        from ..errors import ExitCode, InputError, OutputError, UsageError
         from .common import parse_duration
 
         if not metrics and log is None:
@@ -88,7 +88,7 @@ def capture(
         if metrics and not metrics.startswith(("http://", "https://")):
             raise UsageError(f"--metrics {metrics!r}: not an http(s) URL", hint="e.g. http://127.0.0.1:8000/metrics")
         if output.exists() and not output.is_dir():
-            raise UsageError(f"-o {output}: exists and is not a folder")
+            raise OutputError(f"-o {output}: exists and is not a folder")
         if log is not None:
             if log.exists() and log.is_dir():
                 raise UsageError(f"--log {log}: is a folder")
@@ -97,7 +97,7 @@ def capture(
         try:
             output.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"-o {output}: cannot create ({exc.strerror or exc})") from None
+            raise OutputError(f"-o {output}: cannot create ({exc.strerror or exc})") from None
 
         def say(line: str) -> None:
             if not quiet or "error" in line:
@@ -108,12 +108,15 @@ def capture(
             f"preemptlog: capturing {', '.join(w for w in what if w)} into {output} "
             f"({'for ' + for_ if for_ else 'Ctrl-C stops'})"
         )
-        cap = Capture(output, url=metrics, every=step, duration=limit, log=log, say=say)
-        restore = cap.handle_signals()
-        try:
-            stats = cap.run()
-        finally:
-            restore()
+        # what it writes (capture.jsonl, the scrapes, the copied log) is in -o: a write that fails there
+        # (the folder removed, a name taken by a folder, a full disk) is an output error, exit 2
+        with writing_into(output):
+            cap = Capture(output, url=metrics, every=step, duration=limit, log=log, say=say)
+            restore = cap.handle_signals()
+            try:
+                stats = cap.run()
+            finally:
+                restore()
         say(
             f"preemptlog: capture: {stats.scrapes} scrape(s), {stats.failures} failed ({stats.gaps} gap(s)), "
             f"{stats.log_bytes} byte(s) of log copied; next: preemptlog analyze {output}"

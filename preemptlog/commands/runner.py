@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -235,6 +236,37 @@ def writing_to(target: str | None) -> Iterator[None]:
             _silence(1)  # what is still buffered must not fail again at exit
             raise OutputError(f"standard output: cannot write ({reason}); the output is incomplete") from None
         raise OutputError(f"-o {target}: cannot write ({reason})") from None
+
+
+@contextlib.contextmanager
+def writing_into(folder: Path, *, unnamed: bool = True) -> Iterator[None]:
+    """Around a command that writes files into the folder ``folder`` (``-o DIR``: simulate, capture):
+    an OSError on the folder, a folder on the way to it or a file in it (cannot be created, not a
+    folder, not writable, disk full), and with ``unnamed`` one without a file name (a write that failed
+    on a full disk), is the destination's fault: an OutputError naming ``-o`` (exit 2), never the exit of
+    an input that cannot be read (3). Any other OSError (an input's) passes on unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if _is_broken_pipe(exc):
+            raise
+        if exc.filename is None:
+            if not unnamed:
+                raise
+            what = "cannot write"
+        else:
+            name = os.fsdecode(exc.filename)
+            path, dest = Path(os.path.abspath(name)), Path(os.path.abspath(folder))
+            if dest in path.parents:
+                what = f"cannot write {name}"
+            elif path == dest or path in dest.parents:
+                what = "cannot create or open the folder" + ("" if path == dest else f" ({name})")
+            else:
+                raise
+        from ..errors import OutputError
+
+        reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        raise OutputError(f"-o {folder}: {what} ({reason})") from None
 
 
 def _is_broken_pipe(exc: BaseException) -> bool:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from .common import DebugOpt, NoColorOpt, QuietOpt
-from .runner import guarded, stderr_console, writing_to
+from .runner import guarded, stderr_console, writing_into, writing_to
 
 # Kept literal so that --help does not import the simulator (tests check it
 # matches preemptlog.simulate.families.FAMILIES).
@@ -198,7 +198,9 @@ def simulate(
             sets=_pairs(set_, "--set", str),
         )
         try:
-            record = run(opts)
+            # every file it writes is in -o: a folder that cannot be created or written is an output error
+            with writing_into(output):
+                record = run(opts)
         except SimulateError as exc:
             raise UsageError(str(exc)) from None
         if not quiet:

@@ -13,9 +13,20 @@ whose columns are one character narrower than the values, reads correctly.
 Accepted (see :data:`SAMPLES`): any column selection and order, any number of
 GPUs per sample, headers repeated anywhere (even with a different selection:
 each header governs the rows below it), a units row or none, ``-`` (or N/A)
-for an unavailable value (null), leading and trailing spaces, CR LF.
+for an unavailable value (null), leading and trailing spaces, CR LF, ``--format
+csv`` and ``csv,nounit`` (the same rows, comma-separated). ``--format
+csv,noheader`` has no header rows, so its columns cannot be known: such a file is
+not read, and sniffing.py says which capture to make instead.
 Rows whose token count differs from their header, and rows before any header,
 are counted and skipped, never fatal.
+
+A cut last row: a capture copied while dmon was still writing, or truncated, ends
+without a line end in the middle of its last row. That row is no sample when it has
+fewer values than its header names or a value of no shape its column takes (a
+date, a time, a GPU index, a number, ``-``/N/A): a warning at its file:line says
+so. A last row without a line end that has every value is a whole sample (dmon
+was stopped between rows), said in a note. The source judges its own last line
+(``judges_last_line``): sniffing adds no warning of its own about it.
 
 Time: dmon writes local time (``--tz``). ``-o DT`` rows are exact to the
 second and are year anchors for the vLLM logs. ``-o T`` rows get their date
@@ -40,7 +51,9 @@ column per metric present, named ``<metric>_<unit>``, e.g. ``fb_mb``,
 
 from __future__ import annotations
 
+import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -49,6 +62,7 @@ import polars as pl
 
 from ..clock.timebase import Assumption, localize, zone_info
 from ..inputs import reflow
+from ..inputs.textio import compression_of
 from .meets import MeetsLog
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
@@ -158,12 +172,71 @@ class _FileData:
     metrics: list[str] = field(default_factory=list)
 
 
+TAIL_BYTES = 4096  # the end of the text read to see whether it ends with a line end
+
+
+def _text_tail(path: str) -> bytes | None:
+    """The last TAIL_BYTES bytes of the file's text (gzip and zstd decompressed), or None when they
+    cannot be read (a damaged stream is said where the file is read)."""
+    damaged: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.error)
+    try:
+        with open(path, "rb") as fh:
+            comp = compression_of(fh.read(4))
+            if comp is None:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - TAIL_BYTES))
+                return fh.read()
+        if comp == "gzip":
+            import gzip
+
+            stream: Any = gzip.open(path, "rb")  # noqa: SIM115 - closed by the with below
+        else:
+            try:
+                import zstandard
+            except ImportError:
+                return None
+            damaged += (zstandard.ZstdError,)
+            raw = open(path, "rb")  # noqa: SIM115 - the reader closes it
+            stream = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        last = b""
+        with stream:
+            while chunk := stream.read(1 << 16):
+                last = (last + chunk)[-TAIL_BYTES:]
+        return last
+    except damaged:
+        return None
+
+
+def ends_mid_line(path: str) -> bool:
+    """True when the file's text ends without a line end (its last line may be cut)."""
+    tail = (_text_tail(path) or b"").replace(b"\x00", b"")
+    return bool(tail) and not tail.endswith((b"\n", b"\r"))
+
+
+def _value_read(col: str, tok: str) -> bool:
+    """Whether a token has a shape its column takes (a date, a time, an index, a number, ``-``/N/A)."""
+    if col == "_date":
+        return re.match(DATE_RE, tok) is not None
+    if col == "_time":
+        return re.match(TIME_RE, tok) is not None
+    if col == "gpu" or col.endswith("_idx"):
+        return tok.isdigit()
+    if tok.upper() in ("-", "N/A"):
+        return True
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
 def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
 
     # Quoted (> ), fenced or indented captures read like plain ones (reflow.py);
     # an author's elision line (..., …) between samples is no sample.
-    lf = reflow.scan(path, join=False).with_columns(s=pl.col("line").str.strip_chars())
+    scanned = reflow.scan(path, join=False)
+    lf = scanned.with_columns(s=pl.col("line").str.strip_chars())
     lf = lf.filter((pl.col("s") != "") & ~pl.col("s").str.contains(r"^(?:\.{3,}|…)$"))
     is_hash = pl.col("s").str.starts_with("#")
     is_name = is_hash & pl.col("s").str.contains(r"(?i)^#\s*(?:(?:Date|Time)[\s,]+){0,2}gpu\b")
@@ -190,6 +263,21 @@ def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
                 names_by_hdr[h] = _tokens(s)
             elif UNITS_ROW_RE.match(s) and h not in units_by_hdr:
                 units_by_hdr[h] = _tokens(s)
+    # A file that ends in the middle of its last line: that line, when it is a data row, is judged by
+    # the columns its header promises (cut: skipped and said; whole: a sample, noted).
+    cut_line = open_line = None
+    if data.height and ends_mid_line(path):
+        last_n = scanned.select(pl.col("n").max()).collect().item()
+        last = data.filter(pl.col("line") == last_n)
+        if last.height and (h := last.get_column("_hdr")[0]) in names_by_hdr:
+            want = column_names(names_by_hdr[h], units_by_hdr.get(h))
+            toks = last.get_column("_tok")[0].to_list()
+            short = len(toks) < len(want)
+            if short or (len(toks) == len(want) and not all(map(_value_read, want, toks))):
+                cut_line = int(last_n)
+                data = data.filter(pl.col("line") != last_n)
+            elif len(toks) == len(want):
+                open_line = int(last_n)  # (more values than its header: a bad row, counted below)
     # Group header ids by identical column layout.
     layouts: dict[tuple[str, ...], list[int]] = {}
     for h, names in names_by_hdr.items():
@@ -227,6 +315,8 @@ def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
         "bad_rows": bad,
         "headerless_rows": headerless,
         "layouts": len(layouts),
+        "cut_last_row": cut_line,  # the line of a last row cut mid-row (skipped), else None
+        "unterminated_last_row": open_line,  # the line of a whole last row without a line end (read)
     }
     return df, facts
 
@@ -292,6 +382,18 @@ class DmonParsed(MeetsLog):
                 out.partial = True
             if facts["headerless_rows"]:
                 out.warnings.append(f"{f.display}: {facts['headerless_rows']} row(s) before any dmon header (skipped)")
+            if facts.get("cut_last_row"):
+                out.warnings.append(
+                    f"{f.display}:{facts['cut_last_row']}: the last dmon row is cut (the file ends in the middle of "
+                    "it, without a line end: truncated, or still being written): fewer values than its header names "
+                    "or a value cut short, not read as a sample"
+                )
+                out.partial = True
+            elif facts.get("unterminated_last_row"):
+                out.notes.append(
+                    f"{f.display}:{facts['unterminated_last_row']}: the file ends without a line end; its last dmon "
+                    "row has every value its header names and was read as a sample"
+                )
             df = df.filter(pl.col("gpu").is_not_null() | pl.lit(df.height == 0))
             has_date = df.get_column("_date").is_not_null().any() if df.height else False
             has_time = df.get_column("_time").is_not_null().any() if df.height else False
@@ -406,6 +508,7 @@ register(
         description="nvidia-smi dmon capture (any -s selection, -o D/T/DT, any GPU count)",
         sniff=_sniff,
         parse=_parse,
+        judges_last_line=True,
     )
 )
 
@@ -444,6 +547,14 @@ SAMPLES: list[tuple[str, list[dict[str, Any]]]] = [
     (  # --format csv style
         "# gpu, pwr, sm, fb\n# Idx, W, %, MB\n 0, 30, 5, 800\n",
         [{"gpu": 0, "pwr_w": 30.0, "sm_pct": 5.0, "fb_mb": 800.0}],
+    ),
+    (  # -o DT --format csv: the header rows name the date and time columns too
+        "#Date, Time, gpu, sm, mem, fb\n#YYYYMMDD, HH:MM:SS, Idx, %, %, MB\n20260501, 10:00:00, 0, 5, 3, 1000\n",
+        [{"gpu": 0, "sm_pct": 5.0, "mem_pct": 3.0, "fb_mb": 1000.0, "_date": "20260501", "_time": "10:00:00"}],
+    ),
+    (  # --format csv,nounit: the name row alone
+        "#gpu, sm, mem, fb\n 0, 5, 3, 1000\n 1, 6, -, 2000\n",
+        [{"gpu": 0, "sm_pct": 5.0, "fb_mb": 1000.0}, {"gpu": 1, "mem_pct": None, "fb_mb": 2000.0}],
     ),
 ]
 

@@ -96,6 +96,9 @@ class SourceKind:
     sniff: Callable[[str], int]
     parse: Callable[[list[InputFile]], Parsed] | None = None
     log_pass: bool = False  # an engine's log: its files are read by the single log pass (vllm_log.scan)
+    # Its reader judges a last line without a line end itself (dmon: by the columns its header promises)
+    # and says what it did with it: sniffing then adds no "ends in the middle of a line" warning of its own.
+    judges_last_line: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from ..inputs.salvage import _compression_damage
 from ..inputs.textio import compression_of, read_head
 from ..inputs.walk import _Entry, _stat_reason
 from ..inputs.workspace import Workspace
-from .registry import sniff
+from .registry import kinds, sniff
 
 
 def _is_text(head: bytes) -> bool:
@@ -287,6 +287,37 @@ def gpu_query_output(head: str) -> str | None:
     return "nvidia-smi --query-gpu" if _GPU_QUERY_RE.match(first) else None
 
 
+# ``nvidia-smi dmon --format csv,noheader`` (or ``noheader`` alone): dmon's rows without the name and
+# units rows that say which column is which (the columns follow -s and the driver, so they cannot be
+# guessed). A row: [date] [time] GPU index, then two or more values (a number, ``-`` or N/A), comma- or
+# space-separated.
+_DMON_ROW_RE = re.compile(
+    r"^\s*(?:\d{8}(?:\s*,\s*|\s+))?(?:\d{1,2}:\d\d:\d\d(?:\s*,\s*|\s+))?\d{1,3}"
+    r"(?:(?:\s*,\s*|\s+)(?:-?\d+(?:\.\d+)?|-|N/A)){2,}\s*,?\s*$",
+    re.IGNORECASE,
+)
+DMON_NOHEADER_MIN_ROWS = 2
+
+
+def dmon_noheader_output(head: str) -> str | None:
+    """``nvidia-smi dmon --format csv,noheader`` (or ``--format noheader``) when every line of ``head``
+    is a dmon data row, rows of one width (at least DMON_NOHEADER_MIN_ROWS), none of them a header
+    row, else None."""
+    lines = [ln for ln in head.splitlines()[:200] if ln.strip()]
+    if len(lines) < DMON_NOHEADER_MIN_ROWS:
+        return None
+    widths = set()
+    commas = set()
+    for ln in lines:
+        if not _DMON_ROW_RE.match(ln):
+            return None
+        widths.add(len(re.findall(r"[^\s,]+", ln)))
+        commas.add("," in ln)
+    if len(widths) != 1 or len(commas) != 1:
+        return None
+    return "nvidia-smi dmon --format csv,noheader" if commas == {True} else "nvidia-smi dmon --format noheader"
+
+
 def is_document(display: str, head: str) -> bool:
     """A document, not a log: by its name (README, NOTES, SOURCES, *.md, ...), or a *.txt that is
     mostly prose (most lines are sentences of words, few look like log or table lines)."""
@@ -414,8 +445,16 @@ def _describe(
                 f"{display}: {tool} output is not read (its columns are chosen per capture); capture GPU memory "
                 "and utilisation with `nvidia-smi dmon -o DT -s um` beside the log"
             )
+        elif kind == "unknown" and (tool := dmon_noheader_output(head.decode("utf-8", "replace"))):
+            # dmon rows without the header rows that name their columns: GPU evidence nothing can read
+            damage.append(
+                f"{display}: {tool} output is not read (without dmon's header rows its columns are unknown: "
+                "they follow -s and the driver); capture it with its header: `nvidia-smi dmon -o DT -s um "
+                "--format csv` (or without --format)"
+            )
     recognised = kind not in UNRECOGNISED and kind != "ignore"
-    if cut and recognised:
+    judged = getattr(kinds().get(kind), "judges_last_line", False)  # its reader says what its last line was
+    if cut and recognised and not judged:
         damage.append(
             f"{display}: ends in the middle of a line (truncated, or still being written): its last line was read as is"
         )

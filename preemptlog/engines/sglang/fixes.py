@@ -10,12 +10,13 @@ not replayed: the what-if model is vLLM's scheduler (whatif/); ``replay`` says s
   retractions, the ones with the new-token ratio at its floor, and the floor and start ratio the
   suggestion gives (sglang/knobs.py); above 1/0.7 the ratio cannot rise further.
 - ``--max-running-requests``: the running batch SGLang settled at after retracting (the batch line
-  after a retraction), when it is below the limit in force.
+  after a retraction, of the same server's log and DP rank: :data:`LINE_KEY`), when it is below the
+  limit in force.
 - ``--mem-fraction-static``: the start-up line's ``available_gpu_mem`` above the docs' 5-8 GB,
   as a fraction of the memory free before the weights loaded (what SGLang multiplies it by), in
   0.01 steps; its KV gain from the pool's bytes per token ("KV Cache is allocated").
 - ``--chunked-prefill-size``: halved (not below the docs' 2048) when a prefill batch of at least
-  half a chunk came in the 10 s before a retraction.
+  half a chunk came in the 10 s before a retraction (in the same server's log and DP rank).
 - ``--retraction-policy priority``: only where priority scheduling is on and the policy is length.
 """
 
@@ -137,28 +138,52 @@ def _at_floor(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[int, str] | Non
     return hit.height, str(hit.get_column("sgl_ratio_before_src")[0])
 
 
+# The key that ties an event to SGLang's batch lines: its server's log (``stream``: a log and its rotated
+# parts) and its DP rank (``engine``). Two servers' logs in one folder both have a DP rank 0: one server's
+# batch line is never evidence for the other's retraction.
+LINE_KEY = ["_stream", "engine"]
+
+
+def _keyed_events(ev: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """The timed events with :data:`LINE_KEY`. An event of a log has its log's stream; one without a
+    stream (a /metrics counter's: no log says whose it is) reads the batch lines only when they all come
+    from one log (one server's), and none otherwise."""
+    streams = lines.get_column("_stream").drop_nulls().unique() if lines.height else pl.Series([], dtype=pl.Int32)
+    sole = int(streams[0]) if streams.len() == 1 else None
+    stream = pl.col("stream").cast(pl.Int32) if "stream" in ev.columns else pl.lit(None, pl.Int32)
+    return (
+        ev.filter(pl.col("time").is_not_null())
+        .with_columns(_stream=stream.fill_null(pl.lit(sole, pl.Int32)), engine=pl.col("engine").fill_null("0"))
+        .filter(pl.col("_stream").is_not_null())
+    )
+
+
 def _running_after(analysis: AnalysisView, ev: pl.DataFrame) -> pl.DataFrame:
-    """Per event with a time: the first SGLang batch line of its engine after it (running, its line)."""
+    """Per event with a time: the first SGLang batch line of its server's log and DP rank after it (running,
+    its line; :data:`LINE_KEY`)."""
     st = analysis.stats
     if st.height == 0:
         return pl.DataFrame()
     st = st.filter((pl.col("family") == SGLANG) & pl.col("time").is_not_null() & pl.col("running").is_not_null())
-    timed = ev.filter(pl.col("time").is_not_null()).select("event_id", "time", pl.col("engine").fill_null("0"))
-    if st.height == 0 or timed.height == 0:
+    if st.height == 0:
         return pl.DataFrame()
     s = st.select(
         pl.col("time").alias("_t"),
-        "engine",
+        pl.col("stream").cast(pl.Int32).alias("_stream"),
+        pl.col("engine").fill_null("0"),
         "running",
         pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]).alias("_src"),
     ).sort("_t")
+    timed = _keyed_events(ev, s).select("event_id", "time", *LINE_KEY)
+    if timed.height == 0:
+        return pl.DataFrame()
     return (
         timed.sort("time")
         .join_asof(
             s,
             left_on="time",
             right_on="_t",
-            by="engine",
+            by=LINE_KEY,
             strategy="forward",
             allow_exact_matches=False,
             check_sortedness=False,
@@ -292,22 +317,25 @@ def _chunked_prefill(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str
     if chunk is None or chunk.value <= knobs.DOCS_CHUNKED_PREFILL_FLOOR or b is None or b.height == 0:
         return None, None
     pre = b.filter((pl.col("phase") == "prefill") & pl.col("time").is_not_null() & pl.col("new_tokens").is_not_null())
-    timed = ev.filter(pl.col("time").is_not_null()).select("time", pl.col("engine").fill_null("0"))
-    if pre.height == 0 or timed.height == 0:
+    if pre.height == 0:
         return None, None
     p = pre.select(
         pl.col("time").alias("_t"),
-        "engine",
+        pl.col("stream").cast(pl.Int32).alias("_stream"),
+        pl.col("engine").fill_null("0"),
         "new_tokens",
         pl.concat_str([pl.col("source"), pl.lit(":"), pl.col("line").cast(pl.String)]).alias("_src"),
     ).sort("_t")
+    timed = _keyed_events(ev, p).select("time", *LINE_KEY)
+    if timed.height == 0:
+        return None, None
     near = (
         timed.sort("time")
         .join_asof(
             p,
             left_on="time",
             right_on="_t",
-            by="engine",
+            by=LINE_KEY,
             strategy="backward",
             tolerance=f"{int(PREFILL_WINDOW_S)}s",
             check_sortedness=False,

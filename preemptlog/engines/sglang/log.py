@@ -349,7 +349,9 @@ def retractions(records: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         .otherwise(pl.col("_head").replace_strict(WORDING, default=None, return_dtype=pl.String))
     )
     df = df.with_columns(wording=wording, kv_full=pl.col("_head") != "Testing retraction.")
-    facts["test"] = df.filter(~pl.col("kv_full")).height
+    # 'Testing retraction.' lines that retracted requests (one that retracted none is counted in "zero"
+    # alone: the summary's retraction lines are the ones that retracted some, forced ones among them)
+    facts["test"] = df.filter(~pl.col("kv_full") & (pl.col("retracted") > 0)).height
     facts["zero"] = df.filter(pl.col("retracted") == 0).height
     out = df.select(list(RETRACTIONS_SCHEMA)).cast(polars_schema(RETRACTIONS_SCHEMA)).sort("stream", "seq")
     return out, facts

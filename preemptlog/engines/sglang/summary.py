@@ -50,9 +50,13 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
     facts = counters or {}
     # retraction lines cut before their count (log.retractions): only said where there are some
     cut = {"lines_cut_before_count": int(facts["cut"])} if facts.get("cut") else {}
+    # A line that retracted no request (#retracted_reqs: 0) is no retraction line: not in the count of
+    # lines the headline quotes (headline_words), said apart where there are some.
+    retracting = ret.filter(pl.col("retracted") > 0).height if ret.height else 0
+    zero = {"lines_retracting_none": ret.height - retracting} if ret.height > retracting else {}
     return {
         "retractions": ev.height,
-        "retraction_lines": ret.height,
+        "retraction_lines": retracting,
         "lines_from_other_tp_ranks": facts.get("collapsed", 0),
         "forced_by_test": facts.get("test", 0),
         "allocation_errors_not_counted": facts.get("alloc_errors", 0),
@@ -63,6 +67,7 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
         "mechanisms": mech,
         "ratio_at_floor": mech.get("ratio-over-admission", 0),
         **cut,
+        **zero,
     }
 
 
