@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar, cast
 
 import polars as pl
 
@@ -91,6 +92,7 @@ from . import profile as _profile
 from .bundle import collect, parse_kind_overrides
 
 Profile = _profile.Profile
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,32 @@ class Rules:
     lookback_steps: int
 
 
+class Pending(Generic[T]):
+    """A stage's call run in a thread of its own: :meth:`result` waits for it and returns its value or
+    raises its exception (an input error stays an input error)."""
+
+    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, *args), name="preemptlog-requests", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as e:  # handed to the caller by result()
+            self._error = e
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]  # set when no error was
+
+
 @dataclass(frozen=True)
 class SourceFrames:
     """Every source's output on one clock (the ``sources`` stage)."""
@@ -119,8 +147,7 @@ class SourceFrames:
     records: pl.DataFrame  # vllm_log.RECORD_SCHEMA, on the common clock, line-time rows dropped
     stats: pl.DataFrame
     config: pl.DataFrame
-    requests: pl.DataFrame
-    request_stats: RequestStats
+    requests: Pending[tuple[pl.DataFrame, RequestStats]]  # the request stage, under way: (frame, counts)
     event_parts: tuple[pl.DataFrame, ...]  # partial event frames (events.conform), not yet one set
     frames: dict[str, pl.DataFrame]  # per-source frames: bt_*, prom_*, kv_events, dmon, hook_*
     counters: dict[str, Any]
@@ -338,10 +365,17 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     prof.mark(f"vllm logs ({records.height} rec)")
     read = records
     records, ctx, clock = one_clock(records, bundle, options, tz, other_anchors, offsets)
-    if not options.tz and not options.offsets:
+    # An --offset that moves a log or a scrape is the user's clock setting: the zone is left alone.
+    moved = any(offsets.of(f.display, f.kind) for f in bundle.files if f.kind in (*LOG_KINDS, "prometheus"))
+    if not options.tz and not moved:
         # The logs' zone, when the bundle's exact engine starts say it is not the assumed one.
         evidence = [e for _, p in parsed if isinstance(p, DatesEngines) for e in p.engine_starts()]
-        zf = zonefit.fit(records, evidence, tz)
+        written = {
+            f.display: float(f.gzip_mtime) if f.compression == "gzip" and f.gzip_mtime else f.mtime
+            for f in bundle.files
+            if f.kind in LOG_KINDS and f.mtime is not None and f.compression in (None, "gzip")
+        }
+        zf = zonefit.fit(records, evidence, tz, {k: v for k, v in written.items() if v})
         if zf is not None:
             tz = zf.zone
             records, ctx, clock = one_clock(
@@ -379,9 +413,10 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     partial = phase1.partial or logs.partial or logged.partial
     parts = list(logged.parts) + [e for o in outputs for e in o.events]
     frames_so_far = {k: v for o in outputs for k, v in o.frames.items()}
-    reqs, req_stats = facts.requests(records, request_rows, named_request_ids(parts, frames_so_far), config)
+    # The request stage runs beside the events, the joiner and the verdicts, which never read the
+    # requests (mostly inside polars, without the GIL); the findings wait for it (run()).
+    requests = Pending(facts.requests, records, request_rows, named_request_ids(parts, frames_so_far), config)
     del request_rows
-    prof.mark("requests")
 
     frames: dict[str, pl.DataFrame] = {}
     notes: list[str] = list(untimed_notes) + list(logs.notes) + list(phase1.notes)
@@ -402,8 +437,7 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         records=records,
         stats=stats,
         config=config,
-        requests=reqs,
-        request_stats=req_stats,
+        requests=requests,
         event_parts=tuple(parts),
         frames=frames,
         counters=counters,
@@ -448,49 +482,58 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
     src = sources_stage(bundle, ws, options, tz, prof)
     tz = src.tz  # the zone the logs were read in (sources_stage may find it: events/zonefit.py)
     options = dataclasses.replace(options, kv_ceiling=rules.kv_ceiling, lookback_steps=rules.lookback_steps)
-    draft = Draft(
-        bundle=bundle,
-        events=pl.DataFrame(schema=ev.polars_schema()),  # decided by the events stage
-        stats=src.stats,
-        config=src.config,
-        requests=src.requests,
-        request_stats=src.request_stats,
-        records=src.records,
-        tz=tz,
-        frames=dict(src.frames),
-        counters=dict(src.counters),
-        options=options,
-    )
-    prof.mark("events (parts)")
+    try:
+        draft = Draft(
+            bundle=bundle,
+            events=pl.DataFrame(schema=ev.polars_schema()),  # decided by the events stage
+            stats=src.stats,
+            config=src.config,
+            # not read before the findings: the request stage is still running (SourceFrames.requests)
+            requests=cast(pl.DataFrame, None),
+            request_stats=cast(RequestStats, None),
+            records=src.records,
+            tz=tz,
+            frames=dict(src.frames),
+            counters=dict(src.counters),
+            options=options,
+        )
+        prof.mark("events (parts)")
 
-    # The event set: one home (reconcile.event_set).
-    es = event_set(draft, list(src.event_parts))
-    prof.mark(f"events ({es.events.height})")
-    pressure = find_intervals(src.stats, src.frames.get("prom_series"), ceiling=rules.kv_ceiling)
-    draft = dataclasses.replace(
-        draft,
-        events=es.events,
-        counters={**draft.counters, "overlap": es.overlap, "reconciliation": es.reconciliation},
-        frames={**draft.frames, "pressure_intervals": pressure},
-    )
-    prof.mark("reconcile")
-    honesty = honesty_notes(draft)
+        # The event set: one home (reconcile.event_set).
+        es = event_set(draft, list(src.event_parts))
+        prof.mark(f"events ({es.events.height})")
+        pressure = find_intervals(src.stats, src.frames.get("prom_series"), ceiling=rules.kv_ceiling)
+        draft = dataclasses.replace(
+            draft,
+            events=es.events,
+            counters={**draft.counters, "overlap": es.overlap, "reconciliation": es.reconciliation},
+            frames={**draft.frames, "pressure_intervals": pressure},
+        )
+        prof.mark("reconcile")
+        honesty = honesty_notes(draft)
 
-    found, skew = joiner_evidence(
-        draft.events,
-        draft.frames,
-        draft.stats,
-        draft.config,
-        before=options.before,
-        after=options.after,
-        lookback_steps=rules.lookback_steps,
-    )
-    draft = dataclasses.replace(draft, evidence=found)
-    prof.mark("joiner")
-    if rules.ruleset is not None:
-        draft = dataclasses.replace(draft, ruleset=rules.ruleset)
-        draft = dataclasses.replace(draft, verdicts=rule_verdicts(draft, rules.ruleset))
-        prof.mark("verdicts")
+        found, skew = joiner_evidence(
+            draft.events,
+            draft.frames,
+            draft.stats,
+            draft.config,
+            before=options.before,
+            after=options.after,
+            lookback_steps=rules.lookback_steps,
+        )
+        draft = dataclasses.replace(draft, evidence=found)
+        prof.mark("joiner")
+        if rules.ruleset is not None:
+            draft = dataclasses.replace(draft, ruleset=rules.ruleset)
+            draft = dataclasses.replace(draft, verdicts=rule_verdicts(draft, rules.ruleset))
+            prof.mark("verdicts")
+    except BaseException as e:
+        if not isinstance(e, KeyboardInterrupt):  # an interrupt leaves at once (the thread is a daemon)
+            src.requests.wait()  # its spill files go with the workspace: let it finish before they do
+        raise
+    reqs, req_stats = src.requests.result()
+    draft = dataclasses.replace(draft, requests=reqs, request_stats=req_stats)
+    prof.mark("requests (waited for)")
     found_beyond = compute_findings(draft)  # the findings beyond the gates (findings/): read-only
     prof.mark("findings")
     fix_plan = plan_fixes(draft, found_beyond)  # the changes to make: one list for every output

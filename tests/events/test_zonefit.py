@@ -260,3 +260,250 @@ def test_an_sglang_log_and_its_counter(tmp_path):
     assert got["timezone"] == "+08:00", _zone(got)
     assert "sglang.log:1" in _zone(got)["source"]
     assert _answer(got) == _answer(_analyze(root, "UTC", "--tz", "+08:00"))
+
+
+# ---- attacks: shapes the first version got wrong -------------------------------------------------
+
+
+def _run(zone: timezone, created: datetime, *, stats: int = 6, load_s: int = 27) -> list[str]:
+    """One server run of a V1 log written in ``zone``: its start ``load_s`` seconds before the engine
+    start ``created``, then stats lines every 10 s from 8 s after it."""
+
+    def at(t: datetime) -> str:
+        return t.astimezone(zone).strftime("%m-%d %H:%M:%S")
+
+    t0 = created - timedelta(seconds=load_s)
+    lines = [
+        f"INFO {at(t0)} [api_server.py:1918] vLLM API server version 0.10.0",
+        f"INFO {at(t0)} [utils.py:326] non-default args: {{'model': 'm', 'max_num_seqs': 64}}",
+        f"INFO {at(t0 + timedelta(seconds=5))} [core.py:74] Initializing a V1 LLM engine (v0.10.0) with config: "
+        "model='m', max_seq_len=4096, enable_prefix_caching=True",
+    ]
+    for i in range(stats):
+        t = created + timedelta(seconds=8 + 10 * i)
+        lines.append(
+            f"INFO {at(t)} [loggers.py:122] Engine 000: Avg prompt throughput: 900.0 tokens/s, Avg generation "
+            f"throughput: 400.0 tokens/s, Running: 30 reqs, Waiting: {7 if i % 2 else 0} reqs, GPU KV cache usage: "
+            f"{99.0 if i % 2 else 60.0}%, Prefix cache hit rate: 0.0%"
+        )
+    return lines
+
+
+def _series(*readings: tuple[datetime, int, datetime | None]) -> str:
+    """A scrape series in one file: ``# scrape <zoned time>`` separators, a counter and its ``_created``
+    (None: a page without ``_created`` series)."""
+    out = []
+    for read, value, created in readings:
+        out.append(f"# scrape {read.isoformat()}")
+        out.append(f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {value}.0')
+        if created is not None:
+            out.append(f'vllm:num_preemptions_created{{engine="0",model_name="m"}} {created.timestamp()}')
+    return "\n".join(out) + "\n"
+
+
+def test_a_log_across_the_machine_zones_dst_change_is_one_zone(tmp_path):
+    """The machine's zone springs forward between two runs of a UTC log: read in it, the two start-ups
+    are 5 h and 4 h off their engine starts, one zone (UTC) all the same."""
+    c1 = datetime(2025, 3, 9, 1, 30, 2, 400000, tzinfo=UTC)  # 20:30 EST the day before
+    c2 = datetime(2025, 3, 9, 4, 10, 7, 100000, tzinfo=UTC)  # 00:10 EDT
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "vllm.log").write_text("\n".join(_run(UTC, c1, stats=12) + _run(UTC, c2, stats=12)) + "\n")
+    (root / "metrics.prom").write_text(
+        _series(
+            (c1 + timedelta(minutes=1), 10, c1),
+            (c1 + timedelta(minutes=2), 20, c1),
+            (c2 + timedelta(minutes=1), 5, c2),
+            (c2 + timedelta(minutes=2), 9, c2),
+        )
+    )
+    got = _analyze(root, "America/New_York")
+    assert got["timezone"] == "UTC", _zone(got)
+    assert _answer(got) == _answer(_analyze(root, "America/New_York", "--tz", "UTC"))
+
+
+def test_hourly_restarts_do_not_hide_the_zone(tmp_path):
+    """A server restarted on the hour (cron): each engine start also lies in the next or previous
+    start-up an hour off; the one zone that places every start is the logs' zone."""
+    c1 = CREATED
+    c2 = CREATED + timedelta(hours=1, seconds=1)
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "vllm.log").write_text("\n".join(_run(SHANGHAI, c1) + _run(SHANGHAI, c2)) + "\n")
+    (root / "metrics.prom").write_text(
+        _series(
+            (c1 + timedelta(minutes=1), 3, c1), (c2 + timedelta(minutes=1), 2, c2), (c2 + timedelta(minutes=2), 6, c2)
+        )
+    )
+    got = _analyze(root, "UTC")
+    assert got["timezone"] == "+08:00", _zone(got)
+    assert _answer(got) == _answer(_analyze(root, "UTC", "--tz", "+08:00"))
+
+
+def test_a_nightly_restart_a_day_later_does_not_hide_the_zone(tmp_path):
+    """A restart at the same time the next day puts the engine start in that start-up too, a day (no
+    zone) off: only shifts a zone can make count."""
+    c2 = CREATED + timedelta(days=1, seconds=3)
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "vllm.log").write_text("\n".join(_run(SHANGHAI, CREATED) + _run(SHANGHAI, c2)) + "\n")
+    read = CREATED + timedelta(minutes=1)
+    (root / f"metrics-{int(read.timestamp())}.prom").write_text(_scrape(value=4))
+    got = _analyze(root, "UTC")
+    assert got["timezone"] == "+08:00", _zone(got)
+
+
+def test_a_scrape_read_while_the_log_ran_keeps_the_zone_whatever_another_scrape_says(tmp_path):
+    """The truth is the assumed zone: the log is a run that ended before a restart it does not show;
+    a scrape taken after that restart dates an engine start that, by chance, lies a whole number of
+    hours after the log's start-up. Another scrape of the bundle (no ``_created``) was read while the
+    log ran: the logs are read in the zone assumed."""
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "vllm.log").write_text("\n".join(_run(UTC, CREATED, stats=60)) + "\n")
+    later = CREATED + timedelta(hours=3, seconds=5)
+    (root / "after").mkdir()
+    read = later + timedelta(minutes=3)
+    (root / "after" / f"metrics-{int(read.timestamp())}.prom").write_text(_scrape(value=4, created=later))
+    (root / "during.prom").write_text(_series((CREATED + timedelta(minutes=5), 30, None)))
+    got = _analyze(root, "UTC")
+    assert got["timezone"] in ("UTC", "Etc/UTC"), _zone(got)
+    assert "_created" not in _zone(got)["source"]
+
+
+def test_no_library_warning_from_the_zone_check(tmp_path):
+    """Worker processes (fleet run) do not silence library warnings: the zone check makes none."""
+    b = _bundle(tmp_path / "b", SHANGHAI)
+    env = {**os.environ, "TZ": "UTC"}
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", str(b), "-f", "json", "--debug"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert "zonefit.py" not in p.stderr, p.stderr
+
+
+def test_a_query_range_answer_around_the_log_counts_its_every_sample_time(tmp_path):
+    """A Prometheus API answer over the hours around the log (its first and last sample far from the
+    log, its others while the log ran) was read while the log ran as read: the zone assumed stays,
+    whatever a stray scrape of a later restart lines up with."""
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "vllm.log").write_text("\n".join(_run(UTC, CREATED, stats=60)) + "\n")
+    later = CREATED + timedelta(hours=3, seconds=5)
+    read = later + timedelta(minutes=3)
+    (root / "after").mkdir()
+    (root / "after" / f"metrics-{int(read.timestamp())}.prom").write_text(_scrape(value=4, created=later))
+    t0 = int((CREATED - timedelta(hours=1)).timestamp())
+    values = [[t0 + 60 * i, "30"] for i in range(121)]
+    answer = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": {"__name__": "vllm:num_requests_running", "engine": "0", "model_name": "m"},
+                    "values": values,
+                }
+            ],
+        },
+    }
+    (root / "running.json").write_text(json.dumps(answer) + "\n")
+    got = _analyze(root, "UTC")
+    assert got["timezone"] in ("UTC", "Etc/UTC"), _zone(got)
+
+
+def test_walls_in_the_machine_zones_spring_forward_gap_give_no_wrong_zone(tmp_path):
+    """A UTC log whose wall times fall in New York's spring-forward gap (02:00-03:00 on 2025-03-09),
+    read in New York: a gap wall is read as standard time, the same instant as an hour later on the
+    summer clock, so the instant no longer says which wall the line printed. The start-up then lies
+    over the engine start in two zones an hour apart (UTC, the truth, and +01:00): no zone is taken
+    from it."""
+    c = datetime(2025, 3, 9, 2, 30, 2, 400000, tzinfo=UTC)
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "vllm.log").write_text("\n".join(_run(UTC, c, stats=12)) + "\n")
+    read = c + timedelta(minutes=2)
+    (root / f"metrics-{int(read.timestamp())}.prom").write_text(_scrape(created=c))
+    got = _analyze(root, "America/New_York")
+    assert got["timezone"] in ("UTC", "America/New_York"), _zone(got)
+
+
+def _run_log(start: datetime, kv_at: datetime, serve_at: datetime) -> str:
+    """A UTC V1 log of one run: its start line, a model load, the KV cache line, then stats lines."""
+
+    def at(t: datetime) -> str:
+        return t.strftime("%m-%d %H:%M:%S")
+
+    lines = [
+        f"INFO {at(start)} [api_server.py:1918] vLLM API server version 0.10.0",
+        f"INFO {at(start + timedelta(seconds=5))} [core.py:74] Initializing a V1 LLM engine (v0.10.0) with config: "
+        "model='m', max_seq_len=4096",
+        f"(EngineCore_0 pid=9) INFO {at(kv_at)} [kv_cache_utils.py:829] GPU KV cache size: 123,456 tokens",
+    ]
+    t = serve_at
+    for _ in range(12):
+        lines.append(
+            f"INFO {at(t)} [loggers.py:122] Engine 000: Avg prompt throughput: 900.0 tokens/s, Avg generation "
+            "throughput: 400.0 tokens/s, Running: 30 reqs, Waiting: 7 reqs, GPU KV cache usage: 99.0%, "
+            "Prefix cache hit rate: 0.0%"
+        )
+        t += timedelta(seconds=10)
+    return "\n".join(lines) + "\n"
+
+
+def test_an_engine_start_during_the_model_load_is_no_start_of_its_engine(tmp_path):
+    """The counters are made once the KV cache is: a start-up runs from its last configuration line
+    (the KV cache size) to its first serving line, not from the start line. A scrape of another run
+    (a restart 3 h later the log does not show) whose _created lies, 3 h off, in the model load of
+    the log's start-up gives no zone."""
+    start = datetime(2025, 3, 4, 6, 0, 0, tzinfo=UTC)
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "vllm.log").write_text(_run_log(start, start + timedelta(seconds=540), start + timedelta(seconds=550)))
+    other = start + timedelta(hours=3, minutes=4)  # 3 h after a wall time in the model load
+    read = other + timedelta(minutes=2)
+    (root / f"metrics-{int(read.timestamp())}.prom").write_text(_scrape(created=other))
+    got = _analyze(root, "UTC")
+    assert "_created" not in _zone(got)["source"], _zone(got)
+    # the same scrape 3 h after the KV cache line: that is the log's zone off by 3 h
+    moved = tmp_path / "m"
+    moved.mkdir()
+    (moved / "vllm.log").write_text((root / "vllm.log").read_text())
+    mine = start + timedelta(hours=3, seconds=543)
+    (moved / f"metrics-{int((mine + timedelta(minutes=1)).timestamp())}.prom").write_text(_scrape(created=mine))
+    found = _analyze(moved, "UTC")
+    assert found["timezone"] == "-03:00" and "vllm.log:3" in _zone(found)["source"], _zone(found)
+
+
+def test_a_log_whose_mtime_is_its_last_line_keeps_the_assumed_zone(tmp_path):
+    """A scrape of another run whose _created lies, by chance, whole hours from the log's start-up:
+    the log file's own last write (its mtime, exact) is its last line's time as read, so the log is
+    read in the right zone and no zone is found from the scrape."""
+    start = datetime(2025, 3, 4, 6, 0, 0, tzinfo=UTC)
+    root = tmp_path / "b"
+    root.mkdir()
+    log = root / "vllm.log"
+    serve = start + timedelta(seconds=40)
+    log.write_text(_run_log(start, start + timedelta(seconds=30), serve))
+    other = start + timedelta(hours=3, seconds=33)  # in the start-up, 3 h off
+    (root / f"metrics-{int((other + timedelta(minutes=1)).timestamp())}.prom").write_text(_scrape(created=other))
+    copied = _analyze(root, "UTC")  # a copy's mtime says nothing: the coincidence is read as a zone
+    assert copied["timezone"] == "-03:00"
+    last = serve + timedelta(seconds=110)
+    os.utime(log, (last.timestamp() + 0.4, last.timestamp() + 0.4))
+    kept = _analyze(root, "UTC")
+    assert kept["timezone"] in ("UTC", "Etc/UTC") and "_created" not in _zone(kept)["source"], _zone(kept)
+
+
+def test_an_offset_of_a_source_the_bundle_does_not_hold_leaves_the_zone_check_on(tmp_path):
+    """fleet gives one set of options to every bundle: an --offset for dmon on a bundle without a dmon
+    capture moves nothing, so the zone is still found; one that moves the log or the scrape is the
+    user's clock setting."""
+    b = _bundle(tmp_path / "b", SHANGHAI)
+    got = _analyze(b, "UTC", "--offset", "dmon=-2s")
+    assert got["timezone"] == "+08:00"
+    kept = _analyze(b, "UTC", "--offset", "vllm-log=+1s")
+    assert "_created" not in _zone(kept)["source"]

@@ -154,9 +154,11 @@ class PromParsed:
 
     def engine_starts(self) -> list[EngineStarts]:
         """Per file: every distinct ``_created`` value (its engine's start, exact) at its first line,
-        and the file's exact reading times: sample timestamps, zoned separator times, a zoned time in
+        and the file's exact reading times: every sample timestamp, zoned separator times, a zoned time in
         a single scrape's file name, else the last scrape's file mtime. A local time without a zone
-        is no evidence here (it would be read in the zone under test)."""
+        is no evidence here (it would be read in the zone under test). A file without ``_created``
+        is listed too (no starts) when it has exact reading times of its own (not its mtime): a
+        scrape read while the logs ran says they are read in the right zone."""
         names = list(created())
         out: list[EngineStarts] = []
         for fd in self.files:
@@ -175,12 +177,11 @@ class PromParsed:
                     starts.append((datetime.fromtimestamp(value, UTC), f"{fd.file.display}:{n}"))
                 except (OverflowError, OSError, ValueError):
                     continue
-            if not starts:
-                continue
             readings: list[datetime] = []
-            ts = s.get_column("ts_us").drop_nulls()
-            if ts.len():
-                readings += [datetime.fromtimestamp(int(v) / 1e6, UTC) for v in (ts.min(), ts.max())]  # type: ignore[arg-type]
+            # Every sample time (to the second), not only the first and last: an answer over the hours
+            # around a log meets it by its middle samples.
+            ts = (s.get_column("ts_us").drop_nulls() // 1_000_000).unique().sort()
+            readings += [datetime.fromtimestamp(int(v), UTC) for v in ts.filter((ts > 0) & (ts < 253_402_300_800))]
             for t in fd.sep_times.values():
                 dt, zoned = _parse_time_text(t)
                 if dt is not None and zoned:
@@ -189,6 +190,8 @@ class PromParsed:
                 ndt, nzoned, _ = _name_time(fd.file.display)
                 if ndt is not None and nzoned:
                     readings.append(ndt.astimezone(UTC))
+            if not readings and not starts:
+                continue  # a file mtime (a copy's, perhaps) says nothing of its own
             if not readings and fd.file.mtime is not None:
                 readings.append(datetime.fromtimestamp(fd.file.mtime, UTC))
             out.append(EngineStarts(fd.file.display, tuple(starts), tuple(readings)))
