@@ -257,7 +257,7 @@ def _incidents(paths, full, options, ws):
         return None
     units = split_by_incident(paths, full)
     most = 3 * MAX_UNITS  # analysed to find the ones with preemptions or pressure (listed first)
-    done = [(u.name, run(u.paths, options, workspace=ws)) for u in units[:most]]
+    done = [(u.name, run(u.paths, u.options(options), workspace=ws)) for u in units[:most]]
     return done + [(u.name, None) for u in units[most:]]
 
 
@@ -284,7 +284,7 @@ def _not_visible(paths, full, options, ws, done=None) -> list[str]:
     quick = dataclasses.replace(options, rules=False)
     out = []
     for u in split_by_incident(paths, full):
-        a = known.get(u.name) or run(u.paths, quick, workspace=ws)
+        a = known.get(u.name) or run(u.paths, u.options(quick), workspace=ws)
         if a.summary().get("count_visible") is False and any(f.kind in LOG_KINDS for f in a.bundle.files):
             out.append(u.name)
     return out
@@ -296,6 +296,8 @@ def _each(
     """--each: every unit analysed on its own (each.py), one combined output; the exit code of the
     units' outcomes combined as one run's (failon.decide: FAIL_ON over NOT_VISIBLE over PARTIAL).
     Filters and the column choice apply to every unit, as without --each."""
+    from rich.markup import escape
+
     from ..outputs.outio import open_output
     from ..outputs.safe import neutralise
     from ..render import failon
@@ -318,7 +320,7 @@ def _each(
     for (name, a), (_, whole), has_log in zip(results, full, logs, strict=True):
         if not quiet:
             console = stderr_console(no_color)
-            console.print(f"[bold]== server {name}[/bold]", markup=True, highlight=False)
+            console.print(f"[bold]== server {escape(name)}[/bold]", markup=True, highlight=False)
             print_summary(a, console, verbose=verbose)
         # A unit that is itself several incidents (an input of several servers): each one's count, as one run.
         hidden = _not_visible([name], whole, options, ws) if _asks_unknown(conditions) else None

@@ -224,17 +224,20 @@ def _own_incident(result, event_id: str, inputs: list[str], options, ws):
         return result, [event_id]
     source = row.get_column("source")[0]
     path = next((str(f.path) for f in result.bundle.files if f.display == source), None)
-    unit = next((u for u in split_by_incident(inputs, result) if path in u.paths), None)
-    if path is None or unit is None:
+    if path is None or not event_id.startswith(source):
         return result, [event_id]
-    own = run(unit.paths, options, workspace=ws)
-    display = next((f.display for f in own.bundle.files if str(f.path) == path), None)
-    if display is None or not event_id.startswith(source):
-        return result, [event_id]
-    mine = display + event_id[len(source) :]
-    if own.events.filter(pl.col("event_id") == mine).height == 0:
-        return result, [event_id]
-    return own, [mine]
+    # the incidents holding the event's file (a file of several containers is in one per container): the
+    # one whose own analysis has the event
+    for unit in (u for u in split_by_incident(inputs, result) if path in u.paths):
+        own = run(unit.paths, unit.options(options), workspace=ws)
+        # the file as given (a file of some containers is read through a copy: its path is not the file's)
+        display = next((f.display for f in own.bundle.files if str(f.path) == path or f.display == path), None)
+        if display is None:
+            continue
+        mine = display + event_id[len(source) :]
+        if own.events.filter(pl.col("event_id") == mine).height:
+            return own, [mine]
+    return result, [event_id]
 
 
 def _top_events(analysis, inputs: list[str]) -> int:

@@ -15,6 +15,7 @@ import importlib
 
 from .common import FixPart, LogCapability
 from .registry import (
+    CONFIG_ENGINE,
     DEFAULT,
     OPTIONAL_FIELDS,
     Engine,
@@ -25,6 +26,8 @@ from .registry import (
     ReplayVersions,
     SchedulerVersion,
     ServerStart,
+    config_engines,
+    config_of,
     default,
     engine_kind,
     engine_kinds,
@@ -39,6 +42,7 @@ from .registry import (
     of_events,
     only_log,
     others,
+    own_view,
     owns,
     possessive,
     register_engine,
@@ -59,6 +63,7 @@ del _name
 
 __all__ = [
     "BUILTIN_ENGINES",
+    "CONFIG_ENGINE",
     "DEFAULT",
     "OPTIONAL_FIELDS",
     "Engine",
@@ -71,6 +76,8 @@ __all__ = [
     "ReplayVersions",
     "SchedulerVersion",
     "ServerStart",
+    "config_engines",
+    "config_of",
     "default",
     "engine_kind",
     "engine_kinds",
@@ -85,6 +92,7 @@ __all__ = [
     "of_events",
     "only_log",
     "others",
+    "own_view",
     "owns",
     "possessive",
     "register_engine",

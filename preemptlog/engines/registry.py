@@ -13,6 +13,7 @@ source kinds and record families register themselves into ``sources.registry`` a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ import polars as pl
 
 from ..model import kinds as _kinds
 from ..model.config import version_tuple
+from ..model.schemas import CONFIG_OWNER
 from ..sources import linetimes
 from ..sources import registry as _sources
 
@@ -388,6 +390,62 @@ def only_log(records: pl.DataFrame) -> Engine | None:
         if bool(own.any()) and bool((own | (kinds == linetimes.KIND)).all()):
             return e
     return None
+
+
+# The configuration frame's column naming whose configuration a row is (an engine's ``name``): set where
+# the frame is put together (the log reader's LogFacts.config, :func:`config_engines`) and read through
+# :func:`config_of`. A bundle of two engines holds both configurations in one frame; their keys share one
+# space (``max_model_len``, ``kv_cache_tokens``: each engine's own), so each engine's stages read its own rows.
+CONFIG_ENGINE = next(iter(CONFIG_OWNER))  # "engine_kind" (model/schemas.py)
+
+
+def config_engines(rows: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (configuration rows) with :data:`CONFIG_ENGINE`: a row's own engine where it names one;
+    else, for a row read from a log line, the engine whose line it is (the record of the log pass at its
+    ``source:line``, :func:`owns`: an SGLang line's value is SGLang's, also in a file that holds both
+    engines' lines); any other row (another source's: /metrics, block-table records) the default engine's."""
+    if CONFIG_ENGINE not in rows.columns:
+        rows = rows.with_columns(pl.lit(None, pl.String).alias(CONFIG_ENGINE))
+    if rows.height == 0:
+        return rows
+    by_line = pl.lit(DEFAULT, pl.String)
+    if records.height and {"source", "n", "kind"} <= set(records.columns):
+        at = rows.filter(
+            pl.col(CONFIG_ENGINE).is_null() & pl.col("source").is_not_null() & pl.col("line").is_not_null()
+        )
+        lines = (
+            records.filter(
+                pl.col("source").is_in(at.get_column("source").unique().implode())
+                & pl.col("n").is_in(at.get_column("line").unique().implode())
+            )
+            .select("source", pl.col("n").cast(pl.UInt32).alias("line"), pl.col("kind").alias("_rec_kind"))
+            .unique(["source", "line"], keep="first", maintain_order=True)
+        )
+        rows = rows.with_columns(pl.col("line").cast(pl.UInt32)).join(
+            lines, on=["source", "line"], how="left", maintain_order="left"
+        )
+        for e in reversed(others()):
+            by_line = pl.when(owns(e, pl.col("_rec_kind")).fill_null(False)).then(pl.lit(e.name)).otherwise(by_line)
+        return rows.with_columns(pl.coalesce(pl.col(CONFIG_ENGINE), by_line).alias(CONFIG_ENGINE)).drop("_rec_kind")
+    return rows.with_columns(pl.coalesce(pl.col(CONFIG_ENGINE), by_line).alias(CONFIG_ENGINE))
+
+
+def config_of(config: pl.DataFrame, name: str | None) -> pl.DataFrame:
+    """The configuration rows of the engine ``name`` (None: the default engine): its :data:`CONFIG_ENGINE`
+    (a row without one is the default engine's); the whole frame when it does not say (one made by hand)."""
+    if CONFIG_ENGINE not in config.columns or config.height == 0:
+        return config
+    return config.filter(kind_expr(CONFIG_ENGINE) == (name or DEFAULT))
+
+
+def own_view(a: Any, name: str | None) -> Any:
+    """The analysis ``a`` (a frozen record: Draft, Analysis) as the engine ``name``'s stages read it: its
+    configuration is that engine's own rows (:func:`config_of`), never another engine's values under the
+    same key. Nothing else changes."""
+    own = config_of(a.config, name)
+    if own is a.config or not dataclasses.is_dataclass(a) or isinstance(a, type):
+        return a
+    return dataclasses.replace(a, config=own)
 
 
 def split_verdicts(events: pl.DataFrame, verdicts: pl.DataFrame | None) -> dict[str, pl.DataFrame | None]:

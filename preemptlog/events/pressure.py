@@ -72,7 +72,8 @@ def log_capability(a: AnalysisView) -> LogCapability:
     if not has_log:
         return LogCapability(has_log=False)
     own = engines.only_log(a.records)  # a log of another engine's lines only (SGLang's prints every retraction)
-    return (own or engines.default()).log_capability(a)
+    eng = own or engines.default()
+    return eng.log_capability(engines.own_view(a, eng.name))
 
 
 # --------------------------------------------------------------------------

@@ -103,9 +103,10 @@ def mixed_warning(records: pl.DataFrame) -> str | None:
             what += f" ({r['processes'][0]})"
         parts.append(f"{what} started at {r['source']}:{r['line']}")
     more = f" and {srv.height - 6} more" if srv.height > 6 else ""
-    # --each splits a bundle by file: servers sharing a file (one container prefix each: docker compose,
-    # kubectl logs --prefix) stay together there, so the way to part them is said instead
+    # servers sharing a file: --each parts a file by its lines' container prefix (docker compose, kubectl logs
+    # --prefix: render/each.py); other hosts (a Ray process prefix's ip=) stay together there
     shared = srv.group_by("stream", maintain_order=True).agg(
+        pl.col("stream").first().alias("_sid"),
         pl.col("host").n_unique().alias("hosts"),
         pl.col("source").first(),
         pl.col("line").get(1, null_on_oob=True).alias("second"),
@@ -113,10 +114,22 @@ def mixed_warning(records: pl.DataFrame) -> str | None:
     by_host = shared.filter(pl.col("hosts") > 1)
     restarted = shared.filter((pl.col("hosts") == 1) & pl.col("second").is_not_null())
     if by_host.height:
-        how = (
-            f"{by_host.get_column('source')[0]} holds the lines of several of them (told apart by their container "
-            "prefix): split it by that prefix (e.g. grep '^\\[pod/NAME/' or '^NAME *|') and analyse each part"
+        sid = by_host.get_column("_sid")[0]
+        mine = (
+            records.filter((pl.col("stream") == sid) & pl.col("compose").is_not_null())
+            if "compose" in records.columns
+            else None
         )
+        if mine is not None and mine.get_column("compose").n_unique() > 1:
+            how = (
+                f"{by_host.get_column('source')[0]} holds the lines of several of them, each behind its container's "
+                "prefix: preemptlog analyze --each analyses each container's lines on its own"
+            )
+        else:
+            how = (
+                f"{by_host.get_column('source')[0]} holds the lines of several of them (told apart by their "
+                "process prefix): split it by that prefix and analyse each part"
+            )
     elif restarted.height:
         r = restarted.row(0, named=True)
         how = (

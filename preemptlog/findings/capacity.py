@@ -344,6 +344,9 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
     lever = lever_engine(a)
     capacity_fixes = lever.capacity_fixes
     assert capacity_fixes is not None
+    # the pool, the levers' settings and the version: the lever engine's own configuration (a bundle of two
+    # engines holds both under the same keys: an SGLang log's kv_cache_tokens is not vLLM's pool)
+    a = engines.own_view(a, lever.name)
     pool = _pool(a)
     peak, peak_why = _peak(a, pool) if pool is not None and pool["blocks"] else (None, None)
     if peak is None and pool is not None and pool["blocks"]:

@@ -573,7 +573,7 @@ def prefix_caching(a: Analysis) -> tuple[bool | None, str]:
     can say: its ``prefix_caching``, from the configuration seen or its version's default); on when
     one of them was on."""
     said = [
-        e.prefix_caching(a.config, a.frames)
+        e.prefix_caching(engines.config_of(a.config, e.name), a.frames)
         for e in engines.registered()
         if e.prefix_caching is not None and e.name in engines.of_events(a.events)
     ]

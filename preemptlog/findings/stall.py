@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
 from ..model.requests import stats_of
 from .common import cfg_number, frame, src_expr
 
@@ -275,6 +276,8 @@ def _holds(a: Analysis, spans: list[dict[str, Any]], nf: dict[str, Any]) -> dict
 
 
 def _never_fits(a: Analysis) -> dict[str, Any]:
+    # the prompts are the default engine's (its request lines, its records): so is the KV cache they must fit
+    a = engines.own_view(a, engines.DEFAULT)
     kv = cfg_number(a, "kv_cache_tokens")
     conc = cfg_number(a, "max_concurrency")
     mml = cfg_number(a, "max_model_len")

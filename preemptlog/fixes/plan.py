@@ -60,13 +60,14 @@ def plan(a: AnalysisView, findings: Findings | None) -> dict[str, Any]:
         v = per[eng.name]
         if eng.default and len(per) > 1 and not unjudged and (v is None or v.height == 0):
             continue  # only other engines' events: none of the default engine's changes
-        part = eng.fixes(a, findings, v)
+        own = engines.own_view(a, eng.name)  # its own configuration: never another engine's under the same key
+        part = eng.fixes(own, findings, v)
         mine, mine_dropped = part.changes, list(part.dropped)
         if eng.not_replayed is not None:  # the what-if model is not this engine's scheduler
             for x in mine:
                 x["replay"] = {"status": "not replayed", "why": eng.not_replayed}
         elif mine:  # nothing to replay: whatif is not even imported (start-up time)
-            mine, no_gain = verify_fixes(a, mine)
+            mine, no_gain = verify_fixes(own, mine)
             mine_dropped.extend(no_gain)
             for x in mine:
                 _unreproduced(x)
@@ -82,7 +83,7 @@ def _ranked(
     """The changes labelled (status, where the current value comes from) and ranked, with the rest."""
     for x in changes:
         x["status"] = _status(x)
-        x.setdefault("current_from", current_label(a, x["option"]))
+        x.setdefault("current_from", current_label(engines.own_view(a, x.get("engine_kind")), x["option"]))
     # A verified change first; a change that a replay, even an uncalibrated one, shows no gain for
     # ranks after the others (its own figures argue against it).
     ties = engines.tie_order()
@@ -126,7 +127,8 @@ def _status(x: dict[str, Any]) -> str:
 
 
 def current_label(a: AnalysisView, option: str) -> str | None:
-    """Where the current value of an option's setting comes from: seen, derived or assumed."""
+    """Where the current value of an option's setting comes from: seen, derived or assumed (``a``: the
+    view of the change's own engine, engines.own_view)."""
 
     key = option.strip().split()[0].removeprefix("--").replace("-", "_") if option.startswith("--") else None
     if not key:

@@ -119,7 +119,7 @@ def _servers(path: str, options: AnalyzeOptions, ws: Any) -> list[tuple[str, Ana
     out: list[tuple[str, Analysis | BaseException]] = []
     for u in found:
         try:
-            out.append((u.name, analyze(u.paths, options, workspace=ws)))
+            out.append((u.name, analyze(u.paths, u.options(options), workspace=ws)))
         except PreemptlogError as exc:
             out.append((u.name, exc))
     return out

@@ -93,7 +93,11 @@ def section_code(
     """``events`` needs _i, time, kind, time_precision, interval_start, interval_end, _eng (every event,
     timed or not)."""
     # Each engine's code facts (Engine.bundle_facts: what its configuration in force settles), for its events.
-    per_engine = [(e.name, e.bundle_facts(config)) for e in engines.registered() if e.bundle_facts is not None]
+    per_engine = [
+        (e.name, e.bundle_facts(engines.config_of(config, e.name) if config is not None else None))
+        for e in engines.registered()
+        if e.bundle_facts is not None
+    ]
     # A count (an interval, or events spread in one: time_precision "interval" or "unplaced") is
     # judged by its interval, every event of it alike; a line by the window around its time.
     counted = (pl.col("kind") == "interval") | (

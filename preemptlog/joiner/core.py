@@ -74,7 +74,7 @@ def compute(
             section_stats(ev, stats, before_us, after_us),
             section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
-            section_config(ev, config, frames.get("server_runs")),
+            _config_section(ev, base, config, frames.get("server_runs")),
         ]
         # A reset of the engine's prefix cache at the event (every path to it: log line, KV events, records).
         sections.append(section_reset(ev, members, base, frames))
@@ -89,12 +89,13 @@ def compute(
         out = out.join(code, on="_i", how="left", maintain_order="left")
     untimed = base.filter(pl.col("time").is_null()).select("_i")
     if untimed.height and config is not None and config.height:
-        out = _bundle_config(out, untimed, config)
+        out = _bundle_config(out, untimed, base, config)
     # An engine's own evidence (SGLang's: the event's own line, not a time window): untimed events
     # (SGLang 0.1-0.2 print no time) get it too.
     for eng in engines.registered():
         if eng.evidence is not None:
-            sec = eng.evidence.section(base.select("_i", "stream", "seq"), frames, config)
+            own = engines.config_of(config, eng.name) if config is not None else None
+            sec = eng.evidence.section(base.select("_i", "stream", "seq"), frames, own)
             if sec is not None:
                 out = out.join(sec, on="_i", how="left", maintain_order="left")
     # lookback_min_free_blocks: hook steps first, else block-table steps.
@@ -118,11 +119,31 @@ def compute(
     return out.sort("_i").select(cols)
 
 
-def _bundle_config(out: pl.DataFrame, untimed: pl.DataFrame, config: pl.DataFrame) -> pl.DataFrame:
-    """Events without a time take the configuration in force at the end of the bundle."""
+def _config_section(
+    ev: pl.DataFrame, base: pl.DataFrame, config: pl.DataFrame | None, runs: pl.DataFrame | None = None
+) -> pl.DataFrame | None:
+    """The configuration section (config.section_config) of each engine's events from that engine's own
+    configuration rows (engines.config_of): in a bundle of two engines an event never reads the other
+    engine's value of a key both have (max_model_len, kv_cache_tokens...)."""
+    if config is None or "engine_kind" not in base.columns:
+        return section_config(ev, config, runs)
+    kinds = base.select("_i", engines.kind_expr().alias("_ek"))
+    ev = ev.drop("_ek", strict=False).join(kinds, on="_i", how="left", maintain_order="left")
+    parts = []
+    for name in ev.get_column("_ek").unique(maintain_order=True).to_list():
+        sec = section_config(ev.filter(pl.col("_ek") == name).drop("_ek"), engines.config_of(config, name), runs)
+        if sec is not None:
+            parts.append(sec)
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+
+
+def _bundle_config(out: pl.DataFrame, untimed: pl.DataFrame, base: pl.DataFrame, config: pl.DataFrame) -> pl.DataFrame:
+    """Events without a time take the configuration in force at the end of the bundle (their engine's)."""
     dt = pl.Datetime("us", "UTC")
     last = config.get_column("time").max() if "time" in config.columns else None
-    sec = section_config(untimed.with_columns(_t=pl.lit(last, dt)), config)
+    sec = _config_section(untimed.with_columns(_t=pl.lit(last, dt)), base, config)
     if sec is None or sec.height == 0:
         return out
     cols = [c for c in sec.columns if c != "_i" and c in out.columns]

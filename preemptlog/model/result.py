@@ -37,6 +37,10 @@ class AnalyzeOptions:
     sets: list[str] = field(default_factory=list)  # --set name=value
     rules: bool = True  # evaluate the rules (verdicts)
     keep_request_rows: bool = False  # a row per request line even in large logs (whatif's workload)
+    # file (a path as given) -> the containers whose lines are read of it: a file holding several servers told
+    # apart by their container prefix (docker compose ``svc | ``, kubectl --prefix), one --each unit per server
+    # (render/each.py); the other lines are read as empty, so every line keeps its number (pipeline/bundle.py)
+    containers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class AnalysisView(Protocol):

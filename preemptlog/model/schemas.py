@@ -5,7 +5,9 @@ from __future__ import annotations
 
 # The configuration frame, long format, one row per value seen: key, value (text as logged),
 # status (``seen`` | ``derived`` | ``default``), time, source, line, note, run (the server run of
-# the log line; null for other sources and defaults, which are the bundle's).
+# the log line; null for other sources and defaults, which are the bundle's). The frame an analysis
+# holds has one more column, put on where every engine's rows come together (engines.config_engines):
+# ``engine_kind`` (String), the engine whose configuration the row is (CONFIG_OWNER).
 CONFIG_SCHEMA = {
     "key": "String",
     "value": "String",
@@ -16,6 +18,7 @@ CONFIG_SCHEMA = {
     "note": "String",
     "run": "Int32",
 }
+CONFIG_OWNER = {"engine_kind": "String"}
 
 
 # The stats frame: one row per periodic stats line (vLLM's V0/V1 lines, SGLang's batch lines).

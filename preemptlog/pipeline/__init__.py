@@ -89,7 +89,7 @@ from ..sources import (
 )
 from ..sources.sniffing import document_name
 from . import profile as _profile
-from .bundle import collect, parse_kind_overrides
+from .bundle import collect, keep_containers, parse_kind_overrides
 
 Profile = _profile.Profile
 T = TypeVar("T")
@@ -190,6 +190,7 @@ def rules_stage(options: AnalyzeOptions) -> Rules:
 def bundle_stage(paths: list[str], ws: Workspace, options: AnalyzeOptions, stdin: IO[bytes] | None) -> Bundle:
     """The sniffed bundle; InputError when nothing in it is recognisable."""
     bundle = collect(paths, ws, parse_kind_overrides(options.kinds), stdin=stdin)
+    keep_containers(bundle, ws, options.containers)  # a file of several servers: the lines of the ones named
     recognised = [f for f in bundle.files if f.stream >= 0]
     if not recognised:
         names = ", ".join(

@@ -29,6 +29,13 @@ descending, then the live file.
 
 Nothing is ever written into the bundle: files are opened read-only and
 temporary files live in a private folder that is removed on every exit path.
+
+A file that holds several servers, each line behind its container's prefix (docker compose's
+``svc  | ``, kubectl logs --prefix's ``[pod/NAME/CONTAINER] ``: the ``compose`` column of the log
+records, sources/vllm_log.py ``COMPOSE_RE``), is read for some of its containers only when the
+analysis names them (``AnalyzeOptions.containers``: an ``--each`` unit per server, render/each.py):
+:func:`keep_containers` reads it through a private copy in which every other line is empty, so
+each line keeps its number and its file's name (every ``file:line`` still points into the input).
 """
 
 from __future__ import annotations
@@ -36,15 +43,19 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import polars as pl
+
 from .. import sources
 from ..errors import InputError, UsageError
 from ..inputs.files import Bundle, InputFile
 
 # Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
 from ..inputs.rotation import _assign_streams, rotation_key
+from ..inputs.textio import ANSI_RE, scan_lines
 from ..inputs.walk import MAX_FILES, _Entry, _spool_stdin, _stat_problem, _walk, expand_archives
 from ..inputs.workspace import Workspace
 from ..sources.sniffing import _capped_lines, _describe, _is_text, _utf16_without_bom
+from ..sources.vllm_log import COMPOSE_RE
 
 __all__ = [
     "MAX_FILES",
@@ -54,6 +65,8 @@ __all__ = [
     "_is_text",
     "_utf16_without_bom",
     "collect",
+    "keep_containers",
+    "line_container",
     "parse_kind_overrides",
     "rotation_key",
 ]
@@ -145,3 +158,39 @@ def collect(
         f.file_id = file_id
     _assign_streams(files)
     return Bundle(files=files, workdir=workspace, warnings=warnings, originals=originals)
+
+
+def line_container(line: pl.Expr) -> pl.Expr:
+    """The container a physical line is of: its own prefix (``COMPOSE_RE``, ANSI colours removed: docker
+    compose colours it on a terminal), else the container of the line before it (a line a terminal wrapped,
+    an unprefixed continuation); null before the first prefixed line."""
+    own = line.str.replace_all(ANSI_RE, "").str.extract(COMPOSE_RE, 1)
+    return own.forward_fill()
+
+
+def keep_containers(bundle: Bundle, ws: Workspace, containers: dict[str, tuple[str, ...]]) -> None:
+    """Read each file ``containers`` names (by its path as given, or its display name) for the lines of
+    those containers only: the file is read through a plain copy in the workspace whose other lines are
+    empty (:func:`line_container`), so the records keep the file's name and line numbers. Other files are
+    read whole. A file that cannot be read is left as it is (its reading reports it)."""
+    if not containers:
+        return
+    for f in bundle.files:
+        keep = containers.get(str(f.path), containers.get(f.display))
+        if keep is None or f.stream < 0:
+            continue
+        dest = ws.new_file(f"{Path(f.display).name}.containers")
+        try:
+            lf = scan_lines(f.path)
+            lf = lf.select(
+                pl.when(line_container(pl.col("line")).is_in(list(keep)).fill_null(False))
+                .then(pl.col("line"))
+                .otherwise(pl.lit(""))
+                .alias("line")
+            )
+            lf.sink_csv(dest, include_header=False, quote_style="never", separator="\x1f")
+        except (OSError, pl.exceptions.PolarsError):
+            continue
+        f.path = dest
+        f.compression = None
+        f.size = dest.stat().st_size

@@ -14,6 +14,13 @@ one combined output names the unit of every row in a ``server`` column:
   /metrics, block-table records) with the incident they meet in time, else one
   more unit. A single incident stays one unit.
 
+A log stream whose lines come from two or more containers (each line behind its container's
+prefix: docker compose ``svc  | ``, kubectl logs --prefix ``[pod/NAME/CONTAINER] ``; the records'
+``compose`` column) is one part per container (:func:`container_parts`), named
+``FILE [CONTAINER]``: each is analysed as if its lines were a file of their own (the unit's
+``containers``, AnalyzeOptions.containers: pipeline/bundle.py keep_containers), at the file's own
+line numbers.
+
 Outputs: ``ndjson`` / ``csv`` / ``parquet`` rows are the events of every unit
 with ``server`` first; ``json`` is ``{"servers": [{"server", "summary"}],
 "events": [...]}``; the table lists one line per unit, then the events.
@@ -21,6 +28,7 @@ with ``server`` first; ``json`` is ``{"servers": [{"server", "summary"}],
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import polars as pl
 
 from ..analysis import analyze
-from ..events.servers import servers
+from ..events.servers import servers, starts
 from ..model import VERSION as __version__
 from ..model.places import folders, shared_depth
 from ..model.result import AnalyzeOptions
@@ -51,6 +59,33 @@ if TYPE_CHECKING:
 class Unit:
     name: str
     paths: list[str] = field(default_factory=list)
+    # file (as in ``paths``) -> the containers whose lines are read of it (a file of several servers);
+    # a file not named here is read whole
+    containers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def options(self, options: AnalyzeOptions) -> AnalyzeOptions:
+        """``options`` for this unit's analysis (its files' containers)."""
+        return dataclasses.replace(options, containers=dict(self.containers)) if self.containers else options
+
+
+def container_parts(records: pl.DataFrame) -> dict[int, list[str]]:
+    """Log stream -> its containers, in the order their lines first come, for the streams whose lines
+    come from two or more (the records' ``compose``: a file of several servers told apart by their
+    prefix). A stream of one container, or none, is one part and not listed."""
+    if records.height == 0 or not {"compose", "stream"} <= set(records.columns):
+        return {}
+    if records.get_column("compose").drop_nulls().n_unique() < 2:  # one column: cheap on a large log
+        return {}
+    cols = ["stream", "compose", *(["seq"] if "seq" in records.columns else [])]
+    named = records.select(cols).filter(pl.col("compose").is_not_null())
+    per = named.sort("stream", "seq") if "seq" in named.columns else named
+    per = per.group_by("stream", maintain_order=True).agg(pl.col("compose").unique(maintain_order=True))
+    return {int(s): [str(c) for c in cs] for s, cs in per.iter_rows() if len(cs) >= 2}
+
+
+def _part_name(bundle, sid: int, container: str | None) -> str:
+    name = bundle.stream_name(sid)
+    return name if container is None else f"{name} [{container}]"
 
 
 def units(paths: list[str], ws: Workspace, kinds: list[str] | None = None, stdin=None) -> list[Unit]:
@@ -93,10 +128,14 @@ def split_by_server(paths: list[str], first: Analysis) -> list[Unit]:
     if srv.height <= 1:
         return [Unit(paths[0], list(paths))]
     streams = bundle.streams()
+    parts = container_parts(first.records)
     out: list[Unit] = []
     started = set(srv.get_column("stream").to_list())
     for sid in srv.get_column("stream").unique(maintain_order=True).to_list():
-        out.append(Unit(bundle.stream_name(sid), [str(f.path) for f in streams.get(sid, [])]))
+        files = [str(f.path) for f in streams.get(sid, [])]
+        for c in parts.get(sid, [None]):  # a file of several containers: one unit each
+            keep = {p: (c,) for p in files} if c is not None else {}
+            out.append(Unit(_part_name(bundle, sid, c), files, keep))
     rest_logs = [str(f.path) for sid, fs in streams.items() if sid not in started for f in fs if f.kind in LOG_KINDS]
     if rest_logs:
         out.append(Unit("(logs without a server start)", rest_logs))
@@ -114,31 +153,47 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
     """The incidents of an analysis of ``paths`` (one unit when it is one): its log streams grouped
     by server and time. Two streams are one incident when their lines meet in time (their spans
     overlap, or come within :data:`MEET_S`) and they are not two servers (each holds a server start
-    of its own: servers.py); a stream without a time of its own is one on its own. The files of
+    of its own: servers.py); a stream without a time of its own is one on its own. A stream of several
+    containers (:func:`container_parts`) is a part per container, grouped the same way. The files of
     other kinds (dmon, /metrics, records) join the incident they meet in time, else form one more
     unit (``(other sources)``)."""
 
     bundle = first.bundle
     streams = bundle.streams()
     logs = {sid: fs for sid, fs in streams.items() if any(f.kind in LOG_KINDS for f in fs)}
-    if len(logs) <= 1:
-        return [Unit(paths[0], list(paths))]
     rec = first.records
-    spans: dict[int, tuple[Any, Any]] = {}
+    split = container_parts(rec) if logs else {}
+    # a part: (stream, container), container None for a stream read whole
+    keys: list[tuple[int, str | None]] = [(sid, c) for sid in logs for c in split.get(sid, [None])]
+    if len(keys) <= 1:
+        return [Unit(paths[0], list(paths))]
+    spans: dict[tuple[int, str | None], tuple[Any, Any]] = {}
+    started: set[tuple[int, str | None]] = set()
     if rec.height and "stream" in rec.columns:
-        timed = rec.filter(pl.col("time").is_not_null())
-        agg = timed.group_by("stream").agg(pl.col("time").min().alias("_lo"), pl.col("time").max().alias("_hi"))
-        for sid, lo, hi in agg.select("stream", "_lo", "_hi").iter_rows():
-            spans[int(sid)] = (lo, hi)
-    started = set(servers(rec).get_column("stream").to_list()) if rec.height else set()
-    order = sorted(logs, key=lambda sid: (spans.get(sid, (None,))[0] is None, spans.get(sid, (None,))[0] or 0, sid))
+        part = pl.col("compose") if split else pl.lit(None, pl.String)
+        part = pl.when(pl.col("stream").is_in(list(split))).then(part).otherwise(pl.lit(None, pl.String))
+        timed = rec.filter(pl.col("time").is_not_null()).with_columns(_part=part)
+        if split:  # a container's spans from its own lines (request lines name none: sources/vllm_log.py)
+            timed = timed.filter(pl.col("_part").is_not_null() | ~pl.col("stream").is_in(list(split)))
+        agg = timed.group_by("stream", "_part").agg(
+            pl.col("time").min().alias("_lo"), pl.col("time").max().alias("_hi")
+        )
+        for sid, c, lo, hi in agg.select("stream", "_part", "_lo", "_hi").iter_rows():
+            spans[(int(sid), c)] = (lo, hi)
+        st = starts(rec).select("stream", "source", "line")
+        if split:  # the container of each start's own line
+            at = rec.select("source", pl.col("n").alias("line"), "compose").unique(["source", "line"], keep="first")
+            st = st.join(at, on=["source", "line"], how="left")
+        for sid, c in st.select("stream", pl.col("compose") if split else pl.lit(None, pl.String)).iter_rows():
+            started.add((int(sid), c if int(sid) in split else None))
+    order = sorted(keys, key=lambda k: (spans.get(k, (None,))[0] is None, spans.get(k, (None,))[0] or 0, k[0]))
     groups: list[dict[str, Any]] = []
-    for sid in order:
-        span = spans.get(sid)
+    for k in order:
+        span = spans.get(k)
         home = None
         if span is not None:
             for g in groups:
-                if g["lo"] is None or (sid in started and g["server"]):
+                if g["lo"] is None or (k in started and g["server"]):
                     continue
                 if (
                     span[0].timestamp() <= g["hi"].timestamp() + MEET_S
@@ -149,24 +204,32 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
         if home is None:
             groups.append(
                 {
-                    "sids": [sid],
+                    "keys": [k],
+                    "sids": [k[0]],
                     "lo": span[0] if span else None,
                     "hi": span[1] if span else None,
-                    "server": sid in started,
+                    "server": k in started,
                 }
             )
         else:
-            home["sids"].append(sid)
+            home["keys"].append(k)
+            if k[0] not in home["sids"]:
+                home["sids"].append(k[0])
             home["lo"], home["hi"] = min(home["lo"], span[0]), max(home["hi"], span[1])  # type: ignore[index]
-            home["server"] = home["server"] or sid in started
+            home["server"] = home["server"] or k in started
     if len(groups) <= 1:
         return [Unit(paths[0], list(paths))]
     out: list[Unit] = []
     for g in groups:
-        name = " + ".join(bundle.stream_name(sid) for sid in g["sids"][:3]) + (
-            f" (+{len(g['sids']) - 3} more)" if len(g["sids"]) > 3 else ""
+        name = " + ".join(_part_name(bundle, sid, c) for sid, c in g["keys"][:3]) + (
+            f" (+{len(g['keys']) - 3} more)" if len(g["keys"]) > 3 else ""
         )
-        out.append(Unit(name, [str(f.path) for sid in g["sids"] for f in streams[sid]]))
+        keep: dict[str, tuple[str, ...]] = {}
+        for sid in g["sids"]:
+            mine = tuple(c for s, c in g["keys"] if s == sid and c is not None)
+            if mine and len(mine) < len(split.get(sid, [])):  # some of its containers: their lines only
+                keep.update({str(f.path): mine for f in streams[sid]})
+        out.append(Unit(name, [str(f.path) for sid in g["sids"] for f in streams[sid]], keep))
     others = [f for sid, fs in streams.items() if sid not in logs for f in fs]
     by_source = _source_spans(first)
     rest = []
@@ -227,7 +290,7 @@ def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=Non
 
     out = []
     for u in units(paths, ws, options.kinds, stdin):
-        out.append((u.name, analyze(u.paths, options, workspace=ws, stdin=stdin)))
+        out.append((u.name, analyze(u.paths, u.options(options), workspace=ws, stdin=stdin)))
     return out
 
 

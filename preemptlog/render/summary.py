@@ -204,10 +204,10 @@ def summarize(a: Analysis) -> dict[str, Any]:
 
 def incident_names(a: Analysis) -> list[str] | None:
     """The incidents of a bundle that holds more than one (render/each.py split_by_incident: servers,
-    and logs that do not meet in time), by name; None for one incident (or a filtered view: its
-    figures are the whole bundle's)."""
+    and logs that do not meet in time; the containers of a file that holds several), by name; None for
+    one incident (or a filtered view: its figures are the whole bundle's)."""
 
-    if getattr(a, "filters", None) or len(a.bundle.streams()) < 2:
+    if getattr(a, "filters", None) or not a.bundle.streams():
         return None
     units = split_by_incident([""], a)
     return [u.name for u in units] if len(units) > 1 else None
@@ -295,7 +295,11 @@ def _engines(a: Analysis, f: Any) -> dict[str, Any]:
     """``engine_kind`` (vllm | sglang | sglang+vllm), ``engine_kinds`` (events per engine) and each
     engine's own section under its name (Engine.summary_section: SGLang's ``sglang``)."""
     kinds = registry.engine_kinds(a.events, a.config, a.records)
-    own = {e.name: e.summary_section(a, f) for e in registry.registered() if e.summary_section is not None}
+    own = {
+        e.name: e.summary_section(registry.own_view(a, e.name), f)
+        for e in registry.registered()
+        if e.summary_section is not None
+    }
     return {"engine_kind": registry.engine_kind(kinds), "engine_kinds": kinds, **own}
 
 
@@ -318,7 +322,7 @@ CODE_SENTENCE = {
 def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict[str, Any]:
     """The incident's cause in vLLM's terms (the headline's words; ``summary.cause`` in the JSON)."""
 
-    cfg = in_force(a.config)
+    cfg = in_force(registry.config_of(a.config, registry.DEFAULT))  # the default engine's generation and version
     gen = (cfg.get("engine") or {}).get("value") if (cfg.get("engine") or {}).get("status") != "default" else None
     ver_row = cfg.get("vllm_version")
     version = ver_row["value"] if ver_row and ver_row.get("status") != "default" else None
@@ -341,7 +345,10 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         "version": version if own is None else None,
         # the engine's words given the bundle (a reset of the prefix cache, forced retractions), else its
         # static words, else the default engine's by generation
-        "code": next((w for e in shown if e.cause_words is not None and (w := e.cause_words(a))), None)
+        "code": next(
+            (w for e in shown if e.cause_words is not None and (w := e.cause_words(registry.own_view(a, e.name)))),
+            None,
+        )
         or ((own.cause_code or CODE_SENTENCE[None]) if own else CODE_SENTENCE.get(gen, CODE_SENTENCE[None])),
         "by_rule": rules,
         "contradicted": sum(n for r, n in rules.items() if r.endswith("-contradicted")),

@@ -23,6 +23,7 @@ from .workload import (
     length_limits,
     observed_config,
     parse_sets,
+    replayed_config,
     scheduler_of,
     version_refusal,
     with_version_defaults,
@@ -276,7 +277,7 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
         if "num_gpu_blocks" not in base_sets:
             raise
 
-        bs = in_force(analysis.config).get("block_size", {}).get("value") or 16
+        bs = in_force(replayed_config(analysis)).get("block_size", {}).get("value") or 16
         obs = Observed(
             ReplayConfig(num_gpu_blocks=int(base_sets["num_gpu_blocks"]), block_size=int(bs)),
             {"num_gpu_blocks": "--base num_gpu_blocks"},

@@ -444,6 +444,12 @@ class Observed:
     assumptions: list[str]
 
 
+def replayed_config(analysis: Analysis) -> pl.DataFrame:
+    """The configuration rows of the engine the what-if replays (engines.replayed): a bundle of two
+    engines holds the other's under the same keys (an SGLang log's max_model_len, kv_cache_tokens)."""
+    return engines.config_of(analysis.config, engines.replayed().name)
+
+
 _MEM_KEYS = {"kv_gib": "kv_cache_memory_gib", "weights_gib": "model_weights_gib", "total_gib": "total_gpu_memory_gib"}
 
 
@@ -451,7 +457,7 @@ def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
     """Memory figures of the log (the config rows of vllm/config.py: 'Available KV cache memory',
     'Model loading took', the V0 profiling line), each with its file:line."""
 
-    cfg = in_force(analysis.config)
+    cfg = in_force(replayed_config(analysis))
     out: dict[str, tuple[float, str]] = {}
     for name, key in _MEM_KEYS.items():
         row = cfg.get(key)
@@ -467,7 +473,7 @@ def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
 def observed_config(analysis: Analysis) -> Observed:
     """The replay configuration the incident ran with (num_gpu_blocks must be known)."""
 
-    cfg = in_force(analysis.config)
+    cfg = in_force(replayed_config(analysis))
     prov: dict[str, str] = {}
     assumptions: list[str] = []
 
@@ -549,7 +555,7 @@ def observed_config(analysis: Analysis) -> Observed:
     # the scheduler's version: its admission settings (seen in `non-default args`, else the version's
     # defaults) and its behaviours (the model engine follows them)
     rv = _replay_versions()
-    version, where = rv.of_bundle(analysis.config)
+    version, where = rv.of_bundle(replayed_config(analysis))
     sv = rv.scheduler(version, where)
     prov["vllm_version"] = sv.how
     if version is None:

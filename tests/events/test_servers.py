@@ -200,8 +200,8 @@ def _stats_line(prefix: str, t: int, running: int, kv: float, pre: int) -> str:
 
 def test_two_pods_in_one_kubectl_prefix_file_are_two_servers(tmp_path):
     """``kubectl logs -l app=vllm --prefix``: each line starts ``[pod/NAME/CONTAINER] ``; two pods in one
-    file are two servers (as docker compose's ``svc | ``), and the hint says how to part them (--each
-    splits by file, so it cannot)."""
+    file are two servers (as docker compose's ``svc | ``), and the hint says how to part them (--each parts
+    a file by its lines' container: tests/render/test_each_containers.py)."""
     lines = []
     for pod in ("vllm-a", "vllm-b"):
         lines.append(f"[pod/{pod}/vllm] INFO 05-01 09:59:59 [api_server.py:1] vLLM API server version 0.10.0")
@@ -214,7 +214,7 @@ def test_two_pods_in_one_kubectl_prefix_file_are_two_servers(tmp_path):
     assert srv.get_column("host").to_list() == ["vllm-a", "vllm-b"]
     warn = [w for w in res.warnings if "servers, not one incident" in w]
     assert warn and "on vllm-a" in warn[0] and "on vllm-b" in warn[0]
-    assert "container prefix" in warn[0] and "--each" not in warn[0]
+    assert "container's prefix" in warn[0] and "preemptlog analyze --each" in warn[0]
     assert res.summary()["events"] == 2
 
 

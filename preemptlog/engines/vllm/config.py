@@ -12,7 +12,9 @@ backend(s).`` (0.32+).
 Frame (``CONFIG_SCHEMA``), long format, one row per value seen:
 key, value (text as logged), status (``seen`` | ``derived`` | ``default``),
 time, source, line, note, run (the server run of the log line: vllm/runs.py; null for
-other sources and defaults, which are the bundle's).
+other sources and defaults, which are the bundle's); then ``engine_kind`` (registry.CONFIG_ENGINE),
+whose configuration the row is: vLLM's own lines, /metrics and block-table rows and vLLM's defaults
+are vLLM's, another engine's rows (given in ``extra``: an SGLang log's) and defaults that engine's.
 """
 
 from __future__ import annotations
@@ -27,9 +29,23 @@ from ...model.config import version_tuple as _version_tuple
 from ...model.frames import polars_schema
 from ...model.schemas import CONFIG_SCHEMA
 from ..common import arg_pattern as _arg
-from ..registry import ReplaySetting, ReplayVersions, SchedulerVersion, shown
+from ..facts import VLLM
+from ..registry import (
+    CONFIG_ENGINE,
+    ReplaySetting,
+    ReplayVersions,
+    SchedulerVersion,
+    config_engines,
+    config_of,
+    get,
+    owns,
+    shown,
+)
 from .runs import record_runs
 from .stats import RUST_FAMILY, V1_STATS_FAMILIES
+
+# vLLM's stats lines (the stats frame's ``family``): the only ones its derived values read
+OWN_STATS_FAMILIES = frozenset({"v0", *V1_STATS_FAMILIES})
 
 # (record kind, key, regex with one group)
 EXTRACTORS: list[tuple[str, str, str]] = [
@@ -193,7 +209,11 @@ _NUMERIC = {
 def parse(
     records: pl.DataFrame, stats: pl.DataFrame | None = None, extra: list[pl.DataFrame] | None = None
 ) -> pl.DataFrame:
-    """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults."""
+    """Config rows from the log, plus ``extra`` rows from other sources, derived values and defaults,
+    each with the engine whose configuration it is (``engine_kind``: registry.config_engines). Values are
+    derived from vLLM's own rows, stats lines and records only; the defaults are those of every engine the
+    bundle shows (registry.shown: vLLM's unless every log line is another engine's, so an SGLang-only
+    bundle is not given vLLM's block_size or max_num_seqs), each for the keys its own rows leave unsaid."""
 
     cfg = records.filter(pl.col("kind").str.starts_with("cfg_"))
     # Each value belongs to the server run of its line (a restart resets the configuration).
@@ -225,25 +245,36 @@ def parse(
         seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
     seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True, maintain_order=True)
     seen = _backend_block_size(seen, cfg)
-    derived = _derive(seen, stats, records)
+    # Whose configuration each row is (registry.config_engines): another engine's rows (an SGLang log's
+    # max_model_len, kv_cache_tokens...) are kept for that engine, and never derive or stand for vLLM's.
+    seen = config_engines(seen, records)
+    own = seen.filter(pl.col(CONFIG_ENGINE) == VLLM).drop(CONFIG_ENGINE)
+    own_stats = stats.filter(pl.col("family").is_in(list(OWN_STATS_FAMILIES))) if stats is not None else None
+    own_records = records.filter(owns(get(VLLM))) if records.height and "kind" in records.columns else records
+    derived = _derive(own, own_stats, own_records).with_columns(pl.lit(VLLM, pl.String).alias(CONFIG_ENGINE))
     out = pl.concat([seen, derived], how="vertical")
-    have = _stated_in_every_run(out, set(runs.get_column("run").unique().to_list()))
-    defaults = [
-        {
-            "key": k,
-            "value": v,
-            "status": "default",
-            "time": None,
-            "source": None,
-            "line": None,
-            "note": note,
-            "run": None,
-        }
-        for k, v, note in defaults_for(records, seen)
-        if k not in have
-    ]
+    run_ids = set(runs.get_column("run").unique().to_list())
+    defaults = []
+    for e in shown(records, seen):
+        theirs = out.filter(pl.col(CONFIG_ENGINE) == e.name)
+        have = _stated_in_every_run(theirs, run_ids)
+        defaults += [
+            {
+                "key": k,
+                "value": v,
+                "status": "default",
+                "time": None,
+                "source": None,
+                "line": None,
+                "note": note,
+                "run": None,
+                CONFIG_ENGINE: e.name,
+            }
+            for k, v, note in e.defaults(theirs.drop(CONFIG_ENGINE))
+            if k not in have
+        ]
     if defaults:
-        out = pl.concat([out, pl.DataFrame(defaults, schema=schema)], how="vertical")
+        out = pl.concat([out, pl.DataFrame(defaults, schema=out.schema)], how="vertical")
     return out
 
 
@@ -333,14 +364,6 @@ def _stated_in_every_run(rows: pl.DataFrame, run_ids: set[int]) -> set[str]:
         if None in runs or set(runs) >= run_ids:
             out.add(key)
     return out
-
-
-def defaults_for(records: pl.DataFrame, seen: pl.DataFrame) -> list[tuple[str, str, str]]:
-    """The defaults of the engines the bundle shows (registry.shown: vLLM's unless every log line is
-    another engine's, so an SGLang-only bundle is not given vLLM's block_size or max_num_seqs; an
-    engine with record kinds of its own where its lines are in the bundle), in registration order."""
-
-    return [row for e in shown(records, seen) for row in e.defaults(seen)]
 
 
 # The scheduler settings the what-if replays, by version (read from the released wheels'
@@ -634,6 +657,7 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
 def smallest_kv_tokens(config: pl.DataFrame) -> float | None:
     """The smallest KV cache size in tokens that the config frame holds (seen or derived): the
     request rows with longer prompts are kept for the never-fits finding (vllm/requests.py)."""
+    config = config_of(config, VLLM)  # vLLM's own pool (another engine's kv_cache_tokens is its own)
     if config.height == 0:
         return None
     vals = []
