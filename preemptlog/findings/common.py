@@ -42,7 +42,8 @@ def cfg_default(a: Analysis, key: str) -> Cfg | None:
 def stats_intervals(a: Analysis) -> pl.DataFrame:
     """One row per stats line that closes a measured interval: ``t0`` (previous line of the same
     stream and engine), ``t1``, ``seconds``, ``prompt_tokens`` and ``gen_tokens`` (throughput x
-    interval), ``src``. The first line of each series has no measured interval and is left out."""
+    interval), ``src``, ``engine``, ``stream`` (its log). The first line of each series has no measured
+    interval and is left out."""
     st = a.stats
     empty = pl.DataFrame(
         schema={
@@ -53,6 +54,7 @@ def stats_intervals(a: Analysis) -> pl.DataFrame:
             "gen_tokens": pl.Float64,
             "src": pl.String,
             "engine": pl.String,
+            "stream": pl.Int32,
         }
     )
     if st.height == 0:
@@ -74,6 +76,7 @@ def stats_intervals(a: Analysis) -> pl.DataFrame:
             (pl.col("gen_tput") * pl.col("seconds")).alias("gen_tokens"),
             src_expr().alias("src"),
             pl.col("engine").fill_null("0"),
+            pl.col("stream").cast(pl.Int32),
         )
         .collect()
     )

@@ -95,25 +95,43 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("time").is_not_null())
     )
     if iv.height and timed.height and a_stats.height:
-        # The event's own engine's stats line (another engine's never explains it).
-        tput = (
-            a_stats.filter(pl.col("time").is_not_null())
-            .select(
-                pl.col("time").alias("_st"),
-                pl.col("engine").fill_null("0").alias("_eng"),
-                pl.col("prompt_tput").alias("mech_prompt_tput_at"),
-                pl.col("gen_tput").alias("mech_gen_tput_at"),
-            )
-            .sort("_st")
+        # The event's own engine's stats line (another engine's never explains it); a log's event, its
+        # own log's line (another log beside it is another server's: joiner/stats.py lanes).
+        logs = frame(a, "log_streams")
+        has_stream = "stream" in a.events.columns and "stream" in a_stats.columns and logs is not None
+        log_ids = logs.get_column("stream").implode() if logs is not None else pl.Series([], dtype=pl.Int32)
+        own = (
+            pl.when(pl.col("_strm").is_in(log_ids).fill_null(False))
+            .then(pl.concat_str([pl.col("_eng"), pl.lit("|s:"), pl.col("_strm").cast(pl.String)]))
+            .otherwise(pl.col("_eng"))
         )
+        stream_of = pl.col("stream").cast(pl.Int32) if has_stream else pl.lit(None, pl.Int32)
+        lines = a_stats.filter(pl.col("time").is_not_null()).select(
+            pl.col("time").alias("_st"),
+            pl.col("engine").fill_null("0").alias("_eng"),
+            stream_of.alias("_strm"),
+            pl.col("prompt_tput").alias("mech_prompt_tput_at"),
+            pl.col("gen_tput").alias("mech_gen_tput_at"),
+        )
+        # every line under its engine's key and under its log's key
+        tput = pl.concat(
+            [lines.with_columns(_k=pl.col("_eng")), lines.with_columns(_k=own).filter(pl.col("_k") != pl.col("_eng"))]
+        ).sort("_st")
+        evs = timed.select("event_id", "time", pl.col("engine").fill_null("0").alias("_eng"))
+        if has_stream:
+            evs = evs.join(
+                a.events.select("event_id", pl.col("stream").cast(pl.Int32).alias("_strm")), on="event_id", how="left"
+            )
+        else:
+            evs = evs.with_columns(_strm=pl.lit(None, pl.Int32))
         near = (
-            timed.select("event_id", "time", pl.col("engine").fill_null("0").alias("_eng"))
+            evs.with_columns(_k=own)
             .sort("time")
             .join_asof(
-                tput,
+                tput.select("_st", "_k", "mech_prompt_tput_at", "mech_gen_tput_at"),
                 left_on="time",
                 right_on="_st",
-                by="_eng",
+                by="_k",
                 strategy="forward",
                 tolerance="60s",
                 check_sortedness=False,

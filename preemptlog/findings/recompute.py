@@ -483,6 +483,13 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
     total = int(known.get_column("recompute_tokens").sum()) if known.height else None
     iv = stats_intervals(a)
     timed = ev.filter(pl.col("time").is_not_null())
+    # The tokens its servers processed: when every timed event is a log's, the stats lines of those
+    # logs only (another log beside them is another server's: its throughput is not theirs).
+    logs = frame(a, "log_streams")
+    if timed.height and logs is not None and logs.height and "stream" in a.events.columns:
+        streams = a.events.filter(pl.col("time").is_not_null()).get_column("stream").cast(pl.Int32)
+        if streams.is_in(logs.get_column("stream").implode()).fill_null(False).all():
+            iv = iv.filter(pl.col("stream").is_in(streams.unique().implode()))
     processed = None
     share = None
     window: dict[str, Any] = {}

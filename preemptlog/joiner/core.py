@@ -71,7 +71,7 @@ def compute(
             section_batch_len(ev, frames, before_us),
             section_request(ev, frames, before_us, after_us),
             section_kv(ev, frames),
-            section_stats(ev, stats, before_us, after_us),
+            section_stats(ev, stats, before_us, after_us, log_streams=frames.get("log_streams")),
             section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
             _config_section(ev, base, config, frames.get("server_runs")),

@@ -52,7 +52,13 @@ EVIDENCE = [
 
 
 def section_stats(
-    ev: pl.DataFrame, stats: pl.DataFrame | None, before_us: int, after_us: int, *, own_stream: bool = True
+    ev: pl.DataFrame,
+    stats: pl.DataFrame | None,
+    before_us: int,
+    after_us: int,
+    *,
+    own_stream: bool = True,
+    log_streams: pl.DataFrame | None = None,
 ) -> pl.DataFrame | None:
     """Stats-line evidence, per engine (rule 4 of issue 13) and per log (``own_stream``).
 
@@ -60,9 +66,10 @@ def section_stats(
     Aggregated`` lines are engine ``all``; a line or event without one is engine "0").
     Two servers' logs in one bundle both call their engine "0", and one server's line is no
     evidence for the other's preemption (:func:`lanes`): a log event whose stream (a log and its
-    rotated parts; ``own_stream``) has lines of its engine reads only those, else an event whose
-    folder has lines of its engine (a /metrics scrape or a record beside its server's log) reads
-    only those, else every line of its engine.
+    rotated parts; ``own_stream``) reads only those (none when its log has none: another log beside
+    it is another server's), an event of another source whose folder has lines of its engine (a
+    /metrics scrape or a record beside its server's log) reads only those, else every line of its
+    engine.
     An event spread in a counted interval (``_iend``: a ``Preemptions: N`` line, a V0 counter
     jump, a Prometheus increase) is judged by the interval itself (rule 3 of issue 13, issue 25):
     the engine's lines in ``[interval_start, interval_end]`` (for ``Preemptions: N``, the line
@@ -73,7 +80,9 @@ def section_stats(
     st = stats.filter(pl.col("time").is_not_null())
     if st.height == 0:
         return None
-    ev, st = lanes(ev.rename({"_file": "source"}, strict=False), with_eng(st), own_stream)
+    ev, st = lanes(ev.rename({"_file": "source"}, strict=False), with_eng(st), own_stream, log_streams)
+    if st.height == 0:  # no event reads any line (each log event's own log has none)
+        return None
     st = st.sort("time", "stream", "seq").with_row_index("_row").with_columns(_ssrc=src_expr())
     k, w, r = _value_srcs(st)
     st = st.with_columns(src_expr(line=f"{c}_line").alias(n) for c, n in _OWN.items() if n in (k, w, r))
@@ -206,9 +215,12 @@ def _prefix(k: int, col: str = "source") -> pl.Expr:
     return _folder(col).str.extract(r"^/?((?:[^/]+/){" + str(k - 1) + r"}[^/]+)", 1)
 
 
-def lanes(ev: pl.DataFrame, st: pl.DataFrame, own_stream: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+def lanes(
+    ev: pl.DataFrame, st: pl.DataFrame, own_stream: bool, log_streams: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The lookup key ``_ek`` of events and stats lines, the nearest place first: ``engine|s:stream``
-    for a log event whose stream (own_stream) has lines of its engine, else ``engine|dK:folder`` for
+    for a log event (own_stream: its stream's lines, or none when its log has none: another log is
+    another server's), else ``engine|dK:folder`` for
     the deepest folder above the event's file that holds lines of its engine (its own folder, else the
     one above it: a bundle keeps one server's files under one folder, ``a/logs/vllm.log`` and
     ``a/metrics/01.prom``; two servers side by side are two folders), else ``engine|*``: the engine's
@@ -236,7 +248,22 @@ def lanes(ev: pl.DataFrame, st: pl.DataFrame, own_stream: bool) -> tuple[pl.Data
         have = rows.get_column("_ek").unique().implode()
         keys.append((rows, tag))
         chosen = pl.coalesce(chosen, pl.when(lane.is_in(have)).then(lane))
-    ev = ev.with_columns(_ek=pl.coalesce(chosen, star))
+    picked = pl.coalesce(chosen, star)
+    if levels and levels[0][0] == "s" and log_streams is not None and log_streams.height:
+        # A log event is its log's server's: it reads its own stream's lines or none. Another log
+        # beside it is another server's (two servers' logs in one folder) or at best unknown: its
+        # lines never explain this event, not even when the event's own log has none (stats off).
+        own = pl.concat_str([pl.col("_eng"), pl.lit("|s:"), pl.col("stream").cast(pl.String)])
+        have_own = keys[0][0].get_column("_ek").unique().implode()
+        of_log = pl.col("stream").cast(pl.Int32).is_in(log_streams.get_column("stream").implode()).fill_null(False)
+        picked = (
+            pl.when(~of_log)
+            .then(picked)
+            .when(own.is_in(have_own))
+            .then(own)
+            .otherwise(pl.concat_str([pl.col("_eng"), pl.lit("|none")]))
+        )
+    ev = ev.with_columns(_ek=picked)
     used = set(ev.get_column("_ek").unique().to_list())
     for rows, tag in keys:
         if any(k.split("|", 1)[1].startswith(f"{tag}:") for k in used if "|" in k):

@@ -425,6 +425,11 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     assumptions = list(clock.assumptions)
     # Which server run each log line belongs to (a restart resets the configuration: vllm/runs.py).
     frames["server_runs"] = facts.runs(records)
+    # The streams of the servers' logs: a log's event is its server's, and reads its own log's lines only.
+    frames["log_streams"] = pl.DataFrame(
+        {"stream": sorted({f.stream for f in bundle.files if f.kind in LOG_KINDS and f.stream >= 0})},
+        schema={"stream": pl.Int32},
+    )
     for o in outputs:
         frames.update(o.frames)
         assumptions.extend(o.assumptions)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from preemptlog import AnalyzeOptions, analyze
 
@@ -68,3 +69,41 @@ def test_each_servers_event_reads_its_own_stats_lines(tmp_path: Path) -> None:
     # the window maxima too: A never saw B's lines, B never saw A's 99.5 %
     assert a["stats_kv_usage_max"] == 99.5 and "b/vllm.log" not in a["stats_kv_usage_max_src"]
     assert b["stats_kv_usage_max"] == 60.0 and "a/vllm.log" not in b["stats_kv_usage_max_src"]
+
+
+def _stats_off_bundle(tmp_path: Path, folders: bool) -> Path:
+    """Server A logs its preemption with its stats lines off (--disable-log-stats); server B logs stats
+    lines only. Side by side in one folder, or each in its own."""
+    a = [
+        "INFO 12-01 10:00:00 [api_server.py:1090] vLLM API server version 0.8.5",
+        "WARNING 12-01 10:00:06 [scheduler.py:1775] " + W.format(rid="A-a", n=1),
+    ]
+    b = [
+        "INFO 12-01 10:00:00 [api_server.py:1090] vLLM API server version 0.8.5",
+        _stats("10:00:01", 7, 3, 98.0),
+        _stats("10:00:05", 7, 3, 99.0),
+        _stats("10:00:10", 7, 3, 99.0),
+    ]
+    for name, lines in (("a", a), ("b", b)):
+        d = tmp_path / name if folders else tmp_path
+        d.mkdir(exist_ok=True)
+        (d / f"{name}.log").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("folders", [False, True])
+def test_a_log_without_stats_lines_never_reads_another_logs(tmp_path: Path, folders: bool) -> None:
+    """A log's event is its own server's: with no stats line in its own log, its stats evidence is
+    not evaluable, never the line of another log beside it (before: the folder's other log, another
+    server, gave A's preemption B's 99 % and 7 running), and the recompute share's processed tokens
+    are not B's either."""
+    a = analyze([str(_stats_off_bundle(tmp_path, folders))], AnalyzeOptions(tz="UTC", year=2026))
+    ev = a.events.select("event_id", "request_id").join(a.evidence, on="event_id")
+    row = ev.filter(pl.col("request_id") == "A-a").row(0, named=True)
+    for col in ("stats_kv_usage_at", "stats_running_at", "stats_waiting_at", "stats_kv_usage_max"):
+        assert row[col] is None, (col, row[col])
+    assert not any("b.log" in str(v) for k, v in row.items() if k.startswith("stats_") and k.endswith("_src"))
+    rc = a.findings.recompute
+    assert rc["processed_tokens"] is None and rc["processed_window"] is None
+    cited = [e["src"] for row in a.findings.per_event.get_column("mechanism_evidence").to_list() for e in row or []]
+    assert cited and not any("b.log" in str(c) for c in cited), cited
