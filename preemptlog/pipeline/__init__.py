@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any, Generic, TypeVar, cast
+from typing import IO, Any
 
 import polars as pl
 
@@ -92,7 +91,6 @@ from . import profile as _profile
 from .bundle import collect, keep_containers, parse_kind_overrides
 
 Profile = _profile.Profile
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -112,32 +110,6 @@ class Rules:
     lookback_steps: int
 
 
-class Pending(Generic[T]):
-    """A stage's call run in a thread of its own: :meth:`result` waits for it and returns its value or
-    raises its exception (an input error stays an input error)."""
-
-    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, *args), name="preemptlog-requests", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[..., T], *args: Any) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as e:  # handed to the caller by result()
-            self._error = e
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]  # set when no error was
-
-
 @dataclass(frozen=True)
 class SourceFrames:
     """Every source's output on one clock (the ``sources`` stage)."""
@@ -147,7 +119,8 @@ class SourceFrames:
     records: pl.DataFrame  # vllm_log.RECORD_SCHEMA, on the common clock, line-time rows dropped
     stats: pl.DataFrame
     config: pl.DataFrame
-    requests: Pending[tuple[pl.DataFrame, RequestStats]]  # the request stage, under way: (frame, counts)
+    requests: pl.DataFrame
+    request_stats: RequestStats
     event_parts: tuple[pl.DataFrame, ...]  # partial event frames (events.conform), not yet one set
     frames: dict[str, pl.DataFrame]  # per-source frames: bt_*, prom_*, kv_events, dmon, hook_*
     counters: dict[str, Any]
@@ -414,10 +387,9 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     partial = phase1.partial or logs.partial or logged.partial
     parts = list(logged.parts) + [e for o in outputs for e in o.events]
     frames_so_far = {k: v for o in outputs for k, v in o.frames.items()}
-    # The request stage runs beside the events, the joiner and the verdicts, which never read the
-    # requests (mostly inside polars, without the GIL); the findings wait for it (run()).
-    requests = Pending(facts.requests, records, request_rows, named_request_ids(parts, frames_so_far), config)
+    reqs, req_stats = facts.requests(records, request_rows, named_request_ids(parts, frames_so_far), config)
     del request_rows
+    prof.mark("requests")
 
     frames: dict[str, pl.DataFrame] = {}
     notes: list[str] = list(untimed_notes) + list(logs.notes) + list(phase1.notes)
@@ -443,7 +415,8 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         records=records,
         stats=stats,
         config=config,
-        requests=requests,
+        requests=reqs,
+        request_stats=req_stats,
         event_parts=tuple(parts),
         frames=frames,
         counters=counters,
@@ -488,58 +461,49 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
     src = sources_stage(bundle, ws, options, tz, prof)
     tz = src.tz  # the zone the logs were read in (sources_stage may find it: events/zonefit.py)
     options = dataclasses.replace(options, kv_ceiling=rules.kv_ceiling, lookback_steps=rules.lookback_steps)
-    try:
-        draft = Draft(
-            bundle=bundle,
-            events=pl.DataFrame(schema=ev.polars_schema()),  # decided by the events stage
-            stats=src.stats,
-            config=src.config,
-            # not read before the findings: the request stage is still running (SourceFrames.requests)
-            requests=cast(pl.DataFrame, None),
-            request_stats=cast(RequestStats, None),
-            records=src.records,
-            tz=tz,
-            frames=dict(src.frames),
-            counters=dict(src.counters),
-            options=options,
-        )
-        prof.mark("events (parts)")
+    draft = Draft(
+        bundle=bundle,
+        events=pl.DataFrame(schema=ev.polars_schema()),  # decided by the events stage
+        stats=src.stats,
+        config=src.config,
+        requests=src.requests,
+        request_stats=src.request_stats,
+        records=src.records,
+        tz=tz,
+        frames=dict(src.frames),
+        counters=dict(src.counters),
+        options=options,
+    )
+    prof.mark("events (parts)")
 
-        # The event set: one home (reconcile.event_set).
-        es = event_set(draft, list(src.event_parts))
-        prof.mark(f"events ({es.events.height})")
-        pressure = find_intervals(src.stats, src.frames.get("prom_series"), ceiling=rules.kv_ceiling)
-        draft = dataclasses.replace(
-            draft,
-            events=es.events,
-            counters={**draft.counters, "overlap": es.overlap, "reconciliation": es.reconciliation},
-            frames={**draft.frames, "pressure_intervals": pressure},
-        )
-        prof.mark("reconcile")
-        honesty = honesty_notes(draft)
+    # The event set: one home (reconcile.event_set).
+    es = event_set(draft, list(src.event_parts))
+    prof.mark(f"events ({es.events.height})")
+    pressure = find_intervals(src.stats, src.frames.get("prom_series"), ceiling=rules.kv_ceiling)
+    draft = dataclasses.replace(
+        draft,
+        events=es.events,
+        counters={**draft.counters, "overlap": es.overlap, "reconciliation": es.reconciliation},
+        frames={**draft.frames, "pressure_intervals": pressure},
+    )
+    prof.mark("reconcile")
+    honesty = honesty_notes(draft)
 
-        found, skew = joiner_evidence(
-            draft.events,
-            draft.frames,
-            draft.stats,
-            draft.config,
-            before=options.before,
-            after=options.after,
-            lookback_steps=rules.lookback_steps,
-        )
-        draft = dataclasses.replace(draft, evidence=found)
-        prof.mark("joiner")
-        if rules.ruleset is not None:
-            draft = dataclasses.replace(draft, ruleset=rules.ruleset)
-            draft = dataclasses.replace(draft, verdicts=rule_verdicts(draft, rules.ruleset))
-            prof.mark("verdicts")
-    except BaseException as e:
-        if not isinstance(e, KeyboardInterrupt):  # an interrupt leaves at once (the thread is a daemon)
-            src.requests.wait()  # its spill files go with the workspace: let it finish before they do
-        raise
-    reqs, req_stats = src.requests.result()
-    draft = dataclasses.replace(draft, requests=reqs, request_stats=req_stats)
-    prof.mark("requests (waited for)")
+    found, skew = joiner_evidence(
+        draft.events,
+        draft.frames,
+        draft.stats,
+        draft.config,
+        before=options.before,
+        after=options.after,
+        lookback_steps=rules.lookback_steps,
+    )
+    draft = dataclasses.replace(draft, evidence=found)
+    prof.mark("joiner")
+    if rules.ruleset is not None:
+        draft = dataclasses.replace(draft, ruleset=rules.ruleset)
+        draft = dataclasses.replace(draft, verdicts=rule_verdicts(draft, rules.ruleset))
+        prof.mark("verdicts")
     found_beyond = compute_findings(draft)  # the findings beyond the gates (findings/): read-only
     prof.mark("findings")
     fix_plan = plan_fixes(draft, found_beyond)  # the changes to make: one list for every output
