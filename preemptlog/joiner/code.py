@@ -142,21 +142,65 @@ def section_code(
         out = out.with_columns([xs[0] if len(xs) == 1 else pl.coalesce(xs).alias(n) for n, xs in cols.items()])
         if masked:
             out = out.drop("engine_kind")
-    pressure = pressure_in_spans(
-        *_own_server_pressure(span, frames.get("pressure_intervals"), stats, frames.get("prom_series"))
-    )
+    pressures, kv_befores = [], []
+    for part, st, piv in _per_log(span, stats, frames.get("pressure_intervals"), frames.get("log_streams")):
+        pressures.append(pressure_in_spans(*_own_server_pressure(part, piv, st, frames.get("prom_series"))))
+        kv_befores.append(_kv_max_before(part, st, frames.get("prom_series")))
+    pressure = _stacked(pressures)
     if pressure is not None:
         out = out.join(pressure, on="_i", how="left")
     failed = _failed_allocations(span, frames.get("bt_events"))
     if failed is not None:
         out = out.join(failed, on="_i", how="left")
-    kv_before = _kv_max_before(span, stats, frames.get("prom_series"))
+    kv_before = _stacked(kv_befores)
     if kv_before is not None:
         out = out.join(kv_before, on="_i", how="left")
     prio = _priority_path(span, frames.get("v0_priority_lines"))
     if prio is not None:
         out = out.join(prio, on="_i", how="left")
     return out if out.width > 1 else None
+
+
+def _stacked(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
+    got = [p for p in parts if p is not None and p.height]
+    if not got:
+        return None
+    return got[0] if len(got) == 1 else pl.concat(got, how="diagonal_relaxed")
+
+
+def _per_log(
+    span: pl.DataFrame, stats: pl.DataFrame | None, piv: pl.DataFrame | None, logs: pl.DataFrame | None
+) -> list[tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]]:
+    """The spans in groups, each with the stats lines and pressure intervals it may read: a log's
+    events (a group per log) never read another log's lines or intervals (another log beside theirs
+    is another server's, even when theirs has none: stats off); other events (scrapes, records) read
+    every one, by place (stats.py lanes)."""
+    if (
+        logs is None
+        or logs.height == 0
+        or "stream" not in span.columns
+        or stats is None
+        or "stream" not in stats.columns
+    ):
+        return [(span, stats, piv)]
+    ids = logs.get_column("stream")
+    of_log = pl.col("stream").cast(pl.Int32).is_in(ids.implode()).fill_null(False)
+    out: list[tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]] = []
+    rest = span.filter(~of_log)
+    if rest.height:
+        out.append((rest, stats, piv))
+    files = stats.select(pl.col("stream").cast(pl.Int32), pl.col("source").cast(pl.String)).unique().drop_nulls()
+    for sid in span.filter(of_log).get_column("stream").cast(pl.Int32).unique().sort().to_list():
+        others = ids.filter(ids != sid).implode()
+        st = stats.filter(~pl.col("stream").cast(pl.Int32).is_in(others).fill_null(False))
+        p = piv
+        if piv is not None and piv.height and "evidence" in piv.columns:
+            theirs = files.filter(pl.col("stream").is_in(others)).get_column("source").implode()
+            p = piv.filter(
+                ~pl.col("evidence").list.first().str.replace(r":[0-9-]+$", "").is_in(theirs).fill_null(False)
+            )
+        out.append((span.filter(pl.col("stream").cast(pl.Int32) == sid), st, p))
+    return out
 
 
 def _priority_path(span: pl.DataFrame, lines: pl.DataFrame | None) -> pl.DataFrame | None:
