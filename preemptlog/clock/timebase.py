@@ -121,10 +121,11 @@ def local_zone() -> str:
     except OSError:
         pass
     offset = datetime.now().astimezone().utcoffset() or timedelta(0)
-    return _offset_name(offset)
+    return offset_name(offset)
 
 
-def _offset_name(offset: timedelta) -> str:
+def offset_name(offset: timedelta) -> str:
+    """``+05:30``, ``-03:00``: a fixed offset as ISO 8601 writes it."""
     total = int(offset.total_seconds() // 60)
     sign = "+" if total >= 0 else "-"
     total = abs(total)
@@ -158,7 +159,7 @@ def iso_text(expr: pl.Expr, tz: str) -> pl.Expr:
     off = fixed_offset(tz)
     if off is not None:
         return pl.concat_str(
-            [local_wall(expr, tz).dt.to_string("%Y-%m-%dT%H:%M:%S%.f"), pl.lit(_offset_name(timedelta(seconds=off)))]
+            [local_wall(expr, tz).dt.to_string("%Y-%m-%dT%H:%M:%S%.f"), pl.lit(offset_name(timedelta(seconds=off)))]
         )
     return expr.dt.convert_time_zone(tz).dt.to_string("%Y-%m-%dT%H:%M:%S%.f%:z")
 

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..clock.timebase import iso, local_wall, zone_info
-from ..sources.meets import MEET_S, QUARTER_S
+from ..clock.timebase import iso, local_wall, offset_name, zone_info
+from ..sources.meets import MEET_S, QUARTER_S, duration_words
 from .servers import starts as server_starts
 
 if TYPE_CHECKING:
@@ -62,19 +62,6 @@ class ZoneFit:
     zone: str  # a fixed offset, ``+08:00``
     shift_s: int  # how far the logs as read were from it (seconds: read - true)
     why: str  # the zone assumption's text
-
-
-def _offset_name(seconds: int) -> str:
-    if seconds == 0:
-        return "UTC"
-    sign = "-" if seconds < 0 else "+"
-    h, m = divmod(abs(seconds) // 60, 60)
-    return f"{sign}{h:02d}:{m:02d}"
-
-
-def _duration(seconds: int) -> str:
-    h, m = divmod(abs(seconds) // 60, 60)
-    return f"{h} h {m} min" if h and m else (f"{h} h" if h else f"{m} min")
 
 
 def startups(records: pl.DataFrame) -> pl.DataFrame:
@@ -294,7 +281,7 @@ def fit(
             return None
     _, c, c_where, (s, e, w, ew, ws, we), _ = min(mine, key=lambda p: p[1])
     d = zone_s - int((s.astimezone(zone_info(assumed)).utcoffset() or timedelta(0)).total_seconds())
-    zone = _offset_name(zone_s)
+    zone = "UTC" if zone_s == 0 else offset_name(timedelta(seconds=zone_s))
 
     def true(wall: datetime) -> datetime:
         return (wall - timedelta(seconds=zone_s)).replace(tzinfo=UTC)
@@ -303,7 +290,7 @@ def fit(
         f"the bundle: a counter's _created dates an engine start ({iso(c, zone)}, {c_where}) that lies in the "
         f"start-up the log shows ({w} to {ew}, {iso(true(ws), zone)} to {iso(true(we), zone)}) when the log is "
         f"read in {zone}, and in none read in {assumed} "
-        f"({_duration(d)} apart); its scrapes were read while the log ran only in {zone} (--tz sets the zone); "
+        f"({duration_words(d)} apart); its scrapes were read while the log ran only in {zone} (--tz sets the zone); "
         "applies to every timestamp without an offset"
     )
     return ZoneFit(zone=zone, shift_s=d, why=why)

@@ -54,7 +54,7 @@ def file_spans(out: SourceOutput) -> dict[str, tuple[datetime, datetime]]:
     return {s: (lo, hi) for s, lo, hi in agg.iter_rows()}
 
 
-def _duration(seconds: float) -> str:
+def duration_words(seconds: float) -> str:
     """``2 h``, ``1 h 30 min``, ``45 min``, ``3 days``: how far apart, for a sentence."""
     s = abs(int(round(seconds)))
     if s >= 2 * 86400:
@@ -104,7 +104,7 @@ def not_meeting(out: SourceOutput, ctx: TimeContext | None, what: str, kind: str
         gap = (lo - r1) if after else (r0 - hi)
         shift = zone_shift(lo, hi, (r0, r1))
         hint = (
-            f"; if its clock is {_duration(shift)} {'ahead' if shift < 0 else 'behind'} (a zone mismatch), "
+            f"; if its clock is {duration_words(shift)} {'ahead' if shift < 0 else 'behind'} (a zone mismatch), "
             f"--offset {source}={_offset_text(shift)} puts it on the log (or, if the log is the one read in "
             f"the wrong zone, {ctx.tz} now, --tz with the log's zone)"
             if shift is not None
@@ -112,7 +112,7 @@ def not_meeting(out: SourceOutput, ctx: TimeContext | None, what: str, kind: str
         )
         out_warnings.append(
             f"{source}: its {what} ({iso(lo, ctx.tz)} to {iso(hi, ctx.tz)}) do not meet the vLLM log in time "
-            f"({iso(r0, ctx.tz)} to {iso(r1, ctx.tz)}; {_duration(gap.total_seconds())} "
+            f"({iso(r0, ctx.tz)} to {iso(r1, ctx.tz)}; {duration_words(gap.total_seconds())} "
             f"{'after' if after else 'before'} it): {why}{hint}"
         )
     return out_warnings
