@@ -167,11 +167,45 @@ VERSION_DEFAULTS: dict[str, list[tuple[tuple[int, ...] | None, str, str]]] = {
 }
 
 
-def default_rows(version: str | None) -> list[tuple[str, str, str]]:
-    """(key, value, note) of vLLM's defaults for ``version`` (None: not in the bundle)."""
+# A line only some versions write bounds the version from below when no line names it: the Rust
+# frontend (``VLLM_USE_RUST_FRONTEND=1``; its stats line, stats.RUST_FAMILY) ships from vLLM 0.33.0
+# (vllm-rs, rust/src/llm/src/log_stats.rs of the 0.33.0 and 0.34.0 wheels; none before).
+RUST_FRONTEND_SINCE = "0.33.0"
+VERSION_FLOOR_KEY = "vllm_version_floor"
+
+
+def _dotted(v: tuple[int, ...]) -> str:
+    return ".".join(str(x) for x in v)
+
+
+def default_rows(
+    version: str | None, floor: str | None = None, floor_why: str | None = None
+) -> list[tuple[str, str, str]]:
+    """(key, value, note) of vLLM's defaults for ``version`` (None: not in the bundle). Without a
+    version, ``floor`` (a version the bundle's own lines show it is at least: ``floor_why``) keeps
+    only the defaults of the versions from it on: one left is that default, several the one in force
+    at the floor, with the newer ones named in the note."""
     vt = _version_tuple(version) if version else None
+    ft = _version_tuple(floor) if floor and vt is None else None
     out = []
     for key, rows in VERSION_DEFAULTS.items():
+        if ft is not None:
+            at_floor = next((r for r in rows if r[0] is None or ft >= r[0]), rows[-1])
+            newer = [r for r in rows if r[0] is not None and r[0] > ft][::-1]
+            why = f"the version is not in the bundle, at least {floor}: {floor_why or 'the bundle shows it'}"
+            if not newer:
+                out.append((key, at_floor[1], f"assumed: vLLM's default from {floor} on ({at_floor[2]}; {why})"))
+                continue
+            changes = ", ".join(f"{r[1]} from {_dotted(r[0] or ())}" for r in newer)
+            out.append(
+                (
+                    key,
+                    at_floor[1],
+                    f"assumed: vLLM's default from {floor} until {_dotted(newer[0][0] or ())} ({changes}; {why}; "
+                    f"{at_floor[2]})",
+                )
+            )
+            continue
         chosen = next((r for r in rows if vt is not None and r[0] is not None and vt >= r[0]), None)
         if chosen is None:
             chosen = rows[-1] if vt is not None else rows[0] if len(rows) == 1 else None
@@ -498,6 +532,10 @@ REPLAY_VERSIONS = ReplayVersions(of_bundle=bundle_version, scheduler=scheduler_v
 def version_defaults(seen: pl.DataFrame) -> list[tuple[str, str, str]]:
     """vLLM's defaults for the version the configuration rows seen name (the engine's ``defaults``)."""
     ver = _last(seen, "vllm_version")
+    floor = None if ver else _last(seen, VERSION_FLOOR_KEY)
+    if floor is not None:
+        where = f" ({floor['source']}:{floor['line']})" if floor.get("source") else ""
+        return default_rows(None, str(floor["value"]), f"{floor['note']}{where}")
     return default_rows(ver["value"] if ver else None)
 
 
@@ -650,6 +688,17 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
                 add("engine", "V1", [marks["V1"]], f"{marks['V1']['what']}: written only by vLLM's V1 engine")
             elif marks["V0"] and not marks["V1"]:
                 add("engine", "V0", [marks["V0"]], f"{marks['V0']['what']}: written only by vLLM's V0 engine")
+    if _last(seen, "vllm_version") is None and stats is not None and stats.height:
+        rust = stats.filter(pl.col("family") == RUST_FAMILY).head(1)
+        if rust.height:
+            r = rust.row(0, named=True)
+            add(
+                VERSION_FLOOR_KEY,
+                RUST_FRONTEND_SINCE,
+                [{"time": r["time"], "source": r["source"], "line": r["line"]}],
+                f"the Rust frontend's stats line (VLLM_USE_RUST_FRONTEND=1, vllm-rs log_stats.rs), shipped from "
+                f"vLLM {RUST_FRONTEND_SINCE}",
+            )
     schema = polars_schema(CONFIG_SCHEMA)
     return pl.DataFrame(rows, schema=schema)
 

@@ -150,6 +150,20 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
         out["vllm_version"] = Measured(
             str(ver["value"]), f"vllm_version {ver['status']} ({ver['source']}:{ver['line']})"
         )
+    gmu_row = cfg.get("gpu_memory_utilization")
+    floor = cfg.get("vllm_version_floor")
+    if (
+        "vllm_version" not in out
+        and gmu_row is not None
+        and gmu_row.get("status") == "default"
+        and (cfg.get("engine") or {}).get("value") != "V0"
+    ):
+        # The version is not known, so it may be 0.34+, where an unset gpu_memory_utilization is 1.0 under the
+        # extensible KV cache: the assumed default raised by 0.05 would take memory away there.
+        at_least = f", at least {floor['value']} ({floor['source']}:{floor['line']})" if floor is not None else ""
+        out["gmu_unset_extensible"] = Measured(
+            True, f"the vLLM version is not in the bundle{at_least}: it may be {_dotted(EXTENSIBLE_KV_SINCE)} or later"
+        )
     out["max_model_len"] = c("max_model_len", int)
     out["enable_chunked_prefill"] = c(
         "enable_chunked_prefill", lambda v: str(v).strip().lower() in ("true", "1", "yes")
@@ -261,6 +275,12 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
 
 # vLLM 0.34.0's CacheConfig: gpu_memory_utilization unset resolves to 1.0 under the extensible KV cache.
 EXTENSIBLE_KV_SINCE = (0, 34, 0)
+
+
+def _dotted(v: tuple[int, ...]) -> str:
+    return ".".join(str(x) for x in v)
+
+
 EXTENSIBLE_BASIS = (
     "vLLM's own advice (vllm/config/cache.py 0.34.0 CacheConfig.gpu_memory_utilization: 'With the extensible "
     "KV cache (the default on CUDA and ROCm), leave this unset ... A lower value takes memory away from the KV "
@@ -497,6 +517,15 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
                 G1_KEYS,
             )
             item["basis"] = f"{_advice(engine)}, +0.05: the bundle holds no pool and demand to size it"
+            unset = m.get("gmu_unset_extensible")
+            if unset is not None and unset.known:
+                # vLLM 0.34+ with it unset: 1.0 already; the raised value would be a cut there.
+                item["text"] = (
+                    f"{item['text']}; on vLLM {_dotted(EXTENSIBLE_KV_SINCE)} or later, where it is unset, leave it "
+                    f"unset (1.0 under the extensible KV cache, its default on CUDA and ROCm): {nxt} would take memory "
+                    f"away from the KV cache ({unset.how})"
+                )
+                item["basis"] += f"; on {_dotted(EXTENSIBLE_KV_SINCE)}+ leave it unset (1.0 there)"
             out.append(item)
     else:
         out.append(
