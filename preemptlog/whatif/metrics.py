@@ -66,7 +66,14 @@ class StepTime:
 
 
 def _engine_col(f: pl.DataFrame) -> pl.Expr:
-    return pl.col("engine").cast(pl.String).fill_null("0") if "engine" in f.columns else pl.lit("0")
+    """The lane of a record: its engine within its server, the server told by the folder of its file
+    (model/places.py: two servers' records both call their engine "0", and one server's steps never
+    pair with the other's)."""
+    engine = pl.col("engine").cast(pl.String).fill_null("0") if "engine" in f.columns else pl.lit("0")
+    if "source" not in f.columns:
+        return engine
+    folder = pl.col("source").cast(pl.String).fill_null("").str.replace_all("!", "/", literal=True)
+    return pl.concat_str([folder.str.replace(r"/?[^/]*$", ""), pl.lit("\x00"), engine])
 
 
 def _in_flight(frames: dict[str, pl.DataFrame]) -> pl.DataFrame | None:

@@ -141,3 +141,24 @@ def test_a_verified_fix_without_a_clock_says_latency_not_modelled(tmp_path):
     rp = kept[0]["replay"]
     assert rp["observed"]["latency_p95_s"] is None and rp["fixed"]["latency_p95_s"] is None
     assert kept[0]["verified"].endswith("preemptions, latency not modelled")
+
+
+def test_two_servers_records_never_pair_their_steps(tmp_path):
+    # Two servers' records (folders a/ and b/), both engine "0", each stepping every 4 ms, their step
+    # counters far apart and their records interleaved in time: each server's steps are its own
+    # clock. Paired across servers (as one engine "0"), the step counter jumps between the servers'
+    # counters and the times by a fraction of a step, giving no 4 ms clock.
+    d = tmp_path / "two"
+    d.mkdir()
+    for name, offset, first_step in (("a", 0.0, 0), ("b", 0.002, 50_000)):
+        sub = d / name
+        sub.mkdir()
+        _records(sub, step_s=0.004)
+        rows = [json.loads(x) for x in (sub / "records.jsonl").read_text().splitlines()]
+        for r in rows:
+            r["ts"] += offset
+            r["step"] += first_step
+        (sub / "records.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    st = _doc(d)[0]["step_time"]
+    assert "the block-table records' own step times" in st["how"]
+    assert st["base_s"] == pytest.approx(0.004, rel=0.01), st["how"]
