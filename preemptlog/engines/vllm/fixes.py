@@ -46,6 +46,9 @@ PROMPT_IDS_HINT = (
     "DEBUG logging (VLLM_LOGGING_LEVEL=DEBUG: vLLM 0.11.1+ logs a request's prompt_token_ids only at DEBUG), or the "
     "plugin's request records"
 )
+# Some request lines, too few for the number: logging requests (or DEBUG) is on, what is missing is more of them.
+MORE_REQUESTS_HINT = "the request lines of a longer stretch of the log, or the plugin's request records"
+PROMPTS_MIN = 20  # prompt lengths for a p95 (the block-size fix's input)
 LATENCY_HINT = (
     "request latencies: 'Finished request' lines (V0 AsyncLLMEngine with request logging) or OpenTelemetry "
     "traces (--otlp-traces-endpoint)"
@@ -79,11 +82,16 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
     src = ", ".join(st.sources)[:200]
     what = "arrival records" if records else "received requests"
     n_pt = st.prompt_n
-    if n_pt >= 20:
+    if n_pt >= PROMPTS_MIN:
         how = "prompt lengths of arrival records" if records else "prompts with prompt_token_ids"
         out["prompt_n"] = Measured(n_pt, f"{n_pt} {how} in {src}")
         out["prompt_p95"] = Measured(st.prompt_quantile_higher(0.95), f"p95 of {n_pt} prompt lengths ({src})")
         out["prompt_share_le_64"] = Measured(st.prompt_share_le(64), f"share of {n_pt} prompts <= 64 tokens")
+    elif n_pt:  # some prompts, too few for a p95: neither logging setting is what is missing
+        out["prompt_p95"] = Measured(
+            None,
+            f"only {n_pt} prompt length(s) in the bundle ({src}), {PROMPTS_MIN} needed for a p95: {MORE_REQUESTS_HINT}",
+        )
     elif st.received:  # request lines without their prompt: vLLM 0.11.1+ logs prompt_token_ids at DEBUG only
         out["prompt_p95"] = Measured(None, f"prompt lengths are not in the bundle: {PROMPT_IDS_HINT}")
     else:
@@ -91,6 +99,12 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
     peak = st.peak_per_10s()
     if st.received >= 2 and st.timed and peak is not None:
         out["peak_rps"] = Measured(round(float(peak) / 10.0, 2), f"busiest 10 s of {st.received} {what} ({src})")
+    elif st.received:  # request lines there, too few or untimed: logging requests is not what is missing
+        out["peak_rps"] = Measured(
+            None,
+            f"only {st.received} {what} ({st.timed} timed) in the bundle ({src}), 2 timed needed for a rate: "
+            f"{MORE_REQUESTS_HINT}",
+        )
     else:
         out["peak_rps"] = Measured(None, f"request arrivals are not in the bundle: {LOG_REQUESTS_HINT}")
     mean_out = st.output_mean()
