@@ -26,7 +26,16 @@ fewer values than its header names or a value of no shape its column takes (a
 date, a time, a GPU index, a number, ``-``/N/A): a warning at its file:line says
 so. A last row without a line end that has every value is a whole sample (dmon
 was stopped between rows), said in a note. The source judges its own last line
-(``judges_last_line``): sniffing adds no warning of its own about it.
+(``judges_last_line``): sniffing adds no warning of its own about it. A .gz/.zst capture's end is
+found by decompressing it a second time, streamed (no copy on disk: a capture can be gigabytes).
+
+Unreadable values: in any row that has every value (not only the last), a token of no shape its
+column takes (``12x4``, ``###``, ``1e999x``) is null, never a default, and the row's other values
+are read; the file gets one warning that counts such values and their rows and cites the first
+at its file:line with its column and its token (quoted, escaped, cut to 40 characters). A row
+whose GPU index is unreadable is no sample (the same warning says how many); an unreadable
+date/time is said once, as untimed (below); a cut last row is said as cut, not counted again.
+``-``, N/A and a typographic dash (en dash U+2013 and kin) are unavailable (null), not unreadable.
 
 Time: dmon writes local time (``--tz``). ``-o DT`` rows are exact to the
 second and are year anchors for the vLLM logs. ``-o T`` rows get their date
@@ -233,6 +242,31 @@ def _value_read(col: str, tok: str) -> bool:
 def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
 
+    return _read_text(path, display)
+
+
+# An unavailable value: null by design, never an unreadable one. ``-``, N/A, and a typographic dash
+# (U+2010-U+2015, U+2212: a capture that went through a typesetting editor, as on blog posts).
+NULL_TOKEN_RE = "(?i)^(?:[-\u2010-\u2015\u2212]|n/a)$"
+TOKEN_SHOWN = 40  # characters of an unreadable token a warning quotes
+
+
+def _unread_flags(read: pl.DataFrame, cols: tuple[str, ...]) -> list[tuple[int, pl.Expr]]:
+    """(column index, True where that column's token gave no value and is no ``-``/N/A) for every
+    column read as a value (gpu, indices, metrics) that holds a null (a column without one holds no
+    unreadable token: not looked at); dates and times are judged when timed."""
+    out = []
+    for i, c in enumerate(cols):
+        if c in ("_date", "_time") or not read.get_column(c).null_count():
+            continue  # (an unreadable stamp leaves its row untimed, said as such: _resolve)
+        bad = pl.col(c).is_null()
+        if c != "gpu":  # "-" is no GPU index: a row about no device
+            bad = bad & ~pl.col("_tok").list.get(i).str.contains(NULL_TOKEN_RE)
+        out.append((i, bad))
+    return out
+
+
+def _read_text(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     # Quoted (> ), fenced or indented captures read like plain ones (reflow.py);
     # an author's elision line (..., …) between samples is no sample.
     scanned = reflow.scan(path, join=False)
@@ -284,6 +318,7 @@ def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
         cols = tuple(column_names(names, units_by_hdr.get(h)))
         layouts.setdefault(cols, []).append(h)
     parts = []
+    unread = []  # per layout: the rows holding a token that gave no value (few; usually none)
     bad = 0
     headerless = data.filter(pl.col("_hdr") == 0).height
     for cols, ids in layouts.items():
@@ -301,7 +336,32 @@ def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
                 exprs.append(tok.cast(pl.Int32, strict=False).alias(c))
             else:
                 exprs.append(pl.when(tok == "-").then(None).otherwise(tok).cast(pl.Float64, strict=False).alias(c))
-        parts.append(ok.select(pl.col("line"), *exprs))
+        read = ok.select(pl.col("line"), pl.col("_tok"), *exprs)
+        # A token of no shape its column takes (12x4, ###, 1e999x) is null, never a default, and said.
+        if flags := _unread_flags(read, cols):
+            names = names_by_hdr[ids[0]]
+            found = (
+                read.select(
+                    "line",
+                    "_tok",
+                    _n=pl.sum_horizontal([f.cast(pl.UInt32) for _, f in flags]),
+                    _gpu=pl.col("gpu").is_null(),  # (every name row names gpu)
+                    _first=pl.coalesce([pl.when(f).then(pl.lit(i, pl.UInt32)) for i, f in flags]),
+                )
+                .filter(pl.col("_n") > 0)
+                .sort("line")
+            )
+            if found.height:
+                line, toks, _, _, i = found.row(0)
+                unread.append(
+                    (
+                        int(found.get_column("_n").sum()),
+                        found.height,
+                        int(found.get_column("_gpu").sum()),
+                        (int(line), names[i], str(toks[i])),
+                    )
+                )
+        parts.append(read.drop("_tok"))
     if parts:
         df = pl.concat(parts, how="diagonal_relaxed").sort("line")
     else:
@@ -317,6 +377,12 @@ def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
         "layouts": len(layouts),
         "cut_last_row": cut_line,  # the line of a last row cut mid-row (skipped), else None
         "unterminated_last_row": open_line,  # the line of a whole last row without a line end (read)
+        # values whose token has no shape their column takes (null), the rows holding them, those of
+        # them without a GPU index (no sample), and the first: (line, dmon column name, token)
+        "unread_values": sum(u[0] for u in unread),
+        "unread_rows": sum(u[1] for u in unread),
+        "unread_gpu_rows": sum(u[2] for u in unread),
+        "unread_first": min((u[3] for u in unread), default=None),
     }
     return df, facts
 
@@ -394,6 +460,17 @@ class DmonParsed(MeetsLog):
                     f"{f.display}:{facts['unterminated_last_row']}: the file ends without a line end; its last dmon "
                     "row has every value its header names and was read as a sample"
                 )
+            if facts.get("unread_values"):
+                line, name, tok = facts["unread_first"]
+                shown = repr(tok[:TOKEN_SHOWN]) + ("…" if len(tok) > TOKEN_SHOWN else "")
+                gpu_rows = facts["unread_gpu_rows"]
+                out.warnings.append(
+                    f"{f.display}:{line}: {facts['unread_values']} dmon value(s) in {facts['unread_rows']} row(s) "
+                    f"have no shape their column takes (first: {name} {shown}): read as missing (null), the rows' "
+                    "other values kept"
+                    + (f"; {gpu_rows} row(s) without a readable GPU index are no sample" if gpu_rows else "")
+                )
+                out.partial = True
             df = df.filter(pl.col("gpu").is_not_null() | pl.lit(df.height == 0))
             has_date = df.get_column("_date").is_not_null().any() if df.height else False
             has_time = df.get_column("_time").is_not_null().any() if df.height else False
