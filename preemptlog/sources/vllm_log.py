@@ -102,6 +102,9 @@ MARKERS: list[tuple[str, str]] = [
     ("KV cache size: ", "cfg_kv_size"),
     ("Maximum concurrency for ", "cfg_concurrency"),
     ("server version ", "cfg_version"),
+    # vLLM's start-up logo (vllm/entrypoints/serve/utils/api_utils.py, common/startup.py in 0.34
+    # log_version_and_model: the default, one line per logo row): "▄▄ ▄█ █ ... █  version X"
+    ("  version ", "cfg_version"),
     ("Using max model len ", "cfg_max_len"),
     ("num_gpu_blocks is: ", "cfg_num_gpu_blocks"),
     ("max_num_seqs to ", "cfg_max_num_seqs"),
@@ -125,7 +128,7 @@ EXTRA_MARKERS: list[tuple[str, str]] = []
 VERIFY: dict[str, str] = {
     "marker": r"\bPREEMPTED\b",
     "cfg_blocks": r"# \w+ blocks: \d",
-    "cfg_version": r"(?:vLLM API server version|vLLM server version) \S",
+    "cfg_version": r"(?:vLLM API server version|vLLM server version|█\s+version) \S",
     "iteration": r"Iteration\(\d+\):",
 }
 

@@ -75,7 +75,7 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_kv_size", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
     ("cfg_concurrency", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
     ("cfg_concurrency", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
-    ("cfg_version", "vllm_version", rf"server version v?({VERSION_SHAPE})"),
+    ("cfg_version", "vllm_version", rf"(?:server version|█\s+version) v?({VERSION_SHAPE})"),
     ("cfg_max_len", "max_model_len", r"Using max model len (\d+)"),
     ("cfg_num_gpu_blocks", "num_gpu_blocks", r"num_gpu_blocks is: (\d+)"),
     ("cfg_max_num_seqs", "max_num_seqs", r"max_num_seqs to (\d+)"),

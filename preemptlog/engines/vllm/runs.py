@@ -111,7 +111,7 @@ def _numbered(records: pl.DataFrame) -> pl.DataFrame:
 # ---------------------------------------------------------------------- server starts (events/servers.py)
 
 # The version a start names: the longest prefix of VERSION_SHAPE after the words (model.config).
-VERSION_RE = rf"(?:server version |LLM engine \(v)v?({VERSION_SHAPE})"
+VERSION_RE = rf"(?:server version |█\s+version |LLM engine \(v)v?({VERSION_SHAPE})"
 
 
 def server_start(own: pl.Expr) -> ServerStart:
