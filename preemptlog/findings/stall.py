@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import engines
+from ..model.places import folders
 from ..model.requests import stats_of
 from .common import cfg_number, frame, src_expr
 
@@ -84,11 +85,15 @@ def compute(a: Analysis) -> dict[str, Any]:
             pl.col("deferred").max().alias("max_deferred"),
             _at_max("deferred").alias("deferred_line"),
             pl.col("prompt_tput").max().alias("max_prompt_tput"),
+            pl.col("source").first().alias("_source"),
+            src_expr().filter(pl.col("kv_usage").is_not_null()).first().alias("kv_first_line"),
+            src_expr().filter(pl.col("kv_usage").is_not_null()).last().alias("kv_last_line"),
         )
         .filter(pl.col("lines") >= MIN_LINES)
         .sort("start")
         .collect()
     )
+    df = _scraped_reasons(a, df, st)
     spans = [
         {
             "engine": r["engine"],
@@ -104,8 +109,21 @@ def compute(a: Analysis) -> dict[str, Any]:
             # nothing ran: no request running and no token computed on any of its lines (nothing to preempt)
             "nothing_ran": r["running"] == 0 and not (r["max_prompt_tput"] or 0),
             "max_kv_usage": r["max_kv_usage"],
+            "kv_first_line": r["kv_first_line"],
+            "kv_last_line": r["kv_last_line"],
             "max_deferred": r["max_deferred"],
             "deferred_line": r["deferred_line"],
+            **(
+                {
+                    "max_deferred": r["scr_deferred"],
+                    "deferred_line": r["scr_deferred_line"],
+                    "deferred_from": "scrapes",
+                }
+                if not r["max_deferred"] and r["scr_deferred"]
+                else {}
+            ),
+            "max_capacity": r["scr_capacity"],
+            "capacity_line": r["scr_capacity_line"],
             **_counted_in(a, r["engine"], r["start"], r["end"]),
         }
         for r in df.iter_rows(named=True)
@@ -114,6 +132,93 @@ def compute(a: Analysis) -> dict[str, Any]:
     out.update(evaluable=True, found=bool(spans) or bool(out["never_fits"]["found"]), spans=spans, not_evaluable=None)
     out.update(_holds(a, spans, out["never_fits"]))
     return out
+
+
+# vLLM's stats lines come every VLLM_LOG_STATS_INTERVAL seconds (10 by default): a stall seen on a log's
+# last line is taken to last one interval past it, and no longer.
+STATS_INTERVAL_S = 10
+
+
+def _scraped_reasons(a: Analysis, spans: pl.DataFrame, st: pl.DataFrame) -> pl.DataFrame:
+    """A log's stall spans with what the /metrics scrapes read during them say holds the queue:
+    ``scr_capacity`` / ``scr_deferred`` (vllm:num_requests_waiting_by_reason, the largest reading above 0)
+    and their ``file:line``. A reading counts for a span when it is of the span's engine, its scrape is one
+    the span's log reads (the scrapes nearest it in the folder tree: model/places.py; another server's
+    folder is another server), and it lies in the stall: from the span's first line to the next line
+    of its log and engine (which no longer stalls), or STATS_INTERVAL_S past the span when the log has
+    none. A single reading suffices (one scrape taken during a stall is the usual bundle)."""
+    none = spans.with_columns(
+        scr_capacity=pl.lit(None, pl.Int64),
+        scr_capacity_line=pl.lit(None, pl.String),
+        scr_deferred=pl.lit(None, pl.Int64),
+        scr_deferred_line=pl.lit(None, pl.String),
+    )
+    ps = frame(a, "prom_series")
+    if spans.height == 0 or ps is None or not {"waiting_capacity", "waiting_deferred"} <= set(ps.columns):
+        return none
+    ps = ps.filter(pl.col("time").is_not_null() & ((pl.col("waiting_capacity") > 0) | (pl.col("waiting_deferred") > 0)))
+    if ps.height == 0:
+        return none
+    # where each span's stall ends at the latest: the next line of its log and engine
+    nxt = (
+        st.filter(pl.col("time").is_not_null())
+        .select("stream", "engine", "time")
+        .sort("time")
+        .join_asof(
+            spans.select("stream", "engine", pl.col("end").alias("_end"), "_run").sort("_end"),
+            left_on="time",
+            right_on="_end",
+            by=["stream", "engine"],
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,  # sorted by time within each group (the sort above)
+        )
+        .filter(pl.col("_run").is_not_null())
+        .group_by("stream", "engine", "_run")
+        .agg(pl.col("time").min().alias("_until"))
+    )
+    spans = spans.join(nxt, on=["stream", "engine", "_run"], how="left").with_columns(
+        _until=pl.coalesce("_until", pl.col("end") + pl.duration(seconds=STATS_INTERVAL_S))
+    )
+    # every log of the bundle (a scrape nearest another server's log, even one that never stalls, is that server's)
+    logs = {str(x) for x in st.get_column("source").drop_nulls().unique().to_list()}
+    rec = a.records
+    if rec.height and "source" in rec.columns:
+        logs |= {str(x) for x in rec.get_column("source").drop_nulls().unique().to_list()}
+    nearest = {
+        c: max((_shared(folders(lg), folders(c)) for lg in logs), default=0)
+        for c in ps.get_column("source").cast(pl.String).unique().to_list()
+    }
+    rows = []
+    for r in spans.iter_rows(named=True):
+        fl = folders(r["_source"])
+        mine = [c for c, d in nearest.items() if _shared(fl, folders(c)) == d]
+        got = ps.filter(
+            pl.col("source").is_in(mine)
+            & (pl.col("engine").fill_null("0") == (r["engine"] or "0"))
+            & (pl.col("time") >= r["start"])
+            & (pl.col("time") < r["_until"])
+        )
+        out: dict[str, int | str | None] = dict.fromkeys(
+            ("scr_capacity", "scr_capacity_line", "scr_deferred", "scr_deferred_line")
+        )
+        for col, key in (("waiting_capacity", "scr_capacity"), ("waiting_deferred", "scr_deferred")):
+            hit = got.filter(pl.col(col) > 0).sort([col, "time"], descending=[True, False]).head(1)
+            if hit.height:
+                h = hit.row(0, named=True)
+                out[key] = int(h[col])
+                out[f"{key}_line"] = f"{h['source']}:{h[f'{col}_line'] or h['line']}"
+        rows.append(out)
+    return spans.drop("_until").hstack(pl.DataFrame(rows, schema=dict(none.select(pl.col("^scr_.*$")).schema)))
+
+
+def _shared(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _counted_in(a: Analysis, engine: str | None, start: Any, end: Any) -> dict[str, Any]:
@@ -226,10 +331,10 @@ def _holds(a: Analysis, spans: list[dict[str, Any]], nf: dict[str, Any]) -> dict
             holds.append({"what": "never-fits", "text": item["text"], "evidence": list(item["inputs"])})
     deferred = [s for s in spans if s.get("max_deferred")]
     if deferred:
-        s = max(deferred, key=lambda x: x["max_deferred"])
+        s = max(deferred, key=lambda x: (x["max_deferred"], x["source"] == "scrapes"))
         how = (
             f'vllm:num_requests_waiting_by_reason{{reason="deferred"}} {s["max_deferred"]}'
-            if s["source"] == "scrapes"
+            if s["source"] == "scrapes" or s.get("deferred_from") == "scrapes"
             else f"Deferred: {s['max_deferred']} reqs"
         )
         holds.append(
@@ -242,7 +347,8 @@ def _holds(a: Analysis, spans: list[dict[str, Any]], nf: dict[str, Any]) -> dict
         )
     capacity = [s for s in spans if s.get("max_capacity")]
     if capacity:
-        s = max(capacity, key=lambda x: x["max_capacity"])
+        # the scrapes' own stall span first where both see it (its KV figure is the scrape's gauge, read beside)
+        s = max(capacity, key=lambda x: (x["max_capacity"], x["source"] == "scrapes"))
         kv = s.get("max_kv_usage")
         empty = kv is not None and kv < 5.0
         holds.append(
@@ -258,7 +364,11 @@ def _holds(a: Analysis, spans: list[dict[str, Any]], nf: dict[str, Any]) -> dict
                 "evidence": [
                     f'vllm:num_requests_waiting_by_reason{{reason="capacity"}} {s["max_capacity"]} ({s["capacity_line"]})',
                     *(
-                        [f"vllm:kv_cache_usage_perc max {kv:g} % over {s['kv_first_line']} .. {s['kv_last_line']}"]
+                        [
+                            f"vllm:kv_cache_usage_perc max {kv:g} % over {s['kv_first_line']} .. {s['kv_last_line']}"
+                            if s["source"] == "scrapes"
+                            else f"GPU KV cache usage max {kv:g} % over {s['kv_first_line']} .. {s['kv_last_line']}"
+                        ]
                         if kv is not None
                         else []
                     ),

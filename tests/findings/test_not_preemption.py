@@ -183,3 +183,69 @@ def test_tar_gz_bundle(tmp_path):
     s = run(tgz).summary()
     assert s["headline"].startswith("0 preemptions (exact): not a preemption")
     assert [h["what"] for h in s["not_a_preemption"]["holds"]] == ["never-fits", "capacity-wedge"]
+
+
+def one_scrape(at_s: float, capacity: int = 26, deferred: int = 0, engine: str = "0", gauges: bool = False) -> str:
+    """One /metrics reading at T0 + at_s (the usual bundle: a scrape taken during the incident), with the
+    waiting reasons only (no running/waiting gauges: no scrape stall of its own) unless ``gauges``."""
+    t = (T0 + timedelta(seconds=at_s)).isoformat().replace("+00:00", "Z")
+    lab = f'engine="{engine}",model_name="m"'
+    out = [
+        f"# scrape {t}",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{lab}}} 0.0",
+        f'vllm:num_requests_waiting_by_reason{{{lab},reason="capacity"}} {capacity}.0',
+        f'vllm:num_requests_waiting_by_reason{{{lab},reason="deferred"}} {deferred}.0',
+    ]
+    if gauges:
+        out += [f"vllm:num_requests_running{{{lab}}} 0.0", f"vllm:num_requests_waiting{{{lab}}} 14.0"]
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("at_s", [100.0, 290.0, 295.0])  # in the stall; 5 s past its last line (the log's end)
+def test_one_scrape_during_a_log_stall_names_capacity_waiting(tmp_path, at_s):
+    a = run(write(tmp_path, "one", stuck_v1(never_fits=False), "apiserver", one_scrape(at_s)))
+    s = a.summary()
+    (hold,) = s["not_a_preemption"]["holds"]
+    assert hold["what"] == "capacity-wedge" and "#53130" in hold["text"]
+    assert hold["evidence"][0] == 'vllm:num_requests_waiting_by_reason{reason="capacity"} 26 (one/metrics.prom:4)'
+    assert hold["evidence"][1].startswith("GPU KV cache usage max 0 % over one/vllm.log:")
+    assert (
+        "held by: 14 request(s)" not in s["headline"] and "held by: 26 request(s) waiting for capacity" in s["headline"]
+    )
+
+
+@pytest.mark.parametrize("at_s", [-30.0, 10.0, 400.0])  # before it, while the server still ran, long after the log
+def test_a_scrape_outside_the_stall_says_nothing_about_it(tmp_path, at_s):
+    a = run(write(tmp_path, "out", stuck_v1(never_fits=False), "apiserver", one_scrape(at_s)))
+    np_ = a.summary()["not_a_preemption"]
+    assert np_["holds"] == [] and a.findings.stall["holds_not_evaluable"]
+
+
+def test_another_engines_reading_says_nothing_about_it(tmp_path):
+    a = run(write(tmp_path, "eng", stuck_v1(never_fits=False), "apiserver", one_scrape(100.0, engine="1")))
+    assert a.summary()["not_a_preemption"]["holds"] == []
+
+
+def test_another_servers_scrape_says_nothing_about_it(tmp_path):
+    # server a stalls; server b, beside it in the bundle, has a scrape with requests waiting for capacity
+    root = tmp_path / "bundle"
+    root.mkdir()
+    write(root, "a", stuck_v1(never_fits=False), "apiserver")
+    write(
+        root,
+        "b",
+        [B.log(hms(10 * i), "INFO", "loggers.py:266", v1(3, 0, 30.0, 50.0)) for i in range(30)],
+        "apiserver",
+        one_scrape(100.0),
+    )
+    a = run(root)
+    stall = a.findings.stall
+    assert stall["found"] and stall["holds"] == [] and stall["holds_not_evaluable"]
+
+
+def test_one_scrape_of_deferred_requests(tmp_path):
+    a = run(write(tmp_path, "def", stuck_v1(never_fits=False), "apiserver", one_scrape(100.0, capacity=0, deferred=9)))
+    (hold,) = a.summary()["not_a_preemption"]["holds"]
+    assert hold["what"] == "deferred"
+    assert hold["evidence"] == ['vllm:num_requests_waiting_by_reason{reason="deferred"} 9 (def/metrics.prom:5)']
