@@ -106,6 +106,10 @@ MARKERS: list[tuple[str, str]] = [
     # log_version_and_model: the default, one line per logo row): "▄▄ ▄█ █ ... █  version X"
     ("  version ", "cfg_version"),
     ("Using max model len ", "cfg_max_len"),
+    # --max-model-len auto (-1): the length vLLM fitted to the KV cache, logged after "Using max model len"
+    # (0.32 v1/core/kv_cache_utils.py, 0.34 v1/core/kv_cache_planning.py _auto_fit_max_model_len)
+    ("Auto-fit max_model_len: ", "cfg_autofit"),
+    ("--max-model-len auto reduced max_model_len from ", "cfg_autofit"),
     ("num_gpu_blocks is: ", "cfg_num_gpu_blocks"),
     ("max_num_seqs to ", "cfg_max_num_seqs"),
     ("Available KV cache memory: ", "cfg_kv_memory"),

@@ -77,6 +77,15 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_concurrency", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
     ("cfg_version", "vllm_version", rf"(?:server version|█\s+version) v?({VERSION_SHAPE})"),
     ("cfg_max_len", "max_model_len", r"Using max model len (\d+)"),
+    # --max-model-len auto: "Auto-fit max_model_len: reduced from X to Y ...", "... using max_model_len=X, which
+    # fits ...", "... full model context length X fits ...", "--max-model-len auto reduced max_model_len from X to Y"
+    # (the last one logged is the length in force: under 0.34's extensible KV cache a first fit is re-done after
+    # warmup)
+    (
+        "cfg_autofit",
+        "max_model_len",
+        r"(?:reduced (?:max_model_len )?from \d+ to |max_model_len=|context length )(\d+)",
+    ),
     ("cfg_num_gpu_blocks", "num_gpu_blocks", r"num_gpu_blocks is: (\d+)"),
     ("cfg_max_num_seqs", "max_num_seqs", r"max_num_seqs to (\d+)"),
     ("cfg_kv_memory", "kv_cache_memory_gib", r"Available KV cache memory: ([\d.]+) GiB"),
