@@ -4,7 +4,21 @@ requests, preemption events, code facts and fixes; registered as the default eng
 from ...sources.vllm_log import KIND as LOG_KIND
 from .. import facts
 from ..registry import Engine, register_engine
-from . import capability, codefacts, config, enginedeath, fixes, hooks, logfacts, metrics, resets, runs, stats, trouble
+from . import (
+    capability,
+    codefacts,
+    config,
+    enginedeath,
+    fixes,
+    hooks,
+    logfacts,
+    metrics,
+    rejections,
+    resets,
+    runs,
+    stats,
+    trouble,
+)
 
 ENGINE = register_engine(
     Engine(
@@ -53,4 +67,4 @@ ENGINE = register_engine(
     )
 )
 
-__all__ = ["ENGINE", "enginedeath", "hooks", "resets", "trouble"]
+__all__ = ["ENGINE", "enginedeath", "hooks", "rejections", "resets", "trouble"]
