@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import engines
-from ..model.places import folders
+from ..model.places import folders, shared_depth
 from ..model.requests import stats_of
 from .common import cfg_number, frame, src_expr
 
@@ -186,13 +186,13 @@ def _scraped_reasons(a: Analysis, spans: pl.DataFrame, st: pl.DataFrame) -> pl.D
     if rec.height and "source" in rec.columns:
         logs |= {str(x) for x in rec.get_column("source").drop_nulls().unique().to_list()}
     nearest = {
-        c: max((_shared(folders(lg), folders(c)) for lg in logs), default=0)
+        c: max((shared_depth([folders(lg), folders(c)]) for lg in logs), default=0)
         for c in ps.get_column("source").cast(pl.String).unique().to_list()
     }
     rows = []
     for r in spans.iter_rows(named=True):
         fl = folders(r["_source"])
-        mine = [c for c, d in nearest.items() if _shared(fl, folders(c)) == d]
+        mine = [c for c, d in nearest.items() if shared_depth([fl, folders(c)]) == d]
         got = ps.filter(
             pl.col("source").is_in(mine)
             & (pl.col("engine").fill_null("0") == (r["engine"] or "0"))
@@ -210,15 +210,6 @@ def _scraped_reasons(a: Analysis, spans: pl.DataFrame, st: pl.DataFrame) -> pl.D
                 out[f"{key}_line"] = f"{h['source']}:{h[f'{col}_line'] or h['line']}"
         rows.append(out)
     return spans.drop("_until").hstack(pl.DataFrame(rows, schema=dict(none.select(pl.col("^scr_.*$")).schema)))
-
-
-def _shared(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _counted_in(a: Analysis, engine: str | None, start: Any, end: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from ..model.places import folders
+from ..model.places import folders, shared_depth
 from .common import asof, frame_of, window_max
 from .declare import Evidence, cited
 
@@ -138,21 +138,12 @@ def _captures_read(event_files: list[str | None], captures: list[str]) -> dict[s
     near: dict[str, int] = {}
     for c in captures:
         fc = folders(c)
-        near[c] = max((_shared(folders(e), fc) for e in event_files if e is not None), default=0)
+        near[c] = max((shared_depth([folders(e), fc]) for e in event_files if e is not None), default=0)
     out: dict[str | None, tuple[str, ...]] = {}
     for e in event_files:
         if e is None:
             out[e] = tuple(captures)
         else:
             fe = folders(e)
-            out[e] = tuple(c for c in captures if _shared(fe, folders(c)) == near[c])
+            out[e] = tuple(c for c in captures if shared_depth([fe, folders(c)]) == near[c])
     return out
-
-
-def _shared(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
