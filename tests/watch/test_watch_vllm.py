@@ -211,11 +211,23 @@ def _answer_took(bundle: Path, sent: float) -> float:
     raise AssertionError(f"the scrape sent at {sent} is not in {bundle}")
 
 
+def _sent(bundle: Path) -> list[float]:
+    """The send times of every scrape in a storm's folder (its answer's stamp less the time it took), sorted:
+    the storm's own and those of the pre-window before it."""
+    out = []
+    for p in bundle.glob("metrics-*.prom"):
+        head = p.read_text().splitlines()[:2]
+        m = re.search(r"\(([0-9.]+) s after the request\)", head[1]) if len(head) == 2 else None
+        if head and head[0].startswith("# scrape ") and m:
+            out.append(_t(head[0][len("# scrape ") :]) - float(m.group(1)))
+    return sorted(out)
+
+
 def _starts(res: dict) -> list[tuple[dict, float]]:
     return [(e, res["arrived"][i]) for i, e in enumerate(res["events"]) if e["event"] == "storm_start"]
 
 
-def test_the_load_preempts_and_storms_open_within_two_intervals(scenario):
+def test_the_load_preempts_and_storms_open_at_the_first_scrape_after_the_move(scenario):
     res = scenario
     assert res["load_a"]["statuses"] == {200: BURST} and res["load_b"]["statuses"] == {200: BURST}
     assert res["final_a"]["counter"] > 5 and res["final_b"]["counter"] > 5, "the workload must preempt"
@@ -241,9 +253,18 @@ def test_the_load_preempts_and_storms_open_within_two_intervals(scenario):
         )
         assert res["events"].index(ev) < end
         assert _t(ev["baseline"]) <= rise + 0.25, (ev, rise)  # no scrape sent after the move missed it
-        took = _answer_took(Path(res["events"][end]["bundle"]), _t(ev["baseline"]))  # the baseline's, in the folder
-        gap = max(EVERY, 2 * took) if took > EVERY / 2 else EVERY
-        assert _t(ev["time"]) - rise <= gap + EVERY + 0.25, (_t(ev["time"]) - rise, took, ev)
+        bundle = Path(res["events"][end]["bundle"])
+        took = _answer_took(bundle, _t(ev["baseline"]))  # the baseline is in the storm's folder
+        # and the storm opened at the very next scrape: none was sent between the baseline and it (when that
+        # next scrape is sent is the scraper's schedule, EVERY or twice a slow answer: watch/scrape.py
+        # next_delay, tested on its own; on a loaded runner the thread can wake late, so it is not asserted
+        # here as a wall time)
+        between = [x for x in _sent(bundle) if _t(ev["baseline"]) + 0.005 < x < _t(ev["time"]) - 0.005]
+        assert not between, (between, ev)
+        assert any(abs(x - _t(ev["time"])) < 0.01 for x in _sent(bundle)), ev  # the storm's own scrape is there
+        print(
+            f"\nstorm scrape sent {_t(ev['time']) - _t(ev['baseline']):.2f} s after its baseline (answered in {took} s)"
+        )
     # and against the records: the first preemption of each burst (vLLM counts it once the request
     # is next reported, so this includes vLLM's own lag): said, not asserted
     recs = res["records_all"]
