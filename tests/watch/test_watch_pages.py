@@ -51,6 +51,17 @@ class Page(Scripted):
         self.__exit__()
 
 
+def after_scrapes(srv: Page, n: int, timeout: float = 60.0) -> None:
+    """Wait until the watch has read ``srv``'s page ``n`` more times: a script paced by the watch's own
+    scrapes, whatever its start-up took (a loaded runner took over 2.5 s to start it, and a page meant
+    to be read first was never read)."""
+    goal, t0 = srv.hits + n, time.time()
+    while srv.hits < goal:
+        if time.time() - t0 > timeout:
+            raise AssertionError(f"the watch read {srv.url} {srv.hits} time(s) in {timeout} s, waited for {goal}")
+        time.sleep(0.02)
+
+
 def watch(tmp: Path, urls: list[str], *args: str, script=None, duration: str = "5") -> tuple[int, list[dict], str]:
     cmd = [sys.executable, "-m", "preemptlog", "watch", "-f", "ndjson", "--tz", "UTC", "--every", "1"]
     cmd += ["--quiet", "2", "--duration", duration, "-o", str(tmp / "out")]
@@ -77,18 +88,18 @@ def test_a_counter_or_gauges_that_are_not_numbers(tmp_path):
     null, and the storm after it counts from the last readable counter, in its folder too."""
     srv = Page(vllm_page("0", kv="NaN"))
 
-    def script():
-        time.sleep(2.5)
+    def script():  # paced by the watch's scrapes, one a second (--every 1)
+        after_scrapes(srv, 2)
         srv.text = vllm_page("5", kv="NaN", waiting="3")
-        time.sleep(2)
+        after_scrapes(srv, 2)
         srv.text = vllm_page("NaN", kv="NaN")  # longer than the ring of scrapes before a storm
-        time.sleep(5)
+        after_scrapes(srv, 5)
         srv.text = vllm_page("9")
-        time.sleep(3)
+        after_scrapes(srv, 3)
         srv.text = vllm_page("+Inf")
 
     try:
-        code, events, err = watch(tmp_path, [srv.url], script=script, duration="16")
+        code, events, err = watch(tmp_path, [srv.url], script=script, duration="18")
     finally:
         srv.close()
     assert code == 0, err
@@ -128,7 +139,7 @@ def test_several_servers_one_not_visible_the_total_is_a_lower_bound(tmp_path):
     seen, blind = Page(vllm_page("0")), Page(NO_COUNTER)
 
     def rise():
-        time.sleep(2.5)
+        after_scrapes(seen, 2)  # the watch has read 0 (its baseline) before the counter moves
         seen.text = vllm_page("3")
 
     try:
