@@ -44,6 +44,11 @@ def version_tuple(text: str) -> tuple[int, ...] | None:
     return tuple(int(g) if g else 0 for g in m.groups())
 
 
+def version_text(v: tuple[int, ...] | None) -> str:
+    """(0, 34, 0) -> ``0.34.0``; the inverse of :func:`version_tuple` ("" for none)."""
+    return ".".join(str(x) for x in v or ())
+
+
 @dataclass(frozen=True)
 class Cfg:
     """A configuration value stated in (or derived from) the bundle; preemptlog's defaults are not evidence."""

@@ -239,12 +239,6 @@ def _value_read(col: str, tok: str) -> bool:
     return True
 
 
-def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
-
-    return _read_text(path, display)
-
-
 # An unavailable value: null by design, never an unreadable one. ``-``, N/A, and a typographic dash
 # (U+2010-U+2015, U+2212: a capture that went through a typesetting editor, as on blog posts).
 NULL_TOKEN_RE = "(?i)^(?:[-\u2010-\u2015\u2212]|n/a)$"
@@ -266,7 +260,9 @@ def _unread_flags(read: pl.DataFrame, cols: tuple[str, ...]) -> list[tuple[int, 
     return out
 
 
-def _read_text(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
+def read_file(path: str, display: str) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Parse one dmon capture (no clock yet): columns gpu, metrics..., _date, _time, line."""
+
     # Quoted (> ), fenced or indented captures read like plain ones (reflow.py);
     # an author's elision line (..., …) between samples is no sample.
     scanned = reflow.scan(path, join=False)

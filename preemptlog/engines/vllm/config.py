@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from ...model.config import VERSION_SHAPE
+from ...model.config import VERSION_SHAPE, version_text
 from ...model.config import in_force as in_force  # re-exported (moved to model/config.py)
 from ...model.config import version_tuple as _version_tuple
 from ...model.frames import polars_schema
@@ -183,10 +183,6 @@ RUST_FRONTEND_SINCE = "0.33.0"
 VERSION_FLOOR_KEY = "vllm_version_floor"
 
 
-def _dotted(v: tuple[int, ...]) -> str:
-    return ".".join(str(x) for x in v)
-
-
 def default_rows(
     version: str | None, floor: str | None = None, floor_why: str | None = None
 ) -> list[tuple[str, str, str]]:
@@ -205,12 +201,12 @@ def default_rows(
             if not newer:
                 out.append((key, at_floor[1], f"assumed: vLLM's default from {floor} on ({at_floor[2]}; {why})"))
                 continue
-            changes = ", ".join(f"{r[1]} from {_dotted(r[0] or ())}" for r in newer)
+            changes = ", ".join(f"{r[1]} from {version_text(r[0])}" for r in newer)
             out.append(
                 (
                     key,
                     at_floor[1],
-                    f"assumed: vLLM's default from {floor} until {_dotted(newer[0][0] or ())} ({changes}; {why}; "
+                    f"assumed: vLLM's default from {floor} until {version_text(newer[0][0])} ({changes}; {why}; "
                     f"{at_floor[2]})",
                 )
             )
@@ -220,7 +216,7 @@ def default_rows(
             chosen = rows[-1] if vt is not None else rows[0] if len(rows) == 1 else None
         if chosen is None:  # the version is not in the bundle and the default changed between versions
             oldest, newer = rows[-1], rows[-2::-1]
-            since = [".".join(str(x) for x in r[0] or ()) for r in newer]
+            since = [version_text(r[0]) for r in newer]
             changes = ", ".join(f"{r[1]} from {v}" for r, v in zip(newer, since, strict=True))
             note = (
                 f"assumed: vLLM's default ({oldest[1]} before {since[0]}, {changes}; the version is not in "

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ...model.config import in_force
+from ...model.config import in_force, version_text
 from ...model.fixes import fix_record
 from ...model.requests import incident_requests
 from ..common import G1_KEYS, FixPart, is_change, verdict_key_counts
 from ..common import ranked as _ranked
+from .config import VERSION_FLOOR_KEY
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
@@ -165,7 +166,7 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
             str(ver["value"]), f"vllm_version {ver['status']} ({ver['source']}:{ver['line']})"
         )
     gmu_row = cfg.get("gpu_memory_utilization")
-    floor = cfg.get("vllm_version_floor")
+    floor = cfg.get(VERSION_FLOOR_KEY)
     if (
         "vllm_version" not in out
         and gmu_row is not None
@@ -176,7 +177,8 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
         # extensible KV cache: the assumed default raised by 0.05 would take memory away there.
         at_least = f", at least {floor['value']} ({floor['source']}:{floor['line']})" if floor is not None else ""
         out["gmu_unset_extensible"] = Measured(
-            True, f"the vLLM version is not in the bundle{at_least}: it may be {_dotted(EXTENSIBLE_KV_SINCE)} or later"
+            True,
+            f"the vLLM version is not in the bundle{at_least}: it may be {version_text(EXTENSIBLE_KV_SINCE)} or later",
         )
     out["max_model_len"] = c("max_model_len", int)
     out["enable_chunked_prefill"] = c(
@@ -289,10 +291,6 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
 
 # vLLM 0.34.0's CacheConfig: gpu_memory_utilization unset resolves to 1.0 under the extensible KV cache.
 EXTENSIBLE_KV_SINCE = (0, 34, 0)
-
-
-def _dotted(v: tuple[int, ...]) -> str:
-    return ".".join(str(x) for x in v)
 
 
 EXTENSIBLE_BASIS = (
@@ -535,11 +533,11 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
             if unset is not None and unset.known:
                 # vLLM 0.34+ with it unset: 1.0 already; the raised value would be a cut there.
                 item["text"] = (
-                    f"{item['text']}; on vLLM {_dotted(EXTENSIBLE_KV_SINCE)} or later, where it is unset, leave it "
+                    f"{item['text']}; on vLLM {version_text(EXTENSIBLE_KV_SINCE)} or later, where it is unset, leave it "
                     f"unset (1.0 under the extensible KV cache, its default on CUDA and ROCm): {nxt} would take memory "
                     f"away from the KV cache ({unset.how})"
                 )
-                item["basis"] += f"; on {_dotted(EXTENSIBLE_KV_SINCE)}+ leave it unset (1.0 there)"
+                item["basis"] += f"; on {version_text(EXTENSIBLE_KV_SINCE)}+ leave it unset (1.0 there)"
             out.append(item)
     else:
         out.append(
