@@ -146,3 +146,16 @@ def test_default_rows_keep_the_versions_from_the_floor(floor, gmu, bs):
 
 def test_a_stated_version_ignores_a_floor():
     assert vcfg.default_rows("0.32.0", "0.33.0", "x") == vcfg.default_rows("0.32.0")
+
+
+@pytest.mark.parametrize("shape", ["vllm", "tracing", "ansi", "compose", "json", "json-flat"])
+def test_the_floor_comes_from_the_line_whatever_its_prefix(tmp_path, shape):
+    # the Rust frontend's line in every prefix its log can have (tests/engines/test_rust_frontend.py SHAPES)
+    from tests.engines.test_rust_frontend import SHAPES, _rust
+
+    fmt = SHAPES[shape]
+    lines = [fmt(f"10:00:{s}0", _rust(40, 20, 99.5, p=2 if s == 2 else None)) for s in range(1, 5)]
+    _, s, path = _run(tmp_path, lines)
+    floor = s["config"]["vllm_version_floor"]
+    assert (floor["value"], floor["from"]) == ("0.33.0", f"{path}:1")
+    assert s["config"]["gpu_memory_utilization"]["value"] == "0.92"
