@@ -34,6 +34,12 @@ def test_exactly_two_setup_commands():
     assert "pytest" in cmds[1]
 
 
+def test_the_test_command_builds_the_compiled_pass_where_the_tests_import_it():
+    """The tests import the package from the checkout: only an editable install puts the compiled
+    log pass there (a plain `pip install .` builds it into site-packages, and its tests would skip)."""
+    assert re.search(r"pip install -e '\.\[dev\]'", _setup_commands()[1])
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     lines = [ln for ln in ci.splitlines() if ln.strip() and not ln.startswith("#")]
