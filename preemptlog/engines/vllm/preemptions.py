@@ -57,9 +57,14 @@ MARKER_ID_RES = [
 # The V0 warning's counter written in digits (a line cut before them has none).
 COUNTER_DIGITS_RE = r"total_num_cumulative_preemption=\d"
 
-# A server (re)start: the API server's version banner, or an engine initialising. A crash dump
-# repeats "... LLM engine (vX) with config:" without "Initializing", so it is no start.
-START_RE = r"vLLM API server version |Initializing an? (?:V1 )?LLM engine"
+# A server (re)start: the API server's version banner, or an engine initialising. The banner is
+# "vLLM API server version X" through 0.14, then "vLLM server version X, serving model M" with the
+# logo off, else the start-up logo's row "█  version X" (log_version_and_model: 0.15+
+# entrypoints/utils.py, 0.23-0.32 entrypoints/serve/utils/api_utils.py, 0.33+
+# entrypoints/common/startup.py); the API server logs its "non-default args" after it, before the
+# engine starts. A crash dump repeats "... LLM engine (vX) with config:" without "Initializing",
+# so it is no start.
+START_RE = r"vLLM (?:API )?server version |█\s+version |Initializing an? (?:V1 )?LLM engine"
 
 
 def server_runs(records: pl.DataFrame) -> pl.DataFrame:

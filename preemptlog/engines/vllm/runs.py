@@ -2,9 +2,11 @@
 
 A restart resets the server's configuration: what a run states (its ``non-default args``,
 engine config line, block counts) is that run's, never the next one's. A run begins at a
-start banner (the START_RE of vllm/preemptions.py): the API server's ``vLLM API server
-version`` where the stream has one (each engine's ``Initializing a ... LLM engine`` line of
-the same start follows it), else the engine's own line (offline ``LLM(...)`` use). A banner
+start banner (the START_RE of vllm/preemptions.py): the API server's version banner where the
+stream has one (``vLLM API server version X`` through 0.14; from 0.15 ``vLLM server version X``
+or the start-up logo's ``version X`` row; the API server's ``non-default args`` follow it, and
+each engine's ``Initializing a ... LLM engine`` line of the same start), else the engine's own
+line (offline ``LLM(...)`` use). A banner
 opens a run only after some activity of the server since the previous one (stats, requests,
 preemptions, hook lines: any record that is not configuration), so banners in a row are one
 start. Records before a stream's first banner are its run 0 (the log began mid-run).
