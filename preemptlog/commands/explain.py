@@ -256,14 +256,14 @@ def _top_events(analysis, inputs: list[str]) -> int:
         return ExitCode.USAGE
     top = rows.sort(["count", "time"], descending=[True, False], nulls_last=True).head(TOP_EVENTS)
     lines = [
-        f"preemptlog: error: no EVENT_ID given: the top {top.height} of {rows.height} event row(s) of "
-        f"{neutralise(where)}; explain one with: preemptlog explain ID {neutralise(where)}"
+        f"preemptlog: error: no EVENT_ID given: the top {top.height} of {rows.height} event row(s) of {neutralise(where)}"
     ]
     for r in top.iter_rows(named=True):
         verdict = (r["gate"] or "-") + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
         n = f"{r['count']} events, " if r["count"] > 1 else ""
         when = r["time"].isoformat(timespec="seconds") if r["time"] is not None else "no time"
         lines.append(f"  {neutralise(r['event_id'])}  ({n}{when}; {verdict}, {r['confidence'] or '-'})")
+    lines.append(f"explain one with: preemptlog explain ID {neutralise(where)}")
     sys.stderr.write("\n".join(lines) + "\n")
     return ExitCode.USAGE
 

@@ -268,7 +268,10 @@ def test_explain_bundle_without_an_id_lists_its_top_events():
     err = p.stderr.splitlines()
     assert err[0].startswith("preemptlog: error: no EVENT_ID given: the top 4 of 4 event row(s)")
     assert "give the bundle" not in p.stderr  # it was given
-    ids = [ln.split()[0] for ln in err[1:]]
+    assert err[-1] == f"explain one with: preemptlog explain ID {SCRAPES}"
+    # the error and the hint apart, each within 80 columns but for the path (137 as one line)
+    assert max(len(ln) - len(str(SCRAPES)) for ln in err[:1] + err[-1:]) <= 80
+    ids = [ln.split()[0] for ln in err[1:-1]]
     assert ids[0] == "stock-v1/metrics-1773482505.prom:35~i*"  # the row holding most events first
     ok = in_pipes(["explain", ids[0], str(SCRAPES), "--tz", "UTC", "-f", "json", "-q"])
     assert ok.returncode == 0 and json.loads(ok.stdout)["event"]["source"].endswith("1773482505.prom")
