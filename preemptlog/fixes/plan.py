@@ -33,7 +33,7 @@ from .. import engines
 from ..engines.common import G1_KEYS, verdict_key
 from ..model.config import in_force
 from ..rules.verdicts import fix_cell, fix_type, guide_model
-from ..whatif.verify import verify_fixes
+from ..whatif.verify import setting_for, verify_fixes
 
 if TYPE_CHECKING:
     from ..findings import Findings
@@ -173,7 +173,11 @@ def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict
     unverified = [x for x in changes if x.get("status") != "verified" and not (x.get("replay") or {}).get("status")]
     if unverified and not (a.requests.height or (bt is not None and bt.height)):
         for eng in engines.registered():  # what the engine's replay needs: its request lines
-            theirs = [x for x in unverified if x.get("engine_kind", engines.DEFAULT) == eng.name]
+            theirs = [
+                x
+                for x in unverified
+                if x.get("engine_kind", engines.DEFAULT) == eng.name and setting_for(str(x.get("option") or ""))
+            ]  # only options the what-if replays (a --kv-cache-memory-bytes is not a replay setting)
             if eng.replay_hint is not None and theirs:
                 add(
                     eng.replay_hint,

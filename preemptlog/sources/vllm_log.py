@@ -116,6 +116,22 @@ MARKERS: list[tuple[str, str]] = [
     ("num_gpu_blocks_override=", "cfg_override"),
     # 0.32+ (vllm/platforms/interface.py): the block size the attention backend(s) chose
     ("Setting kv cache block size to ", "cfg_block_size"),
+    # ... and the block size a hybrid (mamba) or quantized-KV model forced, over --block-size too
+    # ("Setting attention block size to N tokens to ensure that attention page size is >= mamba page size.",
+    # "... so the quantized primary KV page covers ...": 0.32 platforms/interface.py; xpu.py's "[XPU]Setting ...")
+    ("Setting attention block size to ", "cfg_block_size"),
+    # settings vLLM turned off after the config lines were written (0.32-0.34 v1/engine/core.py: a model with
+    # non-causal attention or no KV cache; config/vllm.py: an encoder-only instance; attention backends under
+    # batch invariance): "Disabling chunked prefill: ..." / "Disabling prefix caching ..."
+    ("Disabling chunked prefill", "cfg_disable"),
+    ("Disabling prefix caching", "cfg_disable"),
+    # 0.34's extensible KV cache turned off at start-up (v1/executor/abstract.py: "Disabling the extensible KV
+    # cache: <reason>. ..."; config/vllm.py: "Extensible KV cache off: without an IMEX channel, ...")
+    ("Disabling the extensible KV cache", "cfg_disable"),
+    ("Extensible KV cache off", "cfg_disable"),
+    # the max_num_batched_tokens default, DEBUG (0.20+ engine/arg_utils.py): "Defaulting max_num_batched_tokens
+    # to 8192 for openai-api-server usage context." (the INFO chunked-prefill line is absent without it)
+    ("Defaulting max_num_batched_tokens to ", "cfg_max_num_seqs"),
     # memory lines for `whatif` (the KV pool under another gpu_memory_utilization, issue 16)
     ("Model loading took ", "cfg_weights"),
     ("Loading model weights took ", "cfg_weights"),

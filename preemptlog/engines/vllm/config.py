@@ -97,6 +97,13 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     # 0.32+ (vllm/platforms/interface.py update_block_size_for_backend): "Setting kv cache block size to
     # 32 for FLASH_ATTN backend(s)." -- the block size the engine set (see _backend_block_size)
     ("cfg_block_size", "block_size", r"Setting kv cache block size to (\d+) for "),
+    ("cfg_block_size", "block_size", r"Setting attention block size to (\d+) tokens"),
+    # a later line that turns a feature off (its value: "False", see _DISABLED)
+    ("cfg_disable", "enable_chunked_prefill", r"(Disabling) chunked prefill\b"),
+    ("cfg_disable", "enable_prefix_caching", r"(Disabling) prefix caching\b"),
+    ("cfg_disable", "enable_extensible_kv_cache", r"(Disabling) the extensible KV cache\b"),
+    ("cfg_disable", "enable_extensible_kv_cache", r"Extensible KV cache (off):"),
+    ("cfg_max_num_seqs", "max_num_batched_tokens", r"Defaulting max_num_batched_tokens to (\d+)"),
     # memory lines (issue 16, `whatif`): V1 gpu_model_runner / V0 model_runner and the V0 profiling line
     ("cfg_weights", "model_weights_gib", r"(?:Model loading took|Loading model weights took) ([\d.]+) ?Gi?B"),
     ("cfg_total_mem", "total_gpu_memory_gib", r"total_gpu_memory \(([\d.]+) ?GiB\)"),
@@ -130,9 +137,33 @@ ARG_KEYS = [
     "cache_aware_admission_window",
     "cache_aware_admission_threshold",
     "max_num_inflight_kv_loads",
+    # how vLLM sizes the KV cache and its defaults (version_defaults): 0.34's extensible KV cache and what turns it
+    # off; a fixed KV cache size (gpu_memory_utilization is then ignored); the performance mode doubling defaults
+    "enable_extensible_kv_cache",
+    "kv_cache_memory_bytes",
+    "enable_elastic_ep",
+    "performance_mode",
 ]
 for _k in ARG_KEYS:
+    if _k == "speculative_config":  # a dict value: read whole (the generic value stops at its first space)
+        EXTRACTORS.append(
+            (
+                "cfg_args",
+                _k,
+                r"(?:'speculative_config':\s*|\bspeculative_config=)(None|\{[^{}]*\}|[A-Za-z]\w*\([^)]*\))",
+            )
+        )
+        continue
     EXTRACTORS.append(("cfg_args", _k, _arg(_k)))
+
+# Keys read from the whole text of their line: the value is itself a nested config object; every
+# other key of an args dict or engine config line is read at that line's top level only (_top_level).
+NESTED_VALUE_KEYS = frozenset({"speculative_config"})
+
+# Where a config line's own keys begin, and the bracket depth they sit at there: the args dict
+# (``non-default args: {...}``, 0.9+), the Namespace (``args: Namespace(...)``, 0.4.2-0.8.5) and
+# the engine line (``... with config: k=v, ...``).
+_TOP_LEVEL_STARTS = (("non-default args: ", 1), ("args: Namespace(", 1), (" with config: ", 0))
 
 # vLLM's own defaults, used when the log is silent: (key, first version, value, where vLLM sets it),
 # newest first; read from the released wheels' source (gpu_memory_utilization: 0.9 in 0.4-0.19.1,
@@ -274,7 +305,11 @@ def parse(
         .then(value.str.replace_all(",", "", literal=True))
         .otherwise(value)
     ).with_columns(
-        value=pl.when(pl.col("value") == "Chunked prefill is enabled").then(pl.lit("True")).otherwise(pl.col("value"))
+        value=pl.when(pl.col("value") == "Chunked prefill is enabled")
+        .then(pl.lit("True"))
+        .when(pl.col("value").is_in(["Disabling", "off"]))
+        .then(pl.lit("False"))
+        .otherwise(pl.col("value"))
     )
     # A logged None means "not set" (vLLM picks a default), except where None is the setting itself.
     seen = seen.filter((pl.col("value") != "None") | pl.col("key").is_in(list(_NONE_MEANINGFUL)))
@@ -284,6 +319,7 @@ def parse(
         seen = pl.concat([seen, more.select(list(schema)).cast(schema)], how="vertical")
     seen = seen.unique(maintain_order=True).sort("time", "source", "line", nulls_last=True, maintain_order=True)
     seen = _backend_block_size(seen, cfg)
+    seen = _data_parallel_sum(seen, cfg)
     # Whose configuration each row is (registry.config_engines): another engine's rows (an SGLang log's
     # max_model_len, kv_cache_tokens...) are kept for that engine, and never derive or stand for vLLM's.
     seen = config_engines(seen, records)
@@ -315,6 +351,41 @@ def parse(
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=out.schema)], how="vertical")
     return out
+
+
+DP_SUM_KEY = "num_gpu_blocks_all_engines"
+DP_SUM_NOTE = (
+    "the API server's sum over its {dp} data-parallel engines, not one engine's pool (vllm/v1/engine/core_client.py "
+    "0.32-0.34: 'Sum num_gpu_blocks from all engines in DP case')"
+)
+
+
+def _data_parallel_sum(seen: pl.DataFrame, cfg: pl.DataFrame) -> pl.DataFrame:
+    """With data parallel, the ``num_gpu_blocks`` the API server reports (``... num_gpu_blocks is: N``,
+    /metrics ``cache_config_info``) is the sum of its engines' pools: such a row becomes
+    ``num_gpu_blocks_all_engines`` where its run (or, for /metrics, the bundle) states
+    ``data_parallel_size`` > 1, so no engine's pool is taken for N (each engine's own lines, ``GPU KV
+    cache size: N tokens`` of its EngineCore_DPk, give its pool)."""
+    dp = seen.filter((pl.col("key") == "data_parallel_size") & pl.col("value").str.contains(r"^\d+$"))
+    dp = dp.filter(pl.col("value").cast(pl.Int64) > 1)
+    if dp.height == 0:
+        return seen
+    runs_dp = {r: v for r, v in dp.select("run", "value").iter_rows()}
+    any_dp = dp.get_column("value").max()
+    api_lines = cfg.filter(pl.col("kind") == "cfg_num_gpu_blocks").select(
+        "source", pl.col("n").alias("line"), pl.lit(True).alias("_api")
+    )
+    s = seen.join(api_lines, on=["source", "line"], how="left", nulls_equal=False)
+    label = pl.col("note").fill_null("").str.starts_with("label of vllm:cache_config_info")
+    of_run = pl.col("run").replace_strict(runs_dp, default=None, return_dtype=pl.String)
+    dp_here = pl.when(label).then(pl.lit(any_dp)).when(pl.col("_api").fill_null(False)).then(of_run)
+    hit = (pl.col("key") == "num_gpu_blocks") & dp_here.is_not_null()
+    return s.with_columns(
+        key=pl.when(hit).then(pl.lit(DP_SUM_KEY)).otherwise(pl.col("key")),
+        note=pl.when(hit)
+        .then(pl.lit(DP_SUM_NOTE.split("{dp}")[0]) + dp_here + pl.lit(DP_SUM_NOTE.split("{dp}")[1]))
+        .otherwise(pl.col("note")),
+    ).drop("_api")
 
 
 BACKEND_BLOCK_SIZE_NOTE = (
@@ -354,6 +425,52 @@ def _backend_block_size(seen: pl.DataFrame, cfg: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _top_level(text: str | None) -> str | None:
+    """A config line with what nested objects hold blanked: the values of ``kv_transfer_config``'s
+    ``kv_connector_extra_config`` (``'block_size': 64``, the CPU offload's chunk), a
+    ``speculative_config``'s draft ``max_model_len``, a ``compilation_config``'s sizes are not the
+    server's settings. Text inside a bracket opened below the line's top level (its args dict or
+    Namespace, or the engine line's ``k=v`` list) becomes spaces; quoted text is not read for
+    brackets. A line that is none of these is returned as is. Config lines are few (one per start):
+    plain Python."""
+    if text is None:
+        return None
+    found = next(((m, top, text.find(m)) for m, top in _TOP_LEVEL_STARTS if m in text), None)
+    if found is None:
+        return text
+    marker, top, at = found
+    start = at + len(marker)
+    out = list(text)
+    depth, quote, esc = (1 if marker.endswith("(") else 0), "", False
+    for i in range(start, len(text)):
+        c = text[i]
+        if quote:
+            if depth > top:
+                out[i] = " "
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == quote:
+                quote = ""
+            continue
+        if c in "'\"":
+            quote = c
+        elif c in "{[(":
+            depth += 1
+            if depth - 1 > top:
+                out[i] = " "
+            continue
+        elif c in "}])":
+            depth -= 1
+            if depth > top:
+                out[i] = " "
+            continue
+        if depth > top:
+            out[i] = " "
+    return "".join(out)
+
+
 def _extracted(cfg: pl.DataFrame) -> pl.DataFrame:
     """The values the EXTRACTORS find in config lines (``kind``, ``text``, ``time``, ``source``,
     ``n``, ``run``): one row per extractor and line it matched, in extractor order, lines in order
@@ -361,13 +478,31 @@ def _extracted(cfg: pl.DataFrame) -> pl.DataFrame:
     query per extractor cost ~0.3 ms each, 62 of them."""
     kinds = set(cfg.get_column("kind").unique().to_list())
     mine = [(j, k, key, rx) for j, (k, key, rx) in enumerate(EXTRACTORS) if k in kinds]
-    wide = cfg.with_row_index("_o").select(
-        "_o",
-        "time",
-        "source",
-        pl.col("n").alias("line"),
-        "run",
-        *[pl.when(pl.col("kind") == k).then(pl.col("text").str.extract(rx, 1)).alias(f"_x{j}") for j, k, _, rx in mine],
+    nested = ("cfg_args", "cfg_engine")
+    flat = pl.Series(
+        "_flat",
+        [
+            _top_level(x) if k in nested else x
+            for k, x in zip(cfg.get_column("kind"), cfg.get_column("text"), strict=True)
+        ],
+        dtype=pl.String,
+    )
+    wide = (
+        cfg.with_columns(flat)
+        .with_row_index("_o")
+        .select(
+            "_o",
+            "time",
+            "source",
+            pl.col("n").alias("line"),
+            "run",
+            *[
+                pl.when(pl.col("kind") == k)
+                .then(pl.col("text" if key in NESTED_VALUE_KEYS else "_flat").str.extract(rx, 1))
+                .alias(f"_x{j}")
+                for j, k, key, rx in mine
+            ],
+        )
     )
     keys = pl.DataFrame(
         {"_x": [f"_x{j}" for j, *_ in mine], "key": [key for _, _, key, _ in mine], "_e": list(range(len(mine)))},
@@ -534,14 +669,74 @@ def prefix_caching(config: pl.DataFrame, frames: Mapping[str, pl.DataFrame]) -> 
 REPLAY_VERSIONS = ReplayVersions(of_bundle=bundle_version, scheduler=scheduler_version)
 
 
+# vLLM 0.34.0 sizes the KV cache from the memory measured after warmup (the extensible KV cache, its default on
+# CUDA and ROCm) unless a setting overrides that measure (vllm/config/vllm.py VllmConfig._resolve_extensible_kv_cache)
+EXTENSIBLE_KV_SINCE = (0, 34, 0)
+EXTENSIBLE_OFF_BY = ("kv_cache_memory_bytes", "num_gpu_blocks_override", "enable_elastic_ep")
+EXTENSIBLE_SRC = "vllm/config/vllm.py 0.34.0 VllmConfig._resolve_extensible_kv_cache"
+GMU_RESOLVED_SRC = (
+    "vllm/config/cache.py 0.34.0 CacheConfig.resolved_gpu_memory_utilization: unset, 1.0 with the extensible KV "
+    "cache, 0.92 without it"
+)
+
+
+def _where(row: dict) -> str:
+    return f" ({row['source']}:{row['line']})" if row.get("source") else ""
+
+
+def extensible_kv(seen: pl.DataFrame, version: tuple[int, ...] | None) -> tuple[bool, str] | None:
+    """Whether vLLM 0.34's extensible KV cache was on, and why: the setting or a line saying it
+    (``enable_extensible_kv_cache`` in the args or a /metrics cache_config_info label, vLLM's
+    "Disabling the extensible KV cache" / "Extensible KV cache off" lines), else on a 0.34+ server
+    a setting that turns it off (``kv_cache_memory_bytes``, ``num_gpu_blocks_override``,
+    ``enable_elastic_ep``), else its default (on). None: not a 0.34+ server as far as the rows show."""
+    row = _last(seen.filter(pl.col("status") != "default"), "enable_extensible_kv_cache")
+    if row is not None:
+        on = str(row["value"]).strip().lower() == "true"
+        return on, f"enable_extensible_kv_cache {row['value']}{_where(row)}"
+    if version is None or version < EXTENSIBLE_KV_SINCE:
+        return None
+    for key in EXTENSIBLE_OFF_BY:
+        row = _last(seen.filter(pl.col("status") != "default"), key)
+        if row is not None and str(row["value"]).strip().lower() not in ("false", "none", ""):
+            return False, f"{key} {row['value']}{_where(row)} turns it off ({EXTENSIBLE_SRC})"
+    return True, f"vLLM {version_text(version)}'s default on CUDA and ROCm ({EXTENSIBLE_SRC})"
+
+
 def version_defaults(seen: pl.DataFrame) -> list[tuple[str, str, str]]:
-    """vLLM's defaults for the version the configuration rows seen name (the engine's ``defaults``)."""
+    """vLLM's defaults for the version the configuration rows seen name (the engine's ``defaults``),
+    with what the rows say of how the defaults resolve: 0.34's gpu_memory_utilization under the
+    extensible KV cache or without it (:func:`extensible_kv`), ``performance_mode throughput``
+    doubling max_num_seqs (vllm/engine/arg_utils.py _set_default_args, 0.32-0.34)."""
     ver = _last(seen, "vllm_version")
     floor = None if ver else _last(seen, VERSION_FLOOR_KEY)
     if floor is not None:
-        where = f" ({floor['source']}:{floor['line']})" if floor.get("source") else ""
-        return default_rows(None, str(floor["value"]), f"{floor['note']}{where}")
-    return default_rows(ver["value"] if ver else None)
+        rows = default_rows(None, str(floor["value"]), f"{floor['note']}{_where(floor)}")
+    else:
+        rows = default_rows(ver["value"] if ver else None)
+    vt = _version_tuple(str(ver["value"])) if ver else None
+    ext = extensible_kv(seen, vt)
+    mode = _last(seen.filter(pl.col("status") != "default"), "performance_mode")
+    out = []
+    for key, value, note in rows:
+        if key == "gpu_memory_utilization" and ext is not None:
+            on, why = ext
+            value = "1.0" if on else "0.92"
+            label = f"vLLM {ver['value']}" if ver else "vLLM's"
+            note = (
+                f"assumed: {label} default with the extensible KV cache {'on' if on else 'off'} ({why}; "
+                f"{GMU_RESOLVED_SRC})"
+            )
+        elif key == "max_num_seqs" and mode is not None and str(mode["value"]) == "throughput" and value.isdigit():
+            value = str(2 * int(value))
+            note = (
+                f"{note}; doubled: performance_mode throughput{_where(mode)} (vllm/engine/arg_utils.py "
+                "_set_default_args: 'If throughput mode is set, double max_num_batched_tokens and max_num_seqs')"
+            )
+        out.append((key, value, note))
+    if ext is not None:  # shown where no row states it (parse adds defaults for keys a run leaves unsaid)
+        out.append(("enable_extensible_kv_cache", str(ext[0]), f"assumed: {ext[1]}"))
+    return out
 
 
 def _last(seen: pl.DataFrame, key: str):

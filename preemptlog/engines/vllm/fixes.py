@@ -28,7 +28,7 @@ from ...model.fixes import fix_record
 from ...model.requests import incident_requests
 from ..common import G1_KEYS, FixPart, is_change, verdict_key_counts
 from ..common import ranked as _ranked
-from .config import VERSION_FLOOR_KEY
+from .config import EXTENSIBLE_KV_SINCE, VERSION_FLOOR_KEY
 
 if TYPE_CHECKING:
     from ...model.result import AnalysisView
@@ -167,11 +167,21 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
         )
     gmu_row = cfg.get("gpu_memory_utilization")
     floor = cfg.get(VERSION_FLOOR_KEY)
+    ext = cfg.get("enable_extensible_kv_cache")
+    out["extensible_kv"] = Measured(
+        None if ext is None else str(ext["value"]).strip().lower() == "true",
+        "enable_extensible_kv_cache not stated in the bundle"
+        if ext is None
+        else f"enable_extensible_kv_cache {ext['value']} "
+        + (f"{ext['status']} ({ext['source']}:{ext['line']})" if ext.get("source") else f"({ext.get('note')})"),
+    )
+    out["kv_cache_memory_bytes"] = c("kv_cache_memory_bytes", int)
     if (
         "vllm_version" not in out
         and gmu_row is not None
         and gmu_row.get("status") == "default"
         and (cfg.get("engine") or {}).get("value") != "V0"
+        and out["extensible_kv"].value is not False
     ):
         # The version is not known, so it may be 0.34+, where an unset gpu_memory_utilization is 1.0 under the
         # extensible KV cache: the assumed default raised by 0.05 would take memory away there.
@@ -287,10 +297,6 @@ def formulas(m: dict[str, Measured]) -> dict[str, str]:
     else:
         out["kv_room"] = "give the KV cache more room: raise gpu_memory_utilization or tensor_parallel_size"
     return out
-
-
-# vLLM 0.34.0's CacheConfig: gpu_memory_utilization unset resolves to 1.0 under the extensible KV cache.
-EXTENSIBLE_KV_SINCE = (0, 34, 0)
 
 
 EXTENSIBLE_BASIS = (
@@ -496,8 +502,32 @@ def structured(m: dict[str, Measured], engine: str | None = None) -> tuple[list[
     )
     gmu = m["gpu_memory_utilization"]
     ver = m.get("vllm_version")
-    extensible = ver is not None and ver.known and _ver(str(ver.value)) >= EXTENSIBLE_KV_SINCE
-    if gmu.known and extensible and float(gmu.value) < 1.0:
+    ext = m.get("extensible_kv")
+    extensible = (
+        ver is not None
+        and ver.known
+        and _ver(str(ver.value)) >= EXTENSIBLE_KV_SINCE
+        and (ext is None or ext.value is not False)
+    )
+    kvmem = m.get("kv_cache_memory_bytes")
+    if kvmem is not None and kvmem.known:
+        # --kv-cache-memory-bytes sizes the KV cache itself: vLLM ignores gpu_memory_utilization then
+        # (vllm/config/cache.py CacheConfig.kv_cache_memory_bytes, 0.32-0.34)
+        out.append(
+            _fix(
+                "kv_room",
+                "--kv-cache-memory-bytes",
+                kvmem.value,
+                None,
+                _known(kvmem),
+                "more KV cache blocks",
+                f"raise kv_cache_memory_bytes (now {kvmem.value}, {kvmem.how}): it sizes the KV cache, and "
+                "gpu_memory_utilization is ignored while it is set",
+                G1_KEYS,
+                missing="the pool and the demand to size it (preemptlog's vLLM plugin records)",
+            )
+        )
+    elif gmu.known and extensible and float(gmu.value) < 1.0:
         # vLLM 0.34+: the extensible KV cache (its default on CUDA and ROCm) sizes the pool from the memory
         # measured after warmup; a set value below 1.0 takes memory away from the KV cache.
         item = _fix(
@@ -681,6 +711,7 @@ CAPACITY_KEYS = (
     "max_concurrency",
     "num_gpu_blocks_override",
     "num_gpu_blocks_profiled",
+    "kv_cache_memory_bytes",
 )
 CAPACITY_DEFAULTS = ("gpu_memory_utilization", "max_num_seqs")
 
@@ -746,8 +777,31 @@ def _capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[
         else:
             dropped.append({"id": "capacity_num_gpu_blocks_override", "why": "the peak demand fits the pool"})
     # gpu_memory_utilization that holds the peak.
+    kvbytes = cfg.get("kv_cache_memory_bytes")
     if override is not None:
         pass
+    elif kvbytes is not None:
+        dropped.append(_sized_by_bytes(kvbytes))
+        if peak is None:
+            dropped.append({"id": "capacity_kv_cache_memory_bytes", "why": "needs the peak demand"})
+        elif ratio is not None and ratio > 1:
+            need = int(math.ceil(kvbytes.value * ratio))
+            out.append(
+                _fix(
+                    "capacity_kv_cache_memory_bytes",
+                    "--kv-cache-memory-bytes",
+                    int(kvbytes.value),
+                    need,
+                    [kvbytes.cite(), *pin, *peak_in],
+                    f"a KV cache {ratio:.2f}x as large holds the peak demand{estimated}; the GPU must have the "
+                    "memory for it",
+                    f"kv_cache_memory_bytes {int(kvbytes.value)} -> {need} = {int(kvbytes.value)} x peak "
+                    f"{peak['blocks']} / pool {pool['blocks']} blocks",
+                    G1_KEYS,
+                )
+            )
+        else:
+            dropped.append({"id": "capacity_kv_cache_memory_bytes", "why": "the peak demand fits the pool"})
     elif peak is None or gmu is None:
         dropped.append(
             {
@@ -950,6 +1004,16 @@ def _lines(held: dict[str, Any]) -> str:
     return "the stats lines" if n > 1 else "one stats line"
 
 
+def _sized_by_bytes(kvbytes: Any) -> dict[str, str]:
+    """Why no --gpu-memory-utilization lever: --kv-cache-memory-bytes sizes the KV cache (vLLM 0.32-0.34
+    vllm/config/cache.py CacheConfig.kv_cache_memory_bytes: 'when not-None, ignores gpu_memory_utilization')."""
+    return {
+        "id": "capacity_gpu_memory_utilization",
+        "why": f"the KV cache is sized by --kv-cache-memory-bytes ({kvbytes.cite()}): vLLM ignores "
+        "gpu_memory_utilization while it is set (vllm/config/cache.py CacheConfig.kv_cache_memory_bytes)",
+    }
+
+
 def held_levers(
     held: dict[str, Any], pool: dict[str, Any] | None, cfg: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -1063,6 +1127,24 @@ def held_levers(
                     **extra,
                 )
             )
+    elif (kvbytes := cfg.get("kv_cache_memory_bytes")) is not None:
+        dropped.append(_sized_by_bytes(kvbytes))
+        need = int(math.ceil(kvbytes.value * ratio))
+        out.append(
+            fix_record(
+                "capacity_kv_cache_memory_bytes",
+                "--kv-cache-memory-bytes",
+                int(kvbytes.value),
+                need,
+                [kvbytes.cite(), *((pool or {}).get("inputs") or []), seen],
+                f"a KV cache {ratio:.2f}x as large holds the {in_engine} requests in the engine at the peak; the "
+                "GPU must have the memory for it",
+                f"kv_cache_memory_bytes {int(kvbytes.value)} -> {need} = {int(kvbytes.value)} x {ratio:.2f} ({demand})",
+                G1_KEYS,
+                basis=basis,
+                **extra,
+            )
+        )
     elif gmu is None:
         dropped.append(
             {"id": "capacity_gpu_memory_utilization", "why": "gpu_memory_utilization is not stated in the bundle"}
@@ -1121,12 +1203,12 @@ def plan_part(a: AnalysisView, findings: Any, verdicts: Any) -> FixPart:
                     "peak demand",
                 }
             )
-        elif pinned and x["option"] == "--gpu-memory-utilization":
+        elif pinned and x["option"] in ("--gpu-memory-utilization", "--kv-cache-memory-bytes"):
             dropped.append(
                 {
                     "id": x["id"],
-                    "why": "the KV pool is pinned by --num-gpu-blocks-override: gpu_memory_utilization does not "
-                    "change it",
+                    "why": f"the KV pool is pinned by --num-gpu-blocks-override: {x['option'][2:].replace('-', '_')} "
+                    "does not change it",
                 }
             )
         else:
