@@ -159,3 +159,44 @@ def test_the_floor_comes_from_the_line_whatever_its_prefix(tmp_path, shape):
     floor = s["config"]["vllm_version_floor"]
     assert (floor["value"], floor["from"]) == ("0.33.0", f"{path}:1")
     assert s["config"]["gpu_memory_utilization"]["value"] == "0.92"
+
+
+KV_ONE_LINE = (
+    "(EngineCore pid=11) INFO 12-01 09:59:50 [kv_cache_utils.py:1169] GPU KV cache size: 655,360 tokens, Maximum "
+    "concurrency for 40,960 tokens per request: 16.00x"
+)
+KV_TWO_LINES = [
+    "(EngineCore pid=11) INFO 12-01 09:59:50 [kv_cache_utils.py:1100] GPU KV cache size: 655,360 tokens",
+    "(EngineCore pid=11) INFO 12-01 09:59:50 [kv_cache_utils.py:1101] Maximum concurrency for 40,960 tokens per "
+    "request: 16.00x",
+]
+V1_BUSY = [_python_v1_line(f"10:00:{s:02d}", 99.0) for s in (10, 20, 30)]
+
+
+@pytest.mark.parametrize("scanner", ["compiled", "polars"])
+def test_the_kv_cache_size_on_one_line_bounds_the_version_at_0_28(tmp_path, monkeypatch, scanner):
+    """vLLM 0.28.0 joined "GPU KV cache size: N tokens" and "Maximum concurrency ..." into one line
+    (vllm/v1/core/kv_cache_utils.py): the one-line form is a 0.28+ server, whose default
+    gpu_memory_utilization is 0.92 (0.20+), not the oldest 0.9."""
+    if scanner == "polars":
+        monkeypatch.setenv("PREEMPTLOG_SCANNER", "polars")
+    _a, s, path = _run(tmp_path, [KV_ONE_LINE, *V1_BUSY])
+    floor = s["config"]["vllm_version_floor"]
+    assert (floor["value"], floor["from"]) == ("0.28.0", f"{path}:1")
+    gmu = s["config"]["gpu_memory_utilization"]
+    assert gmu["value"] == "0.92" and "from 0.28.0 until 0.34.0" in gmu["note"]
+
+
+def test_the_two_line_kv_cache_size_bounds_nothing(tmp_path):
+    _a, s, _path = _run(tmp_path, [*KV_TWO_LINES, *V1_BUSY])
+    assert "vllm_version_floor" not in s["config"]
+
+
+def test_the_highest_floor_wins_and_a_named_version_needs_none(tmp_path):
+    _a, s, _path = _run(tmp_path, [KV_ONE_LINE, *RUST_BUSY])
+    assert s["config"]["vllm_version_floor"]["value"] == "0.33.0"
+    named = (
+        "(EngineCore pid=11) INFO 12-01 09:59:40 [core.py:133] Initializing a V1 LLM engine (v0.30.1) with config: x=1"
+    )
+    _a, s2, _path = _run(tmp_path, [named, KV_ONE_LINE, *V1_BUSY])
+    assert "vllm_version_floor" not in s2["config"] and s2["config"]["vllm_version"]["value"] == "0.30.1"

@@ -211,6 +211,10 @@ VERSION_DEFAULTS: dict[str, list[tuple[tuple[int, ...] | None, str, str]]] = {
 # frontend (``VLLM_USE_RUST_FRONTEND=1``; its stats line, stats.RUST_FAMILY) ships from vLLM 0.33.0
 # (vllm-rs, rust/src/llm/src/log_stats.rs of the 0.33.0 and 0.34.0 wheels; none before).
 RUST_FRONTEND_SINCE = "0.33.0"
+# V1's KV cache lines: "GPU KV cache size: N tokens" and "Maximum concurrency for M tokens per request: Xx" are
+# two lines through 0.27, one line ("... N tokens, Maximum concurrency for ...") from 0.28.0 (vllm-facts.md 4)
+KV_SIZE_ONE_LINE_SINCE = "0.28.0"
+KV_SIZE_ONE_LINE_RE = r"KV cache size: [\d,]+ tokens, Maximum concurrency for "
 VERSION_FLOOR_KEY = "vllm_version_floor"
 
 
@@ -888,17 +892,36 @@ def _derive(seen: pl.DataFrame, stats: pl.DataFrame | None, records: pl.DataFram
                 add("engine", "V1", [marks["V1"]], f"{marks['V1']['what']}: written only by vLLM's V1 engine")
             elif marks["V0"] and not marks["V1"]:
                 add("engine", "V0", [marks["V0"]], f"{marks['V0']['what']}: written only by vLLM's V0 engine")
-    if _last(seen, "vllm_version") is None and stats is not None and stats.height:
-        rust = stats.filter(pl.col("family") == RUST_FAMILY).head(1)
-        if rust.height:
+    if _last(seen, "vllm_version") is None:
+        floors = []  # (version, where, why): the highest bounds the version
+        rust = stats.filter(pl.col("family") == RUST_FAMILY).head(1) if stats is not None and stats.height else None
+        if rust is not None and rust.height:
             r = rust.row(0, named=True)
-            add(
-                VERSION_FLOOR_KEY,
-                RUST_FRONTEND_SINCE,
-                [{"time": r["time"], "source": r["source"], "line": r["line"]}],
-                f"the Rust frontend's stats line (VLLM_USE_RUST_FRONTEND=1, vllm-rs log_stats.rs), shipped from "
-                f"vLLM {RUST_FRONTEND_SINCE}",
+            floors.append(
+                (
+                    RUST_FRONTEND_SINCE,
+                    {"time": r["time"], "source": r["source"], "line": r["line"]},
+                    f"the Rust frontend's stats line (VLLM_USE_RUST_FRONTEND=1, vllm-rs log_stats.rs), shipped from "
+                    f"vLLM {RUST_FRONTEND_SINCE}",
+                )
             )
+        if records is not None and records.height and {"kind", "text"} <= set(records.columns):
+            one = records.filter(
+                (pl.col("kind") == "cfg_kv_size") & pl.col("text").str.contains(KV_SIZE_ONE_LINE_RE)
+            ).head(1)
+            if one.height:
+                r = one.row(0, named=True)
+                floors.append(
+                    (
+                        KV_SIZE_ONE_LINE_SINCE,
+                        {"time": r.get("time"), "source": r.get("source"), "line": r.get("n")},
+                        "the KV cache size and the maximum concurrency on one line (vllm/v1/core/kv_cache_utils.py: "
+                        f"two lines before {KV_SIZE_ONE_LINE_SINCE})",
+                    )
+                )
+        if floors:
+            v, where, why = max(floors, key=lambda f: _version_tuple(f[0]) or ())
+            add(VERSION_FLOOR_KEY, v, [where], why)
     schema = polars_schema(CONFIG_SCHEMA)
     return pl.DataFrame(rows, schema=schema)
 
