@@ -331,9 +331,8 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         rules = {str(r): n for r, n in ev.group_by("rule").len().sort("rule").iter_rows() if r is not None}
     unplaced = ev.filter(pl.col("time_precision") == "unplaced") if ev.height else ev
     engines = sorted({str(e) for e in ev.get_column("engine").fill_null("0").to_list()}) if ev.height else []
-    spans = _cited_spans(a, ev, [p for p in pressure if p.get("start") and p.get("end")])
-    peak = max((p["peak_kv_usage"] for p in spans if p.get("peak_kv_usage") is not None), default=None)
-    waiting = max((p["max_waiting"] for p in spans if p.get("max_waiting") is not None), default=None)
+    timed = [p for p in pressure if p.get("start") and p.get("end")]
+    spans = _cited_spans(a, ev, timed)
     # The engine the bundle shows (one engine's words; both named for a bundle of two engines).
     shown = [e for e in registry.registered() if e.name in registry.engine_kinds(a.events, a.config, a.records)]
     own = shown[0] if len(shown) == 1 and not shown[0].default else None
@@ -366,16 +365,67 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         else None,
         # each engine's start its unplaced events count from (the counter's _created, or its banner)
         **({"unplaced_starts": _starts(unplaced, a.tz)} if unplaced.height else {}),
-        "pressure": {
-            "spans": len(spans),
-            "first": [spans[0]["start"], spans[0]["end"]] if spans else None,
-            "peak_kv_usage": peak,
-            "max_waiting": waiting,
-            "running_fell": _running_fell(spans),
-        }
-        if spans
-        else None,
+        "pressure": _pressure(spans),
+        # several engines (data parallel: each its own KV pool and scheduler): each one's events and the
+        # pressure its own events cite, so the headline never gives one engine's evidence as another's why
+        **({"by_engine": _by_engine(a, ev, timed)} if len(engines) > 1 else {}),
+        # no event to cite an interval, intervals of several engines: each engine's pressure on its own
+        **({"pressure_by_engine": by} if not ev.height and len(by := _pressure_of_engines(spans)) > 1 else {}),
     }
+
+
+def _pressure(spans: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cause's ``pressure``: how many intervals, the first one, the peak KV usage, the most waiting and
+    where running fell most, over ``spans`` (pressure rows)."""
+    if not spans:
+        return None
+    return {
+        "spans": len(spans),
+        "first": [spans[0]["start"], spans[0]["end"]],
+        "peak_kv_usage": max((p["peak_kv_usage"] for p in spans if p.get("peak_kv_usage") is not None), default=None),
+        "max_waiting": max((p["max_waiting"] for p in spans if p.get("max_waiting") is not None), default=None),
+        "running_fell": _running_fell(spans),
+    }
+
+
+def _index_order(i: str) -> tuple[int, int, str]:
+    return (0, int(i), i) if i.isdigit() else (1, 0, i)
+
+
+def _pressure_of_engines(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each engine's ``pressure`` (:func:`_pressure`) over its own intervals, by engine index."""
+    keys = sorted({str(p.get("engine") or "0") for p in spans}, key=_index_order)
+    return {k: _pressure([p for p in spans if str(p.get("engine") or "0") == k]) for k in keys}
+
+
+def _by_engine(a: Analysis, ev: pl.DataFrame, spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per engine index of the events (``all``: counted from aggregated lines): its events, G1 (KV space)
+    verdicts, resets of the prefix cache, undetermined ones, and the ``pressure`` of the intervals its own
+    events cite (``up_pressure_src``, joiner/spans.py: of its engine and server), else of its own
+    intervals when the evidence has no such column."""
+    evid = a.evidence
+    cites = evid is not None and evid.height > 0 and "up_pressure_src" in evid.columns
+    x = ev.with_columns(_eng=pl.col("engine").cast(pl.String).fill_null("0"))
+    if cites:
+        assert evid is not None
+        x = x.join(evid.select("event_id", "up_pressure_src"), on="event_id", how="left")
+    out: dict[str, Any] = {}
+    for eng in sorted(set(x.get_column("_eng").to_list()), key=_index_order):
+        mine = x.filter(pl.col("_eng") == eng)
+        gate = mine.get_column("gate")
+        if cites:
+            cited = set(mine.get_column("up_pressure_src").drop_nulls().to_list())
+            own = [p for p in spans if pressure_src(list(p.get("evidence") or [])) in cited]
+        else:
+            own = [p for p in spans if str(p.get("engine") or "0") == eng]
+        out[eng] = {
+            "events": mine.height,
+            "g1": int((gate == "G1-kv-space").sum()),
+            "cache_reset": int((mine.get_column("sub_kind") == "cache-reset").sum()),
+            "undetermined": int((gate.is_null() | (gate == "undetermined")).sum()),
+            "pressure": _pressure(own),
+        }
+    return out
 
 
 def _cited_spans(a: Analysis, ev: pl.DataFrame, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -626,7 +676,11 @@ def _running_fell(spans: list[dict[str, Any]]) -> list[int] | None:
 
 def _pressure_words(c: dict[str, Any]) -> str:
     """``usage 100 %, up to 56 waiting, running 66 -> 26, 09:02:29-09:03:09 and 3 more spans``
-    (pressure intervals)."""
+    (pressure intervals); the intervals of several engines with no event to cite them, each engine's on its
+    own: ``engine 0: usage 100 %, ...; engine 1: usage 97 %, ...``."""
+    by = c.get("pressure_by_engine")
+    if by:
+        return "; ".join(f"engine {k}: {w}" for k, p in by.items() if (w := _pressure_words({"pressure": p})))
     p = c.get("pressure")
     if not p:
         return ""
@@ -643,6 +697,30 @@ def _pressure_words(c: dict[str, Any]) -> str:
         when = f"at {_hms(first[0])}" if _same_second(first[0], first[1]) else _hms_span(first[0], first[1])
         parts.append(when + (f" and {more} more span{'s' if more > 1 else ''}" if more else ""))
     return ", ".join(parts)
+
+
+def _engine_whys(by: dict[str, Any]) -> str | None:
+    """The why of the KV-space headline when the events are several engines' (``cause.by_engine``) and
+    their evidence differs: each engine's own, named (``engine 1: KV cache exhausted, usage 100 %, up to 12
+    waiting, at 03:11:00; engine 0: 25 undetermined``), engines with the same why together, those with a
+    G1 verdict first; an engine whose events only a reset explains is said by the reset words. None when
+    every engine's why is the same (the one why, unnamed, is every engine's)."""
+    whys: dict[str, list[str]] = {}
+    for eng, r in by.items():
+        if r["g1"]:
+            pw = _pressure_words({"pressure": r["pressure"]})
+            why = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
+        elif r["undetermined"] and not r["cache_reset"]:
+            why = f"{r['undetermined']} undetermined"
+        else:
+            continue
+        whys.setdefault(why, []).append(eng)
+    if len(whys) <= 1 and sum(len(e) for e in whys.values()) == len(by):
+        return None
+    ordered = sorted(whys.items(), key=lambda w: (w[0].endswith(" undetermined"), _index_order(w[1][0])))
+    return "; ".join(
+        (f"engine {e[0]}" if len(e) == 1 else "engines " + ", ".join(e)) + f": {why}" for why, e in ordered
+    )
 
 
 # A count of 0 whose quality is unknown (a line that says it happened without saying how often).
@@ -733,6 +811,7 @@ def headline(s: dict[str, Any]) -> str:
     if default_only and c.get("upstream") and g1 + reset >= n - undet and g1:
         pw = _pressure_words(c)
         what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
+        what = _engine_whys(c.get("by_engine") or {}) or what
         parts = [what, c.get("code") or CODE_SENTENCE[None]]
         if reset:
             parts.append(f"{reset} by {_reset_words(c)}")
