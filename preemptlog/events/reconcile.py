@@ -280,7 +280,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "in_events": made,
                 "note": f"engine {r['engine']}: {r['value']} preemption(s) since "
                 + (f"the engine's start at {start[1]}" if start else "the engine's last start (not in the bundle)")
-                + f", by the reading at {iso(r['time'], tz)} ({r['from']}); "
+                + f", by the reading at {_when(r['time'], tz)} ({r['from']}); "
                 + (
                     f"{made} not already in the log's events, not placed in time"
                     if made
@@ -298,7 +298,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "source": PROM_COUNTER,
                 "count": inc_total,
                 "window": [iso(w[0], tz), iso(w[1], tz)] if w else None,
-                "exact": True,
+                "exact": not _resets(facts),  # across a restart a run's last preemptions are not seen
                 "in_events": prom_in_events,
                 "note": _prom_note(facts, pairs),
                 # the counters it was read from, by name: the key above is the source's kind, whatever the engine
@@ -420,6 +420,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     for r in singles:
         if str(r["engine"]) in rec_engines:
             continue  # the records lead a count: compared with the lag allowed (recordmatch.py)
+        if r["time"] is None:
+            continue  # no time: the log's events cannot be ordered with it (since_start takes them all off)
         upto = ev.filter(~is_prom & (eng == r["engine"]) & (pl.col("time") <= r["time"])).height if ev.height else 0
         if upto > r["value"]:
             disagreements.append(
@@ -470,14 +472,16 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                     else ""
                 )
             )
-            quality = "exact" if agree and not _undated_resets(facts) else "as recorded"
+            quality = "exact" if agree and not _resets(facts) else "as recorded"
     elif timed.height:
         rule = (
             "Prometheus counter increases are authoritative inside the scrape window (per engine): the log's own "
             "counts there are replaced by counter events; per-preemption lines are kept and take the place of "
             "counter events in their scrape interval; outside the window the log's events stand"
         )
-        quality = "exact" if not _undated_resets(facts) else "lower bound"
+        quality = "exact" if not _resets(facts) else "lower bound"
+        if _resets(facts):
+            rule += "; " + _across_resets(facts)
     elif field_lines:
         # The engine says what its fields are and how far they reach (LogCapability.details: a log
         # with lines that cannot count beside them is a lower bound); else a build with the fix.
@@ -487,7 +491,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         rule = "V0 counter deltas: warnings plus reconstructed counts"
         quality = "lower bound"
     elif singles:
-        what = ", ".join(f"engine {r['engine']}: {r['value']} at {iso(r['time'], tz)}" for r in singles)
+        what = ", ".join(f"engine {r['engine']}: {r['value']} at {_when(r['time'], tz)}" for r in singles)
         known = all(r["from"] in since.starts for r in singles)
         dated = all(str(since.starts[r["from"]][1]).endswith("(_created)") for r in singles) if known else False
         rule = (
@@ -542,6 +546,15 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         rule += (
             f"; engine(s) {', '.join(blind)}: a baseline reading only (the engine started before the log), so "
             "their preemptions in the log's window are not counted"
+        )
+    # A reading without a time whose count is not known to be exact (no _created, or the log's own events of
+    # its engine taken off, before or after it: since_start): whatever rule counted the rest.
+    untimed = sorted({r["engine"] for r in singles if r["time"] is None and r["from"] not in since.starts})
+    if untimed and quality == "exact":
+        quality = "lower bound"
+        rule += (
+            f"; engine(s) {', '.join(untimed)}: a reading at an unknown time, which the log's own events cannot be "
+            "ordered with (or whose engine start is not in the bundle)"
         )
     report: dict[str, Any] = {
         "total": total,
@@ -644,12 +657,16 @@ def since_start(
     empty = SinceStart({}, {}, frozenset(), (), ())
     if pairs.height == 0 or "increase" not in pairs.columns:
         return ev, empty
-    firsts = pairs.filter(pl.col("increase").is_null() & pl.col("end").is_not_null())
+    firsts = pairs.filter(pl.col("increase").is_null())
     if firsts.height == 0:
         return ev, empty
     key = ["scope", "engine", "model_name"]
     size = pairs.group_by(key).len().rename({"len": "_samples"})
     firsts = firsts.join(size, on=key, how="left")
+    # A series' only reading whose scrape got no time at all (sources/prometheus/scrapetime.py: several
+    # scrapes in one file, only the last timed by the mtime): still a count, never a silent 0 (below).
+    timeless = firsts.filter(pl.col("end").is_null() & (pl.col("_samples") == 1))
+    firsts = firsts.filter(pl.col("end").is_not_null())
     st = server_starts(a.records).filter(pl.col("time").is_not_null()).sort("time")
     log0 = log_start(a)
     baselines: dict[str, dict[str, Any]] = {}
@@ -779,13 +796,97 @@ def since_start(
             f"{iso(r['end'], tz)} ({where}), not in the log's own events: counted, not placed in time"
             + ("" if not n_own else f" ({n_own} of the reading's {n} are the log's own events)")
         )
+    for r in timeless.iter_rows(named=True):
+        where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
+        if r["engine"] == "all" or r["engine"] in recorded:
+            continue
+        got = _timeless_reading(r, where, pairs, own.filter(eng == r["engine"]).height if own.height else 0, tz)
+        notes.extend(got.notes)
+        if got.repeat:
+            repeats.add(where)
+        if got.start is not None:
+            starts[where] = got.start
+        if got.events is not None:
+            made[where] = got.events.height
+            new.append(got.events)
     if new:
         ev = ev_mod.combine([ev, *new])
     return ev, SinceStart(made, starts, frozenset(repeats), tuple(notes), tuple(disagreements), baselines)
 
 
+@dataclass(frozen=True)
+class _Timeless:
+    events: pl.DataFrame | None
+    start: tuple[Any, str] | None  # the engine start it counts from, when the count is exact
+    repeat: bool
+    notes: tuple[str, ...]
+
+
+def _timeless_reading(r: dict[str, Any], where: str, pairs: pl.DataFrame, n_own: int, tz: str) -> _Timeless:
+    """A series' only reading whose scrape has no time: vLLM's counter holds the preemptions since the
+    engine's start (its ``_created``) whatever the moment it was read, so the value still counts, as
+    events not placed in time (``interval_end`` null: the reading's time is unknown). The log's own
+    events of that engine cannot be told before or after it: all of them are taken off (nothing counted
+    twice), and the count is exact only when ``_created`` dates the start and the log holds none.
+    Beside another series of the same counter (another folder) it cannot be ordered: compared, not added."""
+    n = int(round(r["value"]))
+    other = pairs.filter(
+        (pl.col("scope") != r["scope"]) & (pl.col("engine") == r["engine"]) & (pl.col("model_name") == r["model_name"])
+    )
+    if other.height:
+        return _Timeless(
+            None,
+            None,
+            True,
+            (
+                f"{where}: a reading of engine {r['engine']}'s counter ({n}) whose scrape has no time, beside the "
+                "readings of the same counter in another folder: it cannot be ordered with them, so it is not added "
+                "(write '# scrape <ISO time>' before each scrape)",
+            ),
+        )
+    created = r.get("created")
+    cited = f"{r.get('created_src') or where} (_created)"
+    rest = n - n_own
+    start = (created, cited) if created is not None and n_own == 0 else None
+    span = (
+        f"since the engine's start at {iso(created, tz)} ({cited})"
+        if created is not None
+        else "since the engine's last start (not in the bundle: earlier runs are not in this count)"
+    )
+    if rest <= 0:
+        return _Timeless(
+            None,
+            start,
+            False,
+            (
+                f"engine {r['engine']}: the preemption counter read {n} {span} at an unknown time ({where}: the scrape "
+                "has no time)" + (f"; the log's {n_own} event(s) of that engine hold them" if n_own else ""),
+            ),
+        )
+    return _Timeless(
+        _unplaced(r, where, rest, created, n_own),
+        start,
+        False,
+        (
+            f"{rest} preemption(s) of engine {r['engine']} counted by vllm:num_preemptions_total {span}, read at an "
+            f"unknown time ({where}: the scrape has no time): counted, not placed in time"
+            + (
+                f" (the log's {n_own} event(s) of that engine are taken off, before or after the reading: a lower "
+                "bound)"
+                if n_own
+                else ""
+            ),
+        ),
+    )
+
+
 _SAME_SECOND = pl.duration(microseconds=999_999)
 _SAME_SECOND_TD = timedelta(microseconds=999_999)
+
+
+def _when(t: Any, tz: str) -> str:
+    """A reading's time in words: unknown when its scrape has none (never "None")."""
+    return iso(t, tz) or "an unknown time"
 
 
 def log_start(a: AnalysisView) -> tuple[Any, str] | None:
@@ -1040,6 +1141,21 @@ def _span(df: pl.DataFrame, tz: str) -> list[Any] | None:
     return [iso(t.min(), tz), iso(t.max(), tz)]  # type: ignore[arg-type]  # polars scalars are typed as every literal
 
 
+def _resets(facts: dict[str, Any]) -> int:
+    """Counter resets (engine restarts) inside the scrape window, dated by a new ``_created`` or not.
+    Either way what the run before counted after its last scrape is not visible (the counter starts
+    again at the restart), so a count across a reset is a lower bound; one run's count is exact."""
+    return int(facts.get("resets") or 0)
+
+
+def _across_resets(facts: dict[str, Any]) -> str:
+    n = _resets(facts)
+    return (
+        f"the window spans {n} counter reset(s) (engine restarts): what a run counted after its last scrape "
+        "before the restart is not visible, so the total is a lower bound"
+    )
+
+
 def _undated_resets(facts: dict[str, Any]) -> int:
     """Counter resets not dated by a new ``_created``: the preemptions between the last reading before
     them and the restart are unknown (a dated restart's first value counts from its new start)."""
@@ -1061,7 +1177,8 @@ def _prom_note(facts: dict[str, Any], pairs: pl.DataFrame) -> str:
     if facts.get("resets_dated"):
         parts.append(
             f"{facts['resets_dated']} restart(s) dated by a new _created: each new run's first value counts from its "
-            "start, none placed in the downtime between the runs"
+            "start, none placed in the downtime between the runs; what the run before counted after its last scrape "
+            "is not visible"
         )
     untimed = pairs.filter(pl.col("increase").is_not_null() & (pl.col("start").is_null() | pl.col("end").is_null()))
     if untimed.height:

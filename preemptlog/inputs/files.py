@@ -31,6 +31,18 @@ class InputFile:
     forced_kind: bool = False
     warnings: list[str] = field(default_factory=list)
 
+    def read_at(self) -> float | None:
+        """Standard input: when preemptlog read it (epoch seconds), the modification time of its private
+        copy, written as the input was read (``inputs.walk._spool_stdin``, or a later copy made from
+        it): what the input holds was written no later. None for a named file (its own ``mtime`` says
+        when it was written) or when the copy cannot be read."""
+        if not self.is_stdin:
+            return None
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "file": self.display,

@@ -30,14 +30,18 @@ Scrape time, first that exists: the sample's own timestamp (ms epoch in the
 text format; seconds in OpenMetrics and JSON; told apart by magnitude), the
 separator line's time, a timestamp in the file name (epoch seconds or
 ISO 8601; single-scrape files only), the file mtime (the last scrape of the
-file only). Which one was used is an assumption in the output, per file.
+file only); on standard input, which has neither name nor mtime, the moment
+preemptlog read it (the last scrape was taken no later). Which one was used is an
+assumption in the output, per file.
 
 Counters (``vllm:num_preemptions_total``, prefix-cache queries/hits, the
 ``vllm:request_num_preemptions`` histogram) become per-interval increases
 between consecutive samples of the same series (scope, engine, model); a
 value that drops, or a changed ``_created``, is a counter reset and the new
 value is the increase since the reset; with a new ``_created`` (a restart) it
-counts from that ``_created``, never over the downtime. A counter's ``_created``
+counts from that ``_created``, never over the downtime. Either way what the run before
+counted after its last scrape is not seen: a count across a reset is a lower bound
+(events/reconcile.py), one run's count is exact. A counter's ``_created``
 is its engine's start (``prom_preemptions.created``, reconcile.since_start). Preemption increases become
 ``interval`` events (ids ``<file>:<line>~i<k>``, JSON ``<file>:<line>:<col>~i<k>``,
 the line of the later sample). A series read only once is a total without

@@ -239,16 +239,20 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         out.notes.append(
             f"Prometheus: {undated} counter reset(s) of vllm:num_preemptions_total (engine restart): the increase "
             "after a reset is the value since the restart; preemptions between the last scrape before a restart "
-            "and the restart are not visible."
+            "and the restart are not visible (a lower bound)."
         )
     dated = pre.filter(pl.col("reset") & dated_restart.fill_null(False))
     for r in dated.head(5).iter_rows(named=True):
+        # The value may have fallen or risen: the new _created says the counter started again, whatever
+        # its value (a new run can count more than the old one had by its last scrape).
         out.notes.append(
-            f"Prometheus: engine {r['engine']} restarted (a counter reset with a new _created): its counter fell from {r['prev_value']:g} at "
-            f"{_t(r['prev_time'])} to {r['value']:g} at {_t(r['time'])} ({r['source']}:{r['n']}) with a new "
-            f"_created, {_t(r['created'])} ({r['created_src']}): the {r['value']:g} of the new run are placed "
-            "between its start and that reading, none in the downtime between the runs; the run before was last "
-            f"read at {_t(r['prev_time'])}"
+            f"Prometheus: engine {r['engine']} restarted (a counter reset with a new _created: it changed"
+            + (f" from {_t(r['prev_created'])}" if r.get("prev_created") is not None else "")
+            + f" to {_t(r['created'])}, {r['created_src']}, so the counter started again): the run before last read "
+            f"{r['prev_value']:g} at {_t(r['prev_time'])}, the new run read {r['value']:g} at {_t(r['time'])} "
+            f"({r['source']}:{r['n']}), counted from its _created; those {r['value']:g} are placed between its start "
+            "and that reading, none in the downtime between the runs; what the run before counted after "
+            f"{_t(r['prev_time'])} is not visible, so a count across the restart is a lower bound"
         )
     return out
 
@@ -321,6 +325,7 @@ def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
     c = c.with_columns(
         prev_value=prev,
         prev_time=pl.col("time").shift(1).over(grp),
+        prev_created=prev_created,
         reset=((pl.col("value") < prev) | moved).fill_null(False),
     )
     inc = (

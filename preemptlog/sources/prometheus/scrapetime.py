@@ -3,6 +3,7 @@ first step (each file's samples on its own clock, before the pipeline moves it: 
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 NAME_ISO_RE = re.compile(
     r"(?<!\d)(\d{4})-?(\d\d)-?(\d\d)[T_ -]?(\d\d)[:\-_.]?(\d\d)[:\-_.]?(\d\d)(?:[.,](\d{1,6}))?(Z|[+-]\d\d:?\d\d)?(?!\d)"
 )
+
+
+# The scrape time of standard input's last untimed scrape (its assumption's words).
+STDIN_READ = "no later than the moment preemptlog read standard input"
 
 
 NAME_EPOCH_RE = re.compile(r"(?<!\d)(1\d{9})(?:\d{3})?(?:\.(\d+))?(?!\d)")
@@ -140,6 +145,14 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
                 scrape_t[last] = datetime.fromtimestamp(f.mtime, UTC)
                 used["the file mtime"] = 1
                 detail = f" ({scrape_t[last].isoformat(timespec='seconds')})"
+            elif last in untimed and (read := f.read_at()) is not None:
+                # Standard input has no name and no mtime; a scrape piped in (`curl .../metrics |
+                # preemptlog analyze -`) was taken no later than preemptlog read it: that moment is its
+                # time, as a file's mtime is for a file (an assumption, said), to the second rounded up
+                # (still no earlier than the scrape). Its reading then counts like a file's.
+                scrape_t[last] = datetime.fromtimestamp(math.ceil(read), UTC)
+                used[STDIN_READ] = 1
+                detail = f" ({scrape_t[last].isoformat(timespec='seconds')}, used as its time)"
             still = [sc for sc in untimed if sc not in scrape_t]
             if still:
                 out.warnings.append(
@@ -150,7 +163,7 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
         for what, k in used.items():
             if what == "recorded":
                 continue
-            extra = detail if what in ("the file name", "the file mtime") else ""
+            extra = detail if what in ("the file name", "the file mtime", STDIN_READ) else ""
             out.assumptions.append(
                 Assumption("scrape time", what + extra, f"{k} of {fd.n_scrapes} scrape(s)", scope=f.display)
             )

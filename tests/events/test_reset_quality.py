@@ -1,0 +1,203 @@
+"""A count over a window that spans a counter reset is a lower bound, whatever dates the reset.
+
+Scrape 1 at T reads 10 (``_created`` C), scrape 2 at T+60 reads 30 (C), scrape 3 at T+120 reads 5
+with ``_created`` T+100: the engine restarted. The new run's 5 count from T+100 (none placed in the
+downtime), but what the old run counted between its last reading (T+60) and its end is in no
+reading: 20 + 5 = 25 is a lower bound, as for a reset no ``_created`` dates (the value drops). It
+was called "25 (exact)". A count from one run (no reset inside) stays exact. And a new ``_created``
+whose value rose (10, then 40 since the restart) was said as "its counter fell from 10 ... to 40":
+the words now say the counter started again, per ``_created``.
+
+Hand-written scrapes: one engine, two engines (``engine="0"`` / ``"1"``), OpenMetrics with
+``# EOF``; the library for the numbers, a real ``preemptlog`` process for the words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preemptlog import AnalyzeOptions, analyze
+
+from ..conftest import ROOT
+
+T = 1796181000  # 2026-12-02T03:10:00Z
+C = 1796180700  # the first run's start (_created), 03:05:00
+COUNTER = "prometheus counter (vllm:num_preemptions_total)"
+
+
+def page(engines: dict[str, tuple[float, float | None]], openmetrics: bool = False) -> str:
+    """One /metrics page: per engine label, (counter value, its _created or None)."""
+    family = "vllm:num_preemptions" if openmetrics else "vllm:num_preemptions_total"
+    out = [
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        *(f'vllm:num_requests_waiting{{engine="{e}",model_name="m"}} 3.0' for e in engines),
+        f"# HELP {family} Cumulative number of preemption from the engine.",
+        f"# TYPE {family} counter",
+    ]
+    for e, (value, created) in engines.items():
+        out.append(f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} {value}')
+        if openmetrics and created is not None:
+            out.append(f'vllm:num_preemptions_created{{engine="{e}",model_name="m"}} {created}')
+    if not openmetrics and any(c is not None for _, c in engines.values()):
+        out += ["# HELP vllm:num_preemptions_created Creation time.", "# TYPE vllm:num_preemptions_created gauge"]
+        out += [
+            f'vllm:num_preemptions_created{{engine="{e}",model_name="m"}} {c}'
+            for e, (_, c) in engines.items()
+            if c is not None
+        ]
+    if openmetrics:
+        out.append("# EOF")
+    return "\n".join(out) + "\n"
+
+
+Scrapes = list[tuple[int, dict[str, tuple[float, float | None]]]]
+
+
+def folder(tmp_path: Path, scrapes: Scrapes, openmetrics: bool = False) -> Path:
+    """One file per scrape, its time in its name (``metrics-<epoch>.prom``)."""
+    d = tmp_path / "scrapes"
+    d.mkdir()
+    for t, engines in scrapes:
+        (d / f"metrics-{t}.prom").write_text(page(engines, openmetrics))
+    return d
+
+
+def one_file(tmp_path: Path, scrapes: Scrapes, openmetrics: bool = True) -> Path:
+    """Every scrape in one file, each after a ``# scrape <epoch>`` separator (OpenMetrics: each ends in ``# EOF``)."""
+    f = tmp_path / "scrapes.prom"
+    f.write_text("".join(f"# scrape {t}\n" + page(engines, openmetrics) for t, engines in scrapes))
+    return f
+
+
+def src(rec: dict, name: str) -> dict:
+    return next(s for s in rec["sources"] if s["source"] == name)
+
+
+# name -> (scrapes, events, quality): the window spans a reset (dated or not) -> lower bound; one run -> exact
+CASES: dict[str, tuple[Scrapes, int, str]] = {
+    "dated-restart-drop": (
+        [(T, {"0": (10.0, C)}), (T + 60, {"0": (30.0, C)}), (T + 120, {"0": (5.0, T + 100)})],
+        25,
+        "lower bound",
+    ),
+    "dated-restart-rise": ([(T, {"0": (10.0, C)}), (T + 60, {"0": (40.0, T + 30)})], 40, "lower bound"),
+    "undated-drop": (
+        [(T, {"0": (10.0, None)}), (T + 60, {"0": (30.0, None)}), (T + 120, {"0": (5.0, None)})],
+        25,
+        "lower bound",
+    ),
+    "one-run": ([(T, {"0": (10.0, C)}), (T + 60, {"0": (30.0, C)}), (T + 120, {"0": (35.0, C)})], 25, "exact"),
+    "two-engines-one-restarts": (
+        [
+            (T, {"0": (10.0, C), "1": (1.0, C)}),
+            (T + 60, {"0": (30.0, C), "1": (4.0, C)}),
+            (T + 120, {"0": (5.0, T + 100), "1": (9.0, C)}),
+        ],
+        25 + 8,
+        "lower bound",
+    ),
+    "two-engines-one-run": (
+        [
+            (T, {"0": (10.0, C), "1": (1.0, C)}),
+            (T + 60, {"0": (30.0, C), "1": (4.0, C)}),
+            (T + 120, {"0": (31.0, C), "1": (9.0, C)}),
+        ],
+        21 + 8,
+        "exact",
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", ["files", "openmetrics-files", "openmetrics-one-file"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_count_across_a_reset_is_a_lower_bound_and_one_runs_is_exact(tmp_path, case, layout):
+    scrapes, events, quality = CASES[case]
+    if layout == "files":
+        path = folder(tmp_path, scrapes)
+    elif layout == "openmetrics-files":
+        path = folder(tmp_path, scrapes, openmetrics=True)
+    else:
+        path = one_file(tmp_path, scrapes)
+    a = analyze([str(path)], AnalyzeOptions(tz="UTC"))
+    rec = a.summary()["reconciliation"]
+    assert (rec["total"], a.events.height) == (events, events)
+    assert rec["quality"] == quality, rec["rule"]
+    counter = src(rec, COUNTER)
+    assert counter["exact"] is (quality == "exact")
+    if quality == "lower bound":
+        assert "counter reset(s) (engine restarts)" in rec["rule"] and "lower bound" in rec["rule"]
+        assert "not visible" in counter["note"] or "lost" in counter["note"]
+    else:
+        assert "reset" not in rec["rule"]
+
+
+def test_a_dated_restart_still_places_nothing_in_the_downtime(tmp_path):
+    """The fix changes the label, not the events: the new run's 5 lie in (its _created, its reading]."""
+    a = analyze([str(folder(tmp_path, CASES["dated-restart-drop"][0]))], AnalyzeOptions(tz="UTC"))
+    p = a.frames["prom_preemptions"]
+    last = p.filter(p["reset"]).row(0, named=True)
+    assert last["restart_dated"] and last["increase"] == 5
+    assert last["start"].timestamp() == T + 100 and last["end"].timestamp() == T + 120
+
+
+def _words(path: Path) -> str:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PREEMPTLOG_")}
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", str(path), "--tz", "UTC", "-v"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=e | {"NO_COLOR": "1", "LANG": "C.UTF-8"},
+        timeout=300,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    return " ".join(p.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("case", "before", "after"),
+    [("dated-restart-drop", "30", "5"), ("dated-restart-rise", "10", "40")],
+)
+def test_the_words_say_a_restart_per_created_and_a_lower_bound(tmp_path, case, before, after):
+    said = _words(folder(tmp_path, CASES[case][0]))
+    n = CASES[case][1]
+    assert f"counted {n} (lower bound)" in said and f"reconciled count: {n} (lower bound)" in said
+    assert "(exact)" not in said
+    assert "its counter fell from" not in said  # 10 -> 40 did not fall: the new _created says it started again
+    assert "restarted (a counter reset with a new _created: it changed from" in said
+    assert f"the run before last read {before} at" in said and f"the new run read {after} at" in said
+    assert "so a count across the restart is a lower bound" in said
+
+
+def test_a_single_reading_since_created_stays_exact(tmp_path):
+    """One run, one reading: its count since _created is exact (nothing of another run is missing)."""
+    d = folder(tmp_path, [(T, {"0": (42.0, C), "1": (3.0, C)})])
+    a = analyze([str(d)], AnalyzeOptions(tz="UTC"))
+    rec = a.summary()["reconciliation"]
+    assert (rec["total"], rec["quality"]) == (45, "exact")
+
+
+def test_the_json_summary_through_the_cli(tmp_path):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PREEMPTLOG_")}
+    path = one_file(tmp_path, CASES["two-engines-one-restarts"][0])
+    p = subprocess.run(
+        [sys.executable, "-m", "preemptlog", "analyze", str(path), "--tz", "UTC", "-f", "json", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=e,
+        timeout=300,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)["summary"]["reconciliation"]
+    assert (rec["total"], rec["quality"]) == (33, "lower bound")
+    assert src(rec, COUNTER)["exact"] is False
