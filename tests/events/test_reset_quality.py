@@ -25,6 +25,7 @@ import pytest
 from preemptlog import AnalyzeOptions, analyze
 
 from ..conftest import ROOT
+from ..support import scrapes
 
 T = 1796181000  # 2026-12-02T03:10:00Z
 C = 1796180700  # the first run's start (_created), 03:05:00
@@ -32,29 +33,8 @@ COUNTER = "prometheus counter (vllm:num_preemptions_total)"
 
 
 def page(engines: dict[str, tuple[float, float | None]], openmetrics: bool = False) -> str:
-    """One /metrics page: per engine label, (counter value, its _created or None)."""
-    family = "vllm:num_preemptions" if openmetrics else "vllm:num_preemptions_total"
-    out = [
-        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-        "# TYPE vllm:num_requests_waiting gauge",
-        *(f'vllm:num_requests_waiting{{engine="{e}",model_name="m"}} 3.0' for e in engines),
-        f"# HELP {family} Cumulative number of preemption from the engine.",
-        f"# TYPE {family} counter",
-    ]
-    for e, (value, created) in engines.items():
-        out.append(f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} {value}')
-        if openmetrics and created is not None:
-            out.append(f'vllm:num_preemptions_created{{engine="{e}",model_name="m"}} {created}')
-    if not openmetrics and any(c is not None for _, c in engines.values()):
-        out += ["# HELP vllm:num_preemptions_created Creation time.", "# TYPE vllm:num_preemptions_created gauge"]
-        out += [
-            f'vllm:num_preemptions_created{{engine="{e}",model_name="m"}} {c}'
-            for e, (_, c) in engines.items()
-            if c is not None
-        ]
-    if openmetrics:
-        out.append("# EOF")
-    return "\n".join(out) + "\n"
+    """One /metrics page: per engine label, (counter value, its _created or None), the waiting gauge beside."""
+    return scrapes.page(engines, openmetrics, gauges=False)
 
 
 Scrapes = list[tuple[int, dict[str, tuple[float, float | None]]]]
