@@ -7,6 +7,7 @@ import os
 from datetime import UTC, datetime
 
 import polars as pl
+import pytest
 
 from preemptlog import AnalyzeOptions, analyze
 
@@ -145,3 +146,28 @@ def test_cli_headline_spans_the_scrapes_not_the_mtime(tmp_path):
     assert s["last_event"] == "2026-03-14T10:00:20+00:00"
     assert s["headline"].startswith("9 preemptions in 15 s")
     assert not any("# scrape <ISO time>" in w for w in s["warnings"])
+
+
+@pytest.mark.parametrize(
+    "word",
+    ["# scraped at {t}", "# scrape at {t}", "# scraped: {t}", "# scraped {t}", "# Timestamp: {t}", "# scrape {t}"],
+)
+def test_a_separator_naming_its_time_in_words(tmp_path, word):
+    """``# scraped at <time>`` (a hand-written loop's words) dates the scrape after it: it was a
+    separator whose time ("d at 2026-...") did not parse, so the file mtime stood in, silently."""
+    a = analyze(
+        [str(two_models(tmp_path, lambda k: word.format(t=f"2026-03-14T10:00:{10 * k:02d}Z")))],
+        AnalyzeOptions(tz="UTC"),
+    )
+    assert a.counters["prometheus"]["scrapes"] == 3
+    assert a.events.height == 9 and a.events.get_column("time").max() <= utc(E0 + 20)
+    assert not any("not read" in w for w in a.warnings)
+
+
+def test_a_separator_time_that_does_not_parse_is_warned(tmp_path):
+    a = analyze([str(two_models(tmp_path, lambda k: f"# scrape 14.03.2026 at {k} past ten"))], AnalyzeOptions(tz="UTC"))
+    said = [w for w in a.warnings if "separator line names a time that is not read" in w]
+    assert said and "14.03.2026" in said[0] and "date -Is" in said[0]
+    (tmp_path / "d").mkdir()
+    dashes = analyze([str(two_models(tmp_path / "d", lambda k: "--- next page ---"))], AnalyzeOptions(tz="UTC"))
+    assert not any("not read" in w for w in dashes.warnings)  # no time meant: nothing to warn

@@ -9,7 +9,7 @@ Accepted inputs (recognised by content, see :func:`_sniff`):
 - Prometheus text exposition (``curl -s host:8000/metrics > metrics-<time>.prom``)
   and OpenMetrics (``# EOF``, ``_created`` series, exemplars after ``#``);
 - several scrapes in one file, split by any of these *separators*:
-  a line ``# scrape <time>`` (also ``# scrape: <time>``, ``# scrape_time=<time>``),
+  a line ``# scrape <time>`` (also ``# scrape: <time>``, ``# scrape_time=<time>``, ``# scraped at <time>``),
   a line ``---`` optionally followed by a time, a bare time line (ISO 8601 as
   ``date -Is`` writes it, epoch seconds as ``date +%s`` writes it, or the
   default ``date`` output), ``# EOF``, and with no separator at all: the repeat

@@ -132,6 +132,11 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
                 # preemptlog capture's own files: the time the scraper recorded, with its offset (a fact)
                 how = "recorded" if fd.recorded and zoned else "separator lines"
                 used[how] = used.get(how, 0) + 1
+            elif any(ch.isdigit() for ch in text):  # a time meant, not read ("--- pod a ---" names none)
+                out.warnings.append(
+                    f"{f.display}: scrape {sc + 1}'s separator line names a time that is not read "
+                    f"({text.strip()[:60]!r}): give it as date -Is or date +%s prints it"
+                )
         untimed = [sc for sc in range(fd.n_scrapes) if sc not in timed_scrapes and sc not in scrape_t]
         detail = ""
         if untimed:

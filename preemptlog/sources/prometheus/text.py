@@ -45,7 +45,8 @@ def meta_re() -> str:
 
 # Separators between concatenated scrapes.
 # ``# Timestamp: <time>``: llm-d-benchmark's collect_metrics.sh header (before ``# Pod:``).
-SCRAPE_SEP_RE = r"^#[ \t]*(?:scrape(?:[_ ]?time)?|[Tt]imestamp)[ \t]*[:=]?[ \t]*(?P<t>.*)$"
+# ``# scraped at <time>`` / ``# scrape at <time>`` / ``# scraped: <time>``: the same, in words.
+SCRAPE_SEP_RE = r"^#[ \t]*(?:scrape(?:[_ ]?time|d?[ \t]+at\b|d)?|[Tt]imestamp)[ \t]*[:=]?[ \t]*(?P<t>.*)$"
 
 
 # ``preemptlog capture``'s own files (capture/scrape.py CAPTURE_MARK): the separator's time is the
