@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
@@ -181,3 +182,41 @@ def test_the_json_summary_through_the_cli(tmp_path):
     rec = json.loads(p.stdout)["summary"]["reconciliation"]
     assert (rec["total"], rec["quality"]) == (33, "lower bound")
     assert src(rec, COUNTER)["exact"] is False
+
+
+def _same_mtime(tmp_path: Path, pages: dict[str, str], mtime: int) -> Path:
+    folder = tmp_path / "tied"
+    folder.mkdir()
+    for name, text in pages.items():
+        p = folder / name
+        p.write_text(text, encoding="utf-8")
+        os.utime(p, (mtime, mtime))
+    return folder
+
+
+def test_readings_at_one_time_are_ordered_as_a_counter_rises(tmp_path):
+    """Two copied scrapes with one mtime and no time of their own: the file names' order (35, then
+    10) made a drop with the same _created, read as a restart ("10 preemptions", "1 counter reset").
+    A counter only rises within one run: tied readings go by run, then value."""
+    folder = _same_mtime(
+        tmp_path,
+        {"scrape-a.prom": page({"0": (35.0, C)}), "scrape-b.prom": page({"0": (10.0, C)})},
+        T + 7200,
+    )
+    a = analyze([str(folder)], AnalyzeOptions(tz="UTC"))
+    pre = a.frames["prom_preemptions"]
+    assert pre.get_column("reset").sum() == 0
+    assert pre.get_column("increase").drop_nulls().to_list() == [25]
+
+
+def test_tied_readings_of_two_runs_go_old_run_first(tmp_path):
+    """At one time, the old run's 30 (_created C) and the new run's 5 (_created T+100): the old run's
+    reading first, whatever the file names say, so the restart is the one dated by _created."""
+    folder = _same_mtime(
+        tmp_path,
+        {"a-new.prom": page({"0": (5.0, T + 100)}), "b-old.prom": page({"0": (30.0, C)})},
+        T + 7200,
+    )
+    a = analyze([str(folder)], AnalyzeOptions(tz="UTC"))
+    pre = a.frames["prom_preemptions"].filter(pl.col("increase").is_not_null())
+    assert pre.select("reset", "increase").rows() == [(True, 5)]

@@ -316,8 +316,15 @@ def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
             .drop("_ri", "_c2", "_cs2")
         )
     grp = ["scope", "field", "engine", "model_name", "_ek", "le"]
-    c = c.sort([*grp, "time", "file_id", "n"], nulls_last=False).unique(
-        [*grp, "scrape_id"], keep="first", maintain_order=True
+    # Readings of one series at the same time (copies of two files with one mtime, two scrapes within the
+    # same second): a counter only rises within one run, so they are ordered by the run (its _created), then
+    # by value, before the files' order; readings with no time keep their files' order (the only order known).
+    tied = pl.when(pl.col("time").is_not_null())
+    c = (
+        c.with_columns(_tc=tied.then(pl.col("created")), _tv=tied.then(pl.col("value")))
+        .sort([*grp, "time", "_tc", "_tv", "file_id", "n"], nulls_last=False)
+        .drop("_tc", "_tv")
+        .unique([*grp, "scrape_id"], keep="first", maintain_order=True)
     )
     prev = pl.col("value").shift(1).over(grp)
     prev_created = pl.col("created").shift(1).over(grp)
