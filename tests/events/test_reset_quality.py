@@ -220,3 +220,17 @@ def test_tied_readings_of_two_runs_go_old_run_first(tmp_path):
     a = analyze([str(folder)], AnalyzeOptions(tz="UTC"))
     pre = a.frames["prom_preemptions"].filter(pl.col("increase").is_not_null())
     assert pre.select("reset", "increase").rows() == [(True, 5)]
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_a_negative_counter_reading_is_no_reading(tmp_path, openmetrics):
+    """A counter counts up from 0: -5 then 35 (one _created) was a count of 40 and "-5 preemption(s)
+    before the first scrape". The negative reading is missing (warned); 35 since _created stays."""
+    folder = tmp_path / "neg"
+    folder.mkdir()
+    for t, v in ((T, -5.0), (T + 60, 35.0)):
+        (folder / f"metrics-{t}.prom").write_text(page({"0": (v, C)}, openmetrics), encoding="utf-8")
+    a = analyze([str(folder)], AnalyzeOptions(tz="UTC"))
+    assert a.events.height == 35
+    said = [w for w in a.warnings if "counter sample(s) are negative" in w]
+    assert said and "-5" in said[0] and "metrics-1796181000.prom" in said[0]

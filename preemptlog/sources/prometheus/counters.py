@@ -147,6 +147,19 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
             "as missing (not evaluable), never as 0 or as a reading"
         )
     s = s.with_columns(value=pl.when(bad).then(None).otherwise(pl.col("value")))
+    # A counter counts up from 0: a negative value is no reading either (a damaged or hand-edited page),
+    # never a baseline to count from.
+    counter = pl.col("name").replace_strict({k: v[1] for k, v in known.items()}, default=None) == "counter"
+    negative = (counter & (pl.col("value") < 0)).fill_null(False)
+    neg_rows = s.filter(negative)
+    if neg_rows.height:
+        first = neg_rows.sort("file_id", "n").row(0, named=True)
+        out.warnings.append(
+            f"Prometheus: {neg_rows.height} counter sample(s) are negative (first: {first['name']} "
+            f"{first['value']:g} at {first['source']}:{first['n']}): a counter counts up from 0, so each is read "
+            "as missing (not evaluable), never as a reading"
+        )
+        s = s.with_columns(value=pl.when(negative).then(None).otherwise(pl.col("value")))
     # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
     # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
