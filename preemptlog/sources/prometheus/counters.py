@@ -134,32 +134,35 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         value=pl.col("value")
         * pl.col("name").replace_strict({k: v[2] for k, v in known.items()}, default=1.0, return_dtype=pl.Float64),
     )
-    # A usage or hit-rate gauge (scaled to percent) that is no percentage (NaN, Inf, 2.5 -> 250 %, a
-    # negative value) is no reading: missing, never a value, never the largest of the ranks below.
+    # Samples that are no reading: missing (not evaluable), never a value, never the largest of the ranks
+    # below. A usage or hit-rate gauge (scaled to percent) that is no percentage (NaN, Inf, 2.5 -> 250 %, a
+    # negative value); a counter below 0 (a counter counts up from 0: a damaged or hand-edited page, never a
+    # baseline to count from).
     pct = pl.col("field").is_in(PERCENT_GAUGES)
-    bad = pct & ~(pl.col("value").is_finite() & pl.col("value").is_between(0.0, PERCENT_MAX)).fill_null(False)
-    bad_rows = s.filter(bad & pl.col("value").is_not_null())
-    if bad_rows.height:
-        first = bad_rows.sort("file_id", "n").row(0, named=True)
-        out.warnings.append(
-            f"Prometheus: {bad_rows.height} usage / hit-rate gauge sample(s) are not a percentage within 0-100 "
-            f"(first: {first['name']} {first['value'] / 100.0:g} at {first['source']}:{first['n']}): each is read "
-            "as missing (not evaluable), never as 0 or as a reading"
-        )
-    s = s.with_columns(value=pl.when(bad).then(None).otherwise(pl.col("value")))
-    # A counter counts up from 0: a negative value is no reading either (a damaged or hand-edited page),
-    # never a baseline to count from.
     counter = pl.col("name").replace_strict({k: v[1] for k, v in known.items()}, default=None) == "counter"
-    negative = (counter & (pl.col("value") < 0)).fill_null(False)
-    neg_rows = s.filter(negative)
-    if neg_rows.height:
-        first = neg_rows.sort("file_id", "n").row(0, named=True)
-        out.warnings.append(
-            f"Prometheus: {neg_rows.height} counter sample(s) are negative (first: {first['name']} "
-            f"{first['value']:g} at {first['source']}:{first['n']}): a counter counts up from 0, so each is read "
-            "as missing (not evaluable), never as a reading"
-        )
-        s = s.with_columns(value=pl.when(negative).then(None).otherwise(pl.col("value")))
+    unreadable = (
+        (
+            pct & ~(pl.col("value").is_finite() & pl.col("value").is_between(0.0, PERCENT_MAX)).fill_null(False),
+            100.0,
+            "usage / hit-rate gauge sample(s) are not a percentage within 0-100",
+            "never as 0 or as a reading",
+        ),
+        (
+            (counter & (pl.col("value") < 0)).fill_null(False),
+            1.0,
+            "counter sample(s) are negative",
+            "a counter counts up from 0, never as a reading",
+        ),
+    )
+    for bad, scale, what, why in unreadable:
+        bad_rows = s.filter(bad & pl.col("value").is_not_null())
+        if bad_rows.height:
+            first = bad_rows.sort("file_id", "n").row(0, named=True)
+            out.warnings.append(
+                f"Prometheus: {bad_rows.height} {what} (first: {first['name']} {first['value'] / scale:g} at "
+                f"{first['source']}:{first['n']}): each is read as missing (not evaluable), {why}"
+            )
+            s = s.with_columns(value=pl.when(bad).then(None).otherwise(pl.col("value")))
     # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
     # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
