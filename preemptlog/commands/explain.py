@@ -414,6 +414,9 @@ def build(
 
     verdict = {k: event.pop(k) for k in VERDICT_COLUMNS if k in event}
     decided = decided_by(analysis, event_id, event)
+    # the mechanism rule's words, for the text's mechanism line (the JSON event carries its name and evidence)
+    rs = getattr(analysis, "ruleset", None)
+    said = {m.id: m.description for m in (rs.mechanisms if rs is not None else [])}
     win = window_rows(analysis, event_id, before, after)
     total = win.height
     if not all_rows and win.height:
@@ -441,6 +444,7 @@ def build(
         "window_rows_total": total,
         "window_rows_in_scope": scoped,
         "evidence": evidence,
+        "mechanism_description": said.get(str(event.get("mechanism_rule"))) if event.get("mechanism_rule") else None,
         "window": win.to_dicts(),
     }
 
@@ -503,6 +507,7 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
         where = where if where.startswith(("at ", "in ", "before ", "after ")) else f"at {where}"
         lines = [x for x in d.get("lines") or [] if not str(x).startswith("vLLM source:")]
         put(f"fired {d['gate']}{sub}{model}: rule {d['rule']} {where}; lines {', '.join(lines) or '-'}", indent=2)
+    _print_mechanism(e, doc.get("mechanism_description"), put)
     _print_evidence(doc["evidence"], put)
     for r in verdict.get("recommendations") or []:
         put(f"fix: {r}", indent=2, hang=4)
@@ -528,6 +533,24 @@ def _print_doc(console, doc: dict, *, unicode: bool = True) -> None:
             put(f"{scoped - shown} more row(s) in scope: raise --limit", indent=2)
     else:
         put("no rows from any source in the window" + ("" if scope == "all" else " in scope (try --all)"), indent=2)
+
+
+def _print_mechanism(e: dict, description: str | None, put) -> None:
+    """The engine's own mechanism for the event (rules/mechanisms.py): its name, confidence and rule,
+    the rule's words and the values it cited; where none was found, what would tell it."""
+    mech = e.get("mechanism")
+    if not mech:
+        return
+    rule = e.get("mechanism_rule")
+    how = f" ({e.get('mechanism_confidence') or 'none'}; rule {rule})" if rule else ""
+    put(f"mechanism: {mech}{how}" + (f": {description}" if description else ""), style="bold")
+    cited = e.get("mechanism_evidence") or []
+    if cited:
+        srcs = list(dict.fromkeys(str(c["src"]) for c in cited if c.get("src")))
+        parts = [f"{c['name']} {c['value']}" for c in cited]
+        put("cited: " + "; ".join(parts) + (f" ({', '.join(srcs)})" if srcs else ""), indent=2, hang=4)
+    if e.get("mechanism_missing"):
+        put(f"would tell it: {e['mechanism_missing']}", indent=2, hang=4)
 
 
 def _print_evidence(items: list[dict], put) -> None:
@@ -592,7 +615,7 @@ def print_verdict(console, v: dict, *, box_style=None, put=None) -> None:
         put("cited: " + "; ".join(parts) + (f" ({', '.join(srcs)})" if srcs else ""), indent=2, hang=4)
     for ne in v.get("not_evaluable") or []:
         missing = evidence_words(ne.get("missing") or []) or "its evidence"
-        put(f"not evaluable: {ne['gate']}: the bundle has no {missing} (needs {ne['needs']})", indent=2, hang=4)
+        put(f"not evaluable: {ne['gate']}: missing {missing} (needs {ne['needs']})", indent=2, hang=4)
     for f in v.get("contributing_factors") or []:
         src = f" [{f['src']}]" if f.get("src") else ""
         put(f"factor {f['factor']}: {f['detail']}{src}", indent=2, hang=4)

@@ -557,7 +557,7 @@ def _verdict(r: dict, *, factor_counts: list[tuple[str, int]] | None = None) -> 
         for x in ne:
             missing = evidence_words(x.get("missing") or []) or "its evidence"
             out.append(
-                f"<li>{e(x.get('gate'))}: the bundle has no {e(missing)} "
+                f"<li>{e(x.get('gate'))}: missing {e(missing)} "
                 f'<span class="muted">(needs {e(x.get("needs"))})</span></li>'
             )
         out.append("</ul>")

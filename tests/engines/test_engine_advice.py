@@ -120,7 +120,10 @@ def test_forced_retractions_alone_are_said_as_forced_not_as_a_full_pool(tmp_path
     assert "within a minute" not in head and "per minute" not in head
     assert "2 'Testing retraction.' line(s) forced by SGLANG_TEST_RETRACT, not KV pressure" in head
     assert s["sglang"]["per_minute"] is None
-    assert not s["fixes"]
+    # no KV lever: the one change is the test switch itself (engines/sglang/fixes.py _test_retract)
+    assert [(f["option"], f["suggested"], f["events_addressed"]) for f in s["fixes"]] == [
+        ("SGLANG_TEST_RETRACT", "unset", 2)
+    ]
     cause = engines.get("sglang").cause_words
     assert cause is not None
     words = cause(a)

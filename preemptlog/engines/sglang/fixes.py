@@ -404,15 +404,57 @@ def candidates(analysis: AnalysisView) -> tuple[list[dict[str, Any]], list[dict[
     return fixes, dropped
 
 
+# SGLang's scheduler forces a retraction every SGLANG_TEST_RETRACT_INTERVAL steps while this test switch is on
+# (0.5.10+ scheduler.py update_running_batch: 'Testing retraction.'; environ.py EnvVars.SGLANG_TEST_RETRACT)
+TEST_RETRACT = "SGLANG_TEST_RETRACT"
+
+
+def _test_retract(analysis: AnalysisView) -> dict[str, Any] | None:
+    """Turning SGLang's test switch off, where its lines say it forced retractions ('Testing retraction.'):
+    those retractions are its code's, whatever the pool held, so no KV lever addresses them. It addresses
+    exactly the forced events (``events_addressed``), their verdict the one no gate explains."""
+    ev = analysis.events
+    if ev.height == 0:
+        return None
+    ev = ev.filter(pl.col("engine_kind") == SGLANG)
+    mine = ev.filter(forced(ev, analysis.frames.get("sgl_retractions"))) if ev.height else ev
+    if mine.height == 0:
+        return None
+    first = mine.sort("time", "source", "line", nulls_last=True).row(0, named=True)
+    where = f"{first['source']}:{first['line']}"
+    fix = _fix(
+        "sglang_test_retract",
+        TEST_RETRACT,
+        "on",
+        "unset",
+        [f"{mine.height} 'Testing retraction.' line(s), first {where}"],
+        f"SGLang stops forcing a retraction every SGLANG_TEST_RETRACT_INTERVAL steps: {mine.height} retraction(s) "
+        "here were its test switch's, not KV pressure (a test setting left on in serving)",
+    )
+    fix.update(addresses=["undetermined"], basis=f"the retraction lines themselves ({where})")
+    fix["events_addressed"] = mine.height
+    return fix
+
+
 def plan_part(analysis: AnalysisView, findings: Any, verdicts: Any) -> FixPart:
     """SGLang's changes for its events (the engine's ``fixes``): its candidates ranked over its
     events' verdicts; only the changes (a fix it cannot compute is not listed). Without a retraction
-    KV pressure made, the changes the pressure its batch lines show supports (:func:`_pressure_part`)."""
+    KV pressure made, the changes the pressure its batch lines show supports (:func:`_pressure_part`).
+    Retractions its test switch forced put turning it off (:func:`_test_retract`) among them by the
+    events it addresses."""
     if _events(analysis).height == 0:
-        return _pressure_part(analysis, findings)
-    found, dropped = candidates(analysis)
-    changes = [x for x in ranked(found, verdict_key_counts(verdicts)) if is_change(x)]
-    return FixPart(changes=changes, know=[], dropped=dropped)
+        part = _pressure_part(analysis, findings)
+    else:
+        found, dropped = candidates(analysis)
+        changes = [x for x in ranked(found, verdict_key_counts(verdicts)) if is_change(x)]
+        part = FixPart(changes=changes, know=[], dropped=dropped)
+    test = _test_retract(analysis)
+    if test is None:
+        return part
+    changes = sorted([test, *part.changes], key=lambda x: -int(x.get("events_addressed") or 0))
+    for i, x in enumerate(changes, 1):
+        x["rank"] = i
+    return dataclasses.replace(part, changes=changes)
 
 
 # ------------------------------------------------------------- no retraction: the pressure of the batch lines
