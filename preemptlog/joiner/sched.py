@@ -195,7 +195,7 @@ def section_sched(ev: pl.DataFrame, frames: dict[str, Any], k: int, before_us: i
             steps.with_columns(_var_fx=pl.col("_var_fx").fill_null(-(1 << 28))), LANE, "_var_fx", k, "max"
         )
         steps = steps.with_columns(
-            lookback_max_variance=pl.when(pl.col("_lb_val") > -(1 << 28)).then(pl.col("_lb_val") / 1000.0),
+            lookback_max_variance=pl.when(pl.col("_lb_val") > -(1 << 28)).then((pl.col("_lb_val") / 1000.0).round(3)),
             _lbv_row=pl.when(pl.col("_lb_val") > -(1 << 28)).then(pl.col("_lb_row")),
         )
     else:

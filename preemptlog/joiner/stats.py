@@ -140,7 +140,9 @@ def section_stats(
         .alias("_enc"),
     )
     mx = window_max(ev, enc, "_enc", before_us + after_us, by="_ek")
-    mx_val = (pl.col("_max").floordiv(big)) / 1000.0
+    mx_val = ((pl.col("_max").floordiv(big)) / 1000.0).round(
+        3
+    )  # the x1000 fixed point back: 99.1, not 99.10000000000001
     mx_row = pl.col("_max") - pl.col("_max").floordiv(big) * big
     mx = mx.with_columns(stats_kv_usage_max=mx_val, _mrow=mx_row)
     srcs = st.get_column(k)
