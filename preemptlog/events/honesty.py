@@ -74,25 +74,32 @@ def honesty_notes(a: AnalysisView) -> list[str]:
             "produces output again, so the interval can be later than the preemption."
         )
     # Each engine's scraped events, in its words (Engine.prom_counter_note): the default engine's are
-    # every placed scraped event no other engine claims.
-    per_engine = {
-        eng.name: (
-            ev.filter(pl.col("source").is_in(prom_src) & (pl.col("engine_kind") == eng.name)).height
-            if ev.height and "engine_kind" in ev.columns
+    # every placed scraped event no other engine claims; the unplaced ones (a reading's count since the
+    # engine started that no other source places) likewise, each engine's named as its own.
+    scraped = ev.filter(pl.col("source").is_in(prom_src)) if ev.height else ev
+    placed = scraped.filter(pl.col("time_precision") != "unplaced") if scraped.height else scraped
+    away = scraped.filter(pl.col("time_precision") == "unplaced") if scraped.height else scraped
+
+    def per_engine(frame: pl.DataFrame) -> dict[str, int]:
+        mine = {
+            eng.name: frame.filter(pl.col("engine_kind") == eng.name).height
+            if frame.height and "engine_kind" in frame.columns
             else 0
-        )
-        for eng in engines.others()
-    }
-    per_engine = {engines.DEFAULT: prom_events - sum(per_engine.values()), **per_engine}
+            for eng in engines.others()
+        }
+        return {engines.DEFAULT: frame.height - sum(mine.values()), **mine}
+
+    placed_by, away_by = per_engine(placed), per_engine(away)
     for eng in engines.registered():
-        if per_engine.get(eng.name):  # SGLang's counter counts a retraction when it happens (update_running_batch)
-            notes.append(eng.prom_counter_note.format(n=per_engine[eng.name]))
-    if unplaced:
-        notes.append(
-            f"{unplaced} event(s) are preemptions vllm:num_preemptions_total counted since the engine started and no "
-            "other source places: counted, not placed in time (no request id); the pressure intervals are where "
-            "they can have happened."
-        )
+        if placed_by.get(eng.name):  # SGLang's counter counts a retraction when it happens (update_running_batch)
+            notes.append(eng.prom_counter_note.format(n=placed_by[eng.name]))
+    for eng in engines.registered():
+        if away_by.get(eng.name):
+            notes.append(
+                f"{away_by[eng.name]} event(s) are {eng.plural(2)} {eng.display}'s /metrics counter counted since the "
+                "engine started and no other source places: counted, not placed in time (no request id); the "
+                "pressure intervals are where they can have happened."
+            )
 
     cap = log_capability(a)
     recon = a.counters.get("reconciliation") or {}

@@ -43,12 +43,14 @@ another folder is counted once. Disagreements are listed, not resolved away.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from .. import engines
 from ..clock.timebase import iso
 from ..model import events as ev_mod
 from ..model.events import spread_interval
@@ -73,6 +75,21 @@ if TYPE_CHECKING:
 
 COUNT_KINDS = ("interval", "reconstructed")
 PROM_COUNTER = "prometheus counter (vllm:num_preemptions_total)"
+
+
+def _counter_name(r: dict[str, Any]) -> str:
+    """The counter a reading row read, by its own metric name (its sample line's), else the words."""
+    m = re.match(r"([^{\s]+)", str(r.get("raw") or ""))
+    return m.group(1) if m else "the preemption counter"
+
+
+def _noun_of(r: dict[str, Any]) -> str:
+    """What the engine of a reading row calls its events, plural ("preemption(s)", SGLang's "retraction(s)")."""
+    kind = r.get("engine_kind")
+    eng = next((e for e in engines.registered() if e.name == kind), None) if kind else None
+    return f"{(eng or engines.default()).noun}(s)"
+
+
 PROM_SINGLE = "prometheus counter, single reading"
 PROM_BASELINE = "prometheus counter, baseline reading (the engine started before the log)"
 PER_EVENT_KINDS = ("logged", "marker", "record")
@@ -792,7 +809,7 @@ def since_start(
             else "since the engine's last start (not in the bundle: earlier runs are not in this count)"
         )
         notes.append(
-            f"{rest} preemption(s) of engine {r['engine']} counted by vllm:num_preemptions_total {span} and "
+            f"{rest} {_noun_of(r)} of engine {r['engine']} counted by {_counter_name(r)} {span} and "
             f"{iso(r['end'], tz)} ({where}), not in the log's own events: counted, not placed in time"
             + ("" if not n_own else f" ({n_own} of the reading's {n} are the log's own events)")
         )
@@ -868,7 +885,7 @@ def _timeless_reading(r: dict[str, Any], where: str, pairs: pl.DataFrame, n_own:
         start,
         False,
         (
-            f"{rest} preemption(s) of engine {r['engine']} counted by vllm:num_preemptions_total {span}, read at an "
+            f"{rest} {_noun_of(r)} of engine {r['engine']} counted by {_counter_name(r)} {span}, read at an "
             f"unknown time ({where}: the scrape has no time): counted, not placed in time"
             + (
                 f" (the log's {n_own} event(s) of that engine are taken off, before or after the reading: a lower "

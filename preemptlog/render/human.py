@@ -146,7 +146,7 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
     if rec.get("total") is not None and used:
         kinds = s.get("engine_kinds") or {}
         names = [
-            str(x["source"])
+            source_name(x)
             if verbose
             # whose counter: the engines of the counters it read (their metric names), else the bundle's
             else SOURCE_WORDS.get(str(x["source"]), str(x["source"])).format(
@@ -174,6 +174,18 @@ KIND_WORDS = {
     "marker": "{n} PREEMPTED lines",
     "record": "{n} plugin records",
 }
+
+
+def source_name(x: dict[str, Any]) -> str:
+    """A count source's name as -v shows it: the JSON's key, the counter's own metric names in place of the
+    key's vLLM one where the source read others (SGLang's retraction counter is not vllm:num_preemptions_total)."""
+    name = str(x["source"])
+    metrics = x.get("metrics") or []
+    if metrics and name.startswith("prometheus counter (") and name.endswith(")"):
+        return f"prometheus counter ({', '.join(str(m) for m in metrics)})"
+    return name
+
+
 SOURCE_WORDS = {  # {whose}: the engine's, as registry.possessive names it (SGLang's counter is SGLang's)
     "prometheus counter, single reading": "{whose} counter in one /metrics reading",
     "prometheus counter (vllm:num_preemptions_total)": "{whose} counter in the /metrics scrapes",
@@ -375,7 +387,8 @@ def summary_lines(
     if s["events_without_time"] - unplaced > 0:
         put(f"{s['events_without_time'] - unplaced} event(s) have no timestamp in the log")
     if unplaced:
-        put(f"{unplaced} event(s) counted by vLLM since the engine started, not placed in time")
+        whose = possessive(s.get("engine_kinds") or {})
+        put(f"{unplaced} event(s) counted by {whose} /metrics counter since the engine started, not placed in time")
     rep = s["requests_preempted_more_than_once"]
     if rep:
         top = ", ".join(f"{r['request_id']} x{r['count']}" for r in rep[:5])
@@ -389,7 +402,7 @@ def summary_lines(
         put(f"reconciled count: {rec['total']} ({rec['quality']}): {rec['rule']}")
         for src in rec["sources"]:
             kept = f", {src['in_events']} in the events" if src.get("in_events") is not None else ""
-            put(f"{src['source']}: {src['count']}{kept}; {src['note']}", indent=4)
+            put(f"{source_name(src)}: {src['count']}{kept}; {src['note']}", indent=4)
     piv = s.get("pressure_intervals") or []
     if piv:
         put(
