@@ -168,15 +168,16 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
     ranks = ["scope", "scrape_id", "engine", "model_name", "name", "reason", "le"]  # name: one engine kind each
     before = s.height
-    # The same series (same labels) twice in one scrape: between two separators (text.py), another
-    # server with the same labels or a second scrape without its separator line; kept like ranks.
+    # The same series (same labels) twice in one scrape (text.py: between two separators, or with no
+    # HELP/TYPE line read again): a duplicated line, another server with the same labels or a second
+    # scrape without its separator line; kept like ranks.
     repeats = before - s.select(*ranks, "labels").n_unique() if before else 0
     if repeats:
         out.notes.append(
             f"Prometheus: {repeats} sample(s) repeat a series already read in the same scrape (same labels, "
-            "between two separator lines: another server with the same labels and a second scrape without its "
-            "own separator line cannot be told apart): the largest value of each is used; write a separator "
-            "line before each scrape"
+            "with no separator line and no HELP/TYPE line read again between them: a duplicated line, another "
+            "server with the same labels and a second scrape without its own separator line cannot be told "
+            "apart): the largest value of each is used; write a separator line before each scrape"
         )
         before -= repeats
     s = (

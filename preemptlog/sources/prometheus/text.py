@@ -143,10 +143,16 @@ def _parse_text(f: InputFile) -> _FileData:
     # Scrape numbering: explicit separators (a time line, ``---``, ``# EOF``) open a block and decide:
     # a block opened by one is one scrape, whatever it repeats (``curl a >> f; curl b >> f`` after
     # one ``# scrape`` line repeats every HELP/TYPE: one scrape of two servers). Only in the block
-    # before the first separator (block 0: files without separators) does the repeat of a
-    # HELP/TYPE line or of a series open the next scrape. A series read twice in one separator
-    # block is one scrape all the same (another server with the same labels and a second scrape
-    # without its separator look alike): counters._combine keeps its largest value, with a note.
+    # before the first separator (block 0: files without separators) does a repeat open the next
+    # scrape: the repeat of a HELP/TYPE line, or, in a block without them (``grep`` kept the
+    # samples only), the repeat of a series; a series whose sample carries its own timestamp is
+    # another reading at its repeat (OpenMetrics writes a series' points one after another). A page
+    # with HELP/TYPE lines writes them again with every scrape (prometheus_client writes both for
+    # every family), so there an untimed series read again without them is a duplicate line of the
+    # same scrape (a copy-paste, two exporters' lines), never a scrape of its own (it made an
+    # untimed scrape, read as a counter reset). A series read twice in one scrape (another server
+    # with the same labels and a second scrape without its separator look alike):
+    # counters._combine keeps its largest value, with a note.
     rows = rows.with_columns(
         blk=pl.col("kind").is_in(["sep", "eof"]).cast(pl.Int32).cum_sum(),
         key=pl.when(pl.col("kind") == "sample")
@@ -155,8 +161,13 @@ def _parse_text(f: InputFile) -> _FileData:
         .then(pl.col("meta_key")),
     )
     rows = rows.with_columns(_pod=pl.col("pod").forward_fill())  # a "# Pod:" header names the scrapes below it
+    has_meta = (pl.col("kind") == "meta").any().over("blk")
     rows = rows.with_columns(
-        occ=pl.when(pl.col("key").is_not_null() & (pl.col("blk") == 0))
+        occ=pl.when(
+            pl.col("key").is_not_null()
+            & (pl.col("blk") == 0)
+            & ((pl.col("kind") == "meta") | ~has_meta | pl.col("ts").is_not_null())
+        )
         .then(pl.int_range(pl.len()).over("blk", "key"))
         .otherwise(0)
     ).with_columns(rep=pl.col("occ").cum_max().over("blk"))
