@@ -76,3 +76,57 @@ def test_without_help_and_type_lines_a_repeated_series_still_opens_the_next_scra
     a, _ = _run(f)
     assert a.counters["prometheus"]["scrapes"] == 3
     assert a.frames["prom_preemptions"].get_column("value").to_list() == [10.0, 30.0, 35.0]
+
+
+# ---------------------------------------------------------------- a page cut in its last line
+
+COUNTER = 'vllm:num_preemptions_total{engine="0",model_name="m"}'
+
+
+def _cut_folder(tmp_path: Path, last_line: str) -> Path:
+    """10 at T (with _created), then a page whose last line (the counter) has no line end."""
+    d = tmp_path / "cut"
+    d.mkdir()
+    (d / f"metrics-{T}.prom").write_text(page({"0": (10.0, C)}))
+    second = page({"0": (0.0, None)}).replace(f"{COUNTER} 0.0\n", "")
+    (d / f"metrics-{T + 60}.prom").write_text(second + last_line)
+    return d
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [f"{COUNTER} 3", f"{COUNTER} 35 17961810"],  # 35 cut after its 3; a ms timestamp cut short
+)
+def test_a_value_that_may_be_cut_is_no_reading(tmp_path, cut):
+    a, rec = _run(_cut_folder(tmp_path, cut))
+    pre = a.frames["prom_preemptions"]
+    assert pre.get_column("reset").sum() == 0 and pre.height == 1, pre
+    assert (rec["total"], rec["quality"]) == (10, "exact"), rec["rule"]
+    said = [w for w in a.warnings if "ends in the middle of a line" in w]
+    assert len(said) == 1, a.warnings  # one warning: sniffing adds no "read as is" of its own
+    assert "metrics-1796181060.prom" in said[0] and "(line 15," in said[0] and "is skipped, no reading" in said[0]
+    assert "read as is" not in said[0]
+
+
+def test_a_cut_line_whose_value_is_followed_by_more_is_whole(tmp_path):
+    """Cut inside an exemplar: the value before it is whole (35), read, and said so."""
+    a, rec = _run(_cut_folder(tmp_path, f'{COUNTER} 35 # {{trace_id="ab'))
+    assert a.frames["prom_preemptions"].get_column("increase").drop_nulls().to_list() == [25]
+    assert (rec["total"], rec["quality"]) == (25, "exact"), rec["rule"]
+    said = [w for w in a.warnings if "ends in the middle of a line" in w]
+    assert len(said) == 1 and "was read: more of it follows its value, so it is whole" in said[0], said
+
+
+def test_a_cut_line_without_a_sample_is_said(tmp_path):
+    a, rec = _run(_cut_folder(tmp_path, f"{COUNTER} 35\n# HELP vllm:num_requests_wai"))
+    assert a.frames["prom_preemptions"].get_column("increase").drop_nulls().to_list() == [25]
+    said = [w for w in a.warnings if "ends in the middle of a line" in w]
+    assert len(said) == 1 and "holds no sample preemptlog reads" in said[0], said
+
+
+def test_a_cut_page_is_partial_input_whatever_its_last_line(tmp_path):
+    for last in (f"{COUNTER} 3", f'{COUNTER} 35 # {{trace_id="ab', f"{COUNTER} 35\n# HELP vllm:num_requests_wai"):
+        d = tmp_path / str(len(last))
+        d.mkdir()
+        a = analyze([str(_cut_folder(d, last))], AnalyzeOptions(tz="UTC"))
+        assert a.partial, last

@@ -233,6 +233,9 @@ register(
         description="Prometheus /metrics scrapes (text, OpenMetrics) or Prometheus API query JSON with vllm: metrics",
         sniff=_sniff,
         parse=parse,
+        # A text page's cut last line: text.py judges its sample (a value that may be cut is no reading);
+        # a cut JSON line does not parse (jsonapi.py skips it, said).
+        judges_last_line=True,
     )
 )
 

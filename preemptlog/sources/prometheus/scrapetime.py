@@ -15,6 +15,7 @@ from ...clock.timebase import Assumption, zone_info
 from ..registry import SourceOutput
 from .counters import _empty_frames, _facts
 from .names import ANSWERS, PLACED, PromFiles, _ts_to_us, created
+from .text import CUT
 
 if TYPE_CHECKING:
     from ..registry import SourceOutput, TimeContext
@@ -111,8 +112,8 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
         if fd.answer_s is not None and fd.n_scrapes == 1:  # a capture file: one scrape, stamped at its answer
             answers.append((f.display, fd.answer_s))
         out.warnings.extend(f"{f.display}: {w}" for w in fd.warnings)
-        if any("skipped" in w for w in fd.warnings):
-            out.partial = True  # input that was there but could not be read: exit 5, like every source
+        if any("skipped" in w or w.startswith(CUT) for w in fd.warnings):
+            out.partial = True  # input that was there but could not be read (or was cut): exit 5, like every source
         s = fd.samples
         if s.height == 0:
             out.warnings.append(f"{f.display}: no vLLM metrics (vllm:...) found")

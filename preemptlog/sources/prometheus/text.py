@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ...inputs import reflow
+from ..dmon import ends_mid_line
 from .names import (
     _canonical_expr,
     _FileData,
@@ -185,6 +186,7 @@ def _parse_text(f: InputFile) -> _FileData:
     sep_times = {
         r["scrape"]: r["sep_time"] for r in first_of_blk.join(seps, on="blk", how="inner").iter_rows(named=True)
     }
+    samples = _judge_last_line(f, fd, samples)
     value = pl.col("value").cast(pl.Float64, strict=False)
     bad = samples.filter(value.is_null()).height
     if bad:
@@ -208,6 +210,39 @@ def _parse_text(f: InputFile) -> _FileData:
     fd.sep_times = sep_times
     fd.n_scrapes = int(out.get_column("scrape").max()) + 1 if out.height else 0  # type: ignore[arg-type]  # polars scalars are typed as every literal
     return fd
+
+
+CUT = "ends in the middle of a line (truncated, or still being written)"
+
+
+def _judge_last_line(f: InputFile, fd: _FileData, samples: pl.DataFrame) -> pl.DataFrame:
+    """A page writes each line whole with its line end: a last line without one was cut, and where is
+    not known. Its sample's value (or timestamp, the last number on it) may have lost digits (``35``
+    cut after its ``3`` reads ``3``, a counter reset that never was): no reading, unless more of the
+    line follows that number (an exemplar, a space), which makes it whole. Said in one warning (the
+    kind judges its last line: sniffing adds none)."""
+    if not ends_mid_line(str(f.path)):
+        return samples
+    # (a slice of this scan trips polars' CSV schema check: the largest line number instead)
+    last = reflow.scan(f.path, join=False).filter(pl.col("n") == pl.col("n").max()).collect()
+    if last.height == 0:
+        return samples
+    n, raw = int(last.item(0, "n")), str(last.item(0, "line"))
+    at = samples.filter(pl.col("n") == n)
+    shown = raw.strip()[:80]
+    if at.height == 0:
+        fd.warnings.append(f"{CUT}: its last line (line {n}) holds no sample preemptlog reads")
+        return samples
+    r = at.row(0, named=True)
+    tail, what = (r["ts"], "timestamp") if r["ts"] else (r["value"], "value")
+    if not raw.rstrip("\r").endswith(str(tail)):
+        fd.warnings.append(f"{CUT}: its last line (line {n}) was read: more of it follows its {what}, so it is whole")
+        return samples
+    fd.warnings.append(
+        f"{CUT}: its last line (line {n}, {shown!r}) is skipped, no reading: it ends in its {what}, which may "
+        "have lost digits where the line was cut (35 cut after its 3 reads 3), and nothing on it says whether it did"
+    )
+    return samples.filter(pl.col("n") != n)
 
 
 def _read_text(f: InputFile) -> str:
