@@ -234,3 +234,36 @@ def test_a_negative_counter_reading_is_no_reading(tmp_path, openmetrics):
     assert a.events.height == 35
     said = [w for w in a.warnings if "counter sample(s) are negative" in w]
     assert said and "-5" in said[0] and "metrics-1796181000.prom" in said[0]
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_one_run_relabelled_between_scrapes_is_one_series(tmp_path, openmetrics):
+    """The model_name label changed between two scrapes of one engine with one _created (a relabelling
+    exporter, an edited page): one process serves one model, so it is one counter. 10 then 30 was two
+    series, each reading counted from 0: "40 (exact)"; now 20 in the window, the 10 before it said."""
+    d = tmp_path / "relabel"
+    d.mkdir()
+    (d / f"metrics-{T}.prom").write_text(page({"0": (10.0, C)}, openmetrics))
+    (d / f"metrics-{T + 60}.prom").write_text(
+        page({"0": (30.0, C)}, openmetrics).replace('model_name="m"', 'model_name="m2"')
+    )
+    a = analyze([str(d)], AnalyzeOptions(tz="UTC"))
+    rec = a.summary()["reconciliation"]
+    assert (rec["total"], rec["quality"]) == (20, "exact"), rec["rule"]
+    assert a.counters["prometheus"]["series"] == 1
+    said = [n for n in a.notes if "carry another model_name than their engine's run" in n]
+    assert said and "'m', then 'm2' at" in said[0] and f"metrics-{T + 60}.prom:" in said[0], a.notes
+
+
+def test_two_runs_with_one_engine_label_and_two_models_stay_two_series(tmp_path):
+    """Two servers in one folder, both engine "0", each its own _created: two counters."""
+    d = tmp_path / "two"
+    d.mkdir()
+    for t, (va, vb) in ((T, (10.0, 1.0)), (T + 60, (30.0, 4.0))):
+        a_page = page({"0": (va, C)})
+        b_page = page({"0": (vb, C + 30)}).replace('model_name="m"', 'model_name="b"')
+        (d / f"metrics-{t}.prom").write_text(a_page + "# scrape " + str(t) + "\n" + b_page)
+    a = analyze([str(d)], AnalyzeOptions(tz="UTC"))
+    pre = a.frames["prom_preemptions"].filter(pl.col("increase").is_not_null())
+    assert sorted(pre.select("model_name", "increase").rows()) == [("b", 3), ("m", 20)]
+    assert not [n for n in a.notes if "carry another model_name" in n]

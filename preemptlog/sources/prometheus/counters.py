@@ -201,6 +201,15 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         s.filter(~pl.col("field").is_in(list(COUNTER_FIELDS)) | pl.col("value").is_finite().fill_null(False))
     )
     pre = counters.filter(pl.col("field") == "preemptions")
+    relabelled = pre.filter(pl.col("model_seen") != pl.col("model_name"))
+    if relabelled.height:
+        r = relabelled.sort("file_id", "n").row(0, named=True)
+        out.notes.append(
+            f"Prometheus: {relabelled.height} reading(s) of vllm:num_preemptions_total carry another model_name than "
+            f"their engine's run (first: engine {r['engine']} {r['model_name']!r}, then {r['model_seen']!r} at "
+            f"{r['source']}:{r['n']}, one _created {_t(r['created'])} at {r['created_src']}): one process serves one "
+            "model, so they are one counter, counted once under the first name"
+        )
     # A restart dated by a new _created: the increase counts from the new run's start, so its
     # events lie after it, never in the downtime between the runs (issue 38).
     dated_restart = pl.col("reset") & pl.col("prev_time").is_not_null() & (pl.col("created") > pl.col("prev_time"))
@@ -332,6 +341,17 @@ def _counter_pairs(s: pl.DataFrame) -> pl.DataFrame:
             .with_columns(created=pl.coalesce("created", "_c2"), created_src=pl.coalesce("created_src", "_cs2"))
             .drop("_ri", "_c2", "_cs2")
         )
+    # One run of one engine is one series whatever its model_name says: a process serves one model, so
+    # readings of one engine with one _created (its counter's creation time, to the microsecond) are of
+    # one counter even when the label changed between scrapes (a relabelling exporter, an edited page):
+    # read as two series, each reading counted from 0 (10 then 30 was 40). The name is the run's first
+    # (``model_seen`` keeps each reading's own, for the note). Without _created the label tells apart.
+    run = ["scope", "field", "engine", "_ek", "le", "created"]
+    c = c.with_columns(model_seen=pl.col("model_name")).with_columns(
+        model_name=pl.when(pl.col("created").is_not_null())
+        .then(pl.col("model_name").sort_by("time", "file_id", "n", nulls_last=True).first().over(run))
+        .otherwise(pl.col("model_name"))
+    )
     grp = ["scope", "field", "engine", "model_name", "_ek", "le"]
     # Readings of one series at the same time (copies of two files with one mtime, two scrapes within the
     # same second): a counter only rises within one run, so they are ordered by the run (its _created), then
