@@ -267,3 +267,28 @@ def test_two_runs_with_one_engine_label_and_two_models_stay_two_series(tmp_path)
     pre = a.frames["prom_preemptions"].filter(pl.col("increase").is_not_null())
     assert sorted(pre.select("model_name", "increase").rows()) == [("b", 3), ("m", 20)]
     assert not [n for n in a.notes if "carry another model_name" in n]
+
+
+@pytest.mark.parametrize("readings", [1, 2])
+def test_a_reading_dated_before_its_counters_created_is_warned(tmp_path, readings):
+    """_created an hour after the scrape's time (the server's clock ahead of the scraper's): no warning
+    said it, and the headline read "since the engine started at 04:10:00 (vLLM's counter at 03:10:00)"."""
+    d = tmp_path / "skew"
+    d.mkdir()
+    for t, v in [(T, 10.0), (T + 60, 30.0)][:readings]:
+        (d / f"metrics-{t}.prom").write_text(page({"0": (v, T + 3600)}))
+    a = analyze([str(d)], AnalyzeOptions(tz="UTC"))
+    said = [w for w in a.warnings if "dated before their counter's _created" in w]
+    assert len(said) == 1, a.warnings
+    assert f"{readings} reading(s)" in said[0] and "3600 s later" in said[0]
+    assert f"metrics-{T}.prom:" in said[0] and "clock skew" in said[0]
+    assert a.summary()["reconciliation"]["total"] == (10 if readings == 1 else 20)  # the count stands
+
+
+def test_a_scrape_time_written_to_the_second_may_be_short_of_created(tmp_path):
+    """A scrape within the second after the counter's creation, its time written to the second: no skew."""
+    d = tmp_path / "second"
+    d.mkdir()
+    (d / f"metrics-{T}.prom").write_text(page({"0": (1.0, T + 0.6)}))
+    a = analyze([str(d)], AnalyzeOptions(tz="UTC"))
+    assert not [w for w in a.warnings if "dated before their counter's _created" in w]

@@ -201,6 +201,24 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         s.filter(~pl.col("field").is_in(list(COUNTER_FIELDS)) | pl.col("value").is_finite().fill_null(False))
     )
     pre = counters.filter(pl.col("field") == "preemptions")
+    # A counter is read after its creation: a _created later than its reading's time (by more than the
+    # second a scrape time written to the second can be short by) says the server's clock and the
+    # scrape's time disagree (clock skew, or an assumed scrape time). The count since _created stands;
+    # where its engine start and events lie against the scrapes does not.
+    early = pre.filter((pl.col("created") - pl.col("time") > pl.duration(seconds=1)).fill_null(False)).sort(
+        "file_id", "n"
+    )
+    if early.height:
+        r = early.row(0, named=True)
+        ahead = (r["created"] - r["time"]).total_seconds()
+        out.warnings.append(
+            f"Prometheus: {early.height} reading(s) of vllm:num_preemptions_total are dated before their counter's "
+            f"_created (first: engine {r['engine']} read {r['value']:g} at {_t(r['time'])} ({r['source']}:{r['n']}), "
+            f"_created {_t(r['created'])} ({r['created_src']}), {ahead:g} s later): a counter is read after it is "
+            "created, so the server's clock and the scrape's time disagree (clock skew between the scraping host and "
+            "the server, or an assumed scrape time): the count since _created stands; its engine start and the "
+            "events' times do not agree with the scrapes (--offset shifts one clock)"
+        )
     relabelled = pre.filter(pl.col("model_seen") != pl.col("model_name"))
     if relabelled.height:
         r = relabelled.sort("file_id", "n").row(0, named=True)
