@@ -15,8 +15,9 @@ skipped), folder links are never descended (no loops); FIFOs, devices and
 sockets are skipped without being opened (never blocks); the same file
 reached twice is read once; an input that cannot be read is a warning (the
 run ends PARTIAL) unless nothing can be read; UTF-16/32 text (with a BOM, or
-plainly UTF-16) is read through a UTF-8 copy; other encodings are read as
-UTF-8 with bad bytes replaced; a plain file whose last line has no line end
+plainly UTF-16) is read through a UTF-8 copy, UTF-8 text behind a byte-order
+mark through a copy without it; other encodings are read as UTF-8 with bad
+bytes replaced; a plain file whose last line has no line end
 (truncated, or still being written) is read and reported (PARTIAL).
 
 Walking: walk.py; sniffing and encoding: sniffing.py; rotation: rotation.py; damaged

@@ -179,6 +179,34 @@ def _mostly_ascii(sample: bytes, encoding: str) -> bool:
     return ok >= 0.8 * len(text)
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(path: Path, comp: str | None, workspace: Workspace, display: str) -> Path:
+    """A copy of a UTF-8 text that starts with a byte-order mark (a Windows editor's, PowerShell's
+    ``Out-File``), without it and decompressed: every reader sees the text from its first byte (a dmon
+    header row, a JSON answer, a record behind the mark is read as it is without it). A compressed
+    stream that breaks off is copied as far as it decompresses (its damage is judged on the input)."""
+    dest = workspace.new_file(Path(display).name + ".nobom")
+    with open(path, "rb") as src, open(dest, "wb") as out:
+        if comp == "gzip":
+            chunks = _gzip_chunks(src, src.read(1 << 16))
+        elif comp is None:
+            chunks = _plain_chunks(src, src.read(1 << 16))
+        else:
+            import zstandard
+
+            reader = zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)
+            chunks = iter(lambda: reader.read(1 << 20), b"")
+        skip = len(UTF8_BOM)
+        for chunk in chunks:
+            if skip:
+                chunk = chunk[skip:]
+                skip = 0
+            out.write(chunk)
+    return dest
+
+
 def _transcode(path: Path, encoding: str, workspace: Workspace, display: str) -> Path:
     import codecs
 
@@ -418,6 +446,17 @@ def _describe(
             head = _capped_lines(_plain_chunks(fh, fh.read(SAMPLE_BYTES)))
             size_u8 = os.fstat(fh.fileno()).st_size
             cut = _last_line_cut(fh, size_u8)
+    if not encoding and head.startswith(UTF8_BOM) and not (comp and _compression_damage(path, comp)):
+        try:
+            read_path = _without_bom(path, comp, workspace, display)
+        except (OSError, ImportError) as exc:
+            return unreadable(f"cannot read ({getattr(exc, 'strerror', None) or exc}): skipped", size, mtime)
+        head = head[len(UTF8_BOM) :]
+        warnings.append("UTF-8 text with a byte-order mark: read through a copy without it")
+        if comp is None:  # the last line judged without the mark (a one-line JSON answer is whole)
+            with open(read_path, "rb") as fh:
+                cut = _last_line_cut(fh, os.fstat(fh.fileno()).st_size)
+        comp = None
     forced = _override_for(path, display, overrides)
     score = 0
     if forced:
