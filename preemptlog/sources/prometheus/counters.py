@@ -212,7 +212,8 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         r = early.row(0, named=True)
         ahead = (r["created"] - r["time"]).total_seconds()
         out.warnings.append(
-            f"Prometheus: {early.height} reading(s) of vllm:num_preemptions_total are dated before their counter's "
+            f"Prometheus: {early.height} reading(s) of {r.get('name') or 'the preemption counter'} are dated before "
+            "their counter's "
             f"_created (first: engine {r['engine']} read {r['value']:g} at {_t(r['time'])} ({r['source']}:{r['n']}), "
             f"_created {_t(r['created'])} ({r['created_src']}), {ahead:g} s later): a counter is read after it is "
             "created, so the server's clock and the scrape's time disagree (clock skew between the scraping host and "
@@ -223,7 +224,8 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
     if relabelled.height:
         r = relabelled.sort("file_id", "n").row(0, named=True)
         out.notes.append(
-            f"Prometheus: {relabelled.height} reading(s) of vllm:num_preemptions_total carry another model_name than "
+            f"Prometheus: {relabelled.height} reading(s) of {r.get('name') or 'the preemption counter'} carry another "
+            "model_name than "
             f"their engine's run (first: engine {r['engine']} {r['model_name']!r}, then {r['model_seen']!r} at "
             f"{r['source']}:{r['n']}, one _created {_t(r['created'])} at {r['created_src']}): one process serves one "
             "model, so they are one counter, counted once under the first name"
