@@ -73,7 +73,8 @@ process prefix; none: "0") and, for configuration and hook look-backs, its serve
 - ``dmon_fb_at_mb`` / ``dmon_sm_at_pct`` / ``dmon_mem_at_pct``: the dmon sample as of t, the
   largest value over the GPUs of that sample; ``dmon_fb_jump_mb``: the largest rise
   of one GPU's frame-buffer use between two consecutive samples, for a rise
-  sampled in the window, with ``dmon_fb_jump_gpu``.
+  sampled in the window (an event of a counted interval: in the interval, never before
+  its start), with ``dmon_fb_jump_gpu``.
 - ``cfg_*``: the last seen/derived value of the event's server run at or before t; when
   the run states it only later (or never), the run's value in force, else the bundle's
   (other sources), else preemptlog's default; never another run's. Events of a log

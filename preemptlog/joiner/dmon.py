@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from ..model.places import folders, shared_depth
-from .common import asof, frame_of, window_max
+from .common import asof, frame_of, rows_in_ranges, window_max
 from .declare import Evidence, cited
 
 EVIDENCE = [
@@ -17,7 +17,8 @@ EVIDENCE = [
         "Float64",
         "dmon",
         "bundle",
-        "largest rise of one GPU's frame buffer between consecutive samples, in the window",
+        "largest rise of one GPU's frame buffer between consecutive samples, in the window (a counted interval: "
+        "in the interval)",
     ),
     Evidence("dmon_fb_jump_gpu", "Int64", "dmon", "bundle", "the GPU of that rise"),
     Evidence("dmon_sm_at_pct", "Float64", "dmon", "bundle", "SM use as of t, largest over the GPUs"),
@@ -52,7 +53,7 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
     if len(sets) == 1 and set(next(iter(sets))) == set(caps):
         # every event reads every capture (one host, or captures above every server): no lane to tell
         # apart, and no copy of the samples (a join copied every one: 10 M samples, +0.5 GB, +1.5 s)
-        ev, key = ev.select("_i", "_t", "_hi"), []
+        ev, key = ev.select("_i", "_t", "_lo", "_hi", "_iend"), []
     else:
         lane = pl.DataFrame(
             {"_file": list(reads), "_ek": [sets[v] for v in reads.values()]},
@@ -62,9 +63,9 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
             [(c, i) for v, i in sets.items() for c in v], schema={"source": pl.String, "_ek": pl.Int64}, orient="row"
         )
         ev = (
-            ev.select("_i", "_t", "_hi", files.alias("_file"))
+            ev.select("_i", "_t", "_lo", "_hi", "_iend", files.alias("_file"))
             .join(lane, on="_file", how="left", nulls_equal=True)
-            .select("_i", "_t", "_hi", "_ek")
+            .select("_i", "_t", "_lo", "_hi", "_iend", "_ek")
         )
         dm = dm.join(pairs, on="source", how="inner").sort("time", maintain_order=True)
         key = ["_ek"]
@@ -113,7 +114,7 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         jump = pl.col("_rise")
         jump = pl.when(jump.abs() < 1e8).then(jump).round().cast(pl.Int64, strict=False)
         g = dm.select("time", *key, (jump * big + row).alias("_enc"))
-        mx = window_max(ev, g, "_enc", before_us + after_us, by=key[0] if key else None)
+        mx = _jump_max(ev, g, key, before_us + after_us)
         v, r = decode("_max")
         mx = mx.with_columns(_jump=v.cast(pl.Float64), _jrow=r)
         rows = mx.get_column("_jrow").fill_null(0).cast(pl.UInt32)
@@ -129,6 +130,28 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
             how="left",
         )
     return out
+
+
+def _jump_max(ev: pl.DataFrame, g: pl.DataFrame, key: list[str], width_us: int) -> pl.DataFrame:
+    """The largest encoded rise (``_enc``) per event (``_i``, ``_max``): over ``[_hi - width, _hi]``
+    for an event at a point in time, over its own interval ``[_lo, _hi]`` for an event spread in a
+    counted interval (``_iend``): a rise sampled before the interval began belongs to the
+    preemptions before it (the logged one that opened it), never to this interval's."""
+    spread = pl.col("_iend").is_not_null()
+    point = ev.filter(~spread)
+    mx = window_max(point, g, "_enc", width_us, by=key[0] if key else None)
+    iv = ev.filter(spread)
+    if iv.height == 0:
+        return mx
+    pairs = rows_in_ranges(iv, g, key, "time", "_lo", "_hi")
+    enc = g.get_column("_enc")
+    got = (
+        pairs.select(iv.get_column("_i").gather(pairs.get_column("_q")).alias("_i"), enc.gather(pairs.get_column("_r")))
+        .group_by("_i")
+        .agg(pl.col("_enc").max().alias("_max"))
+    )
+    in_iv = iv.select("_i").join(got, on="_i", how="left")
+    return pl.concat([mx, in_iv.cast(mx.schema)], how="vertical")
 
 
 def _captures_read(event_files: list[str | None], captures: list[str]) -> dict[str | None, tuple[str, ...]]:
