@@ -501,7 +501,19 @@ def fall_back_windows(tz: str, y0: int, y1: int) -> list[tuple[datetime, datetim
     return out
 
 
-def _later_in_second_pass(
+def localize_in_order(df: pl.DataFrame, naive: pl.Expr, tz: str, time_col: str = "time") -> pl.DataFrame:
+    """``time_col``: the naive local wall times ``naive`` of ``df``'s rows, in the order they were
+    written (one clock: a dmon capture, a file of records), read in ``tz`` as the logs' lines are:
+    a time in the spring-forward gap as standard time, a wall time the fall-back repeats as the
+    earlier instant until the clock steps back into the repeated span, the later one after it
+    (:func:`later_in_second_pass`). Every source whose rows are local wall times reads them so: the
+    second pass of the repeated hour lands on the log's second pass, not an hour before it."""
+    df = df.with_columns(_lio_naive=naive, _lio_clock=pl.lit(0, pl.Int8))
+    df = df.with_columns(localize(pl.col("_lio_naive"), tz).alias(time_col))
+    return later_in_second_pass(df, "_lio_naive", time_col, tz, over="_lio_clock").drop("_lio_naive", "_lio_clock")
+
+
+def later_in_second_pass(
     df: pl.DataFrame, naive_col: str, time_col: str, tz: str, over: str = "stream"
 ) -> pl.DataFrame:
     """Give the later instant to fall-back wall times read after the clock went back.
@@ -542,6 +554,9 @@ def _later_in_second_pass(
         .otherwise(pl.col(time_col))
         .alias(time_col)
     ).drop("_fb_shift")
+
+
+_later_in_second_pass = later_in_second_pass  # the old private name
 
 
 def _is_leap_expr(y: pl.Expr) -> pl.Expr:
@@ -668,7 +683,7 @@ def resolve(
             full_naive
         )
     )
-    df = _later_in_second_pass(df, "_fnaive", "_tfull", tz)
+    df = later_in_second_pass(df, "_fnaive", "_tfull", tz)
 
     # ---- year-less timestamps ----
     yl = pl.col("fdate").is_null() & (pl.col("mo").is_not_null() | (use_fb & pl.col("fb_year").is_null()))
@@ -828,7 +843,7 @@ def resolve(
         + pl.duration(microseconds=pl.col("_us"))
     )
     df = df.with_columns(_ylnaive=yl_naive).with_columns(_tyl=_localize(pl.col("_ylnaive"), tz))
-    df = _later_in_second_pass(df, "_ylnaive", "_tyl", tz)
+    df = later_in_second_pass(df, "_ylnaive", "_tyl", tz)
 
     time = pl.coalesce("_tfull", "_tyl")
     prec = (

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..clock.timebase import Assumption, localize
+from ..clock.timebase import Assumption, localize_in_order
 from ..inputs.textio import scan_lines
 from ..model.config import VERSION_SHAPE
 from ..model.frames import PolarsType
@@ -644,15 +644,16 @@ class BlockTableParsed(MeetsLog):
                 out.partial = True
             if df.height == 0:
                 continue
+            df = localize_in_order(df, _naive_time(), ctx.tz, "_local")
             df = df.with_columns(
-                time=pl.coalesce("_exact", localize(_naive_time(), ctx.tz)),
+                time=pl.coalesce("_exact", "_local"),
                 time_precision=pl.when(pl.col("ts").is_not_null() | pl.col("f").is_not_null())
                 .then(pl.lit("us"))
                 .otherwise(pl.lit("1s")),
                 engine=pl.col("engine").fill_null("0"),
                 source=pl.lit(f.display),
                 line=pl.col("n").cast(pl.UInt32),
-            )
+            ).drop("_local")
             if df.filter(pl.col("_exact").is_null()).height:
                 out.assumptions.append(
                     Assumption(

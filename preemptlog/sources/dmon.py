@@ -37,8 +37,9 @@ whose GPU index is unreadable is no sample (the same warning says how many); an 
 date/time is said once, as untimed (below); a cut last row is said as cut, not counted again.
 ``-``, N/A and a typographic dash (en dash U+2013 and kin) are unavailable (null), not unreadable.
 
-Time: dmon writes local time (``--tz``). ``-o DT`` rows are exact to the
-second and are year anchors for the vLLM logs. ``-o T`` rows get their date
+Time: dmon writes local time (``--tz``), read as the logs' lines are: in the fall-back's
+repeated hour, the rows after the clock went back take the later instant (timebase
+``localize_in_order``). ``-o DT`` rows are exact to the second and are year anchors for the vLLM logs. ``-o T`` rows get their date
 from the bundle: the date that puts the capture on the UTC span of the vLLM
 logs (or, without logs, nearest the other sources' full timestamps); a time
 that goes back by more than 12 hours is the next day (midnight crossing).
@@ -69,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..clock.timebase import Assumption, localize, zone_info
+from ..clock.timebase import Assumption, localize_in_order, zone_info
 from ..inputs import reflow
 from ..inputs.textio import compression_of
 from .meets import MeetsLog
@@ -489,8 +490,7 @@ class DmonParsed(MeetsLog):
                         f"{f.display}: dmon times without seconds (HH:MM): its samples are timed to the minute"
                     )
             if has_date and has_time:
-                naive = _naive_expr()
-                df = df.with_columns(time=localize(naive, ctx.tz), time_precision=_precision_expr())
+                df = localize_in_order(df, _naive_expr(), ctx.tz).with_columns(time_precision=_precision_expr())
             elif has_time:
                 readable = bool(df.select(_secs_expr().is_not_null().any()).item())
                 df, assumption = _date_for_time_only(df, ctx, f.display)
@@ -564,7 +564,7 @@ def _date_for_time_only(df: pl.DataFrame, ctx: TimeContext, display: str) -> tup
     naive = pl.datetime(day0.year, day0.month, day0.day, time_unit="us") + pl.duration(
         days=pl.col("_day"), seconds=pl.col("_secs")
     )
-    df = df.with_columns(time=localize(naive, ctx.tz), time_precision=pl.col("_prec")).drop("_day")
+    df = localize_in_order(df, naive, ctx.tz).with_columns(time_precision=pl.col("_prec")).drop("_day")
     df = pl.concat([df, untimed]).sort("line").drop("_secs", "_prec")
     days = last["_day"]
     span = day0.isoformat() if not days else f"{day0.isoformat()} (+{days} day(s): crosses midnight)"
