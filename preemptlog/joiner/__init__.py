@@ -71,7 +71,9 @@ process prefix; none: "0") and, for configuration and hook look-backs, its serve
   ``t - before`` (or, when no stats line precedes the window, the first one in
   it).
 - ``dmon_fb_at_mb`` / ``dmon_sm_at_pct`` / ``dmon_mem_at_pct``: the dmon sample as of t, the
-  largest value over the GPUs of that sample; ``dmon_fb_jump_mb``: the largest rise
+  largest value over the GPUs of that sample, while it still holds at t (until its device's next
+  sample; the last one of a capture for one sampling step: a capture that stopped before t says
+  nothing about t); ``dmon_fb_jump_mb``: the largest rise
   of one GPU's frame-buffer use between two consecutive samples, for a rise
   sampled in the window (an event of a counted interval: in the interval, never before
   its start), with ``dmon_fb_jump_gpu``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import polars as pl
@@ -11,7 +12,13 @@ from .common import asof, frame_of, rows_in_ranges, window_max
 from .declare import Evidence, cited
 
 EVIDENCE = [
-    Evidence("dmon_fb_at_mb", "Float64", "dmon", "bundle", "frame-buffer use as of t, largest over the sample's GPUs"),
+    Evidence(
+        "dmon_fb_at_mb",
+        "Float64",
+        "dmon",
+        "bundle",
+        "frame-buffer use as of t, largest over the sample's GPUs (none when the capture had stopped by t)",
+    ),
     Evidence(
         "dmon_fb_jump_mb",
         "Float64",
@@ -42,6 +49,13 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
     if "fb_mb" in have:
         # A rise between consecutive samples of one device of one capture (two hosts' GPU 0 are two GPUs).
         dm = dm.with_columns(_rise=pl.col("fb_mb") - pl.col("fb_mb").shift(1).over("source", "gpu", *ids))
+    # A sample holds until its device's next one; the last one of a capture for one sampling step (the
+    # device's median step, else dmon's default 1 s): past that the capture had stopped, and what the
+    # GPU did at t is not known (not evaluable), never the last sample's value however old.
+    dev = ["source", "gpu", *ids]
+    step = pl.col("time").diff().over(dev)
+    held = pl.coalesce(step.median().over(dev), pl.lit(timedelta(seconds=1)))
+    dm = dm.with_columns(_until=pl.coalesce(pl.col("time").shift(-1).over(dev), pl.col("time") + held))
     # An event reads the captures of its own host: a capture belongs to the event files nearest to it
     # in the folder tree (two servers side by side, a/ and b/: a/dmon.txt is a's, never b's, even when
     # b has no capture of its own; a capture above both folders is both servers').
@@ -96,9 +110,13 @@ def section_dmon(ev: pl.DataFrame, frames: dict[str, Any], before_us: int, after
         ).to_series()
 
     # The sample as of t: the largest value over the GPUs of that timestamp.
-    per_t = dm.group_by(*key, "time").agg([pl.col(f"_e_{c}").max() for c in have]).sort("time")
+    per_t = dm.group_by(*key, "time").agg(*[pl.col(f"_e_{c}").max() for c in have], pl.col("_until").max()).sort("time")
     at = asof(
         ev.select("_i", "_t", *key), per_t, left_on="_t", right_on="time", by=key or None, tolerance=f"{before_us}us"
+    )
+    # as of t only while the capture still ran at t (the sample still held)
+    at = at.with_columns(
+        [pl.when(pl.col("_t") < pl.col("_until")).then(pl.col(f"_e_{c}")).alias(f"_e_{c}") for c in have]
     )
     name = {"fb_mb": "dmon_fb_at_mb", "sm_pct": "dmon_sm_at_pct", "mem_pct": "dmon_mem_at_pct"}
     out = at.select("_i")
