@@ -161,15 +161,21 @@ def _jump_max(ev: pl.DataFrame, g: pl.DataFrame, key: list[str], width_us: int) 
     iv = ev.filter(spread)
     if iv.height == 0:
         return mx
-    pairs = rows_in_ranges(iv, g, key, "time", "_lo", "_hi")
+    # The events of one interval share it: each distinct interval is read once (pairs grow with the
+    # intervals' samples, not with events x samples: a stats line's 10,000 events are one interval).
+    spans = iv.select(*key, "_lo", "_hi").unique(maintain_order=True).with_row_index("_s")
+    pairs = rows_in_ranges(spans, g, key, "time", "_lo", "_hi")
     enc = g.get_column("_enc")
     got = (
-        pairs.select(iv.get_column("_i").gather(pairs.get_column("_q")).alias("_i"), enc.gather(pairs.get_column("_r")))
-        .group_by("_i")
+        pairs.select(pl.col("_q").alias("_s"), enc.gather(pairs.get_column("_r")))
+        .group_by("_s")
         .agg(pl.col("_enc").max().alias("_max"))
     )
-    in_iv = iv.select("_i").join(got, on="_i", how="left")
-    return pl.concat([mx, in_iv.cast(mx.schema)], how="vertical")
+    per_span = spans.join(got, on="_s", how="left").drop("_s")
+    in_iv = iv.select("_i", *key, "_lo", "_hi").join(
+        per_span, on=[*key, "_lo", "_hi"], how="left", nulls_equal=True, maintain_order="left"
+    )
+    return pl.concat([mx, in_iv.select("_i", "_max").cast(mx.schema)], how="vertical")
 
 
 def _captures_read(event_files: list[str | None], captures: list[str]) -> dict[str | None, tuple[str, ...]]:
