@@ -1183,8 +1183,17 @@ def _prom_note(facts: dict[str, Any], pairs: pl.DataFrame) -> str:
     parts = [f"{facts.get('scrapes', 0)} scrape(s), {facts.get('series', 0)} series"]
     base = pairs.filter(pl.col("increase").is_null())
     if base.height:
+        # each series' first reading counts since its engine's start: before that reading, which is the first
+        # scrape only for a series the first scrape holds (an engine first seen later counts up to its own)
+        per = (
+            base.group_by(pl.col("engine").fill_null("0").alias("e")).agg(pl.col("value").sum()).sort("e")
+            if "engine" in base.columns
+            else base.select(pl.lit("0").alias("e"), pl.col("value").sum())
+        )
+        by = " (" + ", ".join(f"engine {e}: {int(v)}" for e, v in per.iter_rows()) + ")" if per.height > 1 else ""
         parts.append(
-            f"{int(base.get_column('value').sum())} preemption(s) before the first scrape (since engine start, not placed)"
+            f"{int(per.get_column('value').sum())} preemption(s) before each series' first reading{by} (since its "
+            "engine's start, not placed)"
         )
     if _undated_resets(facts):
         parts.append(
