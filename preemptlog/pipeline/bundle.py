@@ -13,8 +13,7 @@ Hostile inputs (see docs/robustness.md): inside folders, symbolic links are
 followed only when they stay inside the folder (others are reported and
 skipped), folder links are never descended (no loops); FIFOs, devices and
 sockets are skipped without being opened (never blocks); the same file
-reached twice (a link, or a byte-for-byte copy: :func:`_read_copies_once`) is
-read once; an input that cannot be read is a warning (the
+reached twice is read once; an input that cannot be read is a warning (the
 run ends PARTIAL) unless nothing can be read; UTF-16/32 text (with a BOM, or
 plainly UTF-16) is read through a UTF-8 copy, UTF-8 text behind a byte-order
 mark through a copy without it; other encodings are read as UTF-8 with bad
@@ -42,7 +41,6 @@ each line keeps its number and its file's name (every ``file:line`` still points
 
 from __future__ import annotations
 
-import hashlib
 import stat
 from pathlib import Path
 
@@ -50,7 +48,7 @@ import polars as pl
 
 from .. import sources
 from ..errors import InputError, UsageError
-from ..inputs.files import UNRECOGNISED, Bundle, InputFile
+from ..inputs.files import Bundle, InputFile
 
 # Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
 from ..inputs.rotation import _assign_streams, rotation_key
@@ -156,61 +154,11 @@ def collect(
         described.append((i, f))
         if e.original and f.kind != "unreadable":
             originals.append(e.path)
-    files = _read_copies_once([f for _, f in sorted(described, key=lambda t: t[0])])
+    files = [f for _, f in sorted(described, key=lambda t: t[0])]
     for file_id, f in enumerate(files):
         f.file_id = file_id
     _assign_streams(files)
     return Bundle(files=files, workdir=workspace, warnings=warnings, originals=originals)
-
-
-def _digest(path: Path) -> bytes | None:
-    h = hashlib.blake2b(digest_size=20)
-    try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                h.update(chunk)
-    except OSError:
-        return None  # its reading reports it
-    return h.digest()
-
-
-def _read_copies_once(files: list[InputFile]) -> list[InputFile]:
-    """A file whose bytes repeat another file of the bundle (``cp vllm.log vllm-copy.log``, the same
-    scrapes under ``backup/``, a record file saved twice, an archive holding the folder beside it) is
-    that file found twice: read once, as the hard link it could have been, never counted twice. The
-    first in walk order is read; each copy is named in its warnings and kept as one of its names
-    (``InputFile.aliases``: a scrape time in a copy's name still dates it), its modification time the
-    earliest of theirs (a copy made later is no later evidence). Files of no kind read (empty, unknown,
-    documents) are left as they are. Two servers never write the same bytes: their pages and logs
-    carry their own process ids, start times and counters."""
-    by_size: dict[tuple[str, int], list[InputFile]] = {}
-    for f in files:
-        if f.kind in UNRECOGNISED or f.kind == "ignore":
-            continue
-        try:
-            size = f.path.stat().st_size
-        except OSError:
-            continue
-        if size:
-            by_size.setdefault((f.kind, size), []).append(f)
-    dropped: set[int] = set()
-    for group in by_size.values():
-        if len(group) < 2:
-            continue
-        first_of: dict[bytes, InputFile] = {}
-        for f in group:
-            d = _digest(f.path)
-            if d is None:
-                continue
-            kept = first_of.setdefault(d, f)
-            if kept is f:
-                continue
-            kept.warnings.append(f"also found as {f.display} (the same bytes): read once")
-            kept.aliases.extend(f.names())
-            if f.mtime is not None:
-                kept.mtime = f.mtime if kept.mtime is None else min(kept.mtime, f.mtime)
-            dropped.add(id(f))
-    return [f for f in files if id(f) not in dropped]
 
 
 def line_container(line: pl.Expr) -> pl.Expr:

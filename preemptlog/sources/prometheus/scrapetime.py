@@ -142,10 +142,7 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
         detail = ""
         if untimed:
             last = fd.n_scrapes - 1
-            # The file's own name first, then the names of its copies (bundle.collect reads a copy once)
-            ndt, nzoned, ntext = next(
-                (nt for name in f.names() if (nt := _name_time(name))[0] is not None), (None, False, None)
-            )
+            ndt, nzoned, ntext = _name_time(f.display)
             if fd.n_scrapes == 1 and ndt is not None:
                 scrape_t[0] = _to_utc(ndt, nzoned, ctx.tz)
                 used["the file name"] = 1
