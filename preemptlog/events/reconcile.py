@@ -85,9 +85,7 @@ def _counter_name(r: dict[str, Any]) -> str:
 
 def _noun_of(r: dict[str, Any]) -> str:
     """What the engine of a reading row calls its events, plural ("preemption(s)", SGLang's "retraction(s)")."""
-    kind = r.get("engine_kind")
-    eng = next((e for e in engines.registered() if e.name == kind), None) if kind else None
-    return f"{(eng or engines.default()).noun}(s)"
+    return f"{(engines.find(r.get('engine_kind')) or engines.default()).noun}(s)"
 
 
 PROM_SINGLE = "prometheus counter, single reading"
