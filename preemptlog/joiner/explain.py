@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from .. import engines
 from ..model.frames import PolarsType
 from ..sources import vllm_log
 from .common import src_expr, us
@@ -32,6 +33,16 @@ def _kv_string(cols: list[str]) -> pl.Expr:
         separator=" ",
         ignore_nulls=True,
     )
+
+
+def _log_kind() -> pl.Expr:
+    """A log record's source kind, by the engine whose record kinds it is (``sglang-log`` for an
+    SGLang line): the engine's first log kind, the single log pass's own where no engine claims it."""
+    out: pl.Expr = pl.lit(vllm_log.KIND)
+    for e in engines.registered():
+        if e.record_prefix is not None and e.log_kinds:
+            out = pl.when(engines.owns(e)).then(pl.lit(e.log_kinds[0])).otherwise(out)
+    return out
 
 
 def _with_run_lines(analysis: AnalysisView, r: pl.DataFrame) -> pl.DataFrame:
@@ -72,7 +83,7 @@ def window_rows(analysis: AnalysisView, event_id: str, before: float, after: flo
     inwin = pl.col("time").is_between(lo, hi)
     parts = []
 
-    def add(df: pl.DataFrame | None, kind: str, what: pl.Expr, value: pl.Expr, order: int) -> None:
+    def add(df: pl.DataFrame | None, kind: str | pl.Expr, what: pl.Expr, value: pl.Expr, order: int) -> None:
         if df is None or df.height == 0 or "time" not in df.columns:
             return
         sub = df.filter(inwin)
@@ -81,7 +92,7 @@ def window_rows(analysis: AnalysisView, event_id: str, before: float, after: flo
         parts.append(
             sub.select(
                 "time",
-                pl.lit(kind).alias("kind"),
+                (pl.lit(kind) if isinstance(kind, str) else kind).alias("kind"),
                 what.alias("what"),
                 value.alias("value"),
                 src_expr().alias("src"),
@@ -95,7 +106,7 @@ def window_rows(analysis: AnalysisView, event_id: str, before: float, after: flo
         r = _with_run_lines(analysis, rec.filter(inwin)).with_columns(pl.col("n").alias("line"))
         add(
             r,
-            vllm_log.KIND,
+            _log_kind(),
             pl.col("kind"),
             pl.coalesce(pl.col("text").str.strip_chars().str.slice(0, 300), pl.col("req_id")),
             0,

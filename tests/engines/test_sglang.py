@@ -426,6 +426,9 @@ def test_analyze_table_explain_and_report_carry_the_engine(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["event"]["engine_kind"] == "sglang" and doc["verdict"]["rule"] == "G1-capacity-sglang-retraction"
+    # the window's log rows are SGLang's log, never labelled vLLM's
+    kinds = {w["kind"] for w in doc["window"]}
+    assert kinds == {"sglang-log"}, kinds
     out = tmp_path / "r.html"
     r = _cli("report", str(log), "--tz", "UTC", "-o", str(out))
     assert r.returncode == 0, r.stderr
