@@ -344,12 +344,23 @@ def held_share(a: Analysis, engine: engines.Engine | None = None, index: str | N
         piv = piv.filter(engine_index() == index) if piv is not None else None
     if st.height == 0 or piv is None or piv.filter(pl.col("series") == "log").height == 0:
         return None
-    h = st.filter(
+    held = (
         (pl.col("waiting").fill_null(0) > 0)
         & (pl.col("running").fill_null(0) > 0)
         & (pl.col("kv_usage") >= HELD_KV).fill_null(False)
-        & (pl.col("engine").fill_null("0") != "all")
     )
+    one_engine = pl.col("engine").fill_null("0") != AGGREGATED
+    if "engines" in st.columns:
+        one_engine = one_engine | (pl.col("engines") == 1).fill_null(False)
+    h = st.filter(held & one_engine)
+    summed = ""
+    if h.height < MIN_HELD and index is None and "engines" in st.columns:
+        # lines that sum every engine without saying how many (vLLM's Rust frontend): one engine's
+        # figures where the server runs one engine (data_parallel_size 1, stated or its default)
+        one = _one_engine(a, engine or lever_engine(a))
+        if one is not None:
+            h = st.filter(held & pl.col("engines").is_null())
+            summed = f"; the lines sum every engine: one engine, {one}"
     if h.height < MIN_HELD:
         return None
     h = h.sort("time", "line", nulls_last=True).with_columns(
@@ -370,8 +381,20 @@ def held_share(a: Analysis, engine: engines.Engine | None = None, index: str | N
         "src": where,
         "text": f"{h.height} stats line(s){_of(index)} with requests waiting at KV usage >= {HELD_KV:g} % ({where}): "
         + (f"{int(running.min())}-{int(running.max())}" if running.min() != running.max() else f"{int(running.max())}")  # type: ignore[arg-type]
-        + f" running, {share:.1f} % of the pool each on average",
+        + f" running, {share:.1f} % of the pool each on average{summed}",
     }
+
+
+def _one_engine(a: Analysis, lever: engines.Engine) -> str | None:
+    """Why the bundle's server runs one engine, in words with the value's source: ``data_parallel_size 1``
+    as the bundle states it, or assumed (the engine's default) where it states none and shows no engine
+    index but one; None where it states more, or shows several indices."""
+    if len(engine_indices(a, lever)) > 1:
+        return None
+    dp = cfg_text(a, "data_parallel_size")
+    if dp is not None and dp[2] != "default":
+        return f"data_parallel_size {dp[0]} ({dp[1] or dp[2]})" if dp[0].strip() == "1" else None
+    return f"data_parallel_size 1 assumed ({lever.display}'s default: the bundle does not state it)"
 
 
 def _victim_prompts(a: Analysis, victims: pl.DataFrame) -> dict[str, Any] | None:

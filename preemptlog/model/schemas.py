@@ -28,6 +28,10 @@ STATS_SCHEMA = {
     "stream": "Int32",
     "seq": "UInt32",
     "engine": "String",
+    # how many engines the line's figures sum: 1 for one engine's line, N for a line that says it sums
+    # N ("N Engines Aggregated"), null for one that sums every engine without saying how many (vLLM's
+    # Rust frontend): its running count is one engine's only where the bundle runs one engine
+    "engines": "Int64",
     "family": "String",
     "prompt_tput": "Float64",
     "gen_tput": "Float64",

@@ -320,3 +320,68 @@ def test_a_wrapped_rust_line_is_read_whole(tmp_path):
     cut = line.index("Preemptions")
     a = _analyze(tmp_path, HEAD_034 + [line[:cut], line[cut:]])
     assert a.stats.get_column("preemptions").to_list() == [4] and a.events.height == 4
+
+
+# ---------------------------------------------------------------------------------------- the change to make
+
+
+def _pressure(prefix=vllm_prefix) -> list[str]:
+    return [
+        prefix("10:00:10", _rust(64, 0, 80.2)),
+        prefix("10:00:20", _rust(60, 12, 99.6, p=7)),
+        prefix("10:00:30", _rust(52, 20, 100.0, p=4)),
+        prefix("10:00:40", _rust(50, 2, 70.0)),
+    ]
+
+
+def _seqs_fix(a):
+    return next((f for f in a.summary()["fixes"] if f["option"] == "--max-num-seqs"), None)
+
+
+@pytest.mark.parametrize("shape", ["vllm", "tracing"])
+def test_a_one_engine_rust_log_gets_the_max_num_seqs_change_its_python_twin_gets(shape, tmp_path):
+    """The Rust line sums every engine; on a server of one engine (data_parallel_size 1, its default
+    where the log states none) its running count is that engine's, so the stats lines size
+    --max-num-seqs as the Python frontend's lines of the same workload do (before: no change at all)."""
+    rust = _analyze(tmp_path, _pressure(SHAPES[shape]))
+    py_lines = [
+        f"(APIServer pid=10) INFO 12-01 {h} [loggers.py:236] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+        f"Avg generation throughput: 1.0 tokens/s, Running: {r} reqs, Waiting: {w} reqs, "
+        f"GPU KV cache usage: {kv}%, Prefix cache hit rate: 12.0%"
+        for h, r, w, kv in (("10:00:10", 64, 0, 80.2), ("10:00:20", 60, 12, 99.6), ("10:00:30", 52, 20, 100.0))
+    ]
+    py = analyze([str(_write(tmp_path, py_lines, "py.log"))], OPTS)
+    f, g = _seqs_fix(rust), _seqs_fix(py)
+    assert f is not None and g is not None
+    assert f["suggested"] == g["suggested"] == 48
+    assert "data_parallel_size 1 assumed" in json.dumps(f)
+
+
+def test_a_stated_single_engine_is_cited(tmp_path):
+    head = [HEAD_034[0], HEAD_034[1] + ", data_parallel_size=1, disable_custom_all_reduce=False"]
+    f = _seqs_fix(_analyze(tmp_path, head + _pressure()))
+    assert f is not None and f["suggested"] == 48
+    said = json.dumps(f)
+    assert "one engine, data_parallel_size 1 (" in said and "rust.log:2)" in said and "assumed (vLLM's" not in said
+
+
+def test_a_rust_log_of_several_engines_never_sizes_one_engine_s_lever(tmp_path):
+    """data_parallel_size 2: the line's running count is two engines' sum, so no engine's share of
+    its pool is known and no --max-num-seqs is said from it."""
+    head = [HEAD_034[0], HEAD_034[1] + ", data_parallel_size=2, disable_custom_all_reduce=False"]
+    a = _analyze(tmp_path, head + _pressure())
+    assert _seqs_fix(a) is None
+    assert a.events.height == 11  # the count stands: only the sizing needs one engine's figures
+
+
+def test_python_aggregated_lines_of_two_engines_size_nothing(tmp_path):
+    lines = [
+        f"(APIServer pid=10) INFO 12-01 {h} [loggers.py:236] 2 Engines Aggregated: Avg prompt throughput: 1.0 "
+        f"tokens/s, Avg generation throughput: 1.0 tokens/s, Running: {r} reqs, Waiting: {w} reqs, "
+        f"GPU KV cache usage: {kv}%, Prefix cache hit rate: 12.0%"
+        for h, r, w, kv in (("10:00:10", 64, 0, 80.2), ("10:00:20", 60, 12, 99.6), ("10:00:30", 52, 20, 100.0))
+    ]
+    a = analyze([str(_write(tmp_path, lines, "agg.log"))], OPTS)
+    st = a.stats
+    assert st.get_column("engines").to_list() == [2, 2, 2]
+    assert _seqs_fix(a) is None

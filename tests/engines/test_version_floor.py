@@ -83,7 +83,11 @@ def test_a_version_line_overrides_the_floor(tmp_path):
 
 
 def test_an_older_stated_version_keeps_its_own_default_and_no_caveat(tmp_path):
-    head = ["INFO 12-01 09:59:30 [api_server.py:1] vLLM API server version 0.32.0"]
+    # two engines: the Rust line's sums size no lever (findings/capacity.held_share), so the step is offered
+    head = [
+        "INFO 12-01 09:59:30 [api_server.py:1] vLLM API server version 0.32.0",
+        "INFO 12-01 09:59:30 [api_server.py:1] non-default args: {'data_parallel_size': 2}",
+    ]
     _, s, _ = _run(tmp_path, head + RUST_BUSY)
     gmu = s["config"]["gpu_memory_utilization"]
     assert gmu["value"] == "0.92" and gmu["note"].startswith("assumed: vLLM 0.32.0 default")
@@ -106,7 +110,10 @@ def test_a_python_frontend_log_without_version_gets_no_floor_but_the_0_34_caveat
 
 
 def test_a_stated_gpu_memory_utilization_gets_no_caveat(tmp_path):
-    head = ["INFO 12-01 09:59:30 [api_server.py:1] non-default args: {'gpu_memory_utilization': 0.8}"]
+    head = [
+        "INFO 12-01 09:59:30 [api_server.py:1] non-default args: {'gpu_memory_utilization': 0.8, "
+        "'data_parallel_size': 2}"
+    ]
     _, s, _ = _run(tmp_path, head + RUST_BUSY)
     assert s["config"]["gpu_memory_utilization"]["status"] == "seen"
     fix = next(f for f in s["fixes"] if f["id"] == "kv_room")

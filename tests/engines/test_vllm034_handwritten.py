@@ -92,7 +92,8 @@ def _kv_room(s: dict) -> dict | None:
 def test_a_034_log_with_gpu_memory_utilization_below_1_is_told_to_leave_it_unset(tmp_path):
     """vLLM 0.34's CacheConfig: with the extensible KV cache (its default on CUDA and ROCm) leave it unset;
     a lower value takes memory away from the KV cache. Never "+0.05" (0.85 -> 0.9) there."""
-    a = analyze([str(_log(tmp_path, "0.34.0", ", 'gpu_memory_utilization': 0.85"))], OPTS)
+    # two engines: the Rust line's sums size no lever (findings/capacity.held_share), so the step is offered
+    a = analyze([str(_log(tmp_path, "0.34.0", ", 'gpu_memory_utilization': 0.85, 'data_parallel_size': 2"))], OPTS)
     fix = _kv_room(a.summary())
     assert fix is not None and float(fix["current"]) == 0.85 and float(fix["suggested"]) == 1.0, fix
     assert any(i.startswith("vllm_version seen") and "vllm-0.34.0.log:" in i for i in fix["inputs"]), fix
@@ -101,6 +102,16 @@ def test_a_034_log_with_gpu_memory_utilization_below_1_is_told_to_leave_it_unset
 
 
 def test_a_033_log_with_gpu_memory_utilization_below_the_cap_keeps_the_step(tmp_path):
-    a = analyze([str(_log(tmp_path, "0.33.0", ", 'gpu_memory_utilization': 0.85"))], OPTS)
+    a = analyze([str(_log(tmp_path, "0.33.0", ", 'gpu_memory_utilization': 0.85, 'data_parallel_size': 2"))], OPTS)
     fix = _kv_room(a.summary())
     assert fix is not None and float(fix["suggested"]) == 0.9, fix
+
+
+def test_one_engine_s_rust_lines_size_the_levers_as_python_lines_do(tmp_path):
+    """On one engine (data_parallel_size unstated: its default 1, said) the Rust lines' running count
+    is that engine's: the stats lines' estimate sizes --max-num-seqs, and says a +0.05 step cannot hold
+    the demand, as for the Python frontend's lines."""
+    s = analyze([str(_log(tmp_path, "0.33.0", ", 'gpu_memory_utilization': 0.85"))], OPTS).summary()
+    seqs = next(f for f in s["fixes"] if f["option"] == "--max-num-seqs")
+    assert seqs["suggested"] < 61 and "data_parallel_size 1 assumed" in " ".join(seqs["inputs"])
+    assert any(d["id"] == "kv_room" and d["why"].startswith("the stats lines' estimate") for d in s["fixes_dropped"])

@@ -479,6 +479,7 @@ def stats_rows(b: pl.DataFrame) -> pl.DataFrame:
         "stream",
         "seq",
         "engine",
+        pl.lit(1, pl.Int64).alias("engines"),  # a batch line is one DP rank's scheduler
         pl.lit(ENGINE_KIND).alias("family"),
         pl.col("input_tput").alias("prompt_tput"),
         pl.col("gen_tput"),

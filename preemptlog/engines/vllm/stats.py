@@ -134,6 +134,12 @@ def parse(records: pl.DataFrame) -> pl.DataFrame:
         "stream",
         "seq",
         engine.alias("engine"),
+        # "N Engines Aggregated:" says how many engines it sums; the Rust frontend's line sums every
+        # engine without saying (rust/src/llm/src/log_stats.rs): null
+        pl.when(rust)
+        .then(pl.lit(None, pl.Int64))
+        .otherwise(t.str.extract(r"(\d+) Engines Aggregated:", 1).cast(pl.Int64, strict=False).fill_null(1))
+        .alias("engines"),
         family.alias("family"),
         *(_field(name, rust) for name in FIELDS),
         "source",
