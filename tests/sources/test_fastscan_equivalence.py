@@ -532,3 +532,38 @@ def test_ansi_cut_by_the_head_end_same_in_both_passes(
     with scanner(None):
         assert vllm_log.read(str(p), 3).height == len(lines)
     assert sum(slow) == 0  # coloured lines are the compiled pass's own, not handed to polars
+
+
+# ---------------------------------------------------------------------------- found by the campaign
+
+_RECEIVED = (
+    b"INFO 05-01 10:00:00 llm_engine.py:12] Received request 7: prompt: 'x', params: "
+    b"SamplingParams(max_tokens=5), prompt_token_ids: [1, 2], lora_request: None."
+)
+_STATS = (
+    b"(APIServer pid=12) INFO 05-01 10:00:15 [loggers.py:208] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    b"Running: 1 reqs, Waiting: 0 reqs, Preemptions: 2, GPU KV cache usage: 1.0%"
+)
+
+
+@needs_build
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"Received request \r" + _STATS + b"\n",
+        _RECEIVED + b"\nReceived request \r" + _STATS + b"\n",
+        b"hello\nReceived request \r" + _STATS + b"\r\n",
+    ],
+    ids=["alone", "after-a-request", "crlf"],
+)
+@pytest.mark.parametrize("fold", [True, False])
+def test_a_request_row_and_a_record_of_one_line_keep_their_segment_order(
+    data: bytes, fold: bool, tmp_path: Path
+) -> None:
+    """A line cut by an inner CR into a request row (its first segment) and a stats record (its second):
+    the compiled pass's runs merged the request rows back by line number alone, so the stats record came
+    first ('seg' 1, 0 against the polars pass's 0, 1; hypothesis's campaign found it)."""
+    p = tmp_path / "h.log"
+    p.write_bytes(data)
+    with scanner(None, PREEMPTLOG_REQUEST_RUNS_MIN="0", PREEMPTLOG_REQUEST_FOLD_MIN="0"):
+        split_both(p, tmp_path, True, fold)

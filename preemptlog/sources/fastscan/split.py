@@ -54,11 +54,17 @@ _NARROW = ("marker", "n", "req_id", "max_tokens", "prompt_tokens")
 
 
 def merged(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
-    """Two frames of records, each in file order, as one in file order (their line numbers ``n``
-    differ: one record per line)."""
+    """Two frames of records, each in file order, as one in file order: by line number ``n``, then
+    by segment ``seg`` (a line cut by an inner CR holds several records: a request row of its first
+    segment and another record of its second are one line's, in segment order)."""
     if not b.height:
         return a
-    return a.merge_sorted(b, key="n") if a.height else b
+    if not a.height:
+        return b
+    if "seg" not in a.columns or "seg" not in b.columns:
+        return a.merge_sorted(b, key="n")
+    key = (pl.col("n").cast(pl.UInt64) * (1 << 32) + pl.col("seg").cast(pl.UInt64)).alias("_nseg")
+    return a.with_columns(key).merge_sorted(b.with_columns(key), key="_nseg").drop("_nseg")
 
 
 class _Spill:
