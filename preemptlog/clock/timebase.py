@@ -89,6 +89,9 @@ class TimeResult:
     tz: str
     assumptions: list[Assumption] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # some record's time is a wall time without an offset, read in ``tz`` (--tz moves it); False when
+    # every timed record states its offset (an ISO time with Z or +08:00, an epoch)
+    wall: bool = False
 
 
 # A full timestamp of another source dates a year-less log only when the two meet:
@@ -639,6 +642,15 @@ def resolve(
             pl.lit(None, pl.Boolean).alias("fb_frac"),
         )
     use_fb = pl.col("mo").is_null() & pl.col("fdate").is_null() & pl.col("fb_mo").is_not_null()
+    # the time each row is given (below): its full date first, then a dated fallback, then year-less parts
+    wall_row = (
+        pl.when(pl.col("fdate").is_not_null())
+        .then(pl.col("fzone").is_null())
+        .when(use_fb & pl.col("fb_year").is_not_null())
+        .then(pl.col("fb_offset_s").is_null())
+        .otherwise(pl.col("mo").is_not_null() | use_fb)
+    )
+    result.wall = bool(df.select(wall_row.any()).item())
 
     # ---- full timestamps (year known) ----
     full_str = pl.concat_str([pl.col("fdate"), pl.lit(" "), pl.col("ftime")])

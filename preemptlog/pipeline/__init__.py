@@ -325,6 +325,7 @@ def one_clock(
         year=options.year,
         anchors=anchors + [(t, "vllm log") for t in ([reference[0]] if reference else [])],
         reference=reference,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        reference_wall=tres.wall,
     )
     return records, ctx, Report(warnings=tuple(warnings), assumptions=tuple(assumptions))
 

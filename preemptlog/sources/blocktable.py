@@ -624,6 +624,7 @@ class BlockTableParsed(MeetsLog):
 
     def _resolve(self, ctx: TimeContext) -> SourceOutput:
         out = SourceOutput()
+        self._meets_wall = set()
         steps, tables, events, requests, config = [], [], [], [], []
         counters = []
         for k, (f, df, bad, total) in enumerate(self.items):
@@ -655,6 +656,7 @@ class BlockTableParsed(MeetsLog):
                 line=pl.col("n").cast(pl.UInt32),
             ).drop("_local")
             if df.filter(pl.col("_exact").is_null()).height:
+                self._meets_wall = (self._meets_wall or set()) | {f.display}
                 out.assumptions.append(
                     Assumption(
                         "zone", ctx.tz, "block-table 'time' without an offset is local time in --tz", scope=f.display

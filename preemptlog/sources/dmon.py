@@ -416,6 +416,7 @@ def _naive_expr() -> pl.Expr:
 
 class DmonParsed(MeetsLog):
     MEETS_WHAT, MEETS_KIND = "dmon samples", KIND
+    MEETS_WALL = True  # dmon prints the machine's wall clock, no offset
 
     def __init__(self, files: list[InputFile]) -> None:
         self.items: list[tuple[InputFile, pl.DataFrame, dict[str, Any]]] = []

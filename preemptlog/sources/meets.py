@@ -16,6 +16,7 @@ apart are not one incident: render/each.py ``MEET_S``, docs/inputs.md).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -86,10 +87,27 @@ def zone_shift(lo: datetime, hi: datetime, ref: tuple[datetime, datetime]) -> in
     return k if lo + d <= ref[1] and hi + d >= ref[0] else None
 
 
-def not_meeting(out: SourceOutput, ctx: TimeContext | None, what: str, kind: str, why: str) -> list[str]:
+def _tz_words(source: str, source_wall: bool, ctx: TimeContext) -> str:
+    """The ``--tz`` part of the hint: --tz moves every time read without an offset, so it puts a file on
+    the log only when one side is such a wall time and the other is not (an epoch, a stated offset);
+    two wall times move together, and the hint is ``--offset`` alone."""
+    if ctx.reference_wall and not source_wall:
+        return f" (or, if the log is the one read in the wrong zone, {ctx.tz} now, --tz with the log's zone)"
+    if source_wall and not ctx.reference_wall:
+        return (
+            f" (or, since the log's times state their offset and {source}'s do not, {ctx.tz} now, --tz with "
+            f"{source}'s zone)"
+        )
+    return ""
+
+
+def not_meeting(
+    out: SourceOutput, ctx: TimeContext | None, what: str, kind: str, why: str, wall: Collection[str] = ()
+) -> list[str]:
     """A warning per file of ``out`` whose rows lie more than MEET_S from the vLLM logs' span
     (``ctx.reference``); none when the bundle has no timed log line. ``what`` names the rows (``dmon
-    samples``), ``kind`` the source kind (for ``--offset``), ``why`` what follows for the analysis."""
+    samples``), ``kind`` the source kind (for ``--offset``), ``why`` what follows for the analysis;
+    ``wall`` the files whose times are wall times read in --tz (the hint names --tz where it helps)."""
     if ctx is None or ctx.reference is None:
         return []
     r0, r1 = ctx.reference
@@ -105,8 +123,7 @@ def not_meeting(out: SourceOutput, ctx: TimeContext | None, what: str, kind: str
         shift = zone_shift(lo, hi, (r0, r1))
         hint = (
             f"; if its clock is {duration_words(shift)} {'ahead' if shift < 0 else 'behind'} (a zone mismatch), "
-            f"--offset {source}={_offset_text(shift)} puts it on the log (or, if the log is the one read in "
-            f"the wrong zone, {ctx.tz} now, --tz with the log's zone)"
+            f"--offset {source}={_offset_text(shift)} puts it on the log{_tz_words(source, source in wall, ctx)}"
             if shift is not None
             else f"; if its clock is off, --offset {source}=DURATION (or --offset {kind}=DURATION) moves it"
         )
@@ -127,7 +144,11 @@ class MeetsLog:
     MEETS_WHAT = "rows"
     MEETS_KIND = ""
     MEETS_WHY = "they explain none of the log's preemptions"
+    # every file's times are wall times read in --tz (dmon's); a kind whose files differ fills
+    # ``_meets_wall`` in ``_resolve`` (block-table records: the files with a time without an offset)
+    MEETS_WALL = False
     _meets_ctx: TimeContext | None = None
+    _meets_wall: set[str] | None = None
 
     def _resolve(self, ctx: TimeContext) -> SourceOutput:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
@@ -140,5 +161,10 @@ class MeetsLog:
         return self._resolve(ctx)
 
     def combine(self, placed: SourceOutput) -> SourceOutput:
-        placed.warnings.extend(not_meeting(placed, self._meets_ctx, self.MEETS_WHAT, self.MEETS_KIND, self.MEETS_WHY))
+        wall: Collection[str] = self._meets_wall or ()
+        if self.MEETS_WALL:
+            wall = set(file_spans(placed))
+        placed.warnings.extend(
+            not_meeting(placed, self._meets_ctx, self.MEETS_WHAT, self.MEETS_KIND, self.MEETS_WHY, wall)
+        )
         return placed

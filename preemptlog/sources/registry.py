@@ -27,6 +27,8 @@ class TimeContext:
     year: int | None = None
     anchors: list[tuple[datetime, str]] = field(default_factory=list)
     reference: tuple[datetime, datetime] | None = None  # UTC span of the vLLM logs (on the common clock)
+    # the logs' times are (some) wall times read in ``tz``, so --tz moves them (timebase.TimeResult.wall)
+    reference_wall: bool = True
     now: datetime | None = None
 
 

@@ -86,15 +86,15 @@ def _run(d: Path, **kw: object) -> object:
 
 
 @pytest.mark.parametrize(
-    "name,text,what,first,gap",
+    "name,text,what,first,gap,tz_helps",
     [
-        ("dmon.txt", _dmon(datetime(2026, 12, 1, 11, 59, 58)), "dmon samples", "11:59:58", "1 h 59 min"),
-        ("metrics.prom", _scrapes(12), "scrapes (and counter starts)", "12:00:15", "2 h"),
-        ("records.jsonl", _records(12), "block-table records", "12:00:07", "1 h 59 min"),
+        ("dmon.txt", _dmon(datetime(2026, 12, 1, 11, 59, 58)), "dmon samples", "11:59:58", "1 h 59 min", False),
+        ("metrics.prom", _scrapes(12), "scrapes (and counter starts)", "12:00:15", "2 h", True),
+        ("records.jsonl", _records(12), "block-table records", "12:00:07", "1 h 59 min", True),
     ],
 )
 def test_a_source_two_hours_ahead_is_said_not_to_meet_the_log(
-    tmp_path: Path, name: str, text: str, what: str, first: str, gap: str
+    tmp_path: Path, name: str, text: str, what: str, first: str, gap: str, tz_helps: bool
 ) -> None:
     a = _run(_bundle(tmp_path, name, text))
     said = [w for w in a.warnings if "do not meet the vLLM log in time" in w]  # type: ignore[attr-defined]
@@ -102,10 +102,12 @@ def test_a_source_two_hours_ahead_is_said_not_to_meet_the_log(
     w = said[0]
     assert w.startswith(f"incident/{name}: its {what} (2026-12-01T{first}+00:00 to ")
     assert f"(2026-12-01T10:00:00+00:00 to 2026-12-01T10:00:15+00:00; {gap} after it)" in w
-    assert (
-        f"--offset incident/{name}=-2h puts it on the log (or, if the log is the one read in the wrong zone, UTC now, --tz with the log's zone)"
-        in w
-    )
+    assert f"--offset incident/{name}=-2h puts it on the log" in w
+    # --tz moves every time read without an offset: it helps only where the file's times state theirs
+    # (an ISO time with Z, a scrape's epoch) and the log's do not; dmon's wall clock moves with the log's
+    tz = "(or, if the log is the one read in the wrong zone, UTC now, --tz with the log's zone)"
+    assert (tz in w) is tz_helps, w
+    assert ("--tz" in w) is tz_helps, w
     assert a.partial is False  # type: ignore[attr-defined]  # said, not damage: the exit code stays
 
 
@@ -152,3 +154,19 @@ def test_zone_shift_is_whole_quarter_hours_and_only_when_it_lands() -> None:
     assert zone_shift(t + timedelta(hours=5, minutes=30), t + timedelta(hours=5, minutes=31), ref) == -19800
     assert zone_shift(t - timedelta(hours=2), t - timedelta(hours=1, minutes=58), ref) == 7200
     assert zone_shift(t + timedelta(days=2), t + timedelta(days=2, minutes=1), ref) is None  # no zone is 48 h
+
+
+def test_a_log_with_offsets_beside_a_wall_clock_dmon_names_tz_for_the_dmon(tmp_path: Path) -> None:
+    """Docker's --timestamps prefix gives the log's lines their UTC instant; dmon's wall clock is read
+    in --tz: --tz with dmon's zone is what puts it on the log (never 'the log's zone')."""
+    d = tmp_path / "incident"
+    d.mkdir()
+    lines = LOG.splitlines()
+    stamped = [f"2026-12-01T10:00:{5 * (i // 3):02d}.000000000Z {line}" for i, line in enumerate(lines)]
+    (d / "vllm.log").write_text("\n".join(stamped) + "\n")
+    (d / "dmon.txt").write_text(_dmon(datetime(2026, 12, 1, 11, 59, 58)))
+    a = _run(d)
+    said = [w for w in a.warnings if "do not meet the vLLM log in time" in w]  # type: ignore[attr-defined]
+    assert len(said) == 1, a.warnings  # type: ignore[attr-defined]
+    assert "--offset incident/dmon.txt=-2h puts it on the log" in said[0]
+    assert "--tz with incident/dmon.txt's zone" in said[0] and "the log's zone" not in said[0]
