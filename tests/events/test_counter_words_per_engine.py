@@ -62,3 +62,13 @@ def test_one_vllm_reading_keeps_vllm_words(tmp_path: Path) -> None:
     assert any(n.startswith("7 event(s) are preemptions vLLM's /metrics counter counted") for n in notes), notes
     assert any("7 preemption(s) of engine 0 counted by vllm:num_preemptions_total" in n for n in notes), notes
     assert not [n for n in notes if n.startswith("-")]
+
+
+def test_the_vllm_counter_note_says_when_each_engine_generation_counts(tmp_path: Path) -> None:
+    """vllm:num_preemptions_total is counted when the request runs again in V1 (v1/metrics/stats.py) and
+    at the preempting step in V0: the note is true of a V0 bundle's scrapes too."""
+    (tmp_path / "metrics-1789000000.prom").write_text(VLLM.format(t=1789000000, v=2))
+    (tmp_path / "metrics-1789000030.prom").write_text(VLLM.format(t=1789000030, v=5))
+    _, doc = _run(tmp_path)
+    note = next(n for n in doc["summary"]["notes"] if "vllm:num_preemptions_total" in n and "spread evenly" in n)
+    assert "V1 counts a preemption when the request runs again" in note and "V0 at the step that preempts it" in note

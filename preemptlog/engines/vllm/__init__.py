@@ -48,7 +48,7 @@ ENGINE = register_engine(
         fix_tie_order=tuple(fixes.TIE_ORDER),
         prom_counter_note="{n} event(s) come from the Prometheus counter vllm:num_preemptions_total: each "
         "increase between two scrapes is spread evenly over that interval (no request id); V1 counts a "
-        "preemption when the request runs again.",
+        "preemption when the request runs again (v1/metrics/stats.py), V0 at the step that preempts it.",
         not_replayed=None,  # the what-if model is vLLM's scheduler (whatif/)
         replay_hint=fixes.LOG_REQUESTS_HINT,
         records_hint=fixes.RECORDS_HINT,
