@@ -365,6 +365,8 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         else None,
         # each engine's start its unplaced events count from (the counter's _created, or its banner)
         **({"unplaced_starts": _starts(unplaced, a.tz)} if unplaced.height else {}),
+        # the reading's time where it is assumed (the file's mtime, the moment standard input was read)
+        **({"unplaced_read": how} if unplaced.height and (how := _read_assumed(a, unplaced)) else {}),
         "pressure": _pressure(spans),
         # several engines (data parallel: each its own KV pool and scheduler): each one's events and the
         # pressure its own events cite, so the headline never gives one engine's evidence as another's why
@@ -497,19 +499,56 @@ def _starts(unplaced: pl.DataFrame, tz: str) -> dict[str, str | None]:
     return {str(e): iso(t, tz) for e, t in g}
 
 
+# The scrape-time assumptions (sources/prometheus/scrapetime.py) that put a reading at a time nothing in
+# it states, and how the headline says so.
+_READ_ASSUMED = {
+    "the file mtime": "its file's modification time, assumed",
+    "no later than the moment preemptlog read": "when preemptlog read it, assumed",
+}
+
+
+def _read_assumed(a: Any, unplaced: pl.DataFrame) -> str | None:
+    """How the reading time of the unplaced events' scrapes was assumed (None: stated by the page, its
+    name or a separator)."""
+    files = set(unplaced.get_column("source").drop_nulls().to_list()) if "source" in unplaced.columns else set()
+    for x in getattr(a, "assumptions", None) or []:
+        if getattr(x, "topic", None) == "scrape time" and getattr(x, "scope", None) in files:
+            for start, words in _READ_ASSUMED.items():
+                if str(x.value).startswith(start):
+                    return words
+    return None
+
+
+def _when(t: str | None, other: str | None) -> str:
+    """``05:05:00``, with its date where ``other`` is on another day (a start a day before its reading)."""
+    a, b = _instant(t), _instant(other)
+    if a is not None and b is not None and a.date() != b.date():
+        return f"{a:%Y-%m-%d %H:%M:%S}"
+    return _hms(t)
+
+
 def _since_words(c: dict[str, Any], last_event: str | None, whose: str = "vLLM's") -> str:
     """`` since the engine started at 05:05:00 (vLLM's counter at 05:09:52)``: the span of a count that
     holds unplaced events (a first reading since the engine's start), from that start to the last
-    thing counted (issue 38: the span covers exactly what it counts)."""
+    thing counted (issue 38: the span covers exactly what it counts). A start on another day than the
+    reading has its date; a reading time nothing states (a file's mtime, the moment standard input
+    was read) is said to be assumed."""
     lo, hi = c["unplaced_span"]
+    later = bool(last_event and hi and datetime.fromisoformat(last_event) > datetime.fromisoformat(hi))
+    end = last_event if later else hi
     starts = {e: t for e, t in (c.get("unplaced_starts") or {}).items() if t}
     if len(set(starts.values())) > 1:
-        since = " since the engines started (" + ", ".join(f"engine {e} at {_hms(t)}" for e, t in starts.items()) + ")"
+        since = (
+            " since the engines started ("
+            + ", ".join(f"engine {e} at {_when(t, end)}" for e, t in starts.items())
+            + ")"
+        )
     else:
-        since = f" since the engine started at {_hms(lo)}" if lo else " since the engine started"
-    if last_event and hi and datetime.fromisoformat(last_event) > datetime.fromisoformat(hi):
-        return since + f", to {_hms(last_event)}"
-    return since + f" ({whose} counter at {_hms(hi)})"
+        since = f" since the engine started at {_when(lo, end)}" if lo else " since the engine started"
+    if later:
+        return since + f", to {_hms(end)}"
+    read = c.get("unplaced_read")
+    return since + f" ({whose} counter at {_hms(hi)}" + (f": {read}" if read else "") + ")"
 
 
 def not_a_preemption(f: Any, tz: str) -> dict[str, Any] | None:
