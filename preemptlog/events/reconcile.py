@@ -175,6 +175,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
 
     dropped_by_engine: dict[str, dict[str, int]] = {}
     surplus_rows: list[dict[str, Any]] = []
+    made_from = pairs  # the pairs the counter's events are made from (less the per-preemption lines below)
     if timed.height and ev.height:
         win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
         g0, g1 = timed.get_column("start").min(), timed.get_column("end").max()
@@ -240,6 +241,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                     .then((pl.col("increase") - pl.col("_n")).clip(lower_bound=0))
                     .otherwise(pl.col("increase"))
                 ).drop("_pid", "_n")
+                made_from = adjusted
                 ev = ev_mod.combine([ev.filter(~(is_prom & (pl.col("kind") == "interval"))), counter_events(adjusted)])
 
     # ---------------- block-table preempt records: the events where they cover (recordmatch.py)
@@ -443,7 +445,11 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 f"engine {r['engine']}: the log counted {upto} preemption(s) up to {iso(r['time'], tz)}, more than the "
                 f"counter's {r['value']} since engine start ({r['from']}): another engine or server, or a clock offset"
             )
-    total = ev.height
+    # A count larger than the events made of it (model.events.capped_count: at most MAX_EVENTS_PER_COUNT
+    # per count): the count is the counter's, never the cap; the events are a capped part of it.
+    capped = _capped(ev, is_prom, made_from, since.made)
+    withheld = sum(c["count"] - c["events"] for c in capped)
+    total = ev.height + withheld
     for entry in sources:
         if entry["source"] == "block-table preempt records (bt_events)":
             entry["in_events"] = rec_used
@@ -571,8 +577,15 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             f"; engine(s) {', '.join(untimed)}: a reading at an unknown time, which the log's own events cannot be "
             "ordered with (or whose engine start is not in the bundle)"
         )
+    if withheld:
+        quality = "capped"
+        rule += "; " + _capped_words(capped, withheld, ev.height)
+        for entry in sources:
+            if entry["source"] in (PROM_COUNTER, PROM_SINGLE):
+                entry["exact"] = False
     report: dict[str, Any] = {
         "total": total,
+        "events": ev.height,
         "quality": quality,
         "rule": rule,
         "sources": sources,
@@ -620,7 +633,56 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         ]
     if counter_only:  # counted preemptions no record explains: events without a record (recordmatch.py)
         report["counter_only"] = dict(sorted(counter_only.items()))
+    if capped:
+        report["capped"] = capped
     return ev, report, notes
+
+
+def _capped(
+    ev: pl.DataFrame, is_prom: pl.Expr, made_from: pl.DataFrame, singles: dict[str, int]
+) -> list[dict[str, Any]]:
+    """The counter's counts whose events were capped (model.events.capped_count; :func:`_unplaced`):
+    ``[{"from": file:line, "count": what the counter counted there, "events": events made of it}]``. A
+    count is the counter's increase between two readings (less the per-preemption lines that take the
+    place of its events) or what a first reading counts since the engine's start (``singles``)."""
+    counts: dict[str, int] = {}
+    if made_from.height and "increase" in made_from.columns:
+        for src, line, col, inc in (
+            made_from.filter(pl.col("increase") > 0).select("source", "line", "col", "increase").iter_rows()
+        ):
+            where = f"{src}:{line}" + (f":{col}" if col is not None else "")
+            counts[where] = counts.get(where, 0) + int(inc)
+    for where, n in singles.items():
+        counts[where] = counts.get(where, 0) + int(n)
+    big = {w: n for w, n in counts.items() if n > ev_mod.MAX_EVENTS_PER_COUNT}
+    mine = ev.filter(is_prom & (pl.col("kind") == "interval")) if ev.height else ev
+    full = mine.height >= ev_mod.MAX_EVENTS_FROM_COUNTS  # the cap in all: later counts made fewer, or none
+    if not big and not full:
+        return []
+    made = (
+        dict(mine.group_by(pl.col("event_id").str.replace(r"~i[0-9]+$", "").alias("_w")).len().iter_rows())
+        if mine.height
+        else {}
+    )
+    out = []
+    for where, n in counts.items():
+        got = int(made.get(where, 0))
+        if got < n and (where in big or full):
+            out.append({"from": where, "count": n, "events": got})
+    return sorted(out, key=lambda c: (-c["count"], c["from"]))
+
+
+def _capped_words(capped: list[dict[str, Any]], withheld: int, events: int) -> str:
+    """The rule's words for a count whose events were capped."""
+    c = capped[0]
+    more = f" (and {len(capped) - 1} more count(s))" if len(capped) > 1 else ""
+    return (
+        f"the count is the counter's ({events + withheld}), its events capped: at most "
+        f"{ev_mod.MAX_EVENTS_PER_COUNT} events are made of one count ({ev_mod.MAX_EVENTS_FROM_COUNTS} in all), so "
+        f"{events} event(s) stand for it and {withheld} counted preemption(s) are not events (first: {c['count']} "
+        f"counted at {c['from']}, {c['events']} events made){more}; the events are a reconstruction of part of "
+        "the count, never all of it"
+    )
 
 
 @dataclass(frozen=True)
@@ -822,7 +884,7 @@ def since_start(
         if got.start is not None:
             starts[where] = got.start
         if got.events is not None:
-            made[where] = got.events.height
+            made[where] = got.count
             new.append(got.events)
     if new:
         ev = ev_mod.combine([ev, *new])
@@ -835,6 +897,7 @@ class _Timeless:
     start: tuple[Any, str] | None  # the engine start it counts from, when the count is exact
     repeat: bool
     notes: tuple[str, ...]
+    count: int = 0  # the preemptions its events stand for (more than the events when capped)
 
 
 def _timeless_reading(r: dict[str, Any], where: str, pairs: pl.DataFrame, n_own: int, tz: str) -> _Timeless:
@@ -892,6 +955,7 @@ def _timeless_reading(r: dict[str, Any], where: str, pairs: pl.DataFrame, n_own:
                 else ""
             ),
         ),
+        rest,
     )
 
 
@@ -918,7 +982,9 @@ def log_start(a: AnalysisView) -> tuple[Any, str] | None:
 
 
 def _unplaced(r: dict[str, Any], where: str, n: int, start: Any, base: int) -> pl.DataFrame:
-    """``n`` interval events of one reading, not placed in time: ids ``<reading>~i<k>``."""
+    """``n`` interval events of one reading, not placed in time: ids ``<reading>~i<k>``; at most
+    ``MAX_EVENTS_PER_COUNT`` of them (model.events: the rest of a larger count is said, :func:`_capped`)."""
+    n = min(n, ev_mod.MAX_EVENTS_PER_COUNT)
     k = list(range(1, n + 1))
     dt = pl.Datetime("us", "UTC")
     return pl.DataFrame(

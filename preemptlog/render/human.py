@@ -162,6 +162,11 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
                 f"; {how}{rec['total']} counted by "
                 + ", ".join(names)
                 + (" (exact)" if rec["quality"] == "exact" else "")
+                + (
+                    f" (capped: {s['events']} of them are events, a reconstruction of part of the count)"
+                    if rec["quality"] == "capped"
+                    else ""
+                )
             )
     return line
 

@@ -827,6 +827,11 @@ def headline(s: dict[str, Any]) -> str:
     if c.get("unplaced") and c.get("unplaced_span"):
         # the count runs from the engine's start: the placed events' own span is inside it
         span = _since_words(c, s.get("last_event"), registry.possessive(kinds))
+    head = f"{n} {word}{span}"
+    rec = s.get("reconciliation") or {}
+    if rec.get("capped") and int(rec.get("total") or 0) > n:
+        # a count larger than the events made of it (capped): the count is the counter's, never the cap
+        head = f"{rec['total']} {noun(kinds, int(rec['total']))}{span} ({n} of them as events, capped)"
     engines = c.get("engines") or []
     where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
     by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}
@@ -836,7 +841,7 @@ def headline(s: dict[str, Any]) -> str:
     undet = by_gate.get("undetermined", 0)
     if default_only and reset and not g1 and reset >= n - undet:
         # every event a reset of the prefix cache explains: the call, in the engine's words, and no KV words
-        return f"{n} {word}{span}{where}: " + _reset_words(c) + (f"; {undet} undetermined" if undet else "")
+        return f"{head}{where}: " + _reset_words(c) + (f"; {undet} undetermined" if undet else "")
     prio = c.get("priority_path", 0)
     if default_only and prio and prio + g1 >= n - undet:  # V0's priority preemption named in the log
         parts = [
@@ -846,7 +851,7 @@ def headline(s: dict[str, Any]) -> str:
         ]
         if g1:
             parts.append(f"{g1} KV-block allocations failed")
-        return f"{n} {word}{span}{where}: " + "; ".join(parts)
+        return f"{head}{where}: " + "; ".join(parts)
     if default_only and c.get("upstream") and g1 + reset >= n - undet and g1:
         pw = _pressure_words(c)
         what = "KV cache exhausted" + (f", {pw}" if pw else "") if pw else "KV-block allocations failed"
@@ -856,7 +861,7 @@ def headline(s: dict[str, Any]) -> str:
             parts.append(f"{reset} by {_reset_words(c)}")
         if c.get("contradicted"):
             parts.append(f"{c['contradicted']} contradicted by the bundle (low confidence: see explain)")
-        return f"{n} {word}{span}{where}: " + "; ".join(parts)
+        return f"{head}{where}: " + "; ".join(parts)
     rate = s.get("preemption_rate")
     per = f" ({rate:.2f} per received request)" if rate is not None else ""
     gates = []
@@ -872,7 +877,7 @@ def headline(s: dict[str, Any]) -> str:
     own = "".join(e.headline_words(s) for e in registry.registered() if e.headline_words is not None)
     if reset:
         own += f"; {reset} by {_reset_words(c)}"
-    return f"{n} {word}{span}{per}" + (": " + ", ".join(gates) if gates else "") + own
+    return f"{head}{per}" + (": " + ", ".join(gates) if gates else "") + own
 
 
 def to_know_more_line(s: dict[str, Any]) -> str | None:

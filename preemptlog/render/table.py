@@ -233,6 +233,9 @@ def render_table(
 
     names = resolve_columns(columns, wide)
     rows = display_rows(analysis)
+    capped = {
+        str(c["from"]): int(c["count"]) for c in (analysis.counters.get("reconciliation") or {}).get("capped") or []
+    }
     zone = zone_info(analysis.tz)
     buf = io.StringIO()
     console = text_console(buf, width=width, color=color)
@@ -271,6 +274,9 @@ def render_table(
         if fold:
             how = "from counter" if r["kind"] == "reconstructed" else "in interval"
             req = f"{r['count']} {how}"
+            of = capped.get(str(r["event_id"] or "").rsplit("~", 1)[0])
+            if of is not None and of > r["count"]:  # a count whose events were capped: never all of it
+                req = f"{r['count']} of {of} {how} (capped)"
         else:
             req = r["request_id"] or "-"
         gate = r["gate"]
