@@ -232,7 +232,7 @@ def test_a_negative_counter_reading_is_no_reading(tmp_path, openmetrics):
         (folder / f"metrics-{t}.prom").write_text(page({"0": (v, C)}, openmetrics), encoding="utf-8")
     a = analyze([str(folder)], AnalyzeOptions(tz="UTC"))
     assert a.events.height == 35
-    said = [w for w in a.warnings if "counter sample(s) are negative" in w]
+    said = [w for w in a.warnings if "counter sample(s) are no count (NaN, +Inf, -Inf or negative)" in w]
     assert said and "-5" in said[0] and "metrics-1796181000.prom" in said[0]
 
 

@@ -146,23 +146,31 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
             100.0,
             "usage / hit-rate gauge sample(s) are not a percentage within 0-100",
             "never as 0 or as a reading",
+            False,
         ),
+        # A counter reading that is no count: NaN, +Inf, -Inf (the exposition format allows them) or below 0
+        # (a counter counts up from 0: a damaged or hand-edited page, never a baseline to count from). It is
+        # skipped (no reading, never a reset or a jump), said once, and the input is damaged (exit 5).
         (
-            (counter & (pl.col("value") < 0)).fill_null(False),
+            (counter & ~(pl.col("value").is_finite() & (pl.col("value") >= 0))).fill_null(False),
             1.0,
-            "counter sample(s) are negative",
-            "a counter counts up from 0, never as a reading",
+            "counter sample(s) are no count (NaN, +Inf, -Inf or negative)",
+            "a counter counts up from 0 in whole numbers: skipped, no reading (never a reset or a jump)",
+            True,  # damaged input, like a sample line whose value is unreadable (text.py): exit 5
         ),
     )
-    for bad, scale, what, why in unreadable:
+    for bad, scale, what, why, damaged in unreadable:
         bad_rows = s.filter(bad & pl.col("value").is_not_null())
         if bad_rows.height:
             first = bad_rows.sort("file_id", "n").row(0, named=True)
             out.warnings.append(
                 f"Prometheus: {bad_rows.height} {what} (first: {first['name']} {first['value'] / scale:g} at "
-                f"{first['source']}:{first['n']}): each is read as missing (not evaluable), {why}"
+                f"{first['source']}:{first['n']}"
+                + (f":{first['col']}" if first.get("col") is not None else "")
+                + f"): each is read as missing (not evaluable), {why}"
             )
             s = s.with_columns(value=pl.when(bad).then(None).otherwise(pl.col("value")))
+            out.partial = out.partial or damaged
     # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
     # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
