@@ -121,9 +121,8 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         return out
     s = out.frames.pop(PLACED)
     known = metrics()
+    s = _unlabelled(s, out)
     s = s.with_columns(
-        # SGLang labels its engines (DP workers) dp_rank; its TP ranks (tp_rank) are ranks of one engine
-        engine=pl.coalesce(pl.col("engine"), _label("dp_rank")).fill_null("0"),
         _ek=engine_kind_expr(pl.col("name")),
         model_name=pl.col("model_name").fill_null(""),
         field=pl.col("name").replace_strict(
@@ -286,7 +285,12 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         pl.col("n").alias("line"),
     ).sort("scope", "engine", "time", "source", "line", nulls_last=False)
     out.frames["prom_series"] = _series(samples, counters)
-    out.counters["prometheus"] = _facts(prom_pre, counters, parsed)
+    out.counters["prometheus"] = facts = _facts(prom_pre, counters, parsed)
+    # A run without engine labels beside a labelled one of the same server (_unlabelled: before or after it)
+    # is another run: between them the server restarted, so a count across them is a lower bound, like one
+    # across a counter reset (what the run before counted after its last reading is not seen).
+    runs = prom_pre.filter(pl.col("engine") == UNLABELLED).select("scope", "model_name").unique().height
+    facts["resets"] = int(facts.get("resets") or 0) + runs
     resets = prom_pre.filter(pl.col("reset"))
     undated = resets.filter(~pl.col("restart_dated")).height
     if undated:
@@ -309,6 +313,77 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
             f"{_t(r['prev_time'])} is not visible, so a count across the restart is a lower bound"
         )
     return out
+
+
+# The engine key of a series read without an engine label in a scope (a server) whose other readings of the
+# same metric carry one: a series of its own, never engine 0's.
+UNLABELLED = "unlabelled"
+
+
+def _unlabelled(s: pl.DataFrame, out: SourceOutput) -> pl.DataFrame:
+    """Each sample's engine key (``engine``): its engine label (SGLang: ``dp_rank``, its DP workers; its TP
+    ranks are ranks of one engine), else engine 0, as a server with one engine and no label (V0, an older
+    page) is read. But in a scope (one server) where other readings of the same metric label their engine
+    (vLLM labels ``engine`` from V1 on), a reading without the label is no reading of engine 0: an older
+    vLLM's page (before an upgrade, or after a downgrade) or a relabelled / federated view that dropped the
+    label. Read as engine 0 it made a second source of engine 0's series (10, then 3 without the label,
+    then 14: a counter reset that never was, and 3 + 11 counted for 4). The rule: such readings are never
+    engine 0's. Those within the time span of the labelled readings (or without a time) are a second view of
+    the same server's counters, whose engine is unknown: not counted (a relabel that sums the engines would
+    count them twice). Those wholly before or after it are another run (an older vLLM has no engine label):
+    a series of their own, engine ``unlabelled``, counted by their own increases. Said in a note."""
+    lab = pl.coalesce(pl.col("engine"), _label("dp_rank"))
+    s = s.with_columns(_lab=lab)
+    key = ["scope", "name"]
+    mixed = pl.col("_lab").is_null() & pl.col("_lab").is_not_null().any().over(key)
+    if not s.select(mixed.any()).item():
+        return s.with_columns(engine=pl.col("_lab").fill_null("0")).drop("_lab")
+    span = (
+        s.filter(pl.col("_lab").is_not_null() & pl.col("time").is_not_null())
+        .group_by(key)
+        .agg(pl.col("time").min().alias("_t0"), pl.col("time").max().alias("_t1"))
+    )
+    s = s.join(span, on=key, how="left", maintain_order="left")
+    inside = pl.col("time").is_null() | pl.col("_t0").is_null() | pl.col("time").is_between("_t0", "_t1")
+    s = s.with_columns(_mixed=mixed, _inside=mixed & inside)
+    counted = set(created()) | {k for k, v in metrics().items() if v[1] == "counter"}
+    for inside_, words in (
+        (
+            True,
+            "within the time span of the labelled readings (or at no time): a second view of the same server's "
+            "counters (a relabelled or federated page that dropped the label), whose engine is unknown: not "
+            "counted, never as engine 0's (no reset or double count made of them)",
+        ),
+        (
+            False,
+            "outside the time span of the labelled readings: another run (an older vLLM, whose pages have no "
+            f"engine label): a series of its own (engine {UNLABELLED!r}), counted by its own increases, never as "
+            "engine 0's",
+        ),
+    ):
+        rows = s.filter(pl.col("_mixed") & (pl.col("_inside") == inside_) & pl.col("name").is_in(list(counted)))
+        if not rows.height:
+            continue
+        first = rows.sort("file_id", "n").row(0, named=True)
+        labels = sorted(
+            set(
+                s.filter(pl.col("_lab").is_not_null() & (pl.col("scope") == first["scope"]))
+                .get_column("_lab")
+                .to_list()
+            )
+        )
+        where = f"{first['source']}:{first['n']}" + (f":{first['col']}" if first.get("col") is not None else "")
+        out.notes.append(
+            f"Prometheus: {rows.height} counter reading(s) carry no engine label (first: {first['name']} at {where}) "
+            f"while the same server's other readings of them label their engine ({', '.join(labels)}): {words}"
+        )
+    return (
+        s.filter(~pl.col("_inside"))
+        .with_columns(
+            engine=pl.when(pl.col("_mixed")).then(pl.lit(UNLABELLED)).otherwise(pl.col("_lab").fill_null("0"))
+        )
+        .drop("_lab", "_t0", "_t1", "_mixed", "_inside")
+    )
 
 
 def _t(t: Any) -> str:
