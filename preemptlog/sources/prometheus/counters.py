@@ -121,6 +121,7 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         return out
     s = out.frames.pop(PLACED)
     known = metrics()
+    s = _one_server(s, out)
     s = _unlabelled(s, out)
     s = s.with_columns(
         _ek=engine_kind_expr(pl.col("name")),
@@ -313,6 +314,51 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
             f"{_t(r['prev_time'])} is not visible, so a count across the restart is a lower bound"
         )
     return out
+
+
+def _one_server(s: pl.DataFrame, out: SourceOutput) -> pl.DataFrame:
+    """Two sources of one series are one series. A /metrics page carries no ``instance`` label (Prometheus
+    adds it, and ``job``, when it stores a scrape), so a page and a Prometheus answer (query_range, query)
+    about the same server had two scopes (the folder; the folder and the instance) and both were counted:
+    the preemptions twice. A page's series (name, engine and model labels) that a Prometheus answer in the
+    same folder holds for exactly one instance is that instance's series (one scope); with several
+    instances it cannot be told whose, and stays apart. Then the readings of a series at the same time from
+    two files are one reading where they agree (kept once); said in a note."""
+    folder = pl.col("scope").str.split("|").list.first()
+    s = s.with_columns(_folder=folder, _ekey=pl.col("engine").fill_null(""), _mkey=pl.col("model_name").fill_null(""))
+    k = ["_folder", "name", "_ekey", "_mkey"]
+    owners = (
+        s.filter(pl.col("instance").is_not_null())
+        .group_by(k)
+        .agg(pl.col("scope").unique().alias("_owners"))
+        .filter(pl.col("_owners").list.len() == 1)
+        .with_columns(_owner=pl.col("_owners").list.first())
+        .drop("_owners")
+    )
+    s = s.join(owners, on=k, how="left", maintain_order="left")
+    moved = pl.col("instance").is_null() & pl.col("_owner").is_not_null()
+    n_moved = s.filter(moved).height
+    s = s.with_columns(scope=pl.when(moved).then(pl.col("_owner")).otherwise(pl.col("scope")))
+    # The same reading from two files (same series, time and value): one reading.
+    same = ["scope", "name", "_ekey", "_mkey", "reason", "le", "time", "value"]
+    timed = pl.col("time").is_not_null()
+    twice = pl.int_range(pl.len()).over(same) > 0
+    dup = s.select((timed & twice & (pl.col("file_id").n_unique().over(same) > 1)).alias("d")).get_column("d")
+    n_dup = int(dup.sum())
+    s = s.filter(~dup)
+    owners_shown = sorted(set(s.filter(moved).get_column("_owner").drop_nulls().to_list()))
+    if n_moved:
+        out.notes.append(
+            f"Prometheus: {n_moved} reading(s) of /metrics pages (no instance label) are of series a Prometheus "
+            f"answer in the same folder holds for one instance ({', '.join(o.split('|', 1)[-1] for o in owners_shown)};"
+            " same metric, engine and model): two sources of one series, read as one series"
+        )
+    if n_dup:
+        out.notes.append(
+            f"Prometheus: {n_dup} reading(s) repeat a reading of the same series at the same time with the same value "
+            "in another file (a page and a Prometheus answer, or two copies): read once"
+        )
+    return s.drop("_folder", "_ekey", "_mkey", "_owner")
 
 
 # The engine key of a series read without an engine label in a scope (a server) whose other readings of the
