@@ -30,6 +30,14 @@ class InputFile:
     sniff_score: int = 0
     forced_kind: bool = False
     warnings: list[str] = field(default_factory=list)
+    # The other names it was found by (a hard link, a symbolic link, a byte-for-byte copy elsewhere in
+    # the bundle that carries the same time: read once, sources/copies.py): what a name says (a scrape
+    # time in it) is read from them too when its own name says nothing.
+    aliases: list[str] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        """Its display name, then the other names it was found by."""
+        return [self.display, *self.aliases]
 
     def read_at(self) -> float | None:
         """Standard input: when preemptlog read it (epoch seconds), the modification time of its private

@@ -13,7 +13,8 @@ Hostile inputs (see docs/robustness.md): inside folders, symbolic links are
 followed only when they stay inside the folder (others are reported and
 skipped), folder links are never descended (no loops); FIFOs, devices and
 sockets are skipped without being opened (never blocks); the same file
-reached twice is read once; an input that cannot be read is a warning (the
+reached twice (a link, or a byte-for-byte copy that carries the same time:
+sources/copies.py) is read once; an input that cannot be read is a warning (the
 run ends PARTIAL) unless nothing can be read; UTF-16/32 text (with a BOM, or
 plainly UTF-16) is read through a UTF-8 copy, UTF-8 text behind a byte-order
 mark through a copy without it; other encodings are read as UTF-8 with bad
@@ -55,6 +56,7 @@ from ..inputs.rotation import _assign_streams, rotation_key
 from ..inputs.textio import ANSI_RE, scan_lines
 from ..inputs.walk import MAX_FILES, _Entry, _spool_stdin, _stat_problem, _walk, expand_archives
 from ..inputs.workspace import Workspace
+from ..sources.copies import read_copies_once
 from ..sources.sniffing import _capped_lines, _describe, _is_text, _utf16_without_bom
 from ..sources.vllm_log import COMPOSE_RE
 
@@ -105,7 +107,8 @@ def collect(
     An input that cannot be read (missing, permission denied, a symlink loop)
     is a warning when other inputs can be read (the run ends PARTIAL), an
     InputError when none can. The same file reached twice (given twice, through
-    a symlink or a hard link) is read once.
+    a symlink or a hard link), or a byte-for-byte copy of it that would carry the
+    same time (sources/copies.py), is read once.
     """
     kind_overrides = kind_overrides or {}
     entries: list[_Entry] = []
@@ -154,7 +157,7 @@ def collect(
         described.append((i, f))
         if e.original and f.kind != "unreadable":
             originals.append(e.path)
-    files = [f for _, f in sorted(described, key=lambda t: t[0])]
+    files = read_copies_once([(f, entries[i].path) for i, f in sorted(described, key=lambda t: t[0])])
     for file_id, f in enumerate(files):
         f.file_id = file_id
     _assign_streams(files)

@@ -7,7 +7,7 @@ Source modules import from here (not from the package), so nothing imports upwar
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -101,6 +101,14 @@ class SourceKind:
     # Its reader judges a last line without a line end itself (dmon: by the columns its header promises)
     # and says what it did with it: sniffing then adds no "ends in the middle of a line" warning of its own.
     judges_last_line: bool = False
+    # The time a file's name gives what it holds, for a kind whose content may leave its readings
+    # undated (a /metrics page without sample timestamps: dated by its name, else its mtime). Called
+    # with a file whose bytes another file of the bundle repeats (sources/copies.py): a hashable time
+    # when the file's content leaves its time to its name and the name (or another of its names) holds
+    # one, else None. Two such files whose names give different times are two readings of an unchanged
+    # page, not one file found twice. None (the default): the content always dates itself (a log's
+    # lines, records with times), and identical bytes are the same readings whatever the names.
+    name_time: Callable[[InputFile], Hashable | None] | None = None
 
 
 @dataclass(frozen=True)

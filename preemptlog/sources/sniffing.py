@@ -391,6 +391,7 @@ def _describe(
     if key in seen:
         first = seen[key]
         first.warnings.append(f"also reached as {display} (the same file): read once")
+        first.aliases.append(display)
         return None
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     warnings: list[str] = []

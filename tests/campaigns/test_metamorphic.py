@@ -13,6 +13,7 @@ import gzip
 import io
 import json
 import os
+import re
 import tarfile
 import zlib
 from datetime import UTC, datetime, timedelta
@@ -678,11 +679,28 @@ def test_archive_member_nested_too_deep_is_skipped_with_a_warning(tmp_path, hand
 # ---------------------------------------------------------------- 9. request identity
 
 
+# Two servers whose logs hold the same lines (ids reused), as two servers write them: b's from other
+# processes (pid 5121, where the family prints one) and with a line of its own (it listens on another
+# port; a real log: uvicorn's start line). A byte-for-byte copy is one file found twice, read once (below).
+
+
+def other_server(family: str, engine: str) -> bytes:
+    lines = hand_log(family, engine, pid=5121)
+    own = line(family, T0, "INFO", "api_server.py:1806", "non-default args: {'port': 8001}", pid=5121)
+    return text([lines[0], own, *lines[1:]])
+
+
+def other_server_of(log: bytes) -> bytes:
+    renumbered = re.sub(rb"pid=(\d+)", lambda m: b"pid=" + str(int(m.group(1)) + 1000).encode(), log)
+    return b"INFO:     Started server process [5121]\n" + renumbered
+
+
 def test_two_copies_of_a_log_double_requests_received(hand, tmp_path):
     base = run([hand]).summary()
-    for d in ("a", "b"):
+    family, engine = hand.stem.rsplit("-", 1)
+    for d, data in (("a", hand.read_bytes()), ("b", other_server(family, engine))):
         (tmp_path / d).mkdir()
-        write(tmp_path / d / "vllm.log", hand.read_bytes())
+        write(tmp_path / d / "vllm.log", data)
     s = run([tmp_path / "a", tmp_path / "b"]).summary()
     assert s["requests_received"] == 2 * base["requests_received"]
     assert s["events"] == 2 * base["events"]
@@ -692,9 +710,9 @@ def test_two_copies_of_a_log_double_requests_received(hand, tmp_path):
 
 def test_two_copies_of_a_real_log_double_requests_received(real_log, tmp_path):
     base = run([real_log]).summary()
-    for d in ("a", "b"):
+    for d, data in (("a", real_log.read_bytes()), ("b", other_server_of(real_log.read_bytes()))):
         (tmp_path / d).mkdir()
-        write(tmp_path / d / real_log.name, real_log.read_bytes())
+        write(tmp_path / d / real_log.name, data)
     s = run([tmp_path / "a", tmp_path / "b"]).summary()
     assert s["requests_received"] == 2 * base["requests_received"]
     assert s["count_visible"] == base["count_visible"]
@@ -702,6 +720,17 @@ def test_two_copies_of_a_real_log_double_requests_received(real_log, tmp_path):
         assert s["events"] == 2 * base["events"]
     else:  # a stock V1 log counts nothing: two copies of it still count nothing
         assert s["events"] is None
+
+
+def test_a_byte_for_byte_copy_of_a_log_is_read_once(hand, tmp_path):
+    base = run([hand])
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        write(tmp_path / d / "vllm.log", hand.read_bytes())
+    r = run([tmp_path / "a", tmp_path / "b"])
+    assert signature(r) == signature(base)
+    said = [w for w in r.warnings if "the same bytes" in w]
+    assert len(said) == 1 and said[0].endswith("a/vllm.log: also found as b/vllm.log (the same bytes): read once")
 
 
 def test_same_sequence_group_on_two_ray_workers_is_two_requests(tmp_path):

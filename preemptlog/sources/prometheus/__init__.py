@@ -62,7 +62,8 @@ reconcile.py).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Hashable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +76,7 @@ from ..registry import EngineStarts, SourceKind, register, register_samples
 from .counters import PROM_PREEMPTIONS_SCHEMA, PROM_SAMPLES_SCHEMA, PROM_SERIES_SCHEMA, _combine, counter_events
 from .jsonapi import _is_json, _parse_json
 from .names import KIND, _FileData, canonical_name, created, mentions_engine, name_prefix_re
-from .scrapetime import _name_time, _parse_time_text, _place
+from .scrapetime import _parse_time_text, _place, file_name_time
 from .text import _parse_text
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class PromParsed:
                     out.append((dt.astimezone(UTC), f"a scrape separator time in {fd.file.display}"))
                     break
             else:
-                dt, zoned, _ = _name_time(fd.file.display)
+                dt, zoned, _ = file_name_time(fd.file)
                 if dt is not None and zoned:
                     out.append((dt.astimezone(UTC), f"the file name of {fd.file.display}"))
         # A counter's _created (seconds since the epoch: exact, with a year) is its engine's start: a
@@ -191,7 +192,7 @@ class PromParsed:
                 if dt is not None and zoned:
                     readings.append(dt.astimezone(UTC))
             if not readings and fd.n_scrapes == 1:
-                ndt, nzoned, _ = _name_time(fd.file.display)
+                ndt, nzoned, _ = file_name_time(fd.file)
                 if ndt is not None and nzoned:
                     readings.append(ndt.astimezone(UTC))
             if not readings and not starts:
@@ -219,12 +220,26 @@ class PromParsed:
         return out
 
 
+def _parse_one(f: InputFile) -> _FileData:
+    return _parse_json(f) if _is_json(f) else _parse_text(f)
+
+
 def parse(files: list[InputFile]) -> PromParsed:
-    out = []
-    for f in files:
-        fd = _parse_json(f) if _is_json(f) else _parse_text(f)
-        out.append(fd)
-    return PromParsed(out)
+    return PromParsed([_parse_one(f) for f in files])
+
+
+def _name_time_of(f: InputFile) -> Hashable | None:
+    """What dates a file's one scrape when its content does not (``SourceKind.name_time``): the time in
+    its name (or another of its names), read when neither a sample timestamp nor a separator line dates
+    its scrape; a file of several scrapes is dated by its content, else its mtime (never its name)."""
+    fd = _parse_one(replace(f, file_id=0))  # called before the bundle numbers its files
+    s = fd.samples
+    if fd.n_scrapes != 1 or not s.height or s.get_column("ts_us").null_count() < s.height:
+        return None
+    if _parse_time_text(fd.sep_times.get(0, ""))[0] is not None:
+        return None
+    dt, zoned, _ = file_name_time(f)
+    return None if dt is None else (dt, zoned)
 
 
 register(
@@ -236,6 +251,8 @@ register(
         # A text page's cut last line: text.py judges its sample (a value that may be cut is no reading);
         # a cut JSON line does not parse (jsonapi.py skips it, said).
         judges_last_line=True,
+        # An untimed page is dated by its name: identical pages named by two times are two readings
+        name_time=_name_time_of,
     )
 )
 

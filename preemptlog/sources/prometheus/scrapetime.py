@@ -18,6 +18,7 @@ from .names import ANSWERS, PLACED, PromFiles, _ts_to_us, created
 from .text import CUT
 
 if TYPE_CHECKING:
+    from ...inputs.files import InputFile
     from ..registry import SourceOutput, TimeContext
 
 
@@ -92,6 +93,13 @@ def _name_time(name: str) -> tuple[datetime | None, bool, str | None]:
     return None, False, None
 
 
+def file_name_time(f: InputFile) -> tuple[datetime | None, bool, str | None]:
+    """The time in the file's name (:func:`_name_time`), else in another name it was found by (a hard
+    link, a byte-for-byte copy read once: sources/copies.py): a name that carries a time wins over the
+    file's mtime, whichever name sorts first."""
+    return next((nt for name in f.names() if (nt := _name_time(name))[0] is not None), (None, False, None))
+
+
 def _to_utc(dt: datetime, has_zone: bool, tz: str) -> datetime:
 
     if has_zone:
@@ -142,7 +150,7 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
         detail = ""
         if untimed:
             last = fd.n_scrapes - 1
-            ndt, nzoned, ntext = _name_time(f.display)
+            ndt, nzoned, ntext = file_name_time(f)
             if fd.n_scrapes == 1 and ndt is not None:
                 scrape_t[0] = _to_utc(ndt, nzoned, ctx.tz)
                 used["the file name"] = 1
