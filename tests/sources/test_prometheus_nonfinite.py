@@ -6,16 +6,13 @@ like a sample line whose value is unreadable."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
 
-from ..conftest import ROOT
+from ..conftest import run_cli
 
 T = 1773482400  # 2026-03-14T10:00:00Z
 SAID = "counter sample(s) are no count (NaN, +Inf, -Inf or negative)"
@@ -72,14 +69,7 @@ def test_a_reading_that_is_no_count_is_skipped_with_one_warning(tmp_path, shape,
 
 def test_the_cli_exits_5_and_says_where(tmp_path):
     d = _text(["5", "NaN", "+Inf", "9"], tmp_path, "epoch-named")
-    env = {k: v for k, v in os.environ.items() if k != "PREEMPTLOG_FORMAT"} | {"NO_COLOR": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", str(d), "-f", "json", "--tz", "UTC"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
+    out = run_cli("analyze", str(d), "-f", "json", "--tz", "UTC")
     assert out.returncode == 5, out.stderr
     s = json.loads(out.stdout)["summary"]
     assert s["reconciliation"]["total"] == 4

@@ -8,16 +8,13 @@ runs is a lower bound (the server restarted between them); a note says which."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
 
-from ..conftest import ROOT
+from ..conftest import run_cli
 
 T = 1773482400  # 2026-03-14T10:00:00Z
 NAME = "vllm:num_preemptions_total"
@@ -107,14 +104,7 @@ def test_the_cli_counts_each_engine_once(tmp_path):
         [(T, {"0": 10, "1": 20}), (T + 15, {None: 3}), (T + 30, {"0": 14, "1": 25})],
         "epoch-named",
     )
-    env = {k: v for k, v in os.environ.items() if k != "PREEMPTLOG_FORMAT"} | {"NO_COLOR": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", str(d), "-f", "json", "--tz", "UTC"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
+    out = run_cli("analyze", str(d), "-f", "json", "--tz", "UTC")
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)["summary"]
     assert s["reconciliation"]["total"] == 9 and s["reconciliation"]["quality"] == "exact"
