@@ -131,6 +131,9 @@ def scrape_once(url: str, timeout: float) -> bytes:
         return resp.read()
 
 
+TIMED_OUT = "timed out"  # a request that got no answer in time, in describe_error's words
+
+
 def describe_error(exc: BaseException) -> str:
     import socket
     import urllib.error
@@ -141,7 +144,7 @@ def describe_error(exc: BaseException) -> str:
         r = exc.reason
         return getattr(r, "strerror", None) or str(r)
     if isinstance(exc, (TimeoutError, socket.timeout)):
-        return "timed out"
+        return TIMED_OUT
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 

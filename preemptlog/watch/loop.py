@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..capture.scrape import iso, scrape_once
+from ..capture.scrape import TIMED_OUT, iso, scrape_once
 from ..model import VERSION
 from ..model.result import AnalyzeOptions
 from .bundle import Incident, analyse, clean_leftovers
@@ -86,6 +86,8 @@ class Server:
     incident: Incident | None = None
     state: str = "starting"  # starting | up | down
     down_since: float | None = None
+    # the time of a scrape that timed out while the server answered: held until the next attempt
+    late: float | None = None
     error: str | None = None
     last: Reading | None = None
     last_ok: float | None = None
@@ -300,17 +302,23 @@ class Watch:
     def _scrape(self, s: Scrape) -> None:
         srv = self.servers[s.server]
         if s.body is None:
-            if srv.state != "down":
+            if srv.state == "up" and s.error == TIMED_OUT and srv.late is None:
+                # One scrape that timed out while the server answered: a server busy with the very load
+                # that preempts answers /metrics late. It is down when the next attempt fails too (dated
+                # from this one); a refused connection or an HTTP error is down at once.
+                srv.late = s.t
+            elif srv.state != "down":
+                since = srv.late if srv.late is not None else s.t
                 self.output.event(
                     {
                         "event": "server_down",
-                        "time": iso(s.t),
+                        "time": iso(since),
                         "server": srv.url,
                         "error": s.error,
                         "last_seen": iso(srv.last_ok) if srv.last_ok is not None else None,
                     }
                 )
-                srv.state, srv.down_since = "down", s.t
+                srv.state, srv.down_since, srv.late = "down", since, None
             srv.error = s.error
             if srv.incident is not None:
                 srv.incident.fail(s.t, s.error)
@@ -325,7 +333,7 @@ class Watch:
                     "down_s": round(s.t - (srv.down_since or s.t), 1),
                 }
             )
-        srv.state, srv.error, srv.last_ok, srv.ever_up = "up", None, s.t, True
+        srv.state, srv.error, srv.last_ok, srv.ever_up, srv.late = "up", None, s.t, True, None
         self._visibility(srv, reading)
         added = False
         for tr in srv.tracker.feed(reading):
