@@ -334,6 +334,17 @@ def _pressure(prefix=vllm_prefix) -> list[str]:
     ]
 
 
+def _python_lines(engine: str) -> list[str]:
+    """The pressure of :func:`_pressure` as the Python frontend's stats lines (``engine``: ``Engine 000:``,
+    ``2 Engines Aggregated:``)."""
+    return [
+        f"(APIServer pid=10) INFO 12-01 {h} [loggers.py:236] {engine} Avg prompt throughput: 1.0 tokens/s, "
+        f"Avg generation throughput: 1.0 tokens/s, Running: {r} reqs, Waiting: {w} reqs, "
+        f"GPU KV cache usage: {kv}%, Prefix cache hit rate: 12.0%"
+        for h, r, w, kv in (("10:00:10", 64, 0, 80.2), ("10:00:20", 60, 12, 99.6), ("10:00:30", 52, 20, 100.0))
+    ]
+
+
 def _seqs_fix(a):
     return next((f for f in a.summary()["fixes"] if f["option"] == "--max-num-seqs"), None)
 
@@ -344,13 +355,7 @@ def test_a_one_engine_rust_log_gets_the_max_num_seqs_change_its_python_twin_gets
     where the log states none) its running count is that engine's, so the stats lines size
     --max-num-seqs as the Python frontend's lines of the same workload do (before: no change at all)."""
     rust = _analyze(tmp_path, _pressure(SHAPES[shape]))
-    py_lines = [
-        f"(APIServer pid=10) INFO 12-01 {h} [loggers.py:236] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
-        f"Avg generation throughput: 1.0 tokens/s, Running: {r} reqs, Waiting: {w} reqs, "
-        f"GPU KV cache usage: {kv}%, Prefix cache hit rate: 12.0%"
-        for h, r, w, kv in (("10:00:10", 64, 0, 80.2), ("10:00:20", 60, 12, 99.6), ("10:00:30", 52, 20, 100.0))
-    ]
-    py = analyze([str(_write(tmp_path, py_lines, "py.log"))], OPTS)
+    py = analyze([str(_write(tmp_path, _python_lines("Engine 000:"), "py.log"))], OPTS)
     f, g = _seqs_fix(rust), _seqs_fix(py)
     assert f is not None and g is not None
     assert f["suggested"] == g["suggested"] == 48
@@ -375,13 +380,7 @@ def test_a_rust_log_of_several_engines_never_sizes_one_engine_s_lever(tmp_path):
 
 
 def test_python_aggregated_lines_of_two_engines_size_nothing(tmp_path):
-    lines = [
-        f"(APIServer pid=10) INFO 12-01 {h} [loggers.py:236] 2 Engines Aggregated: Avg prompt throughput: 1.0 "
-        f"tokens/s, Avg generation throughput: 1.0 tokens/s, Running: {r} reqs, Waiting: {w} reqs, "
-        f"GPU KV cache usage: {kv}%, Prefix cache hit rate: 12.0%"
-        for h, r, w, kv in (("10:00:10", 64, 0, 80.2), ("10:00:20", 60, 12, 99.6), ("10:00:30", 52, 20, 100.0))
-    ]
-    a = analyze([str(_write(tmp_path, lines, "agg.log"))], OPTS)
+    a = analyze([str(_write(tmp_path, _python_lines("2 Engines Aggregated:"), "agg.log"))], OPTS)
     st = a.stats
     assert st.get_column("engines").to_list() == [2, 2, 2]
     assert _seqs_fix(a) is None
