@@ -15,6 +15,7 @@ from ..model.config import in_force
 from ..model.requests import incident_requests, with_request_key
 from ..model.result import SUMMARIZER
 from ..rules.verdicts import guide_model
+from ..sources.prometheus.scrapetime import FILE_MTIME, STDIN_READ
 from .each import split_by_incident
 from .view import filtered_headline
 
@@ -502,8 +503,8 @@ def _starts(unplaced: pl.DataFrame, tz: str) -> dict[str, str | None]:
 # The scrape-time assumptions (sources/prometheus/scrapetime.py) that put a reading at a time nothing in
 # it states, and how the headline says so.
 _READ_ASSUMED = {
-    "the file mtime": "its file's modification time, assumed",
-    "no later than the moment preemptlog read": "when preemptlog read it, assumed",
+    FILE_MTIME: "its file's modification time, assumed",
+    STDIN_READ: "when preemptlog read it, assumed",
 }
 
 

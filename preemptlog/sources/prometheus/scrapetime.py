@@ -30,6 +30,8 @@ NAME_ISO_RE = re.compile(
 
 # The scrape time of standard input's last untimed scrape (its assumption's words).
 STDIN_READ = "no later than the moment preemptlog read standard input"
+# The scrape time of a file's last untimed scrape when its name gives none (its assumption's words).
+FILE_MTIME = "the file mtime"
 
 
 NAME_EPOCH_RE = re.compile(r"(?<!\d)(1\d{9})(?:\d{3})?(?:\.(\d+))?(?!\d)")
@@ -157,7 +159,7 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
                 detail = f" ({ntext}{'' if nzoned else ', local time in ' + ctx.tz})"
             elif last in untimed and f.mtime is not None:
                 scrape_t[last] = datetime.fromtimestamp(f.mtime, UTC)
-                used["the file mtime"] = 1
+                used[FILE_MTIME] = 1
                 detail = f" ({scrape_t[last].isoformat(timespec='seconds')})"
             elif last in untimed and (read := f.read_at()) is not None:
                 # Standard input has no name and no mtime; a scrape piped in (`curl .../metrics |
@@ -177,7 +179,7 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
         for what, k in used.items():
             if what == "recorded":
                 continue
-            extra = detail if what in ("the file name", "the file mtime", STDIN_READ) else ""
+            extra = detail if what in ("the file name", FILE_MTIME, STDIN_READ) else ""
             out.assumptions.append(
                 Assumption("scrape time", what + extra, f"{k} of {fd.n_scrapes} scrape(s)", scope=f.display)
             )
