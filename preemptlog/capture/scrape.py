@@ -11,8 +11,13 @@ exactly as served. ``--log FILE``: what is appended to FILE after the start is c
 every gap: a span in which scrapes failed, with the last error; ``preemptlog analyze DIR``
 reports the gaps.
 
-A failed scrape (connection refused, timeout, HTTP error) is one line on stderr; the next attempt
-backs off (twice the delay each time, up to ``max(60 s, every)``) and a success ends the gap.
+A scrape waits :func:`timeout_for` ``--every`` (2-10 s) for its answer. A busy server answers
+/metrics late (a `vllm serve` in a preemption storm on 2 cores: 2-9 s), and a late page loses no count
+(the counters are cumulative), so a scrape that times out outside a gap is asked again at once,
+waiting :func:`late_timeout` (10-20 s); only when that fails too is it a failed scrape, and its gap
+starts when the first request was sent. A failed scrape (connection refused, timeout, HTTP error) is
+one line on stderr; the next attempt backs off (twice the delay each time, up to
+``max(60 s, every)``) and a success ends the gap.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class Stats:
     scrapes: int = 0
     failures: int = 0
     gaps: int = 0
+    late: int = 0  # scrapes asked twice: the first answer did not come in time
     log_bytes: int = 0
     files: list[str] = field(default_factory=list)
 
@@ -121,6 +127,17 @@ class LogFollower:
                     f.close()
                 except OSError:
                     pass
+
+
+def timeout_for(every: float) -> float:
+    """How long one scrape waits for its answer: the interval, within 2-10 s (10 s is Prometheus'
+    default ``scrape_timeout``)."""
+    return min(10.0, max(2.0, every))
+
+
+def late_timeout(every: float) -> float:
+    """How long the second request of a scrape that timed out waits (capture asks once more)."""
+    return max(10.0, 2 * timeout_for(every))
 
 
 def scrape_once(url: str, timeout: float) -> bytes:
@@ -205,7 +222,7 @@ class Capture:
         from ..outputs.outio import open_output
 
         try:
-            body = scrape_once(self.url, timeout=max(1.0, min(self.every, 10.0)))
+            body = self._ask()
             sent, now = now, max(now, self.clock())
         except Exception as exc:
             self.stats.failures += 1
@@ -230,6 +247,22 @@ class Capture:
             self._close_gap(now)
         self.delay = self.every
         return True
+
+    def _ask(self) -> bytes:
+        """The page, asked once more with a longer wait when the answer was late outside a gap."""
+        wait = timeout_for(self.every)
+        try:
+            return scrape_once(self.url, timeout=wait)
+        except Exception as exc:
+            if self.gap is not None or self.stopping.is_set() or describe_error(exc) != TIMED_OUT:
+                raise
+        late = late_timeout(self.every)
+        self.stats.late += 1
+        self.say(
+            f"preemptlog: capture: {self.url}: no answer in {wait:g}s (a busy server answers late); "
+            f"asking again, waiting up to {late:g}s"
+        )
+        return scrape_once(self.url, timeout=late)
 
     def _close_gap(self, end: float) -> None:
         g = self.gap
@@ -296,6 +329,7 @@ class Capture:
                 "scrapes": self.stats.scrapes,
                 "failures": self.stats.failures,
                 "gaps": self.stats.gaps,
+                "late": self.stats.late,
                 "log_bytes": self.stats.log_bytes,
             }
         )

@@ -36,13 +36,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..capture.scrape import TIMED_OUT, iso, scrape_once
+from ..capture.scrape import TIMED_OUT, iso, scrape_once, timeout_for
 from ..model import VERSION
 from ..model.result import AnalyzeOptions
 from .bundle import Incident, analyse, clean_leftovers
 from .follow import Follower, GlobFollower, Line, Ring, line_ring
 from .output import Output
-from .scrape import Reading, Scrape, Scraper, parse, timeout_for
+from .scrape import Reading, Scrape, Scraper, parse
 from .storms import Storm, StormTracker, Transition
 
 POLL_S = 0.2

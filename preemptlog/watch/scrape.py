@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import engines  # noqa: F401 - registers every engine's metric names (sources.registry)
-from ..capture.scrape import describe_error, scrape_once
+from ..capture.scrape import describe_error, scrape_once, timeout_for
 from ..sources.prometheus.names import canonical_name, created, metrics, sample_starts
 
 FIELDS = ("preemptions", "running", "waiting", "kv_usage")
@@ -140,10 +140,6 @@ def parse(body: bytes, t: float) -> Reading:
         kv_usage=max(kv) if kv else None,
         unreadable=unreadable,
     )
-
-
-def timeout_for(every: float) -> float:
-    return min(10.0, max(2.0, every))
 
 
 def max_delay(every: float) -> float:
