@@ -85,11 +85,13 @@ def _ranked(
         x["status"] = _status(x)
         x.setdefault("current_from", current_label(engines.own_view(a, x.get("engine_kind")), x["option"]))
     # A verified change first; a change that a replay, even an uncalibrated one, shows no gain for
-    # ranks after the others (its own figures argue against it).
+    # ranks after the others (its own figures argue against it), as does a ``partial`` one (its engine's
+    # estimate says it cannot hold the demand alone).
     ties = engines.tie_order()
     changes.sort(
         key=lambda x: (
             x["status"] != "verified",
+            bool(x.get("partial")),
             (x.get("replay") or {}).get("gain") is False and x.get("verified") is not None,
             -x["events_addressed"],
             ties.index(x["id"]) if x["id"] in ties else len(ties),

@@ -115,3 +115,17 @@ def test_one_engine_s_rust_lines_size_the_levers_as_python_lines_do(tmp_path):
     seqs = next(f for f in s["fixes"] if f["option"] == "--max-num-seqs")
     assert seqs["suggested"] < 61 and "data_parallel_size 1 assumed" in " ".join(seqs["inputs"])
     assert any(d["id"] == "kv_room" and d["why"].startswith("the stats lines' estimate") for d in s["fixes_dropped"])
+
+
+def test_a_034_value_below_1_is_still_told_to_go_back_to_1_when_the_estimate_says_it_is_not_enough(tmp_path):
+    """One engine's stats lines say even 0.98 cannot hold the demand: the +0.05 step is dropped, but on
+    0.34 "leave it unset (1.0)" is vLLM's own default and more room, so it stays, said to be partial and
+    ranked after the change sized to hold the demand (--max-num-seqs)."""
+    s = analyze([str(_log(tmp_path, "0.34.0", ", 'gpu_memory_utilization': 0.85"))], OPTS).summary()
+    options = [f["option"] for f in s["fixes"]]
+    assert options.index("--max-num-seqs") < options.index("--gpu-memory-utilization"), options
+    fix = _kv_room(s)
+    assert float(fix["current"]) == 0.85 and float(fix["suggested"]) == 1.0 and fix["partial"] is True, fix
+    assert "not enough alone, the stats lines' estimate: " in fix["text"] and "not reachable" in fix["text"]
+    assert not [d for d in s["fixes_dropped"] if d["id"] == "kv_room"]
+    assert s["fixes"][0]["option"] == "--max-num-seqs"

@@ -1224,6 +1224,11 @@ def plan_part(a: AnalysisView, findings: Any, verdicts: Any) -> FixPart:
         if not gmu_levers and held_why and "not reachable" in held_why:  # ... says +0.05 cannot hold the demand
             for x in [x for x in addressing if x["id"] == "kv_room"]:
                 addressing.remove(x)
+                if x.get("basis") == EXTENSIBLE_BASIS:  # back to vLLM's own default (1.0): more room, not enough
+                    x["text"] += f"; not enough alone, the stats lines' estimate: {held_why}"
+                    x["partial"] = True  # fixes/plan ranks it after the changes sized to hold the demand
+                    addressing.append(x)
+                    continue
                 dropped.append({"id": "kv_room", "why": f"the stats lines' estimate: {held_why}"})
     changes = [x for x in addressing if is_change(x)]
     know = [x for x in addressing if not is_change(x)]
