@@ -47,6 +47,7 @@ class LogEvents:
     counters: dict[str, Any]
     warnings: list[str]
     partial: bool = False
+    capped: pl.DataFrame | None = None  # counts whose events were capped (model.events.CAPPED_SCHEMA)
 
 
 @dataclass(frozen=True)

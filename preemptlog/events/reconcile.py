@@ -348,7 +348,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         )
     v0 = a.counters.get("v0", {})
     if v0.get("logged_lines"):
-        n_v0 = orig_kinds.get("logged", 0) + orig_kinds.get("reconstructed", 0)
+        # the counted preemptions: a jump's unlogged ones whole, never the events capped of them
+        n_v0 = orig_kinds.get("logged", 0) + orig_kinds.get("reconstructed", 0) + _not_made(a, "reconstructed")
         runs = v0.get("runs", 0)
         sources.append(
             {
@@ -447,7 +448,10 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             )
     # A count larger than the events made of it (model.events.capped_count: at most MAX_EVENTS_PER_COUNT
     # per count): the count is the counter's, never the cap; the events are a capped part of it.
-    capped = _capped(ev, is_prom, made_from, since.made)
+    # The log's counts likewise (every engine's maker of events from counts lists its capped counts: frame
+    # capped_counts), each as far as its events are still the event set's (:func:`_capped_logs`).
+    log_capped = _capped_logs(a.frames.get("capped_counts"), a.events, ev, is_prom, timed, rec_engines)
+    capped = sorted(_capped(ev, is_prom, made_from, since.made) + log_capped, key=lambda c: (-c["count"], c["from"]))
     withheld = sum(c["count"] - c["events"] for c in capped)
     total = ev.height + withheld
     for entry in sources:
@@ -577,11 +581,15 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             f"; engine(s) {', '.join(untimed)}: a reading at an unknown time, which the log's own events cannot be "
             "ordered with (or whose engine start is not in the bundle)"
         )
+    uncapped = quality  # the count's own quality, apart from the cap (a V0 log's count is a lower bound)
     if withheld:
         quality = "capped"
-        rule += "; " + _capped_words(capped, withheld, ev.height)
+        rule += "; " + _capped_words(capped, withheld, ev.height, bool(log_capped), len(log_capped) < len(capped))
+        log_kinds = {c["kind"] for c in log_capped}
         for entry in sources:
-            if entry["source"] in (PROM_COUNTER, PROM_SINGLE):
+            if entry["source"] in (PROM_COUNTER, PROM_SINGLE) and len(log_capped) < len(capped):
+                entry["exact"] = False
+            if entry["source"] == LOG_FIELDS and "interval" in log_kinds:
                 entry["exact"] = False
     report: dict[str, Any] = {
         "total": total,
@@ -634,7 +642,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     if counter_only:  # counted preemptions no record explains: events without a record (recordmatch.py)
         report["counter_only"] = dict(sorted(counter_only.items()))
     if capped:
-        report["capped"] = capped
+        report["capped"] = [{k: c[k] for k in ("from", "count", "events")} for c in capped]
+        report["count_quality"] = uncapped
     return ev, report, notes
 
 
@@ -672,12 +681,73 @@ def _capped(
     return sorted(out, key=lambda c: (-c["count"], c["from"]))
 
 
-def _capped_words(capped: list[dict[str, Any]], withheld: int, events: int) -> str:
-    """The rule's words for a count whose events were capped."""
+def _not_made(a: AnalysisView, kind: str) -> int:
+    """The preemptions the log's counts of ``kind`` counted beyond the events made of them (capped)."""
+    c = a.frames.get("capped_counts")
+    if c is None or c.height == 0:
+        return 0
+    return int(c.filter(pl.col("kind") == kind).select((pl.col("count") - pl.col("events")).sum()).item() or 0)
+
+
+def _capped_logs(
+    counts: pl.DataFrame | None,
+    before: pl.DataFrame,
+    ev: pl.DataFrame,
+    is_prom: pl.Expr,
+    timed: pl.DataFrame,
+    rec_engines: set[str],
+) -> list[dict[str, Any]]:
+    """The log's counts whose events were capped (frame ``capped_counts``, model.events.CAPPED_SCHEMA: V0
+    counter jumps, V1 ``Preemptions: N``, SGLang's ``#retracted_reqs: N``), as far as they are the event
+    set's: ``[{"from", "count", "events", "kind"}]``.
+
+    A count's events may have left the event set here (the counter's inside its scrape window, the
+    records' where they cover: reconcile's rules) or in part (the kept part of an interval straddling the
+    window's edge): the preemptions not made into events go with them, in the same share (all of them when
+    every event of the count is kept). A count that made no event (the cap in all reached) stands where
+    it is the count: not inside its engine's scrape window, not of an engine whose records are the events.
+    """
+    if counts is None or counts.height == 0:
+        return []
+    key = pl.col("event_id").str.replace(r"~[a-z][0-9]+$", "")
+
+    def per_count(df: pl.DataFrame) -> dict[tuple[str, str], int]:
+        if df.height == 0:
+            return {}
+        own = df.filter(~is_prom).select(key.alias("_w"), "kind")
+        return {(w, k): n for w, k, n in own.group_by("_w", "kind").len().iter_rows()}
+
+    at_entry, now = per_count(before), per_count(ev)
+    win: dict[str, tuple[Any, Any]] = {}
+    if timed.height:
+        for e, w0, w1 in timed.group_by("engine").agg(pl.col("start").min(), pl.col("end").max()).iter_rows():
+            win[str(e)] = (w0, w1)
+    out = []
+    for where, kind, count, made, engine, time in counts.select(list(ev_mod.CAPPED_SCHEMA)).iter_rows():
+        e0, got = at_entry.get((where, kind), 0), now.get((where, kind), 0)
+        if e0:
+            rest = (count - made) if got == e0 else round((count - made) * got / e0)
+        else:
+            w = win.get(engine) or (
+                (min(v[0] for v in win.values()), max(v[1] for v in win.values())) if engine == "all" and win else None
+            )
+            inside = w is not None and time is not None and w[0] < time <= w[1]
+            rest = 0 if inside or engine in rec_engines else count - made
+            got = made if rest else 0
+        if rest > 0:
+            out.append({"from": where, "count": got + rest, "events": got, "kind": kind})
+    return out
+
+
+def _capped_words(
+    capped: list[dict[str, Any]], withheld: int, events: int, logs: bool = False, counter: bool = True
+) -> str:
+    """The rule's words for a count whose events were capped (the counter's, the log's, or both)."""
     c = capped[0]
     more = f" (and {len(capped) - 1} more count(s))" if len(capped) > 1 else ""
+    whose = "the counter's and the log's" if logs and counter else "the log's" if logs else "the counter's"
     return (
-        f"the count is the counter's ({events + withheld}), its events capped: at most "
+        f"the count is {whose} ({events + withheld}), its events capped: at most "
         f"{ev_mod.MAX_EVENTS_PER_COUNT} events are made of one count ({ev_mod.MAX_EVENTS_FROM_COUNTS} in all), so "
         f"{events} event(s) stand for it and {withheld} counted preemption(s) are not events (first: {c['count']} "
         f"counted at {c['from']}, {c['events']} events made){more}; the events are a reconstruction of part of "

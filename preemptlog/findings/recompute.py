@@ -513,14 +513,28 @@ def totals(a: Analysis, pe: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]
             if total is not None and processed + total > 0:
                 share = total / (processed + total)
     resumed = ev.filter(pl.col("preempted_s").is_not_null())
+    # Counts whose events were capped (events/reconcile.py): the preemptions are the count, the ones not
+    # made into events have no victim known (unknown tokens); the per-minute rows are of the events only.
+    rec = a.counters.get("reconciliation") or {}
+    not_made = max(0, int(rec.get("total") or 0) - int(rec.get("events") or 0)) if rec.get("capped") else 0
+    unknown += not_made
     out: dict[str, Any] = {
         "evaluable": n > 0 and known.height > 0,
-        "preemptions": n,
+        "preemptions": n + not_made,
         "tokens": total,
         "tokens_is_lower_bound": bool(lower.height) or (unknown > 0 and total is not None),
         "preemptions_exact": exact.height,
         "preemptions_lower_bound": lower.height,
         "preemptions_unknown": unknown,
+        **(
+            {
+                "preemptions_events": n,
+                "per_minute_basis": "the events only: a count larger than the events made of it (capped) is in "
+                "'preemptions', not in the minutes",
+            }
+            if not_made
+            else {}
+        ),
         "per_preemption_mean": (total / known.height) if total is not None and known.height else None,
         "processed_tokens": processed,
         "processed_window": window or None,

@@ -123,3 +123,46 @@ def capped_count(count: pl.Expr) -> pl.Expr:
     n = count.clip(lower_bound=0, upper_bound=MAX_EVENTS_PER_COUNT).fill_null(0)
     room = (MAX_EVENTS_FROM_COUNTS - (n.cum_sum() - n)).clip(lower_bound=0)
     return pl.min_horizontal(n, room)
+
+
+# A count whose events were capped (``capped_count``): the count is the one counted, never the cap. Every
+# maker of events from counts lists such counts in this frame (pipeline: frame ``capped_counts``), and
+# events/reconcile.py says them: ``from`` is the events' id before ``~`` (``<file>:<line>[.<seg>]``, a JSON
+# answer's ``:<col>``), ``kind`` their kind, ``count`` what was counted, ``events`` the events made of it
+# (fewer: at most MAX_EVENTS_PER_COUNT, none once MAX_EVENTS_FROM_COUNTS are made), ``time`` the count's
+# time (its interval's end: where a count that made no event would stand).
+CAPPED_SCHEMA: dict[str, Any] = {
+    "from": pl.String,
+    "kind": pl.String,
+    "count": pl.Int64,
+    "events": pl.Int64,
+    "engine": pl.String,
+    "time": pl.Datetime("us", "UTC"),
+}
+
+
+def capped_rows(df: pl.DataFrame, where: pl.Expr, kind: str, count: pl.Expr, made: pl.Expr) -> pl.DataFrame:
+    """The rows of ``df`` (one per count) whose ``made`` events are fewer than their ``count``, in
+    ``CAPPED_SCHEMA``: ``where`` is the events' id before ``~``; ``df`` has ``engine`` and ``time``."""
+    if df.height == 0:
+        return pl.DataFrame(schema=CAPPED_SCHEMA)
+    return (
+        df.select(
+            where.alias("from"),
+            pl.lit(kind, pl.String).alias("kind"),
+            count.cast(pl.Int64).alias("count"),
+            made.cast(pl.Int64).alias("events"),
+            pl.col("engine").cast(pl.String).fill_null("0").alias("engine"),
+            pl.col("time").cast(CAPPED_SCHEMA["time"]).alias("time"),
+        )
+        .filter(pl.col("events") < pl.col("count"))
+        .cast(CAPPED_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def capped_warning(noun: str = "preemption") -> str:
+    """The warning of counts whose events were capped (the analysis is partial: exit 5)."""
+    return (
+        f"{noun} counts in the logs are implausibly large (a damaged counter?): at most "
+        f"{MAX_EVENTS_PER_COUNT} events made from one count, {MAX_EVENTS_FROM_COUNTS} in all"
+    )

@@ -410,6 +410,11 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         notes.extend(o.notes)
         counters.update(o.counters)
         partial = partial or o.partial
+    # Counts whose events were capped, from every maker of events from counts (model.events.CAPPED_SCHEMA):
+    # events/reconcile.py says them whole.
+    capped = [c for c in [logged.capped, *(o.capped for o in outputs)] if c is not None and c.height]
+    if capped:
+        frames["capped_counts"] = pl.concat(capped, how="vertical_relaxed")
     return SourceFrames(
         bundle=bundle,
         tz=tz,
@@ -683,6 +688,7 @@ def output_on_clock(out: SourceOutput, offsets: ClockOffsets, kind: str) -> Sour
         frames=frames,
         events=[on_clock(e, offsets, kind) for e in out.events],
         config=on_clock(out.config, offsets, kind) if out.config is not None else None,
+        capped=on_clock(out.capped, offsets, kind) if out.capped is not None else None,
     )
 
 

@@ -157,7 +157,7 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
         if verbose:
             line += f"; counted {rec['total']} ({rec['quality']}) from " + ", ".join(names)
         else:
-            how = "at least " if rec["quality"] == "lower bound" else ""
+            how = "at least " if "lower bound" in (rec["quality"], rec.get("count_quality")) else ""
             line += (
                 f"; {how}{rec['total']} counted by "
                 + ", ".join(names)

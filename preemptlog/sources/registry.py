@@ -45,6 +45,7 @@ class SourceOutput:
     notes: list[str] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
     partial: bool = False
+    capped: pl.DataFrame | None = None  # counts whose events were capped (model.events.CAPPED_SCHEMA)
     # frame name -> the columns it is sorted by (time first): the pipeline sorts it again after
     # it moved the frame's clock (--offset), as a per-file offset can change the order.
     order: dict[str, tuple[str, ...]] = field(default_factory=dict)

@@ -52,7 +52,7 @@ from typing import Any
 
 import polars as pl
 
-from ...model.events import capped_count
+from ...model.events import CAPPED_SCHEMA, capped_count, capped_rows, capped_warning
 from ...model.evidence import PERCENT_MAX
 from ...model.frames import polars_schema
 from ...model.schemas import CONFIG_SCHEMA, STATS_SCHEMA
@@ -365,15 +365,12 @@ def events(ret: pl.DataFrame) -> pl.DataFrame:
     line's N; ``cumulative``: requests retracted so far by the engine (DP rank) in the stream.
     """
 
-    r = ret.filter(pl.col("retracted") > 0)
-    if r.height == 0:
-        return r
-    r = r.sort("stream", "seq").with_columns(
-        _before=(pl.col("retracted").cum_sum() - pl.col("retracted")).over("stream", "engine"),
-        _k=pl.int_ranges(1, capped_count(pl.col("retracted")) + 1, dtype=pl.Int64),
-    )
-    r = r.explode("_k")
-    where = pl.concat_str(
+    return events_and_capped(ret)[0]
+
+
+def _where() -> pl.Expr:
+    """A retraction line's place, ``<file>:<line>[.<seg>]``: its first event's id, the others' before ``~``."""
+    return pl.concat_str(
         [
             pl.col("source"),
             pl.lit(":"),
@@ -383,7 +380,22 @@ def events(ret: pl.DataFrame) -> pl.DataFrame:
             .otherwise(pl.lit("")),
         ]
     )
-    return r.select(
+
+
+def events_and_capped(ret: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`events` and the lines whose retractions were more than the events made of them
+    (model.events.capped_count; events.CAPPED_SCHEMA): the count is the line's N, said whole."""
+    r = ret.filter(pl.col("retracted") > 0)
+    if r.height == 0:
+        return r, pl.DataFrame(schema=CAPPED_SCHEMA)
+    r = r.sort("stream", "seq").with_columns(
+        _before=(pl.col("retracted").cum_sum() - pl.col("retracted")).over("stream", "engine"),
+        _n=capped_count(pl.col("retracted")),
+    )
+    capped = capped_rows(r, _where(), "logged", pl.col("retracted"), pl.col("_n"))
+    r = r.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).explode("_k")
+    where = _where()
+    out = r.select(
         pl.when(pl.col("_k") == 1)
         .then(where)
         .otherwise(pl.concat_str([where, pl.lit("~q"), pl.col("_k").cast(pl.String)]))
@@ -405,6 +417,7 @@ def events(ret: pl.DataFrame) -> pl.DataFrame:
         "seq",
         pl.col("_k").alias("_sub"),
     )
+    return out, capped
 
 
 def forced(events: pl.DataFrame, ret: pl.DataFrame | None) -> pl.Series:
@@ -729,9 +742,12 @@ def from_records(records: pl.DataFrame) -> dict[str, Any]:
             f"SGLang: {bad.height} batch line(s) with a token usage beyond 1.0 (first: {first['token_usage']:g} at "
             f"{first['source']}:{first['line']}): read as missing (not evaluable), never as a reading"
         )
+    made, capped = events_and_capped(ret)
     return {
         "frames": {"sgl_retractions": ret, "sgl_batches": b, "sgl_config": cfg},
-        "events": events(ret),
+        "events": made,
+        "capped": capped,
+        "warnings": [capped_warning("retraction")] if capped.height else [],
         "stats": stats_rows(b),
         "config": cfg,
         "notes": notes,

@@ -105,6 +105,9 @@ def from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
         stats=got["stats"],
         notes=got["notes"],
         counters=got["counters"],
+        warnings=got["warnings"],
+        partial=bool(got["warnings"]),  # counts whose events were capped: implausibly large (exit 5)
+        capped=got["capped"],
         order={"sgl_retractions": ("time", "stream", "seq"), "sgl_batches": ("time", "stream", "seq")},
     )
 

@@ -21,25 +21,27 @@ from . import config, preemptions, requests, runs, stats
 
 def log_events(records: pl.DataFrame, stats_rows: pl.DataFrame) -> LogEvents:
     """The log's events: V0 warnings (logged, and reconstructed from the counter), V1 interval
-    counts, markers; the V0 facts (counter ``v0``), the warning of implausibly large counts and the
-    one of stats-line percentages that are no reading (stats.not_readings_warning)."""
-    logged, recon, v0facts = preemptions.logged_and_reconstructed(records)
-    interval = preemptions.interval_events(stats_rows, records)
+    counts, markers; the V0 facts (counter ``v0``), the counts whose events were capped
+    (events.CAPPED_SCHEMA) with the warning of implausibly large counts, and the warning of stats-line
+    percentages that are no reading (stats.not_readings_warning)."""
+    logged, recon, v0facts, v0_capped = preemptions.logged_and_reconstructed(records)
+    interval, v1_capped = preemptions.interval_events(stats_rows, records)
     warnings: list[str] = []
     partial = False
-    v1_counted = stats_rows.filter(pl.col("preemptions") > 0).get_column("preemptions").sum() or 0
-    if v0facts.get("capped_counts") or v1_counted > interval.height:  # see preemptions.capped_count
-        warnings.append(
-            "preemption counts in the logs are implausibly large (a damaged counter?): at most "
-            f"{ev.MAX_EVENTS_PER_COUNT} events made from one count, {ev.MAX_EVENTS_FROM_COUNTS} in all"
-        )
+    capped = pl.concat([v0_capped, v1_capped])
+    if capped.height:  # the counts are said whole (events/reconcile.py), their events capped
+        warnings.append(ev.capped_warning())
         partial = True
     bad_percent = stats.not_readings_warning(records)
     if bad_percent:
         warnings.append(bad_percent)
     markers = preemptions.marker_events(records)
     return LogEvents(
-        parts=[logged, recon, interval, markers], counters={"v0": v0facts}, warnings=warnings, partial=partial
+        parts=[logged, recon, interval, markers],
+        counters={"v0": v0facts},
+        warnings=warnings,
+        partial=partial,
+        capped=capped,
     )
 
 

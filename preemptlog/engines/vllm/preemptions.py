@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...model.events import capped_count
+from ...model.events import CAPPED_SCHEMA, capped_count, capped_rows
 from ...model.events import spread_interval as _between  # moved to events.py
 from ...sources.vllm_log import engine_of_proc
 from .stats import RUST_FAMILY, RUST_INTERVAL_S
@@ -110,8 +110,11 @@ def _raw() -> pl.Expr:
     return pl.col("text").str.strip_chars().str.slice(0, RAW_LIMIT)
 
 
-def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    """V0 warnings -> (logged events, reconstructed events, counter facts)."""
+def logged_and_reconstructed(
+    records: pl.DataFrame,
+) -> tuple[pl.DataFrame, pl.DataFrame, dict, pl.DataFrame]:
+    """V0 warnings -> (logged events, reconstructed events, counter facts, the counts whose events were
+    capped: events.CAPPED_SCHEMA, a jump's ``delta - 1`` unlogged preemptions)."""
     t = pl.col("text")
     v0 = (
         records.filter(pl.col("kind") == "v0_preempt")
@@ -127,7 +130,7 @@ def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
     )
     facts = {"logged_lines": v0.height, "duplicates": 0, "runs": 0, "last_totals": [], "without_counter": 0}
     if v0.height == 0:
-        return v0, v0, facts
+        return v0, v0, facts, pl.DataFrame(schema=CAPPED_SCHEMA)
     # One counter per process of one server run (a restart begins a new one even when the counter
     # does not go down); compose services and process prefixes keep servers apart.
     v0 = v0.join(server_runs(records), on="seq", how="left", maintain_order="left").with_columns(
@@ -190,12 +193,17 @@ def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
         _sub=pl.lit(0, pl.Int64),
     )
     recon = v0.filter(pl.col("_delta") > 1).with_columns(_n=capped_count(pl.col("_delta") - 1))
-    facts["capped_counts"] = recon.filter(pl.col("_n") < pl.col("_delta") - 1).height
-    recon = recon.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).drop("_n").explode("_k")
+    capped = capped_rows(
+        recon.with_columns(engine=pl.lit("0")), _event_id(), "reconstructed", pl.col("_delta") - 1, pl.col("_n")
+    )
+    facts["capped_counts"] = capped.height
+    # Event k of the n made sits at k / (n + 1) of the interval (the warning itself at its end): a capped
+    # count's events spread over the whole interval, as its count did, never over the cap's share of it.
+    recon = recon.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).explode("_k")
     recon = recon.with_columns(
         event_id=_event_id(pl.concat_str([pl.lit("~r"), pl.col("_k").cast(pl.String)])),
         kind=pl.lit("reconstructed"),
-        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_delta")),
+        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_n") + 1),
         time_precision=pl.lit("interval"),
         interval_start=pl.col("_prev_time"),
         interval_end=pl.col("time"),
@@ -204,13 +212,14 @@ def logged_and_reconstructed(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
         cumulative=pl.col("_prev") + pl.col("_k"),
         engine=pl.lit("0"),
         raw=pl.lit(None, pl.String),
-        _sub=pl.col("_k") - pl.col("_delta"),
-    )
-    return logged, recon, facts
+        _sub=pl.col("_k") - pl.col("_n") - 1,
+    ).drop("_n")
+    return logged, recon, facts, capped
 
 
-def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
-    """V1 ``Preemptions: N`` -> N interval events per stats line."""
+def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """V1 ``Preemptions: N`` -> (N interval events per stats line, the counts whose events were capped:
+    events.CAPPED_SCHEMA)."""
     # One interval chain per engine of one process of one server run (and line family): the first
     # stats line after a restart has no interval start (like the first of a log), never one across
     # the downtime.
@@ -220,14 +229,19 @@ def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
     s = _rust_interval_start(s, chain)
     s = s.filter(pl.col("preemptions") > 0)
     if s.height == 0:
-        return s
+        return s, pl.DataFrame(schema=CAPPED_SCHEMA)
     seg = records.select("seq", "seg")
-    s = s.join(seg, on="seq", how="left").with_columns(pl.col("line").alias("n"))
-    s = s.with_columns(_k=pl.int_ranges(1, capped_count(pl.col("preemptions")) + 1, dtype=pl.Int64)).explode("_k")
-    return s.with_columns(
+    s = s.join(seg, on="seq", how="left").with_columns(
+        pl.col("line").alias("n"), _n=capped_count(pl.col("preemptions"))
+    )
+    capped = capped_rows(s, _event_id(), "interval", pl.col("preemptions"), pl.col("_n"))
+    # Event k of the n made sits at k / n of the interval: a capped count's events spread over the whole
+    # interval, as its count did, never over the cap's share of it (n is N when nothing was capped).
+    s = s.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).explode("_k")
+    out = s.with_columns(
         event_id=_event_id(pl.concat_str([pl.lit("~i"), pl.col("_k").cast(pl.String)])),
         kind=pl.lit("interval"),
-        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("preemptions")),
+        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_n")),
         time_precision=pl.lit("interval"),
         interval_start=pl.col("_prev_time"),
         interval_end=pl.col("time"),
@@ -236,7 +250,8 @@ def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
         cumulative=pl.lit(None, pl.Int64),
         raw=pl.lit(None, pl.String),
         _sub=pl.col("_k"),
-    )
+    ).drop("_n")
+    return out, capped
 
 
 def _rust_interval_start(s: pl.DataFrame, chain: list[str]) -> pl.DataFrame:
