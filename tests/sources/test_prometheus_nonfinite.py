@@ -75,3 +75,26 @@ def test_the_cli_exits_5_and_says_where(tmp_path):
     assert s["reconciliation"]["total"] == 4
     [w] = [w for w in s["warnings"] if SAID in w]
     assert f"b/metrics-{T + 15}.prom:3" in w and "nan" in w
+
+
+GAUGE_SAID = "usage / hit-rate gauge sample(s) are not a percentage within 0-100"
+
+
+@pytest.mark.parametrize("name", ["vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"])
+def test_a_usage_gauge_that_is_no_percentage_exits_5_like_a_counter(tmp_path, name):
+    """A skipped unreadable usage gauge is damaged input, like a counter that is no count: exit 5, one
+    warning citing file:line (it exited 0). vLLM's usage gauge is the KV pool's used fraction: never NaN."""
+    d = tmp_path / "g"
+    d.mkdir()
+    for i, (count, usage) in enumerate((("3", "NaN"), ("5", "0.5"))):
+        (d / f"metrics-{T + 15 * i}.prom").write_text(
+            "# TYPE vllm:num_preemptions_total counter\n" + LINE.format(v=count) + "\n"
+            f"# TYPE {name} gauge\n" + f'{name}{{engine="0",model_name="m"}} {usage}\n'
+        )
+    out = run_cli("analyze", str(d), "-f", "json", "--tz", "UTC")
+    assert out.returncode == 5, out.stderr
+    s = json.loads(out.stdout)["summary"]
+    said = [w for w in s["warnings"] if GAUGE_SAID in w]
+    assert len(said) == 1, s["warnings"]
+    assert f"{name} nan at g/metrics-{T}.prom:4" in said[0]
+    assert s["reconciliation"]["total"] == 2  # the counter still counts

@@ -140,13 +140,16 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
     # baseline to count from).
     pct = pl.col("field").is_in(PERCENT_GAUGES)
     counter = pl.col("name").replace_strict({k: v[1] for k, v in known.items()}, default=None) == "counter"
-    unreadable = (
+    # A usage gauge that is no percentage is damaged input like a counter that is no count (exit 5): vLLM
+    # writes the KV pool's used fraction, which is never NaN or outside 0-1. A hit-rate gauge alone is not:
+    # it is a ratio that can be 0/0 (no query yet), so what it says is warned and the run is not partial.
+    unreadable: tuple[tuple[pl.Expr, float, str, str, pl.Expr], ...] = (
         (
             pct & ~(pl.col("value").is_finite() & pl.col("value").is_between(0.0, PERCENT_MAX)).fill_null(False),
             100.0,
             "usage / hit-rate gauge sample(s) are not a percentage within 0-100",
             "never as 0 or as a reading",
-            False,
+            pl.col("field") != "prefix_hit_rate_gauge",
         ),
         # A counter reading that is no count: NaN, +Inf, -Inf (the exposition format allows them) or below 0
         # (a counter counts up from 0: a damaged or hand-edited page, never a baseline to count from). It is
@@ -156,7 +159,7 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
             1.0,
             "counter sample(s) are no count (NaN, +Inf, -Inf or negative)",
             "a counter counts up from 0 in whole numbers: skipped, no reading (never a reset or a jump)",
-            True,  # damaged input, like a sample line whose value is unreadable (text.py): exit 5
+            pl.lit(True),  # damaged input, like a sample line whose value is unreadable (text.py): exit 5
         ),
     )
     for bad, scale, what, why, damaged in unreadable:
@@ -170,7 +173,7 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
                 + f"): each is read as missing (not evaluable), {why}"
             )
             s = s.with_columns(value=pl.when(bad).then(None).otherwise(pl.col("value")))
-            out.partial = out.partial or damaged
+            out.partial = out.partial or bool(bad_rows.select(damaged.any()).item())
     # Ranks of one engine (TP/DP workers, API server processes, Ray replicas: series that
     # differ only by a pid / rank / replica label) are one engine: per scrape, a metric's value
     # is the largest of theirs, never their sum (gauges; and a counter counts per engine).
