@@ -34,6 +34,10 @@ class InputFile:
     # the bundle that carries the same time: read once, sources/copies.py): what a name says (a scrape
     # time in it) is read from them too when its own name says nothing.
     aliases: list[str] = field(default_factory=list)
+    # What sniffing found damaged in its bytes (a cut last line, a hole of NULs), each "display: ...":
+    # bundle warnings, said by bundle.collect for the files read only (a copy that is not read,
+    # sources/copies.py, holds the same content: its damage is the file read's, said once).
+    damage: list[str] = field(default_factory=list)
 
     def names(self) -> list[str]:
         """Its display name, then the other names it was found by."""

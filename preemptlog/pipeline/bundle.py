@@ -13,8 +13,8 @@ Hostile inputs (see docs/robustness.md): inside folders, symbolic links are
 followed only when they stay inside the folder (others are reported and
 skipped), folder links are never descended (no loops); FIFOs, devices and
 sockets are skipped without being opened (never blocks); the same file
-reached twice (a link, or a byte-for-byte copy that carries the same time:
-sources/copies.py) is read once; an input that cannot be read is a warning (the
+reached twice (a link, or a copy of its content, decompressed and decoded, that
+carries the same time: sources/copies.py) is read once, its damage said once; an input that cannot be read is a warning (the
 run ends PARTIAL) unless nothing can be read; UTF-16/32 text (with a BOM, or
 plainly UTF-16) is read through a UTF-8 copy, UTF-8 text behind a byte-order
 mark through a copy without it; other encodings are read as UTF-8 with bad
@@ -107,8 +107,8 @@ def collect(
     An input that cannot be read (missing, permission denied, a symlink loop)
     is a warning when other inputs can be read (the run ends PARTIAL), an
     InputError when none can. The same file reached twice (given twice, through
-    a symlink or a hard link), or a byte-for-byte copy of it that would carry the
-    same time (sources/copies.py), is read once.
+    a symlink or a hard link), or a copy of its content (decompressed, decoded) that
+    would carry the same time (sources/copies.py), is read once.
     """
     kind_overrides = kind_overrides or {}
     entries: list[_Entry] = []
@@ -151,13 +151,17 @@ def collect(
     order = sorted(range(len(entries)), key=lambda i: (entries[i].path.is_symlink(), i))
     for i in order:
         e = entries[i]
-        f = _describe(-1, e, kind_overrides, workspace, warnings, seen)
+        f = _describe(-1, e, kind_overrides, workspace, seen)
         if f is None:
             continue
         described.append((i, f))
         if e.original and f.kind != "unreadable":
             originals.append(e.path)
     files = read_copies_once([(f, entries[i].path) for i, f in sorted(described, key=lambda t: t[0])])
+    # The damage sniffing found, of the files read: a copy read once holds the same content, and its
+    # damage is said once, of the file read (which names the copy: "also found as").
+    read = {id(f) for f in files}
+    warnings.extend(w for _, f in described if id(f) in read for w in f.damage)
     for file_id, f in enumerate(files):
         f.file_id = file_id
     _assign_streams(files)

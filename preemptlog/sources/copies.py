@@ -1,9 +1,16 @@
-"""One file found twice: a byte-for-byte copy of an input elsewhere in the bundle (``cp vllm.log
-vllm-copy.log``, the scrapes again under ``backup/``, a record file saved twice, an archive beside the
-folder it holds) is read once, never counted twice (:func:`read_copies_once`, called by
-pipeline/bundle.py ``collect``; a hard link is found by its inode when the file is sniffed).
+"""One file found twice: a copy of an input elsewhere in the bundle (``cp vllm.log vllm-copy.log``,
+the scrapes again under ``backup/``, a record file saved twice, an archive beside the folder it holds,
+``vllm.log`` beside ``vllm.log.gz``, a UTF-16 save of the same text) is read once, never counted
+twice (:func:`read_copies_once`, called by pipeline/bundle.py ``collect``; a hard link is found by its
+inode when the file is sniffed).
 
-Identical bytes are not always a copy. Two files are one file found twice only when reading both could
+A copy is a copy of what is read: the content once decompressed (gzip, zstd; an archive's member as
+unpacked) and decoded (UTF-16/32 and a UTF-8 byte-order mark are read through a UTF-8 copy: sniffing.py).
+Compared cheaply: only files of one kind whose contents have the same size, known without
+decompressing (:func:`_content_size`), are hashed; a file cut short (a damaged .gz) holds less, and is
+no copy of the whole.
+
+Identical content is not always a copy. Two files are one file found twice only when reading both could
 add nothing: when they would carry the same time.
 
 - Content that dates itself (a log's timestamped lines, a /metrics page whose samples carry their
@@ -16,81 +23,211 @@ add nothing: when they would carry the same time.
   (``metrics-1700000000.prom`` and ``metrics-1700000030.prom`` of a wedged server) are two readings
   of an unchanged page, and both are read. A copy whose name gives no time joins the first that does.
 
-The first in walk order is read (or the first whose name gives the time), each copy named in its
-warnings (``X: also found as Y (the same bytes): read once``) and kept as one of its names
-(``InputFile.aliases``), its modification time the earliest of theirs (a copy made later is no later
-evidence). Files of no kind read (empty, unknown, documents) are left as they are.
-"""
+A file read as it is (plain, not decoded) is read rather than a compressed or re-encoded copy (the
+compiled log pass reads it; its last line and NUL bytes are judged whole), else the first in walk order
+(or the first whose name gives the time), each copy named in its warnings (``X: also found as Y (the
+same bytes): read once``; ``(the same bytes once decompressed)``, ``(the same text once decoded)``) and
+kept as one of its names (``InputFile.aliases``), its modification time the earliest of theirs (a copy
+made later is no later evidence). A copy's own damage (``InputFile.damage``: the same bytes' NUL hole,
+cut last line) is not said again (bundle.collect). Files of no kind read (empty, unknown, documents)
+are left as they are."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable
+import os
+import zlib
+from collections.abc import Hashable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from ..inputs.files import UNRECOGNISED, InputFile
+from ..inputs.textio import GZIP_MAGIC
 from .registry import kinds
 
+CHUNK = 1 << 20
+SIZE_MOD = 1 << 32  # gzip's ISIZE: the uncompressed size modulo 2**32
 
-def _digest(path: Path) -> bytes | None:
+
+def _content_size(f: InputFile) -> int | None:
+    """The size of what is read of ``f`` (its decompressed content), known without decompressing it,
+    modulo 2**32 (all gzip keeps): a plain file's size; gzip's ISIZE trailer (of its last member: a
+    file of several members gives a size that matches nothing, and is left alone); the content size a
+    zstd frame header holds (``zstd FILE`` writes it; a stream piped through zstd has none: left alone).
+    None when unknown or empty (an empty file is no copy of anything)."""
+    try:
+        size: int | None
+        if f.compression is None:
+            size = os.stat(f.path).st_size
+        elif f.compression == "gzip":
+            with open(f.path, "rb") as fh:
+                if fh.seek(0, os.SEEK_END) < 18:  # a header and a trailer
+                    return None
+                fh.seek(-4, os.SEEK_END)
+                size = int.from_bytes(fh.read(4), "little")
+        elif f.compression == "zstd":
+            size = _zstd_content_size(f.path)
+        else:
+            return None
+    except OSError:
+        return None  # its reading reports it
+    return None if size is None else size % SIZE_MOD or None
+
+
+def _zstd_content_size(path: Path) -> int | None:
+    import zstandard
+
+    with open(path, "rb") as fh:
+        try:
+            size = zstandard.get_frame_parameters(fh.read(18)).content_size
+        except zstandard.ZstdError:
+            return None
+    return None if size == zstandard.CONTENTSIZE_UNKNOWN else size
+
+
+def _chunks(f: InputFile) -> Iterator[bytes]:
+    """What is read of ``f``, decompressed, in chunks; raises ValueError when it does not decompress
+    to its end (a damaged file is read as far as it goes, and that is no copy of a whole one)."""
+    if f.compression is None:
+        yield from _file_chunks(f.path)
+        return
+    with open(f.path, "rb") as fh:
+        if f.compression == "gzip":
+            yield from _gunzip(fh)
+        else:
+            import zstandard
+
+            try:
+                reader = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+                while chunk := reader.read(CHUNK):
+                    yield chunk
+            except zstandard.ZstdError as exc:
+                raise ValueError(str(exc)) from exc
+
+
+def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
+    """A gzip file's content, every member (``cat a.gz b.gz``), CHUNK bytes at most at a time (a
+    small file of zeros can hold gigabytes); trailing bytes that start no member end it, as gzip does."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    buf = fh.read(CHUNK)
+    while True:
+        if not buf:
+            buf = fh.read(CHUNK)
+        if d.eof:
+            if len(buf) < 2:
+                buf += fh.read(CHUNK)
+            if not buf.startswith(GZIP_MAGIC):
+                return
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif not buf:  # the input ends: what zlib holds, then the member must have ended
+            while out := d.decompress(b"", CHUNK):
+                yield out
+            if not d.eof:
+                raise ValueError("compressed stream ends early")
+            return
+        try:
+            yield d.decompress(buf, CHUNK)
+        except zlib.error as exc:
+            raise ValueError(str(exc)) from exc
+        buf = d.unused_data if d.eof else d.unconsumed_tail
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
+def _hash(chunks: Iterator[bytes]) -> bytes | None:
+    """A hash of the chunks: None when they cannot be read to their end."""
     h = hashlib.blake2b(digest_size=20)
     try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                h.update(chunk)
-    except OSError:
+        for chunk in chunks:
+            h.update(chunk)
+    except (OSError, ValueError, EOFError):
         return None  # its reading reports it
     return h.digest()
 
 
-def _merge(kept: InputFile, copy: InputFile) -> None:
-    kept.warnings.append(f"also found as {copy.display} (the same bytes): read once")
+def _digest(f: InputFile) -> bytes | None:
+    """A hash of what is read of ``f`` (decompressed, decoded): None when it cannot be read to its end."""
+    return _hash(_chunks(f))
+
+
+def _same(kept: InputFile, copy: InputFile, decoded: set[int]) -> str:
+    """How the two hold the same content: byte for byte, or once decompressed or decoded (``decoded``:
+    the ids of the files read through a decoded copy: UTF-16, a UTF-8 byte-order mark)."""
+    unpacked = bool(kept.compression or copy.compression)
+    recoded = bool({id(kept), id(copy)} & decoded)
+    if unpacked and not recoded and kept.compression == copy.compression and _same_bytes(kept.path, copy.path):
+        return "the same bytes"  # two copies of one .gz
+    if recoded:
+        return "the same text once decompressed and decoded" if unpacked else "the same text once decoded"
+    return "the same bytes once decompressed" if unpacked else "the same bytes"
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        if os.stat(a).st_size != os.stat(b).st_size:
+            return False
+    except OSError:
+        return False
+    return _hash(_file_chunks(a)) == _hash(_file_chunks(b))
+
+
+def _merge(kept: InputFile, copy: InputFile, decoded: set[int]) -> None:
+    kept.warnings.append(f"also found as {copy.display} ({_same(kept, copy, decoded)}): read once")
     kept.aliases.extend(copy.names())
     if copy.mtime is not None:
         kept.mtime = copy.mtime if kept.mtime is None else min(kept.mtime, copy.mtime)
 
 
-def _read_once(same: list[InputFile]) -> set[int]:
-    """Files of one kind holding the same bytes, in walk order: the ids of those that are copies (merged
-    into the file read)."""
+def _read_once(same: list[InputFile], decoded: set[int]) -> set[int]:
+    """Files of one kind holding the same content, the file to read first (below): the ids of those that
+    are copies (merged into the file read)."""
     name_time = getattr(kinds().get(same[0].kind), "name_time", None)
     times: list[Hashable | None] = [name_time(f) if name_time is not None else None for f in same]
     read: dict[Hashable, InputFile] = {}  # the time its name gives -> the file read at it
     for f, t in zip(same, times, strict=True):
         if t is not None and read.setdefault(t, f) is not f:
-            _merge(read[t], f)
+            _merge(read[t], f, decoded)
     timeless = [f for f, t in zip(same, times, strict=True) if t is None]
     into = next(iter(read.values()), None) or timeless[0]
     for f in timeless:
         if f is not into:
-            _merge(into, f)
+            _merge(into, f, decoded)
     kept = {id(f) for f in read.values()} | {id(into)}
     return {id(f) for f in same if id(f) not in kept}
 
 
 def read_copies_once(files: list[tuple[InputFile, Path]]) -> list[InputFile]:
     """The files (each with the path of the bytes it was found as: the input, not a decoded copy) less
-    the copies of others (module docstring), in their order."""
-    by_size: dict[tuple[str, int], list[tuple[InputFile, Path]]] = {}
-    for f, original in files:
+    the copies of others (module docstring), in their order.
+
+    Cheap: only files of one kind whose contents have the same size (known without decompressing:
+    :func:`_content_size`) are hashed, their content as read (decompressed, decoded); a file whose size
+    matches no other's is never read here."""
+    decoded = {id(f) for f, original in files if f.path != original}
+    by_size: dict[tuple[str, int], list[InputFile]] = {}
+    for f, _ in files:
         if f.kind in UNRECOGNISED or f.kind == "ignore":
             continue
-        try:
-            size = original.stat().st_size
-        except OSError:
-            continue
-        if size:
-            by_size.setdefault((f.kind, size), []).append((f, original))
+        size = _content_size(f)
+        if size is not None:
+            by_size.setdefault((f.kind, size), []).append(f)
     copies: set[int] = set()
     for group in by_size.values():
         if len(group) < 2:
             continue
         same: dict[bytes, list[InputFile]] = {}
-        for f, original in group:
-            d = _digest(original)
+        for f in group:
+            d = _digest(f)
             if d is not None:
                 same.setdefault(d, []).append(f)
         for found in same.values():
             if len(found) > 1:
-                copies |= _read_once(found)
+                # A file read as it is (plain, not decoded) first: the one read of the copies (its last
+                # line and NUL bytes judged whole, the compiled log pass); else the first in walk order.
+                found.sort(key=lambda f: bool(f.compression) or id(f) in decoded)
+                copies |= _read_once(found, decoded)
     return [f for f, _ in files if id(f) not in copies]

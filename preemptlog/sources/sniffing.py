@@ -367,10 +367,12 @@ def _describe(
     e: _Entry,
     overrides: dict[str, str],
     workspace: Workspace,
-    bundle_warnings: list[str],
     seen: dict[tuple[int, int], InputFile],
 ) -> InputFile | None:
-    """Sniff one file. Returns None for a file already described (the same file reached twice)."""
+    """Sniff one file. Returns None for a file already described (the same file reached twice).
+
+    What it finds damaged in the file's bytes is left in ``InputFile.damage``: bundle.collect says it
+    for the files read, not again for a copy read once (sources/copies.py)."""
     path, display, is_stdin = e.path, e.display, e.is_stdin
 
     def unreadable(reason: str, size: int = 0, mtime: float | None = None) -> InputFile:
@@ -503,7 +505,6 @@ def _describe(
         damage.append(
             f"{display}: {what} skipped (a hole, as logrotate copytruncate leaves); the text around them was read"
         )
-    bundle_warnings.extend(damage)
     f = InputFile(
         file_id,
         read_path,
@@ -517,6 +518,7 @@ def _describe(
         sniff_score=score,
         forced_kind=bool(forced),
         warnings=warnings,
+        damage=damage,
     )
     seen[key] = f
     return f

@@ -1,0 +1,286 @@
+"""A copy is a copy of what is read, not only of the bytes on disk (sources/copies.py): ``vllm.log``
+beside ``vllm.log.gz`` (or under ``backup/``, or inside a .tar.gz or a .zip as ``vllm.log.gz``), a
+``.zst`` of it, a UTF-16 or byte-order-marked save of the same text, is one file found twice, read once.
+And a copy that is not read says nothing of its own: its damage (a hole of NULs, a cut last line) is
+the file read's, said once.
+
+Before: the damage warnings came once per copy ("b/vllm.log: 20 NUL byte(s) skipped ..." and again
+"b/backup/vllm.log: 20 NUL byte(s) skipped ..."); a gzip'd or re-encoded copy was a second server ("Not
+one incident: 2 logs of different servers ...") or, beside the log in its folder, a rotated part whose
+lines all repeat ("6 line(s) repeated across rotated files ... were read once").
+
+The bundles are written here: stock V1 log lines (tests/support/stock_v1.py), and a real log of the
+corpus (../shared/corpus, skipped when absent) read where it is.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from preemptlog import AnalyzeOptions, analyze
+from preemptlog.sources import copies
+
+from ..conftest import run_cli
+from ..support.stock_v1 import V1_LOG
+
+LOG = (V1_LOG + "\n").encode()
+
+
+def _cli(root: Path, *more: str) -> tuple[int, dict]:
+    p = run_cli("analyze", str(root), "--tz", "UTC", "-f", "json", *more)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(p.stdout)["summary"]
+
+
+def _said(s: dict) -> list[str]:
+    return [w for w in s["warnings"] if "read once" in w and "also found as" in w]
+
+
+def _logs(s: dict) -> list[str]:
+    return [i["file"] for i in s["inputs"] if i["kind"] == "vllm-log"]
+
+
+# ---------------------------------------------------------------- damage of a copy, said once
+
+
+def _damaged() -> bytes:
+    """The stock log with a hole of 20 NULs (logrotate copytruncate), bytes that are not UTF-8 in a
+    line, and a last line cut in the middle."""
+    lines = V1_LOG.split("\n")
+    return (
+        ("\n".join(lines[:3]) + "\n").encode()
+        + b"\x00" * 20
+        + b"(APIServer pid=100) INFO 12-02 10:00:15 [logger.py:40] odd \xff\xfe \xc3\x28 bytes\n"
+        + ("\n".join(lines[3:]) + "\n").encode()
+        + b"(APIServer pid=100) INFO 12-02 10:00:45 [loggers.py:208] Engine 000: Avg prompt thr"
+    )
+
+
+HOLE = "20 NUL byte(s) skipped (a hole, as logrotate copytruncate leaves); the text around them was read"
+CUT = "ends in the middle of a line (truncated, or still being written): its last line was read as is"
+
+# (where the copy is written, how: its bytes as they are, or gzip'd (the same content once decompressed))
+DAMAGED_COPIES = [
+    ("backup/vllm.log", "bytes"),
+    ("vllm.log.bak", "bytes"),  # in the same folder, sorting after vllm.log
+    ("backup/old/vllm.log", "bytes"),
+    ("backup/vllm.log.gz", "gzip"),
+]
+
+
+@pytest.mark.parametrize(("copy", "how"), DAMAGED_COPIES, ids=[c for c, _ in DAMAGED_COPIES])
+def test_cli_the_damage_of_a_copy_read_once_is_said_once_of_the_file_read(tmp_path, copy, how):
+    b = tmp_path / "b"
+    (b / copy).parent.mkdir(parents=True, exist_ok=True)
+    (b / "vllm.log").write_bytes(_damaged())
+    (b / copy).write_bytes(gzip.compress(_damaged()) if how == "gzip" else _damaged())
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "vllm.log").write_bytes(_damaged())
+    rc0, s0 = _cli(alone)
+    rc, s = _cli(b)
+    assert rc == rc0 == 5  # the damage makes the run partial, once or twice alike
+    assert s0["warnings"] == [f"alone/vllm.log: {CUT}", f"alone/vllm.log: {HOLE}"]
+    damage = [w for w in s["warnings"] if w not in _said(s)]
+    assert damage == [f"b/vllm.log: {CUT}", f"b/vllm.log: {HOLE}"], s["warnings"]
+    assert len(_said(s)) == 1 and _said(s)[0].startswith(f"b/vllm.log: also found as b/{copy} ")
+    assert _logs(s) == ["b/vllm.log"]
+    assert s["headline"] == s0["headline"]
+
+
+def test_cli_records_with_a_hole_saved_twice_say_it_once(tmp_path):
+    """Another kind: block-table records with a NUL hole, saved again under another name."""
+    t0 = 1796205600  # 2026-12-02 10:00:00 UTC
+    rows = [
+        json.dumps(
+            {
+                "type": "event",
+                "ts": t0 + 15 + 10 * i,
+                "step": 10 + i,
+                "engine": "0",
+                "request_id": f"r{i}",
+                "action": "preempt",
+                "blocks_before": 5,
+                "blocks_after": 0,
+                "blocks_needed": 4,
+                "pool_free_blocks": 2,
+            }
+        ).encode()
+        + b"\n"
+        for i in range(3)
+    ]
+    data = rows[0] + b"\x00" * 8 + b"".join(rows[1:])
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "vllm.log").write_text(V1_LOG + "\n")
+    (b / "preempt-200.jsonl").write_bytes(data)
+    (b / "saved.jsonl").write_bytes(data)
+    _, s = _cli(b)
+    holes = [w for w in s["warnings"] if "NUL byte(s) skipped" in w]
+    assert len(holes) == 1 and holes[0].startswith("b/preempt-200.jsonl: 8 NUL byte(s)"), s["warnings"]
+    assert _said(s) == ["b/preempt-200.jsonl: also found as b/saved.jsonl (the same bytes): read once"]
+
+
+# ---------------------------------------------------------------- copies of what is read
+
+
+def _zst(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor().compress(data)  # as `zstd FILE`: the frame holds its content size
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+# (the copy's name in the bundle, its bytes, the name its log is found as, the words of the warning)
+AS_READ = [
+    ("vllm.log.gz", gzip.compress(LOG), "b/vllm.log.gz", "the same bytes once decompressed"),
+    ("backup/vllm.log.gz", gzip.compress(LOG), "b/backup/vllm.log.gz", "the same bytes once decompressed"),
+    ("backup/vllm.log.zst", _zst(LOG), "b/backup/vllm.log.zst", "the same bytes once decompressed"),
+    (
+        "incident.tar.gz",
+        _tar_gz({"logs/vllm.log.gz": gzip.compress(LOG)}),
+        "b/incident.tar.gz!logs/vllm.log.gz",
+        "the same bytes once decompressed",
+    ),
+    ("a.zip", _zip({"node/vllm.log.zst": _zst(LOG)}), "b/a.zip!node/vllm.log.zst", "the same bytes once decompressed"),
+    (
+        "vllm-utf16.log",
+        b"\xff\xfe" + LOG.decode().encode("utf-16-le"),
+        "b/vllm-utf16.log",
+        "the same text once decoded",
+    ),
+    ("vllm-be.log", LOG.decode().encode("utf-16-be"), "b/vllm-be.log", "the same text once decoded"),  # no BOM
+    ("notepad.log", b"\xef\xbb\xbf" + LOG, "b/notepad.log", "the same text once decoded"),
+    (
+        "backup/notepad.log.gz",
+        gzip.compress(b"\xef\xbb\xbf" + LOG),
+        "b/backup/notepad.log.gz",
+        "the same text once decoded",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "found", "words"), AS_READ, ids=[a[0] for a in AS_READ])
+def test_cli_a_compressed_or_reencoded_copy_of_the_log_is_read_once(tmp_path, name, data, found, words):
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "vllm.log").write_bytes(LOG)
+    b = tmp_path / "b"
+    (b / name).parent.mkdir(parents=True, exist_ok=True)
+    (b / "vllm.log").write_bytes(LOG)
+    (b / name).write_bytes(data)
+    rc0, s0 = _cli(alone)
+    rc, s = _cli(b)
+    assert rc == rc0
+    assert not s["headline"].startswith("Not one incident"), s["headline"]
+    assert s["headline"] == s0["headline"]
+    assert s["events"] == s0["events"]
+    # the plain file is the one read (the compiled pass; its last line and NULs judged whole)
+    assert _logs(s) == ["b/vllm.log"]
+    assert _said(s) == [f"b/vllm.log: also found as {found} ({words}): read once"]
+    assert not [w for w in s["warnings"] if "repeated across rotated files" in w], s["warnings"]
+    assert not [w for w in s["warnings"] if "read through" in w], s["warnings"]  # the copy's reading is not said
+
+
+def test_cli_a_real_log_gzipped_into_backup_is_one_server(tmp_path, corpus):
+    src = corpus / "vllm-v0110-l4-kvfull-waiting-ansi.log"
+    if not src.is_file():
+        pytest.skip(f"{src.name} not in the corpus")
+    b = tmp_path / "b"
+    (b / "backup").mkdir(parents=True)
+    (b / "backup" / "vllm.log.gz").write_bytes(gzip.compress(src.read_bytes()))
+    rc0, s0 = _cli(src)
+    rc, s = _cli(src, b)  # the log read where it is, beside the bundle holding its gzip'd copy
+    assert rc == rc0
+    assert s["headline"] == s0["headline"]
+    assert s["events"] == s0["events"]
+    assert _logs(s) == [str(src)]
+    assert _said(s) == [f"{src}: also found as b/backup/vllm.log.gz (the same bytes once decompressed): read once"]
+
+
+def _stats_log(seconds: range, pid: int = 100) -> bytes:
+    return "".join(
+        f"(APIServer pid={pid}) INFO 12-02 10:{s // 60:02d}:{s % 60:02d} [loggers.py:208] Engine 000: Avg prompt "
+        f"throughput: 100.0 tokens/s, Avg generation throughput: 300.0 tokens/s, Running: 6 reqs, Waiting: 1 reqs, "
+        f"GPU KV cache usage: 95.0%, Prefix cache hit rate: 0.0%\n"
+        for s in seconds
+    ).encode()
+
+
+def test_cli_rotated_parts_stay_parts_and_a_gzipped_copy_of_one_is_read_once(tmp_path):
+    """vllm.log.2.gz, vllm.log.1 and vllm.log are one rotated stream (their overlap read once, as
+    before); vllm.log.1 gzip'd again under backup/ is a copy of that part, not a second server."""
+    b = tmp_path / "b"
+    (b / "backup").mkdir(parents=True)
+    start = V1_LOG.split("\n")[:2]
+    (b / "vllm.log.2.gz").write_bytes(gzip.compress(("\n".join(start) + "\n").encode() + _stats_log(range(0, 60, 10))))
+    part1 = _stats_log(range(50, 120, 10))  # 10:00:50 repeats the last line of .2.gz: the overlap
+    (b / "vllm.log.1").write_bytes(part1)
+    (b / "vllm.log").write_bytes(_stats_log(range(120, 180, 10)))
+    (b / "backup" / "vllm.log.1.gz").write_bytes(gzip.compress(part1))
+    _, s = _cli(b)
+    assert sorted(_logs(s)) == ["b/vllm.log", "b/vllm.log.1", "b/vllm.log.2.gz"]
+    assert len({i["stream"] for i in s["inputs"] if i["kind"] == "vllm-log"}) == 1
+    assert (
+        "1 line(s) repeated across rotated files (an overlap, e.g. logrotate copytruncate) were read once"
+        in (s["warnings"])
+    )
+    assert _said(s) == [
+        "b/vllm.log.1: also found as b/backup/vllm.log.1.gz (the same bytes once decompressed): read once"
+    ]
+    assert not s["headline"].startswith("Not one incident"), s["headline"]
+
+
+def test_only_files_whose_content_sizes_match_are_decompressed(tmp_path, monkeypatch):
+    """The sizes first (a plain file's, gzip's ISIZE trailer, a zstd frame's content size): a .gz whose
+    content is another size than every other log's is never decompressed to be compared. A .gz cut
+    short whose trailer claims the log's size is decompressed, and holds less: no copy, both read."""
+    b = tmp_path / "b"
+    for d in ("other", "cut"):
+        (b / d).mkdir(parents=True)
+    (b / "vllm.log").write_bytes(LOG)
+    (b / "vllm.log.gz").write_bytes(gzip.compress(LOG))
+    (b / "other" / "vllm.log.gz").write_bytes(gzip.compress(LOG.replace(b"pid=100", b"pid=1000")))
+    z = gzip.compress(LOG.replace(b"pid=100", b"pid=101"))
+    (b / "cut" / "vllm.log.gz").write_bytes(z[: len(z) // 2] + z[-4:])  # the trailer kept: the sizes match
+    hashed: list[str] = []
+    real = copies._digest
+
+    def spy(f):
+        hashed.append(f.display)
+        return real(f)
+
+    monkeypatch.setattr(copies, "_digest", spy)
+    r = analyze([str(b)], AnalyzeOptions(tz="UTC"))
+    assert sorted(hashed) == ["b/cut/vllm.log.gz", "b/vllm.log", "b/vllm.log.gz"]
+    assert [f.display for f in r.bundle.files if f.kind == "vllm-log"] == [
+        "b/vllm.log",
+        "b/cut/vllm.log.gz",
+        "b/other/vllm.log.gz",
+    ]
+    assert [w for w in r.warnings if "also found as" in w] == [
+        "b/vllm.log: also found as b/vllm.log.gz (the same bytes once decompressed): read once"
+    ]
