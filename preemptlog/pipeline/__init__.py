@@ -415,6 +415,7 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     capped = [c for c in [logged.capped, *(o.capped for o in outputs)] if c is not None and c.height]
     if capped:
         frames["capped_counts"] = pl.concat(capped, how="vertical_relaxed")
+    assumptions = zone_applies(assumptions, ctx.reference_wall, [w for o in outputs for w in o.wall])
     return SourceFrames(
         bundle=bundle,
         tz=tz,
@@ -428,6 +429,28 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         counters=counters,
         report=Report(warnings=tuple(warnings), notes=tuple(notes), assumptions=tuple(assumptions), partial=partial),
     )
+
+
+ZONE_NAMES_SHOWN = 3
+
+
+def zone_applies(assumptions: list[Assumption], logs_wall: bool, wall: list[str]) -> list[Assumption]:
+    """The bundle's zone assumption where it applies: to the logs' lines without an offset
+    (``logs_wall``: timebase.TimeResult.wall) as it is; else to the other sources' times without an
+    offset (``wall``: the files, SourceOutput.wall), named; else to nothing (every time read states its
+    offset: an RFC 3339 prefix, an epoch), and it is not said."""
+    if logs_wall:
+        return assumptions
+    out = []
+    for a in assumptions:
+        if a.topic == "zone" and a.scope == "bundle":
+            if not wall:
+                continue
+            names = list(dict.fromkeys(wall))
+            more = f" and {len(names) - ZONE_NAMES_SHOWN} more" if len(names) > ZONE_NAMES_SHOWN else ""
+            a = dataclasses.replace(a, source=f"{a.source}: those of {', '.join(names[:ZONE_NAMES_SHOWN])}{more}")
+        out.append(a)
+    return out
 
 
 def named_request_ids(parts: list[pl.DataFrame], frames: dict[str, pl.DataFrame]) -> list[str]:

@@ -167,4 +167,5 @@ class MeetsLog:
         placed.warnings.extend(
             not_meeting(placed, self._meets_ctx, self.MEETS_WHAT, self.MEETS_KIND, self.MEETS_WHY, wall)
         )
+        placed.wall.extend(sorted(set(wall) - set(placed.wall)))
         return placed

@@ -46,6 +46,10 @@ class SourceOutput:
     counters: dict[str, Any] = field(default_factory=dict)
     partial: bool = False
     capped: pl.DataFrame | None = None  # counts whose events were capped (model.events.CAPPED_SCHEMA)
+    # the files whose times are (some) wall times without an offset, read in ``ctx.tz`` (dmon's rows, a
+    # scrape's separator or file name without an offset, block-table 'time's): the bundle's zone
+    # assumption applies to them (pipeline sources_stage; a log's lines: timebase.TimeResult.wall)
+    wall: list[str] = field(default_factory=list)
     # frame name -> the columns it is sorted by (time first): the pipeline sorts it again after
     # it moved the frame's clock (--offset), as a per-file offset can change the order.
     order: dict[str, tuple[str, ...]] = field(default_factory=dict)

@@ -140,6 +140,8 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
             dt, zoned = _parse_time_text(text)
             if dt is not None:
                 scrape_t[sc] = _to_utc(dt, zoned, ctx.tz)
+                if not zoned and f.display not in out.wall:
+                    out.wall.append(f.display)
                 # preemptlog capture's own files: the time the scraper recorded, with its offset (a fact)
                 how = "recorded" if fd.recorded and zoned else "separator lines"
                 used[how] = used.get(how, 0) + 1
@@ -155,6 +157,8 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
             ndt, nzoned, ntext = file_name_time(f)
             if fd.n_scrapes == 1 and ndt is not None:
                 scrape_t[0] = _to_utc(ndt, nzoned, ctx.tz)
+                if not nzoned and f.display not in out.wall:
+                    out.wall.append(f.display)
                 used["the file name"] = 1
                 detail = f" ({ntext}{'' if nzoned else ', local time in ' + ctx.tz})"
             elif last in untimed and f.mtime is not None:
