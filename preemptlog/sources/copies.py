@@ -23,8 +23,10 @@ add nothing: when they would carry the same time.
   (``metrics-1700000000.prom`` and ``metrics-1700000030.prom`` of a wedged server) are two readings
   of an unchanged page, and both are read. A copy whose name gives no time joins the first that does.
 
-A file read as it is (plain, not decoded) is read rather than a compressed or re-encoded copy (the
-compiled log pass reads it; its last line and NUL bytes are judged whole), else the first in walk order
+A part of a rotated set is read rather than a copy elsewhere (``node1/vllm.log.1.gz`` beside
+``node1/vllm.log``, not ``prev.log``: the set keeps its part), then a file read as it is (plain, not
+decoded) rather than a compressed or re-encoded copy (the compiled log pass reads it; its last line and
+NUL bytes are judged whole), else the first in walk order
 (or the first whose name gives the time), each copy named in its warnings (``X: also found as Y (the
 same bytes): read once``; ``(the same bytes once decompressed)``, ``(the same text once decoded)``) and
 kept as one of its names (``InputFile.aliases``), its modification time the earliest of theirs (a copy
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..inputs.files import UNRECOGNISED, InputFile
+from ..inputs.rotation import rotation_key
 from ..inputs.textio import GZIP_MAGIC
 from .registry import kinds
 
@@ -200,6 +203,17 @@ def _read_once(same: list[InputFile], decoded: set[int]) -> set[int]:
     return {id(f) for f in same if id(f) not in kept}
 
 
+def _rotated_parts(files: list[InputFile]) -> set[int]:
+    """The ids of the files that are parts of a rotated set (``vllm.log.1.gz`` beside ``vllm.log``:
+    another file of its kind and rotation base in its folder, inputs/rotation.py)."""
+    sets: dict[tuple[str, str, str], list[InputFile]] = {}
+    for f in files:
+        if f.kind not in UNRECOGNISED and f.kind != "ignore" and not f.is_stdin:
+            name = Path(f.display)
+            sets.setdefault((str(name.parent), f.kind, rotation_key(name.name)[0]), []).append(f)
+    return {id(f) for parts in sets.values() if len(parts) > 1 for f in parts}
+
+
 def read_copies_once(files: list[tuple[InputFile, Path]]) -> list[InputFile]:
     """The files (each with the path of the bytes it was found as: the input, not a decoded copy) less
     the copies of others (module docstring), in their order.
@@ -208,6 +222,7 @@ def read_copies_once(files: list[tuple[InputFile, Path]]) -> list[InputFile]:
     :func:`_content_size`) are hashed, their content as read (decompressed, decoded); a file whose size
     matches no other's is never read here."""
     decoded = {id(f) for f, original in files if f.path != original}
+    rotated = _rotated_parts([f for f, _ in files])
     by_size: dict[tuple[str, int], list[InputFile]] = {}
     for f, _ in files:
         if f.kind in UNRECOGNISED or f.kind == "ignore":
@@ -226,8 +241,9 @@ def read_copies_once(files: list[tuple[InputFile, Path]]) -> list[InputFile]:
                 same.setdefault(d, []).append(f)
         for found in same.values():
             if len(found) > 1:
-                # A file read as it is (plain, not decoded) first: the one read of the copies (its last
-                # line and NUL bytes judged whole, the compiled log pass); else the first in walk order.
-                found.sort(key=lambda f: bool(f.compression) or id(f) in decoded)
+                # A part of a rotated set first (read alone elsewhere, the set would lose it), then a
+                # file read as it is (plain, not decoded: its last line and NUL bytes judged whole, the
+                # compiled log pass); else the first in walk order.
+                found.sort(key=lambda f: (id(f) not in rotated, bool(f.compression) or id(f) in decoded))
                 copies |= _read_once(found, decoded)
     return [f for f, _ in files if id(f) not in copies]

@@ -284,3 +284,30 @@ def test_only_files_whose_content_sizes_match_are_decompressed(tmp_path, monkeyp
     assert [w for w in r.warnings if "also found as" in w] == [
         "b/vllm.log: also found as b/vllm.log.gz (the same bytes once decompressed): read once"
     ]
+
+
+def test_cli_a_part_of_a_rotated_set_is_read_rather_than_its_copy_elsewhere(tmp_path):
+    """node1/ holds a rotated set (vllm.log.1.gz, vllm.log); the older part is also in the bundle
+    decompressed, as a-prev.log (sorting first, plain). The set's part is the one read: the set stays
+    one stream, and the answer is the bundle's without the copy (before: a-prev.log was read, and
+    node1/vllm.log a stream of its own, its pressure span cut in two)."""
+    start = ("\n".join(V1_LOG.split("\n")[:2]) + "\n").encode()
+    older = start + _stats_log(range(0, 60, 10))
+    answers = []
+    for name, copy in (("alone", False), ("b", True)):
+        root = tmp_path / name
+        (root / "node1").mkdir(parents=True)
+        (root / "node1" / "vllm.log.1.gz").write_bytes(gzip.compress(older))
+        (root / "node1" / "vllm.log").write_bytes(_stats_log(range(60, 120, 10)))
+        if copy:
+            (root / "a-prev.log").write_bytes(older)
+        p = run_cli("analyze", str(root), "--tz", "UTC")
+        answers.append([ln.replace(f"{name}/", "") for ln in p.stderr.splitlines() + p.stdout.splitlines()])
+        if copy:
+            _, s = _cli(root)
+            assert _said(s) == [
+                "b/node1/vllm.log.1.gz: also found as b/a-prev.log (the same bytes once decompressed): read once"
+            ]
+            assert len({i["stream"] for i in s["inputs"] if i["kind"] == "vllm-log"}) == 1
+    alone, b = answers
+    assert [ln for ln in b if "also found as" not in ln and "once decompressed" not in ln] == alone
