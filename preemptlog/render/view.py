@@ -304,6 +304,11 @@ def filtered_headline(s: dict[str, Any]) -> str:
     # not visible: no count to be a share of (the events shown are not a count of preemptions)
     what = engines.noun(kinds, total) if s.get("count_visible") else "event(s)"
     shown = f"{kept} of {total} {what} shown ({f['text']})"
+    rec = s.get("reconciliation") or {}
+    if rec.get("quality") == "capped" and int(rec.get("total") or 0) > total:  # the events are part of the count
+        shown = (
+            f"{kept} of {total} {what} shown ({f['text']}; {total} of the {rec['total']} counted are events, capped)"
+        )
     if h.startswith(shown):  # said already (the summary's own headline, once it says it)
         return h
     if not s.get("count_visible"):

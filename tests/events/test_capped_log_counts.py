@@ -79,6 +79,11 @@ def test_cli_v1_stats_count_beyond_the_cap_is_the_logged_count(tmp_path):
     assert "the count is the log's (250000), its events capped" in rec["rule"]
     [src] = [x for x in rec["sources"] if x["source"] == "log 'Preemptions: N' stats fields"]
     assert (src["count"], src["exact"], src["in_events"]) == (250000, False, 100000)
+    # the filtered view's headline: its events are part of the count, never "of 100000 preemptions" alone
+    assert (
+        s["headline"]
+        == "0 of 100000 preemptions shown (--kind logged; 100000 of the 250000 counted are events, capped)"
+    )
     cost = s["recompute"] if "recompute" in s else json.loads(out.stdout)["findings"]["recompute"]
     assert cost["preemptions"] == 250000 and cost["preemptions_events"] == 100000, cost
 
