@@ -10,6 +10,14 @@ The repair is decided per file from a sample of its head (:data:`SAMPLE_BYTES`;
 a capture is damaged the same way throughout), by :func:`plan`. A file that
 shows no damage is read exactly as before, at no cost. Stages, in order:
 
+0. **Partial records of the container runtime** (vLLM logs): containerd and CRI-O write a pod's
+   output as ``<RFC 3339 time> <stdout|stderr> <P|F> <text>`` (``/var/log/pods/.../0.log``) and
+   cut a line longer than 16 KiB into partial records (tag ``P``) ended by a full one (``F``): a
+   V1 ``Request X details: ... prompt_token_ids: [...]`` line or a long traceback line. The
+   chunks of one stream are joined back into one line (the first chunk's prefix and line
+   number, then the text of the others, exactly), even when the other stream's lines come
+   between them. Decided when the head holds such records and the file holds a partial one
+   (a literal search of the whole file, :func:`_partials`): a file without one is read as is.
 1. **Prefixes** (every source kind): Markdown blockquote markers ``> `` (nested
    too) are removed, fence lines (```` ``` ````, ``~~~``, with an info string)
    become empty lines (line numbers stay physical), and leading indentation is
@@ -55,12 +63,12 @@ every ``file:line`` still points into the input. Frame schema as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 
-from .textio import file_size, read_head, scan_lines
+from .textio import GZIP_MAGIC, ZSTD_MAGIC, file_size, read_head, scan_lines
 
 SAMPLE_BYTES = 1 << 20  # the head that decides a file's repair
 BARE_TAG_RE = r"^\[[A-Z][A-Z0-9_]{2,}\] "  # a bare record's own tag: never a continuation
@@ -77,6 +85,12 @@ PAD_COMMON = 0.01  # ... and the padding is the smallest lead shared by more tha
 QUOTED_SHARE = 0.3  # blockquote markers are removed when this share of lines carries them (or a quoted record)
 INDENTED_SHARE = 0.5  # indentation is removed when this share of the records is indented
 RECORD_JOIN_LINES = 8  # a reflowed record spans at most this many more lines
+
+# A record of the container runtime's log file (containerd, CRI-O): time, stream, tag (P: a partial
+# record continued by the stream's next one; F: the last or only one), then the text.
+CRI_RE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (stdout|stderr) ([PF]) "
+CRI_SHARE = 0.5  # the head is a runtime's log when this share of its non-empty lines are its records
+CRI_PARTIAL = (b" stdout P ", b" stderr P ")  # literals of a partial record (the whole-file check)
 
 # The start of a log record: what a continuation line never starts with.
 HEADER_START_RE = (
@@ -129,10 +143,19 @@ class Plan:
     # inside its code fences ("fences") or blockquotes ("quotes") are read; the prose is blanked.
     only: str = ""
     spans: tuple[tuple[int, int], ...] = ()  # 1-based line ranges of the blocks holding log lines (the sample)
+    partials: int = 0  # partial records of the container runtime (tag P) in the file, joined to the next
 
     @property
     def needed(self) -> bool:
-        return self.quote or self.fence or self.indent or bool(self.widths) or self.records or bool(self.only)
+        return (
+            self.quote
+            or self.fence
+            or self.indent
+            or bool(self.widths)
+            or self.records
+            or bool(self.only)
+            or self.partials > 0
+        )
 
     def where(self) -> str:
         """``the code fences of`` / ``the blockquotes of`` (the container the log was read from)."""
@@ -144,6 +167,16 @@ class Plan:
             return ""
         parts = [f"{a}-{b}" if a != b else f"{a}" for a, b in self.spans]
         return ("line " if len(parts) == 1 and "-" not in parts[0] else "lines ") + ", ".join(parts)
+
+    def partials_note(self) -> str:
+        """``joined 12 partial lines of the container runtime's log (...)``, or empty."""
+        if not self.partials:
+            return ""
+        n = self.partials
+        return (
+            f"joined {n} partial line{'s' if n != 1 else ''} of the container runtime's log "
+            "(containerd/CRI-O cut lines at 16 KiB)"
+        )
 
     def describe(self) -> str:
         parts = []
@@ -502,10 +535,70 @@ def _join_records(lf: pl.LazyFrame) -> pl.LazyFrame:
     return _glue(lf, " ")
 
 
+def _cri_head(lines: list[str]) -> bool:
+    """The sample is a container runtime's log file (:data:`CRI_RE` records, :data:`CRI_SHARE`)."""
+    if not lines or not any(" stdout " in ln[:48] or " stderr " in ln[:48] for ln in lines[:200]):
+        return False
+    df = pl.DataFrame({"line": lines}, schema={"line": pl.String}).filter(pl.col("line") != "")
+    if not df.height:
+        return False
+    return bool(df.select(pl.col("line").str.contains(CRI_RE).mean()).item() >= CRI_SHARE)
+
+
+def _partials(path: Path | str) -> int:
+    """Partial records (tag P) in a container runtime's log file: a literal count over the whole
+    file, 16 MB at a time (a compressed file: through polars' reader, an anchored regex)."""
+    block = 16 << 20
+    keep = max(len(x) for x in CRI_PARTIAL) - 1
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        if head.startswith(GZIP_MAGIC) or head.startswith(ZSTD_MAGIC):
+            rx = CRI_RE.replace("(stdout|stderr) ([PF]) ", "(?:stdout|stderr) P ")
+            return int(scan_lines(path).select(pl.col("line").str.contains(rx).sum()).collect().item() or 0)
+        fh.seek(0)
+        count, tail = 0, b""
+        while True:
+            chunk = fh.read(block)
+            if not chunk:
+                break
+            buf = tail + chunk
+            count += sum(buf.count(x) for x in CRI_PARTIAL)
+            # a match inside the carried tail was counted already: the tail is shorter than a literal
+            tail = buf[-keep:]
+        return count
+
+
+def _join_partials(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Join each run of a stream's partial records (tag P) and the record that ends it into one
+    line: the first chunk's line (prefix included) and number, then the others' text. The other
+    stream's records between them keep their place; only the chunks of joined lines are grouped."""
+    line = pl.col("line")
+    tags = line.str.extract_groups(CRI_RE)
+    lf = lf.with_columns(_s=tags.struct.field("1"), _p=tags.struct.field("2") == "P")
+    # a chunk continues the stream's record before it when that one was partial
+    prev_p = pl.col("_p").shift(1).over("_s").fill_null(False)
+    lf = lf.with_columns(_cont=pl.col("_s").is_not_null() & prev_p)
+    lf = lf.with_columns(_in=(pl.col("_p").fill_null(False) | pl.col("_cont")))
+    # each stream's records numbered by their starts: the group of a chunk is (stream, starts so far)
+    lf = lf.with_columns(_g=(~pl.col("_cont")).cast(pl.UInt32).cum_sum().over("_s"))
+    plain = lf.filter(~pl.col("_in")).select("n", "line")
+    piece = pl.when(pl.col("_cont")).then(line.str.replace(CRI_RE, "")).otherwise(line)
+    joined = (
+        lf.filter(pl.col("_in"))
+        .with_columns(line=piece)
+        .group_by("_s", "_g", maintain_order=True)
+        .agg(pl.col("n").first(), pl.col("line").str.join(""))
+        .select("n", "line")
+    )
+    return pl.concat([plain, joined], how="vertical").sort("n")
+
+
 def apply(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     """The repair stage on an (n, line) frame."""
     if not plan.needed:
         return lf
+    if plan.partials:
+        lf = _join_partials(lf)
     lf = _strip(lf, plan)
     if plan.widths:
         lf = _join_wraps(lf, plan)
@@ -534,7 +627,13 @@ def plan(path: Path | str, join: bool = True, wraps: bool = True) -> Plan:
             return NOTHING
         if len(_PLANS) > 4096:
             _PLANS.clear()
-        _PLANS[key] = detect(lines, join=join, wraps=wraps)
+        p = detect(lines, join=join, wraps=wraps)
+        if join and _cri_head(lines):
+            try:
+                p = replace(p, partials=_partials(path))
+            except (OSError, pl.exceptions.PolarsError):
+                pass
+        _PLANS[key] = p
     return _PLANS[key]
 
 

@@ -229,6 +229,8 @@ def read_logs(
             repaired.append(container_note(f, None))
         if fix.needed and fix.describe():
             repaired.append(f"{f.display}: read as a capture or paste: {fix.describe()} (reflow.py)")
+        if fix.partials:
+            repaired.append(f"{f.display}: {fix.partials_note()} (reflow.py)")
         if problem:
             f.warnings.append(problem)
             partial = True

@@ -13,7 +13,15 @@ Line shapes recognised in front of the message (any combination):
   before the level (stream prefix, 0.4.3-0.30) or inside the format (0.31+);
 - ANSI colour codes (0.4.3-0.11.2 write them into files);
 - docker compose ``service-1  | `` and ``docker logs -t`` / ``kubectl logs
-  --timestamps`` RFC 3339 prefixes (these carry year, zone, sub-second);
+  --timestamps`` RFC 3339 prefixes (these carry year, zone, sub-second; their time wins over
+  vLLM's year-less header), also after kubectl ``--prefix``'s ``[pod/NAME/CONTAINER] ``;
+- containerd's / CRI-O's pod log files (``TIME stdout F text``: the time as above; the partial
+  ``P`` records of a line over 16 KiB are joined first, per stream, by inputs/reflow.py);
+- journalctl ``-o short-iso`` / ``short-iso-precise`` (``2026-12-01T10:00:00+0000 host vllm[1234]:``,
+  the time as above), ``-o short`` / ``short-precise`` (``Dec 01 10:00:00 host vllm[1234]:``, no
+  year: the fallback below), ``-o cat`` (bare lines);
+- a traceback's exception line behind any of these prefixes (:data:`WRAPPER_PREFIX_RE`, read by
+  engines/vllm/trouble.py);
 - ISO ``YYYY-MM-DD HH:MM:SS[.,]fff`` prefixes of custom logging configs;
 - vLLM 0.32+ JSON lines (``asctime levelname name processName process message``);
 - the Rust ``tracing`` subscriber's default prefix (vLLM's Rust frontend, 0.33+:
@@ -179,6 +187,16 @@ FALLBACK_TS_RE = (
     r"^(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?\W{0,3}"
     r"(?P<fb>(?:[A-Z][a-z]{2},?\s+\d{1,2}(?:,?\s+\d{4})?|\d{1,4}[/.]\d{1,2}[/.]\d{1,4}|\d{8})"
     r"[ T,]+\d{1,2}:\d\d(?::\d\d)?(?:[.,]\d{1,9})?(?:\s?(?:Z|[+-]\d\d:?\d\d|UTC))?)"
+)
+# What a container or service wrapper writes before a line's own text (anchored; each part optional):
+# kubectl --prefix's ``[pod/NAME/CONTAINER] ``, compose's ``svc-1  | ``, an RFC 5424 syslog header
+# (``<134>1 TIME HOST APP PROCID MSGID SD ``), an RFC 3339 / ISO time (docker -t, kubectl
+# --timestamps, journalctl -o short-iso) and containerd's / CRI-O's ``stdout F `` after it. A
+# family whose regex reads a line's start (a traceback's exception line) allows this prefix before it.
+WRAPPER_PREFIX_RE = (
+    r"^(?:\[[^\]]*\]\s*)?(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?"
+    r"(?:<\d{1,3}>1\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+(?:-|\[[^\]]*\])\s+"
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+(?:(?:stdout|stderr)\s+[PF]\s+)?)?"
 )
 PROC_RE = r"\(([A-Za-z_][^()]*?pid=\d+(?:,\s*ip=[0-9A-Fa-f.:]+)?)\)"
 # The container a line came from: docker compose's ``svc  | `` or kubectl logs --prefix's

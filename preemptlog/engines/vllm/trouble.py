@@ -28,6 +28,7 @@ import polars as pl
 from ...clock.timebase import iso
 from ...model.frames import polars_schema
 from ...sources.registry import RecordFamily, SourceOutput, TimeContext, register_family, register_samples
+from ...sources.vllm_log import WRAPPER_PREFIX_RE
 
 TRACEBACK, FRAME, EXCEPTION, FATAL, PRIORITY = (
     "tb_start",
@@ -44,8 +45,13 @@ MARKERS = [
     ("Error", EXCEPTION),
     ("Exception", EXCEPTION),
 ]
-# A line's message after the vLLM header (``file.py:N] `` / ``[file.py:N] ``) or a ``[rank0]:`` prefix
-_EXC = r"(?:^|[\]:)]\s+)(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception))(?::\s+(.*?))?\s*$"
+# A line's message after the vLLM header (``file.py:N] `` / ``[file.py:N] ``), a ``[rank0]:`` prefix or a
+# container's or service's prefix alone (a traceback's lines carry no vLLM header: ``docker logs -t``'s
+# time, containerd's ``stdout F``, compose's ``svc | ``: sources/vllm_log.py WRAPPER_PREFIX_RE)
+_EXC = (
+    r"(?:[\]:)]\s+|" + WRAPPER_PREFIX_RE + r")"
+    r"(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception))(?::\s+(.*?))?\s*$"
+)
 _FRAME = r'File "([^"]+)", line (\d+), in ([\w<>]+)'
 VERIFY = {
     TRACEBACK: r"Traceback \(most recent call last\)",
