@@ -144,6 +144,7 @@ class Plan:
     only: str = ""
     spans: tuple[tuple[int, int], ...] = ()  # 1-based line ranges of the blocks holding log lines (the sample)
     partials: int = 0  # partial records of the container runtime (tag P) in the file, joined to the next
+    driver: str = ""  # a log driver's JSON records (JSON_DRIVERS: "docker-json", "journal-json"), unwrapped
 
     @property
     def needed(self) -> bool:
@@ -155,6 +156,7 @@ class Plan:
             or self.records
             or bool(self.only)
             or self.partials > 0
+            or bool(self.driver)
         )
 
     def where(self) -> str:
@@ -177,6 +179,11 @@ class Plan:
             f"joined {n} partial line{'s' if n != 1 else ''} of the container runtime's log "
             "(containerd/CRI-O cut lines at 16 KiB)"
         )
+
+    def driver_note(self) -> str:
+        """``read the log lines inside docker's json-file records``, or empty."""
+        what = {"docker-json": "docker's json-file records", "journal-json": "journalctl -o json records"}
+        return f"read the log lines inside {what[self.driver]}, at their own times" if self.driver else ""
 
     def describe(self) -> str:
         parts = []
@@ -569,12 +576,18 @@ def _partials(path: Path | str) -> int:
 
 
 def _join_partials(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Join each run of a stream's partial records (tag P) and the record that ends it into one
-    line: the first chunk's line (prefix included) and number, then the others' text. The other
-    stream's records between them keep their place; only the chunks of joined lines are grouped."""
-    line = pl.col("line")
-    tags = line.str.extract_groups(CRI_RE)
+    """containerd's / CRI-O's partial records joined (:func:`_join_chunks`): the stream and tag of
+    :data:`CRI_RE`; a continuing chunk adds its text without the prefix."""
+    tags = pl.col("line").str.extract_groups(CRI_RE)
     lf = lf.with_columns(_s=tags.struct.field("1"), _p=tags.struct.field("2") == "P")
+    return _join_chunks(lf.with_columns(_piece=pl.col("line").str.replace(CRI_RE, "")))
+
+
+def _join_chunks(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Join each run of a stream's partial records and the record that ends it into one line: the
+    first chunk's ``line`` and number, then the others' ``_piece``. Columns: ``_s`` (the stream;
+    null: a line of no stream, never joined), ``_p`` (a partial record). The other stream's records
+    between them keep their place; only the chunks of joined lines are grouped."""
     # a chunk continues the stream's record before it when that one was partial
     prev_p = pl.col("_p").shift(1).over("_s").fill_null(False)
     lf = lf.with_columns(_cont=pl.col("_s").is_not_null() & prev_p)
@@ -582,10 +595,9 @@ def _join_partials(lf: pl.LazyFrame) -> pl.LazyFrame:
     # each stream's records numbered by their starts: the group of a chunk is (stream, starts so far)
     lf = lf.with_columns(_g=(~pl.col("_cont")).cast(pl.UInt32).cum_sum().over("_s"))
     plain = lf.filter(~pl.col("_in")).select("n", "line")
-    piece = pl.when(pl.col("_cont")).then(line.str.replace(CRI_RE, "")).otherwise(line)
     joined = (
         lf.filter(pl.col("_in"))
-        .with_columns(line=piece)
+        .with_columns(line=pl.when(pl.col("_cont")).then(pl.col("_piece")).otherwise(pl.col("line")))
         .group_by("_s", "_g", maintain_order=True)
         .agg(pl.col("n").first(), pl.col("line").str.join(""))
         .select("n", "line")
@@ -593,10 +605,80 @@ def _join_partials(lf: pl.LazyFrame) -> pl.LazyFrame:
     return pl.concat([plain, joined], how="vertical").sort("n")
 
 
+# JSON records of a log driver, one per line: docker's json-file driver (``{"log": "text\n",
+# "stream": "stdout", "time": "<RFC 3339>"}``; a line over 16 KiB is cut into records whose text
+# lacks the final line feed) and ``journalctl -o json`` (``MESSAGE``, ``__REALTIME_TIMESTAMP`` in
+# microseconds, ``_PID``; ``_LINE_BREAK: "line-max"`` on an entry journald cut at LineMax; a
+# MESSAGE that is not printable UTF-8 is an array of bytes).
+JSON_DRIVERS = {
+    "docker-json": r'^\{\s*"log"\s*:\s*".*"time"\s*:\s*"',
+    "journal-json": r'^\{.*"__REALTIME_TIMESTAMP"\s*:.*"MESSAGE"\s*:',
+}
+JSON_SHARE = 0.5  # the head is a driver's JSON when this share of its non-empty lines are its records
+_BYTE_CHARS = ["" if i == 0 else chr(i) if i < 0x80 else "?" for i in range(256)]
+
+
+def _json_head(lines: list[str]) -> str:
+    """The log driver whose JSON records the sample holds (:data:`JSON_DRIVERS`), or empty."""
+    if not lines or not any(ln.startswith("{") for ln in lines[:50]):
+        return ""
+    df = pl.DataFrame({"line": lines}, schema={"line": pl.String}).filter(pl.col("line") != "")
+    for name, rx in JSON_DRIVERS.items():
+        if df.height and df.select(pl.col("line").str.contains(rx).mean()).item() >= JSON_SHARE:
+            return name
+    return ""
+
+
+def _unwrap_json(lf: pl.LazyFrame, driver: str) -> pl.LazyFrame:
+    """A driver's JSON records as ``<RFC 3339 time> <text>`` lines (``docker logs -t``'s shape, read
+    as such), partial records joined per stream; a line that is not the driver's record is kept."""
+    line = pl.col("line")
+    if driver == "docker-json":
+        text = line.str.json_path_match("$.log")
+        lf = lf.with_columns(
+            _t=line.str.json_path_match("$.time"),
+            _s=pl.when(text.is_not_null()).then(pl.coalesce(line.str.json_path_match("$.stream"), pl.lit(""))),
+            _p=text.is_not_null() & ~text.str.ends_with("\n"),
+            _piece=text.str.strip_suffix("\n").str.strip_suffix("\r"),
+        )
+    else:
+        msg = line.str.json_path_match("$.MESSAGE")
+        is_bytes = line.str.contains(r'"MESSAGE"\s*:\s*\[')
+        as_bytes = (
+            pl.when(is_bytes)
+            .then(msg)
+            .str.json_decode(pl.List(pl.Int64))
+            .list.eval(pl.element().replace_strict(list(range(256)), _BYTE_CHARS, default="?"))
+            .list.join("")
+        )
+        usec = line.str.json_path_match("$.__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
+        lf = lf.with_columns(
+            _t=pl.from_epoch(usec, time_unit="us").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ"),
+            _s=pl.when(msg.is_not_null()).then(pl.coalesce(line.str.json_path_match("$._PID"), pl.lit(""))),
+            _p=line.str.json_path_match("$._LINE_BREAK") == "line-max",
+            _piece=pl.when(is_bytes).then(as_bytes).otherwise(msg),
+        )
+    whole = pl.when(pl.col("_t").is_not_null()).then(pl.concat_str(pl.col("_t"), pl.lit(" "), pl.col("_piece")))
+    lf = lf.with_columns(
+        line=pl.when(pl.col("_piece").is_not_null()).then(whole.otherwise(pl.col("_piece"))).otherwise(line)
+    )
+    lf = lf.with_columns(_p=pl.col("_p").fill_null(False))
+    return _join_chunks(lf)
+
+
+def unwrap_lines(lines: list[str], driver: str) -> list[str]:
+    """:func:`_unwrap_json` on a list of lines (a sample, a sniffed head)."""
+    lf = pl.DataFrame({"line": lines}, schema={"line": pl.String}).lazy()
+    lf = lf.with_columns(n=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32))
+    return _unwrap_json(lf, driver).collect().get_column("line").to_list()
+
+
 def apply(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     """The repair stage on an (n, line) frame."""
     if not plan.needed:
         return lf
+    if plan.driver:
+        lf = _unwrap_json(lf, plan.driver)
     if plan.partials:
         lf = _join_partials(lf)
     lf = _strip(lf, plan)
@@ -627,8 +709,12 @@ def plan(path: Path | str, join: bool = True, wraps: bool = True) -> Plan:
             return NOTHING
         if len(_PLANS) > 4096:
             _PLANS.clear()
-        p = detect(lines, join=join, wraps=wraps)
-        if join and _cri_head(lines):
+        driver = _json_head(lines)  # every source kind: the records hold its lines
+        if driver:  # the repair the log inside the records needs, decided on that log
+            p = replace(detect(unwrap_lines(lines, driver), join=join, wraps=wraps), driver=driver)
+        else:
+            p = detect(lines, join=join, wraps=wraps)
+        if not driver and join and _cri_head(lines):
             try:
                 p = replace(p, partials=_partials(path))
             except (OSError, pl.exceptions.PolarsError):
@@ -657,6 +743,8 @@ def strip_text(text: str) -> str:
     sniffed for the log it holds, not for its prose."""
     import re
 
+    if text.startswith("{") and (driver := _json_head(text.split("\n")[:200])):
+        text = "\n".join(unwrap_lines(text.split("\n"), driver))
     if ">" not in text and "```" not in text and "~~~" not in text:
         return text
     if re.search(r"(?m)^[ \t]*(?:>|```|~~~)", text):

@@ -231,6 +231,8 @@ def read_logs(
             repaired.append(f"{f.display}: read as a capture or paste: {fix.describe()} (reflow.py)")
         if fix.partials:
             repaired.append(f"{f.display}: {fix.partials_note()} (reflow.py)")
+        if fix.driver:
+            repaired.append(f"{f.display}: {fix.driver_note()} (reflow.py)")
         if problem:
             f.warnings.append(problem)
             partial = True

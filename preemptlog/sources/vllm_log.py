@@ -22,6 +22,8 @@ Line shapes recognised in front of the message (any combination):
   year: the fallback below), ``-o cat`` (bare lines);
 - a traceback's exception line behind any of these prefixes (:data:`WRAPPER_PREFIX_RE`, read by
   engines/vllm/trouble.py);
+- docker's json-file records and ``journalctl -o json`` records: read by inputs/reflow.py as
+  ``<the record's time> <its text>`` lines (the RFC 3339 prefix above), cut lines joined;
 - ISO ``YYYY-MM-DD HH:MM:SS[.,]fff`` prefixes of custom logging configs;
 - vLLM 0.32+ JSON lines (``asctime levelname name processName process message``);
 - the Rust ``tracing`` subscriber's default prefix (vLLM's Rust frontend, 0.33+:

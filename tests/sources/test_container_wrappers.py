@@ -176,3 +176,69 @@ def test_traceback_behind_a_wrapper_keeps_its_exception(tmp_path: Path, shape: s
     assert [c["what"] for c in bare["crashes"]] == ["OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
     assert [(c["what"], c["where"]) for c in got["crashes"]] == [(c["what"], c["where"]) for c in bare["crashes"]]
     assert got["events"] == bare["events"] == 51
+
+
+def _docker_json(lines: list[str]) -> list[str]:
+    """docker's json-file driver: one JSON record per line, a line over 16 KiB cut into records
+    whose text lacks the final line feed; the traceback on stderr."""
+    out = []
+    for line, t in zip(lines, _times(lines, datetime(2026, 12, 1, tzinfo=UTC))):
+        stream = "stdout" if " 12-01 " in line[:60] else "stderr"
+        raw = line.encode()
+        chunks = [raw[i : i + CHUNK] for i in range(0, len(raw), CHUNK)] or [b""]
+        for j, chunk in enumerate(chunks):
+            text = chunk.decode("utf-8", "replace") + ("\n" if j == len(chunks) - 1 else "")
+            out.append(json.dumps({"log": text, "stream": stream, "time": _rfc3339(t)}, separators=(",", ":")))
+    return out
+
+
+def _journal_json(lines: list[str], line_max: int = 0) -> list[str]:
+    """``journalctl -o json``: MESSAGE, __REALTIME_TIMESTAMP (us), _PID; a coloured line's MESSAGE is
+    an array of bytes; with ``line_max``, longer lines are cut into entries marked _LINE_BREAK."""
+    out = []
+    for line, t in zip(lines, _times(lines, datetime(2026, 12, 1, tzinfo=UTC))):
+        raw = line.encode()
+        size = line_max or len(raw) or 1
+        chunks = [raw[i : i + size] for i in range(0, len(raw), size)] or [b""]
+        for j, chunk in enumerate(chunks):
+            rec: dict = {
+                "__CURSOR": f"s=1;i={len(out)}",
+                "__REALTIME_TIMESTAMP": str(int(t.timestamp() * 1_000_000)),
+                "_PID": "1234",
+                "SYSLOG_IDENTIFIER": "vllm",
+                "MESSAGE": list(chunk) if b"\x1b" in chunk else chunk.decode("utf-8", "replace"),
+            }
+            if j < len(chunks) - 1:
+                rec["_LINE_BREAK"] = "line-max"
+            out.append(json.dumps(rec))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["docker-json", "journal-json", "journal-json-line-max"])
+def test_json_log_driver_records_read_like_the_bare_log(tmp_path: Path, shape: str) -> None:
+    lines = _v1_lines()
+    lines[0] = "\x1b[32mINFO\x1b[0m 12-01 09:59:50 [api_server.py:1839] vLLM API server version 0.11.1"
+    wrap = {
+        "docker-json": lambda: _docker_json(lines),
+        "journal-json": lambda: _journal_json(lines),
+        "journal-json-line-max": lambda: _journal_json(lines, line_max=12000),
+    }[shape]()
+    bare = _write(tmp_path / "bare" / "vllm.log", lines)
+    wrapped = _write(tmp_path / "w" / "vllm.json", wrap)
+    assert _request_rows(wrapped) == _request_rows(bare)
+    got, want = _summary(wrapped), _summary(bare)
+    for key in ("events", "by_kind", "requests_received", "stats", "count_visible"):
+        assert got[key] == want[key], key
+    assert got["config"]["vllm_version"]["value"] == want["config"]["vllm_version"]["value"] == "0.11.1"
+    assert [f["option"] for f in got["fixes"]] == [f["option"] for f in want["fixes"]]
+    assert got["log_span"]["first"] == want["log_span"]["first"] == "2026-12-01T09:59:50+00:00"
+    assert got["log_span"]["last"].startswith("2026-12-01T10:00:50.")  # the driver's sub-second time
+
+
+def test_json_log_driver_traceback(tmp_path: Path) -> None:
+    lines = _v0_crash_lines()
+    want = _summary(_write(tmp_path / "bare" / "vllm.log", lines))
+    for name, wrap in (("docker.json", _docker_json(lines)), ("journal.json", _journal_json(lines))):
+        got = _summary(_write(tmp_path / "w" / name, wrap))
+        assert [(c["what"], c["where"]) for c in got["crashes"]] == [(c["what"], c["where"]) for c in want["crashes"]]
+        assert got["events"] == want["events"] == 51
