@@ -242,3 +242,25 @@ def test_json_log_driver_traceback(tmp_path: Path) -> None:
         got = _summary(_write(tmp_path / "w" / name, wrap))
         assert [(c["what"], c["where"]) for c in got["crashes"]] == [(c["what"], c["where"]) for c in want["crashes"]]
         assert got["events"] == want["events"] == 51
+
+
+@pytest.mark.parametrize("scanner", ["compiled", "polars"])
+def test_syslog_5424_relay_time_is_the_line_time(tmp_path: Path, scanner: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An RFC 5424 relay's full time (year, zone, sub-second) is the line's time, as docker -t's is:
+    vLLM's year-less header (here the container's local time, two hours ahead) does not win. Both
+    passes read it (the compiled pass runs the same FULL_TS_RE)."""
+    if scanner == "polars":
+        monkeypatch.setenv("PREEMPTLOG_SCANNER", "polars")
+    lines = _v0_crash_lines()[:4]
+    local = [x.replace(" 12-01 10:", " 12-01 12:").replace(" 12-01 09:", " 12-01 11:") for x in lines]
+    times = _times(lines, datetime(2025, 12, 1, tzinfo=UTC))
+    wrapped = [
+        f"<132>1 {t.isoformat(timespec='microseconds')} gpu-host vllm 1234 - - {x}" for x, t in zip(local, times)
+    ]
+    path = _write(tmp_path / "syslog.log", wrapped)
+    got = _summary(path)
+    assert got["log_span"]["first"] == "2025-12-01T09:59:50+00:00"
+    assert got["log_span"]["last"].startswith("2025-12-01T10:00:20.")
+    assert got["events"] == 51
+    rows = vllm_log.read(str(path), 0).select("fdate", "ftime", "fzone").rows()
+    assert rows[0] == ("2025-12-01", "09:59:50", "+00:00")
