@@ -602,7 +602,8 @@ def _join_chunks(lf: pl.LazyFrame) -> pl.LazyFrame:
         .agg(pl.col("n").first(), pl.col("line").str.join(""))
         .select("n", "line")
     )
-    return pl.concat([plain, joined], how="vertical").sort("n")
+    # both in line order (a group's place: its first chunk's): merged, not sorted
+    return plain.merge_sorted(joined, key="n")
 
 
 # JSON records of a log driver, one per line: docker's json-file driver (``{"log": "text\n",
