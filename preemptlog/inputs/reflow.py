@@ -144,7 +144,7 @@ class Plan:
     only: str = ""
     spans: tuple[tuple[int, int], ...] = ()  # 1-based line ranges of the blocks holding log lines (the sample)
     partials: int = 0  # partial records of the container runtime (tag P) in the file, joined to the next
-    driver: str = ""  # a log driver's JSON records (JSON_DRIVERS: "docker-json", "journal-json"), unwrapped
+    driver: str = ""  # a log driver's records (JSON_DRIVERS' names, "syslog-5424"), unwrapped
 
     @property
     def needed(self) -> bool:
@@ -182,7 +182,11 @@ class Plan:
 
     def driver_note(self) -> str:
         """``read the log lines inside docker's json-file records``, or empty."""
-        what = {"docker-json": "docker's json-file records", "journal-json": "journalctl -o json records"}
+        what = {
+            "docker-json": "docker's json-file records",
+            "journal-json": "journalctl -o json records",
+            "syslog-5424": "an RFC 5424 syslog relay's records",
+        }
         return f"read the log lines inside {what[self.driver]}, at their own times" if self.driver else ""
 
     def describe(self) -> str:
@@ -619,6 +623,31 @@ JSON_SHARE = 0.5  # the head is a driver's JSON when this share of its non-empty
 _BYTE_CHARS = ["" if i == 0 else chr(i) if i < 0x80 else "?" for i in range(256)]
 
 
+# An RFC 5424 syslog relay's header: ``<PRI>1 TIME HOST APP-NAME PROCID MSGID STRUCTURED-DATA `` (TIME
+# "-" when the relay had none). Its lines are read as ``<TIME> <text>`` (docker -t's shape) by the
+# repair stage, so the hot path's regexes do not grow a branch every plain log would pay for.
+SYSLOG_RE = r"^<\d{1,3}>1 (\S+) \S+ \S+ \S+ \S+ (?:-|(?:\[[^\]]*\])+) ?"
+
+
+def _syslog_head(lines: list[str]) -> str:
+    """``syslog-5424`` when the sample is an RFC 5424 relay's (:data:`SYSLOG_RE`, :data:`JSON_SHARE`)."""
+    if not lines or not any(ln.startswith("<") for ln in lines[:50]):
+        return ""
+    df = pl.DataFrame({"line": lines}, schema={"line": pl.String}).filter(pl.col("line") != "")
+    ok = df.height and df.select(pl.col("line").str.contains(SYSLOG_RE).mean()).item() >= JSON_SHARE
+    return "syslog-5424" if ok else ""
+
+
+def _unwrap_syslog(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """An RFC 5424 relay's lines as ``<TIME> <text>`` (``<text>`` when its TIME is "-"); other lines kept."""
+    line = pl.col("line")
+    t = line.str.extract(SYSLOG_RE, 1)
+    text = line.str.replace(SYSLOG_RE, "")
+    return lf.with_columns(
+        line=pl.when(t.is_null()).then(line).when(t == "-").then(text).otherwise(pl.concat_str(t, pl.lit(" "), text))
+    )
+
+
 def _json_head(lines: list[str]) -> str:
     """The log driver whose JSON records the sample holds (:data:`JSON_DRIVERS`), or empty."""
     if not lines or not any(ln.startswith("{") for ln in lines[:50]):
@@ -668,10 +697,20 @@ def _unwrap_json(lf: pl.LazyFrame, driver: str) -> pl.LazyFrame:
 
 
 def unwrap_lines(lines: list[str], driver: str) -> list[str]:
-    """:func:`_unwrap_json` on a list of lines (a sample, a sniffed head)."""
+    """:func:`unwrap` on a list of lines (a sample, a sniffed head)."""
     lf = pl.DataFrame({"line": lines}, schema={"line": pl.String}).lazy()
     lf = lf.with_columns(n=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32))
-    return _unwrap_json(lf, driver).collect().get_column("line").to_list()
+    return unwrap(lf, driver).collect().get_column("line").to_list()
+
+
+def unwrap(lf: pl.LazyFrame, driver: str) -> pl.LazyFrame:
+    """The log lines inside a driver's records (:func:`driver_of`)."""
+    return _unwrap_syslog(lf) if driver == "syslog-5424" else _unwrap_json(lf, driver)
+
+
+def driver_of(lines: list[str]) -> str:
+    """The log driver or relay whose records the sample holds: JSON records, an RFC 5424 relay, or empty."""
+    return _json_head(lines) or _syslog_head(lines)
 
 
 def apply(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
@@ -679,7 +718,7 @@ def apply(lf: pl.LazyFrame, plan: Plan) -> pl.LazyFrame:
     if not plan.needed:
         return lf
     if plan.driver:
-        lf = _unwrap_json(lf, plan.driver)
+        lf = unwrap(lf, plan.driver)
     if plan.partials:
         lf = _join_partials(lf)
     lf = _strip(lf, plan)
@@ -710,7 +749,7 @@ def plan(path: Path | str, join: bool = True, wraps: bool = True) -> Plan:
             return NOTHING
         if len(_PLANS) > 4096:
             _PLANS.clear()
-        driver = _json_head(lines)  # every source kind: the records hold its lines
+        driver = driver_of(lines)  # every source kind: the records hold its lines
         if driver:  # the repair the log inside the records needs, decided on that log
             p = replace(detect(unwrap_lines(lines, driver), join=join, wraps=wraps), driver=driver)
         else:
@@ -744,7 +783,7 @@ def strip_text(text: str) -> str:
     sniffed for the log it holds, not for its prose."""
     import re
 
-    if text.startswith("{") and (driver := _json_head(text.split("\n")[:200])):
+    if text.startswith(("{", "<")) and (driver := driver_of(text.split("\n")[:200])):
         text = "\n".join(unwrap_lines(text.split("\n"), driver))
     if ">" not in text and "```" not in text and "~~~" not in text:
         return text

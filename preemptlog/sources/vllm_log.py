@@ -22,7 +22,8 @@ Line shapes recognised in front of the message (any combination):
   year: the fallback below), ``-o cat`` (bare lines);
 - a traceback's exception line behind any of these prefixes (:data:`WRAPPER_PREFIX_RE`, read by
   engines/vllm/trouble.py);
-- an RFC 5424 syslog relay's ``<PRI>1 TIME HOST APP PROCID MSGID SD `` (its TIME read as above);
+- an RFC 5424 syslog relay's ``<PRI>1 TIME HOST APP PROCID MSGID SD `` (read by inputs/reflow.py as
+  ``<TIME> <text>`` lines: its TIME read as above; the hot path's regexes stay as they are);
 - docker's json-file records and ``journalctl -o json`` records: read by inputs/reflow.py as
   ``<the record's time> <its text>`` lines (the RFC 3339 prefix above), cut lines joined;
 - ISO ``YYYY-MM-DD HH:MM:SS[.,]fff`` prefixes of custom logging configs;
@@ -182,7 +183,7 @@ VLLM_HEADER_RE = (
 # "(Name pid=N, ip=A) " process prefix (SGLang under Ray; SGLang's debug_utils/log_parser.py reads it too),
 # or an RFC 5424 syslog header's "<PRI>1 " (its TIMESTAMP follows: a relay's full time).
 FULL_TS_RE = (
-    r"^(?:<\d{1,3}>1 )?(?:\[[^\]]*\]\s*)?(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?(?:\([A-Za-z_][^()]*pid=\d+[^()]*\)\s*)?\[?"
+    r"^(?:\[[^\]]*\]\s*)?(?:[A-Za-z0-9][\w.-]*\s+\|\s*)?(?:\([A-Za-z_][^()]*pid=\d+[^()]*\)\s*)?\[?"
     r"(?P<fdate>\d{4}-\d\d-\d\d)[T ](?P<ftime>\d\d:\d\d:\d\d)"
     r"(?:[.,](?P<ffrac>\d{1,9}))?(?P<fzone>Z|[+-]\d\d:?\d\d)?"
 )

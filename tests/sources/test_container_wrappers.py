@@ -248,7 +248,8 @@ def test_json_log_driver_traceback(tmp_path: Path) -> None:
 def test_syslog_5424_relay_time_is_the_line_time(tmp_path: Path, scanner: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An RFC 5424 relay's full time (year, zone, sub-second) is the line's time, as docker -t's is:
     vLLM's year-less header (here the container's local time, two hours ahead) does not win. Both
-    passes read it (the compiled pass runs the same FULL_TS_RE)."""
+    passes read it: the repair stage makes its lines ``<TIME> <text>`` (inputs/reflow.py), whichever
+    pass is asked for; a note says so."""
     if scanner == "polars":
         monkeypatch.setenv("PREEMPTLOG_SCANNER", "polars")
     lines = _v0_crash_lines()[:4]
@@ -264,3 +265,4 @@ def test_syslog_5424_relay_time_is_the_line_time(tmp_path: Path, scanner: str, m
     assert got["events"] == 51
     rows = vllm_log.read(str(path), 0).select("fdate", "ftime", "fzone").rows()
     assert rows[0] == ("2025-12-01", "09:59:50", "+00:00")
+    assert any("an RFC 5424 syslog relay's records" in n for n in got.get("notes", [])), got.get("notes")
