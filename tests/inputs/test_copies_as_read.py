@@ -30,6 +30,7 @@ from preemptlog.sources import copies
 
 from ..conftest import run_cli
 from ..support.stock_v1 import V1_LOG
+from .test_copies_read_once import _records
 
 LOG = (V1_LOG + "\n").encode()
 
@@ -98,25 +99,7 @@ def test_cli_the_damage_of_a_copy_read_once_is_said_once_of_the_file_read(tmp_pa
 
 def test_cli_records_with_a_hole_saved_twice_say_it_once(tmp_path):
     """Another kind: block-table records with a NUL hole, saved again under another name."""
-    t0 = 1796205600  # 2026-12-02 10:00:00 UTC
-    rows = [
-        json.dumps(
-            {
-                "type": "event",
-                "ts": t0 + 15 + 10 * i,
-                "step": 10 + i,
-                "engine": "0",
-                "request_id": f"r{i}",
-                "action": "preempt",
-                "blocks_before": 5,
-                "blocks_after": 0,
-                "blocks_needed": 4,
-                "pool_free_blocks": 2,
-            }
-        ).encode()
-        + b"\n"
-        for i in range(3)
-    ]
+    rows = [ln.encode() + b"\n" for ln in _records().splitlines()]  # 2026-12-02 10:00:15 ...
     data = rows[0] + b"\x00" * 8 + b"".join(rows[1:])
     b = tmp_path / "b"
     b.mkdir()
