@@ -4,9 +4,12 @@
 newline is there (a partial line is held until it is complete, or until it is :data:`MAX_LINE` bytes
 long: then its first part is handed on as a line of its own, so memory stays bounded); a rotated
 file (the name now points to another inode: ``logrotate``, ``mv`` then a new file) is read to its end
-and then followed from the start of the new file; a truncated file (``copytruncate``, ``> file``)
+(across as many polls as that takes: no line of it is lost) and then followed from the start of
+the new file; a truncated file (``copytruncate``, ``> file``)
 from its new start; a missing file is waited for. Every change of state is said once through
-``say``. Each line carries the time it was read: the watch's windows are cut on that clock (vLLM
+``say``. A poll reads at most :data:`MAX_READ_PER_POLL` bytes and says in ``more`` that there is
+more to read: the caller drains a backlog in small pieces, so what it holds at once is one piece
+beside its rings, however far behind it was. Each line carries the time it was read: the watch's windows are cut on that clock (vLLM
 writes its lines as they happen, so it is within a poll of the line's own stamp).
 
 :class:`Ring` keeps the latest items up to a count and a byte budget: what the watch holds of the
@@ -25,7 +28,7 @@ from typing import BinaryIO, Generic, NamedTuple, TypeVar
 
 MAX_LINE = 1 << 20  # a "line" longer than this without a newline is handed on in parts
 READ_CHUNK = 1 << 20  # bytes read per read() call
-MAX_READ_PER_POLL = 16 << 20  # a poll reads at most this much of one file (a huge backlog takes several polls)
+MAX_READ_PER_POLL = 1 << 20  # a poll reads at most this much of one file (a backlog takes several: see ``more``)
 
 T = TypeVar("T")
 
@@ -89,6 +92,7 @@ class Follower:
         self.pending = b""
         self.state = "new"  # new | open | missing
         self.bytes_read = 0
+        self.more = False  # the last poll stopped at MAX_READ_PER_POLL, not at the file's end
         self.rotations = 0
         self.truncations = 0
         self._open(at_end=not from_start)
@@ -122,7 +126,9 @@ class Follower:
         except OSError:
             moved = shrunk = False  # gone for now (between a rename and the new file): keep the old handle
         if moved:
-            self._read(out)  # the rest of the rotated file first
+            self._read(out)  # the rest of the rotated file first, to its end
+            if self.more:
+                return out  # the rest of it on the next polls; the new file after that
             self._flush_pending(out)
             self._close_fh()
             self.rotations += 1
@@ -146,8 +152,12 @@ class Follower:
             return
         got = 0
         now = self.clock()
-        while got < MAX_READ_PER_POLL:
-            data = fh.read(READ_CHUNK)
+        self.more = False
+        while True:
+            if got >= MAX_READ_PER_POLL:
+                self.more = True
+                break
+            data = fh.read(min(READ_CHUNK, MAX_READ_PER_POLL - got))
             if not data:
                 break
             got += len(data)
@@ -208,6 +218,7 @@ class GlobFollower:
         self.last_scan = 0.0
         self.said_none = False
         self.is_glob = glob.has_magic(pattern)
+        self.more = False  # a file's last poll stopped short of its end (see Follower.more)
         self._scan(first=True)
 
     def _scan(self, first: bool) -> None:
@@ -229,8 +240,10 @@ class GlobFollower:
         if self.is_glob and self.clock() - self.last_scan >= self.rescan_s:
             self._scan(first=False)
         out: list[tuple[str, Line]] = []
+        self.more = False
         for name, f in list(self.followers.items()):
             out.extend((name, ln) for ln in f.poll())
+            self.more = self.more or f.more
         return out
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ from .scrape import Reading, Scrape, Scraper, parse
 from .storms import Storm, StormTracker, Transition
 
 POLL_S = 0.2
+DRAIN_POLLS = 64  # pieces of a followed file read per pass of the loop (64 MB: the scrapes wait no longer)
 STATUS_S = 60.0
 LIVE_S = 1.0
 PRE_MAX_S = 30.0
@@ -273,23 +274,31 @@ class Watch:
         return Outcome(self.storms, self.reason, never, blind)
 
     def _follow(self) -> None:
+        """What the followed files gained, a piece (MAX_READ_PER_POLL) at a time into the rings:
+        a backlog (a watch starved of CPU, a burst of lines) is never held whole beside them."""
         for srv in self.servers.values():
             if srv.log is not None:
-                lines = srv.log.poll()
-                for ln in lines:
-                    srv.lines.append(ln)
-                if lines and srv.incident is not None:
-                    srv.incident.add_log(lines)
+                for _ in range(DRAIN_POLLS):
+                    lines = srv.log.poll()
+                    for ln in lines:
+                        srv.lines.append(ln)
+                    if lines and srv.incident is not None:
+                        srv.incident.add_log(lines)
+                    if not srv.log.more:
+                        break
             if srv.records is not None:
-                got = srv.records.poll()
-                for item in got:
-                    srv.recs.append(item)
-                if got and srv.incident is not None:
-                    by: dict[str, list[Line]] = {}
-                    for name, ln in got:
-                        by.setdefault(name, []).append(ln)
-                    for name, lines in by.items():
-                        srv.incident.add_records(name, lines)
+                for _ in range(DRAIN_POLLS):
+                    got = srv.records.poll()
+                    for item in got:
+                        srv.recs.append(item)
+                    if got and srv.incident is not None:
+                        by: dict[str, list[Line]] = {}
+                        for name, ln in got:
+                            by.setdefault(name, []).append(ln)
+                        for name, part in by.items():
+                            srv.incident.add_records(name, part)
+                    if not srv.records.more:
+                        break
 
     def _drain_scrapes(self) -> None:
         while True:

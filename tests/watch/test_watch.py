@@ -637,8 +637,9 @@ def _rss_kb(pid: int) -> int:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
 def test_soak_memory_stays_flat_while_the_log_grows_and_rotates(tmp_path):
     """About 24 s: the log grows by ~3 MB/s (40,000 lines a second) and is rotated every 3 s, the
-    server is scraped every second. The watch's rings are full after a few seconds (16 MB of lines):
-    from then on its RSS does not grow with what it reads."""
+    server is scraped every second; once the watch is stopped for 2 s (a host that starves it), so it
+    finds a 6 MB backlog. The watch's rings are full after a few seconds (16 MB of lines): from then on
+    its RSS does not grow with what it reads, nor with a backlog (read a piece at a time)."""
     log = tmp_path / "vllm.log"
     log.write_text("")
     written = [0, 0]  # bytes, rotations
@@ -670,6 +671,10 @@ def test_soak_memory_stays_flat_while_the_log_grows_and_rotates(tmp_path):
         t0, samples = time.time(), []
         while time.time() - t0 < 24:
             time.sleep(1)
+            if 12 <= time.time() - t0 < 13:  # a watch starved of CPU for 2 s (a loaded host): a backlog
+                os.kill(p.pid, signal.SIGSTOP)
+                time.sleep(2)
+                os.kill(p.pid, signal.SIGCONT)
             samples.append((time.time() - t0, _rss_kb(p.pid)))
         halt.set()  # the writer stops first, and the watch gets time to see its last rotation
         w.join()
@@ -686,3 +691,35 @@ def test_soak_memory_stays_flat_while_the_log_grows_and_rotates(tmp_path):
     assert err.count("rotated") == written[1]  # every rotation followed (and said once)
     assert growth_mb < 6, samples
     assert max(late) / 1024 < 200, samples
+
+
+def test_follow_reads_a_backlog_in_pieces_and_a_rotated_file_to_its_end(tmp_path, monkeypatch):
+    """A poll holds at most MAX_READ_PER_POLL bytes of lines (``more`` says the rest waits), and a
+    rotated file with more than that left is read to its end before its successor: no line lost."""
+    from preemptlog.watch import follow
+
+    monkeypatch.setattr(follow, "MAX_READ_PER_POLL", 1000)
+    monkeypatch.setattr(follow, "READ_CHUNK", 300)
+    log = tmp_path / "vllm.log"
+    log.write_bytes(b"")
+    f = Follower(log, lambda s: None)
+    old = [b"old %05d\n" % i for i in range(500)]  # 5,000 bytes behind the follower
+    log.write_bytes(b"".join(old))
+    log.rename(tmp_path / "vllm.log.1")
+    new = [b"new %05d\n" % i for i in range(300)]
+    log.write_bytes(b"".join(new))
+    got: list[bytes] = []
+    polls = 0
+    while True:
+        piece = [ln.data for ln in f.poll()]
+        polls += 1
+        assert sum(map(len, piece)) <= 1000 + 10  # one piece (and the line it completes)
+        got += piece
+        if not f.more:
+            break
+    assert got[:500] == old and f.rotations == 1  # the rotated file whole, then the new one
+    got += [ln.data for ln in f.poll()]
+    while f.more:
+        got += [ln.data for ln in f.poll()]
+    assert got == old + new and polls >= 5
+    f.close()
