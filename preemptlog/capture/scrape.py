@@ -62,6 +62,9 @@ class Stats:
     files: list[str] = field(default_factory=list)
 
 
+COPY_CHUNK = 1 << 20
+
+
 class LogFollower:
     """Copies what is appended to ``src`` into ``dst`` (from the moment it starts)."""
 
@@ -105,20 +108,25 @@ class LogFollower:
         return self._read()
 
     def _read(self) -> int:
-        try:
-            data = self.fh.read()
-        except OSError as exc:  # the followed log's (an input's): named, never taken for the output's
-            if exc.filename is None:
-                exc.filename = str(self.src)
-            raise
-        if not data:
-            return 0
-        self.pos += len(data)
-        if self.out is None:
-            self.out = open(self.dst, "ab")  # noqa: SIM115
-        self.out.write(data)
-        self.out.flush()
-        return len(data)
+        """Copies what the file gained, 1 MB at a time (a backlog is never held whole)."""
+        got = 0
+        while True:
+            try:
+                data = self.fh.read(COPY_CHUNK)
+            except OSError as exc:  # the followed log's (an input's): named, never taken for the output's
+                if exc.filename is None:
+                    exc.filename = str(self.src)
+                raise
+            if not data:
+                break
+            self.pos += len(data)
+            if self.out is None:
+                self.out = open(self.dst, "ab")  # noqa: SIM115
+            self.out.write(data)
+            got += len(data)
+        if got:
+            self.out.flush()
+        return got
 
     def close(self) -> None:
         for f in (self.fh, self.out):

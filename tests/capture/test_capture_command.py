@@ -340,3 +340,27 @@ def test_a_scrape_late_twice_is_a_gap_from_its_first_request(tmp_path):
     assert start - t0 < 3.0  # dated from the first request (sent ~1 s in), not from the second's end
     assert end - start >= 12.0  # 2 s + 10 s of waiting, then a 2 s backoff before the next success
     assert m[-1]["late"] == 1 and m[-1]["failures"] == 1
+
+
+def test_the_log_copy_reads_a_backlog_in_pieces_and_a_rotated_file_to_its_end(tmp_path, monkeypatch):
+    """capture's copy of --log: a backlog copied a piece at a time, byte for byte; a rotated file's
+    rest before the new file's start; a truncated file from its new start."""
+    from preemptlog.capture import scrape
+
+    monkeypatch.setattr(scrape, "COPY_CHUNK", 7)
+    src, dst = tmp_path / "vllm.log", tmp_path / "copy.log"
+    src.write_bytes(b"before the capture\n")
+    f = scrape.LogFollower(src, dst, lambda s: None)
+    with open(src, "ab") as fh:
+        fh.write(b"".join(b"line %03d\n" % i for i in range(40)))
+    assert f.poll() == 360
+    with open(src, "ab") as fh:
+        fh.write(b"rest of the old file\n")
+    src.rename(tmp_path / "vllm.log.1")
+    src.write_bytes(b"the new file\n")
+    assert f.poll() == 21 + 13
+    src.write_bytes(b"cut\n")  # truncated (shorter than what was read)
+    assert f.poll() == 4
+    f.close()
+    want = b"".join(b"line %03d\n" % i for i in range(40)) + b"rest of the old file\nthe new file\ncut\n"
+    assert dst.read_bytes() == want
