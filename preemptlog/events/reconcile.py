@@ -689,6 +689,21 @@ def _not_made(a: AnalysisView, kind: str) -> int:
     return int(c.filter(pl.col("kind") == kind).select((pl.col("count") - pl.col("events")).sum()).item() or 0)
 
 
+def _capped_rest(a: AnalysisView, engine: str, hi: Any = None, lo: Any = None) -> int:
+    """The preemptions of engine ``engine``'s log counts logged in (lo, hi] that the cap made no event of
+    (frame ``capped_counts``): with the log's events, what its counts hold (since_start compares the
+    counter's reading with that, not with the events alone)."""
+    c = a.frames.get("capped_counts")
+    if c is None or c.height == 0:
+        return 0
+    f = pl.col("engine").fill_null("0") == engine
+    if hi is not None:
+        f = f & (pl.col("time") <= hi)
+    if lo is not None:
+        f = f & (pl.col("time") > lo)
+    return int(c.filter(f).select((pl.col("count") - pl.col("events")).sum()).item() or 0)
+
+
 def _capped_logs(
     counts: pl.DataFrame | None,
     before: pl.DataFrame,
@@ -885,6 +900,7 @@ def since_start(
             cited = f"{r.get('created_src') or where} (_created)"
             if log0 is not None and created + _SAME_SECOND_TD < log0[0]:
                 n_log = own.filter((eng == r["engine"]) & (pl.coalesce("interval_end", "time") <= r["end"])).height
+                n_log += _capped_rest(a, r["engine"], r["end"])
                 baselines[where] = {
                     "engine": r["engine"],
                     "value": int(round(r["value"])),
@@ -922,6 +938,7 @@ def since_start(
         if lo is not None:
             in_span = in_span & (end_t > lo)
         n_own = own.filter(in_span).height if own.height else 0
+        n_own += _capped_rest(a, r["engine"], r["end"] + _SAME_SECOND, lo)
         n = int(round(r["value"]))
         rest = n - n_own
         if rest < 0 and r["_samples"] == 1:
@@ -947,7 +964,8 @@ def since_start(
         where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
         if r["engine"] == "all" or r["engine"] in recorded:
             continue
-        got = _timeless_reading(r, where, pairs, own.filter(eng == r["engine"]).height if own.height else 0, tz)
+        n_own = (own.filter(eng == r["engine"]).height if own.height else 0) + _capped_rest(a, r["engine"])
+        got = _timeless_reading(r, where, pairs, n_own, tz)
         notes.extend(got.notes)
         if got.repeat:
             repeats.add(where)

@@ -213,7 +213,8 @@ def _scraped_reasons(a: Analysis, spans: pl.DataFrame, st: pl.DataFrame) -> pl.D
 
 
 def _counted_in(a: Analysis, engine: str | None, start: Any, end: Any) -> dict[str, Any]:
-    """The preemptions counted in a stall span [start, end] of one engine: the bundle's events there and,
+    """The preemptions counted in a stall span [start, end] of one engine: the bundle's events there (and
+    the rest of a capped count logged there) and,
     from /metrics, the counter's increase between the scrapes at or around the span (``counter_increase``,
     with the readings it is from; None without a counter of that engine)."""
     ev = a.events
@@ -222,6 +223,14 @@ def _counted_in(a: Analysis, engine: str | None, start: Any, end: Any) -> dict[s
     if ev.height:
         t = pl.coalesce("time", "interval_end")
         n = ev.filter((pl.col("engine").fill_null("0") == eng) & (t >= start) & (t <= end)).height
+    # a count above the event cap (frame capped_counts) made fewer events than it counts: its rest is
+    # counted where the count was logged (a stats line of the span)
+    capped = a.frames.get("capped_counts")
+    if capped is not None and capped.height:
+        rest = capped.filter(
+            (pl.col("engine").fill_null("0") == eng) & (pl.col("time") >= start) & (pl.col("time") <= end)
+        ).select((pl.col("count") - pl.col("events")).sum())
+        n += int(rest.item() or 0)
     out: dict[str, Any] = {"preemptions": n, "counter_increase": None, "counter_readings": None}
     pre = frame(a, "prom_preemptions")
     if pre is not None:

@@ -167,3 +167,36 @@ def test_a_capped_log_count_stands_outside_the_scrape_window_and_is_the_counters
         ("b/v1.log:5", 500, CAP),
         (f"b/metrics-{t0 + 20}.prom:2", 400, CAP),
     ]
+
+
+def stall_line(ss: int, n: int | None) -> str:
+    pre = f"Preemptions: {n}, " if n is not None else ""
+    return (
+        f"INFO 12-01 10:00:{ss:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
+        f"generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 12 reqs, {pre}GPU KV cache usage: "
+        "99.8%, Prefix cache hit rate: 10.0%"
+    )
+
+
+def test_a_stall_span_counts_a_capped_count_whole(tmp_path, small_cap):
+    """The stall finding's preemptions in a span are the log's count, not the events the cap let it make."""
+    p = write(tmp_path, "v1.log", [V1_HEAD, stall_line(10, 0), stall_line(20, 500), stall_line(30, 0)])
+    a = analyze([str(p)], OPTS)
+    assert a.summary()["reconciliation"]["total"] == 500
+    [span] = [s for s in a.findings.stall["spans"] if s["source"] == "log"]
+    assert span["preemptions"] == 500, span
+
+
+def test_a_counters_one_reading_is_compared_with_the_logs_count_not_its_capped_events(tmp_path, small_cap):
+    """A single /metrics reading counts since the engine started (reconcile.since_start): what the log
+    already counted by then is taken off. With a capped count that is the log's count (500), not its 50
+    events: else 450 preemptions the log counted are counted twice."""
+    d = tmp_path / "bundle"
+    d.mkdir()
+    write(d, "vllm.log", [V1_HEAD, v1_line(10, 0), v1_line(20, 500), v1_line(30, 0)])
+    (d / "metrics-1796119235.prom").write_text(  # 2026-12-01 10:00:35 UTC
+        '# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{engine="0",model_name="m"} 530.0\n'
+    )
+    a = analyze([str(d)], OPTS)
+    rec = a.summary()["reconciliation"]
+    assert rec["total"] == 530, rec  # the log's 500 and the 30 more the counter read
