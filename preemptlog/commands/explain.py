@@ -272,7 +272,7 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
     """The event ids an EVENT_ID or --request stands for, and a note when a folded run was given.
 
     Accepted: the exact event_id; the table's id (the folder given stripped: a path suffix at a
-    ``/``); a folded ``...~r*`` / ``...~i*`` (its first event is explained; the run is noted).
+    ``/``); a folded ``...~r*`` / ``...~i*`` / ``...~q*`` (its first event is explained; the run is noted).
     Unknown: a UsageError with the nearest ids (same file, nearest lines; else similar file names).
     """
     import polars as pl
@@ -295,7 +295,7 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
             )
         return sel.get_column("event_id").to_list(), None
     assert given is not None
-    folded = given.endswith(("~r*", "~i*"))
+    folded = given.endswith(("~r*", "~i*", "~q*"))
     sel = ev.filter(_id_matches(given))
     if sel.height and not folded:
         bases = sel.get_column("event_id").unique().to_list()
@@ -303,7 +303,7 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
             raise _ambiguous(given, sorted(bases))
         return bases, None
     if sel.height and folded:
-        runs = sel.select(pl.col("event_id").str.replace(r"~[ri]\d+$", "").alias("run")).get_column("run")
+        runs = sel.select(pl.col("event_id").str.replace(r"~[riq]\d+$", "").alias("run")).get_column("run")
         if runs.n_unique() > 1:  # a cut id standing for several runs: never the first of them silently
             raise _ambiguous(given, [f"{r}~{given[-2]}*" for r in runs.unique(maintain_order=True).to_list()])
         ids = sel.get_column("event_id").to_list()
@@ -312,7 +312,7 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
         f"no event {given!r} in this bundle ({ev.height} event(s))",
         hint=_did_you_mean(ev, given)
         + "list the ids with: preemptlog analyze PATHS (table) or -f ndjson (column event_id); "
-        "folded table rows (~r*, ~i*) stand for ids ending ~r1, ~r2, ...",
+        "folded table rows (~r*, ~i*, ~q*) stand for ids ending ~r1, ~r2, ...",
     )
 
 
@@ -345,12 +345,12 @@ def _id_matches(given: str):
 
     import polars as pl
 
-    folded = given.endswith(("~r*", "~i*"))
+    folded = given.endswith(("~r*", "~i*", "~q*"))
     stem = given[:-3] if folded else given
     parts = re.split(r"…|(?<![/.])\.\.(?![/.])", stem)
     body = ".*".join(re.escape(p) for p in parts)
-    if folded:
-        body += re.escape("~" + given[-2]) + r"\d+"
+    if folded:  # one line's N retractions: the line's own id is the 1st (model.events.count_run)
+        body += "(?:" + re.escape("~" + given[-2]) + r"\d+)" + ("?" if given[-2] == "q" else "")
     return pl.col("event_id").str.contains(f"(^|/){body}$")
 
 

@@ -113,6 +113,25 @@ def spread_interval(start: pl.Expr, end: pl.Expr, k: pl.Expr, n: pl.Expr) -> pl.
 
 
 # Events made from counts (a V0 cumulative counter, V1 interval counts, /metrics increases) are capped.
+# The events one count of one line stands for share the line's id, with a suffix: ``~r<k>`` (a counter's
+# reconstructed preemptions), ``~i<k>`` (an interval count's), ``~q<k>`` (the 2nd, 3rd... of one logged
+# line's N, SGLang's ``#retracted_reqs: N``: the 1st is the line's id). A table row / report card each.
+COUNT_SUFFIX = {"reconstructed": "r", "interval": "i", "logged": "q"}
+
+
+def count_run() -> pl.Expr:
+    """The id of the line count an event is one of (its id without the count suffix): the key that folds
+    one count's events into one row; any other event is its own."""
+    e = pl.col("event_id")
+    return (
+        pl.when(pl.col("kind").is_in(["reconstructed", "interval"]))
+        .then(e.str.replace(r"~[ri]\d+$", ""))
+        .when(pl.col("kind") == "logged")
+        .then(e.str.replace(r"~q\d+$", ""))
+        .otherwise(e)
+    )
+
+
 MAX_EVENTS_PER_COUNT = 100_000
 MAX_EVENTS_FROM_COUNTS = 1_000_000
 

@@ -19,6 +19,7 @@ import polars as pl
 from ..clock.timebase import zone_info
 from ..engines import others
 from ..events.visibility import count_visibility
+from ..model.events import COUNT_SUFFIX, count_run
 from ..outputs.console import text_console
 from ..outputs.safe import ascii_text, neutralise, text, unicode_ok
 from .pager import page, terminal_size
@@ -77,9 +78,9 @@ def verdict_legend(verdicts: list[str], *, full: bool) -> str:
 
 
 def display_rows(analysis: Analysis) -> pl.DataFrame:
-    """Events for display: each run of reconstructed/interval events from one line becomes one row.
+    """Events for display: the events of one line's count (model.events.count_run) become one row.
 
-    Columns: time, until (UTC datetimes), event_id (``~r*``/``~i*`` for a folded run), kind,
+    Columns: time, until (UTC datetimes), event_id (``~r*``/``~i*``/``~q*`` for a folded run), kind,
     count, request_id, mode, source, line, gate, sub_kind, confidence (of the run's first event),
     verdicts (how many distinct gate/sub-kind pairs the run holds).
     """
@@ -93,11 +94,7 @@ def display_rows(analysis: Analysis) -> pl.DataFrame:
         ev = ev.with_columns(
             gate=pl.lit(None, pl.String), sub_kind=pl.lit(None, pl.String), confidence=pl.lit(None, pl.String)
         )
-    grouped = ev.with_columns(
-        _g=pl.when(pl.col("kind").is_in(["reconstructed", "interval"]))
-        .then(pl.col("event_id").str.replace(r"~[ri]\d+$", ""))
-        .otherwise(pl.col("event_id"))
-    )
+    grouped = ev.with_columns(_g=count_run())
     return (
         grouped.group_by("_g", "kind", maintain_order=True)
         .agg(
@@ -118,7 +115,7 @@ def display_rows(analysis: Analysis) -> pl.DataFrame:
         )
         .with_columns(
             event_id=pl.when(pl.col("count") > 1)
-            .then(pl.concat_str([pl.col("_g"), pl.lit("~"), pl.col("kind").str.slice(0, 1), pl.lit("*")]))
+            .then(pl.concat_str([pl.col("_g"), pl.lit("~"), pl.col("kind").replace_strict(COUNT_SUFFIX), pl.lit("*")]))
             .otherwise(pl.col("event_id")),
         )
         .drop("_g")
@@ -272,7 +269,7 @@ def render_table(
         if prefix and where.startswith(prefix):
             where = where[len(prefix) :]
         if fold:
-            how = "from counter" if r["kind"] == "reconstructed" else "in interval"
+            how = {"reconstructed": "from counter", "logged": "on one line"}.get(r["kind"], "in interval")
             req = f"{r['count']} {how}"
             of = capped.get(str(r["event_id"] or "").rsplit("~", 1)[0])
             if of is not None and of > r["count"]:  # a count whose events were capped: never all of it
@@ -361,8 +358,9 @@ def render_table(
     if header and folded:
         console.print(
             text(
-                "an id ending ~r* / ~i* is one row for the events counted on one line (V0's cumulative counter, a "
-                "stats line, a /metrics reading), with no request id each: a time ending + is the first of them, "
+                "an id ending ~r* / ~i* / ~q* is one row for the events counted on one line (V0's cumulative "
+                "counter, a stats line, a /metrics reading, SGLang's #retracted_reqs), with no request id each: a "
+                "time ending + is the first of them, "
                 "'unplaced' a count with no time inside it; `preemptlog explain ID` takes it; -f ndjson lists each "
                 "event."
             )

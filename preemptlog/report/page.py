@@ -8,6 +8,7 @@ fetch, and a Content-Security-Policy forbids any request should something try.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -15,7 +16,7 @@ import polars as pl
 from ..engines import DEFAULT, find, get, noun
 from ..joiner.schema import evidence_words
 from ..model import VERSION as __version__
-from ..model.events import EVENTS_SCHEMA
+from ..model.events import COUNT_SUFFIX, EVENTS_SCHEMA, count_run
 from ..render import iso_expr
 from ..render.summary import fix_line
 from ..rules.verdicts import VERDICT_COLUMNS
@@ -466,17 +467,13 @@ def _events(a: Analysis, s: dict) -> str:
 
 def _fold_counted(ev: pl.DataFrame) -> pl.DataFrame:
     """Events counted on one line (a V0 warning's ``total_num_cumulative_preemption``, a stats line's or a
-    /metrics reading's count: kinds ``reconstructed`` and ``interval``) are one card, as they are one row of
+    /metrics reading's count: kinds ``reconstructed`` and ``interval``; SGLang's ``#retracted_reqs: N``:
+    ``logged`` ``~q``; model.events.count_run) are one card, as they are one row of
     the terminal table (render/table.py display_rows): the run's first event, with ``_n`` (how many) and
     ``_last`` (the last one's time); other events are their own card (``_n`` 1)."""
     if ev.height == 0:
         return ev.with_columns(_n=pl.lit(1, pl.UInt32), _last=pl.lit(None, pl.String))
-    base = (
-        pl.when(pl.col("kind").is_in(["reconstructed", "interval"]))
-        .then(pl.col("event_id").str.replace(r"~[ri]\d+$", ""))
-        .otherwise(pl.col("event_id"))
-    )
-    ev = ev.with_columns(_g=base)
+    ev = ev.with_columns(_g=count_run())
     firsts = ev.group_by("_g", "kind", maintain_order=True).agg(
         pl.len().cast(pl.UInt32).alias("_n"),
         pl.col("time").last().alias("_last"),
@@ -492,7 +489,9 @@ def _fold_counted(ev: pl.DataFrame) -> pl.DataFrame:
 def _event_card(r: dict) -> str:
     gate = r["gate"] or UNDETERMINED
     n = int(r.get("_n") or 1)
-    ident = r["event_id"] if n == 1 else str(r["event_id"]).rsplit("~", 1)[0] + f"~{str(r['kind'])[:1]}*"
+    ident = r["event_id"]
+    if n > 1:  # the run's id, as the table shows it (model.events.count_run)
+        ident = re.sub(r"~[riq]\d+$", "", str(ident)) + f"~{COUNT_SUFFIX.get(str(r['kind']), 'r')}*"
     head = [
         chip(gate),
         f"<span>{e(r['sub_kind'])}</span>" if r.get("sub_kind") else "",

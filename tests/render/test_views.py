@@ -307,6 +307,39 @@ def test_folded_rows_of_one_interval_share_the_interval_verdict():
     assert len(ids) == 3  # ndjson keeps each event
 
 
+def test_one_lines_retractions_are_one_row_and_explain_takes_it(tmp_path):
+    """SGLang's ``#retracted_reqs: N`` is N events of one line (``:14``, ``:14~q2``...): one row, like the
+    other counts of one line, which ``explain`` takes; a single retraction and other lines stay rows."""
+    log = str(FIXTURES / "golden" / "sglang-0.4-tp.log")
+    r = invoke("analyze", log, "--year", "2025", "--tz", "UTC", "-f", "table", "-q", "--no-header")
+    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.strip()}
+    assert set(rows) == {"sglang-0.4-tp.log:8", "sglang-0.4-tp.log:14~q*"}, rows
+    assert "2 on one line" in rows["sglang-0.4-tp.log:14~q*"]
+    nd = invoke("analyze", log, "--year", "2025", "--tz", "UTC", "-f", "ndjson", "-q")
+    assert len(nd.stdout.splitlines()) == 3  # ndjson keeps each event
+    ex = invoke("explain", "sglang-0.4-tp.log:14~q*", log, "--year", "2025", "--tz", "UTC", "-f", "json")
+    doc = json.loads(ex.stdout)
+    assert doc["event"]["event_id"].endswith("sglang-0.4-tp.log:14"), doc["event"]
+    lone = invoke("explain", "sglang-0.4-tp.log:14", log, "--year", "2025", "--tz", "UTC", "-f", "json")
+    assert json.loads(lone.stdout)["event"]["event_id"].endswith("sglang-0.4-tp.log:14")
+
+
+def test_a_lines_capped_retractions_are_one_row_of_the_count(tmp_path, monkeypatch):
+    from preemptlog import AnalyzeOptions, analyze
+    from preemptlog.model import events as ev_mod
+    from preemptlog.render.table import render_table
+
+    monkeypatch.setattr(ev_mod, "MAX_EVENTS_PER_COUNT", 40)
+    p = tmp_path / "sgl.log"
+    p.write_text(
+        "[2026-03-14 10:00:10 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 500, "
+        "#new_token_ratio: 0.5000 -> 0.6000\n"
+    )
+    a = analyze([str(p)], AnalyzeOptions(tz="UTC", year=2026))
+    body = [ln for ln in render_table(a, width=120, header=False).splitlines() if ln.strip()]
+    assert len(body) == 1 and "40 of 500 on one line (capped)" in body[0], body
+
+
 def test_folded_rows_say_when_their_events_differ():
     from types import SimpleNamespace
 
