@@ -20,6 +20,7 @@ are vLLM's, another engine's rows (given in ``extra``: an SGLang log's) and defa
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import polars as pl
 
@@ -354,7 +355,79 @@ def parse(
         ]
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=out.schema)], how="vertical")
-    return out
+    return _seqs_default_on_this_gpu(out, own_stats)
+
+
+# From 0.8.0 vLLM's max_num_seqs default depends on the GPU (vllm/engine/arg_utils.py _set_default_args,
+# get_batch_defaults in 0.32-0.34): 1024 on a GPU of at least 70 GiB that is not an A100 (H100, H200;
+# from 160 GiB any: B200), 256 on the others (performance_mode throughput doubles either).
+GPU_SEQS_SINCE = (0, 8, 0)
+LARGE_GPU_GIB, HUGE_GPU_GIB = 70.0, 160.0
+GPU_SEQS_SRC = "vllm/engine/arg_utils.py get_batch_defaults: 1024 on a GPU of >= 70 GiB other than an A100, else 256"
+
+
+def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None) -> pl.DataFrame:
+    """vLLM's max_num_seqs default (a ``default`` row: no line states it) as far as the bundle shows the GPU
+    (``GPU_SEQS_SINCE`` on): more requests running on one engine than the small GPUs' default (a stats line
+    of one engine, never a sum over engines) can only be the large GPUs' default; ``total_gpu_memory``
+    (V0 and V1 0.8-0.10's memory profiling line) below 70 GiB is the small one, from 160 GiB the large
+    one, in between the large one unless the GPU is an A100 (said, the value kept)."""
+    is_row = (pl.col("key") == "max_num_seqs") & (pl.col("status") == "default") & (pl.col(CONFIG_ENGINE) == VLLM)
+    row = out.filter(is_row)
+    if row.height != 1 or not str(row.item(0, "value")).isdigit():
+        return out
+    mine = out.filter((pl.col(CONFIG_ENGINE) == VLLM) & (pl.col("status") != "default"))
+    ver = _last(mine, "vllm_version")
+    vt = _version_tuple(str(ver["value"])) if ver else None
+    if vt is None:
+        floor = _last(mine, VERSION_FLOOR_KEY)
+        vt = _version_tuple(str(floor["value"])) if floor else None
+    if vt is None or vt < GPU_SEQS_SINCE:
+        return out
+    label = f"vLLM {ver['value']}'s" if ver else "vLLM's"
+    small = int(row.item(0, "value"))
+    large = 4 * small  # 256 -> 1024 (512 -> 2048 in throughput mode)
+    note = str(row.item(0, "note") or "")
+    value = small
+    one = (
+        stats.filter((pl.col("engines") == 1) & pl.col("running").is_not_null())
+        if stats is not None and stats.height and "engines" in stats.columns
+        else None
+    )
+    top = one.sort("running", descending=True, maintain_order=True).head(1) if one is not None and one.height else None
+    mem = _last(mine, "total_gpu_memory_gib")
+    gib = _float(mem["value"]) if mem else None
+    if top is not None and small < int(top.item(0, "running")) <= large:
+        value = large
+        note = (
+            f"assumed: {label} default on a large GPU ({top.item(0, 'running')} running on one engine at "
+            f"{top.item(0, 'source')}:{top.item(0, 'line')}, more than the {small} of other GPUs; {GPU_SEQS_SRC})"
+        )
+    elif gib is not None:
+        cite = f"total_gpu_memory {gib:g} GiB{_where(mem)}"
+        if gib < LARGE_GPU_GIB:
+            note = f"{note}; {small} on this GPU: {cite}, below {LARGE_GPU_GIB:g} GiB ({GPU_SEQS_SRC})"
+        elif gib >= HUGE_GPU_GIB:
+            value = large
+            note = f"assumed: {label} default on this GPU ({cite}, at least {HUGE_GPU_GIB:g} GiB; {GPU_SEQS_SRC})"
+        else:
+            note = (
+                f"{note}; {large} if this GPU is not an A100: {cite}, at least {LARGE_GPU_GIB:g} GiB (an A100 keeps "
+                f"{small}; {GPU_SEQS_SRC})"
+            )
+    else:
+        return out
+    return out.with_columns(
+        value=pl.when(is_row).then(pl.lit(str(value))).otherwise(pl.col("value")),
+        note=pl.when(is_row).then(pl.lit(note)).otherwise(pl.col("note")),
+    )
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 DP_SUM_KEY = "num_gpu_blocks_all_engines"
