@@ -55,6 +55,7 @@ BUILTIN_MODULES: list[str] = [
     "dmon",
     "prometheus",
     "capture",
+    "gpuinfo",
 ]
 # The source kinds whose files the single log pass reads (sources/vllm_log.py ``scan``): every
 # engine's log kind registers with ``log_pass`` (their line families are told apart per line, not

@@ -19,6 +19,7 @@ are vLLM's, another engine's rows (given in ``extra``: an SGLang log's) and defa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -395,8 +396,13 @@ def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None) -> 
         else None
     )
     top = one.sort("running", descending=True, maintain_order=True).head(1) if one is not None and one.height else None
-    mem = _last(mine, "total_gpu_memory_gib")
+    mem = _last(mine, "total_gpu_memory_gib") or _last(mine, "gpu_memory_total_gib")  # vLLM's line, nvidia-smi's
     gib = _float(mem["value"]) if mem else None
+    gpu = _last(mine, "gpu_name")  # nvidia-smi's (sources/gpuinfo.py)
+    name = str(gpu["value"]) if gpu else None
+    named_gb = re.search(r"(\d+)\s*GB\b", name or "")
+    if gib is None and named_gb:  # nvidia-smi -L: the name's memory ("NVIDIA H100 80GB HBM3")
+        mem, gib = gpu, float(named_gb.group(1))
     if top is not None and small < int(top.item(0, "running")) <= large:
         value = large
         note = (
@@ -404,12 +410,22 @@ def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None) -> 
             f"{top.item(0, 'source')}:{top.item(0, 'line')}, more than the {small} of other GPUs; {GPU_SEQS_SRC})"
         )
     elif gib is not None:
-        cite = f"total_gpu_memory {gib:g} GiB{_where(mem)}"
+        cite = (
+            f"{gib:g} GB in its name"
+            if mem is gpu
+            else f"{str(mem['key']).removesuffix('_gib')} {gib:g} GiB{_where(mem)}"
+        )
+        named = f"{name}{_where(gpu)}" if gpu else None
         if gib < LARGE_GPU_GIB:
             note = f"{note}; {small} on this GPU: {cite}, below {LARGE_GPU_GIB:g} GiB ({GPU_SEQS_SRC})"
         elif gib >= HUGE_GPU_GIB:
             value = large
             note = f"assumed: {label} default on this GPU ({cite}, at least {HUGE_GPU_GIB:g} GiB; {GPU_SEQS_SRC})"
+        elif name is not None and not _small_tier(name):
+            value = large
+            note = f"assumed: {label} default on this GPU ({named}, {cite}, at least {LARGE_GPU_GIB:g} GiB; {GPU_SEQS_SRC})"
+        elif name is not None:
+            note = f"{note}; {small} on this GPU: {named} keeps it whatever its memory ({GPU_SEQS_SRC})"
         else:
             note = (
                 f"{note}; {large} if this GPU is not an A100: {cite}, at least {LARGE_GPU_GIB:g} GiB (an A100 keeps "
@@ -421,6 +437,13 @@ def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None) -> 
         value=pl.when(is_row).then(pl.lit(str(value))).otherwise(pl.col("value")),
         note=pl.when(is_row).then(pl.lit(note)).otherwise(pl.col("note")),
     )
+
+
+def _small_tier(gpu_name: str) -> bool:
+    """A GPU vLLM keeps on the small defaults whatever its memory: an A100 (PR #17885), a GB10 (DGX Spark,
+    compute capability 12.1: 0.34's ``is_gb10``)."""
+    n = gpu_name.lower()
+    return "a100" in n or "gb10" in n.replace(" ", "")
 
 
 def _float(v: Any) -> float | None:
