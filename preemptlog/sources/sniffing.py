@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..inputs.files import UNRECOGNISED, InputFile
 from ..inputs.salvage import _compression_damage
-from ..inputs.textio import compression_of, read_head
+from ..inputs.textio import ANSI_RE, compression_of, read_head
 from ..inputs.walk import _Entry, _stat_reason
 from ..inputs.workspace import Workspace
 from .registry import kinds, sniff
@@ -354,6 +354,8 @@ def is_document(display: str, head: str) -> bool:
     low = _base_name(display).lower()
     if not low.endswith(".txt"):
         return False
+    if "\x1b" in head:  # a log vLLM coloured (0.4.3-0.11.2 write the codes into files) is judged by its text
+        head = re.sub(ANSI_RE, "", head)
     lines = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("```")]
     if len(lines) < 3:
         return False

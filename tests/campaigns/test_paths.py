@@ -1,0 +1,232 @@
+"""One incident, several evidence paths: the answer must not depend on the path.
+
+Hand-written incidents in the shapes an on-call engineer brings (a vLLM V1 0.10.2 log as vLLM
+writes it to a file, colour codes included; a V0 0.6.3 log with its sampled preemption warnings; a
+0.11.1 log of a build that prints ``Preemptions: N``; ``/metrics`` scrapes), each presented along
+paths that carry the same evidence: a folder, a .tar.gz, a .zip, files renamed, the log gzipped,
+CRLF line ends, the scrapes in every accepted shape, the log alone beside log + scrapes. The
+answer is compared through the CLI (``-f json``): headline, count and its quality, the fixes,
+the per-event gate and mechanism, the exit code. Paths in the text (``file:line``) are the only
+difference allowed where a file's name differs. tests/campaigns/test_metamorphic.py holds the
+relations on single logs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import tarfile
+import zipfile
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from ..conftest import run_cli
+
+T0 = datetime(2025, 10, 14, 10, 0, 0, tzinfo=UTC)
+EPOCH = T0.timestamp()
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def _hdr(t: datetime) -> str:
+    return t.strftime("%m-%d %H:%M:%S")
+
+
+def v1_log(version: str = "0.10.2", *, ansi: bool = True, preemptions: dict[int, int] | None = None) -> str:
+    """A V1 server log: banner, args, engine config, KV cache size, requests, stats every 10 s.
+
+    ``ansi``: the ``(APIServer pid=N)`` prefix coloured, as vLLM 0.4.3-0.11.2 write it into a file.
+    ``preemptions``: stats line index -> its ``Preemptions: N`` part (a build with PR #38452's fix).
+    """
+
+    def pfx(name: str, pid: int) -> str:
+        return f"\x1b[1;36m({name} pid={pid})\x1b[0;0m " if ansi else f"({name} pid={pid}) "
+
+    api, core = pfx("APIServer", 4394), pfx("EngineCore_DP0", 4500)
+    out = [
+        f"{api}INFO {_hdr(T0)} [api_server.py:1896] vLLM API server version {version}",
+        f"{api}INFO {_hdr(T0)} [utils.py:328] non-default args: {{'model': '{MODEL}', 'max_num_seqs': 64, "
+        "'max_model_len': 8192}",
+        f"{core}INFO {_hdr(T0 + timedelta(seconds=5))} [core.py:76] Initializing a V1 LLM engine (v{version}) with "
+        f"config: model='{MODEL}', speculative_config=None, tokenizer='{MODEL}', dtype=torch.bfloat16, "
+        "max_seq_len=8192, tensor_parallel_size=1, enable_prefix_caching=True, chunked_prefill_enabled=True",
+        f"{core}INFO {_hdr(T0 + timedelta(seconds=15))} [kv_cache_utils.py:864] GPU KV cache size: 18,400 tokens",
+        f"{core}INFO {_hdr(T0 + timedelta(seconds=15))} [kv_cache_utils.py:868] Maximum concurrency for 8,192 "
+        "tokens per request: 2.25x",
+    ]
+    rows = [(0, 0, 0.0), (12, 0, 30.2), (40, 6, 81.0), (58, 21, 99.1), (47, 30, 100.0), (44, 26, 99.6)]
+    rows += [(50, 9, 97.5), (30, 0, 60.2), (4, 0, 8.0), (0, 0, 0.0)]
+    for i, (run, wait, kv) in enumerate(rows):
+        t = T0 + timedelta(seconds=30 + 10 * i)
+        if i in (1, 2, 3):
+            for k in range(3):
+                out.append(
+                    f"{api}INFO {_hdr(t - timedelta(seconds=5))} [logger.py:43] Received request chatcmpl-{i}{k}aa: "
+                    "params: SamplingParams(n=1, temperature=0.7, max_tokens=1024), prompt_token_ids: None, "
+                    "lora_request: None."
+                )
+        pre = f"Preemptions: {preemptions[i]}, " if preemptions and i in preemptions else ""
+        out.append(
+            f"{api}INFO {_hdr(t)} [loggers.py:123] Engine 000: Avg prompt throughput: {100.0 * run:.1f} tokens/s, "
+            f"Avg generation throughput: {10.0 * run:.1f} tokens/s, Running: {run} reqs, Waiting: {wait} reqs, "
+            f"{pre}GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: 12.5%"
+        )
+    return "\n".join(out) + "\n"
+
+
+# (seconds after T0, counter, KV usage 0-1, waiting, running): the scrapes of incident A
+SCRAPES = [(25, 0, 0.0, 0, 0), (65, 12, 0.99, 21, 58), (95, 30, 0.975, 9, 50), (125, 30, 0.0, 0, 0)]
+LABELS = f'{{engine="0",model_name="{MODEL}"}}'
+
+
+def scrape(value: float, kv: float, waiting: int, running: int, *, created: bool = True, om: bool = False) -> str:
+    """One ``curl -s host:8000/metrics`` page (OpenMetrics with ``om``: its TYPE names and ``# EOF``)."""
+    s = [
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+        f"# TYPE vllm:num_preemptions{'' if om else '_total'} counter",
+        f"vllm:num_preemptions_total{LABELS} {float(value)}",
+    ]
+    if created:
+        s.append(f"vllm:num_preemptions_created{LABELS} {EPOCH + 20.5!r}")
+    for name, v in (("kv_cache_usage_perc", kv), ("num_requests_waiting", waiting), ("num_requests_running", running)):
+        s += [f"# HELP vllm:{name} {name}.", f"# TYPE vllm:{name} gauge", f"vllm:{name}{LABELS} {float(v)}"]
+    return "\n".join(s) + "\n" + ("# EOF\n" if om else "")
+
+
+def _iso(off: float) -> str:
+    return datetime.fromtimestamp(EPOCH + off, UTC).isoformat()
+
+
+def metrics_shapes(scrapes=SCRAPES, *, created: bool = True) -> dict[str, dict[str, str]]:
+    """The same scrapes in every accepted shape (docs/prometheus.md "Accepted inputs")."""
+    shapes: dict[str, dict[str, str]] = {}
+    shapes["text-per-file"] = {
+        f"metrics-{int(EPOCH + o)}.prom": scrape(v, kv, w, r, created=created) for o, v, kv, w, r in scrapes
+    }
+    shapes["text-concatenated"] = {
+        "metrics.prom": "".join(
+            f"# scrape {_iso(o)}\n" + scrape(v, kv, w, r, created=created) for o, v, kv, w, r in scrapes
+        )
+    }
+    shapes["text-date-lines"] = {
+        "scrapes.txt": "".join(
+            f"{int(EPOCH + o)}\n" + scrape(v, kv, w, r, created=created) for o, v, kv, w, r in scrapes
+        )
+    }
+    shapes["openmetrics-per-file"] = {
+        f"metrics-{int(EPOCH + o)}.om": scrape(v, kv, w, r, created=created, om=True) for o, v, kv, w, r in scrapes
+    }
+    lab = {"engine": "0", "model_name": MODEL, "instance": "10.0.0.1:8000", "job": "vllm"}
+
+    def matrix(metric: str, col: int) -> str:
+        values = [[EPOCH + s[0], str(float(s[col]))] for s in scrapes]
+        res = [{"metric": {"__name__": metric, **lab}, "values": values}]
+        return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": res}})
+
+    answers = [matrix("vllm:num_preemptions_total", 1), matrix("vllm:kv_cache_usage_perc", 2)]
+    answers += [matrix("vllm:num_requests_waiting", 3), matrix("vllm:num_requests_running", 4)]
+    if created:
+        res = [{"metric": {"__name__": "vllm:num_preemptions_created", **lab}, "values": []}]
+        res[0]["values"] = [[EPOCH + s[0], repr(EPOCH + 20.5)] for s in scrapes]
+        answers.append(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": res}}))
+    shapes["query-range-json"] = {"prom.json": "\n".join(answers) + "\n"}
+    recs = []
+    for o, v, kv, w, r in scrapes:
+        lb = {"engine": "0", "model_name": MODEL}
+        m = {f"vllm:{k}": [{"labels": lb, "value": float(x)}] for k, x in (("num_preemptions_total", v),)}
+        m |= {f"vllm:{k}": [{"labels": lb, "value": float(x)}] for k, x in (("kv_cache_usage_perc", kv),)}
+        m |= {"vllm:num_requests_waiting": [{"labels": lb, "value": float(w)}]}
+        m |= {"vllm:num_requests_running": [{"labels": lb, "value": float(r)}]}
+        if created:
+            m["vllm:num_preemptions_created"] = [{"labels": lb, "value": EPOCH + 20.5}]
+        rec = {"endpoint_url": "http://10.0.0.1:8000/metrics", "timestamp_ns": int((EPOCH + o) * 1e9)}
+        recs.append(json.dumps(rec | {"endpoint_latency_ns": 1000000, "metrics": m}))
+    shapes["aiperf-jsonl"] = {"server_metrics_export.jsonl": "\n".join(recs) + "\n"}
+    return shapes
+
+
+def bundle(root: Path, files: dict[str, str | bytes]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (root / name).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return root
+
+
+def answer(*paths: Path | str) -> dict:
+    """The CLI's answer on PATHS (``-f json``), reduced to what must not depend on the path."""
+    out = run_cli("analyze", *map(str, paths), "--tz", "UTC", "-f", "json")
+    assert out.stdout, out.stderr
+    doc = json.loads(out.stdout)
+    s = doc["summary"]
+    rec = s.get("reconciliation") or {}
+
+    def unpath(text):  # a file:line cited in the text names the file as given
+        return re.sub(r"[^\s(),;]*[A-Za-z][^\s(),;]*:(\d+)", r"F:\1", text) if isinstance(text, str) else text
+
+    return {
+        "exit": out.returncode,
+        "headline": unpath(s["headline"]),
+        "total": rec.get("total"),
+        "quality": rec.get("quality"),
+        "fixes": [(f["option"], f["current"], f["suggested"], f["rank"]) for f in s.get("fixes") or []],
+        "verdicts": Counter((e["gate"], e["sub_kind"], e["mechanism"], e["rule"]) for e in doc["events"] or []),
+    }
+
+
+# ---------------------------------------------------------------- containers and file names
+
+
+def test_a_coloured_log_renamed_to_txt_is_the_log(tmp_path):
+    """vLLM 0.4.3-0.11.2 write colour codes into the log file; named ``a.txt`` it is still the log,
+    not a document (sniffing.is_document judged the coloured lines as not log-like)."""
+    metrics = metrics_shapes()["text-per-file"]
+    base = answer(bundle(tmp_path / "named" / "A", {"vllm.log": v1_log(), **metrics}))
+    renamed = answer(bundle(tmp_path / "renamed" / "A", {"a.txt": v1_log(), **metrics}))
+    assert renamed == base
+    assert answer(bundle(tmp_path / "alone", {"a.txt": v1_log()})) == answer(
+        bundle(tmp_path / "alone-named", {"vllm.log": v1_log()})
+    )
+
+
+def _variants(tmp_path: Path, files: dict[str, str]) -> dict[str, list[Path]]:
+    """The same bundle as a folder, a .tar.gz, a .zip, with the log gzipped, CRLF, without colour."""
+    folder = bundle(tmp_path / "folder" / "inc", files)
+    out: dict[str, list[Path]] = {"folder": [folder]}
+    with tarfile.open(tmp_path / "inc.tar.gz", "w:gz") as tar:
+        tar.add(folder, arcname="inc")
+    out["tar.gz"] = [tmp_path / "inc.tar.gz"]
+    with zipfile.ZipFile(tmp_path / "inc.zip", "w") as z:
+        for f in sorted(folder.iterdir()):
+            z.write(f, f"inc/{f.name}")
+    out["zip"] = [tmp_path / "inc.zip"]
+    gz = {
+        (n + ".gz" if n.endswith(".log") else n): (gzip.compress(t.encode()) if n.endswith(".log") else t)
+        for n, t in files.items()
+    }
+    out["log.gz"] = [bundle(tmp_path / "gz" / "inc", gz)]
+    out["crlf"] = [bundle(tmp_path / "crlf" / "inc", {n: t.replace("\n", "\r\n") for n, t in files.items()})]
+    plain = {n: re.sub(r"\x1b\[[0-9;]*m", "", t) for n, t in files.items()}
+    out["no-colour"] = [bundle(tmp_path / "plain" / "inc", plain)]
+    return out
+
+
+def _all_equal(answers: dict[str, dict]) -> None:
+    first, *rest = answers
+    for name in rest:
+        assert answers[name] == answers[first], (first, name)
+
+
+def test_v1_log_and_scrapes_in_every_container(tmp_path):
+    files = {"vllm.log": v1_log(), **metrics_shapes()["text-per-file"]}
+    answers = {k: answer(*p) for k, p in _variants(tmp_path, files).items()}
+    _all_equal(answers)
+    assert answers["folder"]["total"] == 30 and answers["folder"]["quality"] == "exact"
+
+
+def test_v1_log_beside_every_shape_of_its_scrapes(tmp_path):
+    """The scrapes as text per file, concatenated (# scrape / date lines), OpenMetrics, query_range
+    JSON, AIPerf jsonl: one answer (the counter's 30, exact; the log's stats give the cause)."""
+    answers = {k: answer(bundle(tmp_path / k, {"vllm.log": v1_log(), **m})) for k, m in metrics_shapes().items()}
+    _all_equal(answers)
+    assert answers["text-per-file"]["total"] == 30
