@@ -7,7 +7,9 @@ makes the walker try it. A gzip'd log is not an archive: only a compressed tar i
 
 Members are copied one by one into a private temporary folder (inside the
 run's Workspace), never with ``extractall``, and nothing is ever written
-outside that folder. Refused with an error (exit code 3, the archive named):
+outside that folder. Each copy keeps its member's modification time (a tar's, or a zip's: its
+Unix extra field, else its local date and time, as ``unzip`` restores it), so a file reads the
+same inside an archive as out of it (a scrape timed by its mtime, a year-less log's year). Refused with an error (exit code 3, the archive named):
 
 - absolute member names, ``..`` components, drive letters;
 - symbolic and hard links whose target leaves the archive (links inside it
@@ -46,6 +48,7 @@ import posixpath
 import re
 import stat
 import tarfile
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -472,6 +475,30 @@ def _target(root: Path, safe: str, archive: str, warnings: list[str]) -> Path | 
 MAX_MEMBER_WARNINGS = 10  # damaged zip members named one by one; the rest in one line
 
 
+def _keep_mtime(dest: Path, mtime: float | None) -> None:
+    """The member's modification time on its copy (the copy's own is the moment it was unpacked)."""
+    if mtime is None or mtime <= 0:
+        return
+    with contextlib.suppress(OSError, OverflowError, ValueError):
+        os.utime(dest, (mtime, mtime))
+
+
+def _zip_mtime(info: zipfile.ZipInfo) -> float | None:
+    """A zip member's modification time: the extended-timestamp extra field (0x5455, UTC seconds,
+    written by Info-ZIP's zip on Unix), else its DOS date and time, local time of this machine."""
+    extra, i = info.extra, 0
+    while i + 4 <= len(extra):
+        tag, size = int.from_bytes(extra[i : i + 2], "little"), int.from_bytes(extra[i + 2 : i + 4], "little")
+        data = extra[i + 4 : i + 4 + size]
+        if tag == 0x5455 and len(data) >= 5 and data[0] & 1:
+            return float(int.from_bytes(data[1:5], "little", signed=True))
+        i += 4 + size
+    try:
+        return time.mktime((*info.date_time, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
+
+
 def _unpack_zip(path: Path, name: str, root: Path, budget: Budget, warnings: list[str]) -> None:
     """Every member read on its own from the central directory: a damaged one is skipped (a warning
     names it and why), the others are read; every member damaged is ArchiveUnreadable."""
@@ -508,6 +535,7 @@ def _unpack_zip(path: Path, name: str, root: Path, budget: Budget, warnings: lis
             try:
                 with zf.open(info) as src:
                     _copy(src, dest, budget)
+                _keep_mtime(dest, _zip_mtime(info))
             except _decode_errors() as exc:
                 dest.unlink(missing_ok=True)  # what was copied of it is not trusted
                 damaged.append((info.filename, _detail(exc)))
@@ -578,6 +606,7 @@ def _unpack_tar(path: Path, name: str, root: Path, budget: Budget, warnings: lis
                 continue
             with src:
                 _copy(src, dest, budget, salvage=_tar_salvage(tf, member, budget))
+            _keep_mtime(dest, member.mtime)
         _tar_end_check(tf, name, budget)
 
 

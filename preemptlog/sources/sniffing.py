@@ -285,6 +285,8 @@ _LOG_LIKE = re.compile(
     r"\[|\{|\(|#|[\w:]+(?:\{[^}]*\})? -?[\d.eE+]+(?: \d+)?$|\d+(?:\s+[-\d.]+){2,})"
 )
 _WORDS = re.compile(r"[A-Za-z][A-Za-z'’-]+")
+_LOG_HEADER = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d\b")
+_COMPOSE_PREFIX = re.compile(r"^[\w.-]+\s*\| ")
 
 
 def _base_name(display: str) -> str:
@@ -346,21 +348,35 @@ def dmon_noheader_output(head: str) -> str | None:
     return "nvidia-smi dmon --format csv,noheader" if commas == {True} else "nvidia-smi dmon --format noheader"
 
 
+def _log_like(ln: str) -> bool:
+    """A line a log or a table can hold: ``_LOG_LIKE`` at its start, or behind a wrapper's prefix (docker
+    compose's ``svc-1  | ``, a VLLM_LOGGING_PREFIX text): vLLM's ``LEVEL MM-DD HH:MM:SS`` header in its head."""
+    return bool(
+        _LOG_LIKE.match(ln) or _LOG_HEADER.search(ln, 0, 200) or _LOG_LIKE.match(_COMPOSE_PREFIX.sub("", ln, 1))
+    )
+
+
 def is_document(display: str, head: str) -> bool:
-    """A document, not a log: by its name (README, NOTES, SOURCES, *.md, ...), or a *.txt that is
-    mostly prose (most lines are sentences of words, few look like log or table lines)."""
-    if document_name(display):
+    """A document, not a log: by its suffix (*.md, *.html, ...); by its name (README, NOTES, SOURCES,
+    incident, report, ...) unless most of its lines are a log's (``incident.log`` as an on-call engineer
+    names the server's log is that log); or a *.txt that is mostly prose (most lines are sentences of
+    words, few look like log or table lines). Colour codes are taken off first (vLLM 0.4.3-0.11.2 write
+    them into the file): a coloured log is judged by its text."""
+    name = _base_name(display)
+    if name.lower().endswith(DOC_SUFFIXES):
         return True
-    low = _base_name(display).lower()
-    if not low.endswith(".txt"):
+    by_name = bool(DOC_NAMES.match(name))
+    if not by_name and not name.lower().endswith(".txt"):
         return False
-    if "\x1b" in head:  # a log vLLM coloured (0.4.3-0.11.2 write the codes into files) is judged by its text
+    if "\x1b" in head:
         head = re.sub(ANSI_RE, "", head)
     lines = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("```")]
     if len(lines) < 3:
-        return False
-    log_like = sum(1 for ln in lines if _LOG_LIKE.match(ln))
-    prose = sum(1 for ln in lines if not _LOG_LIKE.match(ln) and len(_WORDS.findall(ln)) >= 6)
+        return by_name
+    log_like = sum(1 for ln in lines if _log_like(ln))
+    if by_name:
+        return log_like < 0.5 * len(lines)
+    prose = sum(1 for ln in lines if not _log_like(ln) and len(_WORDS.findall(ln)) >= 6)
     return prose >= 0.5 * len(lines) and log_like <= 0.25 * len(lines)
 
 

@@ -230,3 +230,66 @@ def test_v1_log_beside_every_shape_of_its_scrapes(tmp_path):
     answers = {k: answer(bundle(tmp_path / k, {"vllm.log": v1_log(), **m})) for k, m in metrics_shapes().items()}
     _all_equal(answers)
     assert answers["text-per-file"]["total"] == 30
+
+
+def test_a_log_named_like_a_document_is_read_by_its_content(tmp_path):
+    """``incident.log`` / ``report.txt`` (names the document rule knows) holding the server's log, in a
+    folder, read as that log: the same answer as ``vllm.log`` (it was exit 3, "nothing recognisable")."""
+    base = answer(bundle(tmp_path / "named", {"vllm.log": v1_log(), **metrics_shapes()["text-per-file"]}))
+    for name in ("incident.log", "report.txt", "timeline.log.gz"):
+        data = v1_log().encode()
+        files = {name: gzip.compress(data) if name.endswith(".gz") else data, **metrics_shapes()["text-per-file"]}
+        assert answer(bundle(tmp_path / name, files)) == base, name
+    notes = {"NOTES.txt": "The on-call notes: the server slowed down after the deploy, we restarted it at ten.\n" * 3}
+    doc = run_cli("analyze", str(bundle(tmp_path / "notes", {"vllm.log": v1_log(), **notes})), "-f", "json", "-v")
+    assert "not read: " in doc.stderr and "NOTES.txt" in doc.stderr  # a document stays one
+
+
+def test_a_compose_log_saved_as_txt_is_the_log(tmp_path):
+    """``docker compose logs > vllm.txt``: every line behind ``vllm-1  | `` is still a log line."""
+    compose = "".join(f"vllm-1  | {ln}\n" for ln in v1_log(ansi=False).splitlines())
+    assert answer(bundle(tmp_path / "txt", {"vllm.txt": compose})) == answer(
+        bundle(tmp_path / "log", {"vllm.log": compose})
+    )
+
+
+def _ut_extra(mtime: float) -> bytes:
+    """Info-ZIP's extended timestamp extra field (0x5455): the modification time in UTC seconds."""
+    return (0x5455).to_bytes(2, "little") + (5).to_bytes(2, "little") + b"\x01" + int(mtime).to_bytes(4, "little")
+
+
+def test_an_archive_keeps_its_members_times(tmp_path):
+    """Scrapes named ``scrape0.txt`` ... are timed by their mtime, and a year-less log takes its year
+    from its mtime: inside a .tar.gz or a .zip, the member's time is that mtime (it was the moment
+    the archive was unpacked: the counter's 30 became '30 preemptions by <now>', the log's year this
+    year)."""
+    import os
+
+    folder = tmp_path / "folder" / "inc"
+    files = {"vllm.log": v1_log()} | {f"scrape{i}.txt": scrape(*s[1:]) for i, s in enumerate(SCRAPES)}
+    bundle(folder, files)
+    times = {"vllm.log": EPOCH + 130} | {f"scrape{i}.txt": EPOCH + s[0] for i, s in enumerate(SCRAPES)}
+    for n, t in times.items():
+        os.utime(folder / n, (t, t))
+    with tarfile.open(tmp_path / "inc.tar.gz", "w:gz") as tar:
+        tar.add(folder, arcname="inc")
+    with zipfile.ZipFile(tmp_path / "inc.zip", "w") as z:  # Info-ZIP's shape: DOS time and the UTC field
+        for n, t in times.items():
+            info = zipfile.ZipInfo(f"inc/{n}", datetime.fromtimestamp(t, UTC).timetuple()[:6])
+            info.extra = _ut_extra(t)
+            z.writestr(info, (folder / n).read_bytes())
+    with zipfile.ZipFile(tmp_path / "dos.zip", "w") as z:  # Python's shape: the DOS local time alone
+        for n, t in times.items():  # local time of the reading machine: run_cli's TZ=UTC
+            z.writestr(zipfile.ZipInfo(f"inc/{n}", datetime.fromtimestamp(t, UTC).timetuple()[:6]), files[n])
+
+    def full(path: Path) -> dict:
+        doc = json.loads(run_cli("analyze", str(path), "--tz", "UTC", "-f", "json").stdout)
+        return answer(path) | {"first": doc["summary"]["first_event"], "last": doc["summary"]["last_event"]}
+
+    base = full(folder)
+    assert base["headline"].startswith("30 preemptions in 67 s") and base["first"].startswith("2025-10-14T10:00:28")
+    for archive in ("inc.tar.gz", "inc.zip"):
+        assert full(tmp_path / archive) == base, archive
+    dos = full(tmp_path / "dos.zip")  # a DOS time has 2-second steps: the odd seconds are a second early
+    assert {k: v for k, v in dos.items() if k not in ("first", "last")} == answer(folder)
+    assert dos["first"].startswith("2025-10-14T10:00:27")
