@@ -293,3 +293,56 @@ def test_an_archive_keeps_its_members_times(tmp_path):
     dos = full(tmp_path / "dos.zip")  # a DOS time has 2-second steps: the odd seconds are a second early
     assert {k: v for k, v in dos.items() if k not in ("first", "last")} == answer(folder)
     assert dos["first"].startswith("2025-10-14T10:00:27")
+
+
+def v0_log() -> str:
+    """A V0 0.6.3 server: args, engine config, GPU blocks, stats every 10 s, two sampled warnings (1, 51)."""
+    warn = (
+        "Sequence group {rid} is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache "
+        "space. This can affect the end-to-end performance. Increase gpu_memory_utilization or "
+        "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={n}"
+    )
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    out = [
+        f"INFO {_hdr(T0)} api_server.py:528] vLLM API server version 0.6.3.post1",
+        f"INFO {_hdr(T0)} api_server.py:529] args: Namespace(host=None, port=8000, model='{model}', "
+        "max_model_len=8192, gpu_memory_utilization=0.9, max_num_seqs=256, enable_prefix_caching=False, block_size=16)",
+        f"INFO {_hdr(T0 + timedelta(seconds=5))} llm_engine.py:237] Initializing an LLM engine (v0.6.3.post1) with "
+        f"config: model='{model}', speculative_config=None, tokenizer='{model}', max_seq_len=8192, "
+        "tensor_parallel_size=1, enable_prefix_caching=False, use_v2_block_manager=True, chunked_prefill_enabled=False",
+        f"INFO {_hdr(T0 + timedelta(seconds=20))} gpu_executor.py:122] # GPU blocks: 2048, # CPU blocks: 2048",
+    ]
+    rows = [(0, 0, 0.0), (80, 10, 62.0), (120, 40, 97.5), (110, 60, 99.8), (100, 45, 99.1), (60, 0, 40.0), (0, 0, 0.0)]
+    for i, (run, wait, kv) in enumerate(rows):
+        t = T0 + timedelta(seconds=30 + 10 * i)
+        if i in (1, 2):
+            out += [
+                f"INFO {_hdr(t - timedelta(seconds=6))} async_llm_engine.py:208] Added request chat-{i}{k}bb."
+                for k in range(4)
+            ]
+        if i in (2, 4):
+            msg = warn.format(rid="chat-20bb" if i == 2 else "chat-11bb", n=1 if i == 2 else 51)
+            out.append(f"WARNING {_hdr(t - timedelta(seconds=3))} scheduler.py:1439] {msg}")
+        out.append(
+            f"INFO {_hdr(t)} metrics.py:345] Avg prompt throughput: {50.0 * run:.1f} tokens/s, Avg generation "
+            f"throughput: {5.0 * run:.1f} tokens/s, Running: {run} reqs, Swapped: 0 reqs, Pending: {wait} reqs, "
+            f"GPU KV cache usage: {kv:.1f}%, CPU KV cache usage: 0.0%."
+        )
+    return "\n".join(out) + "\n"
+
+
+def test_v0_log_in_every_container_and_beside_a_reading_that_repeats_it(tmp_path):
+    """The V0 warnings' count (51, a lower bound) and its gate, fix and exit code on every path; a
+    /metrics reading after the incident that says the same 51 leaves count, gate and fix as they were."""
+    answers = {k: answer(*p) for k, p in _variants(tmp_path / "v", {"vllm.log": v0_log()}).items()}
+    _all_equal(answers)
+    alone = answers["folder"]
+    assert alone["total"] == 51 and alone["quality"] == "lower bound"
+    page = (
+        "# TYPE vllm:num_preemptions_total counter\n"
+        'vllm:num_preemptions_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 51.0\n'
+    )
+    both = answer(bundle(tmp_path / "both", {"vllm.log": v0_log(), f"metrics-{int(EPOCH + 95)}.prom": page}))
+    assert {k: both[k] for k in ("total", "fixes", "verdicts", "exit")} == {
+        k: alone[k] for k in ("total", "fixes", "verdicts", "exit")
+    }
