@@ -43,6 +43,14 @@ class InputFile:
         """Its display name, then the other names it was found by."""
         return [self.display, *self.aliases]
 
+    def written_at(self) -> float | None:
+        """When its content was last written, as the file says: a gzip file's header time (``gzip`` and
+        ``gzip -c`` keep the original file's modification time there; the .gz's own is the moment it was
+        compressed or copied), else its modification time (pipeline's ``written``, timebase's year)."""
+        if self.compression == "gzip" and self.gzip_mtime:
+            return float(self.gzip_mtime)
+        return self.mtime
+
     def read_at(self) -> float | None:
         """Standard input: when preemptlog read it (epoch seconds), the modification time of its private
         copy, written as the input was read (``inputs.walk._spool_stdin``, or a later copy made from

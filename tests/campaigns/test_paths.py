@@ -346,3 +346,24 @@ def test_v0_log_in_every_container_and_beside_a_reading_that_repeats_it(tmp_path
     assert {k: both[k] for k in ("total", "fixes", "verdicts", "exit")} == {
         k: alone[k] for k in ("total", "fixes", "verdicts", "exit")
     }
+
+
+def test_a_gzipped_scrape_is_timed_by_its_gzip_header(tmp_path):
+    """``gzip -c scrape0.txt > scrape0.txt.gz``: the header keeps the scrape file's mtime, the .gz's own is
+    the moment it was compressed. A scrape timed by its mtime reads the same gzipped (it took the .gz's
+    time: '30 preemptions by <now>'), as a gzipped log's year already did (timebase)."""
+    import os
+
+    plain, gz = tmp_path / "plain", tmp_path / "gz"
+    bundle(plain, {"vllm.log": v1_log()})
+    bundle(gz, {"vllm.log": v1_log()})
+    for d in (plain, gz):
+        os.utime(d / "vllm.log", (EPOCH + 130, EPOCH + 130))
+    for i, (o, v, kv, w, r) in enumerate(SCRAPES):
+        data = scrape(v, kv, w, r).encode()
+        (plain / f"scrape{i}.txt").write_bytes(data)
+        os.utime(plain / f"scrape{i}.txt", (EPOCH + o, EPOCH + o))
+        (gz / f"scrape{i}.txt.gz").write_bytes(gzip.compress(data, mtime=int(EPOCH + o)))  # its mtime: now
+    base = answer(plain)
+    assert base["headline"].startswith("30 preemptions in 67 s")
+    assert answer(gz) == base

@@ -197,8 +197,8 @@ class PromParsed:
                     readings.append(ndt.astimezone(UTC))
             if not readings and not starts:
                 continue  # a file mtime (a copy's, perhaps) says nothing of its own
-            if not readings and fd.file.mtime is not None:
-                readings.append(datetime.fromtimestamp(fd.file.mtime, UTC))
+            if not readings and (written := fd.file.written_at()) is not None:
+                readings.append(datetime.fromtimestamp(written, UTC))
             out.append(EngineStarts(fd.file.display, tuple(starts), tuple(readings)))
         return out
 

@@ -161,8 +161,8 @@ def _place(parsed: PromFiles, ctx: TimeContext) -> SourceOutput:
                     out.wall.append(f.display)
                 used["the file name"] = 1
                 detail = f" ({ntext}{'' if nzoned else ', local time in ' + ctx.tz})"
-            elif last in untimed and f.mtime is not None:
-                scrape_t[last] = datetime.fromtimestamp(f.mtime, UTC)
+            elif last in untimed and (written := f.written_at()) is not None:
+                scrape_t[last] = datetime.fromtimestamp(written, UTC)
                 used[FILE_MTIME] = 1
                 detail = f" ({scrape_t[last].isoformat(timespec='seconds')})"
             elif last in untimed and (read := f.read_at()) is not None:
