@@ -287,6 +287,7 @@ _LOG_LIKE = re.compile(
 _WORDS = re.compile(r"[A-Za-z][A-Za-z'’-]+")
 _LOG_HEADER = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d\b")
 _COMPOSE_PREFIX = re.compile(r"^[\w.-]+\s*\| ")
+_LOG_SUFFIX = re.compile(r"(?i)\.log(?:[.-][^/]*)?$")
 
 
 def _base_name(display: str) -> str:
@@ -358,8 +359,9 @@ def _log_like(ln: str) -> bool:
 
 def is_document(display: str, head: str) -> bool:
     """A document, not a log: by its suffix (*.md, *.html, ...); by its name (README, NOTES, SOURCES,
-    incident, report, ...) unless most of its lines are a log's (``incident.log`` as an on-call engineer
-    names the server's log is that log); or a *.txt that is mostly prose (most lines are sentences of
+    incident, report, ...) unless its lines are a log's (most of them for a ``.log``, nearly all for
+    another name: ``incident.log`` as an on-call engineer names the server's log is that log, notes
+    quoting an excerpt between their sentences are notes); or a *.txt that is mostly prose (most lines are sentences of
     words, few look like log or table lines). Colour codes are taken off first (vLLM 0.4.3-0.11.2 write
     them into the file): a coloured log is judged by its text."""
     name = _base_name(display)
@@ -375,7 +377,11 @@ def is_document(display: str, head: str) -> bool:
         return by_name
     log_like = sum(1 for ln in lines if _log_like(ln))
     if by_name:
-        return log_like < 0.5 * len(lines)
+        # a ``.log`` (``incident.log``, ``report.log.1.gz``) is read when most lines are a log's; another
+        # name (``NOTES.txt``, ``report.txt``) only when nearly all are: notes quoting an excerpt between
+        # their sentences stay a document (their copies of the log's lines would be counted twice)
+        share = 0.5 if _LOG_SUFFIX.search(name) else 0.9
+        return log_like < share * len(lines)
     prose = sum(1 for ln in lines if not _log_like(ln) and len(_WORDS.findall(ln)) >= 6)
     return prose >= 0.5 * len(lines) and log_like <= 0.25 * len(lines)
 

@@ -243,6 +243,13 @@ def test_a_log_named_like_a_document_is_read_by_its_content(tmp_path):
     notes = {"NOTES.txt": "The on-call notes: the server slowed down after the deploy, we restarted it at ten.\n" * 3}
     doc = run_cli("analyze", str(bundle(tmp_path / "notes", {"vllm.log": v1_log(), **notes})), "-f", "json", "-v")
     assert "not read: " in doc.stderr and "NOTES.txt" in doc.stderr  # a document stays one
+    # notes quoting an excerpt of the log between their sentences stay notes: the quoted lines are the
+    # log's own, and read as a log they would be counted twice
+    excerpt = v1_log(ansi=False).splitlines()[-8:]
+    quoting = "We saw this at ten, after the deploy of the new model version to the pool:\n" + "\n".join(excerpt)
+    quoting += "\nThen we restarted the server and the queue drained within a few minutes of it.\n"
+    files = {"vllm.log": v1_log(), "NOTES.txt": quoting, **metrics_shapes()["text-per-file"]}
+    assert answer(bundle(tmp_path / "quoting", files)) == base
 
 
 def test_a_compose_log_saved_as_txt_is_the_log(tmp_path):
