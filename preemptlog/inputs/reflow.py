@@ -144,7 +144,7 @@ class Plan:
     only: str = ""
     spans: tuple[tuple[int, int], ...] = ()  # 1-based line ranges of the blocks holding log lines (the sample)
     partials: int = 0  # partial records of the container runtime (tag P) in the file, joined to the next
-    driver: str = ""  # a log driver's records (JSON_DRIVERS' names, "syslog-5424"), unwrapped
+    driver: str = ""  # a log driver's records (JSON_DRIVERS' names, "syslog-5424", "syslog-3164"), unwrapped
 
     @property
     def needed(self) -> bool:
@@ -187,6 +187,11 @@ class Plan:
             "journal-json": "journalctl -o json records",
             "syslog-5424": "an RFC 5424 syslog relay's records",
         }
+        if self.driver == "syslog-3164":
+            return (
+                "read the log lines inside a BSD syslog relay's <PRI> records (RFC 3164): the relay's full date is "
+                "a line's time, its year-less one where vLLM's own is absent"
+            )
         return f"read the log lines inside {what[self.driver]}, at their own times" if self.driver else ""
 
     def describe(self) -> str:
@@ -629,13 +634,33 @@ _BYTE_CHARS = ["" if i == 0 else chr(i) if i < 0x80 else "?" for i in range(256)
 SYSLOG_RE = r"^<\d{1,3}>1 (\S+) \S+ \S+ \S+ \S+ (?:-|(?:\[[^\]]*\])+) ?"
 
 
+# A BSD (RFC 3164) relay's record as forwarders send it and some write it: ``<PRI>`` glued to the
+# time (``<14>Dec  6 23:11:05 host tag[pid]: text``; rsyslog's RSYSLOG_ForwardFormat: ``<14>2026-12-06T
+# 23:11:05.123456+00:00 host tag[pid]: text``). Without ``<PRI>`` (/var/log/syslog, /var/log/messages,
+# RSYSLOG_FileFormat) the line is read as it is: its leading time is the line's (a BSD date has no year,
+# read like any year-less time); the repair stage only removes ``<PRI>``, so that time leads the line.
+SYSLOG_3164_RE = r"^<\d{1,3}>(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S* )"
+PRI_RE = r"^<\d{1,3}>"
+
+
 def _syslog_head(lines: list[str]) -> str:
-    """``syslog-5424`` when the sample is an RFC 5424 relay's (:data:`SYSLOG_RE`, :data:`JSON_SHARE`)."""
+    """``syslog-5424`` when the sample is an RFC 5424 relay's (:data:`SYSLOG_RE`), ``syslog-3164`` when a
+    BSD relay's with ``<PRI>`` (:data:`SYSLOG_3164_RE`): :data:`JSON_SHARE` of its non-empty lines."""
     if not lines or not any(ln.startswith("<") for ln in lines[:50]):
         return ""
     df = pl.DataFrame({"line": lines}, schema={"line": pl.String}).filter(pl.col("line") != "")
-    ok = df.height and df.select(pl.col("line").str.contains(SYSLOG_RE).mean()).item() >= JSON_SHARE
-    return "syslog-5424" if ok else ""
+    for name, rx in (("syslog-5424", SYSLOG_RE), ("syslog-3164", SYSLOG_3164_RE)):
+        if df.height and df.select(pl.col("line").str.contains(rx).mean()).item() >= JSON_SHARE:
+            return name
+    return ""
+
+
+def _unwrap_pri(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """A BSD relay's lines without their ``<PRI>`` (:data:`SYSLOG_3164_RE`); other lines kept."""
+    line = pl.col("line")
+    return lf.with_columns(
+        line=pl.when(line.str.contains(SYSLOG_3164_RE)).then(line.str.replace(PRI_RE, "")).otherwise(line)
+    )
 
 
 def _unwrap_syslog(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -705,7 +730,11 @@ def unwrap_lines(lines: list[str], driver: str) -> list[str]:
 
 def unwrap(lf: pl.LazyFrame, driver: str) -> pl.LazyFrame:
     """The log lines inside a driver's records (:func:`driver_of`)."""
-    return _unwrap_syslog(lf) if driver == "syslog-5424" else _unwrap_json(lf, driver)
+    if driver == "syslog-5424":
+        return _unwrap_syslog(lf)
+    if driver == "syslog-3164":
+        return _unwrap_pri(lf)
+    return _unwrap_json(lf, driver)
 
 
 def driver_of(lines: list[str]) -> str:

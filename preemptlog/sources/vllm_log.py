@@ -24,6 +24,9 @@ Line shapes recognised in front of the message (any combination):
   engines/vllm/trouble.py);
 - an RFC 5424 syslog relay's ``<PRI>1 TIME HOST APP PROCID MSGID SD `` (read by inputs/reflow.py as
   ``<TIME> <text>`` lines: its TIME read as above; the hot path's regexes stay as they are);
+- BSD (RFC 3164) syslog (``Dec  6 23:11:05 host vllm[1234]:``: the fallback below; rsyslog's
+  RSYSLOG_FileFormat ``2026-12-06T23:11:05.123456+00:00 host vllm[1234]:``: the RFC 3339 prefix above),
+  its ``<PRI>`` (a forwarder's) removed by inputs/reflow.py;
 - docker's json-file records and ``journalctl -o json`` records: read by inputs/reflow.py as
   ``<the record's time> <its text>`` lines (the RFC 3339 prefix above), cut lines joined;
 - ISO ``YYYY-MM-DD HH:MM:SS[.,]fff`` prefixes of custom logging configs;

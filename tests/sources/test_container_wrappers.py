@@ -266,3 +266,68 @@ def test_syslog_5424_relay_time_is_the_line_time(tmp_path: Path, scanner: str, m
     rows = vllm_log.read(str(path), 0).select("fdate", "ftime", "fzone").rows()
     assert rows[0] == ("2025-12-01", "09:59:50", "+00:00")
     assert any("an RFC 5424 syslog relay's records" in n for n in got.get("notes", [])), got.get("notes")
+
+
+MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+VLLM_STAMP_RE = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\[\]]+?:\d+\] "
+
+
+def _bsd(t: datetime) -> str:
+    """RFC 3164's time: ``Dec  6 23:11:05`` (the day padded with a space, no year)."""
+    return f"{MONTHS[t.month - 1]} {t.day:>2} {t:%H:%M:%S}"
+
+
+def _relay_3164(lines: list[str], shape: str, own_stamp: bool = True) -> list[str]:
+    """A BSD syslog relay's lines as rsyslog writes or forwards them (``vllm[1234]:`` the tag); with
+    ``own_stamp`` False, vLLM's own ``LEVEL MM-DD HH:MM:SS [file:line]`` is absent (a formatter
+    without it, as under systemd): the relay's time is all the line has."""
+    import re
+
+    times = _times(lines, datetime(2026, 12, 1, tzinfo=UTC))
+    head = {
+        "var-log-syslog": lambda t: f"{_bsd(t)} gpu-node-3 vllm[1234]: ",
+        "pri-forwarded": lambda t: f"<14>{_bsd(t)} gpu-node-3 vllm[1234]: ",
+        "rsyslog-file-format": lambda t: f"{t.isoformat(timespec='microseconds')} gpu-node-3 vllm[1234]: ",
+        "rsyslog-forward-format": lambda t: f"<14>{t.isoformat(timespec='microseconds')} gpu-node-3 vllm[1234]: ",
+    }[shape]
+    return [head(t) + (x if own_stamp else re.sub(VLLM_STAMP_RE, "", x, count=1)) for x, t in zip(lines, times)]
+
+
+RELAY_3164 = ["var-log-syslog", "pri-forwarded", "rsyslog-file-format", "rsyslog-forward-format"]
+
+
+@pytest.mark.parametrize("own_stamp", [True, False], ids=["vllm-stamp", "no-vllm-stamp"])
+@pytest.mark.parametrize("shape", RELAY_3164)
+def test_bsd_syslog_relay_read_like_the_bare_log(tmp_path: Path, shape: str, own_stamp: bool) -> None:
+    """A vLLM log in /var/log/syslog (or relayed with ``<PRI>``): the same count, cause, fixes, crash
+    and times as the bare log, with or without vLLM's own time on each line (the relay's then)."""
+    for lines in (_v1_lines(), _v0_crash_lines()):
+        want = _summary(_write(tmp_path / "bare" / "vllm.log", lines))
+        got = _summary(_write(tmp_path / shape / "syslog", _relay_3164(lines, shape, own_stamp)))
+        for key in ("events", "by_kind", "by_gate", "requests_received", "count_visible", "headline"):
+            assert got[key] == want[key], key
+        assert got["first_event"][:19] == want["first_event"][:19]  # the relay's sub-second time, when it has one
+        assert [(f["option"], f["suggested"]) for f in got["fixes"]] == [
+            (f["option"], f["suggested"]) for f in want["fixes"]
+        ]
+        assert [c["what"] for c in got["crashes"]] == [c["what"] for c in want["crashes"]]
+        assert got["log_span"]["first"] == want["log_span"]["first"]
+        assert got["log_span"]["last"][:19] == want["log_span"]["last"][:19]
+
+
+def test_bsd_syslog_relay_which_time_is_used(tmp_path: Path) -> None:
+    """vLLM's own stamp and the relay's disagree (here by two hours): a year-less BSD time yields to
+    vLLM's own where a line has it; a full RFC 3339 time (RSYSLOG_ForwardFormat) is the line's time, as
+    docker -t's is. Without a year, the year is inferred and said as an assumption."""
+    lines = _v0_crash_lines()[:4]
+    local = [x.replace(" 12-01 10:", " 12-01 12:").replace(" 12-01 09:", " 12-01 11:") for x in lines]
+    times = _times(lines, datetime(2025, 12, 1, tzinfo=UTC))
+    bsd = [f"<14>{_bsd(t)} gpu-node-3 vllm[1234]: {x}" for x, t in zip(local, times)]
+    full = [f"<14>{t.isoformat(timespec='microseconds')} gpu-node-3 vllm[1234]: {x}" for x, t in zip(local, times)]
+    got_bsd = _summary(_write(tmp_path / "a" / "syslog", bsd))
+    got_full = _summary(_write(tmp_path / "b" / "syslog", full))
+    assert got_bsd["log_span"]["first"][10:] == "T11:59:50+00:00"  # vLLM's own stamp, the year inferred
+    assert any(a["topic"] == "year" for a in got_bsd["assumptions"]), got_bsd["assumptions"]
+    assert got_full["log_span"]["first"] == "2025-12-01T09:59:50+00:00"  # the relay's full time
+    assert got_full["events"] == got_bsd["events"] == 51
+    assert any("BSD syslog relay's <PRI> records" in n for n in got_full["notes"]), got_full["notes"]
