@@ -20,6 +20,9 @@ whose line it is (``engine``: the warning names each server by it).
 
 from __future__ import annotations
 
+import bisect
+from typing import Any
+
 import polars as pl
 
 from .. import engines
@@ -148,3 +151,120 @@ def _kinds(srv: pl.DataFrame) -> str:
     """``vLLM``, ``SGLang`` or ``vLLM and SGLang``: the engines of the servers, as their display names."""
     names = [str(n) for n in srv.get_column("engine").fill_null(engines.default().display).unique(maintain_order=True)]
     return " and ".join(names)
+
+
+V0_COUNTER_RE = r"total_num_cumulative_preemption=(\d+)"
+
+
+def interleaved(records: pl.DataFrame) -> list[dict[str, Any]]:
+    """The streams (one log, one container of a prefixed log) whose lines are several servers'
+    interleaved with nothing on a line to say whose (``kubectl logs -l app=vllm`` without ``--prefix``,
+    several pods' output merged as it arrives): one dict per such stream, ``source``, ``line`` (the
+    first line that shows it) and ``why``.
+
+    Seen two ways, neither of which a restart can show: the earlier server's process still writes
+    after another server started (a start, :func:`starts`, whose process pid differs on the same
+    host: a restart's old process is gone), or a V0 ``total_num_cumulative_preemption`` that goes
+    back (or repeats) twice or more with no start between (one server's logged count only grows;
+    a single step back with no start is a restart whose banner is not in the log)."""
+    if records.height == 0 or not {"stream", "seq", "kind", "text", "proc"} <= set(records.columns):
+        return []
+    compose = pl.col("compose").fill_null("") if "compose" in records.columns else pl.lit("")
+    st = starts(records).with_columns(pl.col("host").fill_null(""))
+    rows = records.select("stream", "seq", "source", "n", _c=compose, _proc=pl.col("proc").fill_null(""))
+    st = st.join(
+        rows.select("stream", "source", pl.col("n").alias("line"), "seq", "_c").unique(["stream", "source", "line"]),
+        on=["stream", "source", "line"],
+        how="left",
+    ).with_columns(_pid=pl.col("process").str.extract(r"pid=(\d+)", 1))
+    found: dict[int, dict[str, Any]] = {}
+    # 1. the process of an earlier start writes after a later start of another process (same host)
+    if st.height > 1:
+        st = st.sort("stream", "seq")
+        for (sid, _c, _h), grp in st.group_by("stream", "_c", "host", maintain_order=True):
+            if grp.height < 2 or grp.get_column("_pid").drop_nulls().n_unique() < 2:
+                continue
+            mine = rows.filter((pl.col("stream") == sid) & (pl.col("_c") == _c))
+            for k in range(1, grp.height):
+                later = grp.row(k, named=True)
+                if later["_pid"] is None:
+                    continue
+                earlier = [p for p in grp.head(k).get_column("_pid").drop_nulls().unique() if p != later["_pid"]]
+                if not earlier:
+                    continue
+                after = mine.filter(
+                    (pl.col("seq") > later["seq"]) & pl.col("_proc").str.extract(r"pid=(\d+)", 1).is_in(earlier)
+                ).head(1)
+                if after.height and sid not in found:
+                    a = after.row(0, named=True)
+                    found[int(sid)] = {
+                        "source": a["source"],
+                        "line": a["n"],
+                        "by": "pid",
+                        "why": (
+                            f"pid {a['_proc'].split('pid=')[-1]} of the server started before line {later['line']} "
+                            f"still writes after it (line {a['n']}), beside pid {later['_pid']}"
+                        ),
+                    }
+    # 2. a V0 cumulative counter that goes back twice or more with no start between
+    v0 = records.filter(pl.col("kind") == "v0_preempt").select(
+        "stream",
+        "seq",
+        "source",
+        "n",
+        _c=compose,
+        _proc=pl.col("proc").fill_null(""),
+        _v=pl.col("text").str.extract(V0_COUNTER_RE, 1).cast(pl.Int64, strict=False),
+        _t=pl.col("text"),
+    )
+    v0 = v0.filter(pl.col("_v").is_not_null()).unique(["stream", "_c", "_proc", "_t"], keep="first").sort("seq")
+    if v0.height > 2:
+        key = ["stream", "_c", "_proc"]
+        st_seq = st.get_column("seq").drop_nulls().sort() if st.height else pl.Series("seq", [], pl.UInt64)
+        v0 = v0.with_columns(_pv=pl.col("_v").shift(1).over(key), _ps=pl.col("seq").shift(1).over(key))
+        back = v0.filter(pl.col("_pv").is_not_null() & (pl.col("_v") <= pl.col("_pv")))
+        if back.height:
+            # a start between the two lines explains the step back (a restart)
+            seqs = st_seq.to_list()
+
+            def explained(lo: int, hi: int) -> bool:
+                i = bisect.bisect_right(seqs, lo)
+                return i < len(seqs) and seqs[i] < hi
+
+            keep = [not explained(int(r["_ps"]), int(r["seq"])) for r in back.iter_rows(named=True)]
+            back = back.filter(pl.Series(keep, dtype=pl.Boolean))
+            for (sid,), grp in back.group_by("stream", maintain_order=True):
+                if grp.height >= 2 and int(sid) not in found:
+                    a = grp.row(0, named=True)
+                    found[int(sid)] = {
+                        "source": a["source"],
+                        "line": a["n"],
+                        "by": "counter",
+                        "why": (
+                            f"vLLM's total_num_cumulative_preemption goes back {grp.height} times with no server "
+                            f"start between (first at line {a['n']}: {a['_pv']} then {a['_v']})"
+                        ),
+                    }
+    return [found[k] for k in sorted(found)]
+
+
+def interleaved_warning(found: list[dict[str, Any]]) -> str | None:
+    """The warning of :func:`interleaved`'s streams, or None."""
+    if not found:
+        return None
+    f = found[0]
+    more = f" (and {len(found) - 1} more log(s) alike)" if len(found) > 1 else ""
+    if f["by"] == "pid":
+        what = "told apart only by their process ids"
+        counts = "counts are kept per process and summed; the configuration, pressure and requests are theirs mixed"
+    else:
+        what = "with nothing on a line to tell whose"
+        counts = (
+            "its counts mix the servers' and are neither one server's nor their sum (the counters of a V0 server's "
+            "pipeline-parallel schedulers interleave alike)"
+        )
+    return (
+        f"{f['source']} holds the lines of two or more servers interleaved, {what} (kubectl logs -l ... without "
+        f"--prefix?): {f['why']}{more}; {counts}: get each pod's log (kubectl logs POD, or kubectl logs --prefix) "
+        "and analyse with --each"
+    )

@@ -58,7 +58,7 @@ from ..events import zonefit
 from ..events.honesty import honesty_notes
 from ..events.pressure import find_intervals
 from ..events.reconcile import event_set, per_request_records
-from ..events.servers import mixed_warning
+from ..events.servers import interleaved, interleaved_warning, mixed_warning
 from ..findings import compute as compute_findings
 from ..fixes.plan import attach as attach_fixes
 from ..fixes.plan import plan as plan_fixes
@@ -315,6 +315,10 @@ def one_clock(
     mixed = mixed_warning(records)
     if mixed:
         warnings.append(mixed)
+    # several servers' lines merged in one stream with nothing to tell them apart: no count holds
+    woven = interleaved_warning(interleaved(records))
+    if woven:
+        warnings.append(woven)
     if offsets is None:
         offsets = clock_offsets(bundle, options)
     records = on_clock(records, offsets, vllm_log.KIND)
@@ -331,7 +335,7 @@ def one_clock(
         reference=reference,  # type: ignore[arg-type]  # polars scalars are typed as every literal
         reference_wall=tres.wall,
     )
-    return records, ctx, Report(warnings=tuple(warnings), assumptions=tuple(assumptions))
+    return records, ctx, Report(warnings=tuple(warnings), assumptions=tuple(assumptions), partial=bool(woven))
 
 
 def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: str, prof: Profile) -> SourceFrames:
@@ -389,7 +393,7 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
     prof.mark("config")
     logged = facts.events(records, stats)
     warnings = list(phase1.warnings) + list(clock.warnings) + logged.warnings
-    partial = phase1.partial or logs.partial or logged.partial
+    partial = phase1.partial or logs.partial or logged.partial or clock.partial
     parts = list(logged.parts) + [e for o in outputs for e in o.events]
     frames_so_far = {k: v for o in outputs for k, v in o.frames.items()}
     reqs, req_stats = facts.requests(records, request_rows, named_request_ids(parts, frames_so_far), config)

@@ -9,6 +9,7 @@ import polars as pl
 
 from .. import engines as registry  # ``engines`` is a local name here (a cause's engine labels)
 from ..clock.timebase import iso
+from ..events.servers import interleaved
 from ..events.visibility import count_visibility
 from ..joiner.spans import pressure_src
 from ..model.config import in_force
@@ -199,6 +200,9 @@ def summarize(a: Analysis) -> dict[str, Any]:
     out["incidents"] = incident_names(a)
     if out["incidents"]:  # several servers or runs: one answer each, never one mixed sentence
         out["headline"] = not_one_incident(out["incidents"])
+    woven = interleaved(a.records) if not out.get("filters") else []
+    if woven:  # several servers' lines in one stream, nothing to tell whose: no count is theirs
+        out["headline"] = not_one_server(woven, out.get("events"))
     out["to_know_more_line"] = to_know_more_line(out)
     return out
 
@@ -212,6 +216,24 @@ def incident_names(a: Analysis) -> list[str] | None:
         return None
     units = split_by_incident([""], a)
     return [u.name for u in units] if len(units) > 1 else None
+
+
+def not_one_server(woven: list[dict[str, Any]], events: Any) -> str:
+    """The headline of a bundle whose log interleaves several servers' lines (events/servers.py
+    ``interleaved``): it names the log and refuses the merged count."""
+    f = woven[0]
+    how = "(get each pod's log, or kubectl logs --prefix, and analyse with --each)"
+    if f["by"] == "pid":
+        counted = f"the {events} counted are their sum" if isinstance(events, int) else "no count is visible"
+        return (
+            f"Not one server: {f['source']} interleaves two or more servers' lines, told apart only by their process "
+            f"ids (line {f['line']}); {counted}, the cause and fixes read them mixed {how}"
+        )
+    counted = f"the {events} counted together are" if isinstance(events, int) else "its count is"
+    return (
+        f"Not one server: {f['source']} interleaves two or more servers' lines with nothing to tell whose "
+        f"(line {f['line']}); {counted} neither one server's nor their sum {how}"
+    )
 
 
 def not_one_incident(names: list[str]) -> str:
