@@ -33,7 +33,11 @@ def iso_expr(col: str, tz: str) -> pl.Expr:
 def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
     """The public event columns; times as ISO 8601 strings (or typed, in the output zone)."""
 
-    df = public(analysis.events)
+    wanted = getattr(analysis, "columns", None)
+    events = analysis.events
+    if wanted is None or any(c in wanted for c in PREFIX_COLUMNS):  # the compact row pays nothing
+        events = _with_prefixes(events, getattr(analysis, "records", None))
+    df = public(events)
     # The event columns first and unchanged, then the verdict (rules.verdicts.VERDICT_COLUMNS),
     # then the joiner's evidence (joiner.EVIDENCE_SCHEMA), then the findings' per-event columns.
     # No events: the same columns of the same types as a run with events (one schema for every
@@ -53,7 +57,6 @@ def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
         if empty:
             per_event = _typed_like_a_run(per_event, _mechanism_types(analysis))
         df = df.join(per_event, on="event_id", how="left", maintain_order="left")
-    wanted = getattr(analysis, "columns", None)
     if wanted is not None:  # --columns / the compact default, chosen before any formatter sees the frame
         if df.height == 0:  # no events, so no verdict or evidence columns: the header stays the same
             df = df.with_columns([pl.lit(None, pl.String).alias(c) for c in wanted if c not in df.columns])
@@ -70,6 +73,32 @@ def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
         else:
             cols.append(pl.col(c))
     return df.select(cols)
+
+
+# Added event keys (docs/output.md): the prefixes of the event's log line that say whose it is, where the
+# engine index cannot (two pods' logs both say engine "0"): the container (kubectl logs --prefix's pod,
+# docker compose's service) and vLLM's process prefix ("APIServer pid=100"). Full rows only (json, parquet,
+# --wide, --columns): the compact ndjson/csv row is unchanged.
+PREFIX_COLUMNS = {"container": "compose", "process": "proc"}
+
+
+def _with_prefixes(events: pl.DataFrame, records: pl.DataFrame | None) -> pl.DataFrame:
+    """``events`` with :data:`PREFIX_COLUMNS` from the log record each event was made from (same stream
+    and seq); null for an event of another source or a line without the prefix."""
+    have = records is not None and {"stream", "seq", *PREFIX_COLUMNS.values()} <= set(records.columns)
+    if not have or records is None or not {"stream", "seq"} <= set(events.columns):
+        return events.with_columns([pl.lit(None, pl.String).alias(k) for k in PREFIX_COLUMNS])
+    keys = events.select("stream", "seq").unique()
+    prefixes = (
+        records.select(
+            pl.col("stream").cast(events.schema["stream"]),
+            pl.col("seq").cast(events.schema["seq"]),
+            *(pl.col(v).cast(pl.String).alias(k) for k, v in PREFIX_COLUMNS.items()),
+        )
+        .join(keys, on=["stream", "seq"], how="semi")
+        .unique(["stream", "seq"], keep="first", maintain_order=True)
+    )
+    return events.join(prefixes, on=["stream", "seq"], how="left", maintain_order="left")
 
 
 def _joinable(frame: pl.DataFrame | None, empty: bool) -> bool:
