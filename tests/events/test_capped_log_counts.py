@@ -28,12 +28,13 @@ V1_HEAD = "INFO 12-01 10:00:00 [api_server.py:1000] vLLM API server version 0.10
 V0_HEAD = "INFO 05-09 10:00:00 api_server.py:500] vLLM API server version 0.6.3"
 
 
-def v1_line(ss: int, n: int | None) -> str:
+def v1_line(
+    ss: int, n: int | None, running: int = 30, tput: str = "100.0 tokens/s, Avg generation throughput: 200.0"
+) -> str:
     pre = f"Preemptions: {n}, " if n is not None else ""
     return (
-        f"INFO 12-01 10:00:{ss:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 100.0 tokens/s, Avg "
-        f"generation throughput: 200.0 tokens/s, Running: 30 reqs, Waiting: 12 reqs, {pre}GPU KV cache usage: "
-        "99.8%, Prefix cache hit rate: 10.0%"
+        f"INFO 12-01 10:00:{ss:02d} [loggers.py:123] Engine 000: Avg prompt throughput: {tput} tokens/s, Running: "
+        f"{running} reqs, Waiting: 12 reqs, {pre}GPU KV cache usage: 99.8%, Prefix cache hit rate: 10.0%"
     )
 
 
@@ -170,12 +171,8 @@ def test_a_capped_log_count_stands_outside_the_scrape_window_and_is_the_counters
 
 
 def stall_line(ss: int, n: int | None) -> str:
-    pre = f"Preemptions: {n}, " if n is not None else ""
-    return (
-        f"INFO 12-01 10:00:{ss:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
-        f"generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 12 reqs, {pre}GPU KV cache usage: "
-        "99.8%, Prefix cache hit rate: 10.0%"
-    )
+    """A stats line of a stall: nothing running or computed, requests waiting."""
+    return v1_line(ss, n, running=0, tput="0.0 tokens/s, Avg generation throughput: 0.0")
 
 
 def test_a_stall_span_counts_a_capped_count_whole(tmp_path, small_cap):
