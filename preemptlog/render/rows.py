@@ -34,12 +34,18 @@ def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
     """The public event columns; times as ISO 8601 strings (or typed, in the output zone)."""
 
     wanted = getattr(analysis, "columns", None)
-    events = analysis.events
+    prefixes = None
     if wanted is None or any(c in wanted for c in PREFIX_COLUMNS):  # the compact row pays nothing
-        events = _with_prefixes(events, getattr(analysis, "records", None))
-    df = public(events)
+        prefixes = (
+            _with_prefixes(analysis.events, getattr(analysis, "records", None))
+            .select("event_id", *PREFIX_COLUMNS)
+            .unique("event_id", keep="first", maintain_order=True)
+        )
+    df = public(analysis.events)
     # The event columns first and unchanged, then the verdict (rules.verdicts.VERDICT_COLUMNS),
-    # then the joiner's evidence (joiner.EVIDENCE_SCHEMA), then the findings' per-event columns.
+    # then the joiner's evidence (joiner.EVIDENCE_SCHEMA), then the findings' per-event columns,
+    # then the added keys of whose the event is (PREFIX_COLUMNS): a column added is added last, so
+    # no column a script reads by position (csv --wide) moves.
     # No events: the same columns of the same types as a run with events (one schema for every
     # file of a dataset), so the empty frames are joined too, typed as the rules type them.
     empty = df.height == 0
@@ -57,6 +63,8 @@ def event_rows(analysis: Analysis, *, text_times: bool = True) -> pl.DataFrame:
         if empty:
             per_event = _typed_like_a_run(per_event, _mechanism_types(analysis))
         df = df.join(per_event, on="event_id", how="left", maintain_order="left")
+    if prefixes is not None:
+        df = df.join(prefixes, on="event_id", how="left", maintain_order="left")
     if wanted is not None:  # --columns / the compact default, chosen before any formatter sees the frame
         if df.height == 0:  # no events, so no verdict or evidence columns: the header stays the same
             df = df.with_columns([pl.lit(None, pl.String).alias(c) for c in wanted if c not in df.columns])

@@ -218,10 +218,11 @@ def test_machine_formats_carry_evidence_after_event_columns(joined, tmp_path):
     assert df.columns[:n] == list(EVENTS_SCHEMA)
     assert df.columns[n : n + m] == VERDICT_COLUMNS
     from preemptlog.findings import EVENT_COLUMNS  # issue 15: the findings columns come last
+    from preemptlog.render.rows import PREFIX_COLUMNS  # added keys come last: no column moves
 
     k = len(joiner.EVIDENCE_SCHEMA) - 1
     assert df.columns[n + m : n + m + k] == list(joiner.EVIDENCE_SCHEMA)[1:]
-    assert df.columns[n + m + k :] == EVENT_COLUMNS
+    assert df.columns[n + m + k :] == EVENT_COLUMNS + list(PREFIX_COLUMNS)
 
 
 def test_compute_without_events_and_untimed_event():
