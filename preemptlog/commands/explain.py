@@ -303,7 +303,9 @@ def resolve_ids(analysis, given: str | None, requests: list[str]) -> tuple[list[
             raise _ambiguous(given, sorted(bases))
         return bases, None
     if sel.height and folded:
-        runs = sel.select(pl.col("event_id").str.replace(r"~[riq]\d+$", "").alias("run")).get_column("run")
+        from ..model.events import COUNT_SUFFIX_RE
+
+        runs = sel.select(pl.col("event_id").str.replace(COUNT_SUFFIX_RE, "").alias("run")).get_column("run")
         if runs.n_unique() > 1:  # a cut id standing for several runs: never the first of them silently
             raise _ambiguous(given, [f"{r}~{given[-2]}*" for r in runs.unique(maintain_order=True).to_list()])
         ids = sel.get_column("event_id").to_list()

@@ -117,6 +117,7 @@ def spread_interval(start: pl.Expr, end: pl.Expr, k: pl.Expr, n: pl.Expr) -> pl.
 # reconstructed preemptions), ``~i<k>`` (an interval count's), ``~q<k>`` (the 2nd, 3rd... of one logged
 # line's N, SGLang's ``#retracted_reqs: N``: the 1st is the line's id). A table row / report card each.
 COUNT_SUFFIX = {"reconstructed": "r", "interval": "i", "logged": "q"}
+COUNT_SUFFIX_RE = "~[" + "".join(COUNT_SUFFIX.values()) + r"]\d+$"  # any of them, at the id's end
 
 
 def count_run() -> pl.Expr:
@@ -125,9 +126,9 @@ def count_run() -> pl.Expr:
     e = pl.col("event_id")
     return (
         pl.when(pl.col("kind").is_in(["reconstructed", "interval"]))
-        .then(e.str.replace(r"~[ri]\d+$", ""))
+        .then(e.str.replace(f"~[{COUNT_SUFFIX['reconstructed']}{COUNT_SUFFIX['interval']}]\\d+$", ""))
         .when(pl.col("kind") == "logged")
-        .then(e.str.replace(r"~q\d+$", ""))
+        .then(e.str.replace(f"~{COUNT_SUFFIX['logged']}\\d+$", ""))
         .otherwise(e)
     )
 

@@ -16,7 +16,7 @@ import polars as pl
 from ..engines import DEFAULT, find, get, noun
 from ..joiner.schema import evidence_words
 from ..model import VERSION as __version__
-from ..model.events import COUNT_SUFFIX, EVENTS_SCHEMA, count_run
+from ..model.events import COUNT_SUFFIX, COUNT_SUFFIX_RE, EVENTS_SCHEMA, count_run
 from ..render import iso_expr
 from ..render.summary import fix_line
 from ..rules.verdicts import VERDICT_COLUMNS
@@ -491,7 +491,7 @@ def _event_card(r: dict) -> str:
     n = int(r.get("_n") or 1)
     ident = r["event_id"]
     if n > 1:  # the run's id, as the table shows it (model.events.count_run)
-        ident = re.sub(r"~[riq]\d+$", "", str(ident)) + f"~{COUNT_SUFFIX.get(str(r['kind']), 'r')}*"
+        ident = re.sub(COUNT_SUFFIX_RE, "", str(ident)) + f"~{COUNT_SUFFIX.get(str(r['kind']), 'r')}*"
     head = [
         chip(gate),
         f"<span>{e(r['sub_kind'])}</span>" if r.get("sub_kind") else "",
