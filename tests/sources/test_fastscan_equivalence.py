@@ -14,6 +14,7 @@ coverage-guided fuzzer (differential against this same reference).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -415,6 +416,83 @@ def test_hostile_lines_campaign(data: bytes, tmp_path_factory: pytest.TempPathFa
     with scanner(None, PREEMPTLOG_REQUEST_RUNS_MIN="0", PREEMPTLOG_REQUEST_FOLD_MIN="0"):
         split_both(p, tmp, True, True)
         split_both(p, tmp, True, False)
+
+
+# ---------------------------------------------------------------------------- the marker search
+
+MARKERS = vllm_log.fast_spec().literals
+
+
+@st.composite
+def marker_line(draw: st.DrawFn) -> str:
+    """A line dense in markers and their pieces: whole markers, a marker's head or tail (so one
+    marker overlaps the next, or a near miss sits before the real one), at every offset from the
+    line's start and end (the compiled pass probes every few bytes: scan_core.c find_marker)."""
+    out = draw(st.text(alphabet="x ", max_size=9))
+    for _ in range(draw(st.integers(1, 4))):
+        m = draw(st.sampled_from(MARKERS))
+        cut = draw(st.integers(0, 3))
+        if cut == 1:
+            m = m[: draw(st.integers(1, len(m) - 1))]
+        elif cut == 2:
+            m = m[draw(st.integers(1, len(m) - 1)) :]
+        out += m + draw(st.text(alphabet="x ", max_size=3))
+    return out
+
+
+def leftmost_marker(line: str) -> str | None:
+    """The polars pass's alternation, by hand: the leftmost start, then the earliest in the list."""
+    found = [(line.find(m), i) for i, m in enumerate(MARKERS) if m in line]
+    return MARKERS[min(found)[1]] if found else None
+
+
+@needs_build
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(lines=st.lists(marker_line(), min_size=1, max_size=8))
+def test_marker_search_is_the_leftmost_first_alternation(
+    lines: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    p = tmp_path_factory.mktemp("markers") / "m.log"
+    p.write_text("\n".join(lines) + "\n")
+    with scanner(None):
+        fast = vllm_log.compiled(str(p), 3)
+        assert fast is not None
+        got = fast.frame()
+    want = {n + 1: leftmost_marker(line) for n, line in enumerate(lines)}
+    assert dict(
+        zip(got.get_column("n").to_list(), got.get_column("marker").cast(pl.String).to_list(), strict=True)
+    ) == {n: m for n, m in want.items() if m is not None}
+    read_both(p)
+
+
+@needs_build
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(
+    markers=st.lists(st.text(alphabet="ab", min_size=4, max_size=12), min_size=1, max_size=6, unique=True),
+    lines=st.lists(st.text(alphabet="abx", max_size=40), min_size=1, max_size=10),
+)
+@example(markers=["abab", "ababa"], lines=["ababa", "xababa"])  # one the other's prefix: the earlier in the list
+@example(markers=["abcdefghi", "defghijkl"], lines=["_abcdefghijkl"])  # both met by one probe: the leftmost
+def test_marker_search_on_overlapping_markers(
+    markers: list[str], lines: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Markers are data: any list of them (here overlapping, one the prefix of another, sharing
+    4-grams at several offsets) is found as the leftmost-first alternation finds it."""
+    spec = dataclasses.replace(vllm_log.fast_spec(), literals=tuple(markers), hot=frozenset())
+    p = tmp_path_factory.mktemp("markers") / "m.log"
+    p.write_text("\n".join(lines) + "\n")
+    fast = fastscan.open_scan(str(p), 3, spec, lambda lf: lf)
+    assert fast is not None
+    got = fast.frame()
+    found = {}
+    for n, line in enumerate(lines, 1):
+        hits = [(line.find(m), i) for i, m in enumerate(markers) if m in line]
+        if hits:
+            found[n] = markers[min(hits)[1]]
+    assert (
+        dict(zip(got.get_column("n").to_list(), got.get_column("marker").cast(pl.String).to_list(), strict=True))
+        == found
+    )
 
 
 # ---------------------------------------------------------------------------- the matcher alone

@@ -1,8 +1,8 @@
 /* The compiled log pass (GitHub issue 36): the hot part of sources/vllm_log.py's polars scan in C.
  *
- * Per line of a byte range (lines split with memchr): the leftmost literal marker (a 4-byte
- * filter, then the markers with that prefix in list order: the polars pass's leftmost-first
- * alternation), then the record's fields by the *same regexes* as the polars pass, run by a
+ * Per line of a byte range (lines split with memchr): the leftmost literal marker (a 4-gram
+ * filter probed every few bytes, then the markers holding that 4-gram: the polars pass's
+ * leftmost-first alternation; find_marker), then the record's fields by the *same regexes* as the polars pass, run by a
  * small backtracking matcher on programs compiled in Python (fastscan/regex.py). What is data
  * (given by Python, so a marker family or a regex added there is read by both passes):
  *
@@ -251,18 +251,23 @@ static size_t count_byte(const uint8_t *s, size_t n, uint8_t b) {
     return k;
 }
 
-/* memmem with an SSE2 filter on the needle's first and last bytes (glibc's is bytewise here). */
+/* memmem with an SSE2 filter on the needle's first, middle and last bytes (glibc's is bytewise
+ * here; with two bytes, a list of numbers or parameters met the filter often enough that the
+ * calls to memcmp cost as much as the filter). */
 static const uint8_t *fs_memmem(const uint8_t *h, size_t n, const uint8_t *nd, size_t k) {
     if (k == 0) return h;
     if (k > n) return NULL;
     if (k == 1) return memchr(h, nd[0], n);
     size_t i = 0;
 #if defined(__SSE2__)
-    const __m128i f = _mm_set1_epi8((char)nd[0]), l = _mm_set1_epi8((char)nd[k - 1]);
+    const size_t mid = k / 2;
+    const __m128i f = _mm_set1_epi8((char)nd[0]), md = _mm_set1_epi8((char)nd[mid]), l = _mm_set1_epi8((char)nd[k - 1]);
     for (; i + k - 1 + 16 <= n; i += 16) {
         __m128i a = _mm_loadu_si128((const __m128i *)(h + i));
+        __m128i c = _mm_loadu_si128((const __m128i *)(h + i + mid));
         __m128i b = _mm_loadu_si128((const __m128i *)(h + i + k - 1));
-        unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, f), _mm_cmpeq_epi8(b, l)));
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_and_si128(_mm_and_si128(_mm_cmpeq_epi8(a, f), _mm_cmpeq_epi8(c, md)), _mm_cmpeq_epi8(b, l)));
         while (m) {
             unsigned j = (unsigned)__builtin_ctz(m);
             if (memcmp(h + i + j + 1, nd + 1, k - 2) == 0) return h + i + j;
@@ -744,49 +749,87 @@ static inline uint32_t bucket_of(uint32_t w) { return (w * 0x85EBCA6Bu) >> 22; }
 int fs_config_init_markers(fs_config *cfg) {
     memset(cfg->filter, 0, sizeof(cfg->filter));
     for (int i = 0; i < FS_BUCKETS; i++) cfg->bucket_first[i] = -1;
-    for (int m = 0; m < cfg->nmarkers; m++) cfg->next_same[m] = -1;
+    int shortest = FS_MAX_STRIDE + 3;
     for (int m = 0; m < cfg->nmarkers; m++) {
         if (cfg->mlen[m] < 4) return -1;
-        uint32_t w;
-        memcpy(&w, cfg->markers[m], 4);
-        uint32_t h = hash4(w);
-        cfg->filter[h >> 6] |= (uint64_t)1 << (h & 63);
-        uint32_t b = bucket_of(w) & (FS_BUCKETS - 1);
-        for (int probe = 0;; probe++) {
-            if (probe >= FS_BUCKETS) return -1;
-            if (cfg->bucket_first[b] < 0) {
-                cfg->bucket_first[b] = (int16_t)m;
-                cfg->bucket_key[b] = w;
-                break;
+        if (cfg->mlen[m] < shortest) shortest = cfg->mlen[m];
+    }
+    cfg->stride = shortest - 3;
+    free(cfg->ent_marker);
+    free(cfg->ent_off);
+    free(cfg->ent_next);
+    size_t cap = (size_t)(cfg->nmarkers ? cfg->nmarkers : 1) * (size_t)cfg->stride;
+    cfg->ent_marker = malloc(cap * sizeof(int16_t));
+    cfg->ent_off = malloc(cap);
+    cfg->ent_next = malloc(cap * sizeof(int16_t));
+    cfg->nentries = 0;
+    if (!cfg->ent_marker || !cfg->ent_off || !cfg->ent_next) return -1;
+    for (int m = 0; m < cfg->nmarkers; m++) {
+        for (int off = 0; off < cfg->stride; off++) {
+            int e = cfg->nentries++;
+            cfg->ent_marker[e] = (int16_t)m;
+            cfg->ent_off[e] = (uint8_t)off;
+            cfg->ent_next[e] = -1;
+            uint32_t w;
+            memcpy(&w, cfg->markers[m] + off, 4);
+            uint32_t h = hash4(w);
+            cfg->filter[h >> 6] |= (uint64_t)1 << (h & 63);
+            uint32_t b = bucket_of(w) & (FS_BUCKETS - 1);
+            for (int probe = 0;; probe++) {
+                if (probe >= FS_BUCKETS) return -1;
+                if (cfg->bucket_first[b] < 0) {
+                    cfg->bucket_first[b] = (int16_t)e;
+                    cfg->bucket_key[b] = w;
+                    break;
+                }
+                if (cfg->bucket_key[b] == w) { /* prepend to the chain (find_marker reads all of it) */
+                    cfg->ent_next[e] = cfg->bucket_first[b];
+                    cfg->bucket_first[b] = (int16_t)e;
+                    break;
+                }
+                b = (b + 1) & (FS_BUCKETS - 1);
             }
-            if (cfg->bucket_key[b] == w) { /* append to the chain (list order) */
-                int k = cfg->bucket_first[b];
-                while (cfg->next_same[k] >= 0) k = cfg->next_same[k];
-                cfg->next_same[k] = (int16_t)m;
-                break;
-            }
-            b = (b + 1) & (FS_BUCKETS - 1);
         }
     }
     return 0;
 }
 
-/* leftmost marker, ties to the earlier in the list; -1 none */
+/* The leftmost marker, ties to the earlier in the list; -1 none.
+ *
+ * The line is probed at every stride-th position p (stride = the shortest marker's length - 3),
+ * the 4 bytes at p looked up among the markers' 4-grams at offsets 0 .. stride-1. A marker of
+ * length L >= stride + 3 starting at s lies inside the line (s + L <= n): the first probe p >= s
+ * is at most s + stride - 1 <= s + L - 4, so its 4-gram is inside the marker, at an offset below
+ * stride, and p + 4 <= n. Every marker starting at or before p was found at the first probe at
+ * or after its start, so the first probe with a match holds the leftmost: of the matches found
+ * there, the one with the smallest start, then the earliest in the list. */
 static int find_marker(const fs_config *cfg, const uint8_t *s, size_t n, size_t *at) {
     if (n < 4) return -1;
-    for (size_t i = 0; i + 4 <= n; i++) {
+    const size_t stride = (size_t)cfg->stride;
+    for (size_t p = 0; p + 4 <= n; p += stride) {
         uint32_t w;
-        memcpy(&w, s + i, 4);
+        memcpy(&w, s + p, 4);
         uint32_t h = hash4(w);
         if (!((cfg->filter[h >> 6] >> (h & 63)) & 1)) continue;
         uint32_t b = bucket_of(w) & (FS_BUCKETS - 1);
         while (cfg->bucket_first[b] >= 0 && cfg->bucket_key[b] != w) b = (b + 1) & (FS_BUCKETS - 1);
-        for (int m = cfg->bucket_first[b]; m >= 0; m = cfg->next_same[m]) {
+        int best = -1;
+        size_t best_at = 0;
+        for (int e = cfg->bucket_first[b]; e >= 0; e = cfg->ent_next[e]) {
+            size_t off = cfg->ent_off[e];
+            if (off > p) continue;
+            size_t i = p - off;
+            int m = cfg->ent_marker[e];
             size_t l = (size_t)cfg->mlen[m];
+            if (best >= 0 && (i > best_at || (i == best_at && m > best))) continue;
             if (i + l <= n && memcmp(s + i, cfg->markers[m], l) == 0) {
-                *at = i;
-                return m;
+                best = m;
+                best_at = i;
             }
+        }
+        if (best >= 0) {
+            *at = best_at;
+            return best;
         }
     }
     return -1;
@@ -1103,7 +1146,9 @@ void fs_config_free(fs_config *c) {
     free(c->markers);
     free(c->mlen);
     free(c->hot);
-    free(c->next_same);
+    free(c->ent_marker);
+    free(c->ent_off);
+    free(c->ent_next);
     for (int i = 0; i < FS_NPROG; i++) {
         free(c->prog[i].code);
         free(c->prog[i].sets);
@@ -1179,8 +1224,7 @@ int fs_config_load(fs_config *c, const uint8_t *blob, size_t n, const char **why
     c->markers = calloc(nm, sizeof(uint8_t *));
     c->mlen = calloc(nm, sizeof(int));
     c->hot = calloc(nm, 1);
-    c->next_same = calloc(nm, sizeof(int16_t));
-    if (!c->markers || !c->mlen || !c->hot || !c->next_same) goto fail;
+    if (!c->markers || !c->mlen || !c->hot) goto fail;
     c->nmarkers = (int)nm;
     for (uint32_t i = 0; i < nm; i++) {
         uint32_t l = rd_u32(&r);

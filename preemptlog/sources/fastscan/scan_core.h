@@ -87,18 +87,25 @@ enum {
     FS_NFIELD
 };
 
-#define FS_BUCKETS 1024
+#define FS_BUCKETS 4096
+#define FS_MAX_STRIDE 8
 
 typedef struct {
     int nmarkers;
     uint8_t **markers;
     int *mlen;
     uint8_t *hot; /* per marker: a request kind (fields extracted, no text, no prefixes) */
-    /* 4-byte prefixes: a 65536-bit filter of a hash, then an exact table (first index per bucket) */
+    /* The markers' 4-grams at offsets 0 .. stride-1 (stride: the shortest marker's length - 3, at
+     * most FS_MAX_STRIDE): a 65536-bit filter of a hash, then an exact table of entries (marker,
+     * offset), chained per 4-gram. A line is probed every `stride` bytes (find_marker). */
+    int stride;
     uint64_t filter[1024];
     uint32_t bucket_key[FS_BUCKETS];
-    int16_t bucket_first[FS_BUCKETS]; /* first marker index with that prefix, -1 empty */
-    int16_t *next_same;               /* next marker (list order) with the same prefix, -1 */
+    int16_t bucket_first[FS_BUCKETS]; /* first entry with that 4-gram, -1 empty */
+    int nentries;
+    int16_t *ent_marker; /* per entry: the marker */
+    uint8_t *ent_off;    /* per entry: the 4-gram's offset in the marker */
+    int16_t *ent_next;   /* per entry: the next entry with the same 4-gram, -1 */
     fs_prog prog[FS_NPROG];
     int field_group[FS_NFIELD]; /* the group number of each field in its program */
     uint8_t *ids_start;
