@@ -251,6 +251,20 @@ static size_t count_byte(const uint8_t *s, size_t n, uint8_t b) {
     return k;
 }
 
+/* s[0:k] == t[0:k], inline: the literals compared here are short and most comparisons fail in
+ * their first bytes, where a call to memcmp cost more than the comparison. */
+static inline int bytes_eq(const uint8_t *a, const uint8_t *b, size_t k) {
+    for (; k >= 8; a += 8, b += 8, k -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    for (; k; a++, b++, k--)
+        if (*a != *b) return 0;
+    return 1;
+}
+
 /* memmem with an SSE2 filter on the needle's first, middle and last bytes (glibc's is bytewise
  * here; with two bytes, a list of numbers or parameters met the filter often enough that the
  * calls to memcmp cost as much as the filter). */
@@ -270,13 +284,13 @@ static const uint8_t *fs_memmem(const uint8_t *h, size_t n, const uint8_t *nd, s
             _mm_and_si128(_mm_and_si128(_mm_cmpeq_epi8(a, f), _mm_cmpeq_epi8(c, md)), _mm_cmpeq_epi8(b, l)));
         while (m) {
             unsigned j = (unsigned)__builtin_ctz(m);
-            if (memcmp(h + i + j + 1, nd + 1, k - 2) == 0) return h + i + j;
+            if (bytes_eq(h + i + j + 1, nd + 1, k - 2)) return h + i + j;
             m &= m - 1;
         }
     }
 #endif
     for (; i + k <= n; i++)
-        if (h[i] == nd[0] && memcmp(h + i, nd, k) == 0) return h + i;
+        if (h[i] == nd[0] && bytes_eq(h + i, nd, k)) return h + i;
     return NULL;
 }
 
@@ -423,7 +437,7 @@ static int vm_run(const fs_prog *p, const uint8_t *s, int32_t len, int32_t start
         case OP_LIT: {
             const uint8_t *L = p->lits + in->a;
             int32_t k = in->b, j = 0;
-            if (pos + k <= len && memcmp(s + pos, L, (size_t)k) == 0) {
+            if (pos + k <= len && bytes_eq(s + pos, L, (size_t)k)) {
                 SEEN(pos + k - 1);
                 pc++;
                 pos += k;
@@ -822,7 +836,7 @@ static int find_marker(const fs_config *cfg, const uint8_t *s, size_t n, size_t 
             int m = cfg->ent_marker[e];
             size_t l = (size_t)cfg->mlen[m];
             if (best >= 0 && (i > best_at || (i == best_at && m > best))) continue;
-            if (i + l <= n && memcmp(s + i, cfg->markers[m], l) == 0) {
+            if (i + l <= n && bytes_eq(s + i, cfg->markers[m], l)) {
                 best = m;
                 best_at = i;
             }
