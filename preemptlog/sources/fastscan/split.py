@@ -67,6 +67,25 @@ def merged(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     return a.with_columns(key).merge_sorted(b.with_columns(key), key="_nseg").drop("_nseg")
 
 
+def _run_stats(hot: pl.DataFrame) -> pl.DataFrame:
+    """Per run of a window's request rows: its rows ``c``, last line ``n_last`` and Received rows ``r``.
+    ``_run`` never decreases along the rows (a cumulative count of run starts) and ``n`` neither
+    (file order), so each run is one block of rows: its length, the line of its last row and the
+    difference of the Received rows counted up to its end (a group_by hashed every row: 9 % of
+    the split's time)."""
+    blocks = hot.get_column("_run").rle().struct.unnest()
+    ends = blocks.get_column("len").cum_sum() - 1
+    recv = hot.get_column("_recv").cast(pl.UInt32).cum_sum().gather(ends)
+    return pl.DataFrame(
+        {
+            "_run": blocks.get_column("value"),
+            "c": blocks.get_column("len"),
+            "n_last": hot.get_column("n").gather(ends),
+            "r": recv - recv.shift(1, fill_value=0),
+        }
+    )
+
+
 class _Spill:
     """The request rows of a folded file, written window by window: one Parquet part per window and
     group in a private folder, read back as one table per group by the glob :meth:`path` (polars
@@ -165,11 +184,7 @@ def read_split(
             run = (start.cast(pl.Int64).cum_sum() + run_base - 1).cast(pl.Int64)
             rank = pl.select(pl.when(start_pos.is_null()).then(pos + carry_rank).otherwise(pos - start_pos)).to_series()
             hot = hot.with_columns(_hot=pl.lit(True), _start=start, _recv=f.get_column("_recv"), _run=run, _rank=rank)
-            stats.append(
-                hot.group_by("_run").agg(
-                    pl.len().alias("c"), pl.col("n").max().alias("n_last"), pl.col("_recv").sum().alias("r")
-                )
-            )
+            stats.append(_run_stats(hot))
             n_received += int(hot.get_column("_recv").sum())
             carry_rank = int(rank[-1]) + 1 if last_hot else 0
             run_base += int(start.sum())
