@@ -7,8 +7,13 @@ inode when the file is sniffed).
 A copy is a copy of what is read: the content once decompressed (gzip, zstd; an archive's member as
 unpacked) and decoded (UTF-16/32 and a UTF-8 byte-order mark are read through a UTF-8 copy: sniffing.py).
 Compared cheaply: only files of one kind whose contents have the same size, known without
-decompressing (:func:`_content_size`), are hashed; a file cut short (a damaged .gz) holds less, and is
-no copy of the whole.
+decompressing (:func:`_content_size`), are hashed whole; a file cut short (a damaged .gz) holds less,
+and is no copy of the whole. Some sizes cannot be known that way: a zstd stream written through a pipe
+(``cat vllm.log | zstd``) states none, and a gzip file of several members (``cat a.gz b.gz``, bgzip)
+keeps only its last member's. So a compressed file whose size matches no other file's is compared by
+its first 64 KiB once decompressed (:func:`_head`) with the files of its kind, and hashed whole only
+when those are the same as another's (before: such a copy of the log was read twice, and every
+preemption counted twice).
 
 Identical content is not always a copy. Two files are one file found twice only when reading both could
 add nothing: when they would carry the same time.
@@ -39,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
-from collections.abc import Hashable, Iterator
+from collections.abc import Generator, Hashable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -88,7 +93,7 @@ def _zstd_content_size(path: Path) -> int | None:
     return None if size == zstandard.CONTENTSIZE_UNKNOWN else size
 
 
-def _chunks(f: InputFile) -> Iterator[bytes]:
+def _chunks(f: InputFile) -> Generator[bytes, None, None]:
     """What is read of ``f``, decompressed, in chunks; raises ValueError when it does not decompress
     to its end (a damaged file is read as far as it goes, and that is no copy of a whole one)."""
     if f.compression is None:
@@ -214,24 +219,84 @@ def _rotated_parts(files: list[InputFile]) -> set[int]:
     return {id(f) for parts in sets.values() if len(parts) > 1 for f in parts}
 
 
+HEAD = 64 << 10  # the content compared first when the sizes cannot be (module docstring)
+
+
+def _head(f: InputFile) -> bytes | None:
+    """A hash of the first HEAD bytes of what is read of ``f`` (the whole when shorter): None when
+    empty or unreadable there."""
+    got = bytearray()
+    chunks = _chunks(f)
+    try:
+        for chunk in chunks:
+            got += chunk
+            if len(got) >= HEAD:
+                break
+    except (OSError, ValueError, EOFError):
+        return None  # its reading reports it
+    finally:
+        chunks.close()
+    if not got:
+        return None
+    return hashlib.blake2b(bytes(got[:HEAD]), digest_size=20).digest()
+
+
 def read_copies_once(files: list[tuple[InputFile, Path]]) -> list[InputFile]:
     """The files (each with the path of the bytes it was found as: the input, not a decoded copy) less
     the copies of others (module docstring), in their order.
 
     Cheap: only files of one kind whose contents have the same size (known without decompressing:
-    :func:`_content_size`) are hashed, their content as read (decompressed, decoded); a file whose size
-    matches no other's is never read here."""
+    :func:`_content_size`) are hashed, their content as read (decompressed, decoded); a compressed
+    file whose size matches no other's is compared by its first 64 KiB (:func:`_head`) with the files
+    of its kind first. A file whose size and head match no other's is never read whole here."""
     decoded = {id(f) for f, original in files if f.path != original}
     rotated = _rotated_parts([f for f, _ in files])
+    eligible = [f for f, _ in files if f.kind not in UNRECOGNISED and f.kind != "ignore"]
+    order = {id(f): i for i, f in enumerate(eligible)}
+    parent = {id(f): id(f) for f in eligible}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def join(a: InputFile, b: InputFile) -> None:
+        ra, rb = root(id(a)), root(id(b))
+        if ra != rb:
+            parent[max(ra, rb, key=order.__getitem__)] = min(ra, rb, key=order.__getitem__)
+
     by_size: dict[tuple[str, int], list[InputFile]] = {}
-    for f, _ in files:
-        if f.kind in UNRECOGNISED or f.kind == "ignore":
-            continue
-        size = _content_size(f)
+    sizes: dict[int, int | None] = {}
+    for f in eligible:
+        sizes[id(f)] = size = _content_size(f)
         if size is not None:
             by_size.setdefault((f.kind, size), []).append(f)
-    copies: set[int] = set()
     for group in by_size.values():
+        for f in group[1:]:
+            join(group[0], f)
+
+    # A compressed file whose size could not be compared (none stated, or a gzip trailer's that may be
+    # its last member's): by its head, with every file of its kind.
+    def shares_size(f: InputFile) -> bool:
+        size = sizes[id(f)]
+        return size is not None and len(by_size[(f.kind, size)]) > 1
+
+    lone = [f for f in eligible if f.compression is not None and not shares_size(f)]
+    lone_ids, lone_kinds = {id(f) for f in lone}, {f.kind for f in lone}
+    by_head: dict[tuple[str, bytes], list[InputFile]] = {}
+    for f in eligible:
+        if f.kind in lone_kinds and (h := _head(f)) is not None:
+            by_head.setdefault((f.kind, h), []).append(f)
+    for group in by_head.values():
+        if any(id(f) in lone_ids for f in group):
+            for f in group[1:]:
+                join(group[0], f)
+    components: dict[int, list[InputFile]] = {}
+    for f in eligible:
+        components.setdefault(root(id(f)), []).append(f)
+    copies: set[int] = set()
+    for group in components.values():
         if len(group) < 2:
             continue
         same: dict[bytes, list[InputFile]] = {}

@@ -294,3 +294,84 @@ def test_cli_a_part_of_a_rotated_set_is_read_rather_than_its_copy_elsewhere(tmp_
             assert len({i["stream"] for i in s["inputs"] if i["kind"] == "vllm-log"}) == 1
     alone, b = answers
     assert [ln for ln in b if "also found as" not in ln and "once decompressed" not in ln] == alone
+
+
+# ---------------------------------------------------------------- copies whose size is not stated
+
+from ..support.two_servers import VLLM_V0  # noqa: E402
+
+V0 = ("\n".join(VLLM_V0) + "\n").encode()  # 5 preemptions (the cumulative counter), 3 warning lines
+
+
+def _zst_piped(data: bytes) -> bytes:
+    """``cat vllm.log | zstd``: a frame that states no content size."""
+    out = io.BytesIO()
+    with zstandard.ZstdCompressor().stream_writer(out, closefd=False) as w:
+        w.write(data)
+    return out.getvalue()
+
+
+def _gz_members(data: bytes, parts: int) -> bytes:
+    """``cat a.gz b.gz ...`` of the data cut in ``parts`` (bgzip writes such files): the trailer holds the
+    last member's size only."""
+    lines = data.splitlines(keepends=True)
+    cut = [lines[len(lines) * i // parts : len(lines) * (i + 1) // parts] for i in range(parts)]
+    return b"".join(gzip.compress(b"".join(c)) for c in cut)
+
+
+UNSIZED = [
+    ("old/server.log.zst", _zst_piped, "the same bytes once decompressed"),
+    ("backup/vllm.log.gz", lambda d: _gz_members(d, 2), "the same bytes once decompressed"),
+    ("vllm-bgzip.log.gz", lambda d: _gz_members(d, 5), "the same bytes once decompressed"),
+    ("a.zip", lambda d: _zip({"node/vllm.log.zst": _zst_piped(d)}), "the same bytes once decompressed"),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "words"), UNSIZED, ids=[u[0] for u in UNSIZED])
+def test_cli_a_copy_whose_size_is_not_stated_is_read_once(tmp_path, name, make, words):
+    """A zstd stream written through a pipe states no content size and a gzip file of several members
+    keeps its last member's: their sizes match nothing, and before they were read beside the log: "Not
+    one incident: 2 logs of different servers" and 10 events for 5 (a real V0 log and its piped .zst
+    under old/: "8502 preemptions" for 4251). Now their first 64 KiB decompressed are compared, then
+    the whole: one copy, the log's own answer."""
+    assert zstandard.get_frame_parameters(_zst_piped(V0)).content_size == zstandard.CONTENTSIZE_UNKNOWN
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "vllm.log").write_bytes(V0)
+    b = tmp_path / "b"
+    (b / name).parent.mkdir(parents=True, exist_ok=True)
+    (b / "vllm.log").write_bytes(V0)
+    (b / name).write_bytes(make(V0))
+    rc0, s0 = _cli(alone)
+    rc, s = _cli(b)
+    assert s0["headline"].startswith("5 preemptions"), s0["headline"]
+    assert (rc, s["headline"], s["events"]) == (rc0, s0["headline"], s0["events"])
+    assert _logs(s) == ["b/vllm.log"]
+    found = f"b/{name}!node/vllm.log.zst" if name.endswith(".zip") else f"b/{name}"
+    assert _said(s) == [f"b/vllm.log: also found as {found} ({words}): read once"]
+
+
+def test_a_compressed_file_whose_size_matches_nothing_is_read_whole_only_when_its_head_matches(tmp_path, monkeypatch):
+    """The head comparison costs the first 64 KiB of each file of the kind; a rotated part and another
+    server's log, gzip'd with sizes that match nothing, are compared by their heads and never hashed
+    whole; a log that starts as the copy does but goes on (the same head, not the same content) is
+    hashed, and both are read."""
+    stats = [ln for ln in VLLM_V0 if "Avg prompt throughput" in ln][-1]
+    big = V0 + (stats + "\n").encode() * (2 * copies.HEAD // len(stats))  # longer than the head
+    b = tmp_path / "b"
+    (b / "node2").mkdir(parents=True)
+    (b / "vllm.log").write_bytes(big)
+    (b / "vllm.log.1.gz").write_bytes(gzip.compress(V0[: len(V0) // 2]))
+    (b / "node2" / "vllm.log.gz").write_bytes(_gz_members(big.replace(b"09:1", b"10:1"), 2))
+    (b / "longer.log.zst").write_bytes(_zst_piped(big + (stats + "\n").encode()))
+    hashed: list[str] = []
+    real = copies._digest
+
+    def spy(f):
+        hashed.append(f.display)
+        return real(f)
+
+    monkeypatch.setattr(copies, "_digest", spy)
+    r = analyze([str(b)], AnalyzeOptions(tz="UTC"))
+    assert sorted(hashed) == ["b/longer.log.zst", "b/vllm.log"]
+    assert not [w for w in r.warnings if "also found as" in w]
