@@ -18,7 +18,21 @@ Rule (per engine label; events with no engine count as engine 0):
 1. Inside the Prometheus scrape window (first to last timed scrape of the
    engine) the counter is authoritative. The log's *count* events
    (``interval``, ``reconstructed``) there are removed from the events frame;
-   their number stays in the report.
+   their number stays in the report. Unless the log's counts *agree* with the
+   counter (:func:`_log_timing`, agree.py): the engine has one counter series,
+   timed, without a reset, its scrape intervals end to end; no log count with
+   preemptions straddles the window's edge (its inside share is an estimate) or
+   lacks its interval, none is capped; no block-table records, no aggregated
+   (engine ``all``) count; and the log's count and per-preemption events in the
+   window can be placed, each inside its own interval, so that every scrape
+   interval receives exactly the counter's increase there (so the totals are
+   equal: V0's ``reconstructed`` lower bound only when it is the counter's
+   exactly). Then the log's events stand in that engine's window (its ~10 s
+   intervals are finer in time than the scrapes') and the counter makes none
+   there: the same count, the log's timing (said in a note, the rule, the two
+   sources' notes and ``log_timing``). Where they do not agree, the counter's
+   intervals stand (a disagreement listed as before; counts that add up but do
+   not fit the scrape intervals, a clock offset, in a note).
 2. Per-preemption events (``logged``, ``marker``) are always kept: they carry a
    request id and an exact time. In a scrape interval that holds n of them and
    a counter increase of D, the events frame gets max(0, D - n) counter events
@@ -26,7 +40,10 @@ Rule (per engine label; events with no engine count as engine 0):
 3. Outside the window, the log's own events stand.
 
 So ``total`` (= the events frame's height) never holds the same preemption
-twice. Block-table ``preempt`` records (:func:`records_vs_counts`, the last step of
+twice: where the log's counts agree, each scrape interval's increase is matched one to one
+with the log's preemptions placed in it, and only the log's are events; its total is the
+counter's increase, as under the counter's rule (where every per-preemption line fits its scrape
+interval, max(0, D - n) + n = D). Block-table ``preempt`` records (:func:`records_vs_counts`, the last step of
 :func:`event_set`; the rule in recordmatch.py) are the events of kind ``record`` over the span
 each engine's records cover, and every count there is a cross-check matched against them with
 the lag allowed (vLLM counts a preemption when the request is next reported); ``total`` counts
@@ -55,6 +72,7 @@ from ..clock.timebase import iso
 from ..model import events as ev_mod
 from ..model.events import spread_interval
 from ..sources.prometheus import counter_events
+from .agree import Item, fits
 from .overlap import merge
 from .pressure import log_capability
 from .recordmatch import (
@@ -176,6 +194,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     dropped_by_engine: dict[str, dict[str, int]] = {}
     surplus_rows: list[dict[str, Any]] = []
     made_from = pairs  # the pairs the counter's events are made from (less the per-preemption lines below)
+    by_log: dict[str, LogTiming] = {}  # engines whose log counts agree with the counter: their timing kept
     if timed.height and ev.height:
         win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
         g0, g1 = timed.get_column("start").min(), timed.get_column("end").max()
@@ -184,10 +203,23 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             _w0=pl.when(pl.col("_eng") == "all").then(pl.lit(g0)).otherwise(pl.col("_w0")),
             _w1=pl.when(pl.col("_eng") == "all").then(pl.lit(g1)).otherwise(pl.col("_w1")),
         )
+        # Where an engine's log counts agree with its counter, scrape interval by scrape interval, the
+        # log's events stand (finer in time) and the counter makes none there (_log_timing).
+        by_log, timing_notes = _log_timing(ev, pairs, is_prom, a.frames, tz)
+        notes.extend(timing_notes)
+        notes.extend(t.words(tz) for t in by_log.values())
+        if by_log:
+            mine = (
+                pl.col("event_id")
+                .str.replace(r"~i[0-9]+$", "")
+                .is_in(sorted(k for t in by_log.values() for k in t.pair_keys))
+            )
+            ev = ev.filter(~(is_prom & (pl.col("kind") == "interval") & pl.col("_eng").is_in(list(by_log)) & mine))
+            made_from = pairs.filter(~(eng.is_in(list(by_log)) & pl.col("increase").is_not_null()))
         # A counted interval is judged by its interval, not by where its events were placed:
         # inside the scrape window it is the counter's; straddling the window's edge, only
         # the part outside is kept (issue 19, item 6).
-        is_count = ~is_prom & pl.col("kind").is_in(COUNT_KINDS)
+        is_count = ~is_prom & pl.col("kind").is_in(COUNT_KINDS) & ~pl.col("_eng").is_in(list(by_log))
         has_iv = pl.col("interval_start").is_not_null() & pl.col("interval_end").is_not_null()
         in_win = (pl.col("time") > pl.col("_w0")) & (pl.col("time") <= pl.col("_w1"))
         iv_in = (pl.col("interval_start") >= pl.col("_w0")) & (pl.col("interval_end") <= pl.col("_w1"))
@@ -214,7 +246,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         # Per-preemption lines inside a scrape interval take the place of counter events.
         pr = ev.filter(~is_prom & pl.col("kind").is_in(PER_EVENT_KINDS) & pl.col("time").is_not_null())
         if pr.height:
-            allp = pairs.with_row_index("_pid")
+            allp = made_from.with_row_index("_pid")
             tp = allp.filter(pl.col("_pid").is_in(_timed_pids(allp))).sort("end")
             m = (
                 pr.with_columns(_eng=eng)
@@ -317,7 +349,13 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "window": [iso(w[0], tz), iso(w[1], tz)] if w else None,
                 "exact": not _resets(facts),  # across a restart a run's last preemptions are not seen
                 "in_events": prom_in_events,
-                "note": _prom_note(facts, pairs),
+                "note": _prom_note(facts, pairs)
+                + "".join(
+                    f"; engine {t.engine}: the log's own counts agree with its {t.count} in every one of its "
+                    f"{t.scrapes} scrape interval(s): the log's events stand for them (finer in time), none are made "
+                    "from the counter there"
+                    for t in by_log.values()
+                ),
                 # the counters it was read from, by name: the key above is the source's kind, whatever the engine
                 "metrics": sorted(
                     pairs.select(pl.col("raw").str.extract(r"^([^{\s]+)", 1).drop_nulls().unique())
@@ -325,6 +363,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                     .to_list()
                 ),
                 **_vs_records(checks, PROM_COUNTER),
+                # what it counted where the log's counts agree: the log's events stand for those
+                **({"same_as_log": sum(t.count for t in by_log.values())} if by_log else {}),
             }
         )
     stats = a.stats
@@ -342,7 +382,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "window": None,
                 "exact": True,
                 "in_events": final_kinds.get("interval", 0),
-                "note": "counted when the preempted request runs again (lags the preemption)",
+                "note": "counted when the preempted request runs again (lags the preemption)"
+                + _kept_words(by_log, "interval"),
                 **_vs_records(checks, LOG_FIELDS),
             }
         )
@@ -358,7 +399,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "window": None,
                 "exact": False,
                 "in_events": final_kinds.get("logged", 0) + final_kinds.get("reconstructed", 0),
-                "note": f"lower bound: up to 49 more per counter run ({runs} run(s)) are not visible in the log",
+                "note": f"lower bound: up to 49 more per counter run ({runs} run(s)) are not visible in the log"
+                + _kept_words(by_log, "reconstructed"),
             }
         )
     if orig_kinds.get("marker"):
@@ -504,6 +546,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             "counts there are replaced by counter events; per-preemption lines are kept and take the place of "
             "counter events in their scrape interval; outside the window the log's events stand"
         )
+        if by_log:
+            rule += "; " + _log_timing_words(by_log)
         quality = "exact" if not _resets(facts) else "lower bound"
         if _resets(facts):
             rule += "; " + _across_resets(facts)
@@ -638,6 +682,20 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "in_log_events": b["in_log_events"],
             }
             for b in since.baselines.values()
+        ]
+    if by_log:  # engines whose log counts agree with the counter: the log's events (its timing) kept
+        report["log_timing"] = [
+            {
+                "engine": t.engine,
+                "count": t.count,
+                "window": [iso(t.window[0], tz), iso(t.window[1], tz)],
+                "kinds": dict(sorted(t.kinds.items())),
+                "log_counts": t.log_intervals,
+                "log_from": list(t.log_from),
+                "scrape_intervals": t.scrapes,
+                "counter_from": list(t.counter_from),
+            }
+            for t in by_log.values()
         ]
     if counter_only:  # counted preemptions no record explains: events without a record (recordmatch.py)
         report["counter_only"] = dict(sorted(counter_only.items()))
@@ -1291,6 +1349,170 @@ def _straddling(
     if not kept:
         return edge.head(0), notes
     return pl.concat(kept, how="vertical_relaxed").select(edge.columns), notes
+
+
+@dataclass(frozen=True)
+class LogTiming:
+    """One engine whose log counts agree with its counter inside the scrape window (:mod:`.agree`):
+    the log's events stand there, the counter makes none."""
+
+    engine: str
+    count: int  # the counter's increase over the window = what the log counted there
+    window: tuple[Any, Any]
+    kinds: dict[str, int]  # the log's events there by kind
+    log_intervals: int  # the log's counts there (stats lines, V0 counter jumps)
+    log_from: tuple[str, str]  # first and last of them, file:line
+    scrapes: int  # the counter's scrape intervals there
+    counter_from: tuple[str, str]  # its first and last increase, file:line
+    pair_keys: frozenset[str]  # the counter's increases (file:line[:col]): their events are not made
+
+    def words(self, tz: str) -> str:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.kinds.items()))
+        lf, ll = self.log_from
+        cf, cl = self.counter_from
+        return (
+            f"engine {self.engine}: inside the Prometheus scrape window ({iso(self.window[0], tz)} to "
+            f"{iso(self.window[1], tz)}) the log's own counts agree with the counter: {self.count} ({kinds}; "
+            f"{self.log_intervals} count(s), {lf}" + (f" to {ll}" if ll != lf else "") + f"), the counter rose by "
+            f"{self.count} over {self.scrapes} scrape interval(s) ({cf}" + (f" to {cl}" if cl != cf else "") + "), "
+            "and every scrape interval's increase is matched by the log's preemptions that can fall in it (each "
+            "placed once, inside its own interval): the log's events are kept (its intervals are finer in time), no "
+            "counter events are made there"
+        )
+
+
+def _log_timing_words(by_log: dict[str, LogTiming]) -> str:
+    """The rule's words for the engines whose log counts agree with the counter."""
+    what = ", ".join(f"engine {t.engine}: {t.count}" for t in by_log.values())
+    return (
+        f"where an engine's log counts agree with its counter in every scrape interval ({what}), the log's own "
+        "events stand there (finer in time) and the counter makes none"
+    )
+
+
+def _kept_words(by_log: dict[str, LogTiming], kind: str) -> str:
+    """A log source's note: the engines where its counts of ``kind`` agreed with the counter (kept)."""
+    es = [t.engine for t in by_log.values() if t.kinds.get(kind)]
+    if not es:
+        return ""
+    return (
+        f"; inside the scrape window of engine(s) {', '.join(es)} they agree with the Prometheus counter in every "
+        "scrape interval: their events are kept there (finer in time than the scrapes)"
+    )
+
+
+def _pair_key(src: Any, line: Any, col: Any) -> str:
+    """A counter increase's events' id before ``~`` (prometheus.counter_events)."""
+    return f"{src}:{'?' if line is None else line}" + (f":{col}" if col is not None else "")
+
+
+def _log_timing(
+    ev: pl.DataFrame, pairs: pl.DataFrame, is_prom: pl.Expr, frames: dict[str, pl.DataFrame], tz: str
+) -> tuple[dict[str, LogTiming], list[str]]:
+    """The engines whose log counts agree with their counter inside the scrape window (rule 1):
+    ``({engine: LogTiming}, notes)``. ``ev``: the events with ``_eng``, ``_w0``, ``_w1`` (the engine's
+    scrape window).
+
+    An engine is judged only where the comparison is exact, else today's rule stands for it: one
+    counter series (one scope, model and engine kind), every increase timed, no counter reset (across
+    one the counter misses what the run before counted after its last scrape), scrape intervals end to
+    end; no log interval with preemptions across the window's edge (its inside share is an estimate),
+    no count without an interval inside the window, no count capped (model.events: the events are
+    fewer than the count), no block-table records (recordmatch.py decides there), no log count of
+    engine ``all`` (an aggregated line counts every engine), no counter capped. Then the log's count
+    events in the window (grouped per count) and its per-preemption events there must fit the scrape
+    intervals (agree.fits): the totals equal and each scrape interval's increase exactly what the
+    log's intervals can have in it.
+    """
+
+    out: dict[str, LogTiming] = {}
+    notes: list[str] = []
+    if ev.height == 0 or pairs.height == 0 or "increase" not in pairs.columns:
+        return out, notes
+    own = ev.filter(~is_prom)
+    counts = own.filter(pl.col("kind").is_in(COUNT_KINDS))
+    if counts.height == 0 or (counts.get_column("_eng") == "all").any():
+        return out, notes
+    pos = pl.col("increase").clip(lower_bound=0)
+    if pairs.select((pos.max() > ev_mod.MAX_EVENTS_PER_COUNT) | (pos.sum() > ev_mod.MAX_EVENTS_FROM_COUNTS)).item():
+        return out, notes  # the counter's events capped: its count is not all events, its cap not all engines
+    rec = record_events(frames)
+    recorded = set(rec.get_column("engine").fill_null("0").to_list()) if rec is not None else set()
+    if "all" in recorded:
+        return out, notes
+    capped = frames.get("capped_counts")
+    capped_e = (
+        set(capped.get_column("engine").fill_null("0").to_list()) if capped is not None and capped.height else set()
+    )
+    eng = pl.col("engine").fill_null("0")
+    for e in sorted(set(counts.get_column("_eng").to_list())):
+        mine = pairs.filter(eng == e)
+        if e in recorded or e in capped_e or mine.height == 0:
+            continue
+        if mine.select("scope", "model_name", "engine_kind").unique().height != 1 or mine.get_column("reset").any():
+            continue
+        inc = mine.filter(pl.col("increase").is_not_null())
+        if inc.height == 0 or inc.filter(pl.col("start").is_null() | pl.col("end").is_null()).height:
+            continue
+        inc = inc.sort("end")
+        starts, ends = inc.get_column("start").to_list(), inc.get_column("end").to_list()
+        if any(s != p for s, p in zip(starts[1:], ends, strict=False)):
+            continue  # not end to end
+        bounds = [starts[0], *ends]
+        increases = [int(x) for x in inc.get_column("increase").to_list()]
+        w0, w1 = bounds[0], bounds[-1]
+        c = counts.filter(pl.col("_eng") == e)
+        has_iv = pl.col("interval_start").is_not_null() & pl.col("interval_end").is_not_null()
+        inside = has_iv & (pl.col("interval_start") >= w0) & (pl.col("interval_end") <= w1)
+        apart = has_iv & ((pl.col("interval_end") <= w0) | (pl.col("interval_start") >= w1))
+        bare = ~has_iv & (pl.col("time") > w0) & (pl.col("time") <= w1)
+        if c.filter((has_iv & ~inside & ~apart) | bare).height:
+            continue  # across the window's edge, or a count without its interval inside: not exact
+        c = c.filter(inside)
+        if c.height == 0:
+            continue
+        groups = (
+            c.with_columns(_w=pl.col("event_id").str.replace(r"~[a-z][0-9]+$", ""))
+            .group_by("_w", "kind", "interval_start", "interval_end")
+            .agg(pl.len().alias("n"), pl.col("source").first(), pl.col("line").first())
+            .sort("interval_end", "source", "line")
+        )
+        per = own.filter(
+            (pl.col("_eng") == e)
+            & pl.col("kind").is_in(["logged", "marker"])
+            & (pl.col("time") > w0)
+            & (pl.col("time") <= w1)
+        )
+        items = [Item(s, t, n) for s, t, n in groups.select("interval_start", "interval_end", "n").iter_rows()]
+        items += [Item(t, t, 1) for t in per.get_column("time").to_list()]
+        where = fits(bounds, increases, items)
+        n_log = c.height + per.height
+        if where is None:
+            kinds = {k: n for k, n in pl.concat([c, per]).group_by("kind").len().iter_rows()}
+            lines = [f"{s}:{ln}" for s, ln in groups.select("source", "line").iter_rows()]
+            r0, r1 = inc.row(0, named=True), inc.row(inc.height - 1, named=True)
+            out[e] = LogTiming(
+                engine=e,
+                count=sum(increases),
+                window=(w0, w1),
+                kinds=kinds,
+                log_intervals=groups.height,
+                log_from=(lines[0], lines[-1]),
+                scrapes=len(increases),
+                counter_from=(f"{r0['source']}:{r0['line']}", f"{r1['source']}:{r1['line']}"),
+                pair_keys=frozenset(
+                    _pair_key(s, ln, cl) for s, ln, cl in inc.select("source", "line", "col").iter_rows()
+                ),
+            )
+        elif n_log == sum(increases):
+            r = inc.row(min(where, inc.height) - 1, named=True)
+            notes.append(
+                f"engine {e}: inside the Prometheus scrape window the log's own counts add up to the counter's "
+                f"increase ({n_log}) but do not fit its scrape intervals (first at the one from "
+                f"{iso(r['start'], tz)} to {iso(r['end'], tz)}, {r['source']}:{r['line']}, +{r['increase']}): a clock "
+                "offset between the log and the scrapes (--offset)? The counter's intervals are the events there"
+            )
+    return out, notes
 
 
 def _timed_pids(allp: pl.DataFrame) -> list[int]:

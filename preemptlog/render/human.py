@@ -142,7 +142,8 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
     if f:
         return line + f", the {f['kept']} of {f['total']} kept by the filter ({f['text']})"
     rec = s.get("reconciliation") or {}
-    used = [x for x in rec.get("sources") or [] if x.get("in_events")]
+    # the sources the count is made of: their events, or the log's events that stand for what they counted
+    used = [x for x in rec.get("sources") or [] if x.get("in_events") or x.get("same_as_log")]
     if rec.get("total") is not None and used:
         kinds = s.get("engine_kinds") or {}
         names = [

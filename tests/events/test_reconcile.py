@@ -103,6 +103,9 @@ def test_stock_v1_log_and_scrapes(in_root):
 
 
 def test_patched_v1_log_and_scrapes_are_not_counted_twice(tmp_path):
+    """The fields' 3 in (10 s, 20 s] and 4 in (30 s, 40 s] fit the counter's +3 in (15 s, 30 s] and +4 in
+    (30 s, 45 s]: they agree, so the log's events stand there (finer in time) and the counter makes
+    none; the 2 at 10:01:30 lie outside the window. Once each: 9."""
     log = [
         v1_stats(s, p)
         for s, p in [(10, None), (20, 3), (30, None), (40, 4), (50, None), (60, None), (80, None), (90, 2)]
@@ -112,16 +115,34 @@ def test_patched_v1_log_and_scrapes_are_not_counted_twice(tmp_path):
     ev = a.events
     from_log = ev.filter(pl.col("source").str.ends_with("vllm.log"))
     from_prom = ev.filter(pl.col("source").str.ends_with("metrics.prom"))
-    assert from_prom.height == 7
-    assert from_log.height == 2  # the 10:01:30 field lies outside the scrape window
-    assert (from_log.get_column("time") > T0 + timedelta(seconds=60)).all()
+    assert from_prom.height == 0
+    assert from_log.height == 9
+    assert (from_log.filter(pl.col("time") > T0 + timedelta(seconds=60)).height) == 2  # outside the window
     rec = a.summary()["reconciliation"]
     assert rec["total"] == 9 == ev.height
     assert src(rec, "log 'Preemptions: N'")["count"] == 9
-    assert src(rec, "log 'Preemptions: N'")["in_events"] == 2
-    assert src(rec, PROM_COUNTER)["count"] == 7
+    assert src(rec, "log 'Preemptions: N'")["in_events"] == 9
+    assert src(rec, PROM_COUNTER)["count"] == 7 and src(rec, PROM_COUNTER)["in_events"] == 0
     assert rec["log_events_outside_scrape_window"] == 2
     assert rec["disagreements"] == []
+    assert [(t["engine"], t["count"]) for t in rec["log_timing"]] == [("0", 7)]
+
+
+def test_patched_v1_log_beside_a_counter_counting_more_is_replaced(tmp_path):
+    """The same log beside a counter that rose by 9 in the window (2 the fields do not hold): they
+    disagree, so the counter is authoritative there (its 9) and the disagreement is listed."""
+    log = [
+        v1_stats(s, p)
+        for s, p in [(10, None), (20, 3), (30, None), (40, 4), (50, None), (60, None), (80, None), (90, 2)]
+    ]
+    a = run(tmp_path, log, scrapes([0, 0, 3, 9, 9]))
+    ev = a.events
+    assert ev.filter(pl.col("source").str.ends_with("metrics.prom")).height == 9
+    assert ev.filter(pl.col("source").str.ends_with("vllm.log")).height == 2  # outside the window
+    rec = a.summary()["reconciliation"]
+    assert rec["total"] == 11 and "log_timing" not in rec
+    (d,) = rec["disagreements"]
+    assert "add up to 7" in d and "rose by 9" in d
 
 
 def test_disagreement_is_reported_not_hidden(tmp_path):
@@ -136,20 +157,36 @@ def test_disagreement_is_reported_not_hidden(tmp_path):
 
 
 def test_v0_warnings_kept_reconstructed_replaced_by_the_counter(tmp_path):
+    """The counter rose by 60, the warnings say 51 (a lower bound: 9 after the 51st are not logged):
+    the warnings are kept, the reconstructed 49 are replaced by the counter's increases less them."""
     log = [v0_warn(5, "seq-a", 1), v0_warn(50, "seq-b", 51)]
-    prom = scrapes([0, 30, 51], step=30, engine=None)  # V0: no engine label
+    prom = scrapes([0, 30, 60], step=30, engine=None)  # V0: no engine label
     a = run(tmp_path, log, prom)
     ev = a.events
     kinds = dict(ev.group_by("kind").len().iter_rows())
-    assert kinds == {"logged": 2, "interval": 49}
-    assert ev.height == 51  # = the counter's increase
+    assert kinds == {"logged": 2, "interval": 58}
+    assert ev.height == 60  # = the counter's increase
     assert sorted(ev.filter(pl.col("kind") == "logged").get_column("request_id").to_list()) == ["seq-a", "seq-b"]
     per = ev.filter(pl.col("kind") == "interval").group_by("interval_end").len().sort("interval_end")
-    assert per.get_column("len").to_list() == [29, 20]  # 30 - 1 logged, 21 - 1 logged
+    assert per.get_column("len").to_list() == [29, 29]  # 30 - 1 logged, 30 - 1 logged
     rec = a.summary()["reconciliation"]
     v0 = src(rec, "log V0 warnings")
     assert v0["count"] == 51 and v0["in_events"] == 2 and not v0["exact"]
-    assert rec["total"] == 51 and rec["quality"] == "exact"
+    assert rec["total"] == 60 and rec["quality"] == "exact" and "log_timing" not in rec
+
+
+def test_v0_warnings_and_reconstructed_equal_to_the_counter_are_kept(tmp_path):
+    """The counter rose by 30 then 21: the warning at 5 s and 29 of the 49 reconstructed in (5 s, 50 s]
+    by 30 s, the other 20 and the warning at 50 s after. Exactly the counter's 51: the log's events
+    stand (the reconstructed ones between the warnings), the counter makes none."""
+    log = [v0_warn(5, "seq-a", 1), v0_warn(50, "seq-b", 51)]
+    a = run(tmp_path, log, scrapes([0, 30, 51], step=30, engine=None))
+    ev = a.events
+    assert dict(ev.group_by("kind").len().iter_rows()) == {"logged": 2, "reconstructed": 49}
+    rec = a.summary()["reconciliation"]
+    assert rec["total"] == 51 == ev.height and rec["quality"] == "exact"
+    assert src(rec, "log V0 warnings")["in_events"] == 51 and src(rec, PROM_COUNTER)["in_events"] == 0
+    assert rec["log_timing"][0]["kinds"] == {"logged": 2, "reconstructed": 49}
 
 
 def test_more_marker_lines_than_the_counter_keeps_lines_and_reports(tmp_path):
@@ -186,7 +223,18 @@ def test_two_engines_each_reconciled_on_its_own(tmp_path):
     ev = a.events
     assert ev.height == 3
     assert dict(ev.group_by("engine").len().iter_rows()) == {"0": 2, "1": 1}
-    assert set(ev.get_column("source").to_list()) == {str(tmp_path / "metrics.prom")}
+    # each engine's fields agree with its own counter: the log's events, each engine's decided on its own
+    assert set(ev.get_column("source").to_list()) == {str(tmp_path / "vllm.log")}
+    assert [t["engine"] for t in a.summary()["reconciliation"]["log_timing"]] == ["0", "1"]
+    # engine 1's counter rising by 2 (its field says 1): engine 1 the counter's, engine 0 still the log's
+    prom = scrapes([0, 2], step=30, engine="0") + scrapes([0, 2], step=30, engine="1")
+    (tmp_path / "b").mkdir()
+    b = run(tmp_path / "b", log, prom)
+    got = {
+        (e, log): n
+        for e, log, n in b.events.group_by("engine", pl.col("source").str.ends_with("vllm.log")).len().iter_rows()
+    }
+    assert got == {("0", True): 2, ("1", False): 2}
 
 
 def test_without_prometheus_nothing_changes(tmp_path):
