@@ -541,6 +541,46 @@ def test_matcher_agrees_with_python_re(role: str, text: str) -> None:
     assert slots[0] == m.start()
 
 
+@st.composite
+def factor_case(draw: st.DrawFn) -> tuple[str, str]:
+    """A pattern shaped like the request id's (an alternation of literals that share a run of bytes at
+    different places, then an optional piece, a space and a class run) and a text of its pieces: the
+    compiled matcher looks for the shared run first (scan_core.c find_factor) and must still find the
+    leftmost-first match."""
+    mid = draw(st.text(alphabet="abq", min_size=3, max_size=5))
+    heads = draw(st.lists(st.text(alphabet="abcq", max_size=6), min_size=1, max_size=4, unique=True))
+    tails = draw(st.lists(st.text(alphabet="abcq", max_size=3), min_size=len(heads), max_size=len(heads)))
+    alts = [re.escape(h + mid + t) for h, t in zip(heads, tails, strict=True)]
+    split = draw(st.integers(0, len(alts)))
+    inner = "|".join(alts[:split]) or None
+    rest = alts[split:]
+    pattern = "(?:" + "|".join(([f"(?:{inner})"] if inner else []) + rest) + ")(?:\\(s\\))? ([^\\s:,]+)"
+    pieces = [*heads, mid, *tails, *(h + mid + t for h, t in zip(heads, tails, strict=True)), "(s)", " ", "x", ",", "é"]
+    text = "".join(draw(st.lists(st.sampled_from(pieces), max_size=14)))
+    return pattern, text
+
+
+@needs_build
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(case=factor_case())
+@example(case=("(?:baaa|aaa)(?:\\(s\\))? ([^\\s:,]+)", "\u00e9aaa x"))  # the factor's place less fmax: inside é
+def test_matcher_with_a_required_factor_agrees_with_python_re(case: tuple[str, str]) -> None:
+    pattern, text = case
+    spec = vllm_log.fast_spec()
+    regexes = tuple((r, pattern if r == "req_id" else p, g) for r, p, g in spec.regexes)
+    cfg = fastscan._config(dataclasses.replace(spec, regexes=regexes))
+    assert cfg is not None, fastscan._REFUSED
+    status, slots = fastscan._scan.search(cfg, fastscan.ROLES.index("req_id"), text.encode())
+    m = re.search(pattern, text)
+    if m is None:
+        assert status == 0, (pattern, text)
+        return
+    assert status == 1, (pattern, text)
+    start = len(text[: m.start()].encode())
+    assert slots[0] == start, (pattern, text)
+    assert tuple(slots[2:4]) == (len(text[: m.start(1)].encode()), len(text[: m.end(1)].encode())), (pattern, text)
+
+
 @needs_build
 def test_matcher_is_unsure_of_unicode_digits() -> None:
     """A non-ASCII character reaching \\d is left to the polars pass (the regex crate's \\d is Unicode)."""

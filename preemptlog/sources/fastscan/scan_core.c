@@ -399,7 +399,7 @@ static inline int set_step(const fs_set *set, const uint8_t *s, int32_t len, int
     }
     uint8_t c = s[pos];
     SEEN(pos);
-    if (c < 0x80) return (set->bits[c >> 3] >> (c & 7)) & 1;
+    if (c < 0x80) return set->ascii[c];
     if (set->mode == NA_NEVER) return 0;
     if (set->mode == NA_UNSURE) return -1;
     int l;
@@ -463,9 +463,9 @@ static int vm_run(const fs_prog *p, const uint8_t *s, int32_t len, int32_t start
             const fs_set *set = &p->sets[in->a];
             int32_t q = pos, p0 = in->b == 0 ? pos : -1, k = 0;
             if (in->b <= 1) { /* the ASCII part of the run in a tight loop */
-                const uint8_t *bits = set->bits;
+                const uint8_t *tab = set->ascii;
                 int32_t q0 = q;
-                while (q < len && s[q] < 0x80 && ((bits[s[q] >> 3] >> (s[q] & 7)) & 1)) q++;
+                while (q < len && tab[s[q]]) q++;
                 if (q > q0) {
                     SEEN(q - 1);
                     k = q - q0;
@@ -575,14 +575,32 @@ static int search_tracked(const fs_prog *p, const uint8_t *s, size_t n, int32_t 
             }
             i = (int32_t)(at - s);
             SEEN(i + p->prefix_len - 1);
-        } else if (p->has_first && !p->anchored) {
-            i = first_scan(p, s, len, i);
-            if (i >= len) { /* a program with a first-byte map cannot match empty; it read to the end */
-                SEEN(len - 1);
-                tr->end = 1;
-                return 0;
+        } else if (!p->anchored) {
+            if (p->factor_len > 0) { /* no match starts before the factor's next place less fmax */
+                int32_t from = i + p->fmin;
+                const uint8_t *at =
+                    from + p->factor_len > len
+                        ? NULL
+                        : fs_memmem(s + from, (size_t)(len - from), p->factor, (size_t)p->factor_len);
+                if (!at) { /* the search read every byte from i + fmin to the end */
+                    SEEN(len - 1);
+                    tr->end = 1;
+                    return 0;
+                }
+                int32_t q = (int32_t)(at - s), j = q - p->fmax;
+                SEEN(q + p->factor_len - 1);
+                while (j > i && (s[j] & 0xC0) == 0x80) j--; /* a character's first byte */
+                if (j > i) i = j;
             }
-            SEEN(i);
+            if (p->has_first) {
+                i = first_scan(p, s, len, i);
+                if (i >= len) { /* a program with a first-byte map cannot match empty; it read to the end */
+                    SEEN(len - 1);
+                    tr->end = 1;
+                    return 0;
+                }
+                SEEN(i);
+            }
         }
         for (int k = 0; k < p->nslots; k++) slots[k] = -1;
         slots[0] = i;
@@ -651,6 +669,99 @@ static int digit_uniform(const fs_prog *p) {
     return 1;
 }
 
+/* The literal bytes each path through a program reads first (from instruction 0, along jumps and both
+ * sides of every split, until an instruction that is not a literal byte), up to FS_LP_MAX bytes each
+ * and FS_LP_PATHS paths: every match starts with one of them. `overflow` when they cannot be listed. */
+#define FS_LP_MAX 32
+#define FS_LP_PATHS 64
+typedef struct {
+    uint8_t s[FS_LP_PATHS][FS_LP_MAX];
+    int len[FS_LP_PATHS];
+    int n, visits, overflow;
+} lit_paths_t;
+
+static void lit_paths(const fs_prog *p, int pc, const uint8_t *prev, int len, lit_paths_t *out) {
+    uint8_t buf[FS_LP_MAX];
+    memcpy(buf, prev, (size_t)len);
+    for (;;) {
+        if (out->overflow || ++out->visits > 4096 || pc < 0 || pc >= p->ncode) {
+            out->overflow = 1;
+            return;
+        }
+        const fs_inst *in = &p->code[pc];
+        if (len >= FS_LP_MAX) break;
+        if (in->op == OP_SAVE) {
+            pc++;
+        } else if (in->op == OP_JMP) {
+            pc = in->a;
+        } else if (in->op == OP_CHAR) {
+            buf[len++] = (uint8_t)in->a;
+            pc++;
+        } else if (in->op == OP_LIT) {
+            int k = in->b < FS_LP_MAX - len ? in->b : FS_LP_MAX - len;
+            memcpy(buf + len, p->lits + in->a, (size_t)k);
+            len += k;
+            if (k < in->b) break;
+            pc++;
+        } else if (in->op == OP_SPLIT) {
+            lit_paths(p, in->a, buf, len, out);
+            lit_paths(p, in->b, buf, len, out);
+            return;
+        } else {
+            break; /* a class, an anchor, the match: the literal bytes end here */
+        }
+    }
+    if (out->n >= FS_LP_PATHS) {
+        out->overflow = 1;
+        return;
+    }
+    memcpy(out->s[out->n], buf, (size_t)len);
+    out->len[out->n++] = len;
+}
+
+static int find_in(const uint8_t *h, int n, const uint8_t *nd, int k) {
+    for (int i = 0; i + k <= n; i++)
+        if (memcmp(h + i, nd, (size_t)k) == 0) return i;
+    return -1;
+}
+
+/* The required factor of a program that has no literal prefix: the longest run of bytes (3 or more)
+ * that every path's literal bytes hold, and the least and greatest place of its first occurrence
+ * among them. A match starting at p holds it at p + k (fmin <= k <= fmax): search_tracked looks for
+ * it before trying positions (`(?:Received|Added|Finished|Aborted) request|Request` holds "equest").
+ */
+static void find_factor(fs_prog *p) {
+    p->factor_len = 0;
+    if (p->anchored || p->prefix_len > 0 || p->ncode < 1) return;
+    static _Thread_local lit_paths_t lp;
+    memset(&lp, 0, sizeof(lp));
+    uint8_t none[1] = {0};
+    lit_paths(p, 0, none, 0, &lp);
+    if (lp.overflow || lp.n == 0) return;
+    int shortest = 0;
+    for (int j = 0; j < lp.n; j++)
+        if (lp.len[j] < lp.len[shortest]) shortest = j;
+    const uint8_t *sh = lp.s[shortest];
+    for (int k = lp.len[shortest]; k >= 3; k--) {
+        for (int a = 0; a + k <= lp.len[shortest]; a++) {
+            int lo = FS_LP_MAX, hi = -1, all = 1;
+            for (int j = 0; j < lp.n && all; j++) {
+                int at = find_in(lp.s[j], lp.len[j], sh + a, k);
+                if (at < 0) all = 0;
+                if (at >= 0 && at < lo) lo = at;
+                if (at > hi) hi = at;
+            }
+            if (all) {
+                memcpy(p->factor, sh + a, (size_t)k);
+                p->factor_len = k;
+                p->fmin = lo;
+                p->fmax = hi;
+                return;
+            }
+        }
+    }
+}
+
 void fs_prog_init_norm(fs_prog *p) {
     int uniform = digit_uniform(p);
     p->nfirst_bytes = 0;
@@ -691,6 +802,7 @@ void fs_prog_init_norm(fs_prog *p) {
             (p->code[pc].a < first_other || (op == OP_SPLIT && p->code[pc].b < first_other)))
             p->prefix_len = 0;
     }
+    find_factor(p);
 }
 
 /* the common shape map of the head programs: digits alike only if every head program allows */
@@ -1201,6 +1313,7 @@ static int load_prog(fs_prog *p, rd_t *r) {
     for (uint32_t i = 0; i < nsets; i++) {
         memcpy(p->sets[i].bits, sets + 17 * i, 16);
         p->sets[i].mode = sets[17 * i + 16];
+        for (int b = 0; b < 256; b++) p->sets[i].ascii[b] = b < 0x80 && ((p->sets[i].bits[b >> 3] >> (b & 7)) & 1);
         if (p->sets[i].mode > NA_UNSURE) return -1;
     }
     for (int i = 0; i < p->ncode; i++) {

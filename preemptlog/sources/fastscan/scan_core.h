@@ -18,6 +18,7 @@ typedef struct {
 typedef struct {
     uint8_t bits[16];
     uint8_t mode;
+    uint8_t ascii[256]; /* per byte: 1 when it is an ASCII member (bits), 0 otherwise (the run loop's table) */
 } fs_set;
 
 typedef struct {
@@ -33,6 +34,9 @@ typedef struct {
     uint8_t first[32];
     uint8_t prefix[32]; /* the literal bytes every match starts with (candidates found by memchr/memmem) */
     int prefix_len;
+    uint8_t factor[32]; /* literal bytes every match holds within its first bytes (no prefix: fs_prog_init_norm) */
+    int factor_len;     /* 0: none */
+    int32_t fmin, fmax; /* where a match starting at p holds the factor: at p + k, fmin <= k <= fmax */
     uint8_t first_bytes[4]; /* the first map as a few bytes (a SIMD scan), when it has 1 to 4 */
     int nfirst_bytes;
     uint8_t norm[256]; /* the shape map of the result cache (digits alike when the program cannot tell them apart) */
