@@ -237,6 +237,19 @@ def test_cli_rotated_parts_stay_parts_and_a_gzipped_copy_of_one_is_read_once(tmp
     assert not s["headline"].startswith("Not one incident"), s["headline"]
 
 
+def _analyze_hashing(b: Path, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """The analysis of ``b`` and the files copies.py hashed whole to compare them."""
+    hashed: list[str] = []
+    real = copies._digest
+
+    def spy(f):
+        hashed.append(f.display)
+        return real(f)
+
+    monkeypatch.setattr(copies, "_digest", spy)
+    return analyze([str(b)], AnalyzeOptions(tz="UTC")), hashed
+
+
 def test_only_files_whose_content_sizes_match_are_decompressed(tmp_path, monkeypatch):
     """The sizes first (a plain file's, gzip's ISIZE trailer, a zstd frame's content size): a .gz whose
     content is another size than every other log's is never decompressed to be compared. A .gz cut
@@ -249,15 +262,7 @@ def test_only_files_whose_content_sizes_match_are_decompressed(tmp_path, monkeyp
     (b / "other" / "vllm.log.gz").write_bytes(gzip.compress(LOG.replace(b"pid=100", b"pid=1000")))
     z = gzip.compress(LOG.replace(b"pid=100", b"pid=101"))
     (b / "cut" / "vllm.log.gz").write_bytes(z[: len(z) // 2] + z[-4:])  # the trailer kept: the sizes match
-    hashed: list[str] = []
-    real = copies._digest
-
-    def spy(f):
-        hashed.append(f.display)
-        return real(f)
-
-    monkeypatch.setattr(copies, "_digest", spy)
-    r = analyze([str(b)], AnalyzeOptions(tz="UTC"))
+    r, hashed = _analyze_hashing(b, monkeypatch)
     assert sorted(hashed) == ["b/cut/vllm.log.gz", "b/vllm.log", "b/vllm.log.gz"]
     assert [f.display for f in r.bundle.files if f.kind == "vllm-log"] == [
         "b/vllm.log",
@@ -364,14 +369,6 @@ def test_a_compressed_file_whose_size_matches_nothing_is_read_whole_only_when_it
     (b / "vllm.log.1.gz").write_bytes(gzip.compress(V0[: len(V0) // 2]))
     (b / "node2" / "vllm.log.gz").write_bytes(_gz_members(big.replace(b"09:1", b"10:1"), 2))
     (b / "longer.log.zst").write_bytes(_zst_piped(big + (stats + "\n").encode()))
-    hashed: list[str] = []
-    real = copies._digest
-
-    def spy(f):
-        hashed.append(f.display)
-        return real(f)
-
-    monkeypatch.setattr(copies, "_digest", spy)
-    r = analyze([str(b)], AnalyzeOptions(tz="UTC"))
+    r, hashed = _analyze_hashing(b, monkeypatch)
     assert sorted(hashed) == ["b/longer.log.zst", "b/vllm.log"]
     assert not [w for w in r.warnings if "also found as" in w]
