@@ -166,15 +166,21 @@ AS_READ = [
 ]
 
 
-@pytest.mark.parametrize(("name", "data", "found", "words"), AS_READ, ids=[a[0] for a in AS_READ])
-def test_cli_a_compressed_or_reencoded_copy_of_the_log_is_read_once(tmp_path, name, data, found, words):
+def _alone_and_with_copy(tmp_path: Path, log: bytes, name: str, copy: bytes) -> tuple[Path, Path]:
+    """``alone/vllm.log``, and ``b/`` holding the same log and ``copy`` as ``b/NAME``."""
     alone = tmp_path / "alone"
     alone.mkdir()
-    (alone / "vllm.log").write_bytes(LOG)
+    (alone / "vllm.log").write_bytes(log)
     b = tmp_path / "b"
     (b / name).parent.mkdir(parents=True, exist_ok=True)
-    (b / "vllm.log").write_bytes(LOG)
-    (b / name).write_bytes(data)
+    (b / "vllm.log").write_bytes(log)
+    (b / name).write_bytes(copy)
+    return alone, b
+
+
+@pytest.mark.parametrize(("name", "data", "found", "words"), AS_READ, ids=[a[0] for a in AS_READ])
+def test_cli_a_compressed_or_reencoded_copy_of_the_log_is_read_once(tmp_path, name, data, found, words):
+    alone, b = _alone_and_with_copy(tmp_path, LOG, name, data)
     rc0, s0 = _cli(alone)
     rc, s = _cli(b)
     assert rc == rc0
@@ -340,13 +346,7 @@ def test_cli_a_copy_whose_size_is_not_stated_is_read_once(tmp_path, name, make, 
     under old/: "8502 preemptions" for 4251). Now their first 64 KiB decompressed are compared, then
     the whole: one copy, the log's own answer."""
     assert zstandard.get_frame_parameters(_zst_piped(V0)).content_size == zstandard.CONTENTSIZE_UNKNOWN
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    (alone / "vllm.log").write_bytes(V0)
-    b = tmp_path / "b"
-    (b / name).parent.mkdir(parents=True, exist_ok=True)
-    (b / "vllm.log").write_bytes(V0)
-    (b / name).write_bytes(make(V0))
+    alone, b = _alone_and_with_copy(tmp_path, V0, name, make(V0))
     rc0, s0 = _cli(alone)
     rc, s = _cli(b)
     assert s0["headline"].startswith("5 preemptions"), s0["headline"]
