@@ -152,6 +152,8 @@ MARKERS: list[tuple[str, str]] = [
     ("Loading model weights took ", "cfg_weights"),
     ("model weights take ", "cfg_total_mem"),
     ("total_gpu_memory (", "cfg_total_mem"),
+    # the GPU's name in a fused-MoE config file's name (engines/vllm/config.py, the max_num_seqs default)
+    ("device_name=", "cfg_moe_device"),
 ]
 
 # Extra line families (debug hooks, text block_table lines) register here so

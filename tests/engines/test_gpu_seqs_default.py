@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from preemptlog import AnalyzeOptions, analyze
@@ -86,3 +87,69 @@ def test_a_stated_max_num_seqs_is_never_touched(tmp_path):
     args = "INFO 12-01 10:00:00 [utils.py:253] non-default args: {'model': 'm', 'max_num_seqs': 64}"
     row = seqs(tmp_path, "0.10.1", [args, stats(10, 400)])
     assert row["status"] == "seen" and row["value"] == "64", row
+
+
+def chunked(tokens: int) -> str:
+    return f"INFO 12-01 10:00:00 [scheduler.py:228] Chunked prefill is enabled with max_num_batched_tokens={tokens}."
+
+
+def moe(device: str) -> str:
+    return (
+        "WARNING 12-01 10:00:05 [fused_moe.py:888] Using default MoE config. Performance might be sub-optimal! "
+        f"Config file not found at ['/v/fused_moe/configs/E=128,N=384,device_name={device}.json']"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tokens", "value"),
+    [(8192, "1024"), (16384, "1024"), (2048, "256"), (4096, "256")],  # 4096: no tier's value, nothing said
+)
+def test_the_batch_size_vllm_chose_for_its_api_server_names_the_tier(tmp_path, tokens, value):
+    """get_batch_defaults sets max_num_batched_tokens and max_num_seqs in one branch: the API server's
+    2048 goes with 256, 8192 (>= 70 GiB, not an A100) and 16384 (>= 160 GiB) with 1024. vLLM logs the
+    first ("Chunked prefill is enabled with max_num_batched_tokens=N.") on every V1 server; before, an
+    H100 server whose log holds no GPU line was "256 assumed"."""
+    row = seqs(tmp_path, "0.12.0", [chunked(tokens), stats(10, 30)])
+    assert row["value"] == value, row
+    said = f"vLLM chose max_num_batched_tokens {tokens} for its API server (" in row["note"]
+    assert said == (tokens != 4096) and ("vllm.log:2" in row["note"]) == said, row
+
+
+def test_a_batch_size_the_user_set_says_nothing_of_the_gpu(tmp_path):
+    args = "INFO 12-01 10:00:00 [utils.py:253] non-default args: {'model': 'm', 'max_num_batched_tokens': 8192}"
+    row = seqs(tmp_path, "0.12.0", [args, chunked(8192), stats(10, 30)])
+    assert row["value"] == "256" and "max_num_batched_tokens" not in row["note"], row
+
+
+def test_an_offline_llm_log_has_no_api_server_batch_size(tmp_path):
+    """The LLM class's defaults are 8192 on small GPUs and 16384 on large ones: without vLLM's server line
+    (or its usage context) the batch size names no tier."""
+    p = tmp_path / "vllm.log"
+    engine = "INFO 12-01 10:00:00 [core.py:93] Initializing a V1 LLM engine (v0.12.0) with config: model='m'"
+    p.write_text("\n".join([engine, chunked(8192), stats(10, 30)]) + "\n", encoding="utf-8")
+    [row] = analyze([str(p)], OPTS).config.filter(pl.col("key") == "max_num_seqs").to_dicts()
+    assert row["value"] == "256" and "max_num_batched_tokens" not in row["note"], row
+
+
+def test_a_v0_engine_keeps_256_whatever_the_batch_size(tmp_path):
+    engine = "INFO 12-01 10:00:00 [llm_engine.py:232] Initializing a V0 LLM engine (v0.9.2) with config: model='m'"
+    row = seqs(tmp_path, "0.9.2", [engine, chunked(8192), stats(10, 30)])
+    assert row["value"] == "256" and "max_num_batched_tokens" not in row["note"], row
+
+
+@pytest.mark.parametrize(
+    ("device", "value", "said"),
+    [
+        ("NVIDIA_H100_80GB_HBM3", "1024", "vllm.log:2), 80 GB in its name, at least 70 GiB"),
+        ("NVIDIA_H200", "1024", "141 GB: every H200 has it"),  # vLLM names the whole H200 family so
+        ("NVIDIA_A100-SXM4-80GB", "256", "NVIDIA A100-SXM4-80GB ("),
+        ("NVIDIA_L40S", "256", None),  # no memory in the name, no family known: nothing said
+    ],
+)
+def test_the_gpu_named_in_a_moe_config_file_name(tmp_path, device, value, said):
+    """vLLM's fused-MoE config file name holds the GPU's name ("device_name=NVIDIA_H100_80GB_HBM3", spaces
+    made "_"): a MoE server's log names its GPU even where nvidia-smi was not captured."""
+    args = "INFO 12-01 10:00:00 [utils.py:253] non-default args: {'model': 'm', 'max_num_batched_tokens': 4096}"
+    row = seqs(tmp_path, "0.12.0", [moe(device), args, stats(10, 30)])
+    assert row["value"] == value, row
+    assert (said in row["note"]) if said else ("GB" not in row["note"]), row

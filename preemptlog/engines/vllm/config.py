@@ -111,6 +111,11 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_total_mem", "total_gpu_memory_gib", r"total_gpu_memory \(([\d.]+) ?GiB\)"),
     ("cfg_total_mem", "model_weights_gib", r"model weights take ([\d.]+) ?GiB"),
     ("cfg_total_mem", "kv_cache_memory_gib", r"reserved for KV Cache is ([\d.]+) ?GiB"),
+    # the GPU's name in a fused-MoE config file's name (vllm/model_executor/layers/fused_moe/fused_moe.py
+    # get_config_file_name: "E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json", the name's spaces and
+    # slashes made "_", the H200 family named "NVIDIA_H200"; logged as "Using configuration from %s for MoE
+    # layer." or "Using default MoE config. ... Config file not found at %s")
+    ("cfg_moe_device", "gpu_name", r"device_name=([A-Za-z0-9_\-]+?)(?:,|\.json)"),
 ]
 ARG_KEYS = [
     "model",
@@ -311,7 +316,9 @@ def parse(
         .then(value.str.replace_all(",", "", literal=True))
         .otherwise(value)
     ).with_columns(
-        value=pl.when(pl.col("value") == "Chunked prefill is enabled")
+        value=pl.when(pl.col("key") == "gpu_name")
+        .then(pl.col("value").str.replace_all("_", " ", literal=True))
+        .when(pl.col("value") == "Chunked prefill is enabled")
         .then(pl.lit("True"))
         .when(pl.col("value").is_in(["Disabling", "off"]))
         .then(pl.lit("False"))
@@ -356,7 +363,7 @@ def parse(
         ]
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=out.schema)], how="vertical")
-    return _seqs_default_on_this_gpu(out, own_stats)
+    return _seqs_default_on_this_gpu(out, own_stats, _batch_chosen_by_vllm(seen, cfg))
 
 
 # From 0.8.0 vLLM's max_num_seqs default depends on the GPU (vllm/engine/arg_utils.py _set_default_args,
@@ -367,11 +374,59 @@ LARGE_GPU_GIB, HUGE_GPU_GIB = 70.0, 160.0
 GPU_SEQS_SRC = "vllm/engine/arg_utils.py get_batch_defaults: 1024 on a GPU of >= 70 GiB other than an A100, else 256"
 
 
-def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None) -> pl.DataFrame:
+# The API server's max_num_batched_tokens default of each tier (get_batch_defaults, the same branch that sets
+# max_num_seqs; doubled, like max_num_seqs, in throughput mode): small GPUs 2048, large 8192, >= 160 GiB 16384.
+API_BATCH_BY_TIER = {2048: "small", 8192: "large", 16384: "large"}
+BATCH_TIER_SRC = (
+    "vllm/engine/arg_utils.py get_batch_defaults: the API server's max_num_batched_tokens 2048 with "
+    "max_num_seqs 256, 8192 or 16384 with 1024, in one branch"
+)
+# GPUs whose name holds no memory size but whose every model has at least 70 GiB (vLLM's MoE config files
+# name the whole H200 family "NVIDIA_H200"; AMD's are "AMD_Instinct_MI300X"): GB assumed from the maker's
+# specification.
+NAMED_GPU_GIB = {
+    "H200": 141.0,
+    "H20": 96.0,
+    "B200": 180.0,
+    "B300": 288.0,
+    "MI300X": 192.0,
+    "MI325X": 256.0,
+    "MI355X": 288.0,
+}
+
+
+def _batch_chosen_by_vllm(seen: pl.DataFrame, cfg: pl.DataFrame) -> dict | None:
+    """The max_num_batched_tokens vLLM chose itself for its API server (the row of its "Chunked prefill is
+    enabled with max_num_batched_tokens=N" or "Defaulting max_num_batched_tokens to N for
+    openai-api-server usage context" line), when no args or config line of the user's states it and the log
+    is a server's (its "vLLM API server version" line or the usage context): None otherwise."""
+    if cfg.height == 0:
+        return None
+    rows = seen.filter(pl.col("key") == "max_num_batched_tokens")
+    kinds = cfg.select("source", pl.col("n").cast(rows.schema["line"]).alias("line"), "kind", "text").unique(
+        ["source", "line"], keep="first", maintain_order=True
+    )
+    rows = rows.join(kinds, on=["source", "line"], how="left", maintain_order="left")
+    # every row is one of vLLM's own choice lines (the user's args, config lines and other sources' rows may
+    # hold a value the user set)
+    if rows.height == 0 or not rows.get_column("kind").is_in(["cfg_chunked", "cfg_max_num_seqs"]).all():
+        return None
+    server = (
+        cfg.filter(pl.col("kind") == "cfg_version").height > 0
+        or rows.get_column("text").str.contains("openai-api-server", literal=True).any()
+    )
+    if not server:
+        return None
+    return rows.drop("kind", "text").row(rows.height - 1, named=True)
+
+
+def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None, batch: dict | None) -> pl.DataFrame:
     """vLLM's max_num_seqs default (a ``default`` row: no line states it) as far as the bundle shows the GPU
-    (``GPU_SEQS_SINCE`` on): more requests running on one engine than the small GPUs' default (a stats line
-    of one engine, never a sum over engines) can only be the large GPUs' default; ``total_gpu_memory``
-    (V0 and V1 0.8-0.10's memory profiling line) below 70 GiB is the small one, from 160 GiB the large
+    (``GPU_SEQS_SINCE`` on): the API server's max_num_batched_tokens that vLLM chose itself (``batch``: the
+    same branch of get_batch_defaults sets both) names the tier on a V1 server; more requests running on one
+    engine than the small GPUs' default (a stats line of one engine, never a sum over engines) can only be
+    the large GPUs' default; ``total_gpu_memory`` (V0 and V1 0.8-0.10's memory profiling line) or the GPU's
+    name (nvidia-smi's, or vLLM's MoE config file name) below 70 GiB is the small one, from 160 GiB the large
     one, in between the large one unless the GPU is an A100 (said, the value kept)."""
     is_row = (pl.col("key") == "max_num_seqs") & (pl.col("status") == "default") & (pl.col(CONFIG_ENGINE) == VLLM)
     row = out.filter(is_row)
@@ -403,18 +458,33 @@ def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None) -> 
     named_gb = re.search(r"(\d+)\s*GB\b", name or "")
     if gib is None and named_gb:  # nvidia-smi -L: the name's memory ("NVIDIA H100 80GB HBM3")
         mem, gib = gpu, float(named_gb.group(1))
-    if top is not None and small < int(top.item(0, "running")) <= large:
+    family = next((t for t in re.split(r"[\s_-]+", name or "") if t.upper() in NAMED_GPU_GIB), None)
+    if gib is None and family is not None:  # "NVIDIA H200": every model of the family has at least 70 GiB
+        mem, gib = gpu, NAMED_GPU_GIB[family.upper()]
+    tier = None
+    if batch is not None and small in (256, 512) and _is_v1(mine, vt):
+        tier = API_BATCH_BY_TIER.get(int(str(batch["value"])) * 256 // small)
+    if tier is not None:
+        assert batch is not None
+        said = f"vLLM chose max_num_batched_tokens {batch['value']} for its API server{_where(batch)}"
+        if tier == "large":
+            value = large
+            note = f"assumed: {label} default on a large GPU ({said}; {BATCH_TIER_SRC})"
+        else:
+            note = f"{note}; {small} on this GPU: {said} ({BATCH_TIER_SRC})"
+    elif top is not None and small < int(top.item(0, "running")) <= large:
         value = large
         note = (
             f"assumed: {label} default on a large GPU ({top.item(0, 'running')} running on one engine at "
             f"{top.item(0, 'source')}:{top.item(0, 'line')}, more than the {small} of other GPUs; {GPU_SEQS_SRC})"
         )
     elif gib is not None:
-        cite = (
-            f"{gib:g} GB in its name"
-            if mem is gpu
-            else f"{str(mem['key']).removesuffix('_gib')} {gib:g} GiB{_where(mem)}"
-        )
+        if mem is not gpu:
+            cite = f"{str(mem['key']).removesuffix('_gib')} {gib:g} GiB{_where(mem)}"
+        elif named_gb:
+            cite = f"{gib:g} GB in its name"
+        else:
+            cite = f"{gib:g} GB: every {family} has it, assumed from the maker's specification"
         named = f"{name}{_where(gpu)}" if gpu else None
         if gib < LARGE_GPU_GIB:
             note = f"{note}; {small} on this GPU: {cite}, below {LARGE_GPU_GIB:g} GiB ({GPU_SEQS_SRC})"
@@ -437,6 +507,12 @@ def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None) -> 
         value=pl.when(is_row).then(pl.lit(str(value))).otherwise(pl.col("value")),
         note=pl.when(is_row).then(pl.lit(note)).otherwise(pl.col("note")),
     )
+
+
+def _is_v1(mine: pl.DataFrame, version: tuple[int, ...]) -> bool:
+    """The server's engine is V1: its engine row (seen or derived), else its version (0.11+ has only V1)."""
+    engine = _last(mine, "engine")
+    return str(engine["value"]) == "V1" if engine else version >= (0, 11, 0)
 
 
 def _small_tier(gpu_name: str) -> bool:
