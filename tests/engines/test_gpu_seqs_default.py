@@ -153,3 +153,39 @@ def test_the_gpu_named_in_a_moe_config_file_name(tmp_path, device, value, said):
     row = seqs(tmp_path, "0.12.0", [moe(device), args, stats(10, 30)])
     assert row["value"] == value, row
     assert (said in row["note"]) if said else ("GB" not in row["note"]), row
+
+
+def kv_size(device: str) -> str:
+    return (
+        f"INFO 12-01 10:00:06 [kv_cache_utils.py:2327] {device} KV cache size: 2,048 tokens, Maximum concurrency "
+        "for 1,024 tokens per request: 2.00x"
+    )
+
+
+@pytest.mark.parametrize(
+    ("server", "tp", "value", "said"),
+    [
+        (True, None, "128", "default on CPU for the API server (CPU ("),
+        (True, 2, "256", "world size 2: tensor_parallel_size 2 ("),
+        (False, None, "256", "for the LLM class, no API server line seen (CPU ("),
+    ],
+)
+def test_on_cpu_the_default_is_128_per_worker_for_the_api_server(tmp_path, server, tp, value, said):
+    """vLLM's CPU backend (its "CPU KV cache size" line, 0.30+) defaults max_num_seqs to 128 x world size
+    for the API server, 256 x for the LLM class (get_batch_defaults); before, a stock CPU server was
+    "256 assumed", and its 2048 batch size would have read as the small GPUs' branch."""
+    engine = (
+        "INFO 12-01 10:00:00 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='m', "
+        f"speculative_config=None, tensor_parallel_size={tp or 1}, pipeline_parallel_size=1, data_parallel_size=1"
+    )
+    lines = [engine, chunked(2048), kv_size("CPU"), stats(10, 3)]
+    p = tmp_path / "vllm.log"
+    head = ["INFO 12-01 10:00:00 [api_server.py:1000] vLLM API server version 0.32.0"] if server else []
+    p.write_text("\n".join([*head, *lines]) + "\n", encoding="utf-8")
+    [row] = analyze([str(p)], OPTS).config.filter(pl.col("key") == "max_num_seqs").to_dicts()
+    assert row["value"] == value and said in row["note"] and "vllm.log:" in row["note"], row
+
+
+def test_a_gpu_kv_cache_line_says_nothing_of_the_device(tmp_path):
+    row = seqs(tmp_path, "0.32.0", [kv_size("GPU"), stats(10, 3)])
+    assert row["value"] == "256" and "CPU" not in row["note"].replace("on CPU", ""), row

@@ -73,6 +73,9 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_blocks", "num_gpu_blocks", r"^(?:.*\] )?# (?:GPU|cuda|rocm|TPU|HPU|XPU|NPU|tpu|hpu|xpu|npu) blocks: (\d+)$"),
     ("cfg_blocks", "num_cpu_blocks", r"# CPU blocks: (\d+)"),
     ("cfg_kv_size", "kv_cache_tokens", r"KV cache size: ([\d,]+) tokens"),
+    # 0.30+ names the KV cache's device ("%s KV cache size", kv_cache_utils.py: "GPU" on CUDA and ROCm, else
+    # the device type upper-cased): only another device's is kept (the max_num_seqs default on CPU)
+    ("cfg_kv_size", "kv_cache_device", r"^(?:.*\] )?(CPU|XPU|TPU|HPU|NPU) KV cache size: [\d,]+ tokens"),
     ("cfg_kv_size", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
     ("cfg_kv_size", "max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
     ("cfg_concurrency", "max_model_len", r"Maximum concurrency for ([\d,]+) tokens per request"),
@@ -363,7 +366,8 @@ def parse(
         ]
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=out.schema)], how="vertical")
-    return _seqs_default_on_this_gpu(out, own_stats, _batch_chosen_by_vllm(seen, cfg))
+    server = _api_server(records, cfg)
+    return _seqs_default_on_this_gpu(out, own_stats, server, _batch_chosen_by_vllm(seen, cfg) if server else None)
 
 
 # From 0.8.0 vLLM's max_num_seqs default depends on the GPU (vllm/engine/arg_utils.py _set_default_args,
@@ -395,11 +399,24 @@ NAMED_GPU_GIB = {
 }
 
 
+def _api_server(records: pl.DataFrame, cfg: pl.DataFrame) -> bool:
+    """The log is an API server's (vLLM's defaults differ for the offline ``LLM`` class): its "vLLM API server
+    version" line, an ``APIServer`` process prefix (V1 0.10+) or the "openai-api-server usage context" of
+    its "Defaulting max_num_batched_tokens" line."""
+    if cfg.height and (
+        cfg.filter(pl.col("kind") == "cfg_version").height
+        or cfg.get_column("text").str.contains("openai-api-server usage context", literal=True).any()
+    ):
+        return True
+    if "proc" not in records.columns or records.height == 0:
+        return False
+    return bool(records.select(pl.col("proc").str.starts_with("APIServer").any()).item())
+
+
 def _batch_chosen_by_vllm(seen: pl.DataFrame, cfg: pl.DataFrame) -> dict | None:
-    """The max_num_batched_tokens vLLM chose itself for its API server (the row of its "Chunked prefill is
-    enabled with max_num_batched_tokens=N" or "Defaulting max_num_batched_tokens to N for
-    openai-api-server usage context" line), when no args or config line of the user's states it and the log
-    is a server's (its "vLLM API server version" line or the usage context): None otherwise."""
+    """The max_num_batched_tokens vLLM chose itself (the row of its "Chunked prefill is enabled with
+    max_num_batched_tokens=N" or "Defaulting max_num_batched_tokens to N" line), when no args or config line
+    of the user's states it: None otherwise."""
     if cfg.height == 0:
         return None
     rows = seen.filter(pl.col("key") == "max_num_batched_tokens")
@@ -411,19 +428,16 @@ def _batch_chosen_by_vllm(seen: pl.DataFrame, cfg: pl.DataFrame) -> dict | None:
     # hold a value the user set)
     if rows.height == 0 or not rows.get_column("kind").is_in(["cfg_chunked", "cfg_max_num_seqs"]).all():
         return None
-    server = (
-        cfg.filter(pl.col("kind") == "cfg_version").height > 0
-        or rows.get_column("text").str.contains("openai-api-server", literal=True).any()
-    )
-    if not server:
-        return None
     return rows.drop("kind", "text").row(rows.height - 1, named=True)
 
 
-def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None, batch: dict | None) -> pl.DataFrame:
+def _seqs_default_on_this_gpu(
+    out: pl.DataFrame, stats: pl.DataFrame | None, server: bool, batch: dict | None
+) -> pl.DataFrame:
     """vLLM's max_num_seqs default (a ``default`` row: no line states it) as far as the bundle shows the GPU
-    (``GPU_SEQS_SINCE`` on): the API server's max_num_batched_tokens that vLLM chose itself (``batch``: the
-    same branch of get_batch_defaults sets both) names the tier on a V1 server; more requests running on one
+    (``GPU_SEQS_SINCE`` on): on CPU (vLLM's "CPU KV cache size" line) 128 x world size for the API server
+    (``server``), 256 x for the LLM class; the API server's max_num_batched_tokens that vLLM chose itself
+    (``batch``: the same branch of get_batch_defaults sets both) names the tier on a V1 server; more requests running on one
     engine than the small GPUs' default (a stats line of one engine, never a sum over engines) can only be
     the large GPUs' default; ``total_gpu_memory`` (V0 and V1 0.8-0.10's memory profiling line) or the GPU's
     name (nvidia-smi's, or vLLM's MoE config file name) below 70 GiB is the small one, from 160 GiB the large
@@ -461,6 +475,9 @@ def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None, bat
     family = next((t for t in re.split(r"[\s_-]+", name or "") if t.upper() in NAMED_GPU_GIB), None)
     if gib is None and family is not None:  # "NVIDIA H200": every model of the family has at least 70 GiB
         mem, gib = gpu, NAMED_GPU_GIB[family.upper()]
+    device = _last(mine, "kv_cache_device")
+    if device is not None and str(device["value"]) == "CPU" and small in (256, 512):
+        return _seqs_default_on_cpu(out, is_row, mine, device, server, label, small // 256)
     tier = None
     if batch is not None and small in (256, 512) and _is_v1(mine, vt):
         tier = API_BATCH_BY_TIER.get(int(str(batch["value"])) * 256 // small)
@@ -505,6 +522,39 @@ def _seqs_default_on_this_gpu(out: pl.DataFrame, stats: pl.DataFrame | None, bat
         return out
     return out.with_columns(
         value=pl.when(is_row).then(pl.lit(str(value))).otherwise(pl.col("value")),
+        note=pl.when(is_row).then(pl.lit(note)).otherwise(pl.col("note")),
+    )
+
+
+CPU_SEQS_SRC = (
+    "vllm/engine/arg_utils.py get_batch_defaults, cpu specific default values: max_num_seqs 128 x world size for "
+    "the API server, 256 x for the LLM class (world size: pipeline x tensor parallel)"
+)
+
+
+def _seqs_default_on_cpu(
+    out: pl.DataFrame, is_row: pl.Expr, mine: pl.DataFrame, device: dict, server: bool, label: str, mode: int
+) -> pl.DataFrame:
+    """The max_num_seqs default on vLLM's CPU backend (its "CPU KV cache size" line, ``device``): 128 x world
+    size for the API server, 256 x for the LLM class (``mode``: 2 in throughput mode, which doubles it)."""
+    sizes = []
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        r = _last(mine, key)
+        sizes.append((key, int(str(r["value"])) if r is not None and str(r["value"]).isdigit() else 1, r))
+    world = sizes[0][1] * sizes[1][1]
+    parts = ", ".join(f"{k} {n}{_where(r) if r else ' (default)'}" for k, n, r in sizes)
+    cpu = f"CPU{_where(device)}, world size {world}: {parts}"
+    if server:
+        value = str(128 * world * mode)
+        note = f"assumed: {label} default on CPU for the API server ({cpu}; {CPU_SEQS_SRC})"
+    else:
+        value = str(256 * world * mode)
+        note = (
+            f"assumed: {label} default on CPU for the LLM class, no API server line seen ({cpu}; "
+            f"{128 * world * mode} for the API server; {CPU_SEQS_SRC})"
+        )
+    return out.with_columns(
+        value=pl.when(is_row).then(pl.lit(value)).otherwise(pl.col("value")),
         note=pl.when(is_row).then(pl.lit(note)).otherwise(pl.col("note")),
     )
 
