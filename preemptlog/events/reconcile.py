@@ -13,7 +13,8 @@ Sources that can count the same preemptions:
   columns ``time``, ``request_id`` and ``action`` (rows with action
   ``preempt``) or named ``*preempt*`` with ``time`` and ``request_id``.
 
-Rule (per engine label; events with no engine count as engine 0):
+Rule (per engine label, of its server's folder where the bundle keeps servers apart (:func:`_server_keys`);
+events with no engine count as engine 0):
 
 1. Inside the Prometheus scrape window (first to last timed scrape of the
    engine) the counter is authoritative. The log's *count* events
@@ -71,6 +72,8 @@ from .. import engines
 from ..clock.timebase import iso
 from ..model import events as ev_mod
 from ..model.events import spread_interval
+from ..model.places import folders, shared_depth
+from ..sources import LOG_KINDS
 from ..sources.prometheus import counter_events
 from .agree import Item, fits
 from .overlap import merge
@@ -181,8 +184,10 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     pairs = a.frames.get("prom_preemptions")
     if pairs is None:
         pairs = pl.DataFrame()
+    # the key a counter series meets a log's events by: the engine, of its server's folder (_server_keys)
+    ekey, keyed = _server_keys(ev, pairs, [f.display for f in a.bundle.files if f.kind in LOG_KINDS])
     timed = (
-        pairs.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        keyed.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
         if pairs.height
         else pairs
     )
@@ -193,19 +198,19 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
 
     dropped_by_engine: dict[str, dict[str, int]] = {}
     surplus_rows: list[dict[str, Any]] = []
-    made_from = pairs  # the pairs the counter's events are made from (less the per-preemption lines below)
+    made_from = keyed  # the pairs the counter's events are made from (less the per-preemption lines below)
     by_log: dict[str, LogTiming] = {}  # engines whose log counts agree with the counter: their timing kept
     if timed.height and ev.height:
-        win = timed.group_by("engine").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
+        win = timed.group_by("_ekey").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
         g0, g1 = timed.get_column("start").min(), timed.get_column("end").max()
-        ev = ev.with_columns(_eng=eng).join(win, left_on="_eng", right_on="engine", how="left", maintain_order="left")
+        ev = ev.with_columns(_eng=ekey).join(win, left_on="_eng", right_on="_ekey", how="left", maintain_order="left")
         ev = ev.with_columns(
             _w0=pl.when(pl.col("_eng") == "all").then(pl.lit(g0)).otherwise(pl.col("_w0")),
             _w1=pl.when(pl.col("_eng") == "all").then(pl.lit(g1)).otherwise(pl.col("_w1")),
         )
         # Where an engine's log counts agree with its counter, scrape interval by scrape interval, the
         # log's events stand (finer in time) and the counter makes none there (_log_timing).
-        by_log, timing_notes = _log_timing(ev, pairs, is_prom, a.frames, tz)
+        by_log, timing_notes = _log_timing(ev, keyed.with_columns(engine=pl.col("_ekey")), is_prom, a.frames, tz)
         notes.extend(timing_notes)
         notes.extend(t.words(tz) for t in by_log.values())
         if by_log:
@@ -215,7 +220,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 .is_in(sorted(k for t in by_log.values() for k in t.pair_keys))
             )
             ev = ev.filter(~(is_prom & (pl.col("kind") == "interval") & pl.col("_eng").is_in(list(by_log)) & mine))
-            made_from = pairs.filter(~(eng.is_in(list(by_log)) & pl.col("increase").is_not_null()))
+            made_from = keyed.filter(~(pl.col("_ekey").is_in(list(by_log)) & pl.col("increase").is_not_null()))
         # A counted interval is judged by its interval, not by where its events were placed:
         # inside the scrape window it is the counter's; straddling the window's edge, only
         # the part outside is kept (issue 19, item 6).
@@ -249,10 +254,10 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             allp = made_from.with_row_index("_pid")
             tp = allp.filter(pl.col("_pid").is_in(_timed_pids(allp))).sort("end")
             m = (
-                pr.with_columns(_eng=eng)
+                pr.with_columns(_eng=ekey)
                 .sort("time")
                 .join_asof(
-                    tp.select(pl.col("engine").alias("_eng"), "start", "end", "_pid"),
+                    tp.select(pl.col("_ekey").alias("_eng"), "start", "end", "_pid"),
                     left_on="time",
                     right_on="end",
                     by="_eng",
@@ -272,7 +277,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                     increase=pl.when(pl.col("increase").is_not_null())
                     .then((pl.col("increase") - pl.col("_n")).clip(lower_bound=0))
                     .otherwise(pl.col("increase"))
-                ).drop("_pid", "_n")
+                ).drop("_pid", "_n", "_ekey")
                 made_from = adjusted
                 ev = ev_mod.combine([ev.filter(~(is_prom & (pl.col("kind") == "interval"))), counter_events(adjusted)])
 
@@ -452,7 +457,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             if e in rec_engines or (e == "all" and rec_engines):
                 continue  # both are cross-checks against the records (recordmatch.py)
             prom_e = (
-                int(timed.filter(pl.col("engine") == e).get_column("increase").sum())
+                int(timed.filter(pl.col("_ekey") == e).get_column("increase").sum())
                 if e != "all"
                 else int(timed.get_column("increase").sum())
             )
@@ -465,7 +470,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 )
             n_rec = kinds.get("reconstructed", 0)
             if n_rec:
-                logged_e = ev.filter(~is_prom & (pl.col("kind") == "logged") & (eng == e)).height if ev.height else 0
+                logged_e = ev.filter(~is_prom & (pl.col("kind") == "logged") & (ekey == e)).height if ev.height else 0
                 if n_rec + logged_e > prom_e:
                     disagreements.append(
                         f"engine {e}: the V0 warnings account for {n_rec + logged_e} preemptions in the scrape window, "
@@ -1513,6 +1518,42 @@ def _log_timing(
                 "offset between the log and the scrapes (--offset)? The counter's intervals are the events there"
             )
     return out, notes
+
+
+def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tuple[pl.Expr, pl.DataFrame]:
+    """The key a counter series and the events meet by (rule 1 and 2, per engine): ``(the events' key,
+    pairs with its column _ekey)``; ``logs``: the display names of the bundle's log files. The engine label, and, for the counter of a server the bundle keeps
+    in a folder of its own, that folder (``0 of incident/b``). A scrape file's server is the logs under
+    the deepest folder above it that holds one (``b/metrics.prom`` beside ``b/vllm.log``; ``a/metrics/``
+    beside ``a/logs/``), below the folder every file shares (that one holds every server); a log's
+    events meet the counters of the folder that holds them, else the counters of no folder. Two servers
+    side by side both call their engine "0": one's counter never replaces the other's counts."""
+
+    eng = pl.col("engine").fill_null("0")
+    plain = (eng, pairs.with_columns(_ekey=eng) if pairs.height else pairs)
+    if pairs.height == 0 or ev.height == 0 or "source" not in pairs.columns:
+        return plain
+    scrapes = sorted(set(pairs.get_column("source").drop_nulls().cast(pl.String).to_list()))
+    where = {s: folders(s) for s in logs + scrapes}
+    root = shared_depth(where.values())
+
+    def place(f: list[str]) -> str:
+        for k in range(len(f), root, -1):
+            if any(where[x][:k] == f[:k] for x in logs):
+                return "/".join(f[:k])
+        return ""
+
+    at = {s: place(where[s]) for s in scrapes}
+    held = sorted({p for p in at.values() if p}, key=len, reverse=True)
+    if not held:
+        return plain
+    own = {**{x: next((p for p in held if where[x][: p.count("/") + 1] == p.split("/")), "") for x in logs}, **at}
+
+    def key(place: pl.Expr) -> pl.Expr:
+        return pl.when((place == "") | (eng == "all")).then(eng).otherwise(pl.concat_str([eng, pl.lit(" of "), place]))
+
+    of = pl.col("source").cast(pl.String).replace_strict(own, default="", return_dtype=pl.String)
+    return key(of), pairs.with_columns(_ekey=key(of))
 
 
 def _timed_pids(allp: pl.DataFrame) -> list[int]:

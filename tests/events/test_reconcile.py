@@ -189,6 +189,23 @@ def test_v0_warnings_and_reconstructed_equal_to_the_counter_are_kept(tmp_path):
     assert rec["log_timing"][0]["kinds"] == {"logged": 2, "reconstructed": 49}
 
 
+@pytest.mark.parametrize("b_log", ["b/vllm.log", "b/logs/vllm.log"])
+def test_another_servers_counter_does_not_replace_a_logs_counts(tmp_path, b_log):
+    """Two servers side by side, both engine "0": a/ a V0 log (51 preemptions), b/ a stock V1 log with
+    its scrapes (+3). b's counter is b's: a's 49 reconstructed preemptions stand beside its 3."""
+    for name, lines in (
+        ("a/vllm.log", [v0_warn(5, "seq-a", 1), v0_warn(50, "seq-b", 51)]),
+        (b_log, [v1_stats(10, None), v1_stats(40, None)]),
+        ("b/metrics.prom", scrapes([0, 3], step=30)),
+    ):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        write_lines(tmp_path / name, lines)
+    a = analyze([str(tmp_path)], AnalyzeOptions(tz="UTC"))
+    assert dict(a.events.group_by("kind").len().iter_rows()) == {"logged": 2, "reconstructed": 49, "interval": 3}
+    rec = a.summary()["reconciliation"]
+    assert rec["total"] == 54 and not rec["disagreements"]
+
+
 def test_more_marker_lines_than_the_counter_keeps_lines_and_reports(tmp_path):
     marker = "INFO 03-14 {} [scheduler.py:9] Engine 000: request req-{} PREEMPTED (patched)"
     log = [marker.format(hms(s), i) for i, s in enumerate((20, 22, 24))]
