@@ -1521,14 +1521,15 @@ def _log_timing(
 
 
 def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tuple[pl.Expr, pl.DataFrame]:
-    """The key a counter series and the events meet by (rule 1 and 2, per engine): ``(the events' key,
-    pairs with its column _ekey)``; ``logs``: the display names of the bundle's log files. The engine label, and, for the counter of a server the bundle keeps
-    in a folder of its own, that folder (``0 of incident/b``). A scrape file's server is the logs under
-    the deepest folder above it that holds one (``b/metrics.prom`` beside ``b/vllm.log``; ``a/metrics/``
-    beside ``a/logs/``), below the folder every file shares (that one holds every server); a log's
-    events meet the counters of the folder that holds them, else the counters of no folder. Two servers
-    side by side both call their engine "0": one's counter never replaces the other's counts."""
+    """The key a counter series and the events meet by (rules 1 and 2, per engine): (the events' key, the
+    pairs with it as ``_ekey``); ``logs``: the display names of the bundle's log files.
 
+    The key is the engine label, and, for a server the bundle keeps in a folder of its own, that folder
+    (``0 of incident/b``). A scrape file's server is the logs under the deepest folder above it that holds
+    one (``b/metrics.prom`` beside ``b/vllm.log``; ``a/metrics/`` beside ``a/logs/``), below the folder
+    every file shares (that one holds every server). Every other file under such a folder (its logs, its
+    records) is that server's; the rest meet the counters of no folder. Two servers side by side both call
+    their engine "0": one's counter never replaces the other's counts."""
     eng = pl.col("engine").fill_null("0")
     plain = (eng, pairs.with_columns(_ekey=eng) if pairs.height else pairs)
     if pairs.height == 0 or ev.height == 0 or "source" not in pairs.columns:
@@ -1547,7 +1548,13 @@ def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tupl
     held = sorted({p for p in at.values() if p}, key=len, reverse=True)
     if not held:
         return plain
-    own = {**{x: next((p for p in held if where[x][: p.count("/") + 1] == p.split("/")), "") for x in logs}, **at}
+    others = set(ev.get_column("source").drop_nulls().cast(pl.String).to_list()) if "source" in ev.columns else set()
+
+    def home(x: str) -> str:  # the deepest server folder above a file, "" for none
+        f = folders(x)
+        return next((p for p in held if f[: p.count("/") + 1] == p.split("/")), "")
+
+    own = {**{x: home(x) for x in sorted(set(logs) | others)}, **at}
 
     def key(place: pl.Expr) -> pl.Expr:
         return pl.when((place == "") | (eng == "all")).then(eng).otherwise(pl.concat_str([eng, pl.lit(" of "), place]))
