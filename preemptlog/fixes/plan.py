@@ -83,7 +83,9 @@ def _ranked(
     """The changes labelled (status, where the current value comes from) and ranked, with the rest."""
     for x in changes:
         x["status"] = _status(x)
-        x.setdefault("current_from", current_label(engines.own_view(a, x.get("engine_kind")), x["option"]))
+        x.setdefault(
+            "current_from", current_label(engines.own_view(a, x.get("engine_kind")), x["option"], x.get("current"))
+        )
     # A verified change first; a change that a replay, even an uncalibrated one, shows no gain for
     # ranks after the others (its own figures argue against it), as does a ``partial`` one (its engine's
     # estimate says it cannot hold the demand alone).
@@ -128,15 +130,17 @@ def _status(x: dict[str, Any]) -> str:
     return "verified" if rp.get("status") == "calibrated" and rp.get("gain") else "not verified"
 
 
-def current_label(a: AnalysisView, option: str) -> str | None:
+def current_label(a: AnalysisView, option: str, current: Any = None) -> str | None:
     """Where the current value of an option's setting comes from: seen, derived or assumed (``a``: the
-    view of the change's own engine, engines.own_view)."""
+    view of the change's own engine, engines.own_view). None where the change's ``current`` is not the
+    setting's value in force (a change that worked its current value out itself says so in its own
+    ``current_from``): a row's place never labels another value."""
 
     key = option.strip().split()[0].removeprefix("--").replace("-", "_") if option.startswith("--") else None
     if not key:
         return None
     row = in_force(a.config).get(key)
-    if row is None:
+    if row is None or not _same_value(row.get("value"), current):
         return None
     if row["status"] == "seen":
         return f"seen ({row['source']}:{row['line']})"
@@ -144,6 +148,16 @@ def current_label(a: AnalysisView, option: str) -> str | None:
         return f"derived ({row.get('note') or 'from the bundle'}, {row['source']}:{row['line']})"
     note = str(row.get("note") or "")
     return note.split(" (")[0].replace("assumed: ", "assumed (") + ")" if note.startswith("assumed") else "assumed"
+
+
+def _same_value(value: Any, current: Any) -> bool:
+    """The config row's value is the change's current value (numbers compared as numbers; no current: yes)."""
+    if current is None:
+        return True
+    try:
+        return float(str(value).replace(",", "")) == float(str(current).replace(",", ""))
+    except (TypeError, ValueError):
+        return str(value).strip() == str(current).strip()
 
 
 def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -178,6 +178,11 @@ def test_dp_attention_max_running_requests_is_all_dp_ranks(tmp_path, flag):
     assert fix["suggested"] == "400"
     assert fix["current"] == "512"
     assert "200 x 2 = 400" in fix["expected_effect"]
+    # where 512 comes from: the flag's own line, or one rank's start-up line x 2 (never "seen" at a line
+    # that says 256)
+    said = "seen (" if flag else "derived (256 per DP rank x dp_attention_size 2, "
+    assert fix["current_from"].startswith(said), fix
+    assert fix["current_from"].endswith("dpa.log:1)" if flag else "dpa.log:2)"), fix
 
 
 def test_without_dp_attention_the_flag_is_one_rank_s(tmp_path):

@@ -246,14 +246,21 @@ def _max_running(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, An
     if d > 1:
         inputs.append(f"dp_attention_size={d} (enable_dp_attention: each DP rank gets max_running_requests // {d})")
         effect += f" on each of the {d} DP ranks: {rank} x {d} = {sugg} (SGLang divides the flag by dp_size)"
-    return _fix(
+    fix = _fix(
         "sglang_max_running_requests",
         "--max-running-requests",
         None if cur is None else f"{cur.value:g}",
         str(sugg),
         inputs,
         effect,
-    ), None
+    )
+    # with DP attention the current value is the flag's, not the start-up line's (one rank's): where it is from
+    if d > 1 and cur is not None and cur.src:
+        if cur.key == "max_running_requests_flag":  # as given in server_args
+            fix["current_from"] = f"seen ({cur.src})"
+        elif per_rank is not None:  # the start-up line's x D
+            fix["current_from"] = f"derived ({per_rank:g} per DP rank x dp_attention_size {d}, {cur.src})"
+    return fix, None
 
 
 def _mem_fraction(analysis: AnalysisView) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
