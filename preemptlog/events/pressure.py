@@ -80,6 +80,15 @@ def log_capability(a: AnalysisView) -> LogCapability:
 # 2. Suspected pressure intervals
 
 
+def running_words(max_running: int | None, min_running: int | None) -> str:
+    """``running 31->29``: an interval's running count, from its largest to its smallest; "" when no
+    sample of it read one (scrapes without ``vllm:num_requests_running``: a KV gauge and a waiting
+    gauge flag a sample on their own), never ``None->None``."""
+    if max_running is None or min_running is None:
+        return ""
+    return f"running {max_running}->{min_running}"
+
+
 def _schema() -> pl.Schema:
     dt = pl.Datetime("us", "UTC")
     cols: dict[str, PolarsType] = {

@@ -23,6 +23,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..clock.timebase import iso
+from ..events.pressure import running_words
 
 SPAN = ["_eng", "_slo", "_shi"]
 _I64_MIN = -(1 << 63)
@@ -134,9 +135,10 @@ def _pressure_texts(p: pl.DataFrame) -> pl.DataFrame:
         pl.col("evidence").list.len().fill_null(0).alias("_evn"),
     )
     for r in small.iter_rows(named=True):
+        running = running_words(r["max_running"], r["min_running"])
         text = (
             f"{(iso(r['start'], 'UTC') or '')[11:19]}-{(iso(r['end'], 'UTC') or '')[11:19]} UTC: peak KV {r['peak_kv_usage']:.1f}%, up "
-            f"to {r['max_waiting']} waiting, running {r['max_running']}->{r['min_running']}"
+            f"to {r['max_waiting']} waiting" + (f", {running}" if running else "")
         )
         src = pressure_src(list(r["_ev3"] or []), r["_evn"])
         rows.append({"_p": r["_p"], "up_pressure": text, "up_pressure_src": src or None})

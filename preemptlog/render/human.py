@@ -17,6 +17,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any
 
 from ..engines import metric_owners, noun, possessive
+from ..events.pressure import running_words
 from ..outputs.console import text_console
 from ..outputs.safe import neutralise
 from .summary import GATE_WORDS, _pressure_words, fix_line, top_fix
@@ -422,9 +423,10 @@ def summary_lines(
             counted = (
                 f"; {r['counted_events_in_interval']} counted event(s) in it" if r["counted_events_in_interval"] else ""
             )
+            running = running_words(r["max_running"], r["min_running"])
             put(
                 f"engine {r['engine']} {r['start']} to {r['end']} ({r['series']}): peak KV {r['peak_kv_usage']:.1f}%, "
-                f"up to {r['max_waiting']} waiting, running {r['max_running']}->{r['min_running']}{counted}; {cited}",
+                f"up to {r['max_waiting']} waiting{', ' + running if running else ''}{counted}; {cited}",
                 indent=4,
             )
     for a in s["assumptions"]:
