@@ -894,6 +894,7 @@ def since_start(
     firsts = firsts.filter(pl.col("end").is_not_null())
     st = server_starts(a.records).filter(pl.col("time").is_not_null()).sort("time")
     log0 = log_start(a)
+    log1 = log_end(a)
     baselines: dict[str, dict[str, Any]] = {}
     made: dict[str, int] = {}
     starts: dict[str, tuple[Any, str]] = {}
@@ -961,7 +962,10 @@ def since_start(
         start: dict[str, Any] | None
         if created is not None:  # the counter's _created: its engine's start (issue 38)
             cited = f"{r.get('created_src') or where} (_created)"
-            if log0 is not None and created + _SAME_SECOND_TD < log0[0]:
+            # 0 since a start before the log, read at or after the log's last line: none in the whole
+            # window either (the reading holds the window), an exact 0, not the count before the log
+            zero_after = int(round(r["value"])) == 0 and log1 is not None and r["end"] + _SAME_SECOND_TD >= log1
+            if log0 is not None and created + _SAME_SECOND_TD < log0[0] and not zero_after:
                 n_log = own.filter((eng == r["engine"]) & (pl.coalesce("interval_end", "time") <= r["end"])).height
                 n_log += _capped_rest(a, r["engine"], r["end"])
                 baselines[where] = {
@@ -1130,6 +1134,14 @@ def log_start(a: AnalysisView) -> tuple[Any, str] | None:
     first = t.sort("time").row(0, named=True)
     line = first.get("n") if first.get("n") is not None else first.get("line")
     return first["time"], f"{first.get('source')}:{line}"
+
+
+def log_end(a: AnalysisView) -> Any:
+    """The time of the log's last timed line (every log stream of the bundle), None without one."""
+    r = a.records
+    if r.height == 0 or "time" not in r.columns:
+        return None
+    return r.get_column("time").max()
 
 
 def _unplaced(r: dict[str, Any], where: str, n: int, start: Any, base: int) -> pl.DataFrame:

@@ -233,6 +233,42 @@ def test_single_reading_compared_with_the_log(tmp_path):
     )
 
 
+def _stock(sec: int) -> str:
+    return v1_stats(sec, None).replace("Waiting: 5 reqs", "Waiting: 0 reqs").replace("99.0%", "40.0%")
+
+
+def _reading(value: int, at: int, created: int) -> list[str]:
+    ms = int((T0 + timedelta(seconds=at)).timestamp() * 1000)
+    return [
+        "# TYPE vllm:num_preemptions_total counter",
+        f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {float(value)} {ms}',
+        f'vllm:num_preemptions_created{{engine="0",model_name="m"}} {(T0 + timedelta(seconds=created)).timestamp()} {ms}',
+    ]
+
+
+@pytest.mark.parametrize("at", [40, 30])  # after the log's last line (10:00:30), or at it
+def test_a_flat_counter_read_after_a_mid_run_log_is_an_exact_zero(tmp_path, at):
+    """A reading of 0 since an engine start before the log (a log that begins mid-run), taken at or
+    after the log's last line, holds the whole window: 0 there too, exact, not a baseline that leaves
+    the count "not visible" (vLLM #40991: the flat counter rules preemption out)."""
+    a = run(tmp_path, [_stock(s) for s in (10, 20, 30)], _reading(0, at, created=-3600))
+    s = a.summary()
+    rec = s["reconciliation"]
+    assert s["count_visible"] is True and s["events"] == 0
+    assert rec["quality"] == "exact" and "baseline_readings" not in rec
+    assert src(rec, "prometheus counter, single reading")["count"] == 0
+
+
+def test_a_flat_counter_read_inside_a_mid_run_log_stays_a_baseline(tmp_path):
+    """Read before the log's last line, or counting more than 0, the reading does not hold the window."""
+    a = run(tmp_path, [_stock(s) for s in (10, 20, 30)], _reading(0, 15, created=-3600))
+    assert a.summary()["count_visible"] is False
+    (tmp_path / "b").mkdir()
+    b = run(tmp_path / "b", [_stock(s) for s in (10, 20, 30)], _reading(4, 40, created=-3600))
+    assert b.summary()["count_visible"] is False
+    assert [x["value"] for x in b.summary()["reconciliation"]["baseline_readings"]] == [4]
+
+
 def test_two_engines_each_reconciled_on_its_own(tmp_path):
     log = [v1_stats(10, None, "000"), v1_stats(10, None, "001"), v1_stats(20, 2, "000"), v1_stats(20, 1, "001")]
     prom = scrapes([0, 2], step=30, engine="0") + scrapes([0, 1], step=30, engine="1")
