@@ -119,9 +119,10 @@ def honesty_notes(a: AnalysisView) -> list[str]:
             r = singles[0]
             more = f" (and {len(singles) - 1} more series)" if len(singles) > 1 else ""
             why += (
-                f" The only count is one Prometheus reading: {r['value']} preemption(s) since engine start at "
-                f"{r['time']} ({r['from']}){more}, a total without timing; add /metrics scrapes taken during the "
-                "incident to place them in time."
+                f" The only count is one Prometheus reading: {r['value']} preemption(s) since the engine's start"
+                + (f" ({r['engine_start']})" if r.get("engine_start") else "")
+                + f", read at {r['time']} ({r['from']}){more}, a total without timing; add /metrics scrapes taken "
+                "during the incident to place them in time."
             )
         else:
             why += (

@@ -156,6 +156,7 @@ def _count_line(s: dict[str, Any], gates: str | None = None, *, verbose: bool = 
             )
             for x in used
         ]
+        names = list(dict.fromkeys(names))  # one name per kind of source (two engines' single readings)
         if verbose:
             line += f"; counted {rec['total']} ({rec['quality']}) from " + ", ".join(names)
         else:
