@@ -21,7 +21,8 @@ Two questions, answered separately from the counted events (docs/prometheus.md):
 
    Consecutive flagged samples of one engine form an interval; a single
    unflagged sample that still has waiting requests between two flagged ones
-   is bridged; a silence longer than ``max_gap_s`` splits. Waiting with low
+   is bridged; a silence longer than ``max_gap_s`` splits, and so does a server
+   start in the log (``starts``: a restart's two runs). Waiting with low
    KV usage is queueing (max_num_seqs, admission), not KV pressure, and is
    never flagged. Intervals are evidence, never added to a count.
 
@@ -114,12 +115,14 @@ def find_intervals(
     *,
     ceiling: float = DEFAULT_CEILING,
     max_gap_s: float = MAX_GAP_S,
+    starts: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Suspected pressure intervals in the log's stats and in scraped gauges (``PRESSURE_SCHEMA``).
 
     ``stats`` needs time, engine, running, waiting, kv_usage, source, line
     (and stream, seq when present); ``prom_series`` the same minus stream/seq,
-    plus scope.
+    plus scope. ``starts`` (servers.starts: stream, time): a log's server starts; the samples of
+    one stream on either side of a start are two server runs, never one interval (nor compared).
     """
     parts = []
     if stats is not None and stats.height:
@@ -128,6 +131,20 @@ def find_intervals(
             if "stream" in stats.columns
             else pl.col("engine")
         )
+        if starts is not None and starts.height and "stream" in stats.columns:
+            runs = (
+                starts.filter(pl.col("time").is_not_null())
+                .select(pl.col("stream").cast(stats.schema["stream"]), "time")
+                .sort("stream", "time")
+                .with_columns(_srv=pl.int_range(pl.len()).over("stream"))
+                .sort("time")
+            )
+            stats = (
+                stats.filter(pl.col("time").is_not_null())
+                .sort("time")
+                .join_asof(runs, on="time", by="stream", strategy="backward", check_sortedness=False)
+            )
+            grp = pl.concat_str([grp, pl.lit("|"), pl.col("_srv").fill_null(-1).cast(pl.String)])
         order = "seq" if "seq" in stats.columns else "line"
         parts.append(
             stats.select(

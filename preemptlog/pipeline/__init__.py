@@ -59,6 +59,7 @@ from ..events.honesty import honesty_notes
 from ..events.pressure import find_intervals
 from ..events.reconcile import event_set, per_request_records
 from ..events.servers import interleaved, interleaved_warning, mixed_warning
+from ..events.servers import starts as server_starts
 from ..findings import compute as compute_findings
 from ..fixes.plan import attach as attach_fixes
 from ..fixes.plan import plan as plan_fixes
@@ -516,7 +517,9 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
     # The event set: one home (reconcile.event_set).
     es = event_set(draft, list(src.event_parts))
     prof.mark(f"events ({es.events.height})")
-    pressure = find_intervals(src.stats, src.frames.get("prom_series"), ceiling=rules.kv_ceiling)
+    pressure = find_intervals(
+        src.stats, src.frames.get("prom_series"), ceiling=rules.kv_ceiling, starts=server_starts(src.records)
+    )
     draft = dataclasses.replace(
         draft,
         events=es.events,

@@ -157,6 +157,37 @@ def test_idle_v1_log_lists_none(tmp_path):
     assert "show no interval of KV pressure" in n
 
 
+def _stats_line(sec: int, running: int, waiting: int, kv: float) -> str:
+    return (
+        f"(APIServer pid=1) INFO 03-14 {10 + sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d} [loggers.py:259] "
+        f"Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 900.0 tokens/s, Running: "
+        f"{running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv}%, Prefix cache hit rate: 0.0%"
+    )
+
+
+def test_a_server_restart_splits_an_interval(tmp_path):
+    """Pressure before a restart and pressure after it (less than max_gap_s apart) are two server runs: two
+    intervals, never one spanning the downtime (the new run's first sample has no sample before it)."""
+    start = "(APIServer pid={p}) INFO 03-14 10:{m:02d}:01 [api_server.py:1896] vLLM API server version 0.34.0"
+    lines = [
+        start.format(p=1, m=0),
+        _stats_line(70, 100, 10, 98.5),
+        _stats_line(80, 96, 14, 99.0),
+        "(APIServer pid=1) INFO 03-14 10:01:25 [launcher.py:110] Shutting down FastAPI HTTP server.",
+        start.format(p=2, m=2),
+        _stats_line(180, 100, 12, 99.0),
+        _stats_line(190, 90, 0, 90.0),
+    ]
+    a = analyze([str(write_lines(tmp_path / "r.log", lines))], AnalyzeOptions(tz="UTC", year=2026))
+    got = [(r["since"], r["start"], r["end"]) for r in a.summary()["pressure_intervals"]]
+    assert got == [
+        (None, "2026-03-14T10:01:10+00:00", "2026-03-14T10:01:20+00:00"),
+        (None, "2026-03-14T10:03:00+00:00", "2026-03-14T10:03:00+00:00"),
+    ]
+    one = find_intervals(a.stats)  # without the starts: one stream, 100 s apart, one interval
+    assert one.height == 1
+
+
 # --------------------------------------------------------------------------- capability
 
 
