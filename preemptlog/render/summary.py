@@ -982,7 +982,10 @@ def pressure_rows(a: Analysis) -> list[dict[str, Any]]:
         first = str((r["evidence"] or [""])[0]).rsplit(":", 1)[0]
         its_log = logs.get(first) if r["series"] == "log" else None
         same_log = ~pl.col("_own") | (pl.col("_st") == its_log) if its_log is not None else ~pl.col("_own")
-        inside = (pl.col("engine").fill_null("0") == r["engine"]) & (pl.col("time") > lo) & (pl.col("time") <= r["end"])
+        # engine "all" (a line summed over every engine, vLLM's Rust frontend) meets every engine's events
+        eng = pl.col("engine").fill_null("0")
+        same = (eng == r["engine"]) | (eng == "all") | pl.lit(r["engine"] == "all")
+        inside = same & (pl.col("time") > lo) & (pl.col("time") <= r["end"])
         counted = (
             ev.filter(
                 inside
