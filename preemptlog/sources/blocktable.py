@@ -799,6 +799,7 @@ register(
         description="block-table records, JSON Lines (preemptlog/data/blocktable.schema.json)",
         sniff=_sniff,
         parse=_parse,
+        appends=True,
     )
 )
 

@@ -15,6 +15,11 @@ its first 64 KiB once decompressed (:func:`_head`) with the files of its kind, a
 when those are the same as another's (before: such a copy of the log was read twice, and every
 preemption counted twice).
 
+An earlier copy is read once too (:func:`_earlier_copies`): a file of a kind that grows by appended lines
+(a log, dmon's output, records) whose whole content read is another's first bytes (copied, or saved as a
+.gz, while the server still wrote it; cut in the middle of a line) is a state of that file, not more
+evidence: the longer one is read.
+
 Identical content is not always a copy. Two files are one file found twice only when reading both could
 add nothing: when they would carry the same time.
 
@@ -311,4 +316,114 @@ def read_copies_once(files: list[tuple[InputFile, Path]]) -> list[InputFile]:
                 # compiled log pass); else the first in walk order.
                 found.sort(key=lambda f: (id(f) not in rotated, bool(f.compression) or id(f) in decoded))
                 copies |= _read_once(found, decoded)
+    left = [f for f in eligible if id(f) not in copies and id(f) not in rotated]
+    copies |= _earlier_copies(left)
     return [f for f, _ in files if id(f) not in copies]
+
+
+KEY = 256  # the first bytes an earlier copy is looked for by (a shorter file is no copy of another here)
+
+
+def _earlier_copies(files: list[InputFile]) -> set[int]:
+    """The ids of the files that are an earlier copy of another of their kind (a kind whose files grow by
+    appended lines: ``SourceKind.appends``): the whole of what is read of one is the first bytes of the
+    other's (``cp vllm.log vllm.log.bak`` and the log went on; a .gz saved while it was written, cut where
+    it was). Reading both would count each line of the copy twice: the longer one is read, the copy's
+    lines are its lines at the same numbers. Not a part of a rotated set (its overlap is the set's).
+
+    Cheap: files are grouped by their first KEY bytes; only files of a group compare their first 64 KiB,
+    and only then is the shorter one read whole, with the other as far as it goes."""
+    kinds_ = kinds()
+    groups: dict[tuple[str, bytes], list[InputFile]] = {}
+    for f in files:
+        kind = kinds_.get(f.kind)
+        if kind is None or not getattr(kind, "appends", False):
+            continue
+        key = _first(f, KEY)
+        if key is not None and len(key) == KEY:
+            groups.setdefault((f.kind, key), []).append(f)
+    out: set[int] = set()
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        heads = {id(f): _first(f, HEAD) or b"" for f in group}
+        sizes = {id(f): _read_size(f) for f in group}
+        left = sorted(group, key=lambda f: -(sizes[id(f)] or 0))
+        while len(left) > 1:
+            longest, rest = left[0], []
+            for f in left[1:]:
+                a, b = heads[id(f)], heads[id(longest)]
+                n = sizes[id(f)]
+                if n is not None and n < (sizes[id(longest)] or 0) and b.startswith(a) and _is_prefix(f, longest, n):
+                    longest.warnings.append(
+                        f"also found as {f.display} (an earlier copy: its {n} bytes are this file's first): read once"
+                    )
+                    longest.aliases.extend(f.names())
+                    out.add(id(f))
+                else:
+                    rest.append(f)
+            left = rest
+    return out
+
+
+def _first(f: InputFile, n: int) -> bytes | None:
+    """The first ``n`` bytes of what is read of ``f`` (fewer when it is shorter, or damaged there)."""
+    got = bytearray()
+    chunks = _chunks(f)
+    try:
+        for chunk in chunks:
+            got += chunk
+            if len(got) >= n:
+                break
+    except (OSError, ValueError, EOFError):
+        pass  # as far as it reads
+    finally:
+        chunks.close()
+    return bytes(got[:n]) if got else None
+
+
+def _read_size(f: InputFile) -> int | None:
+    """How many bytes are read of ``f``: its size when plain, else its content counted (as far as it
+    decompresses: a cut .gz is read that far); None when unreadable."""
+    if f.compression is None:
+        try:
+            return os.stat(f.path).st_size
+        except OSError:
+            return None
+    n = 0
+    try:
+        for chunk in _chunks(f):
+            n += len(chunk)
+    except (OSError, ValueError, EOFError):
+        pass
+    return n or None
+
+
+def _is_prefix(short: InputFile, long: InputFile, n: int) -> bool:
+    """The ``n`` bytes read of ``short`` (as far as it reads: a cut .gz) are the first ``n`` of ``long``'s."""
+    a, b = _chunks(short), _chunks(long)
+    pending = b""
+    seen = 0
+    try:
+        while True:
+            try:
+                chunk = next(a, None)
+            except (OSError, ValueError, EOFError):
+                chunk = None  # the short one ends where it stops reading
+            if chunk is None:
+                return seen == n
+            while len(pending) < len(chunk):
+                try:
+                    more = next(b, None)
+                except (OSError, ValueError, EOFError):
+                    return False
+                if more is None:
+                    return False
+                pending += more
+            if pending[: len(chunk)] != chunk:
+                return False
+            pending = pending[len(chunk) :]
+            seen += len(chunk)
+    finally:
+        a.close()
+        b.close()

@@ -583,6 +583,7 @@ register(
         sniff=_sniff,
         parse=_parse,
         judges_last_line=True,
+        appends=True,
     )
 )
 

@@ -226,6 +226,7 @@ register(
         description="vLLM KV cache events (KVEventBatch) saved as JSON Lines",
         sniff=_sniff,
         parse=_parse,
+        appends=True,
     )
 )
 

@@ -114,6 +114,9 @@ class SourceKind:
     # page, not one file found twice. None (the default): the content always dates itself (a log's
     # lines, records with times), and identical bytes are the same readings whatever the names.
     name_time: Callable[[InputFile], Hashable | None] | None = None
+    # A file of this kind grows by lines appended to it (a log, dmon's output, records): a copy of it taken
+    # earlier holds its first bytes and nothing else, and is read once with it (sources/copies.py).
+    appends: bool = False
 
 
 @dataclass(frozen=True)

@@ -316,6 +316,7 @@ register(
         description="vLLM server log (any version 0.4-0.33, any wrapping), with hook lines",
         sniff=_sniff,
         log_pass=True,
+        appends=True,
     )
 )
 

@@ -119,6 +119,7 @@ register(
         "batch stats, start-up pool and server_args",
         sniff=_sniff,
         log_pass=True,
+        appends=True,
     )
 )
 register_family(RecordFamily(name=KIND, markers=MARKERS, from_records=from_records, verify=VERIFY))
