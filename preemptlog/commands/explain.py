@@ -174,6 +174,8 @@ def explain(
                     f"{view.events.height} of the bundle's {result.events.height} event(s) pass them",
                     hint="drop or widen the filters to explain it",
                 ) from None
+            # every file of the bundle is an input, whichever incident is explained: never written
+            protect = list(result.bundle.originals)
             if len(ids) == 1 and not request:  # a bundle of several incidents: the event's own, analysed alone
                 result, ids = _own_incident(result, ids[0], inputs, options, ws)
             docs = [build(result, i, options.before, options.after, all_rows=all_rows, limit=limit) for i in ids]
@@ -181,9 +183,7 @@ def explain(
                 docs[0]["run"] = run_note
             with (
                 writing_to(output),
-                open_output(
-                    output, protect=result.bundle.originals, terminal_text=fmt is not ExplainFormat.table
-                ) as out,
+                open_output(output, protect=protect, terminal_text=fmt is not ExplainFormat.table) as out,
             ):
                 if fmt is ExplainFormat.json:
                     doc = (
@@ -230,8 +230,9 @@ def _own_incident(result, event_id: str, inputs: list[str], options, ws):
     # one whose own analysis has the event
     for unit in (u for u in split_by_incident(inputs, result) if path in u.paths):
         own = run(unit.paths, unit.options(options), workspace=ws)
-        # the file as given (a file of some containers is read through a copy: its path is not the file's)
-        display = next((f.display for f in own.bundle.files if str(f.path) == path or f.display == path), None)
+        # the file as the bundle's analysis found it, by its name there (a file of some containers is read
+        # through a copy: its path is not the file's)
+        display = next((f.display for f in own.bundle.files if str(f.path) == path or f.display == source), None)
         if display is None:
             continue
         mine = display + event_id[len(source) :]

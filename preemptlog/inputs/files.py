@@ -14,6 +14,22 @@ if TYPE_CHECKING:
     from .workspace import Workspace
 
 
+@dataclass(frozen=True)
+class Found:
+    """How the analysis that read a file found it, for an analysis of some of its files given by the
+    paths read (an incident of a bundle of several, analysed on its own: render/each.py ``Unit``).
+    That analysis reads each file as it was found: shown by the same name (``b.zip!vllm.log``,
+    ``bundle/a/vllm.log``; never the private folder an archive was unpacked into, removed on exit),
+    a file of a folder or an archive (``in_bundle``), standard input's copy (``is_stdin``), and it
+    never writes into the same files of the user's (``originals``)."""
+
+    display: str
+    in_bundle: bool = False
+    is_stdin: bool = False
+    # the user's files it was read out of (never written): itself, or the archive that holds it
+    originals: tuple[Path, ...] = ()
+
+
 @dataclass
 class InputFile:
     file_id: int
@@ -38,6 +54,13 @@ class InputFile:
     # bundle warnings, said by bundle.collect for the files read only (a copy that is not read,
     # sources/copies.py, holds the same content: its damage is the file read's, said once).
     damage: list[str] = field(default_factory=list)
+    in_bundle: bool = False  # found inside a folder or an archive (not named on the command line)
+    # the user's files it was read out of (bundle.collect): itself, or the archive(s) that hold it
+    read_out_of: tuple[Path, ...] = ()
+
+    def found(self) -> Found:
+        """How it was found, for an analysis given its path (:class:`Found`)."""
+        return Found(self.display, self.in_bundle, self.is_stdin, self.read_out_of)
 
     def names(self) -> list[str]:
         """Its display name, then the other names it was found by."""

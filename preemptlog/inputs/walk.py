@@ -27,6 +27,7 @@ class _Entry:
     skip: str | None = None  # why it is not read (it becomes an "unreadable" file with this warning)
     original: bool = True  # a file of the user's (not a temporary copy)
     in_bundle: bool = False  # found inside a folder or archive (not named on the command line)
+    within: tuple[Path, ...] = ()  # the user's archive(s) it was unpacked from (outputs never written there)
 
     def __post_init__(self) -> None:
         self.display = printable_name(self.display)
@@ -296,7 +297,8 @@ def _expand(
         originals.append(e.path)
     out: list[_Entry] = []
     for member, display in _walk_unpacked(root, e.display):
-        inner = _Entry(member, display, original=False, in_bundle=True)
+        within = (*e.within, e.path) if e.original else e.within
+        inner = _Entry(member, display, original=False, in_bundle=True, within=within)
         out.extend(_expand(inner, level + 1, budget, workspace, warnings, originals, done))
     return out
 

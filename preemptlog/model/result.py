@@ -18,7 +18,7 @@ import polars as pl
 
 if TYPE_CHECKING:
     from ..clock.timebase import Assumption
-    from ..inputs.files import Bundle
+    from ..inputs.files import Bundle, Found
     from .findings import Findings
 
 
@@ -41,6 +41,10 @@ class AnalyzeOptions:
     # apart by their container prefix (docker compose ``svc | ``, kubectl --prefix), one --each unit per server
     # (render/each.py); the other lines are read as empty, so every line keeps its number (pipeline/bundle.py)
     containers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # file (a path as given) -> how an analysis of more found it (inputs/files.py Found): an incident of a
+    # bundle of several analysed on its own (render/each.py) reads its files as the bundle's analysis found
+    # them, cited by the same names (``b.zip!vllm.log``, never the folder the archive was unpacked into)
+    found: dict[str, Found] = field(default_factory=dict)
 
 
 class AnalysisView(Protocol):

@@ -163,7 +163,7 @@ def rules_stage(options: AnalyzeOptions) -> Rules:
 
 def bundle_stage(paths: list[str], ws: Workspace, options: AnalyzeOptions, stdin: IO[bytes] | None) -> Bundle:
     """The sniffed bundle; InputError when nothing in it is recognisable."""
-    bundle = collect(paths, ws, parse_kind_overrides(options.kinds), stdin=stdin)
+    bundle = collect(paths, ws, parse_kind_overrides(options.kinds), stdin=stdin, found=options.found)
     keep_containers(bundle, ws, options.containers)  # a file of several servers: the lines of the ones named
     recognised = [f for f in bundle.files if f.stream >= 0]
     if not recognised:

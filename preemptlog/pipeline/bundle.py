@@ -49,7 +49,7 @@ import polars as pl
 
 from .. import sources
 from ..errors import InputError, UsageError
-from ..inputs.files import Bundle, InputFile
+from ..inputs.files import Bundle, Found, InputFile
 
 # Re-exported: the names other modules, the tests and bench/fuzz import from ``bundle``.
 from ..inputs.rotation import _assign_streams, rotation_key
@@ -101,8 +101,13 @@ def collect(
     workspace: Workspace,
     kind_overrides: dict[str, str] | None = None,
     stdin=None,
+    found: dict[str, Found] | None = None,
 ) -> Bundle:
     """Resolve command-line inputs into a sniffed, ordered Bundle.
+
+    ``found``: a path given -> how an analysis of more found that file (an incident of a bundle of
+    several analysed on its own: its files given by the paths read, render/each.py): it is read as
+    found there, shown by the same name (``b.zip!vllm.log``, not its unpacked copy's path).
 
     An input that cannot be read (missing, permission denied, a symlink loop)
     is a warning when other inputs can be read (the run ends PARTIAL), an
@@ -111,6 +116,7 @@ def collect(
     would carry the same time (sources/copies.py), is read once.
     """
     kind_overrides = kind_overrides or {}
+    found = found or {}
     entries: list[_Entry] = []
     warnings: list[str] = []
     problems: list[str] = []
@@ -131,8 +137,21 @@ def collect(
         except OSError as exc:
             problems.append(_stat_problem(p, exc))
             continue
+        known = found.get(p)
         if stat.S_ISDIR(st.st_mode):
             entries.extend(_walk(path, warnings))
+        elif known is not None:  # as the analysis of more found it: its name, the user's files it is of
+            entries.append(
+                _Entry(
+                    path,
+                    known.display,
+                    known.is_stdin,
+                    original=False,
+                    in_bundle=known.in_bundle,
+                    within=known.originals,
+                )
+            )
+            originals.extend(q for q in known.originals if q not in originals)
         else:
             entries.append(_Entry(path, p))
     if problems:
@@ -155,6 +174,8 @@ def collect(
         if f is None:
             continue
         described.append((i, f))
+        f.in_bundle = e.in_bundle
+        f.read_out_of = (*e.within, e.path) if e.original else e.within
         if e.original and f.kind != "unreadable":
             originals.append(e.path)
     files = read_copies_once([(f, entries[i].path) for i, f in sorted(described, key=lambda t: t[0])])

@@ -50,6 +50,7 @@ from .jsonfmt import frame_rows, write_document
 from .table import display_rows
 
 if TYPE_CHECKING:
+    from ..inputs.files import Found, InputFile
     from ..inputs.workspace import Workspace
     from ..model.result import Analysis
     from . import OutputFormat
@@ -62,10 +63,30 @@ class Unit:
     # file (as in ``paths``) -> the containers whose lines are read of it (a file of several servers);
     # a file not named here is read whole
     containers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # file (as in ``paths``: the path read) -> how the analysis it was split from found it: its files are
+    # cited by the names that analysis gives them (``b.zip!vllm.log``, not the archive's unpacked copy)
+    found: dict[str, Found] = field(default_factory=dict)
+    # the user's files of the analysis it was split from (a folder's other files too): inputs all, never written
+    originals: list[Path] = field(default_factory=list)
+
+    def add(self, f: InputFile) -> None:
+        """One more file of the analysis it is split from, read as that analysis found it."""
+        self.paths.append(str(f.path))
+        self.found[str(f.path)] = f.found()
 
     def options(self, options: AnalyzeOptions) -> AnalyzeOptions:
-        """``options`` for this unit's analysis (its files' containers)."""
-        return dataclasses.replace(options, containers=dict(self.containers)) if self.containers else options
+        """``options`` for this unit's analysis (its files' containers, and how they were found)."""
+        if not (self.containers or self.found):
+            return options
+        return dataclasses.replace(options, containers=dict(self.containers), found=dict(self.found))
+
+
+def _unit(name: str, files: list[InputFile], containers: dict[str, tuple[str, ...]] | None = None) -> Unit:
+    """A unit of some of the files of an analysis made already (each read as that analysis found it)."""
+    u = Unit(name, containers=dict(containers or {}))
+    for f in files:
+        u.add(f)
+    return u
 
 
 def container_parts(records: pl.DataFrame) -> dict[int, list[str]]:
@@ -116,7 +137,10 @@ def units(paths: list[str], ws: Workspace, kinds: list[str] | None = None, stdin
 
 def _by_server(paths: list[str], ws: Workspace, kinds: list[str] | None, stdin) -> list[Unit]:
     first = analyze(paths, AnalyzeOptions(kinds=kinds, rules=False), workspace=ws, stdin=stdin)
-    return split_by_incident(paths, first)
+    out = split_by_incident(paths, first)
+    for u in out:
+        u.originals = list(first.bundle.originals)
+    return out
 
 
 def split_by_server(paths: list[str], first: Analysis) -> list[Unit]:
@@ -132,16 +156,16 @@ def split_by_server(paths: list[str], first: Analysis) -> list[Unit]:
     out: list[Unit] = []
     started = set(srv.get_column("stream").to_list())
     for sid in srv.get_column("stream").unique(maintain_order=True).to_list():
-        files = [str(f.path) for f in streams.get(sid, [])]
+        files = streams.get(sid, [])
         for c in parts.get(sid, [None]):  # a file of several containers: one unit each
-            keep = {p: (c,) for p in files} if c is not None else {}
-            out.append(Unit(_part_name(bundle, sid, c), files, keep))
-    rest_logs = [str(f.path) for sid, fs in streams.items() if sid not in started for f in fs if f.kind in LOG_KINDS]
+            keep = {str(f.path): (c,) for f in files} if c is not None else {}
+            out.append(_unit(_part_name(bundle, sid, c), files, keep))
+    rest_logs = [f for sid, fs in streams.items() if sid not in started for f in fs if f.kind in LOG_KINDS]
     if rest_logs:
-        out.append(Unit("(logs without a server start)", rest_logs))
-    others = [str(f.path) for fs in streams.values() for f in fs if f.kind not in LOG_KINDS]
+        out.append(_unit("(logs without a server start)", rest_logs))
+    others = [f for fs in streams.values() for f in fs if f.kind not in LOG_KINDS]
     if others:
-        out.append(Unit("(other sources)", others))
+        out.append(_unit("(other sources)", others))
     return out
 
 
@@ -229,7 +253,7 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
             mine = tuple(c for s, c in g["keys"] if s == sid and c is not None)
             if mine and len(mine) < len(split.get(sid, [])):  # some of its containers: their lines only
                 keep.update({str(f.path): mine for f in streams[sid]})
-        out.append(Unit(name, [str(f.path) for sid in g["sids"] for f in streams[sid]], keep))
+        out.append(_unit(name, [f for sid in g["sids"] for f in streams[sid]], keep))
     others = [f for sid, fs in streams.items() if sid not in logs for f in fs]
     by_source = _source_spans(first)
     rest = []
@@ -260,11 +284,11 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
             best = max((n for n, _ in near), default=0)
             home = next((u for n, u in near if n == best), None)
         if home is None:
-            rest.append(str(f.path))
+            rest.append(f)
         else:
-            home.paths.append(str(f.path))
+            home.add(f)
     if rest:
-        out.append(Unit("(other sources)", rest))
+        out.append(_unit("(other sources)", rest))
     return out
 
 
@@ -290,7 +314,11 @@ def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=Non
 
     out = []
     for u in units(paths, ws, options.kinds, stdin):
-        out.append((u.name, analyze(u.paths, u.options(options), workspace=ws, stdin=stdin)))
+        a = analyze(u.paths, u.options(options), workspace=ws, stdin=stdin)
+        more = [p for p in u.originals if p not in a.bundle.originals]
+        if more:  # the files of the whole input, not only the unit's: an output never written into any
+            a = dataclasses.replace(a, bundle=dataclasses.replace(a.bundle, originals=[*a.bundle.originals, *more]))
+        out.append((u.name, a))
     return out
 
 
