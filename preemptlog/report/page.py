@@ -317,7 +317,7 @@ def _summary(s: dict, a: Analysis) -> str:
             out.append(
                 f'<tr><td>{e(r["engine"])}</td><td>{e(r["series"])}</td><td class="mono t">{e(r["start"])}</td>'
                 f'<td class="mono t">{e(r["end"])}</td><td class="num">{e(_num(r["peak_kv_usage"]))}</td>'
-                f'<td class="num">{e(r["max_waiting"])}</td><td>{e(r["max_running"])} → {e(r["min_running"])}</td>'
+                f'<td class="num">{e(r["max_waiting"])}</td><td>{e(_running(r))}</td>'
                 f'<td class="num">{e(r.get("counted_events_in_interval"))}</td><td class="mono">{e(cited)}</td></tr>'
             )
         out.append("</table>" + ("</details>" if len(piv) > 10 else ""))
@@ -673,3 +673,11 @@ def _count_factors(ev: pl.DataFrame, keys: list[str]) -> dict[tuple, list[tuple[
 
 
 __all__ = ["GATE_COLORS", "MAX_CARDS", "e", "page"]
+
+
+def _running(r: dict) -> str:
+    """An interval's running count, largest to smallest (``96 → 90``); "" where no sample read one (scrapes
+    without vllm:num_requests_running), never an arrow between nothing."""
+    if r.get("max_running") is None or r.get("min_running") is None:
+        return ""
+    return f"{r['max_running']} → {r['min_running']}"

@@ -42,3 +42,16 @@ def test_an_interval_without_running_gauges_never_says_none(tmp_path):
     lines = [t.plain for t in head + rest]
     (line,) = [x for x in lines if x.strip().startswith("engine 0 2026-12-01T10:00:00")]
     assert "None" not in line and "up to 4 waiting; 7 counted event(s) in it" in line
+
+
+def test_the_report_s_interval_row_has_no_arrow_between_nothing(tmp_path):
+    from ..conftest import run_cli
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    out = tmp_path / "report.html"
+    p = run_cli("report", str(_scrapes(bundle)), "-o", str(out))
+    assert p.returncode in (0, 5), p.stderr
+    html = out.read_text(encoding="utf-8")
+    row = html[html.index("Suspected pressure intervals") :].split("</tr>")[1]
+    assert "→" not in row and "None" not in row and ">99<" in row.replace(".0<", "<"), row
