@@ -354,17 +354,33 @@ def held_share(a: Analysis, engine: engines.Engine | None = None, index: str | N
         one_engine = one_engine | (pl.col("engines") == 1).fill_null(False)
     h = st.filter(held & one_engine)
     summed = ""
+    per = 1  # engines a line sums (their running and waiting added, their KV usage the mean)
     if h.height < MIN_HELD and index is None and "engines" in st.columns:
         # lines that sum every engine without saying how many (vLLM's Rust frontend): one engine's
-        # figures where the server runs one engine (data_parallel_size 1, stated or its default)
-        one = _one_engine(a, engine or lever_engine(a))
+        # figures where the server runs one engine (data_parallel_size 1, stated or its default); with
+        # data_parallel_size D stated, one engine's share of its pool is D x KV usage / running (the
+        # engines' pools are alike: the mean usage over the running sum), its running count the sum / D
+        lever = engine or lever_engine(a)
+        one = _one_engine(a, lever)
+        dp = cfg_text(a, "data_parallel_size")
         if one is not None:
             h = st.filter(held & pl.col("engines").is_null())
             summed = f"; the lines sum every engine: one engine, {one}"
+        elif dp is not None and dp[2] != "default" and dp[0].strip().isdigit() and int(dp[0]) > 1:
+            per = int(dp[0])
+            h = st.filter(held & pl.col("engines").is_null())
+            summed = (
+                f"; the lines sum the {per} engines of data_parallel_size {per} ({dp[1] or dp[2]}): their running "
+                f"and waiting added, KV usage their mean, so one engine's share is {per} x KV usage / running and "
+                f"its running count about the sum / {per} (assumed: the engines share the load evenly)"
+            )
     if h.height < MIN_HELD:
         return None
     h = h.sort("time", "line", nulls_last=True).with_columns(
-        _share=pl.col("kv_usage") / pl.col("running"), _src=src_expr()
+        _share=pl.col("kv_usage") * per / pl.col("running"),
+        _src=src_expr(),
+        running=(pl.col("running") / per).round().cast(pl.Int64).clip(lower_bound=1),
+        waiting=(pl.col("waiting") / per).round().cast(pl.Int64),
     )
     share = round(float(h.get_column("_share").mean()), 1)  # type: ignore[arg-type]  # polars scalars are typed as every literal
     running = h.get_column("running")

@@ -370,13 +370,19 @@ def test_a_stated_single_engine_is_cited(tmp_path):
     assert "one engine, data_parallel_size 1 (" in said and "rust.log:2)" in said and "assumed (vLLM's" not in said
 
 
-def test_a_rust_log_of_several_engines_never_sizes_one_engine_s_lever(tmp_path):
-    """data_parallel_size 2: the line's running count is two engines' sum, so no engine's share of
-    its pool is known and no --max-num-seqs is said from it."""
+def test_a_rust_log_of_several_engines_sizes_one_engine_s_lever_from_the_mean_usage(tmp_path):
+    """data_parallel_size 2 stated: the line adds the engines' running counts and gives their mean KV
+    usage, so one engine's share of its pool per running request is 2 x usage / running (the replicas'
+    pools are alike), half the one-engine server's: --max-num-seqs (each engine's) 24 where one engine
+    at the same figures gets 48; the even load it assumes is said (before: no change at all, the drop
+    reason asking for preempt records)."""
     head = [HEAD_034[0], HEAD_034[1] + ", data_parallel_size=2, disable_custom_all_reduce=False"]
     a = _analyze(tmp_path, head + _pressure())
-    assert _seqs_fix(a) is None
-    assert a.events.height == 11  # the count stands: only the sizing needs one engine's figures
+    f = _seqs_fix(a)
+    assert f is not None and f["suggested"] == 24, f
+    said = json.dumps(f)
+    assert "sum the 2 engines of data_parallel_size 2 (" in said and "share the load evenly" in said, said
+    assert a.events.height == 11  # the count stands
 
 
 def test_python_aggregated_lines_of_two_engines_size_nothing(tmp_path):
