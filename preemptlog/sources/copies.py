@@ -230,20 +230,8 @@ HEAD = 64 << 10  # the content compared first when the sizes cannot be (module d
 def _head(f: InputFile) -> bytes | None:
     """A hash of the first HEAD bytes of what is read of ``f`` (the whole when shorter): None when
     empty or unreadable there."""
-    got = bytearray()
-    chunks = _chunks(f)
-    try:
-        for chunk in chunks:
-            got += chunk
-            if len(got) >= HEAD:
-                break
-    except (OSError, ValueError, EOFError):
-        return None  # its reading reports it
-    finally:
-        chunks.close()
-    if not got:
-        return None
-    return hashlib.blake2b(bytes(got[:HEAD]), digest_size=20).digest()
+    got = _first(f, HEAD, strict=True)
+    return hashlib.blake2b(got, digest_size=20).digest() if got else None
 
 
 def read_copies_once(files: list[tuple[InputFile, Path]]) -> list[InputFile]:
@@ -366,8 +354,9 @@ def _earlier_copies(files: list[InputFile]) -> set[int]:
     return out
 
 
-def _first(f: InputFile, n: int) -> bytes | None:
-    """The first ``n`` bytes of what is read of ``f`` (fewer when it is shorter, or damaged there)."""
+def _first(f: InputFile, n: int, strict: bool = False) -> bytes | None:
+    """The first ``n`` bytes of what is read of ``f`` (fewer when it is shorter, or damaged there; None
+    when ``strict`` and it cannot be read that far); None when empty."""
     got = bytearray()
     chunks = _chunks(f)
     try:
@@ -376,7 +365,8 @@ def _first(f: InputFile, n: int) -> bytes | None:
             if len(got) >= n:
                 break
     except (OSError, ValueError, EOFError):
-        pass  # as far as it reads
+        if strict:
+            return None  # its reading reports it
     finally:
         chunks.close()
     return bytes(got[:n]) if got else None
