@@ -335,8 +335,18 @@ def _earlier_copies(files: list[InputFile]) -> set[int]:
         if len(group) < 2:
             continue
         heads = {id(f): _first(f, HEAD) or b"" for f in group}
-        sizes = {id(f): _read_size(f) for f in group}
-        left = sorted(group, key=lambda f: -(sizes[id(f)] or 0))
+        # only a file whose head begins another's (or is begun by one) is measured (a compressed one is
+        # decompressed to its end for that): logs of two servers started alike part within 64 KiB
+        linked = [
+            f
+            for f in group
+            if any(
+                g is not f and (heads[id(g)].startswith(heads[id(f)]) or heads[id(f)].startswith(heads[id(g)]))
+                for g in group
+            )
+        ]
+        sizes = {id(f): _read_size(f) for f in linked}
+        left = sorted(linked, key=lambda f: -(sizes[id(f)] or 0))
         while len(left) > 1:
             longest, rest = left[0], []
             for f in left[1:]:

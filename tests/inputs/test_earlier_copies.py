@@ -119,3 +119,21 @@ def test_through_the_cli_one_incident_and_the_log_s_count(tmp_path):
     assert len(doc["events"]) == 251 and doc["summary"]["reconciliation"]["total"] == 251, doc["summary"]["headline"]
     assert not doc["summary"].get("incidents"), doc["summary"]["incidents"]
     assert any("an earlier copy" in w for w in doc["summary"]["warnings"]), doc["summary"]["warnings"]
+
+
+def test_logs_that_part_within_their_heads_are_never_measured(tmp_path, monkeypatch):
+    """Two servers' .gz logs with the same first 256 bytes that part before 64 KiB: neither is
+    decompressed to its end to be measured (only a file whose head begins another's is)."""
+    from preemptlog.sources import copies
+
+    a = v0_log(warnings=3)
+    b = a.replace("cmpl-2-0", "cmpl-9-0")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "vllm.log.gz").write_bytes(gzip.compress(a.encode()))
+    (tmp_path / "b" / "vllm.log.gz").write_bytes(gzip.compress(b.encode()))
+    measured: list[str] = []
+    real = copies._read_size
+    monkeypatch.setattr(copies, "_read_size", lambda f: measured.append(f.display) or real(f))
+    n, said = _run(tmp_path)
+    assert said == [] and measured == [] and n == 2 * 101, (n, said, measured)
