@@ -437,8 +437,8 @@ def _seqs_default_on_this_gpu(
     """vLLM's max_num_seqs default (a ``default`` row: no line states it) as far as the bundle shows the GPU
     (``GPU_SEQS_SINCE`` on): on CPU (vLLM's "CPU KV cache size" line) 128 x world size for the API server
     (``server``), 256 x for the LLM class; the API server's max_num_batched_tokens that vLLM chose itself
-    (``batch``: the same branch of get_batch_defaults sets both) names the tier on a V1 server; more requests running on one
-    engine than the small GPUs' default (a stats line of one engine, never a sum over engines) can only be
+    (``batch``: the same branch of get_batch_defaults sets both) names the tier on a V1 server; more requests
+    running on one engine than the small GPUs' default (a stats line of one engine, never a sum over engines) can only be
     the large GPUs' default; ``total_gpu_memory`` (V0 and V1 0.8-0.10's memory profiling line) or the GPU's
     name (nvidia-smi's, or vLLM's MoE config file name) below 70 GiB is the small one, from 160 GiB the large
     one, in between the large one unless the GPU is an A100 (said, the value kept)."""
