@@ -73,7 +73,7 @@ from .textio import GZIP_MAGIC, ZSTD_MAGIC, file_size, read_head, scan_lines
 SAMPLE_BYTES = 1 << 20  # the head that decides a file's repair
 BARE_TAG_RE = r"^\[[A-Z][A-Z0-9_]{2,}\] "  # a bare record's own tag: never a continuation
 MIN_WIDTH = 40  # narrower "wraps" are ordinary short lines
-MIN_SUPPORT = 3  # lines of one exact length followed by a continuation
+MIN_SUPPORT = 3  # different lines of one exact length followed by a continuation
 MIN_RATIO = 0.4  # the longest length, seen fewer times: share of its lines followed by a continuation
 MAX_LONGER = 0.01  # share of lines longer than the widest wrap width
 NEAR_WIDEST = 0.8  # other wrap widths are at least this share of the widest (captures of a few widths)
@@ -441,11 +441,14 @@ def _wrap_widths(df: pl.DataFrame) -> tuple[tuple[int, ...], int]:
     by_len = tall.group_by("_len").agg(
         pl.len().alias("count"),
         pl.col("_next_cont").sum().alias("followed"),
+        # a line repeated word for word is one line's evidence (a loop printing the same line, each
+        # time followed by other output, is no terminal's width)
+        pl.col("line").filter(pl.col("_next_cont")).n_unique().alias("distinct"),
         (pl.col("_next_cont") & _incomplete(line)).any().alias("cut_record"),
         (~_headerless(line)).mean().alias("headed"),
         (~_headerless(line)).sum().alias("headed_n"),
     )
-    strong = by_len.filter(pl.col("followed") >= MIN_SUPPORT)
+    strong = by_len.filter(pl.col("distinct") >= MIN_SUPPORT)
     widths: list[int] = []
     for w in sorted(strong.get_column("_len").to_list(), reverse=True):
         longer = int((lens > w).sum())

@@ -335,3 +335,24 @@ def test_bare_tagged_prints_after_equal_length_lines_are_not_a_wrap(family, tmp_
     assert not reflow.plan(path).needed
     got = analyze([str(path)], AnalyzeOptions(tz="UTC"))
     assert got.frames["hook_batch"].get_column("variance").to_list() == [400.0, 100.0, 90.0]
+
+
+def test_one_line_repeated_before_other_output_is_not_a_wrap(tmp_path):
+    # The same V0 line three times, each followed by a short line of other output: three lines of
+    # one length, each "followed by a continuation", but one line's text repeated is no terminal's
+    # width. Read as a wrap, "...=316" + "5nr" made the counter 3165 (found by
+    # campaigns/test_header_property.py's noise property).
+    v0 = (
+        "INFO 01-01 00:00:00 scheduler.py:990] Sequence group ab7 is preempted by PreemptionMode.SWAP mode "
+        "because there is not enough KV cache space. total_num_cumulative_preemption=316"
+    )
+    lines = ["/Y}'M!2k7?", v0, "szCKT", v0, "5nr", v0, "szCKT"]
+    path = write_lines(tmp_path / "mixed.log", lines)
+    assert not reflow.plan(path).widths
+    got = analyze([str(path)], AnalyzeOptions(tz="UTC", year=2024))
+    assert got.events.get_column("cumulative").max() == 316
+    # three different lines of that length, each followed by its rest, are a wrap
+    cut = [v0.replace("ab7", f"a{i}7")[:150] for i in range(3)]
+    rests = [v0[150:]] * 3
+    wrapped = [x for pair in zip(cut, rests) for x in pair]
+    assert reflow.plan(write_lines(tmp_path / "wrapped.log", wrapped)).widths == (150,)
