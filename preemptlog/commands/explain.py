@@ -120,6 +120,8 @@ def explain(
             ident, inputs = None, [ident] + inputs  # `explain --request R bundle/`: the first argument is a path
         if ident is None and not request:
             raise UsageError("give an EVENT_ID or --request ID", hint="list the ids with: preemptlog analyze PATHS")
+        if ident is not None and not request:
+            ident, inputs = _in_order(ident, inputs)
         if not inputs and ident is not None and not request and (ident == "-" or _a_path(ident)):
             inputs = [ident]  # `explain BUNDLE`: the bundle's top events, to pick one (or why it cannot be read)
             ident = None
@@ -328,6 +330,17 @@ def _ambiguous(given: str, candidates: list[str]):
         f"event {given!r} is ambiguous: it matches {len(candidates)} events: {shown}",
         hint="give one of them (or more of the id)",
     )
+
+
+def _in_order(ident: str, inputs: list[str]) -> tuple[str, list[str]]:
+    """``explain vllm.log vllm.log:1234`` (the path first): the one argument that is no path but has an
+    event id's ending is the id, and the first argument, a path (:func:`_a_path`), one of the paths."""
+    if ident == "-" or not _a_path(ident):
+        return ident, inputs
+    ids = [p for p in inputs if not _a_path(p)]
+    if len(ids) != 1:
+        return ident, inputs
+    return ids[0], [ident, *(p for p in inputs if p != ids[0])]
 
 
 def _a_path(given: str) -> bool:

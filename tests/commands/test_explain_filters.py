@@ -59,3 +59,17 @@ def test_an_id_the_bundle_lacks_is_said_of_the_whole_bundle(tmp_path):
     assert p.returncode == 2
     assert p.stderr.startswith("preemptlog: error: no event 'vllm.log:7' in this bundle (2 event(s))"), p.stderr
     assert "did you mean b/vllm.log:3, b/vllm.log:2?" in p.stderr
+
+
+def test_the_path_given_before_the_id_is_read_in_order(tmp_path):
+    # `explain b vllm.log:2` (the bundle first): "vllm.log:2: no such file or folder" before
+    bundle(tmp_path)
+    right = explain(tmp_path, "vllm.log:2", "b")
+    swapped = explain(tmp_path, "b", "vllm.log:2")
+    assert swapped.returncode == 0, swapped.stderr
+    assert swapped.stdout == right.stdout and '"cmpl-a1"' in swapped.stdout
+    # a path that is not there stays a missing path, an id alone stays an id without its bundle
+    missing = explain(tmp_path, "nothere", "vllm.log:2")
+    assert missing.returncode != 0 and "nothere" in missing.stderr
+    alone = explain(tmp_path, "vllm.log:2")
+    assert alone.returncode != 0 and "give the bundle or log PATH" in alone.stderr
