@@ -109,14 +109,15 @@ def grafana(
             ids = g.post(items, url, token)
             if not quiet:
                 sys.stderr.write(
-                    f"posted {len(items)} annotation(s) to {url} (ids {', '.join(map(str, ids)) or '-'})\n"
+                    f"posted {len(items)} annotation(s) to {url} (ids {', '.join(map(str, ids)) or '-'})"
+                    f"{g.left_out(t.incidents)}\n"
                 )
             if output is None:
                 return ExitCode.OK
         with writing_to(output), open_output(output, terminal_text=True) as fh:
             fh.write((json.dumps(items, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         if not quiet and url is None:
-            sys.stderr.write(f"{len(items)} annotation(s)\n")
+            sys.stderr.write(f"{len(items)} annotation(s){g.left_out(t.incidents)}\n")
         return ExitCode.OK
 
     guarded(debug, body)

@@ -201,3 +201,19 @@ def test_promtool_loads_the_openmetrics_of_a_bundle_and_of_the_dataset(fleet, tm
     assert 'instance="srv-scrapes"' in dump
     # the counter's last sample: the bundle's 25 preemptions (the /metrics counter) at the bin's end, in ms
     assert re.search(r'__name__="preemptlog_preemptions_total".*\} 25 1773482580000$', dump, re.M), dump[:2000]
+
+
+def test_grafana_says_which_incidents_it_cannot_place(tmp_path):
+    # A bare V0 warning (a log pasted without its headers): 101 preemptions and no time anywhere.
+    # Before, "0 annotation(s)" and nothing about the incident left out.
+    (tmp_path / "paste.log").write_text(
+        "Sequence group 221 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache "
+        "space. This can affect the end-to-end performance. total_num_cumulative_preemption=101\n"
+    )
+    r = cli("export", "grafana", str(tmp_path / "paste.log"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == []
+    assert r.stderr.strip() == (
+        "0 annotation(s); 1 incident row(s) left out (paste): no time to place them at (neither their events "
+        "nor their log lines carry one)"
+    )

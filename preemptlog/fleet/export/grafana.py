@@ -67,6 +67,21 @@ def make_annotations(
     return out
 
 
+def left_out(incidents: pl.DataFrame) -> str:
+    """``; N incident row(s) left out: ...`` for the rows :func:`make_annotations` cannot place (no
+    event and no log line with a time), or ``""``."""
+    if not incidents.height:
+        return ""
+    untimed = incidents.filter(pl.all_horizontal(pl.col(c).is_null() for c in ("first_event", "log_first")))
+    if not untimed.height:
+        return ""
+    servers = ", ".join(str(s) for s in untimed.get_column("server").unique(maintain_order=True).to_list())
+    return (
+        f"; {untimed.height} incident row(s) left out ({servers}): no time to place them at (neither their "
+        "events nor their log lines carry one)"
+    )
+
+
 def post(items: list[dict[str, Any]], url: str, token: str | None, *, timeout: float = 10.0) -> list[int]:
     """POST each annotation to ``<url>/api/annotations`` (Bearer token); the ids Grafana gave."""
     if not url.startswith(("http://", "https://")):
