@@ -197,7 +197,9 @@ def _relative(text: str) -> float | None:
 
 
 def _clock(text: str) -> bool:
-    return re.fullmatch(r"\s*\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*", text) is not None
+    """HH:MM[:SS[.f]], a time of day (24:00 and 12:60 are none)."""
+    m = re.fullmatch(r"\s*(\d{1,2}):(\d{2})(?::(\d{2})(\.\d+)?)?\s*", text)
+    return m is not None and int(m[1]) < 24 and int(m[2]) < 60 and int(m[3] or 0) < 60
 
 
 def _iso(text: str, tz: str) -> datetime | None:
@@ -219,13 +221,15 @@ def resolve_time(text: str, analysis: Analysis, last: datetime | None) -> dateti
         if last is None:
             raise UsageError(f"{text!r} is relative to the last timed line, and the bundle has none")
         if rel is not None:
-            return last - timedelta(seconds=rel)
+            try:
+                return last - timedelta(seconds=rel)
+            except OverflowError:  # further back than any date (-99999999d): from the start
+                return datetime.min.replace(tzinfo=UTC)
         local = last.astimezone(zone_info(analysis.tz))
         parts = [float(x) for x in text.strip().split(":")]
         sec = parts[2] if len(parts) > 2 else 0.0
-        return local.replace(
-            hour=int(parts[0]), minute=int(parts[1]), second=int(sec), microsecond=int(round((sec % 1) * 1e6))
-        ).astimezone(UTC)
+        day = local.replace(hour=int(parts[0]), minute=int(parts[1]), second=0, microsecond=0)
+        return (day + timedelta(seconds=sec)).astimezone(UTC)  # 59.9999999 s rounds up, not past the field
     t = _iso(text, analysis.tz)
     assert t is not None  # checked by make_filters
     return t.astimezone(UTC)

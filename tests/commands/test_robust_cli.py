@@ -280,6 +280,9 @@ def test_inputs_are_untouched(tmp_path):
         (["analyze", "{tmp}/x.log", "-o", "{tmp}/no/such/dir/o.json"], ExitCode.USAGE, "does not exist"),
         (["analyze", "{tmp}/x.log", "-o", "{tmp}"], ExitCode.USAGE, "is a folder"),
         (["analyze", "{tmp}/x.log", "--tz", "Mars/Olympus"], ExitCode.USAGE, "Mars/Olympus"),
+        # a clock with no such hour or minute (an internal error "hour must be in 0..23" before)
+        (["analyze", "{tmp}/x.log", "--since", "25:00"], ExitCode.USAGE, "--since '25:00' is not a time"),
+        (["analyze", "{tmp}/x.log", "--until", "12:60:00"], ExitCode.USAGE, "--until '12:60:00' is not a time"),
     ],
 )
 def test_every_error_is_one_line_with_the_documented_code(tmp_path, args, code, what):
@@ -417,3 +420,14 @@ def test_a_log_naming_no_version_is_not_said_to_be_of_a_version(tmp_path):
     head = " ".join(p.stderr.decode().split())
     assert "not visible (this log: no preemption line or count, and no line naming its vLLM version" in head, head
     assert "this version" not in head
+
+
+@pytest.mark.parametrize(
+    "window", [["--since", "-99999999d"], ["--since", "10:00:00.9999999"], ["--until", "23:59:59.9999999"]]
+)
+def test_extreme_but_valid_windows_are_read(tmp_path, window):
+    # internal errors before: "date value out of range", "microsecond must be in 0..999999"
+    log = write_lines(tmp_path / "x.log", [V0_WARNING.format(5, "a1", 1)])
+    p = _run(["analyze", str(log), "--tz", "UTC", "-f", "ndjson", *window])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().count('"event_id"') == 1
