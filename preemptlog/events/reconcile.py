@@ -23,8 +23,9 @@ events with no engine count as engine 0):
    counter (:func:`_log_timing`, agree.py): the engine has one counter series,
    timed, without a reset, its scrape intervals end to end; no log count with
    preemptions straddles the window's edge (its inside share is an estimate) or
-   lacks its interval, none is capped; no block-table records, no aggregated
-   (engine ``all``) count; and the log's count and per-preemption events in the
+   lacks its interval, none is capped; no block-table records; an aggregated
+   (engine ``all``, the Rust frontend's) count only against a counter of one
+   engine, with no per-engine count beside it; and the log's count and per-preemption events in the
    window can be placed, each inside its own interval, so that every scrape
    interval receives exactly the counter's increase there (so the totals are
    equal: V0's ``reconstructed`` lower bound only when it is the counter's
@@ -219,8 +220,10 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 .str.replace(r"~i[0-9]+$", "")
                 .is_in(sorted(k for t in by_log.values() for k in t.pair_keys))
             )
-            ev = ev.filter(~(is_prom & (pl.col("kind") == "interval") & pl.col("_eng").is_in(list(by_log)) & mine))
-            made_from = keyed.filter(~(pl.col("_ekey").is_in(list(by_log)) & pl.col("increase").is_not_null()))
+            # the counter's increases matched (its one engine's, for the Rust frontend's engine "all")
+            ev = ev.filter(~(is_prom & (pl.col("kind") == "interval") & mine))
+            used = _pair_key_expr().is_in(sorted(k for t in by_log.values() for k in t.pair_keys))
+            made_from = keyed.filter(~(used & pl.col("increase").is_not_null()))
         # A counted interval is judged by its interval, not by where its events were placed:
         # inside the scrape window it is the counter's; straddling the window's edge, only
         # the part outside is kept (issue 19, item 6).
@@ -1418,6 +1421,20 @@ def _kept_words(by_log: dict[str, LogTiming], kind: str) -> str:
     )
 
 
+def _pair_key_expr() -> pl.Expr:
+    """:func:`_pair_key` of each row of a counter-pairs frame."""
+    return pl.concat_str(
+        [
+            pl.col("source").cast(pl.String),
+            pl.lit(":"),
+            pl.col("line").cast(pl.String).fill_null("?"),
+            pl.when(pl.col("col").is_not_null())
+            .then(pl.lit(":") + pl.col("col").cast(pl.String))
+            .otherwise(pl.lit("")),
+        ]
+    )
+
+
 def _pair_key(src: Any, line: Any, col: Any) -> str:
     """A counter increase's events' id before ``~`` (prometheus.counter_events)."""
     return f"{src}:{'?' if line is None else line}" + (f":{col}" if col is not None else "")
@@ -1435,8 +1452,9 @@ def _log_timing(
     one the counter misses what the run before counted after its last scrape), scrape intervals end to
     end; no log interval with preemptions across the window's edge (its inside share is an estimate),
     no count without an interval inside the window, no count capped (model.events: the events are
-    fewer than the count), no block-table records (recordmatch.py decides there), no log count of
-    engine ``all`` (an aggregated line counts every engine), no counter capped. Then the log's count
+    fewer than the count), no block-table records (recordmatch.py decides there), no counter capped; a log count of engine ``all``
+    (the Rust frontend's line sums every engine) only against a counter whose series are of one engine (the
+    same preemptions; with several the counter's engines stand) and with no per-engine count beside it. Then the log's count
     events in the window (grouped per count) and its per-preemption events there must fit the scrape
     intervals (agree.fits): the totals equal and each scrape interval's increase exactly what the
     log's intervals can have in it.
@@ -1448,8 +1466,11 @@ def _log_timing(
         return out, notes
     own = ev.filter(~is_prom)
     counts = own.filter(pl.col("kind").is_in(COUNT_KINDS))
-    if counts.height == 0 or (counts.get_column("_eng") == "all").any():
+    if counts.height == 0:
         return out, notes
+    aggregated = (counts.get_column("_eng") == "all").any()
+    if aggregated and counts.get_column("_eng").n_unique() > 1:
+        return out, notes  # an aggregated line beside per-engine counts: which counts which is not known
     pos = pl.col("increase").clip(lower_bound=0)
     if pairs.select((pos.max() > ev_mod.MAX_EVENTS_PER_COUNT) | (pos.sum() > ev_mod.MAX_EVENTS_FROM_COUNTS)).item():
         return out, notes  # the counter's events capped: its count is not all events, its cap not all engines
@@ -1463,10 +1484,15 @@ def _log_timing(
     )
     eng = pl.col("engine").fill_null("0")
     for e in sorted(set(counts.get_column("_eng").to_list())):
-        mine = pairs.filter(eng == e)
-        if e in recorded or e in capped_e or mine.height == 0:
+        # engine "all" (the Rust frontend's line sums every engine) is the one engine's count where the
+        # counter's series are of one engine: the same preemptions (with several, the counter's engines stand)
+        mine = pairs if e == "all" else pairs.filter(eng == e)
+        if e in recorded or e in capped_e or mine.height == 0 or (e == "all" and (recorded or capped_e)):
             continue
-        if mine.select("scope", "model_name", "engine_kind").unique().height != 1 or mine.get_column("reset").any():
+        if (
+            mine.select("scope", "model_name", "engine_kind", eng).unique().height != 1
+            or mine.get_column("reset").any()
+        ):
             continue
         inc = mine.filter(pl.col("increase").is_not_null())
         if inc.height == 0 or inc.filter(pl.col("start").is_null() | pl.col("end").is_null()).height:
