@@ -28,6 +28,10 @@ class Found:
     is_stdin: bool = False
     # the user's files it was read out of (never written): itself, or the archive that holds it
     originals: tuple[Path, ...] = ()
+    # what reading it there said of it (a UTF-16 file read through a UTF-8 copy, a copy read once) and the
+    # other names it was found by there: the path given is what was read, which says neither again
+    warnings: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass
@@ -60,7 +64,9 @@ class InputFile:
 
     def found(self) -> Found:
         """How it was found, for an analysis given its path (:class:`Found`)."""
-        return Found(self.display, self.in_bundle, self.is_stdin, self.read_out_of)
+        return Found(
+            self.display, self.in_bundle, self.is_stdin, self.read_out_of, tuple(self.warnings), tuple(self.aliases)
+        )
 
     def names(self) -> list[str]:
         """Its display name, then the other names it was found by."""

@@ -174,6 +174,10 @@ def collect(
         if f is None:
             continue
         described.append((i, f))
+        known = found.get(str(e.path)) if not e.original else None
+        if known is not None:  # what the analysis of more said of it, and its other names there
+            f.warnings[:0] = [w for w in known.warnings if w not in f.warnings]
+            f.aliases[:0] = [x for x in known.aliases if x not in f.aliases and x != f.display]
         f.in_bundle = e.in_bundle
         f.read_out_of = (*e.within, e.path) if e.original else e.within
         if e.original and f.kind != "unreadable":
