@@ -861,7 +861,9 @@ def since_start(
     ``vllm:num_preemptions_total`` counts from the engine's start (vLLM's PrometheusStatLogger is
     made with the engine). So a series' first reading N, at time T, is N preemptions in (start, T].
     What the bundle's own events of that engine already hold up to T (log lines, records: n) is
-    taken off, and the rest, max(0, N - n), are events of kind ``interval`` with no time
+    taken off (the log's counts of engine ``all``, the Rust frontend's line of every engine, are some
+    engine's own: each reading takes as many of them in its span as its count leaves, each once), and the
+    rest, max(0, N - n), are events of kind ``interval`` with no time
     (``time_precision`` ``unplaced``, ``interval_start`` the start, ``interval_end`` T): counted,
     not placed. The start is the last server start the log shows at or before T (servers.starts);
     without one, a reading that is its series' only one still counts (since the engine's last
@@ -911,6 +913,18 @@ def since_start(
     recorded = (
         set(ev.filter(pl.col("kind") == "record").get_column("engine").fill_null("0").to_list()) if ev.height else set()
     )
+    # The log's counts of engine "all" (the Rust frontend's line sums every engine) are some engine's own
+    # events: each reading takes off as many of them, in its span, as its count leaves, each taken once.
+    every = own.filter(eng == "all") if own.height else own
+    absorbed: set[str] = set()
+
+    def of_all(when: pl.Expr, room: int) -> int:
+        if room <= 0 or every.height == 0:
+            return 0
+        ids = [i for i in every.filter(when).get_column("event_id").to_list() if i not in absorbed][:room]
+        absorbed.update(ids)
+        return len(ids)
+
     for r in firsts.sort("end").iter_rows(named=True):
         where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
         if r["engine"] == "all" or r["engine"] in recorded:
@@ -969,8 +983,10 @@ def since_start(
             # window either (the reading holds the window), an exact 0, not the count before the log
             zero_after = int(round(r["value"])) == 0 and log1 is not None and r["end"] + _SAME_SECOND_TD >= log1
             if log0 is not None and created + _SAME_SECOND_TD < log0[0] and not zero_after:
-                n_log = own.filter((eng == r["engine"]) & (pl.coalesce("interval_end", "time") <= r["end"])).height
+                by_then = pl.coalesce("interval_end", "time") <= r["end"]
+                n_log = own.filter((eng == r["engine"]) & by_then).height
                 n_log += _capped_rest(a, r["engine"], r["end"])
+                n_log += of_all(by_then, int(round(r["value"])) - n_log)
                 baselines[where] = {
                     "engine": r["engine"],
                     "value": int(round(r["value"])),
@@ -1004,12 +1020,13 @@ def since_start(
             if start is not None:
                 starts[where] = (lo, f"{start['source']}:{start['line']}")
         end_t = pl.coalesce("interval_end", "time")
-        in_span = (eng == r["engine"]) & (end_t <= r["end"] + _SAME_SECOND)
+        when = end_t <= r["end"] + _SAME_SECOND
         if lo is not None:
-            in_span = in_span & (end_t > lo)
-        n_own = own.filter(in_span).height if own.height else 0
+            when = when & (end_t > lo)
+        n_own = own.filter((eng == r["engine"]) & when).height if own.height else 0
         n_own += _capped_rest(a, r["engine"], r["end"] + _SAME_SECOND, lo)
         n = int(round(r["value"]))
+        n_own += of_all(when, n - n_own)
         rest = n - n_own
         if rest < 0 and r["_samples"] == 1:
             disagreements.append(
@@ -1035,6 +1052,7 @@ def since_start(
         if r["engine"] == "all" or r["engine"] in recorded:
             continue
         n_own = (own.filter(eng == r["engine"]).height if own.height else 0) + _capped_rest(a, r["engine"])
+        n_own += of_all(pl.lit(True), int(round(r["value"])) - n_own)
         got = _timeless_reading(r, where, pairs, n_own, tz)
         notes.extend(got.notes)
         if got.repeat:
@@ -1314,7 +1332,8 @@ def _straddling(
     A log interval (s, e] of N events that overlaps the counter's window (w0, w1] shares its
     preemptions with the counter. At the window's start, when the counter's first reading
     (since engine start) is known, the preemptions before w0 are that reading minus what the
-    log counted up to s (clipped to 0..N); otherwise, and at the window's end, the part
+    log counted up to s (clipped to 0..N; a counter of one engine is the Rust frontend's ``all``
+    engine's too); otherwise, and at the window's end, the part
     outside is N times the share of the interval outside the window (rounded). The events
     kept are re-placed evenly in the outside part of the interval.
     """
@@ -1327,6 +1346,9 @@ def _straddling(
         for eng, end, value in b.select("engine", "end", "value").iter_rows():
             if eng not in base or end < base[eng][0]:
                 base[eng] = (end, value)
+    if len(base) == 1 and "all" not in base:  # one engine's counter: the Rust frontend's "all" is that engine
+        (only,) = base
+        base["all"] = base[only]
     kept = []
     notes = []
     groups = edge.group_by(
@@ -1339,9 +1361,8 @@ def _straddling(
             lo, hi = s0, w0
             first = base.get(eng)
             if first is not None and first[0] == w0:
-                before = rest.filter(
-                    ~is_prom & (pl.col("engine").fill_null("0") == eng) & (pl.col("time") <= s0)
-                ).height
+                mine = pl.col("engine").fill_null("0").is_in([eng, "all"] if eng != "all" else list(base))
+                before = rest.filter(~is_prom & mine & (pl.col("time") <= s0)).height
                 out = max(0, min(n, int(round(first[1])) - before))
                 how = (
                     f"the counter read {int(round(first[1]))} at its first scrape, the log had counted {before} before"
