@@ -186,7 +186,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     if pairs is None:
         pairs = pl.DataFrame()
     # the key a counter series meets a log's events by: the engine, of its server's folder (_server_keys)
-    ekey, keyed = _server_keys(ev, pairs, [f.display for f in a.bundle.files if f.kind in LOG_KINDS])
+    ekey, keyed, ehome = _server_keys(ev, pairs, [f.display for f in a.bundle.files if f.kind in LOG_KINDS])
     timed = (
         keyed.filter(pl.col("increase").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
         if pairs.height
@@ -203,12 +203,14 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     by_log: dict[str, LogTiming] = {}  # engines whose log counts agree with the counter: their timing kept
     if timed.height and ev.height:
         win = timed.group_by("_ekey").agg(pl.col("start").min().alias("_w0"), pl.col("end").max().alias("_w1"))
-        g0, g1 = timed.get_column("start").min(), timed.get_column("end").max()
         ev = ev.with_columns(_eng=ekey).join(win, left_on="_eng", right_on="_ekey", how="left", maintain_order="left")
+        # engine "all" (the Rust frontend's line sums every engine): the window of its server's counters
+        homes = timed.group_by("_home").agg(pl.col("start").min().alias("_hw0"), pl.col("end").max().alias("_hw1"))
+        ev = ev.with_columns(_home=_home_of(pl.col("_eng"))).join(homes, on="_home", how="left", maintain_order="left")
         ev = ev.with_columns(
-            _w0=pl.when(pl.col("_eng") == "all").then(pl.lit(g0)).otherwise(pl.col("_w0")),
-            _w1=pl.when(pl.col("_eng") == "all").then(pl.lit(g1)).otherwise(pl.col("_w1")),
-        )
+            _w0=pl.when(pl.col("_home").is_not_null()).then(pl.col("_hw0")).otherwise(pl.col("_w0")),
+            _w1=pl.when(pl.col("_home").is_not_null()).then(pl.col("_hw1")).otherwise(pl.col("_w1")),
+        ).drop("_home", "_hw0", "_hw1")
         # Where an engine's log counts agree with its counter, scrape interval by scrape interval, the
         # log's events stand (finer in time) and the counter makes none there (_log_timing).
         by_log, timing_notes = _log_timing(ev, keyed.with_columns(engine=pl.col("_ekey")), is_prom, a.frames, tz)
@@ -280,7 +282,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                     increase=pl.when(pl.col("increase").is_not_null())
                     .then((pl.col("increase") - pl.col("_n")).clip(lower_bound=0))
                     .otherwise(pl.col("increase"))
-                ).drop("_pid", "_n", "_ekey")
+                ).drop("_pid", "_n", "_ekey", "_home")
                 made_from = adjusted
                 ev = ev_mod.combine([ev.filter(~(is_prom & (pl.col("kind") == "interval"))), counter_events(adjusted)])
 
@@ -303,7 +305,12 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     prom_in_events = ev.filter(is_prom).height if ev.height else 0
     facts = a.counters.get("prometheus") or {}
     readings = facts.get("counter_totals") or []
-    ev, since = since_start(a, ev, pairs, is_prom, tz)
+    reading_homes = (
+        {_pair_key(s, ln, c): h for s, ln, c, h in keyed.select("source", "line", "col", "_home").iter_rows() if h}
+        if keyed.height and "_home" in keyed.columns
+        else {}
+    )
+    ev, since = since_start(a, ev, pairs, is_prom, tz, ehome if reading_homes else None, reading_homes)
     notes.extend(since.notes)
     disagreements.extend(since.disagreements)
     # A single reading whose engine started before the log is a baseline (since_start): said, not counted.
@@ -457,12 +464,12 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     # ---------------- disagreements
     if timed.height:
         for e, kinds in sorted(dropped_by_engine.items()):
-            if e in rec_engines or (e == "all" and rec_engines):
+            if e in rec_engines or (_is_all(e) and rec_engines):
                 continue  # both are cross-checks against the records (recordmatch.py)
             prom_e = (
                 int(timed.filter(pl.col("_ekey") == e).get_column("increase").sum())
-                if e != "all"
-                else int(timed.get_column("increase").sum())
+                if not _is_all(e)
+                else int(timed.filter(pl.col("_home") == _home_of(pl.lit(e))).get_column("increase").sum())
             )
             n_int = kinds.get("interval", 0)
             if n_int and n_int != prom_e:
@@ -854,7 +861,13 @@ UNPLACED = "unplaced"
 
 
 def since_start(
-    a: AnalysisView, ev: pl.DataFrame, pairs: pl.DataFrame, is_prom: pl.Expr, tz: str
+    a: AnalysisView,
+    ev: pl.DataFrame,
+    pairs: pl.DataFrame,
+    is_prom: pl.Expr,
+    tz: str,
+    home: pl.Expr | None = None,
+    homes: dict[str, str] | None = None,
 ) -> tuple[pl.DataFrame, SinceStart]:
     """The preemptions a counter's first reading counts since the engine started: (events, report).
 
@@ -909,6 +922,10 @@ def since_start(
     new: list[pl.DataFrame] = []
     eng = pl.col("engine").fill_null("0")
     own = ev.filter(~is_prom) if ev.height else ev
+    # a reading's own events are those of its server (``home``: the events' server folder, ``homes``: the
+    # readings', by file:line[:col], where the bundle keeps servers in folders of their own: _server_keys)
+    own = own.with_columns(_h=home if home is not None and own.height else pl.lit(""))
+    homes = homes or {}
     # An engine whose preempt records are its events has its counts as cross-checks (recordmatch.py).
     recorded = (
         set(ev.filter(pl.col("kind") == "record").get_column("engine").fill_null("0").to_list()) if ev.height else set()
@@ -929,6 +946,7 @@ def since_start(
         where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
         if r["engine"] == "all" or r["engine"] in recorded:
             continue
+        here = pl.col("_h") == homes.get(where, "")
         if r["_samples"] == 1:
             other = pairs.filter(
                 (pl.col("scope") != r["scope"])
@@ -983,7 +1001,7 @@ def since_start(
             # window either (the reading holds the window), an exact 0, not the count before the log
             zero_after = int(round(r["value"])) == 0 and log1 is not None and r["end"] + _SAME_SECOND_TD >= log1
             if log0 is not None and created + _SAME_SECOND_TD < log0[0] and not zero_after:
-                by_then = pl.coalesce("interval_end", "time") <= r["end"]
+                by_then = (pl.coalesce("interval_end", "time") <= r["end"]) & here
                 n_log = own.filter((eng == r["engine"]) & by_then).height
                 n_log += _capped_rest(a, r["engine"], r["end"])
                 n_log += of_all(by_then, int(round(r["value"])) - n_log)
@@ -1020,7 +1038,7 @@ def since_start(
             if start is not None:
                 starts[where] = (lo, f"{start['source']}:{start['line']}")
         end_t = pl.coalesce("interval_end", "time")
-        when = end_t <= r["end"] + _SAME_SECOND
+        when = (end_t <= r["end"] + _SAME_SECOND) & here
         if lo is not None:
             when = when & (end_t > lo)
         n_own = own.filter((eng == r["engine"]) & when).height if own.height else 0
@@ -1051,8 +1069,9 @@ def since_start(
         where = f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
         if r["engine"] == "all" or r["engine"] in recorded:
             continue
-        n_own = (own.filter(eng == r["engine"]).height if own.height else 0) + _capped_rest(a, r["engine"])
-        n_own += of_all(pl.lit(True), int(round(r["value"])) - n_own)
+        here = pl.col("_h") == homes.get(where, "")
+        n_own = (own.filter((eng == r["engine"]) & here).height if own.height else 0) + _capped_rest(a, r["engine"])
+        n_own += of_all(here, int(round(r["value"])) - n_own)
         got = _timeless_reading(r, where, pairs, n_own, tz)
         notes.extend(got.notes)
         if got.repeat:
@@ -1489,7 +1508,7 @@ def _log_timing(
     counts = own.filter(pl.col("kind").is_in(COUNT_KINDS))
     if counts.height == 0:
         return out, notes
-    aggregated = (counts.get_column("_eng") == "all").any()
+    aggregated = any(_is_all(e) for e in counts.get_column("_eng").unique().to_list())
     if aggregated and counts.get_column("_eng").n_unique() > 1:
         return out, notes  # an aggregated line beside per-engine counts: which counts which is not known
     pos = pl.col("increase").clip(lower_bound=0)
@@ -1507,8 +1526,8 @@ def _log_timing(
     for e in sorted(set(counts.get_column("_eng").to_list())):
         # engine "all" (the Rust frontend's line sums every engine) is the one engine's count where the
         # counter's series are of one engine: the same preemptions (with several, the counter's engines stand)
-        mine = pairs if e == "all" else pairs.filter(eng == e)
-        if e in recorded or e in capped_e or mine.height == 0 or (e == "all" and (recorded or capped_e)):
+        mine = pairs.filter(pl.col("_home") == _home_of(pl.lit(e))) if _is_all(e) else pairs.filter(eng == e)
+        if e in recorded or e in capped_e or mine.height == 0 or (_is_all(e) and (recorded or capped_e)):
             continue
         if (
             mine.select("scope", "model_name", "engine_kind", eng).unique().height != 1
@@ -1579,9 +1598,10 @@ def _log_timing(
     return out, notes
 
 
-def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tuple[pl.Expr, pl.DataFrame]:
+def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tuple[pl.Expr, pl.DataFrame, pl.Expr]:
     """The key a counter series and the events meet by (rules 1 and 2, per engine): (the events' key, the
-    pairs with it as ``_ekey``); ``logs``: the display names of the bundle's log files.
+    pairs with it as ``_ekey`` and their server folder as ``_home``, the events' server folder: ``""`` for
+    none); ``logs``: the display names of the bundle's log files.
 
     The key is the engine label, and, for a server the bundle keeps in a folder of its own, that folder
     (``0 of incident/b``). A scrape file's server is the logs under the deepest folder above it that holds
@@ -1590,7 +1610,7 @@ def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tupl
     records) is that server's; the rest meet the counters of no folder. Two servers side by side both call
     their engine "0": one's counter never replaces the other's counts."""
     eng = pl.col("engine").fill_null("0")
-    plain = (eng, pairs.with_columns(_ekey=eng) if pairs.height else pairs)
+    plain = (eng, pairs.with_columns(_ekey=eng, _home=pl.lit("")) if pairs.height else pairs, pl.lit(""))
     if pairs.height == 0 or ev.height == 0 or "source" not in pairs.columns:
         return plain
     scrapes = sorted(set(pairs.get_column("source").drop_nulls().cast(pl.String).to_list()))
@@ -1616,10 +1636,26 @@ def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tupl
     own = {**{x: home(x) for x in sorted(set(logs) | others)}, **at}
 
     def key(place: pl.Expr) -> pl.Expr:
-        return pl.when((place == "") | (eng == "all")).then(eng).otherwise(pl.concat_str([eng, pl.lit(" of "), place]))
+        return pl.when(place == "").then(eng).otherwise(pl.concat_str([eng, pl.lit(" of "), place]))
 
     of = pl.col("source").cast(pl.String).replace_strict(own, default="", return_dtype=pl.String)
-    return key(of), pairs.with_columns(_ekey=key(of))
+    return key(of), pairs.with_columns(_ekey=key(of), _home=of), of
+
+
+def _is_all(key: str) -> bool:
+    """A key of :func:`_server_keys` for engine ``all`` (the Rust frontend's line of every engine)."""
+    return key == "all" or key.startswith("all of ")
+
+
+def _home_of(key: pl.Expr) -> pl.Expr:
+    """The server folder of an engine ``all`` key (``""`` for the bundle's own), null for an engine's."""
+    return (
+        pl.when(key == "all")
+        .then(pl.lit(""))
+        .when(key.str.starts_with("all of "))
+        .then(key.str.slice(len("all of ")))
+        .otherwise(pl.lit(None, pl.String))
+    )
 
 
 def _timed_pids(allp: pl.DataFrame) -> list[int]:
