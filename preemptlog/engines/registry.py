@@ -143,6 +143,8 @@ class ReplayVersions:
 
     of_bundle: Callable[[pl.DataFrame], tuple[str | None, str]]  # configuration -> (version, where it was read)
     scheduler: Callable[[str | None, str], SchedulerVersion]  # (version or None, where) -> what it has
+    # configuration -> what the replay cannot be of this bundle (a scheduler generation it does not model), said
+    caveats: Callable[[pl.DataFrame], list[str]] = lambda _config: []
 
 
 @dataclass(frozen=True)

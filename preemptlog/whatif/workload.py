@@ -556,6 +556,7 @@ def observed_config(analysis: Analysis) -> Observed:
     # defaults) and its behaviours (the model engine follows them)
     rv = _replay_versions()
     version, where = rv.of_bundle(replayed_config(analysis))
+    assumptions.extend(rv.caveats(replayed_config(analysis)))
     sv = rv.scheduler(version, where)
     prov["vllm_version"] = sv.how
     if version is None:

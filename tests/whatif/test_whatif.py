@@ -461,3 +461,39 @@ def test_each_assumption_says_which_way_it_errs(tmp_path):
     output = next(x for x in a if x.startswith("output lengths"))
     assert "errs low where prefix caching" in prompt and "vllm/v1/metrics/loggers.py" in prompt
     assert "err high" in output
+
+
+def _v0_log(n: int = 24) -> str:
+    h = "INFO 08-01 10:{m:02d}:{s:02d} {f}] "
+    out = [
+        h.format(m=0, s=0, f="api_server.py:440") + "vLLM API server version 0.5.5",
+        h.format(m=0, s=1, f="gpu_executor.py:102") + "# GPU blocks: 100, # CPU blocks: 512",
+    ]
+    for i in range(n):
+        ids = ", ".join(str(100 + j) for j in range(150 + (i % 4) * 40))
+        out.append(
+            h.format(m=0, s=10 + i // 2, f="async_llm_engine.py:673") + f"Received request cmpl-{i:04d}: prompt: 'x', "
+            f"params: SamplingParams(n=1, temperature=0.7, max_tokens={120 + (i % 3) * 30}, min_tokens=0), "
+            f"prompt_token_ids: [{ids}], lora_request: None."
+        )
+    for k in range(6):
+        s = 25 + k * 5
+        out.append(
+            h.format(m=s // 60, s=s % 60, f="metrics.py:351")
+            + f"Avg prompt throughput: {800 - k * 100:.1f} tokens/s, Avg generation throughput: {200 + k * 10:.1f} "
+            f"tokens/s, Running: 8 reqs, Swapped: 0 reqs, Pending: {12 - k} reqs, GPU KV cache usage: 97.0%, "
+            "CPU KV cache usage: 0.0%."
+        )
+    return "\n".join(out) + "\n"
+
+
+def test_a_v0_incident_is_said_to_be_replayed_by_the_v1_scheduler(tmp_path):
+    # the model replays V1's scheduler only; a V0 engine's incident said nothing of it before
+    p = _cli(str(_bundle(tmp_path, "v0", _v0_log())), "-f", "json", "--tz", "UTC")
+    assert p.returncode == 0, p.stderr
+    said = [a for a in json.loads(p.stdout)["config_assumptions"] if "V0 engine" in a]
+    assert len(said) == 1 and "v0/vllm.log:" in said[0] and "vllm/core/scheduler.py" in said[0], said
+    assert "the replay is of the V1 scheduler" in said[0] and "not with the incident" in said[0]
+    v1 = _cli(str(_bundle(tmp_path, "v1", _log())), "-f", "json", "--tz", "UTC")
+    assert v1.returncode == 0, v1.stderr
+    assert not [a for a in json.loads(v1.stdout)["config_assumptions"] if "V0 engine" in a]

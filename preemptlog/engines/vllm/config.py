@@ -892,7 +892,23 @@ def prefix_caching(config: pl.DataFrame, frames: Mapping[str, pl.DataFrame]) -> 
     return None, "not in the bundle (no enable_prefix_caching, no engine generation or version)"
 
 
-REPLAY_VERSIONS = ReplayVersions(of_bundle=bundle_version, scheduler=scheduler_version)
+def replay_caveats(config: pl.DataFrame) -> list[str]:
+    """What the what-if's replay is not of this bundle: a V0 engine's incident is replayed by the model of
+    V1's scheduler (the only one modelled), whose preemption and admission differ from V0's."""
+    row = in_force(config).get("engine")
+    if row is None or str(row.get("value")) != "V0":
+        return []
+    where = f"{row['source']}:{row['line']}" if row.get("source") else str(row.get("status"))
+    return [
+        f"the incident ran vLLM's V0 engine ({where}); the replay is of the V1 scheduler "
+        "(vllm/v1/core/sched/scheduler.py: it preempts when a KV-block allocation fails and never admits past "
+        "max_num_seqs), not of V0's (vllm/core/scheduler.py: _schedule_running preempts when it cannot append a "
+        "slot, admission keeps a 1 % watermark of the blocks, SWAP for groups of several sequences), and the "
+        "defaults it takes are V1's: compare the replays with each other, not with the incident"
+    ]
+
+
+REPLAY_VERSIONS = ReplayVersions(of_bundle=bundle_version, scheduler=scheduler_version, caveats=replay_caveats)
 
 
 # vLLM 0.34.0 sizes the KV cache from the memory measured after warmup (the extensible KV cache, its default on
