@@ -59,6 +59,7 @@ class Stats:
     gaps: int = 0
     late: int = 0  # scrapes asked twice: the first answer did not come in time
     log_bytes: int = 0
+    log_never_found: bool = False  # --log was not there at any poll of the capture
     files: list[str] = field(default_factory=list)
 
 
@@ -325,6 +326,7 @@ class Capture:
             try:
                 self.stats.log_bytes += self.follower.poll()
             finally:
+                self.stats.log_never_found = self.follower.fh is None and not self.follower.ino
                 self.follower.close()
         if self.gap is not None:
             self._close_gap(end)

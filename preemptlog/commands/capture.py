@@ -61,7 +61,8 @@ def capture(
     off, and the span is recorded as a gap in DIR/capture.jsonl, which `preemptlog analyze DIR`
     reports. Stops on Ctrl-C, SIGINT or SIGTERM (also when started in the background of a script,
     where SIGINT arrives ignored) or after --for; then run `preemptlog analyze DIR`.
-    Exit 0, or 5 when some scrapes failed, 3 when none succeeded and no log line was copied.
+    Exit 0, or 5 when some scrapes failed, 3 when none succeeded and no log line was copied
+    or when the --log file was not there at any time.
     """
 
     def body() -> int:
@@ -121,6 +122,11 @@ def capture(
             f"preemptlog: capture: {stats.scrapes} scrape(s), {stats.failures} failed ({stats.gaps} gap(s)), "
             f"{stats.log_bytes} byte(s) of log copied; next: preemptlog analyze {output}"
         )
+        if stats.log_never_found and stats.scrapes == 0:
+            raise InputError(
+                f"--log {log}: not there at any time during the capture: nothing was captured",
+                hint="give the path the server writes its log to (e.g. the file of its stdout redirect)",
+            )
         if metrics and stats.scrapes == 0 and stats.log_bytes == 0:
             raise InputError(
                 f"{metrics}: no scrape succeeded ({stats.failures} attempt(s))",

@@ -364,3 +364,18 @@ def test_the_log_copy_reads_a_backlog_in_pieces_and_a_rotated_file_to_its_end(tm
     f.close()
     want = b"".join(b"line %03d\n" % i for i in range(40)) + b"rest of the old file\nthe new file\ncut\n"
     assert dst.read_bytes() == want
+
+
+def test_a_log_that_is_never_there_is_exit_3(tmp_path):
+    # exit 0 and an empty bundle before ("0 byte(s) of log copied")
+    p = cli("capture", "-o", str(tmp_path / "cap"), "--log", str(tmp_path / "nowhere.log"), "--for", "1s")
+    assert p.returncode == 3, p.stderr
+    assert (
+        p.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"preemptlog: error: --log {tmp_path / 'nowhere.log'}: not there at any time during the capture")
+    )
+    # a log that is there but gains nothing is no error (an idle server)
+    (tmp_path / "idle.log").write_text("INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n")
+    p = cli("capture", "-o", str(tmp_path / "cap2"), "--log", str(tmp_path / "idle.log"), "--for", "1s")
+    assert p.returncode == 0, p.stderr
