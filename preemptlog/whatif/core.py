@@ -299,7 +299,7 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
             prov = {**prov, **dprov, "vllm_version": sv.how}
         if (why := version_refusal(obs, base_sets, cfg)) is not None:
             raise UsageError(f"--base: {why}", hint="the incident's vLLM started: a --base value is wrong")
-        obs = Observed(cfg, prov, obs.memory, kept)
+        obs = Observed(cfg, prov, obs.memory, kept, obs.pinned)
     return wl, obs, step_time(analysis)
 
 

@@ -442,6 +442,9 @@ class Observed:
     provenance: dict[str, str]
     memory: dict[str, tuple[float, str]]  # kv_gib, weights_gib, total_gib -> (value, where)
     assumptions: list[str]
+    # the option that fixes the KV pool whatever gpu_memory_utilization is, as said with its line
+    # ('--num-gpu-blocks-override 40 (vllm.log:2)'); None when the memory profile sizes the pool
+    pinned: str | None = None
 
 
 def replayed_config(analysis: Analysis) -> pl.DataFrame:
@@ -590,7 +593,30 @@ def observed_config(analysis: Analysis) -> Observed:
     )
     conf, dprov = with_version_defaults(conf, sv, keep=set(stated))
     conf = replace(conf, **stated)
-    return Observed(conf, {**prov, **dprov}, memory_lines(analysis), assumptions)
+    return Observed(conf, {**prov, **dprov}, memory_lines(analysis), assumptions, pinned_by(cfg))
+
+
+# The options that size the KV pool themselves: vLLM then ignores gpu_memory_utilization for it
+# (kv_cache_utils: num_blocks = num_gpu_blocks_override; --kv-cache-memory-bytes "ignores
+# gpu_memory_utilization").
+POOL_PINS = (
+    ("num_gpu_blocks_override", "--num-gpu-blocks-override"),
+    ("kv_cache_memory_bytes", "--kv-cache-memory-bytes"),
+)
+
+
+def pinned_by(cfg: dict[str, dict[str, Any]]) -> str | None:
+    """The option in force, seen in the bundle, that pins the KV pool (with its file:line), or None."""
+    for key, flag in POOL_PINS:
+        row = cfg.get(key)
+        if row is None or row.get("status") != "seen":
+            continue
+        value = str(row.get("value")).strip("'\"")
+        if value.lower() in ("", "none", "null"):
+            continue
+        where = f" ({row['source']}:{row['line']})" if row.get("source") else ""
+        return f"{flag} {value}{where}"
+    return None
 
 
 # The configuration frame's names of the replay settings that differ (vLLM's)
@@ -654,6 +680,12 @@ def kv_pool(obs: Observed, gmu_new: float) -> tuple[int, str]:
     """
     c = obs.config
     old = c.gpu_memory_utilization
+    if obs.pinned is not None:
+        was = f"{old:g}" if old is not None else "the observed value"
+        return c.num_gpu_blocks, (
+            f"the KV pool is pinned by {obs.pinned}: gpu_memory_utilization {was} -> {gmu_new:g} does not "
+            f"change it ({c.num_gpu_blocks} blocks)"
+        )
     if old is None:
         raise NoWorkload(
             "gpu_memory_utilization in force is not in the bundle: cannot rescale the KV pool",
