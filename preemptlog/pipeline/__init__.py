@@ -329,11 +329,21 @@ def one_clock(
     warnings.extend(offsets.warnings)
     timed = records.filter(pl.col("time").is_not_null()).get_column("time") if records.height else None
     reference = (timed.min(), timed.max()) if timed is not None and timed.len() else None
+    spans: tuple[tuple[Any, Any], ...] = ()
+    if reference is not None:
+        per_file = (
+            records.filter(pl.col("time").is_not_null())
+            .group_by("source")
+            .agg(pl.col("time").min().alias("lo"), pl.col("time").max().alias("hi"))
+            .sort("lo", "source")
+        )
+        spans = tuple(zip(per_file.get_column("lo").to_list(), per_file.get_column("hi").to_list(), strict=True))
     ctx = TimeContext(
         tz=tz,
         year=options.year,
         anchors=anchors + [(t, "vllm log") for t in ([reference[0]] if reference else [])],
         reference=reference,  # type: ignore[arg-type]  # polars scalars are typed as every literal
+        spans=spans,
         reference_wall=tres.wall,
     )
     return records, ctx, Report(warnings=tuple(warnings), assumptions=tuple(assumptions), partial=bool(woven))

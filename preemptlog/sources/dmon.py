@@ -40,8 +40,9 @@ date/time is said once, as untimed (below); a cut last row is said as cut, not c
 Time: dmon writes local time (``--tz``), read as the logs' lines are: in the fall-back's
 repeated hour, the rows after the clock went back take the later instant (timebase
 ``localize_in_order``). ``-o DT`` rows are exact to the second and are year anchors for the vLLM logs. ``-o T`` rows get their date
-from the bundle: the date that puts the capture on the UTC span of the vLLM
-logs (or, without logs, nearest the other sources' full timestamps); a time
+from the bundle: the date that puts the capture on a log's own UTC span (logs
+of different days: the one it meets, never a day in the gap between them; without
+logs, nearest the other sources' full timestamps); a time
 that goes back by more than 12 hours is the next day (midnight crossing).
 Without date columns and nothing to anchor them, and for ``-o D`` alone or no
 ``-o`` at all, samples are *untimed* (``time`` null): they are listed, but no
@@ -535,31 +536,34 @@ def _date_for_time_only(df: pl.DataFrame, ctx: TimeContext, display: str) -> tup
         return untimed.drop("_secs", "_prec"), None
     df = df.with_columns(_day=(pl.col("_secs").diff() < -MIDNIGHT_BACKSTEP).fill_null(False).cast(pl.Int32).cum_sum())
     zinfo = zone_info(ctx.tz)
+    refs: tuple[tuple[datetime, datetime], ...]
     if ctx.reference is not None:
-        ref0, ref1 = ctx.reference
+        # each log's own span: the hull of two logs far apart holds days no log ran on
+        refs = ctx.spans or (ctx.reference,)
         basis = "the time span of the vLLM logs"
     else:
         full = [a for a, _ in ctx.anchors]
         if not full:
             timed = df.with_columns(time=pl.lit(None, pl.Datetime("us", "UTC")), time_precision=pl.lit("unknown"))
             return pl.concat([timed.drop("_day"), untimed]).sort("line").drop("_secs", "_prec"), None
-        ref0, ref1 = min(full), max(full)
+        refs = ((min(full), max(full)),)
         basis = "the full timestamps of the other sources"
     first = df.row(0, named=True)
     last = df.row(df.height - 1, named=True)
-    l0 = ref0.astimezone(zinfo).replace(tzinfo=None)
-    l1 = ref1.astimezone(zinfo).replace(tzinfo=None)
     best = None
-    d = l0.date() - timedelta(days=1)
-    while d <= l1.date() + timedelta(days=1):
-        start = datetime(d.year, d.month, d.day) + timedelta(seconds=first["_secs"])
-        end = datetime(d.year, d.month, d.day) + timedelta(days=last["_day"], seconds=last["_secs"])
-        overlap = (min(end, l1) - max(start, l0)).total_seconds()
-        dist = 0.0 if overlap >= 0 else -overlap
-        key = (dist, -max(overlap, 0.0))
-        if best is None or key < best[0]:
-            best = (key, d)
-        d += timedelta(days=1)
+    for ref0, ref1 in refs:
+        l0 = ref0.astimezone(zinfo).replace(tzinfo=None)
+        l1 = ref1.astimezone(zinfo).replace(tzinfo=None)
+        d = l0.date() - timedelta(days=1)
+        while d <= l1.date() + timedelta(days=1):
+            start = datetime(d.year, d.month, d.day) + timedelta(seconds=first["_secs"])
+            end = datetime(d.year, d.month, d.day) + timedelta(days=last["_day"], seconds=last["_secs"])
+            overlap = (min(end, l1) - max(start, l0)).total_seconds()
+            dist = 0.0 if overlap >= 0 else -overlap
+            key = (dist, -max(overlap, 0.0), d)  # ties: the earliest day
+            if best is None or key < best[0]:
+                best = (key, d)
+            d += timedelta(days=1)
     assert best is not None
     day0 = best[1]
     naive = pl.datetime(day0.year, day0.month, day0.day, time_unit="us") + pl.duration(

@@ -27,6 +27,10 @@ class TimeContext:
     year: int | None = None
     anchors: list[tuple[datetime, str]] = field(default_factory=list)
     reference: tuple[datetime, datetime] | None = None  # UTC span of the vLLM logs (on the common clock)
+    # the UTC span of each log file (on the common clock): ``reference`` is their hull, which can hold
+    # days when no log ran (two servers' logs of September and November); a source dated by the logs
+    # (dmon -o T) is put on a log's own span, never in a gap between them
+    spans: tuple[tuple[datetime, datetime], ...] = ()
     # the logs' times are (some) wall times read in ``tz``, so --tz moves them (timebase.TimeResult.wall)
     reference_wall: bool = True
     now: datetime | None = None
