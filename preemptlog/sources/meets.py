@@ -104,8 +104,8 @@ def _tz_words(source: str, source_wall: bool, ctx: TimeContext) -> str:
 def not_meeting(
     out: SourceOutput, ctx: TimeContext | None, what: str, kind: str, why: str, wall: Collection[str] = ()
 ) -> list[str]:
-    """A warning per file of ``out`` whose rows lie more than MEET_S from the vLLM logs' span
-    (``ctx.reference``); none when the bundle has no timed log line. ``what`` names the rows (``dmon
+    """A warning per file of ``out`` whose rows lie more than MEET_S from every vLLM log's span
+    (``ctx.spans``, else ``ctx.reference``), said against the nearest one; none when the bundle has no timed log line. ``what`` names the rows (``dmon
     samples``), ``kind`` the source kind (for ``--offset``), ``why`` what follows for the analysis;
     ``wall`` the files whose times are wall times read in --tz (the hint names --tz where it helps)."""
     if ctx is None or ctx.reference is None:
@@ -114,10 +114,14 @@ def not_meeting(
     if r0 is None or r1 is None:
         return []
     meet = timedelta(seconds=MEET_S)
+    # each log's own span: the hull of logs that ran on different days holds days none of them ran on
+    spans = [(a, b) for a, b in (ctx.spans or ((r0, r1),)) if a is not None and b is not None] or [(r0, r1)]
     out_warnings = []
     for source, (lo, hi) in file_spans(out).items():
-        if hi >= r0 - meet and lo <= r1 + meet:
+        if any(hi >= a - meet and lo <= b + meet for a, b in spans):
             continue
+        # said against the log nearest to it
+        r0, r1 = min(spans, key=lambda s: (lo - s[1]) if lo > s[1] else (s[0] - hi))
         after = lo > r1
         gap = (lo - r1) if after else (r0 - hi)
         shift = zone_shift(lo, hi, (r0, r1))

@@ -96,3 +96,21 @@ def test_beside_a_log_of_another_engine_too(tmp_path):
     (b / "dmon.txt").write_text(_dmon())
     doc, err = _run(b)
     _check(doc, err, "b/vllm.log")
+
+
+def test_a_dated_capture_in_the_gap_between_two_logs_is_said_not_to_meet_them(tmp_path):
+    # before: a capture of Oct 15 lay inside the hull of the logs (Sep 13 .. Nov 30): no warning, and
+    # the reader took the silence for "no GPU evidence near the preemptions"
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "sep.log").write_text(_log("09-13", "16") + "\n")
+    (b / "nov.log").write_text(_log("11-30", "23") + "\n")
+    rows = [f" 20261015   12:00:{s:02d}      0  1000   50" for s in range(30, 60)]
+    head = ["#Date       Time        gpu    fb    sm", "#YYYYMMDD   HH:MM:SS    Idx    MB     %"]
+    (b / "dmon.txt").write_text("\n".join([*head, *rows]) + "\n")
+    doc, err = _run(b)
+    words = " ".join(err.split())
+    # said against the nearer log (Sep 13 16:59:50, 31.8 days before the capture)
+    assert "b/dmon.txt: its dmon samples (2026-10-15T12:00:30+00:00 to 2026-10-15T12:00:59+00:00) do not meet" in words
+    assert "(2026-09-13T16:59:00+00:00 to 2026-09-13T16:59:50+00:00; 32 days after it)" in words
+    assert all(e["dmon_fb_at_mb"] is None for e in doc["events"])
