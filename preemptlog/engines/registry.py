@@ -218,6 +218,11 @@ class Engine:
     # V1: a reset of the prefix cache in the log; SGLang: retractions SGLANG_TEST_RETRACT forced); None
     # from the call: the static words stand (``cause_code``, or the default engine's words by generation)
     cause_words: Callable[[AnalysisView], str | None] | None = None
+    # a logged counter that several schedulers of one server write side by side (vLLM V0 under pipeline
+    # parallelism: one num_cumulative_preemption per virtual engine): (its warning rows, sorted by seq,
+    # with stream, _compose, seq, cumulative; the records; the group keys) -> each row's counter chain
+    # (events/servers.py: a chain's counter only grows, so chains side by side are no interleaving)
+    counter_chains: Callable[[pl.DataFrame, pl.DataFrame, list[str]], pl.Series] | None = None
 
     @property
     def default(self) -> bool:

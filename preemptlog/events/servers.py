@@ -220,6 +220,11 @@ def interleaved(records: pl.DataFrame) -> list[dict[str, Any]]:
     v0 = v0.filter(pl.col("_v").is_not_null()).unique(["stream", "_c", "_proc", "_t"], keep="first").sort("seq")
     if v0.height > 2:
         key = ["stream", "_c", "_proc"]
+        # one server's schedulers side by side (vLLM V0 with pipeline parallelism): each counter only grows
+        chains = next((e.counter_chains for e in engines.registered() if e.counter_chains is not None), None)
+        if chains is not None:
+            v0 = v0.with_columns(_chain=chains(v0.with_columns(_compose="_c", cumulative="_v"), records, key))
+            key = [*key, "_chain"]
         st_seq = st.get_column("seq").drop_nulls().sort() if st.height else pl.Series("seq", [], pl.UInt64)
         v0 = v0.with_columns(_pv=pl.col("_v").shift(1).over(key), _ps=pl.col("seq").shift(1).over(key))
         back = v0.filter(pl.col("_pv").is_not_null() & (pl.col("_v") <= pl.col("_pv")))
@@ -261,7 +266,7 @@ def interleaved_warning(found: list[dict[str, Any]]) -> str | None:
         what = "with nothing on a line to tell whose"
         counts = (
             "its counts mix the servers' and are neither one server's nor their sum (the counters of a V0 server's "
-            "pipeline-parallel schedulers interleave alike)"
+            "pipeline-parallel schedulers interleave alike when the log does not state pipeline_parallel_size)"
         )
     return (
         f"{f['source']} holds the lines of two or more servers interleaved, {what} (kubectl logs -l ... without "

@@ -13,6 +13,7 @@ from . import (
     hooks,
     logfacts,
     metrics,
+    preemptions,
     rejections,
     resets,
     runs,
@@ -64,6 +65,7 @@ ENGINE = register_engine(
         status_marker=r"\bRequestStatus\.PREEMPTED\b",
         cache_reset_call="reset_prefix_cache(reset_running_requests=True)",
         cause_words=codefacts.cause_words,
+        counter_chains=preemptions.counter_chains,
     )
 )
 

@@ -169,6 +169,11 @@ def logged_and_reconstructed(
         facts["counter_out_of_range_first"] = f"{first['source']}:{first['n']}"
         facts["counter_out_of_range_inferred"] = bad.filter(pl.col("_inferred")).height
 
+    # A V0 engine with pipeline parallelism has one Scheduler per virtual engine, each with its own
+    # num_cumulative_preemption (vllm/engine/llm_engine.py: one Scheduler per pipeline stage): their
+    # warnings interleave (1, 1, 51, 51) in one server's log. Each is a counter chain of its own.
+    v0 = v0.with_columns(_chain=counter_chains(v0, records, grp))
+    grp = [*grp, "_chain"]
     prev_known = pl.col("cumulative").forward_fill().shift(1).over(grp)
     v0 = v0.with_columns(_run=(pl.col("cumulative") < prev_known).fill_null(False).cast(pl.Int32).cum_sum().over(grp))
     run = grp + ["_run"]
@@ -215,6 +220,64 @@ def logged_and_reconstructed(
         _sub=pl.col("_k") - pl.col("_n") - 1,
     ).drop("_n")
     return logged, recon, facts, capped
+
+
+# pipeline_parallel_size as vLLM prints it: the engine config line (pipeline_parallel_size=2) or
+# the non-default args / Namespace dict ('pipeline_parallel_size': 2)
+PP_RE = r"(?:'pipeline_parallel_size':\s*|\bpipeline_parallel_size=)(\d+)"
+
+
+def pipeline_sizes(records: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
+    """For each row of ``rows`` (stream, _compose, seq), the pipeline_parallel_size its log stated last
+    before it (in its stream and compose service), 1 when none was stated."""
+    said = (
+        records.select(
+            "seq",
+            "stream",
+            _compose=pl.col("compose").fill_null(""),
+            _pp=pl.col("text").str.extract(PP_RE, 1).cast(pl.Int64, strict=False),
+        )
+        .filter(pl.col("_pp").is_not_null())
+        .sort("seq")
+    )
+    if said.height == 0:
+        return pl.Series("_pp", [1] * rows.height, dtype=pl.Int64)
+    keyed = rows.select("seq", "stream", "_compose").with_row_index("_i").sort("seq")
+    got = keyed.join_asof(said, on="seq", by=["stream", "_compose"], strategy="backward")
+    return got.sort("_i").get_column("_pp").fill_null(1).clip(lower_bound=1).alias("_pp")
+
+
+def counter_chains(v0: pl.DataFrame, records: pl.DataFrame, grp: list[str]) -> pl.Series:
+    """The counter chain (``_chain``, 0.. pp-1) of each V0 warning of ``v0`` (sorted by seq): within a
+    group of ``grp`` whose log states pipeline_parallel_size P > 1, each warning joins the chain whose
+    last counter is the largest one below its own (that scheduler's count grew to it); a counter no
+    chain is below starts a new chain while fewer than P exist, else it is a step back (a restart) of
+    the chain with the highest counter. Without pipeline parallelism every warning is chain 0."""
+    if v0.height == 0:
+        return pl.Series("_chain", [], dtype=pl.Int32)
+    pp = pipeline_sizes(records, v0)
+    if int(pp.max() or 1) <= 1:  # type: ignore[arg-type]
+        return pl.Series("_chain", [0] * v0.height, dtype=pl.Int32)
+    keys = v0.select(grp).rows()
+    vals = v0.get_column("cumulative").to_list()
+    out: list[int] = []
+    lasts: dict[tuple, list[int]] = {}
+    for key, v, p in zip(keys, vals, pp.to_list(), strict=True):
+        chains = lasts.setdefault(key, [])
+        if v is None:  # a counter not read: the chain of the warning before it
+            out.append(out[-1] if out and chains else 0)
+            continue
+        below = [i for i, last in enumerate(chains) if last < v]
+        if below:
+            c = max(below, key=lambda i: chains[i])
+        elif len(chains) < p:
+            chains.append(v)
+            c = len(chains) - 1
+        else:
+            c = max(range(len(chains)), key=lambda i: chains[i])
+        chains[c] = v
+        out.append(c)
+    return pl.Series("_chain", out, dtype=pl.Int32)
 
 
 def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
