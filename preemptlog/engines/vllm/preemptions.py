@@ -243,7 +243,8 @@ def pipeline_sizes(records: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
     if said.height == 0:
         return pl.Series("_pp", [1] * rows.height, dtype=pl.Int64)
     keyed = rows.select("seq", "stream", "_compose").with_row_index("_i").sort("seq")
-    got = keyed.join_asof(said, on="seq", by=["stream", "_compose"], strategy="backward")
+    # both sorted by seq (the check cannot see it through the groups, and would warn on stderr)
+    got = keyed.join_asof(said, on="seq", by=["stream", "_compose"], strategy="backward", check_sortedness=False)
     return got.sort("_i").get_column("_pp").fill_null(1).clip(lower_bound=1).alias("_pp")
 
 
