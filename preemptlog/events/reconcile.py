@@ -81,6 +81,7 @@ from .overlap import merge
 from .pressure import log_capability
 from .recordmatch import (
     CLOCK_SLACK_S,
+    ServerKeys,
     check_text,
     count_groups,
     coverage,
@@ -292,11 +293,12 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         if pairs.height and "increase" in pairs.columns
         else None
     )
-    ev, rec_used, rec_notes = records_vs_counts(a.frames, ev, tz, baselines=baselines)
+    skeys = _record_server_keys(a)
+    ev, rec_used, rec_notes = records_vs_counts(a.frames, ev, tz, baselines=baselines, keys=skeys)
     notes.extend(rec_notes["notes"])
     disagreements.extend(rec_notes["disagreements"])
     rec_engines = set(rec_notes["engines"])
-    checks = _record_checks(a, ev0, prom_src, baselines, rec_engines) if rec_used else {}
+    checks = _record_checks(a, ev0, prom_src, baselines, set(rec_notes["keys"]), skeys) if rec_used else {}
     if checks:
         disagreements.extend(t for t in (check_text(c, tz) for c in checks.values()) if t)
 
@@ -532,7 +534,13 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         ) and not (hist_check or {}).get("disagreement")
         crossed = sorted({c.source for c in checks.values()} | ({"the histogram"} if hist_check else set()))
         if not crossed and not rec_notes["replaced"]:
-            rule = "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
+            others = sum(final_kinds.get(k, 0) for k in COUNT_KINDS)
+            rule = (
+                "block-table 'preempt' records (kind record) are the events of the server whose folder holds them; "
+                f"the {others} counted preemption(s) of the other servers stand as their logs and scrapes counted them"
+                if others
+                else "block-table 'preempt' records (kind record): no other source in the bundle counted any preemption"
+            )
             quality = "as recorded"
         else:
             rule = (
@@ -1223,8 +1231,22 @@ def _read_from_start(a: AnalysisView) -> bool:
     return streams <= begun and not runs.filter(pl.col("stream_run") == 0).height
 
 
+def _record_server_keys(a: AnalysisView) -> ServerKeys:
+    """How records and counts of servers kept in folders of their own are told apart (ServerKeys)."""
+    rec = record_events(a.frames)
+    if rec is None or rec.height == 0:
+        return ServerKeys()
+    files = [f.display for f in a.bundle.files]
+    logs = [f.display for f in a.bundle.files if f.kind in LOG_KINDS]
+    return ServerKeys.of(sorted(set(rec.get_column("source").drop_nulls().cast(pl.String).to_list())), files, logs)
+
+
 def records_vs_counts(
-    frames: dict[str, pl.DataFrame], ev: pl.DataFrame, tz: str, baselines: pl.DataFrame | None = None
+    frames: dict[str, pl.DataFrame],
+    ev: pl.DataFrame,
+    tz: str,
+    baselines: pl.DataFrame | None = None,
+    keys: ServerKeys | None = None,
 ) -> tuple[pl.DataFrame, int, dict[str, Any]]:
     """Block-table ``preempt`` records against the counts: (events, records used as events, info).
 
@@ -1242,36 +1264,51 @@ def records_vs_counts(
         "replaced": 0,
         "kept_outside": 0,
         "engines": [],
+        "keys": [],
         "counter_only": {},
     }
+    # two servers side by side both call their engine "0": each one's records meet its own counts only
+    keys = keys or ServerKeys()
+    frames = keys.frames(frames)
     rec = record_events(frames)
     if rec is None or rec.height == 0:
         return ev, 0, info
     rec = ev_mod.conform(rec).with_columns(_eng=pl.col("engine").fill_null("0"))
-    out = records_as_events(frames, rec, ev, baselines, tz)
+    out = records_as_events(frames, rec, keys.key_df(ev), keys.key(baselines), tz)
     info.update(
         notes=list(out.notes),
         disagreements=list(out.disagreements),
         replaced=out.replaced,
         kept_outside=out.kept_outside,
-        engines=[c.engine for c in out.coverage],
+        engines=sorted({keys.label(c.engine) for c in out.coverage}),
+        keys=[c.engine for c in out.coverage],
         counter_only=dict(out.counter_only),
     )
-    return out.events, out.used, info
+    return keys.unkey(out.events), out.used, info
 
 
 def _record_checks(
-    a: AnalysisView, ev0: pl.DataFrame, prom_src: list[str], baselines: pl.DataFrame | None, engines: set[str]
+    a: AnalysisView,
+    ev0: pl.DataFrame,
+    prom_src: list[str],
+    baselines: pl.DataFrame | None,
+    engines: set[str],
+    keys: ServerKeys | None = None,
 ) -> dict[tuple[str, str], Any]:
     """Each count source on its own (the events before any rule) against each engine's records:
-    ``{(engine, source name): recordmatch.CrossCheck}``."""
+    ``{(engine, source name): recordmatch.CrossCheck}`` (``engines``: keys of ``keys``, the records'
+    servers kept apart)."""
 
-    rec = record_events(a.frames)
+    keys = keys or ServerKeys()
+    frames = keys.frames(a.frames)
+    rec = record_events(frames)
     if rec is None or rec.height == 0 or ev0.height == 0:
         return {}
     rec = ev_mod.conform(rec).with_columns(_eng=pl.col("engine").fill_null("0"))
-    cov = coverage(a.frames, rec)
-    fin = finishes(a.frames)
+    cov = coverage(frames, rec)
+    fin = finishes(frames)
+    ev0 = keys.key_df(ev0)
+    baselines = keys.key(baselines)
     is_prom = pl.col("source").is_in(prom_src)
     families = [
         (PROM_COUNTER, ev0.filter(is_prom), baselines),

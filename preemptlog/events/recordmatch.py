@@ -38,6 +38,7 @@ stamped up to its limit, the records taken up to ``k`` are ``C_k + min(0, min_{j
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +48,7 @@ import polars as pl
 from ..clock.timebase import iso
 from ..model import events as ev_mod
 from ..model.frames import provenance_expr
+from ..model.places import folders, shared_depth
 
 CLOCK_SLACK_S = 3.0  # a count may lead the records it counts by this much (separate clocks, scrape latency)
 COUNT_KINDS = ("interval", "reconstructed")
@@ -116,6 +118,71 @@ class RecordEvents:
     evidence_only: int = 0  # records used as evidence of the log's own per-preemption events
     engines_as_evidence: tuple[str, ...] = field(default_factory=tuple)
     counter_only: dict[str, int] = field(default_factory=dict)  # engine -> counted preemptions without a record
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    """The key records and counts meet by where the bundle keeps servers in folders of their own.
+
+    A record file's server is the logs under the deepest folder above it that holds one (``b/blocktable.jsonl``
+    beside ``b/vllm.log``), below the folder every file shares (that one holds every server); every other
+    file under such a folder (its logs, its scrapes) is that server's. Their engine label becomes ``0 of
+    incident/b``: two servers side by side both call their engine "0", and one's records never take the
+    other's counts (as reconcile._server_keys keeps one's counter off the other's counts). Files under no
+    such folder keep the plain label. ``homes`` empty: nothing to key (one server, or records beside no log)."""
+
+    homes: dict[str, str] = field(default_factory=dict)  # file display name -> its server folder
+
+    @classmethod
+    def of(cls, records: list[str], files: list[str], logs: list[str]) -> ServerKeys:
+        where = {x: folders(x) for x in {*records, *files, *logs}}
+        root = shared_depth(where.values())
+
+        def place(f: list[str]) -> str:
+            for k in range(len(f), root, -1):
+                if any(where[x][:k] == f[:k] for x in logs):
+                    return "/".join(f[:k])
+            return ""
+
+        held = sorted({p for p in (place(where[r]) for r in records) if p}, key=len, reverse=True)
+        if not held:
+            return cls()
+
+        def home(x: str) -> str:
+            f = where[x]
+            return next((p for p in held if f[: p.count("/") + 1] == p.split("/")), "")
+
+        return cls({x: h for x in where if (h := home(x))})
+
+    def frames(self, frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+        """``frames`` with the record frames (REC_FRAMES) keyed."""
+        return {**frames, **{n: self.key_df(frames[n]) for n in REC_FRAMES if frames.get(n) is not None}}
+
+    def key(self, df: pl.DataFrame | None) -> pl.DataFrame | None:
+        return None if df is None else self.key_df(df)
+
+    def key_df(self, df: pl.DataFrame) -> pl.DataFrame:
+        """``df`` with its ``engine`` (and ``_eng``) keyed by its rows' ``source`` files' server."""
+        if not self.homes or "source" not in df.columns or "engine" not in df.columns:
+            return df
+        of = pl.col("source").cast(pl.String).replace_strict(self.homes, default="", return_dtype=pl.String)
+        eng = pl.col("engine").cast(pl.String).fill_null("0")
+        keyed = pl.when(of == "").then(eng).otherwise(pl.concat_str([eng, pl.lit(" of "), of]))
+        out = df.with_columns(keyed.alias("engine"))
+        return out.with_columns(pl.col("engine").alias("_eng")) if "_eng" in df.columns else out
+
+    def label(self, key: str) -> str:
+        """The engine label of a key (``0 of incident/b`` -> ``0``)."""
+        for h in self.homes.values():
+            if key.endswith(" of " + h):
+                return key[: -len(" of " + h)]
+        return key
+
+    def unkey(self, df: pl.DataFrame) -> pl.DataFrame:
+        if not self.homes or "engine" not in df.columns or df.height == 0:
+            return df
+        alts = "|".join(sorted({re.escape(h) for h in self.homes.values()}, key=len, reverse=True))
+        return df.with_columns(pl.col("engine").str.replace(rf" of (?:{alts})$", ""))
 
 
 def _engine(col: str = "engine") -> pl.Expr:
