@@ -231,7 +231,9 @@ def pipeline_sizes(records: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
     """For each row of ``rows`` (stream, _compose, seq), the pipeline_parallel_size its log stated last
     before it (in its stream and compose service), 1 when none was stated."""
     said = (
-        records.select(
+        # the literal first: the regex only on the few lines that name it (every record's text otherwise)
+        records.filter(pl.col("text").str.contains("pipeline_parallel_size", literal=True))
+        .select(
             "seq",
             "stream",
             _compose=pl.col("compose").fill_null(""),
