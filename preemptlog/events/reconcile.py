@@ -78,7 +78,7 @@ from ..sources import LOG_KINDS
 from ..sources.prometheus import counter_events
 from .agree import Item, fits
 from .overlap import merge
-from .pressure import log_capability
+from .pressure import DEFAULT_CEILING, log_capability
 from .recordmatch import (
     CLOCK_SLACK_S,
     ServerKeys,
@@ -524,6 +524,15 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             f"bundle is {total} (the records may cover only part of the incident)"
         )
 
+    # ---------------- the spans nothing counts
+    counted_e = set(timed.get_column("engine").to_list()) if timed.height else set()
+    # the log counts its engines in its window (its fields, V0 warnings, SGLang's every retraction)
+    log_counts = bool(field_lines or v0.get("logged_lines") or (cap.has_log and cap.counts in ("exact", "sampled")))
+    blind = sorted({b["engine"] for b in since.baselines.values()} - counted_e - rec_engines) if not log_counts else []
+    # A counter whose readings end before the log does (or begin after it), where the log cannot count:
+    # the preemptions of the log's span outside the counter's are counted by nothing (:func:`uncounted`).
+    gaps = [] if log_counts else uncounted(a, keyed, ekey, ehome, since, rec_engines | set(blind))
+
     # ---------------- the rule used
     counter_only: dict[str, int] = rec_notes.get("counter_only") or {}
     if rec_used:
@@ -585,13 +594,14 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     elif singles:
         what = ", ".join(f"engine {r['engine']}: {r['value']} at {_when(r['time'], tz)}" for r in singles)
         known = all(r["from"] in since.starts for r in singles)
+        reach = " up to the reading" if gaps else ""
         dated = all(str(since.starts[r["from"]][1]).endswith("(_created)") for r in singles) if known else False
         rule = (
             f"one /metrics reading per engine counts the preemptions since the engine started ({what}); "
             + (
-                "the counter's _created dates that start, so the count is exact; "
+                f"the counter's _created dates that start, so the count{reach} is exact; "
                 if dated
-                else "the log shows that start, so the count is exact; "
+                else f"the log shows that start, so the count{reach} is exact; "
                 if known
                 else "the start is not in the bundle, so earlier runs are not in it; "
             )
@@ -626,13 +636,6 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         rule += "; plus a V0 server's warnings and reconstructed counts (1 in 50 logged): a lower bound"
     # An engine whose only reading is a baseline (it started before the log) and that nothing else counts
     # in the log's window: its preemptions there are not in the total.
-    counted_e = set(timed.get_column("engine").to_list()) if timed.height else set()
-    blind = (
-        sorted({b["engine"] for b in since.baselines.values()} - counted_e - rec_engines)
-        # the log counts its engines in its window (its fields, V0 warnings, SGLang's every retraction)
-        if not (field_lines or v0.get("logged_lines") or (cap.has_log and cap.counts in ("exact", "sampled")))
-        else []
-    )
     if blind and quality == "exact":
         quality = "lower bound"
         rule += (
@@ -648,6 +651,10 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             f"; engine(s) {', '.join(untimed)}: a reading at an unknown time, which the log's own events cannot be "
             "ordered with (or whose engine start is not in the bundle)"
         )
+    if gaps:
+        if quality == "exact":
+            quality = "lower bound"
+        rule += "; " + "; ".join(_gap_rule(g, tz) for g in gaps)
     uncapped = quality  # the count's own quality, apart from the cap (a V0 log's count is a lower bound)
     if withheld:
         quality = "capped"
@@ -720,6 +727,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
             }
             for t in by_log.values()
         ]
+    if gaps:  # the log's spans before or after the counter's readings, counted by nothing
+        report["uncounted_spans"] = [_gap_report(g, tz) for g in gaps]
     if counter_only:  # counted preemptions no record explains: events without a record (recordmatch.py)
         report["counter_only"] = dict(sorted(counter_only.items()))
     if capped:
@@ -1092,6 +1101,154 @@ def since_start(
     if new:
         ev = ev_mod.combine([ev, *new])
     return ev, SinceStart(made, starts, frozenset(repeats), tuple(notes), tuple(disagreements), baselines)
+
+
+# How far a log may run past the counter's readings before that span is a count of its own (or begin
+# before them): one stats interval of the log (its lines' median spacing, else vLLM's default of
+# VLLM_LOG_STATS_INTERVAL, 10 s). A stats line at t shows the interval (t - interval, t], and whole-second log
+# times against a scrape's exact one: within one interval the log shows nothing the reading did not see
+# a chance to count; a whole stats interval beyond it is a span of the log the counter never read.
+DEFAULT_STATS_INTERVAL_S = 10.0
+
+
+def uncounted(
+    a: AnalysisView,
+    keyed: pl.DataFrame,
+    ekey: pl.Expr,
+    ehome: pl.Expr,
+    since: SinceStart,
+    skip: set[str],
+) -> list[dict[str, Any]]:
+    """The spans of the log a counter series did not read, per counter key (:func:`_server_keys`): after its
+    last reading (to the log's last stats line of that engine and server), and before the start its first
+    reading counts from (since_start: the engine's start the log or ``_created`` shows; a scrape series
+    without one, or a baseline, counts from its first reading; a series' only reading without one counts
+    since the engine's last start, before the log). Only where that span is longer than one stats interval
+    (DEFAULT_STATS_INTERVAL_S). The caller asks only when the log cannot count (a log that can counts its
+    own spans there, rule 3). Each: the engine, its server folder, the side (``after``/``before``), the
+    counter's and the log's ends, and whether the log shows KV pressure there (the ``kv`` flag of
+    pressure.py: usage at the ceiling with requests waiting). Engines in ``skip`` (counted by records, or
+    a baseline only: said on their own) and the aggregated engine ``all`` are not asked."""
+    if not keyed.height or "end" not in keyed.columns or a.records.height == 0:
+        return []
+    rd = keyed.filter(pl.col("end").is_not_null()).with_columns(pl.col("engine").fill_null("0"))
+    if not rd.height:
+        return []
+    ceiling = float(a.options.kv_ceiling if a.options.kv_ceiling is not None else DEFAULT_CEILING)
+    st = a.stats.filter(pl.col("time").is_not_null()) if a.stats.height and "time" in a.stats.columns else None
+    if st is not None:
+        st = st.with_columns(_k=ekey, _h=ehome)
+    rec = a.records.filter(pl.col("time").is_not_null())
+    rec = rec.with_columns(_h=ehome) if "source" in rec.columns else rec.with_columns(_h=pl.lit(""))
+    out: list[dict[str, Any]] = []
+    for (key,), grp in rd.sort("end").group_by("_ekey", maintain_order=True):
+        key = str(key)
+        r0, r1 = grp.row(0, named=True), grp.row(grp.height - 1, named=True)
+        engine = str(r0["engine"])
+        if _is_all(key) or engine in skip:
+            continue
+        home = str(r0.get("_home") or "")
+        w0, w1 = _where(r0), _where(r1)
+        if w0 in since.starts:
+            c0 = since.starts[w0][0]
+        elif grp.height == 1 and w0 not in since.baselines:
+            c0 = None  # its only reading counts since the engine's last start: before the log
+        else:
+            c0 = r0["end"]
+        c1 = r1["end"]
+        # the log of that engine: its stats lines (an aggregated line is every engine's), else its server's lines
+        mine = (
+            st.filter(pl.col("_k").is_in([key, "all" if not home else f"all of {home}"]))
+            if st is not None
+            else pl.DataFrame()
+        )
+        if mine.height:
+            span = mine.sort("time")
+            ln = "line"
+        else:
+            span = rec.filter(pl.col("_h") == home).sort("time")
+            ln = "n"
+            if not span.height:
+                continue
+        first, last = span.row(0, named=True), span.row(span.height - 1, named=True)
+        gap_s = DEFAULT_STATS_INTERVAL_S
+        if mine.height > 1:
+            d = mine.get_column("time").unique().sort().diff().drop_nulls().dt.total_microseconds()
+            if d.len():
+                gap_s = max(1.0, float(d.median()) / 1e6)  # type: ignore[arg-type]
+        tol = timedelta(seconds=gap_s) + _SAME_SECOND_TD
+        sides = []
+        if last["time"] > c1 + tol:
+            sides.append(("after", c1, last["time"], w1, last, pl.col("time") > c1))
+        if c0 is not None and first["time"] + tol < c0:
+            sides.append(("before", first["time"], c0, w0, first, pl.col("time") < c0))
+        for side, lo, hi, reading, edge, inside in sides:
+            hot = (
+                mine.filter(inside & (pl.col("kv_usage") >= ceiling) & (pl.col("waiting").fill_null(0) > 0))
+                if mine.height
+                else pl.DataFrame()
+            )
+            out.append(
+                {
+                    "engine": engine,
+                    "server": home or None,
+                    "side": side,
+                    "from": lo,
+                    "to": hi,
+                    "reading": reading,
+                    "log": f"{edge['source']}:{edge[ln]}",
+                    "stats_interval_s": gap_s,
+                    "pressure": bool(hot.height) if mine.height else None,
+                    "peak_kv_usage": hot.get_column("kv_usage").max() if hot.height else None,
+                    "max_waiting": hot.get_column("waiting").max() if hot.height else None,
+                    "pressure_lines": (
+                        [f"{hot.row(0, named=True)['source']}:{hot.row(0, named=True)['line']}"]
+                        + (
+                            [
+                                f"{hot.row(hot.height - 1, named=True)['source']}:{hot.row(hot.height - 1, named=True)['line']}"
+                            ]
+                            if hot.height > 1
+                            else []
+                        )
+                    )
+                    if hot.height
+                    else [],
+                }
+            )
+    return out
+
+
+def _where(r: dict[str, Any]) -> str:
+    """A reading's ``file:line[:col]``, as since_start names it."""
+    return f"{r['source']}:{r['line']}" + (f":{r['col']}" if r.get("col") is not None else "")
+
+
+def _gap_rule(g: dict[str, Any], tz: str) -> str:
+    """A span of the log the counter did not read, in the rule's words."""
+    who = f"engine {g['engine']}" + (f" of {g['server']}" if g.get("server") else "")
+    if g["side"] == "after":
+        what = (
+            f"the counter's last reading at {iso(g['from'], tz)} ({g['reading']}) is before the log's end at "
+            f"{iso(g['to'], tz)} ({g['log']})"
+        )
+    else:
+        what = (
+            f"the counter counts from {iso(g['to'], tz)} ({g['reading']}), after the log's start at "
+            f"{iso(g['from'], tz)} ({g['log']})"
+        )
+    hot = (
+        f", with the KV cache at the ceiling and requests waiting there ({', '.join(g['pressure_lines'])})"
+        if g.get("pressure")
+        else ""
+    )
+    return (
+        f"{who}: {what}, by more than one stats interval ({g['stats_interval_s']:g} s), and the log cannot count"
+        f"{hot}: its preemptions {g['side']} that are not counted, so the count is a lower bound for the log's span"
+    )
+
+
+def _gap_report(g: dict[str, Any], tz: str) -> dict[str, Any]:
+    return {**g, "from": iso(g["from"], tz), "to": iso(g["to"], tz)}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ Grammar (several conditions may be given; any one that holds fails the run):
   (``0.05``) or a percentage (``5%``); never holds when requests were not logged;
 - ``unknown``: the bundle cannot show the count (summary ``count_visible`` false:
   a stock V1 log without /metrics scrapes), or one of its incidents cannot (a bundle of
-  several servers: its total is not known then either); exit code NOT_VISIBLE, not FAIL_ON.
+  several servers: its total is not known then either), or a span of its log cannot (the
+  counter's readings end before the log does, or begin after it, and the log cannot count:
+  ``reconciliation.uncounted_spans``; the count is a lower bound); exit code NOT_VISIBLE, not FAIL_ON.
 
 With ``--each`` every unit is judged on its own and :func:`decide` combines them with the
 precedence of one run: FAIL_ON (a count condition holds in any unit) over NOT_VISIBLE.
@@ -35,7 +37,7 @@ class Condition:
         if self.what == "any":
             return (summary["events"] or 0) > 0
         if self.what == "unknown":
-            return summary.get("count_visible") is False
+            return summary.get("count_visible") is False or bool(uncounted(summary))
         if self.what == "count":
             actual = float(summary["events"] or 0)
         else:
@@ -44,6 +46,24 @@ class Condition:
             actual = float(summary["preemption_rate"])
         assert self.value is not None
         return actual > self.value if self.op == ">" else actual >= self.value
+
+
+def uncounted(summary: dict) -> list[str]:
+    """The spans of the log no source counts (``reconciliation.uncounted_spans``: before or after the
+    counter's readings, where the log cannot count), in words: ``after 10:00:30 (engine 0: the log runs to
+    10:05:40)``."""
+    out = []
+    for g in (summary.get("reconciliation") or {}).get("uncounted_spans") or []:
+        who = f"engine {g['engine']}" + (f" of {g['server']}" if g.get("server") else "")
+        if g["side"] == "after":
+            out.append(f"after {_hms(g['from'])} ({who}: the log runs to {_hms(g['to'])})")
+        else:
+            out.append(f"before {_hms(g['to'])} ({who}: the log begins at {_hms(g['from'])})")
+    return out
+
+
+def _hms(t: str | None) -> str:
+    return t[11:19] if t and len(t) >= 19 else (t or "?")
 
 
 def parse(items: list[str] | None) -> list[Condition]:
@@ -84,6 +104,8 @@ class Judged:
     # incidents whose counts are not visible (the bundle's total is then not known either); None: it does not.
     not_visible: tuple[str, ...] | None = None
     warnings: tuple[str, ...] = ()
+    # ``unknown`` holds on spans of the log nothing counts (:func:`uncounted`), named (with the unit's name)
+    uncounted: tuple[str, ...] = ()
 
 
 def _names(names: list[str]) -> str:
@@ -149,11 +171,14 @@ def judge(
                 )
             )
     hidden: tuple[str, ...] | None = None
+    gaps: tuple[str, ...] = ()
     if asked and whole:
         hidden = ()
     elif asked and not_visible:
         hidden = tuple(not_visible)
-    return Judged(met, hidden, tuple(lines))
+    elif asked and server and (spans := uncounted(summary)):
+        gaps = tuple(f"of {where} " + x if where else x for x in spans)
+    return Judged(met, hidden, tuple(lines), gaps)
 
 
 def decide(judged: list[tuple[str | None, Judged]]) -> tuple[int | None, list[str]]:
@@ -183,6 +208,7 @@ def decide(judged: list[tuple[str | None, Judged]]) -> tuple[int | None, list[st
             hidden[name] = None
         else:
             whole = True
+    gaps = [x for _, j in judged for x in j.uncounted]
     if whole:
         lines.append("preemptlog: --fail-on unknown: the preemption count is not visible in this bundle")
     elif hidden:
@@ -190,7 +216,12 @@ def decide(judged: list[tuple[str | None, Judged]]) -> tuple[int | None, list[st
         lines.append(
             f"preemptlog: --fail-on unknown: the preemption count of {', '.join(hidden)} is not visible{total}"
         )
-    if whole or hidden:
+    elif gaps:
+        lines.append(
+            f"preemptlog: --fail-on unknown: the preemption count is not visible {'; '.join(gaps)}: nothing in the "
+            "bundle counts there, so the count is a lower bound"
+        )
+    if whole or hidden or gaps:
         return ExitCode.NOT_VISIBLE, lines
     return None, lines
 

@@ -188,6 +188,9 @@ def summarize(a: Analysis) -> dict[str, Any]:
                 },
                 *out["to_know_more"],
             ]
+    gaps = (out["reconciliation"] or {}).get("uncounted_spans") or []
+    if gaps and out["to_know_more"] is not None:  # what would count the spans nothing counts
+        out["to_know_more"] = [*_gap_remedies(gaps), *out["to_know_more"]]
     f = getattr(a, "findings", None)  # recompute cost, thrash, stall
     out["findings_headline"] = f.top() if f is not None else None
     out.update(_engines(a, f))
@@ -550,7 +553,70 @@ def _when(t: str | None, other: str | None) -> str:
     return _hms(t)
 
 
-def _since_words(c: dict[str, Any], last_event: str | None, whose: str = "vLLM's") -> str:
+def _gap_remedies(gaps: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """``to_know_more`` items for the spans of the log the counter did not read (reconcile.uncounted)."""
+    out = []
+    after = [g for g in gaps if g["side"] == "after"]
+    before = [g for g in gaps if g["side"] == "before"]
+    if after:
+        end = max(after, key=lambda g: str(g["to"]))["to"]
+        last = min(after, key=lambda g: str(g["from"]))["from"]
+        out.append(
+            {
+                "add": f"a /metrics scrape taken after the log's last line ({_hms(end)}; `preemptlog capture "
+                "--metrics URL` beside the server, or a last `curl -s host:8000/metrics` before it stops)",
+                "settles": f"the preemptions after the counter's last reading at {_hms(last)} (the count)",
+            }
+        )
+    if before:
+        first = min(before, key=lambda g: str(g["from"]))["from"]
+        late = max(before, key=lambda g: str(g["to"]))["to"]
+        out.append(
+            {
+                "add": f"the log from the server's start, or /metrics scrapes from the log's first line ({_hms(first)})",
+                "settles": f"the preemptions before {_hms(late)}, where the counter does not count (the count)",
+            }
+        )
+    return out
+
+
+def _uncounted_words(gaps: list[dict[str, Any]], whose: str, read: str | None = None) -> str:
+    """``counted by vLLM's counter up to 10:00:30; the log runs to 10:05:40 with the KV cache at the ceiling and
+    requests waiting: not counted after``: the spans of the log the counter did not read (reconcile.uncounted),
+    the pressure the log shows there said only where it does."""
+
+    def hot(g: dict[str, Any]) -> str:
+        return " with the KV cache at the ceiling and requests waiting" if g.get("pressure") else ""
+
+    def who(g: dict[str, Any]) -> str:
+        return f"engine {g['engine']}" + (f" of {g['server']}" if g.get("server") else "")
+
+    if len({who(g) for g in gaps}) > 1:  # several engines or servers: each one's own
+        return f"not counted by {whose} counter: " + ", ".join(
+            f"{who(g)} after {_hms(g['from'])} (the log runs to {_hms(g['to'])}{hot(g)})"
+            if g["side"] == "after"
+            else f"{who(g)} before {_hms(g['to'])} (the log begins at {_hms(g['from'])}{hot(g)})"
+            for g in gaps
+        )
+    after = next((g for g in gaps if g["side"] == "after"), None)
+    before = next((g for g in gaps if g["side"] == "before"), None)
+    counted = (
+        f"counted by {whose} counter"
+        + (f" from {_hms(before['to'])}" if before else "")
+        + (f" up to {_hms(after['from'])}" if after else "")
+        + (f", {read}" if read else "")
+    )
+    clauses = []
+    if before:
+        clauses.append(f"the log begins at {_hms(before['from'])}{hot(before)}: not counted before")
+    if after:
+        clauses.append(f"the log runs to {_hms(after['to'])}{hot(after)}: not counted after")
+    return "; ".join([counted, *clauses])
+
+
+def _since_words(
+    c: dict[str, Any], last_event: str | None, whose: str = "vLLM's", gaps: list[dict[str, Any]] | None = None
+) -> str:
     """`` since the engine started at 05:05:00 (vLLM's counter at 05:09:52)``: the span of a count that
     holds unplaced events (a first reading since the engine's start), from that start to the last
     thing counted (issue 38: the span covers exactly what it counts). A start on another day than the
@@ -568,9 +634,11 @@ def _since_words(c: dict[str, Any], last_event: str | None, whose: str = "vLLM's
         )
     else:
         since = f" since the engine started at {_when(lo, end)}" if lo else " since the engine started"
-    if later:
+    if later and not gaps:
         return since + f", to {_hms(end)}"
     read = c.get("unplaced_read")
+    if gaps:  # the counter stops before the log does (or counts from after its start): said where
+        return since + f" ({_uncounted_words(gaps, whose, read)})"
     return since + f" ({whose} counter at {_hms(hi)}" + (f": {read}" if read else "") + ")"
 
 
@@ -817,10 +885,19 @@ def headline(s: dict[str, Any]) -> str:
     noun = registry.noun
     n = s["events"]
     kinds = s.get("engine_kinds") or {registry.DEFAULT: n}
+    # the spans of the log the counter did not read, where the log cannot count (reconcile.uncounted)
+    gaps = (s.get("reconciliation") or {}).get("uncounted_spans") or []
     if n == 0:
         rec = s.get("reconciliation") or {}
         how = rec.get("quality")
         np_ = s.get("not_a_preemption")
+        if gaps and not np_:  # 0 where the counter read, nothing counts the rest
+            return (
+                "0 "
+                + noun(kinds, 0)
+                + f" ({_uncounted_words(gaps, registry.possessive(kinds))})"
+                + (f"; {c['code']}" if c.get("upstream") and c.get("generation") else "")
+            )
         pw = _pressure_words(c)
         if pw and not np_:  # none counted, but the stats lines show the pool at its ceiling
             # an exact 0 says none happened there (requests waited instead); a lower bound leaves room
@@ -849,12 +926,15 @@ def headline(s: dict[str, Any]) -> str:
     span = _span_text(s.get("first_event"), s.get("last_event"), estimated)
     if c.get("unplaced") and c.get("unplaced_span"):
         # the count runs from the engine's start: the placed events' own span is inside it
-        span = _since_words(c, s.get("last_event"), registry.possessive(kinds))
-    head = f"{n} {word}{span}"
+        span = _since_words(c, s.get("last_event"), registry.possessive(kinds), gaps)
+    elif gaps:  # what the counter read, and the log's span it did not
+        span = f" ({_uncounted_words(gaps, registry.possessive(kinds))})"
+    least = "at least " if gaps else ""
+    head = f"{least}{n} {word}{span}"
     rec = s.get("reconciliation") or {}
     if rec.get("capped") and int(rec.get("total") or 0) > n:
         # a count larger than the events made of it (capped): the count is the counter's, never the cap
-        head = f"{rec['total']} {noun(kinds, int(rec['total']))}{span} ({n} of them as events, capped)"
+        head = f"{least}{rec['total']} {noun(kinds, int(rec['total']))}{span} ({n} of them as events, capped)"
     engines = c.get("engines") or []
     where = f" (engine {engines[0]})" if len(engines) == 1 else f" (engines {', '.join(engines)})" if engines else ""
     by_gate = {g: v for g, v in (s.get("by_gate") or {}).items() if v}
