@@ -109,7 +109,22 @@ def test_v1_interval_counts(tmp_path):
     assert e0.height == 4
     last = e0.filter(pl.col("line") == 5)
     assert last.get_column("interval_start")[0].isoformat() == "2025-05-02T10:00:20+00:00"
-    assert ev.filter(pl.col("engine") == "1").get_column("interval_start").null_count() == 2
+    # a first line's count is of one tick of vLLM's logger (10 s by default), not of an unknown span
+    starts = ev.filter(pl.col("engine") == "1").get_column("interval_start")
+    assert [t.isoformat() for t in starts] == ["2025-05-02T10:00:00+00:00"] * 2
+
+
+def test_a_count_after_an_idle_stretch_is_of_the_last_tick(tmp_path):
+    # vLLM zeroes its count at every tick of its logger, idle ones included (DEBUG lines, not in an
+    # INFO log): the 2 preemptions of the line 38 h after the one before it happened in its last 10 s,
+    # not across the 38 h (before, the first was placed 19 h before its line)
+    later = stats("00:00:15", 2).replace("05-02", "05-04")
+    lines = [stats("10:00:00", None), stats("10:00:10", 1), stats("10:00:20", None), later]
+    ev = run(tmp_path, lines).events
+    last = ev.filter(pl.col("line") == 4)
+    assert last.height == 2
+    assert [t.isoformat() for t in last.get_column("interval_start")] == ["2025-05-04T00:00:05+00:00"] * 2
+    assert last.get_column("time").min().isoformat() > "2025-05-04T00:00:05"
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ import polars as pl
 from ...model.events import CAPPED_SCHEMA, capped_count, capped_rows
 from ...model.events import spread_interval as _between  # moved to events.py
 from ...sources.vllm_log import engine_of_proc
-from .stats import RUST_FAMILY, RUST_INTERVAL_S
+from .stats import RUST_INTERVAL_S, V1_STATS_FAMILIES
 
 RAW_LIMIT = 2000
 # Events made from counts (V0 counter jumps, V1 "Preemptions: N", Prometheus increases) are capped,
@@ -292,7 +292,7 @@ def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.Data
     chain = ["stream", "_compose", "_proc", "_srun", "engine", "family"]
     s = stats.join(server_runs(records), on="seq", how="left").sort("seq")
     s = s.with_columns(_prev_time=_not_after(pl.col("time").shift(1).over(chain), pl.col("time")))
-    s = _rust_interval_start(s, chain)
+    s = _tick_interval_start(s, chain)
     s = s.filter(pl.col("preemptions") > 0)
     if s.height == 0:
         return s, pl.DataFrame(schema=CAPPED_SCHEMA)
@@ -320,13 +320,16 @@ def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.Data
     return out, capped
 
 
-def _rust_interval_start(s: pl.DataFrame, chain: list[str]) -> pl.DataFrame:
-    """The Rust frontend's count covers one tick of its logger (stats.py), not the time since the
-    previous line shown: an idle tick's line is DEBUG, absent from an INFO log. Its interval starts
-    at the later of the previous line and one tick before the line; the tick is the period the
-    chain's lines show (their most common gap in whole seconds, seen at least twice: a
+def _tick_interval_start(s: pl.DataFrame, chain: list[str]) -> pl.DataFrame:
+    """A V1 line's count covers one tick of its logger, not the time since the previous line shown:
+    vLLM's Python logger zeroes its count at every tick (vllm/v1/metrics/loggers.py
+    LoggingStatLogger.log -> _update_stats -> _reset, every VLLM_LOG_STATS_INTERVAL), idle ones
+    included, and an idle tick's line is DEBUG, absent from an INFO log; the Rust frontend's likewise
+    (stats.py). So after an idle stretch the count is of the last tick, never of the hours before it.
+    Its interval starts at the later of the previous line and one tick before the line; the tick is
+    the period the chain's lines show (their most common gap in whole seconds, seen at least twice: a
     VLLM_LOG_STATS_INTERVAL of its own), else the default 10 s. A first line has its tick too."""
-    rust = pl.col("family") == RUST_FAMILY
+    rust = pl.col("family").is_in(sorted(V1_STATS_FAMILIES))
     if s.height == 0 or not s.select(rust.any()).item():
         return s
     gap = (pl.col("time") - pl.col("time").shift(1)).over(chain).dt.total_seconds(fractional=True).round(0)
