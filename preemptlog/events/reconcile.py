@@ -73,7 +73,7 @@ from .. import engines
 from ..clock.timebase import iso
 from ..model import events as ev_mod
 from ..model.events import spread_interval
-from ..model.places import folders, shared_depth
+from ..model.places import server_homes
 from ..sources import LOG_KINDS
 from ..sources.prometheus import counter_events
 from .agree import Item, fits
@@ -1808,26 +1808,10 @@ def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tupl
     if pairs.height == 0 or ev.height == 0 or "source" not in pairs.columns:
         return plain
     scrapes = sorted(set(pairs.get_column("source").drop_nulls().cast(pl.String).to_list()))
-    where = {s: folders(s) for s in logs + scrapes}
-    root = shared_depth(where.values())
-
-    def place(f: list[str]) -> str:
-        for k in range(len(f), root, -1):
-            if any(where[x][:k] == f[:k] for x in logs):
-                return "/".join(f[:k])
-        return ""
-
-    at = {s: place(where[s]) for s in scrapes}
-    held = sorted({p for p in at.values() if p}, key=len, reverse=True)
-    if not held:
-        return plain
     others = set(ev.get_column("source").drop_nulls().cast(pl.String).to_list()) if "source" in ev.columns else set()
-
-    def home(x: str) -> str:  # the deepest server folder above a file, "" for none
-        f = folders(x)
-        return next((p for p in held if f[: p.count("/") + 1] == p.split("/")), "")
-
-    own = {**{x: home(x) for x in sorted(set(logs) | others)}, **at}
+    own = server_homes(scrapes, logs, others)
+    if not own:
+        return plain
 
     def key(place: pl.Expr) -> pl.Expr:
         return pl.when(place == "").then(eng).otherwise(pl.concat_str([eng, pl.lit(" of "), place]))

@@ -48,7 +48,7 @@ import polars as pl
 from ..clock.timebase import iso
 from ..model import events as ev_mod
 from ..model.frames import provenance_expr
-from ..model.places import folders, shared_depth
+from ..model.places import server_homes
 
 CLOCK_SLACK_S = 3.0  # a count may lead the records it counts by this much (separate clocks, scrape latency)
 COUNT_KINDS = ("interval", "reconstructed")
@@ -135,24 +135,8 @@ class ServerKeys:
 
     @classmethod
     def of(cls, records: list[str], files: list[str], logs: list[str]) -> ServerKeys:
-        where = {x: folders(x) for x in {*records, *files, *logs}}
-        root = shared_depth(where.values())
-
-        def place(f: list[str]) -> str:
-            for k in range(len(f), root, -1):
-                if any(where[x][:k] == f[:k] for x in logs):
-                    return "/".join(f[:k])
-            return ""
-
-        held = sorted({p for p in (place(where[r]) for r in records) if p}, key=len, reverse=True)
-        if not held:
-            return cls()
-
-        def home(x: str) -> str:
-            f = where[x]
-            return next((p for p in held if f[: p.count("/") + 1] == p.split("/")), "")
-
-        return cls({x: h for x in where if (h := home(x))})
+        homes = server_homes(records, logs, files)
+        return cls({x: h for x, h in homes.items() if h})
 
     def frames(self, frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         """``frames`` with the record frames (REC_FRAMES) keyed."""

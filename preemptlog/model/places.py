@@ -27,3 +27,32 @@ def shared_depth(paths: Iterable[list[str]]) -> int:
             break
         n += 1
     return n
+
+
+def server_homes(held_by: Iterable[str], logs: Iterable[str], others: Iterable[str] = ()) -> dict[str, str]:
+    """The server folder of files of a bundle that keeps servers in folders of their own: each of
+    ``held_by`` (scrapes, records) is the logs' under the deepest folder above it that holds one of
+    ``logs``, below the folder every one of them shares (that one holds every server); each of ``logs``
+    and ``others`` the deepest such folder above it. ``""`` for a file under none; ``{}`` when no file
+    of ``held_by`` is in one (nothing to tell apart). reconcile._server_keys (counters) and
+    recordmatch.ServerKeys (block-table records) key engines by it."""
+    held_by, logs = sorted(set(held_by)), sorted(set(logs))
+    where = {x: folders(x) for x in [*logs, *held_by]}
+    root = shared_depth(where.values())
+
+    def place(f: list[str]) -> str:
+        for k in range(len(f), root, -1):
+            if any(where[x][:k] == f[:k] for x in logs):
+                return "/".join(f[:k])
+        return ""
+
+    at = {x: place(where[x]) for x in held_by}
+    held = sorted({p for p in at.values() if p}, key=len, reverse=True)
+    if not held:
+        return {}
+
+    def home(x: str) -> str:  # the deepest server folder above a file
+        f = folders(x)
+        return next((p for p in held if f[: p.count("/") + 1] == p.split("/")), "")
+
+    return {**{x: home(x) for x in sorted({*logs, *others})}, **at}
