@@ -5,7 +5,9 @@ newline is there (a partial line is held until it is complete, or until it is :d
 long: then its first part is handed on as a line of its own, so memory stays bounded); a rotated
 file (the name now points to another inode: ``logrotate``, ``mv`` then a new file) is read to its end
 (across as many polls as that takes: no line of it is lost) and then followed from the start of
-the new file; a truncated file (``copytruncate``, ``> file``)
+the new file, which is opened as soon as it is seen (so is each file the name points to while a
+rotated one is still being read: a name rotated twice before the reader got there loses nothing); a
+truncated file (``copytruncate``, ``> file``)
 from its new start; a missing file is waited for. Every change of state is said once through
 ``say``. A poll reads at most :data:`MAX_READ_PER_POLL` bytes and says in ``more`` that there is
 more to read: the caller drains a backlog in small pieces, so what it holds at once is one piece
@@ -95,6 +97,10 @@ class Follower:
         self.more = False  # the last poll stopped at MAX_READ_PER_POLL, not at the file's end
         self.rotations = 0
         self.truncations = 0
+        # the files found at the name while a rotated one is still being read, opened the moment they are
+        # seen and read in turn: a name rotated again before the reader got to its file (a backlog, a
+        # starved host) never loses that file
+        self._next: deque[tuple[BinaryIO, tuple[int, int]]] = deque()
         self._open(at_end=not from_start)
 
     def _open(self, at_end: bool) -> bool:
@@ -121,11 +127,14 @@ class Follower:
             return out
         try:
             st = os.stat(self.path)
-            moved = (st.st_dev, st.st_ino) != self.ino
-            shrunk = not moved and st.st_size < self.pos
+            now_at = (st.st_dev, st.st_ino)
+            shrunk = now_at == self.ino and not self._next and st.st_size < self.pos
         except OSError:
-            moved = shrunk = False  # gone for now (between a rename and the new file): keep the old handle
-        if moved:
+            now_at = None  # gone for now (between a rename and the new file): keep the old handle
+            shrunk = False
+        if now_at is not None and now_at != (self._next[-1][1] if self._next else self.ino):
+            self._pin(now_at)  # a new file at the name: held from now on, read after the ones before it
+        if self._next:
             self._read(out)  # the rest of the rotated file first, to its end
             if self.more:
                 return out  # the rest of it on the next polls; the new file after that
@@ -133,8 +142,9 @@ class Follower:
             self._close_fh()
             self.rotations += 1
             self.say(f"{self.label} {self.path}: rotated; following the new file from its start")
-            if self._open(at_end=False):
-                self._read(out)
+            self._fh, self.ino = self._next.popleft()
+            self.pos = 0
+            self._read(out)
             return out
         if shrunk:
             self._flush_pending(out)
@@ -145,6 +155,20 @@ class Follower:
             self.pos = 0
         self._read(out)
         return out
+
+    def _pin(self, ino: tuple[int, int]) -> None:
+        """Open the file now at the name (``ino`` by its stat) to read after the current one; a file
+        rotated away again between the stat and the open is taken as the open finds it."""
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115 - held open across polls, closed in close()
+        except OSError:
+            return
+        st = os.fstat(fh.fileno())
+        got = (st.st_dev, st.st_ino)
+        if got == self.ino or any(got == i for _, i in self._next):
+            fh.close()
+            return
+        self._next.append((fh, got))
 
     def _read(self, out: list[Line]) -> None:
         fh = self._fh
@@ -195,6 +219,12 @@ class Follower:
 
     def close(self) -> None:
         self._close_fh()
+        while self._next:
+            fh, _ = self._next.popleft()
+            try:
+                fh.close()
+            except OSError:
+                pass
 
 
 class GlobFollower:

@@ -723,3 +723,31 @@ def test_follow_reads_a_backlog_in_pieces_and_a_rotated_file_to_its_end(tmp_path
         got += [ln.data for ln in f.poll()]
     assert got == old + new and polls >= 5
     f.close()
+
+
+def test_a_name_rotated_again_while_a_backlog_is_read_loses_no_file(tmp_path, monkeypatch):
+    """Rotated twice before the reader got to the second file (a backlog read a piece a poll, a starved
+    host): each file seen at the name is opened then and read in turn. Before, the second file was never
+    opened (the name pointed past it when the first was done): its lines and its rotation were lost (the
+    soak test's 'rotated' said 5 times for 6 rotations on a loaded machine)."""
+    from preemptlog.watch import follow
+
+    monkeypatch.setattr(follow, "MAX_READ_PER_POLL", 1000)
+    monkeypatch.setattr(follow, "READ_CHUNK", 300)
+    log = tmp_path / "vllm.log"
+    log.write_bytes(b"")
+    said: list[str] = []
+    f = Follower(log, said.append)
+    files = [[b"%s %05d\n" % (name, i) for i in range(300)] for name in (b"aaa", b"bbb", b"ccc")]
+    log.write_bytes(b"".join(files[0]))
+    os.replace(log, tmp_path / "vllm.log.1")
+    log.write_bytes(b"".join(files[1]))
+    got = [ln.data for ln in f.poll()]  # a piece of the first file; the second is seen (and held)
+    assert f.more
+    os.replace(log, tmp_path / "vllm.log.1")  # the second file rotated away before the reader got to it
+    log.write_bytes(b"".join(files[2]))
+    for _ in range(50):
+        got += [ln.data for ln in f.poll()]
+    assert got == files[0] + files[1] + files[2]
+    assert f.rotations == 2 and sum("rotated" in x for x in said) == 2
+    f.close()
