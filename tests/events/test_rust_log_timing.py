@@ -10,57 +10,8 @@ engine). Through the CLI, a real subprocess.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from datetime import UTC, datetime
-from pathlib import Path
-
-HEAD = [
-    "INFO 12-01 09:59:30 [startup.py:40] vLLM server version 0.34.0, serving model m",
-    "(EngineCore pid=42) INFO 12-01 09:59:35 [core.py:101] Initializing a V1 LLM engine (v0.34.0) with config: "
-    "model='m', max_seq_len=8192, enable_prefix_caching=True, enable_chunked_prefill=True",
-]
-
-
-def _rust(sec: int, running: int, waiting: int, kv: float, p: int = 0) -> str:
-    pre = f", Preemptions: {p}" if p else ""
-    return (
-        f"(RustFrontend pid=4300) INFO 12-01 10:00:{sec:02d} [llm/src/log_stats.rs:300] Avg prompt tput: 10.0 "
-        f"toks/s, Avg generation tput: 900.0 toks/s, Reqs Running: {running}, Waiting: {waiting}{pre}, GPU KV cache "
-        f"used: {kv:.1f}%, Prefix cache hit rate: 3.0%"
-    )
-
-
-def _scrape(folder: Path, iso: str, values: dict[str, int]) -> None:
-    t = int(datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp())
-    body = "# TYPE vllm:num_preemptions_total counter\n" + "".join(
-        f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} {v}.0\n' for e, v in values.items()
-    )
-    (folder / f"metrics-{t}.prom").write_text(body, encoding="utf-8")
-
-
-def _bundle(tmp_path: Path, scrapes: list[tuple[str, dict[str, int]]]) -> Path:
-    b = tmp_path / "incident"
-    b.mkdir()
-    lines = [*HEAD, _rust(10, 60, 0, 70.0), _rust(20, 64, 30, 99.0, p=4), _rust(30, 58, 25, 98.7, p=7)]
-    lines.append(_rust(40, 40, 0, 60.0))
-    (b / "vllm.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    for iso, values in scrapes:
-        _scrape(b, iso, values)
-    return b
-
-
-def _events(b: Path) -> list[dict]:
-    r = subprocess.run(
-        [sys.executable, "-m", "preemptlog", "analyze", str(b), "--year", "2026", "--tz", "UTC", "-f", "ndjson"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
-    return [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+from ..support.rust_bundle import ndjson_events as _events
+from ..support.rust_bundle import rust_incident as _bundle
 
 
 def test_one_engines_counter_agreeing_keeps_the_rust_lines_timing(tmp_path):

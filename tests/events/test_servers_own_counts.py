@@ -10,11 +10,10 @@ CLI, a real subprocess.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+from ..support.rust_bundle import ndjson_events
 
 RUST = [
     "INFO 12-01 09:59:30 [startup.py:40] vLLM server version 0.34.0, serving model m",
@@ -72,28 +71,7 @@ def _bundle(tmp_path: Path, a_lines: list[str], readings: list[tuple[str, int]])
 
 
 def _events(inc: Path) -> list[dict]:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "preemptlog",
-            "analyze",
-            str(inc),
-            "--year",
-            "2026",
-            "--tz",
-            "UTC",
-            "-q",
-            "-f",
-            "ndjson",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
-    return [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    return ndjson_events(inc, "-q")
 
 
 def _by_server(ev: list[dict]) -> dict[str, int]:
