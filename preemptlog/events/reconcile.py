@@ -531,7 +531,11 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
     blind = sorted({b["engine"] for b in since.baselines.values()} - counted_e - rec_engines) if not log_counts else []
     # A counter whose readings end before the log does (or begin after it), where the log cannot count:
     # the preemptions of the log's span outside the counter's are counted by nothing (:func:`uncounted`).
-    gaps = [] if log_counts else uncounted(a, keyed, ekey, ehome, since, rec_engines | set(blind))
+    if not log_counts:
+        gaps = uncounted(a, keyed, ekey, ehome, since, rec_engines | set(blind))
+    else:  # the bundle's logs count, but one server's log never counts another server's span
+        quiet = _quiet_homes(a, ev, is_prom, keyed, ehome)
+        gaps = uncounted(a, keyed, ekey, ehome, since, rec_engines, homes=quiet) if quiet else []
 
     # ---------------- the rule used
     counter_only: dict[str, int] = rec_notes.get("counter_only") or {}
@@ -1118,6 +1122,7 @@ def uncounted(
     ehome: pl.Expr,
     since: SinceStart,
     skip: set[str],
+    homes: set[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The spans of the log a counter series did not read, per counter key (:func:`_server_keys`): after its
     last reading (to the log's last stats line of that engine and server), and before the start its first
@@ -1128,7 +1133,8 @@ def uncounted(
     own spans there, rule 3). Each: the engine, its server folder, the side (``after``/``before``), the
     counter's and the log's ends, and whether the log shows KV pressure there (the ``kv`` flag of
     pressure.py: usage at the ceiling with requests waiting). Engines in ``skip`` (counted by records, or
-    a baseline only: said on their own) and the aggregated engine ``all`` are not asked."""
+    a baseline only: said on their own) and the aggregated engine ``all`` are not asked; with ``homes``,
+    only the counters of those server folders (:func:`_quiet_homes`)."""
     if not keyed.height or "end" not in keyed.columns or a.records.height == 0:
         return []
     rd = keyed.filter(pl.col("end").is_not_null()).with_columns(pl.col("engine").fill_null("0"))
@@ -1148,6 +1154,8 @@ def uncounted(
         if _is_all(key) or engine in skip:
             continue
         home = str(r0.get("_home") or "")
+        if homes is not None and home not in homes:
+            continue
         w0, w1 = _where(r0), _where(r1)
         if w0 in since.starts:
             c0 = since.starts[w0][0]
@@ -1215,6 +1223,39 @@ def uncounted(
                     else [],
                 }
             )
+    return out
+
+
+def _quiet_homes(a: AnalysisView, ev: pl.DataFrame, is_prom: pl.Expr, keyed: pl.DataFrame, ehome: pl.Expr) -> set[str]:
+    """The server folders (a bundle that keeps servers in folders of their own: :func:`_server_keys`) with
+    a counter series whose own logs cannot count, in a bundle whose logs can (rule 3 asks
+    :func:`uncounted` only where they cannot): a V0 log's warnings, or a Rust frontend's 'Preemptions: N',
+    in one server's folder count that server's preemptions, never those of a stock V1 log beside them
+    (which prints no count: vllm-facts §0). A folder counts when its logs made count events of their own
+    (not from a scrape, not block-table records), or when the log capability of its own records, stats
+    lines and configuration (its engine's, :func:`pressure.log_capability`) says they count."""
+    if not keyed.height or "_home" not in keyed.columns:
+        return set()
+    homes = sorted(set(keyed.get_column("_home").drop_nulls().cast(pl.String).to_list()) - {""})
+    out: set[str] = set()
+    for h in homes:
+        own = ehome == h
+        if ev.height and ev.filter(~is_prom & own & (pl.col("kind") != "record")).height:
+            continue  # its logs counted (a warning, a stats line's field, a retraction line)
+
+        def mine(df: pl.DataFrame, own: pl.Expr = own) -> pl.DataFrame:
+            return df.filter(own) if df.height and "source" in df.columns else df
+
+        view = dataclasses.replace(
+            a,  # type: ignore[type-var]
+            records=mine(a.records),
+            stats=mine(a.stats),
+            config=mine(a.config),
+            counters={},  # the bundle's facts (a V0 log's warning lines) are not this folder's
+        )
+        cap = log_capability(view)
+        if not (cap.has_log and cap.counts in ("exact", "sampled")):
+            out.add(h)
     return out
 
 

@@ -146,3 +146,57 @@ def test_a_first_reading_counted_from_the_banner_covers_the_start(tmp_path):
     code, s, _ = _run(_bundle(tmp_path, [("10:02:00", 3), ("10:05:45", 7)]))
     assert s["reconciliation"]["quality"] == "exact" and "uncounted_spans" not in s["reconciliation"]
     assert s["events"] == 7 and code == 0
+
+
+V0_LOG = (
+    "INFO 05-01 10:00:05 llm_engine.py:100] Initializing an LLM engine (v0.5.4) with config: model='m'\n"
+    "WARNING 05-01 10:01:00 scheduler.py:1077] Sequence group 5 is preempted by PreemptionMode.RECOMPUTE mode "
+    "because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+    "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+    "total_num_cumulative_preemption=1\n"
+)
+RUST_STATS = (
+    "2026-05-01T10:{m:02d}:{s:02d}.000000Z  INFO vllm_rs::log_stats: Avg prompt tput: 1000.0 toks/s, Avg generation "
+    "tput: 700.0 toks/s, Reqs Running: 30, Waiting: 23{p}, GPU KV cache used: 99.2%, Prefix cache hit rate: 0.0%"
+)
+
+
+def _two_servers(tmp_path: Path, other: str, readings: list[tuple[str, int]]) -> Path:
+    """``inc/b``: the stock V1 log and its readings (as :func:`_bundle`); ``inc/a``: another server's log."""
+    inc = _bundle(tmp_path, readings)
+    (inc / "b").mkdir()
+    for f in list(inc.iterdir()):
+        if f.is_file():
+            f.rename(inc / "b" / f.name)
+    (inc / "a").mkdir()
+    (inc / "a" / "vllm.log").write_text(other, encoding="utf-8")
+    return inc
+
+
+def test_another_servers_counting_log_does_not_cover_this_servers_gap(tmp_path):
+    # Server a's V0 log counts a's preemptions (its warning); server b's stock V1 log counts none, and b's counter
+    # stops at 10:00:30 while b's log runs to 10:05:40 under pressure. Before: the bundle's logs "could count", so
+    # b's span went unsaid: quality exact, no uncounted span, exit 0 with --fail-on unknown.
+    code, s, err = _run(_two_servers(tmp_path, V0_LOG, [("10:00:00", 0), ("10:00:30", 7)]))
+    rec = s["reconciliation"]
+    assert rec["quality"] == "lower bound"
+    (gap,) = rec["uncounted_spans"]
+    assert gap["server"] == "inc/b" and gap["side"] == "after" and gap["engine"] == "0"
+    assert gap["from"] == "2026-05-01T10:00:30+00:00" and gap["to"] == "2026-05-01T10:05:40+00:00"
+    assert gap["log"].endswith("inc/b/vllm.log:35") and gap["pressure"] is True
+    assert code == 6 and "engine 0 of inc/b" in err
+
+
+def test_a_servers_own_counting_log_covers_its_gap(tmp_path):
+    # The same two folders, but b's own log is a Rust frontend's: it prints 'Preemptions: N' in every stats line
+    # whose interval had one (vllm-034.md), so its lines without one count 0 there, and b's counter stopping
+    # early (flat at 0) leaves nothing uncounted. b's log made no event: its capability says it counts.
+    inc = _two_servers(tmp_path, V0_LOG, [("10:00:00", 0), ("10:00:30", 0)])
+    rust = ["2026-05-01T10:00:00.000000Z  INFO vllm_rs::server: vLLM API server version 0.34.0"]
+    for k in range(1, 35):
+        m, sec = divmod(10 * k, 60)
+        rust.append(RUST_STATS.format(m=m, s=sec, p=""))
+    (inc / "b" / "vllm.log").write_text("\n".join(rust) + "\n", encoding="utf-8")
+    code, s, err = _run(inc)
+    assert "uncounted_spans" not in s["reconciliation"], s["reconciliation"]
+    assert "not visible after" not in err
