@@ -118,20 +118,26 @@ def capture(
                 stats = cap.run()
             finally:
                 restore()
-        say(
-            f"preemptlog: capture: {stats.scrapes} scrape(s), {stats.failures} failed ({stats.gaps} gap(s)), "
-            f"{stats.log_bytes} byte(s) of log copied; next: preemptlog analyze {output}"
-        )
+        failed: InputError | None = None
         if stats.log_never_found and stats.scrapes == 0:
-            raise InputError(
+            failed = InputError(
                 f"--log {log}: not there at any time during the capture: nothing was captured",
                 hint="give the path the server writes its log to (e.g. the file of its stdout redirect)",
             )
-        if metrics and stats.scrapes == 0 and stats.log_bytes == 0:
-            raise InputError(
+        elif metrics and stats.scrapes == 0 and stats.log_bytes == 0:
+            failed = InputError(
                 f"{metrics}: no scrape succeeded ({stats.failures} attempt(s))",
                 hint=f"the gaps are in {output}/capture.jsonl",
             )
+        # the counts always; the next step only when the bundle holds something to analyze (before: the
+        # line said "next: preemptlog analyze DIR" right before the error that nothing was captured)
+        counts = (
+            f"preemptlog: capture: {stats.scrapes} scrape(s), {stats.failures} failed ({stats.gaps} gap(s)), "
+            f"{stats.log_bytes} byte(s) of log copied"
+        )
+        say(counts if failed else f"{counts}; next: preemptlog analyze {output}")
+        if failed:
+            raise failed
         return int(ExitCode.PARTIAL if stats.failures else ExitCode.OK)
 
     guarded(debug, body)

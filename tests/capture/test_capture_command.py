@@ -87,6 +87,8 @@ def test_capture_scrapes_records_a_gap_and_analyze_reads_it(tmp_path):
         p = cli("capture", "--metrics", srv.url, "--every", "1s", "--for", "6.5s", "-o", str(out))
     assert p.returncode == 5, p.stderr  # PARTIAL: one scrape failed
     assert "Traceback" not in p.stderr
+    # some scrapes failed but the bundle holds the others: the next step is still to analyze it
+    assert p.stderr.strip().splitlines()[-1].endswith(f"byte(s) of log copied; next: preemptlog analyze {out}")
     fails = [ln for ln in p.stderr.splitlines() if "HTTP 500" in ln]
     assert len(fails) == 1 and "retrying in 2s" in fails[0]
     files = sorted(out.glob("metrics-*.prom"), key=lambda f: f.stat().st_mtime)
@@ -128,7 +130,11 @@ def test_connection_refused_is_reported_one_line_each_and_exits_3(tmp_path):
     assert "Traceback" not in p.stderr
     lines = [ln for ln in p.stderr.splitlines() if "Connection refused" in ln and "retrying" in ln]
     assert len(lines) == 2  # t=0 and t=2 (backed off), not one per second
-    assert p.stderr.strip().splitlines()[-1].startswith("preemptlog: error: ")
+    said = p.stderr.strip().splitlines()
+    assert said[-1].startswith("preemptlog: error: ")
+    # nothing was captured: the counts, and no "next: preemptlog analyze" right before the error
+    assert said[-2] == "preemptlog: capture: 0 scrape(s), 2 failed (1 gap(s)), 0 byte(s) of log copied"
+    assert "next: preemptlog analyze" not in p.stderr
     m = manifest(out)
     assert [r["type"] for r in m] == ["start", "gap", "stop"] and m[1]["failures"] == 2
 
@@ -370,12 +376,16 @@ def test_a_log_that_is_never_there_is_exit_3(tmp_path):
     # exit 0 and an empty bundle before ("0 byte(s) of log copied")
     p = cli("capture", "-o", str(tmp_path / "cap"), "--log", str(tmp_path / "nowhere.log"), "--for", "1s")
     assert p.returncode == 3, p.stderr
-    assert (
-        p.stderr.strip()
-        .splitlines()[-1]
-        .startswith(f"preemptlog: error: --log {tmp_path / 'nowhere.log'}: not there at any time during the capture")
+    said = p.stderr.strip().splitlines()
+    assert said[-1].startswith(
+        f"preemptlog: error: --log {tmp_path / 'nowhere.log'}: not there at any time during the capture"
     )
+    # before: "...0 byte(s) of log copied; next: preemptlog analyze DIR", then the error that nothing was
+    # captured; now the counts alone, and no advice to analyze an empty bundle
+    assert said[-2] == "preemptlog: capture: 0 scrape(s), 0 failed (0 gap(s)), 0 byte(s) of log copied"
+    assert "next: preemptlog analyze" not in p.stderr
     # a log that is there but gains nothing is no error (an idle server)
     (tmp_path / "idle.log").write_text("INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n")
     p = cli("capture", "-o", str(tmp_path / "cap2"), "--log", str(tmp_path / "idle.log"), "--for", "1s")
     assert p.returncode == 0, p.stderr
+    assert f"next: preemptlog analyze {tmp_path / 'cap2'}" in p.stderr
