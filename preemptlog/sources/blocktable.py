@@ -28,7 +28,9 @@ or ``ts`` (epoch seconds, UTC). Extra fields are ignored; ``engine`` may be a
 string or a non-negative integer. Lines that are not JSON objects of this format (bad JSON,
 wrong types, missing required fields, no time, any other constraint of the schema file:
 ``minimum``, ``enum``, list shapes; :func:`_valid_expr` reads them from the file) are counted
-and reported, never fatal; blank lines are skipped. An identical record (every field read equal)
+and reported, never fatal; blank lines are skipped. A last line the file ends in the middle of
+(no line end, no whole JSON value: the writer stopped mid-record) is said as a cut last record at
+its file:line instead (:func:`cut_last_line`; the kind judges its last line, sniffing says nothing). An identical record (every field read equal)
 seen twice in one file is read once, with a note (two files' records are never merged: two
 servers' records can be alike).
 
@@ -62,6 +64,7 @@ from ..clock.timebase import Assumption, localize_in_order
 from ..inputs.textio import scan_lines
 from ..model.config import VERSION_SHAPE
 from ..model.frames import PolarsType
+from .dmon import ends_mid_line
 from .meets import MeetsLog
 from .registry import SourceKind, SourceOutput, TimeContext, register, register_samples
 
@@ -468,6 +471,24 @@ def read_file(path: str) -> tuple[pl.DataFrame, int]:
     return df.filter(~c("n").is_in(hit.get_column("n").implode())), hit.height
 
 
+def cut_last_line(path: str) -> int | None:
+    """The line number of the file's last line when the file ends in the middle of it: no line end
+    after it, and its text is no JSON value (a record the writer was stopped in the middle of: a
+    whole JSON object ends with its ``}``). None otherwise: a file that ends with a line end, or whose
+    last line without one is whole JSON (a record that meets the schema or not: judged as every line).
+    A line that does not parse in the middle of the file is a bad line, never cut."""
+    if not ends_mid_line(path):
+        return None
+    last = scan_lines(path).filter(pl.col("n") == pl.col("n").max()).collect()
+    if last.height == 0 or not (text := str(last.item(0, "line") or "")).strip():
+        return None
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return int(last.item(0, "n"))
+    return None
+
+
 def _valid_expr(least: dict[str, Any] | None = None) -> pl.Expr:
     """The schema's constraints (preemptlog/data/blocktable.schema.json) over the decoded records: the
     type, the time (``anyOf``), the record of its type (``oneOf``), every declared property the reader
@@ -559,9 +580,14 @@ class BlockTableParsed(MeetsLog):
 
     def __init__(self, files: list[InputFile]) -> None:
         self.items: list[tuple[InputFile, pl.DataFrame, int, int]] = []
+        self.cut: dict[int, int] = {}  # item -> the line of its last record, cut mid-write (skipped)
         for f in files:
             df, bad = read_file(str(f.path))
             total = df.height + bad
+            if bad and (n := cut_last_line(str(f.path))) is not None:
+                # not one of the bad lines: the file was cut while its last record was being written
+                self.cut[len(self.items)] = n
+                bad, total = bad - 1, total - 1
             good = df.filter(_valid_expr(_minima(df)))
             bad += df.height - good.height
             good = _time_parts(good).with_columns(_exact=_exact_time())
@@ -637,6 +663,13 @@ class BlockTableParsed(MeetsLog):
                     f"{f.display}: {self.repeats[k]} block-table record(s) identical to an earlier one of the file "
                     "(every field equal: a line written twice) were read once"
                 )
+            if k in self.cut:
+                out.warnings.append(
+                    f"{f.display}:{self.cut[k]}: the last block-table record is cut (the file ends in the middle of "
+                    "it, without a line end: the writer was stopped mid-write, or the file is still being written): "
+                    f"skipped; the {df.height} record(s) before it were read"
+                )
+                out.partial = True
             if bad:
                 out.warnings.append(
                     f"{f.display}: {bad} of {total} line(s) are not block-table records (bad JSON, wrong types, "
@@ -800,6 +833,8 @@ register(
         sniff=_sniff,
         parse=_parse,
         appends=True,
+        # a last record cut mid-write is said at its file:line (cut_last_line): sniffing adds no warning
+        judges_last_line=True,
     )
 )
 

@@ -89,6 +89,51 @@ def test_local_time_and_bad_lines_in_a_bundle(tmp_path):
     assert a.evidence.height == 1
 
 
+BT_RECORDS = [
+    '{"type": "step", "time": "2026-11-30T05:10:38+00:00", "step": 1, "num_free_blocks": 3, "free_regions": [[0, 3]]}',
+    '{"type": "event", "time": "2026-11-30T05:10:39+00:00", "step": 2, "request_id": "r1", "action": "preempt"}',
+    '{"type": "event", "time": "2026-11-30T05:10:40+00:00", "step": 3, "request_id": "r2", "action": "preempt"}',
+    '{"type": "step", "time": "2026-11-30T05:10:41+00:00", "step": 4, "num_free_blocks": 9, "free_regions": [[0, 9]]}',
+]
+
+
+def _bt_analyze(path: Path, text: str):
+    path.write_bytes(text.encode())
+    a = analyze([str(path)], AnalyzeOptions(tz="UTC"))
+    kept = a.frames["bt_steps"].height + a.frames["bt_events"].height
+    return a, kept
+
+
+def test_a_last_record_cut_mid_write_is_said_as_cut_at_its_line(tmp_path):
+    # before: a generic "1 of 4 line(s) are not block-table records ... skipped", beside sniffing's
+    # "ends in the middle of a line ...: its last line was read as is" (it was not read)
+    p = tmp_path / "bt.jsonl"
+    a, kept = _bt_analyze(p, "\n".join(BT_RECORDS[:3]) + "\n" + BT_RECORDS[3][:50])
+    assert kept == 3  # the good records are kept
+    cut = [w for w in a.warnings if "record is cut" in w]
+    assert len(cut) == 1 and cut[0].startswith(f"{p}:4: the last block-table record is cut"), a.warnings
+    assert "the 3 record(s) before it were read" in cut[0]
+    assert not [w for w in a.warnings if "not block-table records" in w or "read as is" in w], a.warnings
+    assert a.partial
+    # a damaged line in the middle (a record cut short, good ones after it) is malformed, not cut
+    mid = [*BT_RECORDS[:1], BT_RECORDS[1][:50], *BT_RECORDS[2:]]
+    a, kept = _bt_analyze(p, "\n".join(mid) + "\n")
+    assert kept == 3
+    assert any("1 of 4 line(s) are not block-table records" in w for w in a.warnings), a.warnings
+    assert not [w for w in a.warnings if "record is cut" in w], a.warnings
+    # both: the middle one counted as bad, the last one said as cut
+    a, kept = _bt_analyze(p, "\n".join(mid[:3]) + "\n" + BT_RECORDS[3][:50])
+    assert kept == 2
+    assert any("1 of 3 line(s) are not block-table records" in w for w in a.warnings), a.warnings
+    assert [w for w in a.warnings if w.startswith(f"{p}:4: the last block-table record is cut")], a.warnings
+    # a whole last record without a line end is read, nothing said; a whole one that breaks the schema is bad
+    a, kept = _bt_analyze(p, "\n".join(BT_RECORDS))
+    assert kept == 4 and not a.warnings, a.warnings
+    a, kept = _bt_analyze(p, "\n".join([*BT_RECORDS[:3], '{"type": "step", "step": 5}']))
+    assert kept == 3 and not [w for w in a.warnings if "record is cut" in w], a.warnings
+    assert any("1 of 4 line(s) are not block-table records" in w for w in a.warnings), a.warnings
+
+
 def test_preempt_records_are_evidence_when_the_log_counts(tmp_path):
     a = analyze([str(FIXTURES / "joined")], AnalyzeOptions(tz="UTC", year=2026))
     assert "record" not in a.events.get_column("kind").to_list()
