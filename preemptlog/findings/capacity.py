@@ -627,14 +627,16 @@ def compute(a: Analysis, victims: pl.DataFrame) -> dict[str, Any]:
             cfg[k] = cfg_default(a, k)
     chunked = cfg_text(a, "enable_chunked_prefill")
     version = cfg_text(a, "vllm_version")
-    base = {
+    ix = engine_indices(a, lever)
+    base: dict[str, Any] = {
         "pool": pool,
         "cfg": cfg,
         "victim_prompts": _victim_prompts(a, victims),
         "chunked_prefill": None if chunked is None or chunked[2] == "default" else chunked,
         "vllm_version": None if version is None or version[2] == "default" else version,
+        # the engines whose lines the bundle holds: a lever said of another engine says what it assumes
+        "engine_indices": ix,
     }
-    ix = engine_indices(a, lever)
     if len(ix) > 1:  # data-parallel engines: each engine's figures on their own
         return _per_engine(a, lever, pool, base, ix)
     peak, peak_why = _peak(a, pool) if pool is not None and pool["blocks"] else (None, None)

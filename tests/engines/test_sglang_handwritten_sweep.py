@@ -185,6 +185,72 @@ def test_dp_attention_max_running_requests_is_all_dp_ranks(tmp_path, flag):
     assert fix["current_from"].endswith("dpa.log:1)" if flag else "dpa.log:2)"), fix
 
 
+def _limit(s: dict, option: str = "--max-running-requests") -> dict:
+    return {x["option"]: x for x in s["fixes"]}[option]
+
+
+def test_dp_attention_fix_speaks_only_of_the_dp_ranks_whose_lines_it_read(tmp_path):
+    """Retraction and batch lines of DP0 alone (DP1 printed only its start-up line): before, the fix said
+    '... (200) on each of the 2 DP ranks: 200 x 2 = 400', evidence for DP1 the log does not hold."""
+    head = [
+        DPA_ARGS.format(flag="max_running_requests=512, "),
+        DPA_START.format(dp=0, tp=0),
+        DPA_START.format(dp=1, tp=2),
+    ]
+    dp0 = [
+        _batch("10:05:01", 0, 250, 0.99, 30),
+        f"[2026-03-01 10:05:02 DP0 TP0] {M2}",
+        _batch("10:05:04", 0, 200, 0.95, 34),
+    ]
+    fix = _limit(run(tmp_path, "dp0.log", head + dp0).summary())
+    assert fix["suggested"] == "400"
+    said = fix["expected_effect"]
+    assert "each of the 2 DP ranks" not in said and "each of the 2 DP ranks" not in fix["text"]
+    assert (
+        "(200) on DP0 (the only DP rank whose retractions the log holds with a batch line after them; the log "
+        "holds no retraction or batch line from DP1): 200 x 2 = 400 sets the same limit on DP1, assumed to need "
+        "no more (SGLang divides the flag by dp_size)"
+    ) in said, said
+    # DP1's batch lines there, with no retraction: DP0's figures still say nothing of DP1
+    quiet = [_batch("10:05:01", 1, 240, 0.80, 0), _batch("10:05:04", 1, 240, 0.80, 0)]
+    said = _limit(run(tmp_path, "quiet.log", head + dp0 + quiet).summary())["expected_effect"]
+    assert "each of the 2 DP ranks" not in said
+    assert "on DP0 (the only DP rank whose retractions" in said
+    assert (
+        "; DP1's lines show no retraction with a batch line after it): 200 x 2 = 400 sets the same limit on DP1" in said
+    )
+    # both ranks retract, each with its batch after: the limit is said of each (sized from the lowest, DP1's)
+    dp1 = [
+        _batch("10:05:01", 1, 240, 0.99, 30),
+        f"[2026-03-01 10:05:03 DP1 TP2] {M2}",
+        _batch("10:05:05", 1, 180, 0.95, 30),
+    ]
+    fix = _limit(run(tmp_path, "both.log", head + dp0 + dp1).summary())
+    assert fix["suggested"] == "360"
+    assert (
+        "(180) on each of the 2 DP ranks: 180 x 2 = 360 (SGLang divides the flag by dp_size)" in fix["expected_effect"]
+    )
+    assert "assumed" not in fix["expected_effect"]
+
+
+def test_dp_attention_capacity_lever_speaks_only_of_the_dp_ranks_whose_lines_it_read(tmp_path):
+    """No retraction, the pool full with requests waiting on DP0 alone: before, '... have room to grow on each
+    of the 2 DP ranks'; with the lines of both ranks, it is said of each."""
+    head = [DPA_ARGS.format(flag=""), DPA_START.format(dp=0, tp=0), DPA_START.format(dp=1, tp=2)]
+    dp0 = [_batch(f"10:05:0{i}", 0, 200, 0.97 + i / 100, 30 + i) for i in range(1, 4)]
+    fix = _limit(run(tmp_path, "held.log", head + dp0).summary())
+    said = fix["expected_effect"]
+    assert "each of the 2 DP ranks" not in said, said
+    assert (
+        "on DP0 (the only DP rank whose batch lines the log holds; the log holds no retraction or batch line from "
+        "DP1): 173 x 2 sets the same limit on DP1, assumed alike (SGLang gives each max_running_requests // 2)"
+    ) in said, said
+    dp1 = [_batch(f"10:05:0{i}", 1, 200, 0.97 + i / 100, 30 + i) for i in range(1, 4)]
+    said = _limit(run(tmp_path, "held2.log", head + dp0 + dp1).summary())["expected_effect"]
+    assert "on each of the 2 DP ranks (SGLang gives each max_running_requests // 2: 173 x 2)" in said, said
+    assert "assumed alike" not in said
+
+
 def test_without_dp_attention_the_flag_is_one_rank_s(tmp_path):
     lines = [
         DPA_ARGS.format(flag="max_running_requests=256, ").replace(

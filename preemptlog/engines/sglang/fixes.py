@@ -158,6 +158,15 @@ def _keyed_events(ev: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _sglang_ranks(analysis: AnalysisView) -> set[str]:
+    """The DP ranks (``engine``) of SGLang's retraction events and batch lines in the bundle."""
+    out: set[str] = set()
+    for df, own in ((analysis.events, pl.col("engine_kind") == SGLANG), (analysis.stats, pl.col("family") == SGLANG)):
+        if df.height:
+            out |= set(df.filter(own).get_column("engine").fill_null("0").cast(pl.String).to_list())
+    return out
+
+
 def _running_after(analysis: AnalysisView, ev: pl.DataFrame) -> pl.DataFrame:
     """Per event with a time: the first SGLang batch line of its server's log and DP rank after it (running,
     its line; :data:`LINE_KEY`)."""
@@ -217,6 +226,34 @@ def dp_attention(get: Any) -> tuple[int, Any, float | None]:
     return d, None, None
 
 
+def _dp(ranks: list[str]) -> str:
+    return " and ".join(f"DP{r}" for r in ranks)
+
+
+def dp_ranks_said(
+    d: int, evidence: set[str], lines: set[str], whose: str, lacking: str = "none of them"
+) -> tuple[str, list[str]]:
+    """Of which DP ranks a limit sized from some ranks' lines is said, with DP attention over ``d`` ranks
+    (SGLang gives each ``max_running_requests // d``: the flag sets the same limit on every rank). Returns
+    (the words, the ranks it is said of without evidence of their own). ``evidence``: the DP ranks whose
+    lines size it (``whose``: which lines, 'whose batch lines the log holds'); ``lines``: the DP ranks
+    with any SGLang retraction or batch line in the log; ``lacking``: what the lines of a rank outside
+    ``evidence`` do not show. Every rank in ``evidence``: ' on each of the d DP ranks'. Else the ranks it
+    is sized on, and of each other rank whether the log holds its lines: one rank's lines never stand
+    for another's (before: ' on each of the 2 DP ranks' from DP0's lines alone)."""
+    every = [str(i) for i in range(d)]
+    others = [r for r in every if r not in evidence]
+    if not others:
+        return f" on each of the {d} DP ranks", []
+    shown = sorted(evidence, key=lambda r: (len(r), r))
+    one = len(shown) == 1
+    silent = [r for r in others if r not in lines]
+    quiet = [r for r in others if r in lines]
+    held = [f"the log holds no retraction or batch line from {_dp(silent)}"] if silent else []
+    held += [f"{_dp(quiet)}'s lines show {lacking}"] if quiet else []
+    return f" on {_dp(shown)} (the only DP rank{'' if one else 's'} {whose}; {'; '.join(held)})", others
+
+
 def _max_running(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
     after = _running_after(analysis, ev)
     d, cur, per_rank = dp_attention(lambda k: cfg_number(analysis, k))
@@ -245,7 +282,15 @@ def _max_running(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[str, An
     effect = f"no more running requests than the batch SGLang itself shrank to after retracting ({rank})"
     if d > 1:
         inputs.append(f"dp_attention_size={d} (enable_dp_attention: each DP rank gets max_running_requests // {d})")
-        effect += f" on each of the {d} DP ranks: {rank} x {d} = {sugg} (SGLang divides the flag by dp_size)"
+        said, assumed = dp_ranks_said(
+            d,
+            set(after.get_column("engine").to_list()),
+            _sglang_ranks(analysis),
+            "whose retractions the log holds with a batch line after them",
+            "no retraction with a batch line after it",
+        )
+        same = f" sets the same limit on {_dp(assumed)}, assumed to need no more" if assumed else ""
+        effect += f"{said}: {rank} x {d} = {sugg}{same} (SGLang divides the flag by dp_size)"
     fix = _fix(
         "sglang_max_running_requests",
         "--max-running-requests",
@@ -513,9 +558,19 @@ def capacity_fixes(c: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         if held["running_min"] != held["running_max"]
         else str(held["running"])
     )
-    per_dp = (
-        f" on each of the {d} DP ranks (SGLang gives each max_running_requests // {d}: {fit} x {d})" if d > 1 else ""
-    )
+    per_dp = ""
+    if d > 1:
+        # the batch lines the fix is sized from: of the engines the bundle holds lines from (capacity.compute);
+        # per engine (several), the capacity finding says whose figures size it (_sized_for)
+        seen = set(c.get("engine_indices") or [str(i) for i in range(d)])
+        said, assumed = dp_ranks_said(d, seen, seen, "whose batch lines the log holds")
+        if assumed:
+            per_dp = (
+                f"{said}: {fit} x {d} sets the same limit on {_dp(assumed)}, assumed alike (SGLang gives each "
+                f"max_running_requests // {d})"
+            )
+        else:
+            per_dp = f"{said} (SGLang gives each max_running_requests // {d}: {fit} x {d})"
     fix = _fix(
         fid,
         "--max-running-requests",
