@@ -251,13 +251,27 @@ def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
     return "-v adds: " + ", ".join(items)
 
 
+def first_clause(text: str) -> str:
+    """``text`` up to its first ``"; "`` outside parentheses: a headline's count and its cause's first
+    words, whole (a count's own words hold "; " inside their parentheses: "at least 7 preemptions
+    (counted by vLLM's counter up to 10:00:30; the log runs to 10:05:40: not counted after)")."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif depth == 0 and text.startswith("; ", i):
+            return text[:i]
+    return text
+
+
 def unit_line(name: str, unit: Analysis) -> str:
     """One incident of a bundle of several, in one sentence: its name, its count (or that it is not
     visible, and the signs of pressure), its cause's first words and its top change."""
 
     s = unit.summary()
-    clauses = str(s["headline"]).split("; ")
-    said = clauses[0]
+    said = first_clause(str(s["headline"]))
     if not s["count_visible"]:
         said = said.replace("Preemptions: not visible", "count not visible")
         pw = _pressure_words(s.get("cause") or {})
