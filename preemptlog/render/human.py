@@ -328,7 +328,7 @@ def _unit_lines(units: list[tuple[str, Analysis | None]], width: int) -> list[Te
     if hidden:
         # their headline's reason when they share one ("(V1 log: stock builds never print a preemption count)")
         why = {
-            str(u[1].summary()["headline"]).split("; ")[0].removeprefix("Preemptions: not visible").strip()
+            first_clause(str(u[1].summary()["headline"])).removeprefix("Preemptions: not visible").strip()
             for u in hidden
             if u[1] is not None
         }
