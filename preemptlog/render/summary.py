@@ -929,9 +929,11 @@ def headline(s: dict[str, Any]) -> str:
         span = _since_words(c, s.get("last_event"), registry.possessive(kinds), gaps)
     elif gaps:  # what the counter read, and the log's span it did not
         span = f" ({_uncounted_words(gaps, registry.possessive(kinds))})"
-    least = "at least " if gaps else ""
-    head = f"{least}{n} {word}{span}"
     rec = s.get("reconciliation") or {}
+    # a count that is a lower bound says so where it is read first (a V0 log's warnings show only the 1st,
+    # 51st, 101st... preemption; markers only; a counter reset; a span no counter read)
+    least = "at least " if gaps or "lower bound" in (rec.get("quality"), rec.get("count_quality")) else ""
+    head = f"{least}{n} {word}{span}"
     if rec.get("capped") and int(rec.get("total") or 0) > n:
         # a count larger than the events made of it (capped): the count is the counter's, never the cap
         head = f"{least}{rec['total']} {noun(kinds, int(rec['total']))}{span} ({n} of them as events, capped)"

@@ -45,7 +45,9 @@ def test_ndjson_to_stdout_summary_to_stderr():
     assert len(rows) == 101
     assert rows[-1]["kind"] == "logged" and rows[-1]["cumulative"] == 101
     assert "101 preemption event(s)" in r.stderr
-    assert r.stderr.startswith("101 preemptions in ")  # the headline first, off a terminal too
+    assert r.stderr.startswith(
+        "at least 101 preemptions in "
+    )  # V0 warnings: a lower bound  # the headline first, off a terminal too
     assert "preemption event" not in r.stdout
 
 

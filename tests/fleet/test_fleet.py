@@ -134,7 +134,7 @@ def test_incident_rows_one_per_bundle_server_engine(fleet):
     assert stock["vllm_version"] == "0.11.1" and stock["model"] == "mistralai/Mistral-7B-Instruct-v0.3"
     v0 = by[("srv-v0", "0")]
     assert v0["engine_kind"] == "vllm" and v0["generation"] == "V0" and v0["vllm_version"] == "0.6.3"
-    assert v0["headline"].startswith(f"{v0['preemptions']} preemptions")
+    assert v0["headline"].startswith(f"at least {v0['preemptions']} preemptions")  # V0: a lower bound
     assert v0["top_fix"] and v0["top_fix_option"].startswith("--") and v0["top_fix_events"]
     assert v0["cfg_block_size"] == "16"
     assert v0["g1_kv_space"] == v0["preemptions"] and v0["top_cause"].startswith("G1-kv-space")

@@ -196,7 +196,7 @@ def test_a_priority_preemption_and_a_crash_are_the_answer(tmp_path, fam, args_li
     assert s["config"]["scheduling_policy"]["value"].strip("'") == "priority"
     assert s["config"]["scheduling_policy"]["status"] == ("seen" if args_line else "derived")
     h = s["headline"]
-    assert h.startswith("1 preemption") and "priority scheduling (_schedule_priority_preemption" in h
+    assert h.startswith("at least 1 preemption") and "priority scheduling (_schedule_priority_preemption" in h
     assert "KV-block allocations failed" not in h  # its warning says KV cache space for every preemption
     assert "AssertionError in vllm/core/scheduler.py:1027 _schedule_default" in h
     assert s["fixes"][0]["option"] == "--scheduling-policy" and s["fixes"][0]["suggested"] == "fcfs"
@@ -249,7 +249,7 @@ def test_a_folder_of_unrelated_logs_is_not_one_incident(tmp_path):
     assert s["headline"].startswith("Not one incident: 2 logs")
     lines = cli("analyze", str(b), "--tz", "UTC", "--year", str(B.YEAR), "-f", "ndjson").stderr.splitlines()
     said = words(lines[:14])
-    assert "a.log: 4251 preemptions" in said and "b.log: count not visible" in said
+    assert "a.log: at least 4251 preemptions" in said and "b.log: count not visible" in said
     assert "Top fix:" not in said  # no change for a mixed sentence; each line has its own
 
 
@@ -268,7 +268,7 @@ def test_quiet_logs_of_a_folder_are_named_by_what_their_count_says(tmp_path):
     s = summary(b)
     assert s["incidents"] and len(s["incidents"]) == 3
     said = words(cli("analyze", str(b), "--tz", "UTC", "--year", str(B.YEAR), "-f", "ndjson").stderr.splitlines())
-    assert "a.log: 7 preemptions" in said
+    assert "a.log: at least 7 preemptions" in said
     assert "no preemption counted and no sign of pressure in the others: c.log" in said
     assert (
         "count not visible (vLLM 0.32.0 V1 log: stock builds never print a preemption count) and no sign of pressure "
@@ -416,6 +416,6 @@ def test_the_first_20_lines_of_a_real_log(path):
     assert said.count("not visible") <= 1
     assert not any(w in said for w in INTERNAL), said
     if pressure:  # the count (or "not visible"), the cause in vLLM's words, and a change with its basis
-        assert re.match(r"(\d+ preemptions?|Preemptions: not visible|0 preemptions)", said)
+        assert re.match(r"((at least )?\d+ preemptions?|Preemptions: not visible|0 preemptions)", said)
         assert "vLLM V1 preempts" in said or "vLLM V0 preempts" in said or "priority scheduling" in said
         assert "Top fix: --" in said and ("estimated" in said or "verified" in said or "advice" in said)
