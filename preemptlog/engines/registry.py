@@ -115,6 +115,8 @@ class SchedulerVersion:
     self_preempt_continues: bool  # priority: a request that preempted itself does not stop the running loop
     long_prefill_needs_chunked: bool  # long_prefill_token_threshold is ignored without chunked prefill
     unknown_words: str  # how the engine refuses an option it does not have, with ``{arg}``
+    # why ``replayed`` is not ``version`` (a version newer than the newest modelled), said; None: it is
+    caveat: str | None = None
 
     def setting(self, name: str) -> ReplaySetting | None:
         return next((s for s in self.settings if s.name == name), None)
@@ -145,6 +147,20 @@ class ReplayVersions:
     scheduler: Callable[[str | None, str], SchedulerVersion]  # (version or None, where) -> what it has
     # configuration -> what the replay cannot be of this bundle (a scheduler generation it does not model), said
     caveats: Callable[[pl.DataFrame], list[str]] = lambda _config: []
+    # the scheduler budget where the bundle does not state it, by the engine generation the bundle ran:
+    # (configuration, enable_chunked_prefill and max_num_batched_tokens as stated (None: not), max_model_len,
+    # the workload's longest request in tokens) -> (enable_chunked_prefill, max_num_batched_tokens, an
+    # assumption for each value taken); None: the engine has no such defaults
+    budget: Callable[[pl.DataFrame, bool | None, int | None, int | None, int | None], Budget] | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The scheduler's token budget a replay takes (ReplayVersions.budget), and what was assumed."""
+
+    enable_chunked_prefill: bool
+    max_num_batched_tokens: int
+    assumptions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,22 +8,21 @@ from typing import TYPE_CHECKING, Any
 
 from ..engines import replayed
 from ..errors import UsageError
-from ..model.config import in_force
 from . import engine_model
 from .engine_vllm import replay_vllm, replay_vllm_many, version_env
 from .metrics import StepTime, calibration, figures, observed_count, step_time
 from .workload import (
     VERSIONED,
-    NoWorkload,
     Observed,
     ReplayConfig,
     Workload,
     apply_settings,
+    budget_given,
     build_workload,
+    bundle_scheduler,
     length_limits,
     observed_config,
     parse_sets,
-    replayed_config,
     scheduler_of,
     version_refusal,
     with_version_defaults,
@@ -187,7 +186,8 @@ def refusal(workload: Workload, cfg: ReplayConfig) -> str | None:
 
 
 def prepare(analysis: Analysis) -> tuple[Workload, Observed, StepTime]:
-    return build_workload(analysis), observed_config(analysis), step_time(analysis)
+    wl = build_workload(analysis)
+    return wl, observed_config(analysis, wl), step_time(analysis)
 
 
 def whatif(
@@ -271,27 +271,28 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
     from dataclasses import replace
 
     wl = build_workload(analysis)
-    try:
-        obs = observed_config(analysis)
-    except NoWorkload:
-        if "num_gpu_blocks" not in base_sets:
-            raise
-
-        bs = in_force(replayed_config(analysis)).get("block_size", {}).get("value") or 16
-        obs = Observed(
-            ReplayConfig(num_gpu_blocks=int(base_sets["num_gpu_blocks"]), block_size=int(bs)),
-            {"num_gpu_blocks": "--base num_gpu_blocks"},
-            {},
-            ["the KV pool size given on the command line"],
-        )
+    # a KV pool the bundle does not size is the --base one; the rest is still the bundle's (and its defaults)
+    pool = base_sets.get("num_gpu_blocks")
+    obs = observed_config(analysis, wl, pool=int(pool) if pool is not None else None)
     if base_sets:
         kept = [a for a in obs.assumptions if not any(a.startswith(k + " ") for k in base_sets)]
         if "vllm_version" in base_sets:
-            kept = [a for a in kept if not a.startswith("the vLLM version is not in the bundle")]
+            was = bundle_scheduler(analysis).caveat  # the bundle's version's, replaced by the --base one
+            kept = [a for a in kept if not a.startswith("the vLLM version is not in the bundle") and a != was]
         cfg = replace(obs.config, **base_sets)  # the bundle's own values: nothing rescaled
         prov = {**obs.provenance, **{k: "given with --base" for k in base_sets}}
+        if (budget := budget_given(analysis, obs, base_sets, wl)) is not None:  # V0's follows max_model_len
+            cfg = replace(
+                cfg,
+                enable_chunked_prefill=budget.enable_chunked_prefill,
+                max_num_batched_tokens=budget.max_num_batched_tokens,
+            )
+            kept = [a for a in kept if not a.startswith(("max_num_batched_tokens ", "enable_chunked_prefill "))]
+            kept += budget.assumptions
         if "vllm_version" in base_sets:
             sv = scheduler_of(cfg, "given with --base")
+            if sv.caveat is not None:  # a version newer than the model's
+                kept.append(sv.caveat)
             stated = {
                 k for k in VERSIONED if k in base_sets or not prov.get(k, "default").startswith(("default", "vLLM"))
             }
@@ -306,7 +307,7 @@ def prepare_with(analysis: Analysis, base_sets: dict[str, Any]) -> tuple[Workloa
 def ran_on(tr: engine_model.Trace, cfg: ReplayConfig) -> list[str]:
     """The vLLM engine: a note when the scheduler that ran is not the configuration's version (the
     python given, or the only venv set, has another vLLM)."""
-    want = scheduler_of(cfg).replayed
+    want = cfg.vllm_version or scheduler_of(cfg).replayed  # the venv of the version asked (engine_vllm.python_for)
     got = tr.scheduler_version
     if not got or got.split(".")[:2] == want.split(".")[:2]:
         return []

@@ -82,7 +82,7 @@ def _baseline(analysis: Analysis) -> tuple[Any, ...] | None:
 
     try:
         wl = build_workload(analysis)
-        obs = observed_config(analysis)
+        obs = observed_config(analysis, wl)
     except PreemptlogError:
         return None
     st = step_time(analysis)

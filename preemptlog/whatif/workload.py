@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import engines
-from ..engines import ReplayVersions, SchedulerVersion
+from ..engines import Budget, ReplayVersions, SchedulerVersion
 from ..errors import ExitCode, PreemptlogError, UsageError
 from ..model.config import in_force
 from ..model.requests import stats_of
@@ -473,8 +473,10 @@ def memory_lines(analysis: Analysis) -> dict[str, tuple[float, str]]:
     return out
 
 
-def observed_config(analysis: Analysis) -> Observed:
-    """The replay configuration the incident ran with (num_gpu_blocks must be known)."""
+def observed_config(analysis: Analysis, workload: Workload | None = None, pool: int | None = None) -> Observed:
+    """The replay configuration the incident ran with (num_gpu_blocks must be known: from the bundle,
+    else ``pool``, the --base value). ``workload``: the replay's, whose longest request bounds an
+    unstated max_model_len from below (V0's token budget follows max_model_len)."""
 
     cfg = in_force(replayed_config(analysis))
     prov: dict[str, str] = {}
@@ -516,6 +518,10 @@ def observed_config(analysis: Analysis) -> Observed:
         if nb.len():
             blocks = int(nb.max())  # type: ignore[arg-type]
             prov["num_gpu_blocks"] = f"block-table step records (num_total_blocks, {nb.len()} record(s))"
+    if blocks is None and pool is not None:
+        blocks = pool
+        prov["num_gpu_blocks"] = "--base num_gpu_blocks"
+        assumptions.append("the KV pool size given on the command line")
     if blocks is None:
         raise NoWorkload(
             "the KV pool size is not in the bundle (no '# GPU blocks', 'GPU KV cache size' line or block-table step "
@@ -523,14 +529,9 @@ def observed_config(analysis: Analysis) -> Observed:
             hint="give it with --base num_gpu_blocks=N",
         )
     mns = as_int(get("max_num_seqs")) or 256
-    mbt = as_int(get("max_num_batched_tokens"))
-    if mbt is None:
-        mbt = 8192
-        assumptions.append("max_num_batched_tokens not in the bundle: taken as 8192 (vLLM V1 default for serving)")
-    chunked = as_bool(get("enable_chunked_prefill"))
-    if chunked is None:
-        chunked = True
-        assumptions.append("enable_chunked_prefill not in the bundle: taken as on (the V1 default)")
+    stated_mbt = as_int(get("max_num_batched_tokens"))
+    stated_chunked = as_bool(get("enable_chunked_prefill"))
+    budget_at = len(assumptions)  # where the token budget's assumptions go (it needs max_model_len, read below)
     apc = as_bool(get("enable_prefix_caching")) or False
     pol = str(get("scheduling_policy") or "fcfs").strip("'\"").lower()
     ev = analysis.frames.get("bt_events")
@@ -552,16 +553,24 @@ def observed_config(analysis: Analysis) -> Observed:
     except ValueError:
         gmu = None
     mml = as_int(get("max_model_len"))
+    # the token budget the bundle does not state: the defaults of the engine generation it ran (V0's or V1's)
+    rv = _replay_versions()
+    assert rv.budget is not None, "the replayed engine declares its token budget's defaults"
+    longest = max((r.prompt_tokens + r.output_tokens for r in workload.requests), default=None) if workload else None
+    budget = rv.budget(replayed_config(analysis), stated_chunked, stated_mbt, mml, longest)
+    mbt, chunked = budget.max_num_batched_tokens, budget.enable_chunked_prefill
+    assumptions[budget_at:budget_at] = budget.assumptions
     for k in ("block_size", "max_num_seqs"):
         if k in prov and prov[k].startswith("default"):
             assumptions.append(f"{k} not in the bundle: taken as the default ({prov[k]})")
     # the scheduler's version: its admission settings (seen in `non-default args`, else the version's
     # defaults) and its behaviours (the model engine follows them)
-    rv = _replay_versions()
-    version, where = rv.of_bundle(replayed_config(analysis))
     assumptions.extend(rv.caveats(replayed_config(analysis)))
-    sv = rv.scheduler(version, where)
+    sv = bundle_scheduler(analysis)
+    version = sv.version
     prov["vllm_version"] = sv.how
+    if sv.caveat is not None:  # a version newer than the model's
+        assumptions.append(sv.caveat)
     if version is None:
         assumptions.append(
             f"the vLLM version is not in the bundle: replayed as vLLM {sv.replayed}'s scheduler "
@@ -642,6 +651,32 @@ def _replay_versions() -> ReplayVersions:
     rv = engines.replayed().replay_versions
     assert rv is not None, "the replayed engine declares its scheduler's versions"
     return rv
+
+
+def budget_given(analysis: Analysis, obs: Observed, given: dict[str, Any], workload: Workload) -> Budget | None:
+    """The token budget again when ``given`` (--base) sets what its unstated default follows
+    (max_model_len, enable_chunked_prefill: V0's) but not max_num_batched_tokens, which the bundle does
+    not state either; None: nothing to redo."""
+    if "max_num_batched_tokens" in given or "max_num_batched_tokens" in obs.provenance:
+        return None
+    if not {"max_model_len", "enable_chunked_prefill"} & set(given):
+        return None
+    stated = "enable_chunked_prefill" in given or "enable_chunked_prefill" in obs.provenance
+    rv = _replay_versions()
+    assert rv.budget is not None, "the replayed engine declares its token budget's defaults"
+    return rv.budget(
+        replayed_config(analysis),
+        given.get("enable_chunked_prefill", obs.config.enable_chunked_prefill) if stated else None,
+        None,
+        given.get("max_model_len", obs.config.max_model_len),
+        max((r.prompt_tokens + r.output_tokens for r in workload.requests), default=None),
+    )
+
+
+def bundle_scheduler(analysis: Analysis) -> SchedulerVersion:
+    """The scheduler version of the bundle (the version it names, where; else the reference one)."""
+    rv = _replay_versions()
+    return rv.scheduler(*rv.of_bundle(replayed_config(analysis)))
 
 
 def scheduler_of(cfg: ReplayConfig, where: str = "asked") -> SchedulerVersion:
@@ -749,7 +784,9 @@ def apply_settings(obs: Observed, sets: dict[str, Any]) -> tuple[ReplayConfig, l
         sv = scheduler_of(c)
         c, _ = with_version_defaults(c, sv, keep=stated)
         notes.append(
-            f"replayed as vLLM {sv.replayed}'s scheduler: the settings the bundle does not state take its defaults"
+            f"{sv.caveat}; the settings the bundle does not state take {sv.replayed}'s defaults"
+            if sv.caveat is not None  # a version newer than the model's
+            else f"replayed as vLLM {sv.replayed}'s scheduler: the settings the bundle does not state take its defaults"
         )
     return c, notes
 

@@ -491,7 +491,7 @@ def test_a_v0_incident_is_said_to_be_replayed_by_the_v1_scheduler(tmp_path):
     # the model replays V1's scheduler only; a V0 engine's incident said nothing of it before
     p = _cli(str(_bundle(tmp_path, "v0", _v0_log())), "-f", "json", "--tz", "UTC")
     assert p.returncode == 0, p.stderr
-    said = [a for a in json.loads(p.stdout)["config_assumptions"] if "V0 engine" in a]
+    said = [a for a in json.loads(p.stdout)["config_assumptions"] if a.startswith("the incident ran vLLM's V0 engine")]
     assert len(said) == 1 and "v0/vllm.log:" in said[0] and "vllm/core/scheduler.py" in said[0], said
     assert "the replay is of the V1 scheduler" in said[0] and "not with the incident" in said[0]
     v1 = _cli(str(_bundle(tmp_path, "v1", _log())), "-f", "json", "--tz", "UTC")

@@ -31,9 +31,10 @@ from ...model.config import version_tuple as _version_tuple
 from ...model.frames import polars_schema
 from ...model.schemas import CONFIG_SCHEMA
 from ..common import arg_pattern as _arg
-from ..facts import VLLM
+from ..facts import NEWEST_VLLM_READ, VLLM
 from ..registry import (
     CONFIG_ENGINE,
+    Budget,
     ReplaySetting,
     ReplayVersions,
     SchedulerVersion,
@@ -823,17 +824,32 @@ LONG_PREFILL_NEEDS_CHUNKED = (0, 34, 0)
 UNKNOWN_OPTION = "vllm serve: error: unrecognized arguments: {arg}"
 
 
+# The newest version whose scheduler the what-if models (its settings, defaults and behaviours, read from the
+# released wheel): a newer version is replayed as this one's, and said (SchedulerVersion.caveat).
+NEWEST_MODELLED = NEWEST_VLLM_READ
+
+
 def scheduler_version(version: str | None, where: str) -> SchedulerVersion:
     """What the scheduler of ``version`` has (its replay settings, their defaults, its behaviours);
-    None: the reference version is replayed."""
+    None: the reference version is replayed. A version of a release newer than ``NEWEST_MODELLED``
+    (major.minor) is replayed as that one's, and its ``caveat`` says so."""
     vt = _version_tuple(version) if version else None
     replayed = version if vt is not None else REFERENCE_VERSION
+    caveat = None
+    if vt is not None and vt[:2] > NEWEST_MODELLED[:2]:
+        replayed, vt = version_text(NEWEST_MODELLED), NEWEST_MODELLED
+        caveat = (
+            f"vLLM {version} ({where}) is newer than the newest version modelled ({replayed}): replayed as vLLM "
+            f"{replayed}'s scheduler (its settings, defaults and behaviours; --engine vllm runs the scheduler of its "
+            f"venv); what changed after {replayed} is not in the model"
+        )
     rt = vt or _version_tuple(REFERENCE_VERSION) or ()
-    how = (
-        f"vLLM {version} ({where})"
-        if vt is not None
-        else f"vLLM {REFERENCE_VERSION}'s scheduler (the version is not in the bundle: {where})"
-    )
+    if caveat is not None:
+        how = f"vLLM {replayed}'s scheduler (vLLM {version}, {where}, is newer than the newest version modelled)"
+    elif vt is not None:
+        how = f"vLLM {version} ({where})"
+    else:
+        how = f"vLLM {REFERENCE_VERSION}'s scheduler (the version is not in the bundle: {where})"
     return SchedulerVersion(
         display="vLLM",
         version=version if vt is not None else None,
@@ -843,6 +859,7 @@ def scheduler_version(version: str | None, where: str) -> SchedulerVersion:
         self_preempt_continues=rt >= SELF_PREEMPT_CONTINUES,
         long_prefill_needs_chunked=rt >= LONG_PREFILL_NEEDS_CHUNKED,
         unknown_words=UNKNOWN_OPTION,
+        caveat=caveat,
     )
 
 
@@ -903,12 +920,102 @@ def replay_caveats(config: pl.DataFrame) -> list[str]:
         f"the incident ran vLLM's V0 engine ({where}); the replay is of the V1 scheduler "
         "(vllm/v1/core/sched/scheduler.py: it preempts when a KV-block allocation fails and never admits past "
         "max_num_seqs), not of V0's (vllm/core/scheduler.py: _schedule_running preempts when it cannot append a "
-        "slot, admission keeps a 1 % watermark of the blocks, SWAP for groups of several sequences), and the "
-        "defaults it takes are V1's: compare the replays with each other, not with the incident"
+        "slot, admission keeps a 1 % watermark of the blocks, SWAP for groups of several sequences), under V0's "
+        "token budget where the bundle does not state it: compare the replays with each other, not with the incident"
     ]
 
 
-REPLAY_VERSIONS = ReplayVersions(of_bundle=bundle_version, scheduler=scheduler_version, caveats=replay_caveats)
+# vLLM V0's token budget where the log does not state it (V0: every version before 0.6.4, the default engine until
+# 0.8.0, the fallback through 0.10.2), read from vLLM's source (vllm-project/vllm, the 0.7 line: vllm/config.py at
+# 0004438, vllm/engine/arg_utils.py at 001999d; 0.8-0.10 the same rules, in EngineArgs._set_default_args_v0 and
+# with _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048):
+# - vllm/engine/arg_utils.py EngineArgs.create_engine_config: an unset enable_chunked_prefill is turned on only for
+#   a max_model_len over 32768 on a CUDA GPU without a sliding window, speculative decoding, LoRA, prompt adapters
+#   or a pooling model (WARNING "Chunked prefill is enabled by default for models with max_model_len > 32K"),
+#   else off (SchedulerConfig.enable_chunked_prefill = False);
+# - vllm/config.py SchedulerConfig (__post_init__): logs "Chunked prefill is enabled with max_num_batched_tokens=%d."
+#   whenever it is on; an unset max_num_batched_tokens is max(max_model_len, 2048) without chunked prefill ("If
+#   max_model_len is too short, use 2048 as the default value for higher throughput"), 2048 with it (512 before
+#   vllm-project/vllm#10544, 0.6.5).
+V0_LONG_CONTEXT = 32768
+V0_BATCH_FLOOR = 2048
+V0_CHUNKED_BATCH_SINCE, V0_CHUNKED_BATCH, V0_CHUNKED_BATCH_BEFORE = (0, 6, 5), 2048, 512
+_V0_SCHED = "vllm/config.py SchedulerConfig"
+_V0_ARGS = "vllm/engine/arg_utils.py EngineArgs.create_engine_config"
+
+
+def replay_budget(
+    config: pl.DataFrame, chunked: bool | None, mbt: int | None, mml: int | None, longest: int | None
+) -> Budget:
+    """enable_chunked_prefill and max_num_batched_tokens for the what-if where the bundle does not state
+    them (``chunked``, ``mbt``: None), by the engine the bundle ran: V0's defaults for a V0 log (the
+    configuration's ``engine`` V0; rules above), else V1's (on; 8192). ``mml``: max_model_len, None when
+    the bundle does not state it; ``longest``: the workload's longest request in tokens (prompt +
+    output), a floor of max_model_len."""
+    gen = in_force(config).get("engine")
+    out: list[str] = []
+    if gen is None or str(gen.get("value")) != "V0":
+        if mbt is None:
+            mbt = 8192
+            out.append("max_num_batched_tokens not in the bundle: taken as 8192 (vLLM V1 default for serving)")
+        if chunked is None:
+            chunked = True
+            out.append("enable_chunked_prefill not in the bundle: taken as on (the V1 default)")
+        return Budget(chunked, mbt, tuple(out))
+    where = f"{gen['source']}:{gen['line']}" if gen.get("source") else str(gen.get("note") or gen.get("status"))
+    if chunked is None:
+        chunked = False
+        if mml is None:
+            tail = "the bundle has no such line, and no max_model_len"
+        elif mml > V0_LONG_CONTEXT:
+            tail = (
+                f"the bundle has no such line though max_model_len {mml} is over 32K: one of V0's exceptions held "
+                "(a sliding window, speculative decoding, LoRA...)"
+            )
+        else:
+            tail = f"the bundle has no such line, and max_model_len {mml} is not over 32K"
+        out.append(
+            f"enable_chunked_prefill not in the bundle: taken as off (the V0 default: the incident ran vLLM's V0 "
+            f"engine ({where}), which turns it on by itself only for a max_model_len over 32K on a GPU ({_V0_ARGS}) "
+            f"and then logs 'Chunked prefill is enabled with max_num_batched_tokens=N' ({_V0_SCHED}); {tail})"
+        )
+    if mbt is not None:
+        return Budget(chunked, mbt, tuple(out))
+    if chunked:
+        ver = in_force(config).get("vllm_version")
+        vt = _version_tuple(str(ver["value"])) if ver is not None and ver.get("status") != "default" else None
+        mbt = V0_CHUNKED_BATCH_BEFORE if vt is not None and vt < V0_CHUNKED_BATCH_SINCE else V0_CHUNKED_BATCH
+        out.append(
+            f"max_num_batched_tokens not in the bundle: taken as {mbt} (the V0 default with chunked prefill"
+            + (f" in vLLM {ver['value']}" if vt is not None else "")
+            + f" (V0: {where}): {_V0_SCHED}, {V0_CHUNKED_BATCH_BEFORE} before "
+            f"{version_text(V0_CHUNKED_BATCH_SINCE)}, {V0_CHUNKED_BATCH} from it)"
+        )
+    elif mml is not None:
+        mbt = max(mml, V0_BATCH_FLOOR)
+        out.append(
+            f"max_num_batched_tokens not in the bundle: taken as {mbt} (the V0 default without chunked prefill "
+            f"(V0: {where}): max(max_model_len {mml}, {V0_BATCH_FLOOR}), {_V0_SCHED})"
+        )
+    else:
+        mbt = max(longest or 0, V0_BATCH_FLOOR)
+        floor = (
+            f"taken as at least the workload's longest request, {longest} tokens (prompt + output: no request of a "
+            "V0 server runs past max_model_len)"
+            if longest
+            else f"taken as at most {V0_BATCH_FLOOR}"
+        )
+        out.append(
+            f"max_num_batched_tokens not in the bundle: taken as {mbt} (the V0 default without chunked prefill "
+            f"(V0: {where}), max(max_model_len, {V0_BATCH_FLOOR}), {_V0_SCHED}; max_model_len is not in the bundle: "
+            f"{floor}); --base max_num_batched_tokens=N gives the real one"
+        )
+    return Budget(chunked, mbt, tuple(out))
+
+
+REPLAY_VERSIONS = ReplayVersions(
+    of_bundle=bundle_version, scheduler=scheduler_version, caveats=replay_caveats, budget=replay_budget
+)
 
 
 # vLLM 0.34.0 sizes the KV cache from the memory measured after warmup (the extensible KV cache, its default on
