@@ -142,6 +142,8 @@ def current_label(a: AnalysisView, option: str, current: Any = None) -> str | No
     row = in_force(a.config).get(key)
     if row is None or not _same_value(row.get("value"), current):
         return None
+    if current is None and row["status"] == "default":  # the change did not take the assumed default
+        return None
     if row["status"] == "seen":
         return f"seen ({row['source']}:{row['line']})"
     if row["status"] == "derived":

@@ -32,7 +32,7 @@ EVIDENCE = [
         "Int64",
         "vllm-log, blocktable, prometheus (config)",
         "bundle",
-        "max_num_batched_tokens, as above",
+        "max_num_batched_tokens, as above, never preemptlog's default (it follows a GPU the bundle may not show)",
         status=True,
     ),
     Evidence(
@@ -108,9 +108,15 @@ CONFIG_KEYS = {
 }
 
 
+# Keys whose ``default`` row is not evidence: vLLM's max_num_batched_tokens default follows the GPU's tier
+# (engines/vllm/config.py batch_default), which the bundle may not show; the rules read a budget it states.
+STATED_ONLY = frozenset({"max_num_batched_tokens"})
+
+
 def _config_rows(config: pl.DataFrame) -> pl.DataFrame:
-    """Config rows for the evidence keys, with a derived boolean ``speculative`` key."""
-    cfg = config
+    """Config rows for the evidence keys (no default of ``STATED_ONLY``), with a derived boolean
+    ``speculative`` key."""
+    cfg = config.filter(~(pl.col("key").is_in(list(STATED_ONLY)) & (pl.col("status") == "default")))
     spec_keys = ["speculative_config", "speculative_model", "num_speculative_tokens"]
     val = pl.col("value").str.strip_chars("'\" ")
     spec = cfg.filter(pl.col("key").is_in(spec_keys)).with_columns(

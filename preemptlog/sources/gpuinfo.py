@@ -5,8 +5,8 @@ The shapes an on-call engineer saves beside a log: the default table (``nvidia-s
 (``nvidia-smi --query-gpu=name,memory.total --format=csv``). Each gives the GPUs' names and, but for
 ``-L``, their total memory. What the analysis gets from them: two configuration rows, ``gpu_name``
 and ``gpu_memory_total_gib`` (the first GPU's, with the file and line; when the GPUs differ the name
-row says so and is not used), which vLLM's max_num_seqs default depends on from 0.8
-(engines/vllm/config.py ``_seqs_default_on_this_gpu``). A snapshot has no time the analysis places:
+row says so and is not used), which vLLM's max_num_seqs and max_num_batched_tokens defaults depend
+on from 0.8 (engines/vllm/config.py ``_gpu_shown``). A snapshot has no time the analysis places:
 the rows carry none. The files hold a few dozen lines: read with Python line by line.
 """
 

@@ -529,7 +529,9 @@ def observed_config(analysis: Analysis, workload: Workload | None = None, pool: 
             hint="give it with --base num_gpu_blocks=N",
         )
     mns = as_int(get("max_num_seqs")) or 256
-    stated_mbt = as_int(get("max_num_batched_tokens"))
+    # vLLM's default for the GPU (a ``default`` row) is the token budget's own assumption, not a stated value
+    mbt_row = cfg.get("max_num_batched_tokens")
+    stated_mbt = as_int(get("max_num_batched_tokens")) if mbt_row and mbt_row.get("status") != "default" else None
     stated_chunked = as_bool(get("enable_chunked_prefill"))
     budget_at = len(assumptions)  # where the token budget's assumptions go (it needs max_model_len, read below)
     apc = as_bool(get("enable_prefix_caching")) or False

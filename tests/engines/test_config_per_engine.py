@@ -192,6 +192,7 @@ def test_each_engines_defaults_and_json_rows_name_their_engine(tmp_path):
     defaults = a.config.filter(a.config["status"] == "default")
     assert dict(defaults.select("key", CONFIG_ENGINE).iter_rows()) == {
         "scheduling_policy": "vllm",
+        "max_num_batched_tokens": "vllm",  # the V1 log does not state it: vLLM's default on its GPU
         "retraction_policy": "sglang",
     }
     buf = io.BytesIO()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -367,8 +368,9 @@ def parse(
         ]
     if defaults:
         out = pl.concat([out, pl.DataFrame(defaults, schema=out.schema)], how="vertical")
-    server = _api_server(records, cfg)
-    return _seqs_default_on_this_gpu(out, own_stats, server, _batch_chosen_by_vllm(seen, cfg) if server else None)
+    server = _api_server(records, cfg, own_stats)
+    out = _seqs_default_on_this_gpu(out, own_stats, server, _batch_chosen_by_vllm(seen, cfg) if server else None)
+    return _batch_default_on_this_gpu(out, own_stats, server, run_ids)
 
 
 # From 0.8.0 vLLM's max_num_seqs default depends on the GPU (vllm/engine/arg_utils.py _set_default_args,
@@ -400,10 +402,21 @@ NAMED_GPU_GIB = {
 }
 
 
-def _api_server(records: pl.DataFrame, cfg: pl.DataFrame) -> bool:
+def _api_server(records: pl.DataFrame, cfg: pl.DataFrame, stats: pl.DataFrame | None = None) -> bool:
     """The log is an API server's (vLLM's defaults differ for the offline ``LLM`` class): its "vLLM API server
-    version" line, an ``APIServer`` process prefix (V1 0.10+) or the "openai-api-server usage context" of
-    its "Defaulting max_num_batched_tokens" line."""
+    version" line, an ``APIServer`` process prefix (V1 0.10+), the "openai-api-server usage context" of
+    its "Defaulting max_num_batched_tokens" line, the Rust frontend's stats lines (``stats``, family
+    ``RUST_FAMILY``: the frontend runs only under ``vllm serve``, entrypoints/cli/serve.py 0.33-0.34, whose
+    usage context is the API server's), or a request of the OpenAI server: a "Received request" line (its
+    request logger, vllm/entrypoints/logger.py; the LLM class logs none) or an "Added request" line of a
+    ``chatcmpl-`` / ``cmpl-`` id (the ids of its chat and completion endpoints)."""
+    if stats is not None and stats.height and "family" in stats.columns and (stats["family"] == RUST_FAMILY).any():
+        return True
+    if records.height and "req_id" in records.columns:
+        req = records.filter(pl.col("kind").is_in(["req_received", "req_added"]))
+        openai = pl.col("req_id").fill_null("").str.contains(r"^(?:chatcmpl|cmpl)-")
+        if req.height and req.select((pl.col("kind") == "req_received").any() | openai.any()).item():
+            return True
     if cfg.height and (
         cfg.filter(pl.col("kind") == "cfg_version").height
         or cfg.get_column("text").str.contains("openai-api-server usage context", literal=True).any()
@@ -432,6 +445,67 @@ def _batch_chosen_by_vllm(seen: pl.DataFrame, cfg: pl.DataFrame) -> dict | None:
     return rows.drop("kind", "text").row(rows.height - 1, named=True)
 
 
+@dataclass(frozen=True)
+class GpuShown:
+    """What the bundle shows of the GPU vLLM's per-GPU defaults follow (get_batch_defaults' branches):
+    ``cpu`` its "CPU KV cache size" line (the CPU backend); ``busy`` a stats line of one engine running more
+    than the small GPUs' max_num_seqs and no more than the large ones' (only the large branch allows it);
+    ``tier`` by the GPU's memory or name: "small" (below 70 GiB), "huge" (from 160 GiB), "large" (70-160 GiB,
+    named, not an A100), "named-small" (an A100 or GB10 whatever its memory), "unless-a100" (70-160 GiB, no
+    name), None where neither is shown; ``cite`` the memory's words with its file:line, ``named`` the GPU's
+    name with its file:line."""
+
+    cpu: dict | None = None
+    busy: dict | None = None
+    tier: str | None = None
+    cite: str | None = None
+    named: str | None = None
+
+
+def _gpu_shown(mine: pl.DataFrame, stats: pl.DataFrame | None, small: int) -> GpuShown:
+    """The GPU as far as vLLM's rows (``mine``) and stats lines show it, ``small`` the small GPUs'
+    max_num_seqs (256, 512 in throughput mode): ``total_gpu_memory`` (V0 and V1 0.8-0.10's memory profiling
+    line) or nvidia-smi's memory, else the GPU's name (nvidia-smi's, or vLLM's MoE config file name)."""
+    one = (
+        stats.filter((pl.col("engines") == 1) & pl.col("running").is_not_null())
+        if stats is not None and stats.height and "engines" in stats.columns
+        else None
+    )
+    top = one.sort("running", descending=True, maintain_order=True).head(1) if one is not None and one.height else None
+    busy = top.row(0, named=True) if top is not None and small < int(top.item(0, "running")) <= 4 * small else None
+    mem = _last(mine, "total_gpu_memory_gib") or _last(mine, "gpu_memory_total_gib")  # vLLM's line, nvidia-smi's
+    gib = _float(mem["value"]) if mem else None
+    gpu = _last(mine, "gpu_name")  # nvidia-smi's (sources/gpuinfo.py)
+    name = str(gpu["value"]) if gpu else None
+    named_gb = re.search(r"(\d+)\s*GB\b", name or "")
+    if gib is None and named_gb:  # nvidia-smi -L: the name's memory ("NVIDIA H100 80GB HBM3")
+        mem, gib = gpu, float(named_gb.group(1))
+    family = next((t for t in re.split(r"[\s_-]+", name or "") if t.upper() in NAMED_GPU_GIB), None)
+    if gib is None and family is not None:  # "NVIDIA H200": every model of the family has at least 70 GiB
+        mem, gib = gpu, NAMED_GPU_GIB[family.upper()]
+    device = _last(mine, "kv_cache_device")
+    cpu = device if device is not None and str(device["value"]) == "CPU" else None
+    if gib is None:
+        return GpuShown(cpu, busy)
+    assert mem is not None
+    if mem is not gpu:
+        cite = f"{str(mem['key']).removesuffix('_gib')} {gib:g} GiB{_where(mem)}"
+    elif named_gb:
+        cite = f"{gib:g} GB in its name"
+    else:
+        cite = f"{gib:g} GB: every {family} has it, assumed from the maker's specification"
+    named = f"{name}{_where(gpu)}" if gpu else None
+    if gib < LARGE_GPU_GIB:
+        tier = "small"
+    elif gib >= HUGE_GPU_GIB:
+        tier = "huge"
+    elif name is not None:
+        tier = "named-small" if _small_tier(name) else "large"
+    else:
+        tier = "unless-a100"
+    return GpuShown(cpu, busy, tier, cite, named)
+
+
 def _seqs_default_on_this_gpu(
     out: pl.DataFrame, stats: pl.DataFrame | None, server: bool, batch: dict | None
 ) -> pl.DataFrame:
@@ -442,7 +516,7 @@ def _seqs_default_on_this_gpu(
     running on one engine than the small GPUs' default (a stats line of one engine, never a sum over engines) can only be
     the large GPUs' default; ``total_gpu_memory`` (V0 and V1 0.8-0.10's memory profiling line) or the GPU's
     name (nvidia-smi's, or vLLM's MoE config file name) below 70 GiB is the small one, from 160 GiB the large
-    one, in between the large one unless the GPU is an A100 (said, the value kept)."""
+    one, in between the large one unless the GPU is an A100 (said, the value kept): :func:`_gpu_shown`."""
     is_row = (pl.col("key") == "max_num_seqs") & (pl.col("status") == "default") & (pl.col(CONFIG_ENGINE) == VLLM)
     row = out.filter(is_row)
     if row.height != 1 or not str(row.item(0, "value")).isdigit():
@@ -460,25 +534,9 @@ def _seqs_default_on_this_gpu(
     large = 4 * small  # 256 -> 1024 (512 -> 2048 in throughput mode)
     note = str(row.item(0, "note") or "")
     value = small
-    one = (
-        stats.filter((pl.col("engines") == 1) & pl.col("running").is_not_null())
-        if stats is not None and stats.height and "engines" in stats.columns
-        else None
-    )
-    top = one.sort("running", descending=True, maintain_order=True).head(1) if one is not None and one.height else None
-    mem = _last(mine, "total_gpu_memory_gib") or _last(mine, "gpu_memory_total_gib")  # vLLM's line, nvidia-smi's
-    gib = _float(mem["value"]) if mem else None
-    gpu = _last(mine, "gpu_name")  # nvidia-smi's (sources/gpuinfo.py)
-    name = str(gpu["value"]) if gpu else None
-    named_gb = re.search(r"(\d+)\s*GB\b", name or "")
-    if gib is None and named_gb:  # nvidia-smi -L: the name's memory ("NVIDIA H100 80GB HBM3")
-        mem, gib = gpu, float(named_gb.group(1))
-    family = next((t for t in re.split(r"[\s_-]+", name or "") if t.upper() in NAMED_GPU_GIB), None)
-    if gib is None and family is not None:  # "NVIDIA H200": every model of the family has at least 70 GiB
-        mem, gib = gpu, NAMED_GPU_GIB[family.upper()]
-    device = _last(mine, "kv_cache_device")
-    if device is not None and str(device["value"]) == "CPU" and small in (256, 512):
-        return _seqs_default_on_cpu(out, is_row, mine, device, server, label, small // 256)
+    gpu = _gpu_shown(mine, stats, small)
+    if gpu.cpu is not None and small in (256, 512):
+        return _seqs_default_on_cpu(out, is_row, mine, gpu.cpu, server, label, small // 256)
     tier = None
     if batch is not None and small in (256, 512) and _is_v1(mine, vt):
         tier = API_BATCH_BY_TIER.get(int(str(batch["value"])) * 256 // small)
@@ -490,35 +548,31 @@ def _seqs_default_on_this_gpu(
             note = f"assumed: {label} default on a large GPU ({said}; {BATCH_TIER_SRC})"
         else:
             note = f"{note}; {small} on this GPU: {said} ({BATCH_TIER_SRC})"
-    elif top is not None and small < int(top.item(0, "running")) <= large:
+    elif gpu.busy is not None:
+        top = gpu.busy
         value = large
         note = (
-            f"assumed: {label} default on a large GPU ({top.item(0, 'running')} running on one engine at "
-            f"{top.item(0, 'source')}:{top.item(0, 'line')}, more than the {small} of other GPUs; {GPU_SEQS_SRC})"
+            f"assumed: {label} default on a large GPU ({top['running']} running on one engine at "
+            f"{top['source']}:{top['line']}, more than the {small} of other GPUs; {GPU_SEQS_SRC})"
         )
-    elif gib is not None:
-        if mem is not gpu:
-            cite = f"{str(mem['key']).removesuffix('_gib')} {gib:g} GiB{_where(mem)}"
-        elif named_gb:
-            cite = f"{gib:g} GB in its name"
-        else:
-            cite = f"{gib:g} GB: every {family} has it, assumed from the maker's specification"
-        named = f"{name}{_where(gpu)}" if gpu else None
-        if gib < LARGE_GPU_GIB:
-            note = f"{note}; {small} on this GPU: {cite}, below {LARGE_GPU_GIB:g} GiB ({GPU_SEQS_SRC})"
-        elif gib >= HUGE_GPU_GIB:
-            value = large
-            note = f"assumed: {label} default on this GPU ({cite}, at least {HUGE_GPU_GIB:g} GiB; {GPU_SEQS_SRC})"
-        elif name is not None and not _small_tier(name):
-            value = large
-            note = f"assumed: {label} default on this GPU ({named}, {cite}, at least {LARGE_GPU_GIB:g} GiB; {GPU_SEQS_SRC})"
-        elif name is not None:
-            note = f"{note}; {small} on this GPU: {named} keeps it whatever its memory ({GPU_SEQS_SRC})"
-        else:
-            note = (
-                f"{note}; {large} if this GPU is not an A100: {cite}, at least {LARGE_GPU_GIB:g} GiB (an A100 keeps "
-                f"{small}; {GPU_SEQS_SRC})"
-            )
+    elif gpu.tier == "small":
+        note = f"{note}; {small} on this GPU: {gpu.cite}, below {LARGE_GPU_GIB:g} GiB ({GPU_SEQS_SRC})"
+    elif gpu.tier == "huge":
+        value = large
+        note = f"assumed: {label} default on this GPU ({gpu.cite}, at least {HUGE_GPU_GIB:g} GiB; {GPU_SEQS_SRC})"
+    elif gpu.tier == "large":
+        value = large
+        note = (
+            f"assumed: {label} default on this GPU ({gpu.named}, {gpu.cite}, at least {LARGE_GPU_GIB:g} GiB; "
+            f"{GPU_SEQS_SRC})"
+        )
+    elif gpu.tier == "named-small":
+        note = f"{note}; {small} on this GPU: {gpu.named} keeps it whatever its memory ({GPU_SEQS_SRC})"
+    elif gpu.tier == "unless-a100":
+        note = (
+            f"{note}; {large} if this GPU is not an A100: {gpu.cite}, at least {LARGE_GPU_GIB:g} GiB (an A100 keeps "
+            f"{small}; {GPU_SEQS_SRC})"
+        )
     else:
         return out
     return out.with_columns(
@@ -533,17 +587,22 @@ CPU_SEQS_SRC = (
 )
 
 
+def _world_size(mine: pl.DataFrame) -> tuple[int, str]:
+    """vLLM's world size (pipeline x tensor parallel, as get_batch_defaults takes it) and its words."""
+    sizes = []
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        r = _last(mine, key)
+        sizes.append((key, int(str(r["value"])) if r is not None and str(r["value"]).isdigit() else 1, r))
+    parts = ", ".join(f"{k} {n}{_where(r) if r else ' (default)'}" for k, n, r in sizes)
+    return sizes[0][1] * sizes[1][1], parts
+
+
 def _seqs_default_on_cpu(
     out: pl.DataFrame, is_row: pl.Expr, mine: pl.DataFrame, device: dict, server: bool, label: str, mode: int
 ) -> pl.DataFrame:
     """The max_num_seqs default on vLLM's CPU backend (its "CPU KV cache size" line, ``device``): 128 x world
     size for the API server, 256 x for the LLM class (``mode``: 2 in throughput mode, which doubles it)."""
-    sizes = []
-    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
-        r = _last(mine, key)
-        sizes.append((key, int(str(r["value"])) if r is not None and str(r["value"]).isdigit() else 1, r))
-    world = sizes[0][1] * sizes[1][1]
-    parts = ", ".join(f"{k} {n}{_where(r) if r else ' (default)'}" for k, n, r in sizes)
+    world, parts = _world_size(mine)
     cpu = f"CPU{_where(device)}, world size {world}: {parts}"
     if server:
         value = str(128 * world * mode)
@@ -558,6 +617,121 @@ def _seqs_default_on_cpu(
         value=pl.when(is_row).then(pl.lit(value)).otherwise(pl.col("value")),
         note=pl.when(is_row).then(pl.lit(note)).otherwise(pl.col("note")),
     )
+
+
+# vLLM V1's max_num_batched_tokens where nothing sets it: from 0.8.0 the branch of get_batch_defaults that sets
+# max_num_seqs (above; read in vllm/engine/arg_utils.py 0.32 and 0.34: get_batch_defaults, applied by
+# _set_default_max_num_seqs_and_batched_tokens_args), by usage context: the API server (``vllm serve``) 2048 on
+# a GPU below 70 GiB or an A100 (or a GB10, 0.34), 8192 from 70 GiB, 16384 from 160 GiB; the LLM class 8192,
+# 16384, 16384; on CPU 2048 (API server) and 4096 (LLM class) x world size; throughput mode doubles it. The
+# memory tiers came in spring 2025 (vllm-project/vllm#17073, A100 out again in #17885); before them the large
+# values went to a GPU named H100 or H200 only: the one rule above is kept for every version from 0.8.0, as for
+# max_num_seqs. Before 0.8.0 (V1 opt-in, 0.6.4-0.7.x: EngineArgs._override_v1_engine_args) 2048 for the API
+# server and 8192 for the LLM class on every GPU but one named H100 or H200 (8192 and 16384 from
+# vllm-project/vllm#12369, January 2025). V0's own defaults: replay_budget.
+BATCH_BY_TIER = {"small": (2048, 8192), "large": (8192, 16384), "huge": (16384, 16384)}  # (API server, LLM class)
+BATCH_CPU = (2048, 4096)  # x world size
+BATCH_SRC = "vllm/engine/arg_utils.py get_batch_defaults"
+BATCH_BEFORE_SRC = (
+    "vllm/engine/arg_utils.py EngineArgs._override_v1_engine_args: V1 before 0.8.0 took 2048 for the API server and "
+    "8192 for the LLM class, 8192 and 16384 on a GPU named H100 or H200 from vllm-project/vllm#12369 (January 2025)"
+)
+# the words of a value that is one tier's among others the bundle cannot tell apart
+BATCH_HINT = "give --base max_num_batched_tokens=N"
+
+
+def batch_default(
+    gpu: GpuShown,
+    server: bool,
+    version: tuple[int, ...] | None,
+    label: str,
+    mode: int = 1,
+    world: tuple[int, str] = (1, "(default)"),
+) -> tuple[int, str]:
+    """vLLM V1's max_num_batched_tokens default, and its note, on the GPU ``gpu`` shows: for the API server
+    (``server``) or the LLM class, for ``version`` (None: not in the bundle, taken as 0.8.0 or later),
+    ``label`` vLLM's name ("vLLM 0.10.0's"), ``mode`` 2 in throughput mode (it doubles the default),
+    ``world`` the world size and its words (:func:`_world_size`: the CPU default is per worker). A note
+    with ``BATCH_HINT`` is a value the bundle does not settle (the GPU's tier, a version before 0.8.0)."""
+    i = 0 if server else 1
+    ctx = "API-server" if server else "LLM-class"
+    doubled = "; doubled: performance_mode throughput" if mode == 2 else ""
+
+    def who(api: int) -> str:  # the LLM class is taken where no line shows an API server: its value said
+        return "" if server else f"; no API server line seen: {api} for the API server"
+
+    if version is not None and version < GPU_SEQS_SINCE:
+        return BATCH_BY_TIER["small"][i] * mode, (
+            f"assumed: {label} V1 {ctx} default before 0.8.0 (on every GPU but one named H100 or H200"
+            f"{who(BATCH_BY_TIER['small'][0] * mode)}{doubled}; {BATCH_HINT}; {BATCH_BEFORE_SRC})"
+        )
+    if gpu.cpu is not None:
+        n, parts = world
+        return BATCH_CPU[i] * n * mode, (
+            f"assumed: {label} {ctx} default on CPU (CPU{_where(gpu.cpu)}, {BATCH_CPU[i]} x world size {n}: "
+            f"{parts}{who(BATCH_CPU[0] * n * mode)}{doubled}; {BATCH_SRC}, cpu specific default values)"
+        )
+    small, large, huge = (BATCH_BY_TIER[t][i] * mode for t in ("small", "large", "huge"))
+    api = {t: BATCH_BY_TIER[t][0] * mode for t in BATCH_BY_TIER}
+    shown = {
+        "small": ("small", f"{gpu.cite}, below {LARGE_GPU_GIB:g} GiB"),
+        "huge": ("huge", f"{gpu.cite}, at least {HUGE_GPU_GIB:g} GiB"),
+        "large": ("large", f"{gpu.named}, {gpu.cite}, at least {LARGE_GPU_GIB:g} GiB and not an A100"),
+        "named-small": ("small", f"{gpu.named} keeps the small GPUs' default whatever its memory"),
+    }.get(gpu.tier or "")
+    if shown is not None:
+        tier, why = shown
+        value = BATCH_BY_TIER[tier][i] * mode
+        return value, f"assumed: {label} {ctx} default on this GPU ({why}{who(api[tier])}{doubled}; {BATCH_SRC})"
+    if gpu.busy is not None:
+        top = gpu.busy
+        also = f"; {huge} if it has 160 GiB or more: {BATCH_HINT}" if huge != large else ""
+        return large, (
+            f"assumed: {label} {ctx} default on a GPU of >= {LARGE_GPU_GIB:g} GiB other than an A100 "
+            f"({top['running']} running on one engine at {top['source']}:{top['line']}, more than the small GPUs' "
+            f"max_num_seqs allows{also}{who(api['large'])}{doubled}; {BATCH_SRC})"
+        )
+    if gpu.tier == "unless-a100":
+        return small, (
+            f"assumed: {label} {ctx} default on an A100 ({gpu.cite}, at least {LARGE_GPU_GIB:g} GiB: {large} if this "
+            f"GPU is not an A100{who(api['small'])}{doubled}; {BATCH_HINT}; {BATCH_SRC})"
+        )
+    since = "; the version is not in the bundle: 0.8.0 or later assumed" if version is None else ""
+    also = f", {huge} from {HUGE_GPU_GIB:g} GiB" if huge != large else ""
+    return small, (
+        f"assumed: {label} {ctx} default on a GPU below {LARGE_GPU_GIB:g} GiB or an A100 (the bundle shows neither "
+        f"the GPU nor its memory; {large} on a GPU of >= {LARGE_GPU_GIB:g} GiB other than an A100{also}"
+        f"{who(api['small'])}{since}{doubled}; {BATCH_HINT}; {BATCH_SRC})"
+    )
+
+
+def _batch_default_on_this_gpu(
+    out: pl.DataFrame, stats: pl.DataFrame | None, server: bool, run_ids: set[int]
+) -> pl.DataFrame:
+    """A ``default`` row of max_num_batched_tokens for a vLLM V1 server whose runs do not all state it
+    (:func:`batch_default`, on the GPU :func:`_gpu_shown` finds, the same evidence as max_num_seqs'). V0's
+    default follows chunked prefill and max_model_len: the what-if's (replay_budget), no row here."""
+    mine = out.filter((pl.col(CONFIG_ENGINE) == VLLM) & (pl.col("status") != "default"))
+    engine = _last(mine, "engine")
+    if engine is None or str(engine["value"]) != "V1":
+        return out
+    if "max_num_batched_tokens" in _stated_in_every_run(mine.drop(CONFIG_ENGINE), run_ids):
+        return out
+    ver = _last(mine, "vllm_version")
+    floor = None if ver else _last(mine, VERSION_FLOOR_KEY)
+    vt = _version_tuple(str((ver or floor or {}).get("value"))) if ver or floor else None
+    label = f"vLLM {ver['value']}'s" if ver else "vLLM's"
+    mode_row = _last(mine, "performance_mode")
+    mode = 2 if mode_row is not None and str(mode_row["value"]) == "throughput" else 1
+    value, note = batch_default(_gpu_shown(mine, stats, 256 * mode), server, vt, label, mode, _world_size(mine))
+    row = {k: None for k in out.columns} | {
+        "key": "max_num_batched_tokens",
+        "value": str(value),
+        "status": "default",
+        "note": note,
+        CONFIG_ENGINE: VLLM,
+    }
+    return pl.concat([out, pl.DataFrame([row], schema=out.schema)], how="vertical")
 
 
 def _is_v1(mine: pl.DataFrame, version: tuple[int, ...]) -> bool:
@@ -949,15 +1123,26 @@ def replay_budget(
 ) -> Budget:
     """enable_chunked_prefill and max_num_batched_tokens for the what-if where the bundle does not state
     them (``chunked``, ``mbt``: None), by the engine the bundle ran: V0's defaults for a V0 log (the
-    configuration's ``engine`` V0; rules above), else V1's (on; 8192). ``mml``: max_model_len, None when
+    configuration's ``engine`` V0; rules above), else V1's (on; vLLM's default on the GPU the bundle shows,
+    the configuration's ``default`` row: :func:`batch_default`). ``mml``: max_model_len, None when
     the bundle does not state it; ``longest``: the workload's longest request in tokens (prompt +
     output), a floor of max_model_len."""
     gen = in_force(config).get("engine")
     out: list[str] = []
     if gen is None or str(gen.get("value")) != "V0":
         if mbt is None:
-            mbt = 8192
-            out.append("max_num_batched_tokens not in the bundle: taken as 8192 (vLLM V1 default for serving)")
+            mbt, said = _v1_budget(config)
+            # a value the bundle does not settle says so first (BATCH_HINT: the GPU's tier, the version)
+            taken = f"{mbt}, assumed" if BATCH_HINT in said else str(mbt)
+            said = said.removeprefix("assumed: ")
+            if chunked is False and mml is not None and mml > mbt:  # stated off: a prompt must fit one step
+                said = (
+                    f"max_model_len {mml}: with chunked prefill off vLLM raises its default to it ({_V1_SET_BATCH}: "
+                    f"max(max_model_len, {mbt}), {said})"
+                )
+                taken = str(mml)
+                mbt = mml
+            out.append(f"max_num_batched_tokens not in the bundle: taken as {taken} ({said})")
         if chunked is None:
             chunked = True
             out.append("enable_chunked_prefill not in the bundle: taken as on (the V1 default)")
@@ -1011,6 +1196,23 @@ def replay_budget(
             f"{floor}); --base max_num_batched_tokens=N gives the real one"
         )
     return Budget(chunked, mbt, tuple(out))
+
+
+_V1_SET_BATCH = "vllm/engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args"
+
+
+def _v1_budget(config: pl.DataFrame) -> tuple[int, str]:
+    """vLLM V1's max_num_batched_tokens where the bundle does not state it: the configuration's ``default``
+    row (the GPU's tier, the API server's or the LLM class's: :func:`_batch_default_on_this_gpu`), else (no V1
+    engine row: a bundle without vLLM's start-up lines) the API server's on a GPU the bundle does not show."""
+    cfg = in_force(config)
+    row = cfg.get("max_num_batched_tokens")
+    if row is not None and row.get("status") == "default" and str(row["value"]).isdigit():
+        return int(str(row["value"])), str(row.get("note") or "")
+    ver = cfg.get("vllm_version")
+    ver = ver if ver is not None and ver.get("status") != "default" else None
+    vt = _version_tuple(str(ver["value"])) if ver else None
+    return batch_default(GpuShown(), True, vt, f"vLLM {ver['value']}'s" if ver and vt else "vLLM's")
 
 
 REPLAY_VERSIONS = ReplayVersions(

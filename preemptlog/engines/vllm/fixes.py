@@ -144,9 +144,9 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
         out["p95_latency_s"] = Measured(None, f"latencies are not in the bundle: {LATENCY_HINT}")
     cfg = _cfg(analysis)
 
-    def c(key: str, cast: Callable[[Any], Any] = float) -> Measured:
+    def c(key: str, cast: Callable[[Any], Any] = float, defaults: bool = True) -> Measured:
         row = cfg.get(key)
-        if row is None:
+        if row is None or (not defaults and row.get("status") == "default"):
             return Measured(None, f"{key} not stated in the bundle")
         try:
             val = cast(row["value"])
@@ -158,7 +158,9 @@ def measure(analysis: AnalysisView) -> dict[str, Measured]:
 
     out["block_size"] = c("block_size", int)
     out["max_num_seqs"] = c("max_num_seqs", int)
-    out["max_num_batched_tokens"] = c("max_num_batched_tokens", int)
+    # vLLM's default follows the GPU's tier, which the bundle may not show (config.batch_default): a change is
+    # sized from a budget the bundle states, else said relative ("+N tokens")
+    out["max_num_batched_tokens"] = c("max_num_batched_tokens", int, defaults=False)
     out["gpu_memory_utilization"] = c("gpu_memory_utilization", float)
     ver = cfg.get("vllm_version")
     if ver is not None and ver.get("source"):  # only a version the bundle states
