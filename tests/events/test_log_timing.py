@@ -119,7 +119,11 @@ def layouts(draw):
     for e in engines:
         moments, prev = [], None
         for t, n in lines[e]:
-            lo = prev if prev is not None else t - 10
+            # inside the line's own interval as the log reading has it: one tick of vLLM's logger before
+            # the line, never the time since the line shown before (idle ticks print DEBUG lines:
+            # engines/vllm/preemptions.py _tick_interval_start); the tick is the lines' most common gap
+            # (5 s at least here: every gap drawn below is), so the last 5 s are inside it whatever it is
+            lo = max(prev, t - 5) if prev is not None else t - 5
             moments += [rnd.uniform(lo, t) if lo < t else t for _ in range(n)]
             prev = t
         how = modes[e] = draw(st.sampled_from(["agree", "agree", "offset", "more", "less", "random"]))
