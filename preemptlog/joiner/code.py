@@ -20,7 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from .. import engines
-from .common import asof, engine_key, src_expr
+from .common import ServerScope, asof, engine_key, src_expr
 from .declare import Evidence, cited
 from .spans import failed_in_spans, pressure_in_spans
 from .stats import MAX_DEPTH, _prefix, lanes
@@ -89,9 +89,10 @@ def section_code(
     stats: pl.DataFrame | None,
     before_us: int,
     after_us: int,
+    scope: ServerScope | None = None,
 ) -> pl.DataFrame | None:
     """``events`` needs _i, time, kind, time_precision, interval_start, interval_end, _eng (every event,
-    timed or not)."""
+    timed or not); ``scope``: a server's event reads its own server's block-table records only."""
     # Each engine's code facts (Engine.bundle_facts: what its configuration in force settles), for its events.
     per_engine = [
         (e.name, e.bundle_facts(engines.config_of(config, e.name) if config is not None else None))
@@ -149,7 +150,10 @@ def section_code(
     pressure = _stacked(pressures)
     if pressure is not None:
         out = out.join(pressure, on="_i", how="left")
-    failed = _failed_allocations(span, frames.get("bt_events"))
+    if scope is None or "source" not in span.columns:
+        failed = _failed_allocations(span, frames.get("bt_events"))
+    else:
+        failed = scope.each(span, "source", frames, lambda e, f: _failed_allocations(e, f.get("bt_events")))
     if failed is not None:
         out = out.join(failed, on="_i", how="left")
     kv_before = _stacked(kv_befores)

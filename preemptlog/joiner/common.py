@@ -7,6 +7,7 @@ cumulative-sum difference: no Python loop per event.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -189,3 +190,103 @@ def rows_in_ranges(q: pl.DataFrame, rows: pl.DataFrame, by: list[str], on: str, 
     )
     pos = ends.select("_q", pl.int_ranges("_a", "_b").alias("_k")).explode("_k")
     return pos.select("_q", r.get_column("_r").gather(pos.get_column("_k")).alias("_r"))
+
+
+# The frames of one scheduler's own records (its debug-hook steps, block-table records, KV events,
+# prefix-cache resets): where the bundle keeps servers in folders of their own, a server's event reads
+# only those of its own folder (ServerScope).
+SERVER_FRAMES = (
+    "hook_steps",
+    "hook_pending",
+    "hook_batch",
+    "bt_steps",
+    "bt_tables",
+    "bt_events",
+    "bt_requests",
+    "bt_text",
+    "kv_events",
+    "cache_resets",
+)
+
+
+def folder_of(col: str = "source") -> pl.Expr:
+    """The folder of a file's display name (``incident/a/vllm.log`` -> ``incident/a``; an archive member's
+    ``x.tar.gz!a/vllm.log`` -> ``x.tar.gz/a``): where a bundle keeps one server's files; null for a file
+    at the top."""
+    return pl.col(col).cast(pl.String).str.replace_all("!", "/", literal=True).str.extract(r"^(.*)/[^/]*$", 1)
+
+
+# A section of the joiner over (events, frames): one server's, under ServerScope.each.
+Section = Callable[[pl.DataFrame, dict[str, Any]], "pl.DataFrame | None"]
+
+
+class ServerScope:
+    """The servers of a bundle that keeps them in folders of their own (``a/vllm.log`` beside
+    ``b/vllm.log``): a *server log* is a log that holds preemption lines or stats lines, its folder is its
+    server's, and every file is the server's whose folder is the deepest one above it (``""``: under no
+    server's folder). One server's scheduler records (SERVER_FRAMES) never explain another server's
+    event: two servers side by side both call their engine "0", and one's hook steps or block-table
+    records said nothing of the other's pool. A file under no server's folder (``records/`` beside
+    ``a/`` and ``b/``) cannot be told to be either's: it explains only the events of files under no
+    server's folder (its own record events). One server folder (or none): no scope (:meth:`of` is None),
+    and every record of the event's engine is read, wherever it lies (``logs/`` beside ``records/``)."""
+
+    def __init__(self, folders: list[str]) -> None:
+        self.folders = sorted(folders, key=lambda f: (-len(f), f))  # deepest first
+
+    @classmethod
+    def of(
+        cls, events: pl.DataFrame, stats: pl.DataFrame | None, log_streams: pl.DataFrame | None
+    ) -> ServerScope | None:
+        """``log_streams``: the streams of the bundle's log files (a scrape's or a record file's events
+        and samples are no server log)."""
+        if log_streams is None or log_streams.height == 0:
+            return None
+        of_log = pl.col("stream").cast(pl.Int32).is_in(log_streams.get_column("stream").cast(pl.Int32).implode())
+        logs: set[str] = set()
+        for df in (events, stats):
+            if df is not None and {"source", "stream"} <= set(df.columns):
+                logs |= set(df.filter(of_log.fill_null(False)).get_column("source").drop_nulls().cast(pl.String))
+        if not logs:
+            return None
+        folders = set(
+            pl.Series(sorted(logs), dtype=pl.String).to_frame("f").select(folder_of("f").fill_null("")).to_series()
+        )
+        return cls(sorted(folders)) if len(folders) > 1 else None
+
+    def server(self, col: str) -> pl.Expr:
+        """The server folder of the file named in ``col`` (``""``: under none)."""
+        folder = folder_of(col).fill_null("")
+        out = pl.lit("", pl.String)
+        for f in reversed(self.folders):  # the deepest match wins: it is applied last
+            if f:
+                out = pl.when((folder == f) | folder.str.starts_with(f + "/")).then(pl.lit(f)).otherwise(out)
+        return out
+
+    def each(
+        self,
+        ev: pl.DataFrame,
+        file_col: str,
+        frames: dict[str, Any],
+        section: Section,
+    ) -> pl.DataFrame | None:
+        """``section(events, frames)`` run per server: its events (their file in ``file_col``) with the
+        SERVER_FRAMES rows of its folder, the results stacked."""
+        if ev.height == 0:
+            return section(ev, frames)
+        srv = ev.select(self.server(file_col)).to_series()
+        keyed = {
+            n: df.with_columns(self.server("source").alias("_srv"))
+            for n, df in frames.items()
+            if n in SERVER_FRAMES and isinstance(df, pl.DataFrame) and "source" in df.columns
+        }
+        parts = []
+        for s in srv.unique(maintain_order=True).to_list():
+            mine = ev.filter(srv == s)
+            own = {**frames, **{n: df.filter(pl.col("_srv") == s).drop("_srv") for n, df in keyed.items()}}
+            got = section(mine, own)
+            if got is not None:
+                parts.append(got)
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from .. import engines
 from .code import section_code
-from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, engine_key, us
+from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, SERVER_FRAMES, Section, ServerScope, engine_key, us
 from .config import section_config
 from .dmon import section_dmon
 from .kv import section_kv
@@ -62,29 +64,38 @@ def compute(
     ):
         if c not in base.columns:
             base = base.with_columns(pl.lit(None, dt).alias(c))
-    ev, members = _joined_events(base, frames, before_us, after_us)
+    # A bundle of servers in folders of their own: a server's event reads its own scheduler's records.
+    scope = ServerScope.of(base, stats, frames.get("log_streams"))
+
+    def scoped(section: Section) -> Callable[[pl.DataFrame], pl.DataFrame | None]:
+        def run(e: pl.DataFrame) -> pl.DataFrame | None:
+            return section(e, frames) if scope is None else scope.each(e, "_file", frames, section)
+
+        return run
+
+    ev, members = _joined_events(base, frames, before_us, after_us, scoped)
     out = base.select("_i", "event_id")
     if ev.height:
         sections = [
-            section_sched(ev, frames, lookback_steps, before_us),
-            section_pool(ev, frames, lookback_steps, before_us),
-            section_batch_len(ev, frames, before_us),
-            section_request(ev, frames, before_us, after_us),
-            section_kv(ev, frames),
+            scoped(lambda e, f: section_sched(e, f, lookback_steps, before_us))(ev),
+            scoped(lambda e, f: section_pool(e, f, lookback_steps, before_us))(ev),
+            scoped(lambda e, f: section_batch_len(e, f, before_us))(ev),
+            scoped(lambda e, f: section_request(e, f, before_us, after_us))(ev),
+            scoped(section_kv)(ev),
             section_stats(ev, stats, before_us, after_us, log_streams=frames.get("log_streams")),
             section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
-            _config_section(ev, base, config, frames.get("server_runs")),
+            _own_config(ev, base, config, frames.get("server_runs"), scope),
         ]
         # A reset of the engine's prefix cache at the event (every path to it: log line, KV events, records).
-        sections.append(section_reset(ev, members, base, frames))
+        sections.append(scoped(lambda e, f: section_reset(e, members, base, f))(ev))
         for sec in sections:
             if sec is not None:
                 out = out.join(sec, on="_i", how="left", maintain_order="left")
         out = _shared_by_interval(out, members)
     # What the engine's own code can do, for every event (timed or not: a count not placed in
     # time still has an engine and an interval).
-    code = section_code(base.with_columns(_eng=engine_key("engine")), config, frames, stats, before_us, after_us)
+    code = section_code(base.with_columns(_eng=engine_key("engine")), config, frames, stats, before_us, after_us, scope)
     if code is not None:
         out = out.join(code, on="_i", how="left", maintain_order="left")
     untimed = base.filter(pl.col("time").is_null()).select("_i")
@@ -117,6 +128,31 @@ def compute(
         else:
             cols.append(pl.lit(None, dtype).alias(name))
     return out.sort("_i").select(cols)
+
+
+def _own_config(
+    ev: pl.DataFrame,
+    base: pl.DataFrame,
+    config: pl.DataFrame | None,
+    runs: pl.DataFrame | None,
+    scope: ServerScope | None,
+) -> pl.DataFrame | None:
+    """:func:`_config_section` per server (a bundle of servers in folders of their own, ServerScope): a
+    server's event reads the configuration its own folder's files state, and that of files under no
+    server's folder (the bundle's), never another server's."""
+    if scope is None or config is None or config.height == 0 or "source" not in config.columns:
+        return _config_section(ev, base, config, runs)
+    cfg = config.with_columns(scope.server("source").alias("_srv"))
+    srv = ev.select(scope.server("_file")).to_series()
+    parts = []
+    for s in srv.unique(maintain_order=True).to_list():
+        mine = cfg.filter(pl.col("source").is_null() | pl.col("_srv").is_in([s, ""])).drop("_srv")
+        got = _config_section(ev.filter(srv == s), base, mine, runs)
+        if got is not None:
+            parts.append(got)
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
 
 
 def _config_section(
@@ -153,7 +189,11 @@ def _bundle_config(out: pl.DataFrame, untimed: pl.DataFrame, base: pl.DataFrame,
 
 
 def _joined_events(
-    base: pl.DataFrame, frames: dict[str, pl.DataFrame], before_us: int, after_us: int
+    base: pl.DataFrame,
+    frames: dict[str, pl.DataFrame],
+    before_us: int,
+    after_us: int,
+    scoped: Callable[[Section], Callable[[pl.DataFrame], pl.DataFrame | None]],
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The timed events as the sections read them (``_t``, the window ``[_lo, _hi]``, ``_eng``,
     ``_iend``, the decision ``_dt``/``_ds`` of the request's preempt record), one representative per
@@ -187,7 +227,7 @@ def _joined_events(
     ev = ev.with_columns(_rep=pl.coalesce(rep, pl.col("_i")))
     members = ev.select("_i", "_rep")
     ev = ev.filter(pl.col("_rep") == pl.col("_i")).drop("_rep")
-    dec = decision_steps(ev, frames, before_us, after_us)
+    dec = scoped(lambda e, f: decision_steps(e, f, before_us, after_us))(ev)
     if dec is None:
         return ev.with_columns(_dt=pl.lit(None, pl.Datetime("us", "UTC")), _ds=pl.lit(None, pl.Int64)), members
     return ev.join(dec, on="_i", how="left", maintain_order="left"), members
@@ -242,4 +282,29 @@ def evidence(
     are matched to the log event of the same request (``bt_preempt_offset_s``).
     """
     frame = compute(events, frames, stats, config, before=before, after=after, lookback_steps=lookback_steps)
-    return frame, skew_notes(events, frame)
+    return frame, skew_notes(events, frame) + scope_notes(events, frames, stats)
+
+
+def scope_notes(events: pl.DataFrame, frames: dict[str, pl.DataFrame], stats: pl.DataFrame | None) -> list[str]:
+    """Where the bundle keeps servers in folders of their own (ServerScope), the files of scheduler
+    records (SERVER_FRAMES) under none of those folders: they explain no server's events."""
+    scope = ServerScope.of(events, stats, frames.get("log_streams")) if events.height else None
+    if scope is None or "" in scope.folders:  # a server log at the top: every other file is its server's
+        return []
+    loose: set[str] = set()
+    for name in SERVER_FRAMES:
+        df = frames.get(name)
+        if isinstance(df, pl.DataFrame) and df.height and "source" in df.columns:
+            files = df.select(pl.col("source").cast(pl.String)).unique().drop_nulls()
+            loose |= set(files.filter(files.select(scope.server("source")).to_series() == "").to_series())
+    if not loose:
+        return []
+    named = sorted(loose)
+    shown = ", ".join(named[:3]) + (f" (+{len(named) - 3} more)" if len(named) > 3 else "")
+    servers = sorted(f for f in scope.folders if f)
+    where = ", ".join(servers[:4]) + (f" (+{len(servers) - 4} more)" if len(servers) > 4 else "")
+    return [
+        f"{shown}: scheduler records under none of the {len(scope.folders)} server folders ({where}): no one "
+        "server's, so they explain no server's preemptions (one server's records say nothing of another's "
+        "pool); put such a file beside its server's log"
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..model.places import folders, shared_depth
-from .common import asof, src_expr, window_max, with_eng
+from .common import asof, folder_of, src_expr, window_max, with_eng
 from .declare import Evidence, cited
 
 EVIDENCE = [
@@ -202,10 +202,7 @@ def _uniq(*cols: str) -> list[str]:
     return list(dict.fromkeys(cols))
 
 
-def _folder(col: str = "source") -> pl.Expr:
-    """The folder of a file's display name (``incident/a/vllm.log`` -> ``incident/a``; an archive
-    member's ``x.tar.gz!a/vllm.log`` -> ``x.tar.gz/a``): where a bundle keeps one server's files."""
-    return pl.col(col).cast(pl.String).str.replace_all("!", "/", literal=True).str.extract(r"^(.*)/[^/]*$", 1)
+_folder = folder_of  # the folder of a file's display name (common.folder_of)
 
 
 MAX_DEPTH = 12  # folder levels a lane looks up through
