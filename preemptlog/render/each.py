@@ -282,7 +282,10 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
                 for u, g in meets
             ]
             best = max((n for n, _ in near), default=0)
-            home = next((u for n, u in near if n == best), None)
+            nearest = [u for n, u in near if n == best]
+            # as near to two incidents or more (metrics/ beside a/ and b/): no one of them is its own, and
+            # the first to start would take another server's counts; it is a unit of its own
+            home = nearest[0] if len(nearest) == 1 else None
         if home is None:
             rest.append(f)
         else:

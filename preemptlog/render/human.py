@@ -301,10 +301,18 @@ def _unit_lines(units: list[tuple[str, Analysis | None]], width: int) -> list[Te
             return 0
         return 1 if (s.get("fixes") or (s.get("cause") or {}).get("pressure")) else 2
 
+    def short(name: str) -> str:
+        """The fewest trailing parts of a unit's name that no other unit's name ends with (a file's name
+        alone, ``b/vllm.log`` beside ``a/vllm.log``)."""
+        parts = name.split("/")
+        for k in range(1, len(parts) + 1):
+            tail = "/".join(parts[-k:])
+            if not any(o != name and (o == tail or o.endswith("/" + tail)) for o, _ in units):
+                return tail
+        return name
+
     def names(group: list[tuple[str, Analysis | None]]) -> str:
-        return ", ".join(n.rsplit("/", 1)[-1] for n, _ in group[:6]) + (
-            f" and {len(group) - 6} more" if len(group) > 6 else ""
-        )
+        return ", ".join(short(n) for n, _ in group[:6]) + (f" and {len(group) - 6} more" if len(group) > 6 else "")
 
     ranked = sorted(units, key=rank)  # stable: the order of their start within a rank
     out: list[Text] = []
