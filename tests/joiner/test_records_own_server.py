@@ -12,9 +12,11 @@ server's and explain neither; with one server, records in a folder of their own 
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from preemptlog import AnalyzeOptions, analyze
 
@@ -69,7 +71,7 @@ def _records(free: int, rid: str) -> str:
 def _evidence(paths: list[Path]) -> dict[str, dict]:
     a = analyze([str(p) for p in paths], OPTS)
     ev = a.events.select("event_id", "source").join(a.evidence, on="event_id")
-    return {r["source"].split("/")[-2]: r for r in ev.iter_rows(named=True)}
+    return {r["source"].replace("!", "/").split("/")[-2]: r for r in ev.iter_rows(named=True)}
 
 
 def _cited(row: dict, skip: tuple[str, ...] = ("code_",)) -> set[str]:
@@ -82,21 +84,35 @@ def _cited(row: dict, skip: tuple[str, ...] = ("code_",)) -> set[str]:
     return out
 
 
-def test_each_server_reads_its_own_hook_steps_records_and_arguments(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["folders", "nested", "archive"])
+def test_each_server_reads_its_own_hook_steps_records_and_arguments(tmp_path: Path, layout: str) -> None:
+    """``a/`` and ``b/`` side by side; ``nested``: under ``node1/`` with the records one folder deeper
+    (``b/records/``); ``archive``: the same folders inside a .tar.gz (members ``x.tar.gz!a/vllm.log``)."""
+    root = tmp_path / "x"
+    top = root / "node1" if layout == "nested" else root
     for name, free, seqs, rid in (("a", 90, 128, "4242"), ("b", 9, 64, "42")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "vllm.log").write_text(_log(free, seqs, rid))
-    (tmp_path / "b" / "blocktable.jsonl").write_text(_records(9, "42"))
-    got = _evidence([tmp_path])
+        (top / name).mkdir(parents=True)
+        (top / name / "vllm.log").write_text(_log(free, seqs, rid))
+    rec = top / "b" / "records" if layout == "nested" else top / "b"
+    rec.mkdir(exist_ok=True)
+    (rec / "blocktable.jsonl").write_text(_records(9, "42"))
+    target = root
+    if layout == "archive":
+        target = tmp_path / "x.tar.gz"
+        with tarfile.open(target, "w:gz") as tf:
+            for name in ("a", "b"):
+                tf.add(root / name, arcname=name)
+    got = _evidence([target])
     a, b = got["a"], got["b"]
     # A: its own step (90 free), no block-table pool (its folder has no records), its own arguments
     assert a["sched_free_blocks"] == 90 and a["sched_free_blocks_src"].endswith("a/vllm.log:3")
     assert a["pool_free_blocks"] is None
     assert a["cfg_max_num_seqs"] == 128 and a["cfg_max_num_seqs_src"].endswith("a/vllm.log:1")
-    assert not any(f.endswith(("b/vllm.log", "b/blocktable.jsonl")) for f in _cited(a)), _cited(a)
+    assert not any(f.endswith(("b/vllm.log", "blocktable.jsonl")) for f in _cited(a)), _cited(a)
     # B: its own step, its own records, its own arguments
     assert b["sched_free_blocks"] == 9 and b["sched_free_blocks_src"].endswith("b/vllm.log:3")
-    assert b["pool_free_blocks"] == 9 and b["pool_free_blocks_src"].endswith("b/blocktable.jsonl:1")
+    assert b["pool_free_blocks"] == 9 and b["pool_free_blocks_src"].endswith("blocktable.jsonl:1")
+    assert "/b/" in b["pool_free_blocks_src"].replace("!", "/")
     assert b["cfg_max_num_seqs"] == 64 and b["cfg_max_num_seqs_src"].endswith("b/vllm.log:1")
     assert not any(f.endswith("a/vllm.log") for f in _cited(b)), _cited(b)
 
