@@ -177,7 +177,8 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
     """The incidents of an analysis of ``paths`` (one unit when it is one): its log streams grouped
     by server and time. Two streams are one incident when their lines meet in time (their spans
     overlap, or come within :data:`MEET_S`) and they are not two servers (each holds a server start
-    of its own: servers.py); a stream without a time of its own is one on its own. A stream of several
+    of its own: servers.py; or they lie in two folders of a bundle that keeps its logs in folders of
+    their own, as the joiner's ServerScope reads it); a stream without a time of its own is one on its own. A stream of several
     containers (:func:`container_parts`) is a part per container, grouped the same way. The files of
     other kinds (dmon, /metrics, records) join the incident they meet in time, else form one more
     unit (``(other sources)``)."""
@@ -211,6 +212,11 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
         for sid, c in st.select("stream", pl.col("compose") if split else pl.lit(None, pl.String)).iter_rows():
             started.add((int(sid), c if int(sid) in split else None))
     order = sorted(keys, key=lambda k: (spans.get(k, (None,))[0] is None, spans.get(k, (None,))[0] or 0, k[0]))
+    # A bundle that keeps its logs in folders of their own (a/vllm.log beside b/vllm.log) keeps a
+    # server per folder (the joiner's ServerScope): logs of two folders are two servers even where
+    # neither holds a server start, and one incident would pool their stats and sizes.
+    home_of = {sid: "/".join(folders(next(f for f in fs if f.kind in LOG_KINDS).display)) for sid, fs in logs.items()}
+    by_folder = len(set(home_of.values())) > 1
     groups: list[dict[str, Any]] = []
     for k in order:
         span = spans.get(k)
@@ -218,6 +224,8 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
         if span is not None:
             for g in groups:
                 if g["lo"] is None or (k in started and g["server"]):
+                    continue
+                if by_folder and any(home_of[s] != home_of[k[0]] for s in g["sids"]):
                     continue
                 if (
                     span[0].timestamp() <= g["hi"].timestamp() + MEET_S
