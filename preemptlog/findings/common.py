@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..joiner.common import SERVER_FRAMES, ServerScope
 from ..model.config import Cfg, in_force
 from ..model.config import cfg_number as cfg_number  # re-exported: the findings read config here
 from ..model.config import cfg_text as cfg_text
@@ -23,6 +26,33 @@ def src_expr(source: str = "source", line: str = "line") -> pl.Expr:
 def frame(a: Analysis, name: str) -> pl.DataFrame | None:
     df = a.frames.get(name)
     return df if df is not None and df.height else None
+
+
+def per_server(a: Analysis, each: Callable[[Analysis], pl.DataFrame]) -> pl.DataFrame:
+    """``each(view)`` (a frame keyed by ``event_id``) per server of a bundle that keeps its servers in
+    folders of their own (joiner/common.py ServerScope): each view holds one server's events with that
+    server's own scheduler records (SERVER_FRAMES) and request lines, so a record of ``b/`` that names
+    the same request id never gives ``a/``'s event its tokens. The results are stacked in the order of
+    the analysis' events. One server (or none): ``each(a)``."""
+    scope = ServerScope.of(a.events, a.stats, a.frames.get("log_streams")) if a.events.height else None
+    if scope is None or "source" not in a.events.columns:
+        return each(a)
+    srv = a.events.select(scope.server("source")).to_series()
+
+    def own(df: pl.DataFrame, s: str) -> pl.DataFrame:
+        return df.filter(scope.server("source") == s) if df.height and "source" in df.columns else df
+
+    parts = []
+    for s in srv.unique(maintain_order=True).to_list():
+        frames = {
+            n: own(df, s) if n in SERVER_FRAMES and isinstance(df, pl.DataFrame) else df for n, df in a.frames.items()
+        }
+        view = dataclasses.replace(  # type: ignore[type-var]
+            a, events=a.events.filter(srv == s), frames=frames, requests=own(a.requests, s)
+        )
+        parts.append(each(view))
+    out = pl.concat(parts, how="diagonal_relaxed")
+    return a.events.select("event_id").join(out, on="event_id", how="left", maintain_order="left")
 
 
 def cfg_default(a: Analysis, key: str) -> Cfg | None:

@@ -17,7 +17,7 @@ from ..model.requests import with_request_key
 from ..rules.mechanisms import MECHANISM_EVIDENCE, active
 from ..rules.mechanisms import evaluate as run
 from ..rules.verdicts import event_frame
-from .common import frame, stats_intervals
+from .common import frame, per_server, stats_intervals
 from .thrash import COMPLETE_KINDS
 
 if TYPE_CHECKING:
@@ -68,8 +68,19 @@ def evidence(a: Analysis, v: pl.DataFrame) -> pl.DataFrame:
         mech_policy=pl.col("p_policy"),
         mech_victim_priority=pl.col("t_priority"),
     )
-    att = attributed(a)
-    if att is not None:
+    # each server's counted events placed by its own request records (common.per_server)
+    att_schema = {
+        "event_id": pl.String,
+        "_a_rid": pl.String,
+        **{c: pl.Int64 for c in ("_a_pre", "_a_idx", "_a_prompt")},
+    }
+
+    def placed(view: Analysis) -> pl.DataFrame:
+        got = attributed(view)
+        return pl.DataFrame(schema=att_schema) if got is None else got
+
+    att = per_server(a, placed).drop_nulls("_a_pre")
+    if att.height:
         # A counted event (no request id) that a request's own preemption count places: that request's values.
         df = (
             df.join(att, on="event_id", how="left")

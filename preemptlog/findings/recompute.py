@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import engines
-from .common import frame, src_expr, stats_intervals
+from .common import frame, per_server, src_expr, stats_intervals
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView as Analysis
@@ -77,7 +77,12 @@ def _preempts(a: Analysis) -> pl.DataFrame | None:
 
 
 def victims(a: Analysis) -> pl.DataFrame:
-    """One row per event: the victim's preempt record, table and request facts (internal columns)."""
+    """One row per event: the victim's preempt record, table and request facts (internal columns), each
+    from the event's own server's records and request lines (common.per_server)."""
+    return per_server(a, _victims)
+
+
+def _victims(a: Analysis) -> pl.DataFrame:
     ev = a.events.select(
         "event_id",
         "time",
@@ -322,7 +327,12 @@ def per_event(v: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     out = v.with_columns(
         recompute_tokens=tokens.cast(pl.Int64), recompute_bound=bound, recompute_basis=basis, recompute_src=src
     )
-    return _with_cache_hits(a, _with_resume(a, out)).select(
+
+    def resumed(view: Analysis) -> pl.DataFrame:  # the victim's resume, from its own server's records
+        mine = out.join(view.events.select("event_id"), on="event_id", how="semi", maintain_order="left")
+        return _with_cache_hits(view, _with_resume(view, mine))
+
+    return per_server(a, resumed).select(
         "event_id",
         "recompute_tokens",
         "recompute_bound",
