@@ -162,6 +162,24 @@ def _same_value(value: Any, current: Any) -> bool:
         return str(value).strip() == str(current).strip()
 
 
+# The field guide's evidence, by kind: the frames that hold it.
+_GUIDE_EVIDENCE = (
+    ("its scheduler debug-hook lines", ("hook_steps", "hook_pending", "hook_batch")),
+    ("block-table records", ("bt_steps", "bt_tables", "bt_events", "bt_requests")),
+    ("nvidia-smi dmon", ("dmon",)),
+)
+
+
+def _guide_evidence(a: AnalysisView) -> str:
+    """The field guide's evidence to add: the kinds the bundle does not hold (a bundle of block-table
+    records is not told to add block-table records); every kind held: more of it, at the events."""
+    held = [any(a.frames.get(n) is not None and a.frames[n].height for n in names) for _, names in _GUIDE_EVIDENCE]
+    missing = [what for (what, _), h in zip(_GUIDE_EVIDENCE, held, strict=True) if not h]
+    if missing:
+        return f"the field guide's evidence ({', '.join(missing)})"
+    return "the field guide's evidence at the undetermined events' steps (the bundle's hook lines, records and dmon hold none there)"
+
+
 def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict[str, Any]]) -> list[dict[str, str]]:
     """What to add to the bundle, once each, with what it would settle (never ranked as a change)."""
     items: dict[str, list[str]] = {}
@@ -173,10 +191,7 @@ def to_know_more(a: AnalysisView, know: list[dict[str, Any]], changes: list[dict
 
     for x in know:
         if x.get("id") == "add_evidence":
-            add(
-                "the field guide's evidence (its scheduler debug-hook lines, block-table records, nvidia-smi dmon)",
-                "the gates that could not be evaluated for the undetermined events",
-            )
+            add(_guide_evidence(a), "the gates that could not be evaluated for the undetermined events")
             continue
         for part in str(x.get("missing") or "an input").split("; "):
             what = part.split(": ", 1)[-1] if ": " in part else part

@@ -224,8 +224,9 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
-    """What -v adds, counted and short: ``-v adds: 3 more changes, 1 span, 5 notes, ...``."""
+def _more_line(s: dict[str, Any], shown_warnings: int, warnings: int) -> str | None:
+    """What -v adds, counted and short: ``-v adds: 3 more changes, 1 span, 5 notes, ...``; ``warnings``:
+    how many -v prints (the headline's "Not one incident" is not printed again as a warning)."""
     items = []
     fixes = (s.get("fixes") or [])[1:]
     if fixes:
@@ -243,7 +244,7 @@ def _more_line(s: dict[str, Any], shown_warnings: int) -> str | None:
     notes = collapse(list(s.get("notes") or []))
     if notes:
         items.append(_n(len(notes), "note"))
-    hidden = len(collapse(list(s.get("warnings") or []))) - shown_warnings
+    hidden = warnings - shown_warnings
     if hidden > 0:
         items.append(_n(hidden, "more warning"))
     if not items:
@@ -399,7 +400,7 @@ def summary_lines(
     if not verbose:
         for w, n in shown:
             put(f"warning: {_times(w, n)}", lead=("warning:", "red"))
-        more = _more_line(s, len(shown))
+        more = _more_line(s, len(shown), len(warnings))
         if more:
             put(more, style="dim")
         return head, rest

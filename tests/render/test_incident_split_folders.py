@@ -43,11 +43,12 @@ def test_scrapes_as_near_to_two_servers_are_neither_servers(tmp_path):
     assert "no sign of pressure in the others: b/vllm.log -v adds:" in said
 
 
-def _v0_server(folder, max_num_seqs: int, usage: float) -> None:
-    """A V0 server's log without a start banner: its args line, six stats lines at ``usage`` % with
-    ``max_num_seqs`` running, and a preemption warning after each (10:01:00-10:01:53)."""
+def _v0_server(folder, max_num_seqs: int, usage: float, banner: bool = False) -> None:
+    """A V0 server's log (without a start banner unless ``banner``): its args line, six stats lines at
+    ``usage`` % with ``max_num_seqs`` running, and a preemption warning after each (10:01:00-10:01:53)."""
     folder.mkdir(parents=True)
-    lines = [
+    lines = ["INFO 08-28 10:00:00 api_server.py:712] vLLM API server version 0.6.3"] if banner else []
+    lines += [
         f"INFO 08-28 10:00:00 api_server.py:585] args: Namespace(host=None, port=8000, model='m', "
         f"max_num_seqs={max_num_seqs}, max_model_len=8192, gpu_memory_utilization=0.9)"
     ]
@@ -84,3 +85,18 @@ def test_logs_of_two_folders_without_a_start_are_two_servers(tmp_path):
     assert "--max-num-seqs 32 (seen two/a/vllm.log:1) -> 28" in said
     assert "--max-num-seqs 256 (seen two/b/vllm.log:1) -> 217" in said
     assert "at least 12" not in said
+
+
+def test_v_adds_no_warning_it_does_not_print(tmp_path):
+    """Two servers with their starts: the "holds 2 vLLM servers" warning is the headline's "Not one
+    incident" and -v does not print it again, so the default screen's "-v adds:" does not count it
+    (before: "1 more warning" that -v never showed)."""
+    _v0_server(tmp_path / "two" / "a", 32, 99.1, banner=True)
+    _v0_server(tmp_path / "two" / "b", 256, 97.5, banner=True)
+    args = ("analyze", str(tmp_path / "two"), "--tz", "UTC", "--year", "2026", "-f", "ndjson")
+    short, verbose = run_cli(*args), run_cli(*args, "-v")
+    assert short.returncode == verbose.returncode == 0, short.stderr
+    assert "Not one incident" in short.stderr
+    adds = next(ln for ln in short.stderr.splitlines() if "-v adds:" in ln)
+    assert "assumption" in adds
+    assert ("warning" in adds) == ("warning:" in verbose.stderr)
