@@ -146,6 +146,38 @@ def _marker_events(rows: pl.DataFrame) -> list[pl.DataFrame]:
     return [marker_events(pre.with_columns(kind=pl.lit("marker")))]
 
 
+def _own_engine_rows(records: pl.DataFrame, rows: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+    """The hook lines whose engine is known, and a note on the others: in a log where two engines or
+    more write behind their process prefixes (a data-parallel server's EngineCore_DP0, _DP1), a hook
+    line without a prefix (a bare print()) could be any of them's scheduler step, so it is no one
+    engine's evidence (before: engine 0's, by default). A log of one engine (or of none named) keeps
+    every line, as that engine's."""
+    if "proc" not in records.columns:
+        return rows, None
+    named = (
+        records.select("stream", engine_of_proc(pl.col("proc")).alias("_e"))
+        .drop_nulls("_e")
+        .group_by("stream")
+        .agg(pl.col("_e").unique().sort())
+        .filter(pl.col("_e").list.len() > 1)
+    )
+    if named.height == 0:
+        return rows, None
+    lost = pl.col("engine").is_null() & pl.col("stream").is_in(named.get_column("stream").implode())
+    gone = rows.filter(lost)
+    if gone.height == 0:
+        return rows, None
+    first = gone.sort("stream", "seq").row(0, named=True)
+    engines_of = named.filter(pl.col("stream") == first["stream"]).get_column("_e")[0].to_list()
+    note = (
+        f"{gone.height} debug-hook line(s) name no engine in a log of engines {', '.join(engines_of)} "
+        f"(first {first['source']}:{first['n']}): which engine's scheduler printed them is not in the log, so "
+        "they explain no engine's preemption (not evaluable); a hook line behind its engine's process prefix "
+        "(EngineCore_DPn) is that engine's"
+    )
+    return rows.filter(~lost), note
+
+
 def hooks_from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
     out = SourceOutput()
     kinds = [k for _, k in HOOK_MARKERS]
@@ -160,6 +192,8 @@ def hooks_from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
     # Each engine's scheduler prints its own steps (a data-parallel log interleaves them): the
     # engine comes from the line's process prefix (EngineCore_DPn...), steps count per engine.
     rows = rows.with_columns(engine=engine_of_proc(pl.col("proc")))
+    marked = rows  # every family line, for the PREEMPTED markers among them
+    rows, unowned = _own_engine_rows(records, rows)
     rows = rows.sort("stream", "seq").with_columns(
         step=(pl.col("kind") == "hook_sched").cast(pl.Int64).cum_sum().over("stream", pl.col("engine").fill_null("0"))
     )
@@ -204,7 +238,9 @@ def hooks_from_records(records: pl.DataFrame, ctx: TimeContext) -> SourceOutput:
     out.frames.update(
         hook_steps=steps.filter(pl.col("free_blocks").is_not_null()), hook_pending=pending, hook_batch=batch
     )
-    out.events.extend(_marker_events(rows))
+    out.events.extend(_marker_events(marked))
+    if unowned is not None:
+        out.notes.append(unowned)
     inherited = rows.filter(pl.col("time_precision").str.starts_with("inherited")).height
     out.counters["hooks"] = {
         "steps": steps.height,
