@@ -239,6 +239,10 @@ class Engine:
     # with stream, _compose, seq, cumulative; the records; the group keys) -> each row's counter chain
     # (events/servers.py: a chain's counter only grows, so chains side by side are no interleaving)
     counter_chains: Callable[[pl.DataFrame, pl.DataFrame, list[str]], pl.Series] | None = None
+    # why a bundle of its own signals, with neither its log nor its counter, cannot count its events, in its
+    # words: (analysis) -> {"short", "reason", "remedy"}, and what its other signals show of them where they
+    # show some (``seen``: SGLang's retraction gauge); events/visibility.py asks the bundle's engine
+    not_visible: Callable[[AnalysisView], dict[str, Any]] | None = None
 
     @property
     def default(self) -> bool:

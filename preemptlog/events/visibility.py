@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import engines
 from .pressure import log_capability
 from .reconcile import PROM_COUNTER, PROM_SINGLE
 
@@ -43,10 +44,10 @@ def count_visibility(a: Analysis) -> dict[str, Any]:
             short = f"{log}: this version logs no preemption count"
         return {"count_visible": False, "short": short, "reason": cap.reason, "remedy": cap.remedy}
     if not cap.has_log:
-        return {
-            "count_visible": False,
-            "short": "no vLLM log and no /metrics counter in the bundle",
-            "reason": "no vLLM log and no /metrics counter in the bundle",
-            "remedy": "add the vLLM server log or /metrics scrapes (vllm:num_preemptions_total)",
-        }
+        # neither a log nor the counter: the bundle's engine (its /metrics names' prefix, else the default
+        # engine) says why and what to add, in its words, and what its other signals show (Engine.not_visible)
+        kinds = engines.engine_kinds(a.events, a.config, a.records)
+        eng = (engines.find(next(iter(kinds))) if len(kinds) == 1 else None) or engines.default()
+        said = eng.not_visible or engines.default().not_visible
+        return {"count_visible": False, **(said(engines.own_view(a, eng.name)) if said else {})}
     return {"count_visible": True, "reason": None, "remedy": None}

@@ -184,7 +184,8 @@ def summarize(a: Analysis) -> dict[str, Any]:
             out["to_know_more"] = [
                 {
                     "add": visible["remedy"].removeprefix("add ").removeprefix("Add "),
-                    "settles": "how many preemptions happened (the count)",
+                    "settles": f"how many {registry.noun(registry.engine_kinds(a.events, a.config, a.records), 2)} happened "
+                    "(the count)",
                 },
                 *out["to_know_more"],
             ]
@@ -873,10 +874,11 @@ def headline(s: dict[str, Any]) -> str:
                 + f"; outside it: not visible ({reason})"
             )
         return (
-            f"Preemptions: not visible ({reason})"
+            f"{registry.noun(s.get('engine_kinds') or {}, 2).capitalize()}: not visible ({reason})"
             + _baseline_words(s)
             + (
-                f"; KV cache at the ceiling with requests waiting ({pw}): where preemptions can have happened"
+                f"; KV cache at the ceiling with requests waiting ({pw}): where "
+                f"{registry.noun(s.get('engine_kinds') or {}, 2)} can have happened"
                 if pw
                 else ""
             )

@@ -232,7 +232,7 @@ def _tiles(s: dict, a: Analysis) -> str:
         out.append(
             _tile(
                 "not visible",
-                "preemptions: this bundle cannot count them",
+                f"{noun(s.get('engine_kinds') or {}, 2)}: this bundle cannot count them",
                 f'<div class="l">{e(nv.get("remedy") or "")}</div>',
             )
         )
@@ -431,7 +431,8 @@ def _events(a: Analysis, s: dict) -> str:
     if ev.height == 0 and not s["count_visible"]:
         nv = s.get("not_visible") or {}
         out.append(
-            f"<h2>Events</h2><p>Preemptions are not visible in this bundle ({e(nv.get('reason'))}): "
+            f"<h2>Events</h2><p>{e(noun(s.get('engine_kinds') or {}, 2).capitalize())} are not visible in this "
+            f"bundle ({e(nv.get('reason'))}): "
             f"{e(nv.get('remedy'))}. This is not a count of zero.</p></section>"
         )
         return "\n".join(out)

@@ -23,6 +23,7 @@ ENGINE = register_engine(
         stats_families=(log.ENGINE_KIND,),  # its Decode / Prefill batch lines (log.stats_rows)
         server_start=log.server_start,
         log_capability=summary.log_capability,
+        not_visible=summary.not_visible,
         fixes=fixes.plan_part,
         fix_tie_order=(),
         prom_counter_note="{n} event(s) come from SGLang's retraction counter (sglang:num_retracted_requests_total, "

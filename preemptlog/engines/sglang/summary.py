@@ -17,7 +17,7 @@ import polars as pl
 
 from ...model.frames import provenance_expr
 from ..common import LogCapability
-from . import knobs
+from . import knobs, metrics
 from .log import ENGINE_KIND as SGLANG
 from .log import forced
 
@@ -199,3 +199,71 @@ def event_tokens(a: AnalysisView, keys: pl.DataFrame) -> pl.DataFrame | None:
         .alias("tokens"),
         "tokens_src",
     )
+
+
+# SGLang's count in /metrics (0.5.10+), and the gauge of the last retraction's requests per stats interval
+COUNTER = "sglang:num_retracted_requests_total"
+GAUGE = "sglang:num_retracted_reqs"
+GAUGE_FIELD = metrics.METRICS[GAUGE][0]
+NO_LOG_NOR_COUNTER = "no SGLang log and no /metrics retraction counter in the bundle"
+MAX_CITED = 3
+
+
+def gauge_seen(a: AnalysisView) -> dict[str, Any] | None:
+    """What SGLang's gauge ``sglang:num_retracted_reqs`` (0.5.5+) shows of retractions: SGLang sets it to
+    the requests of its last retraction and zeroes it at every stats report (the scheduler's prefill and
+    ``report_decode_stats``: ``stats.num_retracted_reqs = self.num_retracted_reqs``, then 0), so a sample
+    above 0 is a retraction of at least that many requests in the stats interval before it. Per series (the
+    largest across TP ranks, sources/prometheus), a sample is counted when it is above 0 and differs from
+    the series' sample before (the same value twice may be one interval read twice): the sum is a lower
+    bound of the retracted requests, never a count (the retractions between samples are not in it). None
+    without a sample above 0."""
+    ps = a.frames.get("prom_samples")
+    if ps is None or ps.height == 0 or "field" not in ps.columns:
+        return None
+    g = ps.filter((pl.col("field") == GAUGE_FIELD) & pl.col("value").is_not_null())
+    if g.height == 0:
+        return None
+    keys = ["scope", "engine", "model_name"]
+    g = g.sort([*keys, "time", "source", "line"], nulls_last=True).with_columns(
+        _prev=pl.col("value").shift(1).over(keys)
+    )
+    new = g.filter((pl.col("value") > 0) & (pl.col("_prev").is_null() | (pl.col("value") != pl.col("_prev"))))
+    if new.height == 0:
+        return None
+    cites = [f"{r['source']}:{r['line']}" for r in new.sort("time", "source", "line").iter_rows(named=True)]
+    return {
+        "metric": GAUGE,
+        "retracted_requests_at_least": int(new.get_column("value").sum()),
+        "samples": new.height,
+        "evidence": cites,
+        "basis": "each sample above 0 (not repeating the one before) is a retraction of that many requests in "
+        "the stats interval before it: a lower bound, the retractions between samples are not in it",
+    }
+
+
+def not_visible(a: AnalysisView) -> dict[str, Any]:
+    """Why a bundle of SGLang's /metrics without its retraction counter (and without its log) cannot count
+    the retractions, in SGLang's words, and what to add (the engine's ``not_visible``); where the gauge
+    ``sglang:num_retracted_reqs`` shows retractions, at least how many requests it shows (:func:`gauge_seen`)."""
+    out: dict[str, Any] = {
+        "short": NO_LOG_NOR_COUNTER,
+        "reason": NO_LOG_NOR_COUNTER,
+        "remedy": "add the SGLang server log (it logs every retraction: 'KV cache pool is full. Retract requests.') "
+        f"or /metrics scrapes of SGLang 0.5.10+ ({COUNTER})",
+    }
+    seen = gauge_seen(a)
+    if seen is None:
+        return out
+    ev = seen["evidence"]
+    cited = ", ".join(ev[:MAX_CITED]) + (f" and {len(ev) - MAX_CITED} more" if len(ev) > MAX_CITED else "")
+    n = seen["retracted_requests_at_least"]
+    shown = f"the gauge {GAUGE} shows at least {n} retracted request{'' if n == 1 else 's'} ({cited})"
+    out["short"] = f"{NO_LOG_NOR_COUNTER}; {shown}"
+    out["reason"] = (
+        f"{NO_LOG_NOR_COUNTER}; {shown}. The gauge holds the requests of the last retraction in "
+        "each stats interval and is zeroed at every stats line: a lower bound, not a count (the retractions "
+        "between scrapes are not in it)"
+    )
+    out["seen"] = seen
+    return out

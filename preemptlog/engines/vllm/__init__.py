@@ -45,6 +45,7 @@ ENGINE = register_engine(
         stats_families=("v0", "v1", stats.RUST_FAMILY),
         server_start=runs.server_start,
         log_capability=capability.log_capability,
+        not_visible=capability.not_visible,
         fixes=fixes.plan_part,
         fix_tie_order=tuple(fixes.TIE_ORDER),
         prom_counter_note="{n} event(s) come from the Prometheus counter vllm:num_preemptions_total: each "

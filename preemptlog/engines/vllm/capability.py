@@ -165,3 +165,17 @@ def _rust_capability(cap: LogCapability, stats: pl.DataFrame, rust: pl.DataFrame
 
 def _hhmmss(t: object) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(t, "strftime") else "?"
+
+
+# A bundle without a vLLM log and without the counter (events/visibility.py, the engine's ``not_visible``).
+NO_LOG_NOR_COUNTER = "no vLLM log and no /metrics counter in the bundle"
+
+
+def not_visible(a: AnalysisView) -> dict[str, str]:
+    """Why a bundle with neither a vLLM log nor vLLM's /metrics counter cannot count its preemptions, and
+    what to add (the engine's ``not_visible``)."""
+    return {
+        "short": NO_LOG_NOR_COUNTER,
+        "reason": NO_LOG_NOR_COUNTER,
+        "remedy": "add the vLLM server log or /metrics scrapes (vllm:num_preemptions_total)",
+    }

@@ -11,6 +11,7 @@ import polars as pl
 from ...model.events import capped_count, spread_interval
 from ...model.evidence import PERCENT_MAX
 from ...model.frames import polars_schema
+from ...model.kinds import default as default_kind
 from ...model.schemas import CONFIG_SCHEMA
 from .names import (
     CONFIG_LABELS,
@@ -203,8 +204,8 @@ def _combine(parsed: PromFiles, out: SourceOutput) -> SourceOutput:
         )
     samples = s.filter(pl.col("field") != "created")
 
-    # ---- config from vllm:cache_config_info labels
-    out.config = _config_rows(samples)
+    # ---- config from vllm:cache_config_info labels, and the engines the metric names' prefixes show
+    out.config = pl.concat([_config_rows(samples), _engine_rows(samples)], how="vertical")
 
     # ---- counters: increases between consecutive samples of a series (a NaN or Inf counter
     # sample is no count: left out, as the facts and events need whole numbers)
@@ -656,6 +657,32 @@ def _config_rows(samples: pl.DataFrame) -> pl.DataFrame:
                     "note": f"label of vllm:cache_config_info (engine {r['engine']})",
                 }
             )
+    return pl.DataFrame(rows, schema=_dtypes(CONFIG_SCHEMA))
+
+
+def _engine_rows(samples: pl.DataFrame) -> pl.DataFrame:
+    """``engine_kind`` rows for the engines whose metric prefix the scrapes carry, when one is not the
+    default engine (``sglang:`` names): a bundle of another engine's /metrics alone is that engine's,
+    told in its words (registry.shown and engine_kinds read these rows, as they read a log's). The
+    first sample of each engine is cited. A bundle of the default engine's names alone gets none (its
+    engine is the default already)."""
+    if samples.height == 0 or "_ek" not in samples.columns:
+        return pl.DataFrame(schema=_dtypes(CONFIG_SCHEMA))
+    first = samples.sort("time", "source", "n", nulls_last=True).unique("_ek", keep="first", maintain_order=True)
+    if set(first.get_column("_ek").to_list()) <= {default_kind()}:
+        return pl.DataFrame(schema=_dtypes(CONFIG_SCHEMA))
+    rows = [
+        {
+            "key": "engine_kind",
+            "value": r["_ek"],
+            "status": "derived",
+            "time": r["time"],
+            "source": r["source"],
+            "line": r["n"],
+            "note": f"the /metrics names' prefix ({r['name'].split(':')[0]}:)",
+        }
+        for r in first.iter_rows(named=True)
+    ]
     return pl.DataFrame(rows, schema=_dtypes(CONFIG_SCHEMA))
 
 
