@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...clock.timebase import iso
 from ...model.config import cfg_number, cfg_text
 from ...model.fixes import fix_record
 from ..common import FixPart, is_change, ranked, verdict_key_counts
 from . import knobs
+from . import summary as sglang_summary
 from .log import ENGINE_KIND as SGLANG
 from .log import forced
 
@@ -99,6 +101,18 @@ def _conservativeness(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[st
             "why": f"{n} retractions in {span / 60:.0f} min ({pm:.2f} per minute): SGLang's docs say about once a "
             "minute is okay",
         }
+    one = sglang_summary.retraction_rate(analysis, ev)
+    if one is not None and one.over == "log" and one.per_minute <= knobs.DOCS_OK_PER_MINUTE:
+        # a single retraction is never 'frequent': at most once a minute, over the log's span
+        e = ev.row(0, named=True)
+        rate = f", {one.per_minute:.2f} per minute" if one.span_s >= 60 else ", at most once a minute"
+        return None, {
+            "id": "sglang_schedule_conservativeness",
+            "why": f"1 retraction ({e['source']}:{e['line']}) in the log's {_duration(one.span_s)} "
+            f"({iso(one.first, analysis.tz)} to {iso(one.last, analysis.tz)}){rate}: within what SGLang's docs call okay ('occasionally but "
+            "not frequently (~1 time per minute), it is okay'; their --schedule-conservativeness 1.3 is for "
+            "frequent retractions)",
+        }
     if c >= knobs.MAX_USEFUL_CONSERVATIVENESS - 1e-9:
         return None, {
             "id": "sglang_schedule_conservativeness",
@@ -125,6 +139,11 @@ def _conservativeness(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[st
     return _fix(
         "sglang_schedule_conservativeness", "--schedule-conservativeness", current, f"{sugg:g}", inputs, effect
     ), None
+
+
+def _duration(span_s: float) -> str:
+    """``10.3 min``, ``40 s``."""
+    return f"{span_s / 60:.1f} min" if span_s >= 60 else f"{span_s:.0f} s"
 
 
 def _at_floor(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[int, str] | None:

@@ -11,6 +11,7 @@ in an SGLang bundle (the engine's noun).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -36,11 +37,11 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
     # The rate against SGLang's 'about once a minute is okay' is of the retractions KV pressure made:
     # the ones SGLANG_TEST_RETRACT forced ('Testing retraction.') are not (log.forced).
     pressure = ev.filter(~forced(ev, ret)) if ev.height else ev
-    timed = pressure.filter(pl.col("time").is_not_null()) if pressure.height else pressure
-    per_minute, span = None, None
-    if timed.height > 1:
-        span = float(timed.select((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds()).item()) / 1e6
-        per_minute = round(timed.height / max(span / 60.0, 1.0), 2)  # a burst under a minute: its count
+    rate = retraction_rate(a, pressure)
+    per_minute = None if rate is None else round(rate.per_minute, 2)
+    span = None if rate is None else rate.span_s
+    # a single retraction is rated over its log's span (rate_over "log"), more over the retractions' own
+    over = {"rate_over": rate.over} if rate is not None and rate.over == "log" else {}
     mech: dict[str, int] = {}
     pe = getattr(findings, "per_event", None)
     if pe is not None and pe.height and ev.height:
@@ -66,9 +67,46 @@ def section(a: AnalysisView, findings: Any) -> dict[str, Any] | None:
         "docs_ok_per_minute": knobs.DOCS_OK_PER_MINUTE,
         "mechanisms": mech,
         "ratio_at_floor": mech.get("ratio-over-admission", 0),
+        **over,
         **cut,
         **zero,
     }
+
+
+@dataclass(frozen=True)
+class Rate:
+    """How often SGLang retracted, to set against its docs' 'about once a minute is okay'
+    (:data:`knobs.DOCS_OK_PER_MINUTE`): ``per_minute`` over ``span_s`` seconds, at least one minute (a burst
+    under a minute: its count). ``over``: ``retractions`` (the first to the last of two or more) or ``log``
+    (a single retraction: its log's span, the first to the last timed line of its log, ``first``/``last``)."""
+
+    per_minute: float
+    span_s: float
+    over: str
+    first: Any = None
+    last: Any = None
+
+
+def retraction_rate(a: AnalysisView, pressure: pl.DataFrame) -> Rate | None:
+    """The rate of the retractions KV pressure made (``pressure``: SGLang's events less the forced ones):
+    two or more timed, over their own span; a single one (the only event), over its log's span (a log and
+    its rotated parts: the records of its stream), where one retraction is at most once a minute; None
+    otherwise (no time, or a single timed one beside untimed ones)."""
+    timed = pressure.filter(pl.col("time").is_not_null()) if pressure.height else pressure
+    if timed.height > 1:
+        span = float(timed.select((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds()).item()) / 1e6
+        return Rate(timed.height / max(span / 60.0, 1.0), span, "retractions")
+    if timed.height != 1 or pressure.height != 1:
+        return None
+    r = a.records
+    if r.height and "stream" in timed.columns and timed.get_column("stream")[0] is not None:
+        r = r.filter(pl.col("stream") == timed.get_column("stream")[0])
+    t = r.get_column("time").drop_nulls() if r.height else timed.get_column("time")
+    if t.len() == 0:
+        t = timed.get_column("time")
+    first, last = t.min(), t.max()
+    span = float(t.to_frame("t").select((pl.col("t").max() - pl.col("t").min()).dt.total_microseconds()).item()) / 1e6
+    return Rate(1.0 / max(span / 60.0, 1.0), span, "log", first, last)
 
 
 def headline_words(s: dict[str, Any]) -> str:
@@ -97,8 +135,11 @@ def headline_words(s: dict[str, Any]) -> str:
         pm = sg.get("per_minute")  # of the retractions KV pressure made (section)
         if pm is not None:
             ok = "more often than" if pm > sg["docs_ok_per_minute"] else "within"
-            # under a minute, per_minute is the count of those retractions (a burst: its count)
-            rate = f"{pm:g} within a minute" if (sg.get("span_s") or 0) < 60 else f"{pm:g} per minute"
+            span_s = sg.get("span_s") or 0
+            if sg.get("rate_over") == "log":  # a single retraction, over its log's span
+                rate = f"1 in the log's {_duration(span_s)}" + (f", {pm:g} per minute" if span_s >= 60 else "")
+            else:  # under a minute, per_minute is the count of those retractions (a burst: its count)
+                rate = f"{pm:g} within a minute" if span_s < 60 else f"{pm:g} per minute"
             parts.append(f"{rate} ({ok} its docs' 'about once a minute is okay')")
         if sg.get("ratio_at_floor"):
             parts.append(f"the new-token ratio at its floor before {sg['ratio_at_floor']}")
@@ -109,6 +150,11 @@ def headline_words(s: dict[str, Any]) -> str:
             f"{sg['lines_cut_before_count']} more retraction line(s) cut before their count: at least this many"
         )
     return "; SGLang: " + ", ".join(parts)
+
+
+def _duration(span_s: float) -> str:
+    """``10.3 min``, ``40 s``."""
+    return f"{span_s / 60:.1f} min" if span_s >= 60 else f"{span_s:.0f} s"
 
 
 CAUSE_CODE = (
