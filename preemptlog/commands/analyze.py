@@ -111,6 +111,7 @@ def analyze(
         from ..outputs.outio import check_not_given, open_output
         from ..outputs.safe import neutralise
         from ..render import failon, write
+        from ..render.each import SERVER
         from ..render.human import print_lines, render_lines, summary_lines, summary_width
         from ..render.view import apply_filters, output_columns, parse_columns, with_columns
 
@@ -148,6 +149,16 @@ def analyze(
                     verbose=verbose,
                     filters=filters,
                     columns=output_columns(fmt.value, wanted, wide),
+                    table_columns=wanted,
+                    wide=wide,
+                )
+            if wanted and SERVER in wanted:  # --each's column: without it the bundle is one incident
+                from ..errors import UsageError
+
+                raise UsageError(
+                    f"--columns: {SERVER} is a column of --each only (each server analysed on its own, its "
+                    "name on every row); without --each the bundle is analysed as one incident",
+                    hint="add --each, or leave server out of --columns",
                 )
             with progress(quiet, no_color):
                 full = run(paths, options, workspace=ws)
@@ -291,7 +302,21 @@ def _not_visible(paths, full, options, ws, done=None) -> list[str]:
 
 
 def _each(
-    paths, options, ws, fmt, output, csv_safe, quiet, no_color, conditions, *, verbose=False, filters=None, columns=None
+    paths,
+    options,
+    ws,
+    fmt,
+    output,
+    csv_safe,
+    quiet,
+    no_color,
+    conditions,
+    *,
+    verbose=False,
+    filters=None,
+    columns=None,
+    table_columns=None,
+    wide=False,
 ) -> int:
     """--each: every unit analysed on its own (each.py), one combined output; the exit code of the
     units' outcomes combined as one run's (failon.decide: FAIL_ON over NOT_VISIBLE over PARTIAL).
@@ -301,19 +326,25 @@ def _each(
     from ..outputs.outio import open_output
     from ..outputs.safe import neutralise
     from ..render import failon
-    from ..render.each import run_each, write_each
+    from ..render.each import event_columns, run_each, write_each
+    from ..render.each import table_columns as each_table_columns
     from ..render.human import print_summary
     from ..render.view import apply_filters, with_columns
     from ..sources import LOG_KINDS
 
+    if fmt.value == "table" and table_columns:
+        each_table_columns(table_columns, wide)  # an unknown --columns name is a usage error before the analysis
     full = run_each(paths, options, ws)
-    results = [(name, with_columns(apply_filters(a, filters), columns)) for name, a in full]
+    # --columns may name --each's own column (server): the units' event rows hold the others
+    results = [(name, with_columns(apply_filters(a, filters), event_columns(columns))) for name, a in full]
     protect = [p for _, a in results for p in a.bundle.originals]
     with (
         writing_to(output),
         open_output(output, protect=protect, terminal_text=fmt.value in ("json", "ndjson", "csv")) as out,
     ):
-        write_each(results, fmt, out, csv_safe=csv_safe)
+        write_each(
+            results, fmt, out, csv_safe=csv_safe, columns=columns if fmt.value != "table" else table_columns, wide=wide
+        )
     # A unit of no server's log (dmon, records) beside units of logs has no count to hide, as in one run.
     logs = [any(f.kind in LOG_KINDS for f in a.bundle.files) for _, a in full]
     judged = []

@@ -126,7 +126,8 @@ ColumnsOpt = Annotated[
         "--columns",
         metavar="COL,COL,...",
         help="Event columns to write, in this order, in every format (table: time, event, request, verdict, "
-        "confidence, where, kind, n, mode). Default ndjson/csv: the compact set (docs/output.md); json/parquet: all.",
+        "confidence, where, kind, n, mode; with --each also server). Default ndjson/csv: the compact set "
+        "(docs/output.md); json/parquet: all.",
     ),
 ]
 WideOpt = Annotated[

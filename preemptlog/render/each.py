@@ -23,7 +23,9 @@ line numbers.
 
 Outputs: ``ndjson`` / ``csv`` / ``parquet`` rows are the events of every unit
 with ``server`` first; ``json`` is ``{"servers": [{"server", "summary"}],
-"events": [...]}``; the table lists one line per unit, then the events.
+"events": [...]}``; the table lists one line per unit, then the events. ``--columns`` may name
+``server`` (:data:`SERVER`) among the event columns, in every format: it stands where it is named
+(without it, first as always); without --each there is one incident and no such column.
 """
 
 from __future__ import annotations
@@ -47,13 +49,25 @@ from ..sources import LOG_KINDS
 from . import SCHEMA_VERSION, OutputFormat, event_rows
 from .csvfmt import write_csv_frame
 from .jsonfmt import frame_rows, write_document
-from .table import display_rows
+from .table import display_rows, resolve_columns
 
 if TYPE_CHECKING:
     from ..inputs.files import Found, InputFile
     from ..inputs.workspace import Workspace
     from ..model.result import Analysis
     from . import OutputFormat
+
+
+# The column --each puts first: the unit (server, folder, incident) of each event row; --columns may name it.
+SERVER = "server"
+
+
+def event_columns(columns: list[str] | None) -> list[str] | None:
+    """The event columns (render.event_rows) of an --each ``--columns`` choice: the choice less
+    :data:`SERVER`, which --each adds itself (``event_id`` alone when the choice is only the server)."""
+    if not columns or SERVER not in columns:
+        return columns
+    return [c for c in columns if c != SERVER] or ["event_id"]
 
 
 @dataclass
@@ -333,26 +347,42 @@ def run_each(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin=Non
     return out
 
 
-def combined_rows(results: list[tuple[str, Analysis]], *, text_times: bool = True) -> pl.DataFrame:
+def combined_rows(
+    results: list[tuple[str, Analysis]], *, text_times: bool = True, columns: list[str] | None = None
+) -> pl.DataFrame:
     """Every unit's event rows (render.event_rows), ``server`` first; times as text, or typed
-    (``text_times=False``: parquet, as a single run writes them)."""
+    (``text_times=False``: parquet, as a single run writes them). ``columns``: the --columns choice,
+    when it names :data:`SERVER`: the rows hold those columns in that order (the units' own event
+    columns are chosen by :func:`event_columns`)."""
 
     frames = [
-        event_rows(a, text_times=text_times).select(pl.lit(name, pl.String).alias("server"), pl.all())
+        event_rows(a, text_times=text_times).select(pl.lit(name, pl.String).alias(SERVER), pl.all())
         for name, a in results
     ]
     frames = [f for f in frames if f.height] or frames[:1]
-    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"server": pl.String})
+    df = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={SERVER: pl.String})
+    if columns and SERVER in columns and frames:
+        df = df.select(columns)
+    return df
 
 
 def write_each(
-    results: list[tuple[str, Analysis]], fmt: OutputFormat, out: BinaryIO, *, csv_safe: bool = False
+    results: list[tuple[str, Analysis]],
+    fmt: OutputFormat,
+    out: BinaryIO,
+    *,
+    csv_safe: bool = False,
+    columns: list[str] | None = None,
+    wide: bool = False,
 ) -> None:
+    """The combined output of the units. ``columns``: the --columns choice (it may name
+    :data:`SERVER`), for the events table too; the units' own views hold its event columns already
+    (:func:`event_columns`)."""
 
     if fmt is OutputFormat.table:
-        _write_table(results, out)
+        _write_table(results, out, table_columns(columns, wide) if columns else None)
         return
-    df = combined_rows(results, text_times=fmt is not OutputFormat.parquet)
+    df = combined_rows(results, text_times=fmt is not OutputFormat.parquet, columns=columns)
     if fmt is OutputFormat.ndjson:
         if df.height:
             df.write_ndjson(out)
@@ -369,16 +399,36 @@ def write_each(
         df.write_parquet(out)
 
 
-def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
+# The events table's columns without --columns (render.table's names; ``where`` is headed ``source:line``).
+EACH_TABLE_COLUMNS = (SERVER, "time", "event", "kind", "n", "request", "verdict", "where")
+
+
+def table_columns(columns: list[str], wide: bool) -> list[str]:
+    """The events table's columns of a --columns choice: render.table's names and aliases
+    (resolve_columns: an unknown one is a usage error), and :data:`SERVER` where it is named, else
+    first (as the machine formats have it)."""
+    if columns == [SERVER]:
+        return [SERVER]
+    names = resolve_columns([c for c in columns if c != SERVER], wide)
+    if SERVER not in columns:
+        return [SERVER, *names]
+    at = len(resolve_columns(columns[: columns.index(SERVER)], wide)) if columns.index(SERVER) else 0
+    return [*names[:at], SERVER, *names[at:]]
+
+
+def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO, columns: list[str] | None = None) -> None:
     from rich.table import Table
 
+    names = columns or list(EACH_TABLE_COLUMNS)
     with binary_console(out) as console:
         per = Table(header_style="bold", expand=False)
         for name in ("server", "engine", "preemptions", "quality", "events", "warnings"):
             per.add_column(name, overflow="fold")
         events = Table(header_style="bold", expand=False)
-        for name in ("server", "time", "event", "kind", "n", "request", "verdict", "source:line"):
-            events.add_column(name, no_wrap=name in ("time", "event"), overflow="fold")
+        for name in names:
+            events.add_column(
+                "source:line" if name == "where" else name, no_wrap=name in ("time", "event"), overflow="fold"
+            )
         for name, a in results:
             summary = a.summary()
             rec = summary.get("reconciliation") or {}
@@ -399,16 +449,19 @@ def _write_table(results: list[tuple[str, Analysis]], out: BinaryIO) -> None:
                     verdict = f"{r['verdicts']} verdicts"
                 else:
                     verdict = (r["gate"] or "-") + (f"/{r['sub_kind']}" if r["sub_kind"] else "")
-                events.add_row(
-                    text(name),
-                    text(time),
-                    text(r["event_id"]),
-                    text(r["kind"]),
-                    text(r["count"]),
-                    text(r["request_id"] or "-"),
-                    text(verdict),
-                    text(f"{r['source']}:{r['line']}"),
-                )
+                cells = {
+                    SERVER: name,
+                    "time": time,
+                    "event": r["event_id"],
+                    "kind": r["kind"],
+                    "n": r["count"],
+                    "request": r["request_id"] or "-",
+                    "verdict": verdict,
+                    "confidence": r["confidence"] if r["confidence"] not in (None, "none") else "-",
+                    "mode": r["mode"] or "-",
+                    "where": f"{r['source']}:{r['line']}",
+                }
+                events.add_row(*(text(cells[c]) for c in names))
         console.print(per)
         if events.row_count:
             console.print(events)
