@@ -974,6 +974,7 @@ def since_start(
                 & (pl.col("engine") == r["engine"])
                 & (pl.col("model_name") == r["model_name"])
                 & pl.col("end").is_not_null()
+                & _same_server(homes, homes.get(where, ""))
             )
             if other.height:
                 prior = other.filter(pl.col("end") <= r["end"] + _SAME_SECOND).sort("end").tail(1)
@@ -1093,7 +1094,7 @@ def since_start(
         here = pl.col("_h") == homes.get(where, "")
         n_own = (own.filter((eng == r["engine"]) & here).height if own.height else 0) + _capped_rest(a, r["engine"])
         n_own += of_all(here, int(round(r["value"])) - n_own)
-        got = _timeless_reading(r, where, pairs, n_own, tz)
+        got = _timeless_reading(r, where, pairs.filter(_same_server(homes, homes.get(where, ""))), n_own, tz)
         notes.extend(got.notes)
         if got.repeat:
             repeats.add(where)
@@ -1358,6 +1359,20 @@ def _timeless_reading(r: dict[str, Any], where: str, pairs: pl.DataFrame, n_own:
         ),
         rest,
     )
+
+
+def _same_server(homes: dict[str, str], home: str) -> pl.Expr:
+    """The rows of a counter-pairs frame that may be the same server's counter as a reading of server
+    folder ``home`` (``homes``: the readings' server folders, by file:line[:col], :func:`_server_keys`).
+    Two scrapes each under its own server's folder (``a/metrics.prom`` beside ``a/vllm.log``,
+    ``b/metrics.prom`` beside ``b/vllm.log``) are two servers' counters even where their labels are the
+    same (both call their engine "0"): never one series compared or counted once. A scrape under no
+    server's folder (``""``: a ``curl /metrics`` beside ``a/`` and ``b/``) may be any of them's, as
+    before: compared by its labels."""
+    if not home or not homes:
+        return pl.lit(True)
+    of = _pair_key_expr().replace_strict(homes, default="", return_dtype=pl.String)
+    return (of == "") | (of == home)
 
 
 _SAME_SECOND = pl.duration(microseconds=999_999)
@@ -1846,10 +1861,14 @@ def _server_keys(ev: pl.DataFrame, pairs: pl.DataFrame, logs: list[str]) -> tupl
     their engine "0": one's counter never replaces the other's counts."""
     eng = pl.col("engine").fill_null("0")
     plain = (eng, pairs.with_columns(_ekey=eng, _home=pl.lit("")) if pairs.height else pairs, pl.lit(""))
-    if pairs.height == 0 or ev.height == 0 or "source" not in pairs.columns:
+    if pairs.height == 0 or "source" not in pairs.columns:
         return plain
     scrapes = sorted(set(pairs.get_column("source").drop_nulls().cast(pl.String).to_list()))
-    others = set(ev.get_column("source").drop_nulls().cast(pl.String).to_list()) if "source" in ev.columns else set()
+    others = (
+        set(ev.get_column("source").drop_nulls().cast(pl.String).to_list())
+        if ev.height and "source" in ev.columns
+        else set()
+    )
     own = server_homes(scrapes, logs, others)
     if not own:
         return plain
