@@ -65,6 +65,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -244,7 +245,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         ev = ev.filter(~drop & ~straddle)
         kept = None
         if edge.height:
-            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz, log_start(a))
+            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz, log_start(a), keyed)
             for e, k, n in (
                 edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows()
             ):
@@ -482,7 +483,18 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 )
             n_rec = kinds.get("reconstructed", 0)
             if n_rec:
-                logged_e = ev.filter(~is_prom & (pl.col("kind") == "logged") & (ekey == e)).height if ev.height else 0
+                # the warnings in the window: a warning before or after it is no part of the counter's increase
+                span = timed.filter(pl.col("_ekey") == e)
+                in_span = (
+                    (pl.col("time") > span.get_column("start").min()) & (pl.col("time") <= span.get_column("end").max())
+                    if span.height
+                    else pl.lit(True)
+                )
+                logged_e = (
+                    ev.filter(~is_prom & (pl.col("kind") == "logged") & (ekey == e) & in_span.fill_null(False)).height
+                    if ev.height
+                    else 0
+                )
                 if n_rec + logged_e > prom_e:
                     disagreements.append(
                         f"engine {e}: the V0 warnings account for {n_rec + logged_e} preemptions in the scrape window, "
@@ -1595,8 +1607,15 @@ def _straddling(
     is_prom: pl.Expr,
     tz: str,
     log0: tuple[Any, str] | None = None,
+    keyed: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, list[str]]:
     """Events of log intervals that straddle an edge of the scrape window: the ones outside it.
+
+    V0's reconstructed events carry their number since the engine started (``cumulative``, from
+    the warnings' exact ``total_num_cumulative_preemption``), and the counter counts from the same
+    start: where the engine's counter series has no reset and its warnings one counter chain (no PP
+    stage beside it, no restart), the events numbered above the counter's last reading are after
+    the window, those up to its first reading before it (:func:`_by_number`).
 
     A log interval (s, e] of N events that overlaps the counter's window (w0, w1] shares its
     preemptions with the counter. At the window's start, when the counter's first reading
@@ -1626,6 +1645,30 @@ def _straddling(
     for (eng, src, line, s0, e0, w0, w1), g in groups:
         n = g.height
         span = (e0 - s0).total_seconds()
+        numbered = _by_number(g, rest, keyed, eng, src, w0 if s0 < w0 else w1)
+        if numbered is not None:
+            lo, hi = (s0, w0) if s0 < w0 else (w1, e0)
+            value, outside = numbered
+            out = outside.height
+            side = "first" if s0 < w0 else "last"
+            notes.append(
+                f"{src}:{line}: its interval [{iso(s0, tz)}, {iso(e0, tz)}] straddles the Prometheus scrape window "
+                f"(engine {eng}); {n - out} of its {n} preemption(s) are the counter's, {out} kept outside it (the "
+                f"counter read {value} at its {side} scrape; the V0 warnings' total_num_cumulative_preemption numbers "
+                "them since the same start)"
+            )
+            if out:
+                k = outside.sort("_sub").with_row_index("_k", offset=1)
+                kept.append(
+                    k.with_columns(
+                        time=spread_interval(
+                            pl.lit(lo), pl.lit(hi), pl.col("_k").cast(pl.Int64), pl.lit(out, pl.Int64)
+                        ),
+                        interval_start=pl.lit(lo),
+                        interval_end=pl.lit(hi),
+                    ).drop("_k")
+                )
+            continue
         if s0 < w0:
             lo, hi = s0, w0
             first = base.get(eng)
@@ -1659,6 +1702,48 @@ def _straddling(
     if not kept:
         return edge.head(0), notes
     return pl.concat(kept, how="vertical_relaxed").select(edge.columns), notes
+
+
+def _by_number(
+    g: pl.DataFrame, rest: pl.DataFrame, keyed: pl.DataFrame | None, eng: str, src: str, edge: Any
+) -> tuple[int, pl.DataFrame] | None:
+    """The events of V0 reconstructed count ``g`` (one warning's, straddling the scrape window's edge at
+    ``edge``) outside the window, by their number since the engine's start: (the counter's reading at
+    the edge, the events numbered above it after the window's end, or up to it before its start); None
+    where numbers and counter cannot be compared. The warning's ``total_num_cumulative_preemption`` is
+    vLLM's own count since the engine started, exact, and so is the counter's reading (a lower bound of
+    it in between: vLLM adds a step's preemptions to the counter after the step), so the counter's value
+    at the edge splits the warning's numbers without an estimate by time. Only where the engine's
+    counter series (of its server: ``keyed``'s ``_ekey``) has no reset and a reading at that edge, and
+    the warnings of that engine in ``src`` are one chain, each number above the one before (no restart
+    between, no pipeline-parallel stage's counter beside it)."""
+    if keyed is None or keyed.height == 0 or "_ekey" not in keyed.columns:
+        return None
+    if "cumulative" not in g.columns or (g.get_column("kind") != "reconstructed").any():
+        return None
+    if g.get_column("cumulative").null_count():
+        return None
+    mine = keyed.filter(pl.col("_ekey") == eng)
+    if mine.height == 0 or mine.get_column("reset").fill_null(False).any():
+        return None
+    if mine.select("scope", "model_name", "engine_kind").unique().height != 1:
+        return None  # two series under one key: which one numbers the warnings is not known
+    at = mine.filter(pl.col("end") == edge)
+    if at.height != 1:
+        return None
+    chain = (
+        rest.filter((pl.col("_eng") == eng) & (pl.col("source") == src) & (pl.col("kind") == "logged"))
+        .sort("time")
+        .get_column("cumulative")
+        .drop_nulls()
+        .to_list()
+    )
+    if any(b <= a for a, b in pairwise(chain)):
+        return None
+    value = int(round(at.get_column("value").item()))
+    after = edge == g.get_column("_w1").first()
+    num = pl.col("cumulative")
+    return value, g.filter(num > value if after else num <= value)
 
 
 @dataclass(frozen=True)
