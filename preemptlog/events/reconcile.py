@@ -245,7 +245,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         ev = ev.filter(~drop & ~straddle)
         kept = None
         if edge.height:
-            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz, log_start(a), keyed)
+            kept, edge_notes = _straddling(edge, ev, pairs, is_prom, tz, log_start(a), keyed, gone)
             for e, k, n in (
                 edge.join(kept.select("event_id"), on="event_id", how="anti").group_by("_eng", "kind").len().iter_rows()
             ):
@@ -1608,8 +1608,10 @@ def _straddling(
     tz: str,
     log0: tuple[Any, str] | None = None,
     keyed: pl.DataFrame | None = None,
+    inside: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, list[str]]:
     """Events of log intervals that straddle an edge of the scrape window: the ones outside it.
+    ``inside``: the log's count events inside the window (the counter's there).
 
     V0's reconstructed events carry their number since the engine started (``cumulative``, from
     the warnings' exact ``total_num_cumulative_preemption``), and the counter counts from the same
@@ -1621,9 +1623,11 @@ def _straddling(
     preemptions with the counter. At the window's start, when the counter's first reading
     (since engine start) is known, the preemptions before w0 are that reading minus what the
     log counted up to s (clipped to 0..N; a counter of one engine is the Rust frontend's ``all``
-    engine's too); otherwise, and at the window's end, the part
-    outside is N times the share of the interval outside the window (rounded). The events
-    kept are re-placed evenly in the outside part of the interval.
+    engine's too); otherwise the part outside is N times the share of the interval outside the
+    window (rounded). At the window's end, where the counter's increase over the window is known
+    (:func:`_window_rise`), the part inside is what the counter counted there that the log's counts
+    before the interval do not hold (the counter's value splits the interval, not the time), and the
+    rest is after the window. The events kept are re-placed evenly in the outside part of the interval.
     """
 
     base: dict[Any, tuple[Any, float]] = {}  # engine -> (end, value) of its first reading
@@ -1642,7 +1646,10 @@ def _straddling(
     groups = edge.group_by(
         "_eng", "source", "line", "interval_start", "interval_end", "_w0", "_w1", maintain_order=True
     )
-    for (eng, src, line, s0, e0, w0, w1), g in groups:
+    # the intervals across the window's start first: their part inside is some of what the counter counted
+    # before an interval across its end (_window_rise)
+    inside_first: dict[str, int] = {}
+    for (eng, src, line, s0, e0, w0, w1), g in sorted(groups, key=lambda kg: not kg[0][3] < kg[0][5]):
         n = g.height
         span = (e0 - s0).total_seconds()
         numbered = _by_number(g, rest, keyed, eng, src, w0 if s0 < w0 else w1)
@@ -1650,6 +1657,8 @@ def _straddling(
             lo, hi = (s0, w0) if s0 < w0 else (w1, e0)
             value, outside = numbered
             out = outside.height
+            if s0 < w0:
+                inside_first[eng] = inside_first.get(eng, 0) + n - out
             side = "first" if s0 < w0 else "last"
             notes.append(
                 f"{src}:{line}: its interval [{iso(s0, tz)}, {iso(e0, tz)}] straddles the Prometheus scrape window "
@@ -1682,10 +1691,20 @@ def _straddling(
             else:
                 out = int(round(n * (w0 - s0).total_seconds() / span)) if span > 0 else 0
                 how = "by the share of the interval before the first scrape"
+            inside_first[eng] = inside_first.get(eng, 0) + n - out
         else:
             lo, hi = w1, e0
-            out = int(round(n * (e0 - w1).total_seconds() / span)) if span > 0 else 0
-            how = "by the share of the interval after the last scrape"
+            rise = _window_rise(keyed, inside, rest, is_prom, log0, eng, s0, w0, w1, inside_first.get(eng, 0))
+            if rise is not None:
+                inc, before = rise
+                out = max(0, min(n, n - (inc - before)))
+                how = (
+                    f"the counter rose by {inc} over the window, the log had counted {before} of it before the "
+                    "interval; the rest of the interval's are after the last scrape"
+                )
+            else:
+                out = int(round(n * (e0 - w1).total_seconds() / span)) if span > 0 else 0
+                how = "by the share of the interval after the last scrape"
         notes.append(
             f"{src}:{line}: its interval [{iso(s0, tz)}, {iso(e0, tz)}] straddles the Prometheus scrape window "
             f"(engine {eng}); {n - out} of its {n} preemption(s) are the counter's, {out} kept outside it ({how})"
@@ -1702,6 +1721,57 @@ def _straddling(
     if not kept:
         return edge.head(0), notes
     return pl.concat(kept, how="vertical_relaxed").select(edge.columns), notes
+
+
+def _window_rise(
+    keyed: pl.DataFrame | None,
+    inside: pl.DataFrame | None,
+    rest: pl.DataFrame,
+    is_prom: pl.Expr,
+    log0: tuple[Any, str] | None,
+    eng: str,
+    s0: Any,
+    w0: Any,
+    w1: Any,
+    first_part: int,
+) -> tuple[int, int] | None:
+    """For a log count (s0, e0] across the scrape window's end w1 (of ``eng``'s key, :func:`_server_keys`):
+    (the counter's increase over the window (w0, w1], what the log counted of it before s0), or None where
+    that cannot be known. The counter's increase over the window is every preemption in it, so what the
+    log's counts before the interval do not hold of it is the interval's part inside; the rest of the
+    interval is after the last scrape. The log counted before s0: its count events inside the window
+    ending by s0 (``inside``), its per-preemption lines in the window, and the inside part of a count
+    across the window's start (``first_part``). Only where the counter's increases of that key are timed,
+    of one series per engine, without a reset, make the window (w0, w1] (engine ``all``: its server's
+    engines' summed), and the log begins by w0 (else what it did not see before it began falls in the
+    interval)."""
+    if keyed is None or keyed.height == 0 or "_ekey" not in keyed.columns or log0 is None or log0[0] > w0:
+        return None
+    if _is_all(eng):
+        mine = keyed.filter(pl.col("_home") == ("" if eng == "all" else eng[len("all of ") :]))
+    else:
+        mine = keyed.filter(pl.col("_ekey") == eng)
+    inc = mine.filter(pl.col("increase").is_not_null())
+    if inc.height == 0 or inc.filter(pl.col("start").is_null() | pl.col("end").is_null()).height:
+        return None
+    if mine.get_column("reset").fill_null(False).any():
+        return None
+    e = pl.col("engine").fill_null("0")
+    if mine.select("scope", "model_name", "engine_kind", e).unique().height != mine.select(e).unique().height:
+        return None  # two series of one engine: which one the log's counts are is not known
+    if inc.get_column("start").min() != w0 or inc.get_column("end").max() != w1:
+        return None
+    before = first_part
+    if inside is not None and inside.height:
+        before += inside.filter((pl.col("_eng") == eng) & (pl.coalesce("interval_end", "time") <= s0)).height
+    before += rest.filter(
+        ~is_prom
+        & (pl.col("_eng") == eng)
+        & pl.col("kind").is_in(["logged", "marker"])
+        & (pl.col("time") > w0)
+        & (pl.col("time") <= w1)
+    ).height
+    return int(inc.get_column("increase").sum()), before
 
 
 def _by_number(
