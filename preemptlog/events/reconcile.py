@@ -1623,7 +1623,8 @@ def _straddling(
     preemptions with the counter. At the window's start, when the counter's first reading
     (since engine start) is known, the preemptions before w0 are that reading minus what the
     log counted up to s (clipped to 0..N; a counter of one engine is the Rust frontend's ``all``
-    engine's too); otherwise the part outside is N times the share of the interval outside the
+    engine's too, and the engines' first readings summed, where every one of them was first read at the
+    same scrape, an aggregated line's); otherwise the part outside is N times the share of the interval outside the
     window (rounded). At the window's end, where the counter's increase over the window is known
     (:func:`_window_rise`), the part inside is what the counter counted there that the log's counts
     before the interval do not hold (the counter's value splits the interval, not the time), and the
@@ -1641,6 +1642,10 @@ def _straddling(
     if len(base) == 1 and "all" not in base:  # one engine's counter: the Rust frontend's "all" is that engine
         (only,) = base
         base["all"] = base[only]
+    elif len(base) > 1 and "all" not in base and len({t for t, _ in base.values()}) == 1:
+        # several engines (data parallel), every one first read at the same scrape: an aggregated line's
+        # ("N Engines Aggregated", engine "all") count before it is their first readings' sum
+        base["all"] = (next(iter(base.values()))[0], sum(v for _, v in base.values()))
     kept = []
     notes = []
     groups = edge.group_by(
