@@ -38,6 +38,7 @@ import polars as pl
 from .. import engines
 from ..clock.timebase import iso
 from ..engines import LogCapability as LogCapability  # re-exported: moved to engines/common.py
+from ..model.containers import stream_lane, with_container
 from ..model.frames import PolarsType, provenance_expr
 from ..model.places import folders, shared_depth
 
@@ -116,6 +117,7 @@ def find_intervals(
     ceiling: float = DEFAULT_CEILING,
     max_gap_s: float = MAX_GAP_S,
     starts: pl.DataFrame | None = None,
+    containers: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Suspected pressure intervals in the log's stats and in scraped gauges (``PRESSURE_SCHEMA``).
 
@@ -123,11 +125,14 @@ def find_intervals(
     (and stream, seq when present); ``prom_series`` the same minus stream/seq,
     plus scope. ``starts`` (servers.starts: stream, time): a log's server starts; the samples of
     one stream on either side of a start are two server runs, never one interval (nor compared).
+    ``containers`` (joiner/common.py log_containers): in a log of several containers' lines, each
+    container's samples are a series of their own, as another log's are (two servers both say engine "0").
     """
     parts = []
     if stats is not None and stats.height:
+        stats = with_container(stats, containers)
         grp = (
-            pl.concat_str([pl.col("stream").cast(pl.String), pl.lit("|"), pl.col("engine")])
+            pl.concat_str([stream_lane(), pl.lit("|"), pl.col("engine")])
             if "stream" in stats.columns
             else pl.col("engine")
         )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from .. import engines
+from ..model.containers import with_container
 from .common import ServerScope, asof, engine_key, src_expr
 from .declare import Evidence, cited
 from .spans import failed_in_spans, pressure_in_spans
@@ -107,10 +108,13 @@ def section_code(
         else pl.lit(False)
     )
     point = pl.col("time").is_not_null() & ~counted
+    containers = frames.get("log_containers")
+    if containers is not None and containers.height:
+        events = with_container(events, containers)
     span = events.select(
         "_i",
         "_eng",
-        *[c for c in ("stream", "source") if c in events.columns],
+        *[c for c in ("stream", "source", "_ct") if c in events.columns],
         pl.when(point)
         .then(pl.col("time") - pl.duration(microseconds=before_us))
         .otherwise(pl.col("interval_start"))
@@ -144,7 +148,9 @@ def section_code(
         if masked:
             out = out.drop("engine_kind")
     pressures, kv_befores = [], []
-    for part, st, piv in _per_log(span, stats, frames.get("pressure_intervals"), frames.get("log_streams")):
+    logs = frames.get("log_streams")
+    for part, st, piv in _per_log(span, stats, frames.get("pressure_intervals"), logs, containers):
+        part = part.drop("_ct", strict=False)
         pressures.append(pressure_in_spans(*_own_server_pressure(part, piv, st, frames.get("prom_series"))))
         kv_befores.append(_kv_max_before(part, st, frames.get("prom_series")))
     pressure = _stacked(pressures)
@@ -173,12 +179,18 @@ def _stacked(parts: list[pl.DataFrame | None]) -> pl.DataFrame | None:
 
 
 def _per_log(
-    span: pl.DataFrame, stats: pl.DataFrame | None, piv: pl.DataFrame | None, logs: pl.DataFrame | None
+    span: pl.DataFrame,
+    stats: pl.DataFrame | None,
+    piv: pl.DataFrame | None,
+    logs: pl.DataFrame | None,
+    containers: pl.DataFrame | None = None,
 ) -> list[tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]]:
     """The spans in groups, each with the stats lines and pressure intervals it may read: a log's
     events (a group per log) never read another log's lines or intervals (another log beside theirs
     is another server's, even when theirs has none: stats off); other events (scrapes, records) read
-    every one, by place (stats.py lanes)."""
+    every one, by place (stats.py lanes). A log of several containers' lines (``containers``,
+    model/containers.py; the spans' ``_ct``) is a group per container: a container's events read neither
+    the other containers' lines nor the intervals those lines flag."""
     if (
         logs is None
         or logs.height == 0
@@ -194,16 +206,31 @@ def _per_log(
     if rest.height:
         out.append((rest, stats, piv))
     files = stats.select(pl.col("stream").cast(pl.Int32), pl.col("source").cast(pl.String)).unique().drop_nulls()
-    for sid in span.filter(of_log).get_column("stream").cast(pl.Int32).unique().sort().to_list():
+    contained = containers is not None and containers.height > 0 and "_ct" in span.columns
+    if contained:
+        stats = with_container(stats, containers)
+    mine = span.filter(of_log)
+    if not contained:
+        mine = mine.with_columns(_ct=pl.lit(None, pl.String))
+    groups = mine.select(pl.col("stream").cast(pl.Int32), "_ct").unique().sort("stream", "_ct", nulls_last=True)
+    for sid, ct in groups.iter_rows():
         others = ids.filter(ids != sid).implode()
         st = stats.filter(~pl.col("stream").cast(pl.Int32).is_in(others).fill_null(False))
+        if ct is not None:  # the other containers of its own log are other servers too
+            st = st.filter(~((pl.col("stream").cast(pl.Int32) == sid) & (pl.col("_ct") != ct)).fill_null(False))
         p = piv
         if piv is not None and piv.height and "evidence" in piv.columns:
             theirs = files.filter(pl.col("stream").is_in(others)).get_column("source").implode()
-            p = piv.filter(
-                ~pl.col("evidence").list.first().str.replace(r":[0-9-]+$", "").is_in(theirs).fill_null(False)
-            )
-        out.append((span.filter(pl.col("stream").cast(pl.Int32) == sid), st, p))
+            first = pl.col("evidence").list.first()
+            p = piv.filter(~first.str.replace(r":[0-9-]+$", "").is_in(theirs).fill_null(False))
+            if ct is not None:
+                # an interval is the container's whose lines flag it (pressure.py: a series per container)
+                lines = stats.filter((pl.col("stream").cast(pl.Int32) == sid) & (pl.col("_ct") != ct))
+                p = p.filter(~first.is_in(lines.select(src_expr()).to_series().implode()).fill_null(False))
+        part = span.filter(pl.col("stream").cast(pl.Int32) == sid)
+        if contained:
+            part = part.filter(pl.col("_ct").eq_missing(ct))
+        out.append((part, st.drop("_ct", strict=False), p))
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..model.containers import stream_lane, with_container
 from ..model.places import folders, shared_depth
 from .common import asof, folder_of, src_expr, window_max, with_eng
 from .declare import Evidence, cited
@@ -59,6 +60,7 @@ def section_stats(
     *,
     own_stream: bool = True,
     log_streams: pl.DataFrame | None = None,
+    containers: pl.DataFrame | None = None,
 ) -> pl.DataFrame | None:
     """Stats-line evidence, per engine (rule 4 of issue 13) and per log (``own_stream``).
 
@@ -67,7 +69,8 @@ def section_stats(
     Two servers' logs in one bundle both call their engine "0", and one server's line is no
     evidence for the other's preemption (:func:`lanes`): a log event whose stream (a log and its
     rotated parts; ``own_stream``) reads only those (none when its log has none: another log beside
-    it is another server's), an event of another source whose folder has lines of its engine (a
+    it is another server's; in a log of several containers' lines, ``containers``, its own container's
+    lines only), an event of another source whose folder has lines of its engine (a
     /metrics scrape or a record beside its server's log) reads only those, else every line of its
     engine.
     An event spread in a counted interval (``_iend``: a ``Preemptions: N`` line, a V0 counter
@@ -80,6 +83,8 @@ def section_stats(
     st = stats.filter(pl.col("time").is_not_null())
     if st.height == 0:
         return None
+    if containers is not None and containers.height:
+        ev, st = with_container(ev, containers), with_container(st, containers)
     ev, st = lanes(ev.rename({"_file": "source"}, strict=False), with_eng(st), own_stream, log_streams)
     if st.height == 0:  # no event reads any line (each log event's own log has none)
         return None
@@ -219,7 +224,8 @@ def lanes(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The lookup key ``_ek`` of events and stats lines, the nearest place first: ``engine|s:stream``
     for a log event (own_stream: its stream's lines, or none when its log has none: another log is
-    another server's), else ``engine|dK:folder`` for
+    another server's; ``engine|s:stream/container`` where both carry a container ``_ct``, a log of several
+    containers' lines: model/containers.py), else ``engine|dK:folder`` for
     the deepest folder above the event's file that holds lines of its engine (its own folder, else the
     one above it: a bundle keeps one server's files under one folder, ``a/logs/vllm.log`` and
     ``a/metrics/01.prom``; two servers side by side are two folders), else ``engine|*``: the engine's
@@ -227,8 +233,10 @@ def lanes(
     stats lines or scrapes per event window)."""
     star = pl.concat_str([pl.col("_eng"), pl.lit("|*")])
     levels: list[tuple[str, pl.Expr]] = []
+    contained = "_ct" in st.columns and "_ct" in ev.columns
+    stream = stream_lane() if contained else pl.col("stream").cast(pl.String)
     if own_stream and "stream" in st.columns and "stream" in ev.columns:
-        levels.append(("s", pl.col("stream").cast(pl.String)))
+        levels.append(("s", stream))
     if "source" in st.columns and "source" in ev.columns:
         depth = ev.select(_folder().str.count_matches("/").max()).item()
         # Only folders below the one every file shares (the bundle's own folder holds every server:
@@ -252,7 +260,7 @@ def lanes(
         # A log event is its log's server's: it reads its own stream's lines or none. Another log
         # beside it is another server's (two servers' logs in one folder) or at best unknown: its
         # lines never explain this event, not even when the event's own log has none (stats off).
-        own = pl.concat_str([pl.col("_eng"), pl.lit("|s:"), pl.col("stream").cast(pl.String)])
+        own = pl.concat_str([pl.col("_eng"), pl.lit("|s:"), stream])
         have_own = keys[0][0].get_column("_ek").unique().implode()
         of_log = pl.col("stream").cast(pl.Int32).is_in(log_streams.get_column("stream").implode()).fill_null(False)
         picked = (

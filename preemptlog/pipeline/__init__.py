@@ -69,6 +69,7 @@ from ..inputs.salvage import decompressed_copy, salvage
 from ..inputs.workspace import Workspace
 from ..joiner import evidence as joiner_evidence
 from ..model import events as ev
+from ..model.containers import log_containers
 from ..model.frames import with_source
 from ..model.requests import RequestStats
 from ..model.result import Analysis, AnalyzeOptions
@@ -422,6 +423,9 @@ def sources_stage(bundle: Bundle, ws: Workspace, options: AnalyzeOptions, tz: st
         {"stream": sorted({f.stream for f in bundle.files if f.kind in LOG_KINDS and f.stream >= 0})},
         schema={"stream": pl.Int32},
     )
+    # A log of several servers' lines, each behind its container's prefix: the container of each line (a
+    # container's events read its own lines only, as a log's do: joiner/common.py log_containers).
+    frames["log_containers"] = log_containers(records)
     for o in outputs:
         frames.update(o.frames)
         assumptions.extend(o.assumptions)
@@ -528,7 +532,11 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
     es = event_set(draft, list(src.event_parts))
     prof.mark(f"events ({es.events.height})")
     pressure = find_intervals(
-        src.stats, src.frames.get("prom_series"), ceiling=rules.kv_ceiling, starts=server_starts(src.records)
+        src.stats,
+        src.frames.get("prom_series"),
+        ceiling=rules.kv_ceiling,
+        starts=server_starts(src.records),
+        containers=src.frames.get("log_containers"),
     )
     draft = dataclasses.replace(
         draft,
