@@ -150,15 +150,22 @@ def event_runs(ev: pl.DataFrame, runs: pl.DataFrame | None) -> pl.DataFrame:
     block-table record, a counter increase) in the run of its time, when one log stream has runs."""
     if runs is None or runs.height == 0:
         return ev.select("_i", pl.lit(None, pl.Int32).alias("_run"))
+    # A stream of several containers' lines has runs per container (vllm/runs.py): an event is in a run
+    # of its own container (``_ct``, model/containers.py).
+    ct = pl.col("container") if "container" in runs.columns else pl.lit(None, pl.String)
+    runs = runs.with_columns(_ct=ct.cast(pl.String).fill_null(""))
+    evc = pl.col("_ct").cast(pl.String) if "_ct" in ev.columns else pl.lit(None, pl.String)
     by_line = asof(
-        ev.filter(pl.col("stream").is_not_null() & pl.col("seq").is_not_null()).select("_i", "stream", "seq"),
-        runs.select("stream", "first_seq", "run"),
+        ev.filter(pl.col("stream").is_not_null() & pl.col("seq").is_not_null()).select(
+            "_i", "stream", "seq", evc.fill_null("").alias("_ct")
+        ),
+        runs.select("stream", "_ct", "first_seq", "run"),
         left_on="seq",
         right_on="first_seq",
-        by=["stream"],
+        by=["stream", "_ct"],
     ).select("_i", pl.col("run").alias("_run"))
     out = ev.select("_i").join(by_line, on="_i", how="left")
-    if runs.get_column("stream").n_unique() == 1:
+    if runs.select("stream", "_ct").n_unique() == 1:
         starts = runs.filter((pl.col("stream_run") > 0) & pl.col("start").is_not_null()).select("start", "run")
         if starts.height:
             by_time = asof(ev.select("_i", "_t"), starts, left_on="_t", right_on="start").select(

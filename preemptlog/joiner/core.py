@@ -7,6 +7,7 @@ from collections.abc import Callable
 import polars as pl
 
 from .. import engines
+from ..model.containers import with_container
 from .code import section_code
 from .common import DEFAULT_AFTER, DEFAULT_BEFORE, DEFAULT_LOOKBACK, SERVER_FRAMES, Section, ServerScope, engine_key, us
 from .config import section_config
@@ -92,7 +93,7 @@ def compute(
             ),
             section_prom(ev, frames, before_us, after_us),
             section_dmon(ev, frames, before_us, after_us),
-            _own_config(ev, base, config, frames.get("server_runs"), scope),
+            _own_config(ev, base, config, frames.get("server_runs"), scope, frames.get("log_containers")),
         ]
         # A reset of the engine's prefix cache at the event (every path to it: log line, KV events, records).
         sections.append(scoped(lambda e, f: section_reset(e, members, base, f))(ev))
@@ -110,11 +111,14 @@ def compute(
         out = _bundle_config(out, untimed, base, config)
     # An engine's own evidence (SGLang's: the event's own line, not a time window): untimed events
     # (SGLang 0.1-0.2 print no time) get it too.
+    # In a log of several containers' lines, each container's events read the configuration of its own lines.
     for eng in engines.registered():
         if eng.evidence is not None:
             own = engines.config_of(config, eng.name) if config is not None else None
-            sec = eng.evidence.section(base.select("_i", "stream", "seq"), frames, own)
-            if sec is not None:
+            parts = _per_container(base.select("_i", "stream", "seq"), own, frames.get("log_containers"))
+            secs = [s for s in (eng.evidence.section(part, frames, cfg) for part, cfg in parts) if s is not None]
+            if secs:
+                sec = secs[0] if len(secs) == 1 else pl.concat(secs, how="diagonal_relaxed")
                 out = out.join(sec, on="_i", how="left", maintain_order="left")
     # lookback_min_free_blocks: hook steps first, else block-table steps.
     h = [c for c in ("_h_lbmin", "_b_lbmin") if c in out.columns]
@@ -137,24 +141,54 @@ def compute(
     return out.sort("_i").select(cols)
 
 
+def _per_container(
+    ev: pl.DataFrame, config: pl.DataFrame | None, containers: pl.DataFrame | None
+) -> list[tuple[pl.DataFrame, pl.DataFrame | None]]:
+    """The events in groups by container (model/containers.py), each with the configuration rows it may
+    read: none that another container's line states. One group, the configuration whole, where no log
+    holds several containers' lines."""
+    if containers is None or containers.height == 0 or ev.height == 0:
+        return [(ev, config)]
+    keyed = with_container(ev, containers)
+    cfg = with_container(config, containers, by="line") if config is not None and "source" in config.columns else None
+    out: list[tuple[pl.DataFrame, pl.DataFrame | None]] = []
+    for ct in keyed.get_column("_ct").unique(maintain_order=True).to_list():
+        part = keyed.filter(pl.col("_ct").eq_missing(pl.lit(ct, pl.String))).drop("_ct")
+        if cfg is None:
+            out.append((part, config))
+            continue
+        mine = cfg if ct is None else cfg.filter(pl.col("_ct").is_null() | (pl.col("_ct") == ct))
+        out.append((part, mine.drop("_ct")))
+    return out
+
+
 def _own_config(
     ev: pl.DataFrame,
     base: pl.DataFrame,
     config: pl.DataFrame | None,
     runs: pl.DataFrame | None,
     scope: ServerScope | None,
+    containers: pl.DataFrame | None = None,
 ) -> pl.DataFrame | None:
     """:func:`_config_section` per server (a bundle of servers in folders of their own, ServerScope): a
     server's event reads the configuration its own folder's files state, and that of files under no
-    server's folder (the bundle's), never another server's."""
-    if scope is None or config is None or config.height == 0 or "source" not in config.columns:
+    server's folder (the bundle's), never another server's. Likewise per container of a log of several
+    containers' lines (``containers``, model/containers.py): a container's event never reads a value
+    another container's line states (its server runs are its own too: vllm/runs.py)."""
+    contained = containers is not None and containers.height > 0
+    if (scope is None and not contained) or config is None or config.height == 0 or "source" not in config.columns:
         return _config_section(ev, base, config, runs)
-    cfg = config.with_columns(scope.server("source").alias("_srv"))
-    srv = ev.select(scope.server("_file")).to_series()
+    cfg = config.with_columns((scope.server("source") if scope else pl.lit("", pl.String)).alias("_srv"))
+    cfg = with_container(cfg, containers if contained else None, by="line")
+    ev = with_container(ev, containers if contained else None)
+    keys = ev.select((scope.server("_file") if scope else pl.lit("", pl.String)).alias("_srv"), "_ct")
     parts = []
-    for s in srv.unique(maintain_order=True).to_list():
-        mine = cfg.filter(pl.col("source").is_null() | pl.col("_srv").is_in([s, ""])).drop("_srv")
-        got = _config_section(ev.filter(srv == s), base, mine, runs)
+    for s, ct in keys.unique(maintain_order=True).iter_rows():
+        mine = cfg if scope is None else cfg.filter(pl.col("source").is_null() | pl.col("_srv").is_in([s, ""]))
+        if ct is not None:
+            mine = mine.filter(pl.col("_ct").is_null() | (pl.col("_ct") == ct))
+        which = (keys.get_column("_srv") == s) & keys.get_column("_ct").eq_missing(pl.lit(ct, pl.String))
+        got = _config_section(ev.filter(which), base, mine.drop("_srv", "_ct"), runs)
         if got is not None:
             parts.append(got)
     if not parts:

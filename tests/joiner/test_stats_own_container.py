@@ -7,7 +7,8 @@ second (``stats_kv_usage_at 20.0`` of b's line for a preemption of a pool at 99.
 changes were taken across the two servers (``stats_running_delta -40``: a's 60 running minus b's 20), and the
 pressure interval a's lines flag was cited by b's event. ``explain`` and ``--each`` read each container alone
 and said otherwise. Now the container is part of a log's lane exactly as the stream is (model/containers.py):
-a container's events read only its own stats lines, pressure intervals and KV maxima.
+a container's events read only its own stats lines, pressure intervals and KV maxima, and the configuration its
+own lines state (its server runs are its own: a value another container states is never its own).
 
 Hand-written logs: a vLLM V1 0.14 pair (``Preemptions: N`` on the stats lines: counted intervals) and an SGLang
 pair (retraction lines, decode batch lines), run through the real CLI.
@@ -30,9 +31,11 @@ V1_STATS = (
 )
 
 
-def _v1(pid: int, rows: list[tuple[str, int, int, float, int | None]]) -> list[str]:
+def _v1(pid: int, seqs: int, block: int, rows: list[tuple[str, int, int, float, int | None]]) -> list[str]:
     lines = [
         f"(APIServer pid={pid}) INFO 11-20 09:13:50 [api_server.py:1800] vLLM API server version 0.14.0",
+        f"(APIServer pid={pid}) INFO 11-20 09:13:50 [utils.py:233] non-default args: {{'model_tag': 'm', "
+        f"'max_num_seqs': {seqs}, 'block_size': {block}}}",
         f"(EngineCore_DP0 pid={pid + 1}) INFO 11-20 09:13:55 [core.py:77] Initializing a V1 LLM engine (v0.14.0) "
         "with config: model='m', max_seq_len=8192, enable_prefix_caching=True, enable_chunked_prefill=True",
     ]
@@ -43,8 +46,13 @@ def _v1(pid: int, rows: list[tuple[str, int, int, float, int | None]]) -> list[s
 
 
 # a: a full pool with requests waiting, 4 preemptions; b: a cold pool, 1 preemption (a counted interval each)
-V1_A = _v1(100, [("09:14:10", 60, 5, 97.0, None), ("09:14:20", 55, 9, 99.5, 4), ("09:14:30", 54, 9, 99.0, None)])
-V1_B = _v1(200, [("09:14:10", 20, 0, 20.0, None), ("09:14:20", 21, 0, 21.0, 1), ("09:14:30", 22, 0, 22.0, None)])
+# (each states its own max_num_seqs and block_size)
+V1_A = _v1(
+    100, 64, 32, [("09:14:10", 60, 5, 97.0, None), ("09:14:20", 55, 9, 99.5, 4), ("09:14:30", 54, 9, 99.0, None)]
+)
+V1_B = _v1(
+    200, 128, 16, [("09:14:10", 20, 0, 20.0, None), ("09:14:20", 21, 0, 21.0, 1), ("09:14:30", 22, 0, 22.0, None)]
+)
 
 SGL_A = [
     "[2026-11-20 09:13:50] server_args=ServerArgs(model_path='q', tp_size=1, dp_size=1, schedule_conservativeness=1.0)",
@@ -56,7 +64,7 @@ SGL_A = [
     "gen throughput (token/s): 900.00, #queue-req: 6",
 ]
 SGL_B = [
-    "[2026-11-20 09:13:50] server_args=ServerArgs(model_path='q', tp_size=1, dp_size=1, schedule_conservativeness=1.0)",
+    "[2026-11-20 09:13:50] server_args=ServerArgs(model_path='q', tp_size=1, dp_size=1, schedule_conservativeness=1.3)",
     "[2026-11-20 09:14:02 TP0] Decode batch. #running-req: 20, #token: 10000, token usage: 0.20, "
     "gen throughput (token/s): 900.00, #queue-req: 0",
     "[2026-11-20 09:14:04 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
@@ -69,8 +77,8 @@ PAIRS = {"vllm-v1": (("vllm-a-1", V1_A), ("vllm-b-1", V1_B)), "sglang": (("sglan
 
 # What each container's own lines say at its preemption (the stats line as of it: its reporting line for V1).
 OWN = {
-    "vllm-a-1": {"stats_kv_usage_at": 99.5, "stats_running_at": 55},
-    "vllm-b-1": {"stats_kv_usage_at": 21.0, "stats_running_at": 21},
+    "vllm-a-1": {"stats_kv_usage_at": 99.5, "stats_running_at": 55, "cfg_max_num_seqs": 64, "cfg_block_size": 32},
+    "vllm-b-1": {"stats_kv_usage_at": 21.0, "stats_running_at": 21, "cfg_max_num_seqs": 128, "cfg_block_size": 16},
     "sglang-a-1": {"stats_kv_usage_at": 100.0, "stats_running_at": 60, "stats_running_delta": -1},
     "sglang-b-1": {"stats_kv_usage_at": 20.0, "stats_running_at": 20, "stats_running_delta": 1},
 }
@@ -126,6 +134,11 @@ def test_each_containers_event_cites_only_its_own_stats_lines(tmp_path: Path, pa
                 if not (name.startswith("stats_") or name in ("up_pressure_src", "up_kv_max_before_src")):
                     continue
                 assert _cited(path, value) == {container}, (ev["event_id"], name, value)
+            # the configuration too: what the event's own server states (cfg_*, SGLang's ratio floor)
+            own_cfg = [n for n, v in ev.items() if n.endswith("_src") and v and n.startswith(("cfg_", "sgl_"))]
+            assert own_cfg, ev["event_id"]
+            for name in own_cfg:
+                assert _cited(path, ev[name]) == {container}, (ev["event_id"], name, ev[name])
             for name, want in OWN[container].items():
                 assert ev[name] == want, (ev["event_id"], name, ev[name], want)
     # the full pool's pressure is container a's; b's pool never came near the ceiling

@@ -52,6 +52,7 @@ from typing import Any
 
 import polars as pl
 
+from ...model.containers import log_containers, with_container
 from ...model.events import CAPPED_SCHEMA, capped_count, capped_rows, capped_warning
 from ...model.evidence import PERCENT_MAX
 from ...model.frames import polars_schema
@@ -604,7 +605,10 @@ def config_rows(records: pl.DataFrame, ret: pl.DataFrame, b: pl.DataFrame) -> pl
             )
         )
     seen = pl.concat([seen.filter(~pl.col("key").str.starts_with("_")), *kv], how="vertical")
-    seen = seen.unique(["key", "value"], keep="first", maintain_order=True)
+    # one row per value stated, per container of a log of several containers' lines (model/containers.py):
+    # each container's server states its own, and its events read those
+    seen = with_container(seen, log_containers(records), by="line")
+    seen = seen.unique(["key", "value", "_ct"], keep="first", maintain_order=True).drop("_ct")
     derived = pl.concat([_derived(records, ret, b), _dp_attention(seen)], how="vertical")
     # SGLang's configuration is the bundle's (no server run of its own: vllm/runs.py numbers vLLM's)
     seen, derived = (x if "run" in x.columns else x.with_columns(run=pl.lit(None, pl.Int32)) for x in (seen, derived))

@@ -11,9 +11,11 @@ opens a run only after some activity of the server since the previous one (stats
 preemptions, hook lines: any record that is not configuration), so banners in a row are one
 start. Records before a stream's first banner are its run 0 (the log began mid-run).
 
-Runs are counted per stream (a log file and its rotated siblings). A stream with no start
-banner at all has no runs: its records are not scoped (the whole bundle's configuration
-applies, as for other sources).
+Runs are counted per stream (a log file and its rotated siblings), and in a stream of several
+containers' lines (docker compose ``svc  | ``, kubectl logs --prefix: model/containers.py) per
+container: each container is a server of its own, its banner never starts a run of another's
+lines. A stream with no start banner at all has no runs: its records are not scoped (the whole
+bundle's configuration applies, as for other sources).
 
 ``runs_table`` (``RUNS_SCHEMA``, the frame ``server_runs``): one row per run.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import polars as pl
 
 from ...model.config import VERSION_SHAPE
+from ...model.containers import log_containers, with_container
 from ...model.frames import polars_schema
 from ..registry import ServerStart
 from .preemptions import START_RE
@@ -30,6 +33,7 @@ from .preemptions import START_RE
 RUNS_SCHEMA = {
     "run": "Int32",  # bundle-wide run number (dense over (stream, run in the stream))
     "stream": "Int32",
+    "container": "String",  # the container of a stream of several containers' lines (else null)
     "stream_run": "Int32",  # 0: before the stream's first start banner, then 1, 2, ...
     "first_seq": "UInt32",
     "start": "Datetime(time_unit='us', time_zone='UTC')",  # the time of the run's first record
@@ -61,6 +65,7 @@ def runs_table(records: pl.DataFrame) -> pl.DataFrame:
         .group_by("run", maintain_order=True)
         .agg(
             pl.col("stream").first(),
+            pl.when(pl.col("_ct") != "").then(pl.col("_ct")).first().alias("container"),
             pl.col("_srun").first().alias("stream_run"),
             pl.col("seq").first().alias("first_seq"),
             pl.col("time").drop_nulls().first().alias("start"),
@@ -85,28 +90,29 @@ def _numbered(records: pl.DataFrame) -> pl.DataFrame:
         _eng=(banner & (kind == "cfg_engine")).fill_null(False),
         _act=~kind.str.starts_with("cfg_").fill_null(False),
     ).sort("stream", "seq")
+    # A stream of several containers' lines: a lane per container ("" where the stream has one or none).
+    r = with_container(r, log_containers(records)).with_columns(pl.col("_ct").fill_null(""))
+    lane = ["stream", "_ct"]
     # The API server's banner is the start where the stream has one; else the engine's line.
-    r = r.with_columns(
-        _start=pl.when(pl.col("_api").any().over("stream")).then(pl.col("_api")).otherwise(pl.col("_eng"))
-    )
+    r = r.with_columns(_start=pl.when(pl.col("_api").any().over(lane)).then(pl.col("_api")).otherwise(pl.col("_eng")))
     # Start groups: a banner and the records up to the next one. A group opens a run when it is
     # the stream's first or the group before it had activity (else both are one start).
-    r = r.with_columns(_g=pl.col("_start").cast(pl.Int32).cum_sum().over("stream"))
+    r = r.with_columns(_g=pl.col("_start").cast(pl.Int32).cum_sum().over(lane))
     groups = (
-        r.group_by("stream", "_g")
+        r.group_by(*lane, "_g")
         .agg(pl.col("_act").any().alias("_ga"))
-        .sort("stream", "_g")
-        .with_columns(_prev_act=pl.col("_ga").shift(1).over("stream"))
+        .sort(*lane, "_g")
+        .with_columns(_prev_act=pl.col("_ga").shift(1).over(lane))
         .with_columns(_new=((pl.col("_g") == 1) | pl.col("_prev_act").fill_null(False)) & (pl.col("_g") > 0))
-        .with_columns(_srun=pl.col("_new").cast(pl.Int32).cum_sum().over("stream"))
+        .with_columns(_srun=pl.col("_new").cast(pl.Int32).cum_sum().over(lane))
     )
-    banner = groups.group_by("stream").agg((pl.col("_g").max() > 0).alias("_banner"))
+    banner = groups.group_by(lane).agg((pl.col("_g").max() > 0).alias("_banner"))
     r = (
-        r.join(groups.select("stream", "_g", "_srun"), on=["stream", "_g"], how="left")
-        .join(banner, on="stream", how="left")
+        r.join(groups.select(*lane, "_g", "_srun"), on=[*lane, "_g"], how="left")
+        .join(banner, on=lane, how="left")
         .filter(pl.col("_banner"))
     )
-    key = pl.struct("stream", "_srun")
+    key = pl.struct("stream", "_ct", "_srun")
     return r.with_columns(run=(key.rank("dense") - 1).cast(pl.Int32))
 
 
