@@ -11,11 +11,10 @@ CLI, a real subprocess.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.support.scrapes import reconciled, write_counter_scrapes
 
 LINE = (
     "(APIServer pid=77) INFO 11-20 09:14:{s:02d} [loggers.py:208] 2 Engines Aggregated: Avg prompt throughput: 0.0 "
@@ -35,26 +34,16 @@ def _bundle(tmp_path: Path, first_at: int) -> Path:
     for s, w, p, kv in ((0, 0, 0, 80.0), (10, 12, 4, 97.9), (20, 12, 6, 99.0), (30, 0, 0, 50.0)):
         lines.append(LINE.format(s=s, w=w, p=f"Preemptions: {p}, " if p else "", kv=kv))
     (b / "vllm.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    created = int(datetime(2026, 11, 20, 9, 13, 55, tzinfo=UTC).timestamp())
-    for sec, v0, v1 in ((first_at, 0, 0), (35, 7, 3)):
-        t = int(datetime(2026, 11, 20, 9, 14, sec, tzinfo=UTC).timestamp())
-        (b / f"metrics-{t}.prom").write_text(
-            "# TYPE vllm:num_preemptions_total counter\n"
-            + "".join(
-                f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} {v}.0\n' for e, v in ((0, v0), (1, v1))
-            )
-            + "".join(f'vllm:num_preemptions_created{{engine="{e}",model_name="m"}} {created}.0\n' for e in (0, 1)),
-            encoding="utf-8",
-        )
+    write_counter_scrapes(
+        b,
+        datetime(2026, 11, 20, 9, 14, tzinfo=UTC),
+        [(sec, {"0": v0, "1": v1}) for sec, v0, v1 in ((first_at, 0, 0), (35, 7, 3))],
+        datetime(2026, 11, 20, 9, 13, 55, tzinfo=UTC),
+    )
     return b
 
 
-def _run(b: Path) -> tuple[dict, list[dict]]:
-    out = run_cli("analyze", str(b), "--tz", "UTC", "-f", "json")
-    assert out.returncode == 0, out.stderr
-    nd = run_cli("analyze", str(b), "--tz", "UTC", "-f", "ndjson")
-    assert nd.returncode == 0, nd.stderr
-    return json.loads(out.stdout)["summary"]["reconciliation"], [json.loads(x) for x in nd.stdout.splitlines() if x]
+_run = reconciled
 
 
 def test_an_aggregated_line_keeps_none_before_first_readings_of_zero(tmp_path):

@@ -12,11 +12,10 @@ Through the CLI, a real subprocess.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.support.scrapes import reconciled, write_counter_scrapes
 
 WARN = (
     "WARNING 05-09 00:45:{s:02d} scheduler.py:1077] Sequence group {r} is preempted by PreemptionMode.RECOMPUTE "
@@ -38,24 +37,16 @@ def _bundle(tmp_path: Path, scrapes: list[tuple[int, int]]) -> Path:
     for s, r, n in ((3, "a", 1), (13, "b", 51), (23, "c", 101)):
         lines += [WARN.format(s=s, r=r, n=n), STATS.format(s=s + 2)]
     (b / "vllm.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    created = int(datetime(2026, 5, 9, 0, 40, 5, tzinfo=UTC).timestamp())
-    for sec, v in scrapes:
-        t = int(datetime(2026, 5, 9, 0, 45, sec, tzinfo=UTC).timestamp())
-        (b / f"metrics-{t}.prom").write_text(
-            "# TYPE vllm:num_preemptions_total counter\n"
-            f'vllm:num_preemptions_total{{model_name="m"}} {v}.0\n'
-            f'vllm:num_preemptions_created{{model_name="m"}} {created}.0\n',
-            encoding="utf-8",
-        )
+    write_counter_scrapes(
+        b,
+        datetime(2026, 5, 9, 0, 45, tzinfo=UTC),
+        [(sec, {None: v}) for sec, v in scrapes],
+        datetime(2026, 5, 9, 0, 40, 5, tzinfo=UTC),
+    )
     return b
 
 
-def _run(b: Path) -> tuple[dict, list[dict]]:
-    out = run_cli("analyze", str(b), "--tz", "UTC", "-f", "json")
-    assert out.returncode == 0, out.stderr
-    nd = run_cli("analyze", str(b), "--tz", "UTC", "-f", "ndjson")
-    assert nd.returncode == 0, nd.stderr
-    return json.loads(out.stdout)["summary"]["reconciliation"], [json.loads(x) for x in nd.stdout.splitlines() if x]
+_run = reconciled
 
 
 def test_a_warning_after_the_last_scrape_keeps_its_numbers_above_the_counter(tmp_path):

@@ -12,13 +12,12 @@ Through the CLI, a real subprocess.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.support.scrapes import reconciled, write_counter_scrapes
 
 V1 = (
     "(APIServer pid=77) INFO 11-20 09:14:{s:02d} [loggers.py:208] Engine 000: Avg prompt throughput: 812.4 tokens/s, "
@@ -47,24 +46,16 @@ def _bundle(tmp_path: Path, kind: str, scrapes: list[tuple[int, int]]) -> Path:
     for s, p, kv in ((0, 0, 80.0), (10, 6, 99.7), (20, 4, 100.0), (30, 3, 99.0), (40, 0, 60.0)):
         lines.append(fmt.format(s=s, p=f"Preemptions: {p}, " if p else "", kv=kv))
     (b / "vllm.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    created = int(datetime(2026, 11, 20, 9, 13, 55, tzinfo=UTC).timestamp())
-    for sec, v in scrapes:
-        t = int(datetime(2026, 11, 20, 9, 14, sec, tzinfo=UTC).timestamp())
-        (b / f"metrics-{t}.prom").write_text(
-            "# TYPE vllm:num_preemptions_total counter\n"
-            f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {v}.0\n'
-            f'vllm:num_preemptions_created{{engine="0",model_name="m"}} {created}\n',
-            encoding="utf-8",
-        )
+    write_counter_scrapes(
+        b,
+        datetime(2026, 11, 20, 9, 14, tzinfo=UTC),
+        [(sec, {"0": v}) for sec, v in scrapes],
+        datetime(2026, 11, 20, 9, 13, 55, tzinfo=UTC),
+    )
     return b
 
 
-def _run(b: Path) -> tuple[dict, list[dict]]:
-    out = run_cli("analyze", str(b), "--tz", "UTC", "-f", "json")
-    assert out.returncode == 0, out.stderr
-    nd = run_cli("analyze", str(b), "--tz", "UTC", "-f", "ndjson")
-    assert nd.returncode == 0, nd.stderr
-    return json.loads(out.stdout)["summary"]["reconciliation"], [json.loads(x) for x in nd.stdout.splitlines() if x]
+_run = reconciled
 
 
 @pytest.mark.parametrize("kind", ["v1", "rust"])

@@ -55,3 +55,34 @@ def _counter(out: list[str], engines: dict[str, tuple[float, float | None]], ope
     if openmetrics:
         out.append("# EOF")
     return "\n".join(out) + "\n"
+
+
+def write_counter_scrapes(folder, at, readings, created) -> None:
+    """One bare counter scrape per reading, named ``metrics-<unix time>.prom`` (the scrape's time):
+    ``readings`` are (seconds after ``at``, {engine label, or None for a page without one: counter
+    value}); each series with its ``_created`` (``created``, a datetime)."""
+    from datetime import timedelta
+
+    born = int(created.timestamp())
+    for sec, values in readings:
+        labels = {e: (f'engine="{e}",model_name="m"' if e is not None else 'model_name="m"') for e in values}
+        t = int((at + timedelta(seconds=sec)).timestamp())
+        (folder / f"metrics-{t}.prom").write_text(
+            "# TYPE vllm:num_preemptions_total counter\n"
+            + "".join(f"vllm:num_preemptions_total{{{labels[e]}}} {v}.0\n" for e, v in values.items())
+            + "".join(f"vllm:num_preemptions_created{{{labels[e]}}} {born}.0\n" for e in values),
+            encoding="utf-8",
+        )
+
+
+def reconciled(bundle) -> tuple[dict, list[dict]]:
+    """``analyze BUNDLE --tz UTC`` through the CLI: the json summary's reconciliation and the ndjson events."""
+    import json
+
+    from tests.conftest import run_cli
+
+    out = run_cli("analyze", str(bundle), "--tz", "UTC", "-f", "json")
+    assert out.returncode == 0, out.stderr
+    nd = run_cli("analyze", str(bundle), "--tz", "UTC", "-f", "ndjson")
+    assert nd.returncode == 0, nd.stderr
+    return json.loads(out.stdout)["summary"]["reconciliation"], [json.loads(x) for x in nd.stdout.splitlines() if x]
