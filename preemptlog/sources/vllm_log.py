@@ -78,6 +78,7 @@ Added after the read (timebase.resolve, frames.with_source, the pipeline):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -366,6 +367,19 @@ def scan(path: str, file_id: int, wraps: bool = True) -> pl.LazyFrame:
     return scan_frame(reflow.scan(path, wraps=wraps), file_id)
 
 
+@functools.cache
+def _find_counts_bytes() -> bool:
+    """Whether ``str.find`` reports byte offsets (polars up to 2.1) or character offsets (2.2 on)."""
+    return bool(pl.Series(["\u00e9,"]).str.find(",", literal=True).item() == 2)
+
+
+def _cut_at(s: pl.Expr, at: pl.Expr) -> pl.Expr:
+    """``s`` from ``at`` on, ``at`` an offset as ``str.find`` reports it in this polars."""
+    if _find_counts_bytes():
+        return s.cast(pl.Binary).bin.slice(at).cast(pl.String)
+    return s.str.slice(at)
+
+
 def scan_frame(lines: pl.LazyFrame, file_id: int) -> pl.LazyFrame:
     """The polars pass on an ``(n, line)`` frame (textio.scan_lines' schema): :func:`scan`'s query."""
 
@@ -434,16 +448,17 @@ def scan_frame(lines: pl.LazyFrame, file_id: int) -> pl.LazyFrame:
 
     hot_line = pl.when(hot).then(pl.col("line"))
     # Count prompt_token_ids: the commas of the line's tail after the list's
-    # start, minus those after its end. Offsets from str.find are in bytes, so
-    # the tail is cut with bin.slice (str.slice counts characters and went wrong
-    # after a non-ASCII prompt). Measured on the 99 k survivors of a 1 GB log
-    # (single thread, docs/performance.md): cutting the tail 314 ms, finding the
+    # start, minus those after its end. The tail is cut at the offset str.find
+    # reports, in the unit it reports it (_cut_at: bytes up to polars 2.1,
+    # characters from 2.2; a cut in the other unit went wrong after a non-ASCII
+    # prompt). Measured on the 99 k survivors of a 1 GB log (single thread,
+    # polars 2.1, docs/performance.md): cutting the tail 314 ms, finding the
     # end 69 ms, counting its 94 M commas 706 ms -- the largest cost after
     # reading the file; cutting the list out again before counting: +205 ms.
     ids_at = hot_line.str.find(PROMPT_IDS_START, literal=True) + len(PROMPT_IDS_START)
-    lf = lf.with_columns(_tail=hot_line.cast(pl.Binary).bin.slice(ids_at).cast(pl.String))
+    lf = lf.with_columns(_tail=_cut_at(hot_line, ids_at))
     lf = lf.with_columns(_ids_len=pl.col("_tail").str.find(PROMPT_IDS_END_RE))
-    after = pl.col("_tail").cast(pl.Binary).bin.slice(pl.col("_ids_len")).cast(pl.String)
+    after = _cut_at(pl.col("_tail"), pl.col("_ids_len"))
     commas = pl.col("_tail").str.count_matches("(?-u),") - after.str.count_matches("(?-u),")
     ids_len = pl.col("_ids_len")
     prompt_tokens = pl.when(ids_len == 0).then(pl.lit(0, pl.Int64)).when(ids_len > 0).then(commas.cast(pl.Int64) + 1)
@@ -702,6 +717,18 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
         "INFO 05-31 16:44:58 async_llm_engine.py:553] Received request r10: prompt: 'Grüße, 你好吗, ça va', params: "
         "SamplingParams(max_tokens=9), prompt_token_ids: [7, 8, 9, 10, 11], lora_request: None.",
         {"kind": "req_received", "req_id": "r10", "max_tokens": 9, "prompt_tokens": 5},
+    ),
+    (
+        # An empty list after a non-ASCII prompt (polars 2.2's str.find counts characters: the
+        # tail was cut two bytes early and read one token).
+        "(APIServer pid=12) DEBUG 05-01 10:00:02 [entrypoints/logger.py:60] Request chatcmpl-ab details: "
+        "prompt: '\u00e9 \u00fc', prompt_token_ids: [], lora_request: None.",
+        {"kind": "req_details", "req_id": "chatcmpl-ab", "prompt_tokens": 0},
+    ),
+    (
+        "INFO 05-31 16:44:58 async_llm_engine.py:553] Received request r11: prompt: '\u4f60\u597d, ok', params: "
+        "SamplingParams(max_tokens=3), prompt_token_ids: [42], lora_request: None.",
+        {"kind": "req_received", "req_id": "r11", "max_tokens": 3, "prompt_tokens": 1},
     ),
     (
         "INFO 06-01 12:00:09 async_llm_engine.py:133] Finished request cmpl-77c1e0a4b1e04b3e8c1f0a2d3b4c5d6e.",

@@ -3,13 +3,15 @@
 Do not edit: the equivalence test asserts that ``preemptlog.sources.vllm_log.read``
 returns the same records frame, column by column, as this copy of the
 implementation it replaced. Delete it once the new scan has been released.
+One edit since: the token list's tail is cut by ``vllm_log._cut_at`` (polars 2.2 made
+``str.find`` count characters; the byte cut here read one token from an empty list).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from preemptlog.sources.vllm_log import all_markers, all_verify
+from preemptlog.sources.vllm_log import _cut_at, all_markers, all_verify
 
 if TYPE_CHECKING:
     import polars as pl
@@ -174,9 +176,9 @@ def scan(path: str, file_id: int) -> pl.LazyFrame:
     # end 69 ms, counting its 94 M commas 706 ms -- the largest cost after
     # reading the file; cutting the list out again before counting: +205 ms.
     ids_at = hot_line.str.find(PROMPT_IDS_START, literal=True) + len(PROMPT_IDS_START)
-    lf = lf.with_columns(_tail=hot_line.cast(pl.Binary).bin.slice(ids_at).cast(pl.String))
+    lf = lf.with_columns(_tail=_cut_at(hot_line, ids_at))
     lf = lf.with_columns(_ids_len=pl.col("_tail").str.find(PROMPT_IDS_END_RE))
-    after = pl.col("_tail").cast(pl.Binary).bin.slice(pl.col("_ids_len")).cast(pl.String)
+    after = _cut_at(pl.col("_tail"), pl.col("_ids_len"))
     commas = pl.col("_tail").str.count_matches("(?-u),") - after.str.count_matches("(?-u),")
     ids_len = pl.col("_ids_len")
     prompt_tokens = pl.when(ids_len == 0).then(pl.lit(0, pl.Int64)).when(ids_len > 0).then(commas.cast(pl.Int64) + 1)
