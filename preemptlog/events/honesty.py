@@ -60,7 +60,13 @@ def honesty_notes(a: AnalysisView) -> list[str]:
     prom_src = [f.display for f in a.bundle.of_kind("prometheus")]
     ev = a.events
     log_interval = (
-        ev.filter((pl.col("kind") == "interval") & pl.col("source").is_in(log_src)).height if ev.height else 0
+        ev.filter(
+            (pl.col("kind") == "interval")
+            & pl.col("source").is_in(log_src)
+            & (pl.col("mode") != "SWAP").fill_null(True)
+        ).height
+        if ev.height
+        else 0
     )
     unplaced = (
         ev.filter(pl.col("source").is_in(prom_src) & (pl.col("time_precision") == "unplaced")).height

@@ -98,6 +98,7 @@ if TYPE_CHECKING:
     from .pressure import LogCapability
 
 COUNT_KINDS = ("interval", "reconstructed")
+SWAP_RISES = "log V0 stats lines (rises of Swapped: N reqs)"
 PROM_COUNTER = "prometheus counter (vllm:num_preemptions_total)"
 
 
@@ -421,6 +422,20 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 + _kept_words(by_log, "reconstructed"),
             }
         )
+    if v0.get("swap_rises"):
+        swaps = int(v0["swap_rises"])
+        sources.append(
+            {
+                "source": SWAP_RISES,
+                "count": swaps,
+                "window": None,
+                "exact": False,
+                "in_events": ev.filter(pl.col("mode") == "SWAP").height if ev.height else 0,
+                "note": f"lower bound: the 'Swapped: N reqs' count rose by {swaps} over {v0['swap_lines']} stats "
+                f"line(s) (first {v0['swap_first']}, up to {v0['swap_max']} swapped); only a SWAP-mode preemption "
+                "swaps a request out, and one swapped out and in between two lines is not seen",
+            }
+        )
     if orig_kinds.get("marker"):
         sources.append(
             {
@@ -606,6 +621,13 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         quality = cap.details.get("quality") or "exact"
     elif v0.get("logged_lines"):
         rule = "V0 counter deltas: warnings plus reconstructed counts"
+        quality = "lower bound"
+    elif v0.get("swap_rises") and not orig_kinds.get("marker"):
+        rule = (
+            f"{SWAP_RISES}: no V0 warning in the log's server run(s), so the rises of 'Swapped: N reqs' are the only "
+            "count (vllm/core/scheduler.py: only _preempt_by_swap adds to the swapped queue); RECOMPUTE-mode "
+            "preemptions and swaps undone between two lines are not in it"
+        )
         quality = "lower bound"
     elif singles:
         what = ", ".join(f"engine {r['engine']}: {r['value']} at {_when(r['time'], tz)}" for r in singles)

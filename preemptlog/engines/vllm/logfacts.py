@@ -26,9 +26,11 @@ def log_events(records: pl.DataFrame, stats_rows: pl.DataFrame) -> LogEvents:
     percentages that are no reading (stats.not_readings_warning)."""
     logged, recon, v0facts, v0_capped = preemptions.logged_and_reconstructed(records)
     interval, v1_capped = preemptions.interval_events(stats_rows, records)
+    swapped, swap_capped, swap_facts = preemptions.swap_events(stats_rows, records)
+    v0facts.update(swap_facts)
     warnings: list[str] = []
     partial = False
-    capped = pl.concat([v0_capped, v1_capped])
+    capped = pl.concat([v0_capped, v1_capped, swap_capped])
     if capped.height:  # the counts are said whole (events/reconcile.py), their events capped
         warnings.append(ev.capped_warning())
         partial = True
@@ -37,7 +39,7 @@ def log_events(records: pl.DataFrame, stats_rows: pl.DataFrame) -> LogEvents:
         warnings.append(bad_percent)
     markers = preemptions.marker_events(records)
     return LogEvents(
-        parts=[logged, recon, interval, markers],
+        parts=[logged, recon, interval, swapped, markers],
         counters={"v0": v0facts},
         warnings=warnings,
         partial=partial,

@@ -18,6 +18,8 @@ Three families (facts page section 0):
   The count lags: a preempted request is counted when it produces output again. The Rust
   frontend's line (0.33+, stats.py) counts the one tick of its logger before it (10 s by
   default), summed over every engine (engine ``all``).
+- **interval, mode SWAP**: a V0 stats line's ``Swapped: N reqs`` rising in a server run whose log holds
+  no V0 warning (:func:`swap_events`): at least the rise, a lower bound.
 - **marker**: any other line carrying the whole word ``PREEMPTED`` (patched
   schedulers, debug hooks, ``RequestStatus.PREEMPTED``). The request id is
   taken from the first of these shapes: ``request <id> set to RequestStatus.PREEMPTED`` (and
@@ -318,6 +320,69 @@ def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.Data
         _sub=pl.col("_k"),
     ).drop("_n")
     return out, capped
+
+
+def swap_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """V0 stats lines' ``Swapped: N reqs`` rises -> (interval events of mode SWAP, the counts whose events
+    were capped, facts).
+
+    A request enters the swapped queue only by a SWAP-mode preemption (vllm/core/scheduler.py
+    ``_preempt_by_swap``), so a rise of N between two stats lines of one engine is at least N
+    preemptions in that interval: a lower bound (a request swapped out and in again between two lines
+    is not seen, RECOMPUTE-mode preemptions not at all). Only where the server run's log holds no V0
+    warning: the warnings' counter already counts every preemption, swapped ones included. A chain's
+    first line counts from 0 only after a start banner (the server started with none swapped); in a log
+    that begins mid-run its swapped requests were preempted before the log."""
+    facts: dict = {"swap_rises": 0, "swap_lines": 0}
+    if stats.height == 0 or "swapped" not in stats.columns:
+        return stats.clear(), pl.DataFrame(schema=CAPPED_SCHEMA), facts
+    chain = ["stream", "_compose", "_proc", "_srun", "engine", "family"]
+    runs = server_runs(records)
+    warned = (
+        records.filter(pl.col("kind") == "v0_preempt")
+        .select("seq", "stream")
+        .join(runs, on="seq", how="left")
+        .select("stream", "_compose", "_srun")
+        .unique()
+    )
+    s = stats.filter((pl.col("family") == "v0") & pl.col("swapped").is_not_null())
+    if s.height == 0:
+        return stats.clear(), pl.DataFrame(schema=CAPPED_SCHEMA), facts
+    s = s.join(runs, on="seq", how="left").sort("seq")
+    s = s.join(warned, on=["stream", "_compose", "_srun"], how="anti", maintain_order="left")
+    first_from = pl.when(pl.col("_srun") > 0).then(pl.lit(0, pl.Int64))
+    s = s.with_columns(
+        _prev_sw=pl.col("swapped").shift(1).over(chain).fill_null(first_from),
+        _prev_time=_not_after(pl.col("time").shift(1).over(chain), pl.col("time")),
+    )
+    s = s.with_columns(_rise=(pl.col("swapped") - pl.col("_prev_sw")).clip(lower_bound=0)).filter(pl.col("_rise") > 0)
+    if s.height == 0:
+        return stats.clear(), pl.DataFrame(schema=CAPPED_SCHEMA), facts
+    first = s.row(0, named=True)
+    facts = {
+        "swap_rises": int(s.get_column("_rise").sum()),
+        "swap_lines": s.height,
+        "swap_first": f"{first['source']}:{first['line']}",
+        "swap_max": int(s.get_column("swapped").max()),  # type: ignore[arg-type]
+    }
+    seg = records.select("seq", "seg")
+    s = s.join(seg, on="seq", how="left").with_columns(pl.col("line").alias("n"), _n=capped_count(pl.col("_rise")))
+    capped = capped_rows(s, _event_id(), "interval", pl.col("_rise"), pl.col("_n"))
+    s = s.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).explode("_k")
+    out = s.with_columns(
+        event_id=_event_id(pl.concat_str([pl.lit("~i"), pl.col("_k").cast(pl.String)])),
+        kind=pl.lit("interval"),
+        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_n")),
+        time_precision=pl.lit("interval"),
+        interval_start=pl.col("_prev_time"),
+        interval_end=pl.col("time"),
+        request_id=pl.lit(None, pl.String),
+        mode=pl.lit("SWAP", pl.String),
+        cumulative=pl.lit(None, pl.Int64),
+        raw=pl.lit(None, pl.String),
+        _sub=pl.col("_k"),
+    ).drop("_n")
+    return out, capped, facts
 
 
 def _tick_interval_start(s: pl.DataFrame, chain: list[str]) -> pl.DataFrame:
