@@ -72,6 +72,9 @@ class ServerStart:
     start: pl.Expr  # rows that are a start of a server
     dated: pl.Expr  # rows that name the server's version (a stream with one: its undated starts are not starts)
     version: pl.Expr  # the version a start row names
+    # start rows that stand for a start the log does not show (a stream cut after start-up, told apart
+    # from other engines' streams by them): never a start time, and never a second server of their engine
+    stands_in: pl.Expr | None = None
 
 
 @dataclass(frozen=True)

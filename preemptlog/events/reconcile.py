@@ -91,7 +91,7 @@ from .recordmatch import (
     record_events,
     records_as_events,
 )
-from .servers import starts as server_starts
+from .servers import real_starts
 
 if TYPE_CHECKING:
     from ..model.result import AnalysisView
@@ -419,7 +419,8 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                 "exact": False,
                 "in_events": final_kinds.get("logged", 0) + final_kinds.get("reconstructed", 0),
                 "note": f"lower bound: up to 49 more per counter run ({runs} run(s)) are not visible in the log"
-                + _kept_words(by_log, "reconstructed"),
+                + _kept_words(by_log, "reconstructed")
+                + _continued_words(v0.get("continued") or []),
             }
         )
     if v0.get("swap_rises"):
@@ -965,7 +966,7 @@ def since_start(
     # scrapes in one file, only the last timed by the mtime): still a count, never a silent 0 (below).
     timeless = firsts.filter(pl.col("end").is_null() & (pl.col("_samples") == 1))
     firsts = firsts.filter(pl.col("end").is_not_null())
-    st = server_starts(a.records).filter(pl.col("time").is_not_null()).sort("time")
+    st = real_starts(a.records).filter(pl.col("time").is_not_null()).sort("time")
     log0 = log_start(a)
     log1 = log_end(a)
     baselines: dict[str, dict[str, Any]] = {}
@@ -1879,6 +1880,20 @@ def _log_timing_words(by_log: dict[str, LogTiming]) -> str:
     return (
         f"where an engine's log counts agree with its counter in every scrape interval ({what}), the log's own "
         "events stand there (finer in time) and the counter makes none"
+    )
+
+
+def _continued_words(pairs: list[str]) -> str:
+    """A file without its server's start whose first warning counts on from another file's counter
+    (engines/vllm/preemptions.py ``_continued``), in words."""
+    if not pairs:
+        return ""
+    more = f" (+{len(pairs) - 3} more)" if len(pairs) > 3 else ""
+    return (
+        "; "
+        + "; ".join(pairs[:3])
+        + more
+        + " (a file without a start of its own, after the other ends: its counter is not counted again from 0)"
     )
 
 

@@ -15,7 +15,8 @@ together, so the analysis warns and ``preemptlog analyze --each`` (each.py)
 analyses every server separately.
 
 Frame of :func:`starts` (``START_SCHEMA``): one row per start, with the display name of the engine
-whose line it is (``engine``: the warning names each server by it).
+whose line it is (``engine``: the warning names each server by it) and ``stands_in`` (the row stands
+for a start the log does not show: SGLang's first line in a stream without ``server_args``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ START_SCHEMA = {
     "process": "String",
     "host": "String",
     "engine": "String",
+    "stands_in": "Boolean",
 }
 
 
@@ -46,9 +48,11 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
     if records.height == 0 or "stream" not in records.columns:
         return empty_frame(START_SCHEMA)
     found = [(e, e.server_start(pl.col(f"_own{i}"))) for i, e in enumerate(engines.registered())]
-    start, dated = pl.lit(False), pl.lit(False)
+    start, dated, stands_in = pl.lit(False), pl.lit(False), pl.lit(False)
     for _, st in found:
         start, dated = start | st.start, dated | st.dated
+        if st.stands_in is not None:
+            stands_in = stands_in | st.stands_in
     version = next((st.version for e, st in found if e.default), pl.lit(None, pl.String))
     engine = pl.lit(engines.default().display, pl.String)
     for i, (e, st) in reversed(list(enumerate(found))):
@@ -69,12 +73,33 @@ def starts(records: pl.DataFrame) -> pl.DataFrame:
         pl.col("proc").str.extract(r"^(.*?pid=\d+)", 1).alias("process"),
         pl.coalesce(pl.col("proc").str.extract(r"ip=([0-9A-Fa-f.:]+)", 1), pl.col("compose")).alias("host"),
         engine.alias("engine"),
+        stands_in.fill_null(False).alias("stands_in"),
     )
 
 
+def engine_named(name: str | None) -> str:
+    """The engine a start names, the default engine's for a log without one (a vLLM log without its banner)."""
+    return name or engines.default().display
+
+
+def real_starts(records: pl.DataFrame) -> pl.DataFrame:
+    """The starts the log shows (:func:`starts` without those that stand for a start it does not show):
+    the ones that date an engine's start."""
+    st = starts(records)
+    return st.filter(~pl.col("stands_in"))
+
+
 def servers(records: pl.DataFrame) -> pl.DataFrame:
-    """One row per distinct server: stream, version, host (restarts in one stream are one server)."""
+    """One row per distinct server: stream, version, host (restarts in one stream are one server).
+
+    A start that stands for one the log does not show (a stream cut after start-up) is a server only
+    where its engine has no other: beside another start of its engine it is that server's continued
+    or rotated file, as a vLLM log without its banner is."""
     s = starts(records)
+    cut = pl.col("stands_in")
+    shown = (~cut).any().over("engine")  # the engine has a start the log shows
+    first_cut = cut & (cut.cast(pl.Int32).cum_sum().over("engine") == 1)
+    s = s.filter(~cut | (~shown & first_cut))
     return (
         s.group_by("stream", pl.col("version").fill_null("?"), pl.col("host").fill_null(""), maintain_order=True)
         .agg(

@@ -46,7 +46,7 @@ import polars as pl
 
 from ..clock.timebase import iso, local_wall, offset_name, zone_info
 from ..sources.meets import MEET_S, QUARTER_S, duration_words
-from .servers import starts as server_starts
+from .servers import real_starts
 
 if TYPE_CHECKING:
     from ..sources.registry import EngineStarts
@@ -80,7 +80,7 @@ def startups(records: pl.DataFrame) -> pl.DataFrame:
     need = {"stream", "seq", "time", "kind", "source", "n", "fzone"}
     if records.height == 0 or not need <= set(records.columns):
         return empty
-    st = server_starts(records).filter(pl.col("time").is_not_null())
+    st = real_starts(records).filter(pl.col("time").is_not_null())
     if st.height == 0:
         return empty
     zoned = records.filter(pl.col("fzone").is_not_null()).get_column("stream").unique()

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import polars as pl
 
 from ..analysis import analyze
-from ..events.servers import servers, starts
+from ..events.servers import engine_named, servers, starts
 from ..model import VERSION as __version__
 from ..model.places import folders, shared_depth
 from ..model.result import AnalyzeOptions
@@ -208,6 +208,7 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
         return [Unit(paths[0], list(paths))]
     spans: dict[tuple[int, str | None], tuple[Any, Any]] = {}
     started: set[tuple[int, str | None]] = set()
+    engine_of: dict[tuple[int, str | None], str] = {}  # the engine whose start a part shows (none: the default's)
     if rec.height and "stream" in rec.columns:
         part = pl.col("compose") if split else pl.lit(None, pl.String)
         part = pl.when(pl.col("stream").is_in(list(split))).then(part).otherwise(pl.lit(None, pl.String))
@@ -219,12 +220,16 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
         )
         for sid, c, lo, hi in agg.select("stream", "_part", "_lo", "_hi").iter_rows():
             spans[(int(sid), c)] = (lo, hi)
-        st = starts(rec).select("stream", "source", "line")
+        st = starts(rec).select("stream", "source", "line", "engine", "stands_in")
         if split:  # the container of each start's own line
             at = rec.select("source", pl.col("n").alias("line"), "compose").unique(["source", "line"], keep="first")
             st = st.join(at, on=["source", "line"], how="left")
-        for sid, c in st.select("stream", pl.col("compose") if split else pl.lit(None, pl.String)).iter_rows():
-            started.add((int(sid), c if int(sid) in split else None))
+        part_col = pl.col("compose") if split else pl.lit(None, pl.String)
+        for sid, c, eng, cut in st.select("stream", part_col, "engine", "stands_in").iter_rows():
+            key = (int(sid), c if int(sid) in split else None)
+            engine_of.setdefault(key, eng)
+            if not cut:  # a start that stands for one the log does not show (a cut file) starts no server
+                started.add(key)
     order = sorted(keys, key=lambda k: (spans.get(k, (None,))[0] is None, spans.get(k, (None,))[0] or 0, k[0]))
     # A bundle that keeps its logs in folders of their own (a/vllm.log beside b/vllm.log) keeps a
     # server per folder (the joiner's ServerScope): logs of two folders are two servers even where
@@ -240,6 +245,9 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
                 if g["lo"] is None or (k in started and g["server"]):
                     continue
                 if by_folder and any(home_of[s] != home_of[k[0]] for s in g["sids"]):
+                    continue
+                # two engines' logs are two servers
+                if any(engine_named(engine_of.get(o)) != engine_named(engine_of.get(k)) for o in g["keys"]):
                     continue
                 if (
                     span[0].timestamp() <= g["hi"].timestamp() + MEET_S

@@ -763,7 +763,9 @@ def server_start(own: pl.Expr) -> ServerStart:
     """SGLang's server starts (events/servers.py): its ``server_args=`` line (SGLang prints no version:
     the version is ``sglang``). A stream without one (a log cut after start-up) still is a server of
     its own: its first SGLang line stands for the start (another engine's log is never the same
-    server). Every SGLang line names the version (the stream's other engines' undated starts go)."""
+    server), marked ``stands_in``: it dates no start, and beside another SGLang stream it is no second
+    server (a rotated or continued file without the line). Every SGLang line names the version (the
+    stream's other engines' undated starts go)."""
     args = pl.col("kind") == ARGS
     first = own & (pl.int_range(pl.len()).over("stream", own) == 0) & ~args.any().over("stream")
-    return ServerStart(start=args | first, dated=own, version=pl.lit(ENGINE_KIND))
+    return ServerStart(start=args | first, dated=own, version=pl.lit(ENGINE_KIND), stands_in=first)

@@ -183,6 +183,7 @@ def logged_and_reconstructed(
         _prev=pl.col("cumulative").forward_fill().shift(1).over(run).fill_null(0),
         _prev_time=_not_after(pl.col("time").shift(1).over(run), pl.col("time")),
     )
+    v0, facts["continued"] = _continued(v0, records, run)
     v0 = v0.with_columns(
         _delta=pl.when(has_total).then(pl.col("cumulative") - pl.col("_prev")),
     )
@@ -222,6 +223,73 @@ def logged_and_reconstructed(
         _sub=pl.col("_k") - pl.col("_n") - 1,
     ).drop("_n")
     return logged, recon, facts, capped
+
+
+def _continued(v0: pl.DataFrame, records: pl.DataFrame, run: list[str]) -> tuple[pl.DataFrame, list[str]]:
+    """A log file cut from a server's log under a name of its own (server-part2.log beside
+    server-part1.log: not a rotation the bundle joins into one stream) holds no start before its first
+    warning: its counter is the one of the file of the same server it follows, never a count from 0
+    (warnings 1..451 then 501, 551 were 1002 events: the second file's 501 counted again from 0).
+
+    The first warning of such a stream (no start before it in its stream) takes as its previous count
+    the last counter of the latest other stream that ends before this one begins, in the same folder and
+    process, whose last counter is not above this warning's. Where that stream was another server, the
+    count is lower, never higher: V0's count stays a lower bound. Returns the frame and the pairs said."""
+    if v0.height == 0 or "source" not in records.columns:
+        return v0, []
+    first = v0.filter(
+        (pl.int_range(pl.len()).over(run) == 0) & (pl.col("_srun") == 0) & pl.col("cumulative").is_not_null()
+    )
+    if first.height == 0 or v0.get_column("stream").n_unique() < 2:
+        return v0, []
+    spans = (
+        records.filter(pl.col("time").is_not_null())
+        .group_by("stream")
+        .agg(pl.col("time").min().alias("_lo"), pl.col("time").max().alias("_hi"), pl.col("source").first())
+    )
+    span = {r["stream"]: r for r in spans.iter_rows(named=True)}
+    lasts = (
+        v0.filter(pl.col("cumulative").is_not_null())
+        .group_by("stream", "_key", "_chain", maintain_order=True)
+        .agg(pl.col("cumulative").last(), pl.col("time").last(), pl.col("source").last(), pl.col("n").last())
+    )
+
+    def folder(src: str) -> str:
+        return src.rsplit("/", 1)[0] if "/" in src else ""
+
+    fixes: list[tuple[int, int, object]] = []  # (seq of the first warning, previous count, its time)
+    said: list[str] = []
+    for r in first.iter_rows(named=True):
+        me = span.get(r["stream"])
+        if me is None or me["_lo"] is None:
+            continue
+        best = None
+        for c in lasts.filter(
+            (pl.col("stream") != r["stream"]) & (pl.col("_key") == r["_key"]) & (pl.col("_chain") == r["_chain"])
+        ).iter_rows(named=True):
+            other = span.get(c["stream"])
+            if other is None or other["_hi"] is None or other["_hi"] > me["_lo"]:
+                continue
+            if folder(other["source"]) != folder(me["source"]) or c["cumulative"] > r["cumulative"]:
+                continue
+            if best is None or other["_hi"] > span[best["stream"]]["_hi"]:
+                best = c
+        if best is not None:
+            fixes.append((r["seq"], best["cumulative"], best["time"]))
+            said.append(f"{r['source']}:{r['n']} continues the counter of {best['source']}:{best['n']}")
+    if not fixes:
+        return v0, []
+    fx = pl.DataFrame(
+        {"seq": [f[0] for f in fixes], "_cprev": [f[1] for f in fixes], "_ctime": [f[2] for f in fixes]},
+        schema={"seq": v0.schema["seq"], "_cprev": pl.Int64, "_ctime": v0.schema["time"]},
+    )
+    v0 = v0.join(fx, on="seq", how="left", maintain_order="left").with_columns(
+        _prev=pl.coalesce("_cprev", "_prev"),
+        _prev_time=pl.when(pl.col("_cprev").is_not_null())
+        .then(_not_after(pl.col("_ctime"), pl.col("time")))
+        .otherwise(pl.col("_prev_time")),
+    )
+    return v0.drop("_cprev", "_ctime"), said
 
 
 # pipeline_parallel_size as vLLM prints it: the engine config line (pipeline_parallel_size=2) or
