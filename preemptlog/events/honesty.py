@@ -49,6 +49,19 @@ def honesty_notes(a: AnalysisView) -> list[str]:
                 f"counter holds: a damaged value, not a count; first at {v0.get('counter_out_of_range_first')}): "
                 f"read as a missing counter, {', '.join(how)}."
             )
+        if v0.get("counter_unsampled"):
+            n, inferred = v0["counter_unsampled"], v0.get("counter_unsampled_inferred", 0)
+            notes.append(
+                f"{n} V0 warning(s) had a total_num_cumulative_preemption below the one before it and of a form vLLM "
+                f"never prints (V0 logs the 1st, 51st, 101st... preemption: 50k + 1; first at "
+                f"{v0.get('counter_unsampled_first')}: a line cut inside its digits, not a restart): read as a missing "
+                f"counter, {inferred} inferred as the previous logged value + 50"
+                + (
+                    f", {n - inferred} left without one (the count around them is a lower bound)."
+                    if n - inferred
+                    else "."
+                )
+            )
         if v0.get("without_counter"):
             notes.append(
                 f"{v0['without_counter']} V0 warning(s) had no readable total_num_cumulative_preemption "

@@ -481,6 +481,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         )
 
     # ---------------- disagreements
+    log_above: dict[str, int] = {}  # engine -> the V0 warnings' own count in the window, above the counter's
     if timed.height:
         for e, kinds in sorted(dropped_by_engine.items()):
             if e in rec_engines or (_is_all(e) and rec_engines):
@@ -512,6 +513,7 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
                     else 0
                 )
                 if n_rec + logged_e > prom_e:
+                    log_above[e] = n_rec + logged_e
                     disagreements.append(
                         f"engine {e}: the V0 warnings account for {n_rec + logged_e} preemptions in the scrape window, "
                         f"more than the counter's increase of {prom_e}"
@@ -615,6 +617,17 @@ def reconcile(a: AnalysisView, cap: LogCapability) -> tuple[pl.DataFrame, dict[s
         quality = "exact" if not _resets(facts) else "lower bound"
         if _resets(facts):
             rule += "; " + _across_resets(facts)
+        if log_above:
+            # vLLM's own total_num_cumulative_preemption says more than the counter rose: the counter and the
+            # log are not one count (another server's scrapes, a restart between them), so the counter's
+            # count is no exact one
+            quality = "lower bound"
+            rule += "; " + "; ".join(
+                f"engine {e}: its V0 warnings' total_num_cumulative_preemption counts {n} in the scrape window, "
+                "more than the counter rose: the two are not one count (another server's scrapes, or a restart), "
+                "so the count here is a lower bound"
+                for e, n in sorted(log_above.items())
+            )
     elif field_lines:
         # The engine says what its fields are and how far they reach (LogCapability.details: a log
         # with lines that cannot count beside them is a lower bound); else a build with the fix.

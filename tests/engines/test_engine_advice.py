@@ -142,9 +142,10 @@ def test_forced_lines_beside_kv_full_ones_are_neither_quoted_nor_rated(tmp_path)
     a = _run(tmp_path, "sglang.log", lines)
     s = a.summary()
     head = s["headline"]
-    assert "'KV cache pool is full' on 2 line(s), 3 within a minute" in head
+    # the rate is of the two lines (3 requests retracted on them): SGLang's docs rate the message
+    assert "'KV cache pool is full' on 2 line(s), 2 within a minute" in head
     assert "1 'Testing retraction.' line(s) forced by SGLANG_TEST_RETRACT" in head
-    assert s["sglang"]["per_minute"] == 3.0 and s["sglang"]["span_s"] == 2.0
+    assert s["sglang"]["per_minute"] == 2.0 and s["sglang"]["span_s"] == 2.0
     cons = next(x for x in s["fixes"] if x["option"] == "--schedule-conservativeness")
     assert any(i.startswith("3 retraction(s)") for i in cons["inputs"]), cons["inputs"]
     assert engines.get("sglang").cause_words(a) is not None  # type: ignore[misc]

@@ -67,6 +67,7 @@ def test_a_v0_file_without_its_start_counts_on_from_the_file_it_follows(tmp_path
     s = _json(tmp_path)
     rec = s["reconciliation"]
     assert (rec["total"], rec["quality"]) == (551, "lower bound")
+    assert s["v0_counter"]["runs"] == 1  # one counter run, continued in the second file
     (src,) = [x for x in rec["sources"] if "V0 warnings" in x["source"]]
     assert "server-part2.log:1 continues the counter of" in src["note"]
     assert "server-part1.log:11" in src["note"]

@@ -79,6 +79,8 @@ def _events(analysis: AnalysisView) -> pl.DataFrame:
 
 
 def _per_minute(ev: pl.DataFrame) -> tuple[float | None, float]:
+    """Retraction lines per minute (a line's N requests are one: sglang_summary.occurrences) and their span."""
+    ev = sglang_summary.occurrences(ev)
     t = ev.filter(pl.col("time").is_not_null()).get_column("time")
     if t.len() < 2:
         return None, 0.0
@@ -98,8 +100,8 @@ def _conservativeness(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[st
     if pm is not None and span >= 60 and pm <= knobs.DOCS_OK_PER_MINUTE:
         return None, {
             "id": "sglang_schedule_conservativeness",
-            "why": f"{n} retractions in {span / 60:.0f} min ({pm:.2f} per minute): SGLang's docs say about once a "
-            "minute is okay",
+            "why": f"{n} retractions on {sglang_summary.occurrences(ev).height} line(s) in {span / 60:.0f} min "
+            f"({pm:.2f} lines per minute): SGLang's docs say about once a minute is okay",
         }
     one = sglang_summary.retraction_rate(analysis, ev)
     if one is not None and one.over == "log" and one.per_minute <= knobs.DOCS_OK_PER_MINUTE:
@@ -127,7 +129,8 @@ def _conservativeness(analysis: AnalysisView, ev: pl.DataFrame) -> tuple[dict[st
     at_floor = _at_floor(analysis, ev)
     ret = analysis.frames.get("sgl_retractions")
     old = ret is not None and ret.height > 0 and set(ret.get_column("wording").drop_nulls().to_list()) == {"0.1-0.2"}
-    inputs = [how, f"{n} retraction(s)" + (f", {pm:.1f} per minute" if pm is not None else "")]
+    lines = sglang_summary.occurrences(ev).height
+    inputs = [how, f"{n} retraction(s) on {lines} line(s)" + (f", {pm:.1f} lines per minute" if pm is not None else "")]
     if at_floor:
         inputs.append(f"the new-token ratio at its floor before {at_floor[0]} of them (first {at_floor[1]})")
     effect = (

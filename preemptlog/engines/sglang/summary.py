@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...model.events import count_run
 from ...model.frames import provenance_expr
 from ..common import LogCapability
 from . import knobs, metrics
@@ -87,11 +88,23 @@ class Rate:
     last: Any = None
 
 
+def occurrences(ev: pl.DataFrame) -> pl.DataFrame:
+    """One row per retraction SGLang logged (a line's ``#retracted_reqs: N`` events are one), the rest
+    an event each: SGLang's docs' 'about once a minute is okay' is of the message, not of the requests
+    one message retracts."""
+    if ev.height == 0:
+        return ev
+    occ = pl.when(pl.col("kind") == "logged").then(count_run()).otherwise(pl.col("event_id"))
+    return ev.with_columns(_occ=occ).unique("_occ", keep="first", maintain_order=True).drop("_occ")
+
+
 def retraction_rate(a: AnalysisView, pressure: pl.DataFrame) -> Rate | None:
     """The rate of the retractions KV pressure made (``pressure``: SGLang's events less the forced ones):
     two or more timed, over their own span; a single one (the only event), over its log's span (a log and
     its rotated parts: the records of its stream), where one retraction is at most once a minute; None
-    otherwise (no time, or a single timed one beside untimed ones)."""
+    otherwise (no time, or a single timed one beside untimed ones). A line's N retracted requests are one
+    retraction here (:func:`occurrences`)."""
+    pressure = occurrences(pressure)
     timed = pressure.filter(pl.col("time").is_not_null()) if pressure.height else pressure
     if timed.height > 1:
         span = float(timed.select((pl.col("time").max() - pl.col("time").min()).dt.total_microseconds()).item()) / 1e6

@@ -147,6 +147,13 @@ def logged_and_reconstructed(
     v0 = v0.filter(~dup.fill_null(False))
     facts["duplicates"] = before - v0.height
     grp = ["stream", "_key", "_srun"]
+    # V0 logs the 1st, 51st, 101st... preemption (``num_cumulative_preemption % 50 == 0``, printed + 1).
+    # A counter below the one before it with no start between, and of no form vLLM prints, is a line cut
+    # inside its digits ("=15" of 151): read as a missing counter, never as a restart to 15. (A rising
+    # value of another form stands: a build that logs more often still counts up.)
+    below = pl.col("cumulative") < pl.col("cumulative").forward_fill().shift(1).over(grp)
+    v0 = v0.with_columns(_odd=(below & ((pl.col("cumulative") - 1) % 50 != 0)).fill_null(False))
+    v0 = v0.with_columns(cumulative=pl.when(~pl.col("_odd")).then(pl.col("cumulative")))
     # A warning whose counter was cut is still a sampled one: V0 logs at 1, 51, 101...,
     # so it is the previous logged value + 50 per line since (checked against the next value).
     known = pl.col("cumulative")
@@ -162,8 +169,15 @@ def logged_and_reconstructed(
         cumulative=pl.when(ok).then(inferred).otherwise(known),
     )
     oor = pl.col("_oor")
-    facts["counter_inferred"] = v0.filter(pl.col("_inferred") & ~oor).height
-    facts["without_counter"] = v0.filter(pl.col("cumulative").is_null() & ~oor).height
+    odd = pl.col("_odd")
+    facts["counter_inferred"] = v0.filter(pl.col("_inferred") & ~oor & ~odd).height
+    facts["without_counter"] = v0.filter(pl.col("cumulative").is_null() & ~oor & ~odd).height
+    bad_form = v0.filter(odd).sort("stream", "seq")
+    facts["counter_unsampled"] = bad_form.height
+    if bad_form.height:
+        first = bad_form.row(0, named=True)
+        facts["counter_unsampled_first"] = f"{first['source']}:{first['n']}"
+        facts["counter_unsampled_inferred"] = bad_form.filter(pl.col("_inferred")).height
     bad = v0.filter(oor).sort("stream", "seq")
     facts["counter_out_of_range"] = bad.height
     if bad.height:
@@ -188,7 +202,8 @@ def logged_and_reconstructed(
         _delta=pl.when(has_total).then(pl.col("cumulative") - pl.col("_prev")),
     )
     last = v0.filter(has_total).group_by(run).agg(pl.col("cumulative").max().alias("t"))
-    facts["runs"] = last.height
+    # a continued file's counter run is the one of the file it follows (_continued): one run, one end
+    facts["runs"] = last.height - len(facts["continued"])
     facts["last_totals"] = sorted(last.get_column("t").to_list())
 
     logged = v0.with_columns(
