@@ -91,6 +91,7 @@ from .recordmatch import (
     record_events,
     records_as_events,
 )
+from .scopes import other_servers
 from .servers import real_starts
 
 if TYPE_CHECKING:
@@ -127,6 +128,10 @@ class EventSet:
     overlap: dict[str, Any]  # counters["overlap"]: overlap.merge's report
     reconciliation: dict[str, Any]  # counters["reconciliation"]: the report of :func:`reconcile`
     notes: tuple[str, ...] = ()
+    # the analysis's frames, counters and configuration without other servers' counter series (scopes.py)
+    frames: dict[str, pl.DataFrame] | None = None
+    counters: dict[str, Any] | None = None
+    config: pl.DataFrame | None = None
 
 
 def event_set(a: AnalysisView, parts: list[pl.DataFrame]) -> EventSet:
@@ -138,8 +143,11 @@ def event_set(a: AnalysisView, parts: list[pl.DataFrame]) -> EventSet:
     tz); its ``events`` are not read.
     """
 
+    # Counter series of servers whose log is not the bundle's: neither counted nor judged (scopes.py).
+    others = other_servers(a, parts)
+    a, parts = others.view, others.parts
     combined = ev_mod.combine(parts)
-    notes: list[str] = []
+    notes: list[str] = list(others.notes)
     # Marker lines and counters in the same log describe the same preemptions: once each.
     merged, overlap = merge(combined)
     if overlap["markers_duplicating_warnings"] or overlap["count_events_replaced_by_lines"]:
@@ -151,7 +159,17 @@ def event_set(a: AnalysisView, parts: list[pl.DataFrame]) -> EventSet:
     draft = dataclasses.replace(a, events=merged)  # type: ignore[type-var]
     cap = log_capability(draft)
     events, report, rec_notes = reconcile(draft, cap)
-    return EventSet(events=events, overlap=overlap, reconciliation=report, notes=tuple(notes + rec_notes))
+    if others.found:
+        report["other_servers"] = others.found
+    return EventSet(
+        events=events,
+        overlap=overlap,
+        reconciliation=report,
+        notes=tuple(notes + rec_notes),
+        frames=dict(a.frames),
+        counters=dict(a.counters),
+        config=a.config,
+    )
 
 
 def _sources_of(a: AnalysisView, kind: str) -> list[str]:

@@ -531,9 +531,16 @@ def run(paths: list[str], options: AnalyzeOptions, ws: Workspace, stdin: IO[byte
     # The event set: one home (reconcile.event_set).
     es = event_set(draft, list(src.event_parts))
     prof.mark(f"events ({es.events.height})")
+    # without other servers' counter series (events/scopes.py): their gauges are no evidence of this one's
+    draft = dataclasses.replace(
+        draft,
+        frames=es.frames if es.frames is not None else draft.frames,
+        counters=es.counters if es.counters is not None else draft.counters,
+        config=es.config if es.config is not None else draft.config,
+    )
     pressure = find_intervals(
         src.stats,
-        src.frames.get("prom_series"),
+        draft.frames.get("prom_series"),
         ceiling=rules.kv_ceiling,
         starts=server_starts(src.records),
         containers=src.frames.get("log_containers"),

@@ -57,6 +57,9 @@ EXTRACTORS: list[tuple[str, str, str]] = [
     ("cfg_engine", "vllm_version", rf"engine \(v({VERSION_SHAPE})[^)]*\)"),
     ("cfg_engine", "engine", r"Initializing an? (V[01]) LLM engine"),
     ("cfg_engine", "model", _arg("model")),
+    # the name the server's /metrics label model_name carries (ModelConfig.served_model_name: the first of
+    # --served-model-name, else the model); 0.4.3+ engine config lines state it (events/scopes.py)
+    ("cfg_engine", "served_model_name", _arg("served_model_name")),
     ("cfg_engine", "max_model_len", _arg("max_seq_len")),
     ("cfg_engine", "tensor_parallel_size", _arg("tensor_parallel_size")),
     ("cfg_engine", "pipeline_parallel_size", _arg("pipeline_parallel_size")),
