@@ -205,7 +205,7 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
     # a part: (stream, container), container None for a stream read whole
     keys: list[tuple[int, str | None]] = [(sid, c) for sid in logs for c in split.get(sid, [None])]
     if len(keys) <= 1:
-        return [Unit(paths[0], list(paths))]
+        return _one_log(paths, first, streams, logs)
     spans: dict[tuple[int, str | None], tuple[Any, Any]] = {}
     started: set[tuple[int, str | None]] = set()
     engine_of: dict[tuple[int, str | None], str] = {}  # the engine whose start a part shows (none: the default's)
@@ -272,7 +272,7 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
             home["lo"], home["hi"] = min(home["lo"], span[0]), max(home["hi"], span[1])  # type: ignore[index]
             home["server"] = home["server"] or k in started
     if len(groups) <= 1:
-        return [Unit(paths[0], list(paths))]
+        return _one_log(paths, first, streams, logs)
     out: list[Unit] = []
     for g in groups:
         name = " + ".join(_part_name(bundle, sid, c) for sid, c in g["keys"][:3]) + (
@@ -325,15 +325,42 @@ def split_by_incident(paths: list[str], first: Analysis) -> list[Unit]:
     return out
 
 
+def _one_log(paths: list[str], first: Analysis, streams: dict[int, list[InputFile]], logs: dict) -> list[Unit]:
+    """The units of a bundle whose logs are one incident: one unit, but for the files of other kinds whose
+    times meet none of its logs' (more than :data:`MEET_S` apart: another day's scrapes): those are another
+    incident, ``(other sources)``, as beside several incidents. A file without a time stays with the logs."""
+    others = [f for sid, fs in streams.items() if sid not in logs for f in fs]
+    spans = _source_spans(first)
+    lo_hi = [spans[f.display] for sid in logs for f in streams[sid] if f.display in spans]
+    if not others or not lo_hi:
+        return [Unit(paths[0], list(paths))]
+    lo, hi = min(s[0] for s in lo_hi).timestamp(), max(s[1] for s in lo_hi).timestamp()
+    apart = [
+        f
+        for f in others
+        if f.display in spans
+        and not (spans[f.display][0].timestamp() <= hi + MEET_S and lo <= spans[f.display][1].timestamp() + MEET_S)
+    ]
+    if not apart:
+        return [Unit(paths[0], list(paths))]
+    name = " + ".join(_part_name(first.bundle, sid, None) for sid in list(logs)[:3]) + (
+        f" (+{len(logs) - 3} more)" if len(logs) > 3 else ""
+    )
+    near = [f for sid, fs in streams.items() for f in fs if f not in apart]
+    return [_unit(name, near), _unit("(other sources)", apart)]
+
+
 def _source_spans(a: Analysis) -> dict[str, tuple[Any, Any]]:
-    """(first, last) time of each source file's rows in the analysis's frames (the other sources)."""
+    """(first, last) time of each source file's rows in the analysis's frames and records (every time a file
+    states: a sample's, a counter's ``_created``, the engine start it counts from; sources/meets.py
+    file_spans)."""
+    frames = [*a.frames.values(), a.records]
     parts = [
-        df.select(pl.col("source").cast(pl.String), pl.col("time"))
-        for df in a.frames.values()
-        if df is not None
-        and df.height
-        and {"source", "time"} <= set(df.columns)
-        and df.schema["time"] == pl.Datetime("us", "UTC")
+        df.select(pl.col("source").cast(pl.String), pl.col(c).dt.convert_time_zone("UTC").alias("time"))
+        for df in frames
+        if df is not None and df.height and "source" in df.columns
+        for c, t in df.schema.items()
+        if isinstance(t, pl.Datetime) and t.time_zone is not None
     ]
     if not parts:
         return {}

@@ -244,6 +244,11 @@ def not_one_incident(names: list[str]) -> str:
     """The headline of a bundle of several incidents."""
     logs = [n for n in names if not n.startswith("(")]
     other = " and other sources" if len(logs) < len(names) else ""
+    if len(logs) == 1 and other:  # one log, and files of other kinds that do not meet it in time
+        return (
+            f"Not one incident: {logs[0]} and other sources that do not meet it in time (another incident: their "
+            "counts are not the log's); each one's answer is its own (preemptlog analyze --each)"
+        )
     return (
         f"Not one incident: {len(logs)} logs of different servers or of runs that do not meet in time{other}; each one's "
         "answer is its own (preemptlog analyze --each)"
