@@ -57,7 +57,11 @@ def _served(a: AnalysisView, logs: list[str]) -> dict[str, dict[str, str]]:
     kind = pl.col("engine_kind") if "engine_kind" in cfg.columns else pl.lit(engines.default().name)
     rows = cfg.filter(
         (pl.col("status") == "seen") & pl.col("key").is_in(SERVED_KEYS) & pl.col("source").is_in(logs)
-    ).with_columns(_kind=kind.fill_null(engines.default().name), _v=pl.col("value").str.strip_chars(" '\"[],"))
+    ).with_columns(
+        _kind=kind.fill_null(engines.default().name),
+        # a list (--served-model-name a b: ['a', 'b']) serves by its first name (ModelConfig.served_model_name)
+        _v=pl.col("value").str.strip_chars(" [").str.split(",").list.first().str.strip_chars(" '\"[],"),
+    )
     out: dict[str, dict[str, str]] = {}
     for key in SERVED_KEYS:
         for k, v, src, line in rows.filter(pl.col("key") == key).select("_kind", "_v", "source", "line").iter_rows():

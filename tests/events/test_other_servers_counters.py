@@ -130,3 +130,18 @@ def test_an_engines_own_counter_beside_another_engines(tmp_path):
     assert rec["total"] == 30 and rec["quality"] == "exact", rec
     assert [o["series"] for o in rec["other_servers"]] == [SGLANG]
     assert {e["engine_kind"] for e in events} == {"vllm"}
+
+
+def test_a_served_name_only_in_the_args_line_is_the_servers_own(tmp_path):
+    """--served-model-name qwen stated by the args line only (a list there; the engine config line cut away):
+    the model_name label is "qwen", the server's own, never another server's."""
+    b = _bundle(tmp_path, QWEN, {_vllm("qwen"): [0, 0, 10, 30], _vllm(LLAMA): [0, 0, 3, 7]})
+    log = b / "vllm.log"
+    lines = [x for x in log.read_text().splitlines() if "Initializing a V1 LLM engine" not in x]
+    lines = [
+        x.replace(f"'model': '{QWEN}'}}", f"'model': '{QWEN}', 'served_model_name': ['qwen', 'q2']}}") for x in lines
+    ]
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rec, _ = reconciled(b)
+    assert rec["total"] == 30, rec
+    assert [o["series"] for o in rec["other_servers"]] == [_vllm(LLAMA)]

@@ -127,6 +127,7 @@ EXTRACTORS: list[tuple[str, str, str]] = [
 ]
 ARG_KEYS = [
     "model",
+    "served_model_name",  # the args line's --served-model-name (a list from 0.4.3): the model_name label's value
     "max_num_seqs",
     "max_num_batched_tokens",
     "block_size",
@@ -169,11 +170,16 @@ for _k in ARG_KEYS:
             )
         )
         continue
+    if _k == "served_model_name":  # a list in the args (['qwen']), a name in the engine config line
+        EXTRACTORS.append(
+            ("cfg_args", _k, r"(?:'served_model_name':\s*|\bserved_model_name=)(None|\[[^\]]*\]|'[^']*'|[^,\s)}]+)")
+        )
+        continue
     EXTRACTORS.append(("cfg_args", _k, _arg(_k)))
 
 # Keys read from the whole text of their line: the value is itself a nested config object; every
 # other key of an args dict or engine config line is read at that line's top level only (_top_level).
-NESTED_VALUE_KEYS = frozenset({"speculative_config"})
+NESTED_VALUE_KEYS = frozenset({"speculative_config", "served_model_name"})
 
 # Where a config line's own keys begin, and the bracket depth they sit at there: the args dict
 # (``non-default args: {...}``, 0.9+), the Namespace (``args: Namespace(...)``, 0.4.2-0.8.5) and
