@@ -417,9 +417,18 @@ def summary_lines(
     unplaced = (s.get("cause") or {}).get("unplaced") or 0
     if s["events_without_time"] - unplaced > 0:
         put(f"{s['events_without_time'] - unplaced} event(s) have no timestamp in the log")
-    if unplaced:
+    before_log = (s.get("cause") or {}).get("unplaced_before_log") or 0
+    if unplaced - before_log:
         whose = possessive(s.get("engine_kinds") or {})
-        put(f"{unplaced} event(s) counted by {whose} /metrics counter since the engine started, not placed in time")
+        put(
+            f"{unplaced - before_log} event(s) counted by {whose} /metrics counter since the engine started, not "
+            "placed in time"
+        )
+    if before_log:
+        put(
+            f"{before_log} event(s) counted by the first V0 warning's total_num_cumulative_preemption before the log "
+            "began (the warning 50 before it is not in the log), not placed in time"
+        )
     rep = s["requests_preempted_more_than_once"]
     if rep:
         top = ", ".join(f"{r['request_id']} x{r['count']}" for r in rep[:5])

@@ -389,6 +389,8 @@ def cause(a: Analysis, ev: pl.DataFrame, pressure: list[dict[str, Any]]) -> dict
         **({"resets": resets} if resets["events"] else {}),
         "engines": engines,
         "unplaced": unplaced.height,
+        # of them, a log's own count before it began (a V0 log that begins inside a server run)
+        "unplaced_before_log": unplaced.filter(pl.col("kind") == "reconstructed").height if unplaced.height else 0,
         "unplaced_span": [
             iso(unplaced.get_column("interval_start").min(), a.tz),
             iso(unplaced.get_column("interval_end").max(), a.tz),

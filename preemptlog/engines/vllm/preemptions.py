@@ -223,11 +223,22 @@ def logged_and_reconstructed(
     # Event k of the n made sits at k / (n + 1) of the interval (the warning itself at its end): a capped
     # count's events spread over the whole interval, as its count did, never over the cap's share of it.
     recon = recon.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).explode("_k")
+    # A log that begins inside a server run (no start before its first warning, no file it continues): the
+    # warning before its first one (its counter - 50) was logged before the log began, so the preemptions
+    # numbered up to it happened before the log: counted since the engine started, never placed in the
+    # log's window (time_precision "unplaced", as a /metrics reading's count since the start). The up to 49
+    # after it may fall on either side of the log's start: in the interval that ends at the warning.
+    before_log = (
+        pl.col("_prev_time").is_null()
+        & (pl.col("_srun") == 0)
+        & (pl.col("_run") == 0)
+        & (pl.col("_prev") + pl.col("_k") <= pl.col("cumulative") - 50)
+    )
     recon = recon.with_columns(
         event_id=_event_id(pl.concat_str([pl.lit("~r"), pl.col("_k").cast(pl.String)])),
         kind=pl.lit("reconstructed"),
-        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_n") + 1),
-        time_precision=pl.lit("interval"),
+        time=pl.when(~before_log).then(_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_n") + 1)),
+        time_precision=pl.when(before_log).then(pl.lit("unplaced")).otherwise(pl.lit("interval")),
         interval_start=pl.col("_prev_time"),
         interval_end=pl.col("time"),
         request_id=pl.lit(None, pl.String),
