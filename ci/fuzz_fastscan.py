@@ -107,7 +107,11 @@ def merged(exe: Path, cfg: Path, work: Path) -> list[Path]:
     small = work / "min"
     small.mkdir(exist_ok=True)
     env = {**os.environ, "FASTSCAN_CONFIG": str(cfg)}
-    subprocess.run([str(exe), "-merge=1", str(small), str(work / "corpus")], env=env, capture_output=True, check=True)
+    # the merge's own runs inherit the same peak RSS: no RSS limit there either (see campaign)
+    cmd = [str(exe), "-merge=1", "-rss_limit_mb=0", "-malloc_limit_mb=2048", str(small), str(work / "corpus")]
+    m = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if m.returncode != 0:  # say why (the merge's own output), never a bare exit status
+        raise SystemExit(f"fuzz_fastscan: the corpus merge exited {m.returncode}:\n{m.stderr[-3000:]}")
     return sorted(p for p in small.iterdir() if p.is_file())
 
 
