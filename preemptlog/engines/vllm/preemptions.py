@@ -392,28 +392,7 @@ def interval_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.Data
     s = s.filter(pl.col("preemptions") > 0)
     if s.height == 0:
         return s, pl.DataFrame(schema=CAPPED_SCHEMA)
-    seg = records.select("seq", "seg")
-    s = s.join(seg, on="seq", how="left").with_columns(
-        pl.col("line").alias("n"), _n=capped_count(pl.col("preemptions"))
-    )
-    capped = capped_rows(s, _event_id(), "interval", pl.col("preemptions"), pl.col("_n"))
-    # Event k of the n made sits at k / n of the interval: a capped count's events spread over the whole
-    # interval, as its count did, never over the cap's share of it (n is N when nothing was capped).
-    s = s.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).explode("_k")
-    out = s.with_columns(
-        event_id=_event_id(pl.concat_str([pl.lit("~i"), pl.col("_k").cast(pl.String)])),
-        kind=pl.lit("interval"),
-        time=_between(pl.col("_prev_time"), pl.col("time"), pl.col("_k"), pl.col("_n")),
-        time_precision=pl.lit("interval"),
-        interval_start=pl.col("_prev_time"),
-        interval_end=pl.col("time"),
-        request_id=pl.lit(None, pl.String),
-        mode=pl.lit(None, pl.String),
-        cumulative=pl.lit(None, pl.Int64),
-        raw=pl.lit(None, pl.String),
-        _sub=pl.col("_k"),
-    ).drop("_n")
-    return out, capped
+    return _line_count_events(s, records, "preemptions", None)
 
 
 def swap_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
@@ -459,9 +438,20 @@ def swap_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.DataFram
         "swap_first": f"{first['source']}:{first['line']}",
         "swap_max": int(s.get_column("swapped").max()),  # type: ignore[arg-type]
     }
+    out, capped = _line_count_events(s, records, "_rise", "SWAP")
+    return out, capped, facts
+
+
+def _line_count_events(
+    s: pl.DataFrame, records: pl.DataFrame, count: str, mode: str | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A stats line's count (column ``count``) -> that many interval events of the line (``~i<k>``) in
+    (``_prev_time``, ``time``], and the counts whose events were capped. Event k of the n made sits at
+    k / n of the interval: a capped count's events spread over the whole interval, as its count did,
+    never over the cap's share of it (n is N when nothing was capped)."""
     seg = records.select("seq", "seg")
-    s = s.join(seg, on="seq", how="left").with_columns(pl.col("line").alias("n"), _n=capped_count(pl.col("_rise")))
-    capped = capped_rows(s, _event_id(), "interval", pl.col("_rise"), pl.col("_n"))
+    s = s.join(seg, on="seq", how="left").with_columns(pl.col("line").alias("n"), _n=capped_count(pl.col(count)))
+    capped = capped_rows(s, _event_id(), "interval", pl.col(count), pl.col("_n"))
     s = s.with_columns(_k=pl.int_ranges(1, pl.col("_n") + 1, dtype=pl.Int64)).explode("_k")
     out = s.with_columns(
         event_id=_event_id(pl.concat_str([pl.lit("~i"), pl.col("_k").cast(pl.String)])),
@@ -471,12 +461,12 @@ def swap_events(stats: pl.DataFrame, records: pl.DataFrame) -> tuple[pl.DataFram
         interval_start=pl.col("_prev_time"),
         interval_end=pl.col("time"),
         request_id=pl.lit(None, pl.String),
-        mode=pl.lit("SWAP", pl.String),
+        mode=pl.lit(mode, pl.String),
         cumulative=pl.lit(None, pl.Int64),
         raw=pl.lit(None, pl.String),
         _sub=pl.col("_k"),
     ).drop("_n")
-    return out, capped, facts
+    return out, capped
 
 
 def _tick_interval_start(s: pl.DataFrame, chain: list[str]) -> pl.DataFrame:
